@@ -1,0 +1,890 @@
+# cython: language_level=3
+"""The GBNF engine: flat rules, persistent stacks, and llama.cpp's matcher.
+
+Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License,
+Copyright (c) 2023-2026 The ggml authors: src/llama-grammar.cpp
+(llama_grammar_advance_stack, match_char, match_partial_char, match_token,
+accept_chr, accept_token, accept_str, reject_candidates(_for_stack),
+llama_grammar_apply_impl, llama_grammar_accept_impl with lazy triggers).
+
+Owns: the flattened rules (one element array, rules addressed by integer
+position), the matcher's stacks (hash-consed nodes of a persistent tree, so a
+stack is one integer), its partial UTF-8 state and its trigger state, and the
+per-vocabulary decoded code points. It must not parse text (parser.py does)
+nor read vocabulary files (vocab.py does).
+"""
+import re
+import weakref
+
+import numpy as np
+cimport numpy as cnp
+from cpython.bytes cimport PyBytes_AS_STRING
+from libc.math cimport INFINITY
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from cython.operator cimport dereference as deref
+from libcpp.algorithm cimport find
+from libcpp.unordered_set cimport unordered_set
+from libcpp.vector cimport vector
+
+from bankml._typedefs cimport element_value_t, node_t, offset_t, position_t, token_t
+from bankml._utf8 cimport decode_utf8, partial_utf8
+
+from bankml.errors import GrammarError
+from bankml.parser import find_left_recursion, parse_gbnf
+
+cnp.import_array()
+
+# Node 0 of every pool is the empty stack.
+cdef node_t EMPTY_STACK = 0
+# Bounds on what one matcher may hold; llama.cpp has none and grows until memory runs out.
+DEFAULT_MAX_STACKS = 65536
+cdef size_t MAX_NODES = 1 << 24
+
+
+cdef inline bint is_end_of_sequence(const grammar_element* pos) noexcept nogil:
+    return pos.type == LLAMA_GRETYPE_END or pos.type == LLAMA_GRETYPE_ALT
+
+
+cdef inline bint match_char(const grammar_element* pos, uint32_t chr, const grammar_element** after) noexcept nogil:
+    """Whether chr satisfies the character class at pos; *after is the element past the class."""
+    cdef bint found = False
+    cdef bint is_positive_char = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
+    while True:
+        if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
+            found = found or (pos.value <= chr and chr <= pos[1].value)
+            pos += 2
+        elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
+            found = True
+            pos += 1
+        else:
+            found = found or pos.value == chr
+            pos += 1
+        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
+            break
+    after[0] = pos
+    return found == is_positive_char
+
+
+cdef inline bint match_partial_char(const grammar_element* pos, partial_utf8 partial) noexcept nogil:
+    """Whether some completion of an unfinished UTF-8 sequence could satisfy the class at pos."""
+    cdef bint is_positive_char = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
+    cdef uint32_t partial_value = partial.value
+    cdef int32_t n_remain = partial.n_remain
+    cdef uint32_t low, high
+    # invalid sequence, or a 7-bit character split over two bytes (overlong)
+    if n_remain < 0 or (n_remain == 1 and partial_value < 2):
+        return False
+    low = partial_value << (n_remain * 6)
+    high = low | ((1 << (n_remain * 6)) - 1)
+    if low == 0:
+        if n_remain == 2:
+            low = 1 << 11
+        elif n_remain == 3:
+            low = 1 << 16
+    while True:
+        if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
+            if pos.value <= high and low <= pos[1].value:
+                return is_positive_char
+            pos += 2
+        elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
+            return True
+        else:
+            if low <= pos.value and pos.value <= high:
+                return is_positive_char
+            pos += 1
+        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
+            break
+    return not is_positive_char
+
+
+cdef inline bint match_token(const grammar_element* pos, token_t token) noexcept nogil:
+    if pos.type == LLAMA_GRETYPE_TOKEN:
+        return pos.value == <uint32_t>token
+    return pos.value != <uint32_t>token
+
+
+cdef inline bint is_token_element(const grammar_element* pos) noexcept nogil:
+    return pos.type == LLAMA_GRETYPE_TOKEN or pos.type == LLAMA_GRETYPE_TOKEN_NOT
+
+
+cdef inline void add_unique(vector[node_t]& stacks, node_t stack) noexcept nogil:
+    if find(stacks.begin(), stacks.end(), stack) == stacks.end():
+        stacks.push_back(stack)
+
+
+cdef class Rules:
+    """Parsed GBNF rules: immutable, shareable by any number of matchers, picklable.
+
+    ``Rules.parse(text, root="root", vocab=None)`` is llama.cpp's grammar build:
+    the parser, the undefined-rule check, the root symbol and the left-recursion
+    check. ``root=None`` runs the parser alone (llama_grammar_parser::parse).
+    """
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("use Rules.parse(text, root='root', vocab=None)")
+
+    @staticmethod
+    def parse(text, root="root", vocab=None):
+        symbol_ids, rules = parse_gbnf(text, vocab)
+        if root is not None:
+            if not rules:
+                raise GrammarError("failed to parse grammar: no rules")
+            if root not in symbol_ids:
+                raise GrammarError(f"grammar does not contain a '{root}' symbol")
+            recursive = find_left_recursion(rules)
+            if recursive is not None:
+                name = _rule_name(symbol_ids, recursive)
+                raise GrammarError(
+                    f"unsupported grammar, left recursion detected for nonterminal at index {recursive} ({name})")
+        return _make_rules(symbol_ids, rules, root, vocab, text if isinstance(text, str) else None)
+
+    @property
+    def rules(self):
+        """Per rule id, its elements as (type, value) tuples, END included."""
+        cdef list out = []
+        cdef size_t rule_id
+        cdef position_t pos
+        for rule_id in range(self.rule_start.size()):
+            current = []
+            pos = self.rule_start[rule_id]
+            while True:
+                current.append((<int>self.elements[pos].type, <int>self.elements[pos].value))
+                if self.elements[pos].type == LLAMA_GRETYPE_END:
+                    break
+                pos += 1
+            out.append(current)
+        return out
+
+    @property
+    def n_elements(self):
+        return self.elements.size()
+
+    def __len__(self):
+        return self.rule_start.size()
+
+    def __reduce__(self):
+        return (_rebuild_rules, (self.symbol_ids, self.rules, self.root, self.text))
+
+    def __repr__(self):
+        return f"<Rules: {self.rule_start.size()} rules, {self.elements.size()} elements, root={self.root!r}>"
+
+
+def _rule_name(symbol_ids, rule_id):
+    for name in sorted(symbol_ids):
+        if symbol_ids[name] == rule_id:
+            return name
+    return str(rule_id)
+
+
+def _rebuild_rules(symbol_ids, rules, root, text):
+    return _make_rules(symbol_ids, rules, root, None, text)
+
+
+cdef Rules _make_rules(dict symbol_ids, list rules, root, vocab, text):
+    cdef Rules self = Rules.__new__(Rules)
+    cdef grammar_element element
+    self.symbol_ids = dict(symbol_ids)
+    self.root = root
+    self.root_id = symbol_ids[root] if root is not None else -1
+    self.vocab = vocab
+    self.text = text
+    if sum(len(rule) for rule in rules) >= (1 << 31) - 2:
+        raise GrammarError("grammar has more elements than bankml's 32-bit positions can address")
+    for rule in rules:
+        self.rule_start.push_back(<position_t>self.elements.size())
+        for kind, value in rule:
+            element.type = kind
+            element.value = value
+            self.elements.push_back(element)
+    # A sentinel past the last rule, so that looking one element ahead never leaves the array.
+    element.type = LLAMA_GRETYPE_END
+    element.value = 0
+    self.elements.push_back(element)
+    return self
+
+
+cdef class DecodedVocab:
+    """A vocabulary's pieces decoded to code points once, shared by every matcher over it."""
+
+    def __cinit__(self, vocab):
+        cdef list pieces = list(vocab.pieces)
+        cdef Py_ssize_t n = len(pieces)
+        cdef object eog = np.zeros(n, dtype=np.uint8)
+        cdef bytes piece
+        cdef const uint8_t* raw
+        cdef Py_ssize_t i
+        cdef offset_t offset = 0
+        cdef partial_utf8 fresh
+        fresh.value = 0
+        fresh.n_remain = 0
+        for token_id in vocab.eog_ids:
+            eog[token_id] = 1
+        self.n_vocab = n
+        self.piece_bytes = b"".join(pieces)
+        raw = <const uint8_t*>PyBytes_AS_STRING(self.piece_bytes)
+        self.is_eog.resize(n)
+        self.is_empty.resize(n)
+        self.piece_start.resize(n + 1)
+        self.code_point_start.resize(n + 1)
+        self.end_partial.resize(n)
+        for i in range(n):
+            piece = pieces[i]
+            self.is_eog[i] = eog[i]
+            self.is_empty[i] = len(piece) == 0 or piece[0] == 0
+            self.piece_start[i] = offset
+            self.code_point_start[i] = self.code_points.size()
+            self.end_partial[i] = decode_utf8(raw + offset, len(piece), fresh, self.code_points)
+            offset += len(piece)
+        self.piece_start[n] = offset
+        self.code_point_start[n] = self.code_points.size()
+
+    cdef vocab_view view(self):
+        cdef vocab_view v
+        v.n_vocab = self.n_vocab
+        v.is_eog = self.is_eog.data()
+        v.is_empty = self.is_empty.data()
+        v.code_points = self.code_points.data()
+        v.code_point_start = self.code_point_start.data()
+        v.end_partial = self.end_partial.data()
+        v.piece_bytes = <const uint8_t*>PyBytes_AS_STRING(self.piece_bytes)
+        v.piece_start = self.piece_start.data()
+        return v
+
+    def __len__(self):
+        return self.n_vocab
+
+
+_decoded_cache = weakref.WeakKeyDictionary()
+
+
+def decoded_vocab(vocab):
+    """The DecodedVocab of a Vocab, built on first use and cached for its lifetime."""
+    try:
+        decoded = _decoded_cache.get(vocab)
+    except TypeError:
+        return DecodedVocab(vocab)
+    if decoded is None:
+        decoded = DecodedVocab(vocab)
+        _decoded_cache[vocab] = decoded
+    return decoded
+
+
+def _as_rules(rules, vocab, root):
+    if isinstance(rules, Rules):
+        return rules
+    if isinstance(rules, (str, bytes)):
+        return Rules.parse(rules, root=root, vocab=vocab)
+    raise TypeError(f"rules must be Rules or GBNF text, got {type(rules).__name__}")
+
+
+def _trigger_words_pattern(words):
+    # llama.cpp builds one pattern from trigger words, escaping regex metacharacters.
+    escaped = "|".join(re.sub(r"[.^$|()*+?\[\]{}\\]", lambda m: "\\" + m.group(0), w) for w in words)
+    return "[\\s\\S]*?(" + escaped + ")[\\s\\S]*"
+
+
+cdef class Grammar:
+    """A matcher over Rules: llama.cpp's grammar state (stacks, partial UTF-8, lazy trigger).
+
+    Filling a mask never changes the state; accepting a token does.
+    """
+
+    def __cinit__(self):
+        cdef stack_node root
+        root.element = -1
+        root.parent = -1
+        self.nodes.push_back(root)
+
+    def __init__(self, rules, vocab=None, *, root="root", trigger_tokens=(), trigger_patterns=(),
+                 trigger_words=(), lazy=None, max_stacks=DEFAULT_MAX_STACKS):
+        cdef Rules parsed
+        if vocab is None and isinstance(rules, Rules):
+            vocab = (<Rules>rules).vocab
+        parsed = _as_rules(rules, vocab, root)
+        if parsed.root_id < 0:
+            raise ValueError("these Rules were parsed without a root (root=None); parse them with a root to match")
+        if int(max_stacks) < 1:
+            raise ValueError(f"max_stacks must be at least 1, got {max_stacks}")
+        self.rules = parsed
+        self.vocab = vocab
+        self.decoded = decoded_vocab(vocab) if vocab is not None else None
+        self.max_stacks = int(max_stacks)
+        self.partial.value = 0
+        self.partial.n_remain = 0
+        self.trigger_tokens = tuple(int(t) for t in trigger_tokens)
+        trigger_patterns = tuple(trigger_patterns)
+        if trigger_words:
+            if trigger_patterns:
+                raise ValueError("give trigger_words or trigger_patterns, not both")
+            trigger_patterns = (_trigger_words_pattern(trigger_words),)
+        self.trigger_patterns = trigger_patterns
+        try:
+            self.trigger_regexes = [re.compile(p.encode("utf-8") if isinstance(p, str) else p)
+                                    for p in trigger_patterns]
+        except re.error as err:
+            raise GrammarError(f"invalid trigger pattern: {err}") from None
+        if lazy is None:
+            lazy = bool(self.trigger_tokens or self.trigger_patterns)
+        self.lazy = bool(lazy)
+        self.awaiting_trigger = self.lazy
+        self.trigger_bytes = bytearray()
+        self.trigger_buffer_positions = []
+        self._init_stacks()
+
+    def _init_stacks(self):
+        cdef position_t pos = self.rules.rule_start[self.rules.root_id]
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef node_t stack
+        self.active_stacks.clear()
+        while True:
+            stack = EMPTY_STACK
+            if not is_end_of_sequence(&elements[pos]):
+                stack = self.push(EMPTY_STACK, pos)
+            self.advance_stack(stack, self.active_stacks)
+            while not is_end_of_sequence(&elements[pos]):
+                pos += 1
+            if elements[pos].type == LLAMA_GRETYPE_ALT:
+                pos += 1
+            else:
+                break
+
+    # -- the stack tree ------------------------------------------------------
+    cdef node_t push(self, node_t parent, position_t element) except -1 nogil:
+        cdef uint64_t key = (<uint64_t><uint32_t>parent << 32) | <uint32_t>element
+        cdef stack_node node
+        cdef node_t node_id
+        it = self.node_ids.find(key)
+        if it != self.node_ids.end():
+            return deref(it).second
+        if self.nodes.size() >= MAX_NODES:
+            with gil:
+                raise GrammarError(f"grammar state exceeds {MAX_NODES} stack nodes")
+        node.element = element
+        node.parent = parent
+        node_id = <node_t>self.nodes.size()
+        self.nodes.push_back(node)
+        self.node_ids[key] = node_id
+        return node_id
+
+    cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil:
+        """Expand a stack into the stacks that all end at a terminal (or are empty)."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef vector[node_t] todo
+        cdef unordered_set[node_t] seen
+        cdef node_t current, next_stack
+        cdef position_t pos, subpos
+        todo.push_back(stack)
+        while not todo.empty():
+            current = todo.back()
+            todo.pop_back()
+            if not seen.insert(current).second:
+                continue
+            if current == EMPTY_STACK:
+                add_unique(new_stacks, current)
+                continue
+            pos = self.nodes[current].element
+            if elements[pos].type == LLAMA_GRETYPE_RULE_REF:
+                subpos = self.rules.rule_start[elements[pos].value]
+                while True:
+                    next_stack = self.nodes[current].parent
+                    if not is_end_of_sequence(&elements[pos + 1]):
+                        next_stack = self.push(next_stack, pos + 1)
+                    if not is_end_of_sequence(&elements[subpos]):
+                        next_stack = self.push(next_stack, subpos)
+                    todo.push_back(next_stack)
+                    while not is_end_of_sequence(&elements[subpos]):
+                        subpos += 1
+                    if elements[subpos].type == LLAMA_GRETYPE_ALT:
+                        subpos += 1
+                    else:
+                        break
+            elif (elements[pos].type == LLAMA_GRETYPE_CHAR or elements[pos].type == LLAMA_GRETYPE_CHAR_NOT
+                  or elements[pos].type == LLAMA_GRETYPE_CHAR_ANY or is_token_element(&elements[pos])):
+                add_unique(new_stacks, current)
+                if new_stacks.size() > self.max_stacks:
+                    with gil:
+                        raise GrammarError(
+                            f"grammar state exceeds {self.max_stacks} stacks (max_stacks); "
+                            "the grammar is too ambiguous at this point")
+            else:
+                with gil:
+                    raise GrammarError("internal error: a stack rests on a non-terminal element")
+        return 0
+
+    cdef int accept_chr(self, node_t stack, uint32_t chr, vector[node_t]& new_stacks) except -1 nogil:
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* after
+        cdef node_t next_stack
+        if stack == EMPTY_STACK:
+            return 0
+        cdef const grammar_element* pos = &elements[self.nodes[stack].element]
+        if is_token_element(pos):
+            return 0
+        if match_char(pos, chr, &after):
+            next_stack = self.nodes[stack].parent
+            if not is_end_of_sequence(after):
+                next_stack = self.push(next_stack, <position_t>(after - elements))
+            self.advance_stack(next_stack, new_stacks)
+        return 0
+
+    cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points,
+                                 vector[node_t]& stacks_new) except -1 nogil:
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef vector[node_t] current_stacks, next_stacks
+        cdef const uint32_t* cp
+        cdef node_t stack, next_stack
+        cdef position_t pos
+        cdef size_t i, j
+        for i in range(self.active_stacks.size()):
+            stack = self.active_stacks[i]
+            if stack == EMPTY_STACK:
+                continue
+            pos = self.nodes[stack].element
+            if is_token_element(&elements[pos]):
+                if match_token(&elements[pos], token):
+                    next_stack = self.nodes[stack].parent
+                    if not is_end_of_sequence(&elements[pos + 1]):
+                        next_stack = self.push(next_stack, pos + 1)
+                    self.advance_stack(next_stack, stacks_new)
+            else:
+                current_stacks.clear()
+                current_stacks.push_back(stack)
+                cp = code_points
+                while cp[0] != 0:
+                    next_stacks.clear()
+                    for j in range(current_stacks.size()):
+                        self.accept_chr(current_stacks[j], cp[0], next_stacks)
+                    current_stacks.swap(next_stacks)
+                    if current_stacks.empty():
+                        break
+                    cp += 1
+                for j in range(current_stacks.size()):
+                    add_unique(stacks_new, current_stacks[j])
+        return 0
+
+    # -- masks -------------------------------------------------------------
+    cdef int reject_candidates(self, const vector[node_t]& stacks, const vector[grammar_candidate]& candidates,
+                               vector[grammar_candidate]& rejects) except -1 nogil:
+        cdef vector[grammar_candidate] current, narrowed
+        cdef size_t i
+        if candidates.empty():
+            return 0
+        if stacks.empty():
+            with gil:
+                raise GrammarError("internal error: no stacks to check candidates against")
+        self.reject_candidates_for_stack(stacks[0], candidates, current)
+        for i in range(1, stacks.size()):
+            narrowed.clear()
+            self.reject_candidates_for_stack(stacks[i], current, narrowed)
+            current.swap(narrowed)
+        rejects.insert(rejects.end(), current.begin(), current.end())
+        return 0
+
+    cdef int reject_candidates_for_stack(self, node_t stack, const vector[grammar_candidate]& candidates,
+                                         vector[grammar_candidate]& rejects) except -1 nogil:
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* pos
+        cdef const grammar_element* after
+        cdef vector[grammar_candidate] next_candidates, next_rejects
+        cdef vector[node_t] next_stacks
+        cdef grammar_candidate tok
+        cdef node_t stack_after
+        cdef size_t i
+        if stack == EMPTY_STACK:
+            for i in range(candidates.size()):
+                if candidates[i].code_points[0] != 0 or candidates[i].partial.n_remain != 0:
+                    rejects.push_back(candidates[i])
+            return 0
+        pos = &elements[self.nodes[stack].element]
+        if is_token_element(pos):
+            for i in range(candidates.size()):
+                if candidates[i].code_points[0] == 0:
+                    # the token's text ended exactly here: reject iff it ended mid-character
+                    if candidates[i].partial.n_remain != 0:
+                        rejects.push_back(candidates[i])
+                elif not match_token(pos, candidates[i].id):
+                    rejects.push_back(candidates[i])
+            return 0
+        next_candidates.reserve(candidates.size())
+        for i in range(candidates.size()):
+            tok = candidates[i]
+            if tok.code_points[0] == 0:
+                if tok.partial.n_remain != 0 and not match_partial_char(pos, tok.partial):
+                    rejects.push_back(tok)
+            elif match_char(pos, tok.code_points[0], &after):
+                tok.code_points += 1
+                next_candidates.push_back(tok)
+            else:
+                rejects.push_back(tok)
+        if next_candidates.empty():
+            return 0
+        match_char(pos, 0, &after)
+        stack_after = self.nodes[stack].parent
+        if not is_end_of_sequence(after):
+            stack_after = self.push(stack_after, <position_t>(after - elements))
+        self.advance_stack(stack_after, next_stacks)
+        self.reject_candidates(next_stacks, next_candidates, next_rejects)
+        for i in range(next_rejects.size()):
+            tok = next_rejects[i]
+            tok.code_points -= 1
+            rejects.push_back(tok)
+        return 0
+
+    cdef int collect_rejects(self, const vocab_view* vocab, const token_t* ids, int64_t n,
+                             vector[grammar_candidate]& rejects, vector[uint32_t]& scratch) except -1 nogil:
+        """llama_grammar_apply_impl over ids[0:n]: the candidates it sets to -inf (index = position in ids)."""
+        cdef vector[grammar_candidate] candidates
+        cdef vector[offset_t] scratch_start
+        cdef grammar_candidate tok
+        cdef bint allow_eog = False
+        # From a complete-character state (n_remain 0, or -1 after an invalid piece)
+        # a piece decodes the same whatever the state, so the decode done once per vocabulary serves.
+        cdef bint fresh = self.partial.n_remain <= 0
+        cdef int64_t i
+        cdef token_t token
+        cdef size_t k
+        for k in range(self.active_stacks.size()):
+            if self.active_stacks[k] == EMPTY_STACK:
+                allow_eog = True
+                break
+        candidates.reserve(n)
+        for i in range(n):
+            token = ids[i]
+            tok.index = i
+            tok.id = token
+            tok.code_points = NULL
+            if vocab.is_eog[token]:
+                if not allow_eog:
+                    rejects.push_back(tok)
+            elif vocab.is_empty[token]:
+                rejects.push_back(tok)
+            elif fresh:
+                tok.code_points = vocab.code_points + vocab.code_point_start[token]
+                tok.partial = vocab.end_partial[token]
+                candidates.push_back(tok)
+            else:
+                scratch_start.push_back(<offset_t>scratch.size())
+                tok.partial = decode_utf8(vocab.piece_bytes + vocab.piece_start[token],
+                                          vocab.piece_start[token + 1] - vocab.piece_start[token],
+                                          self.partial, scratch)
+                candidates.push_back(tok)
+        if not fresh:
+            for k in range(candidates.size()):
+                candidates[k].code_points = scratch.data() + scratch_start[k]
+        self.reject_candidates(self.active_stacks, candidates, rejects)
+        return 0
+
+    def _require_vocab(self):
+        if self.decoded is None:
+            raise ValueError("this Grammar has no vocabulary; give Grammar(rules, vocab) to compute masks")
+
+    def _rejected_indices(self, cnp.ndarray ids):
+        cdef const token_t[::1] id_view = ids
+        cdef vector[grammar_candidate] rejects
+        cdef vector[uint32_t] scratch
+        cdef int64_t n = ids.shape[0]
+        cdef cnp.ndarray out
+        cdef int64_t[::1] out_view
+        cdef size_t k
+        cdef vocab_view vocab = self.decoded.view()
+        if n == 0:
+            return np.empty(0, dtype=np.int64)
+        with nogil:
+            self.collect_rejects(&vocab, &id_view[0], n, rejects, scratch)
+        out = np.empty(rejects.size(), dtype=np.int64)
+        out_view = out
+        for k in range(rejects.size()):
+            out_view[k] = rejects[k].index
+        return out
+
+    def _all_ids(self):
+        return np.arange(self.decoded.n_vocab, dtype=np.int32)
+
+    def _check_ids(self, ids, what="ids"):
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            raise ValueError(f"Invalid {what}: expected a 1-D integer array, got {ids.dtype} of shape {ids.shape}")
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.decoded.n_vocab):
+            raise ValueError(f"Invalid {what}: token ids must lie in [0, {self.decoded.n_vocab}), "
+                             f"got range [{int(ids.min())}, {int(ids.max())}]")
+        return np.ascontiguousarray(ids, dtype=np.int32)
+
+    def apply(self, logits):
+        """Set the logits of every token llama.cpp's grammar sampler rejects to -inf, in place.
+
+        logits: float32, C-contiguous, shape (n_vocab,).
+        """
+        self._require_vocab()
+        _check_logits(logits, self.decoded.n_vocab)
+        if self.awaiting_trigger:
+            return logits
+        logits[self._rejected_indices(self._all_ids())] = -np.inf
+        return logits
+
+    def apply_candidates(self, ids, logits):
+        """llama_sampler_apply on a candidate list: logits[i] = -inf where ids[i] is rejected."""
+        self._require_vocab()
+        ids = self._check_ids(ids)
+        _check_logits(logits, ids.shape[0])
+        if self.awaiting_trigger:
+            return logits
+        logits[self._rejected_indices(ids)] = -np.inf
+        return logits
+
+    def allowed_ids(self):
+        """Sorted int32 array of the token ids the grammar allows next."""
+        self._require_vocab()
+        allowed = np.ones(self.decoded.n_vocab, dtype=bool)
+        if not self.awaiting_trigger:
+            allowed[self._rejected_indices(self._all_ids())] = False
+        return np.flatnonzero(allowed).astype(np.int32)
+
+    def fill_next_token_bitmask(self, bitmask, index=0):
+        """Fill an int32 bitmask (bit set = allowed) of shape ((n_vocab + 31) // 32,) or (batch, that)."""
+        self._require_vocab()
+        n_vocab = self.decoded.n_vocab
+        width = (n_vocab + 31) // 32
+        if not isinstance(bitmask, np.ndarray) or bitmask.dtype != np.int32 or bitmask.ndim not in (1, 2) \
+                or bitmask.shape[bitmask.ndim - 1] != width or not bitmask.flags.c_contiguous:
+            raise ValueError(
+                f"Invalid bitmask: expected C-contiguous int32 of shape ({width},) or (batch, {width}), got "
+                f"{getattr(bitmask, 'dtype', type(bitmask).__name__)} of shape {getattr(bitmask, 'shape', None)}")
+        row = bitmask if bitmask.ndim == 1 else bitmask[index]
+        allowed = np.ones(width * 32, dtype=bool)
+        allowed[n_vocab:] = False
+        if not self.awaiting_trigger:
+            allowed[self._rejected_indices(self._all_ids())] = False
+        row[:] = np.packbits(allowed, bitorder="little").view(np.int32)
+        return bitmask
+
+    def allows(self, token_id):
+        """Whether llama.cpp's grammar sampler leaves this token's logit finite."""
+        self._require_vocab()
+        ids = self._check_ids(np.array([token_id], dtype=np.int64), "token id")
+        if self.awaiting_trigger:
+            return True
+        return self._rejected_indices(ids).shape[0] == 0
+
+    # -- accepting -------------------------------------------------------------
+    def _commit_token(self, token_t token, bytes piece):
+        cdef vector[uint32_t] code_points
+        cdef vector[node_t] stacks_new
+        cdef partial_utf8 partial
+        cdef const uint8_t* raw = <const uint8_t*>PyBytes_AS_STRING(piece)
+        cdef Py_ssize_t size = len(piece)
+        with nogil:
+            partial = decode_utf8(raw, size, self.partial, code_points)
+            self.accept_token_stacks(token, code_points.data(), stacks_new)
+        if stacks_new.empty():
+            raise GrammarError(
+                f"Unexpected empty grammar stack after accepting piece: {piece.decode('utf-8', 'replace')} ({token})")
+        self.active_stacks.swap(stacks_new)
+        self.partial = partial
+
+    def accept_token(self, token_id, piece):
+        """llama_grammar_accept_token: advance by a token's piece (a token terminal matches by id).
+
+        Raises GrammarError where llama.cpp throws (no stack survives); the state is then unchanged.
+        """
+        if not isinstance(piece, (bytes, bytearray)):
+            raise TypeError(f"piece must be bytes, got {type(piece).__name__}")
+        self._commit_token(int(token_id), bytes(piece))
+
+    def accept_bytes(self, data):
+        """llama_grammar_accept_str: advance by text (prefill), character by character.
+
+        Raises GrammarError where llama.cpp throws; the state is then unchanged.
+        """
+        cdef vector[uint32_t] code_points
+        cdef vector[node_t] current, next_stacks
+        cdef partial_utf8 partial
+        cdef bytes raw_bytes
+        cdef const uint8_t* raw
+        cdef Py_ssize_t size
+        cdef size_t i, j
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if not isinstance(data, (bytes, bytearray)):
+            raise TypeError(f"data must be bytes or str, got {type(data).__name__}")
+        raw_bytes = bytes(data)
+        raw = <const uint8_t*>PyBytes_AS_STRING(raw_bytes)
+        size = len(raw_bytes)
+        current = self.active_stacks
+        with nogil:
+            partial = decode_utf8(raw, size, self.partial, code_points)
+            for i in range(code_points.size() - 1):
+                next_stacks.clear()
+                for j in range(current.size()):
+                    self.accept_chr(current[j], code_points[i], next_stacks)
+                current.swap(next_stacks)
+        if current.empty():
+            raise GrammarError(
+                f"Unexpected empty grammar stack after accepting piece: {raw_bytes.decode('utf-8', 'replace')}")
+        self.active_stacks.swap(current)
+        self.partial = partial
+
+    def accept(self, token_id):
+        """llama_sampler_accept on the grammar sampler (llama_grammar_accept_impl).
+
+        Handles the lazy trigger, end-of-generation tokens (accepted only when a
+        stack is empty; llama.cpp aborts otherwise, this raises GrammarError) and
+        raises GrammarError where llama.cpp throws, leaving the state unchanged.
+        """
+        if self.vocab is None:
+            raise ValueError("this Grammar has no vocabulary; use accept_token(token_id, piece)")
+        token = int(token_id)
+        if not 0 <= token < self.decoded.n_vocab:
+            raise ValueError(f"Invalid token id: {token} is outside [0, {self.decoded.n_vocab})")
+        piece = self.vocab.piece(token)
+        if self.awaiting_trigger:
+            self._accept_awaiting(token, piece)
+            return
+        if self.decoded.is_eog[token]:
+            if not self.complete:
+                raise GrammarError(f"end-of-generation token {token} accepted while the grammar is not complete "
+                                   "(llama.cpp aborts here)")
+            return
+        self._commit_token(token, piece)
+
+    def _accept_awaiting(self, token, piece):
+        if token in self.trigger_tokens:
+            snapshot = self._snapshot()
+            self.awaiting_trigger = False
+            self.trigger_bytes = bytearray()
+            try:
+                self._commit_token(token, piece)
+            except GrammarError:
+                self._restore(snapshot)
+                raise
+            return
+        start_of_piece = len(self.trigger_bytes)
+        self.trigger_buffer_positions.append((token, start_of_piece, start_of_piece + len(piece)))
+        self.trigger_bytes += piece
+        buffer = bytes(self.trigger_bytes)
+        for regex, pattern in zip(self.trigger_regexes, self.trigger_patterns):
+            start = _trigger_start(regex, pattern, buffer)
+            if start is None:
+                continue
+            snapshot = self._snapshot()
+            self.awaiting_trigger = False
+            try:
+                for tok, tok_start, tok_end in self.trigger_buffer_positions:
+                    if tok_end <= start:
+                        continue
+                    self._commit_token(tok, buffer[max(tok_start, start):tok_end])
+            except GrammarError:
+                self._restore(snapshot)
+                self.trigger_buffer_positions.pop()
+                del self.trigger_bytes[start_of_piece:]
+                raise
+            self.trigger_bytes = bytearray()
+            self.trigger_buffer_positions = []
+            return
+
+    def _snapshot(self):
+        return (list(self.active_stacks), self.partial.value, self.partial.n_remain, self.awaiting_trigger)
+
+    def _restore(self, snapshot):
+        stacks, value, n_remain, awaiting = snapshot
+        self.active_stacks = stacks
+        self.partial.value = value
+        self.partial.n_remain = n_remain
+        self.awaiting_trigger = awaiting
+
+    # -- state -----------------------------------------------------------------
+    @property
+    def complete(self):
+        """True when some stack is empty: the grammar may end here (end-of-generation is allowed)."""
+        cdef size_t i
+        for i in range(self.active_stacks.size()):
+            if self.active_stacks[i] == EMPTY_STACK:
+                return True
+        return False
+
+    @property
+    def stacks(self):
+        """The stacks, each a list of (type, value) elements from bottom to top, in llama.cpp's order."""
+        cdef list out = []
+        cdef node_t node
+        cdef grammar_element element
+        for i in range(self.active_stacks.size()):
+            current = []
+            node = self.active_stacks[i]
+            while node != EMPTY_STACK:
+                element = self.rules.elements[self.nodes[node].element]
+                current.append((<int>element.type, <int>element.value))
+                node = self.nodes[node].parent
+            current.reverse()
+            out.append(current)
+        return out
+
+    @property
+    def n_stacks(self):
+        return self.active_stacks.size()
+
+    @property
+    def partial_utf8(self):
+        """(value, n_remain) of the UTF-8 sequence the accepted text left open."""
+        return (self.partial.value, self.partial.n_remain)
+
+    @property
+    def trigger_buffer(self):
+        return bytes(self.trigger_bytes)
+
+    def clone(self):
+        """An independent copy of this matcher, sharing the Rules and the decoded vocabulary."""
+        cdef Grammar other = Grammar.__new__(Grammar)
+        other.rules = self.rules
+        other.vocab = self.vocab
+        other.decoded = self.decoded
+        other.nodes = self.nodes
+        other.node_ids = self.node_ids
+        other.active_stacks = self.active_stacks
+        other.partial = self.partial
+        other.max_stacks = self.max_stacks
+        other.lazy = self.lazy
+        other.awaiting_trigger = self.awaiting_trigger
+        other.trigger_bytes = bytearray(self.trigger_bytes)
+        other.trigger_buffer_positions = list(self.trigger_buffer_positions)
+        other.trigger_tokens = self.trigger_tokens
+        other.trigger_patterns = self.trigger_patterns
+        other.trigger_regexes = self.trigger_regexes
+        return other
+
+    def reset(self):
+        """Back to the state of a fresh matcher (llama_sampler_reset on the grammar sampler)."""
+        self.partial.value = 0
+        self.partial.n_remain = 0
+        self.awaiting_trigger = self.lazy
+        self.trigger_bytes = bytearray()
+        self.trigger_buffer_positions = []
+        self._init_stacks()
+
+    def __repr__(self):
+        return (f"<Grammar: {self.active_stacks.size()} stacks, complete={self.complete}, "
+                f"awaiting_trigger={self.awaiting_trigger}>")
+
+
+def _trigger_start(regex, pattern, bytes buffer):
+    """llama_grammar_trigger_pattern::find: where the constrained text starts, or None."""
+    match = None
+    if isinstance(pattern, str):
+        pattern = pattern.encode("utf-8")
+    if pattern.startswith(b"^") and pattern.endswith(b"$"):
+        match = regex.fullmatch(buffer)
+    if match is None:
+        match = regex.search(buffer)
+    if match is None:
+        return None
+    for group in range(1, (regex.groups or 0) + 1):
+        if match.start(group) >= 0 and match.end(group) > match.start(group):
+            return match.start(group)
+    return match.start(0)
+
+
+def _check_logits(logits, expected):
+    if not isinstance(logits, np.ndarray) or logits.dtype != np.float32 or logits.shape != (expected,) \
+            or not logits.flags.writeable:
+        raise ValueError(
+            f"Invalid logits: expected writable float32 of shape ({expected},), got "
+            f"{getattr(logits, 'dtype', type(logits).__name__)} of shape {getattr(logits, 'shape', None)}")

@@ -1,0 +1,21 @@
+"""The exceptions bankml raises. llama.cpp's aborts and throws become these; nothing reaches abort()."""
+
+
+class GrammarError(ValueError):
+    """A grammar that llama.cpp refuses, or an operation llama.cpp's matcher would throw on.
+
+    ``reason`` is llama.cpp's wording; ``line`` and ``column`` (1-based, counted in
+    characters of the grammar text) say where, when the error comes from the text.
+    """
+
+    def __init__(self, reason, line=None, column=None, context=None):
+        self.reason = reason
+        self.line = line
+        self.column = column
+        self.context = context
+        message = reason
+        if line is not None:
+            message = f"{reason} at line {line}, column {column}"
+            if context:
+                message += f": {context!r}"
+        super().__init__(message)
