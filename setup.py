@@ -38,7 +38,7 @@ def extension(name):
 
 setup(
     ext_modules=cythonize(
-        [extension("_grammar"), extension("_hash")],
+        [extension("_trie"), extension("_grammar"), extension("_hash")],
         compiler_directives=directives,
         annotate=False,
     ),

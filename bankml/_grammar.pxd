@@ -1,11 +1,14 @@
 # Declarations of the GBNF engine (_grammar.pyx). Names follow llama.cpp's
 # src/llama-grammar.cpp where the semantics are the same.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libcpp.map cimport map as cpp_map
 from libcpp.unordered_map cimport unordered_map
+from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
 from bankml._typedefs cimport element_value_t, node_t, offset_t, position_t, token_t
 from bankml._utf8 cimport partial_utf8
+from bankml._trie cimport DecodedVocab, VocabTrie, trie_view, vocab_view
 
 
 # llama.cpp's enum llama_gretype, with its numeric values.
@@ -54,31 +57,6 @@ cdef class Rules:
     cdef readonly str text
 
 
-# Borrowed pointers into a DecodedVocab, for kernels that run without the GIL.
-cdef struct vocab_view:
-    int64_t n_vocab
-    const uint8_t* is_eog
-    const uint8_t* is_empty
-    const uint32_t* code_points
-    const offset_t* code_point_start
-    const partial_utf8* end_partial
-    const uint8_t* piece_bytes
-    const offset_t* piece_start
-
-
-cdef class DecodedVocab:
-    cdef readonly int64_t n_vocab
-    cdef vector[uint8_t] is_eog
-    cdef vector[uint8_t] is_empty           # piece empty or starting with NUL: never allowed
-    cdef vector[uint32_t] code_points       # per token, from a fresh UTF-8 state, 0-terminated
-    cdef vector[offset_t] code_point_start
-    cdef vector[partial_utf8] end_partial   # the UTF-8 state each piece ends in
-    cdef bytes piece_bytes                  # all pieces back to back, for decoding from a partial state
-    cdef vector[offset_t] piece_start
-
-    cdef vocab_view view(self)
-
-
 cdef class Grammar:
     cdef readonly Rules rules
     cdef readonly object vocab
@@ -96,6 +74,25 @@ cdef class Grammar:
     cdef readonly tuple trigger_tokens
     cdef readonly tuple trigger_patterns
     cdef list trigger_regexes
+    # the fast path: the vocabulary trie walked with stack sets (hash-consed, sorted node lists)
+    cdef VocabTrie trie
+    cdef vector[token_t] eog_tokens
+    cdef vector[uint32_t] trie_token_words       # the bits of every token in the trie
+    cdef vector[node_t] set_nodes                  # set i is set_nodes[set_start[i]:set_start[i + 1]]
+    cdef vector[int64_t] set_start
+    cdef cpp_map[vector[node_t], int32_t] set_ids
+    cdef unordered_map[uint64_t, int32_t] transitions   # (set << 32 | code point) -> set, or -1 (no stack survives)
+    cdef unordered_map[uint64_t, pair[uint64_t, int32_t]] pattern_transitions  # hash(set, matching stacks) -> (matching stacks, set)
+    cdef vector[uint8_t] set_loop_known
+    cdef vector[uint64_t] set_loop_ascii           # 2 words per set: ASCII code points that lead back to the set
+    cdef vector[uint8_t] set_loop_non_ascii        # every code point >= 0x80 leads back to the set
+    cdef vector[int64_t] set_viable_start          # offset of the set's intervals in viable_bounds, -1 before computed
+    cdef vector[int32_t] set_viable_count
+    cdef vector[uint32_t] viable_bounds            # (first, last) code point pairs
+    cdef unordered_map[int32_t, int64_t] mask_slot  # set -> offset of its cached mask in mask_words
+    cdef vector[uint32_t] mask_words
+    cdef vector[uint64_t] position_bits            # scratch: one bit per trie position
+    cdef readonly int64_t fast_masks, cached_masks, reference_masks, visited_nodes
 
     cdef node_t push(self, node_t parent, position_t element) except -1 nogil
     cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil
@@ -106,5 +103,14 @@ cdef class Grammar:
                                vector[grammar_candidate]& rejects) except -1 nogil
     cdef int reject_candidates_for_stack(self, node_t stack, const vector[grammar_candidate]& candidates,
                                          vector[grammar_candidate]& rejects) except -1 nogil
+    cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil
+    cdef int32_t step_set(self, int32_t set_id, uint32_t cp) except -2 nogil
+    cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil
+    cdef int compute_loop(self, int32_t set_id) except -1 nogil
+    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) noexcept nogil
+    cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id) except -1 nogil
+    cdef int compute_viable(self, int32_t set_id) except -1 nogil
+    cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id) except -1 nogil
+    cdef int fast_mask(self, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef int collect_rejects(self, const vocab_view* vocab, const token_t* ids, int64_t n, vector[grammar_candidate]& rejects,
                              vector[uint32_t]& scratch) except -1 nogil

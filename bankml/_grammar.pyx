@@ -14,7 +14,6 @@ per-vocabulary decoded code points. It must not parse text (parser.py does)
 nor read vocabulary files (vocab.py does).
 """
 import re
-import weakref
 
 import numpy as np
 cimport numpy as cnp
@@ -22,23 +21,36 @@ from cpython.bytes cimport PyBytes_AS_STRING
 from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from cython.operator cimport dereference as deref
-from libcpp.algorithm cimport find
+from libcpp.algorithm cimport find, lower_bound, sort, unique
+from libc.string cimport memcpy, memset
 from libcpp.unordered_set cimport unordered_set
+from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
 from bankml._typedefs cimport element_value_t, node_t, offset_t, position_t, token_t
 from bankml._utf8 cimport decode_utf8, partial_utf8
+from bankml._trie cimport SUBTREE_NON_ASCII, SUBTREE_UNCLEAN_END
 
 from bankml.errors import GrammarError
 from bankml.parser import find_left_recursion, parse_gbnf
+from bankml._trie import decoded_vocab, vocab_trie
 
 cnp.import_array()
+
+cdef extern from *:
+    int __builtin_ctzll(unsigned long long) nogil
+    int __builtin_popcountll(unsigned long long) nogil
 
 # Node 0 of every pool is the empty stack.
 cdef node_t EMPTY_STACK = 0
 # Bounds on what one matcher may hold; llama.cpp has none and grows until memory runs out.
 DEFAULT_MAX_STACKS = 65536
 cdef size_t MAX_NODES = 1 << 24
+# Bounds of the fast path's memory; past them it forgets what it memoized and starts over.
+cdef size_t MAX_SETS = 1 << 20
+cdef size_t MAX_MASK_CACHE_BYTES = 16 << 20
+# A subtree smaller than this is walked node by node rather than tested against the set's loop class.
+cdef int32_t LOOP_TEST_MIN_NODES = 4
 
 
 cdef inline bint is_end_of_sequence(const grammar_element* pos) noexcept nogil:
@@ -105,6 +117,54 @@ cdef inline bint match_token(const grammar_element* pos, token_t token) noexcept
 
 cdef inline bint is_token_element(const grammar_element* pos) noexcept nogil:
     return pos.type == LLAMA_GRETYPE_TOKEN or pos.type == LLAMA_GRETYPE_TOKEN_NOT
+
+
+cdef inline void set_position_range(uint64_t* bits, int64_t lo, int64_t hi) noexcept nogil:
+    cdef int64_t first_word, last_word, w
+    if lo >= hi:
+        return
+    first_word = lo >> 6
+    last_word = (hi - 1) >> 6
+    if first_word == last_word:
+        bits[first_word] |= ((~(<uint64_t>0)) >> (63 - ((hi - 1) & 63))) & ((~(<uint64_t>0)) << (lo & 63))
+        return
+    bits[first_word] |= (~(<uint64_t>0)) << (lo & 63)
+    for w in range(first_word + 1, last_word):
+        bits[w] = ~(<uint64_t>0)
+    bits[last_word] |= (~(<uint64_t>0)) >> (63 - ((hi - 1) & 63))
+
+
+cdef inline bint class_constant_from(const grammar_element* pos, uint32_t low, bint* member) noexcept nogil:
+    """Whether membership in the character class at pos is the same for every code point >= low."""
+    cdef bint is_positive_char = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
+    cdef bint covered = False, touched = False
+    cdef uint32_t first, last
+    while True:
+        if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
+            first = pos.value
+            last = pos[1].value
+            pos += 2
+        elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
+            first = 0
+            last = ~(<uint32_t>0)
+            pos += 1
+        else:
+            first = pos.value
+            last = pos.value
+            pos += 1
+        if last >= low and first <= last:
+            touched = True
+            if first <= low and last == ~(<uint32_t>0):
+                covered = True
+        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
+            break
+    if covered:
+        member[0] = is_positive_char
+        return True
+    if not touched:
+        member[0] = not is_positive_char
+        return True
+    return False
 
 
 cdef inline void add_unique(vector[node_t]& stacks, node_t stack) noexcept nogil:
@@ -203,72 +263,6 @@ cdef Rules _make_rules(dict symbol_ids, list rules, root, vocab, text):
     return self
 
 
-cdef class DecodedVocab:
-    """A vocabulary's pieces decoded to code points once, shared by every matcher over it."""
-
-    def __cinit__(self, vocab):
-        cdef list pieces = list(vocab.pieces)
-        cdef Py_ssize_t n = len(pieces)
-        cdef object eog = np.zeros(n, dtype=np.uint8)
-        cdef bytes piece
-        cdef const uint8_t* raw
-        cdef Py_ssize_t i
-        cdef offset_t offset = 0
-        cdef partial_utf8 fresh
-        fresh.value = 0
-        fresh.n_remain = 0
-        for token_id in vocab.eog_ids:
-            eog[token_id] = 1
-        self.n_vocab = n
-        self.piece_bytes = b"".join(pieces)
-        raw = <const uint8_t*>PyBytes_AS_STRING(self.piece_bytes)
-        self.is_eog.resize(n)
-        self.is_empty.resize(n)
-        self.piece_start.resize(n + 1)
-        self.code_point_start.resize(n + 1)
-        self.end_partial.resize(n)
-        for i in range(n):
-            piece = pieces[i]
-            self.is_eog[i] = eog[i]
-            self.is_empty[i] = len(piece) == 0 or piece[0] == 0
-            self.piece_start[i] = offset
-            self.code_point_start[i] = self.code_points.size()
-            self.end_partial[i] = decode_utf8(raw + offset, len(piece), fresh, self.code_points)
-            offset += len(piece)
-        self.piece_start[n] = offset
-        self.code_point_start[n] = self.code_points.size()
-
-    cdef vocab_view view(self):
-        cdef vocab_view v
-        v.n_vocab = self.n_vocab
-        v.is_eog = self.is_eog.data()
-        v.is_empty = self.is_empty.data()
-        v.code_points = self.code_points.data()
-        v.code_point_start = self.code_point_start.data()
-        v.end_partial = self.end_partial.data()
-        v.piece_bytes = <const uint8_t*>PyBytes_AS_STRING(self.piece_bytes)
-        v.piece_start = self.piece_start.data()
-        return v
-
-    def __len__(self):
-        return self.n_vocab
-
-
-_decoded_cache = weakref.WeakKeyDictionary()
-
-
-def decoded_vocab(vocab):
-    """The DecodedVocab of a Vocab, built on first use and cached for its lifetime."""
-    try:
-        decoded = _decoded_cache.get(vocab)
-    except TypeError:
-        return DecodedVocab(vocab)
-    if decoded is None:
-        decoded = DecodedVocab(vocab)
-        _decoded_cache[vocab] = decoded
-    return decoded
-
-
 def _as_rules(rules, vocab, root):
     if isinstance(rules, Rules):
         return rules
@@ -294,6 +288,7 @@ cdef class Grammar:
         root.element = -1
         root.parent = -1
         self.nodes.push_back(root)
+        self.set_start.push_back(0)
 
     def __init__(self, rules, vocab=None, *, root="root", trigger_tokens=(), trigger_patterns=(),
                  trigger_words=(), lazy=None, max_stacks=DEFAULT_MAX_STACKS):
@@ -308,6 +303,12 @@ cdef class Grammar:
         self.rules = parsed
         self.vocab = vocab
         self.decoded = decoded_vocab(vocab) if vocab is not None else None
+        self.trie = vocab_trie(vocab) if vocab is not None else None
+        if self.trie is not None:
+            self.trie_token_words = self.trie.token_words
+        if vocab is not None:
+            for token_id in sorted(int(t) for t in vocab.eog_ids):
+                self.eog_tokens.push_back(token_id)
         self.max_stacks = int(max_stacks)
         self.partial.value = 0
         self.partial.n_remain = 0
@@ -370,15 +371,16 @@ cdef class Grammar:
         """Expand a stack into the stacks that all end at a terminal (or are empty)."""
         cdef const grammar_element* elements = self.rules.elements.data()
         cdef vector[node_t] todo
-        cdef unordered_set[node_t] seen
+        cdef vector[node_t] seen  # few entries: a linear search beats hashing
         cdef node_t current, next_stack
         cdef position_t pos, subpos
         todo.push_back(stack)
         while not todo.empty():
             current = todo.back()
             todo.pop_back()
-            if not seen.insert(current).second:
+            if find(seen.begin(), seen.end(), current) != seen.end():
                 continue
+            seen.push_back(current)
             if current == EMPTY_STACK:
                 add_unique(new_stacks, current)
                 continue
@@ -530,6 +532,369 @@ cdef class Grammar:
             rejects.push_back(tok)
         return 0
 
+    # -- the fast path: trie walk over hash-consed stack sets --------------------
+    cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil:
+        """The id of a set of stacks (sorted and deduplicated in place)."""
+        cdef int32_t set_id
+        sort(nodes.begin(), nodes.end())
+        nodes.erase(unique(nodes.begin(), nodes.end()), nodes.end())
+        it = self.set_ids.find(nodes)
+        if it != self.set_ids.end():
+            return deref(it).second
+        if self.set_start.size() > MAX_SETS:
+            with gil:
+                raise GrammarError(f"grammar state exceeds {MAX_SETS} stack sets")
+        set_id = <int32_t>(self.set_start.size() - 1)
+        self.set_nodes.insert(self.set_nodes.end(), nodes.begin(), nodes.end())
+        self.set_start.push_back(<int64_t>self.set_nodes.size())
+        self.set_ids[nodes] = set_id
+        self.set_loop_known.push_back(0)
+        self.set_loop_ascii.push_back(0)
+        self.set_loop_ascii.push_back(0)
+        self.set_loop_non_ascii.push_back(0)
+        self.set_viable_start.push_back(-1)
+        self.set_viable_count.push_back(0)
+        return set_id
+
+    cdef int32_t step_set(self, int32_t set_id, uint32_t cp) except -2 nogil:
+        """The set of stacks after one code point (llama_grammar_accept over the set), or -1.
+
+        The result depends only on which of the set's stacks match the code point,
+        so it is memoized by that match pattern as well as by the code point.
+        """
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* after
+        cdef const grammar_element* top
+        cdef vector[node_t] next_stacks
+        cdef node_t stack, next_stack
+        cdef int64_t k, first = self.set_start[set_id], last = self.set_start[set_id + 1]
+        cdef uint64_t matches = 0, key
+        cdef int32_t result
+        cdef bint by_pattern = last - first <= 63
+        if by_pattern:
+            for k in range(first, last):
+                stack = self.set_nodes[k]
+                if stack == EMPTY_STACK:
+                    continue
+                top = &elements[self.nodes[stack].element]
+                if not is_token_element(top) and match_char(top, cp, &after):
+                    matches |= (<uint64_t>1) << (k - first)
+            if matches == 0:
+                return -1
+            key = (<uint64_t><uint32_t>set_id << 32) ^ (matches * 0x9E3779B97F4A7C15ULL)
+            it = self.pattern_transitions.find(key)
+            if it != self.pattern_transitions.end() and deref(it).second.first == matches:
+                return deref(it).second.second
+        for k in range(first, last):
+            stack = self.set_nodes[k]
+            if stack == EMPTY_STACK:
+                continue
+            top = &elements[self.nodes[stack].element]
+            if is_token_element(top):
+                continue
+            if match_char(top, cp, &after):
+                next_stack = self.nodes[stack].parent
+                if not is_end_of_sequence(after):
+                    next_stack = self.push(next_stack, <position_t>(after - elements))
+                self.advance_stack(next_stack, next_stacks)
+        result = -1 if next_stacks.empty() else self.intern_set(next_stacks)
+        if by_pattern:
+            self.pattern_transitions[key] = pair[uint64_t, int32_t](matches, result)
+        return result
+
+    cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil:
+        cdef uint64_t key = (<uint64_t><uint32_t>set_id << 32) | cp
+        cdef int32_t result
+        it = self.transitions.find(key)
+        if it != self.transitions.end():
+            return deref(it).second
+        result = self.step_set(set_id, cp)
+        self.transitions[key] = result
+        return result
+
+    cdef int compute_loop(self, int32_t set_id) except -1 nogil:
+        """Which code points lead from the set straight back to itself (its loop class).
+
+        Code points are grouped by which of the set's stacks they match, so the
+        set is stepped once per group, not once per code point.
+        """
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef vector[const grammar_element*] tops
+        cdef const grammar_element* after
+        cdef unordered_map[uint64_t, int32_t] result_of_matches
+        cdef uint64_t matches, ascii_lo = 0, ascii_hi = 0
+        cdef uint32_t cp
+        cdef int32_t result
+        cdef int64_t k
+        cdef size_t j
+        cdef bint member, constant = True
+        cdef node_t stack
+        self.set_loop_known[set_id] = 1
+        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+            stack = self.set_nodes[k]
+            if stack != EMPTY_STACK and not is_token_element(&elements[self.nodes[stack].element]):
+                tops.push_back(&elements[self.nodes[stack].element])
+        if tops.size() > 64:
+            return 0  # too many stacks to group by: no loop class, the walk goes node by node
+        for cp in range(128):
+            matches = 0
+            for j in range(tops.size()):
+                if match_char(tops[j], cp, &after):
+                    matches |= (<uint64_t>1) << j
+            if matches == 0:
+                continue
+            it = result_of_matches.find(matches)
+            if it != result_of_matches.end():
+                result = deref(it).second
+            else:
+                result = self.transition(set_id, cp)
+                result_of_matches[matches] = result
+            if result == set_id:
+                if cp < 64:
+                    ascii_lo |= (<uint64_t>1) << cp
+                else:
+                    ascii_hi |= (<uint64_t>1) << (cp - 64)
+        self.set_loop_ascii[2 * set_id] = ascii_lo
+        self.set_loop_ascii[2 * set_id + 1] = ascii_hi
+        matches = 0
+        for j in range(tops.size()):
+            if not class_constant_from(tops[j], 0x80, &member):
+                constant = False
+                break
+            if member:
+                matches |= (<uint64_t>1) << j
+        if constant and matches != 0:
+            # every code point >= 0x80 matches the same stacks, so 0x80 stands for them all
+            self.set_loop_non_ascii[set_id] = self.transition(set_id, 0x80) == set_id
+        return 0
+
+    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) noexcept nogil:
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* top
+        cdef node_t stack
+        cdef int64_t k
+        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+            stack = self.set_nodes[k]
+            if stack == EMPTY_STACK:
+                continue
+            top = &elements[self.nodes[stack].element]
+            if not is_token_element(top) and match_partial_char(top, partial):
+                return True
+        return False
+
+    cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id) except -1 nogil:
+        """Mark (in position_bits) the tokens below a trie node that the stack set accepts.
+
+        The set holds the stacks after the node's code points. A token ends here
+        accepted if it ends on a whole character, or if a stack could take the
+        rest of its last character; a token terminal on a stack accepts by id
+        whatever text remains; a child subtree is entered with the set that its
+        code point leads to, or taken whole when every code point below it leads
+        back to that same set and every token in it ends on a whole character.
+        """
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* top
+        cdef uint64_t* bits = self.position_bits.data()
+        cdef int64_t lo = trie.token_lo[node]
+        self.visited_nodes += 1
+        cdef int64_t first_longer = lo + trie.n_ending[node]
+        cdef int64_t hi = trie.token_hi[node]
+        cdef int64_t position, k, i
+        cdef int32_t first_child, last_child
+        cdef node_t stack
+        for position in range(lo, first_longer):
+            if trie.end_partial[position].n_remain == 0 or \
+                    self.set_accepts_partial(set_id, trie.end_partial[position]):
+                bits[position >> 6] |= (<uint64_t>1) << (position & 63)
+        if first_longer < hi:
+            for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+                stack = self.set_nodes[k]
+                if stack == EMPTY_STACK:
+                    continue
+                top = &elements[self.nodes[stack].element]
+                if top.type == LLAMA_GRETYPE_TOKEN:
+                    position = trie.position_of[top.value] if top.value < <uint32_t>trie.n_vocab else -1
+                    if first_longer <= position < hi:
+                        bits[position >> 6] |= (<uint64_t>1) << (position & 63)
+                elif top.type == LLAMA_GRETYPE_TOKEN_NOT:
+                    position = trie.position_of[top.value] if top.value < <uint32_t>trie.n_vocab else -1
+                    if first_longer <= position < hi:
+                        set_position_range(bits, first_longer, position)
+                        set_position_range(bits, position + 1, hi)
+                    else:
+                        set_position_range(bits, first_longer, hi)
+        first_child = trie.child_start[node]
+        last_child = trie.child_start[node + 1]
+        if first_child == last_child:
+            return 0
+        if self.set_viable_start[set_id] < 0:
+            self.compute_viable(set_id)
+        if last_child - first_child >= 8 and not self.set_loop_known[set_id]:
+            self.compute_loop(set_id)
+        k = self.set_viable_start[set_id]
+        while k < self.set_viable_start[set_id] + 2 * self.set_viable_count[set_id]:
+            # children whose code point lies in [viable_bounds[k], viable_bounds[k + 1]]
+            i = lower_bound(trie.child_cp + first_child, trie.child_cp + last_child,
+                            self.viable_bounds[k]) - trie.child_cp
+            while i < last_child and trie.child_cp[i] <= self.viable_bounds[k + 1]:
+                self.visit_child(trie, trie.children[i], set_id)
+                i += 1
+            k += 2
+        return 0
+
+    cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id) except -1 nogil:
+        cdef uint64_t* bits = self.position_bits.data()
+        cdef uint32_t cp = trie.node_cp[child]
+        cdef int32_t next_set
+        if self.set_loop_known[set_id] and (
+                (cp < 64 and (self.set_loop_ascii[2 * set_id] >> cp) & 1)
+                or (64 <= cp < 128 and (self.set_loop_ascii[2 * set_id + 1] >> (cp - 64)) & 1)
+                or (cp >= 128 and self.set_loop_non_ascii[set_id])):
+            next_set = set_id
+        else:
+            next_set = self.transition(set_id, cp)
+            if next_set < 0:
+                return 0
+        if not (trie.below_flags[child] & SUBTREE_UNCLEAN_END):
+            if not self.set_loop_known[next_set]:
+                self.compute_loop(next_set)
+            if (trie.below_ascii[2 * child] & ~self.set_loop_ascii[2 * next_set]) == 0 and \
+                    (trie.below_ascii[2 * child + 1] & ~self.set_loop_ascii[2 * next_set + 1]) == 0 and \
+                    (not (trie.below_flags[child] & SUBTREE_NON_ASCII) or self.set_loop_non_ascii[next_set]):
+                set_position_range(bits, trie.token_lo[child], trie.token_hi[child])
+                return 0
+        self.trie_visit(trie, child, next_set)
+        return 0
+
+    cdef int compute_viable(self, int32_t set_id) except -1 nogil:
+        """The code points some stack of the set can take next, as sorted disjoint intervals."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* pos
+        cdef vector[pair[uint32_t, uint32_t]] intervals, own
+        cdef uint32_t first, last, cursor
+        cdef uint32_t top_value = ~(<uint32_t>0)
+        cdef bint positive
+        cdef node_t stack
+        cdef int64_t k
+        cdef size_t j
+        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+            stack = self.set_nodes[k]
+            if stack == EMPTY_STACK:
+                continue
+            pos = &elements[self.nodes[stack].element]
+            if is_token_element(pos):
+                continue
+            positive = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
+            own.clear()
+            while True:
+                if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
+                    first = pos.value
+                    last = pos[1].value
+                    pos += 2
+                elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
+                    first = 0
+                    last = top_value
+                    pos += 1
+                else:
+                    first = pos.value
+                    last = pos.value
+                    pos += 1
+                if first <= last:
+                    own.push_back(pair[uint32_t, uint32_t](first, last))
+                if pos.type != LLAMA_GRETYPE_CHAR_ALT:
+                    break
+            if positive:
+                intervals.insert(intervals.end(), own.begin(), own.end())
+                continue
+            # a negated class takes everything its ranges leave out
+            sort(own.begin(), own.end())
+            cursor = 0
+            for j in range(own.size()):
+                if own[j].first > cursor:
+                    intervals.push_back(pair[uint32_t, uint32_t](cursor, own[j].first - 1))
+                if own[j].second == top_value:
+                    cursor = top_value
+                    break
+                if own[j].second + 1 > cursor:
+                    cursor = own[j].second + 1
+            else:
+                intervals.push_back(pair[uint32_t, uint32_t](cursor, top_value))
+        sort(intervals.begin(), intervals.end())
+        self.set_viable_start[set_id] = <int64_t>self.viable_bounds.size()
+        for j in range(intervals.size()):
+            if self.set_viable_count[set_id] > 0 and \
+                    intervals[j].first <= self.viable_bounds[self.viable_bounds.size() - 1] + 1 and \
+                    self.viable_bounds[self.viable_bounds.size() - 1] != top_value:
+                if intervals[j].second > self.viable_bounds[self.viable_bounds.size() - 1]:
+                    self.viable_bounds[self.viable_bounds.size() - 1] = intervals[j].second
+            elif self.set_viable_count[set_id] > 0 and self.viable_bounds[self.viable_bounds.size() - 1] == top_value:
+                pass
+            else:
+                self.viable_bounds.push_back(intervals[j].first)
+                self.viable_bounds.push_back(intervals[j].second)
+                self.set_viable_count[set_id] += 1
+        return 0
+
+    cdef int fast_mask(self, const trie_view* trie, uint32_t* out) except -1 nogil:
+        """The whole-vocabulary mask of the current stacks (bit set = allowed) into out.
+
+        Exact for a state whose accepted text ends on a whole character; the
+        caller sends other states down the reference path.
+        """
+        cdef vector[node_t] current = self.active_stacks
+        cdef int32_t set_id = self.intern_set(current)
+        cdef int64_t width = (trie.n_vocab + 31) >> 5
+        cdef int64_t slot, position, word, k
+        cdef uint64_t bits
+        cdef token_t token
+        cdef int64_t count = 0
+        cdef bint allow_eog = False
+        it = self.mask_slot.find(set_id)
+        if it != self.mask_slot.end():
+            memcpy(out, self.mask_words.data() + deref(it).second, width * sizeof(uint32_t))
+            self.cached_masks += 1
+            return 0
+        self.fast_masks += 1
+        self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
+        self.trie_visit(trie, 0, set_id)
+        for word in range(<int64_t>self.position_bits.size()):
+            count += __builtin_popcountll(self.position_bits[word])
+        if 2 * count <= trie.n_positions:
+            memset(out, 0, width * sizeof(uint32_t))
+            for word in range(<int64_t>self.position_bits.size()):
+                bits = self.position_bits[word]
+                while bits:
+                    position = (word << 6) + __builtin_ctzll(bits)
+                    bits &= bits - 1
+                    token = trie.token_at[position]
+                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+        else:
+            # Mostly allowed: start from every trie token and clear the few rejected ones.
+            memcpy(out, self.trie_token_words.data(), width * sizeof(uint32_t))
+            for word in range(<int64_t>self.position_bits.size()):
+                bits = ~self.position_bits[word]
+                if word == <int64_t>self.position_bits.size() - 1 and (trie.n_positions & 63):
+                    bits &= ((<uint64_t>1) << (trie.n_positions & 63)) - 1
+                while bits:
+                    position = (word << 6) + __builtin_ctzll(bits)
+                    bits &= bits - 1
+                    token = trie.token_at[position]
+                    out[token >> 5] &= ~((<uint32_t>1) << (token & 31))
+        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+            if self.set_nodes[k] == EMPTY_STACK:
+                allow_eog = True
+        if allow_eog:
+            for k in range(<int64_t>self.eog_tokens.size()):
+                token = self.eog_tokens[k]
+                out[token >> 5] |= (<uint32_t>1) << (token & 31)
+        if (self.mask_words.size() + width) * sizeof(uint32_t) > MAX_MASK_CACHE_BYTES:
+            self.mask_words.clear()
+            self.mask_slot.clear()
+        slot = self.mask_words.size()
+        self.mask_words.insert(self.mask_words.end(), out, out + width)
+        self.mask_slot[set_id] = slot
+        return 0
+
     cdef int collect_rejects(self, const vocab_view* vocab, const token_t* ids, int64_t n,
                              vector[grammar_candidate]& rejects, vector[uint32_t]& scratch) except -1 nogil:
         """llama_grammar_apply_impl over ids[0:n]: the candidates it sets to -inf (index = position in ids)."""
@@ -609,16 +974,49 @@ cdef class Grammar:
                              f"got range [{int(ids.min())}, {int(ids.max())}]")
         return np.ascontiguousarray(ids, dtype=np.int32)
 
+    def _mask_words(self, reference=False):
+        """The whole-vocabulary mask as uint32 words (bit set = allowed), fast path unless told otherwise."""
+        cdef int64_t n_vocab = self.decoded.n_vocab
+        cdef int64_t width = (n_vocab + 31) // 32
+        cdef cnp.ndarray words = np.zeros(width, dtype=np.uint32)
+        cdef uint32_t[::1] view = words
+        cdef trie_view trie
+        cdef int64_t k
+        if self.awaiting_trigger:
+            words[:] = 0xFFFFFFFF
+            if n_vocab % 32:
+                words[width - 1] = (1 << (n_vocab % 32)) - 1
+            return words
+        if not reference and self.partial.n_remain <= 0:
+            trie = self.trie.view()
+            with nogil:
+                self.fast_mask(&trie, &view[0])
+            return words
+        self.reference_masks += 1
+        allowed = np.ones(width * 32, dtype=bool)
+        allowed[n_vocab:] = False
+        allowed[self._rejected_indices(self._all_ids())] = False
+        return np.packbits(allowed, bitorder="little").view(np.uint32)
+
     def apply(self, logits):
         """Set the logits of every token llama.cpp's grammar sampler rejects to -inf, in place.
 
         logits: float32, C-contiguous, shape (n_vocab,).
         """
+        cdef float[::1] values
+        cdef const uint32_t[::1] bits
+        cdef int64_t i, n
         self._require_vocab()
         _check_logits(logits, self.decoded.n_vocab)
         if self.awaiting_trigger:
             return logits
-        logits[self._rejected_indices(self._all_ids())] = -np.inf
+        bits = self._mask_words()
+        values = logits
+        n = values.shape[0]
+        with nogil:
+            for i in range(n):
+                if not (bits[i >> 5] >> (i & 31)) & 1:
+                    values[i] = -INFINITY
         return logits
 
     def apply_candidates(self, ids, logits):
@@ -628,33 +1026,43 @@ cdef class Grammar:
         _check_logits(logits, ids.shape[0])
         if self.awaiting_trigger:
             return logits
-        logits[self._rejected_indices(ids)] = -np.inf
+        words = self._mask_words()
+        allowed = (words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1
+        logits[allowed == 0] = -np.inf
         return logits
 
-    def allowed_ids(self):
-        """Sorted int32 array of the token ids the grammar allows next."""
+    def allowed_ids(self, reference=False):
+        """Sorted int32 array of the token ids the grammar allows next.
+
+        reference=True computes it one token at a time as llama.cpp does (the
+        path the fast one is checked against); the answer is the same.
+        """
         self._require_vocab()
-        allowed = np.ones(self.decoded.n_vocab, dtype=bool)
-        if not self.awaiting_trigger:
-            allowed[self._rejected_indices(self._all_ids())] = False
-        return np.flatnonzero(allowed).astype(np.int32)
+        words = self._mask_words(reference)
+        bits = np.unpackbits(words.view(np.uint8), bitorder="little")[:self.decoded.n_vocab]
+        return np.flatnonzero(bits).astype(np.int32)
 
     def fill_next_token_bitmask(self, bitmask, index=0):
         """Fill an int32 bitmask (bit set = allowed) of shape ((n_vocab + 31) // 32,) or (batch, that)."""
+        cdef uint32_t[::1] row_view
+        cdef trie_view trie
         self._require_vocab()
         n_vocab = self.decoded.n_vocab
         width = (n_vocab + 31) // 32
         if not isinstance(bitmask, np.ndarray) or bitmask.dtype != np.int32 or bitmask.ndim not in (1, 2) \
-                or bitmask.shape[bitmask.ndim - 1] != width or not bitmask.flags.c_contiguous:
+                or bitmask.shape[bitmask.ndim - 1] != width or not bitmask.flags.c_contiguous \
+                or not bitmask.flags.writeable:
             raise ValueError(
-                f"Invalid bitmask: expected C-contiguous int32 of shape ({width},) or (batch, {width}), got "
-                f"{getattr(bitmask, 'dtype', type(bitmask).__name__)} of shape {getattr(bitmask, 'shape', None)}")
+                f"Invalid bitmask: expected writable C-contiguous int32 of shape ({width},) or (batch, {width}), "
+                f"got {getattr(bitmask, 'dtype', type(bitmask).__name__)} of shape {getattr(bitmask, 'shape', None)}")
         row = bitmask if bitmask.ndim == 1 else bitmask[index]
-        allowed = np.ones(width * 32, dtype=bool)
-        allowed[n_vocab:] = False
-        if not self.awaiting_trigger:
-            allowed[self._rejected_indices(self._all_ids())] = False
-        row[:] = np.packbits(allowed, bitorder="little").view(np.int32)
+        if not self.awaiting_trigger and self.partial.n_remain <= 0:
+            row_view = row.view(np.uint32)
+            trie = self.trie.view()
+            with nogil:
+                self.fast_mask(&trie, &row_view[0])
+        else:
+            row[:] = self._mask_words().view(np.int32)
         return bitmask
 
     def allows(self, token_id):
@@ -837,6 +1245,9 @@ cdef class Grammar:
         other.rules = self.rules
         other.vocab = self.vocab
         other.decoded = self.decoded
+        other.trie = self.trie
+        other.trie_token_words = self.trie_token_words
+        other.eog_tokens = self.eog_tokens
         other.nodes = self.nodes
         other.node_ids = self.node_ids
         other.active_stacks = self.active_stacks

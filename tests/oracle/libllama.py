@@ -394,7 +394,9 @@ class OracleGrammar:
     def accept_unchecked(self, token_id: int) -> None:
         """llama_sampler_accept without the mask check: for callers that have just compared the
         mask, and for child processes that expect libllama to throw (which ends the process)."""
-        _ll.llama_sampler_accept(self._handle(), int(token_id))
+        smpl = self._handle()
+        self._mask = None
+        _ll.llama_sampler_accept(smpl, int(token_id))
 
     def accept_many(self, token_ids: Iterable[int]) -> None:
         for t in token_ids:

@@ -1,0 +1,82 @@
+# Declarations of the vocabulary trie (_trie.pyx).
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libcpp.vector cimport vector
+
+from bankml._typedefs cimport offset_t
+
+from bankml._typedefs cimport token_t
+from bankml._utf8 cimport partial_utf8
+
+# sig_flags bits
+cdef enum:
+    SUBTREE_NON_ASCII = 1      # a code point >= 0x80 lies below the node
+    SUBTREE_UNCLEAN_END = 2    # a token at or below the node ends inside a UTF-8 sequence
+
+
+# Borrowed pointers into a VocabTrie, for the mask kernels that run without the GIL.
+# Tokens are numbered by position in code-point order, so each node's tokens are one
+# contiguous range; nodes are numbered in depth-first preorder, so each subtree is one
+# contiguous node range.
+cdef struct trie_view:
+    int64_t n_vocab
+    int64_t n_positions
+    int64_t n_nodes
+    const token_t* token_at            # position -> token id
+    const int32_t* position_of         # token id -> position, -1 for tokens outside the trie
+    const partial_utf8* end_partial    # position -> UTF-8 state its piece ends in
+    const uint32_t* node_cp            # the code point on the edge into the node (0 for the root)
+    const int32_t* node_end            # one past the node's last descendant
+    const int32_t* token_lo            # first position of the node's tokens
+    const int32_t* token_hi            # one past the last
+    const int32_t* n_ending            # tokens whose code points end exactly here: positions token_lo .. +n_ending
+    const uint64_t* below_ascii        # 2 words per node: the ASCII code points strictly below the node
+    const uint8_t* below_flags         # SUBTREE_* bits, strictly below the node (plus unclean ends at it)
+    const int32_t* child_start         # the node's children are children[child_start[node]:child_start[node + 1]]
+    const int32_t* children            # child node ids, each node's in code-point order
+    const uint32_t* child_cp           # the code point of children[i], for binary search
+
+
+# Borrowed pointers into a DecodedVocab, for kernels that run without the GIL.
+cdef struct vocab_view:
+    int64_t n_vocab
+    const uint8_t* is_eog
+    const uint8_t* is_empty
+    const uint32_t* code_points
+    const offset_t* code_point_start
+    const partial_utf8* end_partial
+    const uint8_t* piece_bytes
+    const offset_t* piece_start
+
+
+cdef class DecodedVocab:
+    cdef readonly int64_t n_vocab
+    cdef vector[uint8_t] is_eog
+    cdef vector[uint8_t] is_empty           # piece empty or starting with NUL: never allowed
+    cdef vector[uint32_t] code_points       # per token, from a fresh UTF-8 state, 0-terminated
+    cdef vector[offset_t] code_point_start
+    cdef vector[partial_utf8] end_partial   # the UTF-8 state each piece ends in
+    cdef bytes piece_bytes                  # all pieces back to back, for decoding from a partial state
+    cdef vector[offset_t] piece_start
+
+    cdef vocab_view view(self)
+
+
+cdef class VocabTrie:
+    cdef readonly int64_t n_vocab
+    cdef vector[token_t] token_at
+    cdef vector[int32_t] position_of
+    cdef vector[partial_utf8] end_partial
+    cdef vector[uint32_t] node_cp
+    cdef vector[int32_t] node_end
+    cdef vector[int32_t] token_lo
+    cdef vector[int32_t] token_hi
+    cdef vector[int32_t] n_ending
+    cdef vector[uint64_t] below_ascii
+    cdef vector[uint8_t] below_flags
+    cdef vector[int32_t] child_start
+    cdef vector[int32_t] children
+    cdef vector[uint32_t] child_cp
+
+    cdef trie_view view(self)
+    cdef int32_t _add_node(self, uint32_t cp, int32_t position)
+    cdef void _close_node(self, vector[int32_t]& path, int32_t position)

@@ -1,0 +1,264 @@
+# cython: language_level=3
+"""Per-vocabulary structures the mask kernels read: decoded pieces and the code-point trie.
+
+Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License,
+Copyright (c) 2023-2026 The ggml authors: the decode of each token piece
+(`decode_utf8` of src/llama-grammar.cpp) and the candidate exclusions of
+`llama_grammar_apply_impl` (end-of-generation tokens, empty or NUL-leading pieces).
+
+Owns: DecodedVocab (each piece's code points, decoded once) and VocabTrie (the
+tokens ordered by code points so that every trie node's tokens are one
+contiguous range, with per-node summaries of what lies below). Both are built
+once per Vocab and shared by every matcher over it; nothing here knows grammars.
+"""
+import weakref
+
+import numpy as np
+from cpython.bytes cimport PyBytes_AS_STRING
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libcpp.algorithm cimport sort
+from libcpp.vector cimport vector
+
+from bankml._typedefs cimport offset_t, token_t
+from bankml._utf8 cimport decode_utf8, partial_utf8
+
+
+cdef class DecodedVocab:
+    """A vocabulary's pieces decoded to code points once, shared by every matcher over it."""
+
+    def __cinit__(self, vocab):
+        cdef list pieces = list(vocab.pieces)
+        cdef Py_ssize_t n = len(pieces)
+        cdef object eog = np.zeros(n, dtype=np.uint8)
+        cdef bytes piece
+        cdef const uint8_t* raw
+        cdef Py_ssize_t i
+        cdef offset_t offset = 0
+        cdef partial_utf8 fresh
+        fresh.value = 0
+        fresh.n_remain = 0
+        for token_id in vocab.eog_ids:
+            eog[token_id] = 1
+        self.n_vocab = n
+        self.piece_bytes = b"".join(pieces)
+        raw = <const uint8_t*>PyBytes_AS_STRING(self.piece_bytes)
+        self.is_eog.resize(n)
+        self.is_empty.resize(n)
+        self.piece_start.resize(n + 1)
+        self.code_point_start.resize(n + 1)
+        self.end_partial.resize(n)
+        for i in range(n):
+            piece = pieces[i]
+            self.is_eog[i] = eog[i]
+            self.is_empty[i] = len(piece) == 0 or piece[0] == 0
+            self.piece_start[i] = offset
+            self.code_point_start[i] = self.code_points.size()
+            self.end_partial[i] = decode_utf8(raw + offset, len(piece), fresh, self.code_points)
+            offset += len(piece)
+        self.piece_start[n] = offset
+        self.code_point_start[n] = self.code_points.size()
+
+    cdef vocab_view view(self):
+        cdef vocab_view v
+        v.n_vocab = self.n_vocab
+        v.is_eog = self.is_eog.data()
+        v.is_empty = self.is_empty.data()
+        v.code_points = self.code_points.data()
+        v.code_point_start = self.code_point_start.data()
+        v.end_partial = self.end_partial.data()
+        v.piece_bytes = <const uint8_t*>PyBytes_AS_STRING(self.piece_bytes)
+        v.piece_start = self.piece_start.data()
+        return v
+
+    def __len__(self):
+        return self.n_vocab
+
+
+_decoded_cache = weakref.WeakKeyDictionary()
+_trie_cache = weakref.WeakKeyDictionary()
+
+
+def _cached(cache, vocab, build):
+    try:
+        value = cache.get(vocab)
+    except TypeError:
+        return build(vocab)
+    if value is None:
+        value = build(vocab)
+        cache[vocab] = value
+    return value
+
+
+def decoded_vocab(vocab):
+    """The DecodedVocab of a Vocab, built on first use and cached for the Vocab's lifetime."""
+    return _cached(_decoded_cache, vocab, DecodedVocab)
+
+
+def vocab_trie(vocab):
+    """The VocabTrie of a Vocab, built on first use and cached for the Vocab's lifetime."""
+    return _cached(_trie_cache, vocab, lambda v: VocabTrie(decoded_vocab(v)))
+
+
+# Context of the sort comparator (the build holds the GIL, so one sort runs at a time).
+cdef const uint32_t* _sort_code_points
+cdef const offset_t* _sort_start
+cdef const partial_utf8* _sort_partial
+
+
+cdef bint _code_points_less(token_t a, token_t b) noexcept nogil:
+    cdef const uint32_t* pa = _sort_code_points + _sort_start[a]
+    cdef const uint32_t* pb = _sort_code_points + _sort_start[b]
+    while pa[0] == pb[0] and pa[0] != 0:
+        pa += 1
+        pb += 1
+    if pa[0] != pb[0]:
+        return pa[0] < pb[0]   # the 0 terminator sorts a prefix before its extensions
+    if _sort_partial[a].n_remain != _sort_partial[b].n_remain:
+        return _sort_partial[a].n_remain < _sort_partial[b].n_remain
+    if _sort_partial[a].value != _sort_partial[b].value:
+        return _sort_partial[a].value < _sort_partial[b].value
+    return a < b
+
+
+cdef class VocabTrie:
+    """The tokens a grammar can ever allow, in a trie of their code points.
+
+    Left out: end-of-generation tokens (llama.cpp decides them by the stacks,
+    not the grammar), empty or NUL-leading pieces (never allowed) and pieces that
+    decode to an invalid sequence (never allowed from a complete-character state).
+    """
+
+    def __cinit__(self, DecodedVocab decoded):
+        global _sort_code_points, _sort_start, _sort_partial
+        cdef int64_t n = decoded.n_vocab
+        cdef vector[token_t] order
+        cdef token_t token
+        cdef int64_t i, position
+        cdef const uint32_t* cps
+        cdef const uint32_t* previous = NULL
+        cdef int32_t depth, common, node
+        cdef vector[int32_t] path        # node at each depth of the current token
+        cdef uint32_t cp
+        self.n_vocab = n
+        self.position_of.assign(n, -1)
+        for i in range(n):
+            if decoded.is_eog[i] or decoded.is_empty[i] or decoded.end_partial[i].n_remain < 0:
+                continue
+            order.push_back(<token_t>i)
+        _sort_code_points = decoded.code_points.data()
+        _sort_start = decoded.code_point_start.data()
+        _sort_partial = decoded.end_partial.data()
+        sort(order.begin(), order.end(), _code_points_less)
+        self.token_at = order
+        for position in range(<int64_t>order.size()):
+            self.position_of[order[position]] = <int32_t>position
+            self.end_partial.push_back(decoded.end_partial[order[position]])
+        self._add_node(0, 0)  # the root: the empty prefix
+        path.push_back(0)
+        for position in range(<int64_t>order.size()):
+            token = order[position]
+            cps = decoded.code_points.data() + decoded.code_point_start[token]
+            common = 0
+            if previous != NULL:
+                while previous[common] != 0 and previous[common] == cps[common]:
+                    common += 1
+            while <int32_t>path.size() > common + 1:
+                self._close_node(path, <int32_t>position)
+            depth = common
+            while cps[depth] != 0:
+                path.push_back(self._add_node(cps[depth], <int32_t>position))
+                depth += 1
+            node = path.back()
+            # Tokens that end at a node sort before the ones that go on, so they open its range.
+            self.n_ending[node] += 1
+            if decoded.end_partial[token].n_remain != 0:
+                self.below_flags[node] |= SUBTREE_UNCLEAN_END
+            previous = cps
+        while not path.empty():
+            self._close_node(path, <int32_t>order.size())
+        # Child lists, for the walk to jump straight to the children a stack can match.
+        cdef int32_t n_nodes = <int32_t>self.node_cp.size()
+        cdef int32_t child
+        for node in range(n_nodes):
+            self.child_start.push_back(<int32_t>self.children.size())
+            child = node + 1
+            while child < self.node_end[node]:
+                self.children.push_back(child)
+                self.child_cp.push_back(self.node_cp[child])
+                child = self.node_end[child]
+        self.child_start.push_back(<int32_t>self.children.size())
+
+    cdef int32_t _add_node(self, uint32_t cp, int32_t position):
+        self.node_cp.push_back(cp)
+        self.node_end.push_back(0)
+        self.token_lo.push_back(position)
+        self.token_hi.push_back(position)
+        self.n_ending.push_back(0)
+        self.below_ascii.push_back(0)
+        self.below_ascii.push_back(0)
+        self.below_flags.push_back(0)
+        return <int32_t>(self.node_cp.size() - 1)
+
+    cdef void _close_node(self, vector[int32_t]& path, int32_t position):
+        cdef int32_t node = path.back()
+        cdef int32_t parent
+        cdef uint32_t cp = self.node_cp[node]
+        path.pop_back()
+        self.token_hi[node] = position
+        self.node_end[node] = <int32_t>self.node_cp.size()
+        if path.empty():
+            return
+        parent = path.back()
+        self.below_ascii[2 * parent] |= self.below_ascii[2 * node]
+        self.below_ascii[2 * parent + 1] |= self.below_ascii[2 * node + 1]
+        self.below_flags[parent] |= self.below_flags[node]
+        if cp < 64:
+            self.below_ascii[2 * parent] |= (<uint64_t>1) << cp
+        elif cp < 128:
+            self.below_ascii[2 * parent + 1] |= (<uint64_t>1) << (cp - 64)
+        else:
+            self.below_flags[parent] |= SUBTREE_NON_ASCII
+
+    cdef trie_view view(self):
+        cdef trie_view v
+        v.n_vocab = self.n_vocab
+        v.n_positions = self.token_at.size()
+        v.n_nodes = self.node_cp.size()
+        v.token_at = self.token_at.data()
+        v.position_of = self.position_of.data()
+        v.end_partial = self.end_partial.data()
+        v.node_cp = self.node_cp.data()
+        v.node_end = self.node_end.data()
+        v.token_lo = self.token_lo.data()
+        v.token_hi = self.token_hi.data()
+        v.n_ending = self.n_ending.data()
+        v.below_ascii = self.below_ascii.data()
+        v.below_flags = self.below_flags.data()
+        v.child_start = self.child_start.data()
+        v.children = self.children.data()
+        v.child_cp = self.child_cp.data()
+        return v
+
+    @property
+    def token_words(self):
+        """uint32 words with the bit of every token in the trie set."""
+        words = np.zeros((self.n_vocab + 31) // 32, dtype=np.uint32)
+        order = self.order()
+        np.bitwise_or.at(words, order >> 5, (np.uint32(1) << (order & 31).astype(np.uint32)))
+        return words
+
+    @property
+    def n_nodes(self):
+        return self.node_cp.size()
+
+    @property
+    def n_positions(self):
+        return self.token_at.size()
+
+    def order(self):
+        """Token ids in trie order (position -> id), as a NumPy array."""
+        return np.asarray(<token_t[:self.token_at.size()]>self.token_at.data()).copy()
+
+    def memory_bytes(self):
+        return (self.token_at.size() * 4 + self.position_of.size() * 4 + self.end_partial.size() * 8
+                + self.node_cp.size() * (4 + 4 + 4 + 4 + 4 + 16 + 1 + 4 + 4 + 4))
