@@ -29,7 +29,7 @@ from libcpp.vector cimport vector
 
 from bankml._typedefs cimport element_value_t, node_t, offset_t, position_t, token_t
 from bankml._utf8 cimport decode_utf8, partial_utf8
-from bankml._trie cimport SUBTREE_NON_ASCII, SUBTREE_UNCLEAN_END
+from bankml._trie cimport CHILD_BLOCK, SUBTREE_NON_ASCII, SUBTREE_OVERLONG_END, SUBTREE_PARTIAL_END
 
 from bankml.errors import GrammarError
 from bankml.parser import find_left_recursion, parse_gbnf
@@ -165,6 +165,35 @@ cdef inline bint class_constant_from(const grammar_element* pos, uint32_t low, b
         member[0] = not is_positive_char
         return True
     return False
+
+
+cdef inline bint class_accepts_all_partials(const grammar_element* pos) noexcept nogil:
+    """Whether match_partial_char at pos holds for every partial sequence that can still complete.
+
+    Every such sequence completes to a code point >= 0x80, so a negated class that
+    excludes only ASCII, or a class that takes all of [0x80, max], accepts them all.
+    """
+    cdef bint is_positive_char = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
+    cdef uint32_t first, last
+    cdef bint all_ascii = True
+    while True:
+        if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
+            first = pos.value
+            last = pos[1].value
+            pos += 2
+        elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
+            return True
+        else:
+            first = pos.value
+            last = pos.value
+            pos += 1
+        if is_positive_char and first <= 0x80 and last == ~(<uint32_t>0):
+            return True
+        if last >= 0x80 and first <= last:
+            all_ascii = False
+        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
+            break
+    return (not is_positive_char) and all_ascii
 
 
 cdef inline void add_unique(vector[node_t]& stacks, node_t stack) noexcept nogil:
@@ -552,6 +581,7 @@ cdef class Grammar:
         self.set_loop_ascii.push_back(0)
         self.set_loop_ascii.push_back(0)
         self.set_loop_non_ascii.push_back(0)
+        self.set_all_partials.push_back(0)
         self.set_viable_start.push_back(-1)
         self.set_viable_count.push_back(0)
         return set_id
@@ -656,6 +686,10 @@ cdef class Grammar:
                     ascii_hi |= (<uint64_t>1) << (cp - 64)
         self.set_loop_ascii[2 * set_id] = ascii_lo
         self.set_loop_ascii[2 * set_id + 1] = ascii_hi
+        for j in range(tops.size()):
+            if class_accepts_all_partials(tops[j]):
+                self.set_all_partials[set_id] = 1
+                break
         matches = 0
         for j in range(tops.size()):
             if not class_constant_from(tops[j], 0x80, &member):
@@ -699,7 +733,7 @@ cdef class Grammar:
         self.visited_nodes += 1
         cdef int64_t first_longer = lo + trie.n_ending[node]
         cdef int64_t hi = trie.token_hi[node]
-        cdef int64_t position, k, i
+        cdef int64_t position, k, i, block_end
         cdef int32_t first_child, last_child
         cdef node_t stack
         for position in range(lo, first_longer):
@@ -731,6 +765,30 @@ cdef class Grammar:
             self.compute_viable(set_id)
         if last_child - first_child >= 8 and not self.set_loop_known[set_id]:
             self.compute_loop(set_id)
+        # The non-ASCII children sort last; when the set loops on every one of them, take them all at once.
+        if self.set_loop_known[set_id] and self.set_loop_non_ascii[set_id] and \
+                trie.first_non_ascii[node] < last_child and \
+                self.subtree_loops(set_id, trie.non_ascii_ascii[2 * node], trie.non_ascii_ascii[2 * node + 1],
+                                   trie.non_ascii_flags[node]):
+            set_position_range(bits, trie.token_lo[trie.children[trie.first_non_ascii[node]]], hi)
+            last_child = trie.first_non_ascii[node]
+        if self.set_loop_known[set_id] and (self.set_loop_ascii[2 * set_id] or self.set_loop_ascii[2 * set_id + 1]):
+            # The set loops on some code points: go through the children a block at a time and
+            # take whole any block whose code points, and everything below them, lead back to the set.
+            i = first_child
+            while i < last_child:
+                block_end = min((i // CHILD_BLOCK + 1) * CHILD_BLOCK, <int64_t>last_child)
+                if i % CHILD_BLOCK == 0 and block_end - i == CHILD_BLOCK and self.subtree_loops(
+                        set_id, trie.block_ascii[2 * (i // CHILD_BLOCK)],
+                        trie.block_ascii[2 * (i // CHILD_BLOCK) + 1], trie.block_flags[i // CHILD_BLOCK]):
+                    set_position_range(bits, trie.token_lo[trie.children[i]],
+                                       trie.token_hi[trie.children[block_end - 1]])
+                else:
+                    while i < block_end:
+                        self.visit_child(trie, trie.children[i], set_id)
+                        i += 1
+                i = block_end
+            return 0
         k = self.set_viable_start[set_id]
         while k < self.set_viable_start[set_id] + 2 * self.set_viable_count[set_id]:
             # children whose code point lies in [viable_bounds[k], viable_bounds[k + 1]]
@@ -741,6 +799,16 @@ cdef class Grammar:
                 i += 1
             k += 2
         return 0
+
+    cdef inline bint subtree_loops(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi,
+                                   uint8_t flags) noexcept nogil:
+        """Whether every token of a subtree with this summary is accepted from the set: all its code
+        points lead back to the set, and every partial character it ends in is one the set takes."""
+        return ((ascii_lo & ~self.set_loop_ascii[2 * set_id]) == 0
+                and (ascii_hi & ~self.set_loop_ascii[2 * set_id + 1]) == 0
+                and (not (flags & SUBTREE_NON_ASCII) or self.set_loop_non_ascii[set_id])
+                and not (flags & SUBTREE_OVERLONG_END)
+                and (not (flags & SUBTREE_PARTIAL_END) or self.set_all_partials[set_id]))
 
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id) except -1 nogil:
         cdef uint64_t* bits = self.position_bits.data()
@@ -755,12 +823,11 @@ cdef class Grammar:
             next_set = self.transition(set_id, cp)
             if next_set < 0:
                 return 0
-        if not (trie.below_flags[child] & SUBTREE_UNCLEAN_END):
+        if not (trie.below_flags[child] & SUBTREE_OVERLONG_END):
             if not self.set_loop_known[next_set]:
                 self.compute_loop(next_set)
-            if (trie.below_ascii[2 * child] & ~self.set_loop_ascii[2 * next_set]) == 0 and \
-                    (trie.below_ascii[2 * child + 1] & ~self.set_loop_ascii[2 * next_set + 1]) == 0 and \
-                    (not (trie.below_flags[child] & SUBTREE_NON_ASCII) or self.set_loop_non_ascii[next_set]):
+            if self.subtree_loops(next_set, trie.below_ascii[2 * child], trie.below_ascii[2 * child + 1],
+                                  trie.below_flags[child]):
                 set_position_range(bits, trie.token_lo[child], trie.token_hi[child])
                 return 0
         self.trie_visit(trie, child, next_set)

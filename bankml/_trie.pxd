@@ -7,10 +7,15 @@ from bankml._typedefs cimport offset_t
 from bankml._typedefs cimport token_t
 from bankml._utf8 cimport partial_utf8
 
+# Children are summarized in blocks of this many, so a walk can take a block whole.
+cdef enum:
+    CHILD_BLOCK = 16
+
 # sig_flags bits
 cdef enum:
     SUBTREE_NON_ASCII = 1      # a code point >= 0x80 lies below the node
-    SUBTREE_UNCLEAN_END = 2    # a token at or below the node ends inside a UTF-8 sequence
+    SUBTREE_PARTIAL_END = 2    # a token at or below the node ends inside a UTF-8 sequence that can still complete
+    SUBTREE_OVERLONG_END = 4   # a token at or below the node ends on a 0xC0/0xC1 lead byte (never completes)
 
 
 # Borrowed pointers into a VocabTrie, for the mask kernels that run without the GIL.
@@ -34,6 +39,11 @@ cdef struct trie_view:
     const int32_t* child_start         # the node's children are children[child_start[node]:child_start[node + 1]]
     const int32_t* children            # child node ids, each node's in code-point order
     const uint32_t* child_cp           # the code point of children[i], for binary search
+    const int32_t* first_non_ascii     # index in children of the node's first child with a code point >= 0x80
+    const uint64_t* non_ascii_ascii    # 2 words per node: ASCII code points below its non-ASCII children
+    const uint8_t* non_ascii_flags     # SUBTREE_* bits over its non-ASCII children's subtrees
+    const uint64_t* block_ascii        # per block of CHILD_BLOCK consecutive children (block k covers children
+    const uint8_t* block_flags         # k*CHILD_BLOCK ...): 2 words of ASCII code points at or below them, and flags
 
 
 # Borrowed pointers into a DecodedVocab, for kernels that run without the GIL.
@@ -76,6 +86,11 @@ cdef class VocabTrie:
     cdef vector[int32_t] child_start
     cdef vector[int32_t] children
     cdef vector[uint32_t] child_cp
+    cdef vector[int32_t] first_non_ascii
+    cdef vector[uint64_t] non_ascii_ascii
+    cdef vector[uint8_t] non_ascii_flags
+    cdef vector[uint64_t] block_ascii
+    cdef vector[uint8_t] block_flags
 
     cdef trie_view view(self)
     cdef int32_t _add_node(self, uint32_t cp, int32_t position)

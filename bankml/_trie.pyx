@@ -171,22 +171,61 @@ cdef class VocabTrie:
             node = path.back()
             # Tokens that end at a node sort before the ones that go on, so they open its range.
             self.n_ending[node] += 1
-            if decoded.end_partial[token].n_remain != 0:
-                self.below_flags[node] |= SUBTREE_UNCLEAN_END
+            if decoded.end_partial[token].n_remain == 1 and decoded.end_partial[token].value < 2:
+                self.below_flags[node] |= SUBTREE_OVERLONG_END
+            elif decoded.end_partial[token].n_remain != 0:
+                self.below_flags[node] |= SUBTREE_PARTIAL_END
             previous = cps
         while not path.empty():
             self._close_node(path, <int32_t>order.size())
         # Child lists, for the walk to jump straight to the children a stack can match.
+        # and, per node, a summary of its non-ASCII children (they sort last) taken together
         cdef int32_t n_nodes = <int32_t>self.node_cp.size()
         cdef int32_t child
+        cdef uint64_t ascii_lo, ascii_hi
+        cdef uint8_t flags
         for node in range(n_nodes):
             self.child_start.push_back(<int32_t>self.children.size())
+            self.first_non_ascii.push_back(-1)
+            ascii_lo = 0
+            ascii_hi = 0
+            flags = 0
             child = node + 1
             while child < self.node_end[node]:
+                if self.node_cp[child] >= 128:
+                    if self.first_non_ascii[node] < 0:
+                        self.first_non_ascii[node] = <int32_t>self.children.size()
+                    ascii_lo |= self.below_ascii[2 * child]
+                    ascii_hi |= self.below_ascii[2 * child + 1]
+                    flags |= self.below_flags[child] | SUBTREE_NON_ASCII
                 self.children.push_back(child)
                 self.child_cp.push_back(self.node_cp[child])
                 child = self.node_end[child]
+            if self.first_non_ascii[node] < 0:
+                self.first_non_ascii[node] = <int32_t>self.children.size()
+            self.non_ascii_ascii.push_back(ascii_lo)
+            self.non_ascii_ascii.push_back(ascii_hi)
+            self.non_ascii_flags.push_back(flags)
         self.child_start.push_back(<int32_t>self.children.size())
+        cdef int64_t block, index
+        for block in range((<int64_t>self.children.size() + CHILD_BLOCK - 1) // CHILD_BLOCK):
+            ascii_lo = 0
+            ascii_hi = 0
+            flags = 0
+            for index in range(block * CHILD_BLOCK, min((block + 1) * CHILD_BLOCK, <int64_t>self.children.size())):
+                child = self.children[index]
+                ascii_lo |= self.below_ascii[2 * child]
+                ascii_hi |= self.below_ascii[2 * child + 1]
+                flags |= self.below_flags[child]
+                if self.node_cp[child] < 64:
+                    ascii_lo |= (<uint64_t>1) << self.node_cp[child]
+                elif self.node_cp[child] < 128:
+                    ascii_hi |= (<uint64_t>1) << (self.node_cp[child] - 64)
+                else:
+                    flags |= SUBTREE_NON_ASCII
+            self.block_ascii.push_back(ascii_lo)
+            self.block_ascii.push_back(ascii_hi)
+            self.block_flags.push_back(flags)
 
     cdef int32_t _add_node(self, uint32_t cp, int32_t position):
         self.node_cp.push_back(cp)
@@ -237,6 +276,11 @@ cdef class VocabTrie:
         v.child_start = self.child_start.data()
         v.children = self.children.data()
         v.child_cp = self.child_cp.data()
+        v.first_non_ascii = self.first_non_ascii.data()
+        v.non_ascii_ascii = self.non_ascii_ascii.data()
+        v.non_ascii_flags = self.non_ascii_flags.data()
+        v.block_ascii = self.block_ascii.data()
+        v.block_flags = self.block_flags.data()
         return v
 
     @property
@@ -261,4 +305,4 @@ cdef class VocabTrie:
 
     def memory_bytes(self):
         return (self.token_at.size() * 4 + self.position_of.size() * 4 + self.end_partial.size() * 8
-                + self.node_cp.size() * (4 + 4 + 4 + 4 + 4 + 16 + 1 + 4 + 4 + 4))
+                + self.node_cp.size() * (4 + 4 + 4 + 4 + 4 + 16 + 1 + 4 + 4 + 4 + 4 + 16 + 1))
