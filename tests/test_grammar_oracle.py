@@ -76,8 +76,11 @@ def make_pair(walk, vocab, oracle_vocab):
     lazy = walk.get("lazy")
     if lazy:
         patterns = lazy.get("trigger_patterns", [])
-        ours = Grammar(Rules.parse(text, vocab=vocab), vocab, trigger_patterns=patterns, lazy=True)
-        theirs = libllama.OracleGrammar(oracle_vocab, text, lazy=True, trigger_patterns=patterns)
+        tokens = [chat_turn_tokens(vocab)[0] if t == "{START_ID}" else int(t) for t in lazy.get("trigger_tokens", [])]
+        ours = Grammar(Rules.parse(text, vocab=vocab), vocab, trigger_patterns=patterns, trigger_tokens=tokens,
+                       lazy=True)
+        theirs = libllama.OracleGrammar(oracle_vocab, text, lazy=True, trigger_patterns=patterns,
+                                        trigger_tokens=tokens)
     else:
         ours = Grammar(Rules.parse(text, vocab=vocab), vocab)
         theirs = libllama.OracleGrammar(oracle_vocab, text)
