@@ -5,6 +5,7 @@ from libcpp.map cimport map as cpp_map
 from libcpp.unordered_map cimport unordered_map
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
+from cpython.pythread cimport PyThread_type_lock
 
 from bankml._typedefs cimport element_value_t, node_t, offset_t, position_t, token_t
 from bankml._utf8 cimport partial_utf8
@@ -55,29 +56,21 @@ cdef class Rules:
     cdef readonly int32_t root_id
     cdef readonly object vocab
     cdef readonly str text
+    cdef dict contexts                      # (id(vocab), max_stacks) -> the MatchContext new matchers join
 
 
-cdef class Grammar:
+cdef class MatchContext:
     cdef readonly Rules rules
     cdef readonly object vocab
-    cdef DecodedVocab decoded
+    cdef readonly DecodedVocab decoded
+    cdef PyThread_type_lock lock
     cdef vector[stack_node] nodes
     cdef unordered_map[uint64_t, node_t] node_ids
-    cdef vector[node_t] active_stacks
-    cdef partial_utf8 partial
     cdef size_t max_stacks
-    # lazy grammars (llama_grammar's trigger fields)
-    cdef readonly bint lazy
-    cdef readonly bint awaiting_trigger
-    cdef bytearray trigger_bytes
-    cdef list trigger_buffer_positions
-    cdef readonly tuple trigger_tokens
-    cdef readonly tuple trigger_patterns
-    cdef list trigger_regexes
     # the fast path: the vocabulary trie walked with stack sets (hash-consed, sorted node lists)
     cdef VocabTrie trie
     cdef vector[token_t] eog_tokens
-    cdef vector[uint32_t] trie_token_words       # the bits of every token in the trie
+    cdef vector[uint32_t] trie_token_words         # the bits of every token in the trie
     cdef vector[node_t] set_nodes                  # set i is set_nodes[set_start[i]:set_start[i + 1]]
     cdef vector[int64_t] set_start
     cdef cpp_map[vector[node_t], int32_t] set_ids
@@ -98,8 +91,6 @@ cdef class Grammar:
     cdef node_t push(self, node_t parent, position_t element) except -1 nogil
     cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil
     cdef int accept_chr(self, node_t stack, uint32_t chr, vector[node_t]& new_stacks) except -1 nogil
-    cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points,
-                                 vector[node_t]& stacks_new) except -1 nogil
     cdef int reject_candidates(self, const vector[node_t]& stacks, const vector[grammar_candidate]& candidates,
                                vector[grammar_candidate]& rejects) except -1 nogil
     cdef int reject_candidates_for_stack(self, node_t stack, const vector[grammar_candidate]& candidates,
@@ -113,6 +104,26 @@ cdef class Grammar:
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id) except -1 nogil
     cdef int compute_viable(self, int32_t set_id) except -1 nogil
     cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id) except -1 nogil
-    cdef int fast_mask(self, const trie_view* trie, uint32_t* out) except -1 nogil
-    cdef int collect_rejects(self, const vocab_view* vocab, const token_t* ids, int64_t n, vector[grammar_candidate]& rejects,
-                             vector[uint32_t]& scratch) except -1 nogil
+    cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil
+
+
+cdef class Grammar:
+    cdef readonly MatchContext ctx
+    cdef readonly Rules rules
+    cdef readonly object vocab
+    cdef DecodedVocab decoded
+    cdef vector[node_t] active_stacks
+    cdef partial_utf8 partial
+    # lazy grammars (llama_grammar's trigger fields)
+    cdef readonly bint lazy
+    cdef readonly bint awaiting_trigger
+    cdef bytearray trigger_bytes
+    cdef list trigger_buffer_positions
+    cdef readonly tuple trigger_tokens
+    cdef readonly tuple trigger_patterns
+    cdef list trigger_regexes
+
+    cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points,
+                                 vector[node_t]& stacks_new) except -1 nogil
+    cdef int collect_rejects(self, const vocab_view* vocab, const token_t* ids, int64_t n,
+                             vector[grammar_candidate]& rejects, vector[uint32_t]& scratch) except -1 nogil

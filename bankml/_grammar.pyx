@@ -18,6 +18,7 @@ import re
 import numpy as np
 cimport numpy as cnp
 from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.pythread cimport PyThread_acquire_lock, PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock
 from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from cython.operator cimport dereference as deref
@@ -46,6 +47,8 @@ cdef node_t EMPTY_STACK = 0
 # Bounds on what one matcher may hold; llama.cpp has none and grows until memory runs out.
 DEFAULT_MAX_STACKS = 65536
 cdef size_t MAX_NODES = 1 << 24
+# New matchers start a fresh context once the shared one holds this many nodes.
+cdef size_t CONTEXT_NODE_BUDGET = 1 << 22
 # Bounds of the fast path's memory; past them it forgets what it memoized and starts over.
 cdef size_t MAX_SETS = 1 << 20
 cdef size_t MAX_MASK_CACHE_BYTES = 16 << 20
@@ -277,6 +280,7 @@ cdef Rules _make_rules(dict symbol_ids, list rules, root, vocab, text):
     self.root_id = symbol_ids[root] if root is not None else -1
     self.vocab = vocab
     self.text = text
+    self.contexts = {}
     if sum(len(rule) for rule in rules) >= (1 << 31) - 2:
         raise GrammarError("grammar has more elements than bankml's 32-bit positions can address")
     for rule in rules:
@@ -292,24 +296,13 @@ cdef Rules _make_rules(dict symbol_ids, list rules, root, vocab, text):
     return self
 
 
-def _as_rules(rules, vocab, root):
-    if isinstance(rules, Rules):
-        return rules
-    if isinstance(rules, (str, bytes)):
-        return Rules.parse(rules, root=root, vocab=vocab)
-    raise TypeError(f"rules must be Rules or GBNF text, got {type(rules).__name__}")
+cdef class MatchContext:
+    """What the matchers of one (Rules, Vocab) pair share: the stack-node pool, the stack sets,
+    their transitions and loop classes, and the mask cache.
 
-
-def _trigger_words_pattern(words):
-    # llama.cpp builds one pattern from trigger words, escaping regex metacharacters.
-    escaped = "|".join(re.sub(r"[.^$|()*+?\[\]{}\\]", lambda m: "\\" + m.group(0), w) for w in words)
-    return "[\\s\\S]*?(" + escaped + ")[\\s\\S]*"
-
-
-cdef class Grammar:
-    """A matcher over Rules: llama.cpp's grammar state (stacks, partial UTF-8, lazy trigger).
-
-    Filling a mask never changes the state; accepting a token does.
+    Node and set ids mean the same to every matcher of the context, so a state one
+    matcher worked out (a transition, a whole mask) serves all of them and every
+    clone. Matchers take the context's lock around everything that may add to it.
     """
 
     def __cinit__(self):
@@ -318,19 +311,14 @@ cdef class Grammar:
         root.parent = -1
         self.nodes.push_back(root)
         self.set_start.push_back(0)
+        self.lock = PyThread_allocate_lock()
+        if self.lock == NULL:
+            raise MemoryError("could not allocate the grammar context's lock")
 
-    def __init__(self, rules, vocab=None, *, root="root", trigger_tokens=(), trigger_patterns=(),
-                 trigger_words=(), lazy=None, max_stacks=DEFAULT_MAX_STACKS):
-        cdef Rules parsed
-        if vocab is None and isinstance(rules, Rules):
-            vocab = (<Rules>rules).vocab
-        parsed = _as_rules(rules, vocab, root)
-        if parsed.root_id < 0:
-            raise ValueError("these Rules were parsed without a root (root=None); parse them with a root to match")
-        if int(max_stacks) < 1:
-            raise ValueError(f"max_stacks must be at least 1, got {max_stacks}")
-        self.rules = parsed
+    def __init__(self, Rules rules, vocab, size_t max_stacks):
+        self.rules = rules
         self.vocab = vocab
+        self.max_stacks = max_stacks
         self.decoded = decoded_vocab(vocab) if vocab is not None else None
         self.trie = vocab_trie(vocab) if vocab is not None else None
         if self.trie is not None:
@@ -338,45 +326,26 @@ cdef class Grammar:
         if vocab is not None:
             for token_id in sorted(int(t) for t in vocab.eog_ids):
                 self.eog_tokens.push_back(token_id)
-        self.max_stacks = int(max_stacks)
-        self.partial.value = 0
-        self.partial.n_remain = 0
-        self.trigger_tokens = tuple(int(t) for t in trigger_tokens)
-        trigger_patterns = tuple(trigger_patterns)
-        if trigger_words:
-            if trigger_patterns:
-                raise ValueError("give trigger_words or trigger_patterns, not both")
-            trigger_patterns = (_trigger_words_pattern(trigger_words),)
-        self.trigger_patterns = trigger_patterns
-        try:
-            self.trigger_regexes = [re.compile(p.encode("utf-8") if isinstance(p, str) else p)
-                                    for p in trigger_patterns]
-        except re.error as err:
-            raise GrammarError(f"invalid trigger pattern: {err}") from None
-        if lazy is None:
-            lazy = bool(self.trigger_tokens or self.trigger_patterns)
-        self.lazy = bool(lazy)
-        self.awaiting_trigger = self.lazy
-        self.trigger_bytes = bytearray()
-        self.trigger_buffer_positions = []
-        self._init_stacks()
 
-    def _init_stacks(self):
-        cdef position_t pos = self.rules.rule_start[self.rules.root_id]
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef node_t stack
-        self.active_stacks.clear()
-        while True:
-            stack = EMPTY_STACK
-            if not is_end_of_sequence(&elements[pos]):
-                stack = self.push(EMPTY_STACK, pos)
-            self.advance_stack(stack, self.active_stacks)
-            while not is_end_of_sequence(&elements[pos]):
-                pos += 1
-            if elements[pos].type == LLAMA_GRETYPE_ALT:
-                pos += 1
-            else:
-                break
+    def __dealloc__(self):
+        if self.lock != NULL:
+            PyThread_free_lock(self.lock)
+
+    @property
+    def n_nodes(self):
+        return self.nodes.size()
+
+    @property
+    def n_sets(self):
+        return self.set_start.size() - 1
+
+    @property
+    def cache_bytes(self):
+        """Memory held by the memoized sets, transitions and masks, in bytes (approximate)."""
+        return (self.nodes.size() * 8 + self.node_ids.size() * 32 + self.set_nodes.size() * 4
+                + self.set_start.size() * 40 + self.transitions.size() * 32
+                + self.pattern_transitions.size() * 40 + self.mask_words.size() * 4
+                + self.position_bits.size() * 8)
 
     # -- the stack tree ------------------------------------------------------
     cdef node_t push(self, node_t parent, position_t element) except -1 nogil:
@@ -456,41 +425,6 @@ cdef class Grammar:
             if not is_end_of_sequence(after):
                 next_stack = self.push(next_stack, <position_t>(after - elements))
             self.advance_stack(next_stack, new_stacks)
-        return 0
-
-    cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points,
-                                 vector[node_t]& stacks_new) except -1 nogil:
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef vector[node_t] current_stacks, next_stacks
-        cdef const uint32_t* cp
-        cdef node_t stack, next_stack
-        cdef position_t pos
-        cdef size_t i, j
-        for i in range(self.active_stacks.size()):
-            stack = self.active_stacks[i]
-            if stack == EMPTY_STACK:
-                continue
-            pos = self.nodes[stack].element
-            if is_token_element(&elements[pos]):
-                if match_token(&elements[pos], token):
-                    next_stack = self.nodes[stack].parent
-                    if not is_end_of_sequence(&elements[pos + 1]):
-                        next_stack = self.push(next_stack, pos + 1)
-                    self.advance_stack(next_stack, stacks_new)
-            else:
-                current_stacks.clear()
-                current_stacks.push_back(stack)
-                cp = code_points
-                while cp[0] != 0:
-                    next_stacks.clear()
-                    for j in range(current_stacks.size()):
-                        self.accept_chr(current_stacks[j], cp[0], next_stacks)
-                    current_stacks.swap(next_stacks)
-                    if current_stacks.empty():
-                        break
-                    cp += 1
-                for j in range(current_stacks.size()):
-                    add_unique(stacks_new, current_stacks[j])
         return 0
 
     # -- masks -------------------------------------------------------------
@@ -902,13 +836,13 @@ cdef class Grammar:
                 self.set_viable_count[set_id] += 1
         return 0
 
-    cdef int fast_mask(self, const trie_view* trie, uint32_t* out) except -1 nogil:
+    cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil:
         """The whole-vocabulary mask of the current stacks (bit set = allowed) into out.
 
         Exact for a state whose accepted text ends on a whole character; the
         caller sends other states down the reference path.
         """
-        cdef vector[node_t] current = self.active_stacks
+        cdef vector[node_t] current = stacks
         cdef int32_t set_id = self.intern_set(current)
         cdef int64_t width = (trie.n_vocab + 31) >> 5
         cdef int64_t slot, position, word, k
@@ -962,6 +896,132 @@ cdef class Grammar:
         self.mask_slot[set_id] = slot
         return 0
 
+
+def _context_for(Rules rules, vocab, size_t max_stacks):
+    """The context new matchers of (rules, vocab) join: shared, until its node pool passes a budget."""
+    key = (id(vocab), max_stacks)
+    cdef MatchContext ctx = rules.contexts.get(key)
+    if ctx is None or ctx.vocab is not vocab or ctx.nodes.size() > CONTEXT_NODE_BUDGET:
+        ctx = MatchContext(rules, vocab, max_stacks)
+        rules.contexts[key] = ctx
+    return ctx
+
+
+def _as_rules(rules, vocab, root):
+    if isinstance(rules, Rules):
+        return rules
+    if isinstance(rules, (str, bytes)):
+        return Rules.parse(rules, root=root, vocab=vocab)
+    raise TypeError(f"rules must be Rules or GBNF text, got {type(rules).__name__}")
+
+
+def _trigger_words_pattern(words):
+    # llama.cpp builds one pattern from trigger words, escaping regex metacharacters.
+    escaped = "|".join(re.sub(r"[.^$|()*+?\[\]{}\\]", lambda m: "\\" + m.group(0), w) for w in words)
+    return "[\\s\\S]*?(" + escaped + ")[\\s\\S]*"
+
+
+cdef class Grammar:
+    """A matcher over Rules: llama.cpp's grammar state (stacks, partial UTF-8, lazy trigger).
+
+    Filling a mask never changes the state; accepting a token does.
+    """
+
+    def __init__(self, rules, vocab=None, *, root="root", trigger_tokens=(), trigger_patterns=(),
+                 trigger_words=(), lazy=None, max_stacks=DEFAULT_MAX_STACKS):
+        cdef Rules parsed
+        if vocab is None and isinstance(rules, Rules):
+            vocab = (<Rules>rules).vocab
+        parsed = _as_rules(rules, vocab, root)
+        if parsed.root_id < 0:
+            raise ValueError("these Rules were parsed without a root (root=None); parse them with a root to match")
+        if int(max_stacks) < 1:
+            raise ValueError(f"max_stacks must be at least 1, got {max_stacks}")
+        self.rules = parsed
+        self.vocab = vocab
+        self.ctx = _context_for(parsed, vocab, int(max_stacks))
+        self.decoded = self.ctx.decoded
+        self.partial.value = 0
+        self.partial.n_remain = 0
+        self.trigger_tokens = tuple(int(t) for t in trigger_tokens)
+        trigger_patterns = tuple(trigger_patterns)
+        if trigger_words:
+            if trigger_patterns:
+                raise ValueError("give trigger_words or trigger_patterns, not both")
+            trigger_patterns = (_trigger_words_pattern(trigger_words),)
+        self.trigger_patterns = trigger_patterns
+        try:
+            self.trigger_regexes = [re.compile(p.encode("utf-8") if isinstance(p, str) else p)
+                                    for p in trigger_patterns]
+        except re.error as err:
+            raise GrammarError(f"invalid trigger pattern: {err}") from None
+        if lazy is None:
+            lazy = bool(self.trigger_tokens or self.trigger_patterns)
+        self.lazy = bool(lazy)
+        self.awaiting_trigger = self.lazy
+        self.trigger_bytes = bytearray()
+        self.trigger_buffer_positions = []
+        self._init_stacks()
+
+    def _init_stacks(self):
+        cdef position_t pos = self.rules.rule_start[self.rules.root_id]
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef node_t stack
+        cdef MatchContext ctx = self.ctx
+        cdef vector[node_t] stacks
+        with nogil:
+            PyThread_acquire_lock(ctx.lock, 1)
+            try:
+                while True:
+                    stack = EMPTY_STACK
+                    if not is_end_of_sequence(&elements[pos]):
+                        stack = ctx.push(EMPTY_STACK, pos)
+                    ctx.advance_stack(stack, stacks)
+                    while not is_end_of_sequence(&elements[pos]):
+                        pos += 1
+                    if elements[pos].type == LLAMA_GRETYPE_ALT:
+                        pos += 1
+                    else:
+                        break
+            finally:
+                PyThread_release_lock(ctx.lock)
+        self.active_stacks.swap(stacks)
+
+    cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points,
+                                 vector[node_t]& stacks_new) except -1 nogil:
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef vector[node_t] current_stacks, next_stacks
+        cdef const uint32_t* cp
+        cdef node_t stack, next_stack
+        cdef position_t pos
+        cdef size_t i, j
+        for i in range(self.active_stacks.size()):
+            stack = self.active_stacks[i]
+            if stack == EMPTY_STACK:
+                continue
+            pos = self.ctx.nodes[stack].element
+            if is_token_element(&elements[pos]):
+                if match_token(&elements[pos], token):
+                    next_stack = self.ctx.nodes[stack].parent
+                    if not is_end_of_sequence(&elements[pos + 1]):
+                        next_stack = self.ctx.push(next_stack, pos + 1)
+                    self.ctx.advance_stack(next_stack, stacks_new)
+            else:
+                current_stacks.clear()
+                current_stacks.push_back(stack)
+                cp = code_points
+                while cp[0] != 0:
+                    next_stacks.clear()
+                    for j in range(current_stacks.size()):
+                        self.ctx.accept_chr(current_stacks[j], cp[0], next_stacks)
+                    current_stacks.swap(next_stacks)
+                    if current_stacks.empty():
+                        break
+                    cp += 1
+                for j in range(current_stacks.size()):
+                    add_unique(stacks_new, current_stacks[j])
+        return 0
+
     cdef int collect_rejects(self, const vocab_view* vocab, const token_t* ids, int64_t n,
                              vector[grammar_candidate]& rejects, vector[uint32_t]& scratch) except -1 nogil:
         """llama_grammar_apply_impl over ids[0:n]: the candidates it sets to -inf (index = position in ids)."""
@@ -1003,7 +1063,7 @@ cdef class Grammar:
         if not fresh:
             for k in range(candidates.size()):
                 candidates[k].code_points = scratch.data() + scratch_start[k]
-        self.reject_candidates(self.active_stacks, candidates, rejects)
+        self.ctx.reject_candidates(self.active_stacks, candidates, rejects)
         return 0
 
     def _require_vocab(self):
@@ -1019,10 +1079,15 @@ cdef class Grammar:
         cdef int64_t[::1] out_view
         cdef size_t k
         cdef vocab_view vocab = self.decoded.view()
+        cdef MatchContext ctx = self.ctx
         if n == 0:
             return np.empty(0, dtype=np.int64)
         with nogil:
-            self.collect_rejects(&vocab, &id_view[0], n, rejects, scratch)
+            PyThread_acquire_lock(ctx.lock, 1)
+            try:
+                self.collect_rejects(&vocab, &id_view[0], n, rejects, scratch)
+            finally:
+                PyThread_release_lock(ctx.lock)
         out = np.empty(rejects.size(), dtype=np.int64)
         out_view = out
         for k in range(rejects.size()):
@@ -1049,17 +1114,22 @@ cdef class Grammar:
         cdef uint32_t[::1] view = words
         cdef trie_view trie
         cdef int64_t k
+        cdef MatchContext ctx = self.ctx
         if self.awaiting_trigger:
             words[:] = 0xFFFFFFFF
             if n_vocab % 32:
                 words[width - 1] = (1 << (n_vocab % 32)) - 1
             return words
         if not reference and self.partial.n_remain <= 0:
-            trie = self.trie.view()
+            trie = ctx.trie.view()
             with nogil:
-                self.fast_mask(&trie, &view[0])
+                PyThread_acquire_lock(ctx.lock, 1)
+                try:
+                    ctx.fast_mask(self.active_stacks, &trie, &view[0])
+                finally:
+                    PyThread_release_lock(ctx.lock)
             return words
-        self.reference_masks += 1
+        ctx.reference_masks += 1
         allowed = np.ones(width * 32, dtype=bool)
         allowed[n_vocab:] = False
         allowed[self._rejected_indices(self._all_ids())] = False
@@ -1113,6 +1183,7 @@ cdef class Grammar:
         """Fill an int32 bitmask (bit set = allowed) of shape ((n_vocab + 31) // 32,) or (batch, that)."""
         cdef uint32_t[::1] row_view
         cdef trie_view trie
+        cdef MatchContext ctx = self.ctx
         self._require_vocab()
         n_vocab = self.decoded.n_vocab
         width = (n_vocab + 31) // 32
@@ -1125,9 +1196,13 @@ cdef class Grammar:
         row = bitmask if bitmask.ndim == 1 else bitmask[index]
         if not self.awaiting_trigger and self.partial.n_remain <= 0:
             row_view = row.view(np.uint32)
-            trie = self.trie.view()
+            trie = ctx.trie.view()
             with nogil:
-                self.fast_mask(&trie, &row_view[0])
+                PyThread_acquire_lock(ctx.lock, 1)
+                try:
+                    ctx.fast_mask(self.active_stacks, &trie, &row_view[0])
+                finally:
+                    PyThread_release_lock(ctx.lock)
         else:
             row[:] = self._mask_words().view(np.int32)
         return bitmask
@@ -1147,9 +1222,14 @@ cdef class Grammar:
         cdef partial_utf8 partial
         cdef const uint8_t* raw = <const uint8_t*>PyBytes_AS_STRING(piece)
         cdef Py_ssize_t size = len(piece)
+        cdef MatchContext ctx = self.ctx
         with nogil:
             partial = decode_utf8(raw, size, self.partial, code_points)
-            self.accept_token_stacks(token, code_points.data(), stacks_new)
+            PyThread_acquire_lock(ctx.lock, 1)
+            try:
+                self.accept_token_stacks(token, code_points.data(), stacks_new)
+            finally:
+                PyThread_release_lock(ctx.lock)
         if stacks_new.empty():
             raise GrammarError(
                 f"Unexpected empty grammar stack after accepting piece: {piece.decode('utf-8', 'replace')} ({token})")
@@ -1185,13 +1265,18 @@ cdef class Grammar:
         raw = <const uint8_t*>PyBytes_AS_STRING(raw_bytes)
         size = len(raw_bytes)
         current = self.active_stacks
+        cdef MatchContext ctx = self.ctx
         with nogil:
             partial = decode_utf8(raw, size, self.partial, code_points)
-            for i in range(code_points.size() - 1):
-                next_stacks.clear()
-                for j in range(current.size()):
-                    self.accept_chr(current[j], code_points[i], next_stacks)
-                current.swap(next_stacks)
+            PyThread_acquire_lock(ctx.lock, 1)
+            try:
+                for i in range(code_points.size() - 1):
+                    next_stacks.clear()
+                    for j in range(current.size()):
+                        ctx.accept_chr(current[j], code_points[i], next_stacks)
+                    current.swap(next_stacks)
+            finally:
+                PyThread_release_lock(ctx.lock)
         if current.empty():
             raise GrammarError(
                 f"Unexpected empty grammar stack after accepting piece: {raw_bytes.decode('utf-8', 'replace')}")
@@ -1286,12 +1371,36 @@ cdef class Grammar:
             current = []
             node = self.active_stacks[i]
             while node != EMPTY_STACK:
-                element = self.rules.elements[self.nodes[node].element]
+                element = self.rules.elements[self.ctx.nodes[node].element]
                 current.append((<int>element.type, <int>element.value))
-                node = self.nodes[node].parent
+                node = self.ctx.nodes[node].parent
             current.reverse()
             out.append(current)
         return out
+
+    @property
+    def fast_masks(self):
+        """Masks the context worked out with the trie walk (shared by the matchers of its Rules and Vocab)."""
+        return self.ctx.fast_masks
+
+    @property
+    def cached_masks(self):
+        """Masks the context answered from its cache."""
+        return self.ctx.cached_masks
+
+    @property
+    def reference_masks(self):
+        """Masks the context worked out one token at a time (states inside a UTF-8 character)."""
+        return self.ctx.reference_masks
+
+    @property
+    def visited_nodes(self):
+        return self.ctx.visited_nodes
+
+    @property
+    def context(self):
+        """The MatchContext this matcher shares with the other matchers of its Rules and Vocab."""
+        return self.ctx
 
     @property
     def n_stacks(self):
@@ -1312,14 +1421,9 @@ cdef class Grammar:
         other.rules = self.rules
         other.vocab = self.vocab
         other.decoded = self.decoded
-        other.trie = self.trie
-        other.trie_token_words = self.trie_token_words
-        other.eog_tokens = self.eog_tokens
-        other.nodes = self.nodes
-        other.node_ids = self.node_ids
+        other.ctx = self.ctx
         other.active_stacks = self.active_stacks
         other.partial = self.partial
-        other.max_stacks = self.max_stacks
         other.lazy = self.lazy
         other.awaiting_trigger = self.awaiting_trigger
         other.trigger_bytes = bytearray(self.trigger_bytes)
