@@ -83,8 +83,9 @@ cdef class MatchContext:
     cdef vector[int64_t] set_viable_start          # offset of the set's intervals in viable_bounds, -1 before computed
     cdef vector[int32_t] set_viable_count
     cdef vector[uint32_t] viable_bounds            # (first, last) code point pairs
-    cdef unordered_map[int32_t, int64_t] mask_slot  # set -> offset of its cached mask in mask_words
-    cdef vector[uint32_t] mask_words
+    cdef unordered_map[int32_t, int64_t] mask_slot  # set -> slot of its cached mask
+    cdef vector[vector[uint32_t]] mask_chunks      # slot s is mask_chunks[s // MASKS_PER_CHUNK] at (s % MASKS_PER_CHUNK) * width
+    cdef int64_t n_cached_masks
     cdef vector[uint64_t] position_bits            # scratch: one bit per trie position
     cdef readonly int64_t fast_masks, cached_masks, reference_masks, visited_nodes
 

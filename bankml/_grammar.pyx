@@ -22,7 +22,7 @@ from cpython.pythread cimport PyThread_acquire_lock, PyThread_allocate_lock, PyT
 from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from cython.operator cimport dereference as deref
-from libcpp.algorithm cimport find, lower_bound, sort, unique
+from libcpp.algorithm cimport find, lower_bound, sort, unique, upper_bound
 from libc.string cimport memcpy, memset
 from libcpp.unordered_set cimport unordered_set
 from libcpp.utility cimport pair
@@ -52,6 +52,7 @@ cdef size_t CONTEXT_NODE_BUDGET = 1 << 22
 # Bounds of the fast path's memory; past them it forgets what it memoized and starts over.
 cdef size_t MAX_SETS = 1 << 20
 cdef size_t MAX_MASK_CACHE_BYTES = 16 << 20
+cdef int64_t MASKS_PER_CHUNK = 16
 # A subtree smaller than this is walked node by node rather than tested against the set's loop class.
 cdef int32_t LOOP_TEST_MIN_NODES = 4
 
@@ -344,7 +345,7 @@ cdef class MatchContext:
         """Memory held by the memoized sets, transitions and masks, in bytes (approximate)."""
         return (self.nodes.size() * 8 + self.node_ids.size() * 32 + self.set_nodes.size() * 4
                 + self.set_start.size() * 40 + self.transitions.size() * 32
-                + self.pattern_transitions.size() * 40 + self.mask_words.size() * 4
+                + self.pattern_transitions.size() * 40 + self.mask_chunks.size() * MASKS_PER_CHUNK * self.trie_token_words.size() * 4
                 + self.position_bits.size() * 8)
 
     # -- the stack tree ------------------------------------------------------
@@ -667,8 +668,9 @@ cdef class MatchContext:
         self.visited_nodes += 1
         cdef int64_t first_longer = lo + trie.n_ending[node]
         cdef int64_t hi = trie.token_hi[node]
-        cdef int64_t position, k, i, block_end
+        cdef int64_t position, k, i, range_end
         cdef int32_t first_child, last_child
+        cdef bint use_blocks
         cdef node_t stack
         for position in range(lo, first_longer):
             if trie.end_partial[position].n_remain == 0 or \
@@ -706,31 +708,27 @@ cdef class MatchContext:
                                    trie.non_ascii_flags[node]):
             set_position_range(bits, trie.token_lo[trie.children[trie.first_non_ascii[node]]], hi)
             last_child = trie.first_non_ascii[node]
-        if self.set_loop_known[set_id] and (self.set_loop_ascii[2 * set_id] or self.set_loop_ascii[2 * set_id + 1]):
-            # The set loops on some code points: go through the children a block at a time and
-            # take whole any block whose code points, and everything below them, lead back to the set.
-            i = first_child
-            while i < last_child:
-                block_end = min((i // CHILD_BLOCK + 1) * CHILD_BLOCK, <int64_t>last_child)
-                if i % CHILD_BLOCK == 0 and block_end - i == CHILD_BLOCK and self.subtree_loops(
+        use_blocks = self.set_loop_known[set_id] and (
+            self.set_loop_ascii[2 * set_id] or self.set_loop_ascii[2 * set_id + 1] or self.set_loop_non_ascii[set_id])
+        k = self.set_viable_start[set_id]
+        while k < self.set_viable_start[set_id] + 2 * self.set_viable_count[set_id]:
+            # the children whose code point lies in [viable_bounds[k], viable_bounds[k + 1]]
+            i = lower_bound(trie.child_cp + first_child, trie.child_cp + last_child,
+                            self.viable_bounds[k]) - trie.child_cp
+            range_end = upper_bound(trie.child_cp + i, trie.child_cp + last_child,
+                                    self.viable_bounds[k + 1]) - trie.child_cp
+            while i < range_end:
+                # A whole block of children whose code points, and everything below them,
+                # lead back to the set is taken at once.
+                if use_blocks and i % CHILD_BLOCK == 0 and i + CHILD_BLOCK <= range_end and self.subtree_loops(
                         set_id, trie.block_ascii[2 * (i // CHILD_BLOCK)],
                         trie.block_ascii[2 * (i // CHILD_BLOCK) + 1], trie.block_flags[i // CHILD_BLOCK]):
                     set_position_range(bits, trie.token_lo[trie.children[i]],
-                                       trie.token_hi[trie.children[block_end - 1]])
+                                       trie.token_hi[trie.children[i + CHILD_BLOCK - 1]])
+                    i += CHILD_BLOCK
                 else:
-                    while i < block_end:
-                        self.visit_child(trie, trie.children[i], set_id)
-                        i += 1
-                i = block_end
-            return 0
-        k = self.set_viable_start[set_id]
-        while k < self.set_viable_start[set_id] + 2 * self.set_viable_count[set_id]:
-            # children whose code point lies in [viable_bounds[k], viable_bounds[k + 1]]
-            i = lower_bound(trie.child_cp + first_child, trie.child_cp + last_child,
-                            self.viable_bounds[k]) - trie.child_cp
-            while i < last_child and trie.child_cp[i] <= self.viable_bounds[k + 1]:
-                self.visit_child(trie, trie.children[i], set_id)
-                i += 1
+                    self.visit_child(trie, trie.children[i], set_id)
+                    i += 1
             k += 2
         return 0
 
@@ -757,7 +755,8 @@ cdef class MatchContext:
             next_set = self.transition(set_id, cp)
             if next_set < 0:
                 return 0
-        if not (trie.below_flags[child] & SUBTREE_OVERLONG_END):
+        if not (trie.below_flags[child] & SUBTREE_OVERLONG_END) and (
+                self.set_loop_known[next_set] or trie.node_end[child] - child >= LOOP_TEST_MIN_NODES):
             if not self.set_loop_known[next_set]:
                 self.compute_loop(next_set)
             if self.subtree_loops(next_set, trie.below_ascii[2 * child], trie.below_ascii[2 * child + 1],
@@ -852,7 +851,9 @@ cdef class MatchContext:
         cdef bint allow_eog = False
         it = self.mask_slot.find(set_id)
         if it != self.mask_slot.end():
-            memcpy(out, self.mask_words.data() + deref(it).second, width * sizeof(uint32_t))
+            slot = deref(it).second
+            memcpy(out, self.mask_chunks[slot // MASKS_PER_CHUNK].data() + (slot % MASKS_PER_CHUNK) * width,
+                   width * sizeof(uint32_t))
             self.cached_masks += 1
             return 0
         self.fast_masks += 1
@@ -888,12 +889,18 @@ cdef class MatchContext:
             for k in range(<int64_t>self.eog_tokens.size()):
                 token = self.eog_tokens[k]
                 out[token >> 5] |= (<uint32_t>1) << (token & 31)
-        if (self.mask_words.size() + width) * sizeof(uint32_t) > MAX_MASK_CACHE_BYTES:
-            self.mask_words.clear()
+        # Masks live in fixed-size chunks, so storing one never moves the others.
+        if (<size_t>(self.n_cached_masks + 1) * width * sizeof(uint32_t)) > MAX_MASK_CACHE_BYTES:
+            self.mask_chunks.clear()
             self.mask_slot.clear()
-        slot = self.mask_words.size()
-        self.mask_words.insert(self.mask_words.end(), out, out + width)
+            self.n_cached_masks = 0
+        slot = self.n_cached_masks
+        if slot // MASKS_PER_CHUNK >= <int64_t>self.mask_chunks.size():
+            self.mask_chunks.push_back(vector[uint32_t]())
+            self.mask_chunks.back().reserve(MASKS_PER_CHUNK * width)  # reserved, not touched: no zero-fill
+        self.mask_chunks.back().insert(self.mask_chunks.back().end(), out, out + width)
         self.mask_slot[set_id] = slot
+        self.n_cached_masks += 1
         return 0
 
 

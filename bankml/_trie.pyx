@@ -79,6 +79,14 @@ _trie_cache = weakref.WeakKeyDictionary()
 
 
 def _cached(cache, vocab, build):
+    # A bankml Vocab keeps what is derived from it; any other vocabulary object is
+    # cached by weak reference when it allows one, and rebuilt each time otherwise.
+    derived = getattr(vocab, "_derived", None)
+    if isinstance(derived, dict):
+        key = id(cache)
+        if key not in derived:
+            derived[key] = build(vocab)
+        return derived[key]
     try:
         value = cache.get(vocab)
     except TypeError:

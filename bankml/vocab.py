@@ -706,7 +706,7 @@ class Vocab:
     """
 
     __slots__ = ("_pieces", "_eog_ids", "_eog_mask", "_attrs", "_special_text_to_id",
-                 "_piece_to_id", "_info")
+                 "_piece_to_id", "_info", "_derived", "__weakref__")
 
     def __init__(self, pieces: Sequence[bytes], eog_ids: Iterable[int]):
         pieces = list(pieces)
@@ -747,6 +747,9 @@ class Vocab:
         self._special_text_to_id = special_text_to_id
         self._piece_to_id = None
         self._info = info
+        # Structures the engine derives from the pieces (decoded code points, the trie),
+        # built on first use and kept with the vocabulary; never pickled.
+        self._derived = {}
 
     # -- pickling: arrays are rebuilt read-only; lookup caches are not stored.
     def __getstate__(self):
