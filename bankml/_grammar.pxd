@@ -124,7 +124,7 @@ cdef class Grammar:
     cdef readonly tuple trigger_patterns
     cdef list trigger_regexes
 
-    cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points,
+    cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points, size_t n_code_points,
                                  vector[node_t]& stacks_new) except -1 nogil
     cdef int collect_rejects(self, const vocab_view* vocab, const token_t* ids, int64_t n,
                              vector[grammar_candidate]& rejects, vector[uint32_t]& scratch) except -1 nogil

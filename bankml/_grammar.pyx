@@ -45,7 +45,9 @@ cdef extern from *:
 # Node 0 of every pool is the empty stack.
 cdef node_t EMPTY_STACK = 0
 # Bounds on what one matcher may hold; llama.cpp has none and grows until memory runs out.
-DEFAULT_MAX_STACKS = 65536
+# llama.cpp has no bound; its de-duplication (and bankml's, kept identical in order) is quadratic in the
+# stack count, and a state with thousands of stacks already costs llama.cpp seconds per mask.
+DEFAULT_MAX_STACKS = 4096
 cdef size_t MAX_NODES = 1 << 24
 # New matchers start a fresh context once the shared one holds this many nodes.
 cdef size_t CONTEXT_NODE_BUDGET = 1 << 22
@@ -958,7 +960,7 @@ cdef class Grammar:
             trigger_patterns = (_trigger_words_pattern(trigger_words),)
         self.trigger_patterns = trigger_patterns
         try:
-            self.trigger_regexes = [re.compile(p.encode("utf-8") if isinstance(p, str) else p)
+            self.trigger_regexes = [re.compile(_ecmascript_to_python(p.encode("utf-8") if isinstance(p, str) else p))
                                     for p in trigger_patterns]
         except re.error as err:
             raise GrammarError(f"invalid trigger pattern: {err}") from None
@@ -994,11 +996,11 @@ cdef class Grammar:
                 PyThread_release_lock(ctx.lock)
         self.active_stacks.swap(stacks)
 
-    cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points,
+    cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points, size_t n_code_points,
                                  vector[node_t]& stacks_new) except -1 nogil:
         cdef const grammar_element* elements = self.rules.elements.data()
         cdef vector[node_t] current_stacks, next_stacks
-        cdef const uint32_t* cp
+        cdef size_t c
         cdef node_t stack, next_stack
         cdef position_t pos
         cdef size_t i, j
@@ -1016,17 +1018,21 @@ cdef class Grammar:
             else:
                 current_stacks.clear()
                 current_stacks.push_back(stack)
-                cp = code_points
-                while cp[0] != 0:
+                # every decoded code point, a 0 from an overlong C0 80 included (llama.cpp counts them)
+                for c in range(n_code_points):
                     next_stacks.clear()
                     for j in range(current_stacks.size()):
-                        self.ctx.accept_chr(current_stacks[j], cp[0], next_stacks)
+                        self.ctx.accept_chr(current_stacks[j], code_points[c], next_stacks)
                     current_stacks.swap(next_stacks)
                     if current_stacks.empty():
                         break
-                    cp += 1
                 for j in range(current_stacks.size()):
                     add_unique(stacks_new, current_stacks[j])
+            if stacks_new.size() > self.ctx.max_stacks:
+                with gil:
+                    raise GrammarError(
+                        f"grammar state exceeds {self.ctx.max_stacks} stacks (max_stacks); "
+                        "the grammar is too ambiguous at this point")
         return 0
 
     cdef int collect_rejects(self, const vocab_view* vocab, const token_t* ids, int64_t n,
@@ -1234,7 +1240,7 @@ cdef class Grammar:
             partial = decode_utf8(raw, size, self.partial, code_points)
             PyThread_acquire_lock(ctx.lock, 1)
             try:
-                self.accept_token_stacks(token, code_points.data(), stacks_new)
+                self.accept_token_stacks(token, code_points.data(), code_points.size() - 1, stacks_new)
             finally:
                 PyThread_release_lock(ctx.lock)
         if stacks_new.empty():
@@ -1349,14 +1355,17 @@ cdef class Grammar:
             return
 
     def _snapshot(self):
-        return (list(self.active_stacks), self.partial.value, self.partial.n_remain, self.awaiting_trigger)
+        return (list(self.active_stacks), self.partial.value, self.partial.n_remain, self.awaiting_trigger,
+                bytearray(self.trigger_bytes), list(self.trigger_buffer_positions))
 
     def _restore(self, snapshot):
-        stacks, value, n_remain, awaiting = snapshot
+        stacks, value, n_remain, awaiting, trigger_bytes, positions = snapshot
         self.active_stacks = stacks
         self.partial.value = value
         self.partial.n_remain = n_remain
         self.awaiting_trigger = awaiting
+        self.trigger_bytes = trigger_bytes
+        self.trigger_buffer_positions = positions
 
     # -- state -----------------------------------------------------------------
     @property
@@ -1454,6 +1463,47 @@ cdef class Grammar:
                 f"awaiting_trigger={self.awaiting_trigger}>")
 
 
+def _ecmascript_to_python(bytes pattern):
+    """Rewrite the two constructs whose meaning differs between std::regex (ECMAScript, no multiline)
+    and Python's re: `$` matches only at the very end, and `.` matches neither \\n nor \\r."""
+    out = bytearray()
+    i = 0
+    n = len(pattern)
+    in_class = False
+    while i < n:
+        c = pattern[i]
+        if c == 0x5C and i + 1 < n:  # backslash: copy the escape as it is
+            out += pattern[i:i + 2]
+            i += 2
+            continue
+        if in_class:
+            if c == 0x5D:  # ]
+                in_class = False
+            out.append(c)
+        elif c == 0x5B:  # [
+            if pattern[i:i + 2] == b"[]":  # ECMAScript's empty class matches nothing
+                out += b"(?!)"
+                i += 2
+                continue
+            if pattern[i:i + 3] == b"[^]":  # and its negation matches anything
+                out += b"[\\s\\S]"
+                i += 3
+                continue
+            in_class = True
+            out.append(c)
+            if i + 1 < n and pattern[i + 1] == 0x5E:  # [^
+                out.append(0x5E)
+                i += 1
+        elif c == 0x2E:  # .
+            out += b"[^\\n\\r]"
+        elif c == 0x24:  # $
+            out += b"\\Z"
+        else:
+            out.append(c)
+        i += 1
+    return bytes(out)
+
+
 def _trigger_start(regex, pattern, bytes buffer):
     """llama_grammar_trigger_pattern::find: where the constrained text starts, or None."""
     match = None
@@ -1473,7 +1523,8 @@ def _trigger_start(regex, pattern, bytes buffer):
 
 def _check_logits(logits, expected):
     if not isinstance(logits, np.ndarray) or logits.dtype != np.float32 or logits.shape != (expected,) \
-            or not logits.flags.writeable:
+            or not logits.flags.writeable or not logits.flags.c_contiguous:
         raise ValueError(
-            f"Invalid logits: expected writable float32 of shape ({expected},), got "
-            f"{getattr(logits, 'dtype', type(logits).__name__)} of shape {getattr(logits, 'shape', None)}")
+            f"Invalid logits: expected writable C-contiguous float32 of shape ({expected},), got "
+            f"{getattr(logits, 'dtype', type(logits).__name__)} of shape {getattr(logits, 'shape', None)}"
+            + ("" if not isinstance(logits, np.ndarray) or logits.flags.c_contiguous else ", not contiguous"))

@@ -1,0 +1,349 @@
+"""Property test: the fast mask path equals the reference path on many random states.
+
+``Grammar.allowed_ids()`` (and ``fill_next_token_bitmask``) walk a trie of the
+vocabulary with memoized stack sets; ``allowed_ids(reference=True)`` runs
+llama.cpp's ``llama_grammar_reject_candidates`` token by token. They must give
+the same set of token ids in every state. The states come from seeded random
+walks (random allowed tokens; a token whose accept raises on a clone is
+skipped), so every run checks the same states:
+
+(a) a hand-made random vocabulary of several hundred pieces (ASCII, UTF-8
+    fragments of 2-4 byte characters split at every point, every single byte
+    0x80-0xFF, quotes/backslashes/newlines, overlong sequences, empty and NUL
+    pieces, duplicates, a few end-of-generation ids) against every grammar of
+    tests/data/grammars plus a few with token terminals, with extra states left
+    mid-character by ``accept_bytes`` and states after an invalid byte;
+(b) the real Qwen2 vocabulary (tests/data/ggml-vocab-qwen2.gguf) on json.gbnf
+    and c.gbnf, about a hundred states (the reference path costs 15-200 ms per
+    state there).
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import random
+import time
+
+import numpy as np
+import pytest
+
+from bankml import Grammar, GrammarError, Vocab, mask_hash
+
+DATA = pathlib.Path(__file__).parent / "data"
+GRAMMAR_DIR = DATA / "grammars"
+QWEN2 = DATA / "ggml-vocab-qwen2.gguf"
+SEED = 20250601
+
+# ---------------------------------------------------------------------------
+# the random vocabulary
+
+# characters of 2, 3 and 4 UTF-8 bytes the grammars care about (classes, ranges, negations)
+MULTIBYTE_CHARS = [
+    "é", "ß", "Ü", "«", "»", "\u0085", "ö",            # 2 bytes
+    "中", "一", "鿿", "ぁ", "ゟ", "ァ", "ヿ", "、", "〾",  # 3 bytes
+    "\u2028", "\u2029", "❤", "\ufe0f", "日", "本",
+    "😀", "🙏", "🙐", "🌀", "🗿", "𝄞", "\U0010ffff",   # 4 bytes
+]
+SPECIAL_TEXTS = ["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<zz>"]
+
+
+def walk_documents():
+    walks = json.loads((DATA / "oracle_walks.json").read_text(encoding="utf-8"))["walks"]
+    docs = {}
+    for walk in walks:
+        for doc in walk["documents"]:
+            doc = doc.replace("{START}", "<|im_start|>").replace("{END}", "<|im_end|>")
+            docs.setdefault(walk["grammar"], []).append(doc)
+    return docs
+
+
+def utf8_fragments(ch):
+    raw = ch.encode("utf-8")
+    return [raw[i:j] for i in range(len(raw)) for j in range(i + 1, len(raw) + 1)]
+
+
+def build_random_vocab(seed):
+    """Several hundred pieces and three eog ids, shuffled by a seeded generator."""
+    rng = random.Random(seed)
+    pieces = []
+    pieces += [bytes([c]) for c in range(0x20, 0x7F)] + [b"\t", b"\n", b"\r", b"\x0b", b"\x0c"]
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCXYZ0123456789 _-+*/=.,:;!?()[]{}<>\"'\\\n\t#@"
+    for _ in range(120):
+        pieces.append("".join(rng.choice(alphabet) for _ in range(rng.randint(2, 7))).encode())
+    for docs in walk_documents().values():
+        for doc in docs:
+            raw = doc.encode("utf-8")
+            pos = 0
+            while pos < len(raw):  # chunks cut at byte boundaries, so characters get split too
+                n = rng.randint(1, 6)
+                pieces.append(raw[pos:pos + n])
+                pos += n
+    for ch in MULTIBYTE_CHARS:
+        pieces += utf8_fragments(ch)
+        pieces.append((ch * 2).encode())
+    pieces += [bytes([b]) for b in range(0x80, 0x100)]
+    pieces += [b'"', b'\\', b'\\"', b'"\\', b'\\\\', b'\\n', b'\\u', b'\\u00', b'"\n', b'\n\n', b'\r\n', b'":',
+               b'", "', b'"}', b'\\x', b'\'"', b'\n"', b' "\\', b'\\t"', b'\\"}']
+    for _ in range(40):  # ASCII glued to character fragments
+        frag = rng.choice(utf8_fragments(rng.choice(MULTIBYTE_CHARS)))
+        word = "".join(rng.choice("abcxyz \"{}[]\n") for _ in range(rng.randint(1, 3))).encode()
+        pieces.append(word + frag if rng.random() < 0.5 else frag + word)
+    pieces += [t.encode() for t in SPECIAL_TEXTS]
+    pieces += [b"\xc0\x80", b"\xc1\xbf", b"\xc0", b"\xc1", b"a\xc0\x80b", b"\xe0\x80", b"\xf0\x80\x80",
+               b"\xf8\x88", b"\xff\xfe"]
+    pieces += [b"\x00", b"\x00a", b"a\x00", b"a\x00b", b"", b""]
+    pieces += [rng.choice(pieces) for _ in range(20)]  # duplicates
+    rng.shuffle(pieces)
+    # end of generation: a usual one, an empty one, and one spelling "a"
+    eog = []
+    for p in (b"</s>", b"", b"a"):
+        pieces.append(p)
+        eog.append(len(pieces) - 1)
+    order = list(range(len(pieces)))
+    rng.shuffle(order)
+    shuffled = [pieces[i] for i in order]
+    eog_ids = [order.index(i) for i in eog]
+    return Vocab(shuffled, eog_ids)
+
+
+def grammar_texts(vocab):
+    """name -> GBNF text: the data grammars plus a few with token terminals for this vocabulary."""
+    start = vocab.token_for_text(b"<|im_start|>")
+    end = vocab.token_for_text(b"<|im_end|>")
+    texts = {path.name: path.read_text(encoding="utf-8") for path in sorted(GRAMMAR_DIR.glob("*.gbnf"))}
+    tokens = (GRAMMAR_DIR / "tokens.gbnf.in").read_text(encoding="utf-8")
+    texts["tokens.gbnf.in"] = (tokens.replace("{START_ID}", str(start)).replace("{END_ID}", str(end))
+                               .replace("{START}", "<|im_start|>"))
+    texts["token_not_newline"] = f'root ::= "\\n" (!<[{end}]>)* <[{end}]>'
+    texts["token_mixed"] = (f'root ::= ( <[{start}]> | "x" !<[{end}]> [a-z]* | [0-9]+ <[{end}]> | <zz> . )+ "."?\n')
+    texts["token_lines"] = f'root ::= ( [^\\n]* "\\n" | <[{end}]> . | !<[{start}]> "é" )* <[{start}]>'
+    texts["token_tool"] = f'root ::= "<tool_call>" ( !<[{end}]> )* "</tool_call>" ws\nws ::= [ \\t\\n]*'
+    return texts
+
+
+# ---------------------------------------------------------------------------
+# comparing the two paths
+
+class Checker:
+    def __init__(self):
+        self.states = 0
+        self.partial_states = 0
+        self.invalid_states = 0
+        self.fresh_fast_masks = 0  # states whose fast mask was computed, not taken from the cache
+        self.distinct = set()  # distinct masks
+        self.distinct_states = set()  # distinct (stacks, partial UTF-8) states
+
+    def compare(self, g, where):
+        """Assert fast == reference in g's current state; return the allowed ids."""
+        fast_before = g.fast_masks
+        fast = g.allowed_ids()
+        self.fresh_fast_masks += g.fast_masks - fast_before
+        reference = g.allowed_ids(reference=True)
+        if mask_hash(fast) != mask_hash(reference):
+            pieces = g.vocab.pieces
+            f, r = set(fast.tolist()), set(reference.tolist())
+            extra = sorted(f - r)[:10]
+            missing = sorted(r - f)[:10]
+            pytest.fail(
+                f"fast path != reference path at {where}\n"
+                f"  partial_utf8={g.partial_utf8} n_stacks={g.n_stacks} complete={g.complete}\n"
+                f"  fast allows {len(f)}, reference allows {len(r)}\n"
+                f"  allowed only by the fast path (first ids): {[(i, pieces[i]) for i in extra]}\n"
+                f"  allowed only by the reference path (first ids): {[(i, pieces[i]) for i in missing]}")
+        n = g.vocab.n_vocab
+        bitmask = np.zeros((n + 31) // 32, dtype=np.int32)
+        g.fill_next_token_bitmask(bitmask)
+        bits = np.unpackbits(bitmask.view(np.uint8), bitorder="little")
+        assert not bits[n:].any(), f"bitmask bits past n_vocab set at {where}"
+        from_bits = np.flatnonzero(bits[:n])
+        assert np.array_equal(from_bits, reference), (
+            f"fill_next_token_bitmask != reference path at {where}: "
+            f"first differing ids {sorted(set(from_bits.tolist()) ^ set(reference.tolist()))[:10]}")
+        self.states += 1
+        self.distinct.add(mask_hash(reference))
+        value, n_remain = g.partial_utf8
+        self.distinct_states.add((id(g.vocab), repr(g.stacks), value if n_remain > 0 else 0, n_remain))
+        if g.partial_utf8[1] > 0:
+            self.partial_states += 1
+        elif g.partial_utf8[1] < 0:
+            self.invalid_states += 1
+        return reference
+
+
+def try_accept(g, token):
+    """Accept token if the grammar takes it (checked on a clone first); return whether it did."""
+    probe = g.clone()
+    try:
+        probe.accept(token)
+    except GrammarError:
+        return False
+    g.accept(token)
+    return True
+
+
+def random_walk(g, rng, checker, label, max_steps, extra_partial=True):
+    """One seeded random walk from g's state; compares both paths in every state it passes."""
+    history = []
+    pieces = g.vocab.pieces
+    eog = set(g.vocab.eog_ids)
+    for step in range(max_steps):
+        where = f"{label}, after {[pieces[t] if isinstance(t, int) else t for t in history]}"
+        allowed = checker.compare(g, where).tolist()
+        if extra_partial and g.partial_utf8[1] <= 0 and rng.random() < 0.08:
+            # leave the state mid-character (or after an invalid byte) with accept_bytes, compare, go on
+            probe = g.clone()
+            raw = rng.choice([b"\x80", b"\xbf"] + [f for ch in MULTIBYTE_CHARS for f in utf8_fragments(ch)
+                                                   if f[0] >= 0xC0 and len(f) < len(ch.encode())])
+            try:
+                probe.accept_bytes(raw)
+            except GrammarError:
+                pass
+            else:
+                checker.compare(probe, f"{where} + accept_bytes({raw!r})")
+                if rng.random() < 0.5:
+                    g = probe
+                    history.append(raw)
+                    continue
+        choices = [t for t in allowed if t not in eog]
+        if not choices or (g.complete and rng.random() < 0.05):
+            return
+        rng.shuffle(choices)
+        if rng.random() < 0.5:
+            # half the time prefer short pieces, so that walks also take the rare structural
+            # characters (quotes, brackets) instead of staying inside strings and comments
+            choices.sort(key=lambda t: len(pieces[t]) > 1)
+        for token in choices[:20]:
+            if try_accept(g, token):
+                history.append(token)
+                break
+        else:
+            return
+
+
+def test_random_vocabulary_is_varied():
+    v = build_random_vocab(SEED)
+    pieces = v.pieces
+    assert 500 <= len(pieces) <= 1200
+    assert len(v.eog_ids) == 3
+    assert b"" in pieces and b"\x00" in pieces
+    assert len(set(pieces)) < len(pieces)  # duplicates
+    assert all(bytes([b]) in pieces for b in range(0x80, 0x100))
+    assert b"\xe4\xb8" in pieces and b"\xb8\xad" in pieces and b"\xf0\x9f\x98" in pieces
+
+
+RANDOM_GRAMMARS = sorted(grammar_texts(build_random_vocab(SEED)))
+# Three vocabularies (three tries with different shapes), the states split between them.
+VOCAB_SEEDS = (SEED, SEED + 1, SEED + 2)
+STATES_PER_VOCAB = 75
+
+
+@pytest.fixture(scope="module")
+def random_vocabs():
+    return [build_random_vocab(seed) for seed in VOCAB_SEEDS]
+
+
+@pytest.fixture(scope="module")
+def random_vocab(random_vocabs):
+    return random_vocabs[0]
+
+
+@pytest.mark.parametrize("name", RANDOM_GRAMMARS)
+def test_fast_path_equals_reference_random_vocab(random_vocabs, name):
+    docs = walk_documents().get(name, [])
+    checker = Checker()
+    walks = 0
+    for vocab_seed, vocab in zip(VOCAB_SEEDS, random_vocabs):
+        text = grammar_texts(vocab)[name]
+        rng = random.Random(f"{vocab_seed}/{name}")
+        target = checker.states + STATES_PER_VOCAB
+        vocab_walks = 0
+        while checker.states < target and vocab_walks < 100:
+            vocab_walks += 1
+            g = Grammar(text, vocab)  # a fresh matcher: its memoized sets start empty
+            label = f"grammar {name}, vocabulary seed {vocab_seed}, walk {vocab_walks}"
+            if docs and rng.random() < 0.5:
+                # start part-way through a document of the grammar's language (maybe mid-character)
+                raw = rng.choice(docs).encode("utf-8")
+                prefix = raw[:rng.randint(0, len(raw))]
+                probe = g.clone()
+                try:
+                    probe.accept_bytes(prefix)
+                except GrammarError:
+                    pass
+                else:
+                    g = probe
+                    label += f", prefilled {prefix!r}"
+            random_walk(g, rng, checker, label, max_steps=rng.randint(10, 60))
+        walks += vocab_walks
+    print(f"{name}: {checker.states} states ({checker.partial_states} mid-character, "
+          f"{checker.invalid_states} after an invalid byte; {len(checker.distinct_states)} distinct states, "
+          f"{len(checker.distinct)} distinct masks, {checker.fresh_fast_masks} fast masks computed afresh) "
+          f"in {walks} walks")
+    assert checker.states >= STATES_PER_VOCAB * len(VOCAB_SEEDS)
+    assert checker.fresh_fast_masks >= 1  # the trie walk itself ran, not only a cache
+
+
+def test_fast_path_after_invalid_and_partial_bytes(random_vocab):
+    """States reached by accept_bytes: open sequences of every length, and n_remain -1."""
+    rng = random.Random(f"{SEED}/bytes")
+    checker = Checker()
+    texts = grammar_texts(random_vocab)
+    for name in ("unicode.gbnf", "japanese.gbnf", "list.gbnf", "json.gbnf", "comments_crlf.gbnf", "token_lines"):
+        g = Grammar(texts[name], random_vocab)
+        for ch in MULTIBYTE_CHARS:
+            raw = ch.encode("utf-8")
+            for cut in range(1, len(raw)):
+                probe = g.clone()
+                probe.accept_bytes(raw[:cut])  # no whole code point: never raises
+                assert probe.partial_utf8[1] == len(raw) - cut
+                allowed = checker.compare(probe, f"{name} + accept_bytes({raw[:cut]!r})")
+                # and after one completion token chosen at random
+                completions = [t for t in allowed.tolist() if t not in random_vocab.eog_ids]
+                if completions:
+                    t = rng.choice(completions)
+                    if try_accept(probe, t):
+                        checker.compare(probe, f"{name} + accept_bytes({raw[:cut]!r}) + {random_vocab.pieces[t]!r}")
+        for stray in (b"\x80", b"\xbf", b"\xa0"):
+            probe = g.clone()
+            probe.accept_bytes(stray)
+            assert probe.partial_utf8 == (0, -1)
+            checker.compare(probe, f"{name} + accept_bytes({stray!r})")
+    assert checker.partial_states >= 6 * 40
+    assert checker.invalid_states >= 6 * 3
+    print(f"accept_bytes states: {checker.states} ({checker.partial_states} mid-character, "
+          f"{checker.invalid_states} after an invalid byte)")
+
+
+# ---------------------------------------------------------------------------
+# (b) the real Qwen2 vocabulary
+
+@pytest.fixture(scope="module")
+def qwen2():
+    return Vocab.from_gguf(QWEN2)
+
+
+@pytest.mark.parametrize("name, n_states", [("json.gbnf", 55), ("c.gbnf", 50)])
+def test_fast_path_equals_reference_qwen2(qwen2, name, n_states):
+    text = (GRAMMAR_DIR / name).read_text(encoding="utf-8")
+    docs = walk_documents()[name]
+    rng = random.Random(f"{SEED}/qwen2/{name}")
+    checker = Checker()
+    started = time.perf_counter()
+    walks = 0
+    while checker.states < n_states and walks < 50:
+        walks += 1
+        g = Grammar(text, qwen2)
+        raw = rng.choice(docs).encode("utf-8")
+        prefix = raw[:rng.randint(0, len(raw))]
+        try:
+            g.accept_bytes(prefix)
+        except GrammarError:
+            g = Grammar(text, qwen2)
+            prefix = b""
+        random_walk(g, rng, checker, f"qwen2 {name}, walk {walks}, prefilled {prefix!r}",
+                    max_steps=min(4, n_states - checker.states), extra_partial=walks % 4 == 0)
+    elapsed = time.perf_counter() - started
+    print(f"qwen2 {name}: {checker.states} states ({checker.partial_states} mid-character; "
+          f"{len(checker.distinct_states)} distinct states, {len(checker.distinct)} distinct masks, "
+          f"{checker.fresh_fast_masks} fast masks computed afresh) in {walks} walks, {elapsed:.1f} s")
+    assert checker.states >= n_states
