@@ -1528,3 +1528,36 @@ def _check_logits(logits, expected):
             f"Invalid logits: expected writable C-contiguous float32 of shape ({expected},), got "
             f"{getattr(logits, 'dtype', type(logits).__name__)} of shape {getattr(logits, 'shape', None)}"
             + ("" if not isinstance(logits, np.ndarray) or logits.flags.c_contiguous else ", not contiguous"))
+
+
+_batch_pool = None
+
+
+def fill_next_token_bitmasks(grammars, bitmask, max_workers=None):
+    """Fill row i of a (len(grammars), (n_vocab + 31) // 32) int32 bitmask for grammars[i], across threads.
+
+    Each mask runs without the GIL, so rows fill in parallel (matchers that share a
+    MatchContext take turns on its lock). Returns the bitmask.
+    """
+    global _batch_pool
+    grammars = list(grammars)
+    if not isinstance(bitmask, np.ndarray) or bitmask.ndim != 2 or bitmask.shape[0] < len(grammars):
+        raise ValueError(f"Invalid bitmask: expected int32 of shape ({len(grammars)}, width), got "
+                         f"{getattr(bitmask, 'dtype', type(bitmask).__name__)} of shape {getattr(bitmask, 'shape', None)}")
+    for grammar in grammars:
+        if not isinstance(grammar, Grammar):
+            raise TypeError(f"expected Grammar matchers, got {type(grammar).__name__}")
+    if len(grammars) <= 1 or max_workers == 1:
+        for index, grammar in enumerate(grammars):
+            grammar.fill_next_token_bitmask(bitmask, index)
+        return bitmask
+    if _batch_pool is None:
+        import concurrent.futures
+        import os
+        _batch_pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers or os.cpu_count() or 2,
+                                                            thread_name_prefix="bankml-mask")
+    futures = [_batch_pool.submit(grammar.fill_next_token_bitmask, bitmask, index)
+               for index, grammar in enumerate(grammars)]
+    for future in futures:
+        future.result()
+    return bitmask
