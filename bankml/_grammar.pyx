@@ -822,19 +822,18 @@ cdef class MatchContext:
             else:
                 intervals.push_back(pair[uint32_t, uint32_t](cursor, top_value))
         sort(intervals.begin(), intervals.end())
+        # merge overlapping and touching intervals
         self.set_viable_start[set_id] = <int64_t>self.viable_bounds.size()
         for j in range(intervals.size()):
-            if self.set_viable_count[set_id] > 0 and \
-                    intervals[j].first <= self.viable_bounds[self.viable_bounds.size() - 1] + 1 and \
-                    self.viable_bounds[self.viable_bounds.size() - 1] != top_value:
-                if intervals[j].second > self.viable_bounds[self.viable_bounds.size() - 1]:
-                    self.viable_bounds[self.viable_bounds.size() - 1] = intervals[j].second
-            elif self.set_viable_count[set_id] > 0 and self.viable_bounds[self.viable_bounds.size() - 1] == top_value:
-                pass
-            else:
-                self.viable_bounds.push_back(intervals[j].first)
-                self.viable_bounds.push_back(intervals[j].second)
-                self.set_viable_count[set_id] += 1
+            if self.set_viable_count[set_id] > 0:
+                last = self.viable_bounds[self.viable_bounds.size() - 1]
+                if last == top_value or intervals[j].first <= last + 1:
+                    if intervals[j].second > last:
+                        self.viable_bounds[self.viable_bounds.size() - 1] = intervals[j].second
+                    continue
+            self.viable_bounds.push_back(intervals[j].first)
+            self.viable_bounds.push_back(intervals[j].second)
+            self.set_viable_count[set_id] += 1
         return 0
 
     cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil:

@@ -19,3 +19,16 @@ class GrammarError(ValueError):
             if context:
                 message += f": {context!r}"
         super().__init__(message)
+
+
+class SchemaError(ValueError):
+    """A JSON schema that llama.cpp's converter refuses (or that bankml refuses before converting: text that
+    is not JSON, nesting deeper than bankml.schema.MAX_JSON_DEPTH).
+
+    The message is llama.cpp's (``"JSON schema conversion failed:\\n..."``); ``pointer`` is the JSON pointer
+    of the offending node as llama.cpp writes it in that message (``"#"``, ``"#/properties/a"``, ...).
+    """
+
+    def __init__(self, message, pointer="#"):
+        self.pointer = pointer
+        super().__init__(message)

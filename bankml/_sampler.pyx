@@ -1,0 +1,1251 @@
+# Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+"""The sampling chain: llama-server's samplers, drawing the same token ids as the pinned libllama.
+
+Owns the candidate array, every sampler of the chain (src/llama-sampler.cpp), their generators and
+histories, and the draw-check-redraw loop of common_sampler_sample (common/sampling.cpp) with
+grammar_first=false. It does not own the grammar: it asks a ``bankml.Grammar`` whether the drawn token
+is allowed and, on a rejection, for the mask; accepting a token advances both.
+
+Floating-point expressions keep llama.cpp's types (float where it computes in float, double where it
+promotes) so every intermediate rounds the same way; sorts call the same std::sort / std::partial_sort
+so ties break the same way; generators are std::mt19937 drawn through the same std distributions.
+"""
+import math
+import numbers
+
+import numpy as np
+cimport numpy as cnp
+from cython.operator cimport dereference as deref, preincrement as inc
+from libc.math cimport INFINITY, exp, expf, fabsf, log, log2f, logf, pow, powf, sqrt
+from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.string cimport memcpy
+from libcpp.random cimport mt19937, uniform_real_distribution
+from libcpp.unordered_map cimport unordered_map
+from libcpp.vector cimport vector
+
+from bankml._typedefs cimport token_t
+
+cnp.import_array()
+
+LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+DEFAULT_SAMPLERS = "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature"
+
+cdef float FLT_MAX_VALUE = 3.4028234663852886e38
+
+
+cdef extern from "<chrono>" namespace "std::chrono" nogil:
+    cdef cppclass system_clock_duration "std::chrono::system_clock::duration":
+        long long count()
+    cdef cppclass system_clock_time_point "std::chrono::system_clock::time_point":
+        system_clock_duration time_since_epoch()
+    system_clock_time_point system_clock_now "std::chrono::system_clock::now"()
+
+
+cdef extern from "<random>" namespace "std" nogil:
+    cdef cppclass random_device_entropy "std::random_device":
+        random_device_entropy()
+        double entropy()
+        uint32_t operator()()
+
+
+# --- seeds and generators --------------------------------------------------------
+
+cdef uint32_t get_rng_seed(uint32_t seed) noexcept nogil:
+    # LLAMA_DEFAULT_SEED means "random": std::random_device, or the clock where the device is a PRNG
+    cdef random_device_entropy* device
+    cdef uint32_t value
+    if seed != 0xFFFFFFFFU:
+        return seed
+    device = new random_device_entropy()
+    if device.entropy() == 0:
+        value = <uint32_t>system_clock_now().time_since_epoch().count()
+    else:
+        value = deref(device)()
+    del device
+    return value
+
+
+cdef class Rng:
+    """std::mt19937 as explicit state: seeded, cloneable, drawn through the std distributions llama.cpp uses.
+
+    ``Rng(seed)`` seeds it the way llama_sampler_init_dist does (LLAMA_DEFAULT_SEED = 0xFFFFFFFF or -1 picks
+    a random seed; ``seed`` then holds the seed actually used).
+    """
+
+    def __init__(self, seed=5489):
+        self.seed = get_rng_seed(_as_seed(seed, "seed"))
+        self.rng.seed(self.seed)
+
+    def next_u32(self):
+        """The next raw 32-bit output."""
+        return self.rng()
+
+    def uniform(self):
+        """std::uniform_real_distribution<double>(0, 1): the draw llama_sampler_dist makes (two outputs)."""
+        cdef uniform_real_distribution[double] dist = uniform_real_distribution[double](0.0, 1.0)
+        return dist(self.rng)
+
+    def uniform_float(self):
+        """std::uniform_real_distribution<float>(0, 1): the draw the XTC sampler makes (one output)."""
+        cdef uniform_real_distribution[float] dist = uniform_real_distribution[float](0.0, 1.0)
+        return dist(self.rng)
+
+    def discrete(self, weights):
+        """std::discrete_distribution<int> over the weights (float32, as llama_sample_dist passes them)."""
+        cdef cnp.ndarray w = np.ascontiguousarray(weights, dtype=np.float32).astype(np.float64)
+        cdef const double[::1] view = w
+        if w.shape[0] == 0:
+            raise ValueError("Invalid weights: expected at least one")
+        return _discrete_draw(&view[0], w.shape[0], self.rng)
+
+    def discard(self, unsigned long long n):
+        cdef unsigned long long i
+        for i in range(n):
+            self.rng()
+
+    def clone(self):
+        cdef Rng other = Rng.__new__(Rng)
+        other.rng = self.rng
+        other.seed = self.seed
+        return other
+
+    def __reduce__(self):
+        raise TypeError("Rng is not picklable; use clone()")
+
+
+cdef int _discrete_draw(const double* weights, size_t n, mt19937& rng) except -1 nogil:
+    cdef discrete_distribution[int]* dist = new discrete_distribution[int](weights, weights + n)
+    cdef int result = deref(dist)(rng)
+    del dist
+    return result
+
+
+def _as_seed(seed, name):
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(f"Invalid {name}: expected an integer in [-1, 4294967295], got {seed!r}")
+    seed = int(seed)
+    if seed == -1:
+        return 0xFFFFFFFF
+    if not 0 <= seed <= 0xFFFFFFFF:
+        raise ValueError(f"Invalid {name}: expected an integer in [-1, 4294967295], got {seed}")
+    return seed
+
+
+# --- llama.cpp's ring_buffer<llama_token> ------------------------------------------
+
+cdef inline void ring_init(token_ring& ring, size_t capacity) noexcept nogil:
+    ring.data.assign(capacity, 0)
+    ring.capacity = capacity
+    ring.sz = 0
+    ring.first = 0
+    ring.pos = 0
+
+
+cdef inline void ring_clear(token_ring& ring) noexcept nogil:
+    ring.sz = 0
+    ring.first = 0
+    ring.pos = 0
+
+
+cdef inline void ring_push_back(token_ring& ring, token_t value) noexcept nogil:
+    if ring.capacity == 0:
+        return
+    if ring.sz == ring.capacity:
+        ring.first = (ring.first + 1) % ring.capacity
+    else:
+        ring.sz += 1
+    ring.data[ring.pos] = value
+    ring.pos = (ring.pos + 1) % ring.capacity
+
+
+cdef inline token_t ring_rat(const token_ring& ring, size_t i) noexcept nogil:
+    # the i-th most recent entry (0 = the newest)
+    return ring.data[(ring.first + ring.sz - i - 1) % ring.capacity]
+
+
+# --- sorting (llama_token_data_array_partial_sort and _inplace) -------------------------
+
+cdef void llama_token_data_array_partial_sort(const llama_token_data_array* cur, int npartial,
+                                              vector[llama_token_data]& res) noexcept nogil:
+    # bucket the logits into 128 bins over [-10, 10], keep the top bins holding >= npartial, sort those
+    cdef int nbuckets = 128
+    cdef float bucket_low = -10.0
+    cdef float bucket_high = 10.0
+    cdef float bucket_scale = <float>nbuckets / (bucket_high - bucket_low)
+    cdef float bucket_inter = -bucket_low * bucket_scale
+    cdef vector[int] bucket_idx
+    cdef vector[int] histo
+    cdef vector[llama_token_data*] bucket_ptrs
+    cdef int i, ib, j, nhave, ndone
+    cdef int n = <int>cur.size
+    cdef float val
+    cdef llama_token_data* ptr
+    histo.assign(nbuckets, 0)
+    bucket_idx.resize(n)
+    for i in range(n):
+        val = cur.data[i].logit
+        ib = <int>(bucket_scale * val + bucket_inter)
+        if ib > nbuckets - 1:
+            ib = nbuckets - 1
+        if ib < 0:
+            ib = 0
+        bucket_idx[i] = ib
+        histo[ib] += 1
+    nhave = 0
+    ib = nbuckets - 1
+    while ib >= 0:
+        nhave += histo[ib]
+        if nhave >= npartial:
+            break
+        ib -= 1
+    res.resize(nhave)
+    ptr = res.data()
+    bucket_ptrs.reserve(nbuckets - ib)
+    j = nbuckets - 1
+    while j >= ib:
+        bucket_ptrs.push_back(ptr)
+        ptr += histo[j]
+        j -= 1
+    for i in range(n):
+        j = bucket_idx[i]
+        if j >= ib:
+            bucket_ptrs[nbuckets - 1 - j][0] = cur.data[i]
+            bucket_ptrs[nbuckets - 1 - j] += 1
+    ptr = res.data()
+    ndone = 0
+    j = nbuckets - 1
+    while j > ib:
+        bankml_sort_by_logit(ptr, ptr + histo[j])
+        ptr += histo[j]
+        ndone += histo[j]
+        j -= 1
+    bankml_partial_sort_by_logit(ptr, ptr + npartial - ndone, ptr + histo[ib])
+
+
+cdef void llama_token_data_array_partial_sort_inplace(llama_token_data_array* cur_p, int npartial,
+                                                      vector[llama_token_data]& tmp) noexcept nogil:
+    if npartial <= 128:
+        bankml_partial_sort_by_logit(cur_p.data, cur_p.data + npartial, cur_p.data + cur_p.size)
+        cur_p.size = npartial
+        cur_p.sorted = True
+        return
+    llama_token_data_array_partial_sort(cur_p, npartial, tmp)
+    memcpy(cur_p.data, tmp.data(), npartial * sizeof(llama_token_data))
+    cur_p.size = npartial
+    cur_p.sorted = True
+
+
+# --- the samplers -----------------------------------------------------------------------
+
+cdef void llama_sampler_temp_impl(llama_token_data_array* cur_p, float temp) noexcept nogil:
+    cdef size_t i, max_i
+    cdef float max_l
+    if cur_p.size == 0:
+        return
+    if temp <= 0:
+        # keep the first highest logit, -inf for the rest
+        max_i = 0
+        max_l = cur_p.data[0].logit
+        for i in range(1, cur_p.size):
+            if cur_p.data[i].logit > max_l:
+                cur_p.data[max_i].logit = -INFINITY
+                max_i = i
+                max_l = cur_p.data[i].logit
+            else:
+                cur_p.data[i].logit = -INFINITY
+        return
+    for i in range(cur_p.size):
+        cur_p.data[i].logit /= temp
+
+
+cdef void llama_sampler_softmax_impl(llama_token_data_array* cur_p, bint do_sort,
+                                     vector[llama_token_data]& tmp) noexcept nogil:
+    cdef size_t i
+    cdef float max_l, p, cum_sum
+    if cur_p.size == 0:
+        return  # llama.cpp asserts here
+    if do_sort and not cur_p.sorted:
+        llama_token_data_array_partial_sort_inplace(cur_p, <int>cur_p.size, tmp)
+    max_l = cur_p.data[0].logit
+    if not cur_p.sorted:
+        for i in range(1, cur_p.size):
+            if max_l < cur_p.data[i].logit:
+                max_l = cur_p.data[i].logit
+    cum_sum = 0
+    for i in range(cur_p.size):
+        p = expf(cur_p.data[i].logit - max_l)
+        cur_p.data[i].p = p
+        cum_sum += p
+    for i in range(cur_p.size):
+        cur_p.data[i].p /= cum_sum
+
+
+cdef void llama_sampler_top_k_impl(llama_token_data_array* cur_p, int32_t k,
+                                   vector[llama_token_data]& tmp) noexcept nogil:
+    if k <= 0:
+        return
+    if k > <int32_t>cur_p.size:
+        k = <int32_t>cur_p.size
+    if not cur_p.sorted:
+        llama_token_data_array_partial_sort_inplace(cur_p, k, tmp)
+    cur_p.size = k
+
+
+cdef void apply_top_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& buf_sort,
+                      vector[llama_token_data]& tmp) noexcept nogil:
+    cdef size_t k, i, last_idx
+    cdef llama_token_data* pdata
+    cdef float cum_sum
+    if st.p >= 1:
+        return
+    llama_sampler_softmax_impl(cur_p, False, tmp)
+    k = cur_p.size
+    pdata = cur_p.data
+    if not cur_p.sorted and cur_p.size > 1024:
+        # adaptive: sort the top 256 first, everything only when they do not reach p
+        k = 256 if cur_p.size > 256 else cur_p.size
+        llama_token_data_array_partial_sort(cur_p, <int>k, buf_sort)
+        pdata = buf_sort.data()
+    elif not cur_p.sorted:
+        llama_token_data_array_partial_sort_inplace(cur_p, <int>k, tmp)
+    cum_sum = 0
+    last_idx = cur_p.size
+    for i in range(cur_p.size):
+        cum_sum += pdata[i].p
+        if cum_sum >= st.p and i + 1 >= st.min_keep:
+            last_idx = i + 1
+            break
+        if not cur_p.sorted and i == k - 1:
+            k = cur_p.size
+            llama_token_data_array_partial_sort(cur_p, <int>k, buf_sort)
+            pdata = buf_sort.data()
+    if not cur_p.sorted:
+        memcpy(cur_p.data, buf_sort.data(), last_idx * sizeof(llama_token_data))
+        cur_p.sorted = True
+    cur_p.size = last_idx
+
+
+cdef void apply_min_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) noexcept nogil:
+    cdef bint min_p_applied = False
+    cdef float max_logit, min_logit
+    cdef size_t i, n_kept
+    if st.p <= 0 or cur_p.size == 0:
+        return
+    if not cur_p.sorted:
+        max_logit = -FLT_MAX_VALUE
+        for i in range(cur_p.size):
+            if max_logit < cur_p.data[i].logit:
+                max_logit = cur_p.data[i].logit
+        min_logit = max_logit + logf(st.p)
+        n_kept = 0
+        for i in range(cur_p.size):
+            if cur_p.data[i].logit >= min_logit:
+                n_kept += 1
+        if n_kept != 0 and n_kept >= st.min_keep:
+            # the kept tokens in their order (a stable in-place filter is the same as llama.cpp's copy)
+            n_kept = 0
+            for i in range(cur_p.size):
+                if cur_p.data[i].logit >= min_logit:
+                    cur_p.data[n_kept] = cur_p.data[i]
+                    n_kept += 1
+            cur_p.size = n_kept
+            min_p_applied = True
+    if not min_p_applied:
+        if not cur_p.sorted:
+            llama_token_data_array_partial_sort_inplace(cur_p, <int>cur_p.size, tmp)
+        min_logit = cur_p.data[0].logit + logf(st.p)
+        i = 1
+        while i < cur_p.size:
+            if cur_p.data[i].logit < min_logit and i >= st.min_keep:
+                break
+            i += 1
+        cur_p.size = i
+
+
+cdef int apply_typical(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+    cdef float entropy, cum_sum
+    cdef vector[float] shifted_scores
+    cdef vector[size_t] indices
+    cdef vector[llama_token_data] cur_p_new
+    cdef size_t i, idx, last_idx
+    if st.p >= 1:
+        return 0
+    llama_sampler_softmax_impl(cur_p, True, tmp)
+    entropy = 0
+    for i in range(cur_p.size):
+        entropy += -cur_p.data[i].p * logf(cur_p.data[i].p)
+    shifted_scores.resize(cur_p.size)
+    for i in range(cur_p.size):
+        shifted_scores[i] = fabsf(-logf(cur_p.data[i].p) - entropy)
+    indices.resize(cur_p.size)
+    for i in range(cur_p.size):
+        indices[i] = i
+    bankml_sort_by_score(indices.data(), indices.data() + indices.size(), shifted_scores.data())
+    cum_sum = 0
+    last_idx = indices.size()
+    for i in range(indices.size()):
+        idx = indices[i]
+        cum_sum += cur_p.data[idx].p
+        if cum_sum > st.p and (st.min_keep == 0 or i >= st.min_keep - 1):
+            last_idx = i + 1
+            break
+    cur_p_new.resize(last_idx)
+    for i in range(last_idx):
+        cur_p_new[i] = cur_p.data[indices[i]]
+    if last_idx:
+        memcpy(cur_p.data, cur_p_new.data(), last_idx * sizeof(llama_token_data))
+    cur_p.size = last_idx
+    cur_p.sorted = False
+    return 0
+
+
+cdef void apply_temp_ext(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) noexcept nogil:
+    cdef float min_temp, max_temp, max_entropy, entropy, prob, normalized_entropy, dyn_temp
+    cdef double max_l_double, cum_sum_double, p
+    cdef size_t i
+    if st.delta > 0:
+        min_temp = st.temp - st.delta
+        if min_temp < 0:
+            min_temp = 0
+        max_temp = st.temp + st.delta
+        if cur_p.size <= 1:
+            return
+        max_entropy = -logf(<float>1 / <float>cur_p.size)
+        llama_sampler_softmax_impl(cur_p, True, tmp)
+        entropy = 0
+        for i in range(cur_p.size):
+            prob = cur_p.data[i].p
+            if prob > 0:
+                entropy -= prob * logf(prob)
+        normalized_entropy = entropy / max_entropy
+        dyn_temp = min_temp + (max_temp - min_temp) * powf(normalized_entropy, st.exponent)
+        llama_sampler_temp_impl(cur_p, dyn_temp)
+        max_l_double = cur_p.data[0].logit
+        cum_sum_double = 0
+        for i in range(cur_p.size):
+            p = exp(<double>cur_p.data[i].logit - max_l_double)
+            cur_p.data[i].p = <float>p
+            cum_sum_double += p
+        for i in range(cur_p.size):
+            cur_p.data[i].p = <float>(<double>cur_p.data[i].p / cum_sum_double)
+    else:
+        llama_sampler_temp_impl(cur_p, st.temp)
+
+
+cdef void apply_xtc(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) noexcept nogil:
+    cdef uniform_real_distribution[float] distribution = uniform_real_distribution[float](0.0, 1.0)
+    cdef float chance
+    cdef int pos_last
+    cdef size_t i
+    if st.p <= 0 or st.threshold > <float>0.5 or cur_p.size < 2:
+        return
+    chance = distribution(st.rng)
+    if chance > st.p:
+        return
+    llama_sampler_softmax_impl(cur_p, True, tmp)
+    pos_last = 0
+    for i in range(cur_p.size):
+        if cur_p.data[i].p >= st.threshold:
+            pos_last = <int>i
+        else:
+            break
+    if cur_p.size - <size_t>pos_last >= st.min_keep and pos_last > 0:
+        cur_p.data += pos_last
+        cur_p.size -= pos_last
+
+
+cdef void apply_penalties(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+    cdef size_t i
+    cdef int count
+    cdef unordered_map[token_t, int].iterator it
+    for i in range(cur_p.size):
+        it = st.token_count.find(cur_p.data[i].id)
+        if it == st.token_count.end():
+            continue
+        count = deref(it).second
+        if cur_p.data[i].logit <= 0:
+            cur_p.data[i].logit *= st.penalty_repeat
+        else:
+            cur_p.data[i].logit /= st.penalty_repeat
+        cur_p.data[i].logit -= <float>count * st.penalty_freq + <float>(count > 0) * st.penalty_present
+    cur_p.sorted = False
+
+
+cdef void apply_top_n_sigma(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+    cdef float max_value, logits_sum, mean, acc, std_value
+    cdef size_t i, valid_count
+    if st.n <= 0 or cur_p.size <= 1:
+        return
+    max_value = cur_p.data[0].logit
+    logits_sum = 0
+    valid_count = 0
+    for i in range(cur_p.size):
+        if cur_p.data[i].logit != -INFINITY:
+            if max_value < cur_p.data[i].logit:
+                max_value = cur_p.data[i].logit
+            logits_sum += cur_p.data[i].logit
+            valid_count += 1
+    mean = logits_sum / <float>valid_count if valid_count > 0 else 0
+    acc = 0
+    for i in range(cur_p.size):
+        if cur_p.data[i].logit != -INFINITY:
+            # pow() promotes to double and the sum rounds back to float on every step
+            acc = <float>(<double>acc + pow(<double>(cur_p.data[i].logit - mean), 2.0))
+    std_value = <float>sqrt(<double>(acc / <float>valid_count)) if valid_count > 0 else 0
+    for i in range(cur_p.size):
+        if cur_p.data[i].logit < max_value - (st.n * std_value):
+            cur_p.data[i].logit = -INFINITY
+
+
+cdef void apply_logit_bias(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+    cdef size_t i, j
+    cdef token_t token
+    if st.biases.empty():
+        return
+    st.to_search.clear()
+    for j in range(st.biases.size()):
+        token = st.biases[j].token
+        if token >= 0 and cur_p.size > <size_t>token and cur_p.data[token].id == token:
+            cur_p.data[token].logit += st.biases[j].bias
+        else:
+            st.to_search.push_back(st.biases[j])
+    if st.to_search.empty():
+        return
+    for i in range(cur_p.size):
+        for j in range(st.to_search.size()):
+            if cur_p.data[i].id == st.to_search[j].token:
+                cur_p.data[i].logit += st.to_search[j].bias
+                break
+
+
+cdef void apply_dist(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+    cdef uniform_real_distribution[double] dist = uniform_real_distribution[double](0.0, 1.0)
+    cdef float max_l, p
+    cdef double sum_cum, rnd, sum_run, sum_tgt
+    cdef bint found
+    cdef size_t i
+    if cur_p.size == 0:
+        cur_p.selected = -1
+        return
+    cur_p.selected = 0
+    if cur_p.size == 1:
+        dist(st.rng)  # one draw per output, as backend sampling does
+        cur_p.data[0].p = 1
+        return
+    max_l = cur_p.data[0].logit
+    if not cur_p.sorted:
+        for i in range(1, cur_p.size):
+            if max_l < cur_p.data[i].logit:
+                max_l = cur_p.data[i].logit
+    sum_cum = 0
+    for i in range(cur_p.size):
+        p = expf(cur_p.data[i].logit - max_l)
+        cur_p.data[i].p = p
+        sum_cum += p
+    # one pass: find where the running sum reaches sum_cum * rnd, normalizing as it goes
+    rnd = dist(st.rng)
+    sum_run = 0
+    sum_tgt = sum_cum * rnd
+    found = False
+    for i in range(cur_p.size):
+        if not found:
+            sum_run += cur_p.data[i].p
+            if sum_run >= sum_tgt:
+                cur_p.selected = <int64_t>i
+                found = True
+        cur_p.data[i].p = <float>(<double>cur_p.data[i].p / sum_cum)
+    if not found:
+        cur_p.selected = <int64_t>cur_p.size - 1
+
+
+cdef int llama_sample_dist(llama_token_data_array* cur_p, mt19937& rng) except -1 nogil:
+    # std::discrete_distribution<int> over the float probabilities (as doubles)
+    cdef vector[double] weights
+    cdef size_t i
+    weights.resize(cur_p.size)
+    for i in range(cur_p.size):
+        weights[i] = cur_p.data[i].p
+    return _discrete_draw(weights.data(), weights.size(), rng)
+
+
+cdef int apply_mirostat(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+    cdef float s_hat, sum_ti_bi, sum_ti_sq, t_i, b_i, epsilon_hat, k, observed_surprise, e
+    cdef size_t i
+    cdef int idx, k_int
+    llama_sampler_softmax_impl(cur_p, True, tmp)
+    s_hat = 0
+    sum_ti_bi = 0
+    sum_ti_sq = 0
+    i = 0
+    while i < <size_t>(st.m - 1) and i < cur_p.size - 1:
+        t_i = logf(<float>(i + 2) / <float>(i + 1))
+        b_i = logf(cur_p.data[i].p / cur_p.data[i + 1].p)
+        sum_ti_bi += t_i * b_i
+        sum_ti_sq += t_i * t_i
+        i += 1
+    s_hat = sum_ti_bi / sum_ti_sq
+    epsilon_hat = s_hat - 1
+    k = powf((epsilon_hat * powf(2, st.mu)) / (1 - powf(<float>st.n_vocab, -epsilon_hat)), 1 / s_hat)
+    k_int = <int>k
+    llama_sampler_top_k_impl(cur_p, k_int if k_int > 1 else 1, tmp)
+    llama_sampler_softmax_impl(cur_p, True, tmp)
+    idx = llama_sample_dist(cur_p, st.rng)
+    cur_p.selected = idx
+    observed_surprise = -log2f(cur_p.data[idx].p)
+    e = observed_surprise - st.tau
+    st.mu = st.mu - st.eta * e
+    return 0
+
+
+cdef int apply_mirostat_v2(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+    cdef size_t i
+    cdef int idx
+    cdef float observed_surprise, e
+    llama_sampler_softmax_impl(cur_p, True, tmp)
+    i = 0
+    while i < cur_p.size:
+        if -log2f(cur_p.data[i].p) > st.mu:
+            break
+        i += 1
+    cur_p.size = i
+    if cur_p.size == 0:
+        cur_p.size = 1
+    llama_sampler_softmax_impl(cur_p, True, tmp)
+    idx = llama_sample_dist(cur_p, st.rng)
+    cur_p.selected = idx
+    observed_surprise = -log2f(cur_p.data[idx].p)
+    e = observed_surprise - st.tau
+    st.mu = st.mu - st.eta * e
+    return 0
+
+
+cdef void apply_dry(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+    cdef int last_n_repeat, rep_limit, i, longest_match, seq_len, offset, last, rt, lt, k, n, p, right_part_len
+    cdef int repeat_len, max_exponent, repeat_exp, ii
+    cdef bint match, is_single_token_breaker
+    cdef token_t token
+    cdef size_t j, s
+    cdef float penalty
+    cdef unordered_map[token_t, vector[vector[token_t]]].iterator breakers
+    cdef unordered_map[token_t, int].iterator repeat
+    if st.dry_multiplier == 0 or st.dry_base < 1 or st.dry_penalty_last_n == 0:
+        return
+    last_n_repeat = <int>st.last_tokens.sz
+    if st.dry_penalty_last_n < last_n_repeat:
+        last_n_repeat = st.dry_penalty_last_n
+    if last_n_repeat <= st.dry_allowed_length:
+        return
+    st.dry_repeat_count.assign(last_n_repeat, 0)
+    st.dry_max_token_repeat.clear()
+
+    # step 1: the most recent restart sequence limits how far back a repetition can reach
+    rep_limit = last_n_repeat
+    for i in range(last_n_repeat):
+        token = ring_rat(st.last_tokens, i)
+        breakers = st.dry_processed_breakers.find(token)
+        if breakers == st.dry_processed_breakers.end():
+            continue
+        longest_match = -1
+        for s in range(deref(breakers).second.size()):
+            seq_len = <int>deref(breakers).second[s].size()
+            if seq_len > longest_match and seq_len <= i:
+                match = True
+                for offset in range(seq_len):
+                    if deref(breakers).second[s][offset] != ring_rat(st.last_tokens, i - offset - 1):
+                        match = False
+                        break
+                if match:
+                    longest_match = seq_len
+        if longest_match >= 0:
+            rep_limit = i - longest_match
+            break
+    if rep_limit < st.dry_allowed_length:
+        return
+
+    # step 2: reverse Z-algorithm: for each position, how long a suffix of the context repeats there
+    last = last_n_repeat - 1
+    rt = 0
+    lt = 0
+    for k in range(1, last_n_repeat):
+        if k > rt:
+            n = 0
+            while n + k < last_n_repeat and ring_rat(st.last_tokens, n) == ring_rat(st.last_tokens, n + k):
+                n += 1
+            st.dry_repeat_count[last - k] = n if n < rep_limit else rep_limit
+            if n > 0:
+                lt = k
+                rt = k + n - 1
+        else:
+            p = k - lt
+            right_part_len = rt - k + 1
+            if st.dry_repeat_count[last - p] < right_part_len:
+                n = st.dry_repeat_count[last - p]
+                st.dry_repeat_count[last - k] = n if n < rep_limit else rep_limit
+            else:
+                ii = rt + 1
+                while ii < last_n_repeat and ring_rat(st.last_tokens, ii) == ring_rat(st.last_tokens, ii - k):
+                    ii += 1
+                n = ii - k
+                st.dry_repeat_count[last - k] = n if n < rep_limit else rep_limit
+                lt = k
+                rt = ii - 1
+
+    # step 3: the token after each repeat would extend it; keep the longest repeat per token
+    for i in range(last_n_repeat - 1):
+        repeat_len = st.dry_repeat_count[i]
+        if repeat_len >= st.dry_allowed_length:
+            token = ring_rat(st.last_tokens, last_n_repeat - 2 - i)
+            repeat = st.dry_max_token_repeat.find(token)
+            if repeat == st.dry_max_token_repeat.end() or deref(repeat).second < repeat_len:
+                st.dry_max_token_repeat[token] = repeat_len
+
+    # step 4: penalize, with the exponent clamped so pow() stays finite in float
+    max_exponent = 0
+    if st.dry_base > <float>1.000001:
+        max_exponent = <int>(<float>88.7228391 / <float>log(<double>st.dry_base))
+    for j in range(cur_p.size):
+        repeat = st.dry_max_token_repeat.find(cur_p.data[j].id)
+        if repeat == st.dry_max_token_repeat.end():
+            continue
+        is_single_token_breaker = False
+        breakers = st.dry_processed_breakers.find(cur_p.data[j].id)
+        if breakers != st.dry_processed_breakers.end():
+            for s in range(deref(breakers).second.size()):
+                if deref(breakers).second[s].empty():
+                    is_single_token_breaker = True
+                    break
+        if not is_single_token_breaker:
+            repeat_exp = deref(repeat).second - st.dry_allowed_length
+            if max_exponent > 0 and repeat_exp > max_exponent:
+                repeat_exp = max_exponent
+            penalty = st.dry_multiplier * <float>pow(<double>st.dry_base, <double>repeat_exp)
+            cur_p.data[j].logit -= penalty
+    cur_p.sorted = False
+
+
+# --- the chain ----------------------------------------------------------------------------
+
+cdef int chain_apply(vector[chain_stage]& chain, llama_token_data_array* cur_p,
+                     vector[llama_token_data]& buf_sort) except -1 nogil:
+    cdef size_t s
+    cdef sampler_type t
+    cdef vector[llama_token_data] tmp
+    for s in range(chain.size()):
+        t = chain[s].type
+        if t == SAMPLER_LOGIT_BIAS:
+            apply_logit_bias(chain[s], cur_p)
+        elif t == SAMPLER_PENALTIES:
+            apply_penalties(chain[s], cur_p)
+        elif t == SAMPLER_DRY:
+            apply_dry(chain[s], cur_p)
+        elif t == SAMPLER_TOP_N_SIGMA:
+            apply_top_n_sigma(chain[s], cur_p)
+        elif t == SAMPLER_TOP_K:
+            llama_sampler_top_k_impl(cur_p, chain[s].k, tmp)
+        elif t == SAMPLER_TYPICAL_P:
+            apply_typical(chain[s], cur_p, tmp)
+        elif t == SAMPLER_TOP_P:
+            apply_top_p(chain[s], cur_p, buf_sort, tmp)
+        elif t == SAMPLER_MIN_P:
+            apply_min_p(chain[s], cur_p, tmp)
+        elif t == SAMPLER_XTC:
+            apply_xtc(chain[s], cur_p, tmp)
+        elif t == SAMPLER_TEMPERATURE:
+            apply_temp_ext(chain[s], cur_p, tmp)
+        elif t == SAMPLER_TEMP:
+            llama_sampler_temp_impl(cur_p, chain[s].temp)
+        elif t == SAMPLER_DIST:
+            apply_dist(chain[s], cur_p)
+        elif t == SAMPLER_MIROSTAT:
+            apply_mirostat(chain[s], cur_p, tmp)
+        elif t == SAMPLER_MIROSTAT_V2:
+            apply_mirostat_v2(chain[s], cur_p, tmp)
+    return 0
+
+
+cdef void chain_accept(vector[chain_stage]& chain, token_t token) noexcept nogil:
+    cdef size_t s
+    cdef token_t old
+    for s in range(chain.size()):
+        if chain[s].type == SAMPLER_PENALTIES:
+            if chain[s].penalty_last_n == 0:
+                continue
+            chain[s].token_count[token] += 1
+            if chain[s].prev.sz >= <size_t>chain[s].penalty_last_n:
+                old = chain[s].prev.data[chain[s].prev.first]
+                chain[s].token_count[old] -= 1
+                if chain[s].token_count[old] == 0:
+                    chain[s].token_count.erase(old)
+            ring_push_back(chain[s].prev, token)
+        elif chain[s].type == SAMPLER_DRY:
+            ring_push_back(chain[s].last_tokens, token)
+
+
+cdef void chain_reset(vector[chain_stage]& chain) noexcept nogil:
+    cdef size_t s
+    cdef sampler_type t
+    for s in range(chain.size()):
+        t = chain[s].type
+        if t == SAMPLER_PENALTIES:
+            ring_clear(chain[s].prev)
+            chain[s].token_count.clear()
+        elif t == SAMPLER_DRY:
+            ring_clear(chain[s].last_tokens)
+            chain[s].dry_repeat_count.clear()
+            chain[s].dry_max_token_repeat.clear()
+        elif t == SAMPLER_DIST or t == SAMPLER_XTC or t == SAMPLER_MIROSTAT or t == SAMPLER_MIROSTAT_V2:
+            if t == SAMPLER_MIROSTAT or t == SAMPLER_MIROSTAT_V2:
+                chain[s].mu = <float>2 * chain[s].tau
+            chain[s].seed_cur = get_rng_seed(chain[s].seed)
+            chain[s].rng.seed(chain[s].seed_cur)
+
+
+# --- parameters ------------------------------------------------------------------------------
+
+# common_sampler_types_from_names: canonical names, kebab-case and no-dash aliases, and three extras
+_CANONICAL_SAMPLERS = {
+    "dry": SAMPLER_DRY, "top_k": SAMPLER_TOP_K, "top_p": SAMPLER_TOP_P, "top_n_sigma": SAMPLER_TOP_N_SIGMA,
+    "typ_p": SAMPLER_TYPICAL_P, "min_p": SAMPLER_MIN_P, "temperature": SAMPLER_TEMPERATURE, "xtc": SAMPLER_XTC,
+    "infill": SAMPLER_INFILL, "penalties": SAMPLER_PENALTIES, "adaptive_p": -1,
+}
+_SAMPLER_NAMES = dict(_CANONICAL_SAMPLERS)
+for _name, _value in _CANONICAL_SAMPLERS.items():
+    if "_" in _name:
+        _SAMPLER_NAMES[_name.replace("_", "-")] = _value
+        _SAMPLER_NAMES[_name.replace("_", "")] = _value
+_SAMPLER_NAMES.update({"nucleus": SAMPLER_TOP_P, "temp": SAMPLER_TEMPERATURE, "typ": SAMPLER_TYPICAL_P})
+_SAMPLER_CHARS = {"d": "dry", "k": "top_k", "y": "typ_p", "p": "top_p", "s": "top_n_sigma", "m": "min_p",
+                  "t": "temperature", "x": "xtc", "i": "infill", "e": "penalties", "a": "adaptive_p"}
+_CANONICAL_BY_VALUE = {v: k for k, v in _CANONICAL_SAMPLERS.items()}
+
+INT32_MAX = 2**31 - 1
+
+# name -> (default, kind, low, high); kind "int" or "float"; bounds are llama-server's limits
+_NUMERIC_FIELDS = {
+    "temperature": (0.8, "float", 0.0, math.inf),
+    "dynatemp_range": (0.0, "float", None, None),
+    "dynatemp_exponent": (1.0, "float", None, None),
+    "top_k": (40, "int", 0, INT32_MAX),
+    "top_p": (0.95, "float", 0.0, 1.0),
+    "min_p": (0.05, "float", 0.0, 1.0),
+    "typical_p": (1.0, "float", None, None),
+    "top_n_sigma": (-1.0, "float", None, None),
+    "xtc_probability": (0.0, "float", 0.0, 1.0),
+    "xtc_threshold": (0.1, "float", 0.0, 1.0),
+    "repeat_last_n": (64, "int", 0, INT32_MAX),
+    "repeat_penalty": (1.0, "float", None, None),
+    "frequency_penalty": (0.0, "float", None, None),
+    "presence_penalty": (0.0, "float", None, None),
+    "dry_multiplier": (0.0, "float", None, None),
+    "dry_base": (1.75, "float", None, None),
+    "dry_allowed_length": (2, "int", 0, INT32_MAX),
+    "dry_penalty_last_n": (64, "int", 0, INT32_MAX),
+    "mirostat": (0, "int", 0, 2),
+    "mirostat_tau": (5.0, "float", None, None),
+    "mirostat_eta": (0.1, "float", None, None),
+    "min_keep": (0, "int", 0, INT32_MAX),
+}
+DEFAULT_DRY_SEQUENCE_BREAKERS = ("\n", ":", "\"", "*")
+
+
+def _float32(value):
+    return float(np.float32(value))
+
+
+class SamplerParams:
+    """llama-server's sampling parameters, with its names and defaults.
+
+    Values are stored as llama.cpp stores them (floats rounded to float32, seed as uint32 with
+    -1 meaning LLAMA_DEFAULT_SEED). Out-of-range values raise ValueError naming the field, also for
+    the fields llama-server would silently clamp; ``dry_base`` below 1 becomes the default 1.75 as in
+    llama-server. ``samplers`` takes names separated by ';' (or a list of names, or a string of
+    llama.cpp's one-letter codes) and is kept as a tuple of canonical names.
+    """
+
+    __slots__ = ("seed", "samplers", "dry_sequence_breakers", "logit_bias") + tuple(_NUMERIC_FIELDS)
+
+    def __init__(self, **kwargs):
+        unknown = set(kwargs) - set(self.__slots__)
+        if unknown:
+            raise ValueError(f"Invalid sampler parameter: unknown field(s) {', '.join(sorted(unknown))}")
+        for name, (default, kind, low, high) in _NUMERIC_FIELDS.items():
+            object.__setattr__(self, name, self._check_number(name, kwargs.get(name, default), kind, low, high))
+        if self.dry_base < 1.0:
+            object.__setattr__(self, "dry_base", _float32(1.75))
+        rp = self.repeat_penalty
+        if rp <= 0.0 or not math.isfinite(float(np.float32(1.0) / np.float32(rp))):
+            raise ValueError(f"Invalid repeat_penalty: must be finite and greater than 0, got {rp}")
+        object.__setattr__(self, "seed", _as_seed(kwargs.get("seed", -1), "seed"))
+        object.__setattr__(self, "samplers", self._check_samplers(kwargs.get("samplers", DEFAULT_SAMPLERS)))
+        breakers = kwargs.get("dry_sequence_breakers", DEFAULT_DRY_SEQUENCE_BREAKERS)
+        if isinstance(breakers, str) or not all(isinstance(b, str) for b in breakers) or len(breakers) == 0:
+            raise ValueError("Invalid dry_sequence_breakers: must be a non-empty list of strings")
+        object.__setattr__(self, "dry_sequence_breakers", tuple(breakers))
+        object.__setattr__(self, "logit_bias", self._check_logit_bias(kwargs.get("logit_bias", ())))
+
+    @staticmethod
+    def _check_number(name, value, kind, low, high):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"Invalid {name}: expected a number, got {value!r}")
+        if kind == "int":
+            if not isinstance(value, numbers.Integral):
+                if not float(value).is_integer():
+                    raise ValueError(f"Invalid {name}: expected an integer, got {value!r}")
+            value = int(value)
+        else:
+            if not math.isfinite(float(value)) and not (high == math.inf and value == math.inf):
+                raise ValueError(f"Invalid {name}: must be finite, got {value!r}")
+            value = _float32(value)
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ValueError(f"Invalid {name}: must be between {low} and {high}, got {value!r}")
+        return value
+
+    @staticmethod
+    def _check_samplers(samplers):
+        if isinstance(samplers, str):
+            if ";" in samplers or samplers.lower() in _SAMPLER_NAMES:
+                names = [s for s in samplers.split(";") if s != ""]
+            else:
+                names = []
+                for c in samplers:
+                    if c not in _SAMPLER_CHARS:
+                        raise ValueError(f"Invalid samplers: unknown sampler code {c!r}")
+                    names.append(_SAMPLER_CHARS[c])
+        else:
+            names = list(samplers)
+        result = []
+        for name in names:
+            if not isinstance(name, str) or name.lower() not in _SAMPLER_NAMES:
+                raise ValueError(f"Invalid samplers: unknown sampler {name!r}")
+            value = _SAMPLER_NAMES[name.lower()]
+            if value in (-1, SAMPLER_INFILL):
+                raise ValueError(f"Invalid samplers: {name!r} is not supported by bankml")
+            result.append(_CANONICAL_BY_VALUE[value])
+        return tuple(result)
+
+    @staticmethod
+    def _check_logit_bias(logit_bias):
+        items = logit_bias.items() if isinstance(logit_bias, dict) else logit_bias
+        result = []
+        for item in items:
+            try:
+                token, bias = item
+            except (TypeError, ValueError):
+                raise ValueError(f"Invalid logit_bias: expected [token, bias] pairs, got {item!r}") from None
+            if isinstance(token, str) and token.strip().lstrip("-").isdigit():
+                token = int(token)
+            if isinstance(token, bool) or not isinstance(token, numbers.Integral):
+                raise ValueError(f"Invalid logit_bias: token must be an integer id, got {token!r}")
+            if bias is False:
+                bias = -math.inf
+            elif isinstance(bias, bool) or not isinstance(bias, numbers.Real) or math.isnan(bias):
+                raise ValueError(f"Invalid logit_bias: bias must be a number or false, got {bias!r}")
+            result.append((int(token), _float32(bias)))
+        return tuple(result)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("SamplerParams is immutable; use replace()")
+
+    def replace(self, **changes):
+        values = self.as_dict()
+        values.update(changes)
+        return SamplerParams(**values)
+
+    def as_dict(self):
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __eq__(self, other):
+        return isinstance(other, SamplerParams) and self.as_dict() == other.as_dict()
+
+    def __hash__(self):
+        return hash(tuple(self.as_dict().items()))
+
+    def __repr__(self):
+        return "SamplerParams(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
+
+    def __reduce__(self):
+        return (_rebuild_params, (self.as_dict(),))
+
+
+def _rebuild_params(values):
+    return SamplerParams(**values)
+
+
+# --- the sampler ------------------------------------------------------------------------------
+
+cdef chain_stage new_stage(sampler_type type):
+    cdef chain_stage st
+    st.type = type
+    st.min_keep = 0
+    return st
+
+
+cdef void seed_stage(chain_stage& st, uint32_t seed) noexcept nogil:
+    st.seed = seed
+    st.seed_cur = get_rng_seed(seed)
+    st.rng.seed(st.seed_cur)
+
+
+def _dry_breakers(vocab, breakers):
+    """get_overlapping_token_sequences for every breaker: head token -> the tokenized tails."""
+    tokenize = getattr(vocab, "tokenize", None)
+    if tokenize is None:
+        raise ValueError("Invalid dry_multiplier: DRY needs a vocabulary with tokenize(text, add_special, "
+                         "parse_special) to process dry_sequence_breakers")
+    result = {}
+    pieces = [vocab.piece(t) for t in range(len(vocab))]
+    for breaker in breakers:
+        raw = breaker.encode("utf-8")
+        if not raw:
+            continue
+        raw = raw[:40]
+        for token_id, word in enumerate(pieces):
+            if raw in word:
+                result.setdefault(token_id, [])
+                if [] not in result[token_id]:
+                    result[token_id].append([])
+                continue
+            pos = word.find(raw[:1])
+            while pos != -1:
+                i = 1
+                match = True
+                while i < len(raw) and i + pos < len(word):
+                    if word[pos + i] != raw[i]:
+                        match = False
+                        break
+                    i += 1
+                if match:
+                    tail = list(tokenize(raw[i:], False, False))[:20]
+                    seqs = result.setdefault(token_id, [])
+                    if tail not in seqs:
+                        seqs.append(tail)
+                pos = word.find(raw[:1], pos + 1)
+    return result
+
+
+cdef class Sampler:
+    """llama-server's sampling (common_sampler_init + common_sampler_sample with grammar_first=false).
+
+    sample(logits) draws a token id from float32 logits of shape (n_vocab,); accept(token) records a
+    generated token (grammar, penalty and DRY history); prefill(tokens) feeds prompt tokens to the
+    grammar only. The chain works on its own copy of the logits.
+    """
+
+    def __init__(self, params, vocab, grammar=None):
+        cdef chain_stage st
+        cdef logit_bias_entry entry
+        cdef float temp
+        if params is None:
+            params = SamplerParams()
+        if not isinstance(params, SamplerParams):
+            raise TypeError(f"params must be SamplerParams, got {type(params).__name__}")
+        self.params = params
+        self.vocab = vocab
+        self.grammar = grammar
+        self.n_vocab = len(vocab)
+        if grammar is not None and getattr(grammar, "vocab", vocab) is not None \
+                and len(grammar.vocab) != self.n_vocab:
+            raise ValueError("Invalid grammar: its vocabulary is not the sampler's")
+        self.chain.clear()
+        temp = params.temperature
+        if params.logit_bias:
+            st = new_stage(SAMPLER_LOGIT_BIAS)
+            for token, bias in params.logit_bias:
+                if not 0 <= token < self.n_vocab:
+                    raise ValueError(f"Invalid logit_bias: token {token} is outside [0, {self.n_vocab})")
+                entry.token = token
+                entry.bias = bias
+                st.biases.push_back(entry)
+            self.chain.push_back(st)
+        if params.mirostat == 0:
+            for name in params.samplers:
+                self._add(name)
+            st = new_stage(SAMPLER_DIST)
+            seed_stage(st, params.seed)
+            self.chain.push_back(st)
+        else:
+            if temp != 1:
+                st = new_stage(SAMPLER_TEMP)
+                st.temp = temp
+                self.chain.push_back(st)
+            st = new_stage(SAMPLER_MIROSTAT if params.mirostat == 1 else SAMPLER_MIROSTAT_V2)
+            st.n_vocab = <int32_t>self.n_vocab
+            st.m = 100
+            st.tau = params.mirostat_tau
+            st.eta = params.mirostat_eta
+            st.mu = <float>2 * st.tau
+            seed_stage(st, params.seed)
+            self.chain.push_back(st)
+        self.cur.resize(self.n_vocab)
+
+    def _add(self, name):
+        cdef chain_stage st
+        p = self.params
+        cdef size_t min_keep = p.min_keep
+        if name == "penalties":
+            if p.repeat_last_n == 0 or (p.repeat_penalty == 1 and p.frequency_penalty == 0 and p.presence_penalty == 0):
+                return
+            st = new_stage(SAMPLER_PENALTIES)
+            st.penalty_last_n = p.repeat_last_n
+            st.penalty_repeat = p.repeat_penalty
+            st.penalty_freq = p.frequency_penalty
+            st.penalty_present = p.presence_penalty
+            ring_init(st.prev, p.repeat_last_n)
+        elif name == "dry":
+            if not (p.dry_multiplier != 0 and p.dry_base >= 1 and p.dry_penalty_last_n != 0):
+                return
+            st = new_stage(SAMPLER_DRY)
+            st.dry_multiplier = p.dry_multiplier
+            st.dry_base = p.dry_base
+            st.dry_allowed_length = p.dry_allowed_length
+            st.dry_penalty_last_n = p.dry_penalty_last_n
+            for head, tails in _dry_breakers(self.vocab, p.dry_sequence_breakers).items():
+                st.dry_processed_breakers[head] = tails
+            st.dry_repeat_count.assign(p.dry_penalty_last_n, 0)
+            ring_init(st.last_tokens, p.dry_penalty_last_n)
+        elif name == "top_n_sigma":
+            if p.top_n_sigma <= 0:
+                return
+            st = new_stage(SAMPLER_TOP_N_SIGMA)
+            st.n = p.top_n_sigma
+        elif name == "top_k":
+            st = new_stage(SAMPLER_TOP_K)
+            st.k = p.top_k
+        elif name == "typ_p":
+            if p.typical_p >= 1:
+                return
+            st = new_stage(SAMPLER_TYPICAL_P)
+            st.p = p.typical_p
+            st.min_keep = min_keep
+        elif name == "top_p":
+            if p.top_p >= 1:
+                return
+            st = new_stage(SAMPLER_TOP_P)
+            st.p = p.top_p
+            st.min_keep = min_keep
+        elif name == "min_p":
+            if p.min_p <= 0:
+                return
+            st = new_stage(SAMPLER_MIN_P)
+            st.p = p.min_p
+            st.min_keep = min_keep
+        elif name == "xtc":
+            if p.xtc_probability <= 0 or p.xtc_threshold > 0.5:
+                return
+            st = new_stage(SAMPLER_XTC)
+            st.p = p.xtc_probability
+            st.threshold = p.xtc_threshold
+            st.min_keep = min_keep
+            seed_stage(st, p.seed)
+        elif name == "temperature":
+            if p.temperature == 1 and p.dynatemp_range <= 0:
+                return
+            st = new_stage(SAMPLER_TEMPERATURE)
+            st.temp = p.temperature
+            st.delta = p.dynatemp_range
+            st.exponent = p.dynatemp_exponent
+        else:  # pragma: no cover - SamplerParams only lets the names above through
+            raise ValueError(f"Invalid samplers: {name!r}")
+        self.chain.push_back(st)
+
+    cdef int set_logits(self, const float* logits) except -1 nogil:
+        cdef int64_t i
+        cdef llama_token_data* data = self.cur.data()
+        for i in range(self.n_vocab):
+            data[i].id = <int32_t>i
+            data[i].logit = logits[i]
+            data[i].p = 0
+        return 0
+
+    cdef int64_t draw(self) except -2 nogil:
+        # one pass of the chain over the candidates set_logits left; the drawn id, or -1 if none
+        cdef llama_token_data_array cur_p
+        cur_p.data = self.cur.data()
+        cur_p.size = self.cur.size()
+        cur_p.selected = -1
+        cur_p.sorted = False
+        chain_apply(self.chain, &cur_p, self.buf_sort)
+        if cur_p.selected < 0 or <size_t>cur_p.selected >= cur_p.size:
+            return -1
+        return cur_p.data[cur_p.selected].id
+
+    def _check(self, logits):
+        if not isinstance(logits, np.ndarray) or logits.dtype != np.float32 or logits.ndim != 1 \
+                or logits.shape[0] != self.n_vocab:
+            raise ValueError(
+                f"Invalid logits: expected float32 of shape ({self.n_vocab},), got "
+                f"{getattr(logits, 'dtype', type(logits).__name__)} of shape {getattr(logits, 'shape', None)}")
+        return np.ascontiguousarray(logits)
+
+    def sample(self, logits):
+        """Draw the next token id as llama-server does (common_sampler_sample, grammar_first=false).
+
+        The chain draws once; only the drawn token is checked against the grammar. If the grammar
+        rejects it, the chain runs again from the original logits with the grammar's rejections at
+        -inf, drawing from the same generators.
+        """
+        cdef const float[::1] view = self._check(logits)
+        cdef float[::1] masked_view
+        cdef int64_t token
+        with nogil:
+            self.set_logits(&view[0])
+            token = self.draw()
+        if self.grammar is not None and (token < 0 or not self.grammar.allows(token)):
+            masked = np.array(logits, dtype=np.float32, copy=True)
+            self.grammar.apply(masked)
+            masked_view = masked
+            self.n_redraws += 1
+            with nogil:
+                self.set_logits(&masked_view[0])
+                token = self.draw()
+        if token < 0:
+            raise RuntimeError("no selected token during sampling - check your sampling configuration")
+        return int(token)
+
+    def accept(self, token):
+        """common_sampler_accept(token, is_generated=true): the grammar, then the chain's histories."""
+        token = int(token)
+        if not 0 <= token < self.n_vocab:
+            raise ValueError(f"Invalid token id: {token} is outside [0, {self.n_vocab})")
+        if self.grammar is not None:
+            self.grammar.accept(token)
+        chain_accept(self.chain, <token_t>token)
+
+    def prefill(self, tokens):
+        """Prompt tokens the template already placed: they advance the grammar only."""
+        if self.grammar is not None:
+            for token in tokens:
+                self.grammar.accept(int(token))
+
+    def clone(self):
+        """An independent copy: generators, histories and the grammar state."""
+        cdef Sampler other = Sampler.__new__(Sampler)
+        other.params = self.params
+        other.vocab = self.vocab
+        other.grammar = self.grammar.clone() if self.grammar is not None else None
+        other.n_vocab = self.n_vocab
+        other.chain = self.chain
+        other.cur.resize(self.n_vocab)
+        other.n_redraws = self.n_redraws
+        return other
+
+    def reset(self, grammar=True):
+        """llama_sampler_reset on the chain (generators reseeded, histories cleared); with grammar=True
+        the grammar goes back to its start too (common_sampler_reset leaves the grammar alone)."""
+        chain_reset(self.chain)
+        if grammar and self.grammar is not None:
+            self.grammar.reset()
+
+    @property
+    def chain_names(self):
+        """The samplers of the chain as llama.cpp names them (disabled ones are left out, as llama.cpp
+        replaces them with empty samplers that do nothing)."""
+        names = {SAMPLER_LOGIT_BIAS: "logit-bias", SAMPLER_PENALTIES: "penalties", SAMPLER_DRY: "dry",
+                 SAMPLER_TOP_N_SIGMA: "top-n-sigma", SAMPLER_TOP_K: "top-k", SAMPLER_TYPICAL_P: "typical",
+                 SAMPLER_TOP_P: "top-p", SAMPLER_MIN_P: "min-p", SAMPLER_XTC: "xtc",
+                 SAMPLER_TEMPERATURE: "temp-ext", SAMPLER_TEMP: "temp", SAMPLER_DIST: "dist",
+                 SAMPLER_MIROSTAT: "mirostat", SAMPLER_MIROSTAT_V2: "mirostat-v2"}
+        return tuple(names[self.chain[i].type] for i in range(self.chain.size()))
+
+    def __reduce__(self):
+        raise TypeError("Sampler is not picklable; use clone()")
