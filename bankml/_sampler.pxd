@@ -1,3 +1,4 @@
+# Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
 # Declarations of the sampling chain (_sampler.pyx). Names follow llama.cpp's
 # src/llama-sampler.cpp and common/sampling.cpp where the semantics are the same.
 from libc.stdint cimport int32_t, int64_t, uint32_t
@@ -97,6 +98,37 @@ cdef struct token_ring:
     size_t sz
     size_t first
     size_t pos
+
+
+# the ring buffer's steps (llama.cpp's push_back and rat)
+cdef inline void ring_init(token_ring& ring, size_t capacity) noexcept nogil:
+    ring.data.assign(capacity, 0)
+    ring.capacity = capacity
+    ring.sz = 0
+    ring.first = 0
+    ring.pos = 0
+
+
+cdef inline void ring_clear(token_ring& ring) noexcept nogil:
+    ring.sz = 0
+    ring.first = 0
+    ring.pos = 0
+
+
+cdef inline void ring_push_back(token_ring& ring, token_t value) noexcept nogil:
+    if ring.capacity == 0:
+        return
+    if ring.sz == ring.capacity:
+        ring.first = (ring.first + 1) % ring.capacity
+    else:
+        ring.sz += 1
+    ring.data[ring.pos] = value
+    ring.pos = (ring.pos + 1) % ring.capacity
+
+
+cdef inline token_t ring_rat(const token_ring& ring, size_t i) noexcept nogil:
+    # the i-th most recent entry (0 = the newest)
+    return ring.data[(ring.first + ring.sz - i - 1) % ring.capacity]
 
 
 cdef struct logit_bias_entry:

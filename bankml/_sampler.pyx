@@ -12,10 +12,11 @@ so ties break the same way; generators are std::mt19937 drawn through the same s
 """
 import math
 import numbers
+import weakref
 
 import numpy as np
 cimport numpy as cnp
-from cython.operator cimport dereference as deref, preincrement as inc
+from cython.operator cimport dereference as deref
 from libc.math cimport INFINITY, exp, expf, fabsf, log, log2f, logf, pow, powf, sqrt
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
@@ -129,38 +130,6 @@ def _as_seed(seed, name):
     if not 0 <= seed <= 0xFFFFFFFF:
         raise ValueError(f"Invalid {name}: expected an integer in [-1, 4294967295], got {seed}")
     return seed
-
-
-# --- llama.cpp's ring_buffer<llama_token> ------------------------------------------
-
-cdef inline void ring_init(token_ring& ring, size_t capacity) noexcept nogil:
-    ring.data.assign(capacity, 0)
-    ring.capacity = capacity
-    ring.sz = 0
-    ring.first = 0
-    ring.pos = 0
-
-
-cdef inline void ring_clear(token_ring& ring) noexcept nogil:
-    ring.sz = 0
-    ring.first = 0
-    ring.pos = 0
-
-
-cdef inline void ring_push_back(token_ring& ring, token_t value) noexcept nogil:
-    if ring.capacity == 0:
-        return
-    if ring.sz == ring.capacity:
-        ring.first = (ring.first + 1) % ring.capacity
-    else:
-        ring.sz += 1
-    ring.data[ring.pos] = value
-    ring.pos = (ring.pos + 1) % ring.capacity
-
-
-cdef inline token_t ring_rat(const token_ring& ring, size_t i) noexcept nogil:
-    # the i-th most recent entry (0 = the newest)
-    return ring.data[(ring.first + ring.sz - i - 1) % ring.capacity]
 
 
 # --- sorting (llama_token_data_array_partial_sort and _inplace) -------------------------
@@ -597,7 +566,8 @@ cdef int apply_mirostat(chain_stage& st, llama_token_data_array* cur_p, vector[l
     return 0
 
 
-cdef int apply_mirostat_v2(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+cdef int apply_mirostat_v2(chain_stage& st, llama_token_data_array* cur_p,
+                           vector[llama_token_data]& tmp) except -1 nogil:
     cdef size_t i
     cdef int idx
     cdef float observed_surprise, e
@@ -873,7 +843,9 @@ class SamplerParams:
         if self.dry_base < 1.0:
             object.__setattr__(self, "dry_base", _float32(1.75))
         rp = self.repeat_penalty
-        if rp <= 0.0 or not math.isfinite(float(np.float32(1.0) / np.float32(rp))):
+        with np.errstate(over="ignore", divide="ignore"):
+            inverse = float(np.float32(1.0) / np.float32(rp)) if rp > 0.0 else math.inf
+        if rp <= 0.0 or not math.isfinite(inverse):
             raise ValueError(f"Invalid repeat_penalty: must be finite and greater than 0, got {rp}")
         object.__setattr__(self, "seed", _as_seed(kwargs.get("seed", -1), "seed"))
         object.__setattr__(self, "samplers", self._check_samplers(kwargs.get("samplers", DEFAULT_SAMPLERS)))
@@ -986,8 +958,23 @@ cdef void seed_stage(chain_stage& st, uint32_t seed) noexcept nogil:
     st.rng.seed(st.seed_cur)
 
 
+_DRY_BREAKER_CACHE = weakref.WeakKeyDictionary()
+
+
 def _dry_breakers(vocab, breakers):
-    """get_overlapping_token_sequences for every breaker: head token -> the tokenized tails."""
+    """get_overlapping_token_sequences for every breaker: head token -> the tokenized tails
+    (cached per vocabulary, as it scans every piece)."""
+    try:
+        per_vocab = _DRY_BREAKER_CACHE.setdefault(vocab, {})
+    except TypeError:
+        per_vocab = {}
+    key = tuple(breakers)
+    if key not in per_vocab:
+        per_vocab[key] = _compute_dry_breakers(vocab, key)
+    return per_vocab[key]
+
+
+def _compute_dry_breakers(vocab, breakers):
     tokenize = getattr(vocab, "tokenize", None)
     if tokenize is None:
         raise ValueError("Invalid dry_multiplier: DRY needs a vocabulary with tokenize(text, add_special, "

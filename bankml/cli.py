@@ -60,6 +60,18 @@ def cmd_mask(args):
     return 0
 
 
+def cmd_replay(args):
+    from .replay import replay
+    from .vocab import Vocab
+    try:
+        result = replay(args.record, vocab=None if args.vocab is None else Vocab.from_gguf(args.vocab))
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.record}: {result}")
+    return 0 if result.matches else 1
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="bankml", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -76,6 +88,10 @@ def build_parser():
     mask.add_argument("--show", type=int, default=12)
     mask.add_argument("--repeat", type=int, default=5)
     mask.set_defaults(run=cmd_mask)
+    replay = sub.add_parser("replay", help="rerun a seeded run record over its recorded logits; report the first divergent step")
+    replay.add_argument("record", help="a run record (JSON lines) written by bankml.replay.RunRecorder")
+    replay.add_argument("--vocab", help="the GGUF vocabulary, if not the one the record names")
+    replay.set_defaults(run=cmd_replay)
     return parser
 
 
