@@ -1,9 +1,12 @@
 """bankml: llama.cpp's structured-output machinery for any Python runtime, exact and fast."""
 from ._grammar import DEFAULT_MAX_STACKS, Grammar, MatchContext, Rules, fill_next_token_bitmasks
 from ._hash import mask_hash
-from .errors import GrammarError
+from ._sampler import Rng, Sampler, SamplerParams
+from .errors import GrammarError, SchemaError
+from .schema import json_schema_to_grammar, json_schema_to_rules
 from .vocab import Vocab
 
-__all__ = ["Grammar", "GrammarError", "MatchContext", "Rules", "Vocab", "fill_next_token_bitmasks", "mask_hash",
+__all__ = ["Grammar", "GrammarError", "MatchContext", "Rng", "Rules", "Sampler", "SamplerParams", "SchemaError",
+           "Vocab", "fill_next_token_bitmasks", "json_schema_to_grammar", "json_schema_to_rules", "mask_hash",
            "DEFAULT_MAX_STACKS"]
 __version__ = "0.1.0"

@@ -1,6 +1,5 @@
+# Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
 """JSON schema to GBNF, as llama.cpp converts it.
-
-Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
 
 The reference is the llama.cpp vendored by llama-cpp-python 0.3.36: ``common/json-schema.cpp`` (the schema
 reader, which refuses what it cannot convert) and ``common/json-schema-to-grammar.cpp`` (the converter), called
@@ -11,16 +10,23 @@ multi-byte character between two literals), the converter below works on "byte s
 objects whose characters are the UTF-8 bytes (latin-1 decoded). They are turned back into text at the end;
 bytes that are not valid UTF-8 come back as surrogate escapes (``errors="surrogateescape"``).
 """
+import functools
+import itertools
 import json
 import math
 import re
+import struct
 import sys
+import threading
 
 from .errors import SchemaError
 
-__all__ = ["json_schema_to_grammar", "load_schema", "SchemaError", "MAX_JSON_DEPTH"]
+__all__ = ["json_schema_to_grammar", "json_schema_to_rules", "gbnf_format_literal", "load_schema", "SchemaError",
+           "SchemaDocument", "GrammarBuilder", "build_grammar",
+           "MAX_JSON_DEPTH"]
 
 MAX_JSON_DEPTH = 512
+_PREFIX = "JSON schema conversion failed:\n"
 
 _INT_MAX = 2**31 - 1
 _INT64_MIN = -(2**63)
@@ -91,63 +97,60 @@ def _pairs(pairs):
     return d
 
 
-def _check_tree(value):
-    """Depth and string checks on a parsed tree, and plain JSON types for a tree given as Python objects.
-    Iterative, so a hostile tree cannot exhaust the stack."""
-    top = [None]
-
-    def norm(v):
-        t = type(v)
-        if v is None or t is bool or t is str:
-            return v
-        if t is int:
-            return v if _INT64_MIN <= v <= _UINT64_MAX else float(v)
-        if t is float:
-            if math.isnan(v) or math.isinf(v):
-                raise SchemaError("JSON schema error at #: %r is not a JSON number" % v, "#")
-            return v
-        if isinstance(v, bool):
-            return bool(v)
-        if isinstance(v, int):
-            return norm(int(v))
-        if isinstance(v, float):
-            return norm(float(v))
-        if isinstance(v, str):
-            return str(v)
-        if isinstance(v, dict):
-            return v
-        if isinstance(v, (list, tuple)):
-            return v
-        raise SchemaError("JSON schema error at #: %s is not a JSON value" % type(v).__name__, "#")
-
-    # (source, depth, parent container, key) - the copy is built as it goes
-    work = [(value, 1, top, 0)]
-    while work:
-        v, depth, parent, key = work.pop()
-        v = norm(v)
-        if isinstance(v, dict):
-            if depth > MAX_JSON_DEPTH:
-                raise SchemaError("JSON schema error at #: nesting deeper than %d" % MAX_JSON_DEPTH, "#")
-            out = {}
-            parent[key] = out
-            for k, item in v.items():
-                if not isinstance(k, str):
-                    raise SchemaError("JSON schema error at #: object key %r is not a string" % (k,), "#")
-                _check_string(k)
-                out[str(k)] = None
-                work.append((item, depth + 1, out, str(k)))
-        elif isinstance(v, (list, tuple)):
-            if depth > MAX_JSON_DEPTH:
-                raise SchemaError("JSON schema error at #: nesting deeper than %d" % MAX_JSON_DEPTH, "#")
-            out = [None] * len(v)
-            parent[key] = out
-            for i, item in enumerate(v):
-                work.append((item, depth + 1, out, i))
-        else:
-            if type(v) is str:
-                _check_string(v)
-            parent[key] = v
-    return top[0]
+def _check_tree(value, depth=1):
+    """A tree as llama.cpp's reader would hold it: JSON types only (a tuple becomes a list, an integer past 64
+    bits a float), no container nested deeper than MAX_JSON_DEPTH, no lone surrogate in a string. The tree
+    is returned as is when it already is so (the common case), else copied where it differs."""
+    t = type(value)
+    if t is str:
+        if not value.isascii():
+            _check_string(value)
+        return value
+    if t is dict or t is list or t is tuple or isinstance(value, (dict, list, tuple)):
+        if depth > MAX_JSON_DEPTH:
+            raise SchemaError(_PREFIX + "JSON schema error at #: nesting deeper than %d" % MAX_JSON_DEPTH, "#")
+        if isinstance(value, dict):
+            out = value if t is dict else dict(value)
+            copied = out is not value
+            for k, x in out.items():
+                if type(k) is not str:
+                    raise SchemaError(_PREFIX + "JSON schema error at #: object key %r is not a string" % (k,), "#")
+                if not k.isascii():
+                    _check_string(k)
+                y = _check_tree(x, depth + 1)
+                if y is not x:
+                    if not copied:
+                        out = dict(out)
+                        copied = True
+                    out[k] = y
+            return out
+        out = value if t is list else list(value)
+        copied = out is not value
+        for i, x in enumerate(out):
+            y = _check_tree(x, depth + 1)
+            if y is not x:
+                if not copied:
+                    out = list(out)
+                    copied = True
+                out[i] = y
+        return out
+    if value is None or t is bool:
+        return value
+    if t is int:
+        return value if _INT64_MIN <= value <= _UINT64_MAX else float(value)
+    if t is float:
+        if math.isnan(value) or math.isinf(value):
+            raise SchemaError(_PREFIX + "JSON schema error at #: %r is not a JSON number" % value, "#")
+        return value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return _check_tree(int(value), depth)
+    if isinstance(value, float):
+        return _check_tree(float(value), depth)
+    if isinstance(value, str):
+        return _check_tree(str(value), depth)
+    raise SchemaError(_PREFIX + "JSON schema error at #: %s is not a JSON value" % t.__name__, "#")
 
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
@@ -155,7 +158,7 @@ _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 def _check_string(s):
     if _SURROGATE_RE.search(s):
-        raise SchemaError("JSON schema error at #: a string holds a lone UTF-16 surrogate", "#")
+        raise SchemaError(_PREFIX + "JSON schema error at #: a string holds a lone UTF-16 surrogate", "#")
 
 
 def load_schema(schema):
@@ -169,37 +172,154 @@ def load_schema(schema):
         try:
             schema = bytes(schema).decode("utf-8")
         except UnicodeDecodeError as e:
-            raise SchemaError("JSON schema error at #: invalid UTF-8 in the schema text (%s)" % e, "#") from None
+            raise SchemaError(_PREFIX + "JSON schema error at #: invalid UTF-8 in the schema text (%s)" % e,
+                              "#") from None
     if isinstance(schema, str):
         try:
             value = json.loads(schema, object_pairs_hook=_pairs, parse_float=_parse_float, parse_int=_parse_int,
                                parse_constant=_parse_constant)
         except RecursionError:
-            raise SchemaError("JSON schema error at #: nesting deeper than %d" % MAX_JSON_DEPTH, "#") from None
+            raise SchemaError(_PREFIX + "JSON schema error at #: nesting deeper than %d" % MAX_JSON_DEPTH,
+                              "#") from None
         except (ValueError, _JsonReadError) as e:
-            raise SchemaError("JSON schema error at #: invalid JSON: %s" % e, "#") from None
+            raise SchemaError(_PREFIX + "JSON schema error at #: invalid JSON: %s" % e, "#") from None
+        return _check_tree_guarded(value)
+    return _check_tree_guarded(schema)
+
+
+def _check_tree_guarded(value):
+    try:
         return _check_tree(value)
-    return _check_tree(schema)
+    except RecursionError:
+        raise SchemaError(_PREFIX + "JSON schema error at #: the schema nests too deeply for the stack", "#") from None
+
+
+# nlohmann's dtoa is Grisu2 (Loitsch), which does not always give the shortest digits, nor the same digits as
+# Python's repr(): the steps below follow it, on Python integers
+
+
+def _diy_mul(xf, xe, yf, ye):
+    # the upper 64 bits of the 128-bit product, rounded half up
+    return (xf * yf + (1 << 63)) >> 64, xe + ye + 64
+
+
+def _diy_normalize(f, e):
+    shift = 64 - f.bit_length()
+    return f << shift, e - shift
+
+
+def _cached_power(k):
+    """10^k as (f, e): f the 64-bit significand, rounded to nearest, 2^63 <= f < 2^64."""
+    if k >= 0:
+        v = 10 ** k
+        e = v.bit_length() - 64
+        f = (v + (1 << (e - 1))) >> e if e > 0 else v << -e
+    else:
+        d = 10 ** -k
+        e = -(64 + (d.bit_length() - 1))  # 2^63 <= 2^-e / d < 2^64 for this e, or one less
+        f = ((1 << -e) + d // 2) // d
+        if f >= 1 << 64:
+            e += 1
+            f = ((1 << -e) + d // 2) // d
+        elif f < 1 << 63:
+            e -= 1
+            f = ((1 << -e) + d // 2) // d
+    if f == 1 << 64:  # rounding carried out
+        f >>= 1
+        e += 1
+    return f, e
+
+
+_CACHED_POWERS = {}
+
+
+def _cached_power_for_binary_exponent(e):
+    f = -60 - e - 1
+    q = f * 78913
+    k = (q // 262144 if q >= 0 else -((-q) // 262144)) + (1 if f > 0 else 0)
+    index = (300 + k + 7) // 8
+    dec = -300 + 8 * index
+    if dec not in _CACHED_POWERS:
+        _CACHED_POWERS[dec] = _cached_power(dec)
+    cf, ce = _CACHED_POWERS[dec]
+    return cf, ce, dec
+
+
+def _grisu2(value):
+    """(digits, decimal_exponent) of a positive finite double, as nlohmann's grisu2() gives them."""
+    bits = struct.unpack("<Q", struct.pack("<d", value))[0]
+    E = bits >> 52
+    F = bits & ((1 << 52) - 1)
+    if E == 0:
+        vf, ve = F, 1 - 1075
+    else:
+        vf, ve = F + (1 << 52), E - 1075
+    lower_closer = F == 0 and E > 1
+    mpf, mpe = 2 * vf + 1, ve - 1
+    if lower_closer:
+        mmf, mme = 4 * vf - 1, ve - 2
+    else:
+        mmf, mme = 2 * vf - 1, ve - 1
+    wpf, wpe = _diy_normalize(mpf, mpe)
+    wmf, wme = mmf << (mme - wpe), wpe
+    wf, we = _diy_normalize(vf, ve)
+
+    cf, ce, dec = _cached_power_for_binary_exponent(wpe)
+    w_f, w_e = _diy_mul(wf, we, cf, ce)
+    lo_f, _ = _diy_mul(wmf, wme, cf, ce)
+    hi_f, hi_e = _diy_mul(wpf, wpe, cf, ce)
+    m_minus = lo_f + 1
+    m_plus = hi_f - 1
+    decimal_exponent = -dec
+
+    delta = m_plus - m_minus
+    dist = m_plus - w_f
+    one_e = -hi_e
+    one_f = 1 << one_e
+    p1 = m_plus >> one_e
+    p2 = m_plus & (one_f - 1)
+    digits = []
+    k = len(str(p1)) if p1 > 0 else 1
+    pow10 = 10 ** (k - 1)
+    n = k
+    while n > 0:
+        d, p1 = divmod(p1, pow10)
+        digits.append(d)
+        n -= 1
+        rest = (p1 << one_e) + p2
+        if rest <= delta:
+            decimal_exponent += n
+            return _grisu2_round(digits, dist, delta, rest, pow10 << one_e), decimal_exponent
+        pow10 //= 10
+    m = 0
+    while True:
+        p2 *= 10
+        digits.append(p2 >> one_e)
+        p2 &= one_f - 1
+        m += 1
+        delta *= 10
+        dist *= 10
+        if p2 <= delta:
+            break
+    decimal_exponent -= m
+    return _grisu2_round(digits, dist, delta, p2, one_f), decimal_exponent
+
+
+def _grisu2_round(digits, dist, delta, rest, ten_k):
+    while rest < dist and delta - rest >= ten_k and (rest + ten_k < dist or dist - rest > rest + ten_k - dist):
+        digits[-1] -= 1
+        rest += ten_k
+    return "".join(map(str, digits))
 
 
 def _dump_float(x):
-    # nlohmann's dtoa: shortest round-trip digits, then its format_buffer layout
+    """nlohmann's dump() of a double: Grisu2 digits in its format_buffer() layout."""
     if x == 0:
         return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
     sign = "-" if x < 0 else ""
-    r = repr(abs(x))
-    mant, _, exp = r.partition("e")
-    exp = int(exp) if exp else 0
-    if "." in mant:
-        ip, fp = mant.split(".")
-    else:
-        ip, fp = mant, ""
-    digits = (ip + fp).lstrip("0")
-    # position of the decimal point relative to the start of `digits`
-    lead_zeros = len(ip + fp) - len((ip + fp).lstrip("0"))
-    n = len(ip) - lead_zeros + exp
-    digits = digits.rstrip("0")
+    digits, exp10 = _grisu2(abs(x))
     k = len(digits)
+    n = k + exp10
     if k <= n <= 15:
         s = digits + "0" * (n - k) + ".0"
     elif 0 < n <= 15:
@@ -210,6 +330,11 @@ def _dump_float(x):
         e = n - 1
         s = digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + ("-" if e < 0 else "+") + "%02d" % abs(e)
     return sign + s
+
+
+# json's own string encoder without ensure_ascii: escapes '"', '\\' and the control characters (\\b \\f \\n
+# \\r \\t, else \\u00xx in lower case), as nlohmann's dump() does; DEL and non-ASCII stay as they are
+_encode_string = json.encoder.encode_basestring
 
 
 def _dump(v):
@@ -228,10 +353,10 @@ def _dump(v):
             return "null"
         return _dump_float(v)
     if t is str:
-        return json.dumps(v, ensure_ascii=False)
+        return _encode_string(v)
     if t is list:
         return "[" + ",".join(_dump(x) for x in v) + "]"
-    return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _dump(x) for k, x in v.items()) + "}"
+    return "{" + ",".join(_encode_string(k) + ":" + _dump(x) for k, x in v.items()) + "}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -799,6 +924,9 @@ class _Invalid(Exception):
     pass
 
 
+_ESC_NAMES = {}
+
+
 class _Converter:
     def __init__(self, dotall=False):
         self.dotall = dotall
@@ -809,7 +937,11 @@ class _Converter:
         self.error_pointer = None
 
     def add_rule(self, name, rule):
-        esc_name = _INVALID_RULE_CHARS_RE.sub("-", name)
+        esc_name = _ESC_NAMES.get(name)
+        if esc_name is None:
+            esc_name = _INVALID_RULE_CHARS_RE.sub("-", name)
+            if len(_ESC_NAMES) < 65536:
+                _ESC_NAMES[name] = esc_name
         rules = self.rules
         if esc_name not in rules or rules[esc_name] == rule:
             rules[esc_name] = rule
@@ -831,17 +963,25 @@ class _Converter:
                           for i, alt in enumerate(alt_schemas))
 
     def visit_pattern(self, pattern, name, node):
-        snapshot = dict(self.rules)
+        # add_rule() only ever appends keys (an existing rule is never changed), so the rules as they were
+        # are the first `snapshot` keys: reverting drops the keys added since (llama.cpp copies the map)
+        snapshot = len(self.rules)
         try:
             return self.pattern_to_rule(pattern, name)
         except _Unsupported as err:
-            self.rules = snapshot
+            self._revert(snapshot)
             self.warnings.append("pattern " + pattern + " is not supported (" + str(err) + "), accepting any string")
             return self.add_rule(name, self.add_primitive("string", PRIMITIVE_RULES["string"]))
         except _Invalid as err:
-            self.rules = snapshot
+            self._revert(snapshot)
             self._error("Invalid pattern " + pattern + ": " + str(err), node.path)
             return ""
+
+    def _revert(self, n):
+        extra = len(self.rules) - n
+        if extra > 0:
+            for key in list(itertools.islice(reversed(self.rules), extra)):
+                del self.rules[key]
 
     def pattern_to_rule(self, pattern, name):
         if len(pattern) < 2 or pattern[0] != "^" or pattern[-1] != "$":
@@ -1108,24 +1248,31 @@ class _Converter:
             if required_props:
                 rule.append(' "," space ( ')
 
-            def get_recursive_refs(ks, first_is_optional):
-                if not ks:
-                    return ""
-                k = ks[0]
-                kv_rule_name = prop_kv_rule_names[k]
-                comma_ref = '( "," space ' + kv_rule_name + " )"
-                if first_is_optional:
-                    res = comma_ref + ("*" if k == "*" else "?")
-                else:
-                    res = kv_rule_name + (" " + comma_ref + "*" if k == "*" else "")
-                if len(ks) > 1:
-                    res += " " + self.add_rule(prefix + k + "-rest", get_recursive_refs(ks[1:], True))
-                return res
-
-            for i in range(len(optional_props)):
+            # llama.cpp's get_recursive_refs(), which rebuilds the chain of "-rest" rules from every optional
+            # property (cubic in their number); the chain is built once here, from the end, which adds the
+            # rules in the same order as its first (deepest) call, and reused, as its later calls find them
+            ks = optional_props
+            n = len(ks)
+            rest_name = [None] * n
+            opt = [""] * (n + 1)
+            for j in range(n - 1, -1, -1):
+                k = ks[j]
+                if j + 1 < n:
+                    rest_name[j] = self.add_rule(prefix + k + "-rest", opt[j + 1])
+                if j > 0:
+                    res = '( "," space ' + prop_kv_rule_names[k] + " )" + ("*" if k == "*" else "?")
+                    if j + 1 < n:
+                        res += " " + rest_name[j]
+                    opt[j] = res
+            for i in range(n):
                 if i > 0:
                     rule.append(" | ")
-                rule.append(get_recursive_refs(optional_props[i:], False))
+                k = ks[i]
+                kv_rule_name = prop_kv_rule_names[k]
+                res = kv_rule_name + (" " + '( "," space ' + kv_rule_name + " )" + "*" if k == "*" else "")
+                if i + 1 < n:
+                    res += " " + rest_name[i]
+                rule.append(res)
             if required_props:
                 rule.append(" )")
             rule.append(" )?")
@@ -1154,8 +1301,17 @@ class _Converter:
 
         def add_component(comp, is_required):
             if comp.kind == REF:
-                if comp.target is not None:
-                    add_component(comp.target, is_required)
+                # llama.cpp follows a $ref to a $ref without end when they form a cycle (a stack overflow, it
+                # crashes); the chain is followed here with a check, iteratively
+                seen = set()
+                while comp.kind == REF and comp.target is not None:
+                    if id(comp) in seen:
+                        raise _ConversionError("JSON schema conversion failed:\nallOf reaches a cycle of $refs "
+                                               "that refer only to each other (" + comp.ref + ")", comp.path)
+                    seen.add(id(comp))
+                    comp = comp.target
+                if comp.kind != REF:
+                    add_component(comp, is_required)
             elif comp.kind == OBJECT:
                 for prop_name, prop_schema, _req in comp.properties:
                     properties.append((prop_name, prop_schema))
@@ -1269,25 +1425,143 @@ def json_schema_to_grammar(schema):
     ``SchemaError`` for a schema llama.cpp refuses, with llama.cpp's message and the JSON pointer of the
     offending node.
     """
-    doc = load_schema(schema)
-    old_limit = sys.getrecursionlimit()
-    if old_limit < _RECURSION_HEADROOM:
-        sys.setrecursionlimit(_RECURSION_HEADROOM)
+    _raise_recursion_limit()
     try:
-        try:
-            root = _Builder(doc).build()
-            conv = _Converter(False)
-            conv.visit(root, "")
-        except _Fail as e:
-            raise SchemaError("JSON schema conversion failed:\n" + e.message, e.pointer) from None
-        except _ConversionError as e:
-            raise SchemaError(e.message, e.pointer) from None
-        except RecursionError:
-            raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply (through $ref or "
-                              "nesting) to convert", "#") from None
+        if isinstance(schema, (str, bytes)) and len(schema) <= _CACHED_TEXT_MAX:
+            grammar, warnings = _convert_text(schema)
+            return grammar, list(warnings)
+        return _convert(load_schema(schema))
     finally:
-        if old_limit < _RECURSION_HEADROOM:
-            sys.setrecursionlimit(old_limit)
+        _restore_recursion_limit()
+
+
+_CACHED_TEXT_MAX = 65536  # schema texts up to this size are cached (256 of them)
+
+
+@functools.lru_cache(maxsize=256)
+def _convert_text(text):
+    grammar, warnings = _convert(load_schema(text))
+    return grammar, tuple(warnings)
+
+
+_RECURSION_LOCK = threading.Lock()
+_RECURSION_USERS = 0
+_RECURSION_SAVED = None
+
+
+def _raise_recursion_limit():
+    global _RECURSION_USERS, _RECURSION_SAVED
+    with _RECURSION_LOCK:
+        if _RECURSION_USERS == 0:
+            _RECURSION_SAVED = sys.getrecursionlimit()
+            if _RECURSION_SAVED < _RECURSION_HEADROOM:
+                sys.setrecursionlimit(_RECURSION_HEADROOM)
+        _RECURSION_USERS += 1
+
+
+def _restore_recursion_limit():
+    global _RECURSION_USERS
+    with _RECURSION_LOCK:
+        _RECURSION_USERS -= 1
+        if _RECURSION_USERS == 0 and _RECURSION_SAVED < _RECURSION_HEADROOM:
+            sys.setrecursionlimit(_RECURSION_SAVED)
+
+
+def _convert(doc):
+    # the converter recurses as the schema nests (and along $ref chains): the caller raised the recursion
+    # limit for the call (counted across threads), and RecursionError becomes SchemaError
+    try:
+        root = _Builder(doc).build()
+        conv = _Converter(False)
+        conv.visit(root, "")
+    except _Fail as e:
+        raise SchemaError("JSON schema conversion failed:\n" + e.message, e.pointer) from None
+    except _ConversionError as e:
+        raise SchemaError(e.message, e.pointer) from None
+    except RecursionError:
+        raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply (through $ref or "
+                          "nesting) to convert, or recurses through allOf (where llama.cpp overflows its stack)",
+                          "#") from None
     if conv.errors:
         raise SchemaError(_t("JSON schema conversion failed:\n" + "\n".join(conv.errors)), conv.error_pointer or "#")
     return _t(conv.format_grammar()), [_t(w) for w in conv.warnings]
+
+
+def json_schema_to_rules(schema, vocab=None):
+    """Convert a JSON schema and parse the grammar, as llama.cpp does before it samples with it.
+
+    Returns ``(rules, grammar, warnings)``. A schema that converts to a grammar llama.cpp's GBNF parser then
+    refuses (``minItems``/``minLength`` past its 2000-repetition cap, for instance) raises SchemaError here,
+    with the parser's reason; ``__cause__`` is the GrammarError.
+    """
+    from ._grammar import Rules
+    from .errors import GrammarError
+
+    grammar, warnings = json_schema_to_grammar(schema)
+    try:
+        rules = Rules.parse(grammar, vocab=vocab)
+    except GrammarError as e:
+        raise SchemaError(_PREFIX + "the grammar converted from the schema is refused by the GBNF parser: "
+                          + str(e), "#") from e
+    return rules, grammar, warnings
+
+
+class SchemaDocument:
+    """A schema read as llama.cpp's ``common_chat_schema_from_json`` reads it: ``root`` is the tree's root
+    node. Raises SchemaError as json_schema_to_grammar() does for a schema llama.cpp refuses.
+
+    Nodes are opaque to callers except for what ``build_grammar`` needs: ``node.properties`` (for an object
+    node) is the list of ``(name, node, required)`` in schema order.
+    """
+
+    def __init__(self, schema):
+        doc = load_schema(schema)
+        _raise_recursion_limit()
+        try:
+            self.root = _Builder(doc).build()
+        except _Fail as e:
+            raise SchemaError("JSON schema conversion failed:\n" + e.message, e.pointer) from None
+        except RecursionError:
+            raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply to read", "#") from None
+        finally:
+            _restore_recursion_limit()
+
+
+class GrammarBuilder:
+    """llama.cpp's ``common_grammar_builder``: what a ``build_grammar`` callback adds rules with."""
+
+    def __init__(self, converter):
+        self._conv = converter
+
+    def add_rule(self, name, rule):
+        """Adds a rule (renamed ``name0``, ``name1``... when the name is taken by a different rule); returns
+        the name it got."""
+        return _t(self._conv.add_rule(_b(name), _b(rule)))
+
+    def add_schema(self, name, node):
+        """Adds the rules of a schema node (a ``SchemaDocument``'s root or one of its nodes, or a schema, read
+        here); ``name`` "root" makes it the root rule. Returns the rule name."""
+        if not isinstance(node, _Node):
+            node = SchemaDocument(node).root
+        return _t(self._conv.visit(node, "" if name == "root" else _b(name)))
+
+
+def build_grammar(callback, dotall=False):
+    """llama.cpp's ``build_grammar(cb, options)``: ``callback(builder)`` adds rules and schemas to one
+    converter (``dotall``: ``.`` in patterns also matches newlines); the grammar text is returned, or
+    SchemaError raised with llama.cpp's message for what the converter could not do."""
+    conv = _Converter(dotall)
+    _raise_recursion_limit()
+    try:
+        callback(GrammarBuilder(conv))
+    except _ConversionError as e:
+        raise SchemaError(e.message, e.pointer) from None
+    except RecursionError:
+        raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply (through $ref or "
+                          "nesting) to convert, or recurses through allOf (where llama.cpp overflows its stack)",
+                          "#") from None
+    finally:
+        _restore_recursion_limit()
+    if conv.errors:
+        raise SchemaError(_t("JSON schema conversion failed:\n" + "\n".join(conv.errors)), conv.error_pointer or "#")
+    return _t(conv.format_grammar())
