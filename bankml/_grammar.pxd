@@ -76,9 +76,10 @@ cdef class MatchContext:
     cdef cpp_map[vector[node_t], int32_t] set_ids
     cdef unordered_map[uint64_t, int32_t] transitions   # (set << 32 | code point) -> set, or -1 (no stack survives)
     cdef unordered_map[uint64_t, pair[uint64_t, int32_t]] pattern_transitions  # hash(set, matching stacks) -> (matching stacks, set)
-    cdef vector[uint8_t] set_loop_known
-    cdef vector[uint64_t] set_loop_ascii           # 2 words per set: ASCII code points that lead back to the set
-    cdef vector[uint8_t] set_loop_non_ascii        # every code point >= 0x80 leads back to the set
+    cdef vector[uint8_t] set_loop_known            # the successor and its class are computed
+    cdef vector[int32_t] set_successor             # the set most code points lead to (itself in a loop), or -1
+    cdef vector[uint64_t] set_loop_ascii           # 2 words per set: the ASCII code points that lead to the successor
+    cdef vector[uint8_t] set_loop_non_ascii        # every code point >= 0x80 leads to the successor
     cdef vector[uint8_t] set_all_partials          # the set takes every partial character that can still complete
     cdef vector[int64_t] set_viable_start          # offset of the set's intervals in viable_bounds, -1 before computed
     cdef vector[int32_t] set_viable_count
@@ -101,7 +102,8 @@ cdef class MatchContext:
     cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil
     cdef int compute_loop(self, int32_t set_id) except -1 nogil
     cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) noexcept nogil
-    cdef bint subtree_loops(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags) noexcept nogil
+    cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
+                            int32_t depth) except -1 nogil
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id) except -1 nogil
     cdef int compute_viable(self, int32_t set_id) except -1 nogil
     cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id) except -1 nogil

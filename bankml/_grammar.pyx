@@ -515,6 +515,7 @@ cdef class MatchContext:
         self.set_start.push_back(<int64_t>self.set_nodes.size())
         self.set_ids[nodes] = set_id
         self.set_loop_known.push_back(0)
+        self.set_successor.push_back(-1)
         self.set_loop_ascii.push_back(0)
         self.set_loop_ascii.push_back(0)
         self.set_loop_non_ascii.push_back(0)
@@ -580,18 +581,24 @@ cdef class MatchContext:
         return result
 
     cdef int compute_loop(self, int32_t set_id) except -1 nogil:
-        """Which code points lead from the set straight back to itself (its loop class).
+        """The set's uniform successor and the code points that lead to it (its class).
 
-        Code points are grouped by which of the set's stacks they match, so the
-        set is stepped once per group, not once per code point.
+        Most code points a set can take lead to one and the same set: back to itself
+        inside a `*` loop, or one step along a chain inside a bounded `{m,n}`. That
+        set is the successor (the set itself when it loops), and the walk can follow
+        it for a whole subtree whose code points all lie in the class. Code points
+        are grouped by which of the set's stacks they match, so the set is stepped
+        once per group, not once per code point.
         """
         cdef const grammar_element* elements = self.rules.elements.data()
         cdef vector[const grammar_element*] tops
         cdef const grammar_element* after
         cdef unordered_map[uint64_t, int32_t] result_of_matches
+        cdef unordered_map[int32_t, int32_t] votes
+        cdef int32_t results[128]
         cdef uint64_t matches, ascii_lo = 0, ascii_hi = 0
         cdef uint32_t cp
-        cdef int32_t result
+        cdef int32_t result, successor = -1, best = 0
         cdef int64_t k
         cdef size_t j
         cdef bint member, constant = True
@@ -602,8 +609,13 @@ cdef class MatchContext:
             if stack != EMPTY_STACK and not is_token_element(&elements[self.nodes[stack].element]):
                 tops.push_back(&elements[self.nodes[stack].element])
         if tops.size() > 64:
-            return 0  # too many stacks to group by: no loop class, the walk goes node by node
+            return 0  # too many stacks to group by: no class, the walk goes node by node
+        for j in range(tops.size()):
+            if class_accepts_all_partials(tops[j]):
+                self.set_all_partials[set_id] = 1
+                break
         for cp in range(128):
+            results[cp] = -1
             matches = 0
             for j in range(tops.size()):
                 if match_char(tops[j], cp, &after):
@@ -616,17 +628,17 @@ cdef class MatchContext:
             else:
                 result = self.transition(set_id, cp)
                 result_of_matches[matches] = result
-            if result == set_id:
-                if cp < 64:
-                    ascii_lo |= (<uint64_t>1) << cp
-                else:
-                    ascii_hi |= (<uint64_t>1) << (cp - 64)
-        self.set_loop_ascii[2 * set_id] = ascii_lo
-        self.set_loop_ascii[2 * set_id + 1] = ascii_hi
-        for j in range(tops.size()):
-            if class_accepts_all_partials(tops[j]):
-                self.set_all_partials[set_id] = 1
-                break
+            results[cp] = result
+            if result >= 0:
+                votes[result] += 1
+        # the set itself when it loops, else the successor most ASCII code points lead to
+        if votes.find(set_id) != votes.end():
+            successor = set_id
+        else:
+            for entry in votes:
+                if entry.second > best or (entry.second == best and entry.first < successor):
+                    best = entry.second
+                    successor = entry.first
         matches = 0
         for j in range(tops.size()):
             if not class_constant_from(tops[j], 0x80, &member):
@@ -634,9 +646,22 @@ cdef class MatchContext:
                 break
             if member:
                 matches |= (<uint64_t>1) << j
+        if successor < 0 and constant and matches != 0:
+            successor = self.transition(set_id, 0x80)
+        if successor < 0:
+            return 0
+        self.set_successor[set_id] = successor
+        for cp in range(128):
+            if results[cp] == successor:
+                if cp < 64:
+                    ascii_lo |= (<uint64_t>1) << cp
+                else:
+                    ascii_hi |= (<uint64_t>1) << (cp - 64)
+        self.set_loop_ascii[2 * set_id] = ascii_lo
+        self.set_loop_ascii[2 * set_id + 1] = ascii_hi
         if constant and matches != 0:
             # every code point >= 0x80 matches the same stacks, so 0x80 stands for them all
-            self.set_loop_non_ascii[set_id] = self.transition(set_id, 0x80) == set_id
+            self.set_loop_non_ascii[set_id] = self.transition(set_id, 0x80) == successor
         return 0
 
     cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) noexcept nogil:
@@ -706,8 +731,8 @@ cdef class MatchContext:
         # The non-ASCII children sort last; when the set loops on every one of them, take them all at once.
         if self.set_loop_known[set_id] and self.set_loop_non_ascii[set_id] and \
                 trie.first_non_ascii[node] < last_child and \
-                self.subtree_loops(set_id, trie.non_ascii_ascii[2 * node], trie.non_ascii_ascii[2 * node + 1],
-                                   trie.non_ascii_flags[node]):
+                self.chain_accepts(set_id, trie.non_ascii_ascii[2 * node], trie.non_ascii_ascii[2 * node + 1],
+                                   trie.non_ascii_flags[node], trie.non_ascii_depth[node]):
             set_position_range(bits, trie.token_lo[trie.children[trie.first_non_ascii[node]]], hi)
             last_child = trie.first_non_ascii[node]
         use_blocks = self.set_loop_known[set_id] and (
@@ -722,9 +747,10 @@ cdef class MatchContext:
             while i < range_end:
                 # A whole block of children whose code points, and everything below them,
                 # lead back to the set is taken at once.
-                if use_blocks and i % CHILD_BLOCK == 0 and i + CHILD_BLOCK <= range_end and self.subtree_loops(
+                if use_blocks and i % CHILD_BLOCK == 0 and i + CHILD_BLOCK <= range_end and self.chain_accepts(
                         set_id, trie.block_ascii[2 * (i // CHILD_BLOCK)],
-                        trie.block_ascii[2 * (i // CHILD_BLOCK) + 1], trie.block_flags[i // CHILD_BLOCK]):
+                        trie.block_ascii[2 * (i // CHILD_BLOCK) + 1], trie.block_flags[i // CHILD_BLOCK],
+                        trie.block_depth[i // CHILD_BLOCK]):
                     set_position_range(bits, trie.token_lo[trie.children[i]],
                                        trie.token_hi[trie.children[i + CHILD_BLOCK - 1]])
                     i += CHILD_BLOCK
@@ -734,35 +760,48 @@ cdef class MatchContext:
             k += 2
         return 0
 
-    cdef inline bint subtree_loops(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi,
-                                   uint8_t flags) noexcept nogil:
-        """Whether every token of a subtree with this summary is accepted from the set: all its code
-        points lead back to the set, and every partial character it ends in is one the set takes."""
-        return ((ascii_lo & ~self.set_loop_ascii[2 * set_id]) == 0
-                and (ascii_hi & ~self.set_loop_ascii[2 * set_id + 1]) == 0
-                and (not (flags & SUBTREE_NON_ASCII) or self.set_loop_non_ascii[set_id])
-                and not (flags & SUBTREE_OVERLONG_END)
-                and (not (flags & SUBTREE_PARTIAL_END) or self.set_all_partials[set_id]))
+    cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
+                            int32_t depth) except -1 nogil:
+        """Whether every token of a subtree with this summary is accepted from the set: following the
+        successors for as many code points as the deepest token takes, every code point stays in the
+        class of the set it meets, and every partial character it ends in is one that set takes."""
+        cdef int32_t d = 0, successor
+        if flags & SUBTREE_OVERLONG_END:
+            return False
+        while True:
+            if not self.set_loop_known[set_id]:
+                self.compute_loop(set_id)
+            if (flags & SUBTREE_PARTIAL_END) and not self.set_all_partials[set_id]:
+                return False
+            if d >= depth:
+                return True
+            successor = self.set_successor[set_id]
+            if successor < 0 or (ascii_lo & ~self.set_loop_ascii[2 * set_id]) != 0 \
+                    or (ascii_hi & ~self.set_loop_ascii[2 * set_id + 1]) != 0 \
+                    or ((flags & SUBTREE_NON_ASCII) and not self.set_loop_non_ascii[set_id]):
+                return False
+            if successor == set_id:
+                return True  # a loop: every deeper code point meets this same set
+            set_id = successor
+            d += 1
 
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id) except -1 nogil:
         cdef uint64_t* bits = self.position_bits.data()
         cdef uint32_t cp = trie.node_cp[child]
         cdef int32_t next_set
-        if self.set_loop_known[set_id] and (
+        if self.set_loop_known[set_id] and self.set_successor[set_id] >= 0 and (
                 (cp < 64 and (self.set_loop_ascii[2 * set_id] >> cp) & 1)
                 or (64 <= cp < 128 and (self.set_loop_ascii[2 * set_id + 1] >> (cp - 64)) & 1)
                 or (cp >= 128 and self.set_loop_non_ascii[set_id])):
-            next_set = set_id
+            next_set = self.set_successor[set_id]
         else:
             next_set = self.transition(set_id, cp)
             if next_set < 0:
                 return 0
         if not (trie.below_flags[child] & SUBTREE_OVERLONG_END) and (
                 self.set_loop_known[next_set] or trie.node_end[child] - child >= LOOP_TEST_MIN_NODES):
-            if not self.set_loop_known[next_set]:
-                self.compute_loop(next_set)
-            if self.subtree_loops(next_set, trie.below_ascii[2 * child], trie.below_ascii[2 * child + 1],
-                                  trie.below_flags[child]):
+            if self.chain_accepts(next_set, trie.below_ascii[2 * child], trie.below_ascii[2 * child + 1],
+                                  trie.below_flags[child], trie.below_depth[child]):
                 set_position_range(bits, trie.token_lo[child], trie.token_hi[child])
                 return 0
         self.trie_visit(trie, child, next_set)
@@ -1142,6 +1181,15 @@ cdef class Grammar:
                     PyThread_release_lock(ctx.lock)
             return words
         ctx.reference_masks += 1
+        if not reference and self.partial.n_remain > 0:
+            # Inside a character only a piece that opens with a continuation byte can decode (any other
+            # leaves llama.cpp's decoder an invalid sequence, rejected by every stack), and an
+            # end-of-generation token is decided by the stacks: check just those, one by one.
+            candidates = ctx.decoded.continuation_candidates()
+            allowed = np.zeros(width * 32, dtype=bool)
+            allowed[candidates] = True
+            allowed[candidates[self._rejected_indices(candidates)]] = False
+            return np.packbits(allowed, bitorder="little").view(np.uint32)
         allowed = np.ones(width * 32, dtype=bool)
         allowed[n_vocab:] = False
         allowed[self._rejected_indices(self._all_ids())] = False

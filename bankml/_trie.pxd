@@ -44,6 +44,9 @@ cdef struct trie_view:
     const uint8_t* non_ascii_flags     # SUBTREE_* bits over its non-ASCII children's subtrees
     const uint64_t* block_ascii        # per block of CHILD_BLOCK consecutive children (block k covers children
     const uint8_t* block_flags         # k*CHILD_BLOCK ...): 2 words of ASCII code points at or below them, and flags
+    const int32_t* below_depth         # the most code points a token takes below the node
+    const int32_t* block_depth         # the most code points a token takes from a block's children down (theirs included)
+    const int32_t* non_ascii_depth     # the same over the node's non-ASCII children
 
 
 # Borrowed pointers into a DecodedVocab, for kernels that run without the GIL.
@@ -67,6 +70,7 @@ cdef class DecodedVocab:
     cdef vector[partial_utf8] end_partial   # the UTF-8 state each piece ends in
     cdef bytes piece_bytes                  # all pieces back to back, for decoding from a partial state
     cdef vector[offset_t] piece_start
+    cdef object _continuation_candidates
 
     cdef vocab_view view(self)
 
@@ -91,6 +95,9 @@ cdef class VocabTrie:
     cdef vector[uint8_t] non_ascii_flags
     cdef vector[uint64_t] block_ascii
     cdef vector[uint8_t] block_flags
+    cdef vector[int32_t] below_depth
+    cdef vector[int32_t] block_depth
+    cdef vector[int32_t] non_ascii_depth
 
     cdef trie_view view(self)
     cdef int32_t _add_node(self, uint32_t cp, int32_t position)

@@ -58,6 +58,21 @@ cdef class DecodedVocab:
         self.piece_start[n] = offset
         self.code_point_start[n] = self.code_points.size()
 
+    def continuation_candidates(self):
+        """int32 ids of the tokens whose piece opens with a UTF-8 continuation byte, and the end-of-generation ids:
+        the only tokens llama.cpp can allow while a character is still open."""
+        if self._continuation_candidates is None:
+            starts = np.frombuffer(self.piece_bytes, dtype=np.uint8)
+            offsets = np.asarray(<offset_t[:self.n_vocab + 1]>self.piece_start.data())
+            lengths = np.diff(offsets)
+            first = np.zeros(self.n_vocab, dtype=np.uint8)
+            nonempty = lengths > 0
+            first[nonempty] = starts[offsets[:self.n_vocab][nonempty]]
+            eog = np.asarray(<uint8_t[:self.n_vocab]>self.is_eog.data()).astype(bool)
+            self._continuation_candidates = np.flatnonzero(
+                (nonempty & ((first >> 6) == 2)) | eog).astype(np.int32)
+        return self._continuation_candidates
+
     cdef vocab_view view(self):
         cdef vocab_view v
         v.n_vocab = self.n_vocab
@@ -198,9 +213,11 @@ cdef class VocabTrie:
             ascii_lo = 0
             ascii_hi = 0
             flags = 0
+            depth = 0
             child = node + 1
             while child < self.node_end[node]:
                 if self.node_cp[child] >= 128:
+                    depth = max(depth, self.below_depth[child] + 1)
                     if self.first_non_ascii[node] < 0:
                         self.first_non_ascii[node] = <int32_t>self.children.size()
                     ascii_lo |= self.below_ascii[2 * child]
@@ -214,14 +231,17 @@ cdef class VocabTrie:
             self.non_ascii_ascii.push_back(ascii_lo)
             self.non_ascii_ascii.push_back(ascii_hi)
             self.non_ascii_flags.push_back(flags)
+            self.non_ascii_depth.push_back(depth)
         self.child_start.push_back(<int32_t>self.children.size())
         cdef int64_t block, index
         for block in range((<int64_t>self.children.size() + CHILD_BLOCK - 1) // CHILD_BLOCK):
             ascii_lo = 0
             ascii_hi = 0
             flags = 0
+            depth = 0
             for index in range(block * CHILD_BLOCK, min((block + 1) * CHILD_BLOCK, <int64_t>self.children.size())):
                 child = self.children[index]
+                depth = max(depth, self.below_depth[child] + 1)
                 ascii_lo |= self.below_ascii[2 * child]
                 ascii_hi |= self.below_ascii[2 * child + 1]
                 flags |= self.below_flags[child]
@@ -234,6 +254,7 @@ cdef class VocabTrie:
             self.block_ascii.push_back(ascii_lo)
             self.block_ascii.push_back(ascii_hi)
             self.block_flags.push_back(flags)
+            self.block_depth.push_back(depth)
 
     cdef int32_t _add_node(self, uint32_t cp, int32_t position):
         self.node_cp.push_back(cp)
@@ -244,6 +265,7 @@ cdef class VocabTrie:
         self.below_ascii.push_back(0)
         self.below_ascii.push_back(0)
         self.below_flags.push_back(0)
+        self.below_depth.push_back(0)
         return <int32_t>(self.node_cp.size() - 1)
 
     cdef void _close_node(self, vector[int32_t]& path, int32_t position):
@@ -256,6 +278,8 @@ cdef class VocabTrie:
         if path.empty():
             return
         parent = path.back()
+        if self.below_depth[node] + 1 > self.below_depth[parent]:
+            self.below_depth[parent] = self.below_depth[node] + 1
         self.below_ascii[2 * parent] |= self.below_ascii[2 * node]
         self.below_ascii[2 * parent + 1] |= self.below_ascii[2 * node + 1]
         self.below_flags[parent] |= self.below_flags[node]
@@ -289,6 +313,9 @@ cdef class VocabTrie:
         v.non_ascii_flags = self.non_ascii_flags.data()
         v.block_ascii = self.block_ascii.data()
         v.block_flags = self.block_flags.data()
+        v.below_depth = self.below_depth.data()
+        v.block_depth = self.block_depth.data()
+        v.non_ascii_depth = self.non_ascii_depth.data()
         return v
 
     @property
