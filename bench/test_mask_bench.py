@@ -3,7 +3,9 @@
 Groups are ``mask-<grammar>-<vocabulary>-<position>`` (for example ``mask-json-qwen2-in-string``),
 so pytest-benchmark shows bankml, libllama, XGrammar and llguidance side by side, measured in one
 run on one machine. Each round fills a whole-vocabulary mask of a fresh clone of the state
-(cloned outside the timing), so per-matcher caches of a state's mask do not answer:
+(cloned outside the timing). bankml's clones share their context's mask cache (as every matcher of
+one grammar and vocabulary does), so its rows are the warm figure, a state seen before; the cold
+figure, a state's first mask in a fresh context, is in ``bench/summary.py --repeats 1``. The engines:
 bankml ``Grammar.fill_next_token_bitmask``; libllama one ``llama_sampler_apply`` over all tokens
 (``OracleGrammar.allowed_mask`` with its per-state cache cleared); XGrammar
 ``GrammarMatcher.fill_next_token_bitmask``; llguidance ``llguidance.numpy.fill_next_token_bitmask``.
@@ -39,8 +41,8 @@ def test_mask(benchmark, mask_state, engine_name, grammar_name, vocab_name, posi
     benchmark.group = f"mask-{grammar_name}-{vocab_name}-{position}"
 
     def fresh_state():
-        # Each round masks a new clone of the state, outside the timing: a matcher that keeps the
-        # mask of a state it has seen (bankml does, per matcher) must not answer from that cache here.
+        # Each round masks a new clone of the state, outside the timing (bankml's clones share the
+        # grammar's context and its mask cache: its rows are warm; see the module docstring).
         return (eng.clone(matcher), out), {}
 
     benchmark.pedantic(eng.fill, setup=fresh_state, rounds=_rounds_for(eng, matcher, out), iterations=1)
