@@ -1,4 +1,4 @@
-"""The ``bankml`` command line: check a grammar, compute masks over a real vocabulary.
+"""The ``bankml`` command line: check a grammar, convert a JSON schema, compute masks over a real vocabulary.
 
 Owns argument parsing and printing only; everything it does goes through the public API.
 """
@@ -27,6 +27,30 @@ def cmd_check(args):
     if args.verbose:
         for rule_id, elements in enumerate(rules.rules):
             print(f"  {rule_id:4d} {names.get(rule_id, '?')}: {elements}")
+    return 0
+
+
+def cmd_convert(args):
+    from . import SchemaError, json_schema_to_grammar
+    try:
+        if args.schema == "-":
+            text = sys.stdin.buffer.read()
+        else:
+            with open(args.schema, "rb") as handle:
+                text = handle.read()
+    except OSError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        grammar, warnings = json_schema_to_grammar(text)
+    except SchemaError as err:
+        print(f"{args.schema}: error at {err.pointer}: {err}", file=sys.stderr)
+        return 1
+    if warnings:
+        # llama.cpp's wording: one line for all of them
+        print("WARNING: JSON schema conversion was incomplete: " + "; ".join(warnings), file=sys.stderr)
+    sys.stdout.write(grammar)
+    sys.stdout.flush()
     return 0
 
 
@@ -80,6 +104,9 @@ def build_parser():
     check.add_argument("--root", default="root")
     check.add_argument("-v", "--verbose", action="store_true", help="print every rule's elements")
     check.set_defaults(run=cmd_check)
+    convert = sub.add_parser("convert", help="print llama.cpp's GBNF grammar for a JSON schema (file, or - for stdin)")
+    convert.add_argument("schema")
+    convert.set_defaults(run=cmd_convert)
     mask = sub.add_parser("mask", help="the tokens a grammar allows next, over a GGUF vocabulary")
     mask.add_argument("grammar")
     mask.add_argument("--vocab", required=True, help="a GGUF file (a vocab-only one is enough)")

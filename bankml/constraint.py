@@ -1,0 +1,430 @@
+"""Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+
+What an OpenAI-style or Ollama-style request asks the output to be, resolved as the pinned llama-server
+resolves it, and the grammar llama-server then samples with.
+
+* ``from_openai(req)`` / ``from_openai_text(req, body)``: ``response_format`` (``text``, ``json_object``
+  with or without ``schema``, ``json_schema`` with ``json_schema.schema``), the top-level ``json_schema``
+  and ``grammar`` fields, with llama-server's precedence and refusals (``tools/server/server-common.cpp``,
+  ``oaicompat_chat_params_parse``; ``tools/server/server-schema.cpp`` for a ``json_schema`` the chat
+  template does not turn into a grammar).
+* ``from_ollama(format)`` / ``from_ollama_text(req, body)``: Ollama's ``format`` (``"json"``, ``{}`` or a
+  schema). The pinned llama-server has no Ollama endpoint; the refusal follows Ollama's own wording.
+* ``chat_grammar(schema, template)`` / ``json_object_grammar(template)``: the grammar and generation prompt
+  of llama.cpp's chat auto-parser (``common/chat-auto-parser-generator.cpp``: the ``response-format`` rule,
+  the fence alternative, the generation prompt as the root's first literal, the reasoning block) for the
+  templates bankml knows: ``"chatml"`` (SmolLM2's) and ``"qwen3"`` (``Qwen-Qwen3-0.6B.jinja``).
+"""
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .errors import SchemaError
+from .schema import SchemaDocument, build_grammar, json_schema_to_grammar, load_schema
+
+__all__ = ["Constraint", "RequestError", "TEMPLATES", "chat_grammar", "from_ollama", "from_ollama_text",
+           "from_openai", "from_openai_text", "generation_prompt", "json_object_grammar"]
+
+
+class RequestError(ValueError):
+    """A request llama-server (or Ollama, for ``format``) refuses; the message is the server's."""
+
+
+_KINDS = ("none", "json_object", "json_schema", "gbnf")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What the output must be.
+
+    ``kind`` is ``"none"``, ``"json_object"`` (any JSON object: ``schema`` is ``{"type": "object"}``),
+    ``"json_schema"`` (``schema`` is the JSON value llama-server converts) or ``"gbnf"`` (``grammar`` is the
+    text). ``chat`` says whether llama-server builds the grammar through the chat template (the
+    ``response-format`` wrapper, ``chat_grammar``) — True for every schema it gets as a JSON object — or
+    converts a top-level ``json_schema`` that is not an object directly (``bankml.json_schema_to_grammar``,
+    errors prefixed ``Field 'json_schema': "json_schema": ``). ``source`` names the request field it came from.
+    """
+    kind: str = "none"
+    schema: Any = None
+    grammar: Optional[str] = None
+    chat: bool = True
+    source: Optional[str] = None
+
+    def __post_init__(self):
+        if self.kind not in _KINDS:
+            raise ValueError(f"Constraint kind must be one of {', '.join(_KINDS)}, not {self.kind!r}")
+
+    @property
+    def is_json(self):
+        """True when llama-server parses the answer as a JSON value (the JSON-mode content rule)."""
+        return self.kind in ("json_object", "json_schema") and self.chat
+
+    def to_grammar(self, template=None, thinking=False):
+        """``(grammar, generation_prompt)`` llama-server samples with: ``grammar`` is None when unconstrained.
+
+        With a ``template`` ("chatml" or "qwen3"), a JSON constraint gets the chat grammar (``chat_grammar``)
+        and ``generation_prompt`` is that template's; without one, the schema's bare grammar (what
+        ``/completion`` uses) and ``generation_prompt`` None.
+        """
+        prompt = generation_prompt(template, thinking) if template is not None else None
+        if self.kind == "none":
+            return None, prompt
+        if self.kind == "gbnf":
+            return self.grammar, prompt
+        if self.chat and template is not None:
+            return chat_grammar(self.schema, template, thinking)
+        try:
+            return json_schema_to_grammar(_schema_text(self.schema))[0], prompt
+        except SchemaError as e:
+            if self.chat:
+                raise
+            # the /completion field handler: "json_schema" prefix, then the field wrapper's
+            raise SchemaError("Field 'json_schema': \"json_schema\": " + str(e), e.pointer) from None
+
+
+def _schema_text(schema):
+    # bankml's converter takes Python JSON values or JSON text: a schema that *is* a JSON string must go as text
+    if isinstance(schema, (str, bytes, bytearray)):
+        return json.dumps(schema if isinstance(schema, str) else bytes(schema).decode("utf-8"), ensure_ascii=False)
+    return schema
+
+
+def _value(obj, key, default, want=None):
+    """llama-server's ``json_value``: a missing key, null, or (for a typed read) a value of the wrong type
+    gives the default. ``obj`` that is not an object contains no key."""
+    if not isinstance(obj, dict) or key not in obj or obj[key] is None:
+        return default
+    v = obj[key]
+    if want is str and not isinstance(v, str):
+        return default
+    return v
+
+
+def _empty(v):
+    # nlohmann's empty(): null, {} and [] are empty; strings, numbers and booleans never are
+    return v is None or (isinstance(v, (dict, list)) and not v)
+
+
+def from_openai(req):
+    """The constraint of an OpenAI-compatible ``/v1/chat/completions`` request (a dict), as llama-server reads it.
+
+    Raises RequestError with llama-server's message: ``Cannot use both json_schema and grammar`` (a top-level
+    ``json_schema`` that is not null together with a non-empty ``grammar``); ``response_format type must be
+    one of "text" or "json_object", but got: X``. ``response_format`` wins over ``grammar`` (llama-server
+    then drops the grammar). Schemas are not converted here (``Constraint.to_grammar`` does, and raises
+    SchemaError as llama-server does).
+    """
+    if not isinstance(req, dict):
+        raise RequestError("the request must be a JSON object")
+    json_schema = _value(req, "json_schema", None)
+    grammar = _value(req, "grammar", "", str)
+    if json_schema is not None and grammar:
+        raise RequestError("Cannot use both json_schema and grammar")
+    source = "json_schema" if json_schema is not None else None
+    json_object = False
+    if "response_format" in req:
+        response_format = _value(req, "response_format", {})
+        response_type = _value(response_format, "type", "", str)
+        if response_type == "json_object":
+            if (isinstance(response_format, dict) and "schema" in response_format) or _empty(json_schema):
+                json_schema = _value(response_format, "schema", {})
+                source = "response_format"
+                json_object = _empty(json_schema)
+        elif response_type == "json_schema":
+            wrapper = _value(response_format, "json_schema", {})
+            json_schema = _value(wrapper, "schema", {})
+            source = "response_format"
+        elif response_type and response_type != "text":
+            raise RequestError('response_format type must be one of "text" or "json_object", but got: '
+                               + response_type)
+    if isinstance(json_schema, dict) and not json_schema:
+        json_schema = {"type": "object"}
+        json_object = True
+    if isinstance(json_schema, dict):
+        # the chat template turns it into the response-format grammar; a user grammar is then dropped
+        return Constraint("json_object" if json_object else "json_schema", json_schema, None, True, source)
+    # no chat grammar: the /completion field handler converts a top-level json_schema directly when the
+    # request has no "grammar" key at all; otherwise it takes the grammar
+    top = req.get("json_schema")
+    if top is not None and "grammar" not in req:
+        if isinstance(top, dict) and not top:
+            top = {"type": "object"}
+        return Constraint("json_schema", top, None, False, "json_schema")
+    if grammar:
+        return Constraint("gbnf", None, grammar, True, "grammar")
+    return Constraint()
+
+
+def _read_body(body):
+    try:
+        return load_schema(body)
+    except SchemaError as e:
+        raise RequestError(str(e).replace("JSON schema conversion failed:\nJSON schema error at #: ", "", 1)) from None
+
+
+def from_openai_text(req, body):
+    """``from_openai`` reading the request from its raw JSON text ``body`` (str or bytes) with llama.cpp's
+    JSON reader (``bankml.schema.load_schema``): ``2.0`` stays a float, integers stay integers, keys keep
+    their order, the last duplicate wins. ``req`` (the same request already parsed, or None) is used only
+    when ``body`` is None."""
+    if body is None:
+        return from_openai(req)
+    return from_openai(_read_body(body))
+
+
+def _go_quote(raw):
+    """Go's ``%q`` of a byte slice (strconv.Quote): what Ollama prints the bad ``format`` with."""
+    text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, (bytes, bytearray)) else raw
+    out = ['"']
+    for ch in text:
+        o = ord(ch)
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif 0xDC80 <= o <= 0xDCFF:  # an invalid byte
+            out.append("\\x%02x" % (o - 0xDC00))
+        elif ch.isprintable() or ch == " ":
+            out.append(ch)
+        elif ch in "\a\b\f\n\r\t\v":
+            out.append({"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}[ch])
+        elif o < 0x20 or o == 0x7F:
+            out.append("\\x%02x" % o)
+        elif o < 0x10000:
+            out.append("\\u%04x" % o)
+        else:
+            out.append("\\U%08x" % o)
+    out.append('"')
+    return "".join(out)
+
+
+def _ollama_from_raw(raw):
+    raw = raw.strip()
+    if raw in ("", "null", '""'):
+        return Constraint()
+    if raw == '"json"':
+        return Constraint("json_object", {"type": "object"}, None, False, "format")
+    if not raw.startswith("{"):
+        raise RequestError('invalid format: %s; expected "json" or a valid JSON Schema object' % _go_quote(raw))
+    try:
+        schema = load_schema(raw)
+    except SchemaError:
+        raise RequestError("invalid JSON schema in format") from None
+    if isinstance(schema, dict) and not schema:
+        return Constraint("json_object", {"type": "object"}, None, False, "format")
+    return Constraint("json_schema", schema, None, False, "format")
+
+
+def from_ollama(format):
+    """The constraint of an Ollama ``format`` value (Python JSON value): None / ``""`` → none, ``"json"`` →
+    json_object, ``{}`` → json_object (bankml's reading, as llama-server reads an empty schema; Ollama
+    itself would convert ``{}`` as any JSON value), an object → json_schema. Anything else raises
+    RequestError with Ollama's message: ``invalid format: "X"; expected "json" or a valid JSON Schema object``.
+
+    Ollama converts the schema directly (no chat-template wrapper): ``chat`` is False.
+    """
+    if format is None:
+        return Constraint()
+    if isinstance(format, dict):
+        if not format:
+            return Constraint("json_object", {"type": "object"}, None, False, "format")
+        return Constraint("json_schema", format, None, False, "format")
+    return _ollama_from_raw(json.dumps(format, ensure_ascii=False, separators=(",", ":")))
+
+
+def _top_level_raw(body):
+    """The raw text of each top-level member of a JSON object text (the last duplicate wins)."""
+    if isinstance(body, (bytes, bytearray)):
+        body = bytes(body).decode("utf-8")
+    decoder = json.JSONDecoder()
+    ws = " \t\n\r"
+    i, n = 0, len(body)
+
+    def skip(i):
+        while i < n and body[i] in ws:
+            i += 1
+        return i
+    i = skip(i)
+    if i >= n or body[i] != "{":
+        raise RequestError("the request must be a JSON object")
+    i = skip(i + 1)
+    members = {}
+    if i < n and body[i] == "}":
+        return members
+    while True:
+        if i >= n or body[i] != '"':
+            raise RequestError("invalid JSON request body")
+        key, i = json.decoder.scanstring(body, i + 1)
+        i = skip(i)
+        if i >= n or body[i] != ":":
+            raise RequestError("invalid JSON request body")
+        i = skip(i + 1)
+        try:
+            _, end = decoder.raw_decode(body, i)
+        except ValueError:
+            raise RequestError("invalid JSON request body") from None
+        members[key] = body[i:end]
+        i = skip(end)
+        if i < n and body[i] == ",":
+            i = skip(i + 1)
+            continue
+        if i < n and body[i] == "}":
+            return members
+        raise RequestError("invalid JSON request body")
+
+
+def from_ollama_text(req, body):
+    """``from_ollama`` on the raw text of ``format`` in the request text ``body``: Ollama compares the raw
+    bytes (``"json"``, ``null``, ``""``), and the schema is read with llama.cpp's JSON reader. ``req`` is
+    used only when ``body`` is None."""
+    if body is None:
+        return from_ollama(None if req is None else req.get("format"))
+    raw = _top_level_raw(body).get("format")
+    if raw is None:
+        return Constraint()
+    return _ollama_from_raw(raw)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# chat templates: the generation prompt and llama.cpp's auto-parser grammar for a response format
+
+
+@dataclass(frozen=True)
+class _Template:
+    name: str
+    assistant_start: str            # the generation prompt up to the reasoning block
+    reasoning_start: str = ""       # autoparser.reasoning.start / .end ("" = no reasoning block)
+    reasoning_end: str = ""
+    empty_reasoning: str = ""       # what the template appends with thinking off
+    until_rule: str = ""            # name llama.cpp gives the until("</think>") rule (its parser id)
+
+
+TEMPLATES = {
+    "chatml": _Template("chatml", "<|im_start|>assistant\n"),
+    "qwen3": _Template("qwen3", "<|im_start|>assistant\n", "<think>\n", "\n</think>\n\n",
+                       "<think>\n\n</think>\n\n", "until-13"),
+}
+
+
+def _template(template):
+    try:
+        return TEMPLATES[template]
+    except KeyError:
+        raise ValueError(f"unknown template {template!r}: bankml knows {', '.join(sorted(TEMPLATES))}") from None
+
+
+def generation_prompt(template, thinking=False):
+    """The generation prompt llama-server appends (and feeds the grammar first): ``"<|im_start|>assistant\\n"``
+    for chatml; for qwen3 with thinking off, followed by the empty ``<think>`` block."""
+    t = _template(template)
+    return t.assistant_start + ("" if thinking else t.empty_reasoning)
+
+
+_JSON_RULES = (
+    ("json-array", '"[" space ("]" | json-value (space "," space json-value)* space "]")'),
+    ("json-bool", '"true" | "false"'),
+    ("json-null", '"null"'),
+    ("json-number", '"-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? (("e" | "E") [+-]? [0-9]+)?'),
+    ("json-object", '"{" space ("}" | json-string space ":" space json-value (space "," space json-string '
+                    'space ":" space json-value)* space "}")'),
+    ("json-string", '"\\"" ( [^"\\\\] | "\\\\" ( ["\\\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\\""'),
+    ("json-value", "json-object | json-array | json-string | json-number | json-bool | json-null"),
+)
+
+
+def _char_class(chars, negate):
+    out = "[^" if negate else "["
+    for c in chars:
+        out += "\\" + c if c in "]\\^-[" else c
+    return out + "]"
+
+
+def _excluding_rules(builder, prefix, word):
+    """llama.cpp's gbnf_excluding_grammar for one delimiter: strings that never contain ``word``."""
+    n = len(word)
+    alphabet = sorted(set(word))
+
+    def nxt(q, c):  # the Aho-Corasick (KMP) automaton of one word: longest suffix that is a prefix
+        s = word[:q] + c
+        for k in range(min(len(s), n), 0, -1):
+            if s.endswith(word[:k]):
+                return k
+        return 0
+
+    def name(s):
+        return prefix if s == 0 else "%s-%02d" % (prefix, s)
+    for q in range(n):
+        buckets, specific = {}, []
+        for c in alphabet:
+            d = nxt(q, c)
+            if d == n:
+                specific.append(c)
+            elif d != 0:
+                buckets.setdefault(d, []).append(c)
+                specific.append(c)
+        rhs = "|"
+        for d in sorted(buckets):
+            rhs += " " + _char_class(buckets[d], False) + " " + name(d) + " |"
+        rhs += " " + _char_class(specific, True) + " " + name(0)
+        builder.add_rule(name(q), rhs)
+    return name(0)
+
+
+def _optspace(tag):
+    from .schema import gbnf_format_literal
+    core = tag.strip()
+    lead = tag[:len(tag) - len(tag.lstrip())]
+    trail = tag[len(tag.rstrip()):]
+    parts = [gbnf_format_literal(c) + "?" for c in lead]
+    parts.append(gbnf_format_literal(core))
+    parts += [gbnf_format_literal(c) + "?" for c in trail]
+    return parts
+
+
+def chat_grammar(schema, template, thinking=False):
+    """``(grammar, generation_prompt)`` llama-server builds for a ``response_format`` schema (a JSON object)
+    with ``template``: the schema's rules under ``response-format-schema``, ``response-format``, the
+    JSON rules of the parser, and ``root``: the generation prompt (up to the reasoning block), the optional
+    reasoning block (qwen3), then the value inside a ```` ```json ```` fence or bare, with whitespace around.
+
+    Raises SchemaError for a schema llama.cpp refuses, with llama-server's message (the auto-parser's
+    ``Unable to generate parser for this template. Automatic parser generation failed: `` before the
+    converter's)."""
+    from .schema import gbnf_format_literal
+    t = _template(template)
+    if not isinstance(schema, dict) or not schema:
+        raise ValueError("chat_grammar needs a non-empty JSON schema object (llama-server sends {} as "
+                         "{\"type\": \"object\"} and builds no chat grammar for other values)")
+    prefix = "Unable to generate parser for this template. Automatic parser generation failed: "
+    try:
+        node = SchemaDocument(schema).root
+
+        def callback(builder):
+            for name, rule in _JSON_RULES:
+                builder.add_rule(name, rule)
+            schema_rule = builder.add_schema("response-format-schema", node)
+            builder.add_rule("response-format", schema_rule)
+            parts = [gbnf_format_literal(t.assistant_start), "space"]
+            if t.reasoning_start and t.reasoning_end:
+                until = _excluding_rules(builder, t.until_rule, t.reasoning_end.strip())
+                inner = _optspace(t.reasoning_start) + [until] + _optspace(t.reasoning_end)
+                parts.append("(" + " ".join(inner) + ")?")
+            parts.append("space")
+            parts.append('("```json" space response-format space "```" | space response-format space)')
+            builder.add_rule("root", " ".join(parts))
+        grammar = build_grammar(callback)
+    except SchemaError as e:
+        message = str(e)
+        # llama.cpp's chat path reads the schema and converts it without json_schema_to_grammar()'s wrapper:
+        # the reader's and the integer-range errors come without its "JSON schema conversion failed:" line
+        head = "JSON schema conversion failed:\n"
+        if message.startswith(head) and message[len(head):].startswith(_UNWRAPPED):
+            message = message[len(head):]
+        raise SchemaError(prefix + message, e.pointer) from None
+    return grammar, generation_prompt(template, thinking)
+
+
+_UNWRAPPED = ("JSON schema error at ", "At least one of min_value or max_value must be set")
+
+
+def json_object_grammar(template, thinking=False):
+    """``chat_grammar({"type": "object"}, template)``: what ``response_format: {"type": "json_object"}`` gets."""
+    return chat_grammar({"type": "object"}, template, thinking)
