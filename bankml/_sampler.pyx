@@ -1198,6 +1198,16 @@ cdef class Sampler:
             self.grammar.accept(token)
         chain_accept(self.chain, <token_t>token)
 
+    def accept_prompt(self, tokens):
+        """common_sampler_accept(token, is_generated=false) for each prompt token, as llama-server's slot does
+        before the first draw: the penalty and DRY histories see the prompt; the grammar does not."""
+        cdef int64_t token
+        for t in tokens:
+            token = int(t)
+            if not 0 <= token < self.n_vocab:
+                raise ValueError(f"Invalid token id: {token} is outside [0, {self.n_vocab})")
+            chain_accept(self.chain, <token_t>token)
+
     def prefill(self, tokens):
         """Prompt tokens the template already placed: they advance the grammar only."""
         if self.grammar is not None:

@@ -494,6 +494,8 @@ class Job:
             grammar = Grammar(rules, model.vocab)
         self.grammar = grammar
         self.sampler = Sampler(self.params, model._sampler_vocab, grammar)
+        # llama-server's init_sampler: the prompt enters the penalty/DRY histories (not the grammar)
+        self.sampler.accept_prompt(self.prompt_tokens)
         if prefill:
             self.prefill_tokens = _prefill_tokens(model, prefill)
             self.sampler.prefill(self.prefill_tokens)
