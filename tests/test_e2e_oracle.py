@@ -1,0 +1,98 @@
+"""End-to-end oracle: bankml's answers equal the pinned llama-server's, request by request.
+
+``tests/data/server_recordings.json`` holds requests answered by llama-server built from llama-cpp-python
+0.3.36's vendored llama.cpp (``tests/oracle/build_server.py`` builds it against the very libllama/libggml
+llama-cpp-python installs; ``tests/oracle/record_server.py`` records), with SmolLM2-135M-Instruct, one slot,
+2 threads, ``-c 2048 -b 2048 -ub 512 -fa off`` and ``cache_prompt: false``: JSON mode, response-format and
+top-level schemas, GBNF grammars, greedy and seeded sampling with several sampler settings, a streamed
+answer, answers cut by ``max_tokens`` and by a stop string, raw-prompt completions.
+
+Here bankml.runtime serves each recorded request on a context set up as that slot (same thread counts,
+batch sizes, context size, flash attention off; every prompt evaluated from an empty cache) and must give
+the same prompt text and prompt token ids, the same grammar text, the same generated token ids, raw text,
+content, finish reason and stopping word — and, for the streamed one, the same content deltas.
+"""
+import json
+import pathlib
+
+import pytest
+
+from bankml.constraint import from_openai_text
+from bankml.runtime import Model, check_messages, default_model_path, sampler_params_from_request
+
+from .oracle_support import ORACLE_STATS
+
+DATA = pathlib.Path(__file__).resolve().parent / "data" / "server_recordings.json"
+RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
+RECORDS = RECORDING["recordings"]
+
+
+def test_recordings_cover_the_issue():
+    names = [r["name"] for r in RECORDS]
+    assert len(names) >= 20 and len(set(names)) == len(names)
+    requests = [r["request"] for r in RECORDS]
+    assert any((q.get("response_format") or {}).get("type") == "json_object" for q in requests)
+    assert sum((q.get("response_format") or {}).get("type") == "json_schema" for q in requests) >= 5
+    assert any(q.get("grammar") for q in requests)
+    assert any(q.get("stream") for q in requests)
+    assert any(q.get("temperature") == 0 for q in requests)
+    assert any(q.get("seed") is not None and q.get("temperature", 0.8) > 0 for q in requests)
+    assert any(r["finish_reason"] == "length" for r in RECORDS)
+    assert any(r["stopping_word"] for r in RECORDS)
+
+
+@pytest.fixture(scope="module")
+def model():
+    s = RECORDING["llama_cpp_python_settings"]
+    m = Model(default_model_path(), n_ctx=s["n_ctx"], n_batch=s["n_batch"], n_ubatch=s["n_ubatch"],
+              n_threads=s["n_threads"], n_threads_batch=s["n_threads_batch"], flash_attn=s["flash_attn"],
+              n_parallel=1)
+    yield m
+    m.close()
+
+
+def _job(model, record):
+    req = record["request"]
+    body = json.dumps(req)
+    constraint = from_openai_text(req, body)
+    params, n_predict, stop = sampler_params_from_request(req)
+    if record["endpoint"] in ("/v1/chat/completions", "/chat/completions"):
+        return model.chat(check_messages(req["messages"]), constraint, params, n_predict, stop)
+    return model.complete(req["prompt"], constraint, params, n_predict, stop)
+
+
+def _deltas(chunks):
+    out = []
+    for chunk in chunks:
+        if not isinstance(chunk, dict):   # the closing "[DONE]"
+            continue
+        for choice in chunk.get("choices", []):
+            text = (choice.get("delta") or {}).get("content")
+            if text:
+                out.append(text)
+    return out
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[r["name"] for r in RECORDS])
+def test_same_answer_as_llama_server(model, record):
+    job = _job(model, record)
+    assert job.prompt == record["prompt"]
+    assert job.prompt_tokens == record["prompt_token_ids"]
+    assert job.grammar_text == (record["grammar"] or None)
+    events = list(job.stream())
+    result = job.result
+    ORACLE_STATS["llama-server requests replayed"] += 1
+    assert result.tokens == record["token_ids"]
+    assert result.text == record["raw_text"]
+    assert result.finish_reason == record["finish_reason"]
+    assert result.stopping_word == record["stopping_word"]
+    if record["endpoint"] in ("/v1/chat/completions", "/chat/completions"):
+        assert result.content == record["content"]
+        if record["request"].get("stream"):
+            assert [e.content for e in events if e.content] == _deltas(record["response"])
+        else:
+            assert result.message == record["response"]["choices"][0]["message"]
+    else:
+        assert result.content == record["content"]
+    ORACLE_STATS["llama-server requests identical (prompt, grammar, token ids, text, content, finish)"] += 1
+    ORACLE_STATS["llama-server generated tokens identical"] += len(record["token_ids"])
