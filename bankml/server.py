@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from .constraint import Constraint, RequestError, from_ollama_text, from_openai_text
 from .errors import GrammarError, SchemaError
-from .runtime import ModelError, check_messages, sampler_params_from_request
+from .runtime import ContextSizeError, ModelError, check_messages, sampler_params_from_request
 
 __all__ = ["create_app", "serve"]
 
@@ -150,6 +150,8 @@ class _App:
             messages = check_messages(body.get("messages"))
             params, n_predict, stop = sampler_params_from_request(body)
             job = await self._prepare(lambda: self.model.chat(messages, constraint, params, n_predict, stop))
+        except ContextSizeError as e:
+            return _error(str(e), 400, "exceed_context_size_error")
         except (RequestError, SchemaError, GrammarError, ValueError) as e:
             return _error(str(e))
         cid = "chatcmpl-" + uuid.uuid4().hex
@@ -211,6 +213,8 @@ class _App:
             constraint = from_openai_text(body, raw)   # no template: the bare grammar (Model.complete)
             params, n_predict, stop = sampler_params_from_request(body)
             job = await self._prepare(lambda: self.model.complete(prompt, constraint, params, n_predict, stop))
+        except ContextSizeError as e:
+            return _error(str(e), 400, "exceed_context_size_error")
         except (RequestError, SchemaError, GrammarError, ValueError) as e:
             return _error(str(e))
         cid = "cmpl-" + uuid.uuid4().hex
