@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from .constraint import Constraint, RequestError, from_ollama_text, from_openai_text
 from .errors import GrammarError, SchemaError
-from .runtime import ContextSizeError, ModelError, check_messages, sampler_params_from_request
+from .runtime import ContextSizeError, check_messages, sampler_params_from_request
 
 __all__ = ["create_app", "serve"]
 
@@ -190,8 +190,8 @@ class _App:
             return StreamingResponse(events(), media_type="text/event-stream")
         try:
             result = await runner.wait(request)
-        except ModelError as e:
-            return _error(str(e), 500, "server_error")
+        except Exception as e:  # noqa: BLE001 - a failure during generation: llama-server's 500 error object
+            return _error(f"{type(e).__name__}: {e}", 500, "server_error")
         if result.finish_reason == "cancelled":
             return Response(status_code=499)
         message = dict(result.message)
@@ -238,7 +238,10 @@ class _App:
                 finally:
                     job.cancel()
             return StreamingResponse(events(), media_type="text/event-stream")
-        result = await runner.wait(request)
+        try:
+            result = await runner.wait(request)
+        except Exception as e:  # noqa: BLE001
+            return _error(f"{type(e).__name__}: {e}", 500, "server_error")
         if result.finish_reason == "cancelled":
             return Response(status_code=499)
         out = dict(base, object="text_completion",
@@ -319,7 +322,10 @@ class _App:
                 finally:
                     job.cancel()
             return StreamingResponse(lines(), media_type="application/x-ndjson")
-        result = await runner.wait(request)
+        try:
+            result = await runner.wait(request)
+        except Exception as e:  # noqa: BLE001
+            return _ollama_error(f"{type(e).__name__}: {e}", 500)
         if result.finish_reason == "cancelled":
             return Response(status_code=499)
         out = final(result)

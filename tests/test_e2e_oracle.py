@@ -96,3 +96,64 @@ def test_same_answer_as_llama_server(model, record):
         assert result.content == record["content"]
     ORACLE_STATS["llama-server requests identical (prompt, grammar, token ids, text, content, finish)"] += 1
     ORACLE_STATS["llama-server generated tokens identical"] += len(record["token_ids"])
+
+
+HTTP_RECORDS = [r for r in RECORDS if r["endpoint"] in ("/v1/chat/completions", "/v1/completions")
+                and r["name"] in ("json_object/cat/greedy", "json_schema/shopping-defs/greedy",
+                                  "json_schema/phone/repeat1.1/seed5", "grammar/item-list/seed17",
+                                  "plain/count/stop", "stream/json_object/seed8",
+                                  "completions/grammar/yes-no/seed4")]
+
+
+@pytest.fixture(scope="module")
+def client(model):
+    from starlette.testclient import TestClient
+
+    from bankml.server import create_app
+    with TestClient(create_app(model, "SmolLM2-135M-Instruct")) as c:
+        yield c
+
+
+def _sse_chunks(text):
+    out = []
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            data = line[len("data: "):]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+@pytest.mark.parametrize("record", HTTP_RECORDS, ids=[r["name"] for r in HTTP_RECORDS])
+def test_same_http_answer_as_llama_server(client, record):
+    """The same requests through bankml serve's endpoints: the OpenAI fields llama-server answered with."""
+    assert len(HTTP_RECORDS) == 7
+    req = {k: v for k, v in record["request"].items() if k not in ("verbose", "cache_prompt")}
+    response = client.post(record["endpoint"], json=req)
+    assert response.status_code == 200, response.text
+    want = record["response"]
+    if req.get("stream"):
+        got = _sse_chunks(response.text)
+        assert got[-1] == "[DONE]" and want[-1] == "[DONE]"
+        assert _deltas(got) == _deltas(want)
+        finals = [c["choices"][0]["finish_reason"] for c in got[:-1] if c.get("choices")]
+        assert finals[-1] == record["finish_reason"]
+        usage = [c["usage"] for c in got[:-1] if c.get("usage")]
+        assert usage[-1]["completion_tokens"] == want_usage(want)["completion_tokens"]
+        ORACLE_STATS["llama-server HTTP answers identical (bankml serve)"] += 1
+        return
+    body = response.json()
+    assert body["object"] == want["object"]
+    assert body["tokens"] == record["token_ids"]
+    for mine, theirs in zip(body["choices"], want["choices"], strict=True):
+        assert mine["finish_reason"] == theirs["finish_reason"]
+        if "message" in theirs:
+            assert mine["message"] == theirs["message"]
+        else:
+            assert mine["text"] == theirs["text"]
+    for key in ("completion_tokens", "prompt_tokens", "total_tokens"):
+        assert body["usage"][key] == want["usage"][key]
+    ORACLE_STATS["llama-server HTTP answers identical (bankml serve)"] += 1
+
+
+def want_usage(chunks):
+    return [c["usage"] for c in chunks if isinstance(c, dict) and c.get("usage")][-1]
