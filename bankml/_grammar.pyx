@@ -23,7 +23,7 @@ from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from cython.operator cimport dereference as deref
 from libcpp.algorithm cimport find, lower_bound, sort, unique, upper_bound
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
@@ -41,8 +41,10 @@ cdef extern from *:
     int __builtin_ctzll(unsigned long long) nogil
     int __builtin_popcountll(unsigned long long) nogil
 
-# Node 0 of every pool is the empty stack.
+# Node 0 of every pool is the empty stack; node 1 stands for "whatever lies below a stack's top
+# segment" in the stacks the segment cache walks (a path that reaches it has popped out of the segment).
 cdef node_t EMPTY_STACK = 0
+cdef node_t SEGMENT_BASE = 1
 # Bounds on what one matcher may hold; llama.cpp has none and grows until memory runs out.
 # llama.cpp has no bound; its de-duplication (and bankml's, kept identical in order) is quadratic in the
 # stack count, and a state with thousands of stacks already costs llama.cpp seconds per mask.
@@ -53,6 +55,14 @@ cdef size_t CONTEXT_NODE_BUDGET = 1 << 22
 # Bounds of the fast path's memory; past them it forgets what it memoized and starts over.
 cdef size_t MAX_SETS = 1 << 20
 cdef size_t MAX_MASK_CACHE_BYTES = 16 << 20
+cdef size_t MAX_SEGMENT_CACHE_BYTES = 28 << 20
+# A segment whose walk pops out at more trie nodes than this, or above subtrees of more than
+# CONTINUATION_NODES_PER_NODE times as many nodes in all, grows by a frame: the continuations are
+# walked again, from the real stack below, every time the entry serves, so they must stay small.
+cdef size_t DEFAULT_MAX_CONTINUATIONS = 128
+cdef size_t CONTINUATION_NODES_PER_NODE = 16
+# Segments longer than this are not tried one frame at a time: the whole stack is the segment.
+cdef int32_t MAX_SEGMENT_LENGTH = 16
 cdef int64_t MASKS_PER_CHUNK = 16
 # A subtree smaller than this is walked node by node rather than tested against the set's loop class.
 cdef int32_t LOOP_TEST_MIN_NODES = 4
@@ -201,6 +211,36 @@ cdef inline bint class_accepts_all_partials(const grammar_element* pos) noexcept
     return (not is_positive_char) and all_ascii
 
 
+cdef inline uint64_t words_hash(const uint32_t* words, int64_t n) noexcept nogil:
+    """A 64-bit hash of n words (four independent lanes, so the multiplies overlap)."""
+    cdef uint64_t h0 = 0x9E3779B97F4A7C15ULL, h1 = 0xC2B2AE3D27D4EB4FULL, h2 = 0x165667B19E3779F9ULL
+    cdef uint64_t h3 = 0x27D4EB2F165667C5ULL
+    cdef int64_t i = 0
+    while i + 4 <= n:
+        h0 = (h0 ^ words[i]) * 0x100000001B3ULL
+        h1 = (h1 ^ words[i + 1]) * 0x100000001B3ULL
+        h2 = (h2 ^ words[i + 2]) * 0x100000001B3ULL
+        h3 = (h3 ^ words[i + 3]) * 0x100000001B3ULL
+        i += 4
+    while i < n:
+        h0 = (h0 ^ words[i]) * 0x100000001B3ULL
+        i += 1
+    return h0 ^ (h1 * 31) ^ (h2 * 961) ^ (h3 * 29791) ^ <uint64_t>n
+
+
+# element_flags bits: what compute_loop needs to know about a character class, computed once
+cdef enum:
+    ELEMENT_KNOWN = 1
+    ELEMENT_CONSTANT_ABOVE = 2   # membership is the same for every code point >= 0x80
+    ELEMENT_MEMBER_ABOVE = 4     # ... and those code points are members
+    ELEMENT_ALL_PARTIALS = 8     # match_partial_char holds for every partial character that can complete
+
+
+cdef inline bint is_bottom(node_t stack) noexcept nogil:
+    """The empty stack or the segment base: no element on top, matches no code point."""
+    return stack <= SEGMENT_BASE
+
+
 cdef inline void add_unique(vector[node_t]& stacks, node_t stack) noexcept nogil:
     if find(stacks.begin(), stacks.end(), stack) == stacks.end():
         stacks.push_back(stack)
@@ -311,8 +351,13 @@ cdef class MatchContext:
         cdef stack_node root
         root.element = -1
         root.parent = -1
-        self.nodes.push_back(root)
+        self.nodes.push_back(root)   # EMPTY_STACK
+        root.element = -2
+        self.nodes.push_back(root)   # SEGMENT_BASE
         self.set_start.push_back(0)
+        self.use_segments = True
+        self.max_continuations = DEFAULT_MAX_CONTINUATIONS
+        self.continuations_limit = DEFAULT_MAX_CONTINUATIONS
         self.lock = PyThread_allocate_lock()
         if self.lock == NULL:
             raise MemoryError("could not allocate the grammar context's lock")
@@ -328,6 +373,11 @@ cdef class MatchContext:
         if vocab is not None:
             for token_id in sorted(int(t) for t in vocab.eog_ids):
                 self.eog_tokens.push_back(token_id)
+        self.segment_lengths.assign(rules.elements.size(), 0)
+        self.element_transparent.assign(rules.elements.size(), 0)
+        self.rule_nullable = _nullable_rules(rules)
+        self.element_ascii.assign(2 * rules.elements.size(), 0)
+        self.element_flags.assign(rules.elements.size(), 0)
 
     def __dealloc__(self):
         if self.lock != NULL:
@@ -343,11 +393,81 @@ cdef class MatchContext:
 
     @property
     def cache_bytes(self):
-        """Memory held by the memoized sets, transitions and masks, in bytes (approximate)."""
+        """Memory held by the memoized sets, transitions, masks and segment entries, in bytes (approximate)."""
         return (self.nodes.size() * 8 + self.node_ids.size() * 32 + self.set_nodes.size() * 4
-                + self.set_start.size() * 40 + self.transitions.size() * 32
+                + self.set_start.size() * 41 + self.transitions.size() * 32
                 + self.pattern_transitions.size() * 40 + self.mask_chunks.size() * MASKS_PER_CHUNK * self.trie_token_words.size() * 4
-                + self.position_bits.size() * 8)
+                + self.position_bits.size() * 8 + self.segment_bytes
+                + self.segment_lengths.size() * 4 + self.segment_nodes.size() * 40 + self.context_sets.size() * 24)
+
+    @property
+    def segment_bytes(self):
+        """Memory held by the segment entries (accepted tokens and continuations), in bytes."""
+        return ((self.entry_words.size() + self.entry_tokens.size() + self.entry_continuations.size()) * 4
+                + self.entries.size() * sizeof(segment_entry) + self.entry_of.size() * 24)
+
+    @property
+    def segment_stats(self):
+        """Counters of the segment cache: entries built and held, lookups served, walks grown, continuations walked."""
+        cdef size_t dense = 0, continuations = 0
+        cdef size_t i
+        for i in range(self.entries.size()):
+            dense += self.entries[i].n_tokens < 0
+            continuations += self.entries[i].n_continuations
+        return {"entries": self.entries.size(), "dense_entries": dense, "continuations": continuations,
+                "built": self.segment_entries_built, "hits": self.segment_hits,
+                "grown": self.segment_walks_grown, "continuation_walks": self.continuation_walks,
+                "bytes": self.segment_bytes}
+
+    def _build_segment(self, frames, bint whole):
+        """Experiment shim: build the entry of a segment given as element positions, top first,
+        over SEGMENT_BASE (or over the empty stack when whole). Returns the entry id, -1 if it pops out
+        at too many nodes."""
+        cdef node_t node = SEGMENT_BASE
+        cdef trie_view trie = self.trie.view()
+        cdef int32_t entry_id
+        cdef position_t top = frames[0]
+        cdef int32_t length = len(frames)
+        for f in reversed(frames):
+            node = self.push(node, <position_t>f)
+        if self.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
+            self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
+        it = self.entry_of.find(node)
+        if it != self.entry_of.end():
+            return deref(it).second
+        with nogil:
+            PyThread_acquire_lock(self.lock, 1)
+            try:
+                if whole:
+                    self.max_continuations = <size_t>-1
+                entry_id = self.build_entry(node, length, &trie)
+                self.max_continuations = self.continuations_limit
+                if entry_id >= 0 and length <= 32:
+                    self.segment_lengths[top] |= (<uint32_t>1) << (length - 1)
+            finally:
+                PyThread_release_lock(self.lock)
+        return entry_id
+
+    def _segment_entries(self):
+        """Test shim: per segment entry, (segment length, accepted tokens or -1 when dense, continuations)."""
+        return [(self.entries[i].length, self.entries[i].n_tokens, self.entries[i].n_continuations)
+                for i in range(self.entries.size())]
+
+    def _configure_segments(self, enabled=None, max_continuations=None):
+        """Test and benchmark shim: turn the segment cache on or off, or change its continuation limit.
+        Forgets every cached mask and entry, so the next masks are computed afresh."""
+        with nogil:
+            PyThread_acquire_lock(self.lock, 1)
+            self.clear_segments()
+            self.mask_chunks.clear()
+            self.mask_slot.clear()
+            self.n_cached_masks = 0
+            PyThread_release_lock(self.lock)
+        if enabled is not None:
+            self.use_segments = bool(enabled)
+        if max_continuations is not None:
+            self.continuations_limit = int(max_continuations)
+            self.max_continuations = int(max_continuations)
 
     # -- the stack tree ------------------------------------------------------
     cdef node_t push(self, node_t parent, position_t element) except -1 nogil:
@@ -370,18 +490,20 @@ cdef class MatchContext:
     cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil:
         """Expand a stack into the stacks that all end at a terminal (or are empty)."""
         cdef const grammar_element* elements = self.rules.elements.data()
-        cdef vector[node_t] todo
-        cdef vector[node_t] seen  # few entries: a linear search beats hashing
+        # todo and seen are scratch kept by the context (advance_stack never runs inside itself), so a
+        # call allocates nothing; seen holds few entries, so a linear search beats hashing
         cdef node_t current, next_stack
         cdef position_t pos, subpos
-        todo.push_back(stack)
-        while not todo.empty():
-            current = todo.back()
-            todo.pop_back()
-            if find(seen.begin(), seen.end(), current) != seen.end():
+        self.advance_todo.clear()
+        self.advance_seen.clear()
+        self.advance_todo.push_back(stack)
+        while not self.advance_todo.empty():
+            current = self.advance_todo.back()
+            self.advance_todo.pop_back()
+            if find(self.advance_seen.begin(), self.advance_seen.end(), current) != self.advance_seen.end():
                 continue
-            seen.push_back(current)
-            if current == EMPTY_STACK:
+            self.advance_seen.push_back(current)
+            if is_bottom(current):
                 add_unique(new_stacks, current)
                 continue
             pos = self.nodes[current].element
@@ -393,7 +515,7 @@ cdef class MatchContext:
                         next_stack = self.push(next_stack, pos + 1)
                     if not is_end_of_sequence(&elements[subpos]):
                         next_stack = self.push(next_stack, subpos)
-                    todo.push_back(next_stack)
+                    self.advance_todo.push_back(next_stack)
                     while not is_end_of_sequence(&elements[subpos]):
                         subpos += 1
                     if elements[subpos].type == LLAMA_GRETYPE_ALT:
@@ -500,19 +622,40 @@ cdef class MatchContext:
     # -- the fast path: trie walk over hash-consed stack sets --------------------
     cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil:
         """The id of a set of stacks (sorted and deduplicated in place)."""
-        cdef int32_t set_id
+        cdef int32_t set_id, candidate
+        cdef uint64_t hash_value = 0x84222325CBF29CE4ULL
+        cdef size_t i, n
+        cdef int64_t first
+        cdef bint same
         sort(nodes.begin(), nodes.end())
         nodes.erase(unique(nodes.begin(), nodes.end()), nodes.end())
-        it = self.set_ids.find(nodes)
-        if it != self.set_ids.end():
-            return deref(it).second
+        n = nodes.size()
+        for i in range(n):
+            hash_value = (hash_value ^ <uint32_t>nodes[i]) * 0x100000001B3ULL
+        hash_value ^= hash_value >> 29
+        it = self.set_by_hash.find(hash_value)
+        if it != self.set_by_hash.end():
+            candidate = deref(it).second
+            while candidate >= 0:
+                first = self.set_start[candidate]
+                if <size_t>(self.set_start[candidate + 1] - first) == n:
+                    same = True
+                    for i in range(n):
+                        if self.set_nodes[first + i] != nodes[i]:
+                            same = False
+                            break
+                    if same:
+                        return candidate
+                candidate = self.set_hash_next[candidate]
         if self.set_start.size() > MAX_SETS:
             with gil:
                 raise GrammarError(f"grammar state exceeds {MAX_SETS} stack sets")
         set_id = <int32_t>(self.set_start.size() - 1)
         self.set_nodes.insert(self.set_nodes.end(), nodes.begin(), nodes.end())
         self.set_start.push_back(<int64_t>self.set_nodes.size())
-        self.set_ids[nodes] = set_id
+        it = self.set_by_hash.find(hash_value)
+        self.set_hash_next.push_back(deref(it).second if it != self.set_by_hash.end() else -1)
+        self.set_by_hash[hash_value] = set_id
         self.set_loop_known.push_back(0)
         self.set_successor.push_back(-1)
         self.set_loop_ascii.push_back(0)
@@ -521,6 +664,11 @@ cdef class MatchContext:
         self.set_all_partials.push_back(0)
         self.set_viable_start.push_back(-1)
         self.set_viable_count.push_back(0)
+        # sorted ids: SEGMENT_BASE (1) comes first or right after EMPTY_STACK (0)
+        cdef uint8_t has_base = 0
+        if (nodes.size() > 0 and nodes[0] == SEGMENT_BASE) or (nodes.size() > 1 and nodes[1] == SEGMENT_BASE):
+            has_base = 1
+        self.set_has_base.push_back(has_base)
         return set_id
 
     cdef int32_t step_set(self, int32_t set_id, uint32_t cp) except -2 nogil:
@@ -532,7 +680,6 @@ cdef class MatchContext:
         cdef const grammar_element* elements = self.rules.elements.data()
         cdef const grammar_element* after
         cdef const grammar_element* top
-        cdef vector[node_t] next_stacks
         cdef node_t stack, next_stack
         cdef int64_t k, first = self.set_start[set_id], last = self.set_start[set_id + 1]
         cdef uint64_t matches = 0, key
@@ -541,7 +688,7 @@ cdef class MatchContext:
         if by_pattern:
             for k in range(first, last):
                 stack = self.set_nodes[k]
-                if stack == EMPTY_STACK:
+                if is_bottom(stack):
                     continue
                 top = &elements[self.nodes[stack].element]
                 if not is_token_element(top) and match_char(top, cp, &after):
@@ -552,9 +699,10 @@ cdef class MatchContext:
             it = self.pattern_transitions.find(key)
             if it != self.pattern_transitions.end() and deref(it).second.first == matches:
                 return deref(it).second.second
+        self.step_stacks.clear()  # scratch of the context: step_set never runs inside itself
         for k in range(first, last):
             stack = self.set_nodes[k]
-            if stack == EMPTY_STACK:
+            if is_bottom(stack):
                 continue
             top = &elements[self.nodes[stack].element]
             if is_token_element(top):
@@ -563,8 +711,8 @@ cdef class MatchContext:
                 next_stack = self.nodes[stack].parent
                 if not is_end_of_sequence(after):
                     next_stack = self.push(next_stack, <position_t>(after - elements))
-                self.advance_stack(next_stack, next_stacks)
-        result = -1 if next_stacks.empty() else self.intern_set(next_stacks)
+                self.advance_stack(next_stack, self.step_stacks)
+        result = -1 if self.step_stacks.empty() else self.intern_set(self.step_stacks)
         if by_pattern:
             self.pattern_transitions[key] = pair[uint64_t, int32_t](matches, result)
         return result
@@ -579,86 +727,114 @@ cdef class MatchContext:
         self.transitions[key] = result
         return result
 
+    cdef int element_info(self, position_t pos) except -1 nogil:
+        """Summarize the character class at pos once: its ASCII members, and whether membership is
+        the same for every code point >= 0x80 (and which) and it takes every partial character."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* after
+        cdef uint64_t lo = 0, hi = 0
+        cdef uint32_t cp
+        cdef uint8_t flags = ELEMENT_KNOWN
+        cdef bint member
+        if self.element_flags[pos] & ELEMENT_KNOWN:
+            return 0
+        for cp in range(64):
+            if match_char(&elements[pos], cp, &after):
+                lo |= (<uint64_t>1) << cp
+            if match_char(&elements[pos], cp + 64, &after):
+                hi |= (<uint64_t>1) << cp
+        if class_constant_from(&elements[pos], 0x80, &member):
+            flags |= ELEMENT_CONSTANT_ABOVE
+            if member:
+                flags |= ELEMENT_MEMBER_ABOVE
+        if class_accepts_all_partials(&elements[pos]):
+            flags |= ELEMENT_ALL_PARTIALS
+        self.element_ascii[2 * pos] = lo
+        self.element_ascii[2 * pos + 1] = hi
+        self.element_flags[pos] = flags
+        return 0
+
     cdef int compute_loop(self, int32_t set_id) except -1 nogil:
         """The set's uniform successor and the code points that lead to it (its class).
 
         Most code points a set can take lead to one and the same set: back to itself
-        inside a `*` loop, or one step along a chain inside a bounded `{m,n}`. That
-        set is the successor (the set itself when it loops), and the walk can follow
-        it for a whole subtree whose code points all lie in the class. Code points
-        are grouped by which of the set's stacks they match, so the set is stepped
-        once per group, not once per code point.
+        inside a `*` loop, or one step along a chain inside a bounded `{m,n}`. Code
+        points are grouped by which of the set's stacks they match (the step depends
+        only on that), and the group most ASCII code points fall in gives the
+        successor; its code points are the class. The set is stepped once for that
+        group (and once for the code points >= 0x80 when they all behave alike), so
+        a new set costs no steps it would not take anyway.
         """
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef vector[const grammar_element*] tops
-        cdef const grammar_element* after
-        cdef unordered_map[uint64_t, int32_t] result_of_matches
-        cdef unordered_map[int32_t, int32_t] votes
-        cdef int32_t results[128]
-        cdef uint64_t matches, ascii_lo = 0, ascii_hi = 0
+        cdef position_t tops[64]
+        cdef uint64_t pattern[128]
+        cdef uint64_t distinct[128]
+        cdef int32_t distinct_count[128]
+        cdef uint32_t distinct_cp[128]
+        cdef int32_t n_tops = 0, n_distinct = 0, best = -1, successor = -1, d, j
+        cdef uint64_t bits, matches_above = 0, ascii_lo = 0, ascii_hi = 0
         cdef uint32_t cp
-        cdef int32_t result, successor = -1, best = 0
+        cdef uint8_t flags
+        cdef bint constant = True
         cdef int64_t k
-        cdef size_t j
-        cdef bint member, constant = True
         cdef node_t stack
         self.set_loop_known[set_id] = 1
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             stack = self.set_nodes[k]
-            if stack != EMPTY_STACK and not is_token_element(&elements[self.nodes[stack].element]):
-                tops.push_back(&elements[self.nodes[stack].element])
-        if tops.size() > 64:
-            return 0  # too many stacks to group by: no class, the walk goes node by node
-        for j in range(tops.size()):
-            if class_accepts_all_partials(tops[j]):
-                self.set_all_partials[set_id] = 1
-                break
-        for cp in range(128):
-            results[cp] = -1
-            matches = 0
-            for j in range(tops.size()):
-                if match_char(tops[j], cp, &after):
-                    matches |= (<uint64_t>1) << j
-            if matches == 0:
+            if is_bottom(stack) or is_token_element(&self.rules.elements[self.nodes[stack].element]):
                 continue
-            it = result_of_matches.find(matches)
-            if it != result_of_matches.end():
-                result = deref(it).second
-            else:
-                result = self.transition(set_id, cp)
-                result_of_matches[matches] = result
-            results[cp] = result
-            if result >= 0:
-                votes[result] += 1
-        # the set itself when it loops, else the successor most ASCII code points lead to
-        if votes.find(set_id) != votes.end():
-            successor = set_id
-        else:
-            for entry in votes:
-                if entry.second > best or (entry.second == best and entry.first < successor):
-                    best = entry.second
-                    successor = entry.first
-        matches = 0
-        for j in range(tops.size()):
-            if not class_constant_from(tops[j], 0x80, &member):
+            if n_tops == 64:
+                return 0  # too many stacks to group by: no class, the walk goes node by node
+            tops[n_tops] = self.nodes[stack].element
+            n_tops += 1
+        memset(pattern, 0, sizeof(pattern))
+        for j in range(n_tops):
+            self.element_info(tops[j])
+            flags = self.element_flags[tops[j]]
+            if flags & ELEMENT_ALL_PARTIALS:
+                self.set_all_partials[set_id] = 1
+            if not (flags & ELEMENT_CONSTANT_ABOVE):
                 constant = False
-                break
-            if member:
-                matches |= (<uint64_t>1) << j
-        if successor < 0 and constant and matches != 0:
+            elif flags & ELEMENT_MEMBER_ABOVE:
+                matches_above |= (<uint64_t>1) << j
+            bits = self.element_ascii[2 * tops[j]]
+            while bits:
+                pattern[__builtin_ctzll(bits)] |= (<uint64_t>1) << j
+                bits &= bits - 1
+            bits = self.element_ascii[2 * tops[j] + 1]
+            while bits:
+                pattern[64 + __builtin_ctzll(bits)] |= (<uint64_t>1) << j
+                bits &= bits - 1
+        for cp in range(128):
+            if pattern[cp] == 0:
+                continue
+            d = 0
+            while d < n_distinct and distinct[d] != pattern[cp]:
+                d += 1
+            if d == n_distinct:
+                distinct[d] = pattern[cp]
+                distinct_count[d] = 0
+                distinct_cp[d] = cp
+                n_distinct += 1
+            distinct_count[d] += 1
+            if best < 0 or distinct_count[d] > distinct_count[best]:
+                best = d
+        if best >= 0:
+            successor = self.transition(set_id, distinct_cp[best])
+            if successor >= 0:
+                for cp in range(128):
+                    if pattern[cp] == distinct[best]:
+                        if cp < 64:
+                            ascii_lo |= (<uint64_t>1) << cp
+                        else:
+                            ascii_hi |= (<uint64_t>1) << (cp - 64)
+        if successor < 0 and constant and matches_above != 0:
             successor = self.transition(set_id, 0x80)
         if successor < 0:
             return 0
         self.set_successor[set_id] = successor
-        for cp in range(128):
-            if results[cp] == successor:
-                if cp < 64:
-                    ascii_lo |= (<uint64_t>1) << cp
-                else:
-                    ascii_hi |= (<uint64_t>1) << (cp - 64)
         self.set_loop_ascii[2 * set_id] = ascii_lo
         self.set_loop_ascii[2 * set_id + 1] = ascii_hi
-        if constant and matches != 0:
+        if constant and matches_above != 0:
             # every code point >= 0x80 matches the same stacks, so 0x80 stands for them all
             self.set_loop_non_ascii[set_id] = self.transition(set_id, 0x80) == successor
         return 0
@@ -670,7 +846,7 @@ cdef class MatchContext:
         cdef int64_t k
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             stack = self.set_nodes[k]
-            if stack == EMPTY_STACK:
+            if is_bottom(stack):
                 continue
             top = &elements[self.nodes[stack].element]
             if not is_token_element(top) and match_partial_char(top, partial):
@@ -698,20 +874,31 @@ cdef class MatchContext:
         cdef int32_t first_child, last_child
         cdef bint use_blocks
         cdef node_t stack
+        if self.collecting and self.set_has_base[set_id]:
+            # A path popped out of the segment here: the tokens below this node are finished against
+            # the real stack whenever the entry is used. Too many such nodes: the segment is too short.
+            self.continuations.push_back(node)
+            self.continuation_nodes += trie.node_end[node] - node
+            if self.continuations.size() > self.max_continuations or \
+                    self.continuation_nodes > self.max_continuations * CONTINUATION_NODES_PER_NODE:
+                self.walk_aborted = True
+                return 0
         for position in range(lo, first_longer):
             if trie.end_partial[position].n_remain == 0 or \
                     self.set_accepts_partial(set_id, trie.end_partial[position]):
                 bits[position >> 6] |= (<uint64_t>1) << (position & 63)
+                self.n_marked += 1
         if first_longer < hi:
             for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
                 stack = self.set_nodes[k]
-                if stack == EMPTY_STACK:
+                if is_bottom(stack):
                     continue
                 top = &elements[self.nodes[stack].element]
                 if top.type == LLAMA_GRETYPE_TOKEN:
                     position = trie.position_of[top.value] if top.value < <uint32_t>trie.n_vocab else -1
                     if first_longer <= position < hi:
                         bits[position >> 6] |= (<uint64_t>1) << (position & 63)
+                        self.n_marked += 1
                 elif top.type == LLAMA_GRETYPE_TOKEN_NOT:
                     position = trie.position_of[top.value] if top.value < <uint32_t>trie.n_vocab else -1
                     if first_longer <= position < hi:
@@ -719,6 +906,7 @@ cdef class MatchContext:
                         set_position_range(bits, position + 1, hi)
                     else:
                         set_position_range(bits, first_longer, hi)
+                    self.n_marked += hi - first_longer
         first_child = trie.child_start[node]
         last_child = trie.child_start[node + 1]
         if first_child == last_child:
@@ -733,6 +921,7 @@ cdef class MatchContext:
                 self.chain_accepts(set_id, trie.non_ascii_ascii[2 * node], trie.non_ascii_ascii[2 * node + 1],
                                    trie.non_ascii_flags[node], trie.non_ascii_depth[node]):
             set_position_range(bits, trie.token_lo[trie.children[trie.first_non_ascii[node]]], hi)
+            self.n_marked += hi - trie.token_lo[trie.children[trie.first_non_ascii[node]]]
             last_child = trie.first_non_ascii[node]
         use_blocks = self.set_loop_known[set_id] and (
             self.set_loop_ascii[2 * set_id] or self.set_loop_ascii[2 * set_id + 1] or self.set_loop_non_ascii[set_id])
@@ -752,9 +941,12 @@ cdef class MatchContext:
                         trie.block_depth[i // CHILD_BLOCK]):
                     set_position_range(bits, trie.token_lo[trie.children[i]],
                                        trie.token_hi[trie.children[i + CHILD_BLOCK - 1]])
+                    self.n_marked += trie.token_hi[trie.children[i + CHILD_BLOCK - 1]] - trie.token_lo[trie.children[i]]
                     i += CHILD_BLOCK
                 else:
                     self.visit_child(trie, trie.children[i], set_id)
+                    if self.walk_aborted:
+                        return 0
                     i += 1
             k += 2
         return 0
@@ -802,6 +994,7 @@ cdef class MatchContext:
             if self.chain_accepts(next_set, trie.below_ascii[2 * child], trie.below_ascii[2 * child + 1],
                                   trie.below_flags[child], trie.below_depth[child]):
                 set_position_range(bits, trie.token_lo[child], trie.token_hi[child])
+                self.n_marked += trie.token_hi[child] - trie.token_lo[child]
                 return 0
         self.trie_visit(trie, child, next_set)
         return 0
@@ -819,7 +1012,7 @@ cdef class MatchContext:
         cdef size_t j
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             stack = self.set_nodes[k]
-            if stack == EMPTY_STACK:
+            if is_bottom(stack):
                 continue
             pos = &elements[self.nodes[stack].element]
             if is_token_element(pos):
@@ -878,15 +1071,16 @@ cdef class MatchContext:
         """The whole-vocabulary mask of the current stacks (bit set = allowed) into out.
 
         Exact for a state whose accepted text ends on a whole character; the
-        caller sends other states down the reference path.
+        caller sends other states down the reference path. A set seen before is
+        copied from the mask cache; otherwise the mask is the union over the
+        set's stacks of their segment entries (or, with the segment cache off,
+        one trie walk from the whole set).
         """
         cdef vector[node_t] current = stacks
         cdef int32_t set_id = self.intern_set(current)
         cdef int64_t width = (trie.n_vocab + 31) >> 5
-        cdef int64_t slot, position, word, k
-        cdef uint64_t bits
+        cdef int64_t slot, k
         cdef token_t token
-        cdef int64_t count = 0
         cdef bint allow_eog = False
         it = self.mask_slot.find(set_id)
         if it != self.mask_slot.end():
@@ -896,31 +1090,12 @@ cdef class MatchContext:
             self.cached_masks += 1
             return 0
         self.fast_masks += 1
-        self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
-        self.trie_visit(trie, 0, set_id)
-        for word in range(<int64_t>self.position_bits.size()):
-            count += __builtin_popcountll(self.position_bits[word])
-        if 2 * count <= trie.n_positions:
-            memset(out, 0, width * sizeof(uint32_t))
-            for word in range(<int64_t>self.position_bits.size()):
-                bits = self.position_bits[word]
-                while bits:
-                    position = (word << 6) + __builtin_ctzll(bits)
-                    bits &= bits - 1
-                    token = trie.token_at[position]
-                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+        if self.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
+            self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
+        if self.use_segments:
+            self.segment_mask(set_id, trie, out)
         else:
-            # Mostly allowed: start from every trie token and clear the few rejected ones.
-            memcpy(out, self.trie_token_words.data(), width * sizeof(uint32_t))
-            for word in range(<int64_t>self.position_bits.size()):
-                bits = ~self.position_bits[word]
-                if word == <int64_t>self.position_bits.size() - 1 and (trie.n_positions & 63):
-                    bits &= ((<uint64_t>1) << (trie.n_positions & 63)) - 1
-                while bits:
-                    position = (word << 6) + __builtin_ctzll(bits)
-                    bits &= bits - 1
-                    token = trie.token_at[position]
-                    out[token >> 5] &= ~((<uint32_t>1) << (token & 31))
+            self.walk_mask(set_id, trie, out)
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             if self.set_nodes[k] == EMPTY_STACK:
                 allow_eog = True
@@ -941,6 +1116,341 @@ cdef class MatchContext:
         self.mask_slot[set_id] = slot
         self.n_cached_masks += 1
         return 0
+
+    cdef int walk_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil:
+        """One trie walk from the whole set (the segment cache off)."""
+        self.n_marked = 0
+        self.trie_visit(trie, 0, set_id)
+        self.positions_to_tokens(trie, out)
+        return 0
+
+    cdef int positions_to_tokens(self, const trie_view* trie, uint32_t* out) except -1 nogil:
+        """Write the tokens marked in position_bits as token-id bits into out (width words), and clear
+        position_bits. n_marked (an upper bound of the marks) picks the cheaper direction."""
+        cdef int64_t width = (trie.n_vocab + 31) >> 5
+        cdef int64_t n_words = <int64_t>self.position_bits.size()
+        cdef uint64_t* bits_at = self.position_bits.data()
+        cdef int64_t word, position
+        cdef uint64_t bits
+        cdef token_t token
+        if 2 * self.n_marked <= trie.n_positions:
+            memset(out, 0, width * sizeof(uint32_t))
+            for word in range(n_words):
+                bits = bits_at[word]
+                if bits == 0:
+                    continue
+                bits_at[word] = 0
+                while bits:
+                    position = (word << 6) + __builtin_ctzll(bits)
+                    bits &= bits - 1
+                    token = trie.token_at[position]
+                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+        else:
+            # Mostly allowed: start from every trie token and clear the few rejected ones.
+            memcpy(out, self.trie_token_words.data(), width * sizeof(uint32_t))
+            for word in range(n_words):
+                bits = ~bits_at[word]
+                bits_at[word] = 0
+                if word == n_words - 1 and (trie.n_positions & 63):
+                    bits &= ((<uint64_t>1) << (trie.n_positions & 63)) - 1
+                while bits:
+                    position = (word << 6) + __builtin_ctzll(bits)
+                    bits &= bits - 1
+                    token = trie.token_at[position]
+                    out[token >> 5] &= ~((<uint32_t>1) << (token & 31))
+        self.n_marked = 0
+        return 0
+
+    # -- the segment cache ----------------------------------------------------------
+    cdef int segment_of(self, node_t stack, int32_t length, node_t* segment, node_t* below) except -1 nogil:
+        """The top `length` frames of a stack (all of them if it has fewer) re-pushed on SEGMENT_BASE
+        (*segment), and the stack below them (*below; EMPTY_STACK when the segment holds the whole stack)."""
+        cdef uint64_t key = (<uint64_t><uint32_t>stack << 6) | <uint32_t>min(length, 63)
+        cdef position_t frames[64]
+        cdef int32_t n = 0
+        cdef node_t node = stack
+        it = self.segment_nodes.find(key)
+        if it != self.segment_nodes.end():
+            segment[0] = deref(it).second.first
+            below[0] = deref(it).second.second
+            return 0
+        while n < length and n < 64 and node != EMPTY_STACK:
+            frames[n] = self.nodes[node].element
+            node = self.nodes[node].parent
+            n += 1
+        below[0] = node
+        node = SEGMENT_BASE
+        while n > 0:
+            n -= 1
+            node = self.push(node, frames[n])
+        segment[0] = node
+        self.segment_nodes[key] = pair[node_t, node_t](segment[0], below[0])
+        return 0
+
+    cdef int32_t build_entry(self, node_t segment, int32_t length, const trie_view* trie) except -2 nogil:
+        """Walk the trie from a segment stack and store what it accepts whatever lies below, and where
+        its paths pop out (the continuations). -1 when it pops out at too many nodes to be worth it."""
+        cdef vector[node_t] start
+        cdef int32_t set_id, entry_id
+        cdef int64_t width = (trie.n_vocab + 31) >> 5
+        cdef int64_t n_words = <int64_t>self.position_bits.size()
+        cdef uint64_t* bits_at
+        cdef int64_t word, position, offset
+        cdef uint64_t bits
+        cdef segment_entry entry
+        cdef uint64_t hash_value
+        start.push_back(segment)
+        set_id = self.intern_set(start)
+        self.collecting = True
+        self.walk_aborted = False
+        self.continuations.clear()
+        self.continuation_nodes = 0
+        self.n_marked = 0
+        try:
+            self.trie_visit(trie, 0, set_id)
+        finally:
+            self.collecting = False
+        if self.walk_aborted:
+            self.walk_aborted = False
+            memset(self.position_bits.data(), 0, n_words * sizeof(uint64_t))
+            self.n_marked = 0
+            self.segment_walks_grown += 1
+            return -1
+        entry.length = length
+        entry.continuations_start = <int64_t>self.entry_continuations.size()
+        entry.n_continuations = <int32_t>self.continuations.size()
+        self.entry_continuations.insert(self.entry_continuations.end(), self.continuations.begin(),
+                                        self.continuations.end())
+        if self.n_marked < width:
+            # few tokens: kept as ids (fewer bytes than the dense words)
+            entry.tokens_start = <int64_t>self.entry_tokens.size()
+            bits_at = self.position_bits.data()
+            for word in range(n_words):
+                bits = bits_at[word]
+                if bits == 0:
+                    continue
+                bits_at[word] = 0
+                while bits:
+                    position = (word << 6) + __builtin_ctzll(bits)
+                    bits &= bits - 1
+                    self.entry_tokens.push_back(trie.token_at[position])
+            entry.n_tokens = <int32_t>(<int64_t>self.entry_tokens.size() - entry.tokens_start)
+            self.n_marked = 0
+        else:
+            offset = <int64_t>self.entry_words.size()
+            self.entry_words.resize(offset + width)
+            self.positions_to_tokens(trie, self.entry_words.data() + offset)
+            # Entries of long bounded repetitions often accept the very same tokens: keep one copy.
+            hash_value = words_hash(self.entry_words.data() + offset, width)
+            found = self.dense_offsets.find(hash_value)
+            if found != self.dense_offsets.end() and memcmp(
+                    self.entry_words.data() + deref(found).second, self.entry_words.data() + offset,
+                    width * sizeof(uint32_t)) == 0:
+                self.entry_words.resize(offset)
+                offset = deref(found).second
+            else:
+                self.dense_offsets[hash_value] = offset
+            entry.tokens_start = offset
+            entry.n_tokens = -1
+        entry_id = <int32_t>self.entries.size()
+        self.entries.push_back(entry)
+        self.entry_of[segment] = entry_id
+        self.segment_entries_built += 1
+        return entry_id
+
+    cdef int32_t find_entry(self, node_t stack, const trie_view* trie, node_t* below) except -2 nogil:
+        """The segment entry serving a stack, built if no length tried for its top position has one;
+        *below is the stack under the segment (-1 when the segment is the whole stack)."""
+        cdef position_t top = self.nodes[stack].element
+        cdef uint32_t lengths = self.segment_lengths[top]
+        cdef uint32_t remaining = lengths
+        cdef int32_t length, entry_id
+        cdef node_t segment
+        while remaining:
+            length = __builtin_ctzll(remaining) + 1
+            remaining &= remaining - 1
+            self.segment_of(stack, length, &segment, below)
+            it = self.entry_of.find(segment)
+            if it != self.entry_of.end():
+                self.segment_hits += 1
+                return deref(it).second
+        length = __builtin_ctzll(lengths) + 1 if lengths else 1
+        length = self.skip_transparent(stack, length)
+        while True:
+            self.segment_of(stack, length, &segment, below)
+            it = self.entry_of.find(segment)
+            if it != self.entry_of.end():
+                self.segment_hits += 1
+                return deref(it).second
+            if below[0] == EMPTY_STACK:
+                self.max_continuations = <size_t>-1  # the whole stack: a longer segment would be the same
+            entry_id = self.build_entry(segment, length, trie)
+            self.max_continuations = self.continuations_limit
+            if entry_id >= 0:
+                if length <= 32:
+                    self.segment_lengths[top] |= (<uint32_t>1) << (length - 1)
+                return entry_id
+            length = self.skip_transparent(stack, length + 1) if length < MAX_SEGMENT_LENGTH else 1 << 20
+
+    cdef bint transparent(self, position_t pos) noexcept nogil:
+        """Whether the rest of a frame's alternative can match the empty string: a path that pops
+        the frame above it pops this one too, so a segment should never end on it."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef position_t p = pos
+        if self.element_transparent[pos] == 0:
+            self.element_transparent[pos] = 2
+            while not is_end_of_sequence(&elements[p]):
+                if elements[p].type != LLAMA_GRETYPE_RULE_REF or not self.rule_nullable[elements[p].value]:
+                    self.element_transparent[pos] = 1
+                    break
+                p += 1
+        return self.element_transparent[pos] == 2
+
+    cdef int32_t skip_transparent(self, node_t stack, int32_t length) noexcept nogil:
+        """Lengthen a segment of `length` frames while its lowest frame is transparent."""
+        cdef node_t node = stack
+        cdef int32_t n = 1
+        while node != EMPTY_STACK and n < length:
+            node = self.nodes[node].parent
+            n += 1
+        # node is the segment's lowest frame (or the stack ran out)
+        while node != EMPTY_STACK and n < MAX_SEGMENT_LENGTH and n > 1 and self.transparent(self.nodes[node].element):
+            node = self.nodes[node].parent
+            n += 1
+        return n
+
+    cdef int32_t context_set(self, node_t below) except -2 nogil:
+        """The set the stack under a segment advances to: where popped paths go on."""
+        cdef vector[node_t] stacks
+        cdef int32_t set_id
+        it = self.context_sets.find(below)
+        if it != self.context_sets.end():
+            return deref(it).second
+        self.advance_stack(below, stacks)
+        set_id = self.intern_set(stacks)
+        self.context_sets[below] = set_id
+        return set_id
+
+    cdef void clear_segments(self) noexcept nogil:
+        self.dense_offsets.clear()
+        self.entry_of.clear()
+        self.entries.clear()
+        self.entry_words.clear()
+        self.entry_tokens.clear()
+        self.entry_continuations.clear()
+
+    cdef int segment_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil:
+        """The union over the set's stacks of their segment entries: the tokens each accepts whatever
+        lies below, and its continuations walked from the set its real stack below advances to."""
+        cdef int64_t width = (trie.n_vocab + 31) >> 5
+        cdef int64_t k, w, j, c, word, position, last_word
+        cdef int32_t entry_id, context
+        cdef node_t stack, below
+        cdef const segment_entry* entry
+        cdef const uint32_t* words
+        cdef const token_t* tokens
+        cdef uint64_t* bits_at
+        cdef uint64_t bits
+        cdef token_t token
+        cdef int32_t node
+        cdef bint walked = False, seen
+        if (self.entry_words.size() + self.entry_tokens.size() + self.entry_continuations.size()) * 4 \
+                + self.entries.size() * sizeof(segment_entry) > MAX_SEGMENT_CACHE_BYTES:
+            self.clear_segments()
+        self.resolved.clear()
+        self.resolved_below.clear()
+        memset(out, 0, width * sizeof(uint32_t))
+        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+            stack = self.set_nodes[k]
+            if stack == EMPTY_STACK:
+                # The empty stack takes only a token whose text is already over at the root (an overlong
+                # C0 80 decodes to the terminator) and ends on a whole character.
+                for position in range(trie.token_lo[0], trie.token_lo[0] + trie.n_ending[0]):
+                    if trie.end_partial[position].n_remain == 0:
+                        token = trie.token_at[position]
+                        out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                continue
+            entry_id = self.find_entry(stack, trie, &below)
+            self.resolved.push_back(entry_id)
+            self.resolved_below.push_back(below)
+        for k in range(<int64_t>self.resolved.size()):
+            entry = &self.entries[self.resolved[k]]
+            if entry.n_tokens >= 0:
+                tokens = self.entry_tokens.data() + entry.tokens_start
+                for j in range(entry.n_tokens):
+                    token = tokens[j]
+                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+            else:
+                words = self.entry_words.data() + entry.tokens_start
+                for w in range(width):
+                    out[w] |= words[w]
+            if entry.n_continuations == 0:
+                continue
+            seen = False
+            for j in range(k):
+                if self.resolved[j] == self.resolved[k] and self.resolved_below[j] == self.resolved_below[k]:
+                    seen = True
+                    break
+            if seen:
+                continue
+            context = self.context_set(self.resolved_below[k])
+            for c in range(entry.n_continuations):
+                self.trie_visit(trie, self.entry_continuations[entry.continuations_start + c], context)
+                self.continuation_walks += 1
+            walked = True
+        if walked:
+            # the continuations marked positions only inside their own subtrees
+            bits_at = self.position_bits.data()
+            for k in range(<int64_t>self.resolved.size()):
+                entry = &self.entries[self.resolved[k]]
+                for c in range(entry.n_continuations):
+                    node = self.entry_continuations[entry.continuations_start + c]
+                    if trie.token_hi[node] <= trie.token_lo[node]:
+                        continue
+                    last_word = (trie.token_hi[node] - 1) >> 6
+                    for word in range(trie.token_lo[node] >> 6, last_word + 1):
+                        bits = bits_at[word]
+                        if bits == 0:
+                            continue
+                        bits_at[word] = 0
+                        while bits:
+                            position = (word << 6) + __builtin_ctzll(bits)
+                            bits &= bits - 1
+                            token = trie.token_at[position]
+                            out[token >> 5] |= (<uint32_t>1) << (token & 31)
+        self.n_marked = 0
+        return 0
+
+
+def _nullable_rules(Rules rules):
+    """Per rule id, whether the rule can match the empty string (a fixpoint over the rules)."""
+    cdef const grammar_element* elements = rules.elements.data()
+    cdef size_t n_rules = rules.rule_start.size()
+    cdef vector[uint8_t] nullable
+    cdef bint changed = True, alternative_nullable
+    cdef size_t rule_id
+    cdef position_t pos
+    nullable.assign(n_rules, 0)
+    while changed:
+        changed = False
+        for rule_id in range(n_rules):
+            if nullable[rule_id]:
+                continue
+            pos = rules.rule_start[rule_id]
+            alternative_nullable = True
+            while True:
+                if is_end_of_sequence(&elements[pos]):
+                    if alternative_nullable:
+                        nullable[rule_id] = 1
+                        changed = True
+                        break
+                    if elements[pos].type == LLAMA_GRETYPE_END:
+                        break
+                    alternative_nullable = True
+                elif elements[pos].type != LLAMA_GRETYPE_RULE_REF or not nullable[elements[pos].value]:
+                    alternative_nullable = False
+                pos += 1
+    return nullable
 
 
 def _context_for(Rules rules, vocab, size_t max_stacks):
