@@ -94,6 +94,13 @@ cdef class MatchContext:
     cdef vector[uint64_t] set_loop_ascii           # 2 words per set: the ASCII code points that lead to the successor
     cdef vector[uint8_t] set_loop_non_ascii        # every code point >= 0x80 leads to the successor
     cdef vector[uint8_t] set_all_partials          # the set takes every partial character that can still complete
+    cdef vector[uint8_t] set_partial_mode          # PARTIAL_* for set_accepts_partial, 0 before computed
+    cdef vector[int32_t] set_run_length            # sets in a row along the successors with this set's class, -1 before computed
+    cdef vector[int32_t] set_run_end               # the set after that run, or -1
+    cdef vector[int32_t] run_chain                 # scratch of compute_run
+    cdef int32_t max_token_depth                   # the most code points any token takes
+    cdef vector[position_t] canonical              # per element position: the one segment keys use (_repetition_canonical)
+    cdef dict repetition_chains                    # _repetition_chains of the rules
     cdef vector[uint64_t] element_ascii            # 2 words per element position: the ASCII members of its class
     cdef vector[uint8_t] element_flags             # per element position: ELEMENT_* bits, filled on first use
     cdef vector[int64_t] set_viable_start          # offset of the set's intervals in viable_bounds, -1 before computed
@@ -117,6 +124,8 @@ cdef class MatchContext:
     cdef vector[token_t] entry_tokens              # sparse entries
     cdef vector[int32_t] entry_continuations
     cdef unordered_map[node_t, int32_t] context_sets  # stack below a segment -> the set it advances to
+    cdef unordered_map[uint64_t, pair[int64_t, int32_t]] continuation_results  # (context set, node) -> tokens
+    cdef vector[token_t] continuation_tokens
     cdef bint collecting                           # the walk records continuations (it runs from a segment)
     cdef bint walk_aborted
     cdef size_t max_continuations                  # the current walk's limit
@@ -142,9 +151,11 @@ cdef class MatchContext:
     cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil
     cdef int element_info(self, position_t pos) except -1 nogil
     cdef int compute_loop(self, int32_t set_id) except -1 nogil
-    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) noexcept nogil
+    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil
     cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
                             int32_t depth) except -1 nogil
+    cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil
+    cdef int compute_run(self, int32_t set_id) except -1 nogil
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id) except -1 nogil
     cdef int compute_viable(self, int32_t set_id) except -1 nogil
     cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id) except -1 nogil
@@ -159,6 +170,11 @@ cdef class MatchContext:
     cdef int32_t skip_transparent(self, node_t stack, int32_t length) noexcept nogil
     cdef int segment_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef void clear_segments(self) noexcept nogil
+    cdef bint segment_cache_full(self) noexcept nogil
+    cdef size_t segment_cache_bytes(self) noexcept nogil
+    cdef int continuation_into(self, const trie_view* trie, int32_t node, int32_t context, uint32_t* out) except -1 nogil
+    cdef void reserve_headroom(self) noexcept nogil
+    cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3
 
 
 cdef class Grammar:

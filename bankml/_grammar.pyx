@@ -13,7 +13,10 @@ stack is one integer), its partial UTF-8 state and its trigger state, and the
 per-vocabulary decoded code points. It must not parse text (parser.py does)
 nor read vocabulary files (vocab.py does).
 """
+import collections
+import heapq
 import re
+import time
 
 import numpy as np
 cimport numpy as cnp
@@ -49,6 +52,9 @@ cdef node_t SEGMENT_BASE = 1
 # llama.cpp has no bound; its de-duplication (and bankml's, kept identical in order) is quadratic in the
 # stack count, and a state with thousands of stacks already costs llama.cpp seconds per mask.
 DEFAULT_MAX_STACKS = 4096
+# How long (seconds of the calling thread) the first matcher of a (Rules, Vocab) spends building the
+# segment cache ahead of use; what is not built by then is built on first use.
+DEFAULT_PRECOMPUTE_SECONDS = 0.03
 cdef size_t MAX_NODES = 1 << 24
 # New matchers start a fresh context once the shared one holds this many nodes.
 cdef size_t CONTEXT_NODE_BUDGET = 1 << 22
@@ -61,6 +67,8 @@ cdef size_t MAX_SEGMENT_CACHE_BYTES = 28 << 20
 # walked again, from the real stack below, every time the entry serves, so they must stay small.
 cdef size_t DEFAULT_MAX_CONTINUATIONS = 128
 cdef size_t CONTINUATION_NODES_PER_NODE = 16
+# Continuation answers with more tokens than this are not kept.
+cdef int64_t MAX_MEMOIZED_CONTINUATION = 4096
 # Segments longer than this are not tried one frame at a time: the whole stack is the segment.
 cdef int32_t MAX_SEGMENT_LENGTH = 16
 cdef int64_t MASKS_PER_CHUNK = 16
@@ -228,6 +236,15 @@ cdef inline uint64_t words_hash(const uint32_t* words, int64_t n) noexcept nogil
     return h0 ^ (h1 * 31) ^ (h2 * 961) ^ (h3 * 29791) ^ <uint64_t>n
 
 
+# set_run_length of a run that never ends (it reaches a set that loops)
+cdef int32_t RUN_UNBOUNDED = 1 << 30
+
+# set_partial_mode values: whether a set takes characters left unfinished by a token
+cdef enum:
+    PARTIAL_ALL = 1      # every one that can still complete (overlong leads never)
+    PARTIAL_NONE = 2     # none
+    PARTIAL_MIXED = 3    # ask each stack
+
 # element_flags bits: what compute_loop needs to know about a character class, computed once
 cdef enum:
     ELEMENT_KNOWN = 1
@@ -369,7 +386,13 @@ cdef class MatchContext:
         self.decoded = decoded_vocab(vocab) if vocab is not None else None
         self.trie = vocab_trie(vocab) if vocab is not None else None
         if self.trie is not None:
-            self.trie_token_words = self.trie.token_words
+            words = self.trie.token_words
+            self.trie_token_words.resize(words.shape[0])
+            if words.shape[0]:
+                memcpy(self.trie_token_words.data(), cnp.PyArray_DATA(words), words.shape[0] * sizeof(uint32_t))
+            self.max_token_depth = self.trie.max_depth
+            self.repetition_chains = _repetition_chains(rules)
+            self.canonical = _repetition_canonical(rules, self.repetition_chains, self.max_token_depth + 2)
         if vocab is not None:
             for token_id in sorted(int(t) for t in vocab.eog_ids):
                 self.eog_tokens.push_back(token_id)
@@ -403,8 +426,7 @@ cdef class MatchContext:
     @property
     def segment_bytes(self):
         """Memory held by the segment entries (accepted tokens and continuations), in bytes."""
-        return ((self.entry_words.size() + self.entry_tokens.size() + self.entry_continuations.size()) * 4
-                + self.entries.size() * sizeof(segment_entry) + self.entry_of.size() * 24)
+        return self.segment_cache_bytes() + self.entry_of.size() * 24
 
     @property
     def segment_stats(self):
@@ -419,34 +441,196 @@ cdef class MatchContext:
                 "grown": self.segment_walks_grown, "continuation_walks": self.continuation_walks,
                 "bytes": self.segment_bytes}
 
-    def _build_segment(self, frames, bint whole):
-        """Experiment shim: build the entry of a segment given as element positions, top first,
-        over SEGMENT_BASE (or over the empty stack when whole). Returns the entry id, -1 if it pops out
-        at too many nodes."""
-        cdef node_t node = SEGMENT_BASE
+    # -- building the segment cache ahead of use ------------------------------------
+    def precompute(self, double seconds):
+        """Build segment entries for the grammar's positions ahead of use, nearest the start first,
+        for at most `seconds` (of this thread's time); returns the number built.
+
+        Every element a stack can rest on (a character class or token terminal) gets the entry of its
+        own frame; a position whose frame pops out too often (a one-character rule, a step of a
+        bounded repetition) gets one per chain of frames that can lie under it, as deep as it takes.
+        The chains come from the rules alone: which positions a rule returns to (the element after
+        each reference to it, through references in tail position). What is not built in time is
+        built on first use.
+        """
+        if self.trie is None or seconds <= 0:
+            return 0
+        cdef double deadline = time.thread_time() + seconds
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef Py_ssize_t n_elements = self.rules.elements.size()
+        cdef Py_ssize_t n_rules = self.rules.rule_start.size()
+        cdef Py_ssize_t pos, rule_id, q
         cdef trie_view trie = self.trie.view()
-        cdef int32_t entry_id
-        cdef position_t top = frames[0]
-        cdef int32_t length = len(frames)
-        for f in reversed(frames):
-            node = self.push(node, <position_t>f)
+        rule_of = [0] * n_elements
+        for rule_id in range(n_rules):
+            pos = self.rules.rule_start[rule_id]
+            while True:
+                rule_of[pos] = rule_id
+                if elements[pos].type == LLAMA_GRETYPE_END:
+                    break
+                pos += 1
+        # The frames that can lie right under a frame of each rule: the element after each reference to
+        # it, or for a reference in tail position, whatever lies under the referencing rule's frame.
+        direct = [set() for _ in range(n_rules)]
+        tail = [set() for _ in range(n_rules)]
+        for q in range(n_elements - 1):
+            if elements[q].type == LLAMA_GRETYPE_RULE_REF:
+                if is_end_of_sequence(&elements[q + 1]):
+                    tail[elements[q].value].add(rule_of[q])
+                else:
+                    direct[elements[q].value].add(q + 1)
+        direct[self.rules.root_id].add(-1)   # the root's frames rest on the empty stack
+        returns = [sorted(found) for found in _closure(direct, tail)]
+        # Positions in order of how many characters it takes to reach them from the start (0-1 BFS:
+        # entering a rule or leaving one is free, a terminal costs one).
+        distance = {}
+        queue = collections.deque()
+        for start in self._alternative_starts(self.rules.root_id):
+            queue.append((0, start))
+        while queue:
+            d, pos = queue.popleft()
+            if pos in distance:
+                continue
+            distance[pos] = d
+            if is_end_of_sequence(&elements[pos]):
+                for below in returns[rule_of[pos]]:
+                    if below >= 0 and below not in distance:
+                        queue.appendleft((d, below))
+            elif elements[pos].type == LLAMA_GRETYPE_RULE_REF:
+                for start in self._alternative_starts(elements[pos].value):
+                    if start not in distance:
+                        queue.appendleft((d, start))
+                if self.rule_nullable[elements[pos].value] and pos + 1 not in distance:
+                    queue.appendleft((d, pos + 1))
+            else:
+                queue.append((d + 1, self._after_class(pos)))
+        # (a position far out in a long bounded repetition shares the entry of its canonical position)
+        tops = sorted((d, p) for p, d in distance.items()
+                      if elements[p].type in (LLAMA_GRETYPE_CHAR, LLAMA_GRETYPE_CHAR_NOT, LLAMA_GRETYPE_CHAR_ANY,
+                                              LLAMA_GRETYPE_TOKEN, LLAMA_GRETYPE_TOKEN_NOT)
+                      and self.canonical[p] == p)
         if self.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
             self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
-        it = self.entry_of.find(node)
-        if it != self.entry_of.end():
-            return deref(it).second
+        # How far into a bounded repetition each rule lies (0 outside one): a segment whose frames lie
+        # deep in one is reached only by long text, and the ones near a chain's end cost the most to walk,
+        # so they come after every shallower segment.
+        offset = {}
+        inner = {following for _, following in self.repetition_chains.values()}
+        for rule_id in self.repetition_chains:
+            if rule_id in inner:
+                continue
+            step = 0
+            r = rule_id
+            while r in self.repetition_chains and r not in offset:
+                offset[r] = step
+                step += 1
+                r = self.repetition_chains[r][1]
+        heap = [(0, d, i, [top]) for i, (d, top) in enumerate(tops)]
+        heapq.heapify(heap)
+        counter = len(heap)
+        before = self.segment_entries_built
+        try:
+            self._build_heap(heap, counter, deadline, returns, rule_of, offset)
+        except GrammarError:
+            pass  # a state past max_stacks or the pool bounds: left to first use, which reports it
+        finally:
+            self.reserve_headroom()
+        return self.segment_entries_built - before
+
+    def _build_heap(self, list heap, counter, double deadline, list returns, list rule_of, dict offset):
+        cdef int32_t entry_id
+        cdef trie_view trie = self.trie.view()
+        def depth_into_repetitions(frames):
+            return max(offset.get(rule_of[f], 0) for f in frames)
+        while heap:
+            if time.thread_time() > deadline or self.segment_cache_full():
+                return
+            _, d, _, frames = heapq.heappop(heap)
+            last = frames[len(frames) - 1]   # (no negative indices: wraparound is off)
+            below = returns[rule_of[last]]
+            if len(frames) > 1 and self.transparent(last) and len(frames) < MAX_SEGMENT_LENGTH and -1 not in below:
+                extended = [frames + [f] for f in below]   # never end a segment on a transparent frame
+            else:
+                entry_id = self.build_frames(frames, below == [-1], &trie)
+                if entry_id != -1 or len(frames) >= MAX_SEGMENT_LENGTH:
+                    continue
+                extended = [frames + [f] for f in below if f >= 0]
+            for longer in extended:
+                heapq.heappush(heap, (depth_into_repetitions(longer), d, counter, longer))
+                counter += 1
+
+    cdef void reserve_headroom(self) noexcept nogil:
+        """Give every memo table room to grow by half again before it must rehash: a rehash of a table
+        the build filled costs a whole mask's budget, and it would land on some unlucky later mask."""
+        self.node_ids.reserve(self.node_ids.size() * 3 // 2 + 1024)
+        self.transitions.reserve(self.transitions.size() * 3 // 2 + 1024)
+        self.pattern_transitions.reserve(self.pattern_transitions.size() * 3 // 2 + 1024)
+        self.set_by_hash.reserve(self.set_by_hash.size() * 3 // 2 + 1024)
+        self.segment_nodes.reserve(self.segment_nodes.size() * 3 // 2 + 1024)
+        self.entry_of.reserve(self.entry_of.size() * 3 // 2 + 1024)
+        self.context_sets.reserve(self.context_sets.size() * 3 // 2 + 1024)
+        self.dense_offsets.reserve(self.dense_offsets.size() * 3 // 2 + 64)
+        self.continuation_results.reserve(self.continuation_results.size() * 3 // 2 + 1024)
+        self.mask_slot.reserve(1024)
+
+    def _alternative_starts(self, rule_id):
+        """The first element of each alternative of a rule (an end element for an empty one)."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef position_t pos = self.rules.rule_start[rule_id]
+        starts = [pos]
+        while True:
+            while not is_end_of_sequence(&elements[pos]):
+                pos += 1
+            if elements[pos].type == LLAMA_GRETYPE_END:
+                return starts
+            pos += 1
+            starts.append(pos)
+
+    def _after_class(self, position_t pos):
+        """The element after the terminal at pos (past a class's alternatives and ranges)."""
+        cdef const grammar_element* after
+        if is_token_element(&self.rules.elements[pos]):
+            return pos + 1
+        match_char(&self.rules.elements[pos], 0, &after)
+        return <position_t>(after - self.rules.elements.data())
+
+    cdef size_t segment_cache_bytes(self) noexcept nogil:
+        return ((self.entry_words.size() + self.entry_tokens.size() + self.entry_continuations.size()
+                 + self.continuation_tokens.size()) * 4 + self.entries.size() * sizeof(segment_entry)
+                + self.continuation_results.size() * 40)
+
+    cdef bint segment_cache_full(self) noexcept nogil:
+        return self.segment_cache_bytes() > MAX_SEGMENT_CACHE_BYTES
+
+    cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3:
+        """Build the entry of a segment given as element positions, top first (whole: nothing lies
+        under it). -2 when built, -1 when it pops out too often, the entry id when it already exists."""
+        cdef node_t node = SEGMENT_BASE
+        cdef int32_t entry_id, length = len(frames)
+        cdef position_t top = self.canonical[<position_t>frames[0]]
+        cdef Py_ssize_t i
         with nogil:
             PyThread_acquire_lock(self.lock, 1)
-            try:
+        try:
+            for i in range(length - 1, -1, -1):
+                node = self.push(node, self.canonical[<position_t>frames[i]])
+            it = self.entry_of.find(node)
+            if it != self.entry_of.end():
+                return deref(it).second
+            with nogil:
                 if whole:
                     self.max_continuations = <size_t>-1
-                entry_id = self.build_entry(node, length, &trie)
-                self.max_continuations = self.continuations_limit
-                if entry_id >= 0 and length <= 32:
-                    self.segment_lengths[top] |= (<uint32_t>1) << (length - 1)
-            finally:
-                PyThread_release_lock(self.lock)
-        return entry_id
+                try:
+                    entry_id = self.build_entry(node, length, trie)
+                finally:
+                    self.max_continuations = self.continuations_limit
+            if entry_id < 0:
+                return -1
+            if length <= 32:
+                self.segment_lengths[top] |= (<uint32_t>1) << (length - 1)
+            return -2
+        finally:
+            PyThread_release_lock(self.lock)
 
     def _segment_entries(self):
         """Test shim: per segment entry, (segment length, accepted tokens or -1 when dense, continuations)."""
@@ -664,6 +848,9 @@ cdef class MatchContext:
         self.set_all_partials.push_back(0)
         self.set_viable_start.push_back(-1)
         self.set_viable_count.push_back(0)
+        self.set_partial_mode.push_back(0)
+        self.set_run_length.push_back(-1)
+        self.set_run_end.push_back(-1)
         # sorted ids: SEGMENT_BASE (1) comes first or right after EMPTY_STACK (0)
         cdef uint8_t has_base = 0
         if (nodes.size() > 0 and nodes[0] == SEGMENT_BASE) or (nodes.size() > 1 and nodes[1] == SEGMENT_BASE):
@@ -839,11 +1026,35 @@ cdef class MatchContext:
             self.set_loop_non_ascii[set_id] = self.transition(set_id, 0x80) == successor
         return 0
 
-    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) noexcept nogil:
+    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil:
+        """Whether some stack of the set takes an unfinished character (match_partial_char)."""
         cdef const grammar_element* elements = self.rules.elements.data()
         cdef const grammar_element* top
         cdef node_t stack
         cdef int64_t k
+        cdef uint8_t mode = self.set_partial_mode[set_id], flags
+        if partial.n_remain < 0 or (partial.n_remain == 1 and partial.value < 2):
+            return False   # invalid, or an overlong 2-byte lead: match_partial_char never holds
+        if mode == 0:
+            # Most sets take every partial character (a negated class of ASCII exclusions) or none
+            # (ASCII classes): decided once from the classes on top.
+            mode = PARTIAL_NONE
+            for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+                stack = self.set_nodes[k]
+                if is_bottom(stack) or is_token_element(&elements[self.nodes[stack].element]):
+                    continue
+                self.element_info(self.nodes[stack].element)
+                flags = self.element_flags[self.nodes[stack].element]
+                if flags & ELEMENT_ALL_PARTIALS:
+                    mode = PARTIAL_ALL
+                    break
+                if not ((flags & ELEMENT_CONSTANT_ABOVE) and not (flags & ELEMENT_MEMBER_ABOVE)):
+                    mode = PARTIAL_MIXED
+            self.set_partial_mode[set_id] = mode
+        if mode == PARTIAL_ALL:
+            return True
+        if mode == PARTIAL_NONE:
+            return False
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             stack = self.set_nodes[k]
             if is_bottom(stack):
@@ -872,8 +1083,10 @@ cdef class MatchContext:
         cdef int64_t hi = trie.token_hi[node]
         cdef int64_t position, k, i, range_end
         cdef int32_t first_child, last_child
-        cdef bint use_blocks
+        cdef bint use_blocks, accepted
         cdef node_t stack
+        cdef int64_t run_end
+        cdef partial_utf8 partial
         if self.collecting and self.set_has_base[set_id]:
             # A path popped out of the segment here: the tokens below this node are finished against
             # the real stack whenever the entry is used. Too many such nodes: the segment is too short.
@@ -883,11 +1096,26 @@ cdef class MatchContext:
                     self.continuation_nodes > self.max_continuations * CONTINUATION_NODES_PER_NODE:
                 self.walk_aborted = True
                 return 0
-        for position in range(lo, first_longer):
-            if trie.end_partial[position].n_remain == 0 or \
-                    self.set_accepts_partial(set_id, trie.end_partial[position]):
-                bits[position >> 6] |= (<uint64_t>1) << (position & 63)
-                self.n_marked += 1
+        # Tokens ending here: on a whole character they are accepted; inside one, as a stack takes the rest
+        # of it. Those ending inside one sort by their partial state, so each run of equal states (the
+        # root holds thousands of byte tokens) is decided once.
+        position = lo
+        while position < first_longer:
+            partial = trie.end_partial[position]
+            run_end = position + 1
+            if partial.n_remain == 0:
+                while run_end < first_longer and trie.end_partial[run_end].n_remain == 0:
+                    run_end += 1
+                accepted = True
+            else:
+                while run_end < first_longer and trie.end_partial[run_end].n_remain == partial.n_remain \
+                        and trie.end_partial[run_end].value == partial.value:
+                    run_end += 1
+                accepted = self.set_accepts_partial(set_id, partial)
+            if accepted:
+                set_position_range(bits, position, run_end)
+                self.n_marked += run_end - position
+            position = run_end
         if first_longer < hi:
             for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
                 stack = self.set_nodes[k]
@@ -973,8 +1201,62 @@ cdef class MatchContext:
                 return False
             if successor == set_id:
                 return True  # a loop: every deeper code point meets this same set
-            set_id = successor
-            d += 1
+            # The next sets along the chain (a bounded repetition) often have this very class: the checks
+            # just made hold for all of them, so jump past the run instead of stepping set by set.
+            if self.set_run_length[set_id] < 0:
+                self.compute_run(set_id)
+            if d + self.set_run_length[set_id] > depth:
+                return True
+            d += self.set_run_length[set_id]
+            set_id = self.set_run_end[set_id]
+            if set_id < 0:
+                return False
+
+    cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil:
+        return self.set_loop_ascii[2 * a] == self.set_loop_ascii[2 * b] \
+            and self.set_loop_ascii[2 * a + 1] == self.set_loop_ascii[2 * b + 1] \
+            and self.set_loop_non_ascii[a] == self.set_loop_non_ascii[b] \
+            and self.set_all_partials[a] == self.set_all_partials[b]
+
+    cdef int compute_run(self, int32_t set_id) except -1 nogil:
+        """How many sets in a row, following successors from set_id, have set_id's class and take the same
+        partial characters (set_run_length, RUN_UNBOUNDED when the run ends in a loop), and the set after
+        them (set_run_end, -1 if none). Explored no deeper than the longest token needs."""
+        cdef int32_t s = set_id, successor, c
+        cdef int64_t i, length
+        cdef int32_t limit = self.max_token_depth + 2
+        self.run_chain.clear()
+        while True:
+            if not self.set_loop_known[s]:
+                self.compute_loop(s)
+            if self.set_run_length[s] >= 0:
+                break
+            self.run_chain.push_back(s)
+            successor = self.set_successor[s]
+            if successor < 0 or successor == s or <int32_t>self.run_chain.size() >= limit:
+                break
+            if not self.set_loop_known[successor]:
+                self.compute_loop(successor)
+            if not self.same_class(s, successor):
+                break
+            s = successor
+        for i in range(<int64_t>self.run_chain.size() - 1, -1, -1):
+            c = self.run_chain[i]
+            successor = self.set_successor[c]
+            if successor == c:
+                self.set_run_length[c] = RUN_UNBOUNDED
+                self.set_run_end[c] = -1
+            elif successor < 0:
+                self.set_run_length[c] = 1
+                self.set_run_end[c] = -1
+            elif self.set_run_length[successor] >= 0 and self.same_class(c, successor):
+                length = 1 + <int64_t>self.set_run_length[successor]
+                self.set_run_length[c] = <int32_t>min(length, <int64_t>RUN_UNBOUNDED)
+                self.set_run_end[c] = self.set_run_end[successor]
+            else:
+                self.set_run_length[c] = 1
+                self.set_run_end[c] = successor
+        return 0
 
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id) except -1 nogil:
         cdef uint64_t* bits = self.position_bits.data()
@@ -1081,7 +1363,7 @@ cdef class MatchContext:
         cdef int64_t width = (trie.n_vocab + 31) >> 5
         cdef int64_t slot, k
         cdef token_t token
-        cdef bint allow_eog = False
+        cdef bint allow_eog = False, completed
         it = self.mask_slot.find(set_id)
         if it != self.mask_slot.end():
             slot = deref(it).second
@@ -1092,10 +1374,18 @@ cdef class MatchContext:
         self.fast_masks += 1
         if self.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
             self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
-        if self.use_segments:
-            self.segment_mask(set_id, trie, out)
-        else:
-            self.walk_mask(set_id, trie, out)
+        completed = False
+        try:
+            if self.use_segments:
+                self.segment_mask(set_id, trie, out)
+            else:
+                self.walk_mask(set_id, trie, out)
+            completed = True
+        finally:
+            if not completed:
+                # (a GrammarError mid-walk: position_bits must be all zero again for the next walk)
+                memset(self.position_bits.data(), 0, self.position_bits.size() * sizeof(uint64_t))
+                self.n_marked = 0
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             if self.set_nodes[k] == EMPTY_STACK:
                 allow_eog = True
@@ -1175,7 +1465,7 @@ cdef class MatchContext:
             below[0] = deref(it).second.second
             return 0
         while n < length and n < 64 and node != EMPTY_STACK:
-            frames[n] = self.nodes[node].element
+            frames[n] = self.canonical[self.nodes[node].element]
             node = self.nodes[node].parent
             n += 1
         below[0] = node
@@ -1199,6 +1489,7 @@ cdef class MatchContext:
         cdef uint64_t bits
         cdef segment_entry entry
         cdef uint64_t hash_value
+        cdef bint completed
         start.push_back(segment)
         set_id = self.intern_set(start)
         self.collecting = True
@@ -1206,10 +1497,16 @@ cdef class MatchContext:
         self.continuations.clear()
         self.continuation_nodes = 0
         self.n_marked = 0
+        completed = False
         try:
             self.trie_visit(trie, 0, set_id)
+            completed = True
         finally:
             self.collecting = False
+            if not completed:
+                self.walk_aborted = False
+                memset(self.position_bits.data(), 0, n_words * sizeof(uint64_t))
+                self.n_marked = 0
         if self.walk_aborted:
             self.walk_aborted = False
             memset(self.position_bits.data(), 0, n_words * sizeof(uint64_t))
@@ -1261,7 +1558,7 @@ cdef class MatchContext:
     cdef int32_t find_entry(self, node_t stack, const trie_view* trie, node_t* below) except -2 nogil:
         """The segment entry serving a stack, built if no length tried for its top position has one;
         *below is the stack under the segment (-1 when the segment is the whole stack)."""
-        cdef position_t top = self.nodes[stack].element
+        cdef position_t top = self.canonical[self.nodes[stack].element]
         cdef uint32_t lengths = self.segment_lengths[top]
         cdef uint32_t remaining = lengths
         cdef int32_t length, entry_id
@@ -1284,8 +1581,10 @@ cdef class MatchContext:
                 return deref(it).second
             if below[0] == EMPTY_STACK:
                 self.max_continuations = <size_t>-1  # the whole stack: a longer segment would be the same
-            entry_id = self.build_entry(segment, length, trie)
-            self.max_continuations = self.continuations_limit
+            try:
+                entry_id = self.build_entry(segment, length, trie)
+            finally:
+                self.max_continuations = self.continuations_limit
             if entry_id >= 0:
                 if length <= 32:
                     self.segment_lengths[top] |= (<uint32_t>1) << (length - 1)
@@ -1332,12 +1631,55 @@ cdef class MatchContext:
         return set_id
 
     cdef void clear_segments(self) noexcept nogil:
+        self.continuation_results.clear()
+        self.continuation_tokens.clear()
         self.dense_offsets.clear()
         self.entry_of.clear()
         self.entries.clear()
         self.entry_words.clear()
         self.entry_tokens.clear()
         self.entry_continuations.clear()
+
+    cdef int continuation_into(self, const trie_view* trie, int32_t node, int32_t context, uint32_t* out) except -1 nogil:
+        """OR into out the tokens below a continuation node that the context set accepts from there on.
+        Memoized per (context, node): every entry whose paths pop out at that node into the same stack
+        below (the successive steps of one bounded string, say) reuses the answer."""
+        cdef uint64_t key = (<uint64_t><uint32_t>context << 32) | <uint32_t>node
+        cdef int64_t offset, j, word, position, last_word
+        cdef uint64_t bits
+        cdef uint64_t* bits_at
+        cdef token_t token
+        it = self.continuation_results.find(key)
+        if it != self.continuation_results.end():
+            for j in range(deref(it).second.first, deref(it).second.first + deref(it).second.second):
+                token = self.continuation_tokens[j]
+                out[token >> 5] |= (<uint32_t>1) << (token & 31)
+            return 0
+        self.continuation_walks += 1
+        self.trie_visit(trie, node, context)
+        offset = <int64_t>self.continuation_tokens.size()
+        if trie.token_hi[node] > trie.token_lo[node]:
+            # the walk marked positions only inside the node's subtree (position_bits is zero elsewhere)
+            bits_at = self.position_bits.data()
+            last_word = (trie.token_hi[node] - 1) >> 6
+            for word in range(trie.token_lo[node] >> 6, last_word + 1):
+                bits = bits_at[word]
+                if bits == 0:
+                    continue
+                bits_at[word] = 0
+                while bits:
+                    position = (word << 6) + __builtin_ctzll(bits)
+                    bits &= bits - 1
+                    token = trie.token_at[position]
+                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                    self.continuation_tokens.push_back(token)
+        self.n_marked = 0
+        if <int64_t>self.continuation_tokens.size() - offset > MAX_MEMOIZED_CONTINUATION:
+            self.continuation_tokens.resize(offset)
+        else:
+            self.continuation_results[key] = pair[int64_t, int32_t](
+                offset, <int32_t>(<int64_t>self.continuation_tokens.size() - offset))
+        return 0
 
     cdef int segment_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil:
         """The union over the set's stacks of their segment entries: the tokens each accepts whatever
@@ -1353,9 +1695,8 @@ cdef class MatchContext:
         cdef uint64_t bits
         cdef token_t token
         cdef int32_t node
-        cdef bint walked = False, seen
-        if (self.entry_words.size() + self.entry_tokens.size() + self.entry_continuations.size()) * 4 \
-                + self.entries.size() * sizeof(segment_entry) > MAX_SEGMENT_CACHE_BYTES:
+        cdef bint seen
+        if self.segment_cache_full():
             self.clear_segments()
         self.resolved.clear()
         self.resolved_below.clear()
@@ -1395,29 +1736,7 @@ cdef class MatchContext:
                 continue
             context = self.context_set(self.resolved_below[k])
             for c in range(entry.n_continuations):
-                self.trie_visit(trie, self.entry_continuations[entry.continuations_start + c], context)
-                self.continuation_walks += 1
-            walked = True
-        if walked:
-            # the continuations marked positions only inside their own subtrees
-            bits_at = self.position_bits.data()
-            for k in range(<int64_t>self.resolved.size()):
-                entry = &self.entries[self.resolved[k]]
-                for c in range(entry.n_continuations):
-                    node = self.entry_continuations[entry.continuations_start + c]
-                    if trie.token_hi[node] <= trie.token_lo[node]:
-                        continue
-                    last_word = (trie.token_hi[node] - 1) >> 6
-                    for word in range(trie.token_lo[node] >> 6, last_word + 1):
-                        bits = bits_at[word]
-                        if bits == 0:
-                            continue
-                        bits_at[word] = 0
-                        while bits:
-                            position = (word << 6) + __builtin_ctzll(bits)
-                            bits &= bits - 1
-                            token = trie.token_at[position]
-                            out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                self.continuation_into(trie, self.entry_continuations[entry.continuations_start + c], context, out)
         self.n_marked = 0
         return 0
 
@@ -1453,12 +1772,155 @@ def _nullable_rules(Rules rules):
     return nullable
 
 
-def _context_for(Rules rules, vocab, size_t max_stacks):
-    """The context new matchers of (rules, vocab) join: shared, until its node pool passes a budget."""
+def _closure(list direct, list edges):
+    """Per node i, direct[i] together with the direct sets of every node reachable from i along edges
+    (Tarjan's strongly connected components, so a chain of n tail references costs O(n), not O(n^2))."""
+    cdef Py_ssize_t n = len(direct)
+    index = [-1] * n
+    low = [0] * n
+    on_stack = [False] * n
+    component = [-1] * n
+    result = [None] * n
+    stack = []
+    counter = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = True
+        while work:
+            node, children = work[len(work) - 1]
+            advanced = False
+            for child in children:
+                if index[child] < 0:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack[child] = True
+                    work.append((child, iter(edges[child])))
+                    advanced = True
+                    break
+                if on_stack[child]:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[len(work) - 1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                # a component: its members share one set, the union of theirs and of the components
+                # they reach (all finished already)
+                members = []
+                while True:
+                    member = stack.pop()
+                    on_stack[member] = False
+                    members.append(member)
+                    if member == node:
+                        break
+                found = set()
+                for member in members:
+                    found |= direct[member]
+                for member in members:
+                    for child in edges[member]:
+                        if result[child] is not None:
+                            found |= result[child]
+                for member in members:
+                    result[member] = found
+    return result
+
+
+def _repetition_chains(Rules rules):
+    """The chains llama.cpp writes for x{m,n}: n - m nested rules R_k ::= x R_(k-1) | down to
+    R_0 ::= x |, each x taking at least one character. Returns {rule: (k, R_(k-1))} for the rules
+    R_1 .. R_(n-m-1) of every such chain (R_0, with nothing after x, is left out)."""
+    nullable = _nullable_rules(rules)
+    bases = {}   # rule -> x, for R ::= x |
+    steps = {}   # rule -> (x, next rule), for R ::= x next |
+    for rule_id, elements in enumerate(rules.rules):
+        alternatives, current = [], []
+        for kind, value in elements:
+            if kind == LLAMA_GRETYPE_ALT or kind == LLAMA_GRETYPE_END:
+                alternatives.append(tuple(current))
+                current = []
+            else:
+                current.append((kind, value))
+        if len(alternatives) != 2 or alternatives[1] or not alternatives[0]:
+            continue
+        body = alternatives[0]
+        if not all(kind == LLAMA_GRETYPE_RULE_REF and nullable[value] for kind, value in body):
+            bases[rule_id] = body
+        last_kind, last_value = body[len(body) - 1]
+        x = body[:len(body) - 1]
+        if last_kind == LLAMA_GRETYPE_RULE_REF and last_value != rule_id and x and \
+                not all(kind == LLAMA_GRETYPE_RULE_REF and nullable[value] for kind, value in x):
+            steps[rule_id] = (x, last_value)
+    depth = {}
+    for rule_id in steps:
+        path = []
+        r = rule_id
+        while r in steps and r not in depth and r not in path:
+            path.append(r)
+            r = steps[r][1]
+        for r in reversed(path):
+            x, following = steps[r]
+            if following in steps and steps[following][0] == x and depth.get(following, -1) >= 0:
+                depth[r] = depth[following] + 1
+            elif following in bases and bases[following] == x:
+                depth[r] = 1
+            else:
+                depth[r] = -1
+    return {r: (d, steps[r][1]) for r, d in depth.items() if d > 0}
+
+
+def _repetition_canonical(Rules rules, dict chains, int32_t limit):
+    """Per element position, the position a segment key uses for it: the same offset in the chain
+    rule `limit` steps from the chain's end, when the position's rule lies further out.
+
+    A frame in R_k (see _repetition_chains), with k + 1 x's still allowed, behaves like the frame in
+    R_j for all j, k >= limit as long as no more than `limit` x's can be taken, which holds within one
+    token when each x takes at least one code point and limit exceeds the longest token: such frames
+    share one segment entry.
+    """
+    cdef vector[position_t] canonical
+    cdef Py_ssize_t i, start, target_start
+    canonical.resize(rules.elements.size())
+    for i in range(<Py_ssize_t>rules.elements.size()):
+        canonical[i] = <position_t>i
+    inner = {following for _, following in chains.values()}
+    target_of = {}
+    for top in chains:
+        if top in inner:
+            continue
+        path = []   # from the chain's outermost rule down to the one `limit` steps from the end
+        r = top
+        while r in chains and chains[r][0] > limit:
+            path.append(r)
+            r = chains[r][1]
+        for rule_id in path:
+            target_of[rule_id] = r   # every rule on the way is a step of the same chain
+    for rule_id, target in target_of.items():
+        start, target_start = rules.rule_start[rule_id], rules.rule_start[target]
+        i = 0
+        while True:
+            canonical[start + i] = <position_t>(target_start + i)
+            if rules.elements[start + i].type == LLAMA_GRETYPE_END:
+                break
+            i += 1
+    return canonical
+
+
+def _context_for(Rules rules, vocab, size_t max_stacks, double precompute):
+    """The context new matchers of (rules, vocab) join: shared, until its node pool passes a budget.
+    A new context builds its segment cache ahead of use for up to `precompute` seconds."""
     key = (id(vocab), max_stacks)
     cdef MatchContext ctx = rules.contexts.get(key)
     if ctx is None or ctx.vocab is not vocab or ctx.nodes.size() > CONTEXT_NODE_BUDGET:
         ctx = MatchContext(rules, vocab, max_stacks)
+        ctx.precompute(precompute)
         rules.contexts[key] = ctx
     return ctx
 
@@ -1484,7 +1946,7 @@ cdef class Grammar:
     """
 
     def __init__(self, rules, vocab=None, *, root="root", trigger_tokens=(), trigger_patterns=(),
-                 trigger_words=(), lazy=None, max_stacks=DEFAULT_MAX_STACKS):
+                 trigger_words=(), lazy=None, max_stacks=DEFAULT_MAX_STACKS, precompute=DEFAULT_PRECOMPUTE_SECONDS):
         cdef Rules parsed
         if vocab is None and isinstance(rules, Rules):
             vocab = (<Rules>rules).vocab
@@ -1493,9 +1955,11 @@ cdef class Grammar:
             raise ValueError("these Rules were parsed without a root (root=None); parse them with a root to match")
         if int(max_stacks) < 1:
             raise ValueError(f"max_stacks must be at least 1, got {max_stacks}")
+        if not float(precompute) >= 0:
+            raise ValueError(f"precompute must be a number of seconds >= 0, got {precompute!r}")
         self.rules = parsed
         self.vocab = vocab
-        self.ctx = _context_for(parsed, vocab, int(max_stacks))
+        self.ctx = _context_for(parsed, vocab, int(max_stacks), float(precompute))
         self.decoded = self.ctx.decoded
         self.partial.value = 0
         self.partial.n_remain = 0
@@ -1949,6 +2413,32 @@ cdef class Grammar:
             current.reverse()
             out.append(current)
         return out
+
+    def _segment_report(self):
+        """Test shim: per stack, the segment entry that serves it: (length, accepted tokens or -1 when
+        dense, [(continuation node, trie nodes below it)], the stack below the segment)."""
+        cdef MatchContext ctx = self.ctx
+        cdef trie_view trie = ctx.trie.view()
+        cdef node_t below
+        cdef int32_t entry_id
+        cdef size_t k
+        report = []
+        if ctx.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
+            ctx.position_bits.assign((trie.n_positions + 63) >> 6, 0)
+        for k in range(self.active_stacks.size()):
+            if self.active_stacks[k] == EMPTY_STACK:
+                report.append(None)
+                continue
+            with nogil:
+                PyThread_acquire_lock(ctx.lock, 1)
+                try:
+                    entry_id = ctx.find_entry(self.active_stacks[k], &trie, &below)
+                finally:
+                    PyThread_release_lock(ctx.lock)
+            entry = ctx.entries[entry_id]
+            conts = [ctx.entry_continuations[entry.continuations_start + c] for c in range(entry.n_continuations)]
+            report.append((entry.length, entry.n_tokens, [(c, trie.node_end[c] - c) for c in conts], below))
+        return report
 
     @property
     def fast_masks(self):
