@@ -2415,8 +2415,9 @@ cdef class Grammar:
         return out
 
     def _segment_report(self):
-        """Test shim: per stack, the segment entry that serves it: (length, accepted tokens or -1 when
-        dense, [(continuation node, trie nodes below it)], the stack below the segment)."""
+        """Test shim: per stack (None for the empty one), the segment entry that serves it, built if need
+        be: (entry id, segment length, [(continuation node, trie nodes below it)], the stack below the
+        segment)."""
         cdef MatchContext ctx = self.ctx
         cdef trie_view trie = ctx.trie.view()
         cdef node_t below
@@ -2437,7 +2438,7 @@ cdef class Grammar:
                     PyThread_release_lock(ctx.lock)
             entry = ctx.entries[entry_id]
             conts = [ctx.entry_continuations[entry.continuations_start + c] for c in range(entry.n_continuations)]
-            report.append((entry.length, entry.n_tokens, [(c, trie.node_end[c] - c) for c in conts], below))
+            report.append((entry_id, entry.length, [(c, trie.node_end[c] - c) for c in conts], below))
         return report
 
     @property
