@@ -124,7 +124,10 @@ cdef class MatchContext:
     cdef vector[token_t] entry_tokens              # sparse entries
     cdef vector[int32_t] entry_continuations
     cdef unordered_map[node_t, int32_t] context_sets  # stack below a segment -> the set it advances to
-    cdef unordered_map[uint64_t, pair[int64_t, int32_t]] continuation_results  # (context set, node) -> tokens
+    cdef unordered_map[uint64_t, pair[int64_t, int32_t]] continuation_results  # (stack below, node) -> tokens
+    cdef unordered_map[uint64_t, int32_t] continuation_entry_of  # (frame re-pushed on SEGMENT_BASE, node) -> entry, -1 none
+    cdef unordered_map[uint64_t, pair[int64_t, int32_t]] entry_results  # (entry, stack below) -> its continuations' tokens
+    cdef vector[token_t] collected                 # scratch: the tokens of one entry's continuations
     cdef vector[token_t] continuation_tokens
     cdef bint collecting                           # the walk records continuations (it runs from a segment)
     cdef bint walk_aborted
@@ -138,6 +141,7 @@ cdef class MatchContext:
     cdef vector[node_t] resolved_below
     cdef readonly int64_t fast_masks, cached_masks, reference_masks, visited_nodes
     cdef readonly int64_t segment_hits, segment_entries_built, segment_walks_grown, continuation_walks
+    cdef readonly int64_t continuation_entries_built
 
     cdef node_t push(self, node_t parent, position_t element) except -1 nogil
     cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil
@@ -172,9 +176,12 @@ cdef class MatchContext:
     cdef void clear_segments(self) noexcept nogil
     cdef bint segment_cache_full(self) noexcept nogil
     cdef size_t segment_cache_bytes(self) noexcept nogil
-    cdef int continuation_into(self, const trie_view* trie, int32_t node, int32_t context, uint32_t* out) except -1 nogil
+    cdef int32_t build_continuation_entry(self, node_t frame, int32_t node, const trie_view* trie) except -2 nogil
+    cdef int continuation_into(self, const trie_view* trie, int32_t node, node_t below, uint32_t* out,
+                               vector[token_t]* collect) except -1 nogil
     cdef void reserve_headroom(self) noexcept nogil
     cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3
+    cdef int build_continuations_ahead(self, int32_t entry_id, list frames_below, const trie_view* trie) except -1
 
 
 cdef class Grammar:

@@ -60,8 +60,8 @@ cdef size_t MAX_NODES = 1 << 24
 cdef size_t CONTEXT_NODE_BUDGET = 1 << 22
 # Bounds of the fast path's memory; past them it forgets what it memoized and starts over.
 cdef size_t MAX_SETS = 1 << 20
-cdef size_t MAX_MASK_CACHE_BYTES = 16 << 20
-cdef size_t MAX_SEGMENT_CACHE_BYTES = 28 << 20
+cdef size_t MAX_MASK_CACHE_BYTES = 12 << 20
+cdef size_t MAX_SEGMENT_CACHE_BYTES = 16 << 20
 # A segment whose walk pops out at more trie nodes than this, or above subtrees of more than
 # CONTINUATION_NODES_PER_NODE times as many nodes in all, grows by a frame: the continuations are
 # walked again, from the real stack below, every time the entry serves, so they must stay small.
@@ -437,7 +437,8 @@ cdef class MatchContext:
             dense += self.entries[i].n_tokens < 0
             continuations += self.entries[i].n_continuations
         return {"entries": self.entries.size(), "dense_entries": dense, "continuations": continuations,
-                "built": self.segment_entries_built, "hits": self.segment_hits,
+                "built": self.segment_entries_built, "continuation_entries": self.continuation_entries_built,
+                "hits": self.segment_hits,
                 "grown": self.segment_walks_grown, "continuation_walks": self.continuation_walks,
                 "bytes": self.segment_bytes}
 
@@ -551,7 +552,11 @@ cdef class MatchContext:
             if len(frames) > 1 and self.transparent(last) and len(frames) < MAX_SEGMENT_LENGTH and -1 not in below:
                 extended = [frames + [f] for f in below]   # never end a segment on a transparent frame
             else:
+                built_before = self.segment_entries_built
                 entry_id = self.build_frames(frames, below == [-1], &trie)
+                if entry_id >= 0 and self.segment_entries_built > built_before:
+                    # and where its paths pop out, the answer of each frame that can lie under it
+                    self.build_continuations_ahead(entry_id, [f for f in below if f >= 0], &trie)
                 if entry_id != -1 or len(frames) >= MAX_SEGMENT_LENGTH:
                     continue
                 extended = [frames + [f] for f in below if f >= 0]
@@ -571,6 +576,8 @@ cdef class MatchContext:
         self.context_sets.reserve(self.context_sets.size() * 3 // 2 + 1024)
         self.dense_offsets.reserve(self.dense_offsets.size() * 3 // 2 + 64)
         self.continuation_results.reserve(self.continuation_results.size() * 3 // 2 + 1024)
+        self.continuation_entry_of.reserve(self.continuation_entry_of.size() * 3 // 2 + 1024)
+        self.entry_results.reserve(self.entry_results.size() * 3 // 2 + 1024)
         self.mask_slot.reserve(1024)
 
     def _alternative_starts(self, rule_id):
@@ -597,14 +604,35 @@ cdef class MatchContext:
     cdef size_t segment_cache_bytes(self) noexcept nogil:
         return ((self.entry_words.size() + self.entry_tokens.size() + self.entry_continuations.size()
                  + self.continuation_tokens.size()) * 4 + self.entries.size() * sizeof(segment_entry)
-                + self.continuation_results.size() * 40)
+                + (self.continuation_results.size() + self.continuation_entry_of.size()
+                   + self.entry_results.size()) * 40)
 
     cdef bint segment_cache_full(self) noexcept nogil:
         return self.segment_cache_bytes() > MAX_SEGMENT_CACHE_BYTES
 
+    cdef int build_continuations_ahead(self, int32_t entry_id, list frames_below, const trie_view* trie) except -1:
+        """Build the continuation entries of an entry for each frame that can lie right under its segment."""
+        cdef node_t frame
+        cdef int64_t start = self.entries[entry_id].continuations_start
+        cdef int64_t count = self.entries[entry_id].n_continuations
+        cdef int64_t c
+        if count == 0:
+            return 0
+        with nogil:
+            PyThread_acquire_lock(self.lock, 1)
+        try:
+            for f in frames_below:
+                frame = self.push(SEGMENT_BASE, self.canonical[<position_t>f])
+                with nogil:
+                    for c in range(start, start + count):
+                        self.build_continuation_entry(frame, self.entry_continuations[c], trie)
+        finally:
+            PyThread_release_lock(self.lock)
+        return 0
+
     cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3:
         """Build the entry of a segment given as element positions, top first (whole: nothing lies
-        under it). -2 when built, -1 when it pops out too often, the entry id when it already exists."""
+        under it), or find it built: its id, or -1 when it pops out too often."""
         cdef node_t node = SEGMENT_BASE
         cdef int32_t entry_id, length = len(frames)
         cdef position_t top = self.canonical[<position_t>frames[0]]
@@ -628,7 +656,7 @@ cdef class MatchContext:
                 return -1
             if length <= 32:
                 self.segment_lengths[top] |= (<uint32_t>1) << (length - 1)
-            return -2
+            return entry_id
         finally:
             PyThread_release_lock(self.lock)
 
@@ -1631,6 +1659,8 @@ cdef class MatchContext:
         return set_id
 
     cdef void clear_segments(self) noexcept nogil:
+        self.entry_results.clear()
+        self.continuation_entry_of.clear()
         self.continuation_results.clear()
         self.continuation_tokens.clear()
         self.dense_offsets.clear()
@@ -1640,22 +1670,107 @@ cdef class MatchContext:
         self.entry_tokens.clear()
         self.entry_continuations.clear()
 
-    cdef int continuation_into(self, const trie_view* trie, int32_t node, int32_t context, uint32_t* out) except -1 nogil:
-        """OR into out the tokens below a continuation node that the context set accepts from there on.
-        Memoized per (context, node): every entry whose paths pop out at that node into the same stack
-        below (the successive steps of one bounded string, say) reuses the answer."""
-        cdef uint64_t key = (<uint64_t><uint32_t>context << 32) | <uint32_t>node
-        cdef int64_t offset, j, word, position, last_word
+    cdef int32_t build_continuation_entry(self, node_t frame, int32_t node, const trie_view* trie) except -2 nogil:
+        """The entry of a continuation node as seen from the frame under a segment (frame: that one
+        element re-pushed on SEGMENT_BASE): the tokens below the node that the frame's stack accepts
+        from there on whatever lies under it, and the nodes further down where its paths pop out too.
+        -1 (remembered) when it pops out too often or accepts more tokens than are kept."""
+        cdef uint64_t key = (<uint64_t><uint32_t>frame << 32) | <uint32_t>node
+        cdef int32_t context, entry_id
+        cdef int64_t word, last_word, position, offset
+        cdef uint64_t bits
+        cdef uint64_t* bits_at
+        cdef segment_entry entry
+        cdef bint completed = False
+        it = self.continuation_entry_of.find(key)
+        if it != self.continuation_entry_of.end():
+            return deref(it).second
+        context = self.context_set(frame)
+        self.collecting = True
+        self.walk_aborted = False
+        self.continuations.clear()
+        self.continuation_nodes = 0
+        try:
+            self.trie_visit(trie, node, context)
+            completed = True
+        finally:
+            self.collecting = False
+            if not completed:
+                self.walk_aborted = False
+                memset(self.position_bits.data(), 0, self.position_bits.size() * sizeof(uint64_t))
+                self.n_marked = 0
+        self.n_marked = 0
+        offset = <int64_t>self.entry_tokens.size()
+        if trie.token_hi[node] > trie.token_lo[node]:
+            # the walk marked positions only inside the node's subtree
+            bits_at = self.position_bits.data()
+            last_word = (trie.token_hi[node] - 1) >> 6
+            for word in range(trie.token_lo[node] >> 6, last_word + 1):
+                bits = bits_at[word]
+                if bits == 0:
+                    continue
+                bits_at[word] = 0
+                while bits:
+                    position = (word << 6) + __builtin_ctzll(bits)
+                    bits &= bits - 1
+                    self.entry_tokens.push_back(trie.token_at[position])
+        if self.walk_aborted or <int64_t>self.entry_tokens.size() - offset > MAX_MEMOIZED_CONTINUATION:
+            self.walk_aborted = False
+            self.entry_tokens.resize(offset)
+            self.continuation_entry_of[key] = -1
+            return -1
+        entry.length = 1
+        entry.tokens_start = offset
+        entry.n_tokens = <int32_t>(<int64_t>self.entry_tokens.size() - offset)
+        entry.continuations_start = <int64_t>self.entry_continuations.size()
+        entry.n_continuations = <int32_t>self.continuations.size()
+        self.entry_continuations.insert(self.entry_continuations.end(), self.continuations.begin(),
+                                        self.continuations.end())
+        entry_id = <int32_t>self.entries.size()
+        self.entries.push_back(entry)
+        self.continuation_entry_of[key] = entry_id
+        self.continuation_entries_built += 1
+        return entry_id
+
+    cdef int continuation_into(self, const trie_view* trie, int32_t node, node_t below, uint32_t* out,
+                               vector[token_t]* collect) except -1 nogil:
+        """OR into out the tokens below a continuation node that the stack below the segment accepts from
+        there on. From the entry of that stack's top frame at the node when it has one (built ahead, or
+        now, and shared by every stack with that top frame), its own continuations taken one frame further
+        down; otherwise from a walk of the node's subtree with the whole set the stack advances to,
+        memoized per (stack, node)."""
+        cdef uint64_t key = (<uint64_t><uint32_t>below << 32) | <uint32_t>node
+        cdef int64_t offset, j, word, position, last_word, start, count, c
         cdef uint64_t bits
         cdef uint64_t* bits_at
         cdef token_t token
+        cdef node_t frame, under
+        cdef int32_t sub, context
         it = self.continuation_results.find(key)
         if it != self.continuation_results.end():
             for j in range(deref(it).second.first, deref(it).second.first + deref(it).second.second):
                 token = self.continuation_tokens[j]
                 out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                collect.push_back(token)
             return 0
+        if below != EMPTY_STACK:
+            self.segment_of(below, 1, &frame, &under)
+            sub = self.build_continuation_entry(frame, node, trie)
+            if sub >= 0:
+                start = self.entries[sub].tokens_start
+                count = self.entries[sub].n_tokens
+                for j in range(start, start + count):
+                    token = self.entry_tokens[j]
+                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                    collect.push_back(token)
+                start = self.entries[sub].continuations_start
+                count = self.entries[sub].n_continuations
+                for c in range(start, start + count):
+                    # (entries and their lists may grow inside: read them by index, never by pointer)
+                    self.continuation_into(trie, self.entry_continuations[c], under, out, collect)
+                return 0
         self.continuation_walks += 1
+        context = self.context_set(below)
         self.trie_visit(trie, node, context)
         offset = <int64_t>self.continuation_tokens.size()
         if trie.token_hi[node] > trie.token_lo[node]:
@@ -1673,6 +1788,7 @@ cdef class MatchContext:
                     token = trie.token_at[position]
                     out[token >> 5] |= (<uint32_t>1) << (token & 31)
                     self.continuation_tokens.push_back(token)
+                    collect.push_back(token)
         self.n_marked = 0
         if <int64_t>self.continuation_tokens.size() - offset > MAX_MEMOIZED_CONTINUATION:
             self.continuation_tokens.resize(offset)
@@ -1688,9 +1804,10 @@ cdef class MatchContext:
         cdef int64_t k, w, j, c, word, position, last_word
         cdef int32_t entry_id, context
         cdef node_t stack, below
-        cdef const segment_entry* entry
+        cdef segment_entry entry
         cdef const uint32_t* words
         cdef const token_t* tokens
+        cdef uint64_t key
         cdef uint64_t* bits_at
         cdef uint64_t bits
         cdef token_t token
@@ -1715,7 +1832,7 @@ cdef class MatchContext:
             self.resolved.push_back(entry_id)
             self.resolved_below.push_back(below)
         for k in range(<int64_t>self.resolved.size()):
-            entry = &self.entries[self.resolved[k]]
+            entry = self.entries[self.resolved[k]]   # a copy: the continuations below may add entries
             if entry.n_tokens >= 0:
                 tokens = self.entry_tokens.data() + entry.tokens_start
                 for j in range(entry.n_tokens):
@@ -1734,9 +1851,23 @@ cdef class MatchContext:
                     break
             if seen:
                 continue
-            context = self.context_set(self.resolved_below[k])
+            # The answer of all of an entry's continuations under one stack below is kept whole.
+            key = (<uint64_t><uint32_t>self.resolved[k] << 32) | <uint32_t>self.resolved_below[k]
+            found = self.entry_results.find(key)
+            if found != self.entry_results.end():
+                for j in range(deref(found).second.first, deref(found).second.first + deref(found).second.second):
+                    token = self.continuation_tokens[j]
+                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                continue
+            self.collected.clear()
             for c in range(entry.n_continuations):
-                self.continuation_into(trie, self.entry_continuations[entry.continuations_start + c], context, out)
+                self.continuation_into(trie, self.entry_continuations[entry.continuations_start + c],
+                                       self.resolved_below[k], out, &self.collected)
+            if <int64_t>self.collected.size() <= MAX_MEMOIZED_CONTINUATION:
+                self.entry_results[key] = pair[int64_t, int32_t](<int64_t>self.continuation_tokens.size(),
+                                                                 <int32_t>self.collected.size())
+                self.continuation_tokens.insert(self.continuation_tokens.end(), self.collected.begin(),
+                                                self.collected.end())
         self.n_marked = 0
         return 0
 
