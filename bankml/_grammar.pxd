@@ -128,6 +128,7 @@ cdef class MatchContext:
     cdef unordered_map[uint64_t, int32_t] continuation_entry_of  # (frame re-pushed on SEGMENT_BASE, node) -> entry, -1 none
     cdef unordered_map[uint64_t, pair[int64_t, int32_t]] entry_results  # (entry, stack below) -> its continuations' tokens
     cdef vector[token_t] collected                 # scratch: the tokens of one entry's continuations
+    cdef int64_t compose_cost                      # what the last segment_mask would cost to compose again
     cdef vector[token_t] continuation_tokens
     cdef bint collecting                           # the walk records continuations (it runs from a segment)
     cdef bint walk_aborted

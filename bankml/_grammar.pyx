@@ -219,6 +219,43 @@ cdef inline bint class_accepts_all_partials(const grammar_element* pos) noexcept
     return (not is_positive_char) and all_ascii
 
 
+# Mask-cache chunks of contexts that are gone, kept for the next contexts: memory the process has
+# already touched, so storing a mask in a new context costs a copy and no page faults (a server
+# that builds a grammar per request makes and drops contexts all the time).
+cdef vector[vector[uint32_t]] chunk_pool
+cdef size_t chunk_pool_words = 0
+cdef size_t MAX_CHUNK_POOL_WORDS = (32 << 20) // 4
+cdef PyThread_type_lock chunk_pool_lock = PyThread_allocate_lock()
+
+
+cdef void take_chunk(vector[uint32_t]& chunk, size_t capacity) noexcept nogil:
+    """An empty chunk with room for `capacity` words, from the pool when it has one."""
+    global chunk_pool_words
+    PyThread_acquire_lock(chunk_pool_lock, 1)
+    if not chunk_pool.empty():
+        chunk.swap(chunk_pool.back())
+        chunk_pool_words -= chunk.capacity()
+        chunk_pool.pop_back()
+    PyThread_release_lock(chunk_pool_lock)
+    chunk.clear()
+    chunk.reserve(capacity)  # reserved, not touched: no zero-fill
+
+
+cdef void release_chunks(vector[vector[uint32_t]]& chunks) noexcept nogil:
+    """Hand a context's chunks to the pool (as many as it keeps) and empty the list."""
+    global chunk_pool_words
+    cdef size_t i
+    PyThread_acquire_lock(chunk_pool_lock, 1)
+    for i in range(chunks.size()):
+        if chunk_pool_words + chunks[i].capacity() > MAX_CHUNK_POOL_WORDS:
+            break
+        chunk_pool_words += chunks[i].capacity()
+        chunk_pool.push_back(vector[uint32_t]())
+        chunk_pool.back().swap(chunks[i])
+    PyThread_release_lock(chunk_pool_lock)
+    chunks.clear()
+
+
 cdef inline uint64_t words_hash(const uint32_t* words, int64_t n) noexcept nogil:
     """A 64-bit hash of n words (four independent lanes, so the multiplies overlap)."""
     cdef uint64_t h0 = 0x9E3779B97F4A7C15ULL, h1 = 0xC2B2AE3D27D4EB4FULL, h2 = 0x165667B19E3779F9ULL
@@ -403,6 +440,7 @@ cdef class MatchContext:
         self.element_flags.assign(rules.elements.size(), 0)
 
     def __dealloc__(self):
+        release_chunks(self.mask_chunks)
         if self.lock != NULL:
             PyThread_free_lock(self.lock)
 
@@ -1421,15 +1459,19 @@ cdef class MatchContext:
             for k in range(<int64_t>self.eog_tokens.size()):
                 token = self.eog_tokens[k]
                 out[token >> 5] |= (<uint32_t>1) << (token & 31)
+        if self.use_segments and self.compose_cost <= width:
+            # composed from the segment cache about as fast as copied back from the mask cache (and
+            # copying it in, to memory long out of the processor's caches, would cost more)
+            return 0
         # Masks live in fixed-size chunks, so storing one never moves the others.
         if (<size_t>(self.n_cached_masks + 1) * width * sizeof(uint32_t)) > MAX_MASK_CACHE_BYTES:
-            self.mask_chunks.clear()
+            release_chunks(self.mask_chunks)
             self.mask_slot.clear()
             self.n_cached_masks = 0
         slot = self.n_cached_masks
         if slot // MASKS_PER_CHUNK >= <int64_t>self.mask_chunks.size():
             self.mask_chunks.push_back(vector[uint32_t]())
-            self.mask_chunks.back().reserve(MASKS_PER_CHUNK * width)  # reserved, not touched: no zero-fill
+            take_chunk(self.mask_chunks.back(), MASKS_PER_CHUNK * width)
         self.mask_chunks.back().insert(self.mask_chunks.back().end(), out, out + width)
         self.mask_slot[set_id] = slot
         self.n_cached_masks += 1
@@ -1831,8 +1873,12 @@ cdef class MatchContext:
             entry_id = self.find_entry(stack, trie, &below)
             self.resolved.push_back(entry_id)
             self.resolved_below.push_back(below)
+        # What composing this mask again would cost, in token writes (a dense entry's words count a
+        # quarter each): the mask cache keeps only masks dearer to compose than to copy back.
+        self.compose_cost = 64 * <int64_t>self.resolved.size()
         for k in range(<int64_t>self.resolved.size()):
             entry = self.entries[self.resolved[k]]   # a copy: the continuations below may add entries
+            self.compose_cost += entry.n_tokens if entry.n_tokens >= 0 else width // 4
             if entry.n_tokens >= 0:
                 tokens = self.entry_tokens.data() + entry.tokens_start
                 for j in range(entry.n_tokens):
@@ -1855,6 +1901,7 @@ cdef class MatchContext:
             key = (<uint64_t><uint32_t>self.resolved[k] << 32) | <uint32_t>self.resolved_below[k]
             found = self.entry_results.find(key)
             if found != self.entry_results.end():
+                self.compose_cost += deref(found).second.second
                 for j in range(deref(found).second.first, deref(found).second.first + deref(found).second.second):
                     token = self.continuation_tokens[j]
                     out[token >> 5] |= (<uint32_t>1) << (token & 31)
@@ -1863,6 +1910,7 @@ cdef class MatchContext:
             for c in range(entry.n_continuations):
                 self.continuation_into(trie, self.entry_continuations[entry.continuations_start + c],
                                        self.resolved_below[k], out, &self.collected)
+            self.compose_cost += <int64_t>self.collected.size()
             if <int64_t>self.collected.size() <= MAX_MEMOIZED_CONTINUATION:
                 self.entry_results[key] = pair[int64_t, int32_t](<int64_t>self.continuation_tokens.size(),
                                                                  <int32_t>self.collected.size())
