@@ -182,7 +182,6 @@ cdef class MatchContext:
                                vector[token_t]* collect) except -1 nogil
     cdef void reserve_headroom(self) noexcept nogil
     cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3
-    cdef int build_continuations_ahead(self, int32_t entry_id, list frames_below, const trie_view* trie) except -1
 
 
 cdef class Grammar:

@@ -590,11 +590,7 @@ cdef class MatchContext:
             if len(frames) > 1 and self.transparent(last) and len(frames) < MAX_SEGMENT_LENGTH and -1 not in below:
                 extended = [frames + [f] for f in below]   # never end a segment on a transparent frame
             else:
-                built_before = self.segment_entries_built
                 entry_id = self.build_frames(frames, below == [-1], &trie)
-                if entry_id >= 0 and self.segment_entries_built > built_before:
-                    # and where its paths pop out, the answer of each frame that can lie under it
-                    self.build_continuations_ahead(entry_id, [f for f in below if f >= 0], &trie)
                 if entry_id != -1 or len(frames) >= MAX_SEGMENT_LENGTH:
                     continue
                 extended = [frames + [f] for f in below if f >= 0]
@@ -647,26 +643,6 @@ cdef class MatchContext:
 
     cdef bint segment_cache_full(self) noexcept nogil:
         return self.segment_cache_bytes() > MAX_SEGMENT_CACHE_BYTES
-
-    cdef int build_continuations_ahead(self, int32_t entry_id, list frames_below, const trie_view* trie) except -1:
-        """Build the continuation entries of an entry for each frame that can lie right under its segment."""
-        cdef node_t frame
-        cdef int64_t start = self.entries[entry_id].continuations_start
-        cdef int64_t count = self.entries[entry_id].n_continuations
-        cdef int64_t c
-        if count == 0:
-            return 0
-        with nogil:
-            PyThread_acquire_lock(self.lock, 1)
-        try:
-            for f in frames_below:
-                frame = self.push(SEGMENT_BASE, self.canonical[<position_t>f])
-                with nogil:
-                    for c in range(start, start + count):
-                        self.build_continuation_entry(frame, self.entry_continuations[c], trie)
-        finally:
-            PyThread_release_lock(self.lock)
-        return 0
 
     cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3:
         """Build the entry of a segment given as element positions, top first (whole: nothing lies
@@ -1777,8 +1753,8 @@ cdef class MatchContext:
     cdef int continuation_into(self, const trie_view* trie, int32_t node, node_t below, uint32_t* out,
                                vector[token_t]* collect) except -1 nogil:
         """OR into out the tokens below a continuation node that the stack below the segment accepts from
-        there on. From the entry of that stack's top frame at the node when it has one (built ahead, or
-        now, and shared by every stack with that top frame), its own continuations taken one frame further
+        there on. From the entry of that stack's top frame at the node when it has one (built on first
+        use, and shared by every stack with that top frame), its own continuations taken one frame further
         down; otherwise from a walk of the node's subtree with the whole set the stack advances to,
         memoized per (stack, node)."""
         cdef uint64_t key = (<uint64_t><uint32_t>below << 32) | <uint32_t>node
