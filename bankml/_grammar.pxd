@@ -39,6 +39,17 @@ cdef struct stack_node:
     node_t parent        # the stack below it; EMPTY_STACK at the bottom
 
 
+# One entry of the segment cache: the mask of a stack's top segment (its top frames, the
+# rest of the stack replaced by SEGMENT_BASE), split into the tokens accepted whatever lies
+# below the segment and the trie nodes at which a path pops out of it (continuations).
+cdef struct segment_entry:
+    int64_t tokens_start        # offset into entry_tokens (n_tokens >= 0) or entry_words (dense)
+    int32_t n_tokens            # accepted token ids stored one by one, or -1 when stored as dense words
+    int32_t n_continuations
+    int64_t continuations_start # offset into entry_continuations
+    int32_t length              # frames in the segment
+
+
 # A token being checked against the stacks: the code points still to match
 # (0-terminated) and the partial UTF-8 state its piece ends in.
 cdef struct grammar_candidate:
@@ -73,7 +84,9 @@ cdef class MatchContext:
     cdef vector[uint32_t] trie_token_words         # the bits of every token in the trie
     cdef vector[node_t] set_nodes                  # set i is set_nodes[set_start[i]:set_start[i + 1]]
     cdef vector[int64_t] set_start
-    cdef cpp_map[vector[node_t], int32_t] set_ids
+    cdef unordered_map[uint64_t, int32_t] set_by_hash   # hash of a set's nodes -> the last set with that hash
+    cdef vector[int32_t] set_hash_next             # the previous set with the same hash, or -1
+    cdef vector[node_t] advance_todo, advance_seen, step_stacks, scratch_stacks  # scratch, no allocation per call
     cdef unordered_map[uint64_t, int32_t] transitions   # (set << 32 | code point) -> set, or -1 (no stack survives)
     cdef unordered_map[uint64_t, pair[uint64_t, int32_t]] pattern_transitions  # hash(set, matching stacks) -> (matching stacks, set)
     cdef vector[uint8_t] set_loop_known            # the successor and its class are computed
@@ -81,14 +94,55 @@ cdef class MatchContext:
     cdef vector[uint64_t] set_loop_ascii           # 2 words per set: the ASCII code points that lead to the successor
     cdef vector[uint8_t] set_loop_non_ascii        # every code point >= 0x80 leads to the successor
     cdef vector[uint8_t] set_all_partials          # the set takes every partial character that can still complete
+    cdef vector[uint8_t] set_partial_mode          # PARTIAL_* for set_accepts_partial, 0 before computed
+    cdef vector[int32_t] set_run_length            # sets in a row along the successors with this set's class, -1 before computed
+    cdef vector[int32_t] set_run_end               # the set after that run, or -1
+    cdef vector[int32_t] run_chain                 # scratch of compute_run
+    cdef int32_t max_token_depth                   # the most code points any token takes
+    cdef vector[position_t] canonical              # per element position: the one segment keys use (_repetition_canonical)
+    cdef dict repetition_chains                    # _repetition_chains of the rules
+    cdef vector[uint64_t] element_ascii            # 2 words per element position: the ASCII members of its class
+    cdef vector[uint8_t] element_flags             # per element position: ELEMENT_* bits, filled on first use
     cdef vector[int64_t] set_viable_start          # offset of the set's intervals in viable_bounds, -1 before computed
     cdef vector[int32_t] set_viable_count
     cdef vector[uint32_t] viable_bounds            # (first, last) code point pairs
     cdef unordered_map[int32_t, int64_t] mask_slot  # set -> slot of its cached mask
     cdef vector[vector[uint32_t]] mask_chunks      # slot s is mask_chunks[s // MASKS_PER_CHUNK] at (s % MASKS_PER_CHUNK) * width
     cdef int64_t n_cached_masks
-    cdef vector[uint64_t] position_bits            # scratch: one bit per trie position
+    cdef vector[uint64_t] position_bits            # scratch: one bit per trie position, all zero between walks
+    cdef int64_t n_marked                          # positions marked by the current walk (an upper bound)
+    # the segment cache: per top segment of a stack, the tokens accepted whatever lies below it and the
+    # trie nodes where a path pops out of it (continuations), finished against the real stack at run time
+    cdef bint use_segments
+    cdef vector[uint8_t] set_has_base              # the set holds SEGMENT_BASE: some path popped out of the segment
+    cdef vector[uint32_t] segment_lengths          # per element position: bit L-1 set when entries of L frames exist
+    cdef unordered_map[uint64_t, pair[node_t, node_t]] segment_nodes  # (stack, L) -> (segment stack, stack below it)
+    cdef unordered_map[node_t, int32_t] entry_of   # segment stack -> entry
+    cdef vector[segment_entry] entries
+    cdef vector[uint32_t] entry_words              # dense entries, width words each
+    cdef unordered_map[uint64_t, int64_t] dense_offsets  # hash of a dense entry's words -> their offset (one copy each)
+    cdef vector[token_t] entry_tokens              # sparse entries
+    cdef vector[int32_t] entry_continuations
+    cdef unordered_map[node_t, int32_t] context_sets  # stack below a segment -> the set it advances to
+    cdef unordered_map[uint64_t, pair[int64_t, int32_t]] continuation_results  # (stack below, node) -> tokens
+    cdef unordered_map[uint64_t, int32_t] continuation_entry_of  # (frame re-pushed on SEGMENT_BASE, node) -> entry, -1 none
+    cdef unordered_map[uint64_t, pair[int64_t, int32_t]] entry_results  # (entry, stack below) -> its continuations' tokens
+    cdef vector[token_t] collected                 # scratch: the tokens of one entry's continuations
+    cdef int64_t compose_cost                      # what the last segment_mask would cost to compose again
+    cdef vector[token_t] continuation_tokens
+    cdef bint collecting                           # the walk records continuations (it runs from a segment)
+    cdef bint walk_aborted
+    cdef size_t max_continuations                  # the current walk's limit
+    cdef size_t continuations_limit                # the limit for segments that have a stack below them
+    cdef vector[int32_t] continuations             # scratch: the nodes where the current segment walk popped
+    cdef int64_t continuation_nodes                # trie nodes below them, in all
+    cdef vector[uint8_t] rule_nullable             # per rule id: it can match the empty string
+    cdef vector[uint8_t] element_transparent       # per element position: 0 unknown, 1 no, 2 the rest of its alternative is nullable
+    cdef vector[int32_t] resolved                  # scratch: entry per stack of the set being masked
+    cdef vector[node_t] resolved_below
     cdef readonly int64_t fast_masks, cached_masks, reference_masks, visited_nodes
+    cdef readonly int64_t segment_hits, segment_entries_built, segment_walks_grown, continuation_walks
+    cdef readonly int64_t continuation_entries_built
 
     cdef node_t push(self, node_t parent, position_t element) except -1 nogil
     cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil
@@ -100,14 +154,34 @@ cdef class MatchContext:
     cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil
     cdef int32_t step_set(self, int32_t set_id, uint32_t cp) except -2 nogil
     cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil
+    cdef int element_info(self, position_t pos) except -1 nogil
     cdef int compute_loop(self, int32_t set_id) except -1 nogil
-    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) noexcept nogil
+    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil
     cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
                             int32_t depth) except -1 nogil
+    cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil
+    cdef int compute_run(self, int32_t set_id) except -1 nogil
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id) except -1 nogil
     cdef int compute_viable(self, int32_t set_id) except -1 nogil
     cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id) except -1 nogil
     cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil
+    cdef int walk_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil
+    cdef int positions_to_tokens(self, const trie_view* trie, uint32_t* out) except -1 nogil
+    cdef int segment_of(self, node_t stack, int32_t length, node_t* segment, node_t* below) except -1 nogil
+    cdef int32_t build_entry(self, node_t segment, int32_t length, const trie_view* trie) except -2 nogil
+    cdef int32_t find_entry(self, node_t stack, const trie_view* trie, node_t* below) except -2 nogil
+    cdef int32_t context_set(self, node_t below) except -2 nogil
+    cdef bint transparent(self, position_t pos) noexcept nogil
+    cdef int32_t skip_transparent(self, node_t stack, int32_t length) noexcept nogil
+    cdef int segment_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil
+    cdef void clear_segments(self) noexcept nogil
+    cdef bint segment_cache_full(self) noexcept nogil
+    cdef size_t segment_cache_bytes(self) noexcept nogil
+    cdef int32_t build_continuation_entry(self, node_t frame, int32_t node, const trie_view* trie) except -2 nogil
+    cdef int continuation_into(self, const trie_view* trie, int32_t node, node_t below, uint32_t* out,
+                               vector[token_t]* collect) except -1 nogil
+    cdef void reserve_headroom(self) noexcept nogil
+    cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3
 
 
 cdef class Grammar:

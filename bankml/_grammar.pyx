@@ -13,7 +13,10 @@ stack is one integer), its partial UTF-8 state and its trigger state, and the
 per-vocabulary decoded code points. It must not parse text (parser.py does)
 nor read vocabulary files (vocab.py does).
 """
+import collections
+import heapq
 import re
+import time
 
 import numpy as np
 cimport numpy as cnp
@@ -23,7 +26,7 @@ from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from cython.operator cimport dereference as deref
 from libcpp.algorithm cimport find, lower_bound, sort, unique, upper_bound
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
@@ -41,18 +44,33 @@ cdef extern from *:
     int __builtin_ctzll(unsigned long long) nogil
     int __builtin_popcountll(unsigned long long) nogil
 
-# Node 0 of every pool is the empty stack.
+# Node 0 of every pool is the empty stack; node 1 stands for "whatever lies below a stack's top
+# segment" in the stacks the segment cache walks (a path that reaches it has popped out of the segment).
 cdef node_t EMPTY_STACK = 0
+cdef node_t SEGMENT_BASE = 1
 # Bounds on what one matcher may hold; llama.cpp has none and grows until memory runs out.
 # llama.cpp has no bound; its de-duplication (and bankml's, kept identical in order) is quadratic in the
 # stack count, and a state with thousands of stacks already costs llama.cpp seconds per mask.
 DEFAULT_MAX_STACKS = 4096
+# How long (seconds of the calling thread) the first matcher of a (Rules, Vocab) spends building the
+# segment cache ahead of use; what is not built by then is built on first use.
+DEFAULT_PRECOMPUTE_SECONDS = 0.03
 cdef size_t MAX_NODES = 1 << 24
 # New matchers start a fresh context once the shared one holds this many nodes.
 cdef size_t CONTEXT_NODE_BUDGET = 1 << 22
 # Bounds of the fast path's memory; past them it forgets what it memoized and starts over.
 cdef size_t MAX_SETS = 1 << 20
-cdef size_t MAX_MASK_CACHE_BYTES = 16 << 20
+cdef size_t MAX_MASK_CACHE_BYTES = 12 << 20
+cdef size_t MAX_SEGMENT_CACHE_BYTES = 16 << 20
+# A segment whose walk pops out at more trie nodes than this, or above subtrees of more than
+# CONTINUATION_NODES_PER_NODE times as many nodes in all, grows by a frame: the continuations are
+# walked again, from the real stack below, every time the entry serves, so they must stay small.
+cdef size_t DEFAULT_MAX_CONTINUATIONS = 128
+cdef size_t CONTINUATION_NODES_PER_NODE = 16
+# Continuation answers with more tokens than this are not kept.
+cdef int64_t MAX_MEMOIZED_CONTINUATION = 4096
+# Segments longer than this are not tried one frame at a time: the whole stack is the segment.
+cdef int32_t MAX_SEGMENT_LENGTH = 16
 cdef int64_t MASKS_PER_CHUNK = 16
 # A subtree smaller than this is walked node by node rather than tested against the set's loop class.
 cdef int32_t LOOP_TEST_MIN_NODES = 4
@@ -201,6 +219,82 @@ cdef inline bint class_accepts_all_partials(const grammar_element* pos) noexcept
     return (not is_positive_char) and all_ascii
 
 
+# Mask-cache chunks of contexts that are gone, kept for the next contexts: memory the process has
+# already touched, so storing a mask in a new context costs a copy and no page faults (a server
+# that builds a grammar per request makes and drops contexts all the time).
+cdef vector[vector[uint32_t]] chunk_pool
+cdef size_t chunk_pool_words = 0
+cdef size_t MAX_CHUNK_POOL_WORDS = (32 << 20) // 4
+cdef PyThread_type_lock chunk_pool_lock = PyThread_allocate_lock()
+
+
+cdef void take_chunk(vector[uint32_t]& chunk, size_t capacity) noexcept nogil:
+    """An empty chunk with room for `capacity` words, from the pool when it has one."""
+    global chunk_pool_words
+    PyThread_acquire_lock(chunk_pool_lock, 1)
+    if not chunk_pool.empty():
+        chunk.swap(chunk_pool.back())
+        chunk_pool_words -= chunk.capacity()
+        chunk_pool.pop_back()
+    PyThread_release_lock(chunk_pool_lock)
+    chunk.clear()
+    chunk.reserve(capacity)  # reserved, not touched: no zero-fill
+
+
+cdef void release_chunks(vector[vector[uint32_t]]& chunks) noexcept nogil:
+    """Hand a context's chunks to the pool (as many as it keeps) and empty the list."""
+    global chunk_pool_words
+    cdef size_t i
+    PyThread_acquire_lock(chunk_pool_lock, 1)
+    for i in range(chunks.size()):
+        if chunk_pool_words + chunks[i].capacity() > MAX_CHUNK_POOL_WORDS:
+            break
+        chunk_pool_words += chunks[i].capacity()
+        chunk_pool.push_back(vector[uint32_t]())
+        chunk_pool.back().swap(chunks[i])
+    PyThread_release_lock(chunk_pool_lock)
+    chunks.clear()
+
+
+cdef inline uint64_t words_hash(const uint32_t* words, int64_t n) noexcept nogil:
+    """A 64-bit hash of n words (four independent lanes, so the multiplies overlap)."""
+    cdef uint64_t h0 = 0x9E3779B97F4A7C15ULL, h1 = 0xC2B2AE3D27D4EB4FULL, h2 = 0x165667B19E3779F9ULL
+    cdef uint64_t h3 = 0x27D4EB2F165667C5ULL
+    cdef int64_t i = 0
+    while i + 4 <= n:
+        h0 = (h0 ^ words[i]) * 0x100000001B3ULL
+        h1 = (h1 ^ words[i + 1]) * 0x100000001B3ULL
+        h2 = (h2 ^ words[i + 2]) * 0x100000001B3ULL
+        h3 = (h3 ^ words[i + 3]) * 0x100000001B3ULL
+        i += 4
+    while i < n:
+        h0 = (h0 ^ words[i]) * 0x100000001B3ULL
+        i += 1
+    return h0 ^ (h1 * 31) ^ (h2 * 961) ^ (h3 * 29791) ^ <uint64_t>n
+
+
+# set_run_length of a run that never ends (it reaches a set that loops)
+cdef int32_t RUN_UNBOUNDED = 1 << 30
+
+# set_partial_mode values: whether a set takes characters left unfinished by a token
+cdef enum:
+    PARTIAL_ALL = 1      # every one that can still complete (overlong leads never)
+    PARTIAL_NONE = 2     # none
+    PARTIAL_MIXED = 3    # ask each stack
+
+# element_flags bits: what compute_loop needs to know about a character class, computed once
+cdef enum:
+    ELEMENT_KNOWN = 1
+    ELEMENT_CONSTANT_ABOVE = 2   # membership is the same for every code point >= 0x80
+    ELEMENT_MEMBER_ABOVE = 4     # ... and those code points are members
+    ELEMENT_ALL_PARTIALS = 8     # match_partial_char holds for every partial character that can complete
+
+
+cdef inline bint is_bottom(node_t stack) noexcept nogil:
+    """The empty stack or the segment base: no element on top, matches no code point."""
+    return stack <= SEGMENT_BASE
+
+
 cdef inline void add_unique(vector[node_t]& stacks, node_t stack) noexcept nogil:
     if find(stacks.begin(), stacks.end(), stack) == stacks.end():
         stacks.push_back(stack)
@@ -311,8 +405,13 @@ cdef class MatchContext:
         cdef stack_node root
         root.element = -1
         root.parent = -1
-        self.nodes.push_back(root)
+        self.nodes.push_back(root)   # EMPTY_STACK
+        root.element = -2
+        self.nodes.push_back(root)   # SEGMENT_BASE
         self.set_start.push_back(0)
+        self.use_segments = True
+        self.max_continuations = DEFAULT_MAX_CONTINUATIONS
+        self.continuations_limit = DEFAULT_MAX_CONTINUATIONS
         self.lock = PyThread_allocate_lock()
         if self.lock == NULL:
             raise MemoryError("could not allocate the grammar context's lock")
@@ -324,12 +423,24 @@ cdef class MatchContext:
         self.decoded = decoded_vocab(vocab) if vocab is not None else None
         self.trie = vocab_trie(vocab) if vocab is not None else None
         if self.trie is not None:
-            self.trie_token_words = self.trie.token_words
+            words = self.trie.token_words
+            self.trie_token_words.resize(words.shape[0])
+            if words.shape[0]:
+                memcpy(self.trie_token_words.data(), cnp.PyArray_DATA(words), words.shape[0] * sizeof(uint32_t))
+            self.max_token_depth = self.trie.max_depth
+            self.repetition_chains = _repetition_chains(rules)
+            self.canonical = _repetition_canonical(rules, self.repetition_chains, self.max_token_depth + 2)
         if vocab is not None:
             for token_id in sorted(int(t) for t in vocab.eog_ids):
                 self.eog_tokens.push_back(token_id)
+        self.segment_lengths.assign(rules.elements.size(), 0)
+        self.element_transparent.assign(rules.elements.size(), 0)
+        self.rule_nullable = _nullable_rules(rules)
+        self.element_ascii.assign(2 * rules.elements.size(), 0)
+        self.element_flags.assign(rules.elements.size(), 0)
 
     def __dealloc__(self):
+        release_chunks(self.mask_chunks)
         if self.lock != NULL:
             PyThread_free_lock(self.lock)
 
@@ -343,11 +454,246 @@ cdef class MatchContext:
 
     @property
     def cache_bytes(self):
-        """Memory held by the memoized sets, transitions and masks, in bytes (approximate)."""
+        """Memory held by the memoized sets, transitions, masks and segment entries, in bytes (approximate)."""
         return (self.nodes.size() * 8 + self.node_ids.size() * 32 + self.set_nodes.size() * 4
-                + self.set_start.size() * 40 + self.transitions.size() * 32
+                + self.set_start.size() * 41 + self.transitions.size() * 32
                 + self.pattern_transitions.size() * 40 + self.mask_chunks.size() * MASKS_PER_CHUNK * self.trie_token_words.size() * 4
-                + self.position_bits.size() * 8)
+                + self.position_bits.size() * 8 + self.segment_bytes
+                + self.segment_lengths.size() * 4 + self.segment_nodes.size() * 40 + self.context_sets.size() * 24)
+
+    @property
+    def segment_bytes(self):
+        """Memory held by the segment entries (accepted tokens and continuations), in bytes."""
+        return self.segment_cache_bytes() + self.entry_of.size() * 24
+
+    @property
+    def segment_stats(self):
+        """Counters of the segment cache: entries built and held, lookups served, walks grown, continuations walked."""
+        cdef size_t dense = 0, continuations = 0
+        cdef size_t i
+        for i in range(self.entries.size()):
+            dense += self.entries[i].n_tokens < 0
+            continuations += self.entries[i].n_continuations
+        return {"entries": self.entries.size(), "dense_entries": dense, "continuations": continuations,
+                "built": self.segment_entries_built, "continuation_entries": self.continuation_entries_built,
+                "hits": self.segment_hits,
+                "grown": self.segment_walks_grown, "continuation_walks": self.continuation_walks,
+                "bytes": self.segment_bytes}
+
+    # -- building the segment cache ahead of use ------------------------------------
+    def precompute(self, double seconds):
+        """Build segment entries for the grammar's positions ahead of use, nearest the start first,
+        for at most `seconds` (of this thread's time); returns the number built.
+
+        Every element a stack can rest on (a character class or token terminal) gets the entry of its
+        own frame; a position whose frame pops out too often (a one-character rule, a step of a
+        bounded repetition) gets one per chain of frames that can lie under it, as deep as it takes.
+        The chains come from the rules alone: which positions a rule returns to (the element after
+        each reference to it, through references in tail position). What is not built in time is
+        built on first use.
+        """
+        if self.trie is None or seconds <= 0:
+            return 0
+        cdef double deadline = time.thread_time() + seconds
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef Py_ssize_t n_elements = self.rules.elements.size()
+        cdef Py_ssize_t n_rules = self.rules.rule_start.size()
+        cdef Py_ssize_t pos, rule_id, q
+        cdef trie_view trie = self.trie.view()
+        rule_of = [0] * n_elements
+        for rule_id in range(n_rules):
+            pos = self.rules.rule_start[rule_id]
+            while True:
+                rule_of[pos] = rule_id
+                if elements[pos].type == LLAMA_GRETYPE_END:
+                    break
+                pos += 1
+        # The frames that can lie right under a frame of each rule: the element after each reference to
+        # it, or for a reference in tail position, whatever lies under the referencing rule's frame.
+        direct = [set() for _ in range(n_rules)]
+        tail = [set() for _ in range(n_rules)]
+        for q in range(n_elements - 1):
+            if elements[q].type == LLAMA_GRETYPE_RULE_REF:
+                if is_end_of_sequence(&elements[q + 1]):
+                    tail[elements[q].value].add(rule_of[q])
+                else:
+                    direct[elements[q].value].add(q + 1)
+        direct[self.rules.root_id].add(-1)   # the root's frames rest on the empty stack
+        returns = [sorted(found) for found in _closure(direct, tail)]
+        # Positions in order of how many characters it takes to reach them from the start (0-1 BFS:
+        # entering a rule or leaving one is free, a terminal costs one).
+        distance = {}
+        queue = collections.deque()
+        for start in self._alternative_starts(self.rules.root_id):
+            queue.append((0, start))
+        while queue:
+            d, pos = queue.popleft()
+            if pos in distance:
+                continue
+            distance[pos] = d
+            if is_end_of_sequence(&elements[pos]):
+                for below in returns[rule_of[pos]]:
+                    if below >= 0 and below not in distance:
+                        queue.appendleft((d, below))
+            elif elements[pos].type == LLAMA_GRETYPE_RULE_REF:
+                for start in self._alternative_starts(elements[pos].value):
+                    if start not in distance:
+                        queue.appendleft((d, start))
+                if self.rule_nullable[elements[pos].value] and pos + 1 not in distance:
+                    queue.appendleft((d, pos + 1))
+            else:
+                queue.append((d + 1, self._after_class(pos)))
+        # (a position far out in a long bounded repetition shares the entry of its canonical position)
+        tops = sorted((d, p) for p, d in distance.items()
+                      if elements[p].type in (LLAMA_GRETYPE_CHAR, LLAMA_GRETYPE_CHAR_NOT, LLAMA_GRETYPE_CHAR_ANY,
+                                              LLAMA_GRETYPE_TOKEN, LLAMA_GRETYPE_TOKEN_NOT)
+                      and self.canonical[p] == p)
+        if self.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
+            self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
+        # How far into a bounded repetition each rule lies (0 outside one): a segment whose frames lie
+        # deep in one is reached only by long text, and the ones near a chain's end cost the most to walk,
+        # so they come after every shallower segment.
+        offset = {}
+        inner = {following for _, following in self.repetition_chains.values()}
+        for rule_id in self.repetition_chains:
+            if rule_id in inner:
+                continue
+            step = 0
+            r = rule_id
+            while r in self.repetition_chains and r not in offset:
+                offset[r] = step
+                step += 1
+                r = self.repetition_chains[r][1]
+        heap = [(0, d, i, [top]) for i, (d, top) in enumerate(tops)]
+        heapq.heapify(heap)
+        counter = len(heap)
+        before = self.segment_entries_built
+        try:
+            self._build_heap(heap, counter, deadline, returns, rule_of, offset)
+        except GrammarError:
+            pass  # a state past max_stacks or the pool bounds: left to first use, which reports it
+        finally:
+            self.reserve_headroom()
+        return self.segment_entries_built - before
+
+    def _build_heap(self, list heap, counter, double deadline, list returns, list rule_of, dict offset):
+        cdef int32_t entry_id
+        cdef trie_view trie = self.trie.view()
+        def depth_into_repetitions(frames):
+            return max(offset.get(rule_of[f], 0) for f in frames)
+        while heap:
+            if time.thread_time() > deadline or self.segment_cache_full():
+                return
+            _, d, _, frames = heapq.heappop(heap)
+            last = frames[len(frames) - 1]   # (no negative indices: wraparound is off)
+            below = returns[rule_of[last]]
+            if len(frames) > 1 and self.transparent(last) and len(frames) < MAX_SEGMENT_LENGTH and -1 not in below:
+                extended = [frames + [f] for f in below]   # never end a segment on a transparent frame
+            else:
+                entry_id = self.build_frames(frames, below == [-1], &trie)
+                if entry_id != -1 or len(frames) >= MAX_SEGMENT_LENGTH:
+                    continue
+                extended = [frames + [f] for f in below if f >= 0]
+            for longer in extended:
+                heapq.heappush(heap, (depth_into_repetitions(longer), d, counter, longer))
+                counter += 1
+
+    cdef void reserve_headroom(self) noexcept nogil:
+        """Give every memo table room to grow by half again before it must rehash: a rehash of a table
+        the build filled costs a whole mask's budget, and it would land on some unlucky later mask."""
+        self.node_ids.reserve(self.node_ids.size() * 3 // 2 + 1024)
+        self.transitions.reserve(self.transitions.size() * 3 // 2 + 1024)
+        self.pattern_transitions.reserve(self.pattern_transitions.size() * 3 // 2 + 1024)
+        self.set_by_hash.reserve(self.set_by_hash.size() * 3 // 2 + 1024)
+        self.segment_nodes.reserve(self.segment_nodes.size() * 3 // 2 + 1024)
+        self.entry_of.reserve(self.entry_of.size() * 3 // 2 + 1024)
+        self.context_sets.reserve(self.context_sets.size() * 3 // 2 + 1024)
+        self.dense_offsets.reserve(self.dense_offsets.size() * 3 // 2 + 64)
+        self.continuation_results.reserve(self.continuation_results.size() * 3 // 2 + 1024)
+        self.continuation_entry_of.reserve(self.continuation_entry_of.size() * 3 // 2 + 1024)
+        self.entry_results.reserve(self.entry_results.size() * 3 // 2 + 1024)
+        self.mask_slot.reserve(1024)
+
+    def _alternative_starts(self, rule_id):
+        """The first element of each alternative of a rule (an end element for an empty one)."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef position_t pos = self.rules.rule_start[rule_id]
+        starts = [pos]
+        while True:
+            while not is_end_of_sequence(&elements[pos]):
+                pos += 1
+            if elements[pos].type == LLAMA_GRETYPE_END:
+                return starts
+            pos += 1
+            starts.append(pos)
+
+    def _after_class(self, position_t pos):
+        """The element after the terminal at pos (past a class's alternatives and ranges)."""
+        cdef const grammar_element* after
+        if is_token_element(&self.rules.elements[pos]):
+            return pos + 1
+        match_char(&self.rules.elements[pos], 0, &after)
+        return <position_t>(after - self.rules.elements.data())
+
+    cdef size_t segment_cache_bytes(self) noexcept nogil:
+        return ((self.entry_words.size() + self.entry_tokens.size() + self.entry_continuations.size()
+                 + self.continuation_tokens.size()) * 4 + self.entries.size() * sizeof(segment_entry)
+                + (self.continuation_results.size() + self.continuation_entry_of.size()
+                   + self.entry_results.size()) * 40)
+
+    cdef bint segment_cache_full(self) noexcept nogil:
+        return self.segment_cache_bytes() > MAX_SEGMENT_CACHE_BYTES
+
+    cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3:
+        """Build the entry of a segment given as element positions, top first (whole: nothing lies
+        under it), or find it built: its id, or -1 when it pops out too often."""
+        cdef node_t node = SEGMENT_BASE
+        cdef int32_t entry_id, length = len(frames)
+        cdef position_t top = self.canonical[<position_t>frames[0]]
+        cdef Py_ssize_t i
+        with nogil:
+            PyThread_acquire_lock(self.lock, 1)
+        try:
+            for i in range(length - 1, -1, -1):
+                node = self.push(node, self.canonical[<position_t>frames[i]])
+            it = self.entry_of.find(node)
+            if it != self.entry_of.end():
+                return deref(it).second
+            with nogil:
+                if whole:
+                    self.max_continuations = <size_t>-1
+                try:
+                    entry_id = self.build_entry(node, length, trie)
+                finally:
+                    self.max_continuations = self.continuations_limit
+            if entry_id < 0:
+                return -1
+            if length <= 32:
+                self.segment_lengths[top] |= (<uint32_t>1) << (length - 1)
+            return entry_id
+        finally:
+            PyThread_release_lock(self.lock)
+
+    def _segment_entries(self):
+        """Test shim: per segment entry, (segment length, accepted tokens or -1 when dense, continuations)."""
+        return [(self.entries[i].length, self.entries[i].n_tokens, self.entries[i].n_continuations)
+                for i in range(self.entries.size())]
+
+    def _configure_segments(self, enabled=None, max_continuations=None):
+        """Test and benchmark shim: turn the segment cache on or off, or change its continuation limit.
+        Forgets every cached mask and entry, so the next masks are computed afresh."""
+        with nogil:
+            PyThread_acquire_lock(self.lock, 1)
+            self.clear_segments()
+            self.mask_chunks.clear()
+            self.mask_slot.clear()
+            self.n_cached_masks = 0
+            PyThread_release_lock(self.lock)
+        if enabled is not None:
+            self.use_segments = bool(enabled)
+        if max_continuations is not None:
+            self.continuations_limit = int(max_continuations)
+            self.max_continuations = int(max_continuations)
 
     # -- the stack tree ------------------------------------------------------
     cdef node_t push(self, node_t parent, position_t element) except -1 nogil:
@@ -370,18 +716,20 @@ cdef class MatchContext:
     cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil:
         """Expand a stack into the stacks that all end at a terminal (or are empty)."""
         cdef const grammar_element* elements = self.rules.elements.data()
-        cdef vector[node_t] todo
-        cdef vector[node_t] seen  # few entries: a linear search beats hashing
+        # todo and seen are scratch kept by the context (advance_stack never runs inside itself), so a
+        # call allocates nothing; seen holds few entries, so a linear search beats hashing
         cdef node_t current, next_stack
         cdef position_t pos, subpos
-        todo.push_back(stack)
-        while not todo.empty():
-            current = todo.back()
-            todo.pop_back()
-            if find(seen.begin(), seen.end(), current) != seen.end():
+        self.advance_todo.clear()
+        self.advance_seen.clear()
+        self.advance_todo.push_back(stack)
+        while not self.advance_todo.empty():
+            current = self.advance_todo.back()
+            self.advance_todo.pop_back()
+            if find(self.advance_seen.begin(), self.advance_seen.end(), current) != self.advance_seen.end():
                 continue
-            seen.push_back(current)
-            if current == EMPTY_STACK:
+            self.advance_seen.push_back(current)
+            if is_bottom(current):
                 add_unique(new_stacks, current)
                 continue
             pos = self.nodes[current].element
@@ -393,7 +741,7 @@ cdef class MatchContext:
                         next_stack = self.push(next_stack, pos + 1)
                     if not is_end_of_sequence(&elements[subpos]):
                         next_stack = self.push(next_stack, subpos)
-                    todo.push_back(next_stack)
+                    self.advance_todo.push_back(next_stack)
                     while not is_end_of_sequence(&elements[subpos]):
                         subpos += 1
                     if elements[subpos].type == LLAMA_GRETYPE_ALT:
@@ -500,19 +848,40 @@ cdef class MatchContext:
     # -- the fast path: trie walk over hash-consed stack sets --------------------
     cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil:
         """The id of a set of stacks (sorted and deduplicated in place)."""
-        cdef int32_t set_id
+        cdef int32_t set_id, candidate
+        cdef uint64_t hash_value = 0x84222325CBF29CE4ULL
+        cdef size_t i, n
+        cdef int64_t first
+        cdef bint same
         sort(nodes.begin(), nodes.end())
         nodes.erase(unique(nodes.begin(), nodes.end()), nodes.end())
-        it = self.set_ids.find(nodes)
-        if it != self.set_ids.end():
-            return deref(it).second
+        n = nodes.size()
+        for i in range(n):
+            hash_value = (hash_value ^ <uint32_t>nodes[i]) * 0x100000001B3ULL
+        hash_value ^= hash_value >> 29
+        it = self.set_by_hash.find(hash_value)
+        if it != self.set_by_hash.end():
+            candidate = deref(it).second
+            while candidate >= 0:
+                first = self.set_start[candidate]
+                if <size_t>(self.set_start[candidate + 1] - first) == n:
+                    same = True
+                    for i in range(n):
+                        if self.set_nodes[first + i] != nodes[i]:
+                            same = False
+                            break
+                    if same:
+                        return candidate
+                candidate = self.set_hash_next[candidate]
         if self.set_start.size() > MAX_SETS:
             with gil:
                 raise GrammarError(f"grammar state exceeds {MAX_SETS} stack sets")
         set_id = <int32_t>(self.set_start.size() - 1)
         self.set_nodes.insert(self.set_nodes.end(), nodes.begin(), nodes.end())
         self.set_start.push_back(<int64_t>self.set_nodes.size())
-        self.set_ids[nodes] = set_id
+        it = self.set_by_hash.find(hash_value)
+        self.set_hash_next.push_back(deref(it).second if it != self.set_by_hash.end() else -1)
+        self.set_by_hash[hash_value] = set_id
         self.set_loop_known.push_back(0)
         self.set_successor.push_back(-1)
         self.set_loop_ascii.push_back(0)
@@ -521,6 +890,14 @@ cdef class MatchContext:
         self.set_all_partials.push_back(0)
         self.set_viable_start.push_back(-1)
         self.set_viable_count.push_back(0)
+        self.set_partial_mode.push_back(0)
+        self.set_run_length.push_back(-1)
+        self.set_run_end.push_back(-1)
+        # sorted ids: SEGMENT_BASE (1) comes first or right after EMPTY_STACK (0)
+        cdef uint8_t has_base = 0
+        if (nodes.size() > 0 and nodes[0] == SEGMENT_BASE) or (nodes.size() > 1 and nodes[1] == SEGMENT_BASE):
+            has_base = 1
+        self.set_has_base.push_back(has_base)
         return set_id
 
     cdef int32_t step_set(self, int32_t set_id, uint32_t cp) except -2 nogil:
@@ -532,7 +909,6 @@ cdef class MatchContext:
         cdef const grammar_element* elements = self.rules.elements.data()
         cdef const grammar_element* after
         cdef const grammar_element* top
-        cdef vector[node_t] next_stacks
         cdef node_t stack, next_stack
         cdef int64_t k, first = self.set_start[set_id], last = self.set_start[set_id + 1]
         cdef uint64_t matches = 0, key
@@ -541,7 +917,7 @@ cdef class MatchContext:
         if by_pattern:
             for k in range(first, last):
                 stack = self.set_nodes[k]
-                if stack == EMPTY_STACK:
+                if is_bottom(stack):
                     continue
                 top = &elements[self.nodes[stack].element]
                 if not is_token_element(top) and match_char(top, cp, &after):
@@ -552,9 +928,10 @@ cdef class MatchContext:
             it = self.pattern_transitions.find(key)
             if it != self.pattern_transitions.end() and deref(it).second.first == matches:
                 return deref(it).second.second
+        self.step_stacks.clear()  # scratch of the context: step_set never runs inside itself
         for k in range(first, last):
             stack = self.set_nodes[k]
-            if stack == EMPTY_STACK:
+            if is_bottom(stack):
                 continue
             top = &elements[self.nodes[stack].element]
             if is_token_element(top):
@@ -563,8 +940,8 @@ cdef class MatchContext:
                 next_stack = self.nodes[stack].parent
                 if not is_end_of_sequence(after):
                     next_stack = self.push(next_stack, <position_t>(after - elements))
-                self.advance_stack(next_stack, next_stacks)
-        result = -1 if next_stacks.empty() else self.intern_set(next_stacks)
+                self.advance_stack(next_stack, self.step_stacks)
+        result = -1 if self.step_stacks.empty() else self.intern_set(self.step_stacks)
         if by_pattern:
             self.pattern_transitions[key] = pair[uint64_t, int32_t](matches, result)
         return result
@@ -579,98 +956,150 @@ cdef class MatchContext:
         self.transitions[key] = result
         return result
 
+    cdef int element_info(self, position_t pos) except -1 nogil:
+        """Summarize the character class at pos once: its ASCII members, and whether membership is
+        the same for every code point >= 0x80 (and which) and it takes every partial character."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* after
+        cdef uint64_t lo = 0, hi = 0
+        cdef uint32_t cp
+        cdef uint8_t flags = ELEMENT_KNOWN
+        cdef bint member
+        if self.element_flags[pos] & ELEMENT_KNOWN:
+            return 0
+        for cp in range(64):
+            if match_char(&elements[pos], cp, &after):
+                lo |= (<uint64_t>1) << cp
+            if match_char(&elements[pos], cp + 64, &after):
+                hi |= (<uint64_t>1) << cp
+        if class_constant_from(&elements[pos], 0x80, &member):
+            flags |= ELEMENT_CONSTANT_ABOVE
+            if member:
+                flags |= ELEMENT_MEMBER_ABOVE
+        if class_accepts_all_partials(&elements[pos]):
+            flags |= ELEMENT_ALL_PARTIALS
+        self.element_ascii[2 * pos] = lo
+        self.element_ascii[2 * pos + 1] = hi
+        self.element_flags[pos] = flags
+        return 0
+
     cdef int compute_loop(self, int32_t set_id) except -1 nogil:
         """The set's uniform successor and the code points that lead to it (its class).
 
         Most code points a set can take lead to one and the same set: back to itself
-        inside a `*` loop, or one step along a chain inside a bounded `{m,n}`. That
-        set is the successor (the set itself when it loops), and the walk can follow
-        it for a whole subtree whose code points all lie in the class. Code points
-        are grouped by which of the set's stacks they match, so the set is stepped
-        once per group, not once per code point.
+        inside a `*` loop, or one step along a chain inside a bounded `{m,n}`. Code
+        points are grouped by which of the set's stacks they match (the step depends
+        only on that), and the group most ASCII code points fall in gives the
+        successor; its code points are the class. The set is stepped once for that
+        group (and once for the code points >= 0x80 when they all behave alike), so
+        a new set costs no steps it would not take anyway.
         """
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef vector[const grammar_element*] tops
-        cdef const grammar_element* after
-        cdef unordered_map[uint64_t, int32_t] result_of_matches
-        cdef unordered_map[int32_t, int32_t] votes
-        cdef int32_t results[128]
-        cdef uint64_t matches, ascii_lo = 0, ascii_hi = 0
+        cdef position_t tops[64]
+        cdef uint64_t pattern[128]
+        cdef uint64_t distinct[128]
+        cdef int32_t distinct_count[128]
+        cdef uint32_t distinct_cp[128]
+        cdef int32_t n_tops = 0, n_distinct = 0, best = -1, successor = -1, d, j
+        cdef uint64_t bits, matches_above = 0, ascii_lo = 0, ascii_hi = 0
         cdef uint32_t cp
-        cdef int32_t result, successor = -1, best = 0
+        cdef uint8_t flags
+        cdef bint constant = True
         cdef int64_t k
-        cdef size_t j
-        cdef bint member, constant = True
         cdef node_t stack
         self.set_loop_known[set_id] = 1
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             stack = self.set_nodes[k]
-            if stack != EMPTY_STACK and not is_token_element(&elements[self.nodes[stack].element]):
-                tops.push_back(&elements[self.nodes[stack].element])
-        if tops.size() > 64:
-            return 0  # too many stacks to group by: no class, the walk goes node by node
-        for j in range(tops.size()):
-            if class_accepts_all_partials(tops[j]):
-                self.set_all_partials[set_id] = 1
-                break
-        for cp in range(128):
-            results[cp] = -1
-            matches = 0
-            for j in range(tops.size()):
-                if match_char(tops[j], cp, &after):
-                    matches |= (<uint64_t>1) << j
-            if matches == 0:
+            if is_bottom(stack) or is_token_element(&self.rules.elements[self.nodes[stack].element]):
                 continue
-            it = result_of_matches.find(matches)
-            if it != result_of_matches.end():
-                result = deref(it).second
-            else:
-                result = self.transition(set_id, cp)
-                result_of_matches[matches] = result
-            results[cp] = result
-            if result >= 0:
-                votes[result] += 1
-        # the set itself when it loops, else the successor most ASCII code points lead to
-        if votes.find(set_id) != votes.end():
-            successor = set_id
-        else:
-            for entry in votes:
-                if entry.second > best or (entry.second == best and entry.first < successor):
-                    best = entry.second
-                    successor = entry.first
-        matches = 0
-        for j in range(tops.size()):
-            if not class_constant_from(tops[j], 0x80, &member):
+            if n_tops == 64:
+                return 0  # too many stacks to group by: no class, the walk goes node by node
+            tops[n_tops] = self.nodes[stack].element
+            n_tops += 1
+        memset(pattern, 0, sizeof(pattern))
+        for j in range(n_tops):
+            self.element_info(tops[j])
+            flags = self.element_flags[tops[j]]
+            if flags & ELEMENT_ALL_PARTIALS:
+                self.set_all_partials[set_id] = 1
+            if not (flags & ELEMENT_CONSTANT_ABOVE):
                 constant = False
-                break
-            if member:
-                matches |= (<uint64_t>1) << j
-        if successor < 0 and constant and matches != 0:
+            elif flags & ELEMENT_MEMBER_ABOVE:
+                matches_above |= (<uint64_t>1) << j
+            bits = self.element_ascii[2 * tops[j]]
+            while bits:
+                pattern[__builtin_ctzll(bits)] |= (<uint64_t>1) << j
+                bits &= bits - 1
+            bits = self.element_ascii[2 * tops[j] + 1]
+            while bits:
+                pattern[64 + __builtin_ctzll(bits)] |= (<uint64_t>1) << j
+                bits &= bits - 1
+        for cp in range(128):
+            if pattern[cp] == 0:
+                continue
+            d = 0
+            while d < n_distinct and distinct[d] != pattern[cp]:
+                d += 1
+            if d == n_distinct:
+                distinct[d] = pattern[cp]
+                distinct_count[d] = 0
+                distinct_cp[d] = cp
+                n_distinct += 1
+            distinct_count[d] += 1
+            if best < 0 or distinct_count[d] > distinct_count[best]:
+                best = d
+        if best >= 0:
+            successor = self.transition(set_id, distinct_cp[best])
+            if successor >= 0:
+                for cp in range(128):
+                    if pattern[cp] == distinct[best]:
+                        if cp < 64:
+                            ascii_lo |= (<uint64_t>1) << cp
+                        else:
+                            ascii_hi |= (<uint64_t>1) << (cp - 64)
+        if successor < 0 and constant and matches_above != 0:
             successor = self.transition(set_id, 0x80)
         if successor < 0:
             return 0
         self.set_successor[set_id] = successor
-        for cp in range(128):
-            if results[cp] == successor:
-                if cp < 64:
-                    ascii_lo |= (<uint64_t>1) << cp
-                else:
-                    ascii_hi |= (<uint64_t>1) << (cp - 64)
         self.set_loop_ascii[2 * set_id] = ascii_lo
         self.set_loop_ascii[2 * set_id + 1] = ascii_hi
-        if constant and matches != 0:
+        if constant and matches_above != 0:
             # every code point >= 0x80 matches the same stacks, so 0x80 stands for them all
             self.set_loop_non_ascii[set_id] = self.transition(set_id, 0x80) == successor
         return 0
 
-    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) noexcept nogil:
+    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil:
+        """Whether some stack of the set takes an unfinished character (match_partial_char)."""
         cdef const grammar_element* elements = self.rules.elements.data()
         cdef const grammar_element* top
         cdef node_t stack
         cdef int64_t k
+        cdef uint8_t mode = self.set_partial_mode[set_id], flags
+        if partial.n_remain < 0 or (partial.n_remain == 1 and partial.value < 2):
+            return False   # invalid, or an overlong 2-byte lead: match_partial_char never holds
+        if mode == 0:
+            # Most sets take every partial character (a negated class of ASCII exclusions) or none
+            # (ASCII classes): decided once from the classes on top.
+            mode = PARTIAL_NONE
+            for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+                stack = self.set_nodes[k]
+                if is_bottom(stack) or is_token_element(&elements[self.nodes[stack].element]):
+                    continue
+                self.element_info(self.nodes[stack].element)
+                flags = self.element_flags[self.nodes[stack].element]
+                if flags & ELEMENT_ALL_PARTIALS:
+                    mode = PARTIAL_ALL
+                    break
+                if not ((flags & ELEMENT_CONSTANT_ABOVE) and not (flags & ELEMENT_MEMBER_ABOVE)):
+                    mode = PARTIAL_MIXED
+            self.set_partial_mode[set_id] = mode
+        if mode == PARTIAL_ALL:
+            return True
+        if mode == PARTIAL_NONE:
+            return False
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             stack = self.set_nodes[k]
-            if stack == EMPTY_STACK:
+            if is_bottom(stack):
                 continue
             top = &elements[self.nodes[stack].element]
             if not is_token_element(top) and match_partial_char(top, partial):
@@ -696,22 +1125,50 @@ cdef class MatchContext:
         cdef int64_t hi = trie.token_hi[node]
         cdef int64_t position, k, i, range_end
         cdef int32_t first_child, last_child
-        cdef bint use_blocks
+        cdef bint use_blocks, accepted
         cdef node_t stack
-        for position in range(lo, first_longer):
-            if trie.end_partial[position].n_remain == 0 or \
-                    self.set_accepts_partial(set_id, trie.end_partial[position]):
-                bits[position >> 6] |= (<uint64_t>1) << (position & 63)
+        cdef int64_t run_end
+        cdef partial_utf8 partial
+        if self.collecting and self.set_has_base[set_id]:
+            # A path popped out of the segment here: the tokens below this node are finished against
+            # the real stack whenever the entry is used. Too many such nodes: the segment is too short.
+            self.continuations.push_back(node)
+            self.continuation_nodes += trie.node_end[node] - node
+            if self.continuations.size() > self.max_continuations or \
+                    self.continuation_nodes > self.max_continuations * CONTINUATION_NODES_PER_NODE:
+                self.walk_aborted = True
+                return 0
+        # Tokens ending here: on a whole character they are accepted; inside one, as a stack takes the rest
+        # of it. Those ending inside one sort by their partial state, so each run of equal states (the
+        # root holds thousands of byte tokens) is decided once.
+        position = lo
+        while position < first_longer:
+            partial = trie.end_partial[position]
+            run_end = position + 1
+            if partial.n_remain == 0:
+                while run_end < first_longer and trie.end_partial[run_end].n_remain == 0:
+                    run_end += 1
+                accepted = True
+            else:
+                while run_end < first_longer and trie.end_partial[run_end].n_remain == partial.n_remain \
+                        and trie.end_partial[run_end].value == partial.value:
+                    run_end += 1
+                accepted = self.set_accepts_partial(set_id, partial)
+            if accepted:
+                set_position_range(bits, position, run_end)
+                self.n_marked += run_end - position
+            position = run_end
         if first_longer < hi:
             for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
                 stack = self.set_nodes[k]
-                if stack == EMPTY_STACK:
+                if is_bottom(stack):
                     continue
                 top = &elements[self.nodes[stack].element]
                 if top.type == LLAMA_GRETYPE_TOKEN:
                     position = trie.position_of[top.value] if top.value < <uint32_t>trie.n_vocab else -1
                     if first_longer <= position < hi:
                         bits[position >> 6] |= (<uint64_t>1) << (position & 63)
+                        self.n_marked += 1
                 elif top.type == LLAMA_GRETYPE_TOKEN_NOT:
                     position = trie.position_of[top.value] if top.value < <uint32_t>trie.n_vocab else -1
                     if first_longer <= position < hi:
@@ -719,6 +1176,7 @@ cdef class MatchContext:
                         set_position_range(bits, position + 1, hi)
                     else:
                         set_position_range(bits, first_longer, hi)
+                    self.n_marked += hi - first_longer
         first_child = trie.child_start[node]
         last_child = trie.child_start[node + 1]
         if first_child == last_child:
@@ -733,6 +1191,7 @@ cdef class MatchContext:
                 self.chain_accepts(set_id, trie.non_ascii_ascii[2 * node], trie.non_ascii_ascii[2 * node + 1],
                                    trie.non_ascii_flags[node], trie.non_ascii_depth[node]):
             set_position_range(bits, trie.token_lo[trie.children[trie.first_non_ascii[node]]], hi)
+            self.n_marked += hi - trie.token_lo[trie.children[trie.first_non_ascii[node]]]
             last_child = trie.first_non_ascii[node]
         use_blocks = self.set_loop_known[set_id] and (
             self.set_loop_ascii[2 * set_id] or self.set_loop_ascii[2 * set_id + 1] or self.set_loop_non_ascii[set_id])
@@ -752,9 +1211,12 @@ cdef class MatchContext:
                         trie.block_depth[i // CHILD_BLOCK]):
                     set_position_range(bits, trie.token_lo[trie.children[i]],
                                        trie.token_hi[trie.children[i + CHILD_BLOCK - 1]])
+                    self.n_marked += trie.token_hi[trie.children[i + CHILD_BLOCK - 1]] - trie.token_lo[trie.children[i]]
                     i += CHILD_BLOCK
                 else:
                     self.visit_child(trie, trie.children[i], set_id)
+                    if self.walk_aborted:
+                        return 0
                     i += 1
             k += 2
         return 0
@@ -781,8 +1243,62 @@ cdef class MatchContext:
                 return False
             if successor == set_id:
                 return True  # a loop: every deeper code point meets this same set
-            set_id = successor
-            d += 1
+            # The next sets along the chain (a bounded repetition) often have this very class: the checks
+            # just made hold for all of them, so jump past the run instead of stepping set by set.
+            if self.set_run_length[set_id] < 0:
+                self.compute_run(set_id)
+            if d + self.set_run_length[set_id] > depth:
+                return True
+            d += self.set_run_length[set_id]
+            set_id = self.set_run_end[set_id]
+            if set_id < 0:
+                return False
+
+    cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil:
+        return self.set_loop_ascii[2 * a] == self.set_loop_ascii[2 * b] \
+            and self.set_loop_ascii[2 * a + 1] == self.set_loop_ascii[2 * b + 1] \
+            and self.set_loop_non_ascii[a] == self.set_loop_non_ascii[b] \
+            and self.set_all_partials[a] == self.set_all_partials[b]
+
+    cdef int compute_run(self, int32_t set_id) except -1 nogil:
+        """How many sets in a row, following successors from set_id, have set_id's class and take the same
+        partial characters (set_run_length, RUN_UNBOUNDED when the run ends in a loop), and the set after
+        them (set_run_end, -1 if none). Explored no deeper than the longest token needs."""
+        cdef int32_t s = set_id, successor, c
+        cdef int64_t i, length
+        cdef int32_t limit = self.max_token_depth + 2
+        self.run_chain.clear()
+        while True:
+            if not self.set_loop_known[s]:
+                self.compute_loop(s)
+            if self.set_run_length[s] >= 0:
+                break
+            self.run_chain.push_back(s)
+            successor = self.set_successor[s]
+            if successor < 0 or successor == s or <int32_t>self.run_chain.size() >= limit:
+                break
+            if not self.set_loop_known[successor]:
+                self.compute_loop(successor)
+            if not self.same_class(s, successor):
+                break
+            s = successor
+        for i in range(<int64_t>self.run_chain.size() - 1, -1, -1):
+            c = self.run_chain[i]
+            successor = self.set_successor[c]
+            if successor == c:
+                self.set_run_length[c] = RUN_UNBOUNDED
+                self.set_run_end[c] = -1
+            elif successor < 0:
+                self.set_run_length[c] = 1
+                self.set_run_end[c] = -1
+            elif self.set_run_length[successor] >= 0 and self.same_class(c, successor):
+                length = 1 + <int64_t>self.set_run_length[successor]
+                self.set_run_length[c] = <int32_t>min(length, <int64_t>RUN_UNBOUNDED)
+                self.set_run_end[c] = self.set_run_end[successor]
+            else:
+                self.set_run_length[c] = 1
+                self.set_run_end[c] = successor
+        return 0
 
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id) except -1 nogil:
         cdef uint64_t* bits = self.position_bits.data()
@@ -802,6 +1318,7 @@ cdef class MatchContext:
             if self.chain_accepts(next_set, trie.below_ascii[2 * child], trie.below_ascii[2 * child + 1],
                                   trie.below_flags[child], trie.below_depth[child]):
                 set_position_range(bits, trie.token_lo[child], trie.token_hi[child])
+                self.n_marked += trie.token_hi[child] - trie.token_lo[child]
                 return 0
         self.trie_visit(trie, child, next_set)
         return 0
@@ -819,7 +1336,7 @@ cdef class MatchContext:
         cdef size_t j
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             stack = self.set_nodes[k]
-            if stack == EMPTY_STACK:
+            if is_bottom(stack):
                 continue
             pos = &elements[self.nodes[stack].element]
             if is_token_element(pos):
@@ -878,16 +1395,17 @@ cdef class MatchContext:
         """The whole-vocabulary mask of the current stacks (bit set = allowed) into out.
 
         Exact for a state whose accepted text ends on a whole character; the
-        caller sends other states down the reference path.
+        caller sends other states down the reference path. A set seen before is
+        copied from the mask cache; otherwise the mask is the union over the
+        set's stacks of their segment entries (or, with the segment cache off,
+        one trie walk from the whole set).
         """
         cdef vector[node_t] current = stacks
         cdef int32_t set_id = self.intern_set(current)
         cdef int64_t width = (trie.n_vocab + 31) >> 5
-        cdef int64_t slot, position, word, k
-        cdef uint64_t bits
+        cdef int64_t slot, k
         cdef token_t token
-        cdef int64_t count = 0
-        cdef bint allow_eog = False
+        cdef bint allow_eog = False, completed
         it = self.mask_slot.find(set_id)
         if it != self.mask_slot.end():
             slot = deref(it).second
@@ -896,14 +1414,68 @@ cdef class MatchContext:
             self.cached_masks += 1
             return 0
         self.fast_masks += 1
-        self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
+        if self.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
+            self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
+        completed = False
+        try:
+            if self.use_segments:
+                self.segment_mask(set_id, trie, out)
+            else:
+                self.walk_mask(set_id, trie, out)
+            completed = True
+        finally:
+            if not completed:
+                # (a GrammarError mid-walk: position_bits must be all zero again for the next walk)
+                memset(self.position_bits.data(), 0, self.position_bits.size() * sizeof(uint64_t))
+                self.n_marked = 0
+        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+            if self.set_nodes[k] == EMPTY_STACK:
+                allow_eog = True
+        if allow_eog:
+            for k in range(<int64_t>self.eog_tokens.size()):
+                token = self.eog_tokens[k]
+                out[token >> 5] |= (<uint32_t>1) << (token & 31)
+        if self.use_segments and self.compose_cost <= width:
+            # composed from the segment cache about as fast as copied back from the mask cache (and
+            # copying it in, to memory long out of the processor's caches, would cost more)
+            return 0
+        # Masks live in fixed-size chunks, so storing one never moves the others.
+        if (<size_t>(self.n_cached_masks + 1) * width * sizeof(uint32_t)) > MAX_MASK_CACHE_BYTES:
+            release_chunks(self.mask_chunks)
+            self.mask_slot.clear()
+            self.n_cached_masks = 0
+        slot = self.n_cached_masks
+        if slot // MASKS_PER_CHUNK >= <int64_t>self.mask_chunks.size():
+            self.mask_chunks.push_back(vector[uint32_t]())
+            take_chunk(self.mask_chunks.back(), MASKS_PER_CHUNK * width)
+        self.mask_chunks.back().insert(self.mask_chunks.back().end(), out, out + width)
+        self.mask_slot[set_id] = slot
+        self.n_cached_masks += 1
+        return 0
+
+    cdef int walk_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil:
+        """One trie walk from the whole set (the segment cache off)."""
+        self.n_marked = 0
         self.trie_visit(trie, 0, set_id)
-        for word in range(<int64_t>self.position_bits.size()):
-            count += __builtin_popcountll(self.position_bits[word])
-        if 2 * count <= trie.n_positions:
+        self.positions_to_tokens(trie, out)
+        return 0
+
+    cdef int positions_to_tokens(self, const trie_view* trie, uint32_t* out) except -1 nogil:
+        """Write the tokens marked in position_bits as token-id bits into out (width words), and clear
+        position_bits. n_marked (an upper bound of the marks) picks the cheaper direction."""
+        cdef int64_t width = (trie.n_vocab + 31) >> 5
+        cdef int64_t n_words = <int64_t>self.position_bits.size()
+        cdef uint64_t* bits_at = self.position_bits.data()
+        cdef int64_t word, position
+        cdef uint64_t bits
+        cdef token_t token
+        if 2 * self.n_marked <= trie.n_positions:
             memset(out, 0, width * sizeof(uint32_t))
-            for word in range(<int64_t>self.position_bits.size()):
-                bits = self.position_bits[word]
+            for word in range(n_words):
+                bits = bits_at[word]
+                if bits == 0:
+                    continue
+                bits_at[word] = 0
                 while bits:
                     position = (word << 6) + __builtin_ctzll(bits)
                     bits &= bits - 1
@@ -912,43 +1484,598 @@ cdef class MatchContext:
         else:
             # Mostly allowed: start from every trie token and clear the few rejected ones.
             memcpy(out, self.trie_token_words.data(), width * sizeof(uint32_t))
-            for word in range(<int64_t>self.position_bits.size()):
-                bits = ~self.position_bits[word]
-                if word == <int64_t>self.position_bits.size() - 1 and (trie.n_positions & 63):
+            for word in range(n_words):
+                bits = ~bits_at[word]
+                bits_at[word] = 0
+                if word == n_words - 1 and (trie.n_positions & 63):
                     bits &= ((<uint64_t>1) << (trie.n_positions & 63)) - 1
                 while bits:
                     position = (word << 6) + __builtin_ctzll(bits)
                     bits &= bits - 1
                     token = trie.token_at[position]
                     out[token >> 5] &= ~((<uint32_t>1) << (token & 31))
-        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
-            if self.set_nodes[k] == EMPTY_STACK:
-                allow_eog = True
-        if allow_eog:
-            for k in range(<int64_t>self.eog_tokens.size()):
-                token = self.eog_tokens[k]
+        self.n_marked = 0
+        return 0
+
+    # -- the segment cache ----------------------------------------------------------
+    cdef int segment_of(self, node_t stack, int32_t length, node_t* segment, node_t* below) except -1 nogil:
+        """The top `length` frames of a stack (all of them if it has fewer) re-pushed on SEGMENT_BASE
+        (*segment), and the stack below them (*below; EMPTY_STACK when the segment holds the whole stack)."""
+        cdef uint64_t key = (<uint64_t><uint32_t>stack << 6) | <uint32_t>min(length, 63)
+        cdef position_t frames[64]
+        cdef int32_t n = 0
+        cdef node_t node = stack
+        it = self.segment_nodes.find(key)
+        if it != self.segment_nodes.end():
+            segment[0] = deref(it).second.first
+            below[0] = deref(it).second.second
+            return 0
+        while n < length and n < 64 and node != EMPTY_STACK:
+            frames[n] = self.canonical[self.nodes[node].element]
+            node = self.nodes[node].parent
+            n += 1
+        below[0] = node
+        node = SEGMENT_BASE
+        while n > 0:
+            n -= 1
+            node = self.push(node, frames[n])
+        segment[0] = node
+        self.segment_nodes[key] = pair[node_t, node_t](segment[0], below[0])
+        return 0
+
+    cdef int32_t build_entry(self, node_t segment, int32_t length, const trie_view* trie) except -2 nogil:
+        """Walk the trie from a segment stack and store what it accepts whatever lies below, and where
+        its paths pop out (the continuations). -1 when it pops out at too many nodes to be worth it."""
+        cdef vector[node_t] start
+        cdef int32_t set_id, entry_id
+        cdef int64_t width = (trie.n_vocab + 31) >> 5
+        cdef int64_t n_words = <int64_t>self.position_bits.size()
+        cdef uint64_t* bits_at
+        cdef int64_t word, position, offset
+        cdef uint64_t bits
+        cdef segment_entry entry
+        cdef uint64_t hash_value
+        cdef bint completed
+        start.push_back(segment)
+        set_id = self.intern_set(start)
+        self.collecting = True
+        self.walk_aborted = False
+        self.continuations.clear()
+        self.continuation_nodes = 0
+        self.n_marked = 0
+        completed = False
+        try:
+            self.trie_visit(trie, 0, set_id)
+            completed = True
+        finally:
+            self.collecting = False
+            if not completed:
+                self.walk_aborted = False
+                memset(self.position_bits.data(), 0, n_words * sizeof(uint64_t))
+                self.n_marked = 0
+        if self.walk_aborted:
+            self.walk_aborted = False
+            memset(self.position_bits.data(), 0, n_words * sizeof(uint64_t))
+            self.n_marked = 0
+            self.segment_walks_grown += 1
+            return -1
+        entry.length = length
+        entry.continuations_start = <int64_t>self.entry_continuations.size()
+        entry.n_continuations = <int32_t>self.continuations.size()
+        self.entry_continuations.insert(self.entry_continuations.end(), self.continuations.begin(),
+                                        self.continuations.end())
+        if self.n_marked < width:
+            # few tokens: kept as ids (fewer bytes than the dense words)
+            entry.tokens_start = <int64_t>self.entry_tokens.size()
+            bits_at = self.position_bits.data()
+            for word in range(n_words):
+                bits = bits_at[word]
+                if bits == 0:
+                    continue
+                bits_at[word] = 0
+                while bits:
+                    position = (word << 6) + __builtin_ctzll(bits)
+                    bits &= bits - 1
+                    self.entry_tokens.push_back(trie.token_at[position])
+            entry.n_tokens = <int32_t>(<int64_t>self.entry_tokens.size() - entry.tokens_start)
+            self.n_marked = 0
+        else:
+            offset = <int64_t>self.entry_words.size()
+            self.entry_words.resize(offset + width)
+            self.positions_to_tokens(trie, self.entry_words.data() + offset)
+            # Entries of long bounded repetitions often accept the very same tokens: keep one copy.
+            hash_value = words_hash(self.entry_words.data() + offset, width)
+            found = self.dense_offsets.find(hash_value)
+            if found != self.dense_offsets.end() and memcmp(
+                    self.entry_words.data() + deref(found).second, self.entry_words.data() + offset,
+                    width * sizeof(uint32_t)) == 0:
+                self.entry_words.resize(offset)
+                offset = deref(found).second
+            else:
+                self.dense_offsets[hash_value] = offset
+            entry.tokens_start = offset
+            entry.n_tokens = -1
+        entry_id = <int32_t>self.entries.size()
+        self.entries.push_back(entry)
+        self.entry_of[segment] = entry_id
+        self.segment_entries_built += 1
+        return entry_id
+
+    cdef int32_t find_entry(self, node_t stack, const trie_view* trie, node_t* below) except -2 nogil:
+        """The segment entry serving a stack, built if no length tried for its top position has one;
+        *below is the stack under the segment (-1 when the segment is the whole stack)."""
+        cdef position_t top = self.canonical[self.nodes[stack].element]
+        cdef uint32_t lengths = self.segment_lengths[top]
+        cdef uint32_t remaining = lengths
+        cdef int32_t length, entry_id
+        cdef node_t segment
+        while remaining:
+            length = __builtin_ctzll(remaining) + 1
+            remaining &= remaining - 1
+            self.segment_of(stack, length, &segment, below)
+            it = self.entry_of.find(segment)
+            if it != self.entry_of.end():
+                self.segment_hits += 1
+                return deref(it).second
+        length = __builtin_ctzll(lengths) + 1 if lengths else 1
+        length = self.skip_transparent(stack, length)
+        while True:
+            self.segment_of(stack, length, &segment, below)
+            it = self.entry_of.find(segment)
+            if it != self.entry_of.end():
+                self.segment_hits += 1
+                return deref(it).second
+            if below[0] == EMPTY_STACK:
+                self.max_continuations = <size_t>-1  # the whole stack: a longer segment would be the same
+            try:
+                entry_id = self.build_entry(segment, length, trie)
+            finally:
+                self.max_continuations = self.continuations_limit
+            if entry_id >= 0:
+                if length <= 32:
+                    self.segment_lengths[top] |= (<uint32_t>1) << (length - 1)
+                return entry_id
+            length = self.skip_transparent(stack, length + 1) if length < MAX_SEGMENT_LENGTH else 1 << 20
+
+    cdef bint transparent(self, position_t pos) noexcept nogil:
+        """Whether the rest of a frame's alternative can match the empty string: a path that pops
+        the frame above it pops this one too, so a segment should never end on it."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef position_t p = pos
+        if self.element_transparent[pos] == 0:
+            self.element_transparent[pos] = 2
+            while not is_end_of_sequence(&elements[p]):
+                if elements[p].type != LLAMA_GRETYPE_RULE_REF or not self.rule_nullable[elements[p].value]:
+                    self.element_transparent[pos] = 1
+                    break
+                p += 1
+        return self.element_transparent[pos] == 2
+
+    cdef int32_t skip_transparent(self, node_t stack, int32_t length) noexcept nogil:
+        """Lengthen a segment of `length` frames while its lowest frame is transparent."""
+        cdef node_t node = stack
+        cdef int32_t n = 1
+        while node != EMPTY_STACK and n < length:
+            node = self.nodes[node].parent
+            n += 1
+        # node is the segment's lowest frame (or the stack ran out)
+        while node != EMPTY_STACK and n < MAX_SEGMENT_LENGTH and n > 1 and self.transparent(self.nodes[node].element):
+            node = self.nodes[node].parent
+            n += 1
+        return n
+
+    cdef int32_t context_set(self, node_t below) except -2 nogil:
+        """The set the stack under a segment advances to: where popped paths go on."""
+        cdef vector[node_t] stacks
+        cdef int32_t set_id
+        it = self.context_sets.find(below)
+        if it != self.context_sets.end():
+            return deref(it).second
+        self.advance_stack(below, stacks)
+        set_id = self.intern_set(stacks)
+        self.context_sets[below] = set_id
+        return set_id
+
+    cdef void clear_segments(self) noexcept nogil:
+        self.entry_results.clear()
+        self.continuation_entry_of.clear()
+        self.continuation_results.clear()
+        self.continuation_tokens.clear()
+        self.dense_offsets.clear()
+        self.entry_of.clear()
+        self.entries.clear()
+        self.entry_words.clear()
+        self.entry_tokens.clear()
+        self.entry_continuations.clear()
+
+    cdef int32_t build_continuation_entry(self, node_t frame, int32_t node, const trie_view* trie) except -2 nogil:
+        """The entry of a continuation node as seen from the frame under a segment (frame: that one
+        element re-pushed on SEGMENT_BASE): the tokens below the node that the frame's stack accepts
+        from there on whatever lies under it, and the nodes further down where its paths pop out too.
+        -1 (remembered) when it pops out too often or accepts more tokens than are kept."""
+        cdef uint64_t key = (<uint64_t><uint32_t>frame << 32) | <uint32_t>node
+        cdef int32_t context, entry_id
+        cdef int64_t word, last_word, position, offset
+        cdef uint64_t bits
+        cdef uint64_t* bits_at
+        cdef segment_entry entry
+        cdef bint completed = False
+        it = self.continuation_entry_of.find(key)
+        if it != self.continuation_entry_of.end():
+            return deref(it).second
+        context = self.context_set(frame)
+        self.collecting = True
+        self.walk_aborted = False
+        self.continuations.clear()
+        self.continuation_nodes = 0
+        try:
+            self.trie_visit(trie, node, context)
+            completed = True
+        finally:
+            self.collecting = False
+            if not completed:
+                self.walk_aborted = False
+                memset(self.position_bits.data(), 0, self.position_bits.size() * sizeof(uint64_t))
+                self.n_marked = 0
+        self.n_marked = 0
+        offset = <int64_t>self.entry_tokens.size()
+        if trie.token_hi[node] > trie.token_lo[node]:
+            # the walk marked positions only inside the node's subtree
+            bits_at = self.position_bits.data()
+            last_word = (trie.token_hi[node] - 1) >> 6
+            for word in range(trie.token_lo[node] >> 6, last_word + 1):
+                bits = bits_at[word]
+                if bits == 0:
+                    continue
+                bits_at[word] = 0
+                while bits:
+                    position = (word << 6) + __builtin_ctzll(bits)
+                    bits &= bits - 1
+                    self.entry_tokens.push_back(trie.token_at[position])
+        if self.walk_aborted or <int64_t>self.entry_tokens.size() - offset > MAX_MEMOIZED_CONTINUATION:
+            self.walk_aborted = False
+            self.entry_tokens.resize(offset)
+            self.continuation_entry_of[key] = -1
+            return -1
+        entry.length = 1
+        entry.tokens_start = offset
+        entry.n_tokens = <int32_t>(<int64_t>self.entry_tokens.size() - offset)
+        entry.continuations_start = <int64_t>self.entry_continuations.size()
+        entry.n_continuations = <int32_t>self.continuations.size()
+        self.entry_continuations.insert(self.entry_continuations.end(), self.continuations.begin(),
+                                        self.continuations.end())
+        entry_id = <int32_t>self.entries.size()
+        self.entries.push_back(entry)
+        self.continuation_entry_of[key] = entry_id
+        self.continuation_entries_built += 1
+        return entry_id
+
+    cdef int continuation_into(self, const trie_view* trie, int32_t node, node_t below, uint32_t* out,
+                               vector[token_t]* collect) except -1 nogil:
+        """OR into out the tokens below a continuation node that the stack below the segment accepts from
+        there on. From the entry of that stack's top frame at the node when it has one (built on first
+        use, and shared by every stack with that top frame), its own continuations taken one frame further
+        down; otherwise from a walk of the node's subtree with the whole set the stack advances to,
+        memoized per (stack, node)."""
+        cdef uint64_t key = (<uint64_t><uint32_t>below << 32) | <uint32_t>node
+        cdef int64_t offset, j, word, position, last_word, start, count, c
+        cdef uint64_t bits
+        cdef uint64_t* bits_at
+        cdef token_t token
+        cdef node_t frame, under
+        cdef int32_t sub, context
+        it = self.continuation_results.find(key)
+        if it != self.continuation_results.end():
+            for j in range(deref(it).second.first, deref(it).second.first + deref(it).second.second):
+                token = self.continuation_tokens[j]
                 out[token >> 5] |= (<uint32_t>1) << (token & 31)
-        # Masks live in fixed-size chunks, so storing one never moves the others.
-        if (<size_t>(self.n_cached_masks + 1) * width * sizeof(uint32_t)) > MAX_MASK_CACHE_BYTES:
-            self.mask_chunks.clear()
-            self.mask_slot.clear()
-            self.n_cached_masks = 0
-        slot = self.n_cached_masks
-        if slot // MASKS_PER_CHUNK >= <int64_t>self.mask_chunks.size():
-            self.mask_chunks.push_back(vector[uint32_t]())
-            self.mask_chunks.back().reserve(MASKS_PER_CHUNK * width)  # reserved, not touched: no zero-fill
-        self.mask_chunks.back().insert(self.mask_chunks.back().end(), out, out + width)
-        self.mask_slot[set_id] = slot
-        self.n_cached_masks += 1
+                collect.push_back(token)
+            return 0
+        if below != EMPTY_STACK:
+            self.segment_of(below, 1, &frame, &under)
+            sub = self.build_continuation_entry(frame, node, trie)
+            if sub >= 0:
+                start = self.entries[sub].tokens_start
+                count = self.entries[sub].n_tokens
+                for j in range(start, start + count):
+                    token = self.entry_tokens[j]
+                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                    collect.push_back(token)
+                start = self.entries[sub].continuations_start
+                count = self.entries[sub].n_continuations
+                for c in range(start, start + count):
+                    # (entries and their lists may grow inside: read them by index, never by pointer)
+                    self.continuation_into(trie, self.entry_continuations[c], under, out, collect)
+                return 0
+        self.continuation_walks += 1
+        context = self.context_set(below)
+        self.trie_visit(trie, node, context)
+        offset = <int64_t>self.continuation_tokens.size()
+        if trie.token_hi[node] > trie.token_lo[node]:
+            # the walk marked positions only inside the node's subtree (position_bits is zero elsewhere)
+            bits_at = self.position_bits.data()
+            last_word = (trie.token_hi[node] - 1) >> 6
+            for word in range(trie.token_lo[node] >> 6, last_word + 1):
+                bits = bits_at[word]
+                if bits == 0:
+                    continue
+                bits_at[word] = 0
+                while bits:
+                    position = (word << 6) + __builtin_ctzll(bits)
+                    bits &= bits - 1
+                    token = trie.token_at[position]
+                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                    self.continuation_tokens.push_back(token)
+                    collect.push_back(token)
+        self.n_marked = 0
+        if <int64_t>self.continuation_tokens.size() - offset > MAX_MEMOIZED_CONTINUATION:
+            self.continuation_tokens.resize(offset)
+        else:
+            self.continuation_results[key] = pair[int64_t, int32_t](
+                offset, <int32_t>(<int64_t>self.continuation_tokens.size() - offset))
+        return 0
+
+    cdef int segment_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil:
+        """The union over the set's stacks of their segment entries: the tokens each accepts whatever
+        lies below, and its continuations walked from the set its real stack below advances to."""
+        cdef int64_t width = (trie.n_vocab + 31) >> 5
+        cdef int64_t k, w, j, c, word, position, last_word
+        cdef int32_t entry_id, context
+        cdef node_t stack, below
+        cdef segment_entry entry
+        cdef const uint32_t* words
+        cdef const token_t* tokens
+        cdef uint64_t key
+        cdef uint64_t* bits_at
+        cdef uint64_t bits
+        cdef token_t token
+        cdef int32_t node
+        cdef bint seen
+        if self.segment_cache_full():
+            self.clear_segments()
+        self.resolved.clear()
+        self.resolved_below.clear()
+        memset(out, 0, width * sizeof(uint32_t))
+        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+            stack = self.set_nodes[k]
+            if stack == EMPTY_STACK:
+                # The empty stack takes only a token whose text is already over at the root (an overlong
+                # C0 80 decodes to the terminator) and ends on a whole character.
+                for position in range(trie.token_lo[0], trie.token_lo[0] + trie.n_ending[0]):
+                    if trie.end_partial[position].n_remain == 0:
+                        token = trie.token_at[position]
+                        out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                continue
+            entry_id = self.find_entry(stack, trie, &below)
+            self.resolved.push_back(entry_id)
+            self.resolved_below.push_back(below)
+        # What composing this mask again would cost, in token writes (a dense entry's words count a
+        # quarter each): the mask cache keeps only masks dearer to compose than to copy back.
+        self.compose_cost = 64 * <int64_t>self.resolved.size()
+        for k in range(<int64_t>self.resolved.size()):
+            entry = self.entries[self.resolved[k]]   # a copy: the continuations below may add entries
+            self.compose_cost += entry.n_tokens if entry.n_tokens >= 0 else width // 4
+            if entry.n_tokens >= 0:
+                tokens = self.entry_tokens.data() + entry.tokens_start
+                for j in range(entry.n_tokens):
+                    token = tokens[j]
+                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+            else:
+                words = self.entry_words.data() + entry.tokens_start
+                for w in range(width):
+                    out[w] |= words[w]
+            if entry.n_continuations == 0:
+                continue
+            seen = False
+            for j in range(k):
+                if self.resolved[j] == self.resolved[k] and self.resolved_below[j] == self.resolved_below[k]:
+                    seen = True
+                    break
+            if seen:
+                continue
+            # The answer of all of an entry's continuations under one stack below is kept whole.
+            key = (<uint64_t><uint32_t>self.resolved[k] << 32) | <uint32_t>self.resolved_below[k]
+            found = self.entry_results.find(key)
+            if found != self.entry_results.end():
+                self.compose_cost += deref(found).second.second
+                for j in range(deref(found).second.first, deref(found).second.first + deref(found).second.second):
+                    token = self.continuation_tokens[j]
+                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                continue
+            self.collected.clear()
+            for c in range(entry.n_continuations):
+                self.continuation_into(trie, self.entry_continuations[entry.continuations_start + c],
+                                       self.resolved_below[k], out, &self.collected)
+            self.compose_cost += <int64_t>self.collected.size()
+            if <int64_t>self.collected.size() <= MAX_MEMOIZED_CONTINUATION:
+                self.entry_results[key] = pair[int64_t, int32_t](<int64_t>self.continuation_tokens.size(),
+                                                                 <int32_t>self.collected.size())
+                self.continuation_tokens.insert(self.continuation_tokens.end(), self.collected.begin(),
+                                                self.collected.end())
+        self.n_marked = 0
         return 0
 
 
-def _context_for(Rules rules, vocab, size_t max_stacks):
-    """The context new matchers of (rules, vocab) join: shared, until its node pool passes a budget."""
+def _nullable_rules(Rules rules):
+    """Per rule id, whether the rule can match the empty string (a fixpoint over the rules)."""
+    cdef const grammar_element* elements = rules.elements.data()
+    cdef size_t n_rules = rules.rule_start.size()
+    cdef vector[uint8_t] nullable
+    cdef bint changed = True, alternative_nullable
+    cdef size_t rule_id
+    cdef position_t pos
+    nullable.assign(n_rules, 0)
+    while changed:
+        changed = False
+        for rule_id in range(n_rules):
+            if nullable[rule_id]:
+                continue
+            pos = rules.rule_start[rule_id]
+            alternative_nullable = True
+            while True:
+                if is_end_of_sequence(&elements[pos]):
+                    if alternative_nullable:
+                        nullable[rule_id] = 1
+                        changed = True
+                        break
+                    if elements[pos].type == LLAMA_GRETYPE_END:
+                        break
+                    alternative_nullable = True
+                elif elements[pos].type != LLAMA_GRETYPE_RULE_REF or not nullable[elements[pos].value]:
+                    alternative_nullable = False
+                pos += 1
+    return nullable
+
+
+def _closure(list direct, list edges):
+    """Per node i, direct[i] together with the direct sets of every node reachable from i along edges
+    (Tarjan's strongly connected components, so a chain of n tail references costs O(n), not O(n^2))."""
+    cdef Py_ssize_t n = len(direct)
+    index = [-1] * n
+    low = [0] * n
+    on_stack = [False] * n
+    component = [-1] * n
+    result = [None] * n
+    stack = []
+    counter = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = True
+        while work:
+            node, children = work[len(work) - 1]
+            advanced = False
+            for child in children:
+                if index[child] < 0:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack[child] = True
+                    work.append((child, iter(edges[child])))
+                    advanced = True
+                    break
+                if on_stack[child]:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[len(work) - 1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                # a component: its members share one set, the union of theirs and of the components
+                # they reach (all finished already)
+                members = []
+                while True:
+                    member = stack.pop()
+                    on_stack[member] = False
+                    members.append(member)
+                    if member == node:
+                        break
+                found = set()
+                for member in members:
+                    found |= direct[member]
+                for member in members:
+                    for child in edges[member]:
+                        if result[child] is not None:
+                            found |= result[child]
+                for member in members:
+                    result[member] = found
+    return result
+
+
+def _repetition_chains(Rules rules):
+    """The chains llama.cpp writes for x{m,n}: n - m nested rules R_k ::= x R_(k-1) | down to
+    R_0 ::= x |, each x taking at least one character. Returns {rule: (k, R_(k-1))} for the rules
+    R_1 .. R_(n-m-1) of every such chain (R_0, with nothing after x, is left out)."""
+    nullable = _nullable_rules(rules)
+    bases = {}   # rule -> x, for R ::= x |
+    steps = {}   # rule -> (x, next rule), for R ::= x next |
+    for rule_id, elements in enumerate(rules.rules):
+        alternatives, current = [], []
+        for kind, value in elements:
+            if kind == LLAMA_GRETYPE_ALT or kind == LLAMA_GRETYPE_END:
+                alternatives.append(tuple(current))
+                current = []
+            else:
+                current.append((kind, value))
+        if len(alternatives) != 2 or alternatives[1] or not alternatives[0]:
+            continue
+        body = alternatives[0]
+        if not all(kind == LLAMA_GRETYPE_RULE_REF and nullable[value] for kind, value in body):
+            bases[rule_id] = body
+        last_kind, last_value = body[len(body) - 1]
+        x = body[:len(body) - 1]
+        if last_kind == LLAMA_GRETYPE_RULE_REF and last_value != rule_id and x and \
+                not all(kind == LLAMA_GRETYPE_RULE_REF and nullable[value] for kind, value in x):
+            steps[rule_id] = (x, last_value)
+    depth = {}
+    for rule_id in steps:
+        path = []
+        r = rule_id
+        while r in steps and r not in depth and r not in path:
+            path.append(r)
+            r = steps[r][1]
+        for r in reversed(path):
+            x, following = steps[r]
+            if following in steps and steps[following][0] == x and depth.get(following, -1) >= 0:
+                depth[r] = depth[following] + 1
+            elif following in bases and bases[following] == x:
+                depth[r] = 1
+            else:
+                depth[r] = -1
+    return {r: (d, steps[r][1]) for r, d in depth.items() if d > 0}
+
+
+def _repetition_canonical(Rules rules, dict chains, int32_t limit):
+    """Per element position, the position a segment key uses for it: the same offset in the chain
+    rule `limit` steps from the chain's end, when the position's rule lies further out.
+
+    A frame in R_k (see _repetition_chains), with k + 1 x's still allowed, behaves like the frame in
+    R_j for all j, k >= limit as long as no more than `limit` x's can be taken, which holds within one
+    token when each x takes at least one code point and limit exceeds the longest token: such frames
+    share one segment entry.
+    """
+    cdef vector[position_t] canonical
+    cdef Py_ssize_t i, start, target_start
+    canonical.resize(rules.elements.size())
+    for i in range(<Py_ssize_t>rules.elements.size()):
+        canonical[i] = <position_t>i
+    inner = {following for _, following in chains.values()}
+    target_of = {}
+    for top in chains:
+        if top in inner:
+            continue
+        path = []   # from the chain's outermost rule down to the one `limit` steps from the end
+        r = top
+        while r in chains and chains[r][0] > limit:
+            path.append(r)
+            r = chains[r][1]
+        for rule_id in path:
+            target_of[rule_id] = r   # every rule on the way is a step of the same chain
+    for rule_id, target in target_of.items():
+        start, target_start = rules.rule_start[rule_id], rules.rule_start[target]
+        i = 0
+        while True:
+            canonical[start + i] = <position_t>(target_start + i)
+            if rules.elements[start + i].type == LLAMA_GRETYPE_END:
+                break
+            i += 1
+    return canonical
+
+
+def _context_for(Rules rules, vocab, size_t max_stacks, double precompute):
+    """The context new matchers of (rules, vocab) join: shared, until its node pool passes a budget.
+    A new context builds its segment cache ahead of use for up to `precompute` seconds."""
     key = (id(vocab), max_stacks)
     cdef MatchContext ctx = rules.contexts.get(key)
     if ctx is None or ctx.vocab is not vocab or ctx.nodes.size() > CONTEXT_NODE_BUDGET:
         ctx = MatchContext(rules, vocab, max_stacks)
+        ctx.precompute(precompute)
         rules.contexts[key] = ctx
     return ctx
 
@@ -974,7 +2101,7 @@ cdef class Grammar:
     """
 
     def __init__(self, rules, vocab=None, *, root="root", trigger_tokens=(), trigger_patterns=(),
-                 trigger_words=(), lazy=None, max_stacks=DEFAULT_MAX_STACKS):
+                 trigger_words=(), lazy=None, max_stacks=DEFAULT_MAX_STACKS, precompute=DEFAULT_PRECOMPUTE_SECONDS):
         cdef Rules parsed
         if vocab is None and isinstance(rules, Rules):
             vocab = (<Rules>rules).vocab
@@ -983,9 +2110,11 @@ cdef class Grammar:
             raise ValueError("these Rules were parsed without a root (root=None); parse them with a root to match")
         if int(max_stacks) < 1:
             raise ValueError(f"max_stacks must be at least 1, got {max_stacks}")
+        if not float(precompute) >= 0:
+            raise ValueError(f"precompute must be a number of seconds >= 0, got {precompute!r}")
         self.rules = parsed
         self.vocab = vocab
-        self.ctx = _context_for(parsed, vocab, int(max_stacks))
+        self.ctx = _context_for(parsed, vocab, int(max_stacks), float(precompute))
         self.decoded = self.ctx.decoded
         self.partial.value = 0
         self.partial.n_remain = 0
@@ -1439,6 +2568,33 @@ cdef class Grammar:
             current.reverse()
             out.append(current)
         return out
+
+    def _segment_report(self):
+        """Test shim: per stack (None for the empty one), the segment entry that serves it, built if need
+        be: (entry id, segment length, [(continuation node, trie nodes below it)], the stack below the
+        segment)."""
+        cdef MatchContext ctx = self.ctx
+        cdef trie_view trie = ctx.trie.view()
+        cdef node_t below
+        cdef int32_t entry_id
+        cdef size_t k
+        report = []
+        if ctx.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
+            ctx.position_bits.assign((trie.n_positions + 63) >> 6, 0)
+        for k in range(self.active_stacks.size()):
+            if self.active_stacks[k] == EMPTY_STACK:
+                report.append(None)
+                continue
+            with nogil:
+                PyThread_acquire_lock(ctx.lock, 1)
+                try:
+                    entry_id = ctx.find_entry(self.active_stacks[k], &trie, &below)
+                finally:
+                    PyThread_release_lock(ctx.lock)
+            entry = ctx.entries[entry_id]
+            conts = [ctx.entry_continuations[entry.continuations_start + c] for c in range(entry.n_continuations)]
+            report.append((entry_id, entry.length, [(c, trie.node_end[c] - c) for c in conts], below))
+        return report
 
     @property
     def fast_masks(self):

@@ -98,6 +98,7 @@ cdef class VocabTrie:
     cdef vector[int32_t] below_depth
     cdef vector[int32_t] block_depth
     cdef vector[int32_t] non_ascii_depth
+    cdef object _token_words
 
     cdef trie_view view(self)
     cdef int32_t _add_node(self, uint32_t cp, int32_t position)

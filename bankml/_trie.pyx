@@ -320,11 +320,19 @@ cdef class VocabTrie:
 
     @property
     def token_words(self):
-        """uint32 words with the bit of every token in the trie set."""
-        words = np.zeros((self.n_vocab + 31) // 32, dtype=np.uint32)
-        order = self.order()
-        np.bitwise_or.at(words, order >> 5, (np.uint32(1) << (order & 31).astype(np.uint32)))
-        return words
+        """uint32 words with the bit of every token in the trie set (computed once, read-only)."""
+        if self._token_words is None:
+            allowed = np.zeros(((self.n_vocab + 31) // 32) * 32, dtype=bool)
+            allowed[self.order()] = True
+            words = np.packbits(allowed, bitorder="little").view(np.uint32)
+            words.flags.writeable = False
+            self._token_words = words
+        return self._token_words
+
+    @property
+    def max_depth(self):
+        """The most code points any token in the trie takes."""
+        return self.below_depth[0] if self.below_depth.size() else 0
 
     @property
     def n_nodes(self):

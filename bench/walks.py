@@ -293,7 +293,11 @@ class BankmlEngine(Engine):
         Grammar(Rules.parse('root ::= "a"', vocab=self.vocab), self.vocab)
 
     def compile(self, text):
-        return Rules.parse(text, vocab=self.vocab)
+        # parse, then the first matcher builds the (rules, vocabulary) context every later matcher
+        # shares, with its segment cache built ahead (Grammar's precompute budget): bankml's compile
+        rules = Rules.parse(text, vocab=self.vocab)
+        Grammar(rules, self.vocab)
+        return rules
 
     def matcher(self, compiled):
         return Grammar(compiled, self.vocab)

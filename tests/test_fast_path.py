@@ -1,11 +1,29 @@
 """Property test: the fast mask path equals the reference path on many random states.
 
-``Grammar.allowed_ids()`` (and ``fill_next_token_bitmask``) walk a trie of the
-vocabulary with memoized stack sets; ``allowed_ids(reference=True)`` runs
-llama.cpp's ``llama_grammar_reject_candidates`` token by token. They must give
-the same set of token ids in every state. The states come from seeded random
-walks (random allowed tokens; a token whose accept raises on a clone is
-skipped), so every run checks the same states:
+``Grammar.allowed_ids()`` (and ``fill_next_token_bitmask``) answer from the
+segment cache (per top segment of each stack, the tokens accepted whatever lies
+below it, and the trie nodes where paths pop out, walked again from the real
+stack below) or from one trie walk of the whole stack set;
+``allowed_ids(reference=True)`` runs llama.cpp's
+``llama_grammar_reject_candidates`` token by token. They must give the same set
+of token ids in every state. The states come from seeded random walks (random
+allowed tokens; a token whose accept raises on a clone is skipped), so every
+run checks the same states.
+
+Every walk runs three matchers in lockstep, each over its own Rules (so its own
+shared context), and compares each one's mask with the reference:
+
+* the default: the segment cache built ahead of use (precompute), then on first use;
+* the segment cache built only on first use, with a continuation limit of 2, so
+  that segments grow frame by frame and long segments are exercised;
+* the segment cache off: one trie walk per stack set.
+
+Within a vocabulary the three Rules serve every walk of a grammar, so entries
+built for one state serve later states whose stacks differ below the segment
+(the same string or number rule under another property); the tests count those
+reuses and require them.
+
+The states:
 
 (a) a hand-made random vocabulary of several hundred pieces (ASCII, UTF-8
     fragments of 2-4 byte characters split at every point, every single byte
@@ -27,7 +45,7 @@ import time
 import numpy as np
 import pytest
 
-from bankml import Grammar, GrammarError, Vocab, mask_hash
+from bankml import Grammar, GrammarError, Rules, Vocab, mask_hash
 
 DATA = pathlib.Path(__file__).parent / "data"
 GRAMMAR_DIR = DATA / "grammars"
@@ -130,15 +148,41 @@ class Checker:
         self.partial_states = 0
         self.invalid_states = 0
         self.fresh_fast_masks = 0  # states whose fast mask was computed, not taken from the cache
+        self.segment_hits = 0  # segment entries found built (ahead of use or by an earlier state)
+        self.continuation_walks = 0
         self.distinct = set()  # distinct masks
         self.distinct_states = set()  # distinct (stacks, partial UTF-8) states
+        self.entry_contexts = {}  # (context id, entry id) -> the stacks below it it served, when it has continuations
 
-    def compare(self, g, where):
-        """Assert fast == reference in g's current state; return the allowed ids."""
+    def compare(self, g, where, twins=()):
+        """Assert fast == reference in g's current state, and for each twin (a matcher over other Rules,
+        in the same state); return the allowed ids."""
+        reference = g.allowed_ids(reference=True)
+        for matcher in (g, *twins):
+            self.compare_fast(matcher, where, reference)
+        self.states += 1
+        self.distinct.add(mask_hash(reference))
+        value, n_remain = g.partial_utf8
+        self.distinct_states.add((id(g.vocab), repr(g.stacks), value if n_remain > 0 else 0, n_remain))
+        if g.partial_utf8[1] > 0:
+            self.partial_states += 1
+        elif g.partial_utf8[1] < 0:
+            self.invalid_states += 1
+        return reference
+
+    def compare_fast(self, g, where, reference):
+        ctx = g.context
         fast_before = g.fast_masks
+        stats_before = ctx.segment_stats
         fast = g.allowed_ids()
         self.fresh_fast_masks += g.fast_masks - fast_before
-        reference = g.allowed_ids(reference=True)
+        stats = ctx.segment_stats
+        self.segment_hits += stats["hits"] - stats_before["hits"]
+        self.continuation_walks += stats["continuation_walks"] - stats_before["continuation_walks"]
+        if stats["entries"] and g.partial_utf8[1] <= 0:
+            for served in g._segment_report():
+                if served is not None and served[2]:
+                    self.entry_contexts.setdefault((id(ctx), served[0]), set()).add(served[3])
         if mask_hash(fast) != mask_hash(reference):
             pieces = g.vocab.pieces
             f, r = set(fast.tolist()), set(reference.tolist())
@@ -159,15 +203,11 @@ class Checker:
         assert np.array_equal(from_bits, reference), (
             f"fill_next_token_bitmask != reference path at {where}: "
             f"first differing ids {sorted(set(from_bits.tolist()) ^ set(reference.tolist()))[:10]}")
-        self.states += 1
-        self.distinct.add(mask_hash(reference))
-        value, n_remain = g.partial_utf8
-        self.distinct_states.add((id(g.vocab), repr(g.stacks), value if n_remain > 0 else 0, n_remain))
-        if g.partial_utf8[1] > 0:
-            self.partial_states += 1
-        elif g.partial_utf8[1] < 0:
-            self.invalid_states += 1
-        return reference
+
+    @property
+    def shared_entries(self):
+        """Entries with continuations that served stacks with different stacks below their segment."""
+        return sum(len(below) > 1 for below in self.entry_contexts.values())
 
 
 def try_accept(g, token):
@@ -181,14 +221,16 @@ def try_accept(g, token):
     return True
 
 
-def random_walk(g, rng, checker, label, max_steps, extra_partial=True):
-    """One seeded random walk from g's state; compares both paths in every state it passes."""
+def random_walk(g, rng, checker, label, max_steps, extra_partial=True, twins=()):
+    """One seeded random walk from g's state; compares both paths in every state it passes.
+    The twins (matchers over other Rules of the same grammar, in the same state) take the same steps."""
     history = []
     pieces = g.vocab.pieces
     eog = set(g.vocab.eog_ids)
+    twins = list(twins)
     for step in range(max_steps):
         where = f"{label}, after {[pieces[t] if isinstance(t, int) else t for t in history]}"
-        allowed = checker.compare(g, where).tolist()
+        allowed = checker.compare(g, where, twins).tolist()
         if extra_partial and g.partial_utf8[1] <= 0 and rng.random() < 0.08:
             # leave the state mid-character (or after an invalid byte) with accept_bytes, compare, go on
             probe = g.clone()
@@ -199,9 +241,13 @@ def random_walk(g, rng, checker, label, max_steps, extra_partial=True):
             except GrammarError:
                 pass
             else:
-                checker.compare(probe, f"{where} + accept_bytes({raw!r})")
+                probe_twins = [twin.clone() for twin in twins]
+                for twin in probe_twins:
+                    twin.accept_bytes(raw)
+                checker.compare(probe, f"{where} + accept_bytes({raw!r})", probe_twins)
                 if rng.random() < 0.5:
                     g = probe
+                    twins = probe_twins
                     history.append(raw)
                     continue
         choices = [t for t in allowed if t not in eog]
@@ -214,6 +260,8 @@ def random_walk(g, rng, checker, label, max_steps, extra_partial=True):
             choices.sort(key=lambda t: len(pieces[t]) > 1)
         for token in choices[:20]:
             if try_accept(g, token):
+                for twin in twins:
+                    twin.accept(token)
                 history.append(token)
                 break
         else:
@@ -247,6 +295,17 @@ def random_vocab(random_vocabs):
     return random_vocabs[0]
 
 
+def three_ways(text, vocab):
+    """Rules of one grammar three times over, each with its own shared context: the segment cache as
+    matchers get it, the segment cache built only on first use with segments grown frame by frame,
+    and the whole-set trie walk. Returns a function making one matcher of each, in that order."""
+    default, lazy, walk = (Rules.parse(text, vocab=vocab) for _ in range(3))
+    lazy_first = Grammar(lazy, vocab, precompute=0)
+    lazy_first.context._configure_segments(max_continuations=2)
+    Grammar(walk, vocab).context._configure_segments(enabled=False)
+    return lambda: [Grammar(default, vocab), Grammar(lazy, vocab), Grammar(walk, vocab)]
+
+
 @pytest.mark.parametrize("name", RANDOM_GRAMMARS)
 def test_fast_path_equals_reference_random_vocab(random_vocabs, name):
     docs = walk_documents().get(name, [])
@@ -257,9 +316,10 @@ def test_fast_path_equals_reference_random_vocab(random_vocabs, name):
         rng = random.Random(f"{vocab_seed}/{name}")
         target = checker.states + STATES_PER_VOCAB
         vocab_walks = 0
+        matchers = three_ways(text, vocab)
         while checker.states < target and vocab_walks < 100:
             vocab_walks += 1
-            g = Grammar(text, vocab)  # a fresh matcher: its memoized sets start empty
+            g, *twins = matchers()  # the contexts (sets, masks, segment entries) carry over between walks
             label = f"grammar {name}, vocabulary seed {vocab_seed}, walk {vocab_walks}"
             if docs and rng.random() < 0.5:
                 # start part-way through a document of the grammar's language (maybe mid-character)
@@ -272,15 +332,19 @@ def test_fast_path_equals_reference_random_vocab(random_vocabs, name):
                     pass
                 else:
                     g = probe
+                    for twin in twins:
+                        twin.accept_bytes(prefix)
                     label += f", prefilled {prefix!r}"
-            random_walk(g, rng, checker, label, max_steps=rng.randint(10, 60))
+            random_walk(g, rng, checker, label, max_steps=rng.randint(10, 60), twins=twins)
         walks += vocab_walks
     print(f"{name}: {checker.states} states ({checker.partial_states} mid-character, "
           f"{checker.invalid_states} after an invalid byte; {len(checker.distinct_states)} distinct states, "
-          f"{len(checker.distinct)} distinct masks, {checker.fresh_fast_masks} fast masks computed afresh) "
-          f"in {walks} walks")
+          f"{len(checker.distinct)} distinct masks, {checker.fresh_fast_masks} fast masks computed afresh, "
+          f"{checker.segment_hits} segment entries found built, {checker.continuation_walks} continuation walks, "
+          f"{checker.shared_entries} entries serving stacks with different stacks below) in {walks} walks")
     assert checker.states >= STATES_PER_VOCAB * len(VOCAB_SEEDS)
     assert checker.fresh_fast_masks >= 1  # the trie walk itself ran, not only a cache
+    assert checker.segment_hits >= 1  # the segment cache answered some state from entries built before
 
 
 def test_fast_path_after_invalid_and_partial_bytes(random_vocab):
@@ -289,25 +353,30 @@ def test_fast_path_after_invalid_and_partial_bytes(random_vocab):
     checker = Checker()
     texts = grammar_texts(random_vocab)
     for name in ("unicode.gbnf", "japanese.gbnf", "list.gbnf", "json.gbnf", "comments_crlf.gbnf", "token_lines"):
-        g = Grammar(texts[name], random_vocab)
+        g, *twins = three_ways(texts[name], random_vocab)()
         for ch in MULTIBYTE_CHARS:
             raw = ch.encode("utf-8")
             for cut in range(1, len(raw)):
-                probe = g.clone()
-                probe.accept_bytes(raw[:cut])  # no whole code point: never raises
+                probe, *probe_twins = (m.clone() for m in (g, *twins))
+                for m in (probe, *probe_twins):
+                    m.accept_bytes(raw[:cut])  # no whole code point: never raises
                 assert probe.partial_utf8[1] == len(raw) - cut
-                allowed = checker.compare(probe, f"{name} + accept_bytes({raw[:cut]!r})")
+                allowed = checker.compare(probe, f"{name} + accept_bytes({raw[:cut]!r})", probe_twins)
                 # and after one completion token chosen at random
                 completions = [t for t in allowed.tolist() if t not in random_vocab.eog_ids]
                 if completions:
                     t = rng.choice(completions)
                     if try_accept(probe, t):
-                        checker.compare(probe, f"{name} + accept_bytes({raw[:cut]!r}) + {random_vocab.pieces[t]!r}")
+                        for m in probe_twins:
+                            m.accept(t)
+                        checker.compare(probe, f"{name} + accept_bytes({raw[:cut]!r}) + {random_vocab.pieces[t]!r}",
+                                        probe_twins)
         for stray in (b"\x80", b"\xbf", b"\xa0"):
-            probe = g.clone()
-            probe.accept_bytes(stray)
+            probe, *probe_twins = (m.clone() for m in (g, *twins))
+            for m in (probe, *probe_twins):
+                m.accept_bytes(stray)
             assert probe.partial_utf8 == (0, -1)
-            checker.compare(probe, f"{name} + accept_bytes({stray!r})")
+            checker.compare(probe, f"{name} + accept_bytes({stray!r})", probe_twins)
     assert checker.partial_states >= 6 * 40
     assert checker.invalid_states >= 6 * 3
     print(f"accept_bytes states: {checker.states} ({checker.partial_states} mid-character, "
@@ -322,28 +391,124 @@ def qwen2():
     return Vocab.from_gguf(QWEN2)
 
 
-@pytest.mark.parametrize("name, n_states", [("json.gbnf", 55), ("c.gbnf", 50)])
+# A grammar the way llama.cpp's JSON-schema converter writes one: one string rule under several
+# properties (so one segment entry serves stacks with different stacks below it), bounded strings
+# (chains of nested rules; the one of 300 is longer than Qwen2's longest token, so its far steps share
+# canonical entries), a bounded array, integers.
+SCHEMA_GBNF = r"""root ::= "{" space title-kv "," space body-kv "," space tags-kv "," space note-kv "," space count-kv "}" space
+title-kv ::= "\"title\"" space ":" space title
+body-kv ::= "\"body\"" space ":" space body
+tags-kv ::= "\"tags\"" space ":" space "[" space (string ("," space string){0,3})? "]" space
+note-kv ::= "\"note\"" space ":" space string
+count-kv ::= "\"count\"" space ":" space integer
+title ::= "\"" char{1,40} "\"" space
+body ::= "\"" char{0,300} "\"" space
+string ::= "\"" char* "\"" space
+integer ::= ("-"? ([0] | [1-9] [0-9]{0,15})) space
+char ::= [^"\\\x7F\x00-\x1F] | [\\] (["\\bfnrt] | "u" [0-9a-fA-F]{4})
+space ::= | " " | "\n"{1,2} [ \t]{0,20}
+"""
+SCHEMA_DOCUMENTS = [
+    '{"title": "Zoë\'s notes, part 2", "body": "' + "All of the measurements were taken twice; "
+    "the second set (after calibration) is the one reported below. Values in \\\"brackets\\\" are "
+    "estimates — see § 4.2 for the method and its limits, and the appendix for raw data." + '", '
+    '"tags": ["lab", "draft", "v2"], "note": "ok", "count": 1280}',
+    '{\n  "title": "x",\n  "body": "",\n  "tags": [],\n  "note": "日本語のテキスト\\n2行目",\n  "count": -7\n}',
+]
+
+
+@pytest.mark.parametrize("name, n_states", [("json.gbnf", 55), ("c.gbnf", 50), ("schema", 60)])
 def test_fast_path_equals_reference_qwen2(qwen2, name, n_states):
-    text = (GRAMMAR_DIR / name).read_text(encoding="utf-8")
-    docs = walk_documents()[name]
+    if name == "schema":
+        text, docs = SCHEMA_GBNF, SCHEMA_DOCUMENTS
+    else:
+        text, docs = (GRAMMAR_DIR / name).read_text(encoding="utf-8"), walk_documents()[name]
     rng = random.Random(f"{SEED}/qwen2/{name}")
     checker = Checker()
     started = time.perf_counter()
     walks = 0
+    matchers = three_ways(text, qwen2)
     while checker.states < n_states and walks < 50:
         walks += 1
-        g = Grammar(text, qwen2)
+        g, *twins = matchers()
         raw = rng.choice(docs).encode("utf-8")
         prefix = raw[:rng.randint(0, len(raw))]
         try:
             g.accept_bytes(prefix)
         except GrammarError:
-            g = Grammar(text, qwen2)
+            g, *twins = matchers()
             prefix = b""
+        else:
+            for twin in twins:
+                twin.accept_bytes(prefix)
         random_walk(g, rng, checker, f"qwen2 {name}, walk {walks}, prefilled {prefix!r}",
-                    max_steps=min(4, n_states - checker.states), extra_partial=walks % 4 == 0)
+                    max_steps=min(4, n_states - checker.states), extra_partial=walks % 4 == 0, twins=twins)
     elapsed = time.perf_counter() - started
     print(f"qwen2 {name}: {checker.states} states ({checker.partial_states} mid-character; "
           f"{len(checker.distinct_states)} distinct states, {len(checker.distinct)} distinct masks, "
-          f"{checker.fresh_fast_masks} fast masks computed afresh) in {walks} walks, {elapsed:.1f} s")
+          f"{checker.fresh_fast_masks} fast masks computed afresh, {checker.segment_hits} segment entries found "
+          f"built, {checker.shared_entries} entries serving stacks with different stacks below) in {walks} walks, "
+          f"{elapsed:.1f} s")
     assert checker.states >= n_states
+    if name == "schema":
+        assert checker.shared_entries >= 1
+
+
+# ---------------------------------------------------------------------------
+# (c) the segment cache's own corners, on the random vocabulary
+
+def test_segment_entry_serves_different_stacks_below(random_vocab):
+    """One string rule under two properties: the entry of its content segment is built once and serves
+    both, each time finishing the tokens that run past the closing quote against the stack below."""
+    text = ('root ::= "{" a "," b "}"\na ::= "\\"a\\":" str "x"\nb ::= "\\"b\\":" str "y"\n'
+            'str ::= "\\"" [^"\\\\]* "\\""\n')
+    checker = Checker()
+    for precompute in (0, 1.0):
+        _, *twins = three_ways(text, random_vocab)()
+        g = Grammar(Rules.parse(text, vocab=random_vocab), random_vocab, precompute=precompute)
+        served = {}
+        for prefix in (b'{"a":"', b'{"a":"abc', b'{"a":"abc"x,"b":"', b'{"a":"abc"x,"b":"q'):
+            probe, *probe_twins = (m.clone() for m in (g, *twins))
+            for m in (probe, *probe_twins):
+                m.accept_bytes(prefix)
+            checker.compare(probe, f"after {prefix!r}", probe_twins)
+            for report in probe._segment_report():
+                if report is not None and report[2]:
+                    served.setdefault(report[0], set()).add(report[3])
+        assert any(len(below) > 1 for below in served.values()), served
+    assert checker.segment_hits >= 1
+
+
+def test_segment_cache_limits_and_growth(random_vocab):
+    """Continuation limits from 0 (every segment grows to the whole stack) up, the cache emptied while
+    matchers hold states, and precompute budgets from none to all: the masks never change."""
+    texts = grammar_texts(random_vocab)
+    rng = random.Random(f"{SEED}/limits")
+    checker = Checker()
+    for name in ("json.gbnf", "repetition.gbnf", "c.gbnf", "token_mixed"):
+        for limit in (0, 1, 3, 1000):
+            rules = Rules.parse(texts[name], vocab=random_vocab)
+            g = Grammar(rules, random_vocab, precompute=0.5 if limit == 3 else 0)
+            g.context._configure_segments(max_continuations=limit)
+            random_walk(g, rng, checker, f"{name}, continuation limit {limit}", max_steps=25, extra_partial=False)
+            g.context._configure_segments()  # forget every entry and mask: the next states are built again
+            random_walk(Grammar(rules, random_vocab), rng, checker, f"{name}, limit {limit}, after a reset",
+                        max_steps=15, extra_partial=False)
+    assert checker.fresh_fast_masks >= 100
+
+
+def test_precompute_is_bounded_and_exact(random_vocab):
+    """precompute builds entries for positions before any mask; a budget of 0 builds none; both give
+    the reference masks. Its argument is validated."""
+    text = grammar_texts(random_vocab)["repetition.gbnf"]
+    eager = Grammar(Rules.parse(text, vocab=random_vocab), random_vocab, precompute=5.0)
+    lazy = Grammar(Rules.parse(text, vocab=random_vocab), random_vocab, precompute=0)
+    assert eager.context.segment_stats["entries"] > 0
+    assert lazy.context.segment_stats["entries"] == 0
+    assert eager.context.precompute(5.0) == 0  # everything reachable was built already
+    checker = Checker()
+    random_walk(eager, random.Random(f"{SEED}/eager"), checker, "repetition.gbnf, precomputed", max_steps=40,
+                twins=[lazy])
+    assert checker.segment_hits >= 1
+    with pytest.raises(ValueError, match="precompute"):
+        Grammar(text, random_vocab, precompute=-1)
