@@ -92,6 +92,9 @@ cdef class MatchContext:
     # work budgets: what the current fast mask (work) or reference mask (reference_work) has done, and the
     # fast path's limit (past it the mask goes to the reference path); INT64_MAX outside a fast mask
     cdef int64_t work, work_limit, reference_work
+    cdef int64_t fast_work_budget                  # FAST_WORK_BUDGET unless a test changed it
+    cdef readonly int64_t max_fast_work            # the most work a completed fast mask took (for the figures)
+    cdef readonly int64_t last_reference_work      # the work of the last completed reference mask
     cdef unordered_set[int32_t] fast_failed        # sets whose fast mask ran past a bound: reference path only
     cdef unordered_map[uint64_t, int32_t] transitions   # (set << 32 | code point) -> set, or -1 (no stack survives)
     cdef unordered_map[uint64_t, pair[uint64_t, int32_t]] pattern_transitions  # hash(set, matching stacks) -> (matching stacks, set)

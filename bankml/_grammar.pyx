@@ -37,7 +37,7 @@ from bankml._utf8 cimport decode_utf8, partial_utf8
 from bankml._trie cimport CHILD_BLOCK, SUBTREE_NON_ASCII, SUBTREE_OVERLONG_END, SUBTREE_PARTIAL_END
 
 from bankml.errors import GrammarError
-from bankml.parser import find_indirect_left_recursion, find_left_recursion, parse_gbnf
+from bankml.parser import find_growing_left_recursion, find_left_recursion, parse_gbnf
 from bankml._trie import decoded_vocab, vocab_trie
 
 cnp.import_array()
@@ -82,14 +82,17 @@ cdef int32_t MAX_WHOLE_SEGMENT_FRAMES = 1024
 cdef int32_t MAX_CONTINUATION_DEPTH = 256
 cdef int64_t MASKS_PER_CHUNK = 16
 # Work budgets (bankml's; llama.cpp has none). One advance_stack expands at most MAX_ADVANCE_STEPS stacks
-# (a grammar without left recursion needs a few per alternative it enters; about 0.1 s of work).
-cdef int64_t MAX_ADVANCE_STEPS = 1 << 21
+# (a grammar without left recursion needs about one per alternative it enters; 1M steps take about 1 s
+# where every step pushes a new node, as in left recursion that escaped the checks).
+cdef int64_t MAX_ADVANCE_STEPS = 1 << 20
 # A fast mask that has stepped this many stacks and visited this many trie nodes in all (cold masks of the
 # test grammars on Qwen2 take at most ~2M) stops and answers on the reference path, which needs no memo.
 cdef int64_t FAST_WORK_BUDGET = 1 << 24
-# A reference mask checks at most this many (candidate, stack) pairs: 4,096 stacks (max_stacks) times
-# Qwen2's 151,936 tokens is 622M, about as long as llama.cpp would take there (seconds).
-cdef int64_t REFERENCE_WORK_BUDGET = 1 << 30
+# A reference mask takes at most this many steps (a candidate token checked against a stack, or one
+# stack advance_stack expands): 20-25 ns each measured, so about 6 s. A mask of Qwen2 (151,936 tokens)
+# reaches it from about 1,800 stacks that all reject nearly every token; llama.cpp would answer such a
+# state after seconds of its own, bankml raises instead.
+cdef int64_t REFERENCE_WORK_BUDGET = 1 << 28
 cdef int64_t NO_WORK_LIMIT = 0x7FFFFFFFFFFFFFFF
 # A subtree smaller than this is walked node by node rather than tested against the set's loop class.
 cdef int32_t LOOP_TEST_MIN_NODES = 4
@@ -345,8 +348,9 @@ cdef class Rules:
                     f"unsupported grammar, left recursion detected for nonterminal at index {recursive} ({name})")
             # llama.cpp's check takes a rule for non-empty unless an alternative is empty as written; left
             # recursion through a rule that matches the empty string only through others passes it, and
-            # llama.cpp's advance_stack then grows a stack forever. bankml refuses it (same message shape).
-            recursive = find_indirect_left_recursion(rules)
+            # where it pushes a frame on the way round llama.cpp's advance_stack grows a stack forever.
+            # bankml refuses that (in llama.cpp's message shape).
+            recursive = find_growing_left_recursion(rules)
             if recursive is not None:
                 name = _rule_name(symbol_ids, recursive)
                 raise GrammarError(
@@ -441,6 +445,7 @@ cdef class MatchContext:
         self.max_continuations = DEFAULT_MAX_CONTINUATIONS
         self.continuations_limit = DEFAULT_MAX_CONTINUATIONS
         self.work_limit = NO_WORK_LIMIT
+        self.fast_work_budget = FAST_WORK_BUDGET
         self.lock = PyThread_allocate_lock()
         if self.lock == NULL:
             raise MemoryError("could not allocate the grammar context's lock")
@@ -709,6 +714,19 @@ cdef class MatchContext:
         return [(self.entries[i].length, self.entries[i].n_tokens, self.entries[i].n_continuations)
                 for i in range(self.entries.size())]
 
+    def _configure_budget(self, fast_work=None):
+        """Test shim: the fast path's work budget per mask (FAST_WORK_BUDGET by default); forgets which sets
+        went to the reference path."""
+        with nogil:
+            PyThread_acquire_lock(self.lock, 1)
+            self.fast_failed.clear()
+            self.mask_chunks.clear()
+            self.mask_slot.clear()
+            self.n_cached_masks = 0
+            PyThread_release_lock(self.lock)
+        if fast_work is not None:
+            self.fast_work_budget = int(fast_work)
+
     def _configure_segments(self, enabled=None, max_continuations=None):
         """Test and benchmark shim: turn the segment cache on or off, or change its continuation limit.
         Forgets every cached mask and entry, so the next masks are computed afresh."""
@@ -751,7 +769,7 @@ cdef class MatchContext:
         # moves to a hash set when it grows (a rule of thousands of alternatives)
         cdef node_t current, next_stack
         cdef position_t pos, subpos
-        cdef int64_t steps = 0
+        cdef int64_t steps = 0, searched = 0
         cdef bint hashed = False
         cdef size_t i
         self.advance_todo.clear()
@@ -762,11 +780,14 @@ cdef class MatchContext:
             self.advance_todo.pop_back()
             steps += 1
             if steps > MAX_ADVANCE_STEPS:
-                self.work += steps
                 with gil:
                     raise GrammarError(
                         f"grammar expansion exceeds {MAX_ADVANCE_STEPS} steps in one advance_stack "
                         "(MAX_ADVANCE_STEPS); the grammar expands too far without matching a character")
+            if self.work + steps + (searched >> 3) > self.work_limit:
+                with gil:
+                    raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
+                                       "steps (FAST_WORK_BUDGET)")
             if hashed:
                 if not self.advance_seen_set.insert(current).second:
                     continue
@@ -780,6 +801,7 @@ cdef class MatchContext:
                     for i in range(self.advance_seen.size()):
                         self.advance_seen_set.insert(self.advance_seen[i])
             if is_bottom(current):
+                searched += new_stacks.size()   # (the linear search of add_unique, for the work budget)
                 add_unique(new_stacks, current)
                 continue
             pos = self.nodes[current].element
@@ -800,6 +822,7 @@ cdef class MatchContext:
                         break
             elif (elements[pos].type == LLAMA_GRETYPE_CHAR or elements[pos].type == LLAMA_GRETYPE_CHAR_NOT
                   or elements[pos].type == LLAMA_GRETYPE_CHAR_ANY or is_token_element(&elements[pos])):
+                searched += new_stacks.size()
                 add_unique(new_stacks, current)
                 if new_stacks.size() > self.max_stacks:
                     with gil:
@@ -809,7 +832,7 @@ cdef class MatchContext:
             else:
                 with gil:
                     raise GrammarError("internal error: a stack rests on a non-terminal element")
-        self.work += steps
+        self.work += steps + (searched >> 3)
         return 0
 
     cdef int accept_chr(self, node_t stack, uint32_t chr, vector[node_t]& new_stacks) except -1 nogil:
@@ -857,10 +880,10 @@ cdef class MatchContext:
         cdef node_t stack_after
         cdef size_t i
         self.reference_work += candidates.size()
-        if self.reference_work > REFERENCE_WORK_BUDGET:
+        if self.reference_work + self.work > REFERENCE_WORK_BUDGET:
             with gil:
                 raise GrammarError(f"the mask exceeds the reference path's work budget of {REFERENCE_WORK_BUDGET} "
-                                   "candidate checks (REFERENCE_WORK_BUDGET); the grammar is too ambiguous here")
+                                   "steps (REFERENCE_WORK_BUDGET); the grammar is too ambiguous here")
         if stack == EMPTY_STACK:
             for i in range(candidates.size()):
                 if candidates[i].code_points[0] != 0 or candidates[i].partial.n_remain != 0:
@@ -987,8 +1010,8 @@ cdef class MatchContext:
         self.work += last - first
         if self.work > self.work_limit:
             with gil:
-                raise GrammarError(f"fast path: the mask exceeds its work budget of {FAST_WORK_BUDGET} steps "
-                                   "(FAST_WORK_BUDGET)")
+                raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
+                                   "steps (FAST_WORK_BUDGET)")
         self.step_stacks.clear()  # scratch of the context: step_set never runs inside itself
         for k in range(first, last):
             stack = self.set_nodes[k]
@@ -1185,8 +1208,8 @@ cdef class MatchContext:
         self.work += 1
         if self.work > self.work_limit:
             with gil:
-                raise GrammarError(f"fast path: the mask exceeds its work budget of {FAST_WORK_BUDGET} steps "
-                                   "(FAST_WORK_BUDGET)")
+                raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
+                                   "steps (FAST_WORK_BUDGET)")
         cdef int64_t first_longer = lo + trie.n_ending[node]
         cdef int64_t hi = trie.token_hi[node]
         cdef int64_t position, k, i, range_end
@@ -1490,7 +1513,7 @@ cdef class MatchContext:
             self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
         completed = False
         self.work = 0
-        self.work_limit = FAST_WORK_BUDGET
+        self.work_limit = self.fast_work_budget
         try:
             if self.use_segments:
                 self.segment_mask(set_id, trie, out)
@@ -1499,6 +1522,8 @@ cdef class MatchContext:
             completed = True
         finally:
             self.work_limit = NO_WORK_LIMIT
+            if completed and self.work > self.max_fast_work:
+                self.max_fast_work = self.work
             if not completed:
                 # (a GrammarError mid-walk, a bound of the fast path: position_bits must be all zero again
                 # for the next walk, and this set's masks come from the reference path from now on)
@@ -1594,7 +1619,9 @@ cdef class MatchContext:
                 raise GrammarError(f"internal error: a segment of {length} frames (segments are at most "
                                    f"{MAX_SEGMENT_LENGTH} frames or the whole stack)")
         self.segment_frames.clear()
+        self.work += length if length != WHOLE_STACK else 0
         while (length == WHOLE_STACK or n < length) and node != EMPTY_STACK:
+            self.work += 1 if length == WHOLE_STACK else 0
             if n >= MAX_WHOLE_SEGMENT_FRAMES:
                 # (the caller answers this mask on the reference path)
                 with gil:
@@ -1856,6 +1883,12 @@ cdef class MatchContext:
         cdef token_t token
         cdef node_t frame, under
         cdef int32_t sub, context
+        cdef size_t collect_start = collect.size()
+        self.work += 1
+        if self.work > self.work_limit:
+            with gil:
+                raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
+                                   "steps (FAST_WORK_BUDGET)")
         it = self.continuation_results.find(key)
         if it != self.continuation_results.end():
             for j in range(deref(it).second.first, deref(it).second.first + deref(it).second.second):
@@ -1883,6 +1916,15 @@ cdef class MatchContext:
                 for c in range(start, start + count):
                     # (entries and their lists may grow inside: read them by index, never by pointer)
                     self.continuation_into(trie, self.entry_continuations[c], under, out, collect, depth + 1)
+                # Kept like a walk's answer: the same (stack below, node) is met again along other paths
+                # down a stack of frames that each pop at once (a run of nullable frames), which would
+                # otherwise be walked once per path.
+                count = <int64_t>(collect.size() - collect_start)
+                if count <= MAX_MEMOIZED_CONTINUATION:
+                    offset = <int64_t>self.continuation_tokens.size()
+                    self.continuation_tokens.insert(self.continuation_tokens.end(), collect.begin() + collect_start,
+                                                    collect.end())
+                    self.continuation_results[key] = pair[int64_t, int32_t](offset, <int32_t>count)
                 return 0
         self.continuation_walks += 1
         context = self.context_set(below)
@@ -2434,7 +2476,9 @@ cdef class Grammar:
                 PyThread_acquire_lock(ctx.lock, 1)
                 try:
                     ctx.reference_work = 0
+                    ctx.work = 0   # (advance_stack adds its steps: they count against the budget too)
                     self.collect_rejects(&vocab, &id_view[0], n, rejects, scratch)
+                    ctx.last_reference_work = ctx.reference_work + ctx.work
                 finally:
                     PyThread_release_lock(ctx.lock)
         finally:

@@ -595,9 +595,83 @@ def find_left_recursion(rules):
     return _find_cycle(rules, _directly_empty(rules))
 
 
-def find_indirect_left_recursion(rules):
-    """Left recursion llama.cpp's check misses: through a rule that matches the empty string only through
-    other rules (`b ::= c`, `c ::= ""`), so that llama.cpp takes it for non-empty. llama.cpp's
-    advance_stack then grows a stack forever (it hangs); bankml refuses such a grammar. The index of the
-    first rule (in llama.cpp's scan order) from which it is reachable, or None."""
-    return _find_cycle(rules, nullable_rules(rules))
+def find_growing_left_recursion(rules):
+    """Left recursion that llama.cpp's check misses and on which its advance_stack never returns, or None.
+
+    llama.cpp's check takes a rule for non-empty unless one of its alternatives is empty as written, so
+    left recursion through a rule that matches the empty string only through other rules (`b ::= c`,
+    `c ::= ""`) passes it. Where such a cycle of leftmost references (each after a prefix that can match
+    the empty string) pushes a frame on the way round -- some reference on it is followed by more of its
+    alternative -- every turn leaves a deeper stack, which advance_stack's seen set never meets again:
+    llama.cpp grows the stack until memory runs out. A cycle of references in tail position only leaves
+    the same stacks and ends (llama.cpp's own test `root ::= ( [x]* )*` is one). Returns the lowest rule
+    index on such a cycle.
+    """
+    n_rules = len(rules)
+    nullable = nullable_rules(rules)
+    if nullable == _directly_empty(rules):
+        # the same leftmost references as llama.cpp's check follows: it found no cycle, so there is none
+        return None
+    edges = [[] for _ in range(n_rules)]   # rule -> [(rule it reaches leftmost, the reference pushes a frame)]
+    for index, rule in enumerate(rules):
+        recurse = True
+        for at, (kind, value) in enumerate(rule):
+            if kind == RULE_REF and recurse:
+                edges[index].append((value, not _is_end_of_sequence(rule[at + 1][0])))
+                if not nullable[value]:
+                    recurse = False
+            elif _is_end_of_sequence(kind):
+                recurse = True
+            else:
+                recurse = False
+    # Tarjan's strongly connected components, iteratively: an edge lies on a cycle iff both ends are in one.
+    component = [-1] * n_rules
+    order = [-1] * n_rules
+    low = [0] * n_rules
+    on_stack = [False] * n_rules
+    stack = []
+    counter = 0
+    n_components = 0
+    for start in range(n_rules):
+        if order[start] >= 0:
+            continue
+        work = [(start, 0)]
+        order[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack[start] = True
+        while work:
+            node, i = work[-1]
+            if i < len(edges[node]):
+                work[-1] = (node, i + 1)
+                child = edges[node][i][0]
+                if order[child] < 0:
+                    order[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack[child] = True
+                    work.append((child, 0))
+                elif on_stack[child]:
+                    low[node] = min(low[node], order[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == order[node]:
+                while True:
+                    member = stack.pop()
+                    on_stack[member] = False
+                    component[member] = n_components
+                    if member == node:
+                        break
+                n_components += 1
+    lowest = [n_rules] * n_components
+    for index in range(n_rules):
+        lowest[component[index]] = min(lowest[component[index]], index)
+    found = None
+    for index in range(n_rules):
+        for target, pushes in edges[index]:
+            if pushes and component[target] == component[index]:
+                found = lowest[component[index]] if found is None else min(found, lowest[component[index]])
+    return found
