@@ -37,7 +37,7 @@ from bankml._utf8 cimport decode_utf8, partial_utf8
 from bankml._trie cimport CHILD_BLOCK, SUBTREE_NON_ASCII, SUBTREE_OVERLONG_END, SUBTREE_PARTIAL_END
 
 from bankml.errors import GrammarError
-from bankml.parser import find_growing_left_recursion, find_left_recursion, parse_gbnf
+from bankml.parser import check_left_recursion, parse_gbnf
 from bankml._trie import decoded_vocab, vocab_trie
 
 cnp.import_array()
@@ -341,20 +341,19 @@ cdef class Rules:
                 raise GrammarError("failed to parse grammar: no rules")
             if root not in symbol_ids:
                 raise GrammarError(f"grammar does not contain a '{root}' symbol")
-            recursive = find_left_recursion(rules)
-            if recursive is not None:
-                name = _rule_name(symbol_ids, recursive)
+            recursion = check_left_recursion(rules)
+            if recursion is not None and not recursion[1]:
+                name = _rule_name(symbol_ids, recursion[0])
                 raise GrammarError(
-                    f"unsupported grammar, left recursion detected for nonterminal at index {recursive} ({name})")
+                    f"unsupported grammar, left recursion detected for nonterminal at index {recursion[0]} ({name})")
             # llama.cpp's check takes a rule for non-empty unless an alternative is empty as written; left
             # recursion through a rule that matches the empty string only through others passes it, and
             # where it pushes a frame on the way round llama.cpp's advance_stack grows a stack forever.
             # bankml refuses that (in llama.cpp's message shape).
-            recursive = find_growing_left_recursion(rules)
-            if recursive is not None:
-                name = _rule_name(symbol_ids, recursive)
+            if recursion is not None:
+                name = _rule_name(symbol_ids, recursion[0])
                 raise GrammarError(
-                    f"unsupported grammar, left recursion detected for nonterminal at index {recursive} ({name}), "
+                    f"unsupported grammar, left recursion detected for nonterminal at index {recursion[0]} ({name}), "
                     "through rules that can match the empty string (llama.cpp's check misses it and hangs)")
         return _make_rules(symbol_ids, rules, root, vocab, text if isinstance(text, str) else None)
 
@@ -2252,6 +2251,8 @@ def _check_token_ids(Rules rules, int64_t n_vocab):
 
 def _token_id(value, what="token id"):
     """An int (or numpy integer) token id; anything else is refused, not coerced."""
+    if type(value) is int:
+        return value
     if isinstance(value, (bool, np.bool_)) or not hasattr(type(value), "__index__"):
         raise TypeError(f"{what} must be an int, got {type(value).__name__} {value!r}")
     return operator.index(value)

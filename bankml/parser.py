@@ -493,7 +493,7 @@ def _directly_empty(rules):
     for index, rule in enumerate(rules):
         at_start = True
         for kind, _ in rule:
-            if _is_end_of_sequence(kind):
+            if kind <= ALT:  # END or ALT: the end of an alternative
                 if at_start:
                     may_be_empty[index] = True
                     break
@@ -503,33 +503,32 @@ def _directly_empty(rules):
     return may_be_empty
 
 
-def nullable_rules(rules):
+def nullable_rules(rules, may_be_empty=None):
     """Per rule, whether it can match the empty string: the least fixpoint (an alternative made of
     references to nullable rules only is nullable), by a worklist, so linear in the grammar's size."""
     n_rules = len(rules)
-    nullable = [False] * n_rules
+    nullable = list(may_be_empty) if may_be_empty is not None else _directly_empty(rules)
     waiting = [[] for _ in range(n_rules)]   # rule -> the alternatives that reference it
     alternative_rule = []
     alternative_pending = []                 # references in the alternative not yet known nullable
-    queue = []
+    queue = [index for index in range(n_rules) if nullable[index]]
     for index, rule in enumerate(rules):
+        if nullable[index]:
+            continue
         refs = []
         blocked = False
         for kind, value in rule:
-            if _is_end_of_sequence(kind):
-                if not blocked:
-                    if not refs:
-                        if not nullable[index]:
-                            nullable[index] = True
-                            queue.append(index)
-                    else:
-                        alternative = len(alternative_rule)
-                        alternative_rule.append(index)
-                        alternative_pending.append(len(refs))
-                        for ref in refs:
-                            waiting[ref].append(alternative)
+            if kind <= ALT:
+                if not blocked and refs:
+                    alternative = len(alternative_rule)
+                    alternative_rule.append(index)
+                    alternative_pending.append(len(refs))
+                    for ref in refs:
+                        waiting[ref].append(alternative)
                 refs = []
                 blocked = False
+            elif blocked:
+                continue
             elif kind == RULE_REF:
                 refs.append(value)
             else:
@@ -556,7 +555,7 @@ def _find_cycle(rules, may_be_empty):
                 refs.append(value)
                 if not may_be_empty[value]:
                     recurse = False
-            elif _is_end_of_sequence(kind):
+            elif kind <= ALT:  # the end of an alternative
                 recurse = True
             else:
                 recurse = False
@@ -595,7 +594,18 @@ def find_left_recursion(rules):
     return _find_cycle(rules, _directly_empty(rules))
 
 
-def find_growing_left_recursion(rules):
+def check_left_recursion(rules):
+    """(index, grows) of the first left recursion: llama.cpp's check first (grows False), then the one it
+    misses (find_growing_left_recursion, grows True); None when there is none."""
+    may_be_empty = _directly_empty(rules)
+    found = _find_cycle(rules, may_be_empty)
+    if found is not None:
+        return found, False
+    found = find_growing_left_recursion(rules, may_be_empty)
+    return (found, True) if found is not None else None
+
+
+def find_growing_left_recursion(rules, may_be_empty=None):
     """Left recursion that llama.cpp's check misses and on which its advance_stack never returns, or None.
 
     llama.cpp's check takes a rule for non-empty unless one of its alternatives is empty as written, so
@@ -608,8 +618,10 @@ def find_growing_left_recursion(rules):
     index on such a cycle.
     """
     n_rules = len(rules)
-    nullable = nullable_rules(rules)
-    if nullable == _directly_empty(rules):
+    if may_be_empty is None:
+        may_be_empty = _directly_empty(rules)
+    nullable = nullable_rules(rules, may_be_empty)
+    if nullable == may_be_empty:
         # the same leftmost references as llama.cpp's check follows: it found no cycle, so there is none
         return None
     edges = [[] for _ in range(n_rules)]   # rule -> [(rule it reaches leftmost, the reference pushes a frame)]
@@ -617,10 +629,10 @@ def find_growing_left_recursion(rules):
         recurse = True
         for at, (kind, value) in enumerate(rule):
             if kind == RULE_REF and recurse:
-                edges[index].append((value, not _is_end_of_sequence(rule[at + 1][0])))
+                edges[index].append((value, rule[at + 1][0] > ALT))
                 if not nullable[value]:
                     recurse = False
-            elif _is_end_of_sequence(kind):
+            elif kind <= ALT:  # the end of an alternative
                 recurse = True
             else:
                 recurse = False
