@@ -89,10 +89,10 @@ cdef int64_t MAX_ADVANCE_STEPS = 1 << 20
 # test grammars on Qwen2 take at most ~2M) stops and answers on the reference path, which needs no memo.
 cdef int64_t FAST_WORK_BUDGET = 1 << 24
 # A reference mask takes at most this many steps (a candidate token checked against a stack, or one
-# stack advance_stack expands): 20-25 ns each measured, so about 6 s. A mask of Qwen2 (151,936 tokens)
-# reaches it from about 1,800 stacks that all reject nearly every token; llama.cpp would answer such a
+# stack advance_stack expands): 20-25 ns each measured, so about 3 s. A mask of Qwen2 (151,936 tokens)
+# reaches it from about 900 stacks that all reject nearly every token; llama.cpp would answer such a
 # state after seconds of its own, bankml raises instead.
-cdef int64_t REFERENCE_WORK_BUDGET = 1 << 28
+cdef int64_t REFERENCE_WORK_BUDGET = 1 << 27
 cdef int64_t NO_WORK_LIMIT = 0x7FFFFFFFFFFFFFFF
 # A subtree smaller than this is walked node by node rather than tested against the set's loop class.
 cdef int32_t LOOP_TEST_MIN_NODES = 4

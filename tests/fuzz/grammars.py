@@ -138,7 +138,13 @@ def check_walk(case, vocab, oracle_vocab=None):
         token = int(allowed[rng.randrange(len(allowed))])
         if vocab.is_eog(token):
             return
-        g.accept(token)
+        try:
+            g.accept(token)
+        except GrammarError as err:
+            # an allowed token may still leave more stacks than max_stacks (llama.cpp keeps growing): a
+            # bound, named in the error, never another exception
+            assert "max_stacks" in str(err) or "BUDGET" in str(err) or "MAX_" in str(err), err
+            return
         if oracle is not None:
             oracle.accept(token)
 

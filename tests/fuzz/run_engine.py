@@ -37,20 +37,17 @@ def save(kind, text, error):
     print(f"  saved {path}", flush=True)
 
 
-def run_property(name, strategy, check, seconds, example_seconds, stats):
+def run_property(name, strategy, check, seconds, example_seconds, stats, chunk=200):
+    """Run the property in chunks of `chunk` examples (each chunk a fresh random run) until `seconds` pass."""
     deadline = time.monotonic() + seconds
     slowest = [0.0, None]
     count = [0]
 
-    @settings(max_examples=10 ** 9, deadline=None, suppress_health_check=list(HealthCheck), database=None,
-              derandomize=False)
-    @given(strategy)
-    def prop(example):
-        if time.monotonic() > deadline:
-            raise _Done()
+    def timed(example):
         faulthandler.dump_traceback_later(example_seconds, exit=True)
         start = time.perf_counter()
         try:
+            _last_failure["example"] = example
             check(example)
         finally:
             faulthandler.cancel_dump_traceback_later()
@@ -59,36 +56,25 @@ def run_property(name, strategy, check, seconds, example_seconds, stats):
         if took > slowest[0]:
             slowest[0], slowest[1] = took, example
 
-    try:
-        prop()
-    except _Done:
-        pass
-    except (AssertionError, Exception) as error:  # hypothesis re-raises the shrunk failure
-        if isinstance(error, HypothesisException):
+    prop = settings(max_examples=chunk, deadline=None, suppress_health_check=list(HealthCheck),
+                    database=None)(given(strategy)(timed))
+    while time.monotonic() < deadline:
+        try:
+            prop()
+        except HypothesisException:
             raise
-        text = getattr(error, "__notes__", None)
-        print(f"{name}: FAILED: {error!r}", flush=True)
-        example = _last_failure.get("example")
-        if example is not None:
-            save(name, example[0] if isinstance(example, tuple) else example, error)
-        stats[name] = ("failed", count[0], slowest[0], text)
-        return False
+        except Exception as error:  # hypothesis re-raises the shrunk failure, which ran last
+            print(f"{name}: FAILED: {error!r}", flush=True)
+            example = _last_failure.get("example")
+            if example is not None:
+                save(name, example[0] if isinstance(example, tuple) else example, error)
+            stats[name] = ("failed", count[0], slowest[0], repr(example)[:200])
+            return False
     stats[name] = ("ok", count[0], slowest[0], repr(slowest[1])[:200])
     return True
 
 
-class _Done(Exception):
-    pass
-
-
 _last_failure = {}
-
-
-def _remember(check):
-    def wrapped(example):
-        _last_failure["example"] = example
-        return check(example)
-    return wrapped
 
 
 def main(argv=None):
@@ -123,7 +109,7 @@ def main(argv=None):
     ok = True
     for name, strategy, check in properties:
         print(f"{name}: {share:.0f} s", flush=True)
-        ok &= run_property(name, strategy, _remember(check), share, args.example_seconds, stats)
+        ok &= run_property(name, strategy, check, share, args.example_seconds, stats)
     print(f"\n{'property':22} {'outcome':8} {'examples':>9} {'slowest s':>10}")
     for name, (outcome, count, slowest, detail) in stats.items():
         print(f"{name:22} {outcome:8} {count:9,} {slowest:10.3f}  {detail}")
