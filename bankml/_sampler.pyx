@@ -19,16 +19,30 @@ cimport numpy as cnp
 from cython.operator cimport dereference as deref
 from libc.math cimport INFINITY, exp, expf, fabsf, log, log2f, logf, pow, powf, sqrt
 from libc.stdint cimport int32_t, int64_t, uint32_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 from libcpp.random cimport mt19937, uniform_real_distribution
 from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
 from bankml._typedefs cimport token_t
+from bankml.errors import GrammarError
 
 cnp.import_array()
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+
+
+class SamplingError(RuntimeError):
+    """The chain cannot give a token (llama.cpp asserts or aborts here)."""
+
+
+class NoAllowedTokenError(SamplingError, GrammarError):
+    """The grammar rejects the token the redraw gave: no token the grammar allows has a finite logit (or the
+    grammar allows none of the vocabulary). llama.cpp would hand that token on and abort when the grammar
+    accepts it; bankml raises instead of returning a token the grammar does not allow."""
+
+    def __init__(self, reason):
+        GrammarError.__init__(self, reason)
 DEFAULT_SAMPLERS = "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature"
 
 cdef float FLT_MAX_VALUE = 3.4028234663852886e38
@@ -134,8 +148,8 @@ def _as_seed(seed, name):
 
 # --- sorting (llama_token_data_array_partial_sort and _inplace) -------------------------
 
-cdef void llama_token_data_array_partial_sort(const llama_token_data_array* cur, int npartial,
-                                              vector[llama_token_data]& res) noexcept nogil:
+cdef int llama_token_data_array_partial_sort(const llama_token_data_array* cur, int npartial,
+                                              vector[llama_token_data]& res) except -1 nogil:
     # bucket the logits into 128 bins over [-10, 10], keep the top bins holding >= npartial, sort those
     cdef int nbuckets = 128
     cdef float bucket_low = -10.0
@@ -189,19 +203,21 @@ cdef void llama_token_data_array_partial_sort(const llama_token_data_array* cur,
         ndone += histo[j]
         j -= 1
     bankml_partial_sort_by_logit(ptr, ptr + npartial - ndone, ptr + histo[ib])
+    return 0
 
 
-cdef void llama_token_data_array_partial_sort_inplace(llama_token_data_array* cur_p, int npartial,
-                                                      vector[llama_token_data]& tmp) noexcept nogil:
+cdef int llama_token_data_array_partial_sort_inplace(llama_token_data_array* cur_p, int npartial,
+                                                      vector[llama_token_data]& tmp) except -1 nogil:
     if npartial <= 128:
         bankml_partial_sort_by_logit(cur_p.data, cur_p.data + npartial, cur_p.data + cur_p.size)
         cur_p.size = npartial
         cur_p.sorted = True
-        return
+        return 0
     llama_token_data_array_partial_sort(cur_p, npartial, tmp)
     memcpy(cur_p.data, tmp.data(), npartial * sizeof(llama_token_data))
     cur_p.size = npartial
     cur_p.sorted = True
+    return 0
 
 
 # --- the samplers -----------------------------------------------------------------------
@@ -227,12 +243,12 @@ cdef void llama_sampler_temp_impl(llama_token_data_array* cur_p, float temp) noe
         cur_p.data[i].logit /= temp
 
 
-cdef void llama_sampler_softmax_impl(llama_token_data_array* cur_p, bint do_sort,
-                                     vector[llama_token_data]& tmp) noexcept nogil:
+cdef int llama_sampler_softmax_impl(llama_token_data_array* cur_p, bint do_sort,
+                                     vector[llama_token_data]& tmp) except -1 nogil:
     cdef size_t i
     cdef float max_l, p, cum_sum
     if cur_p.size == 0:
-        return  # llama.cpp asserts here
+        return 0  # llama.cpp asserts here
     if do_sort and not cur_p.sorted:
         llama_token_data_array_partial_sort_inplace(cur_p, <int>cur_p.size, tmp)
     max_l = cur_p.data[0].logit
@@ -247,26 +263,28 @@ cdef void llama_sampler_softmax_impl(llama_token_data_array* cur_p, bint do_sort
         cum_sum += p
     for i in range(cur_p.size):
         cur_p.data[i].p /= cum_sum
+    return 0
 
 
-cdef void llama_sampler_top_k_impl(llama_token_data_array* cur_p, int32_t k,
-                                   vector[llama_token_data]& tmp) noexcept nogil:
+cdef int llama_sampler_top_k_impl(llama_token_data_array* cur_p, int32_t k,
+                                   vector[llama_token_data]& tmp) except -1 nogil:
     if k <= 0:
-        return
+        return 0
     if k > <int32_t>cur_p.size:
         k = <int32_t>cur_p.size
     if not cur_p.sorted:
         llama_token_data_array_partial_sort_inplace(cur_p, k, tmp)
     cur_p.size = k
+    return 0
 
 
-cdef void apply_top_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& buf_sort,
-                      vector[llama_token_data]& tmp) noexcept nogil:
+cdef int apply_top_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& buf_sort,
+                      vector[llama_token_data]& tmp) except -1 nogil:
     cdef size_t k, i, last_idx
     cdef llama_token_data* pdata
     cdef float cum_sum
     if st.p >= 1:
-        return
+        return 0
     llama_sampler_softmax_impl(cur_p, False, tmp)
     k = cur_p.size
     pdata = cur_p.data
@@ -292,14 +310,15 @@ cdef void apply_top_p(chain_stage& st, llama_token_data_array* cur_p, vector[lla
         memcpy(cur_p.data, buf_sort.data(), last_idx * sizeof(llama_token_data))
         cur_p.sorted = True
     cur_p.size = last_idx
+    return 0
 
 
-cdef void apply_min_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) noexcept nogil:
+cdef int apply_min_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
     cdef bint min_p_applied = False
     cdef float max_logit, min_logit
     cdef size_t i, n_kept
     if st.p <= 0 or cur_p.size == 0:
-        return
+        return 0
     if not cur_p.sorted:
         max_logit = -FLT_MAX_VALUE
         for i in range(cur_p.size):
@@ -329,6 +348,7 @@ cdef void apply_min_p(chain_stage& st, llama_token_data_array* cur_p, vector[lla
                 break
             i += 1
         cur_p.size = i
+    return 0
 
 
 cdef int apply_typical(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
@@ -368,7 +388,7 @@ cdef int apply_typical(chain_stage& st, llama_token_data_array* cur_p, vector[ll
     return 0
 
 
-cdef void apply_temp_ext(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) noexcept nogil:
+cdef int apply_temp_ext(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
     cdef float min_temp, max_temp, max_entropy, entropy, prob, normalized_entropy, dyn_temp
     cdef double max_l_double, cum_sum_double, p
     cdef size_t i
@@ -378,7 +398,7 @@ cdef void apply_temp_ext(chain_stage& st, llama_token_data_array* cur_p, vector[
             min_temp = 0
         max_temp = st.temp + st.delta
         if cur_p.size <= 1:
-            return
+            return 0
         max_entropy = -logf(<float>1 / <float>cur_p.size)
         llama_sampler_softmax_impl(cur_p, True, tmp)
         entropy = 0
@@ -399,18 +419,19 @@ cdef void apply_temp_ext(chain_stage& st, llama_token_data_array* cur_p, vector[
             cur_p.data[i].p = <float>(<double>cur_p.data[i].p / cum_sum_double)
     else:
         llama_sampler_temp_impl(cur_p, st.temp)
+    return 0
 
 
-cdef void apply_xtc(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) noexcept nogil:
+cdef int apply_xtc(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
     cdef uniform_real_distribution[float] distribution = uniform_real_distribution[float](0.0, 1.0)
     cdef float chance
     cdef int pos_last
     cdef size_t i
     if st.p <= 0 or st.threshold > <float>0.5 or cur_p.size < 2:
-        return
+        return 0
     chance = distribution(st.rng)
     if chance > st.p:
-        return
+        return 0
     llama_sampler_softmax_impl(cur_p, True, tmp)
     pos_last = 0
     for i in range(cur_p.size):
@@ -421,6 +442,7 @@ cdef void apply_xtc(chain_stage& st, llama_token_data_array* cur_p, vector[llama
     if cur_p.size - <size_t>pos_last >= st.min_keep and pos_last > 0:
         cur_p.data += pos_last
         cur_p.size -= pos_last
+    return 0
 
 
 cdef void apply_penalties(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
@@ -466,11 +488,11 @@ cdef void apply_top_n_sigma(chain_stage& st, llama_token_data_array* cur_p) noex
             cur_p.data[i].logit = -INFINITY
 
 
-cdef void apply_logit_bias(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+cdef int apply_logit_bias(chain_stage& st, llama_token_data_array* cur_p) except -1 nogil:
     cdef size_t i, j
     cdef token_t token
     if st.biases.empty():
-        return
+        return 0
     st.to_search.clear()
     for j in range(st.biases.size()):
         token = st.biases[j].token
@@ -479,12 +501,13 @@ cdef void apply_logit_bias(chain_stage& st, llama_token_data_array* cur_p) noexc
         else:
             st.to_search.push_back(st.biases[j])
     if st.to_search.empty():
-        return
+        return 0
     for i in range(cur_p.size):
         for j in range(st.to_search.size()):
             if cur_p.data[i].id == st.to_search[j].token:
                 cur_p.data[i].logit += st.to_search[j].bias
                 break
+    return 0
 
 
 cdef void apply_dist(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
@@ -589,7 +612,7 @@ cdef int apply_mirostat_v2(chain_stage& st, llama_token_data_array* cur_p,
     return 0
 
 
-cdef void apply_dry(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+cdef int apply_dry(chain_stage& st, llama_token_data_array* cur_p) except -1 nogil:
     cdef int last_n_repeat, rep_limit, i, longest_match, seq_len, offset, last, rt, lt, k, n, p, right_part_len
     cdef int repeat_len, max_exponent, repeat_exp, ii
     cdef bint match, is_single_token_breaker
@@ -599,12 +622,12 @@ cdef void apply_dry(chain_stage& st, llama_token_data_array* cur_p) noexcept nog
     cdef unordered_map[token_t, vector[vector[token_t]]].iterator breakers
     cdef unordered_map[token_t, int].iterator repeat
     if st.dry_multiplier == 0 or st.dry_base < 1 or st.dry_penalty_last_n == 0:
-        return
+        return 0
     last_n_repeat = <int>st.last_tokens.sz
     if st.dry_penalty_last_n < last_n_repeat:
         last_n_repeat = st.dry_penalty_last_n
     if last_n_repeat <= st.dry_allowed_length:
-        return
+        return 0
     st.dry_repeat_count.assign(last_n_repeat, 0)
     st.dry_max_token_repeat.clear()
 
@@ -630,7 +653,7 @@ cdef void apply_dry(chain_stage& st, llama_token_data_array* cur_p) noexcept nog
             rep_limit = i - longest_match
             break
     if rep_limit < st.dry_allowed_length:
-        return
+        return 0
 
     # step 2: reverse Z-algorithm: for each position, how long a suffix of the context repeats there
     last = last_n_repeat - 1
@@ -691,6 +714,7 @@ cdef void apply_dry(chain_stage& st, llama_token_data_array* cur_p) noexcept nog
             penalty = st.dry_multiplier * <float>pow(<double>st.dry_base, <double>repeat_exp)
             cur_p.data[j].logit -= penalty
     cur_p.sorted = False
+    return 0
 
 
 # --- the chain ----------------------------------------------------------------------------
@@ -733,7 +757,7 @@ cdef int chain_apply(vector[chain_stage]& chain, llama_token_data_array* cur_p,
     return 0
 
 
-cdef void chain_accept(vector[chain_stage]& chain, token_t token) noexcept nogil:
+cdef int chain_accept(vector[chain_stage]& chain, token_t token) except -1 nogil:
     cdef size_t s
     cdef token_t old
     for s in range(chain.size()):
@@ -749,6 +773,7 @@ cdef void chain_accept(vector[chain_stage]& chain, token_t token) noexcept nogil
             ring_push_back(chain[s].prev, token)
         elif chain[s].type == SAMPLER_DRY:
             ring_push_back(chain[s].last_tokens, token)
+    return 0
 
 
 cdef void chain_reset(vector[chain_stage]& chain) noexcept nogil:
@@ -958,56 +983,144 @@ cdef void seed_stage(chain_stage& st, uint32_t seed) noexcept nogil:
     st.rng.seed(st.seed_cur)
 
 
+# llama_sampler_init_dry's limits: a breaker is cut to its first MAX_CHAR_LEN bytes, a tail's tokenization to
+# its first MAX_SEQ_LEN tokens. llama.cpp limits neither the number of breakers nor their total size.
+DRY_MAX_CHAR_LEN = 40
+DRY_MAX_SEQ_LEN = 20
+# processed breakers kept per vocabulary (one entry per distinct breaker after the cut), least recently used
+# dropped first, so requests with ever new breakers cannot grow the cache without bound
+_DRY_CACHE_ENTRIES = 256
 _DRY_BREAKER_CACHE = weakref.WeakKeyDictionary()
 
 
-def _dry_breakers(vocab, breakers):
-    """get_overlapping_token_sequences for every breaker: head token -> the tokenized tails
-    (cached per vocabulary, as it scans every piece)."""
+class _DryTokenizerMissing(ValueError):
+    pass
+
+
+def _dry_breaker_bytes(breaker):
+    """The bytes llama.cpp processes for one breaker: its UTF-8 up to the first NUL (llama.cpp passes the
+    breakers as C strings), cut to DRY_MAX_CHAR_LEN bytes; b"" when it skips the breaker."""
     try:
-        per_vocab = _DRY_BREAKER_CACHE.setdefault(vocab, {})
+        raw = breaker.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"Invalid dry_sequence_breakers: {breaker!r} is not valid Unicode text") from None
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raw = raw[:nul]
+    return raw[:DRY_MAX_CHAR_LEN]
+
+
+cdef list _overlapping_tails(list pieces, bytes breaker):
+    """The scan of llama.cpp's get_overlapping_token_sequences for one breaker, before tokenization: for each
+    token whose piece contains the breaker, (token, [b""]); for each token a suffix of whose piece is a
+    proper prefix of the breaker, (token, [the rest of the breaker after that prefix, ...])."""
+    cdef const unsigned char* s = breaker
+    cdef Py_ssize_t sl = len(breaker)
+    cdef const unsigned char* w
+    cdef Py_ssize_t wl, pos, i, start
+    cdef bint match, found
+    cdef Py_ssize_t t, n = len(pieces)
+    cdef bytes word
+    cdef list result = []
+    cdef list tails
+    cdef unsigned char first = s[0]
+    for t in range(n):
+        word = <bytes>pieces[t]
+        wl = len(word)
+        w = word
+        # word.find(str) != npos
+        found = False
+        if sl <= wl:
+            for start in range(wl - sl + 1):
+                if w[start] == first and memcmp(w + start, s, sl) == 0:
+                    found = True
+                    break
+        if found:
+            result.append((t, [b""]))
+            continue
+        tails = None
+        for pos in range(wl):
+            if w[pos] != first:
+                continue
+            match = True
+            i = 1
+            while i < sl and i + pos < wl:
+                if w[pos + i] != s[i]:
+                    match = False
+                    break
+                i += 1
+            if match:
+                if tails is None:
+                    tails = []
+                tails.append(breaker[i:])
+        if tails is not None:
+            result.append((t, tails))
+    return result
+
+
+def _vocab_tokenizer(vocab):
+    """The vocabulary's tokenize(text, add_special, parse_special) hook, or None."""
+    has = getattr(vocab, "has_tokenizer", None)
+    if has is not None:
+        return vocab.tokenize if has else None
+    return getattr(vocab, "tokenize", None)
+
+
+def _dry_breakers(vocab, breakers):
+    """get_overlapping_token_sequences for every breaker: head token -> the tokenized tails.
+
+    The byte scan runs over every piece once per distinct breaker and vocabulary (cached, least recently used
+    first out); a tokenizer is called only for tails that are not empty -- never for a breaker of one byte,
+    llama-server's defaults included -- and once per distinct tail."""
+    try:
+        per_vocab = _DRY_BREAKER_CACHE.get(vocab)
+        if per_vocab is None:
+            per_vocab = _DRY_BREAKER_CACHE[vocab] = {}
     except TypeError:
         per_vocab = {}
-    key = tuple(breakers)
-    if key not in per_vocab:
-        per_vocab[key] = _compute_dry_breakers(vocab, key)
-    return per_vocab[key]
-
-
-def _compute_dry_breakers(vocab, breakers):
-    tokenize = getattr(vocab, "tokenize", None)
-    if tokenize is None:
-        raise ValueError("Invalid dry_multiplier: DRY needs a vocabulary with tokenize(text, add_special, "
-                         "parse_special) to process dry_sequence_breakers")
+    tokenize = _vocab_tokenizer(vocab)
     result = {}
-    pieces = [vocab.piece(t) for t in range(len(vocab))]
     for breaker in breakers:
-        raw = breaker.encode("utf-8")
+        raw = _dry_breaker_bytes(breaker)
         if not raw:
-            continue
-        raw = raw[:40]
-        for token_id, word in enumerate(pieces):
-            if raw in word:
-                result.setdefault(token_id, [])
-                if [] not in result[token_id]:
-                    result[token_id].append([])
-                continue
-            pos = word.find(raw[:1])
-            while pos != -1:
-                i = 1
-                match = True
-                while i < len(raw) and i + pos < len(word):
-                    if word[pos + i] != raw[i]:
-                        match = False
-                        break
-                    i += 1
-                if match:
-                    tail = list(tokenize(raw[i:], False, False))[:20]
-                    seqs = result.setdefault(token_id, [])
-                    if tail not in seqs:
-                        seqs.append(tail)
-                pos = word.find(raw[:1], pos + 1)
+            continue   # llama.cpp skips empty breakers
+        key = raw   # a vocabulary's tokenizer is fixed for its lifetime
+        entry = per_vocab.pop(key, None)
+        if entry is None:
+            entry = _process_breaker(vocab, raw, tokenize, breaker)
+        per_vocab[key] = entry          # most recently used last
+        while len(per_vocab) > _DRY_CACHE_ENTRIES:
+            del per_vocab[next(iter(per_vocab))]
+        for token_id, seqs in entry:
+            have = result.setdefault(token_id, [])
+            for seq in seqs:
+                if seq not in have:
+                    have.append(seq)
     return result
+
+
+def _process_breaker(vocab, bytes raw, tokenize, breaker):
+    pieces = getattr(vocab, "pieces", None)
+    if not isinstance(pieces, list) or (pieces and type(pieces[0]) is not bytes):
+        pieces = [bytes(vocab.piece(t)) for t in range(len(vocab))]
+    tokenized = {b"": []}
+    entry = []
+    for token_id, tails in _overlapping_tails(pieces, raw):
+        seqs = []
+        for tail in tails:
+            seq = tokenized.get(tail)
+            if seq is None:
+                if tokenize is None:
+                    raise ValueError(
+                        f"Invalid dry_sequence_breakers: {breaker!r} overlaps the end of token {token_id} "
+                        f"({pieces[token_id]!r}), and llama.cpp tokenizes the rest ({tail!r}): give the vocabulary "
+                        "a tokenizer (Vocab.with_tokenizer, see bankml.adapters)")
+                seq = [int(x) for x in tokenize(tail, False, False)][:DRY_MAX_SEQ_LEN]
+                tokenized[tail] = seq
+            if seq not in seqs:
+                seqs.append(seq)
+        entry.append((token_id, seqs))
+    return entry
 
 
 cdef class Sampler:
@@ -1088,7 +1201,6 @@ cdef class Sampler:
             st.dry_penalty_last_n = p.dry_penalty_last_n
             for head, tails in _dry_breakers(self.vocab, p.dry_sequence_breakers).items():
                 st.dry_processed_breakers[head] = tails
-            st.dry_repeat_count.assign(p.dry_penalty_last_n, 0)
             ring_init(st.last_tokens, p.dry_penalty_last_n)
         elif name == "top_n_sigma":
             if p.top_n_sigma <= 0:
@@ -1185,8 +1297,15 @@ cdef class Sampler:
             with nogil:
                 self.set_logits(&masked_view[0])
                 token = self.draw()
+            if token >= 0 and not self.grammar.allows(token):
+                # every token the grammar allows was at -inf or NaN (in the logits or after the chain), so the
+                # redraw fell on a rejected one: llama.cpp accepts it and then aborts in the grammar
+                raise NoAllowedTokenError(
+                    f"no token the grammar allows can be sampled: the redraw gave token {int(token)}, which the "
+                    "grammar rejects (every allowed token has a logit of -inf or NaN, or the grammar allows no "
+                    "token of this vocabulary)")
         if token < 0:
-            raise RuntimeError("no selected token during sampling - check your sampling configuration")
+            raise SamplingError("no selected token during sampling - check your sampling configuration")
         return int(token)
 
     def accept(self, token):
