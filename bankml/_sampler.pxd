@@ -84,6 +84,7 @@ cdef enum sampler_type:
     SAMPLER_INFILL = 8
     SAMPLER_PENALTIES = 9
     SAMPLER_TOP_N_SIGMA = 10
+    SAMPLER_ADAPTIVE_P = 12      # llama_sampler_init_adaptive_p, in dist's place
     SAMPLER_LOGIT_BIAS = 100
     SAMPLER_TEMP = 101           # llama_sampler_init_temp (before mirostat)
     SAMPLER_DIST = 102
@@ -180,6 +181,13 @@ cdef struct chain_stage:
     vector[int] dry_repeat_count
     unordered_map[token_t, int] dry_max_token_repeat
     token_ring last_tokens
+    float adaptive_target          # adaptive-p
+    float adaptive_decay
+    float weighted_sum
+    float total_weight
+    vector[float] original_probs
+    token_t pending_token_id
+    int32_t pending_token_idx
 
 
 cdef uint32_t get_rng_seed(uint32_t seed) noexcept nogil

@@ -612,6 +612,59 @@ cdef int apply_mirostat_v2(chain_stage& st, llama_token_data_array* cur_p,
     return 0
 
 
+# adaptive-p (llama_sampler_adaptive_p_*): selects a token whose probability is near a target adapted from an
+# exponential moving average of the original probabilities of the tokens selected so far
+cdef float ADAPTIVE_DISTRIBUTION_WIDTH = 0.3
+cdef float ADAPTIVE_PEAK_LOGIT_VALUE = 5.0
+cdef float ADAPTIVE_SHARPNESS = 10.0
+cdef float ADAPTIVE_INV_WIDTH = <float>1.0 / ADAPTIVE_DISTRIBUTION_WIDTH
+
+
+cdef inline float clamp_float(float v, float low, float high) noexcept nogil:
+    # std::clamp: v < low ? low : (high < v ? high : v)
+    if v < low:
+        return low
+    if high < v:
+        return high
+    return v
+
+
+cdef int apply_adaptive_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+    cdef float target, adapted_target, dist
+    cdef size_t i
+    cdef int idx
+    llama_sampler_softmax_impl(cur_p, False, tmp)
+    if st.adaptive_target < 0:
+        cur_p.selected = llama_sample_dist(cur_p, st.rng)
+        return 0
+    st.original_probs.resize(cur_p.size)
+    for i in range(cur_p.size):
+        st.original_probs[i] = cur_p.data[i].p
+    target = clamp_float(st.adaptive_target, 0, 1)
+    if st.total_weight == 0:
+        adapted_target = clamp_float(target, 0, 1)
+    else:
+        adapted_target = clamp_float(<float>2 * target - (st.weighted_sum / st.total_weight), 0, 1)
+    for i in range(cur_p.size):
+        if cur_p.data[i].logit == -INFINITY:
+            continue
+        dist = fabsf((cur_p.data[i].p - adapted_target) * ADAPTIVE_INV_WIDTH)
+        cur_p.data[i].logit = ADAPTIVE_PEAK_LOGIT_VALUE - ADAPTIVE_SHARPNESS * dist * dist / (<float>1 + dist)
+    llama_sampler_softmax_impl(cur_p, False, tmp)
+    idx = llama_sample_dist(cur_p, st.rng)
+    cur_p.selected = idx
+    st.pending_token_id = cur_p.data[idx].id
+    st.pending_token_idx = idx
+    return 0
+
+
+cdef void adaptive_p_reset(chain_stage& st) noexcept nogil:
+    st.weighted_sum = st.adaptive_target / (<float>1 - st.adaptive_decay)
+    st.total_weight = <float>1 / (<float>1 - st.adaptive_decay)
+    st.pending_token_id = -1
+    st.pending_token_idx = -1
+
+
 cdef int apply_dry(chain_stage& st, llama_token_data_array* cur_p) except -1 nogil:
     cdef int last_n_repeat, rep_limit, i, longest_match, seq_len, offset, last, rt, lt, k, n, p, right_part_len
     cdef int repeat_len, max_exponent, repeat_exp, ii
@@ -754,6 +807,8 @@ cdef int chain_apply(vector[chain_stage]& chain, llama_token_data_array* cur_p,
             apply_mirostat(chain[s], cur_p, tmp)
         elif t == SAMPLER_MIROSTAT_V2:
             apply_mirostat_v2(chain[s], cur_p, tmp)
+        elif t == SAMPLER_ADAPTIVE_P:
+            apply_adaptive_p(chain[s], cur_p, tmp)
     return 0
 
 
@@ -773,6 +828,13 @@ cdef int chain_accept(vector[chain_stage]& chain, token_t token) except -1 nogil
             ring_push_back(chain[s].prev, token)
         elif chain[s].type == SAMPLER_DRY:
             ring_push_back(chain[s].last_tokens, token)
+        elif chain[s].type == SAMPLER_ADAPTIVE_P:
+            if chain[s].pending_token_id == token and chain[s].pending_token_idx >= 0:
+                chain[s].weighted_sum = (chain[s].original_probs[chain[s].pending_token_idx]
+                                         + chain[s].adaptive_decay * chain[s].weighted_sum)
+                chain[s].total_weight = <float>1 + chain[s].adaptive_decay * chain[s].total_weight
+            chain[s].pending_token_id = -1
+            chain[s].pending_token_idx = -1
     return 0
 
 
@@ -788,9 +850,12 @@ cdef void chain_reset(vector[chain_stage]& chain) noexcept nogil:
             ring_clear(chain[s].last_tokens)
             chain[s].dry_repeat_count.clear()
             chain[s].dry_max_token_repeat.clear()
-        elif t == SAMPLER_DIST or t == SAMPLER_XTC or t == SAMPLER_MIROSTAT or t == SAMPLER_MIROSTAT_V2:
+        elif t == SAMPLER_DIST or t == SAMPLER_XTC or t == SAMPLER_MIROSTAT or t == SAMPLER_MIROSTAT_V2 \
+                or t == SAMPLER_ADAPTIVE_P:
             if t == SAMPLER_MIROSTAT or t == SAMPLER_MIROSTAT_V2:
                 chain[s].mu = <float>2 * chain[s].tau
+            if t == SAMPLER_ADAPTIVE_P:
+                adaptive_p_reset(chain[s])
             chain[s].seed_cur = get_rng_seed(chain[s].seed)
             chain[s].rng.seed(chain[s].seed_cur)
 
@@ -801,7 +866,7 @@ cdef void chain_reset(vector[chain_stage]& chain) noexcept nogil:
 _CANONICAL_SAMPLERS = {
     "dry": SAMPLER_DRY, "top_k": SAMPLER_TOP_K, "top_p": SAMPLER_TOP_P, "top_n_sigma": SAMPLER_TOP_N_SIGMA,
     "typ_p": SAMPLER_TYPICAL_P, "min_p": SAMPLER_MIN_P, "temperature": SAMPLER_TEMPERATURE, "xtc": SAMPLER_XTC,
-    "infill": SAMPLER_INFILL, "penalties": SAMPLER_PENALTIES, "adaptive_p": -1,
+    "infill": SAMPLER_INFILL, "penalties": SAMPLER_PENALTIES, "adaptive_p": SAMPLER_ADAPTIVE_P,
 }
 _SAMPLER_NAMES = dict(_CANONICAL_SAMPLERS)
 for _name, _value in _CANONICAL_SAMPLERS.items():
@@ -839,8 +904,89 @@ _NUMERIC_FIELDS = {
     "mirostat_tau": (5.0, "float", None, None),
     "mirostat_eta": (0.1, "float", None, None),
     "min_keep": (0, "int", 0, INT32_MAX),
+    "adaptive_target": (-1.0, "float", None, 1.0),
+    "adaptive_decay": (0.9, "float", 0.0, float(np.float32(0.99))),
 }
 DEFAULT_DRY_SEQUENCE_BREAKERS = ("\n", ":", "\"", "*")
+
+# llama-server's limits per field (server-schema.cpp): ("clamp" | "hard", low, high, kind); fields it gives no
+# limits are clamped to the type's range (field_num's defaults, numeric_limits<T>::lowest() and max())
+_FLOAT_LOWEST = -FLT_MAX_VALUE
+_SERVER_LIMITS = {
+    "top_k": ("clamp", 0, INT32_MAX, "int"),
+    "top_p": ("clamp", 0.0, 1.0, "float"),
+    "min_p": ("clamp", 0.0, 1.0, "float"),
+    "top_n_sigma": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "xtc_probability": ("clamp", 0.0, 1.0, "float"),
+    "xtc_threshold": ("clamp", 0.0, 1.0, "float"),
+    "typical_p": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "temperature": ("clamp", 0.0, math.inf, "float"),
+    "dynatemp_range": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "dynatemp_exponent": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "repeat_last_n": ("hard", 0, INT32_MAX, "int"),
+    "repeat_penalty": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "frequency_penalty": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "presence_penalty": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "dry_multiplier": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "dry_base": (None, None, None, "float"),            # its handler: below 1 becomes the default 1.75
+    "dry_allowed_length": ("hard", 0, INT32_MAX, "int"),
+    "dry_penalty_last_n": ("hard", 0, INT32_MAX, "int"),
+    "mirostat": ("clamp", 0, 2, "int"),
+    "mirostat_tau": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "mirostat_eta": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "adaptive_target": ("clamp", _FLOAT_LOWEST, 1.0, "float"),
+    "adaptive_decay": ("hard", 0.0, float(np.float32(0.99)), "float"),
+    "min_keep": ("hard", 0, INT32_MAX, "int"),
+}
+
+
+def _server_number(name, value, mode, low, high, kind):
+    # nlohmann's get<T> of a JSON number, then field_num's std::clamp or hard limit
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"Field '{name}': type must be number, but is {_json_type(value)}")
+    if kind == "int":
+        if isinstance(value, numbers.Integral):
+            v = (int(value) + 2**31) % 2**32 - 2**31          # static_cast<int32_t> wraps
+        else:
+            f = float(value)
+            # static_cast<int32_t>(double) truncates; out of range, x86-64's cvttsd2si gives INT32_MIN
+            v = int(f) if math.isfinite(f) and -2**31 <= math.trunc(f) < 2**31 else -2**31
+    else:
+        if not math.isfinite(float(value)):
+            raise ValueError(f"Field '{name}': must be a finite number, got {value!r}")
+        with np.errstate(over="ignore"):
+            v = float(np.float32(value))                     # get<float>: may overflow to +-inf
+    if mode == "hard":
+        if v < low or v > high:
+            raise ValueError(f"Field '{name}': Value must be between {low} <= value <= {high}, but got {v}")
+    elif mode == "clamp":
+        v = max(low, min(high, v))
+    return v
+
+
+def _server_seed(value):
+    # get<uint32_t>: integers modulo 2^32 (so -1 is LLAMA_DEFAULT_SEED), other numbers truncated first
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"Field 'seed': type must be number, but is {_json_type(value)}")
+    if not isinstance(value, numbers.Integral):
+        if not math.isfinite(float(value)):
+            raise ValueError(f"Field 'seed': must be a finite number, got {value!r}")
+        value = math.trunc(float(value))
+    return int(value) % 2**32
+
+
+def _json_type(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
 
 
 def _float32(value):
@@ -860,6 +1006,9 @@ class SamplerParams:
     __slots__ = ("seed", "samplers", "dry_sequence_breakers", "logit_bias") + tuple(_NUMERIC_FIELDS)
 
     def __init__(self, **kwargs):
+        self._init(kwargs, True)
+
+    def _init(self, kwargs, strict):
         unknown = set(kwargs) - set(self.__slots__)
         if unknown:
             raise ValueError(f"Invalid sampler parameter: unknown field(s) {', '.join(sorted(unknown))}")
@@ -869,9 +1018,12 @@ class SamplerParams:
             object.__setattr__(self, "dry_base", _float32(1.75))
         rp = self.repeat_penalty
         with np.errstate(over="ignore", divide="ignore"):
-            inverse = float(np.float32(1.0) / np.float32(rp)) if rp > 0.0 else math.inf
-        if rp <= 0.0 or not math.isfinite(inverse):
+            inverse = float(np.float32(1.0) / np.float32(rp)) if rp != 0.0 else math.inf
+        if strict and (rp <= 0.0 or not math.isfinite(inverse)):
             raise ValueError(f"Invalid repeat_penalty: must be finite and greater than 0, got {rp}")
+        if not math.isfinite(inverse):
+            # llama-server divides by it: a logit of +-inf, then NaN probabilities that its sorts are not defined on
+            raise ValueError(f"Invalid repeat_penalty: 1 / {rp} is not a finite float")
         object.__setattr__(self, "seed", _as_seed(kwargs.get("seed", -1), "seed"))
         object.__setattr__(self, "samplers", self._check_samplers(kwargs.get("samplers", DEFAULT_SAMPLERS)))
         breakers = kwargs.get("dry_sequence_breakers", DEFAULT_DRY_SEQUENCE_BREAKERS)
@@ -915,7 +1067,7 @@ class SamplerParams:
             if not isinstance(name, str) or name.lower() not in _SAMPLER_NAMES:
                 raise ValueError(f"Invalid samplers: unknown sampler {name!r}")
             value = _SAMPLER_NAMES[name.lower()]
-            if value in (-1, SAMPLER_INFILL):
+            if value == SAMPLER_INFILL:
                 raise ValueError(f"Invalid samplers: {name!r} is not supported by bankml")
             result.append(_CANONICAL_BY_VALUE[value])
         return tuple(result)
@@ -939,6 +1091,51 @@ class SamplerParams:
                 raise ValueError(f"Invalid logit_bias: bias must be a number or false, got {bias!r}")
             result.append((int(token), _float32(bias)))
         return tuple(result)
+
+    @classmethod
+    def from_server(cls, fields, n_ctx=None):
+        """The parameters llama-server samples with for a request's sampler fields (``params_from_json_cmpl``,
+        tools/server/server-schema.cpp of the pinned llama.cpp).
+
+        Where llama-server clamps, this clamps (``temperature`` to [0, inf], ``top_k`` to [0, INT32_MAX],
+        ``top_p``/``min_p``/``xtc_probability``/``xtc_threshold`` to [0, 1], ``mirostat`` to [0, 2],
+        ``adaptive_target`` to at most 1, every other float to the float range, as its ``std::clamp`` of the
+        ``get<float>`` value does); integers are read as ``get<int32_t>`` reads them (truncated, wrapped to
+        32 bits), seeds as ``get<uint32_t>`` (modulo 2^32, so -1 is the random seed); ``samplers`` as a string
+        is one-letter codes and as an array names, unknown ones skipped as llama-server skips them. Where
+        llama-server answers 400 (a hard limit: ``repeat_last_n``, ``dry_allowed_length``,
+        ``dry_penalty_last_n``, ``min_keep`` outside [0, INT32_MAX], ``adaptive_decay`` outside [0, 0.99]; a
+        value of the wrong JSON type; an empty ``dry_sequence_breakers``), this raises ValueError with a
+        message naming the field. ``None`` means absent. ``n_ctx`` is accepted for the callers that know the
+        context; llama-server does not clamp history lengths to it (bankml's histories grow with the tokens
+        accepted, so a history length beyond the context costs nothing).
+        """
+        values = {}
+        for key, raw in fields.items():
+            if raw is None:
+                continue
+            if key in _SERVER_LIMITS:
+                values[key] = _server_number(key, raw, *_SERVER_LIMITS[key])
+            elif key == "seed":
+                values[key] = _server_seed(raw)
+            elif key == "samplers":
+                if isinstance(raw, str):
+                    values[key] = tuple(_SAMPLER_CHARS[c] for c in raw if c in _SAMPLER_CHARS)
+                elif isinstance(raw, list):
+                    if not all(isinstance(name, str) for name in raw):
+                        raise ValueError("Field 'samplers': type must be string, but is not")
+                    values[key] = tuple(_CANONICAL_BY_VALUE[_SAMPLER_NAMES[name.lower()]] for name in raw
+                                        if name.lower() in _SAMPLER_NAMES)
+                # any other JSON type: llama-server keeps its default order
+            elif key == "dry_sequence_breakers":
+                if not isinstance(raw, list) or not raw or not all(isinstance(b, str) for b in raw):
+                    raise ValueError("Error: dry_sequence_breakers must be a non-empty array of strings")
+                values[key] = tuple(raw)
+            else:
+                values[key] = raw
+        obj = cls.__new__(cls)
+        obj._init(values, False)
+        return obj
 
     def __setattr__(self, name, value):
         raise AttributeError("SamplerParams is immutable; use replace()")
@@ -1159,9 +1356,18 @@ cdef class Sampler:
             self.chain.push_back(st)
         if params.mirostat == 0:
             for name in params.samplers:
-                self._add(name)
-            st = new_stage(SAMPLER_DIST)
-            seed_stage(st, params.seed)
+                if name != "adaptive_p":
+                    self._add(name)
+            if "adaptive_p" in params.samplers:
+                # like dist and mirostat it selects the token, so common_sampler_init puts it last, in dist's place
+                st = new_stage(SAMPLER_ADAPTIVE_P)
+                st.adaptive_target = params.adaptive_target
+                st.adaptive_decay = clamp_float(params.adaptive_decay, 0, <float>0.99)
+                adaptive_p_reset(st)
+                seed_stage(st, params.seed)
+            else:
+                st = new_stage(SAMPLER_DIST)
+                seed_stage(st, params.seed)
             self.chain.push_back(st)
         else:
             if temp != 1:
@@ -1334,13 +1540,21 @@ cdef class Sampler:
                 self.grammar.accept(int(token))
 
     def clone(self):
-        """An independent copy: generators, histories and the grammar state."""
+        """An independent copy: generators, histories and the grammar state (as llama_sampler_clone: adaptive-p's
+        generator is seeded afresh)."""
         cdef Sampler other = Sampler.__new__(Sampler)
+        cdef size_t i
         other.params = self.params
         other.vocab = self.vocab
         other.grammar = self.grammar.clone() if self.grammar is not None else None
         other.n_vocab = self.n_vocab
         other.chain = self.chain
+        for i in range(other.chain.size()):
+            if other.chain[i].type == SAMPLER_ADAPTIVE_P:
+                # llama_sampler_adaptive_p_clone copies the moving average and the pending token, not the
+                # generator: the clone's is seeded afresh from the seed
+                other.chain[i].seed_cur = get_rng_seed(other.chain[i].seed)
+                other.chain[i].rng.seed(other.chain[i].seed_cur)
         other.cur.resize(self.n_vocab)
         other.n_redraws = self.n_redraws
         return other
@@ -1360,7 +1574,7 @@ cdef class Sampler:
                  SAMPLER_TOP_N_SIGMA: "top-n-sigma", SAMPLER_TOP_K: "top-k", SAMPLER_TYPICAL_P: "typical",
                  SAMPLER_TOP_P: "top-p", SAMPLER_MIN_P: "min-p", SAMPLER_XTC: "xtc",
                  SAMPLER_TEMPERATURE: "temp-ext", SAMPLER_TEMP: "temp", SAMPLER_DIST: "dist",
-                 SAMPLER_MIROSTAT: "mirostat", SAMPLER_MIROSTAT_V2: "mirostat-v2"}
+                 SAMPLER_MIROSTAT: "mirostat", SAMPLER_MIROSTAT_V2: "mirostat-v2", SAMPLER_ADAPTIVE_P: "adaptive-p"}
         return tuple(names[self.chain[i].type] for i in range(self.chain.size()))
 
     def __reduce__(self):
