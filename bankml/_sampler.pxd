@@ -206,6 +206,7 @@ cdef class Sampler:
     cdef readonly object params
     cdef readonly object vocab
     cdef readonly object grammar
+    cdef readonly object reasoning_budget
     cdef readonly int64_t n_vocab
     cdef vector[chain_stage] chain
     cdef vector[llama_token_data] cur
