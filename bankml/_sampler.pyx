@@ -1187,7 +1187,23 @@ DRY_MAX_SEQ_LEN = 20
 # processed breakers kept per vocabulary (one entry per distinct breaker after the cut), least recently used
 # dropped first, so requests with ever new breakers cannot grow the cache without bound
 _DRY_CACHE_ENTRIES = 256
-_DRY_BREAKER_CACHE = weakref.WeakKeyDictionary()
+# id(vocab) -> (weak reference, {breaker bytes: processed}); keyed by identity, as a Vocab is unhashable, and
+# dropped when the vocabulary dies
+_DRY_BREAKER_CACHE = {}
+
+
+def _dry_cache_for(vocab):
+    key = id(vocab)
+    entry = _DRY_BREAKER_CACHE.get(key)
+    if entry is not None and entry[0]() is vocab:
+        return entry[1]
+    try:
+        ref = weakref.ref(vocab, lambda _, key=key: _DRY_BREAKER_CACHE.pop(key, None))
+    except TypeError:
+        return {}          # not weakly referenceable: no cache
+    per_vocab = {}
+    _DRY_BREAKER_CACHE[key] = (ref, per_vocab)
+    return per_vocab
 
 
 class _DryTokenizerMissing(ValueError):
@@ -1207,35 +1223,35 @@ def _dry_breaker_bytes(breaker):
     return raw[:DRY_MAX_CHAR_LEN]
 
 
-cdef list _overlapping_tails(list pieces, bytes breaker):
-    """The scan of llama.cpp's get_overlapping_token_sequences for one breaker, before tokenization: for each
-    token whose piece contains the breaker, (token, [b""]); for each token a suffix of whose piece is a
-    proper prefix of the breaker, (token, [the rest of the breaker after that prefix, ...])."""
-    cdef const unsigned char* s = breaker
-    cdef Py_ssize_t sl = len(breaker)
+cdef struct tail_match:
+    int32_t token
+    int32_t start          # the tail is breaker[start:]; start == breaker length: the piece contains it
+
+
+cdef int scan_overlaps(const unsigned char* buf, const int64_t* offsets, Py_ssize_t n,
+                       const unsigned char* s, Py_ssize_t sl, vector[tail_match]& out) except -1 nogil:
+    # get_overlapping_token_sequences' scan: a piece containing the breaker gives the empty tail; each
+    # occurrence of the breaker's first byte from which the rest of the piece is a proper prefix of the breaker
+    # gives the tail after that prefix
+    cdef Py_ssize_t t, wl, pos, i, start
     cdef const unsigned char* w
-    cdef Py_ssize_t wl, pos, i, start
     cdef bint match, found
-    cdef Py_ssize_t t, n = len(pieces)
-    cdef bytes word
-    cdef list result = []
-    cdef list tails
+    cdef tail_match m
     cdef unsigned char first = s[0]
     for t in range(n):
-        word = <bytes>pieces[t]
-        wl = len(word)
-        w = word
-        # word.find(str) != npos
+        w = buf + offsets[t]
+        wl = offsets[t + 1] - offsets[t]
         found = False
         if sl <= wl:
             for start in range(wl - sl + 1):
                 if w[start] == first and memcmp(w + start, s, sl) == 0:
                     found = True
                     break
+        m.token = <int32_t>t
         if found:
-            result.append((t, [b""]))
+            m.start = <int32_t>sl
+            out.push_back(m)
             continue
-        tails = None
         for pos in range(wl):
             if w[pos] != first:
                 continue
@@ -1247,11 +1263,51 @@ cdef list _overlapping_tails(list pieces, bytes breaker):
                     break
                 i += 1
             if match:
-                if tails is None:
-                    tails = []
-                tails.append(breaker[i:])
-        if tails is not None:
-            result.append((t, tails))
+                m.start = <int32_t>i
+                out.push_back(m)
+    return 0
+
+
+def _flat_pieces(vocab, pieces):
+    """All pieces in one buffer with their offsets (kept with a Vocab's derived structures)."""
+    derived = getattr(vocab, "_derived", None)
+    if isinstance(derived, dict) and "flat_pieces" in derived:
+        return derived["flat_pieces"]
+    lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
+    offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = (b"".join(pieces), offsets)
+    if isinstance(derived, dict):
+        derived["flat_pieces"] = flat
+    return flat
+
+
+def _overlapping_tails(vocab, list pieces, bytes breaker):
+    """For each token whose piece overlaps the breaker, (token, [tails]): b"" when the piece contains it."""
+    cdef bytes buf
+    cdef const int64_t[::1] offsets
+    cdef vector[tail_match] out
+    cdef const unsigned char* s = breaker
+    cdef const unsigned char* b
+    cdef Py_ssize_t sl = len(breaker), n = len(pieces)
+    cdef size_t k
+    buf, offsets_array = _flat_pieces(vocab, pieces)
+    offsets = offsets_array
+    b = buf
+    with nogil:
+        scan_overlaps(b, &offsets[0], n, s, sl, out)
+    result = []
+    last = -1
+    tails = None
+    for k in range(out.size()):
+        token = out[k].token
+        tail = breaker[out[k].start:]
+        if token == last:
+            tails.append(tail)        # (no negative indexing: the module is built without wraparound)
+        else:
+            tails = [tail]
+            result.append((token, tails))
+            last = token
     return result
 
 
@@ -1269,12 +1325,12 @@ def _dry_breakers(vocab, breakers):
     The byte scan runs over every piece once per distinct breaker and vocabulary (cached, least recently used
     first out); a tokenizer is called only for tails that are not empty -- never for a breaker of one byte,
     llama-server's defaults included -- and once per distinct tail."""
-    try:
-        per_vocab = _DRY_BREAKER_CACHE.get(vocab)
-        if per_vocab is None:
-            per_vocab = _DRY_BREAKER_CACHE[vocab] = {}
-    except TypeError:
-        per_vocab = {}
+    per_vocab = _dry_cache_for(vocab)
+    whole_key = ("breaker list",) + tuple(breakers)
+    merged = per_vocab.pop(whole_key, None)
+    if merged is not None:
+        per_vocab[whole_key] = merged
+        return merged
     tokenize = _vocab_tokenizer(vocab)
     result = {}
     for breaker in breakers:
@@ -1289,20 +1345,25 @@ def _dry_breakers(vocab, breakers):
         while len(per_vocab) > _DRY_CACHE_ENTRIES:
             del per_vocab[next(iter(per_vocab))]
         for token_id, seqs in entry:
-            have = result.setdefault(token_id, [])
-            for seq in seqs:
-                if seq not in have:
-                    have.append(seq)
-    return result
+            have = result.get(token_id)
+            if have is None:
+                result[token_id] = dict.fromkeys(seqs)
+            else:
+                have.update(dict.fromkeys(seqs))
+    merged = {token_id: [list(seq) for seq in seqs] for token_id, seqs in result.items()}
+    per_vocab[whole_key] = merged        # the whole list too: requests repeat theirs
+    while len(per_vocab) > _DRY_CACHE_ENTRIES:
+        del per_vocab[next(iter(per_vocab))]
+    return merged
 
 
 def _process_breaker(vocab, bytes raw, tokenize, breaker):
     pieces = getattr(vocab, "pieces", None)
     if not isinstance(pieces, list) or (pieces and type(pieces[0]) is not bytes):
         pieces = [bytes(vocab.piece(t)) for t in range(len(vocab))]
-    tokenized = {b"": []}
+    tokenized = {b"": ()}
     entry = []
-    for token_id, tails in _overlapping_tails(pieces, raw):
+    for token_id, tails in _overlapping_tails(vocab, pieces, raw):
         seqs = []
         for tail in tails:
             seq = tokenized.get(tail)
@@ -1312,11 +1373,11 @@ def _process_breaker(vocab, bytes raw, tokenize, breaker):
                         f"Invalid dry_sequence_breakers: {breaker!r} overlaps the end of token {token_id} "
                         f"({pieces[token_id]!r}), and llama.cpp tokenizes the rest ({tail!r}): give the vocabulary "
                         "a tokenizer (Vocab.with_tokenizer, see bankml.adapters)")
-                seq = [int(x) for x in tokenize(tail, False, False)][:DRY_MAX_SEQ_LEN]
+                seq = tuple(int(x) for x in tokenize(tail, False, False))[:DRY_MAX_SEQ_LEN]
                 tokenized[tail] = seq
             if seq not in seqs:
                 seqs.append(seq)
-        entry.append((token_id, seqs))
+        entry.append((token_id, tuple(seqs)))
     return entry
 
 
@@ -1640,7 +1701,7 @@ cdef class Sampler:
             st.dry_allowed_length = p.dry_allowed_length
             st.dry_penalty_last_n = p.dry_penalty_last_n
             for head, tails in _dry_breakers(self.vocab, p.dry_sequence_breakers).items():
-                st.dry_processed_breakers[head] = tails
+                st.dry_processed_breakers[head] = tails     # (copied: the cached lists stay unchanged)
             ring_init(st.last_tokens, p.dry_penalty_last_n)
         elif name == "top_n_sigma":
             if p.top_n_sigma <= 0:

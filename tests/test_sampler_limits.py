@@ -173,6 +173,8 @@ def test_breakers_are_cut_as_llama_cpp_cuts_them():
     result = _dry_breakers(vocab, ["y" + "z" * 60])
     assert result[1] == [[ord("z")] * DRY_MAX_SEQ_LEN] and result[2] == [[ord("z")] * DRY_MAX_SEQ_LEN]
     assert vocab.calls == [b"z" * (DRY_MAX_CHAR_LEN - 1)]
+    # one piece overlapping a breaker at two places gives two tails
+    assert _dry_breakers(CountingVocab(Vocab([b"aa", b"b"], [1])), ["aab"]) == {0: [[ord("b")], [ord("a"), ord("b")]]}
 
 
 def test_fifty_long_breakers_on_the_real_vocabulary_tokenize_each_tail_once():
