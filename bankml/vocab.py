@@ -15,7 +15,9 @@ This module owns:
   metadata with a small reader of its own (no weights are touched).
 
 Nothing here tokenizes text: the BPE merges, the pre-tokenizer regexes and the
-SentencePiece scores are read past, not used.
+SentencePiece scores are read past, not used. Where llama.cpp tokenizes (the tails of
+multi-byte DRY sequence breakers), a caller-given hook does (:meth:`Vocab.with_tokenizer`;
+ready-made ones in ``bankml.adapters``).
 """
 from __future__ import annotations
 
