@@ -112,6 +112,7 @@ _SAMPLER_FIELDS = {
     "dry_penalty_last_n": "dry_penalty_last_n", "dry_sequence_breakers": "dry_sequence_breakers",
     "mirostat": "mirostat", "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta",
     "min_keep": "min_keep", "seed": "seed", "samplers": "samplers",
+    "adaptive_target": "adaptive_target", "adaptive_decay": "adaptive_decay",
 }
 
 # Ollama's options -> llama-server names (Ollama's api.Options)
@@ -125,12 +126,19 @@ _OLLAMA_OPTIONS = {
 
 def sampler_params_from_request(req, n_ctx=None, ollama=False):
     """``(SamplerParams, n_predict, stop)`` from a request's fields (llama-server's names; with ``ollama``,
-    Ollama's ``options`` object). Raises RequestError naming a field of the wrong type or out of range."""
+    Ollama's ``options`` object).
+
+    The sampler values are read as llama-server reads them (``SamplerParams.from_server``): clamped where it
+    clamps, refused with RequestError where it answers 400 (a hard limit, a wrong JSON type). Ollama's
+    ``repeat_last_n: -1`` means the context size (``n_ctx`` when given; without it INT32_MAX, which samples the
+    same, since a history never outgrows the context)."""
     if ollama:
         opts = req.get("options") or {}
         if not isinstance(opts, dict):
             raise RequestError("'options' must be an object")
         fields = {_OLLAMA_OPTIONS[k]: v for k, v in opts.items() if k in _OLLAMA_OPTIONS and v is not None}
+        if fields.get("repeat_last_n") == -1 and not isinstance(fields["repeat_last_n"], bool):
+            fields["repeat_last_n"] = int(n_ctx) if n_ctx else 2**31 - 1
         n_predict = opts.get("num_predict", -1)
         stop = opts.get("stop", [])
     else:
@@ -153,7 +161,7 @@ def sampler_params_from_request(req, n_ctx=None, ollama=False):
     if bias:
         fields["logit_bias"] = _logit_bias(bias)
     try:
-        params = SamplerParams(**fields)
+        params = SamplerParams.from_server(fields, n_ctx)
     except (ValueError, TypeError) as e:
         raise RequestError(str(e)) from None
     return params, n_predict, [s for s in stop if s]
