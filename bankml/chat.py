@@ -1,0 +1,492 @@
+"""Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+
+The chat layer of llama-server for any chat template: what ``common_chat_templates_init`` and
+``common_chat_templates_apply`` (``common/chat.cpp``) make of a template and a request. This module owns the
+request side: the OpenAI messages read as llama.cpp reads them (``common_chat_msgs_parse_oaicompat``), the
+template's capabilities (``jinja::caps_get``), the workarounds llama.cpp applies to the messages before
+rendering, the extra variables it gives the template (``datetime``, ``date_string``, ``chat_template_kwargs``,
+``enable_thinking``, the reasoning-preservation and reasoning-effort aliases), the prompt, and the generation
+prompt (the text the template adds for ``add_generation_prompt``, which the grammar and the parser start
+with). The rendering itself is ``bankml._jinja``'s.
+
+It does not own (yet) what llama.cpp derives from the template's structure -- the differential analysis of
+``common/chat-diff-analyzer.cpp`` and the specialised handlers of ``common/parsers/`` that give the format,
+the thinking tags, the grammar, its triggers, the preserved tokens and the parser; see
+``docs/modules/chat.md``. Tools are read and rendered (``tools`` reach the template as llama.cpp passes them)
+so that the next step only adds the grammar and parsing of tool calls.
+
+Typical use, without a model::
+
+    tmpl = ChatTemplate(source, bos_token="<s>", eos_token="</s>")
+    out = tmpl.apply([{"role": "user", "content": "Hi"}], enable_thinking=False)
+    out.prompt, out.generation_prompt
+"""
+import json
+import time
+from dataclasses import dataclass, field
+
+from ._jinja import Program, TemplateError, caps_get, preserve_reasoning
+
+__all__ = ["ChatTemplate", "ChatPrompt", "ChatRequestError", "TemplateError", "parse_messages", "CHATML_TEMPLATE"]
+
+CHATML_TEMPLATE = (
+    "{%- for message in messages -%}\n"
+    "  {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' -}}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "  {{- '<|im_start|>assistant\n' -}}\n"
+    "{%- endif -%}")
+
+CONTINUATION_NONE, CONTINUATION_AUTO, CONTINUATION_REASONING, CONTINUATION_CONTENT = range(4)
+
+
+class ChatRequestError(ValueError):
+    """A request llama-server refuses before rendering (bad messages, tools, kwargs); llama.cpp's message."""
+
+
+def _dump(value):
+    """nlohmann's dump() of a request value, for the messages llama.cpp quotes."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def parse_messages(messages):
+    """common_chat_msgs_parse_oaicompat: OpenAI messages -> llama.cpp's common_chat_msg fields, as dicts with
+    the keys role, content, content_parts, tool_calls, reasoning_content, tool_name, tool_call_id."""
+    try:
+        if not isinstance(messages, list):
+            raise ValueError("Expected 'messages' to be an array, got " + _dump(messages))
+        out = []
+        for message in messages:
+            if not isinstance(message, dict):
+                raise ValueError("Expected 'message' to be an object, got " + _dump(message))
+            if "role" not in message:
+                raise ValueError("Missing 'role' in message: " + _dump(message))
+            msg = {"role": _str(message["role"]), "content": "", "content_parts": [], "tool_calls": [],
+                   "reasoning_content": "", "tool_name": "", "tool_call_id": ""}
+            has_content, has_tool_calls = "content" in message, "tool_calls" in message
+            if has_content:
+                content = message["content"]
+                if isinstance(content, str):
+                    msg["content"] = content
+                elif isinstance(content, list):
+                    for part in content:
+                        if not isinstance(part, dict) or "type" not in part:
+                            raise ValueError("Missing content part type: " + _dump(part))
+                        if part["type"] not in ("text", "media_marker"):
+                            raise ValueError("Unsupported content part type: " + _dump(part["type"]))
+                        msg["content_parts"].append({"type": part["type"], "text": _str(part["text"])})
+                elif content is not None:
+                    raise ValueError("Invalid 'content' type: expected string or array, got " + _dump(content)
+                                     + " (ref: https://github.com/ggml-org/llama.cpp/issues/8367)")
+            if has_tool_calls:
+                for call in message["tool_calls"]:
+                    if "type" not in call:
+                        raise ValueError("Missing tool call type: " + _dump(call))
+                    if call["type"] != "function":
+                        raise ValueError("Unsupported tool call type: " + _dump(call))
+                    if "function" not in call:
+                        raise ValueError("Missing tool call function: " + _dump(call))
+                    fn = call["function"]
+                    if "name" not in fn:
+                        raise ValueError("Missing tool call name: " + _dump(call))
+                    args = fn["arguments"]
+                    msg["tool_calls"].append({"name": _str(fn["name"]),
+                                              "arguments": args if isinstance(args, str) else _dump(args),
+                                              "id": _str(call["id"]) if "id" in call else ""})
+            if not has_content and not has_tool_calls:
+                raise ValueError("Expected 'content' or 'tool_calls' (ref: https://github.com/ggml-org/llama.cpp/issues/8367 & "
+                                 "https://github.com/ggml-org/llama.cpp/issues/12279)")
+            if "reasoning_content" in message:
+                msg["reasoning_content"] = _str(message["reasoning_content"])
+            if "name" in message:
+                msg["tool_name"] = _str(message["name"])
+            if "tool_call_id" in message:
+                msg["tool_call_id"] = _str(message["tool_call_id"])
+            out.append(msg)
+        return out
+    except (ValueError, KeyError, TypeError) as e:
+        text = str(e) if isinstance(e, ValueError) else "[json.exception.out_of_range.403] key not found"
+        raise ChatRequestError("Failed to parse messages: " + text) from None
+
+
+def _str(value):
+    if not isinstance(value, str):
+        raise ValueError("[json.exception.type_error.302] type must be string, but is " + _json_type(value))
+    return value
+
+
+def _json_type(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "string"
+
+
+def _concat_parts(parts):
+    """Parts joined with newlines, none before or after a media marker."""
+    text, last_was_media = "", False
+    for part in parts:
+        kind = part.get("type", "")
+        if kind == "text":
+            add_newline = not last_was_media and bool(text)
+            last_was_media = False
+        elif kind == "media_marker":
+            add_newline, last_was_media = False, True
+        else:
+            continue
+        if add_newline:
+            text += "\n"
+        text += part.get("text", "")
+    return text
+
+
+def _msg_to_json(msg):
+    """common_chat_msg::to_json_oaicompat(concat_typed_text=false): the message as the template sees it."""
+    if msg["content"] and msg["content_parts"]:
+        raise ChatRequestError("Cannot specify both content and content_parts")
+    out = {"role": msg["role"]}
+    if msg["content"]:
+        out["content"] = msg["content"]
+    elif msg["content_parts"]:
+        if any(p["type"] == "media_marker" for p in msg["content_parts"]):
+            out["content"] = _concat_parts(msg["content_parts"])
+        else:
+            out["content"] = [{"type": p["type"], "text": p["text"]} for p in msg["content_parts"]]
+    else:
+        out["content"] = ""
+    if msg["reasoning_content"]:
+        out["reasoning_content"] = msg["reasoning_content"]
+    if msg["tool_name"]:
+        out["name"] = msg["tool_name"]
+    if msg["tool_call_id"]:
+        out["tool_call_id"] = msg["tool_call_id"]
+    if msg["tool_calls"]:
+        calls = []
+        for call in msg["tool_calls"]:
+            tc = {"type": "function", "function": {"name": call["name"], "arguments": call["arguments"]}}
+            if call["id"]:
+                tc["id"] = call["id"]
+            calls.append(tc)
+        out["tool_calls"] = calls
+    return out
+
+
+def _normalize(messages, caps):
+    """messages_inp_normalizer: string content for templates that only take strings, parts for the others."""
+    only_string = caps.supports_string_content and not caps.supports_typed_content
+    only_typed = not caps.supports_string_content and caps.supports_typed_content
+    if not only_string and not only_typed:
+        return messages
+    out = []
+    for msg in messages:
+        msg = dict(msg)
+        if "content" in msg:
+            content = msg["content"]
+            if only_typed and isinstance(content, str):
+                msg["content"] = [{"type": "text", "text": content}]
+            elif only_string and isinstance(content, list):
+                msg["content"] = _concat_parts(content)
+        out.append(msg)
+    return out
+
+
+def _render_content(msg):
+    if msg["content"] and msg["content_parts"]:
+        raise ChatRequestError("Cannot specify both content and content_parts")
+    if msg["content"]:
+        return msg["content"]
+    return "\n\n".join(p["text"] for p in msg["content_parts"] if p["type"] == "text")
+
+
+def _trim(text):
+    """llama.cpp's trim_whitespace (the C locale's isspace)."""
+    return text.strip(" \t\n\v\f\r")
+
+
+def _parse_continuation(value):
+    if value is True:
+        return CONTINUATION_AUTO
+    if value == "reasoning_content":
+        return CONTINUATION_REASONING
+    if value == "content":
+        return CONTINUATION_CONTENT
+    return CONTINUATION_NONE
+
+
+def specialized_handler(source):
+    """The name of the hand-written handler (common/parsers/) llama.cpp picks for this template source, in
+    common_chat_try_specialized_template's order, or None when the differential analysis builds the parser."""
+    has = source.__contains__
+    if has("[SYSTEM_PROMPT]") and has("[TOOL_CALLS]") and has("[ARGS]") and not has("[CALL_ID]"):
+        return "ministral-3"
+    if has("<|channel|>"):
+        return "gpt-oss"
+    if has("<atem:function_calls>") and has("<|eom|>"):
+        return "muse-glimmer"
+    if has(">>>all") and has(">>>${recipient}"):
+        return "functionary-v3-2"
+    if has("<|tool_calls_section_begin|>") and has("<|tool_call_begin|>"):
+        return "kimi-k2"
+    if has("<|open|>") and has("<|close|>") and has("<|end_of_msg|>"):
+        return "kimi-k3"
+    if has("<role>ASSISTANT</role>") and has("<arg_key>"):
+        return "ling3"
+    if has("<|START_TEXT|>") and has("<|START_ACTION|>"):
+        return "cohere2moe"
+    if _is_lfm2(source):
+        return "lfm2"
+    if has("List of tools: [") and not has("<|tool_list_start|>"):
+        return "lfm2.5"
+    if has("<|role_sep|>") and has("<|message_sep|>") and not has("<|function_call|>"):
+        return "gigachat-v3"
+    if has("]<]minimax[>[") and has("<tool_call>") and has("<invoke name="):
+        return "minimax-m3"
+    if has("dsml_token") and has("DSML") and (has("function_calls") or has("tool_calls")):
+        return "deepseek-v3.2"
+    if has("'<|tool_call>call:'"):
+        return "gemma4"
+    if has("Tool usage guidelines:") and has("<function name=\"") and has("<param name=\""):
+        return "minicpm5"
+    if (has("<tool_call>") and has("<function=") and has("<parameter=")
+            and not has("'<tool_call><function=' ~ tool_call.name ~ '>'")):
+        return "qwen3-coder"
+    return None
+
+
+def _is_lfm2(source):
+    return "<|tool_list_start|>" in source and "<|tool_list_end|>" in source
+
+
+@dataclass
+class ChatPrompt:
+    """What ``ChatTemplate.apply`` returns, with common_chat_params' field names: the prompt, the generation
+    prompt (what the template adds for ``add_generation_prompt``; the grammar and the parser start with it),
+    and what the template analysis gives (thinking tags, preserved tokens, stops, message delimiters).
+    ``handler`` names llama.cpp's hand-written handler when the template has one (those fields are then
+    not derived yet and are None)."""
+    prompt: str
+    generation_prompt: str
+    format: str = None
+    supports_thinking: bool = None
+    thinking_start_tag: str = None
+    thinking_end_tags: list = None
+    preserved_tokens: list = None
+    additional_stops: list = None
+    delimiters: list = None
+    handler: str = None
+    caps: dict = field(default_factory=dict)
+
+
+class ChatTemplate:
+    """A chat template as ``common_chat_templates_init`` holds it: the source (with llama.cpp's source
+    workarounds), the parsed program, bos/eos strings, whether the vocabulary adds bos/eos itself, and the
+    capabilities probed once."""
+
+    def __init__(self, source=None, bos_token="", eos_token="", add_bos=False, add_eos=False):
+        if not source or source == "chatml":
+            source = CHATML_TEMPLATE
+        if "<|channel|>" in source and "in message.content or" in source:
+            source = source.replace(
+                "{%- if \"<|channel|>analysis<|message|>\" in message.content or "
+                "\"<|channel|>final<|message|>\" in message.content %}", "{%- if false %}")
+        if "[TOOL_CALLS]" in source and "if (message['content'] is none or" in source:
+            source = source.replace(
+                "{%- if (message['content'] is none or message['content'] == '' or "
+                "message['content']|length == 0) and (message['tool_calls'] is not defined or "
+                "message['tool_calls'] is none or message['tool_calls']|length == 0) %}", "{%- if false %}")
+        self.source = source
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self.add_bos, self.add_eos = add_bos, add_eos
+        self.program = Program(source)
+        self.caps = caps_get(self.program)
+        self.handler = specialized_handler(source)
+        self._analysis = None
+
+    @property
+    def analysis(self):
+        """The differential analysis of the template (computed once)."""
+        if self._analysis is None:
+            from ._analysis import Analysis
+            self._analysis = Analysis(self)
+        return self._analysis
+
+    # -- rendering (common_chat_template_direct_apply_impl) ------------------------------------------------
+
+    def normalize(self, messages):
+        """messages_inp_normalizer with this template's capabilities."""
+        return _normalize(messages, self.caps)
+
+    def render(self, messages, tools=None, add_generation_prompt=False, enable_thinking=True, extra_context=None,
+               now=None, strip_bos_eos=True):
+        """The template rendered over already-prepared messages (JSON form): llama.cpp's direct apply."""
+        variables = {"messages": self.normalize(messages), "bos_token": self.bos_token, "eos_token": self.eos_token,
+                     "enable_thinking": enable_thinking}
+        if tools:
+            variables["tools"] = tools
+        if extra_context:
+            variables.update(extra_context)
+        if add_generation_prompt:
+            variables["add_generation_prompt"] = True
+        if isinstance(variables.get("preserve_reasoning"), bool):
+            variables.update(preserve_reasoning(variables["preserve_reasoning"]))
+        effort = variables.get("reasoning_effort")
+        if isinstance(effort, str) and effort:
+            variables["reasoning_effort"] = variables["reasoning_strength"] = effort
+        result = self.program.render(variables, now=now)
+        if strip_bos_eos and self.add_bos and result.startswith(self.bos_token):
+            result = result[len(self.bos_token):]
+        if strip_bos_eos and self.add_eos and self.eos_token and result.endswith(self.eos_token):
+            result = result[:len(result) - len(self.eos_token)]
+        return result
+
+    def generation_prompt(self, messages, tools=None, enable_thinking=True, extra_context=None, now=None):
+        """common_chat_template_generation_prompt: what add_generation_prompt appends, as the common-prefix
+        difference of the two renders."""
+        without = self.render(messages, tools, False, enable_thinking, extra_context, now)
+        with_ = self.render(messages, tools, True, enable_thinking, extra_context, now)
+        n = 0
+        limit = min(len(without), len(with_))
+        while n < limit and without[n] == with_[n]:
+            n += 1
+        return with_[n:]
+
+    # -- the request (common_chat_templates_apply_jinja up to the parser generation) ------------------------
+
+    def prepare(self, messages, tools=None, add_generation_prompt=True, continue_final_message=None,
+                enable_thinking=True, chat_template_kwargs=None, now=None):
+        """The messages and variables llama.cpp renders for a request: (messages_json, tools_json, extra_context,
+        add_generation_prompt, continuation, continue_msg)."""
+        msgs = parse_messages(messages)
+        if "You have access to the following functions in JSONSchema format" in self.source:
+            for m in msgs:
+                m["content"], m["reasoning_content"] = _trim(m["content"]), _trim(m["reasoning_content"])
+                for p in m["content_parts"]:
+                    if p["type"] == "text":
+                        p["text"] = _trim(p["text"])
+        rendered = _normalize([_msg_to_json(m) for m in msgs], self.caps)
+        continuation = _parse_continuation(continue_final_message)
+        continue_msg = None
+        if continuation != CONTINUATION_NONE:
+            add_generation_prompt = False
+            if msgs:
+                continue_msg = msgs[-1]
+                rendered = rendered[:-1]
+            if continuation == CONTINUATION_AUTO and msgs:
+                continuation = CONTINUATION_CONTENT
+                if continue_msg["reasoning_content"] and not continue_msg["content"] and not continue_msg["content_parts"]:
+                    continuation = CONTINUATION_REASONING
+        if "<|channel|>" not in self.source:
+            for m in rendered:
+                if m.get("role") == "developer":
+                    m["role"] = "system"
+        if not self.caps.supports_system_role and rendered and rendered[0].get("role") == "system":
+            if len(rendered) > 1:
+                first, second = rendered[0], dict(rendered[1])
+                second["content"] = _as_text(first.get("content")) + "\n" + _as_text(second.get("content"))
+                rendered = [second] + rendered[2:]
+            else:
+                rendered = rendered[1:]
+        if self.caps.supports_tool_calls:
+            for m in rendered:
+                if "tool_calls" in m and "content" not in m:
+                    m["content"] = ""
+        if self.caps.supports_object_arguments:
+            for m in rendered:
+                for call in m.get("tool_calls", ()):
+                    args = call.get("function", {}).get("arguments")
+                    if isinstance(args, str):
+                        try:
+                            call["function"]["arguments"] = json.loads(args)
+                        except ValueError as e:
+                            raise ChatRequestError("Failed to parse tool call arguments as JSON: %s" % e) from None
+        stamp = time.time() if now is None else now
+        extra = {"datetime": time.strftime("%b %d %Y", time.localtime(stamp)),
+                 "date_string": time.strftime("%d %b %Y", time.localtime(stamp))}
+        for key, text in (chat_template_kwargs or {}).items():
+            try:
+                extra[key] = json.loads(text)
+            except ValueError as e:
+                raise ChatRequestError("chat_template_kwargs[%r] is not JSON: %s" % (key, e)) from None
+        tools_json = _tools_json(tools)
+        return rendered, tools_json, extra, add_generation_prompt, continuation, continue_msg
+
+    def apply(self, messages, tools=None, add_generation_prompt=True, continue_final_message=None,
+              enable_thinking=True, chat_template_kwargs=None, now=None):
+        """What llama.cpp's common_chat_templates_apply gives for this request (``now``: POSIX time for
+        ``strftime_now`` / ``datetime`` / ``date_string``, default the wall clock). ``chat_template_kwargs``
+        maps names to JSON texts, as llama-server holds them; ``continue_final_message`` is True, "content"
+        or "reasoning_content" (llama-server's field)."""
+        rendered, tools_json, extra, add_gen, continuation, continue_msg = self.prepare(
+            messages, tools, add_generation_prompt, continue_final_message, enable_thinking, chat_template_kwargs, now)
+        prompt = self.render(rendered, tools_json, add_gen, enable_thinking, extra, now)
+        gen = self.generation_prompt(rendered, tools_json, enable_thinking, extra, now)
+        out = ChatPrompt(prompt, gen, handler=self.handler, caps=self.caps.to_dict())
+        if self.handler is not None:
+            if continuation != CONTINUATION_NONE:
+                raise ChatRequestError("continue_final_message with the %s template is not supported by bankml yet"
+                                       % self.handler)
+            return out
+        a = self.analysis
+        if continuation != CONTINUATION_NONE and continue_msg is not None and not _msg_empty(continue_msg):
+            start = a.reasoning.start
+            if start:
+                cut = gen.find(start)
+                gen = (gen if cut < 0 else gen[:cut]) + start + continue_msg["reasoning_content"]
+                if continuation == CONTINUATION_CONTENT:
+                    gen += a.reasoning.end
+            if continuation == CONTINUATION_CONTENT:
+                gen += _render_content(continue_msg)
+            out.prompt += gen
+            out.generation_prompt = gen
+        out.format = "peg-native"
+        out.supports_thinking = a.reasoning.mode != "NONE"
+        out.thinking_start_tag = _trim(a.reasoning.start) if out.supports_thinking else ""
+        end = _trim(a.reasoning.end)
+        out.thinking_end_tags = [end] if out.supports_thinking and end else []
+        out.preserved_tokens = list(a.preserved_tokens)
+        out.additional_stops = list(a.additional_stops)
+        out.delimiters = ([["assistant", a.assistant_start]] if a.assistant_start else []) + \
+                         ([["user", a.user_start]] if a.user_start else [])
+        return out
+
+
+def _msg_empty(msg):
+    return not (msg["content"] or msg["content_parts"] or msg["tool_calls"] or msg["reasoning_content"]
+                or msg["tool_name"] or msg["tool_call_id"])
+
+
+def _as_text(content):
+    if not isinstance(content, str):
+        raise ChatRequestError("[json.exception.type_error.302] type must be string, but is " + _json_type(content))
+    return content
+
+
+def _tools_json(tools):
+    """common_chat_tools_parse_oaicompat + common_chat_tools_to_json_oaicompat."""
+    if not tools:
+        return None
+    out = []
+    try:
+        if not isinstance(tools, list):
+            raise ValueError("Expected 'tools' to be an array, got " + _dump(tools))
+        for tool in tools:
+            if "type" not in tool:
+                raise ValueError("Missing tool type: " + _dump(tool))
+            if tool["type"] != "function":
+                raise ValueError("Unsupported tool type: " + _dump(tool))
+            if "function" not in tool:
+                raise ValueError("Missing tool function: " + _dump(tool))
+            fn = tool["function"]
+            out.append({"type": "function", "function": {"name": _str(fn["name"]),
+                                                         "description": fn.get("description", ""),
+                                                         "parameters": fn.get("parameters", {})}})
+    except (ValueError, KeyError, TypeError) as e:
+        raise ChatRequestError("Failed to parse tools: %s; tools = %s" % (e, json.dumps(tools, indent=2))) from None
+    return out
