@@ -240,9 +240,6 @@ def run(requests, exe=None, timeout=1800):
     return started, out
 
 
-if __name__ == "__main__":
-    print(build())
-    print(len(template_names()), "templates")
 
 
 # -- the request matrix -------------------------------------------------------------------------------------
@@ -326,3 +323,13 @@ def record(path):
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as f:
         json.dump(data, f, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     return data
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:2] == ["--record"]:
+        out = pathlib.Path(__file__).parent.parent / "data" / "chat_templates_oracle.json.gz"
+        print("recorded", len(record(out)["templates"]), "templates into", out)
+    else:
+        print(build())
+        print(len(template_names()), "templates")
