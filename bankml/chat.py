@@ -324,9 +324,11 @@ class ChatTemplate:
         return _normalize(messages, self.caps)
 
     def render(self, messages, tools=None, add_generation_prompt=False, enable_thinking=True, extra_context=None,
-               now=None, strip_bos_eos=True):
-        """The template rendered over already-prepared messages (JSON form): llama.cpp's direct apply."""
-        variables = {"messages": self.normalize(messages), "bos_token": self.bos_token, "eos_token": self.eos_token,
+               now=None, strip_bos_eos=True, override=False):
+        """The template rendered over already-prepared messages (JSON form): llama.cpp's direct apply
+        (``override``: messages a handler built for this template, rendered as they are)."""
+        variables = {"messages": messages if override else self.normalize(messages),
+                     "bos_token": self.bos_token, "eos_token": self.eos_token,
                      "enable_thinking": enable_thinking}
         if tools:
             variables["tools"] = tools
@@ -346,11 +348,12 @@ class ChatTemplate:
             result = result[:len(result) - len(self.eos_token)]
         return result
 
-    def generation_prompt(self, messages, tools=None, enable_thinking=True, extra_context=None, now=None):
+    def generation_prompt(self, messages, tools=None, enable_thinking=True, extra_context=None, now=None,
+                          override=False):
         """common_chat_template_generation_prompt: what add_generation_prompt appends, as the common-prefix
         difference of the two renders."""
-        without = self.render(messages, tools, False, enable_thinking, extra_context, now)
-        with_ = self.render(messages, tools, True, enable_thinking, extra_context, now)
+        without = self.render(messages, tools, False, enable_thinking, extra_context, now, override=override)
+        with_ = self.render(messages, tools, True, enable_thinking, extra_context, now, override=override)
         n = 0
         limit = min(len(without), len(with_))
         while n < limit and without[n] == with_[n]:
@@ -418,23 +421,28 @@ class ChatTemplate:
         return rendered, tools_json, extra, add_generation_prompt, continuation, continue_msg
 
     def apply(self, messages, tools=None, add_generation_prompt=True, continue_final_message=None,
-              enable_thinking=True, chat_template_kwargs=None, now=None):
+              enable_thinking=True, chat_template_kwargs=None, json_schema=None, now=None):
         """What llama.cpp's common_chat_templates_apply gives for this request (``now``: POSIX time for
         ``strftime_now`` / ``datetime`` / ``date_string``, default the wall clock). ``chat_template_kwargs``
         maps names to JSON texts, as llama-server holds them; ``continue_final_message`` is True, "content"
-        or "reasoning_content" (llama-server's field)."""
+        or "reasoning_content" (llama-server's field); ``json_schema`` the response format's schema (a dict
+        or its JSON text), which some templates render."""
         rendered, tools_json, extra, add_gen, continuation, continue_msg = self.prepare(
             messages, tools, add_generation_prompt, continue_final_message, enable_thinking, chat_template_kwargs, now)
+        if isinstance(json_schema, str):
+            try:
+                json_schema = json.loads(json_schema) if json_schema else None
+            except ValueError as e:
+                raise ChatRequestError("json_schema is not JSON: %s" % e) from None
+        has_continuation = continuation != CONTINUATION_NONE and continue_msg is not None and not _msg_empty(continue_msg)
+        if self.handler is not None:
+            return self._apply_handler(rendered, tools_json, add_gen, enable_thinking, extra, now, continuation,
+                                       continue_msg if has_continuation else None, json_schema)
         prompt = self.render(rendered, tools_json, add_gen, enable_thinking, extra, now)
         gen = self.generation_prompt(rendered, tools_json, enable_thinking, extra, now)
         out = ChatPrompt(prompt, gen, handler=self.handler, caps=self.caps.to_dict())
-        if self.handler is not None:
-            if continuation != CONTINUATION_NONE:
-                raise ChatRequestError("continue_final_message with the %s template is not supported by bankml yet"
-                                       % self.handler)
-            return out
         a = self.analysis
-        if continuation != CONTINUATION_NONE and continue_msg is not None and not _msg_empty(continue_msg):
+        if has_continuation:
             start = a.reasoning.start
             if start:
                 cut = gen.find(start)
@@ -455,6 +463,110 @@ class ChatTemplate:
         out.delimiters = ([["assistant", a.assistant_start]] if a.assistant_start else []) + \
                          ([["user", a.user_start]] if a.user_start else [])
         return out
+
+
+    def _apply_handler(self, rendered, tools_json, add_gen, enable_thinking, extra, now, continuation, continue_msg,
+                       json_schema):
+        """The prompt side of llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context
+        they rewrite before rendering and the generation prompt they build for a continuation. Their
+        grammars, parsers and tags are not ported yet (those fields stay None)."""
+        h, src = self.handler, self.source
+        override, context = None, None
+        if h in ("gpt-oss", "lfm2", "lfm2.5"):
+            override = []
+            for m in rendered:
+                m = dict(m)
+                if isinstance(m.get("reasoning_content"), str):
+                    m["thinking"] = m["reasoning_content"]
+                    if h == "gpt-oss" and isinstance(m.get("tool_calls"), list) and m["tool_calls"]:
+                        m.pop("content", None)
+                override.append(m)
+        elif h == "ministral-3":
+            override = []
+            for m in rendered:
+                if m.get("role") not in ("system", "assistant"):
+                    override.append(m)
+                    continue
+                blocks = []
+                if isinstance(m.get("reasoning_content"), str):
+                    blocks.append({"type": "thinking", "thinking": m["reasoning_content"]})
+                if "content" in m:
+                    if isinstance(m["content"], str):
+                        blocks.append({"type": "text", "text": m["content"]})
+                    elif isinstance(m["content"], list):
+                        blocks.extend(m["content"])
+                m = dict(m, content=blocks)
+                m.pop("reasoning_content", None)
+                override.append(m)
+        elif h == "deepseek-v3.2" and "function_calls" not in src:
+            override = _deepseek_v4_sort_tool_results(rendered)
+            if isinstance(json_schema, dict):
+                context = {"response_format": json_schema}
+        elif continue_msg is not None and h not in ("deepseek-v3.2",):
+            raise ChatRequestError("continue_final_message with the %s template is not supported by bankml yet" % h)
+        ctx = dict(extra)
+        if context:
+            ctx.update(context)
+        is_override = override is not None
+        msgs = override if is_override else rendered
+        prompt = self.render(msgs, tools_json, add_gen, enable_thinking, ctx, now, override=is_override)
+        if h == "gpt-oss" and not add_gen:
+            pos = prompt.rfind("<|return|>")
+            if pos >= 0:
+                prompt = prompt[:pos] + "<|end|>" + prompt[pos + len("<|return|>"):]
+        gen = self.generation_prompt(msgs, tools_json, enable_thinking, ctx, now, override=is_override)
+        if continue_msg is not None:
+            reasoning, content = continue_msg["reasoning_content"], _render_content(continue_msg)
+            want_content = continuation == CONTINUATION_CONTENT
+            if h == "gpt-oss":
+                gen = "<|start|>assistant<|channel|>analysis<|message|>" + reasoning
+                if want_content:
+                    gen += "<|end|><|start|>assistant<|channel|>final<|message|>" + content
+            elif h == "ministral-3":
+                gen = "[THINK]" + reasoning + ("[/THINK]" + content if want_content else "")
+            elif h in ("lfm2", "lfm2.5"):
+                gen = "<|im_start|>assistant\n<think>" + reasoning + ("</think>" + content if want_content else "")
+            elif h == "deepseek-v3.2":
+                if "function_calls" not in src and not reasoning:
+                    gen = "<｜Assistant｜></think>" + (content if want_content else "")
+                else:
+                    gen = "<｜Assistant｜><think>" + reasoning + ("</think>" + content if want_content else "")
+            prompt += gen
+        return ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict())
+
+
+def _deepseek_v4_sort_tool_results(messages):
+    """DeepSeek V4 renders a run of tool results in the order of the preceding assistant's tool calls."""
+    adjusted = [dict(m) for m in messages]
+    call_order = {}
+    i = 0
+    while i < len(adjusted):
+        msg = adjusted[i]
+        role = msg.get("role", "")
+        if role == "assistant" and isinstance(msg.get("tool_calls"), list) and msg["tool_calls"]:
+            call_order = {}
+            for idx, call in enumerate(msg["tool_calls"]):
+                if call.get("id"):
+                    call_order[call["id"]] = idx
+            i += 1
+            continue
+        if role not in ("user", "tool"):
+            i += 1
+            continue
+        positions, end = [], i
+        while end < len(adjusted):
+            r = adjusted[end].get("role", "")
+            if r == "tool":
+                positions.append(end)
+            elif r != "user":
+                break
+            end += 1
+        if len(positions) > 1 and call_order:
+            results = sorted((adjusted[p] for p in positions), key=lambda m: call_order.get(m.get("tool_call_id", ""), 0))
+            for k, p in enumerate(positions):
+                adjusted[p] = results[k]
+        i = end
+    return adjusted
 
 
 def _msg_empty(msg):
