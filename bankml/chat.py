@@ -281,6 +281,10 @@ class ChatPrompt:
     additional_stops: list = None
     delimiters: list = None
     handler: str = None
+    grammar: str = None
+    grammar_lazy: bool = None
+    grammar_triggers: list = None
+    parser: "ChatParser" = None
     caps: dict = field(default_factory=dict)
 
 
@@ -421,12 +425,14 @@ class ChatTemplate:
         return rendered, tools_json, extra, add_generation_prompt, continuation, continue_msg
 
     def apply(self, messages, tools=None, add_generation_prompt=True, continue_final_message=None,
-              enable_thinking=True, chat_template_kwargs=None, json_schema=None, now=None):
+              enable_thinking=True, chat_template_kwargs=None, json_schema=None, reasoning_format="deepseek",
+              now=None):
         """What llama.cpp's common_chat_templates_apply gives for this request (``now``: POSIX time for
         ``strftime_now`` / ``datetime`` / ``date_string``, default the wall clock). ``chat_template_kwargs``
         maps names to JSON texts, as llama-server holds them; ``continue_final_message`` is True, "content"
         or "reasoning_content" (llama-server's field); ``json_schema`` the response format's schema (a dict
-        or its JSON text), which some templates render."""
+        or its JSON text), which some templates render and which gives the grammar; ``reasoning_format``
+        llama-server's (its default ``deepseek`` extracts the reasoning; ``none`` leaves it in the content)."""
         rendered, tools_json, extra, add_gen, continuation, continue_msg = self.prepare(
             messages, tools, add_generation_prompt, continue_final_message, enable_thinking, chat_template_kwargs, now)
         if isinstance(json_schema, str):
@@ -454,6 +460,15 @@ class ChatTemplate:
             out.prompt += gen
             out.generation_prompt = gen
         out.format = "peg-native"
+        extracting = reasoning_format != "none" and a.reasoning.mode != "NONE"
+        json_mode = isinstance(json_schema, dict) and bool(json_schema)
+        out.parser = ChatParser(out.generation_prompt, a, extracting, json_mode)
+        if json_mode:
+            out.grammar = response_format_grammar(json_schema, _prefix(out.generation_prompt, _trim(a.reasoning.start)),
+                                                  a.reasoning.start if extracting else "",
+                                                  a.reasoning.end if extracting else "")
+            out.grammar_lazy = False
+            out.grammar_triggers = []
         out.supports_thinking = a.reasoning.mode != "NONE"
         out.thinking_start_tag = _trim(a.reasoning.start) if out.supports_thinking else ""
         end = _trim(a.reasoning.end)
@@ -567,6 +582,162 @@ def _deepseek_v4_sort_tool_results(messages):
                 adjusted[p] = results[k]
         i = end
     return adjusted
+
+
+class ChatMessage:
+    """What common_chat_parse returns (the fields bankml fills so far): content and reasoning_content."""
+    __slots__ = ("content", "reasoning_content")
+
+    def __init__(self, content="", reasoning_content=""):
+        self.content, self.reasoning_content = content, reasoning_content
+
+    def __eq__(self, other):
+        return (self.content, self.reasoning_content) == (other.content, other.reasoning_content)
+
+    def __repr__(self):
+        return "ChatMessage(content=%r, reasoning_content=%r)" % (self.content, self.reasoning_content)
+
+    def empty(self):
+        return not self.content and not self.reasoning_content
+
+
+class ChatParseError(ValueError):
+    """The answer does not match the parser (llama-server's message), or a stream whose text shrank."""
+
+
+def _string_diff(last, current):
+    if not last:
+        return current
+    if not current.startswith(last):
+        if last.startswith(current):
+            return ""
+        raise ChatParseError("Invalid diff: '%s' not found at start of '%s'" % (last, current))
+    return current[len(last):]
+
+
+def msg_diffs(previous, current):
+    """common_chat_msg_diff::compute_diffs: [(reasoning_content_delta, content_delta)], one entry per field
+    that changed (reasoning first)."""
+    out = []
+    if previous.reasoning_content != current.reasoning_content:
+        out.append((_string_diff(previous.reasoning_content, current.reasoning_content), ""))
+    if previous.content != current.content:
+        out.append(("", _string_diff(previous.content, current.content)))
+    return out
+
+
+class ChatParser:
+    """The PEG chat parser llama.cpp's auto-parser builds for an analysed template without tools
+    (autoparser::build_parser), run as common_chat_peg_parse runs it: on the generation prompt followed by the
+    answer, leniently (an answer cut short asks for more instead of failing)."""
+
+    def __init__(self, generation_prompt, analysis, extracting, json_mode):
+        from . import _peg
+        self._peg = _peg
+        self.generation_prompt = generation_prompt
+        r, c = analysis.reasoning, analysis.content
+        reasoning_start = _trim(r.start)
+        if extracting and r.end:
+            inner = ([] if not r.start else _optspace_peg(_peg, r.start)) + \
+                [_peg.Tag("reasoning", _peg.Until(_trim(r.end)))] + _optspace_peg(_peg, r.end)
+            reasoning = _peg.optional(_peg.Seq(*inner))
+        else:
+            reasoning = _peg.Eps()
+        prefix = _peg.Lit(_prefix(generation_prompt, reasoning_start)) if generation_prompt else _peg.Eps()
+        pure_content = r.mode == "NONE"
+        if json_mode:
+            value = _peg.Tag("content", _peg.json_value_parser())
+            body = _peg.Seq(reasoning, _peg.Space(), _peg.Choice(
+                _peg.Seq(_peg.Lit("```json"), _peg.Space(), value, _peg.Space(), _peg.Lit("```")),
+                _peg.Seq(_peg.Space(), value, _peg.Space())), _peg.End())
+            pure_content = False
+        elif c.is_always_wrapped():
+            if extracting:
+                body = _peg.Seq(reasoning, _peg.Lit(c.start), _peg.Tag("content", _peg.Until(c.end)), _peg.Lit(c.end),
+                                _peg.End())
+            else:
+                body = _peg.Seq(_peg.Tag("content", _peg.Until(c.start)), _peg.Lit(c.start),
+                                _peg.Tag("content", _peg.Until(c.end)), _peg.Lit(c.end), _peg.End())
+        else:
+            body = _peg.Seq(reasoning, _peg.Tag("content", _peg.Until()), _peg.End())
+        self._root = _peg.Seq(prefix, body) if pure_content else _peg.Seq(prefix, _peg.Space(), body)
+
+    def parse(self, raw, partial=False):
+        """The message for a raw answer (``partial``: a stream in progress). Raises ChatParseError with
+        llama-server's message when a whole answer does not match."""
+        _peg = self._peg
+        data = (self.generation_prompt + raw).encode("utf-8", "surrogatepass") if isinstance(raw, str) else \
+            self.generation_prompt.encode("utf-8") + bytes(raw)
+        result = self._root.parse(data, 0)
+        if result.type == _peg.FAIL:
+            if partial and result.end > 0:
+                return ChatMessage()
+            raise ChatParseError("The model produced output that does not match the expected peg-native format")
+        content, reasoning = [], []
+        for node in _peg.visit(result.nodes):
+            if node.tag == "content":
+                content.append(node.text(data))
+            elif node.tag == "reasoning":
+                reasoning.append(node.text(data))
+        reasoning_text = b"".join(reasoning)
+        if not reasoning_text.strip(b" \n\r\t"):
+            reasoning_text = b""
+        return ChatMessage(b"".join(content).decode("utf-8", "replace"), reasoning_text.decode("utf-8", "replace"))
+
+
+def _optspace_peg(_peg, tag):
+    core = _trim(tag)
+    lead = tag[:len(tag) - len(tag.lstrip(" \t\n\v\f\r"))]
+    trail = tag[len(tag.rstrip(" \t\n\v\f\r")):]
+    return ([_peg.optional(_peg.Lit(ch)) for ch in lead] + [_peg.Lit(core)]
+            + [_peg.optional(_peg.Lit(ch)) for ch in trail])
+
+
+def _prefix(text, delimiter):
+    """common_chat_peg_builder::prefix: the text up to the delimiter (all of it when absent or empty)."""
+    if not delimiter:
+        return text
+    cut = text.find(delimiter)
+    return text if cut < 0 else text[:cut]
+
+
+def response_format_grammar(schema, prefix, reasoning_start="", reasoning_end=""):
+    """The GBNF llama.cpp's auto-parser builds for a response format (autoparser::build_parser, then
+    common_peg_arena::build_grammar): the schema's rules, the JSON rules of ``p.json()``, and ``root``: the
+    generation prompt up to the reasoning block, the optional reasoning block (when the reasoning is extracted),
+    then the value fenced in ```` ```json ```` or bare. Raises SchemaError for a schema llama.cpp refuses."""
+    from .constraint import _JSON_RULES, _excluding_rules, _optspace, _UNWRAPPED
+    from .errors import SchemaError
+    from .schema import SchemaDocument, build_grammar, gbnf_format_literal
+    head = "Unable to generate parser for this template. Automatic parser generation failed: "
+    try:
+        node = SchemaDocument(schema).root
+
+        def callback(builder):
+            for name, rule in _JSON_RULES:
+                builder.add_rule(name, rule)
+            builder.add_rule("response-format", builder.add_schema("response-format-schema", node))
+            parts = [gbnf_format_literal(prefix)] if prefix else []
+            parts.append("space")
+            if reasoning_end:
+                end = _trim(reasoning_end)
+                # the until parser's id in llama.cpp's arena: 4 parsers before it, 3 per optional space of
+                # optspace(end), which GCC builds first
+                ws = len(reasoning_end) - len(reasoning_end.lstrip(" \t\n\v\f\r")) + \
+                    len(reasoning_end) - len(reasoning_end.rstrip(" \t\n\v\f\r"))
+                until = _excluding_rules(builder, "until-%d" % (4 + 3 * ws), end)
+                inner = (_optspace(reasoning_start) if reasoning_start else []) + [until] + _optspace(reasoning_end)
+                parts.append("(" + " ".join(inner) + ")?")
+            parts.append("space")
+            parts.append('("```json" space response-format space "```" | space response-format space)')
+            builder.add_rule("root", " ".join(parts))
+        return build_grammar(callback)
+    except SchemaError as e:
+        message = str(e)
+        wrapped = "JSON schema conversion failed:\n"
+        if message.startswith(wrapped) and message[len(wrapped):].startswith(_UNWRAPPED):
+            message = message[len(wrapped):]
+        raise SchemaError(head + message, e.pointer) from None
 
 
 def _msg_empty(msg):
