@@ -443,7 +443,7 @@ class ChatTemplate:
         has_continuation = continuation != CONTINUATION_NONE and continue_msg is not None and not _msg_empty(continue_msg)
         if self.handler is not None:
             return self._apply_handler(rendered, tools_json, add_gen, enable_thinking, extra, now, continuation,
-                                       continue_msg if has_continuation else None, json_schema)
+                                       continue_msg if has_continuation else None, json_schema, reasoning_format)
         prompt = self.render(rendered, tools_json, add_gen, enable_thinking, extra, now)
         gen = self.generation_prompt(rendered, tools_json, enable_thinking, extra, now)
         out = ChatPrompt(prompt, gen, handler=self.handler, caps=self.caps.to_dict())
@@ -481,7 +481,7 @@ class ChatTemplate:
 
 
     def _apply_handler(self, rendered, tools_json, add_gen, enable_thinking, extra, now, continuation, continue_msg,
-                       json_schema):
+                       json_schema, reasoning_format):
         """The prompt side of llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context
         they rewrite before rendering and the generation prompt they build for a continuation. Their
         grammars, parsers and tags are not ported yet (those fields stay None)."""
@@ -517,7 +517,7 @@ class ChatTemplate:
             override = _deepseek_v4_sort_tool_results(rendered)
             if isinstance(json_schema, dict):
                 context = {"response_format": json_schema}
-        elif continue_msg is not None and h not in ("deepseek-v3.2",):
+        elif continue_msg is not None and h not in ("deepseek-v3.2", "qwen3-coder"):
             raise ChatRequestError("continue_final_message with the %s template is not supported by bankml yet" % h)
         ctx = dict(extra)
         if context:
@@ -541,13 +541,22 @@ class ChatTemplate:
                 gen = "[THINK]" + reasoning + ("[/THINK]" + content if want_content else "")
             elif h in ("lfm2", "lfm2.5"):
                 gen = "<|im_start|>assistant\n<think>" + reasoning + ("</think>" + content if want_content else "")
+            elif h == "qwen3-coder":
+                gen = "<|im_start|>assistant\n"
+                if "<think>" in src:
+                    gen += "<think>\n" + reasoning + ("\n</think>\n\n" if want_content else "")
+                if want_content:
+                    gen += content
             elif h == "deepseek-v3.2":
                 if "function_calls" not in src and not reasoning:
                     gen = "<｜Assistant｜></think>" + (content if want_content else "")
                 else:
                     gen = "<｜Assistant｜><think>" + reasoning + ("</think>" + content if want_content else "")
             prompt += gen
-        return ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict())
+        out = ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict())
+        if h == "qwen3-coder":
+            _qwen3_coder(out, src, json_schema, reasoning_format != "none")
+        return out
 
 
 def _deepseek_v4_sort_tool_results(messages):
@@ -691,6 +700,153 @@ def _optspace_peg(_peg, tag):
     trail = tag[len(tag.rstrip(" \t\n\v\f\r")):]
     return ([_peg.optional(_peg.Lit(ch)) for ch in lead] + [_peg.Lit(core)]
             + [_peg.optional(_peg.Lit(ch)) for ch in trail])
+
+
+class _Peek:
+    """common_peg_and_parser: the child must match here; nothing is consumed."""
+
+    def __init__(self, child):
+        self.child = child
+
+    def parse(self, data, pos):
+        from . import _peg
+        r = self.child.parse(data, pos)
+        return _peg.Result(r.type, pos)
+
+
+class _HandlerParser(ChatParser):
+    """A hand-written handler's parser: the PEG tree is given."""
+
+    def __init__(self, generation_prompt, root):
+        from . import _peg
+        self._peg = _peg
+        self.generation_prompt = generation_prompt
+        self._root = root
+
+
+def _qwen3_coder(out, source, json_schema, extract_reasoning):
+    """common/parsers/qwen3-coder.cpp without tools: Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5."""
+    from . import _peg
+    gen_prefix = "<|im_start|>assistant\n"
+    thinking = "<think>" in source
+    out.format = "peg-native"
+    out.supports_thinking = thinking
+    out.preserved_tokens = ["<tool_call>", "</tool_call>"]
+    out.thinking_start_tag, out.thinking_end_tags = "", []
+    if thinking:
+        out.thinking_start_tag = "<think>"
+        out.thinking_end_tags = ["\n</think>", "</think>", "<tool_call>"]
+        out.preserved_tokens += ["<think>", "</think>"]
+    out.additional_stops = []
+    out.delimiters = [["assistant", "<|im_start|>assistant"], ["tool", "<|im_start|>user\n<tool_response>"],
+                      ["tool", "<|im_start|>tool_response"], ["user", "<|im_start|>user"],
+                      ["system", "<|im_start|>system"]]
+    with_reasoning = thinking and extract_reasoning
+    reasoning = _peg.Eps()
+    if with_reasoning:
+        reasoning = _peg.optional(_peg.Seq(
+            _peg.Lit("<think>"), _peg.Space(), _peg.Tag("reasoning", _peg.Until("</think>", "<tool_call>")),
+            _peg.Choice(_peg.Lit("</think>"), _Peek(_peg.Lit("<tool_call>")))))
+    json_mode = isinstance(json_schema, dict) and bool(json_schema)
+    body = _peg.json_value_parser() if json_mode else _peg.Until()
+    root = _peg.Seq(_peg.Lit(gen_prefix), _peg.Seq(reasoning, _peg.Space(), _peg.Tag("content", body)))
+    out.parser = _HandlerParser(out.generation_prompt, root)
+    if json_mode:
+        out.grammar_lazy, out.grammar_triggers = False, []
+
+        def parts(builder, node):
+            head = [gbnf_literal(gen_prefix)]
+            if with_reasoning:
+                # the until parser is the 7th of the arena (id 6)
+                until = _excluding_grammar(builder, "until-6", ["</think>", "<tool_call>"])
+                head.append('("<think>" space %s ("</think>" | ))?' % until)
+            return head + ["space", builder.add_schema("response-format", node)]
+        out.grammar = _schema_grammar(json_schema, parts)
+
+
+def gbnf_literal(text):
+    from .schema import gbnf_format_literal
+    return gbnf_format_literal(text)
+
+
+def _schema_grammar(schema, root_parts):
+    """A grammar with the JSON rules of ``p.json()``, the schema's rules and a root made of ``root_parts``;
+    SchemaError with llama.cpp's message for a schema it refuses."""
+    from .constraint import _JSON_RULES, _UNWRAPPED
+    from .errors import SchemaError
+    from .schema import SchemaDocument, build_grammar
+    try:
+        node = SchemaDocument(schema).root
+
+        def callback(builder):
+            for name, rule in _JSON_RULES:
+                builder.add_rule(name, rule)
+            builder.add_rule("root", " ".join(root_parts(builder, node)))
+        return build_grammar(callback)
+    except SchemaError as e:
+        message = str(e)
+        wrapped = "JSON schema conversion failed:\n"
+        if message.startswith(wrapped) and message[len(wrapped):].startswith(_UNWRAPPED):
+            message = message[len(wrapped):]
+        raise SchemaError(message, e.pointer) from None
+
+
+def _gbnf_char_class(chars, negate):
+    out = "[^" if negate else "["
+    for c in chars:
+        out += "\\" + c if c in "]\\^-[" else c
+    return out + "]"
+
+
+def _excluding_grammar(builder, prefix, words):
+    """gbnf_excluding_grammar: strings containing none of ``words``, as the complement of their Aho-Corasick
+    automaton (states numbered as the trie is built, word by word)."""
+    goto, terminal = [{}], [False]
+    for w in words:
+        q = 0
+        for c in w:
+            if c not in goto[q]:
+                goto.append({})
+                terminal.append(False)
+                goto[q][c] = len(goto) - 1
+            q = goto[q][c]
+        terminal[q] = True
+    fail = [0] * len(goto)
+    order = list(goto[0].values())
+    for q in order:
+        for c, d in goto[q].items():
+            f = fail[q]
+            while f and c not in goto[f]:
+                f = fail[f]
+            fail[d] = goto[f][c] if c in goto[f] and goto[f][c] != d else 0
+            terminal[d] = terminal[d] or terminal[fail[d]]
+            order.append(d)
+    alphabet = sorted({c for w in words for c in w})
+
+    def nxt(q, c):
+        while q and c not in goto[q]:
+            q = fail[q]
+        return goto[q].get(c, 0)
+
+    def name(q):
+        return prefix if q == 0 else "%s-%02d" % (prefix, q)
+    for q in range(len(goto)):
+        if terminal[q]:
+            continue
+        buckets, specific = {}, []
+        for c in alphabet:
+            d = nxt(q, c)
+            if terminal[d]:
+                specific.append(c)
+            elif d != 0:
+                buckets.setdefault(d, []).append(c)
+                specific.append(c)
+        rhs = "|"
+        for d in sorted(buckets):
+            rhs += " " + _gbnf_char_class(buckets[d], False) + " " + name(d) + " |"
+        rhs += " " + _gbnf_char_class(specific, True) + " " + name(0)
+        builder.add_rule(name(q), rhs)
+    return name(0)
 
 
 def _prefix(text, delimiter):
