@@ -694,6 +694,63 @@ class ChatParser:
         return ChatMessage(b"".join(content).decode("utf-8", "replace"), reasoning_text.decode("utf-8", "replace"))
 
 
+def chat_message(parser, raw):
+    """The assistant message llama-server answers a non-streamed request with: the parsed content and
+    reasoning, or, when the parse holds neither, the raw text as content
+    (server_task_result_cmpl_final::to_json_oaicompat_chat). Raises ChatParseError where llama.cpp refuses."""
+    msg = parser.parse(raw, partial=False)
+    if msg.empty():
+        text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace")
+        return {"role": "assistant", "content": text}
+    out = {"role": "assistant", "content": msg.content}
+    if msg.reasoning_content:
+        out["reasoning_content"] = msg.reasoning_content
+    return out
+
+
+class ChatStream:
+    """The deltas of a streamed answer as llama-server sends them (task_result_state::update_chat_msg):
+    after each piece the whole answer is parsed partially; a refused or empty parse leaves the previous
+    message; the deltas are common_chat_msg_diff's. ``push(piece)`` returns the content delta ("" often) and
+    keeps the (reasoning, content) diffs in ``diffs``; ``finish()`` does the final, non-partial parse."""
+
+    def __init__(self, parser):
+        self.parser = parser
+        self._data = bytearray()
+        self.message = ChatMessage()
+        self.diffs = []
+        self.content = ""
+        self.reasoning = ""
+
+    @property
+    def raw(self):
+        return bytes(self._data)
+
+    def _update(self, partial):
+        try:
+            msg = self.parser.parse(bytes(self._data), partial)
+        except ChatParseError:
+            if partial:
+                return ""
+            raise
+        if msg.empty():
+            self.diffs = []
+            return ""
+        self.diffs = msg_diffs(self.message, msg)
+        self.message = msg
+        delta = "".join(d[1] for d in self.diffs)
+        self.content += delta
+        self.reasoning += "".join(d[0] for d in self.diffs)
+        return delta
+
+    def push(self, piece):
+        self._data += piece.encode("utf-8", "surrogatepass") if isinstance(piece, str) else bytes(piece)
+        return self._update(partial=True)
+
+    def finish(self):
+        return self._update(partial=False)
+
+
 def _optspace_peg(_peg, tag):
     core = _trim(tag)
     lead = tag[:len(tag) - len(tag.lstrip(" \t\n\v\f\r"))]

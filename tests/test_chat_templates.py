@@ -264,3 +264,43 @@ def test_live_oracle_agrees_with_bankml(templates):
         assert {k: v for k, v in ans.items() if k != "prompt"} == {k: v for k, v in rec.items() if k != "prompt"}, \
             (name, r)
     assert not unexpected, unexpected[:20]
+
+
+def test_stream_and_message_agree_with_the_two_template_content_rule(templates):
+    """ChatStream / chat_message (llama-server's update_chat_msg and final message) give what bankml.content
+    gives on the two templates it models, which tests/test_chat_oracle.py checks against llama.cpp: streamed
+    in pieces of 1, 3 and 7 characters and whole, JSON mode or not, over the recorded server answers and
+    hand-made ones (fences, padding, an escape cut short, reasoning, the raw fallback)."""
+    from bankml.chat import ChatStream, chat_message
+    from bankml.constraint import Constraint
+    from bankml.content import ContentStream, json_message
+    recorded = json.loads((pathlib.Path(__file__).parent / "data" / "llama-server-jsonmode.json").read_text("utf-8"))
+    texts = ['{"a": 1}', '```json\n{"a": [1, 2, "x\\u00e9"]}\n```', '  {"name": "Tom", "age": 3}  ', "hello",
+             '<think>hm</think>{"a":1}', "```", "", '{"a": "x\\', 'é{"a":1}'] + [c["content"] for c in recorded.values()]
+
+    def run(fn):
+        try:
+            return fn(), None
+        except ValueError as e:
+            return None, str(e)
+    cases = 0
+    for kind, tmpl, thinkings in (("qwen3", templates["Qwen-Qwen3-0.6B.jinja"], (False, True)),
+                                  ("chatml", ChatTemplate("chatml"), (False,))):
+        for thinking in thinkings:
+            for json_mode in (True, False):
+                con = Constraint("json_object", {"type": "object"}) if json_mode else Constraint()
+                out = tmpl.apply([{"role": "user", "content": "x"}], enable_thinking=thinking,
+                                 chat_template_kwargs={"enable_thinking": "true" if thinking else "false"},
+                                 json_schema={"type": "object"} if json_mode else None)
+                for text in texts:
+                    for size in (1, 3, 7):
+                        def stream(s):
+                            got = "".join(s.push(text[i:i + size]) for i in range(0, len(text), size))
+                            return got + s.finish()
+                        want = run(lambda: stream(ContentStream(con, kind, thinking, incremental=False)))
+                        assert run(lambda: stream(ChatStream(out.parser))) == want, (kind, thinking, text, size)
+                        cases += 1
+                    want = run(lambda: json_message(text, kind, thinking, con))
+                    assert run(lambda: chat_message(out.parser, text)) == want, (kind, thinking, text)
+                    cases += 1
+    assert cases == 360
