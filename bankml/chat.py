@@ -986,3 +986,29 @@ def _tools_json(tools):
     except (ValueError, KeyError, TypeError) as e:
         raise ChatRequestError("Failed to parse tools: %s; tools = %s" % (e, json.dumps(tools, indent=2))) from None
     return out
+
+
+class ChatJob:
+    """What a runtime needs from the chat layer for one chat request (``for_constraint``): the prompt, the
+    grammar text (None: unconstrained), the text the grammar is fed first (``prefill``), the parser of the
+    answer (None when bankml does not build this template's parser yet: the content is the raw text), and
+    the additional stop strings."""
+    __slots__ = ("prompt", "grammar", "prefill", "parser", "stops", "chat")
+
+    def __init__(self, prompt, grammar, prefill, parser, stops, chat):
+        self.prompt, self.grammar, self.prefill, self.parser, self.stops, self.chat = \
+            prompt, grammar, prefill, parser, stops, chat
+
+
+def for_constraint(template, messages, constraint, thinking=False, now=None):
+    """llama-server's chat path for a ``bankml.constraint.Constraint``: a response format (JSON mode, a schema
+    object) gets the chat grammar prefilled with the generation prompt (common_grammar_needs_prefill); a GBNF
+    grammar, a top-level schema that is not an object or no constraint get the constraint's own grammar, not
+    prefilled, and the content parser. Templates whose handler bankml does not port yet get llama.cpp's
+    prompt, the constraint's own grammar and no parser."""
+    schema = constraint.schema if constraint.is_json else None
+    out = template.apply(messages, json_schema=schema, enable_thinking=thinking, now=now)
+    if out.parser is not None and schema is not None:
+        return ChatJob(out.prompt, out.grammar, out.generation_prompt, out.parser, out.additional_stops, out)
+    grammar = constraint.to_grammar(None)[0]
+    return ChatJob(out.prompt, grammar, None, out.parser, out.additional_stops or [], out)
