@@ -304,3 +304,32 @@ def test_stream_and_message_agree_with_the_two_template_content_rule(templates):
                     assert run(lambda: chat_message(out.parser, text)) == want, (kind, thinking, text)
                     cases += 1
     assert cases == 360
+
+
+@pytest.mark.parametrize("template", ["Qwen3.5-4B.jinja", "HuggingFaceTB-SmolLM3-3B.jinja", "Qwen-Qwen3-0.6B.jinja"])
+def test_model_chat_uses_the_template_file(tmp_path, template):
+    """SmolLM2 given another template with chat_template_file (llama-server's --chat-template-file): the
+    Job's prompt, grammar and prefill are what the pinned llama.cpp gave for that template (recorded above:
+    JSON mode, thinking off; these templates do not use bos_token, so SmolLM2's does not matter), and the
+    answer goes through that template's parser."""
+    from bankml import SamplerParams
+    from bankml.constraint import Constraint
+    from bankml.runtime import Model
+
+    from .oracle_support import smollm2_path
+    path = tmp_path / template
+    path.write_text(RECORDED["templates"][template]["source"], encoding="utf-8")
+    want = RECORDED["templates"][template]["answers"]["json_object/think-off"]
+    model = Model(smollm2_path(), n_ctx=1024, n_threads=2, chat_template_file=str(path))
+    try:
+        job = model.chat(MATRIX["json_object/think-off"]["messages"], Constraint("json_object", {"type": "object"}),
+                         SamplerParams(seed=3), 40)
+        assert job.prompt == want["prompt"]
+        assert job.grammar_text == want["grammar"]
+        assert job.prefill_tokens == model.tokenize(want["generation_prompt"], False, True)
+        result = job.run()
+        parsed = model.chat_layer().apply(MATRIX["json_object/think-off"]["messages"], json_schema={"type": "object"},
+                                          enable_thinking=False).parser.parse(result.text, partial=False)
+        assert result.content == (parsed.content or result.text)
+    finally:
+        model.close()
