@@ -154,8 +154,9 @@ def cmd_generate(args):
         return 2
     try:
         model = Model(args.model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
-                      n_threads=args.threads, n_threads_batch=args.threads_batch, no_repack=args.no_repack)
-    except ModelError as err:
+                      n_threads=args.threads, n_threads_batch=args.threads_batch, no_repack=args.no_repack,
+                      chat_template_file=args.chat_template_file)
+    except (ModelError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
@@ -229,6 +230,7 @@ def build_parser():
     generate.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     generate.add_argument("--stream", action="store_true", help="print the answer as it grows")
     generate.add_argument("--raw", action="store_true", help="no chat template: the prompt as it is (/v1/completions)")
+    generate.add_argument("--chat-template-file", help="a Jinja chat template replacing the model's (llama-server's flag)")
     _generation_args(generate)
     _sampling_args(generate)
     generate.set_defaults(run=cmd_generate)

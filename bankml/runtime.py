@@ -330,7 +330,7 @@ class Model:
 
     def __init__(self, path=None, *, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=None,
                  n_threads_batch=None, n_parallel=1, flash_attn=False, grammar_cache=64, verbose=False,
-                 no_repack=False):
+                 no_repack=False, chat_template_file=None):
         L = self._L = _llama()
         self.path = os.fspath(path) if path is not None else default_model_path()
         if not os.path.isfile(self.path):
@@ -359,6 +359,10 @@ class Model:
             raise ModelError(f"bankml reads {len(self.vocab)} tokens in {self.path}, libllama {self.n_vocab}")
         raw = L.llama_model_chat_template(self._model, None)
         self.chat_template = raw.decode("utf-8") if raw else None
+        if chat_template_file is not None:  # llama-server's --chat-template-file: replaces the GGUF's
+            with open(chat_template_file, encoding="utf-8") as handle:
+                self.chat_template = handle.read()
+        self._chat_layer = None
         self.template = template_kind(self.chat_template)
         self.name = os.path.basename(self.path)
         self._sampler_vocab = _SamplerVocab(self.vocab, self.tokenize)
@@ -439,20 +443,36 @@ class Model:
 
     # -- jobs
 
+    def chat_layer(self):
+        """The model's template as bankml.chat holds it (llama.cpp's ChatML when the model has none)."""
+        if self._chat_layer is None:
+            from .chat import ChatTemplate, TemplateError
+            L = self._L
+            specials = []
+            for fn in (L.llama_vocab_bos, L.llama_vocab_eos):
+                tok = fn(self._lvocab)
+                specials.append(self.vocab.piece(tok).decode("utf-8", "replace") if 0 <= tok < self.n_vocab else "")
+            try:
+                self._chat_layer = ChatTemplate(self.chat_template, specials[0], specials[1],
+                                                bool(L.llama_vocab_get_add_bos(self._lvocab)),
+                                                bool(L.llama_vocab_get_add_eos(self._lvocab)))
+            except TemplateError as e:
+                raise RequestError(str(e)) from None
+        return self._chat_layer
+
     def chat(self, messages, constraint=None, params=None, max_tokens=-1, stop=(), thinking=False):
-        """A Job for chat messages, as /v1/chat/completions: the template, the constraint's grammar (JSON
-        mode goes through the chat grammar with its generation-prompt prefill), the content rule."""
+        """A Job for chat messages, as /v1/chat/completions, through bankml.chat: llama.cpp's prompt, the
+        chat grammar of a response format prefilled with the generation prompt, the template's parser."""
+        from .chat import ChatRequestError, TemplateError, for_constraint
         constraint = constraint or Constraint()
-        prompt = self.apply_template(messages, True)
-        if self.template is None:
-            # no modelled chat grammar for this template: the constraint's bare grammar
-            grammar_text, prefill = constraint.to_grammar(None)[0], None
-        else:
-            grammar_text, prefill = constraint.to_grammar(self.template, thinking)
-            if not constraint.is_json:
-                prefill = None  # only output-format grammars are prefilled (common_grammar_needs_prefill)
-        return Job(self, prompt, grammar_text, prefill, params, max_tokens, stop, chat=True,
-                   constraint=constraint, thinking=thinking)
+        if not isinstance(messages, list) or not messages:
+            raise RequestError("'messages' must be a non-empty array")
+        try:
+            req = for_constraint(self.chat_layer(), messages, constraint, thinking)
+        except (ChatRequestError, TemplateError) as e:
+            raise RequestError(str(e)) from None
+        return Job(self, req.prompt, req.grammar, req.prefill, params, max_tokens, list(stop or ()) + req.stops,
+                   chat=True, constraint=constraint, thinking=thinking, parser=req.parser or False)
 
     def complete(self, prompt, constraint=None, params=None, max_tokens=-1, stop=()):
         """A Job for a raw prompt, as /v1/completions: no template, the bare grammar, the raw text."""
@@ -522,8 +542,9 @@ class Job:
     compiles everything, so a bad schema, grammar or field fails before any token is computed."""
 
     def __init__(self, model, prompt, grammar_text, prefill, params, max_tokens, stop, chat, constraint,
-                 thinking=False):
+                 thinking=False, parser=None):
         self.model = model
+        self.parser = parser  # bankml.chat's parser; False: the raw text is the content
         self.prompt = prompt
         self.grammar_text = grammar_text
         self.constraint = constraint
@@ -581,8 +602,12 @@ class Job:
         model = self.model
         vocab = model.vocab
         sampler = self.sampler
-        content = ContentStream(self.constraint, model.template or "chatml", self.thinking) \
-            if self.chat and model.template else None
+        if self.parser:
+            from .chat import ChatStream
+            content = ChatStream(self.parser)
+        else:
+            content = ContentStream(self.constraint, model.template or "chatml", self.thinking) \
+                if self.chat and model.template and self.parser is None else None
         json_mode = self.chat and self.constraint.is_json
         t0 = time.perf_counter()
         slot.clear()
@@ -656,7 +681,11 @@ class Job:
             except ValueError:
                 pass
         message = {}
-        if self.chat and model.template and finish != "cancelled":
+        if self.parser and finish != "cancelled":
+            from .chat import chat_message
+            message = chat_message(self.parser, text)
+            answer = message["content"]
+        elif self.chat and model.template and self.parser is None and finish != "cancelled":
             message = json_message(text, model.template, self.thinking, self.constraint)
             answer = message["content"]
         else:

@@ -1,0 +1,1014 @@
+"""Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+
+The chat layer of llama-server for any chat template: what ``common_chat_templates_init`` and
+``common_chat_templates_apply`` (``common/chat.cpp``) make of a template and a request. This module owns the
+request side: the OpenAI messages read as llama.cpp reads them (``common_chat_msgs_parse_oaicompat``), the
+template's capabilities (``jinja::caps_get``), the workarounds llama.cpp applies to the messages before
+rendering, the extra variables it gives the template (``datetime``, ``date_string``, ``chat_template_kwargs``,
+``enable_thinking``, the reasoning-preservation and reasoning-effort aliases), the prompt, and the generation
+prompt (the text the template adds for ``add_generation_prompt``, which the grammar and the parser start
+with). The rendering itself is ``bankml._jinja``'s.
+
+It does not own (yet) what llama.cpp derives from the template's structure -- the differential analysis of
+``common/chat-diff-analyzer.cpp`` and the specialised handlers of ``common/parsers/`` that give the format,
+the thinking tags, the grammar, its triggers, the preserved tokens and the parser; see
+``docs/modules/chat.md``. Tools are read and rendered (``tools`` reach the template as llama.cpp passes them)
+so that the next step only adds the grammar and parsing of tool calls.
+
+Typical use, without a model::
+
+    tmpl = ChatTemplate(source, bos_token="<s>", eos_token="</s>")
+    out = tmpl.apply([{"role": "user", "content": "Hi"}], enable_thinking=False)
+    out.prompt, out.generation_prompt
+"""
+import json
+import time
+from dataclasses import dataclass, field
+
+from ._jinja import Program, TemplateError, caps_get, preserve_reasoning
+
+__all__ = ["ChatTemplate", "ChatPrompt", "ChatRequestError", "TemplateError", "parse_messages", "CHATML_TEMPLATE"]
+
+CHATML_TEMPLATE = (
+    "{%- for message in messages -%}\n"
+    "  {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' -}}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "  {{- '<|im_start|>assistant\n' -}}\n"
+    "{%- endif -%}")
+
+CONTINUATION_NONE, CONTINUATION_AUTO, CONTINUATION_REASONING, CONTINUATION_CONTENT = range(4)
+
+
+class ChatRequestError(ValueError):
+    """A request llama-server refuses before rendering (bad messages, tools, kwargs); llama.cpp's message."""
+
+
+def _dump(value):
+    """nlohmann's dump() of a request value, for the messages llama.cpp quotes."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def parse_messages(messages):
+    """common_chat_msgs_parse_oaicompat: OpenAI messages -> llama.cpp's common_chat_msg fields, as dicts with
+    the keys role, content, content_parts, tool_calls, reasoning_content, tool_name, tool_call_id."""
+    try:
+        if not isinstance(messages, list):
+            raise ValueError("Expected 'messages' to be an array, got " + _dump(messages))
+        out = []
+        for message in messages:
+            if not isinstance(message, dict):
+                raise ValueError("Expected 'message' to be an object, got " + _dump(message))
+            if "role" not in message:
+                raise ValueError("Missing 'role' in message: " + _dump(message))
+            msg = {"role": _str(message["role"]), "content": "", "content_parts": [], "tool_calls": [],
+                   "reasoning_content": "", "tool_name": "", "tool_call_id": ""}
+            has_content, has_tool_calls = "content" in message, "tool_calls" in message
+            if has_content:
+                content = message["content"]
+                if isinstance(content, str):
+                    msg["content"] = content
+                elif isinstance(content, list):
+                    for part in content:
+                        if not isinstance(part, dict) or "type" not in part:
+                            raise ValueError("Missing content part type: " + _dump(part))
+                        if part["type"] not in ("text", "media_marker"):
+                            raise ValueError("Unsupported content part type: " + _dump(part["type"]))
+                        msg["content_parts"].append({"type": part["type"], "text": _str(part["text"])})
+                elif content is not None:
+                    raise ValueError("Invalid 'content' type: expected string or array, got " + _dump(content)
+                                     + " (ref: https://github.com/ggml-org/llama.cpp/issues/8367)")
+            if has_tool_calls:
+                for call in message["tool_calls"]:
+                    if "type" not in call:
+                        raise ValueError("Missing tool call type: " + _dump(call))
+                    if call["type"] != "function":
+                        raise ValueError("Unsupported tool call type: " + _dump(call))
+                    if "function" not in call:
+                        raise ValueError("Missing tool call function: " + _dump(call))
+                    fn = call["function"]
+                    if "name" not in fn:
+                        raise ValueError("Missing tool call name: " + _dump(call))
+                    args = fn["arguments"]
+                    msg["tool_calls"].append({"name": _str(fn["name"]),
+                                              "arguments": args if isinstance(args, str) else _dump(args),
+                                              "id": _str(call["id"]) if "id" in call else ""})
+            if not has_content and not has_tool_calls:
+                raise ValueError("Expected 'content' or 'tool_calls' (ref: https://github.com/ggml-org/llama.cpp/issues/8367 & "
+                                 "https://github.com/ggml-org/llama.cpp/issues/12279)")
+            if "reasoning_content" in message:
+                msg["reasoning_content"] = _str(message["reasoning_content"])
+            if "name" in message:
+                msg["tool_name"] = _str(message["name"])
+            if "tool_call_id" in message:
+                msg["tool_call_id"] = _str(message["tool_call_id"])
+            out.append(msg)
+        return out
+    except (ValueError, KeyError, TypeError) as e:
+        text = str(e) if isinstance(e, ValueError) else "[json.exception.out_of_range.403] key not found"
+        raise ChatRequestError("Failed to parse messages: " + text) from None
+
+
+def _str(value):
+    if not isinstance(value, str):
+        raise ValueError("[json.exception.type_error.302] type must be string, but is " + _json_type(value))
+    return value
+
+
+def _json_type(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "string"
+
+
+def _concat_parts(parts):
+    """Parts joined with newlines, none before or after a media marker."""
+    text, last_was_media = "", False
+    for part in parts:
+        kind = part.get("type", "")
+        if kind == "text":
+            add_newline = not last_was_media and bool(text)
+            last_was_media = False
+        elif kind == "media_marker":
+            add_newline, last_was_media = False, True
+        else:
+            continue
+        if add_newline:
+            text += "\n"
+        text += part.get("text", "")
+    return text
+
+
+def _msg_to_json(msg):
+    """common_chat_msg::to_json_oaicompat(concat_typed_text=false): the message as the template sees it."""
+    if msg["content"] and msg["content_parts"]:
+        raise ChatRequestError("Cannot specify both content and content_parts")
+    out = {"role": msg["role"]}
+    if msg["content"]:
+        out["content"] = msg["content"]
+    elif msg["content_parts"]:
+        if any(p["type"] == "media_marker" for p in msg["content_parts"]):
+            out["content"] = _concat_parts(msg["content_parts"])
+        else:
+            out["content"] = [{"type": p["type"], "text": p["text"]} for p in msg["content_parts"]]
+    else:
+        out["content"] = ""
+    if msg["reasoning_content"]:
+        out["reasoning_content"] = msg["reasoning_content"]
+    if msg["tool_name"]:
+        out["name"] = msg["tool_name"]
+    if msg["tool_call_id"]:
+        out["tool_call_id"] = msg["tool_call_id"]
+    if msg["tool_calls"]:
+        calls = []
+        for call in msg["tool_calls"]:
+            tc = {"type": "function", "function": {"name": call["name"], "arguments": call["arguments"]}}
+            if call["id"]:
+                tc["id"] = call["id"]
+            calls.append(tc)
+        out["tool_calls"] = calls
+    return out
+
+
+def _normalize(messages, caps):
+    """messages_inp_normalizer: string content for templates that only take strings, parts for the others."""
+    only_string = caps.supports_string_content and not caps.supports_typed_content
+    only_typed = not caps.supports_string_content and caps.supports_typed_content
+    if not only_string and not only_typed:
+        return messages
+    out = []
+    for msg in messages:
+        msg = dict(msg)
+        if "content" in msg:
+            content = msg["content"]
+            if only_typed and isinstance(content, str):
+                msg["content"] = [{"type": "text", "text": content}]
+            elif only_string and isinstance(content, list):
+                msg["content"] = _concat_parts(content)
+        out.append(msg)
+    return out
+
+
+def _render_content(msg):
+    if msg["content"] and msg["content_parts"]:
+        raise ChatRequestError("Cannot specify both content and content_parts")
+    if msg["content"]:
+        return msg["content"]
+    return "\n\n".join(p["text"] for p in msg["content_parts"] if p["type"] == "text")
+
+
+def _trim(text):
+    """llama.cpp's trim_whitespace (the C locale's isspace)."""
+    return text.strip(" \t\n\v\f\r")
+
+
+def _parse_continuation(value):
+    if value is True:
+        return CONTINUATION_AUTO
+    if value == "reasoning_content":
+        return CONTINUATION_REASONING
+    if value == "content":
+        return CONTINUATION_CONTENT
+    return CONTINUATION_NONE
+
+
+def specialized_handler(source):
+    """The name of the hand-written handler (common/parsers/) llama.cpp picks for this template source, in
+    common_chat_try_specialized_template's order, or None when the differential analysis builds the parser."""
+    has = source.__contains__
+    if has("[SYSTEM_PROMPT]") and has("[TOOL_CALLS]") and has("[ARGS]") and not has("[CALL_ID]"):
+        return "ministral-3"
+    if has("<|channel|>"):
+        return "gpt-oss"
+    if has("<atem:function_calls>") and has("<|eom|>"):
+        return "muse-glimmer"
+    if has(">>>all") and has(">>>${recipient}"):
+        return "functionary-v3-2"
+    if has("<|tool_calls_section_begin|>") and has("<|tool_call_begin|>"):
+        return "kimi-k2"
+    if has("<|open|>") and has("<|close|>") and has("<|end_of_msg|>"):
+        return "kimi-k3"
+    if has("<role>ASSISTANT</role>") and has("<arg_key>"):
+        return "ling3"
+    if has("<|START_TEXT|>") and has("<|START_ACTION|>"):
+        return "cohere2moe"
+    if _is_lfm2(source):
+        return "lfm2"
+    if has("List of tools: [") and not has("<|tool_list_start|>"):
+        return "lfm2.5"
+    if has("<|role_sep|>") and has("<|message_sep|>") and not has("<|function_call|>"):
+        return "gigachat-v3"
+    if has("]<]minimax[>[") and has("<tool_call>") and has("<invoke name="):
+        return "minimax-m3"
+    if has("dsml_token") and has("DSML") and (has("function_calls") or has("tool_calls")):
+        return "deepseek-v3.2"
+    if has("'<|tool_call>call:'"):
+        return "gemma4"
+    if has("Tool usage guidelines:") and has("<function name=\"") and has("<param name=\""):
+        return "minicpm5"
+    if (has("<tool_call>") and has("<function=") and has("<parameter=")
+            and not has("'<tool_call><function=' ~ tool_call.name ~ '>'")):
+        return "qwen3-coder"
+    return None
+
+
+def _is_lfm2(source):
+    return "<|tool_list_start|>" in source and "<|tool_list_end|>" in source
+
+
+@dataclass
+class ChatPrompt:
+    """What ``ChatTemplate.apply`` returns, with common_chat_params' field names: the prompt, the generation
+    prompt (what the template adds for ``add_generation_prompt``; the grammar and the parser start with it),
+    and what the template analysis gives (thinking tags, preserved tokens, stops, message delimiters).
+    ``handler`` names llama.cpp's hand-written handler when the template has one (those fields are then
+    not derived yet and are None)."""
+    prompt: str
+    generation_prompt: str
+    format: str = None
+    supports_thinking: bool = None
+    thinking_start_tag: str = None
+    thinking_end_tags: list = None
+    preserved_tokens: list = None
+    additional_stops: list = None
+    delimiters: list = None
+    handler: str = None
+    grammar: str = None
+    grammar_lazy: bool = None
+    grammar_triggers: list = None
+    parser: "ChatParser" = None
+    caps: dict = field(default_factory=dict)
+
+
+class ChatTemplate:
+    """A chat template as ``common_chat_templates_init`` holds it: the source (with llama.cpp's source
+    workarounds), the parsed program, bos/eos strings, whether the vocabulary adds bos/eos itself, and the
+    capabilities probed once."""
+
+    def __init__(self, source=None, bos_token="", eos_token="", add_bos=False, add_eos=False):
+        if not source or source == "chatml":
+            source = CHATML_TEMPLATE
+        if "<|channel|>" in source and "in message.content or" in source:
+            source = source.replace(
+                "{%- if \"<|channel|>analysis<|message|>\" in message.content or "
+                "\"<|channel|>final<|message|>\" in message.content %}", "{%- if false %}")
+        if "[TOOL_CALLS]" in source and "if (message['content'] is none or" in source:
+            source = source.replace(
+                "{%- if (message['content'] is none or message['content'] == '' or "
+                "message['content']|length == 0) and (message['tool_calls'] is not defined or "
+                "message['tool_calls'] is none or message['tool_calls']|length == 0) %}", "{%- if false %}")
+        self.source = source
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self.add_bos, self.add_eos = add_bos, add_eos
+        self.program = Program(source)
+        self.caps = caps_get(self.program)
+        self.handler = specialized_handler(source)
+        self._analysis = None
+
+    @property
+    def analysis(self):
+        """The differential analysis of the template (computed once)."""
+        if self._analysis is None:
+            from ._analysis import Analysis
+            self._analysis = Analysis(self)
+        return self._analysis
+
+    # -- rendering (common_chat_template_direct_apply_impl) ------------------------------------------------
+
+    def normalize(self, messages):
+        """messages_inp_normalizer with this template's capabilities."""
+        return _normalize(messages, self.caps)
+
+    def render(self, messages, tools=None, add_generation_prompt=False, enable_thinking=True, extra_context=None,
+               now=None, strip_bos_eos=True, override=False):
+        """The template rendered over already-prepared messages (JSON form): llama.cpp's direct apply
+        (``override``: messages a handler built for this template, rendered as they are)."""
+        variables = {"messages": messages if override else self.normalize(messages),
+                     "bos_token": self.bos_token, "eos_token": self.eos_token,
+                     "enable_thinking": enable_thinking}
+        if tools:
+            variables["tools"] = tools
+        if extra_context:
+            variables.update(extra_context)
+        if add_generation_prompt:
+            variables["add_generation_prompt"] = True
+        if isinstance(variables.get("preserve_reasoning"), bool):
+            variables.update(preserve_reasoning(variables["preserve_reasoning"]))
+        effort = variables.get("reasoning_effort")
+        if isinstance(effort, str) and effort:
+            variables["reasoning_effort"] = variables["reasoning_strength"] = effort
+        result = self.program.render(variables, now=now)
+        if strip_bos_eos and self.add_bos and result.startswith(self.bos_token):
+            result = result[len(self.bos_token):]
+        if strip_bos_eos and self.add_eos and self.eos_token and result.endswith(self.eos_token):
+            result = result[:len(result) - len(self.eos_token)]
+        return result
+
+    def generation_prompt(self, messages, tools=None, enable_thinking=True, extra_context=None, now=None,
+                          override=False):
+        """common_chat_template_generation_prompt: what add_generation_prompt appends, as the common-prefix
+        difference of the two renders."""
+        without = self.render(messages, tools, False, enable_thinking, extra_context, now, override=override)
+        with_ = self.render(messages, tools, True, enable_thinking, extra_context, now, override=override)
+        n = 0
+        limit = min(len(without), len(with_))
+        while n < limit and without[n] == with_[n]:
+            n += 1
+        return with_[n:]
+
+    # -- the request (common_chat_templates_apply_jinja up to the parser generation) ------------------------
+
+    def prepare(self, messages, tools=None, add_generation_prompt=True, continue_final_message=None,
+                enable_thinking=True, chat_template_kwargs=None, now=None):
+        """The messages and variables llama.cpp renders for a request: (messages_json, tools_json, extra_context,
+        add_generation_prompt, continuation, continue_msg)."""
+        msgs = parse_messages(messages)
+        if "You have access to the following functions in JSONSchema format" in self.source:
+            for m in msgs:
+                m["content"], m["reasoning_content"] = _trim(m["content"]), _trim(m["reasoning_content"])
+                for p in m["content_parts"]:
+                    if p["type"] == "text":
+                        p["text"] = _trim(p["text"])
+        rendered = _normalize([_msg_to_json(m) for m in msgs], self.caps)
+        continuation = _parse_continuation(continue_final_message)
+        continue_msg = None
+        if continuation != CONTINUATION_NONE:
+            add_generation_prompt = False
+            if msgs:
+                continue_msg = msgs[-1]
+                rendered = rendered[:-1]
+            if continuation == CONTINUATION_AUTO and msgs:
+                continuation = CONTINUATION_CONTENT
+                if continue_msg["reasoning_content"] and not continue_msg["content"] and not continue_msg["content_parts"]:
+                    continuation = CONTINUATION_REASONING
+        if "<|channel|>" not in self.source:
+            for m in rendered:
+                if m.get("role") == "developer":
+                    m["role"] = "system"
+        if not self.caps.supports_system_role and rendered and rendered[0].get("role") == "system":
+            if len(rendered) > 1:
+                first, second = rendered[0], dict(rendered[1])
+                second["content"] = _as_text(first.get("content")) + "\n" + _as_text(second.get("content"))
+                rendered = [second] + rendered[2:]
+            else:
+                rendered = rendered[1:]
+        if self.caps.supports_tool_calls:
+            for m in rendered:
+                if "tool_calls" in m and "content" not in m:
+                    m["content"] = ""
+        if self.caps.supports_object_arguments:
+            for m in rendered:
+                for call in m.get("tool_calls", ()):
+                    args = call.get("function", {}).get("arguments")
+                    if isinstance(args, str):
+                        try:
+                            call["function"]["arguments"] = json.loads(args)
+                        except ValueError as e:
+                            raise ChatRequestError("Failed to parse tool call arguments as JSON: %s" % e) from None
+        stamp = time.time() if now is None else now
+        extra = {"datetime": time.strftime("%b %d %Y", time.localtime(stamp)),
+                 "date_string": time.strftime("%d %b %Y", time.localtime(stamp))}
+        for key, text in (chat_template_kwargs or {}).items():
+            try:
+                extra[key] = json.loads(text)
+            except ValueError as e:
+                raise ChatRequestError("chat_template_kwargs[%r] is not JSON: %s" % (key, e)) from None
+        tools_json = _tools_json(tools)
+        return rendered, tools_json, extra, add_generation_prompt, continuation, continue_msg
+
+    def apply(self, messages, tools=None, add_generation_prompt=True, continue_final_message=None,
+              enable_thinking=True, chat_template_kwargs=None, json_schema=None, reasoning_format="deepseek",
+              now=None):
+        """What llama.cpp's common_chat_templates_apply gives for this request (``now``: POSIX time for
+        ``strftime_now`` / ``datetime`` / ``date_string``, default the wall clock). ``chat_template_kwargs``
+        maps names to JSON texts, as llama-server holds them; ``continue_final_message`` is True, "content"
+        or "reasoning_content" (llama-server's field); ``json_schema`` the response format's schema (a dict
+        or its JSON text), which some templates render and which gives the grammar; ``reasoning_format``
+        llama-server's (its default ``deepseek`` extracts the reasoning; ``none`` leaves it in the content)."""
+        rendered, tools_json, extra, add_gen, continuation, continue_msg = self.prepare(
+            messages, tools, add_generation_prompt, continue_final_message, enable_thinking, chat_template_kwargs, now)
+        if isinstance(json_schema, str):
+            try:
+                json_schema = json.loads(json_schema) if json_schema else None
+            except ValueError as e:
+                raise ChatRequestError("json_schema is not JSON: %s" % e) from None
+        has_continuation = continuation != CONTINUATION_NONE and continue_msg is not None and not _msg_empty(continue_msg)
+        if self.handler is not None:
+            return self._apply_handler(rendered, tools_json, add_gen, enable_thinking, extra, now, continuation,
+                                       continue_msg if has_continuation else None, json_schema, reasoning_format)
+        prompt = self.render(rendered, tools_json, add_gen, enable_thinking, extra, now)
+        gen = self.generation_prompt(rendered, tools_json, enable_thinking, extra, now)
+        out = ChatPrompt(prompt, gen, handler=self.handler, caps=self.caps.to_dict())
+        a = self.analysis
+        if has_continuation:
+            start = a.reasoning.start
+            if start:
+                cut = gen.find(start)
+                gen = (gen if cut < 0 else gen[:cut]) + start + continue_msg["reasoning_content"]
+                if continuation == CONTINUATION_CONTENT:
+                    gen += a.reasoning.end
+            if continuation == CONTINUATION_CONTENT:
+                gen += _render_content(continue_msg)
+            out.prompt += gen
+            out.generation_prompt = gen
+        out.format = "peg-native"
+        extracting = reasoning_format != "none" and a.reasoning.mode != "NONE"
+        json_mode = isinstance(json_schema, dict) and bool(json_schema)
+        out.parser = ChatParser(out.generation_prompt, a, extracting, json_mode)
+        if json_mode:
+            out.grammar = response_format_grammar(json_schema, _prefix(out.generation_prompt, _trim(a.reasoning.start)),
+                                                  a.reasoning.start if extracting else "",
+                                                  a.reasoning.end if extracting else "")
+            out.grammar_lazy = False
+            out.grammar_triggers = []
+        out.supports_thinking = a.reasoning.mode != "NONE"
+        out.thinking_start_tag = _trim(a.reasoning.start) if out.supports_thinking else ""
+        end = _trim(a.reasoning.end)
+        out.thinking_end_tags = [end] if out.supports_thinking and end else []
+        out.preserved_tokens = list(a.preserved_tokens)
+        out.additional_stops = list(a.additional_stops)
+        out.delimiters = ([["assistant", a.assistant_start]] if a.assistant_start else []) + \
+                         ([["user", a.user_start]] if a.user_start else [])
+        return out
+
+
+    def _apply_handler(self, rendered, tools_json, add_gen, enable_thinking, extra, now, continuation, continue_msg,
+                       json_schema, reasoning_format):
+        """The prompt side of llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context
+        they rewrite before rendering and the generation prompt they build for a continuation. Their
+        grammars, parsers and tags are not ported yet (those fields stay None)."""
+        h, src = self.handler, self.source
+        override, context = None, None
+        if h in ("gpt-oss", "lfm2", "lfm2.5"):
+            override = []
+            for m in rendered:
+                m = dict(m)
+                if isinstance(m.get("reasoning_content"), str):
+                    m["thinking"] = m["reasoning_content"]
+                    if h == "gpt-oss" and isinstance(m.get("tool_calls"), list) and m["tool_calls"]:
+                        m.pop("content", None)
+                override.append(m)
+        elif h == "ministral-3":
+            override = []
+            for m in rendered:
+                if m.get("role") not in ("system", "assistant"):
+                    override.append(m)
+                    continue
+                blocks = []
+                if isinstance(m.get("reasoning_content"), str):
+                    blocks.append({"type": "thinking", "thinking": m["reasoning_content"]})
+                if "content" in m:
+                    if isinstance(m["content"], str):
+                        blocks.append({"type": "text", "text": m["content"]})
+                    elif isinstance(m["content"], list):
+                        blocks.extend(m["content"])
+                m = dict(m, content=blocks)
+                m.pop("reasoning_content", None)
+                override.append(m)
+        elif h == "deepseek-v3.2" and "function_calls" not in src:
+            override = _deepseek_v4_sort_tool_results(rendered)
+            if isinstance(json_schema, dict):
+                context = {"response_format": json_schema}
+        elif continue_msg is not None and h not in ("deepseek-v3.2", "qwen3-coder"):
+            raise ChatRequestError("continue_final_message with the %s template is not supported by bankml yet" % h)
+        ctx = dict(extra)
+        if context:
+            ctx.update(context)
+        is_override = override is not None
+        msgs = override if is_override else rendered
+        prompt = self.render(msgs, tools_json, add_gen, enable_thinking, ctx, now, override=is_override)
+        if h == "gpt-oss" and not add_gen:
+            pos = prompt.rfind("<|return|>")
+            if pos >= 0:
+                prompt = prompt[:pos] + "<|end|>" + prompt[pos + len("<|return|>"):]
+        gen = self.generation_prompt(msgs, tools_json, enable_thinking, ctx, now, override=is_override)
+        if continue_msg is not None:
+            reasoning, content = continue_msg["reasoning_content"], _render_content(continue_msg)
+            want_content = continuation == CONTINUATION_CONTENT
+            if h == "gpt-oss":
+                gen = "<|start|>assistant<|channel|>analysis<|message|>" + reasoning
+                if want_content:
+                    gen += "<|end|><|start|>assistant<|channel|>final<|message|>" + content
+            elif h == "ministral-3":
+                gen = "[THINK]" + reasoning + ("[/THINK]" + content if want_content else "")
+            elif h in ("lfm2", "lfm2.5"):
+                gen = "<|im_start|>assistant\n<think>" + reasoning + ("</think>" + content if want_content else "")
+            elif h == "qwen3-coder":
+                gen = "<|im_start|>assistant\n"
+                if "<think>" in src:
+                    gen += "<think>\n" + reasoning + ("\n</think>\n\n" if want_content else "")
+                if want_content:
+                    gen += content
+            elif h == "deepseek-v3.2":
+                if "function_calls" not in src and not reasoning:
+                    gen = "<｜Assistant｜></think>" + (content if want_content else "")
+                else:
+                    gen = "<｜Assistant｜><think>" + reasoning + ("</think>" + content if want_content else "")
+            prompt += gen
+        out = ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict())
+        if h == "qwen3-coder":
+            _qwen3_coder(out, src, json_schema, reasoning_format != "none")
+        return out
+
+
+def _deepseek_v4_sort_tool_results(messages):
+    """DeepSeek V4 renders a run of tool results in the order of the preceding assistant's tool calls."""
+    adjusted = [dict(m) for m in messages]
+    call_order = {}
+    i = 0
+    while i < len(adjusted):
+        msg = adjusted[i]
+        role = msg.get("role", "")
+        if role == "assistant" and isinstance(msg.get("tool_calls"), list) and msg["tool_calls"]:
+            call_order = {}
+            for idx, call in enumerate(msg["tool_calls"]):
+                if call.get("id"):
+                    call_order[call["id"]] = idx
+            i += 1
+            continue
+        if role not in ("user", "tool"):
+            i += 1
+            continue
+        positions, end = [], i
+        while end < len(adjusted):
+            r = adjusted[end].get("role", "")
+            if r == "tool":
+                positions.append(end)
+            elif r != "user":
+                break
+            end += 1
+        if len(positions) > 1 and call_order:
+            results = sorted((adjusted[p] for p in positions), key=lambda m: call_order.get(m.get("tool_call_id", ""), 0))
+            for k, p in enumerate(positions):
+                adjusted[p] = results[k]
+        i = end
+    return adjusted
+
+
+class ChatMessage:
+    """What common_chat_parse returns (the fields bankml fills so far): content and reasoning_content."""
+    __slots__ = ("content", "reasoning_content")
+
+    def __init__(self, content="", reasoning_content=""):
+        self.content, self.reasoning_content = content, reasoning_content
+
+    def __eq__(self, other):
+        return (self.content, self.reasoning_content) == (other.content, other.reasoning_content)
+
+    def __repr__(self):
+        return "ChatMessage(content=%r, reasoning_content=%r)" % (self.content, self.reasoning_content)
+
+    def empty(self):
+        return not self.content and not self.reasoning_content
+
+
+class ChatParseError(ValueError):
+    """The answer does not match the parser (llama-server's message), or a stream whose text shrank."""
+
+
+def _string_diff(last, current):
+    if not last:
+        return current
+    if not current.startswith(last):
+        if last.startswith(current):
+            return ""
+        raise ChatParseError("Invalid diff: '%s' not found at start of '%s'" % (last, current))
+    return current[len(last):]
+
+
+def msg_diffs(previous, current):
+    """common_chat_msg_diff::compute_diffs: [(reasoning_content_delta, content_delta)], one entry per field
+    that changed (reasoning first)."""
+    out = []
+    if previous.reasoning_content != current.reasoning_content:
+        out.append((_string_diff(previous.reasoning_content, current.reasoning_content), ""))
+    if previous.content != current.content:
+        out.append(("", _string_diff(previous.content, current.content)))
+    return out
+
+
+class ChatParser:
+    """The PEG chat parser llama.cpp's auto-parser builds for an analysed template without tools
+    (autoparser::build_parser), run as common_chat_peg_parse runs it: on the generation prompt followed by the
+    answer, leniently (an answer cut short asks for more instead of failing)."""
+
+    def __init__(self, generation_prompt, analysis, extracting, json_mode):
+        from . import _peg
+        self._peg = _peg
+        self.generation_prompt = generation_prompt
+        r, c = analysis.reasoning, analysis.content
+        reasoning_start = _trim(r.start)
+        if extracting and r.end:
+            inner = ([] if not r.start else _optspace_peg(_peg, r.start)) + \
+                [_peg.Tag("reasoning", _peg.Until(_trim(r.end)))] + _optspace_peg(_peg, r.end)
+            reasoning = _peg.optional(_peg.Seq(*inner))
+        else:
+            reasoning = _peg.Eps()
+        prefix = _peg.Lit(_prefix(generation_prompt, reasoning_start)) if generation_prompt else _peg.Eps()
+        pure_content = r.mode == "NONE"
+        if json_mode:
+            value = _peg.Tag("content", _peg.json_value_parser())
+            body = _peg.Seq(reasoning, _peg.Space(), _peg.Choice(
+                _peg.Seq(_peg.Lit("```json"), _peg.Space(), value, _peg.Space(), _peg.Lit("```")),
+                _peg.Seq(_peg.Space(), value, _peg.Space())), _peg.End())
+            pure_content = False
+        elif c.is_always_wrapped():
+            if extracting:
+                body = _peg.Seq(reasoning, _peg.Lit(c.start), _peg.Tag("content", _peg.Until(c.end)), _peg.Lit(c.end),
+                                _peg.End())
+            else:
+                body = _peg.Seq(_peg.Tag("content", _peg.Until(c.start)), _peg.Lit(c.start),
+                                _peg.Tag("content", _peg.Until(c.end)), _peg.Lit(c.end), _peg.End())
+        else:
+            body = _peg.Seq(reasoning, _peg.Tag("content", _peg.Until()), _peg.End())
+        self._root = _peg.Seq(prefix, body) if pure_content else _peg.Seq(prefix, _peg.Space(), body)
+
+    def parse(self, raw, partial=False):
+        """The message for a raw answer (``partial``: a stream in progress). Raises ChatParseError with
+        llama-server's message when a whole answer does not match."""
+        _peg = self._peg
+        data = (self.generation_prompt + raw).encode("utf-8", "surrogatepass") if isinstance(raw, str) else \
+            self.generation_prompt.encode("utf-8") + bytes(raw)
+        result = self._root.parse(data, 0)
+        if result.type == _peg.FAIL:
+            if partial and result.end > 0:
+                return ChatMessage()
+            raise ChatParseError("The model produced output that does not match the expected peg-native format")
+        content, reasoning = [], []
+        for node in _peg.visit(result.nodes):
+            if node.tag == "content":
+                content.append(node.text(data))
+            elif node.tag == "reasoning":
+                reasoning.append(node.text(data))
+        reasoning_text = b"".join(reasoning)
+        if not reasoning_text.strip(b" \n\r\t"):
+            reasoning_text = b""
+        return ChatMessage(b"".join(content).decode("utf-8", "replace"), reasoning_text.decode("utf-8", "replace"))
+
+
+def chat_message(parser, raw):
+    """The assistant message llama-server answers a non-streamed request with: the parsed content and
+    reasoning, or, when the parse holds neither, the raw text as content
+    (server_task_result_cmpl_final::to_json_oaicompat_chat). Raises ChatParseError where llama.cpp refuses."""
+    msg = parser.parse(raw, partial=False)
+    if msg.empty():
+        text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace")
+        return {"role": "assistant", "content": text}
+    out = {"role": "assistant", "content": msg.content}
+    if msg.reasoning_content:
+        out["reasoning_content"] = msg.reasoning_content
+    return out
+
+
+class ChatStream:
+    """The deltas of a streamed answer as llama-server sends them (task_result_state::update_chat_msg):
+    after each piece the whole answer is parsed partially; a refused or empty parse leaves the previous
+    message; the deltas are common_chat_msg_diff's. ``push(piece)`` returns the content delta ("" often) and
+    keeps the (reasoning, content) diffs in ``diffs``; ``finish()`` does the final, non-partial parse."""
+
+    def __init__(self, parser):
+        self.parser = parser
+        self._data = bytearray()
+        self.message = ChatMessage()
+        self.diffs = []
+        self.content = ""
+        self.reasoning = ""
+
+    @property
+    def raw(self):
+        return bytes(self._data)
+
+    def _update(self, partial):
+        try:
+            msg = self.parser.parse(bytes(self._data), partial)
+        except ChatParseError:
+            if partial:
+                return ""
+            raise
+        if msg.empty():
+            self.diffs = []
+            return ""
+        self.diffs = msg_diffs(self.message, msg)
+        self.message = msg
+        delta = "".join(d[1] for d in self.diffs)
+        self.content += delta
+        self.reasoning += "".join(d[0] for d in self.diffs)
+        return delta
+
+    def push(self, piece):
+        self._data += piece.encode("utf-8", "surrogatepass") if isinstance(piece, str) else bytes(piece)
+        return self._update(partial=True)
+
+    def finish(self):
+        return self._update(partial=False)
+
+
+def _optspace_peg(_peg, tag):
+    core = _trim(tag)
+    lead = tag[:len(tag) - len(tag.lstrip(" \t\n\v\f\r"))]
+    trail = tag[len(tag.rstrip(" \t\n\v\f\r")):]
+    return ([_peg.optional(_peg.Lit(ch)) for ch in lead] + [_peg.Lit(core)]
+            + [_peg.optional(_peg.Lit(ch)) for ch in trail])
+
+
+class _Peek:
+    """common_peg_and_parser: the child must match here; nothing is consumed."""
+
+    def __init__(self, child):
+        self.child = child
+
+    def parse(self, data, pos):
+        from . import _peg
+        r = self.child.parse(data, pos)
+        return _peg.Result(r.type, pos)
+
+
+class _HandlerParser(ChatParser):
+    """A hand-written handler's parser: the PEG tree is given."""
+
+    def __init__(self, generation_prompt, root):
+        from . import _peg
+        self._peg = _peg
+        self.generation_prompt = generation_prompt
+        self._root = root
+
+
+def _qwen3_coder(out, source, json_schema, extract_reasoning):
+    """common/parsers/qwen3-coder.cpp without tools: Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5."""
+    from . import _peg
+    gen_prefix = "<|im_start|>assistant\n"
+    thinking = "<think>" in source
+    out.format = "peg-native"
+    out.supports_thinking = thinking
+    out.preserved_tokens = ["<tool_call>", "</tool_call>"]
+    out.thinking_start_tag, out.thinking_end_tags = "", []
+    if thinking:
+        out.thinking_start_tag = "<think>"
+        out.thinking_end_tags = ["\n</think>", "</think>", "<tool_call>"]
+        out.preserved_tokens += ["<think>", "</think>"]
+    out.additional_stops = []
+    out.delimiters = [["assistant", "<|im_start|>assistant"], ["tool", "<|im_start|>user\n<tool_response>"],
+                      ["tool", "<|im_start|>tool_response"], ["user", "<|im_start|>user"],
+                      ["system", "<|im_start|>system"]]
+    with_reasoning = thinking and extract_reasoning
+    reasoning = _peg.Eps()
+    if with_reasoning:
+        reasoning = _peg.optional(_peg.Seq(
+            _peg.Lit("<think>"), _peg.Space(), _peg.Tag("reasoning", _peg.Until("</think>", "<tool_call>")),
+            _peg.Choice(_peg.Lit("</think>"), _Peek(_peg.Lit("<tool_call>")))))
+    json_mode = isinstance(json_schema, dict) and bool(json_schema)
+    body = _peg.json_value_parser() if json_mode else _peg.Until()
+    root = _peg.Seq(_peg.Lit(gen_prefix), _peg.Seq(reasoning, _peg.Space(), _peg.Tag("content", body)))
+    out.parser = _HandlerParser(out.generation_prompt, root)
+    if json_mode:
+        out.grammar_lazy, out.grammar_triggers = False, []
+
+        def parts(builder, node):
+            head = [gbnf_literal(gen_prefix)]
+            if with_reasoning:
+                # the until parser is the 7th of the arena (id 6)
+                until = _excluding_grammar(builder, "until-6", ["</think>", "<tool_call>"])
+                head.append('("<think>" space %s ("</think>" | ))?' % until)
+            return head + ["space", builder.add_schema("response-format", node)]
+        out.grammar = _schema_grammar(json_schema, parts)
+
+
+def gbnf_literal(text):
+    from .schema import gbnf_format_literal
+    return gbnf_format_literal(text)
+
+
+def _schema_grammar(schema, root_parts):
+    """A grammar with the JSON rules of ``p.json()``, the schema's rules and a root made of ``root_parts``;
+    SchemaError with llama.cpp's message for a schema it refuses."""
+    from .constraint import _JSON_RULES, _UNWRAPPED
+    from .errors import SchemaError
+    from .schema import SchemaDocument, build_grammar
+    try:
+        node = SchemaDocument(schema).root
+
+        def callback(builder):
+            for name, rule in _JSON_RULES:
+                builder.add_rule(name, rule)
+            builder.add_rule("root", " ".join(root_parts(builder, node)))
+        return build_grammar(callback)
+    except SchemaError as e:
+        message = str(e)
+        wrapped = "JSON schema conversion failed:\n"
+        if message.startswith(wrapped) and message[len(wrapped):].startswith(_UNWRAPPED):
+            message = message[len(wrapped):]
+        raise SchemaError(message, e.pointer) from None
+
+
+def _gbnf_char_class(chars, negate):
+    out = "[^" if negate else "["
+    for c in chars:
+        out += "\\" + c if c in "]\\^-[" else c
+    return out + "]"
+
+
+def _excluding_grammar(builder, prefix, words):
+    """gbnf_excluding_grammar: strings containing none of ``words``, as the complement of their Aho-Corasick
+    automaton (states numbered as the trie is built, word by word)."""
+    goto, terminal = [{}], [False]
+    for w in words:
+        q = 0
+        for c in w:
+            if c not in goto[q]:
+                goto.append({})
+                terminal.append(False)
+                goto[q][c] = len(goto) - 1
+            q = goto[q][c]
+        terminal[q] = True
+    fail = [0] * len(goto)
+    order = list(goto[0].values())
+    for q in order:
+        for c, d in goto[q].items():
+            f = fail[q]
+            while f and c not in goto[f]:
+                f = fail[f]
+            fail[d] = goto[f][c] if c in goto[f] and goto[f][c] != d else 0
+            terminal[d] = terminal[d] or terminal[fail[d]]
+            order.append(d)
+    alphabet = sorted({c for w in words for c in w})
+
+    def nxt(q, c):
+        while q and c not in goto[q]:
+            q = fail[q]
+        return goto[q].get(c, 0)
+
+    def name(q):
+        return prefix if q == 0 else "%s-%02d" % (prefix, q)
+    for q in range(len(goto)):
+        if terminal[q]:
+            continue
+        buckets, specific = {}, []
+        for c in alphabet:
+            d = nxt(q, c)
+            if terminal[d]:
+                specific.append(c)
+            elif d != 0:
+                buckets.setdefault(d, []).append(c)
+                specific.append(c)
+        rhs = "|"
+        for d in sorted(buckets):
+            rhs += " " + _gbnf_char_class(buckets[d], False) + " " + name(d) + " |"
+        rhs += " " + _gbnf_char_class(specific, True) + " " + name(0)
+        builder.add_rule(name(q), rhs)
+    return name(0)
+
+
+def _prefix(text, delimiter):
+    """common_chat_peg_builder::prefix: the text up to the delimiter (all of it when absent or empty)."""
+    if not delimiter:
+        return text
+    cut = text.find(delimiter)
+    return text if cut < 0 else text[:cut]
+
+
+def response_format_grammar(schema, prefix, reasoning_start="", reasoning_end=""):
+    """The GBNF llama.cpp's auto-parser builds for a response format (autoparser::build_parser, then
+    common_peg_arena::build_grammar): the schema's rules, the JSON rules of ``p.json()``, and ``root``: the
+    generation prompt up to the reasoning block, the optional reasoning block (when the reasoning is extracted),
+    then the value fenced in ```` ```json ```` or bare. Raises SchemaError for a schema llama.cpp refuses."""
+    from .constraint import _JSON_RULES, _excluding_rules, _optspace, _UNWRAPPED
+    from .errors import SchemaError
+    from .schema import SchemaDocument, build_grammar, gbnf_format_literal
+    head = "Unable to generate parser for this template. Automatic parser generation failed: "
+    try:
+        node = SchemaDocument(schema).root
+
+        def callback(builder):
+            for name, rule in _JSON_RULES:
+                builder.add_rule(name, rule)
+            builder.add_rule("response-format", builder.add_schema("response-format-schema", node))
+            parts = [gbnf_format_literal(prefix)] if prefix else []
+            parts.append("space")
+            if reasoning_end:
+                end = _trim(reasoning_end)
+                # the until parser's id in llama.cpp's arena: 4 parsers before it, 3 per optional space of
+                # optspace(end), which GCC builds first
+                ws = len(reasoning_end) - len(reasoning_end.lstrip(" \t\n\v\f\r")) + \
+                    len(reasoning_end) - len(reasoning_end.rstrip(" \t\n\v\f\r"))
+                until = _excluding_rules(builder, "until-%d" % (4 + 3 * ws), end)
+                inner = (_optspace(reasoning_start) if reasoning_start else []) + [until] + _optspace(reasoning_end)
+                parts.append("(" + " ".join(inner) + ")?")
+            parts.append("space")
+            parts.append('("```json" space response-format space "```" | space response-format space)')
+            builder.add_rule("root", " ".join(parts))
+        return build_grammar(callback)
+    except SchemaError as e:
+        message = str(e)
+        wrapped = "JSON schema conversion failed:\n"
+        if message.startswith(wrapped) and message[len(wrapped):].startswith(_UNWRAPPED):
+            message = message[len(wrapped):]
+        raise SchemaError(head + message, e.pointer) from None
+
+
+def _msg_empty(msg):
+    return not (msg["content"] or msg["content_parts"] or msg["tool_calls"] or msg["reasoning_content"]
+                or msg["tool_name"] or msg["tool_call_id"])
+
+
+def _as_text(content):
+    if not isinstance(content, str):
+        raise ChatRequestError("[json.exception.type_error.302] type must be string, but is " + _json_type(content))
+    return content
+
+
+def _tools_json(tools):
+    """common_chat_tools_parse_oaicompat + common_chat_tools_to_json_oaicompat."""
+    if not tools:
+        return None
+    out = []
+    try:
+        if not isinstance(tools, list):
+            raise ValueError("Expected 'tools' to be an array, got " + _dump(tools))
+        for tool in tools:
+            if "type" not in tool:
+                raise ValueError("Missing tool type: " + _dump(tool))
+            if tool["type"] != "function":
+                raise ValueError("Unsupported tool type: " + _dump(tool))
+            if "function" not in tool:
+                raise ValueError("Missing tool function: " + _dump(tool))
+            fn = tool["function"]
+            out.append({"type": "function", "function": {"name": _str(fn["name"]),
+                                                         "description": fn.get("description", ""),
+                                                         "parameters": fn.get("parameters", {})}})
+    except (ValueError, KeyError, TypeError) as e:
+        raise ChatRequestError("Failed to parse tools: %s; tools = %s" % (e, json.dumps(tools, indent=2))) from None
+    return out
+
+
+class ChatJob:
+    """What a runtime needs from the chat layer for one chat request (``for_constraint``): the prompt, the
+    grammar text (None: unconstrained), the text the grammar is fed first (``prefill``), the parser of the
+    answer (None when bankml does not build this template's parser yet: the content is the raw text), and
+    the additional stop strings."""
+    __slots__ = ("prompt", "grammar", "prefill", "parser", "stops", "chat")
+
+    def __init__(self, prompt, grammar, prefill, parser, stops, chat):
+        self.prompt, self.grammar, self.prefill, self.parser, self.stops, self.chat = \
+            prompt, grammar, prefill, parser, stops, chat
+
+
+def for_constraint(template, messages, constraint, thinking=False, now=None):
+    """llama-server's chat path for a ``bankml.constraint.Constraint``: a response format (JSON mode, a schema
+    object) gets the chat grammar prefilled with the generation prompt (common_grammar_needs_prefill); a GBNF
+    grammar, a top-level schema that is not an object or no constraint get the constraint's own grammar, not
+    prefilled, and the content parser. Templates whose handler bankml does not port yet get llama.cpp's
+    prompt, the constraint's own grammar and no parser."""
+    schema = constraint.schema if constraint.is_json else None
+    out = template.apply(messages, json_schema=schema, enable_thinking=thinking, now=now)
+    if out.parser is not None and schema is not None:
+        return ChatJob(out.prompt, out.grammar, out.generation_prompt, out.parser, out.additional_stops, out)
+    grammar = constraint.to_grammar(None)[0]
+    return ChatJob(out.prompt, grammar, None, out.parser, out.additional_stops or [], out)
