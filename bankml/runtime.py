@@ -331,6 +331,7 @@ class Model:
         self._rules_lock = threading.Lock()
         self._jinja = None
         self._max_piece_bytes = None
+        self._special_split = None
         self._slots = queue.Queue()
         self._all_slots = []
         for i in range(int(n_parallel)):
@@ -352,6 +353,47 @@ class Model:
             if n >= 0:
                 return list(buf[:n])
             n_max = -n
+
+    def tokenize_prompt(self, text, cancel=None):
+        """``tokenize(text, True, True)``, computed in pieces: libllama's tokenizer splits the text at every
+        special token in time quadratic in their number (``tokenizer_st_partition`` walks its fragment list
+        from the start for each occurrence); the same split is made here with one regular-expression scan,
+        and each piece between special tokens is tokenized alone, as libllama tokenizes it (BPE vocabularies
+        whose special tokens cannot overlap, the common case; others are tokenized whole). ``cancel`` set
+        stops it between pieces (``Cancelled``)."""
+        split = self._special_splitter()
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        if split is None:
+            _check_cancel(cancel)
+            return self.tokenize(data, True, True)
+        pattern, ids, bos = split
+        out = list(bos)
+        pos = 0
+        seen = {}   # short pieces between special tokens repeat (chat markup): tokenized once
+        for i, match in enumerate(pattern.finditer(data)):
+            start = match.start()
+            if start > pos:
+                piece = data[pos:start]
+                tokens = seen.get(piece)
+                if tokens is None:
+                    tokens = self.tokenize(piece, False, True)
+                    if len(piece) <= 64:
+                        seen[piece] = tokens
+                out += tokens
+            out.append(ids[match.group()])
+            pos = match.end()
+            if i & 255 == 255:
+                _check_cancel(cancel)
+        if pos < len(data):
+            out += self.tokenize(data[pos:], False, True)
+        return out
+
+    def _special_splitter(self):
+        """(pattern, id of each special text, BOS prefix) when piecewise tokenization equals libllama's, or
+        None (then ``tokenize_prompt`` tokenizes the text whole)."""
+        if self._special_split is None:
+            self._special_split = _special_splitter(self._L, self._lvocab, self.n_vocab) or False
+        return self._special_split or None
 
     def max_prompt_bytes(self):
         """A prompt longer than this many UTF-8 bytes cannot fit in the context, whatever its tokens: no token
@@ -476,6 +518,38 @@ class Model:
             self._model = None
 
 
+def _special_splitter(L, lvocab, n_vocab):
+    import re
+    if L.llama_vocab_type(lvocab) != L.LLAMA_VOCAB_TYPE_BPE or L.llama_vocab_get_add_eos(lvocab):
+        return None
+    wanted = L.LLAMA_TOKEN_ATTR_CONTROL | L.LLAMA_TOKEN_ATTR_USER_DEFINED | L.LLAMA_TOKEN_ATTR_UNKNOWN
+    strip = L.LLAMA_TOKEN_ATTR_LSTRIP | L.LLAMA_TOKEN_ATTR_RSTRIP
+    ids = {}
+    for token in range(n_vocab):
+        attr = L.llama_vocab_get_attr(lvocab, token)
+        if attr & wanted:
+            if attr & strip:
+                return None   # libllama strips the whitespace beside it: not a plain split
+            text = L.llama_vocab_get_text(lvocab, token)
+            if not text or text in ids or len(ids) >= 512:
+                return None
+            ids[text] = token
+    texts = list(ids)
+    # occurrences of two different special tokens must never overlap or nest: then every occurrence is
+    # found the same way by libllama's longest-first partition and by a leftmost scan
+    for a in texts:
+        for b in texts:
+            if a is b:
+                continue
+            if b in a or any(a.endswith(b[:k]) for k in range(1, min(len(a), len(b)))):
+                return None
+    if not texts:
+        return None
+    pattern = re.compile(b"|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True)))
+    bos = [L.llama_vocab_bos(lvocab)] if L.llama_vocab_get_add_bos(lvocab) else []
+    return pattern, ids, bos
+
+
 def _quiet(L, verbose):
     global _LOG_CALLBACK
     if verbose or _LOG_CALLBACK is not None:
@@ -537,7 +611,7 @@ class Job:
         if n_bytes > model.max_prompt_bytes():
             raise ContextSizeError(f"request ({n_bytes} bytes of prompt: more than {model.n_ctx} tokens) exceeds "
                                    f"the available context size ({model.n_ctx} tokens), try increasing it")
-        self.prompt_tokens = model.tokenize(prompt, True, True)
+        self.prompt_tokens = model.tokenize_prompt(prompt, cancel)
         if not self.prompt_tokens:
             raise RequestError("the prompt is empty")
         if len(self.prompt_tokens) >= model.n_ctx:

@@ -38,6 +38,7 @@ from .runtime import ContextSizeError, ModelError, check_messages, sampler_param
 __all__ = ["ServerLimits", "create_app", "serve"]
 
 _FINGERPRINT = "bankml-0.1.0"
+_DRAIN_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -291,14 +292,16 @@ class _App:
     # -- reading and preparing a request
 
     async def _read(self, request):
-        """The raw body, within ``max_body_bytes`` (checked on Content-Length, then while reading)."""
+        """The raw body, within ``max_body_bytes`` (checked on Content-Length, then while reading). A body
+        past the limit is read on and dropped (up to 64 MiB more) before the 400, so that the client, still
+        sending, reads the answer instead of a reset connection; nothing of it is kept."""
         limit = self.limits.max_body_bytes
         message = f"the request body is larger than the server's limit of {limit} bytes (--max-body-bytes)"
         length = request.headers.get("content-length")
+        too_large = False
         if length is not None:
             try:
-                if int(length) > limit:
-                    raise _Refusal(message)
+                too_large = int(length) > limit
             except ValueError:
                 raise _Refusal("invalid Content-Length header") from None
         chunks, size = [], 0
@@ -306,10 +309,16 @@ class _App:
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:
-                    raise _Refusal(message)
-                chunks.append(chunk)
+                    too_large = True
+                    chunks = []
+                    if size > limit + _DRAIN_BYTES:
+                        break
+                elif not too_large:
+                    chunks.append(chunk)
         except ClientDisconnect:
             raise _Gone() from None
+        if too_large:
+            raise _Refusal(message)
         return b"".join(chunks)
 
     async def _prepare(self, request, make):
