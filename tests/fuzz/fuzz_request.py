@@ -38,8 +38,8 @@ CORPUS = pathlib.Path(__file__).parent / "corpus"
 
 # -- strategies
 
-_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**64, 2**64), st.floats(allow_nan=False, allow_infinity=False),
-                     st.text(max_size=6))
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**64, 2**64),
+                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=6))
 _ANY = st.recursive(_SCALARS, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
                     max_leaves=6)
 _GRAMMARS = st.sampled_from(['root ::= "a"', 'root ::= "a', "root ::= undefined", "", 'root ::= [0-9]+ "."?',
