@@ -16,8 +16,10 @@ never share state; a client that disconnects cancels its generation after the cu
 slot.
 """
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import threading
 import time
 import uuid
@@ -70,6 +72,24 @@ class ServerLimits:
     prepare_seconds: float = 30.0
     request_seconds: float = 600.0
     max_preparing: int = 8
+
+
+def _malloc_trim():
+    """Give freed heap memory back to the system (glibc): a large request's transient objects otherwise stay
+    resident in the allocator's per-thread arenas, and resident memory drifts with the mix of requests."""
+    global _TRIM
+    if _TRIM is None:
+        try:
+            import ctypes
+            _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _TRIM = False
+    if _TRIM:
+        _TRIM(0)
+
+
+_TRIM = None
+_LARGE_BODY = 1024 * 1024
 
 
 def _error(message, code=400, kind="invalid_request_error"):
@@ -205,6 +225,8 @@ class _Runner:
         finally:
             self.app._finished(self)
             self._put(("end", None))
+            if not self.app.busy():
+                _malloc_trim()   # idle: what the requests freed goes back to the system
 
     async def __aiter__(self):
         while True:
@@ -270,6 +292,11 @@ class _App:
         with self._lock:
             self._runners.discard(runner)
 
+    def busy(self):
+        """Whether a generation runs or a request is being prepared."""
+        with self._lock:
+            return bool(self._runners) or self._preparing > 0
+
     def shutdown(self):
         """Refuse new requests and cancel every generation (each stops after its current token)."""
         self.closing = True
@@ -318,10 +345,12 @@ class _App:
         except ClientDisconnect:
             raise _Gone() from None
         if too_large:
+            chunks = None
+            _malloc_trim()
             raise _Refusal(message)
         return b"".join(chunks)
 
-    async def _prepare(self, request, make):
+    async def _prepare(self, request, make, size=0):
         """Run ``make(cancel)`` on a thread of its own within the preparation budget, its schema conversion
         inside that deadline too; cancelled (``_Gone``) when the client goes away. Returns what it returns."""
         limits = self.limits
@@ -354,6 +383,8 @@ class _App:
                 ok = True
             except BaseException as e:  # noqa: BLE001 - answered as an error object
                 value, ok = e, False
+            if size > _LARGE_BODY or isinstance(value, (SchemaError, MemoryError)):
+                _malloc_trim()   # a large body's objects, a refused schema's partial grammar: freed now
             try:
                 loop.call_soon_threadsafe(deliver, ok, value)
             except RuntimeError:
@@ -371,7 +402,8 @@ class _App:
                                    f"{limits.prepare_seconds:g} s (--prepare-timeout)")
         finally:
             if not future.done():
-                cancel.set()   # the thread stops at its next check; its result is dropped
+                cancel.set()      # the thread stops at its next check;
+                future.cancel()   # its result (or error) is dropped
 
     def _deadline(self):
         return time.monotonic() + self.limits.request_seconds
@@ -386,7 +418,7 @@ class _App:
             if self.closing:
                 raise _Refusal("the server is shutting down", 503, "unavailable_error")
             raw = await self._read(request)
-            body, job, options = await self._prepare(request, lambda cancel: build(raw, cancel))
+            body, job, options = await self._prepare(request, lambda cancel: build(raw, cancel), len(raw))
             return await respond(request, body, job, options)
         except _Gone:
             if job is not None:
@@ -754,6 +786,16 @@ def serve(args):
             app.shutdown()
             super().handle_exit(sig, frame)
 
+        @contextlib.contextmanager
+        def capture_signals(self):
+            # uvicorn raises the signal again as it leaves: keep it for after the cleanup below
+            with super().capture_signals():
+                yield
+                signals.extend(getattr(self, "_captured_signals", ()))
+                if hasattr(self, "_captured_signals"):
+                    self._captured_signals.clear()
+
+    signals = []
     config = uvicorn.Config(starlette, host=args.host, port=args.port, log_level="warning",
                             timeout_graceful_shutdown=3)
     print(f"bankml: serving {model.path} ({model.n_vocab:,} tokens, template {model.template}) on "
@@ -762,7 +804,12 @@ def serve(args):
     app.shutdown()
     if app.join(5.0):
         model.close()
-        return 0
-    # a generation thread is still inside libllama: freeing its context under it would crash the process
-    print("bankml: a generation did not stop in time; exiting without freeing the model", flush=True)
-    os._exit(0)
+        print("bankml: shut down", flush=True)
+    else:
+        # a generation thread is still inside libllama: freeing its context under it would crash the process
+        print("bankml: shut down (a generation did not stop in time: the model is not freed)", flush=True)
+    for sig in reversed(signals):
+        signal.raise_signal(sig)   # as uvicorn does: the process ends by the signal it was sent
+    if not app.join(0):
+        os._exit(0)
+    return 0

@@ -301,8 +301,11 @@ def test_sigterm_during_a_generation_exits_promptly():
     smollm2_path()
     with load_test.server(parallel=1, threads=1, ctx=BUSY_CTX) as (base, proc):
         seconds, code = load_test.sigterm_during_generation(base, proc, limit=15.0)
+        log = pathlib.Path(proc.log_path).read_text()
     assert seconds is not None, "bankml serve did not exit within 15 s of SIGTERM"
-    assert code == 0
+    # the generation was cancelled and the model freed, then the process ends by the signal (as uvicorn does)
+    assert "bankml: shut down\n" in log, log
+    assert code == -signal.SIGTERM
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -337,8 +340,11 @@ def test_small_load():
     assert summary["counts"].get("skipped", 0) == 0
     assert summary["served_after_run"]
     assert summary["counts"]["served"] >= 15 and summary["counts"]["refused"] >= 10
-    # memory after the warm-up: no growth beyond noise
-    assert summary["rss_mib"]["after_run"] < summary["rss_mib"]["after_warmup"] + 150, summary["rss_mib"]
+    # memory: once idle after the run, resident memory is back near where the warm-up (every kind twice)
+    # left it — transient bodies and grammars are given back, nothing accumulates (peaks vary with how many
+    # large hostile bodies happen to overlap; bench/load_test.py reports them)
+    rss = summary["rss_mib"]
+    assert rss["after_run"] < rss["after_warmup"] + 120, rss
 
 
 def test_limits_are_documented_defaults():
