@@ -350,3 +350,21 @@ def test_small_load():
 def test_limits_are_documented_defaults():
     limits = ServerLimits()
     assert limits.max_body_bytes == 8 * 1024 * 1024 and limits.max_messages == 4096 and limits.max_samplers == 64
+
+
+# ---------------------------------------------------------------------------------------------------------
+# bankml check: clear messages and exit code 2 for files it cannot read
+
+
+@pytest.mark.parametrize("make, part", [
+    (lambda d: (d / "bad.gbnf").write_bytes(b'root ::= "\xff"\n') and d / "bad.gbnf",
+     "bad.gbnf:1:11: invalid UTF-8 (byte 0xff at offset 10)"),
+    (lambda d: d / "absent.gbnf", "absent.gbnf: no such file"),
+    (lambda d: d, "is a directory, not a file"),
+])
+def test_check_unreadable_files(tmp_path, capsys, make, part):
+    from bankml.cli import main
+    path = make(tmp_path)
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and part in err and "Traceback" not in err, err
