@@ -3,6 +3,7 @@
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp.map cimport map as cpp_map
 from libcpp.unordered_map cimport unordered_map
+from libcpp.unordered_set cimport unordered_set
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 from cpython.pythread cimport PyThread_type_lock
@@ -87,6 +88,14 @@ cdef class MatchContext:
     cdef unordered_map[uint64_t, int32_t] set_by_hash   # hash of a set's nodes -> the last set with that hash
     cdef vector[int32_t] set_hash_next             # the previous set with the same hash, or -1
     cdef vector[node_t] advance_todo, advance_seen, step_stacks, scratch_stacks  # scratch, no allocation per call
+    cdef unordered_set[node_t] advance_seen_set    # advance_stack's seen once it outgrows a linear search
+    # work budgets: what the current fast mask (work) or reference mask (reference_work) has done, and the
+    # fast path's limit (past it the mask goes to the reference path); INT64_MAX outside a fast mask
+    cdef int64_t work, work_limit, reference_work
+    cdef int64_t fast_work_budget                  # FAST_WORK_BUDGET unless a test changed it
+    cdef readonly int64_t max_fast_work            # the most work a completed fast mask took (for the figures)
+    cdef readonly int64_t last_reference_work      # the work of the last completed reference mask
+    cdef unordered_set[int32_t] fast_failed        # sets whose fast mask ran past a bound: reference path only
     cdef unordered_map[uint64_t, int32_t] transitions   # (set << 32 | code point) -> set, or -1 (no stack survives)
     cdef unordered_map[uint64_t, pair[uint64_t, int32_t]] pattern_transitions  # hash(set, matching stacks) -> (matching stacks, set)
     cdef vector[uint8_t] set_loop_known            # the successor and its class are computed
@@ -117,6 +126,7 @@ cdef class MatchContext:
     cdef vector[uint8_t] set_has_base              # the set holds SEGMENT_BASE: some path popped out of the segment
     cdef vector[uint32_t] segment_lengths          # per element position: bit L-1 set when entries of L frames exist
     cdef unordered_map[uint64_t, pair[node_t, node_t]] segment_nodes  # (stack, L) -> (segment stack, stack below it)
+    cdef vector[position_t] segment_frames         # scratch of segment_of
     cdef unordered_map[node_t, int32_t] entry_of   # segment stack -> entry
     cdef vector[segment_entry] entries
     cdef vector[uint32_t] entry_words              # dense entries, width words each
@@ -143,6 +153,7 @@ cdef class MatchContext:
     cdef readonly int64_t fast_masks, cached_masks, reference_masks, visited_nodes
     cdef readonly int64_t segment_hits, segment_entries_built, segment_walks_grown, continuation_walks
     cdef readonly int64_t continuation_entries_built
+    cdef readonly int64_t fallback_masks           # fast masks that ran past a bound and went to the reference path
 
     cdef node_t push(self, node_t parent, position_t element) except -1 nogil
     cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil
@@ -179,12 +190,17 @@ cdef class MatchContext:
     cdef size_t segment_cache_bytes(self) noexcept nogil
     cdef int32_t build_continuation_entry(self, node_t frame, int32_t node, const trie_view* trie) except -2 nogil
     cdef int continuation_into(self, const trie_view* trie, int32_t node, node_t below, uint32_t* out,
-                               vector[token_t]* collect) except -1 nogil
+                               vector[token_t]* collect, int32_t depth) except -1 nogil
     cdef void reserve_headroom(self) noexcept nogil
     cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3
 
 
 cdef class Grammar:
+    # the matcher's own lock (reentrant: a method may call another), taken around every read or change of
+    # its state, before the context's lock and never after it
+    cdef PyThread_type_lock state_lock
+    cdef unsigned long lock_owner
+    cdef int lock_depth
     cdef readonly MatchContext ctx
     cdef readonly Rules rules
     cdef readonly object vocab
@@ -200,6 +216,9 @@ cdef class Grammar:
     cdef readonly tuple trigger_patterns
     cdef list trigger_regexes
 
+    cdef int enter(self) except -1
+    cdef void leave(self) noexcept
+    cdef bint fast_into(self, uint32_t* out) except -1
     cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points, size_t n_code_points,
                                  vector[node_t]& stacks_new) except -1 nogil
     cdef int collect_rejects(self, const vocab_view* vocab, const token_t* ids, int64_t n,

@@ -15,13 +15,15 @@ nor read vocabulary files (vocab.py does).
 """
 import collections
 import heapq
+import operator
 import re
 import time
 
 import numpy as np
 cimport numpy as cnp
 from cpython.bytes cimport PyBytes_AS_STRING
-from cpython.pythread cimport PyThread_acquire_lock, PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock
+from cpython.pythread cimport (PyThread_acquire_lock, PyThread_allocate_lock, PyThread_free_lock,
+                               PyThread_get_thread_ident, PyThread_release_lock)
 from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from cython.operator cimport dereference as deref
@@ -35,7 +37,7 @@ from bankml._utf8 cimport decode_utf8, partial_utf8
 from bankml._trie cimport CHILD_BLOCK, SUBTREE_NON_ASCII, SUBTREE_OVERLONG_END, SUBTREE_PARTIAL_END
 
 from bankml.errors import GrammarError
-from bankml.parser import find_left_recursion, parse_gbnf
+from bankml.parser import check_left_recursion, parse_gbnf
 from bankml._trie import decoded_vocab, vocab_trie
 
 cnp.import_array()
@@ -71,7 +73,27 @@ cdef size_t CONTINUATION_NODES_PER_NODE = 16
 cdef int64_t MAX_MEMOIZED_CONTINUATION = 4096
 # Segments longer than this are not tried one frame at a time: the whole stack is the segment.
 cdef int32_t MAX_SEGMENT_LENGTH = 16
+# The segment length that means "every frame of the stack" (find_entry asks for it after MAX_SEGMENT_LENGTH;
+# segment_of then cuts nowhere, so the stack below is empty and the walk is never cut short).
+cdef int32_t WHOLE_STACK = 1 << 30
+# A whole stack deeper than this is not made a segment: the mask is answered on the reference path.
+cdef int32_t MAX_WHOLE_SEGMENT_FRAMES = 1024
+# Continuations followed further down than this many frames below a segment: the reference path answers.
+cdef int32_t MAX_CONTINUATION_DEPTH = 256
 cdef int64_t MASKS_PER_CHUNK = 16
+# Work budgets (bankml's; llama.cpp has none). One advance_stack expands at most MAX_ADVANCE_STEPS stacks
+# (a grammar without left recursion needs about one per alternative it enters; 1M steps take about 1 s
+# where every step pushes a new node, as in left recursion that escaped the checks).
+cdef int64_t MAX_ADVANCE_STEPS = 1 << 20
+# A fast mask that has stepped this many stacks and visited this many trie nodes in all (cold masks of the
+# test grammars on Qwen2 take at most ~2M) stops and answers on the reference path, which needs no memo.
+cdef int64_t FAST_WORK_BUDGET = 1 << 24
+# A reference mask takes at most this many steps (a candidate token checked against a stack, or one
+# stack advance_stack expands): 20-25 ns each measured, so about 3 s. A mask of Qwen2 (151,936 tokens)
+# reaches it from about 900 stacks that all reject nearly every token; llama.cpp would answer such a
+# state after seconds of its own, bankml raises instead.
+cdef int64_t REFERENCE_WORK_BUDGET = 1 << 27
+cdef int64_t NO_WORK_LIMIT = 0x7FFFFFFFFFFFFFFF
 # A subtree smaller than this is walked node by node rather than tested against the set's loop class.
 cdef int32_t LOOP_TEST_MIN_NODES = 4
 
@@ -319,11 +341,20 @@ cdef class Rules:
                 raise GrammarError("failed to parse grammar: no rules")
             if root not in symbol_ids:
                 raise GrammarError(f"grammar does not contain a '{root}' symbol")
-            recursive = find_left_recursion(rules)
-            if recursive is not None:
-                name = _rule_name(symbol_ids, recursive)
+            recursion = check_left_recursion(rules)
+            if recursion is not None and not recursion[1]:
+                name = _rule_name(symbol_ids, recursion[0])
                 raise GrammarError(
-                    f"unsupported grammar, left recursion detected for nonterminal at index {recursive} ({name})")
+                    f"unsupported grammar, left recursion detected for nonterminal at index {recursion[0]} ({name})")
+            # llama.cpp's check takes a rule for non-empty unless an alternative is empty as written; left
+            # recursion through a rule that matches the empty string only through others passes it, and
+            # where it pushes a frame on the way round llama.cpp's advance_stack grows a stack forever.
+            # bankml refuses that (in llama.cpp's message shape).
+            if recursion is not None:
+                name = _rule_name(symbol_ids, recursion[0])
+                raise GrammarError(
+                    f"unsupported grammar, left recursion detected for nonterminal at index {recursion[0]} ({name}), "
+                    "through rules that can match the empty string (llama.cpp's check misses it and hangs)")
         return _make_rules(symbol_ids, rules, root, vocab, text if isinstance(text, str) else None)
 
     @property
@@ -412,6 +443,8 @@ cdef class MatchContext:
         self.use_segments = True
         self.max_continuations = DEFAULT_MAX_CONTINUATIONS
         self.continuations_limit = DEFAULT_MAX_CONTINUATIONS
+        self.work_limit = NO_WORK_LIMIT
+        self.fast_work_budget = FAST_WORK_BUDGET
         self.lock = PyThread_allocate_lock()
         if self.lock == NULL:
             raise MemoryError("could not allocate the grammar context's lock")
@@ -433,6 +466,7 @@ cdef class MatchContext:
         if vocab is not None:
             for token_id in sorted(int(t) for t in vocab.eog_ids):
                 self.eog_tokens.push_back(token_id)
+            _check_token_ids(rules, self.decoded.n_vocab)
         self.segment_lengths.assign(rules.elements.size(), 0)
         self.element_transparent.assign(rules.elements.size(), 0)
         self.rule_nullable = _nullable_rules(rules)
@@ -679,6 +713,19 @@ cdef class MatchContext:
         return [(self.entries[i].length, self.entries[i].n_tokens, self.entries[i].n_continuations)
                 for i in range(self.entries.size())]
 
+    def _configure_budget(self, fast_work=None):
+        """Test shim: the fast path's work budget per mask (FAST_WORK_BUDGET by default); forgets which sets
+        went to the reference path."""
+        with nogil:
+            PyThread_acquire_lock(self.lock, 1)
+            self.fast_failed.clear()
+            self.mask_chunks.clear()
+            self.mask_slot.clear()
+            self.n_cached_masks = 0
+            PyThread_release_lock(self.lock)
+        if fast_work is not None:
+            self.fast_work_budget = int(fast_work)
+
     def _configure_segments(self, enabled=None, max_continuations=None):
         """Test and benchmark shim: turn the segment cache on or off, or change its continuation limit.
         Forgets every cached mask and entry, so the next masks are computed afresh."""
@@ -717,19 +764,43 @@ cdef class MatchContext:
         """Expand a stack into the stacks that all end at a terminal (or are empty)."""
         cdef const grammar_element* elements = self.rules.elements.data()
         # todo and seen are scratch kept by the context (advance_stack never runs inside itself), so a
-        # call allocates nothing; seen holds few entries, so a linear search beats hashing
+        # call allocates nothing; seen mostly holds few entries, where a linear search beats hashing, and
+        # moves to a hash set when it grows (a rule of thousands of alternatives)
         cdef node_t current, next_stack
         cdef position_t pos, subpos
+        cdef int64_t steps = 0, searched = 0
+        cdef bint hashed = False
+        cdef size_t i
         self.advance_todo.clear()
         self.advance_seen.clear()
         self.advance_todo.push_back(stack)
         while not self.advance_todo.empty():
             current = self.advance_todo.back()
             self.advance_todo.pop_back()
-            if find(self.advance_seen.begin(), self.advance_seen.end(), current) != self.advance_seen.end():
-                continue
-            self.advance_seen.push_back(current)
+            steps += 1
+            if steps > MAX_ADVANCE_STEPS:
+                with gil:
+                    raise GrammarError(
+                        f"grammar expansion exceeds {MAX_ADVANCE_STEPS} steps in one advance_stack "
+                        "(MAX_ADVANCE_STEPS); the grammar expands too far without matching a character")
+            if self.work + steps + (searched >> 3) > self.work_limit:
+                with gil:
+                    raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
+                                       "steps (FAST_WORK_BUDGET)")
+            if hashed:
+                if not self.advance_seen_set.insert(current).second:
+                    continue
+            else:
+                if find(self.advance_seen.begin(), self.advance_seen.end(), current) != self.advance_seen.end():
+                    continue
+                self.advance_seen.push_back(current)
+                if self.advance_seen.size() > 32:
+                    hashed = True
+                    self.advance_seen_set.clear()
+                    for i in range(self.advance_seen.size()):
+                        self.advance_seen_set.insert(self.advance_seen[i])
             if is_bottom(current):
+                searched += new_stacks.size()   # (the linear search of add_unique, for the work budget)
                 add_unique(new_stacks, current)
                 continue
             pos = self.nodes[current].element
@@ -750,6 +821,7 @@ cdef class MatchContext:
                         break
             elif (elements[pos].type == LLAMA_GRETYPE_CHAR or elements[pos].type == LLAMA_GRETYPE_CHAR_NOT
                   or elements[pos].type == LLAMA_GRETYPE_CHAR_ANY or is_token_element(&elements[pos])):
+                searched += new_stacks.size()
                 add_unique(new_stacks, current)
                 if new_stacks.size() > self.max_stacks:
                     with gil:
@@ -759,6 +831,7 @@ cdef class MatchContext:
             else:
                 with gil:
                     raise GrammarError("internal error: a stack rests on a non-terminal element")
+        self.work += steps + (searched >> 3)
         return 0
 
     cdef int accept_chr(self, node_t stack, uint32_t chr, vector[node_t]& new_stacks) except -1 nogil:
@@ -805,6 +878,11 @@ cdef class MatchContext:
         cdef grammar_candidate tok
         cdef node_t stack_after
         cdef size_t i
+        self.reference_work += candidates.size()
+        if self.reference_work + self.work > REFERENCE_WORK_BUDGET:
+            with gil:
+                raise GrammarError(f"the mask exceeds the reference path's work budget of {REFERENCE_WORK_BUDGET} "
+                                   "steps (REFERENCE_WORK_BUDGET); the grammar is too ambiguous here")
         if stack == EMPTY_STACK:
             for i in range(candidates.size()):
                 if candidates[i].code_points[0] != 0 or candidates[i].partial.n_remain != 0:
@@ -928,6 +1006,11 @@ cdef class MatchContext:
             it = self.pattern_transitions.find(key)
             if it != self.pattern_transitions.end() and deref(it).second.first == matches:
                 return deref(it).second.second
+        self.work += last - first
+        if self.work > self.work_limit:
+            with gil:
+                raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
+                                   "steps (FAST_WORK_BUDGET)")
         self.step_stacks.clear()  # scratch of the context: step_set never runs inside itself
         for k in range(first, last):
             stack = self.set_nodes[k]
@@ -1121,6 +1204,11 @@ cdef class MatchContext:
         cdef uint64_t* bits = self.position_bits.data()
         cdef int64_t lo = trie.token_lo[node]
         self.visited_nodes += 1
+        self.work += 1
+        if self.work > self.work_limit:
+            with gil:
+                raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
+                                   "steps (FAST_WORK_BUDGET)")
         cdef int64_t first_longer = lo + trie.n_ending[node]
         cdef int64_t hi = trie.token_hi[node]
         cdef int64_t position, k, i, range_end
@@ -1392,13 +1480,17 @@ cdef class MatchContext:
         return 0
 
     cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil:
-        """The whole-vocabulary mask of the current stacks (bit set = allowed) into out.
+        """The whole-vocabulary mask of the current stacks (bit set = allowed) into out: 0, or 1 when this
+        set is answered on the reference path (the caller's job; out is then unspecified).
 
         Exact for a state whose accepted text ends on a whole character; the
         caller sends other states down the reference path. A set seen before is
         copied from the mask cache; otherwise the mask is the union over the
         set's stacks of their segment entries (or, with the segment cache off,
-        one trie walk from the whole set).
+        one trie walk from the whole set). Past one of its bounds (its work
+        budget, max_stacks over a set, a stack too deep for a segment) it raises
+        GrammarError and remembers the set: the caller then answers on the
+        reference path, which gives llama.cpp's mask or its own clear error.
         """
         cdef vector[node_t] current = stacks
         cdef int32_t set_id = self.intern_set(current)
@@ -1413,10 +1505,14 @@ cdef class MatchContext:
                    width * sizeof(uint32_t))
             self.cached_masks += 1
             return 0
+        if self.fast_failed.count(set_id):
+            return 1
         self.fast_masks += 1
         if self.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
             self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
         completed = False
+        self.work = 0
+        self.work_limit = self.fast_work_budget
         try:
             if self.use_segments:
                 self.segment_mask(set_id, trie, out)
@@ -1424,10 +1520,16 @@ cdef class MatchContext:
                 self.walk_mask(set_id, trie, out)
             completed = True
         finally:
+            self.work_limit = NO_WORK_LIMIT
+            if completed and self.work > self.max_fast_work:
+                self.max_fast_work = self.work
             if not completed:
-                # (a GrammarError mid-walk: position_bits must be all zero again for the next walk)
+                # (a GrammarError mid-walk, a bound of the fast path: position_bits must be all zero again
+                # for the next walk, and this set's masks come from the reference path from now on)
                 memset(self.position_bits.data(), 0, self.position_bits.size() * sizeof(uint64_t))
                 self.n_marked = 0
+                self.fast_failed.insert(set_id)
+                self.fallback_masks += 1
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             if self.set_nodes[k] == EMPTY_STACK:
                 allow_eog = True
@@ -1499,10 +1601,11 @@ cdef class MatchContext:
 
     # -- the segment cache ----------------------------------------------------------
     cdef int segment_of(self, node_t stack, int32_t length, node_t* segment, node_t* below) except -1 nogil:
-        """The top `length` frames of a stack (all of them if it has fewer) re-pushed on SEGMENT_BASE
-        (*segment), and the stack below them (*below; EMPTY_STACK when the segment holds the whole stack)."""
-        cdef uint64_t key = (<uint64_t><uint32_t>stack << 6) | <uint32_t>min(length, 63)
-        cdef position_t frames[64]
+        """The top `length` frames of a stack (all of them if it has fewer, or if length is WHOLE_STACK)
+        re-pushed on SEGMENT_BASE (*segment), and the stack below them (*below; EMPTY_STACK when the
+        segment holds the whole stack)."""
+        # lengths of segments tried frame by frame are at most MAX_SEGMENT_LENGTH (< 63): code 63 is WHOLE_STACK
+        cdef uint64_t key = (<uint64_t><uint32_t>stack << 6) | <uint32_t>(63 if length >= 63 else length)
         cdef int32_t n = 0
         cdef node_t node = stack
         it = self.segment_nodes.find(key)
@@ -1510,15 +1613,27 @@ cdef class MatchContext:
             segment[0] = deref(it).second.first
             below[0] = deref(it).second.second
             return 0
-        while n < length and n < 64 and node != EMPTY_STACK:
-            frames[n] = self.canonical[self.nodes[node].element]
+        if length != WHOLE_STACK and length >= 63:
+            with gil:
+                raise GrammarError(f"internal error: a segment of {length} frames (segments are at most "
+                                   f"{MAX_SEGMENT_LENGTH} frames or the whole stack)")
+        self.segment_frames.clear()
+        self.work += length if length != WHOLE_STACK else 0
+        while (length == WHOLE_STACK or n < length) and node != EMPTY_STACK:
+            self.work += 1 if length == WHOLE_STACK else 0
+            if n >= MAX_WHOLE_SEGMENT_FRAMES:
+                # (the caller answers this mask on the reference path)
+                with gil:
+                    raise GrammarError(f"fast path: a stack deeper than {MAX_WHOLE_SEGMENT_FRAMES} frames "
+                                       "(MAX_WHOLE_SEGMENT_FRAMES) as one segment")
+            self.segment_frames.push_back(self.canonical[self.nodes[node].element])
             node = self.nodes[node].parent
             n += 1
         below[0] = node
         node = SEGMENT_BASE
         while n > 0:
             n -= 1
-            node = self.push(node, frames[n])
+            node = self.push(node, self.segment_frames[n])
         segment[0] = node
         self.segment_nodes[key] = pair[node_t, node_t](segment[0], below[0])
         return 0
@@ -1635,7 +1750,10 @@ cdef class MatchContext:
                 if length <= 32:
                     self.segment_lengths[top] |= (<uint32_t>1) << (length - 1)
                 return entry_id
-            length = self.skip_transparent(stack, length + 1) if length < MAX_SEGMENT_LENGTH else 1 << 20
+            if length == WHOLE_STACK:
+                with gil:
+                    raise GrammarError("internal error: the whole stack as one segment popped out too often")
+            length = self.skip_transparent(stack, length + 1) if length < MAX_SEGMENT_LENGTH else WHOLE_STACK
 
     cdef bint transparent(self, position_t pos) noexcept nogil:
         """Whether the rest of a frame's alternative can match the empty string: a path that pops
@@ -1751,7 +1869,7 @@ cdef class MatchContext:
         return entry_id
 
     cdef int continuation_into(self, const trie_view* trie, int32_t node, node_t below, uint32_t* out,
-                               vector[token_t]* collect) except -1 nogil:
+                               vector[token_t]* collect, int32_t depth) except -1 nogil:
         """OR into out the tokens below a continuation node that the stack below the segment accepts from
         there on. From the entry of that stack's top frame at the node when it has one (built on first
         use, and shared by every stack with that top frame), its own continuations taken one frame further
@@ -1764,6 +1882,12 @@ cdef class MatchContext:
         cdef token_t token
         cdef node_t frame, under
         cdef int32_t sub, context
+        cdef size_t collect_start = collect.size()
+        self.work += 1
+        if self.work > self.work_limit:
+            with gil:
+                raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
+                                   "steps (FAST_WORK_BUDGET)")
         it = self.continuation_results.find(key)
         if it != self.continuation_results.end():
             for j in range(deref(it).second.first, deref(it).second.first + deref(it).second.second):
@@ -1772,6 +1896,11 @@ cdef class MatchContext:
                 collect.push_back(token)
             return 0
         if below != EMPTY_STACK:
+            if depth >= MAX_CONTINUATION_DEPTH:
+                # (each level is a C frame: a stack of nullable frames must not recurse without bound)
+                with gil:
+                    raise GrammarError(f"fast path: continuations followed more than {MAX_CONTINUATION_DEPTH} "
+                                       "frames down (MAX_CONTINUATION_DEPTH)")
             self.segment_of(below, 1, &frame, &under)
             sub = self.build_continuation_entry(frame, node, trie)
             if sub >= 0:
@@ -1785,7 +1914,16 @@ cdef class MatchContext:
                 count = self.entries[sub].n_continuations
                 for c in range(start, start + count):
                     # (entries and their lists may grow inside: read them by index, never by pointer)
-                    self.continuation_into(trie, self.entry_continuations[c], under, out, collect)
+                    self.continuation_into(trie, self.entry_continuations[c], under, out, collect, depth + 1)
+                # Kept like a walk's answer: the same (stack below, node) is met again along other paths
+                # down a stack of frames that each pop at once (a run of nullable frames), which would
+                # otherwise be walked once per path.
+                count = <int64_t>(collect.size() - collect_start)
+                if count <= MAX_MEMOIZED_CONTINUATION:
+                    offset = <int64_t>self.continuation_tokens.size()
+                    self.continuation_tokens.insert(self.continuation_tokens.end(), collect.begin() + collect_start,
+                                                    collect.end())
+                    self.continuation_results[key] = pair[int64_t, int32_t](offset, <int32_t>count)
                 return 0
         self.continuation_walks += 1
         context = self.context_set(below)
@@ -1885,7 +2023,7 @@ cdef class MatchContext:
             self.collected.clear()
             for c in range(entry.n_continuations):
                 self.continuation_into(trie, self.entry_continuations[entry.continuations_start + c],
-                                       self.resolved_below[k], out, &self.collected)
+                                       self.resolved_below[k], out, &self.collected, 0)
             self.compose_cost += <int64_t>self.collected.size()
             if <int64_t>self.collected.size() <= MAX_MEMOIZED_CONTINUATION:
                 self.entry_results[key] = pair[int64_t, int32_t](<int64_t>self.continuation_tokens.size(),
@@ -1897,33 +2035,54 @@ cdef class MatchContext:
 
 
 def _nullable_rules(Rules rules):
-    """Per rule id, whether the rule can match the empty string (a fixpoint over the rules)."""
+    """Per rule id, whether the rule can match the empty string: the least fixpoint, by a worklist
+    (parser.nullable_rules over the flat elements), so linear in the grammar's size."""
     cdef const grammar_element* elements = rules.elements.data()
     cdef size_t n_rules = rules.rule_start.size()
     cdef vector[uint8_t] nullable
-    cdef bint changed = True, alternative_nullable
-    cdef size_t rule_id
+    cdef vector[vector[int32_t]] waiting
+    cdef vector[int32_t] alternative_rule, alternative_pending, queue, refs
+    cdef bint blocked
+    cdef size_t rule_id, k
+    cdef int32_t alternative, index
     cdef position_t pos
     nullable.assign(n_rules, 0)
-    while changed:
-        changed = False
-        for rule_id in range(n_rules):
-            if nullable[rule_id]:
-                continue
-            pos = rules.rule_start[rule_id]
-            alternative_nullable = True
-            while True:
-                if is_end_of_sequence(&elements[pos]):
-                    if alternative_nullable:
-                        nullable[rule_id] = 1
-                        changed = True
-                        break
-                    if elements[pos].type == LLAMA_GRETYPE_END:
-                        break
-                    alternative_nullable = True
-                elif elements[pos].type != LLAMA_GRETYPE_RULE_REF or not nullable[elements[pos].value]:
-                    alternative_nullable = False
-                pos += 1
+    waiting.resize(n_rules)
+    for rule_id in range(n_rules):
+        pos = rules.rule_start[rule_id]
+        refs.clear()
+        blocked = False
+        while True:
+            if is_end_of_sequence(&elements[pos]):
+                if not blocked:
+                    if refs.empty():
+                        if not nullable[rule_id]:
+                            nullable[rule_id] = 1
+                            queue.push_back(<int32_t>rule_id)
+                    else:
+                        alternative = <int32_t>alternative_rule.size()
+                        alternative_rule.push_back(<int32_t>rule_id)
+                        alternative_pending.push_back(<int32_t>refs.size())
+                        for k in range(refs.size()):
+                            waiting[refs[k]].push_back(alternative)
+                refs.clear()
+                blocked = False
+                if elements[pos].type == LLAMA_GRETYPE_END:
+                    break
+            elif elements[pos].type == LLAMA_GRETYPE_RULE_REF:
+                refs.push_back(<int32_t>elements[pos].value)
+            else:
+                blocked = True
+            pos += 1
+    while not queue.empty():
+        index = queue.back()
+        queue.pop_back()
+        for k in range(waiting[index].size()):
+            alternative = waiting[index][k]
+            alternative_pending[alternative] -= 1
+            if alternative_pending[alternative] == 0 and not nullable[alternative_rule[alternative]]:
+                nullable[alternative_rule[alternative]] = 1
+                queue.push_back(alternative_rule[alternative])
     return nullable
 
 
@@ -2080,6 +2239,25 @@ def _context_for(Rules rules, vocab, size_t max_stacks, double precompute):
     return ctx
 
 
+def _check_token_ids(Rules rules, int64_t n_vocab):
+    """A token terminal naming an id outside the vocabulary: llama.cpp takes it, and then no token ever
+    matches <[id]> (the grammar dies there, and its sampler aborts) and every one matches !<[id]>."""
+    cdef size_t i
+    for i in range(rules.elements.size()):
+        if (rules.elements[i].type == LLAMA_GRETYPE_TOKEN or rules.elements[i].type == LLAMA_GRETYPE_TOKEN_NOT) \
+                and rules.elements[i].value >= <uint64_t>n_vocab:
+            raise GrammarError(f"token id {rules.elements[i].value} is outside the vocabulary [0, {n_vocab})")
+
+
+def _token_id(value, what="token id"):
+    """An int (or numpy integer) token id; anything else is refused, not coerced."""
+    if type(value) is int:
+        return value
+    if isinstance(value, (bool, np.bool_)) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__} {value!r}")
+    return operator.index(value)
+
+
 def _as_rules(rules, vocab, root):
     if isinstance(rules, Rules):
         return rules
@@ -2099,6 +2277,36 @@ cdef class Grammar:
 
     Filling a mask never changes the state; accepting a token does.
     """
+
+    def __cinit__(self):
+        self.state_lock = PyThread_allocate_lock()
+        if self.state_lock == NULL:
+            raise MemoryError("could not allocate the matcher's lock")
+        self.lock_owner = 0
+        self.lock_depth = 0
+
+    def __dealloc__(self):
+        if self.state_lock != NULL:
+            PyThread_free_lock(self.state_lock)
+
+    cdef int enter(self) except -1:
+        """Take the matcher's lock (reentrant). Runs with the GIL, which guards lock_owner and lock_depth."""
+        cdef unsigned long me = PyThread_get_thread_ident()
+        if self.lock_depth and self.lock_owner == me:
+            self.lock_depth += 1
+            return 0
+        if not PyThread_acquire_lock(self.state_lock, 0):
+            with nogil:
+                PyThread_acquire_lock(self.state_lock, 1)
+        self.lock_owner = me
+        self.lock_depth = 1
+        return 0
+
+    cdef void leave(self) noexcept:
+        self.lock_depth -= 1
+        if self.lock_depth == 0:
+            self.lock_owner = 0
+            PyThread_release_lock(self.state_lock)
 
     def __init__(self, rules, vocab=None, *, root="root", trigger_tokens=(), trigger_patterns=(),
                  trigger_words=(), lazy=None, max_stacks=DEFAULT_MAX_STACKS, precompute=DEFAULT_PRECOMPUTE_SECONDS):
@@ -2160,7 +2368,9 @@ cdef class Grammar:
                         break
             finally:
                 PyThread_release_lock(ctx.lock)
+        self.enter()
         self.active_stacks.swap(stacks)
+        self.leave()
 
     cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points, size_t n_code_points,
                                  vector[node_t]& stacks_new) except -1 nogil:
@@ -2261,12 +2471,19 @@ cdef class Grammar:
         cdef MatchContext ctx = self.ctx
         if n == 0:
             return np.empty(0, dtype=np.int64)
-        with nogil:
-            PyThread_acquire_lock(ctx.lock, 1)
-            try:
-                self.collect_rejects(&vocab, &id_view[0], n, rejects, scratch)
-            finally:
-                PyThread_release_lock(ctx.lock)
+        self.enter()
+        try:
+            with nogil:
+                PyThread_acquire_lock(ctx.lock, 1)
+                try:
+                    ctx.reference_work = 0
+                    ctx.work = 0   # (advance_stack adds its steps: they count against the budget too)
+                    self.collect_rejects(&vocab, &id_view[0], n, rejects, scratch)
+                    ctx.last_reference_work = ctx.reference_work + ctx.work
+                finally:
+                    PyThread_release_lock(ctx.lock)
+        finally:
+            self.leave()
         out = np.empty(rejects.size(), dtype=np.int64)
         out_view = out
         for k in range(rejects.size()):
@@ -2285,13 +2502,36 @@ cdef class Grammar:
                              f"got range [{int(ids.min())}, {int(ids.max())}]")
         return np.ascontiguousarray(ids, dtype=np.int32)
 
+    cdef bint fast_into(self, uint32_t* out) except -1:
+        """The fast path's mask into out (the caller holds the matcher's lock); False when this state is
+        answered on the reference path instead (the fast path ran past one of its bounds)."""
+        cdef trie_view trie = self.ctx.trie.view()
+        cdef MatchContext ctx = self.ctx
+        cdef int status = 1
+        try:
+            with nogil:
+                PyThread_acquire_lock(ctx.lock, 1)
+                try:
+                    status = ctx.fast_mask(self.active_stacks, &trie, out)
+                finally:
+                    PyThread_release_lock(ctx.lock)
+        except GrammarError:
+            return False
+        return status == 0
+
     def _mask_words(self, reference=False):
         """The whole-vocabulary mask as uint32 words (bit set = allowed), fast path unless told otherwise."""
+        self.enter()
+        try:
+            return self._mask_words_locked(reference)
+        finally:
+            self.leave()
+
+    def _mask_words_locked(self, reference):
         cdef int64_t n_vocab = self.decoded.n_vocab
         cdef int64_t width = (n_vocab + 31) // 32
         cdef cnp.ndarray words = np.zeros(width, dtype=np.uint32)
         cdef uint32_t[::1] view = words
-        cdef trie_view trie
         cdef int64_t k
         cdef MatchContext ctx = self.ctx
         if self.awaiting_trigger:
@@ -2300,14 +2540,9 @@ cdef class Grammar:
                 words[width - 1] = (1 << (n_vocab % 32)) - 1
             return words
         if not reference and self.partial.n_remain <= 0:
-            trie = ctx.trie.view()
-            with nogil:
-                PyThread_acquire_lock(ctx.lock, 1)
-                try:
-                    ctx.fast_mask(self.active_stacks, &trie, &view[0])
-                finally:
-                    PyThread_release_lock(ctx.lock)
-            return words
+            if self.fast_into(&view[0]):
+                return words
+            reference = True  # past a bound of the fast path: llama.cpp's own way gives the mask
         ctx.reference_masks += 1
         if not reference and self.partial.n_remain > 0:
             # Inside a character only a piece that opens with a continuation byte can decode (any other
@@ -2382,26 +2617,43 @@ cdef class Grammar:
                 f"Invalid bitmask: expected writable C-contiguous int32 of shape ({width},) or (batch, {width}), "
                 f"got {getattr(bitmask, 'dtype', type(bitmask).__name__)} of shape {getattr(bitmask, 'shape', None)}")
         row = bitmask if bitmask.ndim == 1 else bitmask[index]
-        if not self.awaiting_trigger and self.partial.n_remain <= 0:
-            row_view = row.view(np.uint32)
-            trie = ctx.trie.view()
-            with nogil:
-                PyThread_acquire_lock(ctx.lock, 1)
-                try:
-                    ctx.fast_mask(self.active_stacks, &trie, &row_view[0])
-                finally:
-                    PyThread_release_lock(ctx.lock)
-        else:
-            row[:] = self._mask_words().view(np.int32)
+        self.enter()
+        try:
+            if not self.awaiting_trigger and self.partial.n_remain <= 0:
+                row_view = row.view(np.uint32)
+                if not self.fast_into(&row_view[0]):
+                    row[:] = self._mask_words_locked(True).view(np.int32)
+            else:
+                row[:] = self._mask_words_locked(False).view(np.int32)
+        finally:
+            self.leave()
         return bitmask
 
     def allows(self, token_id):
         """Whether llama.cpp's grammar sampler leaves this token's logit finite."""
         self._require_vocab()
-        ids = self._check_ids(np.array([token_id], dtype=np.int64), "token id")
-        if self.awaiting_trigger:
-            return True
-        return self._rejected_indices(ids).shape[0] == 0
+        ids = self._check_ids(np.array([_token_id(token_id)], dtype=np.int64), "token id")
+        self.enter()
+        try:
+            if self.awaiting_trigger:
+                return True
+            return self._rejected_indices(ids).shape[0] == 0
+        finally:
+            self.leave()
+
+    def is_dead(self):
+        """Whether no token of the vocabulary can come next: the mask is empty (an end-of-generation token
+        counts as allowed when the grammar is complete). A grammar dead from the start (every path needs a
+        token the vocabulary does not have, or text no token spells) is known before generation: the
+        runtime checks this once, and llama.cpp's sampler would abort on it mid-generation."""
+        self._require_vocab()
+        self.enter()
+        try:
+            if self.awaiting_trigger:
+                return False
+            return not self._mask_words_locked(False).any()
+        finally:
+            self.leave()
 
     # -- accepting -------------------------------------------------------------
     def _commit_token(self, token_t token, bytes piece):
@@ -2411,18 +2663,22 @@ cdef class Grammar:
         cdef const uint8_t* raw = <const uint8_t*>PyBytes_AS_STRING(piece)
         cdef Py_ssize_t size = len(piece)
         cdef MatchContext ctx = self.ctx
-        with nogil:
-            partial = decode_utf8(raw, size, self.partial, code_points)
-            PyThread_acquire_lock(ctx.lock, 1)
-            try:
-                self.accept_token_stacks(token, code_points.data(), code_points.size() - 1, stacks_new)
-            finally:
-                PyThread_release_lock(ctx.lock)
-        if stacks_new.empty():
-            raise GrammarError(
-                f"Unexpected empty grammar stack after accepting piece: {piece.decode('utf-8', 'replace')} ({token})")
-        self.active_stacks.swap(stacks_new)
-        self.partial = partial
+        self.enter()
+        try:
+            with nogil:
+                partial = decode_utf8(raw, size, self.partial, code_points)
+                PyThread_acquire_lock(ctx.lock, 1)
+                try:
+                    self.accept_token_stacks(token, code_points.data(), code_points.size() - 1, stacks_new)
+                finally:
+                    PyThread_release_lock(ctx.lock)
+            if stacks_new.empty():
+                raise GrammarError(
+                    f"Unexpected empty grammar stack after accepting piece: {piece.decode('utf-8', 'replace')} ({token})")
+            self.active_stacks.swap(stacks_new)
+            self.partial = partial
+        finally:
+            self.leave()
 
     def accept_token(self, token_id, piece):
         """llama_grammar_accept_token: advance by a token's piece (a token terminal matches by id).
@@ -2431,7 +2687,10 @@ cdef class Grammar:
         """
         if not isinstance(piece, (bytes, bytearray)):
             raise TypeError(f"piece must be bytes, got {type(piece).__name__}")
-        self._commit_token(int(token_id), bytes(piece))
+        token = _token_id(token_id)
+        if not 0 <= token <= 0x7FFFFFFF:
+            raise ValueError(f"Invalid token id: {token} is outside [0, 2**31)")
+        self._commit_token(token, bytes(piece))
 
     def accept_bytes(self, data):
         """llama_grammar_accept_str: advance by text (prefill), character by character.
@@ -2452,24 +2711,35 @@ cdef class Grammar:
         raw_bytes = bytes(data)
         raw = <const uint8_t*>PyBytes_AS_STRING(raw_bytes)
         size = len(raw_bytes)
-        current = self.active_stacks
         cdef MatchContext ctx = self.ctx
-        with nogil:
-            partial = decode_utf8(raw, size, self.partial, code_points)
-            PyThread_acquire_lock(ctx.lock, 1)
-            try:
-                for i in range(code_points.size() - 1):
-                    next_stacks.clear()
-                    for j in range(current.size()):
-                        ctx.accept_chr(current[j], code_points[i], next_stacks)
-                    current.swap(next_stacks)
-            finally:
-                PyThread_release_lock(ctx.lock)
-        if current.empty():
-            raise GrammarError(
-                f"Unexpected empty grammar stack after accepting piece: {raw_bytes.decode('utf-8', 'replace')}")
-        self.active_stacks.swap(current)
-        self.partial = partial
+        self.enter()
+        try:
+            current = self.active_stacks
+            with nogil:
+                partial = decode_utf8(raw, size, self.partial, code_points)
+                PyThread_acquire_lock(ctx.lock, 1)
+                try:
+                    for i in range(code_points.size() - 1):
+                        next_stacks.clear()
+                        for j in range(current.size()):
+                            ctx.accept_chr(current[j], code_points[i], next_stacks)
+                        current.swap(next_stacks)
+                        if current.size() > ctx.max_stacks:
+                            with gil:
+                                raise GrammarError(
+                                    f"grammar state exceeds {ctx.max_stacks} stacks (max_stacks); "
+                                    "the grammar is too ambiguous at this point")
+                        if current.empty():
+                            break
+                finally:
+                    PyThread_release_lock(ctx.lock)
+            if current.empty():
+                raise GrammarError(
+                    f"Unexpected empty grammar stack after accepting piece: {raw_bytes.decode('utf-8', 'replace')}")
+            self.active_stacks.swap(current)
+            self.partial = partial
+        finally:
+            self.leave()
 
     def accept(self, token_id):
         """llama_sampler_accept on the grammar sampler (llama_grammar_accept_impl).
@@ -2480,19 +2750,23 @@ cdef class Grammar:
         """
         if self.vocab is None:
             raise ValueError("this Grammar has no vocabulary; use accept_token(token_id, piece)")
-        token = int(token_id)
+        token = _token_id(token_id)
         if not 0 <= token < self.decoded.n_vocab:
             raise ValueError(f"Invalid token id: {token} is outside [0, {self.decoded.n_vocab})")
         piece = self.vocab.piece(token)
-        if self.awaiting_trigger:
-            self._accept_awaiting(token, piece)
-            return
-        if self.decoded.is_eog[token]:
-            if not self.complete:
-                raise GrammarError(f"end-of-generation token {token} accepted while the grammar is not complete "
-                                   "(llama.cpp aborts here)")
-            return
-        self._commit_token(token, piece)
+        self.enter()
+        try:
+            if self.awaiting_trigger:
+                self._accept_awaiting(token, piece)
+                return
+            if self.decoded.is_eog[token]:
+                if not self.complete:
+                    raise GrammarError(f"end-of-generation token {token} accepted while the grammar is not "
+                                       "complete (llama.cpp aborts here)")
+                return
+            self._commit_token(token, piece)
+        finally:
+            self.leave()
 
     def _accept_awaiting(self, token, piece):
         if token in self.trigger_tokens:
@@ -2547,10 +2821,14 @@ cdef class Grammar:
     def complete(self):
         """True when some stack is empty: the grammar may end here (end-of-generation is allowed)."""
         cdef size_t i
-        for i in range(self.active_stacks.size()):
-            if self.active_stacks[i] == EMPTY_STACK:
-                return True
-        return False
+        self.enter()
+        try:
+            for i in range(self.active_stacks.size()):
+                if self.active_stacks[i] == EMPTY_STACK:
+                    return True
+            return False
+        finally:
+            self.leave()
 
     @property
     def stacks(self):
@@ -2558,15 +2836,26 @@ cdef class Grammar:
         cdef list out = []
         cdef node_t node
         cdef grammar_element element
-        for i in range(self.active_stacks.size()):
-            current = []
-            node = self.active_stacks[i]
-            while node != EMPTY_STACK:
-                element = self.rules.elements[self.ctx.nodes[node].element]
-                current.append((<int>element.type, <int>element.value))
-                node = self.ctx.nodes[node].parent
-            current.reverse()
-            out.append(current)
+        cdef MatchContext ctx = self.ctx
+        self.enter()
+        try:
+            # (the context's node pool may grow, and move, under another matcher's hands)
+            with nogil:
+                PyThread_acquire_lock(ctx.lock, 1)
+            try:
+                for i in range(self.active_stacks.size()):
+                    current = []
+                    node = self.active_stacks[i]
+                    while node != EMPTY_STACK:
+                        element = self.rules.elements[ctx.nodes[node].element]
+                        current.append((<int>element.type, <int>element.value))
+                        node = ctx.nodes[node].parent
+                    current.reverse()
+                    out.append(current)
+            finally:
+                PyThread_release_lock(ctx.lock)
+        finally:
+            self.leave()
         return out
 
     def _segment_report(self):
@@ -2622,7 +2911,11 @@ cdef class Grammar:
 
     @property
     def n_stacks(self):
-        return self.active_stacks.size()
+        self.enter()
+        try:
+            return self.active_stacks.size()
+        finally:
+            self.leave()
 
     @property
     def partial_utf8(self):
@@ -2636,6 +2929,14 @@ cdef class Grammar:
     def clone(self):
         """An independent copy of this matcher, sharing the Rules and the decoded vocabulary."""
         cdef Grammar other = Grammar.__new__(Grammar)
+        self.enter()
+        try:
+            self._clone_into(other)
+        finally:
+            self.leave()
+        return other
+
+    def _clone_into(self, Grammar other):
         other.rules = self.rules
         other.vocab = self.vocab
         other.decoded = self.decoded
@@ -2649,16 +2950,19 @@ cdef class Grammar:
         other.trigger_tokens = self.trigger_tokens
         other.trigger_patterns = self.trigger_patterns
         other.trigger_regexes = self.trigger_regexes
-        return other
 
     def reset(self):
         """Back to the state of a fresh matcher (llama_sampler_reset on the grammar sampler)."""
-        self.partial.value = 0
-        self.partial.n_remain = 0
-        self.awaiting_trigger = self.lazy
-        self.trigger_bytes = bytearray()
-        self.trigger_buffer_positions = []
-        self._init_stacks()
+        self.enter()
+        try:
+            self.partial.value = 0
+            self.partial.n_remain = 0
+            self.awaiting_trigger = self.lazy
+            self.trigger_bytes = bytearray()
+            self.trigger_buffer_positions = []
+            self._init_stacks()
+        finally:
+            self.leave()
 
     def __repr__(self):
         return (f"<Grammar: {self.active_stacks.size()} stacks, complete={self.complete}, "

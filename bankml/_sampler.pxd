@@ -84,6 +84,7 @@ cdef enum sampler_type:
     SAMPLER_INFILL = 8
     SAMPLER_PENALTIES = 9
     SAMPLER_TOP_N_SIGMA = 10
+    SAMPLER_ADAPTIVE_P = 12      # llama_sampler_init_adaptive_p, in dist's place
     SAMPLER_LOGIT_BIAS = 100
     SAMPLER_TEMP = 101           # llama_sampler_init_temp (before mirostat)
     SAMPLER_DIST = 102
@@ -91,7 +92,11 @@ cdef enum sampler_type:
     SAMPLER_MIROSTAT_V2 = 104
 
 
-# llama.cpp's ring_buffer<llama_token>: fixed capacity, the oldest entry dropped when full.
+# llama.cpp's ring_buffer<llama_token>: fixed capacity, the oldest entry dropped when full. Unlike
+# llama.cpp's, the storage grows with the entries pushed (up to the capacity) instead of being allocated at
+# full capacity up front: a request's repeat_last_n / dry_penalty_last_n of up to INT32_MAX then costs
+# memory for the tokens actually accepted (at most the context), and the entries, their order and every
+# draw stay llama.cpp's. Growing can fail: push_back raises MemoryError, never terminates.
 cdef struct token_ring:
     vector[token_t] data
     size_t capacity
@@ -102,7 +107,7 @@ cdef struct token_ring:
 
 # the ring buffer's steps (llama.cpp's push_back and rat)
 cdef inline void ring_init(token_ring& ring, size_t capacity) noexcept nogil:
-    ring.data.assign(capacity, 0)
+    ring.data.clear()
     ring.capacity = capacity
     ring.sz = 0
     ring.first = 0
@@ -115,15 +120,20 @@ cdef inline void ring_clear(token_ring& ring) noexcept nogil:
     ring.pos = 0
 
 
-cdef inline void ring_push_back(token_ring& ring, token_t value) noexcept nogil:
+cdef inline int ring_push_back(token_ring& ring, token_t value) except -1 nogil:
     if ring.capacity == 0:
-        return
+        return 0
+    if ring.pos == ring.data.size():
+        # only while the ring has never been full: pos == sz == data.size()
+        ring.data.push_back(value)
+    else:
+        ring.data[ring.pos] = value
     if ring.sz == ring.capacity:
         ring.first = (ring.first + 1) % ring.capacity
     else:
         ring.sz += 1
-    ring.data[ring.pos] = value
     ring.pos = (ring.pos + 1) % ring.capacity
+    return 0
 
 
 cdef inline token_t ring_rat(const token_ring& ring, size_t i) noexcept nogil:
@@ -171,12 +181,19 @@ cdef struct chain_stage:
     vector[int] dry_repeat_count
     unordered_map[token_t, int] dry_max_token_repeat
     token_ring last_tokens
+    float adaptive_target          # adaptive-p
+    float adaptive_decay
+    float weighted_sum
+    float total_weight
+    vector[float] original_probs
+    token_t pending_token_id
+    int32_t pending_token_idx
 
 
 cdef uint32_t get_rng_seed(uint32_t seed) noexcept nogil
 cdef int chain_apply(vector[chain_stage]& chain, llama_token_data_array* cur_p,
                      vector[llama_token_data]& buf_sort) except -1 nogil
-cdef void chain_accept(vector[chain_stage]& chain, token_t token) noexcept nogil
+cdef int chain_accept(vector[chain_stage]& chain, token_t token) except -1 nogil
 cdef void chain_reset(vector[chain_stage]& chain) noexcept nogil
 
 
@@ -189,6 +206,7 @@ cdef class Sampler:
     cdef readonly object params
     cdef readonly object vocab
     cdef readonly object grammar
+    cdef readonly object reasoning_budget
     cdef readonly int64_t n_vocab
     cdef vector[chain_stage] chain
     cdef vector[llama_token_data] cur

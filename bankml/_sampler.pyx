@@ -19,16 +19,30 @@ cimport numpy as cnp
 from cython.operator cimport dereference as deref
 from libc.math cimport INFINITY, exp, expf, fabsf, log, log2f, logf, pow, powf, sqrt
 from libc.stdint cimport int32_t, int64_t, uint32_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 from libcpp.random cimport mt19937, uniform_real_distribution
 from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
 from bankml._typedefs cimport token_t
+from bankml.errors import GrammarError
 
 cnp.import_array()
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+
+
+class SamplingError(RuntimeError):
+    """The chain cannot give a token (llama.cpp asserts or aborts here)."""
+
+
+class NoAllowedTokenError(SamplingError, GrammarError):
+    """The grammar rejects the token the redraw gave: no token the grammar allows has a finite logit (or the
+    grammar allows none of the vocabulary). llama.cpp would hand that token on and abort when the grammar
+    accepts it; bankml raises instead of returning a token the grammar does not allow."""
+
+    def __init__(self, reason):
+        GrammarError.__init__(self, reason)
 DEFAULT_SAMPLERS = "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature"
 
 cdef float FLT_MAX_VALUE = 3.4028234663852886e38
@@ -134,8 +148,8 @@ def _as_seed(seed, name):
 
 # --- sorting (llama_token_data_array_partial_sort and _inplace) -------------------------
 
-cdef void llama_token_data_array_partial_sort(const llama_token_data_array* cur, int npartial,
-                                              vector[llama_token_data]& res) noexcept nogil:
+cdef int llama_token_data_array_partial_sort(const llama_token_data_array* cur, int npartial,
+                                              vector[llama_token_data]& res) except -1 nogil:
     # bucket the logits into 128 bins over [-10, 10], keep the top bins holding >= npartial, sort those
     cdef int nbuckets = 128
     cdef float bucket_low = -10.0
@@ -189,19 +203,21 @@ cdef void llama_token_data_array_partial_sort(const llama_token_data_array* cur,
         ndone += histo[j]
         j -= 1
     bankml_partial_sort_by_logit(ptr, ptr + npartial - ndone, ptr + histo[ib])
+    return 0
 
 
-cdef void llama_token_data_array_partial_sort_inplace(llama_token_data_array* cur_p, int npartial,
-                                                      vector[llama_token_data]& tmp) noexcept nogil:
+cdef int llama_token_data_array_partial_sort_inplace(llama_token_data_array* cur_p, int npartial,
+                                                      vector[llama_token_data]& tmp) except -1 nogil:
     if npartial <= 128:
         bankml_partial_sort_by_logit(cur_p.data, cur_p.data + npartial, cur_p.data + cur_p.size)
         cur_p.size = npartial
         cur_p.sorted = True
-        return
+        return 0
     llama_token_data_array_partial_sort(cur_p, npartial, tmp)
     memcpy(cur_p.data, tmp.data(), npartial * sizeof(llama_token_data))
     cur_p.size = npartial
     cur_p.sorted = True
+    return 0
 
 
 # --- the samplers -----------------------------------------------------------------------
@@ -227,12 +243,12 @@ cdef void llama_sampler_temp_impl(llama_token_data_array* cur_p, float temp) noe
         cur_p.data[i].logit /= temp
 
 
-cdef void llama_sampler_softmax_impl(llama_token_data_array* cur_p, bint do_sort,
-                                     vector[llama_token_data]& tmp) noexcept nogil:
+cdef int llama_sampler_softmax_impl(llama_token_data_array* cur_p, bint do_sort,
+                                     vector[llama_token_data]& tmp) except -1 nogil:
     cdef size_t i
     cdef float max_l, p, cum_sum
     if cur_p.size == 0:
-        return  # llama.cpp asserts here
+        return 0  # llama.cpp asserts here
     if do_sort and not cur_p.sorted:
         llama_token_data_array_partial_sort_inplace(cur_p, <int>cur_p.size, tmp)
     max_l = cur_p.data[0].logit
@@ -247,26 +263,28 @@ cdef void llama_sampler_softmax_impl(llama_token_data_array* cur_p, bint do_sort
         cum_sum += p
     for i in range(cur_p.size):
         cur_p.data[i].p /= cum_sum
+    return 0
 
 
-cdef void llama_sampler_top_k_impl(llama_token_data_array* cur_p, int32_t k,
-                                   vector[llama_token_data]& tmp) noexcept nogil:
+cdef int llama_sampler_top_k_impl(llama_token_data_array* cur_p, int32_t k,
+                                   vector[llama_token_data]& tmp) except -1 nogil:
     if k <= 0:
-        return
+        return 0
     if k > <int32_t>cur_p.size:
         k = <int32_t>cur_p.size
     if not cur_p.sorted:
         llama_token_data_array_partial_sort_inplace(cur_p, k, tmp)
     cur_p.size = k
+    return 0
 
 
-cdef void apply_top_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& buf_sort,
-                      vector[llama_token_data]& tmp) noexcept nogil:
+cdef int apply_top_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& buf_sort,
+                      vector[llama_token_data]& tmp) except -1 nogil:
     cdef size_t k, i, last_idx
     cdef llama_token_data* pdata
     cdef float cum_sum
     if st.p >= 1:
-        return
+        return 0
     llama_sampler_softmax_impl(cur_p, False, tmp)
     k = cur_p.size
     pdata = cur_p.data
@@ -292,14 +310,15 @@ cdef void apply_top_p(chain_stage& st, llama_token_data_array* cur_p, vector[lla
         memcpy(cur_p.data, buf_sort.data(), last_idx * sizeof(llama_token_data))
         cur_p.sorted = True
     cur_p.size = last_idx
+    return 0
 
 
-cdef void apply_min_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) noexcept nogil:
+cdef int apply_min_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
     cdef bint min_p_applied = False
     cdef float max_logit, min_logit
     cdef size_t i, n_kept
     if st.p <= 0 or cur_p.size == 0:
-        return
+        return 0
     if not cur_p.sorted:
         max_logit = -FLT_MAX_VALUE
         for i in range(cur_p.size):
@@ -329,6 +348,7 @@ cdef void apply_min_p(chain_stage& st, llama_token_data_array* cur_p, vector[lla
                 break
             i += 1
         cur_p.size = i
+    return 0
 
 
 cdef int apply_typical(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
@@ -368,7 +388,7 @@ cdef int apply_typical(chain_stage& st, llama_token_data_array* cur_p, vector[ll
     return 0
 
 
-cdef void apply_temp_ext(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) noexcept nogil:
+cdef int apply_temp_ext(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
     cdef float min_temp, max_temp, max_entropy, entropy, prob, normalized_entropy, dyn_temp
     cdef double max_l_double, cum_sum_double, p
     cdef size_t i
@@ -378,7 +398,7 @@ cdef void apply_temp_ext(chain_stage& st, llama_token_data_array* cur_p, vector[
             min_temp = 0
         max_temp = st.temp + st.delta
         if cur_p.size <= 1:
-            return
+            return 0
         max_entropy = -logf(<float>1 / <float>cur_p.size)
         llama_sampler_softmax_impl(cur_p, True, tmp)
         entropy = 0
@@ -399,18 +419,19 @@ cdef void apply_temp_ext(chain_stage& st, llama_token_data_array* cur_p, vector[
             cur_p.data[i].p = <float>(<double>cur_p.data[i].p / cum_sum_double)
     else:
         llama_sampler_temp_impl(cur_p, st.temp)
+    return 0
 
 
-cdef void apply_xtc(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) noexcept nogil:
+cdef int apply_xtc(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
     cdef uniform_real_distribution[float] distribution = uniform_real_distribution[float](0.0, 1.0)
     cdef float chance
     cdef int pos_last
     cdef size_t i
     if st.p <= 0 or st.threshold > <float>0.5 or cur_p.size < 2:
-        return
+        return 0
     chance = distribution(st.rng)
     if chance > st.p:
-        return
+        return 0
     llama_sampler_softmax_impl(cur_p, True, tmp)
     pos_last = 0
     for i in range(cur_p.size):
@@ -421,6 +442,7 @@ cdef void apply_xtc(chain_stage& st, llama_token_data_array* cur_p, vector[llama
     if cur_p.size - <size_t>pos_last >= st.min_keep and pos_last > 0:
         cur_p.data += pos_last
         cur_p.size -= pos_last
+    return 0
 
 
 cdef void apply_penalties(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
@@ -466,11 +488,11 @@ cdef void apply_top_n_sigma(chain_stage& st, llama_token_data_array* cur_p) noex
             cur_p.data[i].logit = -INFINITY
 
 
-cdef void apply_logit_bias(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+cdef int apply_logit_bias(chain_stage& st, llama_token_data_array* cur_p) except -1 nogil:
     cdef size_t i, j
     cdef token_t token
     if st.biases.empty():
-        return
+        return 0
     st.to_search.clear()
     for j in range(st.biases.size()):
         token = st.biases[j].token
@@ -479,12 +501,13 @@ cdef void apply_logit_bias(chain_stage& st, llama_token_data_array* cur_p) noexc
         else:
             st.to_search.push_back(st.biases[j])
     if st.to_search.empty():
-        return
+        return 0
     for i in range(cur_p.size):
         for j in range(st.to_search.size()):
             if cur_p.data[i].id == st.to_search[j].token:
                 cur_p.data[i].logit += st.to_search[j].bias
                 break
+    return 0
 
 
 cdef void apply_dist(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
@@ -589,7 +612,60 @@ cdef int apply_mirostat_v2(chain_stage& st, llama_token_data_array* cur_p,
     return 0
 
 
-cdef void apply_dry(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+# adaptive-p (llama_sampler_adaptive_p_*): selects a token whose probability is near a target adapted from an
+# exponential moving average of the original probabilities of the tokens selected so far
+cdef float ADAPTIVE_DISTRIBUTION_WIDTH = 0.3
+cdef float ADAPTIVE_PEAK_LOGIT_VALUE = 5.0
+cdef float ADAPTIVE_SHARPNESS = 10.0
+cdef float ADAPTIVE_INV_WIDTH = <float>1.0 / ADAPTIVE_DISTRIBUTION_WIDTH
+
+
+cdef inline float clamp_float(float v, float low, float high) noexcept nogil:
+    # std::clamp: v < low ? low : (high < v ? high : v)
+    if v < low:
+        return low
+    if high < v:
+        return high
+    return v
+
+
+cdef int apply_adaptive_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+    cdef float target, adapted_target, dist
+    cdef size_t i
+    cdef int idx
+    llama_sampler_softmax_impl(cur_p, False, tmp)
+    if st.adaptive_target < 0:
+        cur_p.selected = llama_sample_dist(cur_p, st.rng)
+        return 0
+    st.original_probs.resize(cur_p.size)
+    for i in range(cur_p.size):
+        st.original_probs[i] = cur_p.data[i].p
+    target = clamp_float(st.adaptive_target, 0, 1)
+    if st.total_weight == 0:
+        adapted_target = clamp_float(target, 0, 1)
+    else:
+        adapted_target = clamp_float(<float>2 * target - (st.weighted_sum / st.total_weight), 0, 1)
+    for i in range(cur_p.size):
+        if cur_p.data[i].logit == -INFINITY:
+            continue
+        dist = fabsf((cur_p.data[i].p - adapted_target) * ADAPTIVE_INV_WIDTH)
+        cur_p.data[i].logit = ADAPTIVE_PEAK_LOGIT_VALUE - ADAPTIVE_SHARPNESS * dist * dist / (<float>1 + dist)
+    llama_sampler_softmax_impl(cur_p, False, tmp)
+    idx = llama_sample_dist(cur_p, st.rng)
+    cur_p.selected = idx
+    st.pending_token_id = cur_p.data[idx].id
+    st.pending_token_idx = idx
+    return 0
+
+
+cdef void adaptive_p_reset(chain_stage& st) noexcept nogil:
+    st.weighted_sum = st.adaptive_target / (<float>1 - st.adaptive_decay)
+    st.total_weight = <float>1 / (<float>1 - st.adaptive_decay)
+    st.pending_token_id = -1
+    st.pending_token_idx = -1
+
+
+cdef int apply_dry(chain_stage& st, llama_token_data_array* cur_p) except -1 nogil:
     cdef int last_n_repeat, rep_limit, i, longest_match, seq_len, offset, last, rt, lt, k, n, p, right_part_len
     cdef int repeat_len, max_exponent, repeat_exp, ii
     cdef bint match, is_single_token_breaker
@@ -599,12 +675,12 @@ cdef void apply_dry(chain_stage& st, llama_token_data_array* cur_p) noexcept nog
     cdef unordered_map[token_t, vector[vector[token_t]]].iterator breakers
     cdef unordered_map[token_t, int].iterator repeat
     if st.dry_multiplier == 0 or st.dry_base < 1 or st.dry_penalty_last_n == 0:
-        return
+        return 0
     last_n_repeat = <int>st.last_tokens.sz
     if st.dry_penalty_last_n < last_n_repeat:
         last_n_repeat = st.dry_penalty_last_n
     if last_n_repeat <= st.dry_allowed_length:
-        return
+        return 0
     st.dry_repeat_count.assign(last_n_repeat, 0)
     st.dry_max_token_repeat.clear()
 
@@ -630,7 +706,7 @@ cdef void apply_dry(chain_stage& st, llama_token_data_array* cur_p) noexcept nog
             rep_limit = i - longest_match
             break
     if rep_limit < st.dry_allowed_length:
-        return
+        return 0
 
     # step 2: reverse Z-algorithm: for each position, how long a suffix of the context repeats there
     last = last_n_repeat - 1
@@ -691,6 +767,7 @@ cdef void apply_dry(chain_stage& st, llama_token_data_array* cur_p) noexcept nog
             penalty = st.dry_multiplier * <float>pow(<double>st.dry_base, <double>repeat_exp)
             cur_p.data[j].logit -= penalty
     cur_p.sorted = False
+    return 0
 
 
 # --- the chain ----------------------------------------------------------------------------
@@ -730,10 +807,12 @@ cdef int chain_apply(vector[chain_stage]& chain, llama_token_data_array* cur_p,
             apply_mirostat(chain[s], cur_p, tmp)
         elif t == SAMPLER_MIROSTAT_V2:
             apply_mirostat_v2(chain[s], cur_p, tmp)
+        elif t == SAMPLER_ADAPTIVE_P:
+            apply_adaptive_p(chain[s], cur_p, tmp)
     return 0
 
 
-cdef void chain_accept(vector[chain_stage]& chain, token_t token) noexcept nogil:
+cdef int chain_accept(vector[chain_stage]& chain, token_t token) except -1 nogil:
     cdef size_t s
     cdef token_t old
     for s in range(chain.size()):
@@ -749,6 +828,14 @@ cdef void chain_accept(vector[chain_stage]& chain, token_t token) noexcept nogil
             ring_push_back(chain[s].prev, token)
         elif chain[s].type == SAMPLER_DRY:
             ring_push_back(chain[s].last_tokens, token)
+        elif chain[s].type == SAMPLER_ADAPTIVE_P:
+            if chain[s].pending_token_id == token and chain[s].pending_token_idx >= 0:
+                chain[s].weighted_sum = (chain[s].original_probs[chain[s].pending_token_idx]
+                                         + chain[s].adaptive_decay * chain[s].weighted_sum)
+                chain[s].total_weight = <float>1 + chain[s].adaptive_decay * chain[s].total_weight
+            chain[s].pending_token_id = -1
+            chain[s].pending_token_idx = -1
+    return 0
 
 
 cdef void chain_reset(vector[chain_stage]& chain) noexcept nogil:
@@ -763,9 +850,12 @@ cdef void chain_reset(vector[chain_stage]& chain) noexcept nogil:
             ring_clear(chain[s].last_tokens)
             chain[s].dry_repeat_count.clear()
             chain[s].dry_max_token_repeat.clear()
-        elif t == SAMPLER_DIST or t == SAMPLER_XTC or t == SAMPLER_MIROSTAT or t == SAMPLER_MIROSTAT_V2:
+        elif t == SAMPLER_DIST or t == SAMPLER_XTC or t == SAMPLER_MIROSTAT or t == SAMPLER_MIROSTAT_V2 \
+                or t == SAMPLER_ADAPTIVE_P:
             if t == SAMPLER_MIROSTAT or t == SAMPLER_MIROSTAT_V2:
                 chain[s].mu = <float>2 * chain[s].tau
+            if t == SAMPLER_ADAPTIVE_P:
+                adaptive_p_reset(chain[s])
             chain[s].seed_cur = get_rng_seed(chain[s].seed)
             chain[s].rng.seed(chain[s].seed_cur)
 
@@ -776,7 +866,7 @@ cdef void chain_reset(vector[chain_stage]& chain) noexcept nogil:
 _CANONICAL_SAMPLERS = {
     "dry": SAMPLER_DRY, "top_k": SAMPLER_TOP_K, "top_p": SAMPLER_TOP_P, "top_n_sigma": SAMPLER_TOP_N_SIGMA,
     "typ_p": SAMPLER_TYPICAL_P, "min_p": SAMPLER_MIN_P, "temperature": SAMPLER_TEMPERATURE, "xtc": SAMPLER_XTC,
-    "infill": SAMPLER_INFILL, "penalties": SAMPLER_PENALTIES, "adaptive_p": -1,
+    "infill": SAMPLER_INFILL, "penalties": SAMPLER_PENALTIES, "adaptive_p": SAMPLER_ADAPTIVE_P,
 }
 _SAMPLER_NAMES = dict(_CANONICAL_SAMPLERS)
 for _name, _value in _CANONICAL_SAMPLERS.items():
@@ -814,8 +904,89 @@ _NUMERIC_FIELDS = {
     "mirostat_tau": (5.0, "float", None, None),
     "mirostat_eta": (0.1, "float", None, None),
     "min_keep": (0, "int", 0, INT32_MAX),
+    "adaptive_target": (-1.0, "float", None, 1.0),
+    "adaptive_decay": (0.9, "float", 0.0, float(np.float32(0.99))),
 }
 DEFAULT_DRY_SEQUENCE_BREAKERS = ("\n", ":", "\"", "*")
+
+# llama-server's limits per field (server-schema.cpp): ("clamp" | "hard", low, high, kind); fields it gives no
+# limits are clamped to the type's range (field_num's defaults, numeric_limits<T>::lowest() and max())
+_FLOAT_LOWEST = -FLT_MAX_VALUE
+_SERVER_LIMITS = {
+    "top_k": ("clamp", 0, INT32_MAX, "int"),
+    "top_p": ("clamp", 0.0, 1.0, "float"),
+    "min_p": ("clamp", 0.0, 1.0, "float"),
+    "top_n_sigma": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "xtc_probability": ("clamp", 0.0, 1.0, "float"),
+    "xtc_threshold": ("clamp", 0.0, 1.0, "float"),
+    "typical_p": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "temperature": ("clamp", 0.0, math.inf, "float"),
+    "dynatemp_range": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "dynatemp_exponent": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "repeat_last_n": ("hard", 0, INT32_MAX, "int"),
+    "repeat_penalty": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "frequency_penalty": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "presence_penalty": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "dry_multiplier": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "dry_base": (None, None, None, "float"),            # its handler: below 1 becomes the default 1.75
+    "dry_allowed_length": ("hard", 0, INT32_MAX, "int"),
+    "dry_penalty_last_n": ("hard", 0, INT32_MAX, "int"),
+    "mirostat": ("clamp", 0, 2, "int"),
+    "mirostat_tau": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "mirostat_eta": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "adaptive_target": ("clamp", _FLOAT_LOWEST, 1.0, "float"),
+    "adaptive_decay": ("hard", 0.0, float(np.float32(0.99)), "float"),
+    "min_keep": ("hard", 0, INT32_MAX, "int"),
+}
+
+
+def _server_number(name, value, mode, low, high, kind):
+    # nlohmann's get<T> of a JSON number, then field_num's std::clamp or hard limit
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"Field '{name}': type must be number, but is {_json_type(value)}")
+    if kind == "int":
+        if isinstance(value, numbers.Integral):
+            v = (int(value) + 2**31) % 2**32 - 2**31          # static_cast<int32_t> wraps
+        else:
+            f = float(value)
+            # static_cast<int32_t>(double) truncates; out of range, x86-64's cvttsd2si gives INT32_MIN
+            v = int(f) if math.isfinite(f) and -2**31 <= math.trunc(f) < 2**31 else -2**31
+    else:
+        if not math.isfinite(float(value)):
+            raise ValueError(f"Field '{name}': must be a finite number, got {value!r}")
+        with np.errstate(over="ignore"):
+            v = float(np.float32(value))                     # get<float>: may overflow to +-inf
+    if mode == "hard":
+        if v < low or v > high:
+            raise ValueError(f"Field '{name}': Value must be between {low} <= value <= {high}, but got {v}")
+    elif mode == "clamp":
+        v = max(low, min(high, v))
+    return v
+
+
+def _server_seed(value):
+    # get<uint32_t>: integers modulo 2^32 (so -1 is LLAMA_DEFAULT_SEED), other numbers truncated first
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"Field 'seed': type must be number, but is {_json_type(value)}")
+    if not isinstance(value, numbers.Integral):
+        if not math.isfinite(float(value)):
+            raise ValueError(f"Field 'seed': must be a finite number, got {value!r}")
+        value = math.trunc(float(value))
+    return int(value) % 2**32
+
+
+def _json_type(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
 
 
 def _float32(value):
@@ -835,6 +1006,9 @@ class SamplerParams:
     __slots__ = ("seed", "samplers", "dry_sequence_breakers", "logit_bias") + tuple(_NUMERIC_FIELDS)
 
     def __init__(self, **kwargs):
+        self._init(kwargs, True)
+
+    def _init(self, kwargs, strict):
         unknown = set(kwargs) - set(self.__slots__)
         if unknown:
             raise ValueError(f"Invalid sampler parameter: unknown field(s) {', '.join(sorted(unknown))}")
@@ -844,9 +1018,12 @@ class SamplerParams:
             object.__setattr__(self, "dry_base", _float32(1.75))
         rp = self.repeat_penalty
         with np.errstate(over="ignore", divide="ignore"):
-            inverse = float(np.float32(1.0) / np.float32(rp)) if rp > 0.0 else math.inf
-        if rp <= 0.0 or not math.isfinite(inverse):
+            inverse = float(np.float32(1.0) / np.float32(rp)) if rp != 0.0 else math.inf
+        if strict and (rp <= 0.0 or not math.isfinite(inverse)):
             raise ValueError(f"Invalid repeat_penalty: must be finite and greater than 0, got {rp}")
+        if not math.isfinite(inverse):
+            # llama-server divides by it: a logit of +-inf, then NaN probabilities that its sorts are not defined on
+            raise ValueError(f"Invalid repeat_penalty: 1 / {rp} is not a finite float")
         object.__setattr__(self, "seed", _as_seed(kwargs.get("seed", -1), "seed"))
         object.__setattr__(self, "samplers", self._check_samplers(kwargs.get("samplers", DEFAULT_SAMPLERS)))
         breakers = kwargs.get("dry_sequence_breakers", DEFAULT_DRY_SEQUENCE_BREAKERS)
@@ -890,7 +1067,7 @@ class SamplerParams:
             if not isinstance(name, str) or name.lower() not in _SAMPLER_NAMES:
                 raise ValueError(f"Invalid samplers: unknown sampler {name!r}")
             value = _SAMPLER_NAMES[name.lower()]
-            if value in (-1, SAMPLER_INFILL):
+            if value == SAMPLER_INFILL:
                 raise ValueError(f"Invalid samplers: {name!r} is not supported by bankml")
             result.append(_CANONICAL_BY_VALUE[value])
         return tuple(result)
@@ -914,6 +1091,51 @@ class SamplerParams:
                 raise ValueError(f"Invalid logit_bias: bias must be a number or false, got {bias!r}")
             result.append((int(token), _float32(bias)))
         return tuple(result)
+
+    @classmethod
+    def from_server(cls, fields, n_ctx=None):
+        """The parameters llama-server samples with for a request's sampler fields (``params_from_json_cmpl``,
+        tools/server/server-schema.cpp of the pinned llama.cpp).
+
+        Where llama-server clamps, this clamps (``temperature`` to [0, inf], ``top_k`` to [0, INT32_MAX],
+        ``top_p``/``min_p``/``xtc_probability``/``xtc_threshold`` to [0, 1], ``mirostat`` to [0, 2],
+        ``adaptive_target`` to at most 1, every other float to the float range, as its ``std::clamp`` of the
+        ``get<float>`` value does); integers are read as ``get<int32_t>`` reads them (truncated, wrapped to
+        32 bits), seeds as ``get<uint32_t>`` (modulo 2^32, so -1 is the random seed); ``samplers`` as a string
+        is one-letter codes and as an array names, unknown ones skipped as llama-server skips them. Where
+        llama-server answers 400 (a hard limit: ``repeat_last_n``, ``dry_allowed_length``,
+        ``dry_penalty_last_n``, ``min_keep`` outside [0, INT32_MAX], ``adaptive_decay`` outside [0, 0.99]; a
+        value of the wrong JSON type; an empty ``dry_sequence_breakers``), this raises ValueError with a
+        message naming the field. ``None`` means absent. ``n_ctx`` is accepted for the callers that know the
+        context; llama-server does not clamp history lengths to it (bankml's histories grow with the tokens
+        accepted, so a history length beyond the context costs nothing).
+        """
+        values = {}
+        for key, raw in fields.items():
+            if raw is None:
+                continue
+            if key in _SERVER_LIMITS:
+                values[key] = _server_number(key, raw, *_SERVER_LIMITS[key])
+            elif key == "seed":
+                values[key] = _server_seed(raw)
+            elif key == "samplers":
+                if isinstance(raw, str):
+                    values[key] = tuple(_SAMPLER_CHARS[c] for c in raw if c in _SAMPLER_CHARS)
+                elif isinstance(raw, list):
+                    if not all(isinstance(name, str) for name in raw):
+                        raise ValueError("Field 'samplers': type must be string, but is not")
+                    values[key] = tuple(_CANONICAL_BY_VALUE[_SAMPLER_NAMES[name.lower()]] for name in raw
+                                        if name.lower() in _SAMPLER_NAMES)
+                # any other JSON type: llama-server keeps its default order
+            elif key == "dry_sequence_breakers":
+                if not isinstance(raw, list) or not raw or not all(isinstance(b, str) for b in raw):
+                    raise ValueError("Error: dry_sequence_breakers must be a non-empty array of strings")
+                values[key] = tuple(raw)
+            else:
+                values[key] = raw
+        obj = cls.__new__(cls)
+        obj._init(values, False)
+        return obj
 
     def __setattr__(self, name, value):
         raise AttributeError("SamplerParams is immutable; use replace()")
@@ -958,56 +1180,436 @@ cdef void seed_stage(chain_stage& st, uint32_t seed) noexcept nogil:
     st.rng.seed(st.seed_cur)
 
 
-_DRY_BREAKER_CACHE = weakref.WeakKeyDictionary()
+# llama_sampler_init_dry's limits: a breaker is cut to its first MAX_CHAR_LEN bytes, a tail's tokenization to
+# its first MAX_SEQ_LEN tokens. llama.cpp limits neither the number of breakers nor their total size.
+DRY_MAX_CHAR_LEN = 40
+DRY_MAX_SEQ_LEN = 20
+# processed breakers kept per vocabulary (one entry per distinct breaker after the cut), least recently used
+# dropped first, so requests with ever new breakers cannot grow the cache without bound
+_DRY_CACHE_ENTRIES = 256
+# id(vocab) -> (weak reference, {breaker bytes: processed}); keyed by identity, as a Vocab is unhashable, and
+# dropped when the vocabulary dies
+_DRY_BREAKER_CACHE = {}
+
+
+def _dry_cache_for(vocab):
+    key = id(vocab)
+    entry = _DRY_BREAKER_CACHE.get(key)
+    if entry is not None and entry[0]() is vocab:
+        return entry[1]
+    try:
+        ref = weakref.ref(vocab, lambda _, key=key: _DRY_BREAKER_CACHE.pop(key, None))
+    except TypeError:
+        return {}          # not weakly referenceable: no cache
+    per_vocab = {}
+    _DRY_BREAKER_CACHE[key] = (ref, per_vocab)
+    return per_vocab
+
+
+class _DryTokenizerMissing(ValueError):
+    pass
+
+
+def _dry_breaker_bytes(breaker):
+    """The bytes llama.cpp processes for one breaker: its UTF-8 up to the first NUL (llama.cpp passes the
+    breakers as C strings), cut to DRY_MAX_CHAR_LEN bytes; b"" when it skips the breaker."""
+    try:
+        raw = breaker.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"Invalid dry_sequence_breakers: {breaker!r} is not valid Unicode text") from None
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raw = raw[:nul]
+    return raw[:DRY_MAX_CHAR_LEN]
+
+
+cdef struct tail_match:
+    int32_t token
+    int32_t start          # the tail is breaker[start:]; start == breaker length: the piece contains it
+
+
+cdef int scan_overlaps(const unsigned char* buf, const int64_t* offsets, Py_ssize_t n,
+                       const unsigned char* s, Py_ssize_t sl, vector[tail_match]& out) except -1 nogil:
+    # get_overlapping_token_sequences' scan: a piece containing the breaker gives the empty tail; each
+    # occurrence of the breaker's first byte from which the rest of the piece is a proper prefix of the breaker
+    # gives the tail after that prefix
+    cdef Py_ssize_t t, wl, pos, i, start
+    cdef const unsigned char* w
+    cdef bint match, found
+    cdef tail_match m
+    cdef unsigned char first = s[0]
+    for t in range(n):
+        w = buf + offsets[t]
+        wl = offsets[t + 1] - offsets[t]
+        found = False
+        if sl <= wl:
+            for start in range(wl - sl + 1):
+                if w[start] == first and memcmp(w + start, s, sl) == 0:
+                    found = True
+                    break
+        m.token = <int32_t>t
+        if found:
+            m.start = <int32_t>sl
+            out.push_back(m)
+            continue
+        for pos in range(wl):
+            if w[pos] != first:
+                continue
+            match = True
+            i = 1
+            while i < sl and i + pos < wl:
+                if w[pos + i] != s[i]:
+                    match = False
+                    break
+                i += 1
+            if match:
+                m.start = <int32_t>i
+                out.push_back(m)
+    return 0
+
+
+def _flat_pieces(vocab, pieces):
+    """All pieces in one buffer with their offsets (kept with a Vocab's derived structures)."""
+    derived = getattr(vocab, "_derived", None)
+    if isinstance(derived, dict) and "flat_pieces" in derived:
+        return derived["flat_pieces"]
+    lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
+    offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = (b"".join(pieces), offsets)
+    if isinstance(derived, dict):
+        derived["flat_pieces"] = flat
+    return flat
+
+
+def _overlapping_tails(vocab, list pieces, bytes breaker):
+    """For each token whose piece overlaps the breaker, (token, [tails]): b"" when the piece contains it."""
+    cdef bytes buf
+    cdef const int64_t[::1] offsets
+    cdef vector[tail_match] out
+    cdef const unsigned char* s = breaker
+    cdef const unsigned char* b
+    cdef Py_ssize_t sl = len(breaker), n = len(pieces)
+    cdef size_t k
+    buf, offsets_array = _flat_pieces(vocab, pieces)
+    offsets = offsets_array
+    b = buf
+    with nogil:
+        scan_overlaps(b, &offsets[0], n, s, sl, out)
+    result = []
+    last = -1
+    tails = None
+    for k in range(out.size()):
+        token = out[k].token
+        tail = breaker[out[k].start:]
+        if token == last:
+            tails.append(tail)        # (no negative indexing: the module is built without wraparound)
+        else:
+            tails = [tail]
+            result.append((token, tails))
+            last = token
+    return result
+
+
+def _vocab_tokenizer(vocab):
+    """The vocabulary's tokenize(text, add_special, parse_special) hook, or None."""
+    has = getattr(vocab, "has_tokenizer", None)
+    if has is not None:
+        return vocab.tokenize if has else None
+    return getattr(vocab, "tokenize", None)
 
 
 def _dry_breakers(vocab, breakers):
-    """get_overlapping_token_sequences for every breaker: head token -> the tokenized tails
-    (cached per vocabulary, as it scans every piece)."""
-    try:
-        per_vocab = _DRY_BREAKER_CACHE.setdefault(vocab, {})
-    except TypeError:
-        per_vocab = {}
-    key = tuple(breakers)
-    if key not in per_vocab:
-        per_vocab[key] = _compute_dry_breakers(vocab, key)
-    return per_vocab[key]
+    """get_overlapping_token_sequences for every breaker: head token -> the tokenized tails.
 
-
-def _compute_dry_breakers(vocab, breakers):
-    tokenize = getattr(vocab, "tokenize", None)
-    if tokenize is None:
-        raise ValueError("Invalid dry_multiplier: DRY needs a vocabulary with tokenize(text, add_special, "
-                         "parse_special) to process dry_sequence_breakers")
+    The byte scan runs over every piece once per distinct breaker and vocabulary (cached, least recently used
+    first out); a tokenizer is called only for tails that are not empty -- never for a breaker of one byte,
+    llama-server's defaults included -- and once per distinct tail."""
+    per_vocab = _dry_cache_for(vocab)
+    whole_key = ("breaker list",) + tuple(breakers)
+    merged = per_vocab.pop(whole_key, None)
+    if merged is not None:
+        per_vocab[whole_key] = merged
+        return merged
+    tokenize = _vocab_tokenizer(vocab)
     result = {}
-    pieces = [vocab.piece(t) for t in range(len(vocab))]
     for breaker in breakers:
-        raw = breaker.encode("utf-8")
+        raw = _dry_breaker_bytes(breaker)
         if not raw:
-            continue
-        raw = raw[:40]
-        for token_id, word in enumerate(pieces):
-            if raw in word:
-                result.setdefault(token_id, [])
-                if [] not in result[token_id]:
-                    result[token_id].append([])
-                continue
-            pos = word.find(raw[:1])
-            while pos != -1:
-                i = 1
-                match = True
-                while i < len(raw) and i + pos < len(word):
-                    if word[pos + i] != raw[i]:
-                        match = False
-                        break
-                    i += 1
-                if match:
-                    tail = list(tokenize(raw[i:], False, False))[:20]
-                    seqs = result.setdefault(token_id, [])
-                    if tail not in seqs:
-                        seqs.append(tail)
-                pos = word.find(raw[:1], pos + 1)
-    return result
+            continue   # llama.cpp skips empty breakers
+        key = raw   # a vocabulary's tokenizer is fixed for its lifetime
+        entry = per_vocab.pop(key, None)
+        if entry is None:
+            entry = _process_breaker(vocab, raw, tokenize, breaker)
+        per_vocab[key] = entry          # most recently used last
+        while len(per_vocab) > _DRY_CACHE_ENTRIES:
+            del per_vocab[next(iter(per_vocab))]
+        for token_id, seqs in entry:
+            have = result.get(token_id)
+            if have is None:
+                result[token_id] = dict.fromkeys(seqs)
+            else:
+                have.update(dict.fromkeys(seqs))
+    merged = {token_id: [list(seq) for seq in seqs] for token_id, seqs in result.items()}
+    per_vocab[whole_key] = merged        # the whole list too: requests repeat theirs
+    while len(per_vocab) > _DRY_CACHE_ENTRIES:
+        del per_vocab[next(iter(per_vocab))]
+    return merged
+
+
+def _process_breaker(vocab, bytes raw, tokenize, breaker):
+    pieces = getattr(vocab, "pieces", None)
+    if not isinstance(pieces, list) or (pieces and type(pieces[0]) is not bytes):
+        pieces = [bytes(vocab.piece(t)) for t in range(len(vocab))]
+    tokenized = {b"": ()}
+    entry = []
+    for token_id, tails in _overlapping_tails(vocab, pieces, raw):
+        seqs = []
+        for tail in tails:
+            seq = tokenized.get(tail)
+            if seq is None:
+                if tokenize is None:
+                    raise ValueError(
+                        f"Invalid dry_sequence_breakers: {breaker!r} overlaps the end of token {token_id} "
+                        f"({pieces[token_id]!r}), and llama.cpp tokenizes the rest ({tail!r}): give the vocabulary "
+                        "a tokenizer (Vocab.with_tokenizer, see bankml.adapters)")
+                seq = tuple(int(x) for x in tokenize(tail, False, False))[:DRY_MAX_SEQ_LEN]
+                tokenized[tail] = seq
+            if seq not in seqs:
+                seqs.append(seq)
+        entry.append((token_id, tuple(seqs)))
+    return entry
+
+
+# --- the reasoning budget (common/reasoning-budget.cpp) -------------------------------------------
+
+class _TokenMatcher:
+    """reasoning-budget.cpp's token_matcher over common_aho_corasick (common/trie.cpp): advance(token) gives
+    the index of the longest sequence ending at this token (and restarts), or -1."""
+
+    def __init__(self, seqs):
+        self.seqs = []
+        for seq in seqs:
+            seq = tuple(int(t) for t in seq)
+            if seq and seq not in self.seqs:
+                self.seqs.append(seq)
+        children = [{}]
+        pattern = [-1]
+        for index, seq in enumerate(self.seqs):
+            node = 0
+            for t in seq:
+                child = children[node].get(t)
+                if child is None:
+                    child = len(children)
+                    children[node][t] = child
+                    children.append({})
+                    pattern.append(-1)
+                node = child
+            if pattern[node] < 0:
+                pattern[node] = index
+        fail = [0] * len(children)
+        order = []
+        queue = [0]
+        head = 0
+        while head < len(queue):
+            u = queue[head]
+            head += 1
+            order.append(u)
+            for ch in sorted(children[u]):       # std::map iterates in key order
+                v = children[u][ch]
+                if u != 0:
+                    f = fail[u]
+                    while f and ch not in children[f]:
+                        f = fail[f]
+                    it = children[f].get(ch)
+                    fail[v] = it if it is not None and it != v else 0
+                queue.append(v)
+        match = [-1] * len(children)
+        for u in order:
+            match[u] = pattern[u] if pattern[u] >= 0 else (match[fail[u]] if u != 0 else -1)
+        self._children = children
+        self._fail = fail
+        self._match = match
+        self.state = 0
+
+    def advance(self, token):
+        state = self.state
+        children = self._children
+        while state and token not in children[state]:
+            state = self._fail[state]
+        state = children[state].get(token, 0)
+        p = self._match[state]
+        self.state = 0 if p >= 0 else state
+        return p
+
+    def reset(self):
+        self.state = 0
+
+    def clone(self):
+        other = _TokenMatcher.__new__(_TokenMatcher)
+        other.__dict__.update(self.__dict__)
+        return other
+
+
+REASONING_BUDGET_IDLE = "idle"
+REASONING_BUDGET_COUNTING = "counting"
+REASONING_BUDGET_FORCING = "forcing"
+REASONING_BUDGET_WAITING_UTF8 = "waiting_utf8"
+REASONING_BUDGET_DONE = "done"
+_REASONING_STATES = (REASONING_BUDGET_IDLE, REASONING_BUDGET_COUNTING, REASONING_BUDGET_FORCING,
+                     REASONING_BUDGET_WAITING_UTF8, REASONING_BUDGET_DONE)
+_ATTR_UNKNOWN_OR_CONTROL = (1 << 0) | (1 << 3)
+
+
+def _utf8_is_complete(piece):
+    # common_utf8_is_complete (common/unicode.cpp)
+    if not piece:
+        return True
+    for i in range(1, min(4, len(piece)) + 1):
+        c = piece[len(piece) - i]
+        if (c & 0xC0) != 0x80:
+            expected = 4 if c >= 0xF0 else 3 if c >= 0xE0 else 2 if c >= 0xC0 else 1
+            return i >= expected
+    return False
+
+
+class ReasoningBudget:
+    """llama-server's reasoning budget (common_reasoning_budget_init, common/reasoning-budget.cpp): counts the
+    tokens of a reasoning block and, when the budget runs out, forces ``forced`` token by token.
+
+    States: idle (watching for any of ``start`` -- token sequences), counting (``budget`` tokens left,
+    watching for any of ``end``), waiting_utf8 (budget spent inside a UTF-8 character), forcing, done (re-armed
+    by a new start sequence). ``vocab`` (a Vocab, or None) answers whether a token's piece -- rendered as
+    ``common_token_to_piece(..., special=false)`` renders it: unknown and control tokens spell nothing -- ends
+    a UTF-8 character. ``budget`` <= 0 forces as soon as the block starts; llama-server passes INT_MAX for its
+    unlimited -1 (``reasoning_budget_tokens``). Give it to ``Sampler`` as
+    ``reasoning_budget=``: it constrains the candidates before the grammar and the chain, and sees every
+    generated token and the prefill tokens.
+    """
+
+    def __init__(self, vocab, start, end, forced, budget, initial_state=REASONING_BUDGET_IDLE):
+        if initial_state not in _REASONING_STATES:
+            raise ValueError(f"Invalid initial_state: expected one of {_REASONING_STATES}, got {initial_state!r}")
+        budget = int(budget)
+        if not -2**31 <= budget <= INT32_MAX:
+            raise ValueError(f"Invalid budget: expected a 32-bit integer, got {budget}")
+        self.vocab = vocab
+        self.start_matcher = _TokenMatcher(start)
+        self.end_matcher = _TokenMatcher(end)
+        self.forced = tuple(int(t) for t in forced)
+        self.budget = budget
+        self.remaining = budget
+        if initial_state == REASONING_BUDGET_COUNTING and budget <= 0:
+            initial_state = REASONING_BUDGET_FORCING
+        self.state = initial_state
+        self.force_pos = 0
+        self._end_match = -1
+        attrs = getattr(vocab, "token_attrs", None) if vocab is not None else None
+        self._attrs = attrs
+
+    @property
+    def end_match(self):
+        """The end sequence that moved the budget to done (common_reasoning_budget_get_end_match), or None."""
+        return None if self._end_match < 0 else self.end_matcher.seqs[self._end_match]
+
+    @property
+    def forced_token(self):
+        """The token apply() forces now, or None."""
+        if self.state != REASONING_BUDGET_FORCING or self.force_pos >= len(self.forced):
+            return None
+        return self.forced[self.force_pos]
+
+    def _utf8_complete(self, token):
+        if self.vocab is None:
+            return True
+        if self._attrs is not None and 0 <= token < len(self._attrs) and self._attrs[token] & _ATTR_UNKNOWN_OR_CONTROL:
+            return True
+        return _utf8_is_complete(self.vocab.piece(token))
+
+    def _arm(self):
+        self.state = REASONING_BUDGET_COUNTING
+        self.remaining = self.budget
+        if self.remaining <= 0:
+            self.state = REASONING_BUDGET_FORCING
+            self.force_pos = 0
+
+    def accept(self, token):
+        """common_reasoning_budget_accept."""
+        token = int(token)
+        state = self.state
+        if state == REASONING_BUDGET_IDLE:
+            if self.start_matcher.advance(token) >= 0:
+                self._arm()
+        elif state == REASONING_BUDGET_COUNTING or state == REASONING_BUDGET_WAITING_UTF8:
+            match = self.end_matcher.advance(token)
+            if match >= 0:
+                self.state = REASONING_BUDGET_DONE
+                self._end_match = match
+                return
+            complete = self._utf8_complete(token)
+            if state == REASONING_BUDGET_WAITING_UTF8:
+                if complete:
+                    self.state = REASONING_BUDGET_FORCING
+                    self.force_pos = 0
+                    self.end_matcher.reset()
+            else:
+                self.remaining -= 1
+                if self.remaining <= 0:
+                    self.state = REASONING_BUDGET_FORCING if complete else REASONING_BUDGET_WAITING_UTF8
+                    if complete:
+                        self.force_pos = 0
+                    self.end_matcher.reset()
+        elif state == REASONING_BUDGET_FORCING:
+            match = self.end_matcher.advance(token)
+            self.force_pos += 1
+            if self.force_pos >= len(self.forced):
+                self.state = REASONING_BUDGET_DONE
+                self._end_match = match
+        else:  # done: a new start sequence re-arms it
+            if self.start_matcher.advance(token) >= 0:
+                self.state = REASONING_BUDGET_COUNTING
+                self.remaining = self.budget
+                self.end_matcher.reset()
+                self._end_match = -1
+                if self.remaining <= 0:
+                    self.state = REASONING_BUDGET_FORCING
+                    self.force_pos = 0
+
+    def apply(self, logits):
+        """common_reasoning_budget_apply on a float32 logits array, in place: while forcing, every logit but the
+        forced token's becomes -inf."""
+        forced = self.forced_token
+        if forced is None:
+            return logits
+        keep = logits[forced] if 0 <= forced < logits.shape[0] else None
+        logits[:] = -np.inf
+        if keep is not None:
+            logits[forced] = keep
+        return logits
+
+    def force(self):
+        """common_reasoning_budget_force: from counting, start forcing now; True if it did."""
+        if self.state != REASONING_BUDGET_COUNTING:
+            return False
+        self.state = REASONING_BUDGET_FORCING
+        self.force_pos = 0
+        self.end_matcher.reset()
+        return True
+
+    def reset(self):
+        self.state = REASONING_BUDGET_IDLE
+        self.remaining = self.budget
+        self.start_matcher.reset()
+        self.end_matcher.reset()
+        self.force_pos = 0
+        self._end_match = -1
+
+    def clone(self):
+        other = ReasoningBudget.__new__(ReasoningBudget)
+        other.__dict__.update(self.__dict__)
+        other.start_matcher = self.start_matcher.clone()
+        other.end_matcher = self.end_matcher.clone()
+        return other
 
 
 cdef class Sampler:
@@ -1018,7 +1620,7 @@ cdef class Sampler:
     grammar only. The chain works on its own copy of the logits.
     """
 
-    def __init__(self, params, vocab, grammar=None):
+    def __init__(self, params, vocab, grammar=None, reasoning_budget=None):
         cdef chain_stage st
         cdef logit_bias_entry entry
         cdef float temp
@@ -1029,6 +1631,9 @@ cdef class Sampler:
         self.params = params
         self.vocab = vocab
         self.grammar = grammar
+        if reasoning_budget is not None and not isinstance(reasoning_budget, ReasoningBudget):
+            raise TypeError(f"reasoning_budget must be a ReasoningBudget, got {type(reasoning_budget).__name__}")
+        self.reasoning_budget = reasoning_budget
         self.n_vocab = len(vocab)
         if grammar is not None and getattr(grammar, "vocab", vocab) is not None \
                 and len(grammar.vocab) != self.n_vocab:
@@ -1046,9 +1651,18 @@ cdef class Sampler:
             self.chain.push_back(st)
         if params.mirostat == 0:
             for name in params.samplers:
-                self._add(name)
-            st = new_stage(SAMPLER_DIST)
-            seed_stage(st, params.seed)
+                if name != "adaptive_p":
+                    self._add(name)
+            if "adaptive_p" in params.samplers:
+                # like dist and mirostat it selects the token, so common_sampler_init puts it last, in dist's place
+                st = new_stage(SAMPLER_ADAPTIVE_P)
+                st.adaptive_target = params.adaptive_target
+                st.adaptive_decay = clamp_float(params.adaptive_decay, 0, <float>0.99)
+                adaptive_p_reset(st)
+                seed_stage(st, params.seed)
+            else:
+                st = new_stage(SAMPLER_DIST)
+                seed_stage(st, params.seed)
             self.chain.push_back(st)
         else:
             if temp != 1:
@@ -1087,8 +1701,7 @@ cdef class Sampler:
             st.dry_allowed_length = p.dry_allowed_length
             st.dry_penalty_last_n = p.dry_penalty_last_n
             for head, tails in _dry_breakers(self.vocab, p.dry_sequence_breakers).items():
-                st.dry_processed_breakers[head] = tails
-            st.dry_repeat_count.assign(p.dry_penalty_last_n, 0)
+                st.dry_processed_breakers[head] = tails     # (copied: the cached lists stay unchanged)
             ring_init(st.last_tokens, p.dry_penalty_last_n)
         elif name == "top_n_sigma":
             if p.top_n_sigma <= 0:
@@ -1174,6 +1787,10 @@ cdef class Sampler:
         cdef const float[::1] view = self._check(logits)
         cdef float[::1] masked_view
         cdef int64_t token
+        if self.reasoning_budget is not None and self.reasoning_budget.forced_token is not None:
+            # the reasoning budget constrains the candidates first (common_sampler_sample), in both draws
+            logits = self.reasoning_budget.apply(np.array(logits, dtype=np.float32, copy=True))
+            view = logits
         with nogil:
             self.set_logits(&view[0])
             token = self.draw()
@@ -1185,8 +1802,15 @@ cdef class Sampler:
             with nogil:
                 self.set_logits(&masked_view[0])
                 token = self.draw()
+            if token >= 0 and not self.grammar.allows(token):
+                # every token the grammar allows was at -inf or NaN (in the logits or after the chain), so the
+                # redraw fell on a rejected one: llama.cpp accepts it and then aborts in the grammar
+                raise NoAllowedTokenError(
+                    f"no token the grammar allows can be sampled: the redraw gave token {int(token)}, which the "
+                    "grammar rejects (every allowed token has a logit of -inf or NaN, or the grammar allows no "
+                    "token of this vocabulary)")
         if token < 0:
-            raise RuntimeError("no selected token during sampling - check your sampling configuration")
+            raise SamplingError("no selected token during sampling - check your sampling configuration")
         return int(token)
 
     def accept(self, token):
@@ -1194,6 +1818,8 @@ cdef class Sampler:
         token = int(token)
         if not 0 <= token < self.n_vocab:
             raise ValueError(f"Invalid token id: {token} is outside [0, {self.n_vocab})")
+        if self.reasoning_budget is not None:
+            self.reasoning_budget.accept(token)
         if self.grammar is not None:
             self.grammar.accept(token)
         chain_accept(self.chain, <token_t>token)
@@ -1209,29 +1835,46 @@ cdef class Sampler:
             chain_accept(self.chain, <token_t>token)
 
     def prefill(self, tokens):
-        """Prompt tokens the template already placed: they advance the grammar only."""
+        """Prompt tokens the template already placed (the generation prompt): they advance the grammar and the
+        reasoning budget (common_sampler_init's prefill), not the histories."""
+        tokens = [int(t) for t in tokens]
         if self.grammar is not None:
             for token in tokens:
-                self.grammar.accept(int(token))
+                self.grammar.accept(token)
+        if self.reasoning_budget is not None:
+            for token in tokens:
+                self.reasoning_budget.accept(token)
 
     def clone(self):
-        """An independent copy: generators, histories and the grammar state."""
+        """An independent copy: generators, histories and the grammar state (as llama_sampler_clone: adaptive-p's
+        generator is seeded afresh)."""
         cdef Sampler other = Sampler.__new__(Sampler)
+        cdef size_t i
         other.params = self.params
         other.vocab = self.vocab
         other.grammar = self.grammar.clone() if self.grammar is not None else None
+        other.reasoning_budget = self.reasoning_budget.clone() if self.reasoning_budget is not None else None
         other.n_vocab = self.n_vocab
         other.chain = self.chain
+        for i in range(other.chain.size()):
+            if other.chain[i].type == SAMPLER_ADAPTIVE_P:
+                # llama_sampler_adaptive_p_clone copies the moving average and the pending token, not the
+                # generator: the clone's is seeded afresh from the seed
+                other.chain[i].seed_cur = get_rng_seed(other.chain[i].seed)
+                other.chain[i].rng.seed(other.chain[i].seed_cur)
         other.cur.resize(self.n_vocab)
         other.n_redraws = self.n_redraws
         return other
 
     def reset(self, grammar=True):
         """llama_sampler_reset on the chain (generators reseeded, histories cleared); with grammar=True
-        the grammar goes back to its start too (common_sampler_reset leaves the grammar alone)."""
+        the grammar and the reasoning budget go back to their start too (common_sampler_reset leaves both
+        alone)."""
         chain_reset(self.chain)
         if grammar and self.grammar is not None:
             self.grammar.reset()
+        if grammar and self.reasoning_budget is not None:
+            self.reasoning_budget.reset()
 
     @property
     def chain_names(self):
@@ -1241,7 +1884,7 @@ cdef class Sampler:
                  SAMPLER_TOP_N_SIGMA: "top-n-sigma", SAMPLER_TOP_K: "top-k", SAMPLER_TYPICAL_P: "typical",
                  SAMPLER_TOP_P: "top-p", SAMPLER_MIN_P: "min-p", SAMPLER_XTC: "xtc",
                  SAMPLER_TEMPERATURE: "temp-ext", SAMPLER_TEMP: "temp", SAMPLER_DIST: "dist",
-                 SAMPLER_MIROSTAT: "mirostat", SAMPLER_MIROSTAT_V2: "mirostat-v2"}
+                 SAMPLER_MIROSTAT: "mirostat", SAMPLER_MIROSTAT_V2: "mirostat-v2", SAMPLER_ADAPTIVE_P: "adaptive-p"}
         return tuple(names[self.chain[i].type] for i in range(self.chain.size()))
 
     def __reduce__(self):

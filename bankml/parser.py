@@ -12,8 +12,13 @@ exactly as llama.cpp's parser does, element for element. It must not touch
 matching; the Cython engine (``_grammar.pyx``) flattens its output.
 
 Where llama.cpp would hang or exhaust memory (a ``{m,n}`` with n < m, an
-integer past 64 bits) this raises ``GrammarError`` instead.
+integer past 64 bits, a repetition that would build more than MAX_ELEMENTS
+elements, a text longer than MAX_GRAMMAR_BYTES, groups nested deeper than
+MAX_GROUP_NESTING, left recursion through rules that match the empty string
+only indirectly) this raises ``GrammarError`` instead.
 """
+
+import re
 
 from .errors import GrammarError
 
@@ -21,6 +26,14 @@ from .errors import GrammarError
 END, ALT, RULE_REF, CHAR, CHAR_NOT, CHAR_RNG_UPPER, CHAR_ALT, CHAR_ANY, TOKEN, TOKEN_NOT = range(10)
 
 MAX_REPETITION_THRESHOLD = 2000
+# bankml's own bounds (llama.cpp has none). The element budget is checked while the rules are built,
+# before a repetition is expanded, so a short text cannot make the parser build hundreds of millions of
+# elements first (`"<100,000 bytes>"{0,2000}` would be 200M); 8M elements are 64 MiB once flattened.
+MAX_ELEMENTS = 1 << 23
+# The parser reads about 0.5 MB/s (measured 2.8 s for 1.4 MB of alternatives): 4 MiB stays within seconds.
+MAX_GRAMMAR_BYTES = 4 << 20
+# Each level of group nesting takes two Python frames of the recursive-descent parser.
+MAX_GROUP_NESTING = 400
 UINT64_MAX = (1 << 64) - 1
 UINT32_MAX = (1 << 32) - 1
 
@@ -51,6 +64,8 @@ class _Parser:
         self.vocab = vocab
         self.symbol_ids = {}
         self.rules = []
+        self.n_elements = 0      # elements of every rule added so far (the element budget)
+        self.open_groups = []    # byte offsets of the groups being parsed, innermost last
 
     def at(self, pos):
         return self.src[pos] if pos < self.n else 0
@@ -155,6 +170,9 @@ class _Parser:
                 raise _Fail("stoul: out of range", pos)
             if token_id > UINT32_MAX:
                 raise _Fail("parsed token id is too big", pos)
+            if self.vocab is not None and token_id >= len(self.vocab):
+                # llama.cpp takes it and no token ever matches (<[id]>) or every token does (!<[id]>)
+                raise _Fail(f"token id {token_id} is outside the vocabulary [0, {len(self.vocab)})", pos)
             pos = int_end
             if self.at(pos) != 93:
                 raise _Fail("expecting ']'", pos)
@@ -188,7 +206,13 @@ class _Parser:
     def add_rule(self, rule_id, rule):
         if len(self.rules) <= rule_id:
             self.rules.extend([] for _ in range(rule_id + 1 - len(self.rules)))
+        self.n_elements += len(rule) - len(self.rules[rule_id])
         self.rules[rule_id] = list(rule)
+
+    def check_element_budget(self, adding, at):
+        if self.n_elements + adding > MAX_ELEMENTS:
+            raise _Fail(f"grammar exceeds bankml's element budget: {self.n_elements + adding:,} elements "
+                        f"(MAX_ELEMENTS is {MAX_ELEMENTS:,}); reduce the repetitions or their size", at)
 
     def parse_alternates(self, pos, rule_name, rule_id, is_nested):
         rule = []
@@ -226,13 +250,16 @@ class _Parser:
                 # llama.cpp computes n - m in unsigned arithmetic here and then loops
                 # about 2**64 times, generating rules until memory runs out.
                 raise _Fail(f"repetition {{{min_times},{max_times}}} has its maximum below its minimum", at)
+            # Checked before anything is built: what this expansion adds (and the rule so far).
+            n_opt = 1 if no_max else max_times - min_times
+            self.check_element_budget(
+                len(rule) + max(0, min_times - 1) * len(prev_rule) + n_opt * (len(prev_rule) + 3), at)
             if min_times == 0:
                 del rule[last_sym_start:]
             else:
                 for _ in range(1, min_times):
                     rule.extend(prev_rule)
             last_rec_rule_id = 0
-            n_opt = 1 if no_max else max_times - min_times
             for i in range(n_opt):
                 rec_rule = list(prev_rule)
                 rec_rule_id = self.generate_symbol_id(rule_name)
@@ -297,10 +324,15 @@ class _Parser:
                 n_prev_rules = 1
                 rule.append((RULE_REF, ref_rule_id))
             elif c == 40:  # '(': group
+                if len(self.open_groups) >= MAX_GROUP_NESTING:
+                    raise _Fail(f"groups nested deeper than {MAX_GROUP_NESTING} levels (bankml's MAX_GROUP_NESTING)",
+                                pos)
+                self.open_groups.append(pos)
                 pos = self.parse_space(pos + 1, True)
                 n_rules_before = len(self.symbol_ids)
                 sub_rule_id = self.generate_symbol_id(rule_name)
                 pos = self.parse_alternates(pos, rule_name, sub_rule_id, True)
+                self.open_groups.pop()
                 n_prev_rules = max(1, len(self.symbol_ids) - n_rules_before)
                 last_sym_start = len(rule)
                 rule.append((RULE_REF, sub_rule_id))
@@ -387,6 +419,7 @@ class _Parser:
         pos = self.parse_space(0, True)
         while self.at(pos):
             pos = self.parse_rule(pos)
+        self.check_element_budget(0, pos)
         for rule in self.rules:
             if not rule:
                 raise _Fail("Undefined rule", None)
@@ -397,12 +430,22 @@ class _Parser:
                             raise _Fail(f"Undefined rule identifier '{name}'", None)
 
 
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
 def _location(src, pos):
-    """1-based line and column (in characters) of byte offset pos, and the text there."""
+    """1-based line and column (in characters) of byte offset pos, and the text there.
+
+    A line ends at \\r\\n, \\r or \\n, as llama.cpp's parse_space reads them.
+    """
     before = src[:pos].decode("utf-8", "replace")
-    line = before.count("\n") + 1
-    column = len(before) - (before.rfind("\n") + 1) + 1
-    context = src[pos:pos + 24].decode("utf-8", "replace").split("\n")[0]
+    line_start = 0
+    line = 1
+    for match in _LINE_END.finditer(before):
+        line += 1
+        line_start = match.end()
+    column = len(before) - line_start + 1
+    context = _LINE_END.split(src[pos:pos + 24].decode("utf-8", "replace"))[0]
     return line, column, context
 
 
@@ -420,6 +463,9 @@ def parse_gbnf(text, vocab=None):
     nul = src.find(b"\0")
     if nul >= 0:
         src = src[:nul]  # llama.cpp reads the grammar as a C string
+    if len(src) > MAX_GRAMMAR_BYTES:
+        raise GrammarError(f"grammar text of {len(src):,} bytes exceeds bankml's MAX_GRAMMAR_BYTES "
+                           f"({MAX_GRAMMAR_BYTES:,})")
     parser = _Parser(src, vocab)
     try:
         parser.parse()
@@ -429,7 +475,11 @@ def parse_gbnf(text, vocab=None):
         line, column, context = _location(src, fail.pos)
         raise GrammarError(fail.reason, line, column, context) from None
     except RecursionError:
-        raise GrammarError("grammar nests groups too deeply (more than Python's recursion limit allows)") from None
+        # (the caller's own frames left less room than MAX_GROUP_NESTING needs)
+        at = parser.open_groups[-1] if parser.open_groups else 0
+        line, column, context = _location(src, at)
+        raise GrammarError("grammar nests groups too deeply (more than Python's recursion limit allows)",
+                           line, column, context) from None
     return parser.symbol_ids, parser.rules
 
 
@@ -437,27 +487,65 @@ def _is_end_of_sequence(kind):
     return kind == END or kind == ALT
 
 
-def find_left_recursion(rules):
-    """The index of the first rule (in llama.cpp's scan order) from which left recursion is reachable, or None.
-
-    llama.cpp's check walks, from each rule, the leftmost rule reference of
-    every alternative, and the next one while the previous rule has an empty
-    alternative. A cycle in that walk is left recursion. Iterative here, so a
-    long chain of rules cannot overflow the stack, and each rule is walked
-    once (llama.cpp re-walks shared rules, which can take exponential time).
-    """
-    n_rules = len(rules)
-    may_be_empty = [False] * n_rules
+def _directly_empty(rules):
+    """Per rule, whether one of its alternatives is empty (llama.cpp's rules_may_be_empty)."""
+    may_be_empty = [False] * len(rules)
     for index, rule in enumerate(rules):
         at_start = True
         for kind, _ in rule:
-            if _is_end_of_sequence(kind):
+            if kind <= ALT:  # END or ALT: the end of an alternative
                 if at_start:
                     may_be_empty[index] = True
                     break
                 at_start = True
             else:
                 at_start = False
+    return may_be_empty
+
+
+def nullable_rules(rules, may_be_empty=None):
+    """Per rule, whether it can match the empty string: the least fixpoint (an alternative made of
+    references to nullable rules only is nullable), by a worklist, so linear in the grammar's size."""
+    n_rules = len(rules)
+    nullable = list(may_be_empty) if may_be_empty is not None else _directly_empty(rules)
+    waiting = [[] for _ in range(n_rules)]   # rule -> the alternatives that reference it
+    alternative_rule = []
+    alternative_pending = []                 # references in the alternative not yet known nullable
+    queue = [index for index in range(n_rules) if nullable[index]]
+    for index, rule in enumerate(rules):
+        if nullable[index]:
+            continue
+        refs = []
+        blocked = False
+        for kind, value in rule:
+            if kind <= ALT:
+                if not blocked and refs:
+                    alternative = len(alternative_rule)
+                    alternative_rule.append(index)
+                    alternative_pending.append(len(refs))
+                    for ref in refs:
+                        waiting[ref].append(alternative)
+                refs = []
+                blocked = False
+            elif blocked:
+                continue
+            elif kind == RULE_REF:
+                refs.append(value)
+            else:
+                blocked = True
+    while queue:
+        for alternative in waiting[queue.pop()]:
+            alternative_pending[alternative] -= 1
+            index = alternative_rule[alternative]
+            if alternative_pending[alternative] == 0 and not nullable[index]:
+                nullable[index] = True
+                queue.append(index)
+    return nullable
+
+
+def _find_cycle(rules, may_be_empty):
+    """The first rule (in llama.cpp's scan order) from which a cycle of leftmost references is reachable."""
+    n_rules = len(rules)
 
     def left_refs(index):
         refs = []
@@ -467,7 +555,7 @@ def find_left_recursion(rules):
                 refs.append(value)
                 if not may_be_empty[value]:
                     recurse = False
-            elif _is_end_of_sequence(kind):
+            elif kind <= ALT:  # the end of an alternative
                 recurse = True
             else:
                 recurse = False
@@ -492,3 +580,110 @@ def find_left_recursion(rules):
                 work.append((child, iter(left_refs(child))))
         # state 2 children were fully explored without finding a cycle
     return None
+
+
+def find_left_recursion(rules):
+    """The index of the first rule (in llama.cpp's scan order) from which left recursion is reachable, or None.
+
+    llama.cpp's check walks, from each rule, the leftmost rule reference of
+    every alternative, and the next one while the previous rule has an empty
+    alternative. A cycle in that walk is left recursion. Iterative here, so a
+    long chain of rules cannot overflow the stack, and each rule is walked
+    once (llama.cpp re-walks shared rules, which can take exponential time).
+    """
+    return _find_cycle(rules, _directly_empty(rules))
+
+
+def check_left_recursion(rules):
+    """(index, grows) of the first left recursion: llama.cpp's check first (grows False), then the one it
+    misses (find_growing_left_recursion, grows True); None when there is none."""
+    may_be_empty = _directly_empty(rules)
+    found = _find_cycle(rules, may_be_empty)
+    if found is not None:
+        return found, False
+    found = find_growing_left_recursion(rules, may_be_empty)
+    return (found, True) if found is not None else None
+
+
+def find_growing_left_recursion(rules, may_be_empty=None):
+    """Left recursion that llama.cpp's check misses and on which its advance_stack never returns, or None.
+
+    llama.cpp's check takes a rule for non-empty unless one of its alternatives is empty as written, so
+    left recursion through a rule that matches the empty string only through other rules (`b ::= c`,
+    `c ::= ""`) passes it. Where such a cycle of leftmost references (each after a prefix that can match
+    the empty string) pushes a frame on the way round -- some reference on it is followed by more of its
+    alternative -- every turn leaves a deeper stack, which advance_stack's seen set never meets again:
+    llama.cpp grows the stack until memory runs out. A cycle of references in tail position only leaves
+    the same stacks and ends (llama.cpp's own test `root ::= ( [x]* )*` is one). Returns the lowest rule
+    index on such a cycle.
+    """
+    n_rules = len(rules)
+    if may_be_empty is None:
+        may_be_empty = _directly_empty(rules)
+    nullable = nullable_rules(rules, may_be_empty)
+    if nullable == may_be_empty:
+        # the same leftmost references as llama.cpp's check follows: it found no cycle, so there is none
+        return None
+    edges = [[] for _ in range(n_rules)]   # rule -> [(rule it reaches leftmost, the reference pushes a frame)]
+    for index, rule in enumerate(rules):
+        recurse = True
+        for at, (kind, value) in enumerate(rule):
+            if kind == RULE_REF and recurse:
+                edges[index].append((value, rule[at + 1][0] > ALT))
+                if not nullable[value]:
+                    recurse = False
+            elif kind <= ALT:  # the end of an alternative
+                recurse = True
+            else:
+                recurse = False
+    # Tarjan's strongly connected components, iteratively: an edge lies on a cycle iff both ends are in one.
+    component = [-1] * n_rules
+    order = [-1] * n_rules
+    low = [0] * n_rules
+    on_stack = [False] * n_rules
+    stack = []
+    counter = 0
+    n_components = 0
+    for start in range(n_rules):
+        if order[start] >= 0:
+            continue
+        work = [(start, 0)]
+        order[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack[start] = True
+        while work:
+            node, i = work[-1]
+            if i < len(edges[node]):
+                work[-1] = (node, i + 1)
+                child = edges[node][i][0]
+                if order[child] < 0:
+                    order[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack[child] = True
+                    work.append((child, 0))
+                elif on_stack[child]:
+                    low[node] = min(low[node], order[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == order[node]:
+                while True:
+                    member = stack.pop()
+                    on_stack[member] = False
+                    component[member] = n_components
+                    if member == node:
+                        break
+                n_components += 1
+    lowest = [n_rules] * n_components
+    for index in range(n_rules):
+        lowest[component[index]] = min(lowest[component[index]], index)
+    found = None
+    for index in range(n_rules):
+        for target, pushes in edges[index]:
+            if pushes and component[target] == component[index]:
+                found = lowest[component[index]] if found is None else min(found, lowest[component[index]])
+    return found

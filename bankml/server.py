@@ -777,7 +777,8 @@ def serve(args):
 
     from .runtime import Model
     model = Model(args.model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
-                  n_threads=args.threads, n_parallel=args.parallel)
+                  n_threads=args.threads, n_threads_batch=args.threads_batch, n_parallel=args.parallel,
+                  no_repack=args.no_repack)
     starlette = create_app(model, args.alias, limits_from_args(args))
     app = starlette.state.bankml
 

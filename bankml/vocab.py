@@ -15,7 +15,9 @@ This module owns:
   metadata with a small reader of its own (no weights are touched).
 
 Nothing here tokenizes text: the BPE merges, the pre-tokenizer regexes and the
-SentencePiece scores are read past, not used.
+SentencePiece scores are read past, not used. Where llama.cpp tokenizes (the tails of
+multi-byte DRY sequence breakers), a caller-given hook does (:meth:`Vocab.with_tokenizer`;
+ready-made ones in ``bankml.adapters``).
 """
 from __future__ import annotations
 
@@ -706,9 +708,9 @@ class Vocab:
     """
 
     __slots__ = ("_pieces", "_eog_ids", "_eog_mask", "_attrs", "_special_text_to_id",
-                 "_piece_to_id", "_info", "_derived", "__weakref__")
+                 "_piece_to_id", "_info", "_derived", "_tokenizer", "__weakref__")
 
-    def __init__(self, pieces: Sequence[bytes], eog_ids: Iterable[int]):
+    def __init__(self, pieces: Sequence[bytes], eog_ids: Iterable[int], tokenize=None):
         pieces = list(pieces)
         if not pieces:
             raise ValueError("a vocabulary needs at least one token")
@@ -731,6 +733,8 @@ class Vocab:
                 raise ValueError(f"end-of-generation id {k} is out of range for a vocabulary of {n} tokens")
             ids.add(k)
         self._init(pieces, tuple(sorted(ids)), None, None, {})
+        if tokenize is not None:
+            self._tokenizer = _check_tokenizer(tokenize)
 
     def _init(self, pieces, eog_ids, attrs, special_text_to_id, info):
         self._pieces = pieces
@@ -750,6 +754,7 @@ class Vocab:
         # Structures the engine derives from the pieces (decoded code points, the trie),
         # built on first use and kept with the vocabulary; never pickled.
         self._derived = {}
+        self._tokenizer = None
 
     # -- pickling: arrays are rebuilt read-only; lookup caches are not stored.
     def __getstate__(self):
@@ -820,6 +825,53 @@ class Vocab:
 
     __hash__ = None
 
+    # -- the tokenizer hook
+    def with_tokenizer(self, tokenize) -> "Vocab":
+        """This vocabulary with a tokenizer: ``tokenize(text: bytes, add_special: bool, parse_special: bool)
+        -> list[int]``, llama.cpp's ``llama_tokenize`` signature.
+
+        bankml does not tokenize; the few places where llama.cpp does -- the tails of DRY sequence breakers
+        longer than one byte (``get_overlapping_token_sequences``) -- call this hook. Ready-made hooks:
+        ``bankml.adapters.llama_cpp_tokenizer`` (libllama itself: exact) and
+        ``bankml.adapters.hf_tokenizer`` (a Hugging Face tokenizer: exact where its tokenization of the text is
+        llama.cpp's). The result shares the pieces and derived structures with this vocabulary; the hook is
+        not pickled (an unpickled Vocab has none).
+        """
+        other = Vocab.__new__(Vocab)
+        other._pieces = self._pieces
+        other._eog_ids = self._eog_ids
+        other._eog_mask = self._eog_mask
+        other._attrs = self._attrs
+        other._special_text_to_id = self._special_text_to_id
+        other._piece_to_id = self._piece_to_id
+        other._info = self._info
+        other._derived = self._derived
+        other._tokenizer = _check_tokenizer(tokenize) if tokenize is not None else None
+        return other
+
+    @property
+    def has_tokenizer(self) -> bool:
+        return self._tokenizer is not None
+
+    def tokenize(self, text: bytes, add_special: bool = False, parse_special: bool = False) -> list[int]:
+        """The token ids of ``text`` by the tokenizer hook (see :meth:`with_tokenizer`); ValueError without one,
+        or when the hook returns something that is not a list of ids of this vocabulary."""
+        if self._tokenizer is None:
+            raise ValueError("this Vocab has no tokenizer: bankml does not tokenize; give one with "
+                             "Vocab.with_tokenizer (see bankml.adapters.llama_cpp_tokenizer, hf_tokenizer)")
+        if isinstance(text, str):
+            raise TypeError("tokenize takes bytes (UTF-8 text)")
+        ids = self._tokenizer(bytes(text), bool(add_special), bool(parse_special))
+        try:
+            out = [_index(t) for t in ids]
+        except TypeError:
+            raise ValueError(f"the tokenizer hook returned {ids!r:.80}, not a list of token ids") from None
+        n = len(self._pieces)
+        for t in out:
+            if not 0 <= t < n:
+                raise ValueError(f"the tokenizer hook returned token id {t}, outside this vocabulary of {n} tokens")
+        return out
+
     # -- GBNF token terminals
     def token_for_text(self, text: bytes) -> int | None:
         """The token a GBNF token terminal ``<...>`` names, or None.
@@ -868,6 +920,13 @@ class Vocab:
         path = os.fspath(path)
         kv = _read_gguf_metadata(path, string_arrays=("tokenizer.ggml.tokens",))
         return _load_from_metadata(cls, _Meta(kv, path))
+
+
+def _check_tokenizer(tokenize):
+    if not callable(tokenize):
+        raise TypeError(f"tokenize must be callable as tokenize(text: bytes, add_special, parse_special), "
+                        f"got {type(tokenize).__name__}")
+    return tokenize
 
 
 def _load_from_metadata(cls, meta: _Meta) -> Vocab:

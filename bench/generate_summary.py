@@ -90,11 +90,11 @@ def main(argv=None):
 
     import llama_cpp
 
-    from bankml.runtime import Model, default_model_path
+    from bankml.runtime import Model, default_model_path, open_llama
     path = args.model or default_model_path()
     model = Model(path, n_ctx=2048, n_threads=args.threads)
-    llm = llama_cpp.Llama(path, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=args.threads,
-                          n_threads_batch=args.threads, flash_attn=False, verbose=False)
+    llm = open_llama(path, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=args.threads,
+                     n_threads_batch=args.threads, flash_attn=False, verbose=False)
     engines = [
         ("bankml --json", lambda: run_bankml(model, True, args.max_tokens, args.seed)),
         ("bankml unconstrained", lambda: run_bankml(model, False, args.max_tokens, args.seed)),

@@ -30,9 +30,9 @@ def model():
 
 @pytest.fixture(scope="module")
 def llm(model):
-    import llama_cpp
-    return llama_cpp.Llama(model.path, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=THREADS,
-                           n_threads_batch=THREADS, flash_attn=False, verbose=False)
+    from bankml.runtime import open_llama
+    return open_llama(model.path, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=THREADS,
+                      n_threads_batch=THREADS, flash_attn=False, verbose=False)
 
 
 @pytest.mark.parametrize("engine", ["bankml-json", "bankml-plain", "llama-cpp-python-json", "llama-cpp-python-plain"])

@@ -53,8 +53,8 @@ def hf_tokenizer():
 
 @pytest.fixture(scope="module")
 def llm():
-    import llama_cpp
-    return llama_cpp.Llama(str(smollm2_path()), n_ctx=512, n_threads=2, verbose=False)
+    from bankml.runtime import open_llama   # loads as bankml's Model does (AMX checked first)
+    return open_llama(smollm2_path(), n_ctx=512, n_threads=2, verbose=False)
 
 
 def test_llama_cpp_logits_processor_json_schema(llm):

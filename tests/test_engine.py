@@ -87,8 +87,9 @@ def state_of(g):
             g.awaiting_trigger, g.trigger_buffer)
 
 
-def quick(seconds=1.0):
-    """Context manager asserting that its body takes less than `seconds`."""
+def quick(seconds=10.0):
+    """Context manager asserting that its body ends within `seconds`: a bound against a hang or a quadratic
+    blow-up (the bodies take about 0.1 s), not a timing assertion, so a loaded machine does not fail it."""
     class _Timer:
         def __enter__(self):
             self.start = time.perf_counter()

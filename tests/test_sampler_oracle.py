@@ -23,9 +23,10 @@ import pytest
 
 from bankml import Grammar, Rules
 from bankml._sampler import DEFAULT_SAMPLERS, Sampler, SamplerParams
+from bankml.adapters import hf_tokenizer, llama_cpp_tokenizer
 
 from .oracle import libllama
-from .oracle_support import DATA, ORACLE_STATS, load_pair
+from .oracle_support import DATA, ORACLE_STATS, load_pair, vocab_path
 
 pytestmark = pytest.mark.oracle
 
@@ -35,6 +36,7 @@ FULL_SETS = int(os.environ.get("BANKML_SAMPLER_FULL_SETS", "12"))
 FULL_DRAWS = int(os.environ.get("BANKML_SAMPLER_FULL_DRAWS", "40"))
 GRAMMAR_SETS = int(os.environ.get("BANKML_SAMPLER_GRAMMAR_SETS", "8"))
 GRAMMAR_STEPS = int(os.environ.get("BANKML_SAMPLER_GRAMMAR_STEPS", "80"))
+DRY_SETS = int(os.environ.get("BANKML_SAMPLER_DRY_SETS", "4"))
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
 assert TOKEN_DATA.itemsize == ctypes.sizeof(ll.llama_token_data)
@@ -58,6 +60,8 @@ class OracleChain:
             add(ll.llama_sampler_init_logit_bias(n_vocab, len(params.logit_bias), biases))
         if params.mirostat == 0:
             for name in params.samplers:
+                if name == "adaptive_p":
+                    continue    # common_sampler_init adds it last, in dist's place
                 if name == "penalties":
                     add(ll.llama_sampler_init_penalties(n_vocab, params.repeat_last_n, params.repeat_penalty,
                                                         params.frequency_penalty, params.presence_penalty))
@@ -87,7 +91,10 @@ class OracleChain:
                                                        params.dynatemp_exponent))
                 else:  # pragma: no cover
                     raise AssertionError(name)
-            add(ll.llama_sampler_init_dist(params.seed))
+            if "adaptive_p" in params.samplers:
+                add(ll.llama_sampler_init_adaptive_p(params.adaptive_target, params.adaptive_decay, params.seed))
+            else:
+                add(ll.llama_sampler_init_dist(params.seed))
         else:
             add(ll.llama_sampler_init_temp(params.temperature))
             if params.mirostat == 1:
@@ -164,7 +171,7 @@ class TokenizingVocab:
 
 # --- random parameter sets -------------------------------------------------------------
 
-def random_params(rng, n_vocab, *, dry=False, mirostat=True):
+def random_params(rng, n_vocab, *, dry=False, mirostat=True, adaptive=True):
     kw = {"seed": int(rng.integers(0, 2**32 - 1))}
     r = rng.random()
     kw["temperature"] = 0.0 if r < 0.12 else (1.0 if r < 0.2 else float(rng.uniform(0.2, 2.5)))
@@ -189,6 +196,13 @@ def random_params(rng, n_vocab, *, dry=False, mirostat=True):
     kw["min_keep"] = int(rng.choice([0, 0, 1, 3, 20]))
     if rng.random() < 0.3:
         kw["samplers"] = ";".join(rng.permutation(ALL_SAMPLERS))
+    if adaptive and rng.random() < 0.25:
+        # adaptive-p replaces dist; a negative target only draws from the distribution
+        names = list(kw.get("samplers", DEFAULT_SAMPLERS).split(";"))
+        names.insert(int(rng.integers(0, len(names) + 1)), "adaptive_p")
+        kw["samplers"] = ";".join(names)
+        kw["adaptive_target"] = float(rng.choice([-1.0, rng.uniform(0.0, 1.0), rng.uniform(0.0, 1.0)]))
+        kw["adaptive_decay"] = float(rng.choice([0.0, 0.5, 0.9, 0.99]))
     if rng.random() < 0.25:
         n = int(rng.integers(1, 6))
         kw["logit_bias"] = [[int(t), False if rng.random() < 0.2 else float(rng.uniform(-5, 5))]
@@ -249,6 +263,9 @@ def run_pair(params, sampler, oracle, rng, n, draws, style, new_set=True, pool=N
         sampler.accept(got)
     ORACLE_STATS["sampler draws compared"] += draws
     ORACLE_STATS["sampler parameter sets compared"] += int(new_set)
+    if "adaptive_p" in params.samplers and params.mirostat == 0:
+        ORACLE_STATS["sampler draws compared with adaptive-p"] += draws
+        ORACLE_STATS["sampler parameter sets with adaptive-p"] += int(new_set)
 
 
 # --- tests ---------------------------------------------------------------------------------
@@ -291,6 +308,77 @@ def test_random_chains_on_the_real_vocabulary(qwen2, set_index):
     ORACLE_STATS["sampler draws compared on 151,936 logits"] += draws
     if dry:
         ORACLE_STATS["sampler draws compared with DRY"] += draws
+
+
+# DRY's sequence breakers on bankml's own Vocab: llama-server's defaults need no tokenizer; multi-character
+# breakers need the tokenizer hook (Vocab.with_tokenizer), libllama's own or a Hugging Face tokenizer
+MULTI_BREAKERS = ["\n\n", "::", "assistant", "*", "\"key\"", "x" * 45, " the", "});", "\n```\n"]
+NON_ASCII_BREAKERS = ["\u2014", "\u00e9t\u00e9", "\u4f60\u597d", "\U0001f600!"]
+
+
+def run_dry_sets(vocab_for_sampler, oracle_vocab, n, seed_base, breakers, sets):
+    for set_index in range(sets):
+        rng = np.random.default_rng(seed_base + set_index)
+        params = random_params(rng, n, dry=True)
+        if breakers is not None:
+            params = params.replace(dry_sequence_breakers=breakers)
+        sampler = Sampler(params, vocab_for_sampler)
+        oracle = OracleChain(params, n, vocab_handle=oracle_vocab.handle)
+        draws = 2 * FULL_DRAWS
+        try:
+            run_pair(params, sampler, oracle, rng, n, draws, "peaked", pool=LogitsPool(rng, n, "peaked"))
+        finally:
+            oracle.close()
+        ORACLE_STATS["sampler draws compared on real vocabularies"] += draws
+        ORACLE_STATS["sampler draws compared with DRY"] += draws
+
+
+def test_dry_default_breakers_on_a_plain_vocab(qwen2):
+    vocab, oracle_vocab = qwen2
+    assert not vocab.has_tokenizer
+    run_dry_sets(vocab, oracle_vocab, len(vocab), 4000, None, DRY_SETS)
+    run_dry_sets(vocab, oracle_vocab, len(vocab), 4100, ["\n", ";", "#", ".", "<", " "], 1)
+    ORACLE_STATS["sampler DRY sets on a Vocab without a tokenizer"] += DRY_SETS + 1
+
+
+def test_dry_multi_character_breakers_with_the_llama_cpp_hook(qwen2):
+    vocab, oracle_vocab = qwen2
+    hooked = vocab.with_tokenizer(llama_cpp_tokenizer(vocab_path("qwen2")))
+    run_dry_sets(hooked, oracle_vocab, len(vocab), 4200, MULTI_BREAKERS, DRY_SETS)
+    run_dry_sets(hooked, oracle_vocab, len(vocab), 4300, NON_ASCII_BREAKERS + ["<|im_end|>", "a<|im_end|>"], 2)
+    ORACLE_STATS["sampler DRY sets with llama_cpp_tokenizer"] += DRY_SETS + 2
+
+
+@pytest.fixture(scope="module")
+def smollm2_hf():
+    pytest.importorskip("torch")   # transformers' GGUF reader imports it
+    from transformers import AutoTokenizer
+    path = vocab_path("smollm2")
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    vocab, oracle_vocab = load_pair("smollm2")
+    return vocab, oracle_vocab, tokenizer
+
+
+def test_dry_multi_character_breakers_with_the_hf_hook(smollm2_hf):
+    vocab, oracle_vocab, tokenizer = smollm2_hf
+    hooked = vocab.with_tokenizer(hf_tokenizer(tokenizer))
+    # the hook is exact on these tails: each tokenizes as libllama does
+    hook = hf_tokenizer(tokenizer)
+    for breaker in MULTI_BREAKERS:
+        raw = breaker.encode()
+        for i in range(1, min(len(raw), 40)):
+            assert hook(raw[i:40], False, False) == oracle_vocab.tokenize(raw[i:40], False, False), raw[i:]
+    run_dry_sets(hooked, oracle_vocab, len(vocab), 4400, MULTI_BREAKERS, DRY_SETS)
+    ORACLE_STATS["sampler DRY sets with hf_tokenizer"] += DRY_SETS
+
+
+def test_the_hf_hook_refuses_what_it_cannot_tokenize_as_llama_cpp(smollm2_hf):
+    _, _, tokenizer = smollm2_hf
+    hook = hf_tokenizer(tokenizer)
+    with pytest.raises(ValueError, match="not valid UTF-8"):
+        hook("\u2014".encode()[1:], False, False)
+    with pytest.raises(ValueError, match="special token"):
+        hook(b"x<|im_end|>", False, False)
 
 
 @pytest.fixture(scope="module")
@@ -349,11 +437,12 @@ def test_grammar_redraws_on_the_real_vocabulary(qwen2, json_rules, structure_boo
     ORACLE_STATS["sampler parameter sets compared"] += 1
 
 
-def test_clone_continues_like_libllama_clone():
+@pytest.mark.parametrize("extra", [{}, {"samplers": "penalties;xtc;adaptive_p", "adaptive_target": 0.25}])
+def test_clone_continues_like_libllama_clone(extra):
     rng = np.random.default_rng(7)
     n = 2000
     params = SamplerParams(seed=1234, xtc_probability=0.5, xtc_threshold=0.05, repeat_last_n=16,
-                           repeat_penalty=1.3, top_k=0)
+                           repeat_penalty=1.3, top_k=0, **extra)
     sampler = Sampler(params, SizedVocab(n))
     oracle = OracleChain(params, n)
     try:
@@ -415,6 +504,17 @@ EDGE_CASES = {
     "mirostat-v2-cold": dict(mirostat=2, temperature=0.1, mirostat_tau=0.5, mirostat_eta=1.0),
     "mirostat-hot": dict(mirostat=1, temperature=5.0, mirostat_tau=10.0, mirostat_eta=0.5),
     "everything-disabled": dict(top_k=0, top_p=1.0, min_p=0.0, temperature=1.0),
+    "adaptive-p": dict(samplers="top_k;adaptive_p;min_p;temperature", adaptive_target=0.3, top_k=0),
+    "adaptive-p-negative-target": dict(samplers="adaptive_p;top_k;temperature", adaptive_target=-0.5),
+    "adaptive-p-long-memory": dict(samplers="min_p;adaptive_p", adaptive_target=0.1, adaptive_decay=0.99,
+                                   min_p=0.01),
+    "adaptive-p-no-memory": dict(samplers="a", adaptive_target=1.0, adaptive_decay=0.0),
+    "adaptive-p-target-zero": dict(samplers="top_p;adaptive_p", adaptive_target=0.0, top_p=0.9),
+    "adaptive-p-after-greedy": dict(samplers="temperature;adaptive_p", temperature=0.0, adaptive_target=0.5),
+    "adaptive-p-after-bans": dict(logit_bias=[[i, False] for i in range(0, 2000, 2)], samplers="adaptive_p",
+                                  adaptive_target=0.2, adaptive_decay=0.5),
+    "long-history": dict(repeat_last_n=100_000, repeat_penalty=1.4, frequency_penalty=0.2, top_k=0,
+                         temperature=0.7),
 }
 
 

