@@ -5,7 +5,8 @@ process has it), warms it up, then sends ``--requests`` mixed requests at ``--co
 JSON mode, schemas, GBNF grammars, streaming (SSE and Ollama NDJSON), raw completions, clients that
 disconnect (mid-stream, and before a non-streamed answer), and hostile bodies (an exponential schema, a
 100,000-deep JSON body, a body past the size limit, 200,000 messages, a prompt of special tokens far past
-the context, ``"samplers": "k" * 100000``, bad field types, invalid UTF-8, an unknown path) — each bounded
+the context, ``"samplers": "k" * 100000``, bad field types, invalid UTF-8, an unknown path, ``repeat_last_n``
+at INT32_MAX, a left-recursive grammar, GBNF repetition amplification, a token id past the vocabulary) — each bounded
 by a client timeout, the whole run by ``--time-limit``. Then it sends SIGTERM during a generation and
 times the exit.
 
@@ -222,6 +223,30 @@ def hostile_bad_schema(client, base, rng):
     return _refused(_post(client, base, "/api/chat", {"messages": ASK, "format": {"type": "nope"}}), ollama=True)
 
 
+def hostile_repeat_last_n(client, base, rng):
+    # used to abort the process (a 2^31-entry history); llama-server clamps it to the context: served
+    r = _post(client, base, "/v1/chat/completions", {"messages": ASK, "repeat_last_n": 2147483647,
+                                                     "repeat_penalty": 1.1, "max_tokens": 4})
+    return _served_chat(r)
+
+
+def hostile_left_recursion(client, base, rng):
+    # used to loop forever in the engine, holding a preparation thread
+    return _refused(_post(client, base, "/v1/chat/completions",
+                          {"messages": ASK, "grammar": 'root ::= ("x" | b)+ root*\nb ::= ', "max_tokens": 4}))
+
+
+def hostile_amplification(client, base, rng):
+    # used to build 200M elements (3.6 GB) before any size check
+    return _refused(_post(client, base, "/v1/chat/completions",
+                          {"messages": ASK, "grammar": 'root ::= "' + "a" * 100000 + '"{0,2000}', "max_tokens": 4}))
+
+
+def hostile_token_id(client, base, rng):
+    return _refused(_post(client, base, "/v1/chat/completions",
+                          {"messages": ASK, "grammar": "root ::= <[999999]>", "max_tokens": 4}))
+
+
 def hostile_unknown_path(client, base, rng):
     return _refused(client.get(base + "/v1/nothing-here", timeout=30.0), codes=(404,))
 
@@ -236,6 +261,8 @@ MIX = [
     ("hostile-special-tokens", hostile_special_tokens, 1), ("hostile-samplers", hostile_samplers, 1),
     ("hostile-stream-type", hostile_stream_type, 1), ("hostile-invalid-utf8", hostile_invalid_utf8, 1),
     ("hostile-bad-schema", hostile_bad_schema, 1), ("hostile-unknown-path", hostile_unknown_path, 1),
+    ("hostile-repeat-last-n", hostile_repeat_last_n, 1), ("hostile-left-recursion", hostile_left_recursion, 1),
+    ("hostile-amplification", hostile_amplification, 1), ("hostile-token-id", hostile_token_id, 1),
 ]
 
 
