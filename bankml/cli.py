@@ -10,15 +10,39 @@ import time
 import numpy as np
 
 
+class InputError(ValueError):
+    """A file the command cannot read as UTF-8 text: the message says which and why."""
+
+
 def _read(path):
-    with open(path, "rb") as handle:
-        return handle.read().decode("utf-8")
+    """A file's text; InputError (not a traceback) for a missing file, a directory, unreadable bytes."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a file") from None
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read it: {err.strerror or err}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise InputError(f"{path}:{line}:{column}: invalid UTF-8 (byte 0x{data[err.start]:02x} at offset "
+                         f"{err.start}); grammars are UTF-8 text") from None
 
 
 def cmd_check(args):
     from . import GrammarError, Rules
     try:
-        rules = Rules.parse(_read(args.grammar), root=args.root)
+        text = _read(args.grammar)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        rules = Rules.parse(text, root=args.root)
     except GrammarError as err:
         print(f"{args.grammar}:{err.line or 0}:{err.column or 0}: error: {err.reason}"
               + (f" near {err.context!r}" if err.context else ""), file=sys.stderr)
@@ -58,10 +82,15 @@ def cmd_convert(args):
 def cmd_mask(args):
     from . import Grammar, GrammarError, Rules, Vocab, mask_hash
     started = time.perf_counter()
+    try:
+        text = _read(args.grammar)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     vocab = Vocab.from_gguf(args.vocab)
     loaded = time.perf_counter()
     try:
-        grammar = Grammar(Rules.parse(_read(args.grammar), root=args.root, vocab=vocab), vocab)
+        grammar = Grammar(Rules.parse(text, root=args.root, vocab=vocab), vocab)
         if args.prefix:
             grammar.accept_bytes(args.prefix.encode("utf-8"))
     except GrammarError as err:
@@ -240,6 +269,18 @@ def build_parser():
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--parallel", "-np", type=int, default=2, help="generations served at once (one context each)")
     serve.add_argument("--alias", help="the model name /v1/models reports (default: the file name)")
+    serve.add_argument("--max-body-bytes", type=int, default=None,
+                       help="largest request body accepted (default 8 MiB); past it a 400, before any work")
+    serve.add_argument("--max-messages", type=int, default=None, help="most chat messages per request (default 4096)")
+    serve.add_argument("--max-grammar-bytes", type=int, default=None,
+                       help="longest GBNF 'grammar' field (default 1 MiB)")
+    serve.add_argument("--prepare-timeout", type=float, default=None,
+                       help="seconds to read, check, convert and tokenize a request (default 30)")
+    serve.add_argument("--request-timeout", type=float, default=None,
+                       help="seconds for a whole request, slot wait included; a generation then ends with "
+                            "finish_reason length (default 600)")
+    serve.add_argument("--max-preparing", type=int, default=None,
+                       help="requests prepared at once (default 8); more wait, then get a 503")
     serve.set_defaults(run=cmd_serve)
     check = sub.add_parser("check", help="parse a GBNF grammar as llama.cpp does; report the rules or the error")
     check.add_argument("grammar")

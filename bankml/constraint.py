@@ -162,14 +162,23 @@ def _read_body(body):
         raise RequestError(str(e).replace("JSON schema conversion failed:\nJSON schema error at #: ", "", 1)) from None
 
 
+_OPENAI_CONSTRAINT_FIELDS = ("response_format", "json_schema", "grammar")
+
+
 def from_openai_text(req, body):
     """``from_openai`` reading the request from its raw JSON text ``body`` (str or bytes) with llama.cpp's
     JSON reader (``bankml.schema.load_schema``): ``2.0`` stays a float, integers stay integers, keys keep
     their order, the last duplicate wins. ``req`` (the same request already parsed, or None) is used only
-    when ``body`` is None."""
+    when ``body`` is None.
+
+    Only the members that decide the constraint (``response_format``, ``json_schema``, ``grammar``) go
+    through the schema reader, so the messages of a large request do not count against its limits."""
     if body is None:
         return from_openai(req)
-    return from_openai(_read_body(body))
+    members = _top_level_raw(body)
+    text = "{" + ",".join(json.dumps(key) + ":" + members[key] for key in _OPENAI_CONSTRAINT_FIELDS
+                          if key in members) + "}"
+    return from_openai(_read_body(text))
 
 
 def _go_quote(raw):
@@ -233,7 +242,10 @@ def from_ollama(format):
 def _top_level_raw(body):
     """The raw text of each top-level member of a JSON object text (the last duplicate wins)."""
     if isinstance(body, (bytes, bytearray)):
-        body = bytes(body).decode("utf-8")
+        try:
+            body = bytes(body).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise RequestError(f"invalid JSON request body: invalid UTF-8 ({e.reason} at byte {e.start})") from None
     decoder = json.JSONDecoder()
     ws = " \t\n\r"
     i, n = 0, len(body)
@@ -252,14 +264,17 @@ def _top_level_raw(body):
     while True:
         if i >= n or body[i] != '"':
             raise RequestError("invalid JSON request body")
-        key, i = json.decoder.scanstring(body, i + 1)
+        try:
+            key, i = json.decoder.scanstring(body, i + 1)
+        except ValueError:
+            raise RequestError("invalid JSON request body") from None
         i = skip(i)
         if i >= n or body[i] != ":":
             raise RequestError("invalid JSON request body")
         i = skip(i + 1)
         try:
             _, end = decoder.raw_decode(body, i)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise RequestError("invalid JSON request body") from None
         members[key] = body[i:end]
         i = skip(end)

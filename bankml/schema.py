@@ -18,14 +18,118 @@ import re
 import struct
 import sys
 import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 from .errors import SchemaError
 
 __all__ = ["json_schema_to_grammar", "json_schema_to_rules", "gbnf_format_literal", "load_schema", "SchemaError",
-           "SchemaDocument", "GrammarBuilder", "build_grammar",
+           "SchemaDocument", "GrammarBuilder", "build_grammar", "SchemaLimits", "DEFAULT_LIMITS", "budget",
            "MAX_JSON_DEPTH"]
 
 MAX_JSON_DEPTH = 512
+
+
+@dataclass(frozen=True)
+class SchemaLimits:
+    """What one conversion may cost; past any of these it stops with a SchemaError naming the limit.
+
+    llama.cpp's converter has no such bounds: a schema whose objects take their properties through
+    ``allOf``/``$ref`` from the level below doubles the grammar per level (a 2 KB schema of 16 levels gives a
+    19 MB grammar, 19 levels hundreds of MB), and a Python tree that shares sub-dicts (``x = {"anyOf": [x, x]}``
+    40 times) expands to 2^40 nodes. Every count is checked while the tree is read and the rules are built,
+    so the refusal comes before the cost. The defaults are far above any schema of the parity tables (the
+    largest grammar there is well under 1 MB).
+
+    * ``max_nodes``: JSON values in the schema tree (counted expanded, as llama.cpp's reader copies shared
+      sub-trees), and schema nodes the reader builds from it (``"type": [...]`` lists copy the schema per type);
+    * ``max_grammar_bytes``: the grammar text (rule names and bodies);
+    * ``max_work_bytes``: rule text built, counting rules built again and found identical (a schema can make
+      the converter redo the same rules exponentially often while the grammar stays small);
+    * ``max_seconds``: wall-clock time of one conversion (None: no time limit).
+    """
+    max_nodes: int = 1_000_000
+    max_grammar_bytes: int = 8 * 1024 * 1024
+    max_work_bytes: int = 64 * 1024 * 1024
+    max_seconds: float = 30.0
+
+
+DEFAULT_LIMITS = SchemaLimits()
+
+_BUDGET = threading.local()
+
+
+@contextmanager
+def budget(deadline=None, cancel=None):
+    """Within the block, conversions on this thread also stop at ``deadline`` (a ``time.monotonic()`` value)
+    or once ``cancel`` (a ``threading.Event``) is set, with a SchemaError. The server runs a request's
+    preparation inside its time budget this way, and cancels it when the client goes away."""
+    saved = getattr(_BUDGET, "value", None)
+    _BUDGET.value = (deadline, cancel)
+    try:
+        yield
+    finally:
+        _BUDGET.value = saved
+
+
+class _LimitExceeded(Exception):
+    def __init__(self, message, pointer="#"):
+        super().__init__(message)
+        self.message = message
+        self.pointer = pointer
+
+
+def _limit_message(what):
+    return _PREFIX + what + "; bankml refuses it (llama.cpp has no such bound and would build it whole)"
+
+
+class _Meter:
+    """The counts of one conversion against its SchemaLimits, and its deadline."""
+    __slots__ = ("limits", "nodes", "grammar_bytes", "work_bytes", "deadline", "cancel", "ticks")
+
+    def __init__(self, limits):
+        self.limits = limits = limits or DEFAULT_LIMITS
+        self.nodes = 0
+        self.grammar_bytes = 0
+        self.work_bytes = 0
+        self.ticks = 0
+        deadline = None if limits.max_seconds is None else time.monotonic() + limits.max_seconds
+        outer, self.cancel = getattr(_BUDGET, "value", None) or (None, None)
+        if outer is not None and (deadline is None or outer < deadline):
+            deadline = outer
+        self.deadline = deadline
+
+    def node(self, pointer):
+        self.nodes += 1
+        if self.nodes > self.limits.max_nodes:
+            raise _LimitExceeded(_limit_message(
+                "the schema expands to more than %d nodes (SchemaLimits.max_nodes)" % self.limits.max_nodes), pointer)
+        self.ticks += 1
+        if self.ticks & 255 == 0:
+            self.clock(pointer)
+
+    def work(self, n, pointer):
+        self.work_bytes += n
+        if self.work_bytes > self.limits.max_work_bytes:
+            raise _LimitExceeded(_limit_message(
+                "converting the schema builds more than %d bytes of rules and node paths (SchemaLimits.max_work_bytes)"
+                % self.limits.max_work_bytes), pointer)
+
+    def output(self, n, pointer):
+        self.grammar_bytes += n
+        if self.grammar_bytes > self.limits.max_grammar_bytes:
+            raise _LimitExceeded(_limit_message(
+                "the grammar grows past %d bytes (SchemaLimits.max_grammar_bytes)"
+                % self.limits.max_grammar_bytes), pointer)
+
+    def clock(self, pointer):
+        if self.cancel is not None and self.cancel.is_set():
+            raise _LimitExceeded(_PREFIX + "the conversion was cancelled", pointer)
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise _LimitExceeded(_limit_message(
+                "the conversion takes longer than its time budget (SchemaLimits.max_seconds = %s, or the "
+                "request's)" % self.limits.max_seconds), pointer)
 _PREFIX = "JSON schema conversion failed:\n"
 
 _INT_MAX = 2**31 - 1
@@ -97,11 +201,13 @@ def _pairs(pairs):
     return d
 
 
-def _check_tree(value, depth=1):
+def _check_tree(value, depth=1, meter=None):
     """A tree as llama.cpp's reader would hold it: JSON types only (a tuple becomes a list, an integer past 64
     bits a float), no container nested deeper than MAX_JSON_DEPTH, no lone surrogate in a string. The tree
     is returned as is when it already is so (the common case), else copied where it differs."""
     t = type(value)
+    if meter is not None:
+        meter.node("#")
     if t is str:
         if not value.isascii():
             _check_string(value)
@@ -117,7 +223,7 @@ def _check_tree(value, depth=1):
                     raise SchemaError(_PREFIX + "JSON schema error at #: object key %r is not a string" % (k,), "#")
                 if not k.isascii():
                     _check_string(k)
-                y = _check_tree(x, depth + 1)
+                y = _check_tree(x, depth + 1, meter)
                 if y is not x:
                     if not copied:
                         out = dict(out)
@@ -127,7 +233,7 @@ def _check_tree(value, depth=1):
         out = value if t is list else list(value)
         copied = out is not value
         for i, x in enumerate(out):
-            y = _check_tree(x, depth + 1)
+            y = _check_tree(x, depth + 1, meter)
             if y is not x:
                 if not copied:
                     out = list(out)
@@ -145,11 +251,11 @@ def _check_tree(value, depth=1):
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
-        return _check_tree(int(value), depth)
+        return _check_tree(int(value), depth, meter)
     if isinstance(value, float):
-        return _check_tree(float(value), depth)
+        return _check_tree(float(value), depth, meter)
     if isinstance(value, str):
-        return _check_tree(str(value), depth)
+        return _check_tree(str(value), depth, meter)
     raise SchemaError(_PREFIX + "JSON schema error at #: %s is not a JSON value" % t.__name__, "#")
 
 
@@ -161,12 +267,13 @@ def _check_string(s):
         raise SchemaError(_PREFIX + "JSON schema error at #: a string holds a lone UTF-16 surrogate", "#")
 
 
-def load_schema(schema):
+def load_schema(schema, limits=None):
     """A schema as llama.cpp's JSON reader holds it: from JSON text (str or bytes) or from Python objects.
 
     Integers keep being integers and numbers with a fraction or an exponent are floats (``2.0`` stays a
     float), object keys keep their order, the last of duplicate keys wins, nesting deeper than
-    ``MAX_JSON_DEPTH`` is refused. Raises SchemaError for text that is not JSON.
+    ``MAX_JSON_DEPTH`` is refused, and so is a tree of more than ``limits.max_nodes`` values (counted
+    expanded: a Python tree sharing sub-dicts counts each use). Raises SchemaError for text that is not JSON.
     """
     if isinstance(schema, (bytes, bytearray)):
         try:
@@ -183,13 +290,15 @@ def load_schema(schema):
                               "#") from None
         except (ValueError, _JsonReadError) as e:
             raise SchemaError(_PREFIX + "JSON schema error at #: invalid JSON: %s" % e, "#") from None
-        return _check_tree_guarded(value)
-    return _check_tree_guarded(schema)
+        return _check_tree_guarded(value, limits)
+    return _check_tree_guarded(schema, limits)
 
 
-def _check_tree_guarded(value):
+def _check_tree_guarded(value, limits=None):
     try:
-        return _check_tree(value)
+        return _check_tree(value, 1, _Meter(limits))
+    except _LimitExceeded as e:
+        raise SchemaError(e.message, e.pointer) from None
     except RecursionError:
         raise SchemaError(_PREFIX + "JSON schema error at #: the schema nests too deeply for the stack", "#") from None
 
@@ -412,10 +521,11 @@ def _stoi(s):
 
 
 class _Builder:
-    def __init__(self, root):
+    def __init__(self, root, meter=None):
         self.root = root
         self.refs = {}
         self.pending = []
+        self.meter = meter or _Meter(None)
 
     def build(self):
         node = self.build_node(self.root, "#")
@@ -574,6 +684,9 @@ class _Builder:
         return node
 
     def build_node(self, schema, path):
+        # a node keeps its JSON pointer: "type" lists that copy a schema per type make these grow with depth
+        self.meter.node(path)
+        self.meter.work(len(path), path)
         if type(schema) is not dict:
             _fail(path, "schema must be an object")
         if "$ref" in schema:
@@ -928,13 +1041,16 @@ _ESC_NAMES = {}
 
 
 class _Converter:
-    def __init__(self, dotall=False):
+    def __init__(self, dotall=False, meter=None):
         self.dotall = dotall
         self.rules = {"space": SPACE_RULE}
         self.refs_being_resolved = set()
         self.errors = []
         self.warnings = []
         self.error_pointer = None
+        self.meter = meter or _Meter(None)
+        self.pointer = "#"   # the node being visited: where a limit is reported
+        self.meter.output(len("space ::= \n") + len(SPACE_RULE), "#")
 
     def add_rule(self, name, rule):
         esc_name = _ESC_NAMES.get(name)
@@ -943,19 +1059,26 @@ class _Converter:
             if len(_ESC_NAMES) < 65536:
                 _ESC_NAMES[name] = esc_name
         rules = self.rules
+        meter = self.meter
+        meter.work(len(rule), self.pointer)
         if esc_name not in rules or rules[esc_name] == rule:
+            if esc_name not in rules:
+                meter.output(len(esc_name) + len(rule) + 6, self.pointer)
             rules[esc_name] = rule
             return esc_name
         i = 0
         while (esc_name + str(i)) in rules and rules[esc_name + str(i)] != rule:
             i += 1
         key = esc_name + str(i)
+        if key not in rules:
+            meter.output(len(key) + len(rule) + 6, self.pointer)
         rules[key] = rule
         return key
 
     def _error(self, message, pointer):
         if self.error_pointer is None:
             self.error_pointer = pointer
+        self.meter.output(len(message), pointer)
         self.errors.append(message)
 
     def generate_union_rule(self, name, alt_schemas):
@@ -970,7 +1093,9 @@ class _Converter:
             return self.pattern_to_rule(pattern, name)
         except _Unsupported as err:
             self._revert(snapshot)
-            self.warnings.append("pattern " + pattern + " is not supported (" + str(err) + "), accepting any string")
+            warning = "pattern " + pattern + " is not supported (" + str(err) + "), accepting any string"
+            self.meter.output(len(warning), node.path)
+            self.warnings.append(warning)
             return self.add_rule(name, self.add_primitive("string", PRIMITIVE_RULES["string"]))
         except _Invalid as err:
             self._revert(snapshot)
@@ -1335,6 +1460,12 @@ class _Converter:
         return self.add_rule(rule_name, self.build_object_rule(properties, required, name, None))
 
     def visit(self, node, name):
+        meter = self.meter
+        self.pointer = node.path
+        meter.work(len(name), node.path)
+        meter.ticks += 1
+        if meter.ticks & 63 == 0:
+            meter.clock(node.path)
         if name in _RESERVED_NAMES:
             rule_name = name + "-"
         elif name == "":
@@ -1416,21 +1547,22 @@ class _Converter:
 _RECURSION_HEADROOM = 20000
 
 
-def json_schema_to_grammar(schema):
+def json_schema_to_grammar(schema, limits=None):
     """Convert a JSON schema (a dict, or JSON text) to GBNF, as llama.cpp's
     ``json_schema_to_grammar(schema, force_gbnf=true)`` does.
 
     Returns ``(grammar, warnings)``: the grammar text, byte for byte llama.cpp's, and the parts llama.cpp
     converted only loosely (unsupported patterns, which accept any string), in its wording. Raises
     ``SchemaError`` for a schema llama.cpp refuses, with llama.cpp's message and the JSON pointer of the
-    offending node.
+    offending node, and for a schema whose conversion would pass ``limits`` (a ``SchemaLimits``, default
+    ``DEFAULT_LIMITS``; llama.cpp has no bound there), naming the limit.
     """
     _raise_recursion_limit()
     try:
-        if isinstance(schema, (str, bytes)) and len(schema) <= _CACHED_TEXT_MAX:
+        if (limits is None and isinstance(schema, (str, bytes)) and len(schema) <= _CACHED_TEXT_MAX):
             grammar, warnings = _convert_text(schema)
             return grammar, list(warnings)
-        return _convert(load_schema(schema))
+        return _convert(load_schema(schema, limits), limits)
     finally:
         _restore_recursion_limit()
 
@@ -1467,17 +1599,18 @@ def _restore_recursion_limit():
             sys.setrecursionlimit(_RECURSION_SAVED)
 
 
-def _convert(doc):
+def _convert(doc, limits=None):
     # the converter recurses as the schema nests (and along $ref chains): the caller raised the recursion
     # limit for the call (counted across threads), and RecursionError becomes SchemaError
+    meter = _Meter(limits)
     try:
-        root = _Builder(doc).build()
-        conv = _Converter(False)
+        root = _Builder(doc, meter).build()
+        conv = _Converter(False, meter)
         conv.visit(root, "")
     except _Fail as e:
         raise SchemaError("JSON schema conversion failed:\n" + e.message, e.pointer) from None
-    except _ConversionError as e:
-        raise SchemaError(e.message, e.pointer) from None
+    except (_ConversionError, _LimitExceeded) as e:
+        raise SchemaError(_t(e.message), e.pointer) from None
     except RecursionError:
         raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply (through $ref or "
                           "nesting) to convert, or recurses through allOf (where llama.cpp overflows its stack)",
@@ -1487,7 +1620,7 @@ def _convert(doc):
     return _t(conv.format_grammar()), [_t(w) for w in conv.warnings]
 
 
-def json_schema_to_rules(schema, vocab=None):
+def json_schema_to_rules(schema, vocab=None, limits=None):
     """Convert a JSON schema and parse the grammar, as llama.cpp does before it samples with it.
 
     Returns ``(rules, grammar, warnings)``. A schema that converts to a grammar llama.cpp's GBNF parser then
@@ -1497,7 +1630,7 @@ def json_schema_to_rules(schema, vocab=None):
     from ._grammar import Rules
     from .errors import GrammarError
 
-    grammar, warnings = json_schema_to_grammar(schema)
+    grammar, warnings = json_schema_to_grammar(schema, limits)
     try:
         rules = Rules.parse(grammar, vocab=vocab)
     except GrammarError as e:
@@ -1508,19 +1641,22 @@ def json_schema_to_rules(schema, vocab=None):
 
 class SchemaDocument:
     """A schema read as llama.cpp's ``common_chat_schema_from_json`` reads it: ``root`` is the tree's root
-    node. Raises SchemaError as json_schema_to_grammar() does for a schema llama.cpp refuses.
+    node. Raises SchemaError as json_schema_to_grammar() does for a schema llama.cpp refuses, and for one
+    past ``limits.max_nodes``.
 
     Nodes are opaque to callers except for what ``build_grammar`` needs: ``node.properties`` (for an object
     node) is the list of ``(name, node, required)`` in schema order.
     """
 
-    def __init__(self, schema):
-        doc = load_schema(schema)
+    def __init__(self, schema, limits=None):
+        doc = load_schema(schema, limits)
         _raise_recursion_limit()
         try:
-            self.root = _Builder(doc).build()
+            self.root = _Builder(doc, _Meter(limits)).build()
         except _Fail as e:
             raise SchemaError("JSON schema conversion failed:\n" + e.message, e.pointer) from None
+        except _LimitExceeded as e:
+            raise SchemaError(_t(e.message), e.pointer) from None
         except RecursionError:
             raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply to read", "#") from None
         finally:
@@ -1542,20 +1678,21 @@ class GrammarBuilder:
         """Adds the rules of a schema node (a ``SchemaDocument``'s root or one of its nodes, or a schema, read
         here); ``name`` "root" makes it the root rule. Returns the rule name."""
         if not isinstance(node, _Node):
-            node = SchemaDocument(node).root
+            node = SchemaDocument(node, self._conv.meter.limits).root
         return _t(self._conv.visit(node, "" if name == "root" else _b(name)))
 
 
-def build_grammar(callback, dotall=False):
+def build_grammar(callback, dotall=False, limits=None):
     """llama.cpp's ``build_grammar(cb, options)``: ``callback(builder)`` adds rules and schemas to one
     converter (``dotall``: ``.`` in patterns also matches newlines); the grammar text is returned, or
-    SchemaError raised with llama.cpp's message for what the converter could not do."""
-    conv = _Converter(dotall)
+    SchemaError raised with llama.cpp's message for what the converter could not do, or naming the limit
+    of ``limits`` (a ``SchemaLimits``) the conversion would pass."""
+    conv = _Converter(dotall, _Meter(limits))
     _raise_recursion_limit()
     try:
         callback(GrammarBuilder(conv))
-    except _ConversionError as e:
-        raise SchemaError(e.message, e.pointer) from None
+    except (_ConversionError, _LimitExceeded) as e:
+        raise SchemaError(_t(e.message), e.pointer) from None
     except RecursionError:
         raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply (through $ref or "
                           "nesting) to convert, or recurses through allOf (where llama.cpp overflows its stack)",

@@ -16,24 +16,80 @@ never share state; a client that disconnects cancels its generation after the cu
 slot.
 """
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from . import schema as _schema
 from .constraint import Constraint, RequestError, from_ollama_text, from_openai_text
 from .errors import GrammarError, SchemaError
-from .runtime import ContextSizeError, check_messages, sampler_params_from_request
+from .runtime import ContextSizeError, ModelError, check_messages, sampler_params_from_request
 
-__all__ = ["create_app", "serve"]
+__all__ = ["ServerLimits", "create_app", "serve"]
 
 _FINGERPRINT = "bankml-0.1.0"
+_DRAIN_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one request may ask of the server; past a limit it gets a 400 (503 for a server too busy to
+    prepare it) before any token is tokenized or computed. llama-server has none of these (its HTTP layer
+    reads any body; it tokenizes before it compares the prompt with the context).
+
+    * ``max_body_bytes``: the request body (``Content-Length`` first, then as it is read);
+    * ``max_messages``: chat messages; ``max_grammar_bytes``: a GBNF ``grammar`` field;
+    * ``max_stop`` / ``max_stop_bytes``: stop strings (each is searched for after every token);
+    * ``max_samplers``: entries of ``samplers`` (each costs a pass over the candidates per token);
+    * ``max_dry_breakers`` / ``max_dry_breaker_bytes``: DRY sequence breakers (each is tokenized per request);
+    * ``prepare_seconds``: reading, checking, converting and tokenizing one request (its schema conversion
+      stops at this deadline too);
+    * ``request_seconds``: a whole request, waiting for a slot included; a generation still running then
+      stops with ``finish_reason: "length"``, as llama-server's ``t_max_predict_ms`` stops one;
+    * ``max_preparing``: requests prepared at once (each on its own thread); more wait for a turn within
+      their ``prepare_seconds``, then get a 503.
+    """
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_messages: int = 4096
+    max_grammar_bytes: int = 1024 * 1024
+    max_stop: int = 64
+    max_stop_bytes: int = 4096
+    max_samplers: int = 64
+    max_dry_breakers: int = 64
+    max_dry_breaker_bytes: int = 1024
+    prepare_seconds: float = 30.0
+    request_seconds: float = 600.0
+    max_preparing: int = 8
+
+
+def _malloc_trim():
+    """Give freed heap memory back to the system (glibc): a large request's transient objects otherwise stay
+    resident in the allocator's per-thread arenas, and resident memory drifts with the mix of requests."""
+    global _TRIM
+    if _TRIM is None:
+        try:
+            import ctypes
+            _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _TRIM = False
+    if _TRIM:
+        _TRIM(0)
+
+
+_TRIM = None
+_LARGE_BODY = 1024 * 1024
 
 
 def _error(message, code=400, kind="invalid_request_error"):
@@ -45,30 +101,132 @@ def _ollama_error(message, code=400):
     return JSONResponse({"error": message}, status_code=code)
 
 
+class _Refusal(Exception):
+    """A request answered with an error object: ``code`` and llama-server's error ``kind``."""
+
+    def __init__(self, message, code=400, kind="invalid_request_error"):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.kind = kind
+
+
+class _Gone(Exception):
+    """The client went away: nothing to answer."""
+
+
+def _refusal(exc):
+    """The error object for an exception raised while a request is read, checked or prepared."""
+    if isinstance(exc, _Refusal):
+        return exc
+    if isinstance(exc, ContextSizeError):
+        return _Refusal(str(exc), 400, "exceed_context_size_error")
+    if isinstance(exc, (RequestError, SchemaError, GrammarError)):
+        return _Refusal(str(exc))
+    if isinstance(exc, RecursionError):
+        return _Refusal("Invalid JSON body: nesting too deep")
+    if isinstance(exc, MemoryError):
+        return _Refusal("out of memory while preparing the request", 500, "server_error")
+    if isinstance(exc, ModelError):
+        return _Refusal(str(exc), 503, "unavailable_error")
+    if isinstance(exc, ValueError):
+        return _Refusal(str(exc))
+    return _Refusal(f"{type(exc).__name__}: {exc}", 500, "server_error")
+
+
+_JSON_TYPES = ((bool, "boolean"), (str, "string"), (int, "number"), (float, "number"), (dict, "object"),
+               (list, "array"))
+
+
+def _json_type(value):
+    for t, name in _JSON_TYPES:
+        if isinstance(value, t):
+            return name
+    return "null"
+
+
+def _bool_field(obj, name, default):
+    """llama-server's ``field_bool``: absent or null gives the default, anything but a boolean is refused."""
+    if not isinstance(obj, dict) or obj.get(name) is None:
+        return default
+    value = obj[name]
+    if not isinstance(value, bool):
+        raise RequestError(f"Field '{name}': [json.exception.type_error.302] type must be boolean, but is "
+                           f"{_json_type(value)}")
+    return value
+
+
+def _check_sizes(body, limits, ollama=False):
+    """The field size limits, before the fields are read for their meaning."""
+    if not ollama:
+        grammar = body.get("grammar")
+        if isinstance(grammar, str) and len(grammar) > limits.max_grammar_bytes:
+            raise RequestError(f"Field 'grammar': {len(grammar)} characters, past the server's limit of "
+                               f"{limits.max_grammar_bytes} (--max-grammar-bytes)")
+        samplers = body.get("samplers")
+        if isinstance(samplers, (str, list)) and len(samplers) > limits.max_samplers:
+            raise RequestError(f"Field 'samplers': {len(samplers)} entries, past the server's limit of "
+                               f"{limits.max_samplers}")
+        if isinstance(samplers, list) and any(isinstance(x, str) and len(x) > 64 for x in samplers):
+            raise RequestError("Field 'samplers': a sampler name longer than 64 characters")
+        breakers = body.get("dry_sequence_breakers")
+        if isinstance(breakers, list):
+            if len(breakers) > limits.max_dry_breakers:
+                raise RequestError(f"Field 'dry_sequence_breakers': {len(breakers)} breakers, past the server's "
+                                   f"limit of {limits.max_dry_breakers}")
+            if any(isinstance(x, str) and len(x) > limits.max_dry_breaker_bytes for x in breakers):
+                raise RequestError(f"Field 'dry_sequence_breakers': a breaker longer than "
+                                   f"{limits.max_dry_breaker_bytes} characters")
+        stop = body.get("stop")
+    else:
+        options = body.get("options")
+        stop = options.get("stop") if isinstance(options, dict) else None
+    if isinstance(stop, list):
+        if len(stop) > limits.max_stop:
+            raise RequestError(f"Field 'stop': {len(stop)} stop strings, past the server's limit of {limits.max_stop}")
+        if any(isinstance(x, str) and len(x) > limits.max_stop_bytes for x in stop):
+            raise RequestError(f"Field 'stop': a stop string longer than {limits.max_stop_bytes} characters")
+    elif isinstance(stop, str) and len(stop) > limits.max_stop_bytes:
+        raise RequestError(f"Field 'stop': a stop string longer than {limits.max_stop_bytes} characters")
+    messages = body.get("messages")
+    if isinstance(messages, list) and len(messages) > limits.max_messages:
+        raise RequestError(f"{len(messages)} messages, past the server's limit of {limits.max_messages} "
+                           "(--max-messages)")
+
+
 class _Runner:
     """Runs a Job on a worker thread and hands its events to the event loop."""
 
-    def __init__(self, job, loop):
+    def __init__(self, job, loop, app):
         self.job = job
         self.loop = loop
+        self.app = app
         self.events = asyncio.Queue()
-        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread = threading.Thread(target=self._work, daemon=True, name="bankml-generate")
         self.error = None
 
     def start(self):
+        self.app._started(self)
         self.thread.start()
         return self
 
     def _put(self, item):
-        self.loop.call_soon_threadsafe(self.events.put_nowait, item)
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, item)
+        except RuntimeError:   # the loop is closed: the server is gone
+            pass
 
     def _work(self):
         try:
             for event in self.job.stream():
                 self._put(("event", event))
-        except Exception as e:  # noqa: BLE001 - reported to the client as a 500
+        except BaseException as e:  # noqa: BLE001 - reported to the client as an error object
             self.error = e
-        self._put(("end", None))
+        finally:
+            self.app._finished(self)
+            self._put(("end", None))
+            if not self.app.busy():
+                _malloc_trim()   # idle: what the requests freed goes back to the system
 
     async def __aiter__(self):
         while True:
@@ -106,30 +264,182 @@ async def _disconnected(request):
         return False
 
 
+def _stream_error(exc):
+    """The error object of a failure after a stream has started (llama-server sends it as an event)."""
+    if isinstance(exc, ModelError):
+        return {"code": 503, "message": str(exc), "type": "unavailable_error"}
+    return {"code": 500, "message": f"{type(exc).__name__}: {exc}", "type": "server_error"}
+
+
 class _App:
-    def __init__(self, model, alias=None):
+    def __init__(self, model, alias=None, limits=None):
         self.model = model
         self.alias = alias or model.name
         self.created = int(time.time())
+        self.limits = limits or ServerLimits()
+        self.closing = False
+        self._preparing = 0
+        self._runners = set()
+        self._lock = threading.Lock()
 
-    # -- helpers
+    # -- bookkeeping for shutdown
 
-    async def _body(self, request):
+    def _started(self, runner):
+        with self._lock:
+            self._runners.add(runner)
+
+    def _finished(self, runner):
+        with self._lock:
+            self._runners.discard(runner)
+
+    def busy(self):
+        """Whether a generation runs or a request is being prepared."""
+        with self._lock:
+            return bool(self._runners) or self._preparing > 0
+
+    def shutdown(self):
+        """Refuse new requests and cancel every generation (each stops after its current token)."""
+        self.closing = True
+        with self._lock:
+            runners = list(self._runners)
+        for runner in runners:
+            runner.job.cancel()
+
+    def join(self, timeout):
+        """Wait up to ``timeout`` seconds for the generation threads; whether they all ended."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._runners:
+                    return True
+            time.sleep(0.05)
+        with self._lock:
+            return not self._runners
+
+    # -- reading and preparing a request
+
+    async def _read(self, request):
+        """The raw body, within ``max_body_bytes`` (checked on Content-Length, then while reading). A body
+        past the limit is read on and dropped (up to 64 MiB more) before the 400, so that the client, still
+        sending, reads the answer instead of a reset connection; nothing of it is kept."""
+        limit = self.limits.max_body_bytes
+        message = f"the request body is larger than the server's limit of {limit} bytes (--max-body-bytes)"
+        length = request.headers.get("content-length")
+        too_large = False
+        if length is not None:
+            try:
+                too_large = int(length) > limit
+            except ValueError:
+                raise _Refusal("invalid Content-Length header") from None
+        chunks, size = [], 0
         try:
-            raw = await request.body()
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    too_large = True
+                    chunks = []
+                    if size > limit + _DRAIN_BYTES:
+                        break
+                elif not too_large:
+                    chunks.append(chunk)
         except ClientDisconnect:
-            raise RequestError("client disconnected") from None
+            raise _Gone() from None
+        if too_large:
+            chunks = None
+            _malloc_trim()
+            raise _Refusal(message)
+        return b"".join(chunks)
+
+    async def _prepare(self, request, make, size=0):
+        """Run ``make(cancel)`` on a thread of its own within the preparation budget, its schema conversion
+        inside that deadline too; cancelled (``_Gone``) when the client goes away. Returns what it returns."""
+        limits = self.limits
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + limits.prepare_seconds
+        cancel = threading.Event()
+        # a turn among the preparing threads: a preparation stuck in native code keeps its turn, the others
+        # still run, up to max_preparing at once
+        while self._preparing >= limits.max_preparing:
+            if time.monotonic() > deadline:
+                raise _Refusal("the server is too busy preparing other requests; try again", 503, "unavailable_error")
+            if await _disconnected(request):
+                raise _Gone()
+            await asyncio.sleep(0.05)
+        self._preparing += 1
+        future = loop.create_future()
+
+        def deliver(ok, value):
+            self._preparing -= 1
+            if not future.done():
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
+
+        def work():
+            try:
+                with _schema.budget(deadline, cancel):
+                    value = make(cancel)
+                ok = True
+            except BaseException as e:  # noqa: BLE001 - answered as an error object
+                value, ok = e, False
+            if size > _LARGE_BODY or isinstance(value, (SchemaError, MemoryError)):
+                _malloc_trim()   # a large body's objects, a refused schema's partial grammar: freed now
+            try:
+                loop.call_soon_threadsafe(deliver, ok, value)
+            except RuntimeError:
+                pass
+        threading.Thread(target=work, daemon=True, name="bankml-prepare").start()
+        try:
+            while True:
+                done, _ = await asyncio.wait([future], timeout=0.1)
+                if done:
+                    return future.result()
+                if await _disconnected(request):
+                    raise _Gone()
+                if time.monotonic() > deadline:
+                    raise _Refusal(f"preparing the request took longer than the server's limit of "
+                                   f"{limits.prepare_seconds:g} s (--prepare-timeout)")
+        finally:
+            if not future.done():
+                cancel.set()      # the thread stops at its next check;
+                future.cancel()   # its result (or error) is dropped
+
+    def _deadline(self):
+        return time.monotonic() + self.limits.request_seconds
+
+    async def _handle(self, request, build, respond, ollama=False):
+        """The frame of every generation endpoint: read, check and prepare the request off the event loop
+        (``build(raw, cancel)`` returns ``(body, job, options)``), then ``respond`` — every failure answered
+        with the error object, never a plain-text 500, and no slot taken before the request is valid."""
+        err = _ollama_error if ollama else _error
+        job = None
+        try:
+            if self.closing:
+                raise _Refusal("the server is shutting down", 503, "unavailable_error")
+            raw = await self._read(request)
+            body, job, options = await self._prepare(request, lambda cancel: build(raw, cancel), len(raw))
+            return await respond(request, body, job, options)
+        except _Gone:
+            if job is not None:
+                job.cancel()
+            return Response(status_code=499)
+        except Exception as e:  # noqa: BLE001 - the catch-all: llama-server's error object
+            if job is not None:
+                job.cancel()
+            r = _refusal(e)
+            return err(r.message, r.code) if ollama else err(r.message, r.code, r.kind)
+
+    def _parse(self, raw):
         try:
             body = json.loads(raw)
+        except RecursionError:
+            raise RequestError("Invalid JSON body: nesting too deep") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise RequestError(f"Invalid JSON body: {e}") from None
         if not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object")
-        return raw, body
-
-    async def _prepare(self, make):
-        # schema conversion, grammar parsing and tokenization can take a few ms: off the event loop
-        return await asyncio.get_running_loop().run_in_executor(None, make)
+        return body
 
     def _usage(self, result):
         n_prompt, n_gen = len(result.prompt_tokens), len(result.tokens)
@@ -143,36 +453,46 @@ class _App:
 
     # -- OpenAI
 
+    def _build_chat(self, raw, cancel):
+        body = self._parse(raw)
+        _check_sizes(body, self.limits)
+        stream = _bool_field(body, "stream", False)
+        # llama-server's field_nested: stream_options that is not an object is ignored
+        include_usage = _bool_field(body.get("stream_options"), "include_usage", False)
+        return_tokens = _bool_field(body, "return_tokens", False)
+        constraint = from_openai_text(body, raw)
+        messages = check_messages(body.get("messages"))
+        params, n_predict, stop = sampler_params_from_request(body)
+        job = self.model.chat(messages, constraint, params, n_predict, stop, cancel=cancel,
+                              deadline=self._deadline())
+        return body, job, (stream, include_usage, return_tokens)
+
     async def chat_completions(self, request):
-        try:
-            raw, body = await self._body(request)
-            constraint = from_openai_text(body, raw)
-            messages = check_messages(body.get("messages"))
-            params, n_predict, stop = sampler_params_from_request(body)
-            job = await self._prepare(lambda: self.model.chat(messages, constraint, params, n_predict, stop))
-        except ContextSizeError as e:
-            return _error(str(e), 400, "exceed_context_size_error")
-        except (RequestError, SchemaError, GrammarError, ValueError) as e:
-            return _error(str(e))
+        return await self._handle(request, self._build_chat, self._respond_chat)
+
+    async def _respond_chat(self, request, body, job, options):
+        stream, include_usage, return_tokens = options
         cid = "chatcmpl-" + uuid.uuid4().hex
         created = int(time.time())
         base = {"created": created, "id": cid, "model": body.get("model") or self.alias,
                 "system_fingerprint": _FINGERPRINT}
-        runner = _Runner(job, asyncio.get_running_loop()).start()
-        if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-
+        runner = _Runner(job, asyncio.get_running_loop(), self).start()
+        if stream:
             async def events():
                 try:
                     first = dict(base, object="chat.completion.chunk",
                                  choices=[{"finish_reason": None, "index": 0,
                                            "delta": {"role": "assistant", "content": None}}])
                     yield _sse(first)
-                    async for event in runner:
-                        if event.content:
-                            yield _sse(dict(base, object="chat.completion.chunk",
-                                            choices=[{"finish_reason": None, "index": 0,
-                                                      "delta": {"content": event.content}}]))
+                    try:
+                        async for event in runner:
+                            if event.content:
+                                yield _sse(dict(base, object="chat.completion.chunk",
+                                                choices=[{"finish_reason": None, "index": 0,
+                                                          "delta": {"content": event.content}}]))
+                    except Exception as e:  # noqa: BLE001 - llama-server sends the error as an event
+                        yield _sse({"error": _stream_error(e)})
+                        return
                     result = job.result
                     last = dict(base, object="chat.completion.chunk",
                                 choices=[{"finish_reason": result.finish_reason, "index": 0, "delta": {}}],
@@ -190,6 +510,8 @@ class _App:
             return StreamingResponse(events(), media_type="text/event-stream")
         try:
             result = await runner.wait(request)
+        except ModelError as e:
+            return _error(str(e), 503, "unavailable_error")
         except Exception as e:  # noqa: BLE001 - a failure during generation: llama-server's 500 error object
             return _error(f"{type(e).__name__}: {e}", 500, "server_error")
         if result.finish_reason == "cancelled":
@@ -198,37 +520,47 @@ class _App:
         out = dict(base, object="chat.completion",
                    choices=[{"finish_reason": result.finish_reason, "index": 0, "message": message}],
                    usage=self._usage(result), timings=self._timings(result))
-        if body.get("return_tokens"):
+        if return_tokens:
             out["tokens"] = result.tokens
         return JSONResponse(out)
 
+    def _build_completion(self, raw, cancel):
+        body = self._parse(raw)
+        _check_sizes(body, self.limits)
+        stream = _bool_field(body, "stream", False)
+        return_tokens = _bool_field(body, "return_tokens", False)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise RequestError("'prompt' must be a string")
+        constraint = from_openai_text(body, raw)   # no template: the bare grammar (Model.complete)
+        params, n_predict, stop = sampler_params_from_request(body)
+        job = self.model.complete(prompt, constraint, params, n_predict, stop, cancel=cancel,
+                                  deadline=self._deadline())
+        return body, job, (stream, return_tokens)
+
     async def completions(self, request):
-        try:
-            raw, body = await self._body(request)
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-                prompt = prompt[0]
-            if not isinstance(prompt, str):
-                raise RequestError("'prompt' must be a string")
-            constraint = from_openai_text(body, raw)   # no template: the bare grammar (Model.complete)
-            params, n_predict, stop = sampler_params_from_request(body)
-            job = await self._prepare(lambda: self.model.complete(prompt, constraint, params, n_predict, stop))
-        except ContextSizeError as e:
-            return _error(str(e), 400, "exceed_context_size_error")
-        except (RequestError, SchemaError, GrammarError, ValueError) as e:
-            return _error(str(e))
+        return await self._handle(request, self._build_completion, self._respond_completion)
+
+    async def _respond_completion(self, request, body, job, options):
+        stream, return_tokens = options
         cid = "cmpl-" + uuid.uuid4().hex
         base = {"created": int(time.time()), "id": cid, "model": body.get("model") or self.alias,
                 "system_fingerprint": _FINGERPRINT}
-        runner = _Runner(job, asyncio.get_running_loop()).start()
-        if body.get("stream"):
+        runner = _Runner(job, asyncio.get_running_loop(), self).start()
+        if stream:
             async def events():
                 try:
-                    async for event in runner:
-                        if event.text:
-                            yield _sse(dict(base, object="text_completion",
-                                            choices=[{"text": event.text, "index": 0, "logprobs": None,
-                                                      "finish_reason": None}]))
+                    try:
+                        async for event in runner:
+                            if event.text:
+                                yield _sse(dict(base, object="text_completion",
+                                                choices=[{"text": event.text, "index": 0, "logprobs": None,
+                                                          "finish_reason": None}]))
+                    except Exception as e:  # noqa: BLE001
+                        yield _sse({"error": _stream_error(e)})
+                        return
                     result = job.result
                     yield _sse(dict(base, object="text_completion",
                                     choices=[{"text": "", "index": 0, "logprobs": None,
@@ -240,6 +572,8 @@ class _App:
             return StreamingResponse(events(), media_type="text/event-stream")
         try:
             result = await runner.wait(request)
+        except ModelError as e:
+            return _error(str(e), 503, "unavailable_error")
         except Exception as e:  # noqa: BLE001
             return _error(f"{type(e).__name__}: {e}", 500, "server_error")
         if result.finish_reason == "cancelled":
@@ -248,7 +582,7 @@ class _App:
                    choices=[{"text": result.text, "index": 0, "logprobs": None,
                              "finish_reason": result.finish_reason}],
                    usage=self._usage(result), timings=self._timings(result))
-        if body.get("return_tokens"):
+        if return_tokens:
             out["tokens"] = result.tokens
         return JSONResponse(out)
 
@@ -260,41 +594,59 @@ class _App:
                      "template": m.template, "path": m.path}}]})
 
     async def health(self, request):
+        if self.closing:
+            return _error("the server is shutting down", 503, "unavailable_error")
         return JSONResponse({"status": "ok"})
 
     # -- Ollama
 
     async def ollama_chat(self, request):
-        return await self._ollama(request, chat=True)
+        return await self._handle(request, lambda raw, cancel: self._build_ollama(raw, cancel, True),
+                                  self._respond_ollama_chat, ollama=True)
 
     async def ollama_generate(self, request):
-        return await self._ollama(request, chat=False)
+        return await self._handle(request, lambda raw, cancel: self._build_ollama(raw, cancel, False),
+                                  self._respond_ollama_generate, ollama=True)
 
-    async def _ollama(self, request, chat):
-        try:
-            raw, body = await self._body(request)
-            constraint = from_ollama_text(body, raw)
-            params, n_predict, stop = sampler_params_from_request(body, ollama=True)
-            if chat:
-                messages = check_messages(body.get("messages"))
-                make = lambda: self.model.chat(messages, constraint, params, n_predict, stop)  # noqa: E731
+    def _build_ollama(self, raw, cancel, chat):
+        body = self._parse(raw)
+        _check_sizes(body, self.limits, ollama=True)
+        stream = body.get("stream", True)
+        if stream is None:
+            stream = True
+        if not isinstance(stream, bool):
+            # Ollama's Go decoder
+            raise RequestError(f"json: cannot unmarshal {_json_type(stream)} into Go struct field "
+                               f"{'ChatRequest' if chat else 'GenerateRequest'}.stream of type bool")
+        constraint = from_ollama_text(body, raw)
+        params, n_predict, stop = sampler_params_from_request(body, ollama=True)
+        kw = {"cancel": cancel, "deadline": self._deadline()}
+        if chat:
+            messages = check_messages(body.get("messages"))
+            job = self.model.chat(messages, constraint, params, n_predict, stop, **kw)
+        else:
+            prompt = body.get("prompt", "")
+            if not isinstance(prompt, str):
+                raise RequestError("'prompt' must be a string")
+            if body.get("raw") or not self.model.chat_template:
+                job = self.model.complete(prompt, constraint, params, n_predict, stop, **kw)
             else:
-                prompt = body.get("prompt", "")
-                if not isinstance(prompt, str):
-                    raise RequestError("'prompt' must be a string")
-                if body.get("raw") or not self.model.chat_template:
-                    make = lambda: self.model.complete(prompt, constraint, params, n_predict, stop)  # noqa: E731
-                else:
-                    messages = []
-                    if isinstance(body.get("system"), str):
-                        messages.append({"role": "system", "content": body["system"]})
-                    messages.append({"role": "user", "content": prompt})
-                    make = lambda: self.model.chat(messages, constraint, params, n_predict, stop)  # noqa: E731
-            job = await self._prepare(make)
-        except (RequestError, SchemaError, GrammarError, ValueError) as e:
-            return _ollama_error(str(e))
+                messages = []
+                if isinstance(body.get("system"), str):
+                    messages.append({"role": "system", "content": body["system"]})
+                messages.append({"role": "user", "content": prompt})
+                job = self.model.chat(messages, constraint, params, n_predict, stop, **kw)
+        return body, job, stream
+
+    async def _respond_ollama_chat(self, request, body, job, stream):
+        return await self._respond_ollama(request, body, job, stream, True)
+
+    async def _respond_ollama_generate(self, request, body, job, stream):
+        return await self._respond_ollama(request, body, job, stream, False)
+
+    async def _respond_ollama(self, request, body, job, stream, chat):
         name = body.get("model") or self.alias
-        runner = _Runner(job, asyncio.get_running_loop()).start()
+        runner = _Runner(job, asyncio.get_running_loop(), self).start()
         started = time.perf_counter_ns()
 
         def piece(text):
@@ -311,19 +663,25 @@ class _App:
                    "eval_count": t["predicted_n"], "eval_duration": int(t["predicted_ms"] * 1e6)}
             return out
 
-        if body.get("stream", True):
+        if stream:
             async def lines():
                 try:
-                    async for event in runner:
-                        if event.content:
-                            yield _ndjson({"model": name, "created_at": _now(), **piece(event.content),
-                                           "done": False})
+                    try:
+                        async for event in runner:
+                            if event.content:
+                                yield _ndjson({"model": name, "created_at": _now(), **piece(event.content),
+                                               "done": False})
+                    except Exception as e:  # noqa: BLE001 - Ollama streams an error line
+                        yield _ndjson({"error": _stream_error(e)["message"]})
+                        return
                     yield _ndjson(final(job.result))
                 finally:
                     job.cancel()
             return StreamingResponse(lines(), media_type="application/x-ndjson")
         try:
             result = await runner.wait(request)
+        except ModelError as e:
+            return _ollama_error(str(e), 503)
         except Exception as e:  # noqa: BLE001
             return _ollama_error(f"{type(e).__name__}: {e}", 500)
         if result.finish_reason == "cancelled":
@@ -362,9 +720,24 @@ def _ndjson(obj):
     return json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
-def create_app(model, alias=None):
-    """The Starlette application serving ``model`` (a bankml.runtime.Model)."""
-    app = _App(model, alias)
+async def _http_error(request, exc):
+    # llama-server's answers for a path or a method it does not serve
+    if exc.status_code == 404:
+        return _error("File Not Found", 404, "not_found_error")
+    kind = {401: "authentication_error", 403: "permission_error", 501: "not_supported_error",
+            503: "unavailable_error"}.get(exc.status_code, "invalid_request_error")
+    return _error(str(exc.detail), exc.status_code, kind)
+
+
+async def _server_error(request, exc):
+    # the last resort (an exception outside every handler's own catch-all): never a plain-text 500
+    return _error(f"{type(exc).__name__}: {exc}", 500, "server_error")
+
+
+def create_app(model, alias=None, limits=None):
+    """The Starlette application serving ``model`` (a bankml.runtime.Model) within ``limits`` (a
+    ``ServerLimits``; the defaults without)."""
+    app = _App(model, alias, limits)
     routes = [
         Route("/v1/chat/completions", app.chat_completions, methods=["POST"]),
         Route("/chat/completions", app.chat_completions, methods=["POST"]),
@@ -378,21 +751,66 @@ def create_app(model, alias=None):
         Route("/api/tags", app.ollama_tags, methods=["GET"]),
         Route("/api/version", app.ollama_version, methods=["GET"]),
     ]
-    starlette = Starlette(routes=routes)
+    starlette = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _server_error})
     starlette.state.bankml = app
     return starlette
 
 
+def limits_from_args(args):
+    """ServerLimits from ``bankml serve``'s options."""
+    base = ServerLimits()
+    return ServerLimits(
+        max_body_bytes=getattr(args, "max_body_bytes", None) or base.max_body_bytes,
+        max_messages=getattr(args, "max_messages", None) or base.max_messages,
+        max_grammar_bytes=getattr(args, "max_grammar_bytes", None) or base.max_grammar_bytes,
+        prepare_seconds=getattr(args, "prepare_timeout", None) or base.prepare_seconds,
+        request_seconds=getattr(args, "request_timeout", None) or base.request_seconds,
+        max_preparing=getattr(args, "max_preparing", None) or base.max_preparing,
+        max_stop=base.max_stop, max_stop_bytes=base.max_stop_bytes, max_samplers=base.max_samplers,
+        max_dry_breakers=base.max_dry_breakers, max_dry_breaker_bytes=base.max_dry_breaker_bytes)
+
+
 def serve(args):
-    """``bankml serve``: load the model, serve until interrupted."""
+    """``bankml serve``: load the model, serve until interrupted. SIGTERM or SIGINT refuse new requests,
+    cancel every generation (each stops after its current token) and exit within a few seconds."""
     import uvicorn
 
     from .runtime import Model
     model = Model(args.model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
                   n_threads=args.threads, n_threads_batch=args.threads_batch, n_parallel=args.parallel,
                   no_repack=args.no_repack)
+    starlette = create_app(model, args.alias, limits_from_args(args))
+    app = starlette.state.bankml
+
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            app.shutdown()
+            super().handle_exit(sig, frame)
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            # uvicorn raises the signal again as it leaves: keep it for after the cleanup below
+            with super().capture_signals():
+                yield
+                signals.extend(getattr(self, "_captured_signals", ()))
+                if hasattr(self, "_captured_signals"):
+                    self._captured_signals.clear()
+
+    signals = []
+    config = uvicorn.Config(starlette, host=args.host, port=args.port, log_level="warning",
+                            timeout_graceful_shutdown=3)
     print(f"bankml: serving {model.path} ({model.n_vocab:,} tokens, template {model.template}) on "
           f"http://{args.host}:{args.port} with {model.n_parallel} slot(s)", flush=True)
-    uvicorn.run(create_app(model, args.alias), host=args.host, port=args.port, log_level="warning")
-    model.close()
+    _Server(config).run()
+    app.shutdown()
+    if app.join(5.0):
+        model.close()
+        print("bankml: shut down", flush=True)
+    else:
+        # a generation thread is still inside libllama: freeing its context under it would crash the process
+        print("bankml: shut down (a generation did not stop in time: the model is not freed)", flush=True)
+    for sig in reversed(signals):
+        signal.raise_signal(sig)   # as uvicorn does: the process ends by the signal it was sent
+    if not app.join(0):
+        os._exit(0)
     return 0

@@ -176,3 +176,104 @@ def test_schema_as_text_and_dict_agree():
     schema = {"type": "object", "properties": {"a": {"const": 2.5}, "b": {"enum": [1, "x", None]}}}
     assert json_schema_to_grammar(schema) == json_schema_to_grammar(json.dumps(schema))
     assert json_schema_to_grammar(schema) == json_schema_to_grammar(json.dumps(schema).encode())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# conversions that grow exponentially: refused by bankml.schema.SchemaLimits while they are built, in a child
+# process with a time and a memory limit (llama.cpp's converter has no bound and builds them whole)
+
+_EXPONENTIAL = r'''
+import json
+from bankml import SchemaError, json_schema_to_grammar
+from bankml.constraint import chat_grammar
+
+
+def allof_levels(n, copies=1):
+    # each level's properties take the level below through allOf/$ref: the grammar doubles per level
+    defs = {"l0": {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}}
+    for i in range(1, n + 1):
+        ref = {"allOf": [{"$ref": "#/$defs/l%d" % (i - 1)}] * copies}
+        defs["l%d" % i] = {"type": "object", "properties": {"a": ref, "b": ref}}
+    return {"$ref": "#/$defs/l%d" % n, "$defs": defs}
+
+
+def one_property(n):
+    # the same rules rebuilt twice per level: the grammar stays small, the work doubles
+    defs = {"l0": {"type": "object", "properties": {"a": {"type": "string"}}}}
+    for i in range(1, n + 1):
+        defs["l%d" % i] = {"type": "object", "properties": {
+            "a": {"allOf": [{"$ref": "#/$defs/l%d" % (i - 1)}] * 2}}}
+    return {"$ref": "#/$defs/l%d" % n, "$defs": defs}
+
+
+def shared(n):
+    x = {"type": "string"}
+    for _ in range(n):
+        x = {"anyOf": [x, x]}
+    return x
+
+
+def type_lists(n):
+    x = {"type": "string"}
+    for _ in range(n):
+        x = {"type": ["object", "object"], "properties": {"a": x}}
+    return x
+
+
+def run(convert, schema):
+    try:
+        grammar = convert(schema)
+    except SchemaError as e:
+        return "SchemaError " + str(e).splitlines()[-1].split(";")[0] + " @ " + e.pointer[:40]
+    return "grammar %d" % len(grammar)
+'''
+
+
+@pytest.mark.parametrize("case, limit", [
+    ("json.dumps(allof_levels(19))", "SchemaLimits.max_grammar_bytes"),
+    ("allof_levels(16)", "SchemaLimits.max_grammar_bytes"),
+    ("one_property(40)", "SchemaLimits.max_work_bytes"),
+    ("shared(40)", "SchemaLimits.max_nodes"),
+    ("json.dumps(type_lists(40))", "SchemaLimits.max_work_bytes"),
+], ids=["allof-levels-text", "allof-levels-dict", "allof-rebuilt", "shared-subdicts", "type-lists"])
+@pytest.mark.parametrize("convert", ["lambda s: json_schema_to_grammar(s)[0]",
+                                     "lambda s: chat_grammar(json.loads(s) if isinstance(s, str) else s, 'chatml')[0]"],
+                         ids=["direct", "chat"])
+def test_exponential_conversions_are_refused(case, limit, convert):
+    from .bounded import run_bounded
+    out = run_bounded(_EXPONENTIAL + f"\nprint(run({convert}, {case}))\n")
+    assert out.startswith("SchemaError ") and limit in out, out
+
+
+def test_exponential_growth_below_the_limits_converts():
+    # the same construction, smaller: converted whole, as llama.cpp does (its size doubles per level)
+    from .bounded import run_bounded
+    out = run_bounded(_EXPONENTIAL + "\nprint(run(lambda s: json_schema_to_grammar(s)[0], allof_levels(8)), "
+                                     "run(lambda s: json_schema_to_grammar(s)[0], allof_levels(9)))\n")
+    small, larger = [int(x) for x in out.replace("grammar", "").split()]
+    assert 1.8 * small < larger < 2.6 * small
+
+
+def test_limits_are_configurable_and_named():
+    from bankml.schema import SchemaLimits, budget
+    schema = {"type": "object", "properties": {"p%d" % i: {"type": "string"} for i in range(50)}}
+    grammar, _ = json_schema_to_grammar(schema)
+    with pytest.raises(SchemaError, match="max_grammar_bytes") as info:
+        json_schema_to_grammar(schema, SchemaLimits(max_grammar_bytes=len(grammar) // 2))
+    assert info.value.pointer.startswith("#")
+    assert json_schema_to_grammar(schema, SchemaLimits(max_grammar_bytes=len(grammar) + 100))[0] == grammar
+    with pytest.raises(SchemaError, match="max_nodes"):
+        json_schema_to_grammar(schema, SchemaLimits(max_nodes=20))
+    with pytest.raises(SchemaError, match="max_work_bytes"):
+        json_schema_to_grammar(schema, SchemaLimits(max_work_bytes=100))
+    import threading
+    import time as _time
+    cancel = threading.Event()
+    cancel.set()
+    big = {"type": "object", "properties": {"p%d" % i: {"type": "string"} for i in range(1000)}}
+    with budget(cancel=cancel), pytest.raises(SchemaError, match="cancelled"):
+        json_schema_to_grammar(big, SchemaLimits())
+    with budget(deadline=_time.monotonic() - 1), pytest.raises(SchemaError, match="time budget"):
+        json_schema_to_grammar(big, SchemaLimits())
+    # outside the block the same conversion runs
+    assert json_schema_to_grammar(big, SchemaLimits())[0] == json_schema_to_grammar(big)[0]
