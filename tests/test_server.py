@@ -506,7 +506,8 @@ OPENAI_ERRORS = [
      'response_format type must be one of "text" or "json_object", but got: xml'),
     ("/v1/chat/completions", {"messages": ASK_TEXT, "json_schema": {"type": "object"}, "grammar": 'root ::= "a"'},
      "Cannot use both json_schema and grammar"),
-    ("/v1/chat/completions", {"messages": ASK_TEXT, "top_p": 2}, "top_p"),
+    # top_p 2 is clamped to 1, as llama-server clamps its soft limits; repeat_last_n has a hard one
+    ("/v1/chat/completions", {"messages": ASK_TEXT, "repeat_last_n": -1}, "repeat_last_n"),
     ("/v1/completions", {"prompt": "Hi", "grammar": 'root ::= "a'}, "line 1"),
     ("/v1/completions", {"prompt": "Hi", "json_schema": BAD_SCHEMA}, "unrecognized type nope"),
 ]
@@ -516,7 +517,7 @@ OLLAMA_ERRORS = [
      'invalid format: "\\"xml\\""; expected "json" or a valid JSON Schema object'),
     ("/api/chat", {"messages": ASK_TEXT, "format": BAD_SCHEMA}, "unrecognized type nope"),
     ("/api/generate", {"prompt": "Hi", "format": BAD_SCHEMA}, "unrecognized type nope"),
-    ("/api/chat", {"messages": ASK_TEXT, "options": {"top_p": 2}}, "top_p"),
+    ("/api/chat", {"messages": ASK_TEXT, "options": {"top_k": "many"}}, "top_k"),
 ]
 
 
