@@ -701,6 +701,9 @@ class Job:
             self.sampler.prefill(self.prefill_tokens)
         else:
             self.prefill_tokens = []
+        if grammar is not None and grammar.is_dead():
+            # llama.cpp's sampler aborts on such a grammar at the first token; known now, it is a 400
+            raise RequestError("the grammar allows no token of the model's vocabulary: no answer can match it")
         _check_cancel(cancel)
         self.result = None
 

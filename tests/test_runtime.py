@@ -281,3 +281,14 @@ def test_cli_generate_bad_schema_file(tmp_path):
     assert proc.stdout == ""
     assert "error at #/properties/a:" in proc.stderr
     assert "unrecognized type nope" in proc.stderr
+
+
+def test_a_grammar_no_token_can_match_is_refused_before_generation(model):
+    """llama.cpp's sampler aborts at the first token of a grammar that allows none; bankml knows it while it
+    prepares the job (Grammar.is_dead) and refuses it as a request error, before any token."""
+    from bankml.constraint import Constraint
+    dead = Constraint("gbnf", None, "root ::= [^\\x00-\\U0010FFFF]", True, "grammar")
+    with pytest.raises(RequestError, match="allows no token"):
+        model.complete("Say something.", dead)
+    alive = Constraint("gbnf", None, 'root ::= "yes" | "no"', True, "grammar")
+    assert model.complete("Yes or no?", alive, max_tokens=4).run().text in ("yes", "no")

@@ -1,6 +1,6 @@
 """The issue 11 reproducers of the GBNF engine, each in a child process under a 4 GiB address-space limit
 and a 60 s timeout: outcome, wall time and peak resident memory, as a markdown table
-(docs/RELIABILITY-engine.md). The time includes starting Python and, where a vocabulary is named,
+(docs/RELIABILITY.md, "The GBNF engine"). The time includes starting Python and, where a vocabulary is named,
 loading it (Qwen2: about 0.3 s).
 
     PYTHONPATH=. python -m tests.fuzz.measure_reproducers
