@@ -887,10 +887,14 @@ class Vocab:
         tokenizer matches verbatim when parse_special is true) whose text is
         exactly ``text``, else None.
 
-        Limitation: llama.cpp would also accept a text that its ordinary
-        tokenizer (BPE merges, SentencePiece, ...) happens to turn into one
-        *normal* token; that tokenization is not reproduced, so such a text
-        gives None here.
+        With a tokenizer hook (:meth:`with_tokenizer`) this is llama.cpp's own
+        rule: the hook's ``tokenize(text, add_special=False,
+        parse_special=True)``, and the id when that is exactly one token. With
+        ``bankml.adapters.llama_cpp_tokenizer`` it is exact, so a text that the
+        ordinary tokenizer (BPE merges, SentencePiece, ...) turns into one
+        *normal* token (``<?>``, ``<>``, ``<()>`` on Qwen2 and Llama 3) names that
+        token, as in libllama. Without a hook (bankml does not tokenize) such a
+        text gives None: only special tokens resolve.
 
         For a hand-made vocabulary (no attributes) the lowest id whose piece is
         exactly ``text`` is returned, else None.
@@ -898,6 +902,9 @@ class Vocab:
         if isinstance(text, str):
             raise TypeError("token_for_text takes bytes (the UTF-8 text of the terminal)")
         text = bytes(text)
+        if self._tokenizer is not None:
+            ids = self.tokenize(text, False, True)
+            return ids[0] if len(ids) == 1 else None
         if self._special_text_to_id is not None:
             return self._special_text_to_id.get(text)
         if self._piece_to_id is None:

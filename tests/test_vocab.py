@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from bankml import vocab as V
+from bankml.errors import GrammarError
 from bankml._hash import fnv1a_64, mask_hash
 from bankml.vocab import (
     ATTR_BYTE,
@@ -645,3 +646,30 @@ def test_oracle_lazy_grammar(libllama):
     for t in ref.tokenize(b"say <tool>"):
         g.accept(t)
     assert g.allowed_ids().size < ref.n_vocab  # triggered
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("name", ["qwen2", "llama-bpe"])
+def test_oracle_normal_token_terminals_through_the_tokenizer_hook(libllama, name):
+    """With libllama's tokenizer as the hook, <text> terminals resolve as llama.cpp's grammar parser resolves
+    them (one token from tokenize(text, add_special=False, parse_special=True)), ordinary tokens included;
+    the masks of grammars that use them equal libllama's grammar sampler's, step by step."""
+    from bankml import Grammar, Rules
+    from bankml.adapters import llama_cpp_tokenizer
+    path = VOCABS[name][0]()
+    vocab = ours(path).with_tokenizer(llama_cpp_tokenizer(path))
+    ref = libllama.load_vocab(path)
+    for text, token in KNOWN_NORMAL_TERMINALS[name].items():
+        assert vocab.token_for_text(text) == token
+    assert vocab.token_for_text(b"<not one token at all>") is None
+    for grammar in ('root ::= <?> " " ( <> | <()> ) "x"', 'root ::= ( !<?> | <()> )+ "."'):
+        mine = Grammar(Rules.parse(grammar, vocab=vocab), vocab)
+        theirs = libllama.OracleGrammar(ref, grammar)
+        for step in range(4):
+            allowed = mine.allowed_ids()
+            assert np.array_equal(allowed, theirs.allowed_ids()), (grammar, step)
+            token = int(allowed[len(allowed) // 2])
+            mine.accept(token)
+            theirs.accept(token)
+    with pytest.raises(GrammarError, match="invalid token"):
+        Rules.parse('root ::= <not one token at all>', vocab=vocab)
