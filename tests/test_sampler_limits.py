@@ -126,7 +126,12 @@ def test_a_rejected_token_never_comes_out():
 
 
 def test_a_grammar_allowing_no_token_of_the_vocabulary_raises():
-    grammar = Grammar(Rules.parse("root ::= <[999999]>", vocab=VOCAB), VOCAB)
+    # <[999999]> is refused by the parser now (a token id past the vocabulary); a text no token spells
+    # allows no token either
+    with pytest.raises(GrammarError, match="outside the vocabulary"):
+        Rules.parse("root ::= <[999999]>", vocab=VOCAB)
+    grammar = Grammar(Rules.parse('root ::= "\\u2603"', vocab=VOCAB), VOCAB)
+    assert grammar.is_dead()
     sampler = Sampler(SamplerParams(seed=1), VOCAB, grammar)
     with pytest.raises(NoAllowedTokenError):
         sampler.sample(np.array([0, 1, 2, 3], dtype=np.float32))
