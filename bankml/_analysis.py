@@ -213,6 +213,25 @@ def _wrapped_at(s, pos, literal, trailing_space_in_post=True):
     return s[pos:pre_end], s[post_start:_space(s, m2)]
 
 
+
+def _wrapped_by_markers(inner):
+    """A matcher for _anywhere: a marker, ``inner`` (spaces around it), a marker; (the text up to ``inner``,
+    the closing marker and its spaces)."""
+    def wrapped(s, i):
+        m = _marker(s, i)
+        if m is None:
+            return None
+        pre_end = _space(s, m)
+        after = _literal(s, pre_end, inner)
+        if after is None:
+            return None
+        sp = _space(s, after)
+        m2 = _marker(s, sp)
+        if m2 is None:
+            return None
+        return s[i:pre_end], s[sp:_space(s, m2)]
+    return wrapped
+
 def _anywhere(s, fn):
     """parse_anywhere_and_extract: the first start position where the parser succeeds."""
     for i in range(len(s)):
@@ -341,21 +360,7 @@ class Reasoning:
         if THINKING_CONTENT not in v.output_a and THINKING_CONTENT in v.output_b:
             self.mode = REASONING_TOOLS_ONLY
 
-            def wrapped(s, i):
-                m = _marker(s, i)
-                if m is None:
-                    return None
-                pre_end = _space(s, m)
-                after = _literal(s, pre_end, THINKING_CONTENT)
-                if after is None:
-                    return None
-                sp = _space(s, after)
-                m2 = _marker(s, sp)
-                if m2 is None:
-                    return None
-                return s[i:pre_end], s[sp:_space(s, m2)]
-
-            res = _anywhere(v.output_b, wrapped)
+            res = _anywhere(v.output_b, _wrapped_by_markers(THINKING_CONTENT))
             if res is not None:
                 self.start, self.end = res
             else:
@@ -404,21 +409,7 @@ class Content:
                 rdiff = rdiff[rdiff.index(reasoning.end) + len(reasoning.end):]
             pure = rdiff if len(rdiff) > len(dt.left) else dt.left
 
-            def wrapped(s, i):
-                m = _marker(s, i)
-                if m is None:
-                    return None
-                pre_end = _space(s, m)
-                after = _literal(s, pre_end, response)
-                if after is None:
-                    return None
-                sp = _space(s, after)
-                m2 = _marker(s, sp)
-                if m2 is None:
-                    return None
-                return s[i:pre_end], s[sp:_space(s, m2)]
-
-            res = _anywhere(pure, wrapped)
+            res = _anywhere(pure, _wrapped_by_markers(response))
             self.start, self.end = res if res is not None else ("", "")
         if self.start or self.end:
             self.mode = CONTENT_ALWAYS_WRAPPED
