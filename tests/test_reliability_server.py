@@ -335,16 +335,19 @@ def test_piecewise_tokenization_equals_libllama():
 def test_small_load():
     smollm2_path()
     with load_test.server(parallel=2, threads=1, ctx=2048) as (base, proc):
-        summary = load_test.run_load(base, proc.pid, 40, concurrency=8, time_limit=900.0, seed=1)
-    assert summary["counts"].get("failed", 0) == 0, summary["failures"]
-    assert summary["counts"].get("skipped", 0) == 0
-    assert summary["served_after_run"]
-    assert summary["counts"]["served"] >= 15 and summary["counts"]["refused"] >= 10
-    # memory: once idle after the run, resident memory is back near where the warm-up (every kind twice)
-    # left it — transient bodies and grammars are given back, nothing accumulates (peaks vary with how many
-    # large hostile bodies happen to overlap; bench/load_test.py reports them)
-    rss = summary["rss_mib"]
-    assert rss["after_run"] < rss["after_warmup"] + 120, rss
+        runs = [load_test.run_load(base, proc.pid, 40, concurrency=8, time_limit=900.0, seed=seed)
+                for seed in (1, 2)]
+    for summary in runs:
+        assert summary["counts"].get("failed", 0) == 0, summary["failures"]
+        assert summary["counts"].get("skipped", 0) == 0
+        assert summary["served_after_run"]
+        assert summary["counts"]["served"] >= 15 and summary["counts"]["refused"] >= 10
+    # memory: a second run of the same mix on the same server leaves resident memory where the first left
+    # it — nothing accumulates from request to request. (One run against its own warm-up is no test: the
+    # level moves with how many large hostile bodies happen to overlap, 386-540 MiB measured; the
+    # allocator's arenas settle during the first run; bench/load_test.py reports the peaks.)
+    first, second = (r["rss_mib"] for r in runs)
+    assert second["after_run"] < first["after_run"] + 120, (first, second)
 
 
 def test_limits_are_documented_defaults():
