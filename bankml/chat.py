@@ -812,6 +812,7 @@ def _qwen3_coder(out, source, json_schema, extract_reasoning):
         out.grammar_lazy, out.grammar_triggers = False, []
 
         def parts(builder, node):
+            from .constraint import _excluding_grammar
             head = [gbnf_literal(gen_prefix)]
             if with_reasoning:
                 # the until parser is the 7th of the arena (id 6)
@@ -846,64 +847,6 @@ def _schema_grammar(schema, root_parts):
         if message.startswith(wrapped) and message[len(wrapped):].startswith(_UNWRAPPED):
             message = message[len(wrapped):]
         raise SchemaError(message, e.pointer) from None
-
-
-def _gbnf_char_class(chars, negate):
-    out = "[^" if negate else "["
-    for c in chars:
-        out += "\\" + c if c in "]\\^-[" else c
-    return out + "]"
-
-
-def _excluding_grammar(builder, prefix, words):
-    """gbnf_excluding_grammar: strings containing none of ``words``, as the complement of their Aho-Corasick
-    automaton (states numbered as the trie is built, word by word)."""
-    goto, terminal = [{}], [False]
-    for w in words:
-        q = 0
-        for c in w:
-            if c not in goto[q]:
-                goto.append({})
-                terminal.append(False)
-                goto[q][c] = len(goto) - 1
-            q = goto[q][c]
-        terminal[q] = True
-    fail = [0] * len(goto)
-    order = list(goto[0].values())
-    for q in order:
-        for c, d in goto[q].items():
-            f = fail[q]
-            while f and c not in goto[f]:
-                f = fail[f]
-            fail[d] = goto[f][c] if c in goto[f] and goto[f][c] != d else 0
-            terminal[d] = terminal[d] or terminal[fail[d]]
-            order.append(d)
-    alphabet = sorted({c for w in words for c in w})
-
-    def nxt(q, c):
-        while q and c not in goto[q]:
-            q = fail[q]
-        return goto[q].get(c, 0)
-
-    def name(q):
-        return prefix if q == 0 else "%s-%02d" % (prefix, q)
-    for q in range(len(goto)):
-        if terminal[q]:
-            continue
-        buckets, specific = {}, []
-        for c in alphabet:
-            d = nxt(q, c)
-            if terminal[d]:
-                specific.append(c)
-            elif d != 0:
-                buckets.setdefault(d, []).append(c)
-                specific.append(c)
-        rhs = "|"
-        for d in sorted(buckets):
-            rhs += " " + _gbnf_char_class(buckets[d], False) + " " + name(d) + " |"
-        rhs += " " + _gbnf_char_class(specific, True) + " " + name(0)
-        builder.add_rule(name(q), rhs)
-    return name(0)
 
 
 def _prefix(text, delimiter):

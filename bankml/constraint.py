@@ -352,25 +352,45 @@ def _char_class(chars, negate):
     return out + "]"
 
 
-def _excluding_rules(builder, prefix, word):
-    """llama.cpp's gbnf_excluding_grammar for one delimiter: strings that never contain ``word``."""
-    n = len(word)
-    alphabet = sorted(set(word))
+def _excluding_grammar(builder, prefix, words):
+    """gbnf_excluding_grammar: strings containing none of ``words``, as the complement of their Aho-Corasick
+    automaton (states numbered as the trie is built, word by word)."""
+    goto, terminal = [{}], [False]
+    for w in words:
+        q = 0
+        for c in w:
+            if c not in goto[q]:
+                goto.append({})
+                terminal.append(False)
+                goto[q][c] = len(goto) - 1
+            q = goto[q][c]
+        terminal[q] = True
+    fail = [0] * len(goto)
+    order = list(goto[0].values())
+    for q in order:
+        for c, d in goto[q].items():
+            f = fail[q]
+            while f and c not in goto[f]:
+                f = fail[f]
+            fail[d] = goto[f][c] if c in goto[f] and goto[f][c] != d else 0
+            terminal[d] = terminal[d] or terminal[fail[d]]
+            order.append(d)
+    alphabet = sorted({c for w in words for c in w})
 
-    def nxt(q, c):  # the Aho-Corasick (KMP) automaton of one word: longest suffix that is a prefix
-        s = word[:q] + c
-        for k in range(min(len(s), n), 0, -1):
-            if s.endswith(word[:k]):
-                return k
-        return 0
+    def nxt(q, c):
+        while q and c not in goto[q]:
+            q = fail[q]
+        return goto[q].get(c, 0)
 
-    def name(s):
-        return prefix if s == 0 else "%s-%02d" % (prefix, s)
-    for q in range(n):
+    def name(q):
+        return prefix if q == 0 else "%s-%02d" % (prefix, q)
+    for q in range(len(goto)):
+        if terminal[q]:
+            continue
         buckets, specific = {}, []
         for c in alphabet:
             d = nxt(q, c)
-            if d == n:
+            if terminal[d]:
                 specific.append(c)
             elif d != 0:
                 buckets.setdefault(d, []).append(c)
@@ -381,6 +401,11 @@ def _excluding_rules(builder, prefix, word):
         rhs += " " + _char_class(specific, True) + " " + name(0)
         builder.add_rule(name(q), rhs)
     return name(0)
+
+
+def _excluding_rules(builder, prefix, word):
+    """llama.cpp's gbnf_excluding_grammar for one delimiter: strings that never contain ``word``."""
+    return _excluding_grammar(builder, prefix, [word])
 
 
 def _optspace(tag):
