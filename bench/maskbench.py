@@ -1,0 +1,488 @@
+#!/usr/bin/env python3
+"""MaskBench-style runner: compile each JSON schema with every engine, walk every valid and invalid
+instance token by token, and report coverage, compile and time-to-first-mask percentiles, mask
+percentiles cold and warm, the verdicts against libllama, and the slowest masks and compiles.
+
+The files are MaskBench's (``{"schema": ..., "tests": [{"valid": bool, "data": ...}, ...]}``; the public set
+is the ``maskbench/data/`` folder of guidance-ai/jsonschemabench, which the project cannot carry)::
+
+    python bench/maskbench.py /path/to/maskbench/data --limit 600 --seed 0 --vocab llama3
+    python bench/maskbench.py                 # the project's own schemas (bench/data), no download
+
+What each engine is given, as its users give it:
+
+* bankml: bankml's port of llama.cpp's ``json_schema_to_grammar`` -> ``Rules.parse`` -> ``Grammar``
+  (its context, with the segment cache built ahead within its budget);
+* llguidance: ``LLMatcher.grammar_from_json_schema`` + ``LLMatcher`` (defaults: flexible whitespace);
+* XGrammar: ``GrammarCompiler.compile_json_schema`` (defaults) + ``GrammarMatcher``;
+* libllama (the oracle, on the first ``--libllama`` schemas): the pinned llama.cpp's GBNF of the schema
+  (bankml's converter is byte-identical to it) in llama.cpp's grammar sampler, one
+  ``llama_sampler_apply`` over the whole vocabulary per mask.
+
+The instance is serialised as MaskBench does (``json.dumps(data, ensure_ascii=False)``) and tokenized once by
+the pinned libllama's tokenizer; every engine walks the same ids. At each token the engine fills a
+whole-vocabulary mask (timed: wall clock and the thread's CPU clock), the token is checked against the mask,
+then accepted (timed apart). An instance is accepted when every token is allowed (MaskBench's verdict).
+
+* compile: schema in -> the engine's compiled grammar and a first matcher; **TTFM** (time to first mask):
+  compile plus the first mask at the start;
+* cold masks: every mask of the first pass over a schema's instances, on the freshly compiled schema (as a
+  server sees a new schema: its first request and those after it); warm masks: a second pass over the same
+  instances with new matchers of the same compiled grammar.
+
+Engines run in worker processes (one per engine, single-threaded), the schemas round-robin between them so
+that machine noise falls on all of them alike; a schema that passes ``--timeout`` seconds is a timeout and
+its worker restarts. Nothing here is asserted: it prints tables (and ``--out FILE`` keeps every number).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import pathlib
+import random
+import sys
+import time
+import traceback
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+PROJECT_DIR = HERE / "data" / "maskbench"
+SLOW_MASK_US = 1000.0
+
+
+# --- the workload -------------------------------------------------------------------------------
+
+def project_files():
+    """The project's MaskBench-shaped cases: bench/data/maskbench/*.json (hand-made, with invalid
+    instances) and the 22 schemas of bench/data/schemas.json with their valid instance."""
+    cases = []
+    for path in sorted(PROJECT_DIR.glob("*.json")):
+        cases.append((path.name, json.loads(path.read_text(encoding="utf-8"))))
+    entries = json.loads((HERE / "data" / "schemas.json").read_text(encoding="utf-8"))["schemas"]
+    for e in entries:
+        cases.append(("schemas.json:" + e["name"],
+                      {"schema": e["schema"], "tests": [{"valid": True, "data": json.loads(e["instance"])}]}))
+    return cases
+
+
+def folder_files(folder, limit, seed, names=None):
+    paths = sorted(pathlib.Path(folder).glob("*.json"))
+    if names:
+        wanted = set(names)
+        paths = [p for p in paths if p.name in wanted]
+    else:
+        random.Random(seed).shuffle(paths)
+        if limit:
+            paths = paths[:limit]
+    cases = []
+    for p in paths:
+        try:
+            cases.append((p.name, json.loads(p.read_text(encoding="utf-8"))))
+        except ValueError as e:
+            print(f"skipped {p.name}: {e}", file=sys.stderr)
+    return cases
+
+
+def instance_text(data) -> bytes:
+    return json.dumps(data, ensure_ascii=False).encode("utf-8")
+
+
+# --- the workers --------------------------------------------------------------------------------
+
+def _compile(eng, schema):
+    """(compiled, first matcher, phases in µs) of the schema for engine ``eng`` (walks.Engine)."""
+    clock = time.perf_counter_ns
+    t0 = clock()
+    phases = {}
+    if eng.name in ("bankml", "libllama"):
+        from bankml import Grammar, Rules, json_schema_to_grammar
+
+        text, _ = json_schema_to_grammar(schema)  # a dict: no text cache on this path
+        t1 = clock()
+        phases["convert"] = (t1 - t0) / 1e3
+        if eng.name == "bankml":
+            rules = Rules.parse(text, vocab=eng.vocab)
+            t2 = clock()
+            matcher = Grammar(rules, eng.vocab)
+            t3 = clock()
+            phases.update(parse=(t2 - t1) / 1e3, context=(t3 - t2) / 1e3)
+            return rules, matcher, phases
+        compiled = eng.compile(text)
+        return compiled, eng.matcher(compiled), phases
+    if eng.name == "llguidance":
+        grammar = eng.llg.LLMatcher.grammar_from_json_schema(json.dumps(schema))
+        matcher = eng.llg.LLMatcher(eng.tokenizer, grammar, log_level=0)
+        if matcher.is_error():
+            raise RuntimeError(matcher.get_error())
+        return grammar, matcher, phases
+    if eng.name == "xgrammar":
+        compiled = eng.compiler.compile_json_schema(json.dumps(schema))
+        return compiled, eng.xgr.GrammarMatcher(compiled), phases
+    raise ValueError(eng.name)
+
+
+def _new_matcher(eng, compiled):
+    if eng.name == "llguidance":
+        return eng.llg.LLMatcher(eng.tokenizer, compiled, log_level=0)
+    if eng.name == "xgrammar":
+        return eng.xgr.GrammarMatcher(compiled)
+    return eng.matcher(compiled)
+
+
+def _allowed(eng, out, token):
+    if eng.name == "libllama":
+        return bool(out[0][token])
+    row = out.numpy() if hasattr(out, "numpy") else out
+    row = row.reshape(-1)
+    return bool((int(row[token >> 5]) >> (token & 31)) & 1)
+
+
+def _accept(eng, matcher, token):
+    if eng.name == "libllama":
+        matcher.accept_unchecked(token)
+        matcher._mask = None
+    elif eng.name == "llguidance":
+        if not matcher.consume_token(token) or matcher.is_error():
+            raise RuntimeError(matcher.get_error())
+    elif eng.name == "xgrammar":
+        if not matcher.accept_token(token):
+            raise RuntimeError("rejected an allowed token")
+    else:
+        matcher.accept(token)
+
+
+def _walk(eng, matcher, tokens, out, hashes, first_done=False):
+    """Mask, check and accept each token; returns (accepted, masks [(wall µs, cpu µs, index)], accepts µs,
+    hashes)."""
+    import walks
+
+    wall, cpu = time.perf_counter_ns, time.thread_time_ns
+    masks, accept_us, digests = [], 0.0, []
+    for i, token in enumerate(tokens):
+        if not (first_done and i == 0):
+            w0, c0 = wall(), cpu()
+            eng.fill(matcher, out)
+            masks.append(((wall() - w0) / 1e3, (cpu() - c0) / 1e3, i))
+        if hashes:
+            digests.append("%d:%016x" % walks.ids_hash(eng.allowed_ids(matcher, out)))
+        if not _allowed(eng, out, token):
+            return False, masks, accept_us, digests
+        w0 = wall()
+        _accept(eng, matcher, token)
+        accept_us += (wall() - w0) / 1e3
+    return True, masks, accept_us, digests
+
+
+def run_schema(eng, schema, tests, hashes):
+    wall, cpu = time.perf_counter_ns, time.thread_time_ns
+    out = eng.new_mask()
+    w0, c0 = wall(), cpu()
+    try:
+        compiled, matcher, phases = _compile(eng, schema)
+    except Exception as e:  # the engine refuses the schema: a compile error, as MaskBench counts it
+        return {"status": "compile_error", "message": ("%s: %s" % (type(e).__name__, e))[:300]}
+    compile_us, compile_cpu = (wall() - w0) / 1e3, (cpu() - c0) / 1e3
+    eng.fill(matcher, out)
+    ttfm_us, ttfm_cpu = (wall() - w0) / 1e3, (cpu() - c0) / 1e3
+    first_mask = ttfm_us - compile_us
+    result = {"status": "ok", "compile_us": compile_us, "compile_cpu_us": compile_cpu, "ttfm_us": ttfm_us,
+              "ttfm_cpu_us": ttfm_cpu, "phases": dict(phases, first_mask=first_mask), "tests": []}
+    for passno in ("cold", "warm"):
+        for k, test in enumerate(tests):
+            first = passno == "cold" and k == 0
+            m = matcher if first else _new_matcher(eng, compiled)
+            try:
+                ok, masks, accept_us, digests = _walk(eng, m, test["tokens"], out, hashes and passno == "cold",
+                                                      first_done=first)
+                error = None
+            except Exception as e:
+                ok, masks, accept_us, digests, error = False, [], 0.0, [], "%s: %s" % (type(e).__name__, e)
+            if first:
+                masks.insert(0, (first_mask, ttfm_cpu - compile_cpu, 0))
+            if passno == "cold":
+                result["tests"].append({"accepted": ok, "cold": masks, "accept_us": accept_us, "hashes": digests,
+                                        "error": error})
+            else:
+                result["tests"][k]["warm"] = masks
+    return result
+
+
+def worker(engine_name, vocab_name, conn):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(ROOT))
+    import walks
+
+    eng = walks.engine(engine_name, vocab_name)
+    conn.send({"ready": True, "version": walks.engine_version(engine_name), "prepare_ms": eng.prepare_ms})
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        try:
+            conn.send(run_schema(eng, job["schema"], job["tests"], job["hashes"]))
+        except Exception:
+            conn.send({"status": "crash", "message": traceback.format_exc()[-600:]})
+
+
+class Worker:
+    def __init__(self, ctx, engine_name, vocab_name):
+        self.ctx, self.engine_name, self.vocab_name = ctx, engine_name, vocab_name
+        self.version = "?"
+        self.start()
+
+    def start(self):
+        self.conn, child = self.ctx.Pipe()
+        self.proc = self.ctx.Process(target=worker, args=(self.engine_name, self.vocab_name, child), daemon=True)
+        self.proc.start()
+        hello = self.conn.recv()
+        self.version = hello["version"]
+
+    def run(self, job, timeout):
+        self.conn.send(job)
+        if self.conn.poll(timeout):
+            try:
+                return self.conn.recv()
+            except EOFError:
+                pass
+        else:
+            self.proc.kill()
+            self.proc.join()
+            self.start()
+            return {"status": "timeout"}
+        code = self.proc.exitcode
+        self.proc.join()
+        self.start()
+        return {"status": "crash", "message": "worker died (exit code %s)" % code}
+
+    def close(self):
+        try:
+            self.conn.send(None)
+            self.proc.join(5)
+        except (BrokenPipeError, OSError):
+            pass
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+# --- statistics ---------------------------------------------------------------------------------
+
+def pct(values, q):
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q / 100.0 * len(values)))]
+
+
+def fmt(v, digits=1):
+    if v != v:
+        return "—"
+    return f"{v:,.{digits}f}"
+
+
+def summarise(cases, results, engines, oracle_names):
+    lines = []
+    add = lines.append
+    ok_sets = {e: {n for n, r in results[e].items() if r["status"] == "ok"} for e in engines}
+    timed = [e for e in engines if e != "libllama"]  # libllama runs only the oracle subset
+    common = set.intersection(*(ok_sets[e] for e in timed)) if timed else set()
+    valid_of = {name: [t["valid"] for t in case["tests"]] for name, case in cases}
+
+    add("### Coverage\n")
+    add("| engine | version | schemas | compiled | compile errors | timeouts | crashes | instances | "
+        "valid rejected | invalid accepted | schemas passing |")
+    add("|---|---|---|---|---|---|---|---|---|---|---|")
+    for e in engines:
+        rs = results[e]
+        counts = {s: sum(1 for r in rs.values() if r["status"] == s) for s in ("ok", "compile_error", "timeout", "crash")}
+        inst = rejected = accepted_bad = passing = 0
+        for name, r in rs.items():
+            if r["status"] != "ok":
+                continue
+            good = True
+            for t, valid in zip(r["tests"], valid_of[name]):
+                inst += 1
+                if valid and not t["accepted"]:
+                    rejected += 1
+                    good = False
+                if not valid and t["accepted"]:
+                    accepted_bad += 1
+                    good = False
+            passing += good
+        add(f"| {e} | {versions[e]} | {len(rs)} | {counts['ok']} | {counts['compile_error']} | {counts['timeout']} | "
+            f"{counts['crash']} | {inst} | {rejected} | {accepted_bad} | {passing} |")
+
+    for label, names_of in (("each engine on the schemas it compiled", lambda e: ok_sets[e]),
+                            (f"the {len(common)} schemas every engine compiled", lambda e: common)):
+        add(f"\n### Times: {label}\n")
+        add("| engine | compile ms p50 / p90 / p99 / max | TTFM ms p50 / p75 / p99 / max | "
+            "cold mask µs p50 / p99 / max (CPU max) / mean | warm mask µs p50 / p99 / max / mean | masks > 1 ms cold |")
+        add("|---|---|---|---|---|---|")
+        for e in timed:
+            rs = [results[e][n] for n in names_of(e)]
+            comp = [r["compile_us"] / 1e3 for r in rs]
+            ttfm = [r["ttfm_us"] / 1e3 for r in rs]
+            cold = [m for r in rs for t in r["tests"] for m in t["cold"]]
+            warm = [m for r in rs for t in r["tests"] for m in t.get("warm", [])]
+            cw = [m[0] for m in cold]
+            cc = [m[1] for m in cold]
+            ww = [m[0] for m in warm]
+            add(f"| {e} | {fmt(pct(comp, 50), 2)} / {fmt(pct(comp, 90), 2)} / {fmt(pct(comp, 99), 2)} / "
+                f"{fmt(max(comp, default=float('nan')), 2)} | {fmt(pct(ttfm, 50), 2)} / {fmt(pct(ttfm, 75), 2)} / "
+                f"{fmt(pct(ttfm, 99), 2)} / {fmt(max(ttfm, default=float('nan')), 2)} | {fmt(pct(cw, 50))} / "
+                f"{fmt(pct(cw, 99))} / {fmt(max(cw, default=float('nan')))} ({fmt(max(cc, default=float('nan')))}) / "
+                f"{fmt(sum(cw) / len(cw) if cw else float('nan'))} | {fmt(pct(ww, 50))} / {fmt(pct(ww, 99))} / "
+                f"{fmt(max(ww, default=float('nan')))} / {fmt(sum(ww) / len(ww) if ww else float('nan'))} | "
+                f"{sum(1 for m in cold if m[0] > SLOW_MASK_US)} of {len(cold)} |")
+
+    if "bankml" in engines:
+        rs = [results["bankml"][n] for n in ok_sets["bankml"]]
+        add("\n### bankml's time to first mask, by phase (ms)\n")
+        add("| phase | p50 | p90 | p99 | max |")
+        add("|---|---|---|---|---|")
+        for phase in ("convert", "parse", "context", "first_mask"):
+            v = [r["phases"][phase] / 1e3 for r in rs]
+            add(f"| {phase} | {fmt(pct(v, 50), 3)} | {fmt(pct(v, 90), 3)} | {fmt(pct(v, 99), 3)} | "
+                f"{fmt(max(v, default=float('nan')), 3)} |")
+
+    if "libllama" in engines and "bankml" in engines:
+        agree = total = masks_same = masks_total = 0
+        differ = []
+        for name in oracle_names:
+            a, b = results["bankml"].get(name), results["libllama"].get(name)
+            if not a or not b or a["status"] != "ok" or b["status"] != "ok":
+                if a and b and a["status"] != b["status"]:
+                    differ.append(f"{name}: bankml {a['status']}, libllama {b['status']}")
+                continue
+            for k, (ta, tb) in enumerate(zip(a["tests"], b["tests"])):
+                total += 1
+                agree += ta["accepted"] == tb["accepted"]
+                n = min(len(ta["hashes"]), len(tb["hashes"]))
+                masks_total += max(len(ta["hashes"]), len(tb["hashes"]))
+                same = sum(1 for x, y in zip(ta["hashes"][:n], tb["hashes"][:n]) if x == y)
+                masks_same += same
+                if same != max(len(ta["hashes"]), len(tb["hashes"])) or ta["accepted"] != tb["accepted"]:
+                    differ.append(f"{name} test {k}: {same} of {masks_total} masks, verdicts "
+                                  f"{ta['accepted']}/{tb['accepted']}")
+        add(f"\n### Against libllama ({len(oracle_names)} schemas)\n")
+        add(f"* verdicts equal on **{agree:,} of {total:,}** instances; whole-vocabulary masks identical: "
+            f"**{masks_same:,} of {masks_total:,}**")
+        for d in differ[:20]:
+            add(f"* differs: {d}")
+
+    add("\n### Slowest cold masks\n")
+    add("| engine | wall µs | CPU µs | schema | instance | token | text before |")
+    add("|---|---|---|---|---|---|---|")
+    for e in timed:
+        slow = []
+        for name, r in results[e].items():
+            if r["status"] != "ok":
+                continue
+            for k, t in enumerate(r["tests"]):
+                for wall_us, cpu_us, i in t["cold"]:
+                    slow.append((wall_us, cpu_us, name, k, i))
+        for wall_us, cpu_us, name, k, i in sorted(slow, reverse=True)[:5]:
+            prefix = tokens_text(name, k, i)
+            add(f"| {e} | {fmt(wall_us)} | {fmt(cpu_us)} | {name} | {k} | {i} | `{prefix}` |")
+    add("\n### Slowest compiles (ms)\n")
+    add("| engine | compile | TTFM | schema |")
+    add("|---|---|---|---|")
+    for e in timed:
+        rs = sorted(((r["compile_us"], r["ttfm_us"], n) for n, r in results[e].items() if r["status"] == "ok"),
+                    reverse=True)[:5]
+        for c, t, n in rs:
+            add(f"| {e} | {fmt(c / 1e3, 2)} | {fmt(t / 1e3, 2)} | {n} |")
+    return "\n".join(lines)
+
+
+versions = {}
+_token_texts = {}
+
+
+def tokens_text(name, k, i):
+    pieces, ids = _token_texts.get((name, k), (None, None))
+    if pieces is None:
+        return "?"
+    text = b"".join(pieces[t] for t in ids[:i]).decode("utf-8", "replace")
+    text = text[-40:].replace("|", "\\|").replace("`", "'").replace("\n", "\\n")
+    return text
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", nargs="?", help="a folder of MaskBench files (default: the project's cases)")
+    ap.add_argument("--limit", type=int, default=600, help="schemas drawn from the folder (0: all)")
+    ap.add_argument("--seed", type=int, default=0, help="the draw's seed (random.Random(seed).shuffle of the names)")
+    ap.add_argument("--names", help="a file of schema file names to run instead of a draw (one per line)")
+    ap.add_argument("--vocab", default="llama3", choices=("llama3", "qwen2"))
+    ap.add_argument("--engines", default="bankml,llguidance,xgrammar")
+    ap.add_argument("--libllama", type=int, default=60, help="schemas (the first of the draw) also run by libllama")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per schema and engine")
+    ap.add_argument("--out", help="write every number (JSON) here")
+    args = ap.parse_args(argv)
+
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(ROOT))
+    import walks
+
+    if args.folder:
+        names = pathlib.Path(args.names).read_text().split() if args.names else None
+        cases = folder_files(args.folder, args.limit, args.seed, names)
+    else:
+        cases = project_files()
+    engines = [e for e in args.engines.split(",") if e]
+    missing = [e for e in engines if e not in walks.available_engines()]
+    if missing:
+        print(f"not installed, left out: {', '.join(missing)}", file=sys.stderr)
+        engines = [e for e in engines if e not in missing]
+    oracle_names = [n for n, _ in cases[:args.libllama]] if args.libllama else []
+    all_engines = engines + (["libllama"] if oracle_names and "libllama" not in engines else [])
+
+    oracle = walks.oracle_vocab(args.vocab)
+    pieces = walks.bankml_vocab(args.vocab).pieces
+    jobs = {}
+    for name, case in cases:
+        tests = []
+        for k, t in enumerate(case.get("tests", [])):
+            ids = oracle.tokenize(instance_text(t["data"]), add_special=False, parse_special=False)
+            tests.append({"valid": bool(t["valid"]), "tokens": ids})
+            _token_texts[(name, k)] = (pieces, ids)
+        jobs[name] = tests
+
+    ctx = multiprocessing.get_context("spawn")
+    workers = {e: Worker(ctx, e, args.vocab) for e in all_engines}
+    for e, w in workers.items():
+        versions[e] = w.version
+    results = {e: {} for e in all_engines}
+    started = time.time()
+    try:
+        for n, (name, case) in enumerate(cases):
+            for e in all_engines:
+                if e == "libllama" and name not in oracle_names:
+                    continue
+                job = {"schema": case["schema"], "tests": jobs[name], "hashes": name in oracle_names}
+                results[e][name] = workers[e].run(job, args.timeout)
+            if (n + 1) % 25 == 0:
+                print(f"{n + 1}/{len(cases)} schemas, {time.time() - started:.0f} s", file=sys.stderr)
+    finally:
+        for w in workers.values():
+            w.close()
+
+    shown = [e for e in all_engines]
+    print(f"## bench/maskbench.py: {len(cases)} schemas"
+          + (f" drawn from {args.folder} (seed {args.seed})" if args.folder else " (the project's cases)")
+          + f", vocabulary {args.vocab}, {sum(len(t) for t in jobs.values())} instances, "
+          f"{time.time() - started:.0f} s\n")
+    print(summarise(cases, results, shown, oracle_names))
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(
+            {"argv": sys.argv[1:], "names": [n for n, _ in cases], "versions": versions,
+             "results": results}, default=str))
+
+
+if __name__ == "__main__":
+    main()
