@@ -24,6 +24,7 @@ import pytest
 from bankml import Grammar, Rules
 from bankml._sampler import DEFAULT_SAMPLERS, Sampler, SamplerParams
 from bankml.adapters import hf_tokenizer, llama_cpp_tokenizer
+from bankml.vocab import ATTR_CONTROL, ATTR_UNKNOWN
 
 from .oracle import libllama
 from .oracle_support import DATA, ORACLE_STATS, load_pair, vocab_path
@@ -37,6 +38,7 @@ FULL_DRAWS = int(os.environ.get("BANKML_SAMPLER_FULL_DRAWS", "40"))
 GRAMMAR_SETS = int(os.environ.get("BANKML_SAMPLER_GRAMMAR_SETS", "8"))
 GRAMMAR_STEPS = int(os.environ.get("BANKML_SAMPLER_GRAMMAR_STEPS", "80"))
 DRY_SETS = int(os.environ.get("BANKML_SAMPLER_DRY_SETS", "4"))
+INFILL_SETS = int(os.environ.get("BANKML_SAMPLER_INFILL_SETS", "6"))
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
 assert TOKEN_DATA.itemsize == ctypes.sizeof(ll.llama_token_data)
@@ -89,6 +91,9 @@ class OracleChain:
                 elif name == "temperature":
                     add(ll.llama_sampler_init_temp_ext(params.temperature, params.dynatemp_range,
                                                        params.dynatemp_exponent))
+                elif name == "infill":
+                    assert vocab_handle is not None, "infill needs the real vocabulary"
+                    add(ll.llama_sampler_init_infill(vocab_handle))
                 else:  # pragma: no cover
                     raise AssertionError(name)
             if "adaptive_p" in params.samplers:
@@ -530,3 +535,134 @@ def test_edge_parameter_sets(case):
             run_pair(params, sampler, oracle, rng, n, 200, style, new_set=style == "plain")
     finally:
         oracle.close()
+
+
+# --- infill (llama_sampler_init_infill), reachable through llama-server's `samplers` ----------------------------
+
+NO_TEXT_ATTRS = ATTR_CONTROL | ATTR_UNKNOWN   # token_to_piece(special=false) renders these empty
+
+
+class InfillLogits:
+    """Logits that make the infill sampler work on real vocabularies: families of tokens whose pieces are
+    prefixes of one another boosted together (so candidates merge), end-of-generation tokens boosted now and
+    then (so the EOG branch and the EOG-only fallback run), control tokens (empty pieces with special=false)."""
+
+    def __init__(self, rng, vocab):
+        by_piece = {}
+        for t, piece in enumerate(vocab.pieces):
+            by_piece.setdefault(piece, t)
+        self.families = []
+        attrs = vocab.token_attrs
+        for t in rng.permutation(len(vocab))[:6000]:
+            piece = vocab.piece(int(t))
+            if len(piece) < 3 or attrs[t] & NO_TEXT_ATTRS:
+                continue
+            fam = [by_piece[piece[:k]] for k in range(1, len(piece) + 1) if piece[:k] in by_piece]
+            if len(fam) >= 3:
+                self.families.append(np.array(fam))
+        assert len(self.families) > 100
+        self.eog = np.array(vocab.eog_ids)
+        self.control = np.flatnonzero((attrs & NO_TEXT_ATTRS) != 0)[:50]
+        assert self.control.size
+        self.n = len(vocab)
+
+    def draw(self, rng):
+        logits = rng.standard_normal(self.n).astype(np.float32)
+        for _ in range(int(rng.integers(1, 4))):
+            fam = self.families[int(rng.integers(len(self.families)))]
+            logits[fam] += rng.uniform(3.0, 9.0, fam.size).astype(np.float32)
+        if rng.random() < 0.4:
+            eog = rng.choice(self.eog, int(rng.integers(1, 3)))
+            logits[eog] += np.float32(rng.uniform(2.0, 12.0))
+        if rng.random() < 0.3:
+            logits[rng.choice(self.control, 3)] += np.float32(rng.uniform(3.0, 9.0))
+        return logits
+
+
+def infill_params(rng, n, *, top_k=None):
+    """A random chain with infill after top-k (llama.cpp's infill compares every pair of candidates, so the
+    oracle keeps the candidate count small; top-k above 256 runs bankml's sorted merge)."""
+    params = random_params(rng, n, dry=bool(rng.random() < 0.3), mirostat=False)
+    names = [x for x in params.samplers if x != "top_k"]
+    pos = int(rng.integers(0, len(names) + 1))
+    after = int(rng.integers(pos, len(names) + 1))
+    names = names[:pos] + ["top_k"] + names[pos:after] + ["infill"] + names[after:]
+    k = top_k if top_k is not None else int(rng.choice([1, 3, 12, 40, 100, 256, 257, 600]))
+    return params.replace(samplers=names, top_k=k)
+
+
+def run_infill_sets(vocab, oracle_vocab, seed_base, sets, draws):
+    n = len(vocab)
+    for set_index in range(sets):
+        rng = np.random.default_rng(seed_base + set_index)
+        # every third set above 256 candidates: bankml's sorted merge instead of the pair loop
+        params = infill_params(rng, n, top_k=int(rng.choice([257, 300, 600])) if set_index % 3 == 2 else None)
+        logits_source = InfillLogits(rng, vocab)
+        sampler = Sampler(params, vocab)
+        oracle = OracleChain(params, n, vocab_handle=oracle_vocab.handle)
+        try:
+            for draw in range(draws):
+                logits = logits_source.draw(rng)
+                expected = oracle.sample(logits)
+                got = sampler.sample(logits)
+                assert got == expected, f"draw {draw}: bankml {got}, libllama {expected}, {params!r}"
+                ORACLE_STATS["sampler infill draws of an end-of-generation token"] += int(vocab.is_eog(got))
+                oracle.accept(expected)
+                sampler.accept(got)
+        finally:
+            oracle.close()
+        ORACLE_STATS["sampler draws compared"] += draws
+        ORACLE_STATS["sampler parameter sets compared"] += 1
+        ORACLE_STATS["sampler draws compared with infill"] += draws
+        ORACLE_STATS["sampler parameter sets with infill"] += 1
+        if params.top_k > 256:
+            ORACLE_STATS["sampler infill draws on more than 256 candidates"] += draws
+
+
+def test_infill_on_the_qwen2_vocabulary(qwen2):
+    vocab, oracle_vocab = qwen2
+    assert Sampler(infill_params(np.random.default_rng(0), len(vocab)), vocab).chain_names.count("infill") == 1
+    run_infill_sets(vocab, oracle_vocab, 5000, INFILL_SETS, 2 * FULL_DRAWS)
+
+
+def test_infill_on_the_llama3_vocabulary():
+    vocab, oracle_vocab = load_pair("llama3")
+    run_infill_sets(vocab, oracle_vocab, 5100, max(1, INFILL_SETS // 2), 2 * FULL_DRAWS)
+
+
+@pytest.mark.parametrize("case", ["greedy-first", "bans", "eog-only", "one-candidate"])
+def test_infill_edge_cases(qwen2, case):
+    vocab, oracle_vocab = qwen2
+    n = len(vocab)
+    rng = np.random.default_rng(zlib.crc32(case.encode()))
+    if case == "greedy-first":
+        # one live candidate among all 151,936 (llama.cpp's pair loop is then linear): bankml's sorted merge
+        params = SamplerParams(seed=3, temperature=0.0, samplers="temperature;infill;top_p", top_p=0.9)
+    elif case == "bans":
+        params = SamplerParams(seed=4, top_k=300, samplers="top_k;infill;min_p",
+                               logit_bias=[[t, False] for t in range(0, 2000, 7)])
+    elif case == "eog-only":
+        params = SamplerParams(seed=5, top_k=20, samplers="top_k;infill;temperature", temperature=1.3)
+    else:
+        params = SamplerParams(seed=6, top_k=1, samplers="top_k;infill")
+    source = InfillLogits(rng, vocab)
+    sampler = Sampler(params, vocab)
+    oracle = OracleChain(params, n, vocab_handle=oracle_vocab.handle)
+    try:
+        for draw in range(60):
+            logits = source.draw(rng)
+            if case == "eog-only" and draw % 2:
+                logits[source.eog] += 15.0
+            if case == "bans":
+                logits[:2000] += 3.0
+            expected = oracle.sample(logits)
+            got = sampler.sample(logits)
+            assert got == expected, f"{case} draw {draw}: bankml {got}, libllama {expected}"
+            oracle.accept(expected)
+            sampler.accept(got)
+    finally:
+        oracle.close()
+    ORACLE_STATS["sampler draws compared"] += 60
+    ORACLE_STATS["sampler draws compared with infill"] += 60
+    ORACLE_STATS["sampler parameter sets with infill"] += 1
+    ORACLE_STATS["sampler parameter sets compared"] += 1
