@@ -1175,6 +1175,97 @@ def _server_seed(value):
     return int(value) % 2**32
 
 
+_C_SPACE = " \t\n\v\f\r"
+
+
+def _strtol_token(key):
+    """llama-server's reading of a logit_bias object key: ``strtol(key.c_str(), &end, 10)``, accepted as an id when
+    ``*end == 0``, then cast to llama_token. None when the key is not a number (llama-server tokenizes it)."""
+    s = key.split("\0", 1)[0]                 # c_str() ends at a NUL
+    n = len(s)
+    i = 0
+    while i < n and s[i] in _C_SPACE:
+        i += 1
+    j = i + 1 if i < n and s[i] in "+-" else i
+    k = j
+    while k < n and "0" <= s[k] <= "9":
+        k += 1
+    if k == j:
+        # no digits: strtol sets end to the start, so only the empty key reads as a number (0)
+        return 0 if n == 0 else None
+    if k != n:
+        return None
+    v = max(-2**63, min(2**63 - 1, int(s[i:k])))           # strtol saturates at LONG_MIN / LONG_MAX
+    return (v + 2**31) % 2**32 - 2**31                      # the cast to int32_t wraps
+
+
+def _server_bias(value):
+    # parse_bias: a number as get<float> (overflowing to +-inf), false as -inf; anything else skips the entry
+    if value is False:
+        return -math.inf
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    if math.isnan(float(value)):
+        raise ValueError("Field 'logit_bias': a bias must be a number, got NaN")
+    with np.errstate(over="ignore"):
+        return float(np.float32(value))
+
+
+def _server_logit_bias(raw, vocab):
+    """params_from_json_cmpl's logit_bias handler: [[token, bias], ...] or {"token": bias}; integer ids outside
+    the vocabulary skipped, text keys tokenized (without special tokens) with every token biased, malformed
+    entries skipped. Without a vocabulary, ids are kept for the Sampler to check and text is refused."""
+    n_vocab = len(vocab) if vocab is not None else None
+    out = []
+
+    def add_id(token, bias):
+        if token >= 0 and (n_vocab is None or token < n_vocab):
+            out.append((token, bias))
+
+    def add_text(text, bias):
+        tokenize = _vocab_tokenizer(vocab) if vocab is not None else None
+        if tokenize is None:
+            raise ValueError(
+                f"Field 'logit_bias': {text!r} is text, which llama-server tokenizes; "
+                + ("pass the vocabulary (from_server(..., vocab=...))" if vocab is None else
+                   "the vocabulary has no tokenizer hook (Vocab.with_tokenizer)"))
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"Field 'logit_bias': {text!r} is not valid Unicode text") from None
+        for token in tokenize(data, False, False):
+            out.append((int(token), bias))
+
+    if isinstance(raw, (list, tuple)):
+        for el in raw:
+            if not isinstance(el, (list, tuple)) or len(el) != 2:
+                continue
+            bias = _server_bias(el[1])
+            if bias is None:
+                continue
+            token = el[0]
+            if isinstance(token, numbers.Integral) and not isinstance(token, bool):
+                token = int(token)
+                if -2**63 <= token < 2**64:         # larger integers are floats to nlohmann's parser
+                    add_id((token + 2**31) % 2**32 - 2**31, bias)
+            elif isinstance(token, str):
+                add_text(token, bias)
+    elif isinstance(raw, dict):
+        # nlohmann::json keeps an object in a std::map: its items come in byte order of the keys, and the order
+        # is the order the biases are added in (it rounds when two entries bias one token)
+        items = sorted(((str(k), v) for k, v in raw.items()), key=lambda kv: kv[0].encode("utf-8", "surrogatepass"))
+        for key, value in items:
+            bias = _server_bias(value)
+            if bias is None:
+                continue
+            token = _strtol_token(key)
+            if token is not None:
+                add_id(token, bias)
+            else:
+                add_text(key, bias)
+    return out
+
+
 def _json_type(value):
     if value is None:
         return "null"
@@ -1291,7 +1382,7 @@ class SamplerParams:
         return tuple(result)
 
     @classmethod
-    def from_server(cls, fields, n_ctx=None):
+    def from_server(cls, fields, n_ctx=None, vocab=None):
         """The parameters llama-server samples with for a request's sampler fields (``params_from_json_cmpl``,
         tools/server/server-schema.cpp of the pinned llama.cpp).
 
@@ -1307,6 +1398,13 @@ class SamplerParams:
         message naming the field. ``None`` means absent. ``n_ctx`` is accepted for the callers that know the
         context; llama-server does not clamp history lengths to it (bankml's histories grow with the tokens
         accepted, so a history length beyond the context costs nothing).
+
+        ``logit_bias`` is read as llama-server reads it: ``[[token, bias], ...]`` or ``{"token": bias}``, a bias
+        being a number or ``false`` (-inf); malformed entries are skipped; with ``vocab``, integer ids outside the
+        vocabulary are skipped and text (an array entry's string, an object key that is not all a base-10
+        number as ``strtol`` reads it) is tokenized with the vocabulary's tokenizer hook (no special tokens),
+        every token getting the bias. Without ``vocab``, ids are kept (``Sampler`` refuses those outside its
+        vocabulary) and text raises ValueError.
         """
         values = {}
         for key, raw in fields.items():
@@ -1325,6 +1423,8 @@ class SamplerParams:
                     values[key] = tuple(_CANONICAL_BY_VALUE[_SAMPLER_NAMES[name.lower()]] for name in raw
                                         if name.lower() in _SAMPLER_NAMES)
                 # any other JSON type: llama-server keeps its default order
+            elif key == "logit_bias":
+                values[key] = _server_logit_bias(raw, vocab)
             elif key == "dry_sequence_breakers":
                 if not isinstance(raw, list) or not raw or not all(isinstance(b, str) for b in raw):
                     raise ValueError("Error: dry_sequence_breakers must be a non-empty array of strings")
