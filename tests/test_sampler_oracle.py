@@ -38,7 +38,7 @@ FULL_DRAWS = int(os.environ.get("BANKML_SAMPLER_FULL_DRAWS", "40"))
 GRAMMAR_SETS = int(os.environ.get("BANKML_SAMPLER_GRAMMAR_SETS", "8"))
 GRAMMAR_STEPS = int(os.environ.get("BANKML_SAMPLER_GRAMMAR_STEPS", "80"))
 DRY_SETS = int(os.environ.get("BANKML_SAMPLER_DRY_SETS", "4"))
-INFILL_SETS = int(os.environ.get("BANKML_SAMPLER_INFILL_SETS", "6"))
+INFILL_SETS = int(os.environ.get("BANKML_SAMPLER_INFILL_SETS", "4"))
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
 assert TOKEN_DATA.itemsize == ctypes.sizeof(ll.llama_token_data)
@@ -351,7 +351,8 @@ def test_dry_multi_character_breakers_with_the_llama_cpp_hook(qwen2):
     hooked = vocab.with_tokenizer(llama_cpp_tokenizer(vocab_path("qwen2")))
     run_dry_sets(hooked, oracle_vocab, len(vocab), 4200, MULTI_BREAKERS, DRY_SETS)
     run_dry_sets(hooked, oracle_vocab, len(vocab), 4300, NON_ASCII_BREAKERS + ["<|im_end|>", "a<|im_end|>"], 2)
-    ORACLE_STATS["sampler DRY sets with llama_cpp_tokenizer"] += DRY_SETS + 2
+    run_dry_sets(hooked, oracle_vocab, len(vocab), 4350, None, 1)      # llama-server's defaults, hook unused
+    ORACLE_STATS["sampler DRY sets with llama_cpp_tokenizer"] += DRY_SETS + 3
 
 
 @pytest.fixture(scope="module")
@@ -374,7 +375,8 @@ def test_dry_multi_character_breakers_with_the_hf_hook(smollm2_hf):
         for i in range(1, min(len(raw), 40)):
             assert hook(raw[i:40], False, False) == oracle_vocab.tokenize(raw[i:40], False, False), raw[i:]
     run_dry_sets(hooked, oracle_vocab, len(vocab), 4400, MULTI_BREAKERS, DRY_SETS)
-    ORACLE_STATS["sampler DRY sets with hf_tokenizer"] += DRY_SETS
+    run_dry_sets(hooked, oracle_vocab, len(vocab), 4450, None, 1)      # llama-server's defaults, hook unused
+    ORACLE_STATS["sampler DRY sets with hf_tokenizer"] += DRY_SETS + 1
 
 
 def test_the_hf_hook_refuses_what_it_cannot_tokenize_as_llama_cpp(smollm2_hf):
@@ -596,7 +598,7 @@ def run_infill_sets(vocab, oracle_vocab, seed_base, sets, draws):
     for set_index in range(sets):
         rng = np.random.default_rng(seed_base + set_index)
         # every third set above 256 candidates: bankml's sorted merge instead of the pair loop
-        params = infill_params(rng, n, top_k=int(rng.choice([257, 300, 600])) if set_index % 3 == 2 else None)
+        params = infill_params(rng, n, top_k=int(rng.choice([257, 300, 400, 600])) if set_index % 3 == 2 else None)
         logits_source = InfillLogits(rng, vocab)
         sampler = Sampler(params, vocab)
         oracle = OracleChain(params, n, vocab_handle=oracle_vocab.handle)
@@ -666,3 +668,89 @@ def test_infill_edge_cases(qwen2, case):
     ORACLE_STATS["sampler draws compared with infill"] += 60
     ORACLE_STATS["sampler parameter sets with infill"] += 1
     ORACLE_STATS["sampler parameter sets compared"] += 1
+
+
+# --- the reasoning budget in the draw (common_sampler_sample applies it before the grammar and the chain) -------
+
+BUDGET_SETS = int(os.environ.get("BANKML_SAMPLER_BUDGET_SETS", "8"))
+BUDGET_STEPS = int(os.environ.get("BANKML_SAMPLER_BUDGET_STEPS", "60"))
+
+
+@pytest.fixture(scope="module")
+def budget_oracle(qwen2):
+    from .oracle.build_converter import OracleUnavailable
+    from .oracle.build_reasoning_budget import OracleReasoningBudget
+    try:
+        oracle = OracleReasoningBudget(vocab_path("qwen2"))
+    except OracleUnavailable as e:  # pragma: no cover - the oracle extra is missing
+        pytest.skip(str(e))
+    vocab, _ = qwen2
+    tokenize = llama_cpp_tokenizer(vocab_path("qwen2"))
+    tags = {
+        "start": tokenize(b"<think>", False, True),
+        "end": tokenize(b"</think>", False, True),
+        "message": tokenize(b"\nOkay, I have thought enough.\n", False, True),
+        "text": [t for t in set(tokenize("Let me think: 2 + 2 = 4, so the answer is four. 你好 — ok.\n".encode(),
+                                         False, True))],
+    }
+    yield tags, oracle
+    oracle.close()
+
+
+@pytest.mark.parametrize("set_index", range(BUDGET_SETS))
+def test_reasoning_budget_draws_match_libllama(qwen2, budget_oracle, set_index):
+    """A Sampler with a ReasoningBudget against libllama's chain with the pinned common_reasoning_budget sampler
+    applied first (the forced token alone above -inf), accepting every drawn token into both: the same draws."""
+    from bankml._sampler import ReasoningBudget
+    vocab, oracle_vocab = qwen2
+    tags, oracle_budget = budget_oracle
+    n = len(vocab)
+    rng = np.random.default_rng(6000 + set_index)
+    params = random_params(rng, n, dry=set_index % 2 == 0)
+    budget_tokens = int(rng.choice([0, 1, 4, 12, 30, 2**31 - 1]))
+    forced = (tags["message"] if rng.random() < 0.7 else []) + list(tags["end"])
+    state = oracle_budget.init(budget_tokens, "idle", [tags["start"]], [tags["end"]], forced)
+    budget = ReasoningBudget(vocab, [tags["start"]], [tags["end"]], forced, budget_tokens)
+    sampler = Sampler(params, vocab, reasoning_budget=budget)
+    oracle = OracleChain(params, n, vocab_handle=oracle_vocab.handle)
+    # the generation prompt opens the block: prefill reaches the budget (and the grammar), not the histories
+    sampler.prefill(tags["start"])
+    for token in tags["start"]:
+        state = oracle_budget.accept(token)
+    assert (budget.state, budget.forced_token, budget.end_match) == state
+    text = np.array(tags["text"])
+    script = []
+    pool = LogitsPool(rng, n, "plain")
+    forced_draws = 0
+    try:
+        for step in range(BUDGET_STEPS):
+            if not script and rng.random() < 0.08:
+                # the model closes the block itself, or opens a new one
+                script = list(tags["end"] if rng.random() < 0.5 else tags["start"])
+            logits = pool.draw(rng)
+            logits[text] += np.float32(rng.uniform(4.0, 12.0))
+            if script:
+                logits[script.pop(0)] += 40.0
+            oracle_logits = logits
+            if state[1] is not None:
+                oracle_logits = np.full(n, -np.inf, dtype=np.float32)
+                oracle_logits[state[1]] = logits[state[1]]
+                forced_draws += 1
+            expected = oracle.sample(oracle_logits)
+            got = sampler.sample(logits)
+            assert got == expected, f"step {step}: bankml {got}, libllama {expected}, {params!r}, {state}"
+            oracle.accept(expected)
+            state = oracle_budget.accept(expected)
+            sampler.accept(got)
+            assert (budget.state, budget.forced_token, budget.end_match) == state, f"step {step}"
+            ORACLE_STATS[f"sampler reasoning-budget draws in state {state[0]}"] += 1
+    finally:
+        oracle.close()
+    ORACLE_STATS["sampler draws compared"] += BUDGET_STEPS
+    ORACLE_STATS["sampler draws compared on 151,936 logits"] += BUDGET_STEPS
+    ORACLE_STATS["sampler draws compared with the reasoning budget"] += BUDGET_STEPS
+    ORACLE_STATS["sampler reasoning-budget draws forced"] += forced_draws
+    ORACLE_STATS["sampler parameter sets with the reasoning budget"] += 1
+    ORACLE_STATS["sampler parameter sets compared"] += 1
+    if params.dry_multiplier != 0:
+        ORACLE_STATS["sampler draws compared with DRY"] += BUDGET_STEPS
