@@ -81,7 +81,7 @@ cdef enum sampler_type:
     SAMPLER_TYPICAL_P = 5
     SAMPLER_TEMPERATURE = 6      # llama_sampler_init_temp_ext
     SAMPLER_XTC = 7
-    SAMPLER_INFILL = 8
+    SAMPLER_INFILL = 8           # llama_sampler_init_infill
     SAMPLER_PENALTIES = 9
     SAMPLER_TOP_N_SIGMA = 10
     SAMPLER_ADAPTIVE_P = 12      # llama_sampler_init_adaptive_p, in dist's place
@@ -188,6 +188,10 @@ cdef struct chain_stage:
     vector[float] original_probs
     token_t pending_token_id
     int32_t pending_token_idx
+    const unsigned char* infill_pieces   # infill: every piece in one buffer (owned by the Sampler's vocabulary data)
+    const int64_t* infill_offsets        # piece t is infill_pieces[infill_offsets[t]:infill_offsets[t + 1]]
+    const unsigned char* infill_flags    # per token: INFILL_EOG, INFILL_NO_TEXT (token_to_piece(special=false) is empty)
+    token_t infill_eot                   # token_eot, else token_eos; -1 if the vocabulary has neither
 
 
 cdef uint32_t get_rng_seed(uint32_t seed) noexcept nogil
@@ -212,6 +216,7 @@ cdef class Sampler:
     cdef vector[llama_token_data] cur
     cdef vector[llama_token_data] buf_sort
     cdef readonly int64_t n_redraws
+    cdef object infill_data              # keeps the buffers the infill stages point into alive
 
     cdef int set_logits(self, const float* logits) except -1 nogil
     cdef int64_t draw(self) except -2 nogil

@@ -770,6 +770,204 @@ cdef int apply_dry(chain_stage& st, llama_token_data_array* cur_p) except -1 nog
     return 0
 
 
+# --- infill (llama_sampler_infill_apply) ----------------------------------------------------------------
+# For fill-in-the-middle: after a softmax, sample an end-of-generation token when text is unlikely (the EOG
+# probability times 3 times the candidate count beats the text probability); otherwise merge every candidate
+# into one whose piece it is a prefix of (into the likelier of the two), drop text below 0.2, renormalize, drop
+# text below 1/(n_text + 1), renormalize; with no text left, the single candidate is token_eot (else token_eos)
+# at logit 1. Pieces are token_to_piece(special=false): empty for control and unknown tokens.
+
+cdef extern from * nogil:
+    """
+    #include <algorithm>
+    #include <cstring>
+    struct bankml_piece_ref {
+        const unsigned char * ptr;
+        int64_t len;
+        int64_t pos;
+    };
+    struct bankml_piece_less {
+        bool operator()(const bankml_piece_ref & a, const bankml_piece_ref & b) const {
+            const int64_t n = a.len < b.len ? a.len : b.len;
+            const int c = n ? std::memcmp(a.ptr, b.ptr, (size_t) n) : 0;
+            if (c != 0) return c < 0;
+            return a.len < b.len;
+        }
+    };
+    static inline void bankml_sort_pieces(bankml_piece_ref * first, bankml_piece_ref * last) {
+        std::sort(first, last, bankml_piece_less());
+    }
+    static inline int64_t bankml_lower_bound_piece(const bankml_piece_ref * first, const bankml_piece_ref * last,
+                                                   const bankml_piece_ref & key) {
+        return std::lower_bound(first, last, key, bankml_piece_less()) - first;
+    }
+    static inline void bankml_sort_positions(int64_t * first, int64_t * last) {
+        std::sort(first, last);
+    }
+    """
+    cdef struct bankml_piece_ref:
+        const unsigned char* ptr
+        int64_t len
+        int64_t pos
+    void bankml_sort_pieces(bankml_piece_ref* first, bankml_piece_ref* last)
+    int64_t bankml_lower_bound_piece(const bankml_piece_ref* first, const bankml_piece_ref* last,
+                                     const bankml_piece_ref& key)
+    void bankml_sort_positions(int64_t* first, int64_t* last)
+
+
+cdef unsigned char INFILL_EOG = 1
+cdef unsigned char INFILL_NO_TEXT = 2
+# up to this many candidates the prefix merge runs llama.cpp's double loop; above it, the same merges in the
+# same order from the candidates sorted by piece (only pairs where one piece is a prefix of the other can merge)
+cdef size_t INFILL_DIRECT_MAX = 256
+
+
+cdef inline bint infill_is_eog(const chain_stage& st, token_t token) noexcept nogil:
+    return (st.infill_flags[token] & INFILL_EOG) != 0
+
+
+cdef inline int64_t infill_piece(const chain_stage& st, token_t token, const unsigned char** ptr) noexcept nogil:
+    ptr[0] = st.infill_pieces + st.infill_offsets[token]
+    if st.infill_flags[token] & INFILL_NO_TEXT:
+        return 0
+    return st.infill_offsets[token + 1] - st.infill_offsets[token]
+
+
+cdef inline void infill_merge(llama_token_data* data, size_t i0, size_t i1) noexcept nogil:
+    # token i0's piece is a prefix of token i1's: merge into the token with the higher probability
+    cdef size_t dst = i0, src = i1
+    if data[i1].p > data[i0].p:
+        dst = i1
+        src = i0
+    data[dst].p += data[src].p
+    data[src].logit = -INFINITY
+    data[src].p = 0
+
+
+cdef int infill_combine(const chain_stage& st, llama_token_data_array* cur_p) except -1 nogil:
+    cdef size_t i0, i1, n = cur_p.size, k
+    cdef llama_token_data* data = cur_p.data
+    cdef const unsigned char* p0
+    cdef const unsigned char* p1
+    cdef int64_t len0, len1, lo, hi, m
+    cdef vector[bankml_piece_ref] refs
+    cdef vector[int64_t] matches
+    cdef bankml_piece_ref ref
+    if n <= INFILL_DIRECT_MAX:
+        for i0 in range(n):
+            for i1 in range(n):
+                if data[i0].logit == -INFINITY:
+                    break
+                if i0 == i1 or data[i1].logit == -INFINITY:
+                    continue
+                len0 = infill_piece(st, data[i0].id, &p0)
+                len1 = infill_piece(st, data[i1].id, &p1)
+                if len0 > 0 and len0 <= len1 and memcmp(p0, p1, len0) == 0:
+                    infill_merge(data, i0, i1)
+        return 0
+    # the double loop only changes anything for the pairs (i0, i1) where piece i0 is a non-empty prefix of piece
+    # i1; those i1 are a contiguous run of the candidates sorted by piece; visiting them in increasing i1 for
+    # each i0 in increasing order makes the same merges in the same order (logits and probabilities change,
+    # pieces do not)
+    refs.reserve(n)
+    for k in range(n):
+        ref.len = infill_piece(st, data[k].id, &ref.ptr)
+        if ref.len > 0:
+            ref.pos = <int64_t>k
+            refs.push_back(ref)
+    bankml_sort_pieces(refs.data(), refs.data() + refs.size())
+    hi = <int64_t>refs.size()
+    for i0 in range(n):
+        if data[i0].logit == -INFINITY:
+            continue
+        ref.len = infill_piece(st, data[i0].id, &ref.ptr)
+        if ref.len == 0:
+            continue
+        lo = bankml_lower_bound_piece(refs.data(), refs.data() + hi, ref)
+        matches.clear()
+        m = lo
+        while m < hi and refs[m].len >= ref.len and memcmp(refs[m].ptr, ref.ptr, ref.len) == 0:
+            if refs[m].pos != <int64_t>i0:
+                matches.push_back(refs[m].pos)
+            m += 1
+        bankml_sort_positions(matches.data(), matches.data() + matches.size())
+        for k in range(matches.size()):
+            if data[i0].logit == -INFINITY:
+                break
+            i1 = <size_t>matches[k]
+            if data[i1].logit == -INFINITY:
+                continue
+            infill_merge(data, i0, i1)
+    return 0
+
+
+cdef int apply_infill(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+    cdef float p_txt_sum = 0, p_eog_sum = 0, p_sum, thold
+    cdef size_t i, size_org, n_non_eog = 0
+    cdef bint is_eog
+    if cur_p.size == 0:
+        with gil:  # llama.cpp asserts in the softmax
+            raise SamplingError("infill: no candidates left")
+    llama_sampler_softmax_impl(cur_p, True, tmp)
+    for i in range(cur_p.size):
+        if infill_is_eog(st, cur_p.data[i].id):
+            p_eog_sum += cur_p.data[i].p
+        else:
+            p_txt_sum += cur_p.data[i].p
+    if <float>(<float>3 * p_eog_sum) * <float>cur_p.size > p_txt_sum:
+        # too little text: keep just the EOG tokens
+        size_org = cur_p.size
+        cur_p.size = 0
+        p_sum = 0
+        for i in range(size_org):
+            if infill_is_eog(st, cur_p.data[i].id):
+                p_sum += cur_p.data[i].p
+                cur_p.data[cur_p.size] = cur_p.data[i]
+                cur_p.size += 1
+        for i in range(cur_p.size):
+            cur_p.data[i].p /= p_sum
+        return 0
+    infill_combine(st, cur_p)
+    size_org = cur_p.size
+    p_sum = 0
+    thold = <float>0.2
+    cur_p.size = 0
+    for i in range(size_org):
+        is_eog = infill_is_eog(st, cur_p.data[i].id)
+        if cur_p.data[i].p < thold and not is_eog:
+            continue
+        if not is_eog:
+            n_non_eog += 1
+        p_sum += cur_p.data[i].p
+        cur_p.data[cur_p.size] = cur_p.data[i]
+        cur_p.size += 1
+    if n_non_eog == 0:
+        # no text left: the single candidate is EOT (else EOS)
+        if st.infill_eot < 0:
+            with gil:  # llama.cpp asserts
+                raise SamplingError("infill: no text candidate is left and the vocabulary has no EOT or EOS token")
+        cur_p.size = 1
+        cur_p.data[0].id = st.infill_eot
+        cur_p.data[0].logit = 1
+        return 0
+    for i in range(cur_p.size):
+        cur_p.data[i].p /= p_sum
+    size_org = cur_p.size
+    p_sum = 0
+    thold = <float>(1.0 / <double>(n_non_eog + 1))
+    cur_p.size = 0
+    for i in range(size_org):
+        is_eog = infill_is_eog(st, cur_p.data[i].id)
+        if cur_p.data[i].p < thold and not is_eog:
+            continue
+        p_sum += cur_p.data[i].p
+        cur_p.data[cur_p.size] = cur_p.data[i]
+        cur_p.size += 1
+    for i in range(cur_p.size):
+        cur_p.data[i].p /= p_sum
+    return 0
+
+
 # --- the chain ----------------------------------------------------------------------------
 
 cdef int chain_apply(vector[chain_stage]& chain, llama_token_data_array* cur_p,
@@ -809,6 +1007,8 @@ cdef int chain_apply(vector[chain_stage]& chain, llama_token_data_array* cur_p,
             apply_mirostat_v2(chain[s], cur_p, tmp)
         elif t == SAMPLER_ADAPTIVE_P:
             apply_adaptive_p(chain[s], cur_p, tmp)
+        elif t == SAMPLER_INFILL:
+            apply_infill(chain[s], cur_p, tmp)
     return 0
 
 
@@ -975,6 +1175,97 @@ def _server_seed(value):
     return int(value) % 2**32
 
 
+_C_SPACE = " \t\n\v\f\r"
+
+
+def _strtol_token(key):
+    """llama-server's reading of a logit_bias object key: ``strtol(key.c_str(), &end, 10)``, accepted as an id when
+    ``*end == 0``, then cast to llama_token. None when the key is not a number (llama-server tokenizes it)."""
+    s = key.split("\0", 1)[0]                 # c_str() ends at a NUL
+    n = len(s)
+    i = 0
+    while i < n and s[i] in _C_SPACE:
+        i += 1
+    j = i + 1 if i < n and s[i] in "+-" else i
+    k = j
+    while k < n and "0" <= s[k] <= "9":
+        k += 1
+    if k == j:
+        # no digits: strtol sets end to the start, so only the empty key reads as a number (0)
+        return 0 if n == 0 else None
+    if k != n:
+        return None
+    v = max(-2**63, min(2**63 - 1, int(s[i:k])))           # strtol saturates at LONG_MIN / LONG_MAX
+    return (v + 2**31) % 2**32 - 2**31                      # the cast to int32_t wraps
+
+
+def _server_bias(value):
+    # parse_bias: a number as get<float> (overflowing to +-inf), false as -inf; anything else skips the entry
+    if value is False:
+        return -math.inf
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    if math.isnan(float(value)):
+        raise ValueError("Field 'logit_bias': a bias must be a number, got NaN")
+    with np.errstate(over="ignore"):
+        return float(np.float32(value))
+
+
+def _server_logit_bias(raw, vocab):
+    """params_from_json_cmpl's logit_bias handler: [[token, bias], ...] or {"token": bias}; integer ids outside
+    the vocabulary skipped, text keys tokenized (without special tokens) with every token biased, malformed
+    entries skipped. Without a vocabulary, ids are kept for the Sampler to check and text is refused."""
+    n_vocab = len(vocab) if vocab is not None else None
+    out = []
+
+    def add_id(token, bias):
+        if token >= 0 and (n_vocab is None or token < n_vocab):
+            out.append((token, bias))
+
+    def add_text(text, bias):
+        tokenize = _vocab_tokenizer(vocab) if vocab is not None else None
+        if tokenize is None:
+            raise ValueError(
+                f"Field 'logit_bias': {text!r} is text, which llama-server tokenizes; "
+                + ("pass the vocabulary (from_server(..., vocab=...))" if vocab is None else
+                   "the vocabulary has no tokenizer hook (Vocab.with_tokenizer)"))
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"Field 'logit_bias': {text!r} is not valid Unicode text") from None
+        for token in tokenize(data, False, False):
+            out.append((int(token), bias))
+
+    if isinstance(raw, (list, tuple)):
+        for el in raw:
+            if not isinstance(el, (list, tuple)) or len(el) != 2:
+                continue
+            bias = _server_bias(el[1])
+            if bias is None:
+                continue
+            token = el[0]
+            if isinstance(token, numbers.Integral) and not isinstance(token, bool):
+                token = int(token)
+                if -2**63 <= token < 2**64:         # larger integers are floats to nlohmann's parser
+                    add_id((token + 2**31) % 2**32 - 2**31, bias)
+            elif isinstance(token, str):
+                add_text(token, bias)
+    elif isinstance(raw, dict):
+        # nlohmann::json keeps an object in a std::map: its items come in byte order of the keys, and the order
+        # is the order the biases are added in (it rounds when two entries bias one token)
+        items = sorted(((str(k), v) for k, v in raw.items()), key=lambda kv: kv[0].encode("utf-8", "surrogatepass"))
+        for key, value in items:
+            bias = _server_bias(value)
+            if bias is None:
+                continue
+            token = _strtol_token(key)
+            if token is not None:
+                add_id(token, bias)
+            else:
+                add_text(key, bias)
+    return out
+
+
 def _json_type(value):
     if value is None:
         return "null"
@@ -1067,8 +1358,6 @@ class SamplerParams:
             if not isinstance(name, str) or name.lower() not in _SAMPLER_NAMES:
                 raise ValueError(f"Invalid samplers: unknown sampler {name!r}")
             value = _SAMPLER_NAMES[name.lower()]
-            if value == SAMPLER_INFILL:
-                raise ValueError(f"Invalid samplers: {name!r} is not supported by bankml")
             result.append(_CANONICAL_BY_VALUE[value])
         return tuple(result)
 
@@ -1093,7 +1382,7 @@ class SamplerParams:
         return tuple(result)
 
     @classmethod
-    def from_server(cls, fields, n_ctx=None):
+    def from_server(cls, fields, n_ctx=None, vocab=None):
         """The parameters llama-server samples with for a request's sampler fields (``params_from_json_cmpl``,
         tools/server/server-schema.cpp of the pinned llama.cpp).
 
@@ -1109,6 +1398,13 @@ class SamplerParams:
         message naming the field. ``None`` means absent. ``n_ctx`` is accepted for the callers that know the
         context; llama-server does not clamp history lengths to it (bankml's histories grow with the tokens
         accepted, so a history length beyond the context costs nothing).
+
+        ``logit_bias`` is read as llama-server reads it: ``[[token, bias], ...]`` or ``{"token": bias}``, a bias
+        being a number or ``false`` (-inf); malformed entries are skipped; with ``vocab``, integer ids outside the
+        vocabulary are skipped and text (an array entry's string, an object key that is not all a base-10
+        number as ``strtol`` reads it) is tokenized with the vocabulary's tokenizer hook (no special tokens),
+        every token getting the bias. Without ``vocab``, ids are kept (``Sampler`` refuses those outside its
+        vocabulary) and text raises ValueError.
         """
         values = {}
         for key, raw in fields.items():
@@ -1127,6 +1423,8 @@ class SamplerParams:
                     values[key] = tuple(_CANONICAL_BY_VALUE[_SAMPLER_NAMES[name.lower()]] for name in raw
                                         if name.lower() in _SAMPLER_NAMES)
                 # any other JSON type: llama-server keeps its default order
+            elif key == "logit_bias":
+                values[key] = _server_logit_bias(raw, vocab)
             elif key == "dry_sequence_breakers":
                 if not isinstance(raw, list) or not raw or not all(isinstance(b, str) for b in raw):
                     raise ValueError("Error: dry_sequence_breakers must be a non-empty array of strings")
@@ -1309,6 +1607,39 @@ def _overlapping_tails(vocab, list pieces, bytes breaker):
             result.append((token, tails))
             last = token
     return result
+
+
+def _infill_data(vocab, n):
+    """What the infill sampler reads of a vocabulary: all pieces in one buffer with their offsets, a flag byte per
+    token (INFILL_EOG: llama_vocab_is_eog; INFILL_NO_TEXT: a control or unknown token, which
+    token_to_piece(special=false) renders empty) and token_eot, else token_eos, else -1. A vocabulary without
+    token attributes (a hand-made Vocab) renders every piece as given and has no EOT/EOS token."""
+    from bankml.vocab import ATTR_CONTROL, ATTR_UNKNOWN
+    pieces = getattr(vocab, "pieces", None)
+    if not isinstance(pieces, list) or (pieces and type(pieces[0]) is not bytes):
+        if not hasattr(vocab, "piece"):
+            raise ValueError("Invalid samplers: infill needs a vocabulary with pieces and end-of-generation tokens "
+                             "(a bankml.Vocab)")
+        pieces = [bytes(vocab.piece(t)) for t in range(n)]
+    if len(pieces) != n:
+        raise ValueError("Invalid samplers: infill needs one piece per token of the vocabulary")
+    buf, offsets = _flat_pieces(vocab, pieces)
+    eog = getattr(vocab, "eog_mask", None)
+    if eog is None:
+        if not hasattr(vocab, "is_eog"):
+            raise ValueError("Invalid samplers: infill needs the vocabulary's end-of-generation tokens (is_eog)")
+        eog = np.fromiter((bool(vocab.is_eog(t)) for t in range(n)), dtype=np.bool_, count=n)
+    flags = np.where(np.asarray(eog, dtype=np.bool_), INFILL_EOG, 0).astype(np.uint8)
+    attrs = getattr(vocab, "token_attrs", None)
+    if attrs is not None:
+        flags[(np.asarray(attrs) & (ATTR_UNKNOWN | ATTR_CONTROL)) != 0] |= INFILL_NO_TEXT
+    special = (getattr(vocab, "info", None) or {}).get("special_ids") or {}
+    eot = special.get("eot")
+    if eot is None:
+        eot = special.get("eos")
+    if eot is None or not 0 <= eot < n:
+        eot = -1
+    return buf, offsets, flags, int(eot)
 
 
 def _vocab_tokenizer(vocab):
@@ -1681,6 +2012,9 @@ cdef class Sampler:
 
     def _add(self, name):
         cdef chain_stage st
+        cdef const unsigned char* pieces_buf
+        cdef const int64_t[::1] offsets_view
+        cdef const unsigned char[::1] flags_view
         p = self.params
         cdef size_t min_keep = p.min_keep
         if name == "penalties":
@@ -1744,6 +2078,18 @@ cdef class Sampler:
             st.temp = p.temperature
             st.delta = p.dynatemp_range
             st.exponent = p.dynatemp_exponent
+        elif name == "infill":
+            st = new_stage(SAMPLER_INFILL)
+            if self.infill_data is None:
+                self.infill_data = _infill_data(self.vocab, self.n_vocab)
+            buf, offsets, flags, eot = self.infill_data
+            pieces_buf = buf
+            offsets_view = offsets
+            flags_view = flags
+            st.infill_pieces = pieces_buf
+            st.infill_offsets = &offsets_view[0]
+            st.infill_flags = &flags_view[0]
+            st.infill_eot = eot
         else:  # pragma: no cover - SamplerParams only lets the names above through
             raise ValueError(f"Invalid samplers: {name!r}")
         self.chain.push_back(st)
@@ -1862,6 +2208,7 @@ cdef class Sampler:
                 # generator: the clone's is seeded afresh from the seed
                 other.chain[i].seed_cur = get_rng_seed(other.chain[i].seed)
                 other.chain[i].rng.seed(other.chain[i].seed_cur)
+        other.infill_data = self.infill_data
         other.cur.resize(self.n_vocab)
         other.n_redraws = self.n_redraws
         return other
@@ -1884,7 +2231,8 @@ cdef class Sampler:
                  SAMPLER_TOP_N_SIGMA: "top-n-sigma", SAMPLER_TOP_K: "top-k", SAMPLER_TYPICAL_P: "typical",
                  SAMPLER_TOP_P: "top-p", SAMPLER_MIN_P: "min-p", SAMPLER_XTC: "xtc",
                  SAMPLER_TEMPERATURE: "temp-ext", SAMPLER_TEMP: "temp", SAMPLER_DIST: "dist",
-                 SAMPLER_MIROSTAT: "mirostat", SAMPLER_MIROSTAT_V2: "mirostat-v2", SAMPLER_ADAPTIVE_P: "adaptive-p"}
+                 SAMPLER_MIROSTAT: "mirostat", SAMPLER_MIROSTAT_V2: "mirostat-v2", SAMPLER_ADAPTIVE_P: "adaptive-p",
+                 SAMPLER_INFILL: "infill"}
         return tuple(names[self.chain[i].type] for i in range(self.chain.size()))
 
     def __reduce__(self):

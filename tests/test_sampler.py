@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bankml import Grammar, Vocab
-from bankml._sampler import DEFAULT_SAMPLERS, LLAMA_DEFAULT_SEED, Rng, Sampler, SamplerParams
+from bankml._sampler import DEFAULT_SAMPLERS, LLAMA_DEFAULT_SEED, Rng, Sampler, SamplerParams, SamplingError
 
 
 class SizedVocab:
@@ -104,7 +104,7 @@ def test_defaults_are_llama_servers():
     ("frequency_penalty", math.nan), ("presence_penalty", math.inf), ("dry_allowed_length", -1),
     ("dry_penalty_last_n", -5), ("mirostat", 3), ("mirostat", -1), ("mirostat_tau", math.nan),
     ("dynatemp_range", math.inf), ("typical_p", "0.5"), ("top_k", True), ("min_keep", -1),
-    ("seed", -3), ("samplers", "top_k;bogus"), ("samplers", "kz"), ("samplers", ["infill"]),
+    ("seed", -3), ("samplers", "top_k;bogus"), ("samplers", "kz"),
     ("dry_sequence_breakers", []), ("dry_sequence_breakers", "abc"), ("logit_bias", [[1]]),
     ("logit_bias", {"1": "x"}), ("logit_bias", [["hello", 1.0]]),
 ])
@@ -284,3 +284,55 @@ def test_not_picklable():
     with pytest.raises(TypeError):
         pickle.dumps(Sampler(SamplerParams(seed=1), SizedVocab(3)))
     assert pickle.loads(pickle.dumps(SamplerParams(top_k=3))) == SamplerParams(top_k=3)
+
+
+# --- infill (its draws are compared with libllama's in test_sampler_oracle.py) ----------------------------
+
+INFILL_PIECES = [b"a", b"ab", b"abc", b"x", b"<end>", b"y"]
+
+
+def test_infill_merges_a_prefix_into_the_likelier_token():
+    # "a" and "ab" equally likely: "a" is a prefix of "ab", so "ab" merges into "a" (the first when tied);
+    # without infill, dist draws both
+    vocab = Vocab(INFILL_PIECES, [4])
+    logits = np.full(6, -30.0, dtype=np.float32)
+    logits[[0, 1]] = 5.0
+    drawn = {Sampler(SamplerParams(seed=s, samplers="infill"), vocab).sample(logits) for s in range(40)}
+    assert drawn == {0}
+    plain = {Sampler(SamplerParams(seed=s, samplers=""), vocab).sample(logits) for s in range(40)}
+    assert plain == {0, 1}
+
+
+def test_infill_samples_end_of_generation_when_text_is_unlikely():
+    vocab = Vocab(INFILL_PIECES, [4])
+    logits = np.zeros(6, dtype=np.float32)
+    logits[4] = 1.0            # 3 * p_eog * 6 > p_txt: only the EOG tokens stay
+    for seed in range(10):
+        assert Sampler(SamplerParams(seed=seed, samplers="infill"), vocab).sample(logits) == 4
+
+
+def test_infill_without_eot_or_eos_raises_where_llama_cpp_asserts():
+    # no text token reaches 0.2 and a hand-made Vocab has no EOT/EOS token to fall back on
+    vocab = Vocab([bytes([65 + i]) for i in range(10)], [])
+    sampler = Sampler(SamplerParams(seed=1, samplers="infill"), vocab)
+    with pytest.raises(SamplingError, match="EOT or EOS"):
+        sampler.sample(np.zeros(10, dtype=np.float32))
+    assert sampler.chain_names == ("infill", "dist")
+
+
+def test_infill_clone_draws_the_same():
+    vocab = Vocab(INFILL_PIECES, [4])
+    rng = np.random.default_rng(3)
+    sampler = Sampler(SamplerParams(seed=9, samplers="top_k;infill;temperature", top_k=4), vocab)
+    clone = sampler.clone()
+    for _ in range(30):
+        logits = (rng.standard_normal(6) * 3).astype(np.float32)
+        a, b = sampler.sample(logits), clone.sample(logits)
+        assert a == b
+        sampler.accept(a)
+        clone.accept(b)
+
+
+def test_infill_needs_pieces():
+    with pytest.raises(ValueError, match="infill"):
+        Sampler(SamplerParams(samplers="infill"), SizedVocab(10))

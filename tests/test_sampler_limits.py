@@ -226,3 +226,28 @@ def test_a_breaker_needing_the_tokenizer_names_it():
         Sampler(SamplerParams(dry_multiplier=0.8, dry_sequence_breakers=["::"]), vocab)
     # a multi-character breaker no piece ends inside needs no tokenizer either
     assert _dry_breakers(vocab, ["qa", "y:"]) == {1: [[]]}
+
+
+# --- infill on the whole vocabulary ------------------------------------------------------------------------
+
+def test_infill_on_every_candidate_of_the_real_vocabulary_finishes_in_a_bounded_child():
+    # llama.cpp's infill compares every pair of candidates (about 1.5 hours per draw on 151,936); bankml visits
+    # only the pairs whose pieces are prefixes of one another, the same merges in the same order
+    rc, out, err = run_bounded("""
+        import numpy as np
+        from bankml import Vocab
+        from bankml._sampler import Sampler, SamplerParams
+        vocab = Vocab.from_gguf("tests/data/ggml-vocab-qwen2.gguf")
+        rng = np.random.default_rng(2)
+        sampler = Sampler(SamplerParams(seed=1, samplers="infill;temperature"), vocab)
+        tokens = []
+        for _ in range(5):
+            logits = rng.standard_normal(len(vocab)).astype(np.float32)
+            logits[rng.integers(0, len(vocab), 3)] += 12
+            token = sampler.sample(logits)
+            sampler.accept(token)
+            tokens.append(token)
+        print("ok", all(0 <= t < len(vocab) for t in tokens), sampler.chain_names)
+        """, timeout=20)
+    assert rc == 0, err
+    assert out.startswith("ok True ('infill', 'temp-ext', 'dist')"), out

@@ -24,6 +24,7 @@ import pytest
 from bankml import Grammar, Rules
 from bankml._sampler import DEFAULT_SAMPLERS, Sampler, SamplerParams
 from bankml.adapters import hf_tokenizer, llama_cpp_tokenizer
+from bankml.vocab import ATTR_CONTROL, ATTR_UNKNOWN
 
 from .oracle import libllama
 from .oracle_support import DATA, ORACLE_STATS, load_pair, vocab_path
@@ -37,6 +38,7 @@ FULL_DRAWS = int(os.environ.get("BANKML_SAMPLER_FULL_DRAWS", "40"))
 GRAMMAR_SETS = int(os.environ.get("BANKML_SAMPLER_GRAMMAR_SETS", "8"))
 GRAMMAR_STEPS = int(os.environ.get("BANKML_SAMPLER_GRAMMAR_STEPS", "80"))
 DRY_SETS = int(os.environ.get("BANKML_SAMPLER_DRY_SETS", "4"))
+INFILL_SETS = int(os.environ.get("BANKML_SAMPLER_INFILL_SETS", "4"))
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
 assert TOKEN_DATA.itemsize == ctypes.sizeof(ll.llama_token_data)
@@ -89,6 +91,9 @@ class OracleChain:
                 elif name == "temperature":
                     add(ll.llama_sampler_init_temp_ext(params.temperature, params.dynatemp_range,
                                                        params.dynatemp_exponent))
+                elif name == "infill":
+                    assert vocab_handle is not None, "infill needs the real vocabulary"
+                    add(ll.llama_sampler_init_infill(vocab_handle))
                 else:  # pragma: no cover
                     raise AssertionError(name)
             if "adaptive_p" in params.samplers:
@@ -346,7 +351,8 @@ def test_dry_multi_character_breakers_with_the_llama_cpp_hook(qwen2):
     hooked = vocab.with_tokenizer(llama_cpp_tokenizer(vocab_path("qwen2")))
     run_dry_sets(hooked, oracle_vocab, len(vocab), 4200, MULTI_BREAKERS, DRY_SETS)
     run_dry_sets(hooked, oracle_vocab, len(vocab), 4300, NON_ASCII_BREAKERS + ["<|im_end|>", "a<|im_end|>"], 2)
-    ORACLE_STATS["sampler DRY sets with llama_cpp_tokenizer"] += DRY_SETS + 2
+    run_dry_sets(hooked, oracle_vocab, len(vocab), 4350, None, 1)      # llama-server's defaults, hook unused
+    ORACLE_STATS["sampler DRY sets with llama_cpp_tokenizer"] += DRY_SETS + 3
 
 
 @pytest.fixture(scope="module")
@@ -369,7 +375,8 @@ def test_dry_multi_character_breakers_with_the_hf_hook(smollm2_hf):
         for i in range(1, min(len(raw), 40)):
             assert hook(raw[i:40], False, False) == oracle_vocab.tokenize(raw[i:40], False, False), raw[i:]
     run_dry_sets(hooked, oracle_vocab, len(vocab), 4400, MULTI_BREAKERS, DRY_SETS)
-    ORACLE_STATS["sampler DRY sets with hf_tokenizer"] += DRY_SETS
+    run_dry_sets(hooked, oracle_vocab, len(vocab), 4450, None, 1)      # llama-server's defaults, hook unused
+    ORACLE_STATS["sampler DRY sets with hf_tokenizer"] += DRY_SETS + 1
 
 
 def test_the_hf_hook_refuses_what_it_cannot_tokenize_as_llama_cpp(smollm2_hf):
@@ -530,3 +537,220 @@ def test_edge_parameter_sets(case):
             run_pair(params, sampler, oracle, rng, n, 200, style, new_set=style == "plain")
     finally:
         oracle.close()
+
+
+# --- infill (llama_sampler_init_infill), reachable through llama-server's `samplers` ----------------------------
+
+NO_TEXT_ATTRS = ATTR_CONTROL | ATTR_UNKNOWN   # token_to_piece(special=false) renders these empty
+
+
+class InfillLogits:
+    """Logits that make the infill sampler work on real vocabularies: families of tokens whose pieces are
+    prefixes of one another boosted together (so candidates merge), end-of-generation tokens boosted now and
+    then (so the EOG branch and the EOG-only fallback run), control tokens (empty pieces with special=false)."""
+
+    def __init__(self, rng, vocab):
+        by_piece = {}
+        for t, piece in enumerate(vocab.pieces):
+            by_piece.setdefault(piece, t)
+        self.families = []
+        attrs = vocab.token_attrs
+        for t in rng.permutation(len(vocab))[:6000]:
+            piece = vocab.piece(int(t))
+            if len(piece) < 3 or attrs[t] & NO_TEXT_ATTRS:
+                continue
+            fam = [by_piece[piece[:k]] for k in range(1, len(piece) + 1) if piece[:k] in by_piece]
+            if len(fam) >= 3:
+                self.families.append(np.array(fam))
+        assert len(self.families) > 100
+        self.eog = np.array(vocab.eog_ids)
+        self.control = np.flatnonzero((attrs & NO_TEXT_ATTRS) != 0)[:50]
+        assert self.control.size
+        self.n = len(vocab)
+
+    def draw(self, rng):
+        logits = rng.standard_normal(self.n).astype(np.float32)
+        for _ in range(int(rng.integers(1, 4))):
+            fam = self.families[int(rng.integers(len(self.families)))]
+            logits[fam] += rng.uniform(3.0, 9.0, fam.size).astype(np.float32)
+        if rng.random() < 0.4:
+            eog = rng.choice(self.eog, int(rng.integers(1, 3)))
+            logits[eog] += np.float32(rng.uniform(2.0, 12.0))
+        if rng.random() < 0.3:
+            logits[rng.choice(self.control, 3)] += np.float32(rng.uniform(3.0, 9.0))
+        return logits
+
+
+def infill_params(rng, n, *, top_k=None):
+    """A random chain with infill after top-k (llama.cpp's infill compares every pair of candidates, so the
+    oracle keeps the candidate count small; top-k above 256 runs bankml's sorted merge)."""
+    params = random_params(rng, n, dry=bool(rng.random() < 0.3), mirostat=False)
+    names = [x for x in params.samplers if x != "top_k"]
+    pos = int(rng.integers(0, len(names) + 1))
+    after = int(rng.integers(pos, len(names) + 1))
+    names = names[:pos] + ["top_k"] + names[pos:after] + ["infill"] + names[after:]
+    k = top_k if top_k is not None else int(rng.choice([1, 3, 12, 40, 100, 256, 257, 600]))
+    return params.replace(samplers=names, top_k=k)
+
+
+def run_infill_sets(vocab, oracle_vocab, seed_base, sets, draws):
+    n = len(vocab)
+    for set_index in range(sets):
+        rng = np.random.default_rng(seed_base + set_index)
+        # every third set above 256 candidates: bankml's sorted merge instead of the pair loop
+        params = infill_params(rng, n, top_k=int(rng.choice([257, 300, 400, 600])) if set_index % 3 == 2 else None)
+        logits_source = InfillLogits(rng, vocab)
+        sampler = Sampler(params, vocab)
+        oracle = OracleChain(params, n, vocab_handle=oracle_vocab.handle)
+        try:
+            for draw in range(draws):
+                logits = logits_source.draw(rng)
+                expected = oracle.sample(logits)
+                got = sampler.sample(logits)
+                assert got == expected, f"draw {draw}: bankml {got}, libllama {expected}, {params!r}"
+                ORACLE_STATS["sampler infill draws of an end-of-generation token"] += int(vocab.is_eog(got))
+                oracle.accept(expected)
+                sampler.accept(got)
+        finally:
+            oracle.close()
+        ORACLE_STATS["sampler draws compared"] += draws
+        ORACLE_STATS["sampler parameter sets compared"] += 1
+        ORACLE_STATS["sampler draws compared with infill"] += draws
+        ORACLE_STATS["sampler parameter sets with infill"] += 1
+        if params.top_k > 256:
+            ORACLE_STATS["sampler infill draws on more than 256 candidates"] += draws
+
+
+def test_infill_on_the_qwen2_vocabulary(qwen2):
+    vocab, oracle_vocab = qwen2
+    assert Sampler(infill_params(np.random.default_rng(0), len(vocab)), vocab).chain_names.count("infill") == 1
+    run_infill_sets(vocab, oracle_vocab, 5000, INFILL_SETS, 2 * FULL_DRAWS)
+
+
+def test_infill_on_the_llama3_vocabulary():
+    vocab, oracle_vocab = load_pair("llama3")
+    run_infill_sets(vocab, oracle_vocab, 5100, max(1, INFILL_SETS // 2), 2 * FULL_DRAWS)
+
+
+@pytest.mark.parametrize("case", ["greedy-first", "bans", "eog-only", "one-candidate"])
+def test_infill_edge_cases(qwen2, case):
+    vocab, oracle_vocab = qwen2
+    n = len(vocab)
+    rng = np.random.default_rng(zlib.crc32(case.encode()))
+    if case == "greedy-first":
+        # one live candidate among all 151,936 (llama.cpp's pair loop is then linear): bankml's sorted merge
+        params = SamplerParams(seed=3, temperature=0.0, samplers="temperature;infill;top_p", top_p=0.9)
+    elif case == "bans":
+        params = SamplerParams(seed=4, top_k=300, samplers="top_k;infill;min_p",
+                               logit_bias=[[t, False] for t in range(0, 2000, 7)])
+    elif case == "eog-only":
+        params = SamplerParams(seed=5, top_k=20, samplers="top_k;infill;temperature", temperature=1.3)
+    else:
+        params = SamplerParams(seed=6, top_k=1, samplers="top_k;infill")
+    source = InfillLogits(rng, vocab)
+    sampler = Sampler(params, vocab)
+    oracle = OracleChain(params, n, vocab_handle=oracle_vocab.handle)
+    try:
+        for draw in range(60):
+            logits = source.draw(rng)
+            if case == "eog-only" and draw % 2:
+                logits[source.eog] += 15.0
+            if case == "bans":
+                logits[:2000] += 3.0
+            expected = oracle.sample(logits)
+            got = sampler.sample(logits)
+            assert got == expected, f"{case} draw {draw}: bankml {got}, libllama {expected}"
+            oracle.accept(expected)
+            sampler.accept(got)
+    finally:
+        oracle.close()
+    ORACLE_STATS["sampler draws compared"] += 60
+    ORACLE_STATS["sampler draws compared with infill"] += 60
+    ORACLE_STATS["sampler parameter sets with infill"] += 1
+    ORACLE_STATS["sampler parameter sets compared"] += 1
+
+
+# --- the reasoning budget in the draw (common_sampler_sample applies it before the grammar and the chain) -------
+
+BUDGET_SETS = int(os.environ.get("BANKML_SAMPLER_BUDGET_SETS", "8"))
+BUDGET_STEPS = int(os.environ.get("BANKML_SAMPLER_BUDGET_STEPS", "60"))
+
+
+@pytest.fixture(scope="module")
+def budget_oracle(qwen2):
+    from .oracle.build_converter import OracleUnavailable
+    from .oracle.build_reasoning_budget import OracleReasoningBudget
+    try:
+        oracle = OracleReasoningBudget(vocab_path("qwen2"))
+    except OracleUnavailable as e:  # pragma: no cover - the oracle extra is missing
+        pytest.skip(str(e))
+    vocab, _ = qwen2
+    tokenize = llama_cpp_tokenizer(vocab_path("qwen2"))
+    tags = {
+        "start": tokenize(b"<think>", False, True),
+        "end": tokenize(b"</think>", False, True),
+        "message": tokenize(b"\nOkay, I have thought enough.\n", False, True),
+        "text": [t for t in set(tokenize("Let me think: 2 + 2 = 4, so the answer is four. 你好 — ok.\n".encode(),
+                                         False, True))],
+    }
+    yield tags, oracle
+    oracle.close()
+
+
+@pytest.mark.parametrize("set_index", range(BUDGET_SETS))
+def test_reasoning_budget_draws_match_libllama(qwen2, budget_oracle, set_index):
+    """A Sampler with a ReasoningBudget against libllama's chain with the pinned common_reasoning_budget sampler
+    applied first (the forced token alone above -inf), accepting every drawn token into both: the same draws."""
+    from bankml._sampler import ReasoningBudget
+    vocab, oracle_vocab = qwen2
+    tags, oracle_budget = budget_oracle
+    n = len(vocab)
+    rng = np.random.default_rng(6000 + set_index)
+    params = random_params(rng, n, dry=set_index % 2 == 0)
+    budget_tokens = int(rng.choice([0, 1, 4, 12, 30, 2**31 - 1]))
+    forced = (tags["message"] if rng.random() < 0.7 else []) + list(tags["end"])
+    state = oracle_budget.init(budget_tokens, "idle", [tags["start"]], [tags["end"]], forced)
+    budget = ReasoningBudget(vocab, [tags["start"]], [tags["end"]], forced, budget_tokens)
+    sampler = Sampler(params, vocab, reasoning_budget=budget)
+    oracle = OracleChain(params, n, vocab_handle=oracle_vocab.handle)
+    # the generation prompt opens the block: prefill reaches the budget (and the grammar), not the histories
+    sampler.prefill(tags["start"])
+    for token in tags["start"]:
+        state = oracle_budget.accept(token)
+    assert (budget.state, budget.forced_token, budget.end_match) == state
+    text = np.array(tags["text"])
+    script = []
+    pool = LogitsPool(rng, n, "plain")
+    forced_draws = 0
+    try:
+        for step in range(BUDGET_STEPS):
+            if not script and rng.random() < 0.08:
+                # the model closes the block itself, or opens a new one
+                script = list(tags["end"] if rng.random() < 0.5 else tags["start"])
+            logits = pool.draw(rng)
+            logits[text] += np.float32(rng.uniform(4.0, 12.0))
+            if script:
+                logits[script.pop(0)] += 40.0
+            oracle_logits = logits
+            if state[1] is not None:
+                oracle_logits = np.full(n, -np.inf, dtype=np.float32)
+                oracle_logits[state[1]] = logits[state[1]]
+                forced_draws += 1
+            expected = oracle.sample(oracle_logits)
+            got = sampler.sample(logits)
+            assert got == expected, f"step {step}: bankml {got}, libllama {expected}, {params!r}, {state}"
+            oracle.accept(expected)
+            state = oracle_budget.accept(expected)
+            sampler.accept(got)
+            assert (budget.state, budget.forced_token, budget.end_match) == state, f"step {step}"
+            ORACLE_STATS[f"sampler reasoning-budget draws in state {state[0]}"] += 1
+    finally:
+        oracle.close()
+    ORACLE_STATS["sampler draws compared"] += BUDGET_STEPS
+    ORACLE_STATS["sampler draws compared on 151,936 logits"] += BUDGET_STEPS
+    ORACLE_STATS["sampler draws compared with the reasoning budget"] += BUDGET_STEPS
+    ORACLE_STATS["sampler reasoning-budget draws forced"] += forced_draws
+    ORACLE_STATS["sampler parameter sets with the reasoning budget"] += 1
+    ORACLE_STATS["sampler parameter sets compared"] += 1
+    if params.dry_multiplier != 0:
+        ORACLE_STATS["sampler draws compared with DRY"] += BUDGET_STEPS
