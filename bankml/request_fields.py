@@ -132,6 +132,8 @@ CHAT.update({
                          lambda v: v is not None and list(v) != ["text"]),
     "audio": Refuse("audio answers are not supported by bankml: 'audio' must be absent"),
     "prediction": ACCEPTED,   # a latency hint: OpenAI's answer does not depend on it
+    "prompt_cache_options": ACCEPTED, "prompt_cache_retention": ACCEPTED,
+    "moderation": Refuse("moderation is not performed by bankml: 'moderation' must be absent"),
     "verbosity": Refuse("'verbosity' is not supported by bankml (it would change the answer)"),
     "web_search_options": Refuse("web search is not supported by bankml: 'web_search_options' must be absent"),
 })
@@ -147,6 +149,9 @@ OLLAMA_CHAT = {
     "model": ACCEPTED, "messages": HONOURED, "format": HONOURED, "options": HONOURED, "stream": HONOURED,
     "think": HONOURED, "keep_alive": ACCEPTED,
     "tools": TOOLS,
+    "logprobs": LOGPROBS,
+    "top_logprobs": Refuse("log-probabilities are not returned by bankml yet: 'top_logprobs' must be absent",
+                           _truthy),
 }
 OLLAMA_GENERATE = {
     "model": ACCEPTED, "prompt": HONOURED, "system": HONOURED, "raw": HONOURED, "format": HONOURED,
@@ -156,6 +161,12 @@ OLLAMA_GENERATE = {
     "template": Refuse("a request's own 'template' is not supported by bankml (give --chat-template-file)",
                        _nonempty),
     "context": Refuse("'context' (the tokens of an earlier answer) is not supported by bankml", _nonempty),
+    "logprobs": LOGPROBS,
+    "top_logprobs": Refuse("log-probabilities are not returned by bankml yet: 'top_logprobs' must be absent",
+                           _truthy),
+    "width": Refuse("image generation is not supported by bankml: 'width'"),
+    "height": Refuse("image generation is not supported by bankml: 'height'"),
+    "steps": Refuse("image generation is not supported by bankml: 'steps'"),
 }
 
 # Ollama's api.Options: the sampling options bankml honours (runtime._OLLAMA_OPTIONS), those with no bearing on
@@ -168,6 +179,7 @@ OLLAMA_OPTIONS = {
     "num_gpu": ACCEPTED, "main_gpu": ACCEPTED, "use_mmap": ACCEPTED, "use_mlock": ACCEPTED, "numa": ACCEPTED,
     "num_thread": ACCEPTED, "low_vram": ACCEPTED, "vocab_only": ACCEPTED, "f16_kv": ACCEPTED,
     "logits_all": ACCEPTED,
+    "embedding_only": Refuse("option 'embedding_only' is not supported by bankml", _truthy),
     "num_keep": Refuse("context shifting is not supported by bankml: option 'num_keep'"),
     "num_ctx": Refuse("the context size is the server's (-c): option 'num_ctx'"),
     "num_batch": Refuse("the batch size is the server's (-b): option 'num_batch'"),

@@ -769,6 +769,8 @@ def _ollama_messages(messages):
             raise RequestError(f"messages[{i}]: images are not supported by bankml: 'images' must be empty")
         if m.get("tool_calls"):
             raise RequestError(f"messages[{i}]: tool calls are not supported by bankml yet: 'tool_calls'")
+        if m.get("tool_name"):
+            raise RequestError(f"messages[{i}]: tool results are not supported by bankml yet: 'tool_name'")
         msg = {"role": m["role"], "content": m.get("content") if m.get("content") is not None else ""}
         if isinstance(m.get("thinking"), str) and m["thinking"]:
             msg["reasoning_content"] = m["thinking"]
