@@ -141,6 +141,10 @@ CHAT.update({
 COMPLETIONS = dict(_COMMON)
 COMPLETIONS.update({
     "prompt": HONOURED,
+    # chat-only native fields: a raw completion has no chat parser (its text is the raw text), no messages,
+    # and no reasoning budget without the (refused) budget tags
+    "reasoning_format": ACCEPTED, "continue_final_message": ACCEPTED, "reasoning_budget_tokens": ACCEPTED,
+    "reasoning_budget_message": ACCEPTED,
     "best_of": Refuse("Unsupported param: best_of", lambda v: True),
     "suffix": Refuse("Unsupported param: suffix", lambda v: True),
 })

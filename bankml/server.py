@@ -747,14 +747,15 @@ def chat_request_options(body):
 
 
 def _ollama_think(think, chat):
-    """Ollama's ``think``: true/false turn the template's thinking on/off; a level ("high", "medium", "low")
-    turns it on with that reasoning effort; absent, the server's default."""
+    """Ollama's ``think``, as a client of llama-server asks for it: true/false set the template kwarg
+    ``enable_thinking`` (which also turns the chat layer's thinking on or off); a level ("high", "medium",
+    "low") turns it on with that ``reasoning_effort``; absent, the server's default."""
     if think is None:
         return {}
     if isinstance(think, bool):
-        return {"thinking": think}
+        return {"chat_template_kwargs": {"enable_thinking": think}}
     if isinstance(think, str) and think in ("high", "medium", "low"):
-        return {"thinking": True, "reasoning_effort": think}
+        return {"chat_template_kwargs": {"enable_thinking": True}, "reasoning_effort": think}
     raise RequestError(f"invalid think value: {json.dumps(think)} (must be \"high\", \"medium\", \"low\", "
                        "true, or false)")
 

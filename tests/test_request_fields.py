@@ -29,6 +29,7 @@ def _llama_server_fields():
     schema = _server_source("server-schema.cpp")
     native = set(re.findall(r'new field_[a-z_]+\("([a-z_.]+)"', schema)) | set(re.findall(r'add_alias\("([a-z_]+)"\)',
                                                                                           schema))
+    native.discard("include_usage")   # the field of stream_options (field_nested), not of the body
     common = _server_source("server-common.cpp")
     start = common.index("json oaicompat_chat_params_parse(")
     chat = common[start:common.index("json format_embeddings_response_oaicompat", start)]
@@ -190,7 +191,10 @@ def _accepted_value(name):
             "prompt_cache_options": {}, "prompt_cache_retention": "in_memory", "parallel_tool_calls": True,
             "keep_alive": "5m", "n": 1, "logprobs": False, "tools": [], "num_gpu": 0, "main_gpu": 0,
             "use_mmap": True, "use_mlock": False, "numa": False, "num_thread": 2, "low_vram": False,
-            "vocab_only": False, "f16_kv": True, "logits_all": False}.get(name)
+            "vocab_only": False, "f16_kv": True, "logits_all": False,
+            # /v1/completions: chat-only fields
+            "reasoning_format": "none", "continue_final_message": True, "reasoning_budget_tokens": 2,
+            "reasoning_budget_message": "x"}.get(name)
 
 
 ACCEPTED = [(endpoint, name) for endpoint, table in rf.FIELDS.items() for name, rule in table.items()
@@ -238,8 +242,11 @@ def test_chat_fields_are_honoured(qwen35):
     off = qwen35.chat(msgs)
     on = qwen35.chat(msgs, chat_template_kwargs={"enable_thinking": True})
     assert not off.prompt.endswith("<think>\n") and on.prompt.endswith("<think>\n")
-    assert qwen35.chat(msgs, chat_template_kwargs={"enable_thinking": True}, reasoning_effort="none").prompt == \
-        off.prompt
+    # reasoning_effort (oaicompat_chat_params_parse): "none" turns thinking off, a level becomes the kwarg; the
+    # request's kwargs still reach the template (they override its enable_thinking variable, as in llama.cpp)
+    assert qwen35.chat_options({"enable_thinking": True}, None, "none")[:2] == (False, {"enable_thinking": "true"})
+    assert qwen35.chat_options(None, None, "high")[1] == {"enable_thinking": "false", "reasoning_effort": '"high"'}
+    assert qwen35.chat(msgs, reasoning_effort="none").prompt == off.prompt
     # the reasoning budget: llama-server's reasoning_budget_tokens / thinking_budget_tokens
     assert on.reasoning_budget is None
     budget = qwen35.chat(msgs, chat_template_kwargs={"enable_thinking": True}, reasoning_budget=4,
