@@ -175,3 +175,53 @@ def test_same_http_answer_as_llama_server(models, name, request):
         for key in ("completion_tokens", "prompt_tokens", "total_tokens"):
             assert body["usage"][key] == want["usage"][key]
     ORACLE_STATS["llama-server HTTP answers identical with other templates (bankml serve)"] += 1
+
+
+def test_bankml_serve_process_with_chat_template_file():
+    """``bankml serve --chat-template-file FILE --reasoning off`` (a real process, llama-server's flags): a
+    recorded Qwen3.5 request with thinking on and a reasoning budget gets llama-server's answer over HTTP."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+    name = QWEN35_BUDGET
+    record = next(r for r in RECORDS if r["name"] == name)
+    if not RECORDINGS_HOLD:
+        pytest.skip("the recordings are another machine's kernels (the tests above answer live)")
+    s = RECORDING["llama_cpp_python_settings"]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    bad = subprocess.run([sys.executable, "-m", "bankml", "serve", "--chat-template-file", "/nonexistent.jinja"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "/nonexistent.jinja" in bad.stderr
+    cmd = [sys.executable, "-m", "bankml", "serve", "--host", "127.0.0.1", "--port", str(port), "--parallel", "1",
+           "-t", str(s["n_threads"]), "-tb", str(s["n_threads_batch"]), "-c", str(s["n_ctx"]),
+           "-b", str(s["n_batch"]), "-ub", str(s["n_ubatch"]), "--reasoning", "off",
+           "--chat-template-file", str(template_text(record["template"])[1])]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, proc.stdout.read()
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+        req = {k: v for k, v in record["request"].items() if k not in ("verbose", "cache_prompt")}
+        body = httpx.post(base + "/v1/chat/completions", json=req, timeout=600).json()
+        assert body["tokens"] == record["token_ids"]
+        assert body["choices"][0]["message"] == record["response"]["choices"][0]["message"]
+        assert body["choices"][0]["message"]["reasoning_content"]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+QWEN35_BUDGET = "Qwen3.5-4B.jinja/think/json_object/budget12/greedy"
