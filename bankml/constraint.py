@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .errors import SchemaError
-from .schema import SchemaDocument, build_grammar, json_schema_to_grammar, load_schema
+from .schema import json_schema_to_grammar, load_schema
 
 __all__ = ["Constraint", "RequestError", "chat_grammar", "chat_template", "from_ollama", "from_ollama_text",
            "from_openai", "from_openai_text", "generation_prompt", "json_object_grammar"]

@@ -17,7 +17,6 @@ llama.cpp is under the MIT License, Copyright (c) 2023-2026 The ggml authors (fu
 tests/data/LICENSE-llama.cpp.txt); the recorded answers and the templates' names are llama.cpp's.
 """
 import copy
-import json
 import subprocess
 import sys
 import time
