@@ -156,6 +156,39 @@ def _sampling_args(p):
     p.add_argument("--frequency-penalty", type=float, default=0.0)
 
 
+def _chat_args(p):
+    """llama-server's chat options (common/arg.cpp)."""
+    p.add_argument("--chat-template-file", help="a Jinja chat template replacing the model's (llama-server's flag)")
+    p.add_argument("-rea", "--reasoning", default="auto", choices=["on", "off", "auto"],
+                   help="thinking in the chat: on, off, or auto (the template decides; llama-server's default)")
+    p.add_argument("--reasoning-format", default="deepseek", choices=["none", "deepseek", "auto"],
+                   help="deepseek (default): the reasoning goes to reasoning_content; none: it stays in the content")
+    p.add_argument("--reasoning-budget", type=int, default=-1,
+                   help="token budget for thinking: -1 unlimited, 0 immediate end, N > 0 a budget (default -1)")
+    p.add_argument("--reasoning-budget-message", default="",
+                   help="text forced before the end-of-thinking tag when the budget runs out")
+    p.add_argument("--chat-template-kwargs", default=None,
+                   help="a JSON object of extra template variables, e.g. '{\"enable_thinking\": false}'")
+
+
+def chat_model_options(args):
+    """Model(...) keyword arguments from the chat options (a ValueError for a bad --chat-template-kwargs)."""
+    import json
+    kwargs = None
+    if getattr(args, "chat_template_kwargs", None):
+        try:
+            kwargs = json.loads(args.chat_template_kwargs)
+        except ValueError as err:
+            raise ValueError(f"--chat-template-kwargs is not JSON: {err}") from None
+        if not isinstance(kwargs, dict):
+            raise ValueError("--chat-template-kwargs must be a JSON object")
+    if args.reasoning_budget < -1:
+        raise ValueError("--reasoning-budget: invalid value (-1 or more)")
+    return {"chat_template_file": args.chat_template_file, "reasoning": args.reasoning,
+            "reasoning_format": args.reasoning_format, "reasoning_budget": args.reasoning_budget,
+            "reasoning_budget_message": args.reasoning_budget_message, "chat_template_kwargs": kwargs}
+
+
 def cmd_generate(args):
     from .constraint import Constraint, RequestError
     from .errors import GrammarError, SchemaError
@@ -174,6 +207,7 @@ def cmd_generate(args):
             constraint = Constraint("json_object", {"type": "object"}, None, True, "json")
         else:
             constraint = Constraint()
+        options = chat_model_options(args)
         params = SamplerParams(seed=args.seed, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                min_p=args.min_p, typical_p=args.typical_p, repeat_penalty=args.repeat_penalty,
                                repeat_last_n=args.repeat_last_n, presence_penalty=args.presence_penalty,
@@ -184,7 +218,7 @@ def cmd_generate(args):
     try:
         model = Model(args.model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
                       n_threads=args.threads, n_threads_batch=args.threads_batch, no_repack=args.no_repack,
-                      chat_template_file=args.chat_template_file)
+                      **options)
     except (ModelError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -259,12 +293,13 @@ def build_parser():
     generate.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     generate.add_argument("--stream", action="store_true", help="print the answer as it grows")
     generate.add_argument("--raw", action="store_true", help="no chat template: the prompt as it is (/v1/completions)")
-    generate.add_argument("--chat-template-file", help="a Jinja chat template replacing the model's (llama-server's flag)")
     _generation_args(generate)
+    _chat_args(generate)
     _sampling_args(generate)
     generate.set_defaults(run=cmd_generate)
     serve = sub.add_parser("serve", help="an OpenAI- and Ollama-compatible HTTP server")
     _generation_args(serve)
+    _chat_args(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--parallel", "-np", type=int, default=2, help="generations served at once (one context each)")

@@ -11,18 +11,19 @@ resolves it, and the grammar llama-server then samples with.
 * ``from_ollama(format)`` / ``from_ollama_text(req, body)``: Ollama's ``format`` (``"json"``, ``{}`` or a
   schema). The pinned llama-server has no Ollama endpoint; the refusal follows Ollama's own wording.
 * ``chat_grammar(schema, template)`` / ``json_object_grammar(template)``: the grammar and generation prompt
-  of llama.cpp's chat auto-parser (``common/chat-auto-parser-generator.cpp``: the ``response-format`` rule,
-  the fence alternative, the generation prompt as the root's first literal, the reasoning block) for the
-  templates bankml knows: ``"chatml"`` (SmolLM2's) and ``"qwen3"`` (``Qwen-Qwen3-0.6B.jinja``).
+  llama-server builds for a response format with a chat template, as ``bankml.chat`` derives them from the
+  template (``common_chat_templates_apply``): ``template`` is a ``bankml.chat.ChatTemplate``, a template's
+  Jinja text, or a name of ``bankml.templates`` (``"chatml"``: llama.cpp's ChatML, SmolLM2's; ``"qwen3"``:
+  ``Qwen-Qwen3-0.6B.jinja``).
 """
 import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from .errors import SchemaError
-from .schema import SchemaDocument, build_grammar, json_schema_to_grammar, load_schema
+from .schema import json_schema_to_grammar, load_schema
 
-__all__ = ["Constraint", "RequestError", "TEMPLATES", "chat_grammar", "from_ollama", "from_ollama_text",
+__all__ = ["Constraint", "RequestError", "chat_grammar", "chat_template", "from_ollama", "from_ollama_text",
            "from_openai", "from_openai_text", "generation_prompt", "json_object_grammar"]
 
 
@@ -62,7 +63,7 @@ class Constraint:
     def to_grammar(self, template=None, thinking=False):
         """``(grammar, generation_prompt)`` llama-server samples with: ``grammar`` is None when unconstrained.
 
-        With a ``template`` ("chatml" or "qwen3"), a JSON constraint gets the chat grammar (``chat_grammar``)
+        With a ``template`` (see ``chat_template``), a JSON constraint gets the chat grammar (``chat_grammar``)
         and ``generation_prompt`` is that template's; without one, the schema's bare grammar (what
         ``/completion`` uses) and ``generation_prompt`` None.
         """
@@ -302,35 +303,53 @@ def from_ollama_text(req, body):
 # chat templates: the generation prompt and llama.cpp's auto-parser grammar for a response format
 
 
-@dataclass(frozen=True)
-class _Template:
-    name: str
-    assistant_start: str            # the generation prompt up to the reasoning block
-    reasoning_start: str = ""       # autoparser.reasoning.start / .end ("" = no reasoning block)
-    reasoning_end: str = ""
-    empty_reasoning: str = ""       # what the template appends with thinking off
-    until_rule: str = ""            # name llama.cpp gives the until("</think>") rule (its parser id)
+_TEMPLATES = {}
 
 
-TEMPLATES = {
-    "chatml": _Template("chatml", "<|im_start|>assistant\n"),
-    "qwen3": _Template("qwen3", "<|im_start|>assistant\n", "<think>\n", "\n</think>\n\n",
-                       "<think>\n\n</think>\n\n", "until-13"),
-}
+def chat_template(template):
+    """The ``bankml.chat.ChatTemplate`` for ``template``: a ChatTemplate as it is, a name of ``bankml.templates``
+    (``"chatml"``, ``"qwen3"``), or a template's Jinja text (parsed once per text). ValueError for an unknown
+    name."""
+    from .chat import ChatTemplate
+    if isinstance(template, ChatTemplate):
+        return template
+    if not isinstance(template, str):
+        raise ValueError(f"a chat template is a bankml.chat.ChatTemplate, a template text or a name, not "
+                         f"{type(template).__name__}")
+    tmpl = _TEMPLATES.get(template)
+    if tmpl is None:
+        from . import templates
+        if template == "chatml":
+            tmpl = ChatTemplate("chatml")
+        elif template == "qwen3":
+            tmpl = ChatTemplate(templates.QWEN3)
+        elif "{{" in template or "{%" in template:
+            tmpl = ChatTemplate(template)
+        else:
+            raise ValueError(f"unknown template {template!r}: bankml knows chatml, qwen3 (or give the template's "
+                             "text, or a bankml.chat.ChatTemplate)")
+        if len(_TEMPLATES) >= 32:
+            _TEMPLATES.pop(next(iter(_TEMPLATES)))
+        _TEMPLATES[template] = tmpl
+    return tmpl
 
 
-def _template(template):
+_PROBE = [{"role": "user", "content": "x"}]
+
+
+def _apply(template, schema, thinking):
+    from .chat import ChatRequestError
     try:
-        return TEMPLATES[template]
-    except KeyError:
-        raise ValueError(f"unknown template {template!r}: bankml knows {', '.join(sorted(TEMPLATES))}") from None
+        return chat_template(template).apply(_PROBE, json_schema=schema, enable_thinking=bool(thinking))
+    except ChatRequestError as e:
+        raise RequestError(str(e)) from None
 
 
 def generation_prompt(template, thinking=False):
-    """The generation prompt llama-server appends (and feeds the grammar first): ``"<|im_start|>assistant\\n"``
-    for chatml; for qwen3 with thinking off, followed by the empty ``<think>`` block."""
-    t = _template(template)
-    return t.assistant_start + ("" if thinking else t.empty_reasoning)
+    """The generation prompt llama-server appends after the messages (and feeds the grammar first), as the chat
+    layer derives it from the template: ``"<|im_start|>assistant\n"`` for chatml; for qwen3 with thinking off,
+    followed by the empty ``<think>`` block the template writes."""
+    return _apply(template, None, thinking).generation_prompt
 
 
 _JSON_RULES = (
@@ -421,45 +440,21 @@ def _optspace(tag):
 
 def chat_grammar(schema, template, thinking=False):
     """``(grammar, generation_prompt)`` llama-server builds for a ``response_format`` schema (a JSON object)
-    with ``template``: the schema's rules under ``response-format-schema``, ``response-format``, the
-    JSON rules of the parser, and ``root``: the generation prompt (up to the reasoning block), the optional
-    reasoning block (qwen3), then the value inside a ```` ```json ```` fence or bare, with whitespace around.
+    with ``template`` (see ``chat_template``), from ``bankml.chat``: for the auto-parser's templates the schema's
+    rules under ``response-format-schema``, ``response-format``, the JSON rules of the parser, and ``root``: the
+    generation prompt (up to the reasoning block), the optional reasoning block, then the value inside a
+    ```` ```json ```` fence or bare, with whitespace around.
 
     Raises SchemaError for a schema llama.cpp refuses, with llama-server's message (the auto-parser's
     ``Unable to generate parser for this template. Automatic parser generation failed: `` before the
-    converter's)."""
-    from .schema import gbnf_format_literal
-    t = _template(template)
+    converter's); ValueError for a template whose chat grammar bankml does not build yet."""
     if not isinstance(schema, dict) or not schema:
         raise ValueError("chat_grammar needs a non-empty JSON schema object (llama-server sends {} as "
                          "{\"type\": \"object\"} and builds no chat grammar for other values)")
-    prefix = "Unable to generate parser for this template. Automatic parser generation failed: "
-    try:
-        node = SchemaDocument(schema).root
-
-        def callback(builder):
-            for name, rule in _JSON_RULES:
-                builder.add_rule(name, rule)
-            schema_rule = builder.add_schema("response-format-schema", node)
-            builder.add_rule("response-format", schema_rule)
-            parts = [gbnf_format_literal(t.assistant_start), "space"]
-            if t.reasoning_start and t.reasoning_end:
-                until = _excluding_rules(builder, t.until_rule, t.reasoning_end.strip())
-                inner = _optspace(t.reasoning_start) + [until] + _optspace(t.reasoning_end)
-                parts.append("(" + " ".join(inner) + ")?")
-            parts.append("space")
-            parts.append('("```json" space response-format space "```" | space response-format space)')
-            builder.add_rule("root", " ".join(parts))
-        grammar = build_grammar(callback)
-    except SchemaError as e:
-        message = str(e)
-        # llama.cpp's chat path reads the schema and converts it without json_schema_to_grammar()'s wrapper:
-        # the reader's and the integer-range errors come without its "JSON schema conversion failed:" line
-        head = "JSON schema conversion failed:\n"
-        if message.startswith(head) and message[len(head):].startswith(_UNWRAPPED):
-            message = message[len(head):]
-        raise SchemaError(prefix + message, e.pointer) from None
-    return grammar, generation_prompt(template, thinking)
+    out = _apply(template, schema, thinking)
+    if out.grammar is None:
+        raise ValueError(f"bankml does not build the chat grammar of this template's handler ({out.handler}) yet")
+    return out.grammar, out.generation_prompt
 
 
 _UNWRAPPED = ("JSON schema error at ", "At least one of min_value or max_value must be set")

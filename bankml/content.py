@@ -4,10 +4,12 @@ The content rule: what llama-server returns as a message's ``content`` for a mod
 
 llama-server parses the generation prompt followed by the raw answer with the chat parser the template's
 auto-parser built (``common/chat-auto-parser-generator.cpp``, run by ``common_chat_peg_parse`` in
-``common/chat.cpp``, always in lenient mode, on ``common/peg-parser.cpp``'s engine):
+``common/chat.cpp``, always in lenient mode, on ``common/peg-parser.cpp``'s engine). The parser is the one
+``bankml.chat`` derives from the template (``template``: a ``bankml.chat.ChatTemplate``, a template text or a
+name of ``bankml.templates``, see ``bankml.constraint.chat_template``); for the auto-parser's templates:
 
 * JSON mode (``response_format`` / a schema object): the generation prompt (up to the reasoning block),
-  whitespace, the optional ``<think>...</think>`` block (qwen3), whitespace, then either ```` ```json ````,
+  whitespace, the optional reasoning block (``<think>...</think>`` for qwen3), whitespace, then either ```` ```json ````,
   whitespace, the value, whitespace, ```` ``` ```` or whitespace, the value, whitespace; then the end. The
   content is the text of the JSON value (``p.json()``): any JSON value, whatever the schema. An answer cut
   short leaves an open value (``{"a": "F``); an escape cut mid-way (``\\``, ``\\u12``) is not content yet;
@@ -21,7 +23,7 @@ sends only the growth of the parsed content (``task_result_state::update_chat_ms
 refuses raises ContentError with llama-server's message.
 """
 from . import _peg
-from .constraint import Constraint, _template, generation_prompt
+from .constraint import Constraint, chat_template
 
 __all__ = ["ContentError", "ContentStream", "content", "json_content", "json_message", "parse_message"]
 
@@ -33,51 +35,37 @@ class ContentError(ValueError):
     peg-native format`` (a full parse), or ``Invalid diff: ...`` (a stream whose content shrank)."""
 
 
-def _optspace(tag):
-    core = tag.strip()
-    lead = tag[:len(tag) - len(tag.lstrip())]
-    trail = tag[len(tag.rstrip()):]
-    return ([_peg.optional(_peg.Lit(c)) for c in lead] + [_peg.Lit(core)]
-            + [_peg.optional(_peg.Lit(c)) for c in trail])
-
-
 _PARSERS = {}
 
 
-def _parser(template, json_mode):
-    key = (template, json_mode)
-    parser = _PARSERS.get(key)
-    if parser is not None:
-        return parser
-    t = _template(template)
-    prefix = _peg.Lit(t.assistant_start)
-    if t.reasoning_start:
-        reasoning = _peg.optional(_peg.Seq(*_optspace(t.reasoning_start),
-                                           _peg.Tag("reasoning", _peg.Until(t.reasoning_end.strip())),
-                                           *_optspace(t.reasoning_end)))
-    else:
-        reasoning = _peg.Eps()
-    if json_mode:
-        value = _peg.Tag("content", _peg.json_value_parser())
-        body = _peg.Seq(reasoning, _peg.Space(), _peg.Choice(
-            _peg.Seq(_peg.Lit("```json"), _peg.Space(), value, _peg.Space(), _peg.Lit("```")),
-            _peg.Seq(_peg.Space(), value, _peg.Space())), _peg.End())
-        parser = _peg.Seq(prefix, _peg.Space(), body)
-    else:
-        body = _peg.Seq(reasoning, _peg.Tag("content", _peg.Until()), _peg.End())
-        # llama.cpp joins prefix and parser with "<<" (whitespace between) unless the template has no
-        # reasoning block ("pure content")
-        parser = _peg.Seq(prefix, _peg.Space(), body) if t.reasoning_start else _peg.Seq(prefix, body)
-    _PARSERS[key] = parser
-    return parser
+def _parser(template, json_mode, thinking):
+    """The chat layer's parser for the template (JSON mode: a response format; thinking on or off)."""
+    tmpl = chat_template(template)
+    key = (id(tmpl), bool(json_mode), bool(thinking))
+    hit = _PARSERS.get(key)
+    if hit is not None and hit[0] is tmpl:
+        return hit[1]
+    out = tmpl.apply([{"role": "user", "content": "x"}], json_schema={"type": "object"} if json_mode else None,
+                     enable_thinking=bool(thinking))
+    if out.parser is None:
+        raise ValueError(f"bankml does not parse the answers of this template's handler ({out.handler}) yet")
+    if len(_PARSERS) >= 64:
+        _PARSERS.pop(next(iter(_PARSERS)))
+    _PARSERS[key] = (tmpl, out.parser)
+    return out.parser
+
+
+def generation_prompt(template, thinking=False, json_mode=True):
+    """What the parser starts with (the template's generation prompt)."""
+    return _parser(template, json_mode, thinking).generation_prompt
 
 
 def _as_bytes(raw):
     return raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
 
 
-def _peg_parse(data, json_mode, template):
-    return _parser(template, json_mode).parse(data, 0)
+def _peg_parse(data, json_mode, template, thinking=False):
+    return _parser(template, json_mode, thinking)._root.parse(data, 0)
 
 
 def _message(data, result):
@@ -105,8 +93,8 @@ def parse_message(raw, json_mode=True, template="chatml", thinking=False, partia
     whitespace-only reasoning is dropped). ``partial`` (a stream in progress): an answer the parser refuses
     gives ``("", "")`` when something was parsed, as llama-server's partial parse does; a full parse raises
     ContentError."""
-    data = _as_bytes(generation_prompt(template, thinking)) + _as_bytes(raw)
-    result = _peg_parse(data, json_mode, template)
+    data = _as_bytes(generation_prompt(template, thinking, json_mode)) + _as_bytes(raw)
+    result = _peg_parse(data, json_mode, template, thinking)
     if result.type == _peg.FAIL:
         if partial and result.end > 0:
             return "", ""
@@ -166,8 +154,9 @@ class ContentStream:
         self.template = template
         self.thinking = thinking
         self.incremental = incremental
-        self._prompt_len = len(_as_bytes(generation_prompt(template, thinking)))
-        self._data = bytearray(_as_bytes(generation_prompt(template, thinking)))
+        prompt = _as_bytes(generation_prompt(template, thinking, self.json_mode))
+        self._prompt_len = len(prompt)
+        self._data = bytearray(prompt)
         self._scanner = None
         self._value_start = None
         self._sent = []     # the deltas sent (joined on demand: .content)
@@ -192,7 +181,7 @@ class ContentStream:
                     raise _refused()
                 return end  # the content is data[value_start:end]: it only grows, and on UTF-8 boundaries
         frozen = bytes(data)
-        result = _peg_parse(frozen, self.json_mode, self.template)
+        result = _peg_parse(frozen, self.json_mode, self.template, self.thinking)
         if result.type == _peg.FAIL:
             if partial and result.end > 0:
                 return None

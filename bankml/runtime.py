@@ -17,6 +17,7 @@ cache (llama-server's ``cache_prompt: false``). See docs/modules/runtime.md.
 """
 import ctypes
 import importlib.util
+import json
 import os
 import queue
 import threading
@@ -29,8 +30,7 @@ import numpy as np
 
 from ._grammar import Grammar, Rules
 from ._sampler import Sampler, SamplerParams
-from .constraint import Constraint, RequestError, generation_prompt
-from .content import ContentStream, json_message
+from .constraint import Constraint, RequestError
 from .cpu import default_threads, prepare_model_loading
 from .vocab import Vocab
 
@@ -193,15 +193,6 @@ def _logit_bias(bias):
 # -- chat templates
 
 
-def template_kind(chat_template):
-    """The chat template family bankml models for JSON mode: "qwen3", "chatml" or None."""
-    if not chat_template:
-        return None
-    if "<|im_start|>" in chat_template:
-        return "qwen3" if "<think>" in chat_template else "chatml"
-    return None
-
-
 def _message_text(content):
     # OpenAI content parts: the text parts joined (llama-server concatenates them)
     if content is None:
@@ -229,6 +220,34 @@ def check_messages(messages):
     return out
 
 
+def _reasoning_format(name):
+    """common_reasoning_format_from_name; bankml models ``none`` and ``deepseek`` (``auto`` parses as deepseek)."""
+    if not isinstance(name, str):
+        raise RequestError("Field 'reasoning_format': [json.exception.type_error.302] type must be string, but is "
+                           f"{_json_type_name(name)}")
+    if name in ("deepseek", "auto"):
+        return "deepseek"
+    if name == "none":
+        return "none"
+    if name == "deepseek-legacy":
+        raise RequestError("reasoning_format 'deepseek-legacy' is not supported by bankml yet")
+    raise RequestError("Unknown reasoning format: " + name)
+
+
+def _json_type_name(value):
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    return "null"
+
+
 # -- results
 
 
@@ -247,10 +266,14 @@ class Result:
 
 @dataclass
 class Event:
-    """One step of a streamed generation: the token, the text it releases and the content delta."""
+    """One step of a streamed generation: the token, the text it releases and the content delta; ``diffs``
+    the message deltas llama-server streams for it (``[(reasoning_delta, content_delta)]``, one field each,
+    common_chat_msg_diff), and ``reasoning`` the reasoning delta."""
     token: int
     text: str
     content: str
+    diffs: list = field(default_factory=list)
+    reasoning: str = ""
 
 
 # -- the model
@@ -339,7 +362,8 @@ class Model:
 
     def __init__(self, path=None, *, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=None,
                  n_threads_batch=None, n_parallel=1, flash_attn=False, grammar_cache=64, verbose=False,
-                 no_repack=False, chat_template_file=None):
+                 no_repack=False, chat_template_file=None, reasoning="auto", reasoning_format="deepseek",
+                 reasoning_budget=-1, reasoning_budget_message="", chat_template_kwargs=None):
         L = self._L = _llama()
         self.path = os.fspath(path) if path is not None else default_model_path()
         if not os.path.isfile(self.path):
@@ -372,14 +396,28 @@ class Model:
             with open(chat_template_file, encoding="utf-8") as handle:
                 self.chat_template = handle.read()
         self._chat_layer = None
-        self.template = template_kind(self.chat_template)
+        self._supports_thinking = None
+        # llama-server's --reasoning on|off|auto: on/off also set the template kwarg enable_thinking
+        # (common/arg.cpp); --reasoning-format, --reasoning-budget(-message), --chat-template-kwargs
+        if reasoning not in ("on", "off", "auto"):
+            raise ValueError(f"error: unknown value for --reasoning: '{reasoning}'")
+        self.reasoning = reasoning
+        self.reasoning_format = _reasoning_format(reasoning_format)
+        if isinstance(reasoning_budget, bool) or not isinstance(reasoning_budget, int) or reasoning_budget < -1:
+            raise ValueError("invalid value for --reasoning-budget: expected -1 or more")
+        self.reasoning_budget = reasoning_budget
+        self.reasoning_budget_message = str(reasoning_budget_message or "")
+        self.chat_template_kwargs = {}
+        for key, value in (chat_template_kwargs or {}).items():
+            self.chat_template_kwargs[key] = value if isinstance(value, str) else json.dumps(value)
+        if reasoning != "auto":
+            self.chat_template_kwargs["enable_thinking"] = "true" if reasoning == "on" else "false"
         self.name = os.path.basename(self.path)
         self._sampler_vocab = _SamplerVocab(self.vocab, self.tokenize)
         self._pieces = {}
         self._rules = OrderedDict()
         self._rules_size = int(grammar_cache)
         self._rules_lock = threading.Lock()
-        self._jinja = None
         self._max_piece_bytes = None
         self._special_split = None
         self._slots = queue.Queue()
@@ -472,25 +510,6 @@ class Model:
             p = self._pieces[token] = buf.raw[:n]
         return p
 
-    def apply_template(self, messages, add_generation_prompt=True):
-        """The prompt llama-server renders from chat messages with the model's template (Jinja)."""
-        if not self.chat_template:
-            raise RequestError("this model has no chat template; use /v1/completions with a prompt")
-        if self._jinja is None:
-            import jinja2.sandbox
-
-            def raise_exception(message):
-                raise RequestError(str(message))
-            env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-            env.globals["raise_exception"] = raise_exception
-            self._jinja = env.from_string(self.chat_template)
-        specials = {}
-        for name, fn in (("bos_token", self._L.llama_vocab_bos), ("eos_token", self._L.llama_vocab_eos)):
-            tok = fn(self._lvocab)
-            specials[name] = self.vocab.piece(tok).decode("utf-8", "replace") if 0 <= tok < self.n_vocab else ""
-        return self._jinja.render(messages=check_messages(messages), add_generation_prompt=add_generation_prompt,
-                                  **specials)
-
     # -- grammars
 
     def rules(self, text):
@@ -526,27 +545,123 @@ class Model:
                 raise RequestError(str(e)) from None
         return self._chat_layer
 
-    def chat(self, messages, constraint=None, params=None, max_tokens=-1, stop=(), thinking=False, *, cancel=None,
-             deadline=None):
+    def supports_thinking(self):
+        """common_chat_templates_support_enable_thinking: the template thinks when asked to (llama-server's
+        default ``--reasoning auto`` turns thinking on exactly then)."""
+        if self._supports_thinking is None:
+            from .chat import ChatRequestError, TemplateError
+            try:
+                out = self.chat_layer().apply([{"role": "user", "content": "test"}], enable_thinking=True,
+                                              add_generation_prompt=True, reasoning_format="deepseek")
+                self._supports_thinking = bool(out.supports_thinking)
+            except (ChatRequestError, TemplateError, RequestError):
+                self._supports_thinking = False
+        return self._supports_thinking
+
+    def chat_options(self, chat_template_kwargs=None, reasoning_format=None, reasoning_effort=None):
+        """``(enable_thinking, kwargs, reasoning_format)`` for a request, as llama-server's
+        oaicompat_chat_params_parse merges them: the server's kwargs, then the request's ``chat_template_kwargs``
+        (kept as JSON texts), the ``enable_thinking`` kwarg overriding the server's default, ``reasoning_effort``
+        (``"none"`` turns thinking off, another level becomes the kwarg)."""
+        thinking = self.reasoning != "off" and self.supports_thinking()
+        kwargs = dict(self.chat_template_kwargs)
+        if chat_template_kwargs is not None:
+            if not isinstance(chat_template_kwargs, dict):
+                raise RequestError("Field 'chat_template_kwargs': [json.exception.type_error.302] type must be "
+                                   f"object, but is {_json_type_name(chat_template_kwargs)}")
+            for key, value in chat_template_kwargs.items():
+                kwargs[key] = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        flag = kwargs.get("enable_thinking", "")
+        if flag == "true":
+            thinking = True
+        elif flag == "false":
+            thinking = False
+        elif flag.startswith('"'):
+            raise RequestError('invalid type for "enable_thinking" (expected boolean, got string)')
+        if reasoning_effort is not None:
+            if not isinstance(reasoning_effort, str):
+                raise RequestError("Field 'reasoning_effort': [json.exception.type_error.302] type must be string, "
+                                   f"but is {_json_type_name(reasoning_effort)}")
+            if reasoning_effort == "none":
+                thinking = False
+                kwargs.pop("reasoning_effort", None)
+            elif reasoning_effort:
+                kwargs["reasoning_effort"] = json.dumps(reasoning_effort, ensure_ascii=False)
+        fmt = self.reasoning_format if reasoning_format is None else _reasoning_format(reasoning_format)
+        return thinking, kwargs, fmt
+
+    def chat(self, messages, constraint=None, params=None, max_tokens=-1, stop=(), thinking=None, *, cancel=None,
+             deadline=None, chat_template_kwargs=None, reasoning_format=None, reasoning_effort=None,
+             reasoning_budget=None, reasoning_budget_message=None, add_generation_prompt=True,
+             continue_final_message=None, now=None):
         """A Job for chat messages, as /v1/chat/completions, through bankml.chat: llama.cpp's prompt, the
-        chat grammar of a response format prefilled with the generation prompt, the template's parser.
+        chat grammar of a response format prefilled with the generation prompt, the template's parser, the
+        reasoning budget.
+
+        ``thinking`` (True/False) overrides what the model's options and the request's ``chat_template_kwargs``
+        decide (``chat_options``); ``reasoning_format`` is llama-server's (``deepseek``: the reasoning goes to
+        ``reasoning_content``; ``none``: it stays in the content; ``auto`` is deepseek); ``reasoning_budget``
+        (llama-server's ``thinking_budget_tokens``; None: the model's ``reasoning_budget``; -1 unlimited) and
+        ``reasoning_budget_message`` drive ``bankml.ReasoningBudget`` where the template has thinking tags.
+        ``now`` fixes the template's clock (POSIX time). ``add_generation_prompt`` and ``continue_final_message``
+        (True, "content", "reasoning_content") are llama-server's fields; as llama-server (its default
+        ``--prefill-assistant``), a final assistant message is continued when neither is given.
 
         ``cancel`` (a threading.Event) set stops the preparation at its next step (``Cancelled``) and the
         generation after its current token; ``deadline`` (a ``time.monotonic()`` value) ends the job's
         wait for a slot (ModelError) and its generation (``finish_reason: "length"``)."""
-        from .chat import ChatRequestError, TemplateError, for_constraint
+        from .chat import ChatRequestError, TemplateError
         constraint = constraint or Constraint()
         if not isinstance(messages, list) or not messages:
             raise RequestError("'messages' must be a non-empty array")
         _check_cancel(cancel)
+        enable, kwargs, fmt = self.chat_options(chat_template_kwargs, reasoning_format, reasoning_effort)
+        if thinking is not None:
+            enable = bool(thinking)
+        # oaicompat_chat_params_parse: the continuation rules
+        from .chat import _parse_continuation, CONTINUATION_NONE
+        continuing = _parse_continuation(continue_final_message) != CONTINUATION_NONE
+        if not continuing and messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
+            if len(messages) >= 2 and isinstance(messages[-2], dict) and messages[-2].get("role") == "assistant":
+                raise RequestError("Cannot have 2 or more assistant messages at the end of the list.")
+            continue_final_message, continuing, add_generation_prompt = True, True, False
+        if continuing and add_generation_prompt:
+            raise RequestError("Cannot set both add_generation_prompt and continue_final_message to true.")
+        if continuing and messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant" \
+                and messages[-1].get("tool_calls"):
+            raise RequestError("Cannot continue an assistant message that contains tool calls.")
         try:
-            req = for_constraint(self.chat_layer(), messages, constraint, thinking)
+            out = self.chat_layer().apply(messages, json_schema=constraint.schema if constraint.is_json else None,
+                                          enable_thinking=enable, chat_template_kwargs=kwargs,
+                                          reasoning_format=fmt, add_generation_prompt=add_generation_prompt,
+                                          continue_final_message=continue_final_message if continuing else None,
+                                          now=now)
         except (ChatRequestError, TemplateError) as e:
             raise RequestError(str(e)) from None
         _check_cancel(cancel)
-        return Job(self, req.prompt, req.grammar, req.prefill, params, max_tokens, list(stop or ()) + req.stops,
-                   chat=True, constraint=constraint, thinking=thinking, parser=req.parser or False,
-                   cancel=cancel, deadline=deadline)
+        # for_constraint's rule: a response format gets the chat grammar, prefilled with the generation prompt;
+        # a GBNF grammar, a non-object top-level schema or none get the constraint's own grammar
+        if out.parser is not None and constraint.is_json:
+            grammar, grammar_prefill = out.grammar, True
+        else:
+            grammar, grammar_prefill = constraint.to_grammar(None)[0], False
+        budget = None
+        if out.thinking_end_tags and out.thinking_start_tag:
+            n = -1 if reasoning_budget is None else reasoning_budget
+            if isinstance(n, bool) or not isinstance(n, int) or not -1 <= n <= 2**31 - 1:
+                raise RequestError("Field 'thinking_budget_tokens': must be an integer from -1 to 2147483647")
+            if n == -1:   # llama-server: -1 in the request means the server's --reasoning-budget
+                n = self.reasoning_budget
+            message = self.reasoning_budget_message if reasoning_budget_message is None else reasoning_budget_message
+            if not isinstance(message, str):
+                raise RequestError("Field 'reasoning_budget_message': [json.exception.type_error.302] type must be "
+                                   f"string, but is {_json_type_name(message)}")
+            if n >= 0 or bool(out.grammar_lazy):
+                budget = (out.thinking_start_tag, [t for t in out.thinking_end_tags if t], message, n)
+        return Job(self, out.prompt, grammar, out.generation_prompt, params, max_tokens,
+                   list(stop or ()) + list(out.additional_stops or ()), chat=True, constraint=constraint,
+                   thinking=enable, parser=out.parser or False, cancel=cancel, deadline=deadline,
+                   grammar_prefill=grammar_prefill, reasoning_budget=budget, chat_prompt=out)
 
     def complete(self, prompt, constraint=None, params=None, max_tokens=-1, stop=(), *, cancel=None, deadline=None):
         """A Job for a raw prompt, as /v1/completions: no template, the bare grammar, the raw text.
@@ -659,8 +774,10 @@ class Job:
     compiles everything, so a bad schema, grammar or field fails before any token is computed."""
 
     def __init__(self, model, prompt, grammar_text, prefill, params, max_tokens, stop, chat, constraint,
-                 thinking=False, parser=None, cancel=None, deadline=None):
+                 thinking=False, parser=None, cancel=None, deadline=None, grammar_prefill=True,
+                 reasoning_budget=None, chat_prompt=None):
         self.model = model
+        self.chat_prompt = chat_prompt   # bankml.chat's ChatPrompt of a chat job (None for raw prompts)
         self.parser = parser  # bankml.chat's parser; False: the raw text is the content
         self.prompt = prompt
         self.grammar_text = grammar_text
@@ -693,14 +810,29 @@ class Job:
             _check_cancel(cancel)
             grammar = Grammar(rules, model.vocab)
         self.grammar = grammar
-        self.sampler = Sampler(self.params, model._sampler_vocab, grammar)
+        budget = None
+        if reasoning_budget is not None:
+            # common_sampler_init: the budget over the thinking tags' tokens; the forced sequence is the budget
+            # message then the first end tag (server-schema.cpp's reasoning_budget_message handler)
+            from ._sampler import ReasoningBudget
+            start_tag, end_tags, message, n = reasoning_budget
+            start = model.tokenize(start_tag, False, True)
+            ends = [model.tokenize(t, False, True) for t in end_tags]
+            forced = (model.tokenize(message, False, True) if message else []) + (ends[0] if ends else [])
+            if start and ends:
+                budget = ReasoningBudget(model.vocab, [start], ends, forced, 2**31 - 1 if n < 0 else n)
+        self.reasoning_budget = budget
+        self.sampler = Sampler(self.params, model._sampler_vocab, grammar, reasoning_budget=budget)
         # llama-server's init_sampler: the prompt enters the penalty/DRY histories (not the grammar)
         self.sampler.accept_prompt(self.prompt_tokens)
-        if prefill:
+        self.prefill_tokens = []
+        if prefill and ((grammar is not None and grammar_prefill) or budget is not None):
             self.prefill_tokens = _prefill_tokens(model, prefill)
-            self.sampler.prefill(self.prefill_tokens)
-        else:
-            self.prefill_tokens = []
+            if grammar is not None and grammar_prefill:
+                self.sampler.prefill(self.prefill_tokens)   # the grammar and the budget
+            else:
+                for token in self.prefill_tokens:
+                    budget.accept(token)
         if grammar is not None and grammar.is_dead():
             # llama.cpp's sampler aborts on such a grammar at the first token; known now, it is a 400
             raise RequestError("the grammar allows no token of the model's vocabulary: no answer can match it")
@@ -740,12 +872,10 @@ class Job:
         model = self.model
         vocab = model.vocab
         sampler = self.sampler
+        content = None
         if self.parser:
             from .chat import ChatStream
             content = ChatStream(self.parser)
-        else:
-            content = ContentStream(self.constraint, model.template or "chatml", self.thinking) \
-                if self.chat and model.template and self.parser is None else None
         json_mode = self.chat and self.constraint.is_json
         if self.cancelled.is_set():
             self._cancelled_result()
@@ -805,13 +935,25 @@ class Job:
             if has_next and self.deadline is not None and time.monotonic() > self.deadline:
                 # the request's time budget (llama-server's t_max_predict_ms stops the same way)
                 finish, has_next = "length", False
-            delta = ""
-            if content is not None and send:
-                delta = content.push(send)
-            elif content is None:
+            delta, diffs = "", []
+            if content is not None:
+                if send:
+                    content.diffs = []
+                    delta = content.push(send)
+                    diffs = list(content.diffs)
+                if not has_next and finish != "cancelled":
+                    # the final, non-partial parse: llama-server sends its diffs before the finish chunk
+                    try:
+                        content.diffs = []
+                        delta += content.finish()
+                        diffs += content.diffs
+                    except ValueError:
+                        pass
+            else:
                 delta = send
-            if send or delta or not has_next:
-                yield Event(token, send, delta)
+                diffs = [("", send)] if send else []
+            if send or delta or diffs or not has_next:
+                yield Event(token, send, delta, diffs, "".join(d[0] for d in diffs))
             if not has_next:
                 break
             td = time.perf_counter()
@@ -819,18 +961,10 @@ class Job:
             t_decode += time.perf_counter() - td
         t_end = time.perf_counter()
         text = generated.decode("utf-8", "replace")
-        if content is not None and finish != "cancelled":
-            try:
-                content.finish()
-            except ValueError:
-                pass
         message = {}
         if self.parser and finish != "cancelled":
             from .chat import chat_message
             message = chat_message(self.parser, text)
-            answer = message["content"]
-        elif self.chat and model.template and self.parser is None and finish != "cancelled":
-            message = json_message(text, model.template, self.thinking, self.constraint)
             answer = message["content"]
         else:
             answer = text

@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -32,6 +33,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from . import request_fields as _fields
 from . import schema as _schema
 from .constraint import Constraint, RequestError, from_ollama_text, from_openai_text
 from .errors import GrammarError, SchemaError
@@ -456,15 +458,17 @@ class _App:
     def _build_chat(self, raw, cancel):
         body = self._parse(raw)
         _check_sizes(body, self.limits)
+        _fields.check(body, "/v1/chat/completions")
         stream = _bool_field(body, "stream", False)
         # llama-server's field_nested: stream_options that is not an object is ignored
         include_usage = _bool_field(body.get("stream_options"), "include_usage", False)
         return_tokens = _bool_field(body, "return_tokens", False)
         constraint = from_openai_text(body, raw)
-        messages = check_messages(body.get("messages"))
+        messages = body.get("messages")
+        check_messages(messages)   # the shape; the chat layer reads them whole (reasoning_content, parts, ...)
         params, n_predict, stop = sampler_params_from_request(body)
         job = self.model.chat(messages, constraint, params, n_predict, stop, cancel=cancel,
-                              deadline=self._deadline())
+                              deadline=self._deadline(), **chat_request_options(body))
         return body, job, (stream, include_usage, return_tokens)
 
     async def chat_completions(self, request):
@@ -486,10 +490,16 @@ class _App:
                     yield _sse(first)
                     try:
                         async for event in runner:
-                            if event.content:
-                                yield _sse(dict(base, object="chat.completion.chunk",
-                                                choices=[{"finish_reason": None, "index": 0,
-                                                          "delta": {"content": event.content}}]))
+                            # one chunk per message diff, as server_chat_msg_diff_to_json_oaicompat
+                            for reasoning, content in event.diffs:
+                                delta = {}
+                                if reasoning:
+                                    delta["reasoning_content"] = reasoning
+                                if content:
+                                    delta["content"] = content
+                                if delta:
+                                    yield _sse(dict(base, object="chat.completion.chunk",
+                                                    choices=[{"finish_reason": None, "index": 0, "delta": delta}]))
                     except Exception as e:  # noqa: BLE001 - llama-server sends the error as an event
                         yield _sse({"error": _stream_error(e)})
                         return
@@ -527,6 +537,7 @@ class _App:
     def _build_completion(self, raw, cancel):
         body = self._parse(raw)
         _check_sizes(body, self.limits)
+        _fields.check(body, "/v1/completions")
         stream = _bool_field(body, "stream", False)
         return_tokens = _bool_field(body, "return_tokens", False)
         prompt = body.get("prompt")
@@ -591,7 +602,7 @@ class _App:
         return JSONResponse({"object": "list", "data": [{
             "id": self.alias, "object": "model", "created": self.created, "owned_by": "bankml",
             "meta": {"n_vocab": m.n_vocab, "n_ctx": m.n_ctx, "n_parallel": m.n_parallel,
-                     "template": m.template, "path": m.path}}]})
+                     "chat_template": m.chat_template, "path": m.path}}]})
 
     async def health(self, request):
         if self.closing:
@@ -611,6 +622,7 @@ class _App:
     def _build_ollama(self, raw, cancel, chat):
         body = self._parse(raw)
         _check_sizes(body, self.limits, ollama=True)
+        _fields.check(body, "/api/chat" if chat else "/api/generate", self.model.n_ctx)
         stream = body.get("stream", True)
         if stream is None:
             stream = True
@@ -621,15 +633,19 @@ class _App:
         constraint = from_ollama_text(body, raw)
         params, n_predict, stop = sampler_params_from_request(body, ollama=True)
         kw = {"cancel": cancel, "deadline": self._deadline()}
+        kw.update(_ollama_think(body.get("think"), chat))
         if chat:
-            messages = check_messages(body.get("messages"))
+            messages = _ollama_messages(body.get("messages"))
             job = self.model.chat(messages, constraint, params, n_predict, stop, **kw)
         else:
             prompt = body.get("prompt", "")
             if not isinstance(prompt, str):
                 raise RequestError("'prompt' must be a string")
             if body.get("raw") or not self.model.chat_template:
-                job = self.model.complete(prompt, constraint, params, n_predict, stop, **kw)
+                if body.get("think") is not None:
+                    raise RequestError("'think' needs the chat template: it cannot be used with 'raw'")
+                job = self.model.complete(prompt, constraint, params, n_predict, stop,
+                                          cancel=kw["cancel"], deadline=kw["deadline"])
             else:
                 messages = []
                 if isinstance(body.get("system"), str):
@@ -649,10 +665,14 @@ class _App:
         runner = _Runner(job, asyncio.get_running_loop(), self).start()
         started = time.perf_counter_ns()
 
-        def piece(text):
+        def piece(text, thinking=""):
+            # Ollama: the reasoning goes to message.thinking (/api/chat) or thinking (/api/generate)
             if chat:
-                return {"message": {"role": "assistant", "content": text}}
-            return {"response": text}
+                msg = {"role": "assistant", "content": text}
+                if thinking:
+                    msg["thinking"] = thinking
+                return {"message": msg}
+            return dict({"response": text}, **({"thinking": thinking} if thinking else {}))
 
         def final(result):
             t = result.timings
@@ -668,9 +688,9 @@ class _App:
                 try:
                     try:
                         async for event in runner:
-                            if event.content:
-                                yield _ndjson({"model": name, "created_at": _now(), **piece(event.content),
-                                               "done": False})
+                            if event.content or event.reasoning:
+                                yield _ndjson({"model": name, "created_at": _now(),
+                                               **piece(event.content, event.reasoning), "done": False})
                     except Exception as e:  # noqa: BLE001 - Ollama streams an error line
                         yield _ndjson({"error": _stream_error(e)["message"]})
                         return
@@ -687,7 +707,7 @@ class _App:
         if result.finish_reason == "cancelled":
             return Response(status_code=499)
         out = final(result)
-        out.update(piece(result.content))
+        out.update(piece(result.content, result.message.get("reasoning_content", "")))
         return JSONResponse(out)
 
     async def ollama_tags(self, request):
@@ -698,6 +718,65 @@ class _App:
 
     async def ollama_version(self, request):
         return JSONResponse({"version": "0.6.0"})
+
+
+def chat_request_options(body):
+    """Model.chat's keyword arguments from an OpenAI chat request's chat fields (as llama-server's
+    oaicompat_chat_params_parse reads them)."""
+    out = {}
+    if "chat_template_kwargs" in body:
+        out["chat_template_kwargs"] = body["chat_template_kwargs"] if body["chat_template_kwargs"] is not None else {}
+    if "reasoning_format" in body:
+        out["reasoning_format"] = body["reasoning_format"]
+    if body.get("reasoning_effort") is not None:
+        out["reasoning_effort"] = body["reasoning_effort"]
+    budget = body.get("reasoning_budget_tokens", body.get("thinking_budget_tokens"))
+    if budget is not None:
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget != int(budget):
+            raise RequestError("Field 'thinking_budget_tokens': [json.exception.type_error.302] type must be number, "
+                               f"but is {_json_type(budget)}")
+        out["reasoning_budget"] = int(budget)
+    if body.get("reasoning_budget_message") is not None:
+        out["reasoning_budget_message"] = body["reasoning_budget_message"]
+    add_gen = _bool_field(body, "add_generation_prompt", True)
+    if "continue_final_message" in body or not add_gen:
+        out["add_generation_prompt"] = add_gen
+    if "continue_final_message" in body:
+        out["continue_final_message"] = body["continue_final_message"]
+    return out
+
+
+def _ollama_think(think, chat):
+    """Ollama's ``think``, as a client of llama-server asks for it: true/false set the template kwarg
+    ``enable_thinking`` (which also turns the chat layer's thinking on or off); a level ("high", "medium",
+    "low") turns it on with that ``reasoning_effort``; absent, the server's default."""
+    if think is None:
+        return {}
+    if isinstance(think, bool):
+        return {"chat_template_kwargs": {"enable_thinking": think}}
+    if isinstance(think, str) and think in ("high", "medium", "low"):
+        return {"chat_template_kwargs": {"enable_thinking": True}, "reasoning_effort": think}
+    raise RequestError(f"invalid think value: {json.dumps(think)} (must be \"high\", \"medium\", \"low\", "
+                       "true, or false)")
+
+
+def _ollama_messages(messages):
+    """Ollama's messages as the chat layer takes them: ``thinking`` in history is the reasoning; images and tool
+    calls are refused (not supported yet)."""
+    check_messages(messages)
+    out = []
+    for i, m in enumerate(messages):
+        if m.get("images"):
+            raise RequestError(f"messages[{i}]: images are not supported by bankml: 'images' must be empty")
+        if m.get("tool_calls"):
+            raise RequestError(f"messages[{i}]: tool calls are not supported by bankml yet: 'tool_calls'")
+        if m.get("tool_name"):
+            raise RequestError(f"messages[{i}]: tool results are not supported by bankml yet: 'tool_name'")
+        msg = {"role": m["role"], "content": m.get("content") if m.get("content") is not None else ""}
+        if isinstance(m.get("thinking"), str) and m["thinking"]:
+            msg["reasoning_content"] = m["thinking"]
+        out.append(msg)
+    return out
 
 
 def _file_size(path):
@@ -775,10 +854,19 @@ def serve(args):
     cancel every generation (each stops after its current token) and exit within a few seconds."""
     import uvicorn
 
+    from .cli import chat_model_options
     from .runtime import Model
+    try:
+        options = chat_model_options(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.chat_template_file is not None and not os.path.isfile(args.chat_template_file):
+        print(f"error: {args.chat_template_file}: no such file", file=sys.stderr)
+        return 2
     model = Model(args.model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
                   n_threads=args.threads, n_threads_batch=args.threads_batch, n_parallel=args.parallel,
-                  no_repack=args.no_repack)
+                  no_repack=args.no_repack, **options)
     starlette = create_app(model, args.alias, limits_from_args(args))
     app = starlette.state.bankml
 
@@ -799,7 +887,8 @@ def serve(args):
     signals = []
     config = uvicorn.Config(starlette, host=args.host, port=args.port, log_level="warning",
                             timeout_graceful_shutdown=3)
-    print(f"bankml: serving {model.path} ({model.n_vocab:,} tokens, template {model.template}) on "
+    source = args.chat_template_file or ("the model's" if model.chat_template else "llama.cpp's ChatML")
+    print(f"bankml: serving {model.path} ({model.n_vocab:,} tokens, chat template {source}) on "
           f"http://{args.host}:{args.port} with {model.n_parallel} slot(s)", flush=True)
     _Server(config).run()
     app.shutdown()

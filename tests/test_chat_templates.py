@@ -323,7 +323,7 @@ def test_model_chat_uses_the_template_file(tmp_path, template):
     model = Model(smollm2_path(), n_ctx=1024, n_threads=2, chat_template_file=str(path))
     try:
         job = model.chat(MATRIX["json_object/think-off"]["messages"], Constraint("json_object", {"type": "object"}),
-                         SamplerParams(seed=3), 40)
+                         SamplerParams(seed=3), 40, thinking=False)   # the think-off request
         assert job.prompt == want["prompt"]
         assert job.grammar_text == want["grammar"]
         assert job.prefill_tokens == model.tokenize(want["generation_prompt"], False, True)
