@@ -133,7 +133,7 @@ _OLLAMA_OPTIONS = {
 }
 
 
-def sampler_params_from_request(req, n_ctx=None, ollama=False):
+def sampler_params_from_request(req, n_ctx=None, ollama=False, vocab=None):
     """``(SamplerParams, n_predict, stop)`` from a request's fields (llama-server's names; with ``ollama``,
     Ollama's ``options`` object).
 
@@ -166,28 +166,16 @@ def sampler_params_from_request(req, n_ctx=None, ollama=False):
     if isinstance(n_predict, bool) or not isinstance(n_predict, (int, float)) or n_predict != int(n_predict):
         raise RequestError("'max_tokens' must be an integer")
     n_predict = int(n_predict)
-    bias = req.get("logit_bias") if not ollama else None
-    if bias:
-        fields["logit_bias"] = _logit_bias(bias)
+    if not ollama and req.get("logit_bias") is not None:
+        # read as llama-server reads it (SamplerParams.from_server): with the model's vocabulary, ids outside
+        # it and malformed entries are skipped and text keys tokenized
+        fields["logit_bias"] = req["logit_bias"]
     try:
-        params = SamplerParams.from_server(fields, n_ctx)
+        params = SamplerParams.from_server(fields, n_ctx, vocab=vocab)
     except (ValueError, TypeError) as e:
         raise RequestError(str(e)) from None
     return params, n_predict, [s for s in stop if s]
 
-
-def _logit_bias(bias):
-    # llama-server accepts {"id": bias} (OpenAI) and [[id, bias], ...]; false means -inf
-    pairs = bias.items() if isinstance(bias, dict) else bias
-    out = []
-    try:
-        for token, value in pairs:
-            if value is False:
-                value = float("-inf")
-            out.append((int(token), float(value)))
-    except (TypeError, ValueError):
-        raise RequestError("Invalid logit_bias: expected {token_id: bias} or [[token_id, bias], ...]") from None
-    return out
 
 
 # -- chat templates

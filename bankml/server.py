@@ -410,6 +410,10 @@ class _App:
     def _deadline(self):
         return time.monotonic() + self.limits.request_seconds
 
+    def _sampler_vocab(self):
+        # the model's vocabulary with libllama's tokenizer: logit_bias text keys and ids as llama-server reads them
+        return getattr(self.model, "_sampler_vocab", None)
+
     async def _handle(self, request, build, respond, ollama=False):
         """The frame of every generation endpoint: read, check and prepare the request off the event loop
         (``build(raw, cancel)`` returns ``(body, job, options)``), then ``respond`` — every failure answered
@@ -466,7 +470,7 @@ class _App:
         constraint = from_openai_text(body, raw)
         messages = body.get("messages")
         check_messages(messages)   # the shape; the chat layer reads them whole (reasoning_content, parts, ...)
-        params, n_predict, stop = sampler_params_from_request(body)
+        params, n_predict, stop = sampler_params_from_request(body, vocab=self._sampler_vocab())
         job = self.model.chat(messages, constraint, params, n_predict, stop, cancel=cancel,
                               deadline=self._deadline(), **chat_request_options(body))
         return body, job, (stream, include_usage, return_tokens)
@@ -546,7 +550,7 @@ class _App:
         if not isinstance(prompt, str):
             raise RequestError("'prompt' must be a string")
         constraint = from_openai_text(body, raw)   # no template: the bare grammar (Model.complete)
-        params, n_predict, stop = sampler_params_from_request(body)
+        params, n_predict, stop = sampler_params_from_request(body, vocab=self._sampler_vocab())
         job = self.model.complete(prompt, constraint, params, n_predict, stop, cancel=cancel,
                                   deadline=self._deadline())
         return body, job, (stream, return_tokens)
@@ -631,7 +635,7 @@ class _App:
             raise RequestError(f"json: cannot unmarshal {_json_type(stream)} into Go struct field "
                                f"{'ChatRequest' if chat else 'GenerateRequest'}.stream of type bool")
         constraint = from_ollama_text(body, raw)
-        params, n_predict, stop = sampler_params_from_request(body, ollama=True)
+        params, n_predict, stop = sampler_params_from_request(body, ollama=True, vocab=self._sampler_vocab())
         kw = {"cancel": cancel, "deadline": self._deadline()}
         kw.update(_ollama_think(body.get("think"), chat))
         if chat:
