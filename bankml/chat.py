@@ -448,6 +448,7 @@ class ChatTemplate:
         gen = self.generation_prompt(rendered, tools_json, enable_thinking, extra, now)
         out = ChatPrompt(prompt, gen, handler=self.handler, caps=self.caps.to_dict())
         a = self.analysis
+        parser_gen = gen
         if has_continuation:
             start = a.reasoning.start
             if start:
@@ -462,13 +463,17 @@ class ChatTemplate:
         out.format = "peg-native"
         extracting = reasoning_format != "none" and a.reasoning.mode != "NONE"
         json_mode = isinstance(json_schema, dict) and bool(json_schema)
-        out.parser = ChatParser(out.generation_prompt, a, extracting, json_mode)
-        if json_mode:
-            out.grammar = response_format_grammar(json_schema, _prefix(out.generation_prompt, _trim(a.reasoning.start)),
-                                                  a.reasoning.start if extracting else "",
-                                                  a.reasoning.end if extracting else "")
-            out.grammar_lazy = False
-            out.grammar_triggers = []
+        head = "Unable to generate parser for this template. Automatic parser generation failed: "
+        from .errors import SchemaError
+        try:
+            arena = build_auto_parser(a, parser_gen, extracting, json_schema)
+            if json_mode:
+                out.grammar = arena_grammar(arena, False)
+                out.grammar_lazy = False
+                out.grammar_triggers = []
+        except SchemaError as e:
+            raise _schema_error(e, head) from None
+        out.parser = ChatParser(arena, out.generation_prompt)
         out.supports_thinking = a.reasoning.mode != "NONE"
         out.thinking_start_tag = _trim(a.reasoning.start) if out.supports_thinking else ""
         end = _trim(a.reasoning.end)
@@ -593,25 +598,7 @@ def _deepseek_v4_sort_tool_results(messages):
     return adjusted
 
 
-class ChatMessage:
-    """What common_chat_parse returns (the fields bankml fills so far): content and reasoning_content."""
-    __slots__ = ("content", "reasoning_content")
-
-    def __init__(self, content="", reasoning_content=""):
-        self.content, self.reasoning_content = content, reasoning_content
-
-    def __eq__(self, other):
-        return (self.content, self.reasoning_content) == (other.content, other.reasoning_content)
-
-    def __repr__(self):
-        return "ChatMessage(content=%r, reasoning_content=%r)" % (self.content, self.reasoning_content)
-
-    def empty(self):
-        return not self.content and not self.reasoning_content
-
-
-class ChatParseError(ValueError):
-    """The answer does not match the parser (llama-server's message), or a stream whose text shrank."""
+from .chat_peg import ChatMessage, ChatParseError, ChatToolCall  # noqa: E402,F401
 
 
 def _string_diff(last, current):
@@ -636,62 +623,83 @@ def msg_diffs(previous, current):
 
 
 class ChatParser:
-    """The PEG chat parser llama.cpp's auto-parser builds for an analysed template without tools
-    (autoparser::build_parser), run as common_chat_peg_parse runs it: on the generation prompt followed by the
-    answer, leniently (an answer cut short asks for more instead of failing)."""
+    """A chat parser as common_chat_peg_parse runs it: the arena built by the auto-parser or a handler, run
+    leniently on the generation prompt followed by the answer, its AST mapped to the message."""
 
-    def __init__(self, generation_prompt, analysis, extracting, json_mode):
-        from . import _peg
-        self._peg = _peg
+    def __init__(self, arena, generation_prompt, format_name="peg-native", mapper=None):
+        from .chat_peg import Mapper
+        self.arena = arena
         self.generation_prompt = generation_prompt
-        r, c = analysis.reasoning, analysis.content
-        reasoning_start = _trim(r.start)
-        if extracting and r.end:
-            inner = ([] if not r.start else _optspace_peg(_peg, r.start)) + \
-                [_peg.Tag("reasoning", _peg.Until(_trim(r.end)))] + _optspace_peg(_peg, r.end)
-            reasoning = _peg.optional(_peg.Seq(*inner))
-        else:
-            reasoning = _peg.Eps()
-        prefix = _peg.Lit(_prefix(generation_prompt, reasoning_start)) if generation_prompt else _peg.Eps()
-        pure_content = r.mode == "NONE"
-        if json_mode:
-            value = _peg.Tag("content", _peg.json_value_parser())
-            body = _peg.Seq(reasoning, _peg.Space(), _peg.Choice(
-                _peg.Seq(_peg.Lit("```json"), _peg.Space(), value, _peg.Space(), _peg.Lit("```")),
-                _peg.Seq(_peg.Space(), value, _peg.Space())), _peg.End())
-            pure_content = False
-        elif c.is_always_wrapped():
-            if extracting:
-                body = _peg.Seq(reasoning, _peg.Lit(c.start), _peg.Tag("content", _peg.Until(c.end)), _peg.Lit(c.end),
-                                _peg.End())
-            else:
-                body = _peg.Seq(_peg.Tag("content", _peg.Until(c.start)), _peg.Lit(c.start),
-                                _peg.Tag("content", _peg.Until(c.end)), _peg.Lit(c.end), _peg.End())
-        else:
-            body = _peg.Seq(reasoning, _peg.Tag("content", _peg.Until()), _peg.End())
-        self._root = _peg.Seq(prefix, body) if pure_content else _peg.Seq(prefix, _peg.Space(), body)
+        self.format = format_name
+        self.mapper = mapper or Mapper
 
     def parse(self, raw, partial=False):
         """The message for a raw answer (``partial``: a stream in progress). Raises ChatParseError with
         llama-server's message when a whole answer does not match."""
-        _peg = self._peg
-        data = (self.generation_prompt + raw).encode("utf-8", "surrogatepass") if isinstance(raw, str) else \
-            self.generation_prompt.encode("utf-8") + bytes(raw)
-        result = self._root.parse(data, 0)
-        if result.type == _peg.FAIL:
-            if partial and result.end > 0:
-                return ChatMessage()
-            raise ChatParseError("The model produced output that does not match the expected peg-native format")
-        content, reasoning = [], []
-        for node in _peg.visit(result.nodes):
-            if node.tag == "content":
-                content.append(node.text(data))
-            elif node.tag == "reasoning":
-                reasoning.append(node.text(data))
-        reasoning_text = b"".join(reasoning)
-        if not reasoning_text.strip(b" \n\r\t"):
-            reasoning_text = b""
-        return ChatMessage(b"".join(content).decode("utf-8", "replace"), reasoning_text.decode("utf-8", "replace"))
+        from .chat_peg import peg_parse
+        return peg_parse(self.arena, self.generation_prompt, raw, partial, self.format, self.mapper)
+
+
+def build_auto_parser(analysis, generation_prompt, extracting, json_schema):
+    """autoparser::build_parser without tools (chat-auto-parser-generator.cpp): the arena. C++ operands of
+    ``+`` are built as GCC builds them (the right one first), which fixes the parser ids."""
+    from .chat_peg import build_chat_peg_parser
+    r, c = analysis.reasoning, analysis.content
+
+    def fn(p):
+        reasoning_parser = p.eps()              # parser_build_context's initial reasoning parser
+        if extracting and r.mode in ("TAG_BASED", "TOOLS_ONLY") and r.end:
+            tail = p.optspace(r.end)
+            body = p.reasoning(p.until(_trim(r.end)))
+            if r.start:
+                head = p.optspace(r.start)
+                reasoning_parser = p.optional(head + body + tail)
+            else:
+                reasoning_parser = p.optional(body + tail)
+        pure_content = r.mode == "NONE"
+        if isinstance(json_schema, dict) and json_schema:
+            response_format = p.rule("response-format", p.content(p.schema(p.json(), "response-format-schema",
+                                                                           json_schema)))
+            end = p.end()
+            fenced_close = p.literal("```")
+            sp = p.space()
+            fenced = p.literal("```json") + p.space() + response_format + sp + fenced_close
+            sp2 = p.space()
+            bare = p.space() + response_format + sp2
+            alternatives = p.choice([fenced, bare])
+            parser = reasoning_parser + p.space() + alternatives + end
+            pure_content = False
+        elif c.is_always_wrapped():
+            end = p.end()
+            if extracting:
+                inner = p.content(p.until(c.end))
+                parser = reasoning_parser + c.start + inner + c.end + end
+            else:
+                inner = p.content(p.until(c.end))
+                parser = p.content(p.until(c.start)) + c.start + inner + c.end + end
+        else:
+            end = p.end()
+            parser = reasoning_parser + p.content(p.rest()) + end
+        prefix = p.prefix(generation_prompt, _trim(r.start))
+        return prefix + parser if pure_content else prefix << parser
+    return build_chat_peg_parser(fn)
+
+
+def arena_grammar(arena, lazy=False):
+    """build_grammar(parser.build_grammar(builder, lazy)): the GBNF of an arena (SchemaError from the
+    converter)."""
+    from .schema import build_grammar
+    return build_grammar(lambda builder: arena.build_grammar(builder, lazy))
+
+
+def _schema_error(e, head):
+    from .constraint import _UNWRAPPED
+    from .errors import SchemaError
+    message = str(e)
+    wrapped = "JSON schema conversion failed:\n"
+    if message.startswith(wrapped) and message[len(wrapped):].startswith(_UNWRAPPED):
+        message = message[len(wrapped):]
+    return SchemaError(head + message, e.pointer)
 
 
 def chat_message(parser, raw):
@@ -751,39 +759,13 @@ class ChatStream:
         return self._update(partial=False)
 
 
-def _optspace_peg(_peg, tag):
-    core = _trim(tag)
-    lead = tag[:len(tag) - len(tag.lstrip(" \t\n\v\f\r"))]
-    trail = tag[len(tag.rstrip(" \t\n\v\f\r")):]
-    return ([_peg.optional(_peg.Lit(ch)) for ch in lead] + [_peg.Lit(core)]
-            + [_peg.optional(_peg.Lit(ch)) for ch in trail])
-
-
-class _Peek:
-    """common_peg_and_parser: the child must match here; nothing is consumed."""
-
-    def __init__(self, child):
-        self.child = child
-
-    def parse(self, data, pos):
-        from . import _peg
-        r = self.child.parse(data, pos)
-        return _peg.Result(r.type, pos)
-
-
-class _HandlerParser(ChatParser):
-    """A hand-written handler's parser: the PEG tree is given."""
-
-    def __init__(self, generation_prompt, root):
-        from . import _peg
-        self._peg = _peg
-        self.generation_prompt = generation_prompt
-        self._root = root
-
-
-def _qwen3_coder(out, source, json_schema, extract_reasoning):
-    """common/parsers/qwen3-coder.cpp without tools: Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5."""
-    from . import _peg
+def _qwen3_coder(out, source, json_schema, extract_reasoning, tools=None, tool_choice="auto",
+                 parallel_tool_calls=False):
+    """common/parsers/qwen3-coder.cpp: Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5 (tool branch: issue
+    13; it needs the schema nodes' value types, which bankml.schema does not expose yet, so tools are not
+    given a parser here)."""
+    from .chat_peg import build_chat_peg_parser
+    from .errors import SchemaError
     gen_prefix = "<|im_start|>assistant\n"
     thinking = "<think>" in source
     out.format = "peg-native"
@@ -798,102 +780,28 @@ def _qwen3_coder(out, source, json_schema, extract_reasoning):
     out.delimiters = [["assistant", "<|im_start|>assistant"], ["tool", "<|im_start|>user\n<tool_response>"],
                       ["tool", "<|im_start|>tool_response"], ["user", "<|im_start|>user"],
                       ["system", "<|im_start|>system"]]
-    with_reasoning = thinking and extract_reasoning
-    reasoning = _peg.Eps()
-    if with_reasoning:
-        reasoning = _peg.optional(_peg.Seq(
-            _peg.Lit("<think>"), _peg.Space(), _peg.Tag("reasoning", _peg.Until("</think>", "<tool_call>")),
-            _peg.Choice(_peg.Lit("</think>"), _Peek(_peg.Lit("<tool_call>")))))
     json_mode = isinstance(json_schema, dict) and bool(json_schema)
-    body = _peg.json_value_parser() if json_mode else _peg.Until()
-    root = _peg.Seq(_peg.Lit(gen_prefix), _peg.Seq(reasoning, _peg.Space(), _peg.Tag("content", body)))
-    out.parser = _HandlerParser(out.generation_prompt, root)
-    if json_mode:
-        out.grammar_lazy, out.grammar_triggers = False, []
 
-        def parts(builder, node):
-            from .constraint import _excluding_grammar
-            head = [gbnf_literal(gen_prefix)]
-            if with_reasoning:
-                # the until parser is the 7th of the arena (id 6)
-                until = _excluding_grammar(builder, "until-6", ["</think>", "<tool_call>"])
-                head.append('("<think>" space %s ("</think>" | ))?' % until)
-            return head + ["space", builder.add_schema("response-format", node)]
-        out.grammar = _schema_grammar(json_schema, parts)
-
-
-def gbnf_literal(text):
-    from .schema import gbnf_format_literal
-    return gbnf_format_literal(text)
-
-
-def _schema_grammar(schema, root_parts):
-    """A grammar with the JSON rules of ``p.json()``, the schema's rules and a root made of ``root_parts``;
-    SchemaError with llama.cpp's message for a schema it refuses."""
-    from .constraint import _JSON_RULES, _UNWRAPPED
-    from .errors import SchemaError
-    from .schema import SchemaDocument, build_grammar
+    def fn(p):
+        generation_prompt = p.literal(gen_prefix)
+        reasoning = p.eps()
+        if thinking and extract_reasoning:
+            # GCC builds the right operand of + and | first
+            close = p.peek(p.literal("<tool_call>"))
+            close = p.literal("</think>") | close
+            body = p.reasoning(p.until_one_of(["</think>", "<tool_call>"]))
+            reasoning = p.optional("<think>" + p.space() + body + close)
+        if json_mode:
+            return generation_prompt + (reasoning << p.content(p.schema(p.json(), "response-format", json_schema)))
+        return generation_prompt + (reasoning << p.content(p.rest()))
     try:
-        node = SchemaDocument(schema).root
-
-        def callback(builder):
-            for name, rule in _JSON_RULES:
-                builder.add_rule(name, rule)
-            builder.add_rule("root", " ".join(root_parts(builder, node)))
-        return build_grammar(callback)
+        arena = build_chat_peg_parser(fn)
+        if json_mode:
+            out.grammar_lazy, out.grammar_triggers = False, []
+            out.grammar = arena_grammar(arena, False)
     except SchemaError as e:
-        message = str(e)
-        wrapped = "JSON schema conversion failed:\n"
-        if message.startswith(wrapped) and message[len(wrapped):].startswith(_UNWRAPPED):
-            message = message[len(wrapped):]
-        raise SchemaError(message, e.pointer) from None
-
-
-def _prefix(text, delimiter):
-    """common_chat_peg_builder::prefix: the text up to the delimiter (all of it when absent or empty)."""
-    if not delimiter:
-        return text
-    cut = text.find(delimiter)
-    return text if cut < 0 else text[:cut]
-
-
-def response_format_grammar(schema, prefix, reasoning_start="", reasoning_end=""):
-    """The GBNF llama.cpp's auto-parser builds for a response format (autoparser::build_parser, then
-    common_peg_arena::build_grammar): the schema's rules, the JSON rules of ``p.json()``, and ``root``: the
-    generation prompt up to the reasoning block, the optional reasoning block (when the reasoning is extracted),
-    then the value fenced in ```` ```json ```` or bare. Raises SchemaError for a schema llama.cpp refuses."""
-    from .constraint import _JSON_RULES, _excluding_rules, _optspace, _UNWRAPPED
-    from .errors import SchemaError
-    from .schema import SchemaDocument, build_grammar, gbnf_format_literal
-    head = "Unable to generate parser for this template. Automatic parser generation failed: "
-    try:
-        node = SchemaDocument(schema).root
-
-        def callback(builder):
-            for name, rule in _JSON_RULES:
-                builder.add_rule(name, rule)
-            builder.add_rule("response-format", builder.add_schema("response-format-schema", node))
-            parts = [gbnf_format_literal(prefix)] if prefix else []
-            parts.append("space")
-            if reasoning_end:
-                end = _trim(reasoning_end)
-                # the until parser's id in llama.cpp's arena: 4 parsers before it, 3 per optional space of
-                # optspace(end), which GCC builds first
-                ws = len(reasoning_end) - len(reasoning_end.lstrip(" \t\n\v\f\r")) + \
-                    len(reasoning_end) - len(reasoning_end.rstrip(" \t\n\v\f\r"))
-                until = _excluding_rules(builder, "until-%d" % (4 + 3 * ws), end)
-                inner = (_optspace(reasoning_start) if reasoning_start else []) + [until] + _optspace(reasoning_end)
-                parts.append("(" + " ".join(inner) + ")?")
-            parts.append("space")
-            parts.append('("```json" space response-format space "```" | space response-format space)')
-            builder.add_rule("root", " ".join(parts))
-        return build_grammar(callback)
-    except SchemaError as e:
-        message = str(e)
-        wrapped = "JSON schema conversion failed:\n"
-        if message.startswith(wrapped) and message[len(wrapped):].startswith(_UNWRAPPED):
-            message = message[len(wrapped):]
-        raise SchemaError(head + message, e.pointer) from None
+        raise _schema_error(e, "") from None
+    out.parser = ChatParser(arena, out.generation_prompt)
 
 
 def _msg_empty(msg):

@@ -154,7 +154,8 @@ ANALYSED = sorted(name for name, rec in RECORDED["templates"].items()
 def _parse(parser, text, partial):
     try:
         m = parser.parse(text, partial)
-        return {"ok": True, "msg": {"content": m.content, "reasoning": m.reasoning_content, "tool_calls": []}}, m
+        return {"ok": True, "msg": {"content": m.content, "reasoning": m.reasoning_content,
+                                    "tool_calls": [[t.name, t.arguments, t.id] for t in m.tool_calls]}}, m
     except ChatParseError as e:
         return {"ok": False, "error": str(e)}, None
 
