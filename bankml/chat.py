@@ -490,6 +490,7 @@ class ChatTemplate:
         """The prompt side of llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context
         they rewrite before rendering and the generation prompt they build for a continuation. Their
         grammars, parsers and tags are not ported yet (those fields stay None)."""
+        from . import _handlers
         h, src = self.handler, self.source
         override, context = None, None
         if h in ("gpt-oss", "lfm2", "lfm2.5"):
@@ -522,7 +523,7 @@ class ChatTemplate:
             override = _deepseek_v4_sort_tool_results(rendered)
             if isinstance(json_schema, dict):
                 context = {"response_format": json_schema}
-        elif continue_msg is not None and h not in ("deepseek-v3.2", "qwen3-coder"):
+        elif continue_msg is not None and h not in ("deepseek-v3.2", "qwen3-coder") and not _handlers.ported(h):
             raise ChatRequestError("continue_final_message with the %s template is not supported by bankml yet" % h)
         ctx = dict(extra)
         if context:
@@ -535,6 +536,11 @@ class ChatTemplate:
             if pos >= 0:
                 prompt = prompt[:pos] + "<|end|>" + prompt[pos + len("<|return|>"):]
         gen = self.generation_prompt(msgs, tools_json, enable_thinking, ctx, now, override=is_override)
+        if _handlers.ported(h):
+            out = ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict())
+            _handlers.apply(out, _handlers.Inputs(h, src, json_schema, reasoning_format, continuation, continue_msg,
+                                                  tools_json))
+            return out
         if continue_msg is not None:
             reasoning, content = continue_msg["reasoning_content"], _render_content(continue_msg)
             want_content = continuation == CONTINUATION_CONTENT
