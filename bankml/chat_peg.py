@@ -637,3 +637,101 @@ def peg_parse(arena, generation_prompt, raw, partial, format_name="peg-native", 
     m = mapper()
     m.from_ast(ctx, result)
     return m.message()
+
+
+# -- schema node queries (common_chat_schema::may_be_string / value_types, json-schema.cpp) -----------------
+
+TYPE_NULL, TYPE_BOOLEAN, TYPE_NUMBER, TYPE_INTEGER, TYPE_STRING, TYPE_ARRAY, TYPE_OBJECT = \
+    "null", "boolean", "number", "integer", "string", "array", "object"
+_ALL_TYPES = frozenset((TYPE_NULL, TYPE_BOOLEAN, TYPE_NUMBER, TYPE_INTEGER, TYPE_STRING, TYPE_ARRAY, TYPE_OBJECT))
+
+
+def _json_type(value):
+    if value is None:
+        return TYPE_NULL
+    if isinstance(value, bool):
+        return TYPE_BOOLEAN
+    if isinstance(value, int):
+        return TYPE_INTEGER
+    if isinstance(value, float):
+        return TYPE_NUMBER
+    if isinstance(value, str):
+        return TYPE_STRING
+    return TYPE_ARRAY if isinstance(value, list) else TYPE_OBJECT
+
+
+def may_be_string(node, visited=None):
+    from . import schema as s
+    visited = set() if visited is None else visited
+    k = node.kind
+    if k == s.STRING:
+        return True
+    if k == s.CONST:
+        return isinstance(node.value, str)
+    if k == s.ENUM:
+        return any(isinstance(v, str) for v in node.values)
+    if k == s.REF:
+        target = getattr(node, "target", None)
+        if target is None or id(target) in visited:
+            return False
+        visited.add(id(target))
+        result = may_be_string(target, visited)
+        visited.discard(id(target))
+        return result
+    if k == s.ANY_OF:
+        return any(may_be_string(c, visited) for c in node.children)
+    if k == s.ALL_OF:
+        # every child must allow a string, an any child constrains nothing
+        any_string = False
+        for c in node.children:
+            if c.kind == s.ANY:
+                continue
+            if not may_be_string(c, visited):
+                return False
+            any_string = True
+        return any_string
+    return False
+
+
+def value_types(node, visited=None):
+    from . import schema as s
+    visited = set() if visited is None else visited
+    k = node.kind
+    simple = {s.ANY: _ALL_TYPES, s.NULL: {TYPE_NULL}, s.BOOLEAN: {TYPE_BOOLEAN}, s.NUMBER: {TYPE_NUMBER, TYPE_INTEGER},
+              s.INTEGER: {TYPE_INTEGER}, s.STRING: {TYPE_STRING}, s.ARRAY: {TYPE_ARRAY}, s.TUPLE: {TYPE_ARRAY},
+              s.OBJECT: {TYPE_OBJECT}}
+    if k in simple:
+        return set(simple[k])
+    if k == s.CONST:
+        return {_json_type(node.value)}
+    if k == s.ENUM:
+        return {_json_type(v) for v in node.values}
+    if k == s.REF:
+        target = getattr(node, "target", None)
+        if target is None or id(target) in visited:
+            return set()
+        visited.add(id(target))
+        types = value_types(target, visited)
+        visited.discard(id(target))
+        return types
+    if k == s.ANY_OF:
+        out = set()
+        for c in node.children:
+            out |= value_types(c, visited)
+        return out
+    if k == s.ALL_OF:
+        out = set(_ALL_TYPES)
+        for c in node.children:
+            out &= value_types(c, visited)
+        return out
+    return set()
+
+
+def function_parameters(function):
+    """foreach_parameter: [(name, node, required)] of a function tool's parameters (a bankml.schema document's
+    root object), empty when the parameters are not an object schema."""
+    from . import schema as s
+    root = s.SchemaDocument(tool_parameters(function)).root
+    if root.kind != s.OBJECT:
+        return []
+    return list(root.properties or [])

@@ -738,10 +738,8 @@ class Arena:
 
 
 def _may_be_string(node):
-    fn = getattr(node, "may_be_string", None)
-    if fn is None:
-        raise NotImplementedError("raw schema parsers need the schema node's may_be_string")
-    return fn()
+    from .chat_peg import may_be_string
+    return may_be_string(node)
 
 
 # -- GBNF of an Aho-Corasick automaton (gbnf_ac_grammar) -----------------------------------------------------

@@ -19,6 +19,8 @@ MODULES = {
     "ministral-3": "ministral_3",
     "kimi-k2": "kimi_k2",
     "cohere2moe": "cohere2moe",
+    "muse-glimmer": "muse_glimmer",
+    "minicpm5": "minicpm5",
 }
 
 
