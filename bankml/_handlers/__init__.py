@@ -21,6 +21,7 @@ MODULES = {
     "cohere2moe": "cohere2moe",
     "muse-glimmer": "muse_glimmer",
     "minicpm5": "minicpm5",
+    "gpt-oss": "gpt_oss",
 }
 
 
