@@ -22,6 +22,8 @@ MODULES = {
     "muse-glimmer": "muse_glimmer",
     "minicpm5": "minicpm5",
     "gpt-oss": "gpt_oss",
+    "kimi-k3": "kimi_k3",
+    "ling3": "ling3",
 }
 
 
