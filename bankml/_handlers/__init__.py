@@ -24,6 +24,7 @@ MODULES = {
     "gpt-oss": "gpt_oss",
     "kimi-k3": "kimi_k3",
     "ling3": "ling3",
+    "deepseek-v3.2": "deepseek_v3_2",
 }
 
 
@@ -31,9 +32,10 @@ class Inputs:
     """autoparser::generation_params, the fields the handlers read."""
 
     def __init__(self, handler, source, json_schema, reasoning_format, continuation, continue_msg, tools=None,
-                 tool_choice="auto", parallel_tool_calls=False):
+                 tool_choice="auto", parallel_tool_calls=False, enable_thinking=True):
         from ..chat import CONTINUATION_CONTENT, _render_content
         self.handler, self.source = handler, source
+        self.enable_thinking = enable_thinking
         self.json_schema = json_schema
         self.reasoning_format = reasoning_format
         self.continuation, self.continue_msg = continuation, continue_msg
