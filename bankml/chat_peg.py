@@ -735,3 +735,91 @@ def function_parameters(function):
     if root.kind != s.OBJECT:
         return []
     return list(root.properties or [])
+
+
+def find_by_tag(ctx, parent, tag, max_depth=3):
+    """common_peg_ast_arena::find_by_tag: the first descendant (depth-first, ``max_depth`` levels) with ``tag``."""
+    for cid in parent.children:
+        child = ctx.ast[cid]
+        if child.tag == tag:
+            return child
+        if max_depth > 1:
+            found = find_by_tag(ctx, child, tag, max_depth - 1)
+            if found is not None:
+                return found
+    return None
+
+
+TOOL_ARG_OBJECT, TOOL_ARG_ARRAY, TOOL_ARG_ITEM = "tool-arg-object", "tool-arg-array", "tool-arg-item"
+
+
+class MinimaxM3Mapper(Mapper):
+    """common_chat_peg_minimax_m3_mapper: arguments rebuilt as JSON from the XML-expanded values; reasoning is
+    kept as parsed (this mapper does not drop whitespace-only reasoning)."""
+
+    def from_ast(self, ctx, result):
+        self.ctx = ctx
+        for nid in result.nodes:
+            self._visit(ctx.ast[nid])
+
+    def message(self):
+        return ChatMessage(_txt(b"".join(self.content)), _txt(b"".join(self.reasoning)),
+                           [c.copy() for c in self.tool_calls])
+
+    def _visit(self, node):
+        if node.tag == REASONING:
+            self.reasoning.append(node.sanitized_text())
+            return
+        if node.tag == CONTENT:
+            self.content.append(node.sanitized_text())
+            return
+        if node.tag == TOOL:
+            name = find_by_tag(self.ctx, node, TOOL_NAME)
+            if name is not None:
+                self.tool_calls.append(ChatToolCall(_txt(name.text), self._container(node, True, not node.is_partial)))
+            return
+        for cid in node.children:
+            self._visit(self.ctx.ast[cid])
+
+    def _collect(self, node, tag, out):
+        for cid in node.children:
+            child = self.ctx.ast[cid]
+            if child.tag == tag:
+                out.append(child)
+            else:
+                self._collect(child, tag, out)
+
+    def _value_of(self, node):
+        for cid in node.children:
+            child = self.ctx.ast[cid]
+            if child.tag in (TOOL_ARG_VALUE, TOOL_ARG_STRING_VALUE, TOOL_ARG_OBJECT, TOOL_ARG_ARRAY):
+                return child
+        return None
+
+    def _member(self, node):
+        name = find_by_tag(self.ctx, node, TOOL_ARG_NAME)
+        if name is None:
+            return ""
+        return _dump(_txt(name.text)) + ":" + self._value(self._value_of(node), not node.is_partial)
+
+    def _container(self, node, is_object, closed):
+        entries = []
+        self._collect(node, TOOL_ARG if is_object else TOOL_ARG_ITEM, entries)
+        parts = []
+        for entry in entries:
+            text = self._member(entry) if is_object else self._value(self._value_of(entry), not entry.is_partial)
+            if text:
+                parts.append(text)
+        result = ("{" if is_object else "[") + ",".join(parts)
+        return result + (("}" if is_object else "]") if closed else "")
+
+    def _value(self, node, closed):
+        if node is None:
+            return ""
+        if node.tag == TOOL_ARG_OBJECT:
+            return self._container(node, True, closed)
+        if node.tag == TOOL_ARG_ARRAY:
+            return self._container(node, False, closed)
+        if node.tag == TOOL_ARG_STRING_VALUE:
+            return '"' + _dump(_txt(node.text))[1:-1] + ('"' if closed else "")
+        return _txt(node.text)

@@ -25,6 +25,7 @@ MODULES = {
     "kimi-k3": "kimi_k3",
     "ling3": "ling3",
     "deepseek-v3.2": "deepseek_v3_2",
+    "minimax-m3": "minimax_m3",
 }
 
 
