@@ -539,7 +539,8 @@ class ChatTemplate:
         if _handlers.ported(h):
             out = ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict())
             _handlers.apply(out, _handlers.Inputs(h, src, json_schema, reasoning_format, continuation, continue_msg,
-                                                  tools_json, enable_thinking=enable_thinking))
+                                                  tools_json, enable_thinking=enable_thinking,
+                                                  add_generation_prompt=add_gen))
             return out
         if continue_msg is not None:
             reasoning, content = continue_msg["reasoning_content"], _render_content(continue_msg)

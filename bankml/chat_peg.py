@@ -823,3 +823,51 @@ class MinimaxM3Mapper(Mapper):
         if node.tag == TOOL_ARG_STRING_VALUE:
             return '"' + _dump(_txt(node.text))[1:-1] + ('"' if closed else "")
         return _txt(node.text)
+
+
+class Gemma4Mapper(MinimaxM3Mapper):
+    """common_chat_peg_gemma4_mapper: tool arguments from Gemma 4's own value syntax (rules ``gemma4-*``)."""
+
+    def _visit(self, node):
+        if node.tag == REASONING:
+            self.reasoning.append(node.sanitized_text())
+            return
+        if node.tag == CONTENT:
+            self.content.append(node.sanitized_text())
+            return
+        if node.tag == TOOL:
+            name = find_by_tag(self.ctx, node, TOOL_NAME)
+            args = find_by_tag(self.ctx, node, TOOL_ARGS)
+            if name is not None and args is not None and not name.is_partial:
+                arguments = self._json(self.ctx.ast[args.children[0]]) if args.children else ""
+                self.tool_calls.append(ChatToolCall(_txt(name.text), arguments))
+            return
+        for cid in node.children:
+            self._visit(self.ctx.ast[cid])
+
+    def _json(self, node):
+        if not node.text:
+            return ""
+        rule, kids = node.rule, [self.ctx.ast[c] for c in node.children]
+        if rule in ("gemma4-number", "gemma4-bool", "gemma4-null", "gemma4-dict-key-name"):
+            return _txt(node.text)
+        if rule == "gemma4-string-content":
+            return _dump(_txt(node.text))[1:-1]
+        if rule == "gemma4-string":
+            out = '"'
+            if kids:
+                out += self._json(kids[0]) + ("" if node.is_partial else '"')
+            return out
+        if rule in ("gemma4-array", "gemma4-dict"):
+            open_, close = ("[", "]") if rule == "gemma4-array" else ("{", "}")
+            return open_ + ",".join(self._json(k) for k in kids) + ("" if node.is_partial else close)
+        if rule == "gemma4-dict-key":
+            out = '"'
+            if kids:
+                out += _dump(self._json(kids[0]))[1:-1]
+            return out + ("" if node.is_partial else '":')
+        if rule == "gemma4-dict-kv":
+            return "".join(self._json(k) for k in kids)
+        if rule == "gemma4-value":
+            return self._json(kids[0]) if kids else ""
+        return ""

@@ -83,10 +83,10 @@ def _not_ported(tmpl, req):
 
 # handlers whose continuation generation prompt bankml builds (the analysed templates all do)
 CONTINUATION_PORTED = {None, "gpt-oss", "ministral-3", "lfm2", "lfm2.5", "deepseek-v3.2", "qwen3-coder", "gigachat-v3",
-                       "functionary-v3-2", "kimi-k2", "cohere2moe", "muse-glimmer", "minicpm5", "gpt-oss", "kimi-k3", "ling3", "deepseek-v3.2", "minimax-m3"}
+                       "functionary-v3-2", "kimi-k2", "cohere2moe", "muse-glimmer", "minicpm5", "gpt-oss", "kimi-k3", "ling3", "deepseek-v3.2", "minimax-m3", "gemma4"}
 # handlers whose grammar, parser, tags and tokens bankml builds (besides the analysed templates)
 HANDLERS_PORTED = {"qwen3-coder", "gigachat-v3", "functionary-v3-2", "lfm2", "lfm2.5", "ministral-3", "kimi-k2",
-                   "cohere2moe", "muse-glimmer", "minicpm5", "gpt-oss", "kimi-k3", "ling3", "deepseek-v3.2", "minimax-m3"}
+                   "cohere2moe", "muse-glimmer", "minicpm5", "gpt-oss", "kimi-k3", "ling3", "deepseek-v3.2", "minimax-m3", "gemma4"}
 
 
 def compare(tmpl, req, answer, now):

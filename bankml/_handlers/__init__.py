@@ -26,6 +26,7 @@ MODULES = {
     "ling3": "ling3",
     "deepseek-v3.2": "deepseek_v3_2",
     "minimax-m3": "minimax_m3",
+    "gemma4": "gemma4",
 }
 
 
@@ -33,10 +34,10 @@ class Inputs:
     """autoparser::generation_params, the fields the handlers read."""
 
     def __init__(self, handler, source, json_schema, reasoning_format, continuation, continue_msg, tools=None,
-                 tool_choice="auto", parallel_tool_calls=False, enable_thinking=True):
+                 tool_choice="auto", parallel_tool_calls=False, enable_thinking=True, add_generation_prompt=True):
         from ..chat import CONTINUATION_CONTENT, _render_content
         self.handler, self.source = handler, source
-        self.enable_thinking = enable_thinking
+        self.enable_thinking, self.add_generation_prompt = enable_thinking, add_generation_prompt
         self.json_schema = json_schema
         self.reasoning_format = reasoning_format
         self.continuation, self.continue_msg = continuation, continue_msg
