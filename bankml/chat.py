@@ -487,9 +487,9 @@ class ChatTemplate:
 
     def _apply_handler(self, rendered, tools_json, add_gen, enable_thinking, extra, now, continuation, continue_msg,
                        json_schema, reasoning_format):
-        """The prompt side of llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context
-        they rewrite before rendering and the generation prompt they build for a continuation. Their
-        grammars, parsers and tags are not ported yet (those fields stay None)."""
+        """llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context they rewrite before
+        rendering here, then the handler of ``bankml._handlers`` (continuation prompt, tags, tokens, parser,
+        grammar)."""
         from . import _handlers
         h, src = self.handler, self.source
         override, context = None, None
@@ -523,8 +523,6 @@ class ChatTemplate:
             override = _deepseek_v4_sort_tool_results(rendered)
             if isinstance(json_schema, dict):
                 context = {"response_format": json_schema}
-        elif continue_msg is not None and h not in ("deepseek-v3.2", "qwen3-coder") and not _handlers.ported(h):
-            raise ChatRequestError("continue_final_message with the %s template is not supported by bankml yet" % h)
         ctx = dict(extra)
         if context:
             ctx.update(context)
@@ -536,38 +534,10 @@ class ChatTemplate:
             if pos >= 0:
                 prompt = prompt[:pos] + "<|end|>" + prompt[pos + len("<|return|>"):]
         gen = self.generation_prompt(msgs, tools_json, enable_thinking, ctx, now, override=is_override)
-        if _handlers.ported(h):
-            out = ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict())
-            _handlers.apply(out, _handlers.Inputs(h, src, json_schema, reasoning_format, continuation, continue_msg,
-                                                  tools_json, enable_thinking=enable_thinking,
-                                                  add_generation_prompt=add_gen))
-            return out
-        if continue_msg is not None:
-            reasoning, content = continue_msg["reasoning_content"], _render_content(continue_msg)
-            want_content = continuation == CONTINUATION_CONTENT
-            if h == "gpt-oss":
-                gen = "<|start|>assistant<|channel|>analysis<|message|>" + reasoning
-                if want_content:
-                    gen += "<|end|><|start|>assistant<|channel|>final<|message|>" + content
-            elif h == "ministral-3":
-                gen = "[THINK]" + reasoning + ("[/THINK]" + content if want_content else "")
-            elif h in ("lfm2", "lfm2.5"):
-                gen = "<|im_start|>assistant\n<think>" + reasoning + ("</think>" + content if want_content else "")
-            elif h == "qwen3-coder":
-                gen = "<|im_start|>assistant\n"
-                if "<think>" in src:
-                    gen += "<think>\n" + reasoning + ("\n</think>\n\n" if want_content else "")
-                if want_content:
-                    gen += content
-            elif h == "deepseek-v3.2":
-                if "function_calls" not in src and not reasoning:
-                    gen = "<｜Assistant｜></think>" + (content if want_content else "")
-                else:
-                    gen = "<｜Assistant｜><think>" + reasoning + ("</think>" + content if want_content else "")
-            prompt += gen
         out = ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict())
-        if h == "qwen3-coder":
-            _qwen3_coder(out, src, json_schema, reasoning_format != "none")
+        _handlers.apply(out, _handlers.Inputs(h, src, json_schema, reasoning_format, continuation, continue_msg,
+                                              tools_json, enable_thinking=enable_thinking,
+                                              add_generation_prompt=add_gen))
         return out
 
 
@@ -764,51 +734,6 @@ class ChatStream:
 
     def finish(self):
         return self._update(partial=False)
-
-
-def _qwen3_coder(out, source, json_schema, extract_reasoning, tools=None, tool_choice="auto",
-                 parallel_tool_calls=False):
-    """common/parsers/qwen3-coder.cpp: Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5 (tool branch: issue
-    13; it needs the schema nodes' value types, which bankml.schema does not expose yet, so tools are not
-    given a parser here)."""
-    from .chat_peg import build_chat_peg_parser
-    from .errors import SchemaError
-    gen_prefix = "<|im_start|>assistant\n"
-    thinking = "<think>" in source
-    out.format = "peg-native"
-    out.supports_thinking = thinking
-    out.preserved_tokens = ["<tool_call>", "</tool_call>"]
-    out.thinking_start_tag, out.thinking_end_tags = "", []
-    if thinking:
-        out.thinking_start_tag = "<think>"
-        out.thinking_end_tags = ["\n</think>", "</think>", "<tool_call>"]
-        out.preserved_tokens += ["<think>", "</think>"]
-    out.additional_stops = []
-    out.delimiters = [["assistant", "<|im_start|>assistant"], ["tool", "<|im_start|>user\n<tool_response>"],
-                      ["tool", "<|im_start|>tool_response"], ["user", "<|im_start|>user"],
-                      ["system", "<|im_start|>system"]]
-    json_mode = isinstance(json_schema, dict) and bool(json_schema)
-
-    def fn(p):
-        generation_prompt = p.literal(gen_prefix)
-        reasoning = p.eps()
-        if thinking and extract_reasoning:
-            # GCC builds the right operand of + and | first
-            close = p.peek(p.literal("<tool_call>"))
-            close = p.literal("</think>") | close
-            body = p.reasoning(p.until_one_of(["</think>", "<tool_call>"]))
-            reasoning = p.optional("<think>" + p.space() + body + close)
-        if json_mode:
-            return generation_prompt + (reasoning << p.content(p.schema(p.json(), "response-format", json_schema)))
-        return generation_prompt + (reasoning << p.content(p.rest()))
-    try:
-        arena = build_chat_peg_parser(fn)
-        if json_mode:
-            out.grammar_lazy, out.grammar_triggers = False, []
-            out.grammar = arena_grammar(arena, False)
-    except SchemaError as e:
-        raise _schema_error(e, "") from None
-    out.parser = ChatParser(arena, out.generation_prompt)
 
 
 def _msg_empty(msg):

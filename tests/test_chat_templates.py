@@ -7,12 +7,12 @@ over a matrix of requests (``matrix()`` there). Its answers for the 70 templates
 the sdist); ``test_live_oracle_*`` runs the program again and checks that bankml still agrees with it under
 today's clock (it must be built: a missing oracle fails, it is not skipped).
 
-What bankml ports so far is the request side: the prompt and the generation prompt. Each (template, request)
-pair is one test case; the pairs where bankml does not give llama.cpp's bytes yet are listed in KNOWN_DIFF
-and marked ``xfail(strict=True)``, so that a fix that makes one pass fails the run until the list is updated.
-Requests llama.cpp itself refuses (the exception text is recorded) must be refused by bankml too, or, where
-llama.cpp fails only later (building the parser from the template analysis, which bankml does not port yet),
-are counted in ``docs/modules/chat.md`` and skipped here with the reason.
+Every (template, request) pair is compared field by field: the prompt and generation prompt, the format,
+thinking support and tags, preserved tokens, additional stops, message delimiters, the grammar with its lazy
+flag and triggers, and, on the requests that carry them, the recorded parses (whole and partial) and streams
+(every code point prefix, with the msg diffs). Pairs listed in KNOWN_DIFF are ``xfail(strict=True)``, so that
+a fix that makes one pass fails the run until the list is updated. Requests llama.cpp itself refuses (the
+exception text is recorded) must be refused by bankml too.
 """
 import calendar
 import collections
@@ -76,19 +76,6 @@ def _apply(tmpl, req, now):
                       reasoning_format=req.get("reasoning_format", "deepseek"), now=now)
 
 
-def _not_ported(tmpl, req):
-    """Requests bankml refuses because the part of llama.cpp they need is not ported yet."""
-    return tmpl.handler not in CONTINUATION_PORTED and req.get("continue_final_message") is not None
-
-
-# handlers whose continuation generation prompt bankml builds (the analysed templates all do)
-CONTINUATION_PORTED = {None, "gpt-oss", "ministral-3", "lfm2", "lfm2.5", "deepseek-v3.2", "qwen3-coder", "gigachat-v3",
-                       "functionary-v3-2", "kimi-k2", "cohere2moe", "muse-glimmer", "minicpm5", "gpt-oss", "kimi-k3", "ling3", "deepseek-v3.2", "minimax-m3", "gemma4"}
-# handlers whose grammar, parser, tags and tokens bankml builds (besides the analysed templates)
-HANDLERS_PORTED = {"qwen3-coder", "gigachat-v3", "functionary-v3-2", "lfm2", "lfm2.5", "ministral-3", "kimi-k2",
-                   "cohere2moe", "muse-glimmer", "minicpm5", "gpt-oss", "kimi-k3", "ling3", "deepseek-v3.2", "minimax-m3", "gemma4"}
-
-
 def compare(tmpl, req, answer, now):
     """"same", "refused-both" or a description of the difference (prompt and generation prompt)."""
     try:
@@ -121,23 +108,17 @@ CASES = [(t, r) for t in sorted(RECORDED["templates"]) for r in sorted(MATRIX)]
     if (t, r) in KNOWN_DIFF else (t, r) for t, r in CASES])
 def test_recorded_prompt(templates, template, request_name):
     tmpl, req = templates[template], MATRIX[request_name]
-    if _not_ported(tmpl, req):
-        with pytest.raises(ChatRequestError, match="not supported by bankml yet"):
-            _apply(tmpl, req, NOW)
-        return
     res = compare(tmpl, req, RECORDED["templates"][template]["answers"][request_name], NOW)
     assert res in ("same", "refused-both"), res
 
 
 @pytest.mark.parametrize("template", sorted(RECORDED["templates"]))
 def test_recorded_analysis(templates, template):
-    """Format, thinking tags, stops and message delimiters of every template llama.cpp analyses (no
-    hand-written handler), on every request; preserved tokens where the template has no tool-call markers."""
+    """Format, thinking support and tags, stops and message delimiters of every template (analysed or with a
+    hand-written handler), on every request; preserved tokens in full except on the analysed templates whose
+    list has tool-call markers (those come from the tool-call analysis, not ported yet)."""
     tmpl = templates[template]
     answers = RECORDED["templates"][template]["answers"]
-    if tmpl.handler is not None and tmpl.handler not in HANDLERS_PORTED:
-        assert _apply(tmpl, MATRIX["plain/think-on"], NOW).format is None
-        return
     for name, req in MATRIX.items():
         got, want = _apply(tmpl, req, NOW), answers[name]
         for field in ANALYSIS_FIELDS:
@@ -149,8 +130,7 @@ def test_recorded_analysis(templates, template):
             assert got.preserved_tokens == want["preserved_tokens"], name
 
 
-ANALYSED = sorted(name for name, rec in RECORDED["templates"].items()
-                  if ChatTemplate(rec["source"]).handler in HANDLERS_PORTED | {None})
+ANALYSED = sorted(RECORDED["templates"])
 
 
 def _parse(parser, text, partial):
@@ -164,7 +144,8 @@ def _parse(parser, text, partial):
 
 @pytest.mark.parametrize("template", ANALYSED)
 def test_recorded_grammar_and_parses(templates, template):
-    """On every template llama.cpp analyses (and those of the ported handlers): the grammar (and lazy flag, triggers) of every request, the
+    """On every template (analysed or with a hand-written handler): the grammar (and lazy flag, triggers) of every
+    request, the
     parse of each recorded output (whole and partial), and every code point prefix of the streamed outputs
     with the msg diffs between consecutive parses."""
     tmpl = templates[template]
@@ -255,8 +236,6 @@ def test_live_oracle_agrees_with_bankml(templates):
     unexpected = []
     for (name, r), ans in zip(keys, answers):
         tmpl, req = templates[name], MATRIX[r]
-        if _not_ported(tmpl, req):
-            continue
         res = compare(tmpl, req, ans, now)
         if (res in ("same", "refused-both")) == ((name, r) in KNOWN_DIFF):
             unexpected.append((name, r, res))

@@ -27,6 +27,7 @@ MODULES = {
     "deepseek-v3.2": "deepseek_v3_2",
     "minimax-m3": "minimax_m3",
     "gemma4": "gemma4",
+    "qwen3-coder": "qwen3_coder",
 }
 
 
