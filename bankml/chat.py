@@ -787,11 +787,12 @@ def for_constraint(template, messages, constraint, thinking=False, now=None):
     """llama-server's chat path for a ``bankml.constraint.Constraint``: a response format (JSON mode, a schema
     object) gets the chat grammar prefilled with the generation prompt (common_grammar_needs_prefill); a GBNF
     grammar, a top-level schema that is not an object or no constraint get the constraint's own grammar, not
-    prefilled, and the content parser. Templates whose handler bankml does not port yet get llama.cpp's
-    prompt, the constraint's own grammar and no parser."""
+    prefilled, and the content parser. A template whose handler builds no grammar for a response format
+    (GigaChat 3, Functionary v3.2, Kimi K2 / K3, Ling 3: their chat grammar is empty) gets the constraint's
+    own grammar too, so the answer stays constrained."""
     schema = constraint.schema if constraint.is_json else None
     out = template.apply(messages, json_schema=schema, enable_thinking=thinking, now=now)
-    if out.parser is not None and schema is not None:
+    if out.parser is not None and schema is not None and out.grammar:
         return ChatJob(out.prompt, out.grammar, out.generation_prompt, out.parser, out.additional_stops, out)
     grammar = constraint.to_grammar(None)[0]
     return ChatJob(out.prompt, grammar, None, out.parser, out.additional_stops or [], out)
