@@ -426,13 +426,15 @@ class ChatTemplate:
 
     def apply(self, messages, tools=None, add_generation_prompt=True, continue_final_message=None,
               enable_thinking=True, chat_template_kwargs=None, json_schema=None, reasoning_format="deepseek",
-              now=None):
+              now=None, tool_choice="auto", parallel_tool_calls=False):
         """What llama.cpp's common_chat_templates_apply gives for this request (``now``: POSIX time for
         ``strftime_now`` / ``datetime`` / ``date_string``, default the wall clock). ``chat_template_kwargs``
         maps names to JSON texts, as llama-server holds them; ``continue_final_message`` is True, "content"
         or "reasoning_content" (llama-server's field); ``json_schema`` the response format's schema (a dict
         or its JSON text), which some templates render and which gives the grammar; ``reasoning_format``
         llama-server's (its default ``deepseek`` extracts the reasoning; ``none`` leaves it in the content)."""
+        if tool_choice not in ("auto", "none", "required"):
+            raise ChatRequestError("Invalid tool_choice: %s" % tool_choice)
         rendered, tools_json, extra, add_gen, continuation, continue_msg = self.prepare(
             messages, tools, add_generation_prompt, continue_final_message, enable_thinking, chat_template_kwargs, now)
         if isinstance(json_schema, str):
@@ -443,7 +445,8 @@ class ChatTemplate:
         has_continuation = continuation != CONTINUATION_NONE and continue_msg is not None and not _msg_empty(continue_msg)
         if self.handler is not None:
             return self._apply_handler(rendered, tools_json, add_gen, enable_thinking, extra, now, continuation,
-                                       continue_msg if has_continuation else None, json_schema, reasoning_format)
+                                       continue_msg if has_continuation else None, json_schema, reasoning_format,
+                                       tool_choice, parallel_tool_calls)
         prompt = self.render(rendered, tools_json, add_gen, enable_thinking, extra, now)
         gen = self.generation_prompt(rendered, tools_json, enable_thinking, extra, now)
         out = ChatPrompt(prompt, gen, handler=self.handler, caps=self.caps.to_dict())
@@ -486,7 +489,7 @@ class ChatTemplate:
 
 
     def _apply_handler(self, rendered, tools_json, add_gen, enable_thinking, extra, now, continuation, continue_msg,
-                       json_schema, reasoning_format):
+                       json_schema, reasoning_format, tool_choice="auto", parallel_tool_calls=False):
         """llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context they rewrite before
         rendering here, then the handler of ``bankml._handlers`` (continuation prompt, tags, tokens, parser,
         grammar)."""
@@ -536,8 +539,8 @@ class ChatTemplate:
         gen = self.generation_prompt(msgs, tools_json, enable_thinking, ctx, now, override=is_override)
         out = ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict())
         _handlers.apply(out, _handlers.Inputs(h, src, json_schema, reasoning_format, continuation, continue_msg,
-                                              tools_json, enable_thinking=enable_thinking,
-                                              add_generation_prompt=add_gen))
+                                              tools_json, tool_choice, bool(parallel_tool_calls),
+                                              enable_thinking=enable_thinking, add_generation_prompt=add_gen))
         return out
 
 

@@ -172,6 +172,35 @@ def test_recorded_grammar_and_parses(templates, template):
     ORACLE_STATS["chat stream steps (recorded)"] += counts["stream steps"]
 
 
+TOOL_MATRIX = dict(oracle_chat.tool_matrix())
+
+
+@pytest.mark.parametrize("template", sorted(RECORDED["templates"]))
+def test_recorded_tool_requests(templates, template):
+    """Requests with a tool (tool_choice auto, required, and parallel calls): the prompt and generation prompt
+    on every template; on the templates of the hand-written handlers also every other field, the grammar (lazy
+    flag, triggers) and the parses of one tool call in each handler's syntax, whole and partial. (The
+    analysed templates' tool-call analysis is not ported: their parser and grammar ignore the tools.)"""
+    tmpl = templates[template]
+    for name, req in TOOL_MATRIX.items():
+        want = RECORDED["templates"][template]["tool_answers"][name]
+        got = tmpl.apply(req["messages"], tools=req["tools"], enable_thinking=req["enable_thinking"],
+                         chat_template_kwargs=dict(req["kwargs"]), tool_choice=req["tool_choice"],
+                         parallel_tool_calls=req.get("parallel_tool_calls", False), now=NOW)
+        assert want["ok"]
+        assert got.prompt == want["prompt"], name
+        assert got.generation_prompt == want["generation_prompt"], name
+        if tmpl.handler is None:
+            continue
+        for field in ANALYSIS_FIELDS + ("preserved_tokens",):
+            assert getattr(got, field) == want[field], (name, field)
+        assert (got.grammar or "") == want["grammar"], name
+        assert bool(got.grammar_lazy) == want["grammar_lazy"] and (got.grammar_triggers or []) == want["triggers"]
+        for (text, partial), w in zip(req.get("parses", []), want["parses"]):
+            assert _parse(got.parser, text, bool(partial))[0] == w, (name, text, partial)
+            ORACLE_STATS["chat tool-call parses (recorded)"] += 1
+
+
 def test_stream_shrink_is_refused_as_llama_cpp_does():
     assert msg_diffs(ChatMessage("ab"), ChatMessage("a")) == [("", "")]
     with pytest.raises(ChatParseError, match="^Invalid diff: 'ab' not found at start of 'b'$"):
@@ -182,6 +211,7 @@ def test_recording_covers_every_template():
     assert len(RECORDED["templates"]) == 70
     for rec in RECORDED["templates"].values():
         assert set(rec["answers"]) == set(MATRIX)
+        assert set(rec["tool_answers"]) == set(oracle_chat.tool_matrix()[i][0] for i in range(3))
 
 
 def test_handlers_are_llama_cpps():

@@ -15,8 +15,11 @@ def apply(out, inp):
         out.prompt += out.generation_prompt
 
     def fn(p):
-        content_until_tool = p.literal("all\n") + p.content(p.until(">>>"))
-        content_until_end = p.literal("all\n") + p.content(p.rest())
+        # GCC builds the right operand of + first
+        body = p.content(p.until(">>>"))
+        content_until_tool = p.literal("all\n") + body
+        body = p.content(p.rest())
+        content_until_end = p.literal("all\n") + body
         generation_prompt = p.literal(GEN)
         if not inp.tool_calls_enabled:
             end = p.end()

@@ -16,6 +16,7 @@ def apply(out, inp):
     include_grammar = [inp.tool_calls_enabled]
 
     def fn(p):
+        ret = p.eps()
         if inp.tool_calls_enabled:
             tool_choice = p.choice()
             for tool in inp.tools:

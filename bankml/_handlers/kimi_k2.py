@@ -24,8 +24,9 @@ def apply(out, inp):
 
     def fn(p):
         end = p.end()
-        reasoning = p.eps()
-        if inp.extract_reasoning:
+        if not inp.extract_reasoning:
+            reasoning = p.eps()
+        else:
             # GCC builds the right operand of + first
             close = p.optional(p.literal(THINK_END))
             body = p.reasoning(p.until_one_of([THINK_END, SECTION_BEGIN, CALL_BEGIN]))

@@ -54,6 +54,7 @@ def apply(out, inp):
             for pname, node, is_required in function_parameters(fn_):
                 rule_name = "ling3-arg-%s-%s" % (name, pname)
                 types = value_types(node)
+                value = p.eps()
                 if TYPE_STRING not in types:
                     value = p.tool_arg_json_value(p.schema(p.json(), rule_name + "-schema", None, node=node)) + arg_close
                 elif types == {TYPE_STRING}:

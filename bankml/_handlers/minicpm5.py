@@ -43,6 +43,7 @@ def apply(out, inp):
                 name = fn_["name"]
                 arg_rules = []
                 for pname, node, _required in function_parameters(fn_):
+                    value = p.eps()
                     if may_be_string(node):
                         value = string_value
                     else:

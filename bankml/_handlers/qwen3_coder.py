@@ -59,6 +59,7 @@ def apply(out, inp):
                     rule_name = "tool-%s-arg-%s" % (name, pname)
                     arg_open = p.tool_arg_open("<parameter=" + p.tool_arg_name(p.literal(pname)) + ">\n")
                     types = value_types(node)
+                    value = p.eps()
                     if TYPE_STRING not in types:
                         value = p.tool_arg_json_value(p.schema(p.json(), rule_name + "-schema", None, node=node)) \
                             + arg_close
