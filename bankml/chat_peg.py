@@ -8,6 +8,7 @@ AST of a parse into the message (content, reasoning, tool calls) as ``common_cha
 import json
 
 from . import peg
+from .peg_builder import Builder
 
 REASONING_BLOCK, REASONING, CONTENT = "reasoning-block", "reasoning", "content"
 TOOL, TOOL_OPEN, TOOL_CLOSE, TOOL_ID, TOOL_NAME, TOOL_ARGS = \
@@ -69,7 +70,7 @@ def function_tools(tools):
     return [t for t in (tools or []) if isinstance(t, dict) and t.get("type") == "function" and "function" in t]
 
 
-class ChatBuilder(peg.Builder):
+class ChatBuilder(Builder):
     """common_chat_peg_builder."""
 
     def reasoning_block(self, p):
