@@ -631,8 +631,16 @@ def peg_parse(arena, generation_prompt, raw, partial, format_name="peg-native", 
     if isinstance(raw, str):
         raw = raw.encode("utf-8", "surrogatepass")
     data = generation_prompt.encode("utf-8") + bytes(raw) if generation_prompt else bytes(raw)
+    from .schema import _raise_recursion_limit, _restore_recursion_limit
     ctx = peg.Context(data, lenient=True)
-    result = arena.parse(ctx)
+    _raise_recursion_limit()
+    try:
+        result = arena.parse(ctx)
+    except RecursionError:
+        raise ChatParseError("The model produced output that nests too deeply to parse as the expected %s format"
+                             % format_name) from None
+    finally:
+        _restore_recursion_limit()
     if result.type == peg.FAIL and not (partial and result.end > 0):
         raise ChatParseError("The model produced output that does not match the expected %s format" % format_name)
     m = mapper()

@@ -331,15 +331,10 @@ class Space(_P):
 
 
 def _parse_hex(s, pos, count):
-    if pos + count > len(s):
+    digits = s[pos:pos + count]
+    if len(digits) < count or not all(c in "0123456789abcdefABCDEF" for c in digits):
         return 0, 0
-    try:
-        int(s[pos:pos + count], 16)
-    except ValueError:
-        return 0, 0
-    if not all(c in "0123456789abcdefABCDEF" for c in s[pos:pos + count]):
-        return 0, 0
-    return int(s[pos:pos + count], 16), count
+    return int(digits, 16), count
 
 
 def _class_char(s, pos):

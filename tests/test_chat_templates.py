@@ -201,6 +201,17 @@ def test_recorded_tool_requests(templates, template):
             ORACLE_STATS["chat tool-call parses (recorded)"] += 1
 
 
+def test_deep_nesting_is_a_parse_error_not_a_crash():
+    """The arena's executor recurses per nesting level: 1,000 levels of JSON parse; far deeper input is a
+    ChatParseError (streamed: a partial parse that sends nothing), not a RecursionError."""
+    from bankml.chat import ChatStream
+    out = ChatTemplate("chatml").apply([{"role": "user", "content": "x"}], json_schema={"type": "object"})
+    assert out.parser.parse("[" * 1000 + "]" * 1000).content == "[" * 1000 + "]" * 1000
+    with pytest.raises(ChatParseError, match="nests too deeply"):
+        out.parser.parse("[" * 100000)
+    assert ChatStream(out.parser).push("[" * 100000) == ""
+
+
 def test_stream_shrink_is_refused_as_llama_cpp_does():
     assert msg_diffs(ChatMessage("ab"), ChatMessage("a")) == [("", "")]
     with pytest.raises(ChatParseError, match="^Invalid diff: 'ab' not found at start of 'b'$"):
