@@ -222,13 +222,16 @@ class _GenerationExtension(jinja2.ext.Extension):
         return jinja2.nodes.Scope(body, lineno=lineno)
 
 
-def _llama_iter(value):
-    """A ``for`` loop's iterable as llama.cpp's for_statement takes it."""
+def _llama_iter(value, single=False):
+    """A ``for`` loop's iterable as llama.cpp's for_statement takes it (a mapping gives its (key, value) pairs,
+    or its keys when the loop has one variable)."""
     _mark(value, "array_access")
     if isinstance(value, jinja2.Undefined):
         return []
     if isinstance(value, dict):
         _mark(value, "object_access")
+        if single:
+            return list(value.keys())
         return [(k, v) for k, v in value.items()]
     if isinstance(value, (list, tuple)):
         return value
@@ -247,7 +250,8 @@ def _llama_iter(value):
 class _ForIterables(jinja2.visitor.NodeTransformer):
     def visit_For(self, node):
         self.generic_visit(node)
-        node.iter = jinja2.nodes.Call(jinja2.nodes.Name("__llama_iter", "load"), [node.iter], [], None, None,
+        single = jinja2.nodes.Const(isinstance(node.target, jinja2.nodes.Name))
+        node.iter = jinja2.nodes.Call(jinja2.nodes.Name("__llama_iter", "load"), [node.iter, single], [], None, None,
                                       lineno=node.lineno)
         return node
 
@@ -342,11 +346,26 @@ def _raise_exception(message):
     raise TemplateError("Jinja Exception: " + str(message))
 
 
+def _as_list(fn):
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return list(fn(*args, **kwargs))
+    if getattr(fn, "jinja_pass_arg", None) is not None:
+        wrapper.jinja_pass_arg = fn.jinja_pass_arg
+    return wrapper
+
+
 def make_environment():
     env = _Environment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
                        undefined=_Undefined, finalize=_print, autoescape=False,
                        extensions=[jinja2.ext.loopcontrols, _GenerationExtension])
     env.filters["tojson"] = _tojson
+    # llama.cpp's safe marks nothing (there is no escaping), and its map / select / reject filters give arrays
+    env.filters["safe"] = lambda value: value
+    for name in ("map", "select", "reject", "selectattr", "rejectattr"):
+        env.filters[name] = _as_list(env.filters[name])
     env.filters = {name: _wrap_filter_passing(name, fn) for name, fn in env.filters.items()}
     env.tests = {name: _wrap_test(name, fn) for name, fn in env.tests.items()}
     env.globals["raise_exception"] = _raise_exception

@@ -426,13 +426,15 @@ class ChatTemplate:
 
     def apply(self, messages, tools=None, add_generation_prompt=True, continue_final_message=None,
               enable_thinking=True, chat_template_kwargs=None, json_schema=None, reasoning_format="deepseek",
-              now=None):
+              now=None, tool_choice="auto", parallel_tool_calls=False):
         """What llama.cpp's common_chat_templates_apply gives for this request (``now``: POSIX time for
         ``strftime_now`` / ``datetime`` / ``date_string``, default the wall clock). ``chat_template_kwargs``
         maps names to JSON texts, as llama-server holds them; ``continue_final_message`` is True, "content"
         or "reasoning_content" (llama-server's field); ``json_schema`` the response format's schema (a dict
         or its JSON text), which some templates render and which gives the grammar; ``reasoning_format``
         llama-server's (its default ``deepseek`` extracts the reasoning; ``none`` leaves it in the content)."""
+        if tool_choice not in ("auto", "none", "required"):
+            raise ChatRequestError("Invalid tool_choice: %s" % tool_choice)
         rendered, tools_json, extra, add_gen, continuation, continue_msg = self.prepare(
             messages, tools, add_generation_prompt, continue_final_message, enable_thinking, chat_template_kwargs, now)
         if isinstance(json_schema, str):
@@ -443,11 +445,13 @@ class ChatTemplate:
         has_continuation = continuation != CONTINUATION_NONE and continue_msg is not None and not _msg_empty(continue_msg)
         if self.handler is not None:
             return self._apply_handler(rendered, tools_json, add_gen, enable_thinking, extra, now, continuation,
-                                       continue_msg if has_continuation else None, json_schema, reasoning_format)
+                                       continue_msg if has_continuation else None, json_schema, reasoning_format,
+                                       tool_choice, parallel_tool_calls)
         prompt = self.render(rendered, tools_json, add_gen, enable_thinking, extra, now)
         gen = self.generation_prompt(rendered, tools_json, enable_thinking, extra, now)
         out = ChatPrompt(prompt, gen, handler=self.handler, caps=self.caps.to_dict())
         a = self.analysis
+        parser_gen = gen
         if has_continuation:
             start = a.reasoning.start
             if start:
@@ -462,13 +466,17 @@ class ChatTemplate:
         out.format = "peg-native"
         extracting = reasoning_format != "none" and a.reasoning.mode != "NONE"
         json_mode = isinstance(json_schema, dict) and bool(json_schema)
-        out.parser = ChatParser(out.generation_prompt, a, extracting, json_mode)
-        if json_mode:
-            out.grammar = response_format_grammar(json_schema, _prefix(out.generation_prompt, _trim(a.reasoning.start)),
-                                                  a.reasoning.start if extracting else "",
-                                                  a.reasoning.end if extracting else "")
-            out.grammar_lazy = False
-            out.grammar_triggers = []
+        head = "Unable to generate parser for this template. Automatic parser generation failed: "
+        from .errors import SchemaError
+        try:
+            arena = build_auto_parser(a, parser_gen, extracting, json_schema)
+            if json_mode:
+                out.grammar = arena_grammar(arena, False)
+                out.grammar_lazy = False
+                out.grammar_triggers = []
+        except SchemaError as e:
+            raise _schema_error(e, head) from None
+        out.parser = ChatParser(arena, out.generation_prompt)
         out.supports_thinking = a.reasoning.mode != "NONE"
         out.thinking_start_tag = _trim(a.reasoning.start) if out.supports_thinking else ""
         end = _trim(a.reasoning.end)
@@ -481,10 +489,11 @@ class ChatTemplate:
 
 
     def _apply_handler(self, rendered, tools_json, add_gen, enable_thinking, extra, now, continuation, continue_msg,
-                       json_schema, reasoning_format):
-        """The prompt side of llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context
-        they rewrite before rendering and the generation prompt they build for a continuation. Their
-        grammars, parsers and tags are not ported yet (those fields stay None)."""
+                       json_schema, reasoning_format, tool_choice="auto", parallel_tool_calls=False):
+        """llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context they rewrite before
+        rendering here, then the handler of ``bankml._handlers`` (continuation prompt, tags, tokens, parser,
+        grammar)."""
+        from . import _handlers
         h, src = self.handler, self.source
         override, context = None, None
         if h in ("gpt-oss", "lfm2", "lfm2.5"):
@@ -517,8 +526,6 @@ class ChatTemplate:
             override = _deepseek_v4_sort_tool_results(rendered)
             if isinstance(json_schema, dict):
                 context = {"response_format": json_schema}
-        elif continue_msg is not None and h not in ("deepseek-v3.2", "qwen3-coder"):
-            raise ChatRequestError("continue_final_message with the %s template is not supported by bankml yet" % h)
         ctx = dict(extra)
         if context:
             ctx.update(context)
@@ -530,32 +537,10 @@ class ChatTemplate:
             if pos >= 0:
                 prompt = prompt[:pos] + "<|end|>" + prompt[pos + len("<|return|>"):]
         gen = self.generation_prompt(msgs, tools_json, enable_thinking, ctx, now, override=is_override)
-        if continue_msg is not None:
-            reasoning, content = continue_msg["reasoning_content"], _render_content(continue_msg)
-            want_content = continuation == CONTINUATION_CONTENT
-            if h == "gpt-oss":
-                gen = "<|start|>assistant<|channel|>analysis<|message|>" + reasoning
-                if want_content:
-                    gen += "<|end|><|start|>assistant<|channel|>final<|message|>" + content
-            elif h == "ministral-3":
-                gen = "[THINK]" + reasoning + ("[/THINK]" + content if want_content else "")
-            elif h in ("lfm2", "lfm2.5"):
-                gen = "<|im_start|>assistant\n<think>" + reasoning + ("</think>" + content if want_content else "")
-            elif h == "qwen3-coder":
-                gen = "<|im_start|>assistant\n"
-                if "<think>" in src:
-                    gen += "<think>\n" + reasoning + ("\n</think>\n\n" if want_content else "")
-                if want_content:
-                    gen += content
-            elif h == "deepseek-v3.2":
-                if "function_calls" not in src and not reasoning:
-                    gen = "<｜Assistant｜></think>" + (content if want_content else "")
-                else:
-                    gen = "<｜Assistant｜><think>" + reasoning + ("</think>" + content if want_content else "")
-            prompt += gen
         out = ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict())
-        if h == "qwen3-coder":
-            _qwen3_coder(out, src, json_schema, reasoning_format != "none")
+        _handlers.apply(out, _handlers.Inputs(h, src, json_schema, reasoning_format, continuation, continue_msg,
+                                              tools_json, tool_choice, bool(parallel_tool_calls),
+                                              enable_thinking=enable_thinking, add_generation_prompt=add_gen))
         return out
 
 
@@ -593,25 +578,7 @@ def _deepseek_v4_sort_tool_results(messages):
     return adjusted
 
 
-class ChatMessage:
-    """What common_chat_parse returns (the fields bankml fills so far): content and reasoning_content."""
-    __slots__ = ("content", "reasoning_content")
-
-    def __init__(self, content="", reasoning_content=""):
-        self.content, self.reasoning_content = content, reasoning_content
-
-    def __eq__(self, other):
-        return (self.content, self.reasoning_content) == (other.content, other.reasoning_content)
-
-    def __repr__(self):
-        return "ChatMessage(content=%r, reasoning_content=%r)" % (self.content, self.reasoning_content)
-
-    def empty(self):
-        return not self.content and not self.reasoning_content
-
-
-class ChatParseError(ValueError):
-    """The answer does not match the parser (llama-server's message), or a stream whose text shrank."""
+from .chat_peg import ChatMessage, ChatParseError, ChatToolCall  # noqa: E402,F401
 
 
 def _string_diff(last, current):
@@ -636,62 +603,83 @@ def msg_diffs(previous, current):
 
 
 class ChatParser:
-    """The PEG chat parser llama.cpp's auto-parser builds for an analysed template without tools
-    (autoparser::build_parser), run as common_chat_peg_parse runs it: on the generation prompt followed by the
-    answer, leniently (an answer cut short asks for more instead of failing)."""
+    """A chat parser as common_chat_peg_parse runs it: the arena built by the auto-parser or a handler, run
+    leniently on the generation prompt followed by the answer, its AST mapped to the message."""
 
-    def __init__(self, generation_prompt, analysis, extracting, json_mode):
-        from . import _peg
-        self._peg = _peg
+    def __init__(self, arena, generation_prompt, format_name="peg-native", mapper=None):
+        from .chat_peg import Mapper
+        self.arena = arena
         self.generation_prompt = generation_prompt
-        r, c = analysis.reasoning, analysis.content
-        reasoning_start = _trim(r.start)
-        if extracting and r.end:
-            inner = ([] if not r.start else _optspace_peg(_peg, r.start)) + \
-                [_peg.Tag("reasoning", _peg.Until(_trim(r.end)))] + _optspace_peg(_peg, r.end)
-            reasoning = _peg.optional(_peg.Seq(*inner))
-        else:
-            reasoning = _peg.Eps()
-        prefix = _peg.Lit(_prefix(generation_prompt, reasoning_start)) if generation_prompt else _peg.Eps()
-        pure_content = r.mode == "NONE"
-        if json_mode:
-            value = _peg.Tag("content", _peg.json_value_parser())
-            body = _peg.Seq(reasoning, _peg.Space(), _peg.Choice(
-                _peg.Seq(_peg.Lit("```json"), _peg.Space(), value, _peg.Space(), _peg.Lit("```")),
-                _peg.Seq(_peg.Space(), value, _peg.Space())), _peg.End())
-            pure_content = False
-        elif c.is_always_wrapped():
-            if extracting:
-                body = _peg.Seq(reasoning, _peg.Lit(c.start), _peg.Tag("content", _peg.Until(c.end)), _peg.Lit(c.end),
-                                _peg.End())
-            else:
-                body = _peg.Seq(_peg.Tag("content", _peg.Until(c.start)), _peg.Lit(c.start),
-                                _peg.Tag("content", _peg.Until(c.end)), _peg.Lit(c.end), _peg.End())
-        else:
-            body = _peg.Seq(reasoning, _peg.Tag("content", _peg.Until()), _peg.End())
-        self._root = _peg.Seq(prefix, body) if pure_content else _peg.Seq(prefix, _peg.Space(), body)
+        self.format = format_name
+        self.mapper = mapper or Mapper
 
     def parse(self, raw, partial=False):
         """The message for a raw answer (``partial``: a stream in progress). Raises ChatParseError with
         llama-server's message when a whole answer does not match."""
-        _peg = self._peg
-        data = (self.generation_prompt + raw).encode("utf-8", "surrogatepass") if isinstance(raw, str) else \
-            self.generation_prompt.encode("utf-8") + bytes(raw)
-        result = self._root.parse(data, 0)
-        if result.type == _peg.FAIL:
-            if partial and result.end > 0:
-                return ChatMessage()
-            raise ChatParseError("The model produced output that does not match the expected peg-native format")
-        content, reasoning = [], []
-        for node in _peg.visit(result.nodes):
-            if node.tag == "content":
-                content.append(node.text(data))
-            elif node.tag == "reasoning":
-                reasoning.append(node.text(data))
-        reasoning_text = b"".join(reasoning)
-        if not reasoning_text.strip(b" \n\r\t"):
-            reasoning_text = b""
-        return ChatMessage(b"".join(content).decode("utf-8", "replace"), reasoning_text.decode("utf-8", "replace"))
+        from .chat_peg import peg_parse
+        return peg_parse(self.arena, self.generation_prompt, raw, partial, self.format, self.mapper)
+
+
+def build_auto_parser(analysis, generation_prompt, extracting, json_schema):
+    """autoparser::build_parser without tools (chat-auto-parser-generator.cpp): the arena. C++ operands of
+    ``+`` are built as GCC builds them (the right one first), which fixes the parser ids."""
+    from .chat_peg import build_chat_peg_parser
+    r, c = analysis.reasoning, analysis.content
+
+    def fn(p):
+        reasoning_parser = p.eps()              # parser_build_context's initial reasoning parser
+        if extracting and r.mode in ("TAG_BASED", "TOOLS_ONLY") and r.end:
+            tail = p.optspace(r.end)
+            body = p.reasoning(p.until(_trim(r.end)))
+            if r.start:
+                head = p.optspace(r.start)
+                reasoning_parser = p.optional(head + body + tail)
+            else:
+                reasoning_parser = p.optional(body + tail)
+        pure_content = r.mode == "NONE"
+        if isinstance(json_schema, dict) and json_schema:
+            response_format = p.rule("response-format", p.content(p.schema(p.json(), "response-format-schema",
+                                                                           json_schema)))
+            end = p.end()
+            fenced_close = p.literal("```")
+            sp = p.space()
+            fenced = p.literal("```json") + p.space() + response_format + sp + fenced_close
+            sp2 = p.space()
+            bare = p.space() + response_format + sp2
+            alternatives = p.choice([fenced, bare])
+            parser = reasoning_parser + p.space() + alternatives + end
+            pure_content = False
+        elif c.is_always_wrapped():
+            end = p.end()
+            if extracting:
+                inner = p.content(p.until(c.end))
+                parser = reasoning_parser + c.start + inner + c.end + end
+            else:
+                inner = p.content(p.until(c.end))
+                parser = p.content(p.until(c.start)) + c.start + inner + c.end + end
+        else:
+            end = p.end()
+            parser = reasoning_parser + p.content(p.rest()) + end
+        prefix = p.prefix(generation_prompt, _trim(r.start))
+        return prefix + parser if pure_content else prefix << parser
+    return build_chat_peg_parser(fn)
+
+
+def arena_grammar(arena, lazy=False):
+    """build_grammar(parser.build_grammar(builder, lazy)): the GBNF of an arena (SchemaError from the
+    converter)."""
+    from .schema import build_grammar
+    return build_grammar(lambda builder: arena.build_grammar(builder, lazy))
+
+
+def _schema_error(e, head):
+    from .constraint import _UNWRAPPED
+    from .errors import SchemaError
+    message = str(e)
+    wrapped = "JSON schema conversion failed:\n"
+    if message.startswith(wrapped) and message[len(wrapped):].startswith(_UNWRAPPED):
+        message = message[len(wrapped):]
+    return SchemaError(head + message, e.pointer)
 
 
 def chat_message(parser, raw):
@@ -751,151 +739,6 @@ class ChatStream:
         return self._update(partial=False)
 
 
-def _optspace_peg(_peg, tag):
-    core = _trim(tag)
-    lead = tag[:len(tag) - len(tag.lstrip(" \t\n\v\f\r"))]
-    trail = tag[len(tag.rstrip(" \t\n\v\f\r")):]
-    return ([_peg.optional(_peg.Lit(ch)) for ch in lead] + [_peg.Lit(core)]
-            + [_peg.optional(_peg.Lit(ch)) for ch in trail])
-
-
-class _Peek:
-    """common_peg_and_parser: the child must match here; nothing is consumed."""
-
-    def __init__(self, child):
-        self.child = child
-
-    def parse(self, data, pos):
-        from . import _peg
-        r = self.child.parse(data, pos)
-        return _peg.Result(r.type, pos)
-
-
-class _HandlerParser(ChatParser):
-    """A hand-written handler's parser: the PEG tree is given."""
-
-    def __init__(self, generation_prompt, root):
-        from . import _peg
-        self._peg = _peg
-        self.generation_prompt = generation_prompt
-        self._root = root
-
-
-def _qwen3_coder(out, source, json_schema, extract_reasoning):
-    """common/parsers/qwen3-coder.cpp without tools: Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5."""
-    from . import _peg
-    gen_prefix = "<|im_start|>assistant\n"
-    thinking = "<think>" in source
-    out.format = "peg-native"
-    out.supports_thinking = thinking
-    out.preserved_tokens = ["<tool_call>", "</tool_call>"]
-    out.thinking_start_tag, out.thinking_end_tags = "", []
-    if thinking:
-        out.thinking_start_tag = "<think>"
-        out.thinking_end_tags = ["\n</think>", "</think>", "<tool_call>"]
-        out.preserved_tokens += ["<think>", "</think>"]
-    out.additional_stops = []
-    out.delimiters = [["assistant", "<|im_start|>assistant"], ["tool", "<|im_start|>user\n<tool_response>"],
-                      ["tool", "<|im_start|>tool_response"], ["user", "<|im_start|>user"],
-                      ["system", "<|im_start|>system"]]
-    with_reasoning = thinking and extract_reasoning
-    reasoning = _peg.Eps()
-    if with_reasoning:
-        reasoning = _peg.optional(_peg.Seq(
-            _peg.Lit("<think>"), _peg.Space(), _peg.Tag("reasoning", _peg.Until("</think>", "<tool_call>")),
-            _peg.Choice(_peg.Lit("</think>"), _Peek(_peg.Lit("<tool_call>")))))
-    json_mode = isinstance(json_schema, dict) and bool(json_schema)
-    body = _peg.json_value_parser() if json_mode else _peg.Until()
-    root = _peg.Seq(_peg.Lit(gen_prefix), _peg.Seq(reasoning, _peg.Space(), _peg.Tag("content", body)))
-    out.parser = _HandlerParser(out.generation_prompt, root)
-    if json_mode:
-        out.grammar_lazy, out.grammar_triggers = False, []
-
-        def parts(builder, node):
-            from .constraint import _excluding_grammar
-            head = [gbnf_literal(gen_prefix)]
-            if with_reasoning:
-                # the until parser is the 7th of the arena (id 6)
-                until = _excluding_grammar(builder, "until-6", ["</think>", "<tool_call>"])
-                head.append('("<think>" space %s ("</think>" | ))?' % until)
-            return head + ["space", builder.add_schema("response-format", node)]
-        out.grammar = _schema_grammar(json_schema, parts)
-
-
-def gbnf_literal(text):
-    from .schema import gbnf_format_literal
-    return gbnf_format_literal(text)
-
-
-def _schema_grammar(schema, root_parts):
-    """A grammar with the JSON rules of ``p.json()``, the schema's rules and a root made of ``root_parts``;
-    SchemaError with llama.cpp's message for a schema it refuses."""
-    from .constraint import _JSON_RULES, _UNWRAPPED
-    from .errors import SchemaError
-    from .schema import SchemaDocument, build_grammar
-    try:
-        node = SchemaDocument(schema).root
-
-        def callback(builder):
-            for name, rule in _JSON_RULES:
-                builder.add_rule(name, rule)
-            builder.add_rule("root", " ".join(root_parts(builder, node)))
-        return build_grammar(callback)
-    except SchemaError as e:
-        message = str(e)
-        wrapped = "JSON schema conversion failed:\n"
-        if message.startswith(wrapped) and message[len(wrapped):].startswith(_UNWRAPPED):
-            message = message[len(wrapped):]
-        raise SchemaError(message, e.pointer) from None
-
-
-def _prefix(text, delimiter):
-    """common_chat_peg_builder::prefix: the text up to the delimiter (all of it when absent or empty)."""
-    if not delimiter:
-        return text
-    cut = text.find(delimiter)
-    return text if cut < 0 else text[:cut]
-
-
-def response_format_grammar(schema, prefix, reasoning_start="", reasoning_end=""):
-    """The GBNF llama.cpp's auto-parser builds for a response format (autoparser::build_parser, then
-    common_peg_arena::build_grammar): the schema's rules, the JSON rules of ``p.json()``, and ``root``: the
-    generation prompt up to the reasoning block, the optional reasoning block (when the reasoning is extracted),
-    then the value fenced in ```` ```json ```` or bare. Raises SchemaError for a schema llama.cpp refuses."""
-    from .constraint import _JSON_RULES, _excluding_rules, _optspace, _UNWRAPPED
-    from .errors import SchemaError
-    from .schema import SchemaDocument, build_grammar, gbnf_format_literal
-    head = "Unable to generate parser for this template. Automatic parser generation failed: "
-    try:
-        node = SchemaDocument(schema).root
-
-        def callback(builder):
-            for name, rule in _JSON_RULES:
-                builder.add_rule(name, rule)
-            builder.add_rule("response-format", builder.add_schema("response-format-schema", node))
-            parts = [gbnf_format_literal(prefix)] if prefix else []
-            parts.append("space")
-            if reasoning_end:
-                end = _trim(reasoning_end)
-                # the until parser's id in llama.cpp's arena: 4 parsers before it, 3 per optional space of
-                # optspace(end), which GCC builds first
-                ws = len(reasoning_end) - len(reasoning_end.lstrip(" \t\n\v\f\r")) + \
-                    len(reasoning_end) - len(reasoning_end.rstrip(" \t\n\v\f\r"))
-                until = _excluding_rules(builder, "until-%d" % (4 + 3 * ws), end)
-                inner = (_optspace(reasoning_start) if reasoning_start else []) + [until] + _optspace(reasoning_end)
-                parts.append("(" + " ".join(inner) + ")?")
-            parts.append("space")
-            parts.append('("```json" space response-format space "```" | space response-format space)')
-            builder.add_rule("root", " ".join(parts))
-        return build_grammar(callback)
-    except SchemaError as e:
-        message = str(e)
-        wrapped = "JSON schema conversion failed:\n"
-        if message.startswith(wrapped) and message[len(wrapped):].startswith(_UNWRAPPED):
-            message = message[len(wrapped):]
-        raise SchemaError(head + message, e.pointer) from None
-
-
 def _msg_empty(msg):
     return not (msg["content"] or msg["content_parts"] or msg["tool_calls"] or msg["reasoning_content"]
                 or msg["tool_name"] or msg["tool_call_id"])
@@ -947,11 +790,12 @@ def for_constraint(template, messages, constraint, thinking=False, now=None):
     """llama-server's chat path for a ``bankml.constraint.Constraint``: a response format (JSON mode, a schema
     object) gets the chat grammar prefilled with the generation prompt (common_grammar_needs_prefill); a GBNF
     grammar, a top-level schema that is not an object or no constraint get the constraint's own grammar, not
-    prefilled, and the content parser. Templates whose handler bankml does not port yet get llama.cpp's
-    prompt, the constraint's own grammar and no parser."""
+    prefilled, and the content parser. A template whose handler builds no grammar for a response format
+    (GigaChat 3, Functionary v3.2, Kimi K2 / K3, Ling 3: their chat grammar is empty) gets the constraint's
+    own grammar too, so the answer stays constrained."""
     schema = constraint.schema if constraint.is_json else None
     out = template.apply(messages, json_schema=schema, enable_thinking=thinking, now=now)
-    if out.parser is not None and schema is not None:
+    if out.parser is not None and schema is not None and out.grammar:
         return ChatJob(out.prompt, out.grammar, out.generation_prompt, out.parser, out.additional_stops, out)
     grammar = constraint.to_grammar(None)[0]
     return ChatJob(out.prompt, grammar, None, out.parser, out.additional_stops or [], out)

@@ -7,12 +7,12 @@ over a matrix of requests (``matrix()`` there). Its answers for the 70 templates
 the sdist); ``test_live_oracle_*`` runs the program again and checks that bankml still agrees with it under
 today's clock (it must be built: a missing oracle fails, it is not skipped).
 
-What bankml ports so far is the request side: the prompt and the generation prompt. Each (template, request)
-pair is one test case; the pairs where bankml does not give llama.cpp's bytes yet are listed in KNOWN_DIFF
-and marked ``xfail(strict=True)``, so that a fix that makes one pass fails the run until the list is updated.
-Requests llama.cpp itself refuses (the exception text is recorded) must be refused by bankml too, or, where
-llama.cpp fails only later (building the parser from the template analysis, which bankml does not port yet),
-are counted in ``docs/modules/chat.md`` and skipped here with the reason.
+Every (template, request) pair is compared field by field: the prompt and generation prompt, the format,
+thinking support and tags, preserved tokens, additional stops, message delimiters, the grammar with its lazy
+flag and triggers, and, on the requests that carry them, the recorded parses (whole and partial) and streams
+(every code point prefix, with the msg diffs). Pairs listed in KNOWN_DIFF are ``xfail(strict=True)``, so that
+a fix that makes one pass fails the run until the list is updated. Requests llama.cpp itself refuses (the
+exception text is recorded) must be refused by bankml too.
 """
 import calendar
 import collections
@@ -76,17 +76,6 @@ def _apply(tmpl, req, now):
                       reasoning_format=req.get("reasoning_format", "deepseek"), now=now)
 
 
-def _not_ported(tmpl, req):
-    """Requests bankml refuses because the part of llama.cpp they need is not ported yet."""
-    return tmpl.handler not in CONTINUATION_PORTED and req.get("continue_final_message") is not None
-
-
-# handlers whose continuation generation prompt bankml builds (the analysed templates all do)
-CONTINUATION_PORTED = {None, "gpt-oss", "ministral-3", "lfm2", "lfm2.5", "deepseek-v3.2", "qwen3-coder"}
-# handlers whose grammar, parser, tags and tokens bankml builds (besides the analysed templates)
-HANDLERS_PORTED = {"qwen3-coder"}
-
-
 def compare(tmpl, req, answer, now):
     """"same", "refused-both" or a description of the difference (prompt and generation prompt)."""
     try:
@@ -119,23 +108,17 @@ CASES = [(t, r) for t in sorted(RECORDED["templates"]) for r in sorted(MATRIX)]
     if (t, r) in KNOWN_DIFF else (t, r) for t, r in CASES])
 def test_recorded_prompt(templates, template, request_name):
     tmpl, req = templates[template], MATRIX[request_name]
-    if _not_ported(tmpl, req):
-        with pytest.raises(ChatRequestError, match="not supported by bankml yet"):
-            _apply(tmpl, req, NOW)
-        return
     res = compare(tmpl, req, RECORDED["templates"][template]["answers"][request_name], NOW)
     assert res in ("same", "refused-both"), res
 
 
 @pytest.mark.parametrize("template", sorted(RECORDED["templates"]))
 def test_recorded_analysis(templates, template):
-    """Format, thinking tags, stops and message delimiters of every template llama.cpp analyses (no
-    hand-written handler), on every request; preserved tokens where the template has no tool-call markers."""
+    """Format, thinking support and tags, stops and message delimiters of every template (analysed or with a
+    hand-written handler), on every request; preserved tokens in full except on the analysed templates whose
+    list has tool-call markers (those come from the tool-call analysis, not ported yet)."""
     tmpl = templates[template]
     answers = RECORDED["templates"][template]["answers"]
-    if tmpl.handler is not None and tmpl.handler not in HANDLERS_PORTED:
-        assert _apply(tmpl, MATRIX["plain/think-on"], NOW).format is None
-        return
     for name, req in MATRIX.items():
         got, want = _apply(tmpl, req, NOW), answers[name]
         for field in ANALYSIS_FIELDS:
@@ -147,21 +130,22 @@ def test_recorded_analysis(templates, template):
             assert got.preserved_tokens == want["preserved_tokens"], name
 
 
-ANALYSED = sorted(name for name, rec in RECORDED["templates"].items()
-                  if ChatTemplate(rec["source"]).handler in HANDLERS_PORTED | {None})
+ANALYSED = sorted(RECORDED["templates"])
 
 
 def _parse(parser, text, partial):
     try:
         m = parser.parse(text, partial)
-        return {"ok": True, "msg": {"content": m.content, "reasoning": m.reasoning_content, "tool_calls": []}}, m
+        return {"ok": True, "msg": {"content": m.content, "reasoning": m.reasoning_content,
+                                    "tool_calls": [[t.name, t.arguments, t.id] for t in m.tool_calls]}}, m
     except ChatParseError as e:
         return {"ok": False, "error": str(e)}, None
 
 
 @pytest.mark.parametrize("template", ANALYSED)
 def test_recorded_grammar_and_parses(templates, template):
-    """On every template llama.cpp analyses (and those of the ported handlers): the grammar (and lazy flag, triggers) of every request, the
+    """On every template (analysed or with a hand-written handler): the grammar (and lazy flag, triggers) of every
+    request, the
     parse of each recorded output (whole and partial), and every code point prefix of the streamed outputs
     with the msg diffs between consecutive parses."""
     tmpl = templates[template]
@@ -188,6 +172,46 @@ def test_recorded_grammar_and_parses(templates, template):
     ORACLE_STATS["chat stream steps (recorded)"] += counts["stream steps"]
 
 
+TOOL_MATRIX = dict(oracle_chat.tool_matrix())
+
+
+@pytest.mark.parametrize("template", sorted(RECORDED["templates"]))
+def test_recorded_tool_requests(templates, template):
+    """Requests with a tool (tool_choice auto, required, and parallel calls): the prompt and generation prompt
+    on every template; on the templates of the hand-written handlers also every other field, the grammar (lazy
+    flag, triggers) and the parses of one tool call in each handler's syntax, whole and partial. (The
+    analysed templates' tool-call analysis is not ported: their parser and grammar ignore the tools.)"""
+    tmpl = templates[template]
+    for name, req in TOOL_MATRIX.items():
+        want = RECORDED["templates"][template]["tool_answers"][name]
+        got = tmpl.apply(req["messages"], tools=req["tools"], enable_thinking=req["enable_thinking"],
+                         chat_template_kwargs=dict(req["kwargs"]), tool_choice=req["tool_choice"],
+                         parallel_tool_calls=req.get("parallel_tool_calls", False), now=NOW)
+        assert want["ok"]
+        assert got.prompt == want["prompt"], name
+        assert got.generation_prompt == want["generation_prompt"], name
+        if tmpl.handler is None:
+            continue
+        for field in ANALYSIS_FIELDS + ("preserved_tokens",):
+            assert getattr(got, field) == want[field], (name, field)
+        assert (got.grammar or "") == want["grammar"], name
+        assert bool(got.grammar_lazy) == want["grammar_lazy"] and (got.grammar_triggers or []) == want["triggers"]
+        for (text, partial), w in zip(req.get("parses", []), want["parses"]):
+            assert _parse(got.parser, text, bool(partial))[0] == w, (name, text, partial)
+            ORACLE_STATS["chat tool-call parses (recorded)"] += 1
+
+
+def test_deep_nesting_is_a_parse_error_not_a_crash():
+    """The arena's executor recurses per nesting level: 1,000 levels of JSON parse; far deeper input is a
+    ChatParseError (streamed: a partial parse that sends nothing), not a RecursionError."""
+    from bankml.chat import ChatStream
+    out = ChatTemplate("chatml").apply([{"role": "user", "content": "x"}], json_schema={"type": "object"})
+    assert out.parser.parse("[" * 1000 + "]" * 1000).content == "[" * 1000 + "]" * 1000
+    with pytest.raises(ChatParseError, match="nests too deeply"):
+        out.parser.parse("[" * 100000)
+    assert ChatStream(out.parser).push("[" * 100000) == ""
+
+
 def test_stream_shrink_is_refused_as_llama_cpp_does():
     assert msg_diffs(ChatMessage("ab"), ChatMessage("a")) == [("", "")]
     with pytest.raises(ChatParseError, match="^Invalid diff: 'ab' not found at start of 'b'$"):
@@ -198,6 +222,7 @@ def test_recording_covers_every_template():
     assert len(RECORDED["templates"]) == 70
     for rec in RECORDED["templates"].values():
         assert set(rec["answers"]) == set(MATRIX)
+        assert set(rec["tool_answers"]) == set(oracle_chat.tool_matrix()[i][0] for i in range(3))
 
 
 def test_handlers_are_llama_cpps():
@@ -252,8 +277,6 @@ def test_live_oracle_agrees_with_bankml(templates):
     unexpected = []
     for (name, r), ans in zip(keys, answers):
         tmpl, req = templates[name], MATRIX[r]
-        if _not_ported(tmpl, req):
-            continue
         res = compare(tmpl, req, ans, now)
         if (res in ("same", "refused-both")) == ((name, r) in KNOWN_DIFF):
             unexpected.append((name, r, res))

@@ -7,6 +7,7 @@ program reads one JSON request per line::
     {"template": PATH, "messages": [OpenAI messages], "json_schema": TEXT, "grammar": TEXT,
      "add_generation_prompt": BOOL, "continue_final_message": BOOL | "content" | "reasoning_content",
      "enable_thinking": BOOL, "reasoning_format": NAME, "kwargs": [[KEY, JSON_TEXT], ...],
+     "tools": [OpenAI tools], "tool_choice": "auto" | "none" | "required", "parallel_tool_calls": BOOL,
      "parses": [[TEXT, PARTIAL(0/1)], ...], "streams": [TEXT, ...]}
 
 and answers one JSON object per line, every text hex-encoded (prompts are bytes, not always UTF-8): the
@@ -94,6 +95,13 @@ int main() {
             if (req.contains("continue_final_message")) {
                 in.continue_final_message = common_chat_continuation_parse(req.at("continue_final_message"));
             }
+            if (req.contains("tools")) {
+                in.tools = common_chat_tools_parse_oaicompat(req.at("tools"));
+            }
+            if (req.contains("tool_choice")) {
+                in.tool_choice = common_chat_tool_choice_parse_oaicompat(str_of(req, "tool_choice"));
+            }
+            in.parallel_tool_calls = bool_of(req, "parallel_tool_calls", false);
             in.reasoning_format = common_reasoning_format_from_name(
                 req.contains("reasoning_format") ? str_of(req, "reasoning_format") : std::string("deepseek"));
             in.enable_thinking = bool_of(req, "enable_thinking", true);
@@ -303,6 +311,52 @@ def matrix():
     return out
 
 
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                   "required": ["city"]}}}]
+# one tool call in the syntax of each hand-written handler (and the Hermes one), given to every template
+TOOL_OUTPUTS = [
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+    "<|channel|>commentary to=functions.get_weather<|constrain|>json<|message|>{\"city\": \"Paris\"}",
+    "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:3}<tool_call|>",
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+    "{\"city\": \"Paris\"}<|tool_call_end|><|tool_calls_section_end|>",
+    "<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"0\"<|sep|>"
+    "<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris<|close|>argument<|sep|><|close|>call<|sep|>"
+    "<|close|>tools<|sep|><|close|>message<|sep|>",
+    "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" "
+    "string=\"true\">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+    "</think><｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"days\" "
+    "string=\"false\">3</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+    "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}",
+    "<|tool_call_start|>[get_weather(city=\"Paris\", days=3)]<|tool_call_end|>",
+    "<|END_THINKING|><|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", "
+    "\"parameters\": {\"city\": \"Paris\"}}]<|END_ACTION|>",
+    "<|message_sep|>\n\nfunction call<|role_sep|>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+    "]<]minimax[>[<tool_call>]<]minimax[>[<invoke name=\"get_weather\">]<]minimax[>[<city>Paris]<]minimax[>[</city>"
+    "]<]minimax[>[<days>3]<]minimax[>[</days>]<]minimax[>[</invoke>]<]minimax[>[</tool_call>",
+    "</think><tool_call>get_weather<arg_key>city</arg_key>\n<arg_value>Paris</arg_value></tool_call>",
+    "get_weather\n{\"city\": \"Paris\"}",
+    " to=get_weather<|message|><atem:function_calls><atem:invoke name=\"get_weather\"><atem:parameter "
+    "name=\"city\">Paris</atem:parameter></atem:invoke></atem:function_calls>",
+    "<function name=\"get_weather\"><param name=\"city\">Paris</param></function>",
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+]
+
+
+def tool_matrix():
+    """[(name, request)] with tools, for every template: llama.cpp's tool-call prompt, grammar, triggers and
+    parser (bankml compares the prompt on every template and the rest on the hand-written handlers)."""
+    parses = [[o, 0] for o in TOOL_OUTPUTS] + [[o, 1] for o in TOOL_OUTPUTS]
+    return [
+        ("tools/auto", _req([USER], True, tools=TOOLS, tool_choice="auto", parses=parses)),
+        ("tools/required", _req([USER], False, tools=TOOLS, tool_choice="required")),
+        ("tools/parallel", _req([USER], True, tools=TOOLS, tool_choice="auto", parallel_tool_calls=True,
+                                parses=parses)),
+    ]
+
+
 def record(path):
     """Run the matrix over every template and write the answers (and the template texts) to ``path``
     (gzip-compressed JSON)."""
@@ -311,15 +365,17 @@ def record(path):
     names = template_names()
     requests, keys = [], []
     for name in names:
-        for rname, req in matrix():
-            requests.append(dict(req, template=str(tdir / name)))
-            keys.append((name, rname))
+        for kind, reqs in (("answers", matrix()), ("tool_answers", tool_matrix())):
+            for rname, req in reqs:
+                requests.append(dict(req, template=str(tdir / name)))
+                keys.append((name, kind, rname))
     started, answers = run(requests)
     data = {"started": started, "version": "llama-cpp-python 0.3.36", "templates": {}}
     for name in names:
-        data["templates"][name] = {"source": (tdir / name).read_text(encoding="utf-8"), "answers": {}}
-    for (name, rname), ans in zip(keys, answers):
-        data["templates"][name]["answers"][rname] = ans
+        data["templates"][name] = {"source": (tdir / name).read_text(encoding="utf-8"), "answers": {},
+                                   "tool_answers": {}}
+    for (name, kind, rname), ans in zip(keys, answers):
+        data["templates"][name][kind][rname] = ans
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as f:
         json.dump(data, f, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     return data
