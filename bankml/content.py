@@ -22,7 +22,7 @@ answered with the raw text (``server_task_result_cmpl_final::to_json_oaicompat_c
 sends only the growth of the parsed content (``task_result_state::update_chat_msg``). An answer the parser
 refuses raises ContentError with llama-server's message.
 """
-from . import _peg
+from . import _peg, peg
 from .constraint import Constraint, chat_template
 
 __all__ = ["ContentError", "ContentStream", "content", "json_content", "json_message", "parse_message"]
@@ -64,24 +64,27 @@ def _as_bytes(raw):
     return raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
 
 
+class _Parsed:
+    """One lenient parse of the generation prompt + answer by the chat layer's arena: the result, the message
+    (llama.cpp's mapper) and the offset where the content begins (for the incremental JSON scan)."""
+    __slots__ = ("type", "end", "text", "reasoning", "start")
+
+    def __init__(self, result, message, start):
+        self.type, self.end = result.type, result.end
+        self.text, self.reasoning, self.start = message.content, message.reasoning_content, start
+
+
 def _peg_parse(data, json_mode, template, thinking=False):
-    return _parser(template, json_mode, thinking)._root.parse(data, 0)
-
-
-def _message(data, result):
-    content, reasoning = [], []
-    start = None
-    for node in _peg.visit(result.nodes):
-        if node.tag == "content":
-            content.append(node.text(data))
-            if start is None:
-                start = node.start
-        elif node.tag == "reasoning":
-            reasoning.append(node.text(data))
-    reasoning_text = b"".join(reasoning)
-    if not reasoning_text.strip(b" \n\r\t"):
-        reasoning_text = b""
-    return b"".join(content).decode("utf-8", "replace"), reasoning_text.decode("utf-8", "replace"), start
+    from .chat_peg import CONTENT, Mapper
+    parser = _parser(template, json_mode, thinking)
+    ctx = peg.Context(bytes(data), lenient=True)
+    result = parser.arena.parse(ctx)
+    if result.type == peg.FAIL:
+        return _Parsed(result, Mapper().message(), None)
+    mapper = parser.mapper()
+    mapper.from_ast(ctx, result)
+    start = next((node.start for node in ctx.visit(result.nodes) if node.tag == CONTENT), None)
+    return _Parsed(result, mapper.message(), start)
 
 
 def _refused():
@@ -95,11 +98,11 @@ def parse_message(raw, json_mode=True, template="chatml", thinking=False, partia
     ContentError."""
     data = _as_bytes(generation_prompt(template, thinking, json_mode)) + _as_bytes(raw)
     result = _peg_parse(data, json_mode, template, thinking)
-    if result.type == _peg.FAIL:
+    if result.type == peg.FAIL:
         if partial and result.end > 0:
             return "", ""
         raise _refused()
-    return _message(data, result)[:2]
+    return result.text, result.reasoning
 
 
 def json_content(raw, template="chatml", thinking=False, partial=False):
@@ -182,11 +185,11 @@ class ContentStream:
                 return end  # the content is data[value_start:end]: it only grows, and on UTF-8 boundaries
         frozen = bytes(data)
         result = _peg_parse(frozen, self.json_mode, self.template, self.thinking)
-        if result.type == _peg.FAIL:
+        if result.type == peg.FAIL:
             if partial and result.end > 0:
                 return None
             raise _refused()
-        text, reasoning, start = _message(frozen, result)
+        text, reasoning, start = result.text, result.reasoning, result.start
         if (self.incremental and self.json_mode and self._scanner is None and text and start is not None):
             # the value has begun: what precedes it is settled, the rest can be scanned byte by byte
             before = frozen[:start].rstrip(b" \t\n\v\f\r")
