@@ -1,5 +1,6 @@
 # Declarations of the GBNF engine (_grammar.pyx). Names follow llama.cpp's
-# src/llama-grammar.cpp where the semantics are the same.
+# src/llama-grammar.cpp where the semantics are the same. The grammar IR (element types, Rules) is
+# _rules.pxd's; character classes are _charclass.pxd's, bit sets _bits.pxd's.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp.map cimport map as cpp_map
 from libcpp.unordered_map cimport unordered_map
@@ -11,25 +12,9 @@ from cpython.pythread cimport PyThread_type_lock
 from bankml._typedefs cimport element_value_t, node_t, offset_t, position_t, token_t
 from bankml._utf8 cimport partial_utf8
 from bankml._trie cimport DecodedVocab, VocabTrie, trie_view, vocab_view
-
-
-# llama.cpp's enum llama_gretype, with its numeric values.
-cdef enum llama_gretype:
-    LLAMA_GRETYPE_END = 0
-    LLAMA_GRETYPE_ALT = 1
-    LLAMA_GRETYPE_RULE_REF = 2
-    LLAMA_GRETYPE_CHAR = 3
-    LLAMA_GRETYPE_CHAR_NOT = 4
-    LLAMA_GRETYPE_CHAR_RNG_UPPER = 5
-    LLAMA_GRETYPE_CHAR_ALT = 6
-    LLAMA_GRETYPE_CHAR_ANY = 7
-    LLAMA_GRETYPE_TOKEN = 8
-    LLAMA_GRETYPE_TOKEN_NOT = 9
-
-
-cdef struct grammar_element:
-    uint32_t type
-    element_value_t value
+from bankml._rules cimport (LLAMA_GRETYPE_ALT, LLAMA_GRETYPE_CHAR, LLAMA_GRETYPE_CHAR_ANY, LLAMA_GRETYPE_CHAR_NOT,
+                            LLAMA_GRETYPE_END, LLAMA_GRETYPE_RULE_REF, LLAMA_GRETYPE_TOKEN, LLAMA_GRETYPE_TOKEN_NOT,
+                            Rules, grammar_element)
 
 
 # One node of a matcher's persistent stack tree: a stack is the path from a node
@@ -60,17 +45,6 @@ cdef struct grammar_candidate:
     token_t id
 
 
-cdef class Rules:
-    cdef vector[grammar_element] elements   # every rule, each ending with END, back to back
-    cdef vector[position_t] rule_start      # rule id -> index of its first element
-    cdef readonly dict symbol_ids
-    cdef readonly object root
-    cdef readonly int32_t root_id
-    cdef readonly object vocab
-    cdef readonly str text
-    cdef dict contexts                      # (id(vocab), max_stacks) -> the MatchContext new matchers join
-
-
 cdef class MatchContext:
     cdef readonly Rules rules
     cdef readonly object vocab
@@ -81,6 +55,7 @@ cdef class MatchContext:
     cdef size_t max_stacks
     # the fast path: the vocabulary trie walked with stack sets (hash-consed, sorted node lists)
     cdef VocabTrie trie
+    cdef trie_view trie_arrays                     # trie.view(), taken once (the trie never changes)
     cdef vector[token_t] eog_tokens
     cdef vector[uint32_t] trie_token_words         # the bits of every token in the trie
     cdef vector[node_t] set_nodes                  # set i is set_nodes[set_start[i]:set_start[i + 1]]
@@ -155,6 +130,27 @@ cdef class MatchContext:
     cdef readonly int64_t continuation_entries_built
     cdef readonly int64_t fallback_masks           # fast masks that ran past a bound and went to the reference path
 
+    # the locked entry points (each takes the lock; the methods below them expect it held)
+    cdef int initial_stacks(self, vector[node_t]& stacks) except -1 nogil
+    cdef int accept_piece(self, const vector[node_t]& stacks, token_t token, const uint32_t* code_points,
+                          size_t n_code_points, vector[node_t]& stacks_new) except -1 nogil
+    cdef int accept_text(self, vector[node_t]& stacks, const uint32_t* code_points, size_t n_code_points) \
+        except -1 nogil
+    cdef int reject_tokens(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
+                           const token_t* ids, int64_t n, vector[grammar_candidate]& rejects, bint whole_mask) \
+        except -1 nogil
+    cdef int mask_into(self, const vector[node_t]& stacks, uint32_t* out) except -1 nogil
+    cdef list stack_elements(self, const vector[node_t]& stacks)
+
+    cdef void ensure_position_bits(self) noexcept nogil
+    cdef void clear_masks(self) noexcept nogil
+    cdef int accept_token_stacks(self, const vector[node_t]& stacks, token_t token, const uint32_t* code_points,
+                                 size_t n_code_points, vector[node_t]& stacks_new) except -1 nogil
+    cdef int collect_rejects(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
+                             const token_t* ids, int64_t n, vector[grammar_candidate]& rejects,
+                             vector[uint32_t]& scratch) except -1 nogil
+    cdef void drain_subtree(self, const trie_view* trie, int32_t node, vector[token_t]* tokens,
+                            uint32_t* out) noexcept nogil
     cdef node_t push(self, node_t parent, position_t element) except -1 nogil
     cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil
     cdef int accept_chr(self, node_t stack, uint32_t chr, vector[node_t]& new_stacks) except -1 nogil
@@ -219,7 +215,3 @@ cdef class Grammar:
     cdef int enter(self) except -1
     cdef void leave(self) noexcept
     cdef bint fast_into(self, uint32_t* out) except -1
-    cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points, size_t n_code_points,
-                                 vector[node_t]& stacks_new) except -1 nogil
-    cdef int collect_rejects(self, const vocab_view* vocab, const token_t* ids, int64_t n,
-                             vector[grammar_candidate]& rejects, vector[uint32_t]& scratch) except -1 nogil

@@ -35,16 +35,20 @@ from libcpp.vector cimport vector
 from bankml._typedefs cimport element_value_t, node_t, offset_t, position_t, token_t
 from bankml._utf8 cimport decode_utf8, partial_utf8
 from bankml._trie cimport CHILD_BLOCK, SUBTREE_NON_ASCII, SUBTREE_OVERLONG_END, SUBTREE_PARTIAL_END
+from bankml._bits cimport (ctz64, drain_words, next_set_position, next_unset_position, position_drain,
+                           set_position, set_position_range, set_token_bit, clear_token_bit, words_hash)
+from bankml._charclass cimport (class_accepts_all_partials, class_constant_from, class_intervals, is_end_of_sequence,
+                                is_token_element, match_char, match_partial_char, match_token)
+from bankml._rules cimport make_rules
 
 from bankml.errors import GrammarError
-from bankml.parser import check_left_recursion, parse_gbnf
 from bankml._trie import decoded_vocab, vocab_trie
+from bankml import _rules
 
 cnp.import_array()
 
-cdef extern from *:
-    int __builtin_ctzll(unsigned long long) nogil
-    int __builtin_popcountll(unsigned long long) nogil
+# Rules lives in _rules; _grammar re-exports it (and the pickle helper of Rules pickled before the split).
+globals().update(Rules=_rules.Rules, _rebuild_rules=_rules._rebuild_rules)
 
 # Node 0 of every pool is the empty stack; node 1 stands for "whatever lies below a stack's top
 # segment" in the stacks the segment cache walks (a path that reaches it has popped out of the segment).
@@ -98,149 +102,6 @@ cdef int64_t NO_WORK_LIMIT = 0x7FFFFFFFFFFFFFFF
 cdef int32_t LOOP_TEST_MIN_NODES = 4
 
 
-cdef inline bint is_end_of_sequence(const grammar_element* pos) noexcept nogil:
-    return pos.type == LLAMA_GRETYPE_END or pos.type == LLAMA_GRETYPE_ALT
-
-
-cdef inline bint match_char(const grammar_element* pos, uint32_t chr, const grammar_element** after) noexcept nogil:
-    """Whether chr satisfies the character class at pos; *after is the element past the class."""
-    cdef bint found = False
-    cdef bint is_positive_char = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
-    while True:
-        if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
-            found = found or (pos.value <= chr and chr <= pos[1].value)
-            pos += 2
-        elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
-            found = True
-            pos += 1
-        else:
-            found = found or pos.value == chr
-            pos += 1
-        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
-            break
-    after[0] = pos
-    return found == is_positive_char
-
-
-cdef inline bint match_partial_char(const grammar_element* pos, partial_utf8 partial) noexcept nogil:
-    """Whether some completion of an unfinished UTF-8 sequence could satisfy the class at pos."""
-    cdef bint is_positive_char = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
-    cdef uint32_t partial_value = partial.value
-    cdef int32_t n_remain = partial.n_remain
-    cdef uint32_t low, high
-    # invalid sequence, or a 7-bit character split over two bytes (overlong)
-    if n_remain < 0 or (n_remain == 1 and partial_value < 2):
-        return False
-    low = partial_value << (n_remain * 6)
-    high = low | ((1 << (n_remain * 6)) - 1)
-    if low == 0:
-        if n_remain == 2:
-            low = 1 << 11
-        elif n_remain == 3:
-            low = 1 << 16
-    while True:
-        if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
-            if pos.value <= high and low <= pos[1].value:
-                return is_positive_char
-            pos += 2
-        elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
-            return True
-        else:
-            if low <= pos.value and pos.value <= high:
-                return is_positive_char
-            pos += 1
-        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
-            break
-    return not is_positive_char
-
-
-cdef inline bint match_token(const grammar_element* pos, token_t token) noexcept nogil:
-    if pos.type == LLAMA_GRETYPE_TOKEN:
-        return pos.value == <uint32_t>token
-    return pos.value != <uint32_t>token
-
-
-cdef inline bint is_token_element(const grammar_element* pos) noexcept nogil:
-    return pos.type == LLAMA_GRETYPE_TOKEN or pos.type == LLAMA_GRETYPE_TOKEN_NOT
-
-
-cdef inline void set_position_range(uint64_t* bits, int64_t lo, int64_t hi) noexcept nogil:
-    cdef int64_t first_word, last_word, w
-    if lo >= hi:
-        return
-    first_word = lo >> 6
-    last_word = (hi - 1) >> 6
-    if first_word == last_word:
-        bits[first_word] |= ((~(<uint64_t>0)) >> (63 - ((hi - 1) & 63))) & ((~(<uint64_t>0)) << (lo & 63))
-        return
-    bits[first_word] |= (~(<uint64_t>0)) << (lo & 63)
-    for w in range(first_word + 1, last_word):
-        bits[w] = ~(<uint64_t>0)
-    bits[last_word] |= (~(<uint64_t>0)) >> (63 - ((hi - 1) & 63))
-
-
-cdef inline bint class_constant_from(const grammar_element* pos, uint32_t low, bint* member) noexcept nogil:
-    """Whether membership in the character class at pos is the same for every code point >= low."""
-    cdef bint is_positive_char = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
-    cdef bint covered = False, touched = False
-    cdef uint32_t first, last
-    while True:
-        if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
-            first = pos.value
-            last = pos[1].value
-            pos += 2
-        elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
-            first = 0
-            last = ~(<uint32_t>0)
-            pos += 1
-        else:
-            first = pos.value
-            last = pos.value
-            pos += 1
-        if last >= low and first <= last:
-            touched = True
-            if first <= low and last == ~(<uint32_t>0):
-                covered = True
-        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
-            break
-    if covered:
-        member[0] = is_positive_char
-        return True
-    if not touched:
-        member[0] = not is_positive_char
-        return True
-    return False
-
-
-cdef inline bint class_accepts_all_partials(const grammar_element* pos) noexcept nogil:
-    """Whether match_partial_char at pos holds for every partial sequence that can still complete.
-
-    Every such sequence completes to a code point >= 0x80, so a negated class that
-    excludes only ASCII, or a class that takes all of [0x80, max], accepts them all.
-    """
-    cdef bint is_positive_char = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
-    cdef uint32_t first, last
-    cdef bint all_ascii = True
-    while True:
-        if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
-            first = pos.value
-            last = pos[1].value
-            pos += 2
-        elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
-            return True
-        else:
-            first = pos.value
-            last = pos.value
-            pos += 1
-        if is_positive_char and first <= 0x80 and last == ~(<uint32_t>0):
-            return True
-        if last >= 0x80 and first <= last:
-            all_ascii = False
-        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
-            break
-    return (not is_positive_char) and all_ascii
-
-
 # Mask-cache chunks of contexts that are gone, kept for the next contexts: memory the process has
 # already touched, so storing a mask in a new context costs a copy and no page faults (a server
 # that builds a grammar per request makes and drops contexts all the time).
@@ -278,23 +139,6 @@ cdef void release_chunks(vector[vector[uint32_t]]& chunks) noexcept nogil:
     chunks.clear()
 
 
-cdef inline uint64_t words_hash(const uint32_t* words, int64_t n) noexcept nogil:
-    """A 64-bit hash of n words (four independent lanes, so the multiplies overlap)."""
-    cdef uint64_t h0 = 0x9E3779B97F4A7C15ULL, h1 = 0xC2B2AE3D27D4EB4FULL, h2 = 0x165667B19E3779F9ULL
-    cdef uint64_t h3 = 0x27D4EB2F165667C5ULL
-    cdef int64_t i = 0
-    while i + 4 <= n:
-        h0 = (h0 ^ words[i]) * 0x100000001B3ULL
-        h1 = (h1 ^ words[i + 1]) * 0x100000001B3ULL
-        h2 = (h2 ^ words[i + 2]) * 0x100000001B3ULL
-        h3 = (h3 ^ words[i + 3]) * 0x100000001B3ULL
-        i += 4
-    while i < n:
-        h0 = (h0 ^ words[i]) * 0x100000001B3ULL
-        i += 1
-    return h0 ^ (h1 * 31) ^ (h2 * 961) ^ (h3 * 29791) ^ <uint64_t>n
-
-
 # set_run_length of a run that never ends (it reaches a set that loops)
 cdef int32_t RUN_UNBOUNDED = 1 << 30
 
@@ -320,107 +164,6 @@ cdef inline bint is_bottom(node_t stack) noexcept nogil:
 cdef inline void add_unique(vector[node_t]& stacks, node_t stack) noexcept nogil:
     if find(stacks.begin(), stacks.end(), stack) == stacks.end():
         stacks.push_back(stack)
-
-
-cdef class Rules:
-    """Parsed GBNF rules: immutable, shareable by any number of matchers, picklable.
-
-    ``Rules.parse(text, root="root", vocab=None)`` is llama.cpp's grammar build:
-    the parser, the undefined-rule check, the root symbol and the left-recursion
-    check. ``root=None`` runs the parser alone (llama_grammar_parser::parse).
-    """
-
-    def __init__(self, *args, **kwargs):
-        raise TypeError("use Rules.parse(text, root='root', vocab=None)")
-
-    @staticmethod
-    def parse(text, root="root", vocab=None):
-        symbol_ids, rules = parse_gbnf(text, vocab)
-        if root is not None:
-            if not rules:
-                raise GrammarError("failed to parse grammar: no rules")
-            if root not in symbol_ids:
-                raise GrammarError(f"grammar does not contain a '{root}' symbol")
-            recursion = check_left_recursion(rules)
-            if recursion is not None and not recursion[1]:
-                name = _rule_name(symbol_ids, recursion[0])
-                raise GrammarError(
-                    f"unsupported grammar, left recursion detected for nonterminal at index {recursion[0]} ({name})")
-            # llama.cpp's check takes a rule for non-empty unless an alternative is empty as written; left
-            # recursion through a rule that matches the empty string only through others passes it, and
-            # where it pushes a frame on the way round llama.cpp's advance_stack grows a stack forever.
-            # bankml refuses that (in llama.cpp's message shape).
-            if recursion is not None:
-                name = _rule_name(symbol_ids, recursion[0])
-                raise GrammarError(
-                    f"unsupported grammar, left recursion detected for nonterminal at index {recursion[0]} ({name}), "
-                    "through rules that can match the empty string (llama.cpp's check misses it and hangs)")
-        return _make_rules(symbol_ids, rules, root, vocab, text if isinstance(text, str) else None)
-
-    @property
-    def rules(self):
-        """Per rule id, its elements as (type, value) tuples, END included."""
-        cdef list out = []
-        cdef size_t rule_id
-        cdef position_t pos
-        for rule_id in range(self.rule_start.size()):
-            current = []
-            pos = self.rule_start[rule_id]
-            while True:
-                current.append((<int>self.elements[pos].type, <int>self.elements[pos].value))
-                if self.elements[pos].type == LLAMA_GRETYPE_END:
-                    break
-                pos += 1
-            out.append(current)
-        return out
-
-    @property
-    def n_elements(self):
-        return self.elements.size()
-
-    def __len__(self):
-        return self.rule_start.size()
-
-    def __reduce__(self):
-        return (_rebuild_rules, (self.symbol_ids, self.rules, self.root, self.text))
-
-    def __repr__(self):
-        return f"<Rules: {self.rule_start.size()} rules, {self.elements.size()} elements, root={self.root!r}>"
-
-
-def _rule_name(symbol_ids, rule_id):
-    for name in sorted(symbol_ids):
-        if symbol_ids[name] == rule_id:
-            return name
-    return str(rule_id)
-
-
-def _rebuild_rules(symbol_ids, rules, root, text):
-    return _make_rules(symbol_ids, rules, root, None, text)
-
-
-cdef Rules _make_rules(dict symbol_ids, list rules, root, vocab, text):
-    cdef Rules self = Rules.__new__(Rules)
-    cdef grammar_element element
-    self.symbol_ids = dict(symbol_ids)
-    self.root = root
-    self.root_id = symbol_ids[root] if root is not None else -1
-    self.vocab = vocab
-    self.text = text
-    self.contexts = {}
-    if sum(len(rule) for rule in rules) >= (1 << 31) - 2:
-        raise GrammarError("grammar has more elements than bankml's 32-bit positions can address")
-    for rule in rules:
-        self.rule_start.push_back(<position_t>self.elements.size())
-        for kind, value in rule:
-            element.type = kind
-            element.value = value
-            self.elements.push_back(element)
-    # A sentinel past the last rule, so that looking one element ahead never leaves the array.
-    element.type = LLAMA_GRETYPE_END
-    element.value = 0
-    self.elements.push_back(element)
-    return self
 
 
 cdef class MatchContext:
@@ -460,6 +203,7 @@ cdef class MatchContext:
             self.trie_token_words.resize(words.shape[0])
             if words.shape[0]:
                 memcpy(self.trie_token_words.data(), cnp.PyArray_DATA(words), words.shape[0] * sizeof(uint32_t))
+            self.trie_arrays = self.trie.view()
             self.max_token_depth = self.trie.max_depth
             self.repetition_chains = _repetition_chains(rules)
             self.canonical = _repetition_canonical(rules, self.repetition_chains, self.max_token_depth + 2)
@@ -534,14 +278,7 @@ cdef class MatchContext:
         cdef Py_ssize_t n_rules = self.rules.rule_start.size()
         cdef Py_ssize_t pos, rule_id, q
         cdef trie_view trie = self.trie.view()
-        rule_of = [0] * n_elements
-        for rule_id in range(n_rules):
-            pos = self.rules.rule_start[rule_id]
-            while True:
-                rule_of[pos] = rule_id
-                if elements[pos].type == LLAMA_GRETYPE_END:
-                    break
-                pos += 1
+        rule_of = self.rules.rule_of()
         # The frames that can lie right under a frame of each rule: the element after each reference to
         # it, or for a reference in tail position, whatever lies under the referencing rule's frame.
         direct = [set() for _ in range(n_rules)]
@@ -558,7 +295,7 @@ cdef class MatchContext:
         # entering a rule or leaving one is free, a terminal costs one).
         distance = {}
         queue = collections.deque()
-        for start in self._alternative_starts(self.rules.root_id):
+        for start in self.rules.alternative_starts(self.rules.root_id):
             queue.append((0, start))
         while queue:
             d, pos = queue.popleft()
@@ -570,20 +307,19 @@ cdef class MatchContext:
                     if below >= 0 and below not in distance:
                         queue.appendleft((d, below))
             elif elements[pos].type == LLAMA_GRETYPE_RULE_REF:
-                for start in self._alternative_starts(elements[pos].value):
+                for start in self.rules.alternative_starts(elements[pos].value):
                     if start not in distance:
                         queue.appendleft((d, start))
                 if self.rule_nullable[elements[pos].value] and pos + 1 not in distance:
                     queue.appendleft((d, pos + 1))
             else:
-                queue.append((d + 1, self._after_class(pos)))
+                queue.append((d + 1, self.rules.after_terminal(pos)))
         # (a position far out in a long bounded repetition shares the entry of its canonical position)
         tops = sorted((d, p) for p, d in distance.items()
                       if elements[p].type in (LLAMA_GRETYPE_CHAR, LLAMA_GRETYPE_CHAR_NOT, LLAMA_GRETYPE_CHAR_ANY,
                                               LLAMA_GRETYPE_TOKEN, LLAMA_GRETYPE_TOKEN_NOT)
                       and self.canonical[p] == p)
-        if self.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
-            self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
+        self.ensure_position_bits()
         # How far into a bounded repetition each rule lies (0 outside one): a segment whose frames lie
         # deep in one is reached only by long text, and the ones near a chain's end cost the most to walk,
         # so they come after every shallower segment.
@@ -632,6 +368,17 @@ cdef class MatchContext:
                 heapq.heappush(heap, (depth_into_repetitions(longer), d, counter, longer))
                 counter += 1
 
+    cdef void ensure_position_bits(self) noexcept nogil:
+        """position_bits sized to the trie (all zero between walks)."""
+        if self.position_bits.size() != <size_t>((self.trie_arrays.n_positions + 63) >> 6):
+            self.position_bits.assign((self.trie_arrays.n_positions + 63) >> 6, 0)
+
+    cdef void clear_masks(self) noexcept nogil:
+        """Forget every cached mask (its chunks go back to the process-wide pool)."""
+        release_chunks(self.mask_chunks)
+        self.mask_slot.clear()
+        self.n_cached_masks = 0
+
     cdef void reserve_headroom(self) noexcept nogil:
         """Give every memo table room to grow by half again before it must rehash: a rehash of a table
         the build filled costs a whole mask's budget, and it would land on some unlucky later mask."""
@@ -647,27 +394,6 @@ cdef class MatchContext:
         self.continuation_entry_of.reserve(self.continuation_entry_of.size() * 3 // 2 + 1024)
         self.entry_results.reserve(self.entry_results.size() * 3 // 2 + 1024)
         self.mask_slot.reserve(1024)
-
-    def _alternative_starts(self, rule_id):
-        """The first element of each alternative of a rule (an end element for an empty one)."""
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef position_t pos = self.rules.rule_start[rule_id]
-        starts = [pos]
-        while True:
-            while not is_end_of_sequence(&elements[pos]):
-                pos += 1
-            if elements[pos].type == LLAMA_GRETYPE_END:
-                return starts
-            pos += 1
-            starts.append(pos)
-
-    def _after_class(self, position_t pos):
-        """The element after the terminal at pos (past a class's alternatives and ranges)."""
-        cdef const grammar_element* after
-        if is_token_element(&self.rules.elements[pos]):
-            return pos + 1
-        match_char(&self.rules.elements[pos], 0, &after)
-        return <position_t>(after - self.rules.elements.data())
 
     cdef size_t segment_cache_bytes(self) noexcept nogil:
         return ((self.entry_words.size() + self.entry_tokens.size() + self.entry_continuations.size()
@@ -719,9 +445,7 @@ cdef class MatchContext:
         with nogil:
             PyThread_acquire_lock(self.lock, 1)
             self.fast_failed.clear()
-            self.mask_chunks.clear()
-            self.mask_slot.clear()
-            self.n_cached_masks = 0
+            self.clear_masks()
             PyThread_release_lock(self.lock)
         if fast_work is not None:
             self.fast_work_budget = int(fast_work)
@@ -732,15 +456,143 @@ cdef class MatchContext:
         with nogil:
             PyThread_acquire_lock(self.lock, 1)
             self.clear_segments()
-            self.mask_chunks.clear()
-            self.mask_slot.clear()
-            self.n_cached_masks = 0
+            self.clear_masks()
             PyThread_release_lock(self.lock)
         if enabled is not None:
             self.use_segments = bool(enabled)
         if max_continuations is not None:
             self.continuations_limit = int(max_continuations)
             self.max_continuations = int(max_continuations)
+
+    # -- the locked entry points: what a matcher calls, each taking the context's lock once --------
+    cdef int initial_stacks(self, vector[node_t]& stacks) except -1 nogil:
+        """llama_grammar_init_impl's stacks: each alternative of the root, advanced to its terminals."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef position_t pos = self.rules.rule_start[self.rules.root_id]
+        cdef node_t stack
+        PyThread_acquire_lock(self.lock, 1)
+        try:
+            while True:
+                stack = EMPTY_STACK
+                if not is_end_of_sequence(&elements[pos]):
+                    stack = self.push(EMPTY_STACK, pos)
+                self.advance_stack(stack, stacks)
+                while not is_end_of_sequence(&elements[pos]):
+                    pos += 1
+                if elements[pos].type == LLAMA_GRETYPE_ALT:
+                    pos += 1
+                else:
+                    break
+        finally:
+            PyThread_release_lock(self.lock)
+        return 0
+
+    cdef int accept_piece(self, const vector[node_t]& stacks, token_t token, const uint32_t* code_points,
+                          size_t n_code_points, vector[node_t]& stacks_new) except -1 nogil:
+        """accept_token_stacks under the lock."""
+        PyThread_acquire_lock(self.lock, 1)
+        try:
+            self.accept_token_stacks(stacks, token, code_points, n_code_points, stacks_new)
+        finally:
+            PyThread_release_lock(self.lock)
+        return 0
+
+    cdef int accept_text(self, vector[node_t]& stacks, const uint32_t* code_points, size_t n_code_points) \
+            except -1 nogil:
+        """llama_grammar_accept_str: the stacks after the code points, one at a time (accept_chr), in place;
+        empty when none survives."""
+        cdef vector[node_t] next_stacks
+        cdef size_t i, j
+        PyThread_acquire_lock(self.lock, 1)
+        try:
+            for i in range(n_code_points):
+                next_stacks.clear()
+                for j in range(stacks.size()):
+                    self.accept_chr(stacks[j], code_points[i], next_stacks)
+                stacks.swap(next_stacks)
+                if stacks.size() > self.max_stacks:
+                    with gil:
+                        raise GrammarError(
+                            f"grammar state exceeds {self.max_stacks} stacks (max_stacks); "
+                            "the grammar is too ambiguous at this point")
+                if stacks.empty():
+                    break
+        finally:
+            PyThread_release_lock(self.lock)
+        return 0
+
+    cdef int reject_tokens(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
+                           const token_t* ids, int64_t n, vector[grammar_candidate]& rejects, bint whole_mask) \
+            except -1 nogil:
+        """The reference path: collect_rejects under the lock, within REFERENCE_WORK_BUDGET (whole_mask:
+        this answers a mask, counted in reference_masks)."""
+        cdef vector[uint32_t] scratch
+        PyThread_acquire_lock(self.lock, 1)
+        try:
+            if whole_mask:
+                self.reference_masks += 1
+            self.reference_work = 0
+            self.work = 0   # (advance_stack adds its steps: they count against the budget too)
+            self.collect_rejects(stacks, state, vocab, ids, n, rejects, scratch)
+            self.last_reference_work = self.reference_work + self.work
+        finally:
+            PyThread_release_lock(self.lock)
+        return 0
+
+    cdef int mask_into(self, const vector[node_t]& stacks, uint32_t* out) except -1 nogil:
+        """fast_mask under the lock: 0, or 1 when the state is answered on the reference path."""
+        PyThread_acquire_lock(self.lock, 1)
+        try:
+            return self.fast_mask(stacks, &self.trie_arrays, out)
+        finally:
+            PyThread_release_lock(self.lock)
+
+    cdef list stack_elements(self, const vector[node_t]& stacks):
+        """Each stack as a list of (type, value) elements from bottom to top (the node pool may grow, and
+        move, under another matcher's hands: read under the lock)."""
+        cdef list out = []
+        cdef node_t node
+        cdef grammar_element element
+        cdef size_t i
+        with nogil:
+            PyThread_acquire_lock(self.lock, 1)
+        try:
+            for i in range(stacks.size()):
+                current = []
+                node = stacks[i]
+                while node != EMPTY_STACK:
+                    element = self.rules.elements[self.nodes[node].element]
+                    current.append((<int>element.type, <int>element.value))
+                    node = self.nodes[node].parent
+                current.reverse()
+                out.append(current)
+        finally:
+            PyThread_release_lock(self.lock)
+        return out
+
+    def _segment_report(self, stacks):
+        """Test shim: per stack id (None for the empty one), the segment entry that serves it, built if
+        need be: (entry id, segment length, [(continuation node, trie nodes below it)], the stack below)."""
+        cdef node_t below, stack
+        cdef int32_t entry_id
+        cdef segment_entry entry
+        report = []
+        for stack in stacks:
+            if stack == EMPTY_STACK:
+                report.append(None)
+                continue
+            with nogil:
+                PyThread_acquire_lock(self.lock, 1)
+            try:
+                self.ensure_position_bits()
+                with nogil:
+                    entry_id = self.find_entry(stack, &self.trie_arrays, &below)
+                entry = self.entries[entry_id]
+                conts = [self.entry_continuations[entry.continuations_start + c] for c in range(entry.n_continuations)]
+            finally:
+                PyThread_release_lock(self.lock)
+            report.append((entry_id, entry.length, [(c, self.trie_arrays.node_end[c] - c) for c in conts], below))
+        return report
 
     # -- the stack tree ------------------------------------------------------
     cdef node_t push(self, node_t parent, position_t element) except -1 nogil:
@@ -848,6 +700,92 @@ cdef class MatchContext:
             if not is_end_of_sequence(after):
                 next_stack = self.push(next_stack, <position_t>(after - elements))
             self.advance_stack(next_stack, new_stacks)
+        return 0
+
+    cdef int accept_token_stacks(self, const vector[node_t]& stacks, token_t token, const uint32_t* code_points,
+                                 size_t n_code_points, vector[node_t]& stacks_new) except -1 nogil:
+        """llama_grammar_accept_token over the stacks: a token terminal matches by id, anything else the
+        token's code points one by one (accept_chr); the surviving stacks are added to stacks_new."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef vector[node_t] current_stacks, next_stacks
+        cdef size_t c
+        cdef node_t stack, next_stack
+        cdef position_t pos
+        cdef size_t i, j
+        for i in range(stacks.size()):
+            stack = stacks[i]
+            if stack == EMPTY_STACK:
+                continue
+            pos = self.nodes[stack].element
+            if is_token_element(&elements[pos]):
+                if match_token(&elements[pos], token):
+                    next_stack = self.nodes[stack].parent
+                    if not is_end_of_sequence(&elements[pos + 1]):
+                        next_stack = self.push(next_stack, pos + 1)
+                    self.advance_stack(next_stack, stacks_new)
+            else:
+                current_stacks.clear()
+                current_stacks.push_back(stack)
+                # every decoded code point, a 0 from an overlong C0 80 included (llama.cpp counts them)
+                for c in range(n_code_points):
+                    next_stacks.clear()
+                    for j in range(current_stacks.size()):
+                        self.accept_chr(current_stacks[j], code_points[c], next_stacks)
+                    current_stacks.swap(next_stacks)
+                    if current_stacks.empty():
+                        break
+                for j in range(current_stacks.size()):
+                    add_unique(stacks_new, current_stacks[j])
+            if stacks_new.size() > self.max_stacks:
+                with gil:
+                    raise GrammarError(
+                        f"grammar state exceeds {self.max_stacks} stacks (max_stacks); "
+                        "the grammar is too ambiguous at this point")
+        return 0
+
+    cdef int collect_rejects(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
+                             const token_t* ids, int64_t n, vector[grammar_candidate]& rejects,
+                             vector[uint32_t]& scratch) except -1 nogil:
+        """llama_grammar_apply_impl over ids[0:n]: the candidates it sets to -inf (index = position in ids)."""
+        cdef vector[grammar_candidate] candidates
+        cdef vector[offset_t] scratch_start
+        cdef grammar_candidate tok
+        cdef bint allow_eog = False
+        # From a complete-character state (n_remain 0, or -1 after an invalid piece)
+        # a piece decodes the same whatever the state, so the decode done once per vocabulary serves.
+        cdef bint fresh = state.n_remain <= 0
+        cdef int64_t i
+        cdef token_t token
+        cdef size_t k
+        for k in range(stacks.size()):
+            if stacks[k] == EMPTY_STACK:
+                allow_eog = True
+                break
+        candidates.reserve(n)
+        for i in range(n):
+            token = ids[i]
+            tok.index = i
+            tok.id = token
+            tok.code_points = NULL
+            if vocab.is_eog[token]:
+                if not allow_eog:
+                    rejects.push_back(tok)
+            elif vocab.is_empty[token]:
+                rejects.push_back(tok)
+            elif fresh:
+                tok.code_points = vocab.code_points + vocab.code_point_start[token]
+                tok.partial = vocab.end_partial[token]
+                candidates.push_back(tok)
+            else:
+                scratch_start.push_back(<offset_t>scratch.size())
+                tok.partial = decode_utf8(vocab.piece_bytes + vocab.piece_start[token],
+                                          vocab.piece_start[token + 1] - vocab.piece_start[token],
+                                          state, scratch)
+                candidates.push_back(tok)
+        if not fresh:
+            for k in range(candidates.size()):
+                candidates[k].code_points = scratch.data() + scratch_start[k]
+        self.reject_candidates(stacks, candidates, rejects)
         return 0
 
     # -- masks -------------------------------------------------------------
@@ -1088,6 +1026,7 @@ cdef class MatchContext:
         cdef uint8_t flags
         cdef bint constant = True
         cdef int64_t k
+        cdef int half
         cdef node_t stack
         self.set_loop_known[set_id] = 1
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
@@ -1108,14 +1047,11 @@ cdef class MatchContext:
                 constant = False
             elif flags & ELEMENT_MEMBER_ABOVE:
                 matches_above |= (<uint64_t>1) << j
-            bits = self.element_ascii[2 * tops[j]]
-            while bits:
-                pattern[__builtin_ctzll(bits)] |= (<uint64_t>1) << j
-                bits &= bits - 1
-            bits = self.element_ascii[2 * tops[j] + 1]
-            while bits:
-                pattern[64 + __builtin_ctzll(bits)] |= (<uint64_t>1) << j
-                bits &= bits - 1
+            for half in range(2):
+                bits = self.element_ascii[2 * tops[j] + half]
+                while bits:
+                    pattern[64 * half + ctz64(bits)] |= (<uint64_t>1) << j
+                    bits &= bits - 1
         for cp in range(128):
             if pattern[cp] == 0:
                 continue
@@ -1255,7 +1191,7 @@ cdef class MatchContext:
                 if top.type == LLAMA_GRETYPE_TOKEN:
                     position = trie.position_of[top.value] if top.value < <uint32_t>trie.n_vocab else -1
                     if first_longer <= position < hi:
-                        bits[position >> 6] |= (<uint64_t>1) << (position & 63)
+                        set_position(bits, position)
                         self.n_marked += 1
                 elif top.type == LLAMA_GRETYPE_TOKEN_NOT:
                     position = trie.position_of[top.value] if top.value < <uint32_t>trie.n_vocab else -1
@@ -1416,9 +1352,8 @@ cdef class MatchContext:
         cdef const grammar_element* elements = self.rules.elements.data()
         cdef const grammar_element* pos
         cdef vector[pair[uint32_t, uint32_t]] intervals, own
-        cdef uint32_t first, last, cursor
+        cdef uint32_t last
         cdef uint32_t top_value = ~(<uint32_t>0)
-        cdef bint positive
         cdef node_t stack
         cdef int64_t k
         cdef size_t j
@@ -1429,41 +1364,7 @@ cdef class MatchContext:
             pos = &elements[self.nodes[stack].element]
             if is_token_element(pos):
                 continue
-            positive = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
-            own.clear()
-            while True:
-                if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
-                    first = pos.value
-                    last = pos[1].value
-                    pos += 2
-                elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
-                    first = 0
-                    last = top_value
-                    pos += 1
-                else:
-                    first = pos.value
-                    last = pos.value
-                    pos += 1
-                if first <= last:
-                    own.push_back(pair[uint32_t, uint32_t](first, last))
-                if pos.type != LLAMA_GRETYPE_CHAR_ALT:
-                    break
-            if positive:
-                intervals.insert(intervals.end(), own.begin(), own.end())
-                continue
-            # a negated class takes everything its ranges leave out
-            sort(own.begin(), own.end())
-            cursor = 0
-            for j in range(own.size()):
-                if own[j].first > cursor:
-                    intervals.push_back(pair[uint32_t, uint32_t](cursor, own[j].first - 1))
-                if own[j].second == top_value:
-                    cursor = top_value
-                    break
-                if own[j].second + 1 > cursor:
-                    cursor = own[j].second + 1
-            else:
-                intervals.push_back(pair[uint32_t, uint32_t](cursor, top_value))
+            class_intervals(pos, intervals, own)
         sort(intervals.begin(), intervals.end())
         # merge overlapping and touching intervals
         self.set_viable_start[set_id] = <int64_t>self.viable_bounds.size()
@@ -1508,8 +1409,7 @@ cdef class MatchContext:
         if self.fast_failed.count(set_id):
             return 1
         self.fast_masks += 1
-        if self.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
-            self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
+        self.ensure_position_bits()
         completed = False
         self.work = 0
         self.work_limit = self.fast_work_budget
@@ -1536,16 +1436,14 @@ cdef class MatchContext:
         if allow_eog:
             for k in range(<int64_t>self.eog_tokens.size()):
                 token = self.eog_tokens[k]
-                out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                set_token_bit(out, token)
         if self.use_segments and self.compose_cost <= width:
             # composed from the segment cache about as fast as copied back from the mask cache (and
             # copying it in, to memory long out of the processor's caches, would cost more)
             return 0
         # Masks live in fixed-size chunks, so storing one never moves the others.
         if (<size_t>(self.n_cached_masks + 1) * width * sizeof(uint32_t)) > MAX_MASK_CACHE_BYTES:
-            release_chunks(self.mask_chunks)
-            self.mask_slot.clear()
-            self.n_cached_masks = 0
+            self.clear_masks()
         slot = self.n_cached_masks
         if slot // MASKS_PER_CHUNK >= <int64_t>self.mask_chunks.size():
             self.mask_chunks.push_back(vector[uint32_t]())
@@ -1566,38 +1464,47 @@ cdef class MatchContext:
         """Write the tokens marked in position_bits as token-id bits into out (width words), and clear
         position_bits. n_marked (an upper bound of the marks) picks the cheaper direction."""
         cdef int64_t width = (trie.n_vocab + 31) >> 5
-        cdef int64_t n_words = <int64_t>self.position_bits.size()
-        cdef uint64_t* bits_at = self.position_bits.data()
-        cdef int64_t word, position
-        cdef uint64_t bits
-        cdef token_t token
+        cdef position_drain drain = drain_words(self.position_bits.data(), 0, <int64_t>self.position_bits.size(),
+                                                trie.n_positions)
+        cdef int64_t position
         if 2 * self.n_marked <= trie.n_positions:
             memset(out, 0, width * sizeof(uint32_t))
-            for word in range(n_words):
-                bits = bits_at[word]
-                if bits == 0:
-                    continue
-                bits_at[word] = 0
-                while bits:
-                    position = (word << 6) + __builtin_ctzll(bits)
-                    bits &= bits - 1
-                    token = trie.token_at[position]
-                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+            while True:
+                position = next_set_position(&drain)
+                if position < 0:
+                    break
+                set_token_bit(out, trie.token_at[position])
         else:
             # Mostly allowed: start from every trie token and clear the few rejected ones.
             memcpy(out, self.trie_token_words.data(), width * sizeof(uint32_t))
-            for word in range(n_words):
-                bits = ~bits_at[word]
-                bits_at[word] = 0
-                if word == n_words - 1 and (trie.n_positions & 63):
-                    bits &= ((<uint64_t>1) << (trie.n_positions & 63)) - 1
-                while bits:
-                    position = (word << 6) + __builtin_ctzll(bits)
-                    bits &= bits - 1
-                    token = trie.token_at[position]
-                    out[token >> 5] &= ~((<uint32_t>1) << (token & 31))
+            while True:
+                position = next_unset_position(&drain)
+                if position < 0:
+                    break
+                clear_token_bit(out, trie.token_at[position])
         self.n_marked = 0
         return 0
+
+    cdef void drain_subtree(self, const trie_view* trie, int32_t node, vector[token_t]* tokens,
+                            uint32_t* out) noexcept nogil:
+        """Append the tokens marked in position_bits below a trie node to *tokens (and set their bits in
+        out unless NULL), clearing the marks. The walk from that node marked positions only inside its
+        subtree, so position_bits is all zero again afterwards."""
+        cdef position_drain drain
+        cdef int64_t position
+        cdef token_t token
+        if trie.token_hi[node] > trie.token_lo[node]:
+            drain = drain_words(self.position_bits.data(), trie.token_lo[node] >> 6,
+                                ((trie.token_hi[node] - 1) >> 6) + 1, trie.n_positions)
+            while True:
+                position = next_set_position(&drain)
+                if position < 0:
+                    break
+                token = trie.token_at[position]
+                tokens.push_back(token)
+                if out != NULL:
+                    set_token_bit(out, token)
+        self.n_marked = 0
 
     # -- the segment cache ----------------------------------------------------------
     cdef int segment_of(self, node_t stack, int32_t length, node_t* segment, node_t* below) except -1 nogil:
@@ -1645,9 +1552,7 @@ cdef class MatchContext:
         cdef int32_t set_id, entry_id
         cdef int64_t width = (trie.n_vocab + 31) >> 5
         cdef int64_t n_words = <int64_t>self.position_bits.size()
-        cdef uint64_t* bits_at
-        cdef int64_t word, position, offset
-        cdef uint64_t bits
+        cdef int64_t offset
         cdef segment_entry entry
         cdef uint64_t hash_value
         cdef bint completed
@@ -1682,16 +1587,7 @@ cdef class MatchContext:
         if self.n_marked < width:
             # few tokens: kept as ids (fewer bytes than the dense words)
             entry.tokens_start = <int64_t>self.entry_tokens.size()
-            bits_at = self.position_bits.data()
-            for word in range(n_words):
-                bits = bits_at[word]
-                if bits == 0:
-                    continue
-                bits_at[word] = 0
-                while bits:
-                    position = (word << 6) + __builtin_ctzll(bits)
-                    bits &= bits - 1
-                    self.entry_tokens.push_back(trie.token_at[position])
+            self.drain_subtree(trie, 0, &self.entry_tokens, NULL)
             entry.n_tokens = <int32_t>(<int64_t>self.entry_tokens.size() - entry.tokens_start)
             self.n_marked = 0
         else:
@@ -1725,14 +1621,14 @@ cdef class MatchContext:
         cdef int32_t length, entry_id
         cdef node_t segment
         while remaining:
-            length = __builtin_ctzll(remaining) + 1
+            length = ctz64(remaining) + 1
             remaining &= remaining - 1
             self.segment_of(stack, length, &segment, below)
             it = self.entry_of.find(segment)
             if it != self.entry_of.end():
                 self.segment_hits += 1
                 return deref(it).second
-        length = __builtin_ctzll(lengths) + 1 if lengths else 1
+        length = ctz64(lengths) + 1 if lengths else 1
         length = self.skip_transparent(stack, length)
         while True:
             self.segment_of(stack, length, &segment, below)
@@ -1813,9 +1709,7 @@ cdef class MatchContext:
         -1 (remembered) when it pops out too often or accepts more tokens than are kept."""
         cdef uint64_t key = (<uint64_t><uint32_t>frame << 32) | <uint32_t>node
         cdef int32_t context, entry_id
-        cdef int64_t word, last_word, position, offset
-        cdef uint64_t bits
-        cdef uint64_t* bits_at
+        cdef int64_t offset
         cdef segment_entry entry
         cdef bint completed = False
         it = self.continuation_entry_of.find(key)
@@ -1835,21 +1729,8 @@ cdef class MatchContext:
                 self.walk_aborted = False
                 memset(self.position_bits.data(), 0, self.position_bits.size() * sizeof(uint64_t))
                 self.n_marked = 0
-        self.n_marked = 0
         offset = <int64_t>self.entry_tokens.size()
-        if trie.token_hi[node] > trie.token_lo[node]:
-            # the walk marked positions only inside the node's subtree
-            bits_at = self.position_bits.data()
-            last_word = (trie.token_hi[node] - 1) >> 6
-            for word in range(trie.token_lo[node] >> 6, last_word + 1):
-                bits = bits_at[word]
-                if bits == 0:
-                    continue
-                bits_at[word] = 0
-                while bits:
-                    position = (word << 6) + __builtin_ctzll(bits)
-                    bits &= bits - 1
-                    self.entry_tokens.push_back(trie.token_at[position])
+        self.drain_subtree(trie, node, &self.entry_tokens, NULL)
         if self.walk_aborted or <int64_t>self.entry_tokens.size() - offset > MAX_MEMOIZED_CONTINUATION:
             self.walk_aborted = False
             self.entry_tokens.resize(offset)
@@ -1876,9 +1757,7 @@ cdef class MatchContext:
         down; otherwise from a walk of the node's subtree with the whole set the stack advances to,
         memoized per (stack, node)."""
         cdef uint64_t key = (<uint64_t><uint32_t>below << 32) | <uint32_t>node
-        cdef int64_t offset, j, word, position, last_word, start, count, c
-        cdef uint64_t bits
-        cdef uint64_t* bits_at
+        cdef int64_t offset, j, start, count, c
         cdef token_t token
         cdef node_t frame, under
         cdef int32_t sub, context
@@ -1892,7 +1771,7 @@ cdef class MatchContext:
         if it != self.continuation_results.end():
             for j in range(deref(it).second.first, deref(it).second.first + deref(it).second.second):
                 token = self.continuation_tokens[j]
-                out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                set_token_bit(out, token)
                 collect.push_back(token)
             return 0
         if below != EMPTY_STACK:
@@ -1908,7 +1787,7 @@ cdef class MatchContext:
                 count = self.entries[sub].n_tokens
                 for j in range(start, start + count):
                     token = self.entry_tokens[j]
-                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                    set_token_bit(out, token)
                     collect.push_back(token)
                 start = self.entries[sub].continuations_start
                 count = self.entries[sub].n_continuations
@@ -1929,23 +1808,8 @@ cdef class MatchContext:
         context = self.context_set(below)
         self.trie_visit(trie, node, context)
         offset = <int64_t>self.continuation_tokens.size()
-        if trie.token_hi[node] > trie.token_lo[node]:
-            # the walk marked positions only inside the node's subtree (position_bits is zero elsewhere)
-            bits_at = self.position_bits.data()
-            last_word = (trie.token_hi[node] - 1) >> 6
-            for word in range(trie.token_lo[node] >> 6, last_word + 1):
-                bits = bits_at[word]
-                if bits == 0:
-                    continue
-                bits_at[word] = 0
-                while bits:
-                    position = (word << 6) + __builtin_ctzll(bits)
-                    bits &= bits - 1
-                    token = trie.token_at[position]
-                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
-                    self.continuation_tokens.push_back(token)
-                    collect.push_back(token)
-        self.n_marked = 0
+        self.drain_subtree(trie, node, &self.continuation_tokens, out)
+        collect.insert(collect.end(), self.continuation_tokens.begin() + offset, self.continuation_tokens.end())
         if <int64_t>self.continuation_tokens.size() - offset > MAX_MEMOIZED_CONTINUATION:
             self.continuation_tokens.resize(offset)
         else:
@@ -1982,7 +1846,7 @@ cdef class MatchContext:
                 for position in range(trie.token_lo[0], trie.token_lo[0] + trie.n_ending[0]):
                     if trie.end_partial[position].n_remain == 0:
                         token = trie.token_at[position]
-                        out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                        set_token_bit(out, token)
                 continue
             entry_id = self.find_entry(stack, trie, &below)
             self.resolved.push_back(entry_id)
@@ -1997,7 +1861,7 @@ cdef class MatchContext:
                 tokens = self.entry_tokens.data() + entry.tokens_start
                 for j in range(entry.n_tokens):
                     token = tokens[j]
-                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                    set_token_bit(out, token)
             else:
                 words = self.entry_words.data() + entry.tokens_start
                 for w in range(width):
@@ -2018,7 +1882,7 @@ cdef class MatchContext:
                 self.compose_cost += deref(found).second.second
                 for j in range(deref(found).second.first, deref(found).second.first + deref(found).second.second):
                     token = self.continuation_tokens[j]
-                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                    set_token_bit(out, token)
                 continue
             self.collected.clear()
             for c in range(entry.n_continuations):
@@ -2347,122 +2211,21 @@ cdef class Grammar:
         self._init_stacks()
 
     def _init_stacks(self):
-        cdef position_t pos = self.rules.rule_start[self.rules.root_id]
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef node_t stack
-        cdef MatchContext ctx = self.ctx
         cdef vector[node_t] stacks
+        cdef MatchContext ctx = self.ctx
         with nogil:
-            PyThread_acquire_lock(ctx.lock, 1)
-            try:
-                while True:
-                    stack = EMPTY_STACK
-                    if not is_end_of_sequence(&elements[pos]):
-                        stack = ctx.push(EMPTY_STACK, pos)
-                    ctx.advance_stack(stack, stacks)
-                    while not is_end_of_sequence(&elements[pos]):
-                        pos += 1
-                    if elements[pos].type == LLAMA_GRETYPE_ALT:
-                        pos += 1
-                    else:
-                        break
-            finally:
-                PyThread_release_lock(ctx.lock)
+            ctx.initial_stacks(stacks)
         self.enter()
         self.active_stacks.swap(stacks)
         self.leave()
-
-    cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points, size_t n_code_points,
-                                 vector[node_t]& stacks_new) except -1 nogil:
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef vector[node_t] current_stacks, next_stacks
-        cdef size_t c
-        cdef node_t stack, next_stack
-        cdef position_t pos
-        cdef size_t i, j
-        for i in range(self.active_stacks.size()):
-            stack = self.active_stacks[i]
-            if stack == EMPTY_STACK:
-                continue
-            pos = self.ctx.nodes[stack].element
-            if is_token_element(&elements[pos]):
-                if match_token(&elements[pos], token):
-                    next_stack = self.ctx.nodes[stack].parent
-                    if not is_end_of_sequence(&elements[pos + 1]):
-                        next_stack = self.ctx.push(next_stack, pos + 1)
-                    self.ctx.advance_stack(next_stack, stacks_new)
-            else:
-                current_stacks.clear()
-                current_stacks.push_back(stack)
-                # every decoded code point, a 0 from an overlong C0 80 included (llama.cpp counts them)
-                for c in range(n_code_points):
-                    next_stacks.clear()
-                    for j in range(current_stacks.size()):
-                        self.ctx.accept_chr(current_stacks[j], code_points[c], next_stacks)
-                    current_stacks.swap(next_stacks)
-                    if current_stacks.empty():
-                        break
-                for j in range(current_stacks.size()):
-                    add_unique(stacks_new, current_stacks[j])
-            if stacks_new.size() > self.ctx.max_stacks:
-                with gil:
-                    raise GrammarError(
-                        f"grammar state exceeds {self.ctx.max_stacks} stacks (max_stacks); "
-                        "the grammar is too ambiguous at this point")
-        return 0
-
-    cdef int collect_rejects(self, const vocab_view* vocab, const token_t* ids, int64_t n,
-                             vector[grammar_candidate]& rejects, vector[uint32_t]& scratch) except -1 nogil:
-        """llama_grammar_apply_impl over ids[0:n]: the candidates it sets to -inf (index = position in ids)."""
-        cdef vector[grammar_candidate] candidates
-        cdef vector[offset_t] scratch_start
-        cdef grammar_candidate tok
-        cdef bint allow_eog = False
-        # From a complete-character state (n_remain 0, or -1 after an invalid piece)
-        # a piece decodes the same whatever the state, so the decode done once per vocabulary serves.
-        cdef bint fresh = self.partial.n_remain <= 0
-        cdef int64_t i
-        cdef token_t token
-        cdef size_t k
-        for k in range(self.active_stacks.size()):
-            if self.active_stacks[k] == EMPTY_STACK:
-                allow_eog = True
-                break
-        candidates.reserve(n)
-        for i in range(n):
-            token = ids[i]
-            tok.index = i
-            tok.id = token
-            tok.code_points = NULL
-            if vocab.is_eog[token]:
-                if not allow_eog:
-                    rejects.push_back(tok)
-            elif vocab.is_empty[token]:
-                rejects.push_back(tok)
-            elif fresh:
-                tok.code_points = vocab.code_points + vocab.code_point_start[token]
-                tok.partial = vocab.end_partial[token]
-                candidates.push_back(tok)
-            else:
-                scratch_start.push_back(<offset_t>scratch.size())
-                tok.partial = decode_utf8(vocab.piece_bytes + vocab.piece_start[token],
-                                          vocab.piece_start[token + 1] - vocab.piece_start[token],
-                                          self.partial, scratch)
-                candidates.push_back(tok)
-        if not fresh:
-            for k in range(candidates.size()):
-                candidates[k].code_points = scratch.data() + scratch_start[k]
-        self.ctx.reject_candidates(self.active_stacks, candidates, rejects)
-        return 0
 
     def _require_vocab(self):
         if self.decoded is None:
             raise ValueError("this Grammar has no vocabulary; give Grammar(rules, vocab) to compute masks")
 
-    def _rejected_indices(self, cnp.ndarray ids):
+    def _rejected_indices(self, cnp.ndarray ids, bint whole_mask=False):
         cdef const token_t[::1] id_view = ids
         cdef vector[grammar_candidate] rejects
-        cdef vector[uint32_t] scratch
         cdef int64_t n = ids.shape[0]
         cdef cnp.ndarray out
         cdef int64_t[::1] out_view
@@ -2474,14 +2237,7 @@ cdef class Grammar:
         self.enter()
         try:
             with nogil:
-                PyThread_acquire_lock(ctx.lock, 1)
-                try:
-                    ctx.reference_work = 0
-                    ctx.work = 0   # (advance_stack adds its steps: they count against the budget too)
-                    self.collect_rejects(&vocab, &id_view[0], n, rejects, scratch)
-                    ctx.last_reference_work = ctx.reference_work + ctx.work
-                finally:
-                    PyThread_release_lock(ctx.lock)
+                ctx.reject_tokens(self.active_stacks, self.partial, &vocab, &id_view[0], n, rejects, whole_mask)
         finally:
             self.leave()
         out = np.empty(rejects.size(), dtype=np.int64)
@@ -2505,16 +2261,11 @@ cdef class Grammar:
     cdef bint fast_into(self, uint32_t* out) except -1:
         """The fast path's mask into out (the caller holds the matcher's lock); False when this state is
         answered on the reference path instead (the fast path ran past one of its bounds)."""
-        cdef trie_view trie = self.ctx.trie.view()
         cdef MatchContext ctx = self.ctx
         cdef int status = 1
         try:
             with nogil:
-                PyThread_acquire_lock(ctx.lock, 1)
-                try:
-                    status = ctx.fast_mask(self.active_stacks, &trie, out)
-                finally:
-                    PyThread_release_lock(ctx.lock)
+                status = ctx.mask_into(self.active_stacks, out)
         except GrammarError:
             return False
         return status == 0
@@ -2532,8 +2283,6 @@ cdef class Grammar:
         cdef int64_t width = (n_vocab + 31) // 32
         cdef cnp.ndarray words = np.zeros(width, dtype=np.uint32)
         cdef uint32_t[::1] view = words
-        cdef int64_t k
-        cdef MatchContext ctx = self.ctx
         if self.awaiting_trigger:
             words[:] = 0xFFFFFFFF
             if n_vocab % 32:
@@ -2543,19 +2292,18 @@ cdef class Grammar:
             if self.fast_into(&view[0]):
                 return words
             reference = True  # past a bound of the fast path: llama.cpp's own way gives the mask
-        ctx.reference_masks += 1
         if not reference and self.partial.n_remain > 0:
             # Inside a character only a piece that opens with a continuation byte can decode (any other
             # leaves llama.cpp's decoder an invalid sequence, rejected by every stack), and an
             # end-of-generation token is decided by the stacks: check just those, one by one.
-            candidates = ctx.decoded.continuation_candidates()
+            candidates = self.decoded.continuation_candidates()
             allowed = np.zeros(width * 32, dtype=bool)
             allowed[candidates] = True
-            allowed[candidates[self._rejected_indices(candidates)]] = False
+            allowed[candidates[self._rejected_indices(candidates, True)]] = False
             return np.packbits(allowed, bitorder="little").view(np.uint32)
         allowed = np.ones(width * 32, dtype=bool)
         allowed[n_vocab:] = False
-        allowed[self._rejected_indices(self._all_ids())] = False
+        allowed[self._rejected_indices(self._all_ids(), True)] = False
         return np.packbits(allowed, bitorder="little").view(np.uint32)
 
     def apply(self, logits):
@@ -2667,11 +2415,7 @@ cdef class Grammar:
         try:
             with nogil:
                 partial = decode_utf8(raw, size, self.partial, code_points)
-                PyThread_acquire_lock(ctx.lock, 1)
-                try:
-                    self.accept_token_stacks(token, code_points.data(), code_points.size() - 1, stacks_new)
-                finally:
-                    PyThread_release_lock(ctx.lock)
+                ctx.accept_piece(self.active_stacks, token, code_points.data(), code_points.size() - 1, stacks_new)
             if stacks_new.empty():
                 raise GrammarError(
                     f"Unexpected empty grammar stack after accepting piece: {piece.decode('utf-8', 'replace')} ({token})")
@@ -2698,12 +2442,11 @@ cdef class Grammar:
         Raises GrammarError where llama.cpp throws; the state is then unchanged.
         """
         cdef vector[uint32_t] code_points
-        cdef vector[node_t] current, next_stacks
+        cdef vector[node_t] current
         cdef partial_utf8 partial
         cdef bytes raw_bytes
         cdef const uint8_t* raw
         cdef Py_ssize_t size
-        cdef size_t i, j
         if isinstance(data, str):
             data = data.encode("utf-8")
         if not isinstance(data, (bytes, bytearray)):
@@ -2717,22 +2460,7 @@ cdef class Grammar:
             current = self.active_stacks
             with nogil:
                 partial = decode_utf8(raw, size, self.partial, code_points)
-                PyThread_acquire_lock(ctx.lock, 1)
-                try:
-                    for i in range(code_points.size() - 1):
-                        next_stacks.clear()
-                        for j in range(current.size()):
-                            ctx.accept_chr(current[j], code_points[i], next_stacks)
-                        current.swap(next_stacks)
-                        if current.size() > ctx.max_stacks:
-                            with gil:
-                                raise GrammarError(
-                                    f"grammar state exceeds {ctx.max_stacks} stacks (max_stacks); "
-                                    "the grammar is too ambiguous at this point")
-                        if current.empty():
-                            break
-                finally:
-                    PyThread_release_lock(ctx.lock)
+                ctx.accept_text(current, code_points.data(), code_points.size() - 1)
             if current.empty():
                 raise GrammarError(
                     f"Unexpected empty grammar stack after accepting piece: {raw_bytes.decode('utf-8', 'replace')}")
@@ -2833,57 +2561,22 @@ cdef class Grammar:
     @property
     def stacks(self):
         """The stacks, each a list of (type, value) elements from bottom to top, in llama.cpp's order."""
-        cdef list out = []
-        cdef node_t node
-        cdef grammar_element element
-        cdef MatchContext ctx = self.ctx
         self.enter()
         try:
-            # (the context's node pool may grow, and move, under another matcher's hands)
-            with nogil:
-                PyThread_acquire_lock(ctx.lock, 1)
-            try:
-                for i in range(self.active_stacks.size()):
-                    current = []
-                    node = self.active_stacks[i]
-                    while node != EMPTY_STACK:
-                        element = self.rules.elements[ctx.nodes[node].element]
-                        current.append((<int>element.type, <int>element.value))
-                        node = ctx.nodes[node].parent
-                    current.reverse()
-                    out.append(current)
-            finally:
-                PyThread_release_lock(ctx.lock)
+            return self.ctx.stack_elements(self.active_stacks)
         finally:
             self.leave()
-        return out
 
     def _segment_report(self):
         """Test shim: per stack (None for the empty one), the segment entry that serves it, built if need
         be: (entry id, segment length, [(continuation node, trie nodes below it)], the stack below the
         segment)."""
-        cdef MatchContext ctx = self.ctx
-        cdef trie_view trie = ctx.trie.view()
-        cdef node_t below
-        cdef int32_t entry_id
-        cdef size_t k
-        report = []
-        if ctx.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
-            ctx.position_bits.assign((trie.n_positions + 63) >> 6, 0)
-        for k in range(self.active_stacks.size()):
-            if self.active_stacks[k] == EMPTY_STACK:
-                report.append(None)
-                continue
-            with nogil:
-                PyThread_acquire_lock(ctx.lock, 1)
-                try:
-                    entry_id = ctx.find_entry(self.active_stacks[k], &trie, &below)
-                finally:
-                    PyThread_release_lock(ctx.lock)
-            entry = ctx.entries[entry_id]
-            conts = [ctx.entry_continuations[entry.continuations_start + c] for c in range(entry.n_continuations)]
-            report.append((entry_id, entry.length, [(c, trie.node_end[c] - c) for c in conts], below))
-        return report
+        self.enter()
+        try:
+            stacks = list(self.active_stacks)
+        finally:
+            self.leave()
+        return self.ctx._segment_report(stacks)
 
     @property
     def fast_masks(self):
