@@ -36,6 +36,42 @@ cdef struct segment_entry:
     int32_t length              # frames in the segment
 
 
+# What the fast path knows about a stack set, filled as it is needed (flags say what is known).
+cdef struct set_summary:
+    uint64_t class_ascii[2]     # the ASCII code points that lead to the successor (its class)
+    int64_t viable_start        # offset of the set's intervals in viable_bounds, VIABLE_UNKNOWN before computed
+    int32_t viable_count        # (first, last) code point pairs there
+    int32_t successor           # the set most code points lead to (itself in a loop), or NO_SET
+    int32_t run_length          # sets in a row along the successors with this set's class, RUN_UNKNOWN before
+    int32_t run_end             # the set after that run, or NO_SET
+    uint8_t flags               # SET_* bits
+    uint8_t partial_mode        # PARTIAL_* for set_accepts_partial
+
+
+cdef enum:
+    SET_CLASS_KNOWN = 1         # successor and class are computed (compute_loop)
+    SET_CLASS_NON_ASCII = 2     # every code point >= 0x80 leads to the successor
+    SET_ALL_PARTIALS = 4        # the set takes every partial character that can still complete
+    SET_HAS_BASE = 8            # the set holds SEGMENT_BASE: some path popped out of the segment
+
+# set_summary.partial_mode: whether a set takes characters left unfinished by a token
+cdef enum:
+    PARTIAL_UNKNOWN = 0
+    PARTIAL_ALL = 1             # every one that can still complete (overlong leads never)
+    PARTIAL_NONE = 2            # none
+    PARTIAL_MIXED = 3           # ask each stack
+
+
+# What one trie walk carries (passed to trie_visit explicitly, never kept on the context): whether it
+# records where paths pop out of a segment, and the bound past which it gives up.
+cdef struct walk_state:
+    bint collect_pops           # the walk runs from a segment: record the nodes where paths pop out of it
+    bint aborted                # it popped out too often and stopped (the segment is too short)
+    size_t max_pops             # the bound on those nodes (POPS_UNBOUNDED: none)
+    int64_t pop_nodes           # trie nodes below them, in all
+    vector[int32_t]* pops       # where they are recorded (NULL when not collecting)
+
+
 # A token being checked against the stacks: the code points still to match
 # (0-terminated) and the partial UTF-8 state its piece ends in.
 cdef struct grammar_candidate:
@@ -73,22 +109,13 @@ cdef class MatchContext:
     cdef unordered_set[int32_t] fast_failed        # sets whose fast mask ran past a bound: reference path only
     cdef unordered_map[uint64_t, int32_t] transitions   # (set << 32 | code point) -> set, or -1 (no stack survives)
     cdef unordered_map[uint64_t, pair[uint64_t, int32_t]] pattern_transitions  # hash(set, matching stacks) -> (matching stacks, set)
-    cdef vector[uint8_t] set_loop_known            # the successor and its class are computed
-    cdef vector[int32_t] set_successor             # the set most code points lead to (itself in a loop), or -1
-    cdef vector[uint64_t] set_loop_ascii           # 2 words per set: the ASCII code points that lead to the successor
-    cdef vector[uint8_t] set_loop_non_ascii        # every code point >= 0x80 leads to the successor
-    cdef vector[uint8_t] set_all_partials          # the set takes every partial character that can still complete
-    cdef vector[uint8_t] set_partial_mode          # PARTIAL_* for set_accepts_partial, 0 before computed
-    cdef vector[int32_t] set_run_length            # sets in a row along the successors with this set's class, -1 before computed
-    cdef vector[int32_t] set_run_end               # the set after that run, or -1
+    cdef vector[set_summary] summaries             # per set id
     cdef vector[int32_t] run_chain                 # scratch of compute_run
     cdef int32_t max_token_depth                   # the most code points any token takes
     cdef vector[position_t] canonical              # per element position: the one segment keys use (_repetition_canonical)
     cdef dict repetition_chains                    # _repetition_chains of the rules
     cdef vector[uint64_t] element_ascii            # 2 words per element position: the ASCII members of its class
     cdef vector[uint8_t] element_flags             # per element position: ELEMENT_* bits, filled on first use
-    cdef vector[int64_t] set_viable_start          # offset of the set's intervals in viable_bounds, -1 before computed
-    cdef vector[int32_t] set_viable_count
     cdef vector[uint32_t] viable_bounds            # (first, last) code point pairs
     cdef unordered_map[int32_t, int64_t] mask_slot  # set -> slot of its cached mask
     cdef vector[vector[uint32_t]] mask_chunks      # slot s is mask_chunks[s // MASKS_PER_CHUNK] at (s % MASKS_PER_CHUNK) * width
@@ -98,7 +125,6 @@ cdef class MatchContext:
     # the segment cache: per top segment of a stack, the tokens accepted whatever lies below it and the
     # trie nodes where a path pops out of it (continuations), finished against the real stack at run time
     cdef bint use_segments
-    cdef vector[uint8_t] set_has_base              # the set holds SEGMENT_BASE: some path popped out of the segment
     cdef vector[uint32_t] segment_lengths          # per element position: bit L-1 set when entries of L frames exist
     cdef unordered_map[uint64_t, pair[node_t, node_t]] segment_nodes  # (stack, L) -> (segment stack, stack below it)
     cdef vector[position_t] segment_frames         # scratch of segment_of
@@ -115,12 +141,8 @@ cdef class MatchContext:
     cdef vector[token_t] collected                 # scratch: the tokens of one entry's continuations
     cdef int64_t compose_cost                      # what the last segment_mask would cost to compose again
     cdef vector[token_t] continuation_tokens
-    cdef bint collecting                           # the walk records continuations (it runs from a segment)
-    cdef bint walk_aborted
-    cdef size_t max_continuations                  # the current walk's limit
-    cdef size_t continuations_limit                # the limit for segments that have a stack below them
+    cdef size_t continuations_limit                # max_pops of segments that have a stack below them
     cdef vector[int32_t] continuations             # scratch: the nodes where the current segment walk popped
-    cdef int64_t continuation_nodes                # trie nodes below them, in all
     cdef vector[uint8_t] rule_nullable             # per rule id: it can match the empty string
     cdef vector[uint8_t] element_transparent       # per element position: 0 unknown, 1 no, 2 the rest of its alternative is nullable
     cdef vector[int32_t] resolved                  # scratch: entry per stack of the set being masked
@@ -168,14 +190,15 @@ cdef class MatchContext:
                             int32_t depth) except -1 nogil
     cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil
     cdef int compute_run(self, int32_t set_id) except -1 nogil
-    cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id) except -1 nogil
+    cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
     cdef int compute_viable(self, int32_t set_id) except -1 nogil
-    cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id) except -1 nogil
+    cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id, walk_state* walk) except -1 nogil
     cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef int walk_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef int positions_to_tokens(self, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef int segment_of(self, node_t stack, int32_t length, node_t* segment, node_t* below) except -1 nogil
-    cdef int32_t build_entry(self, node_t segment, int32_t length, const trie_view* trie) except -2 nogil
+    cdef int32_t build_entry(self, node_t segment, int32_t length, const trie_view* trie, size_t max_pops) \
+        except -2 nogil
     cdef int32_t find_entry(self, node_t stack, const trie_view* trie, node_t* below) except -2 nogil
     cdef int32_t context_set(self, node_t below) except -2 nogil
     cdef bint transparent(self, position_t pos) noexcept nogil

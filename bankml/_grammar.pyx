@@ -139,14 +139,15 @@ cdef void release_chunks(vector[vector[uint32_t]]& chunks) noexcept nogil:
     chunks.clear()
 
 
-# set_run_length of a run that never ends (it reaches a set that loops)
-cdef int32_t RUN_UNBOUNDED = 1 << 30
-
-# set_partial_mode values: whether a set takes characters left unfinished by a token
+# The conventions of the set summaries (set_summary in _grammar.pxd). A set id is an int32 >= 0; NO_SET
+# (-1) is "no set": the transition no stack survives, a successor or run end that does not exist. Methods
+# that return a set id or an entry id raise with -2 (`except -2`), those that return a status -1.
 cdef enum:
-    PARTIAL_ALL = 1      # every one that can still complete (overlong leads never)
-    PARTIAL_NONE = 2     # none
-    PARTIAL_MIXED = 3    # ask each stack
+    NO_SET = -1
+    RUN_UNKNOWN = -1         # run_length before compute_run
+    VIABLE_UNKNOWN = -1      # viable_start before compute_viable
+# run_length of a run that never ends (it reaches a set that loops)
+cdef int32_t RUN_UNBOUNDED = 1 << 30
 
 # element_flags bits: what compute_loop needs to know about a character class, computed once
 cdef enum:
@@ -154,6 +155,38 @@ cdef enum:
     ELEMENT_CONSTANT_ABOVE = 2   # membership is the same for every code point >= 0x80
     ELEMENT_MEMBER_ABOVE = 4     # ... and those code points are members
     ELEMENT_ALL_PARTIALS = 8     # match_partial_char holds for every partial character that can complete
+
+
+# Entry ids are int32 >= 0; NO_ENTRY: a segment (or continuation) that pops out too often to keep.
+cdef enum:
+    NO_ENTRY = -1
+# A walk's max_pops for a segment that is the whole stack: nothing lies below it, so no longer segment
+# would pop out less.
+cdef size_t POPS_UNBOUNDED = <size_t>-1
+
+
+cdef inline walk_state plain_walk() noexcept nogil:
+    """The state of a walk that records nothing (a mask walk, a continuation walked from the real stack)."""
+    cdef walk_state walk
+    walk.collect_pops = False
+    walk.aborted = False
+    walk.max_pops = POPS_UNBOUNDED
+    walk.pop_nodes = 0
+    walk.pops = NULL
+    return walk
+
+
+cdef inline walk_state segment_walk(vector[int32_t]* pops, size_t max_pops) noexcept nogil:
+    """The state of a walk from a segment: it records into *pops (emptied here) the nodes where paths pop
+    out, and aborts past max_pops of them (or CONTINUATION_NODES_PER_NODE times as many nodes below)."""
+    cdef walk_state walk
+    pops.clear()
+    walk.collect_pops = True
+    walk.aborted = False
+    walk.max_pops = max_pops
+    walk.pop_nodes = 0
+    walk.pops = pops
+    return walk
 
 
 cdef inline bint is_bottom(node_t stack) noexcept nogil:
@@ -184,7 +217,6 @@ cdef class MatchContext:
         self.nodes.push_back(root)   # SEGMENT_BASE
         self.set_start.push_back(0)
         self.use_segments = True
-        self.max_continuations = DEFAULT_MAX_CONTINUATIONS
         self.continuations_limit = DEFAULT_MAX_CONTINUATIONS
         self.work_limit = NO_WORK_LIMIT
         self.fast_work_budget = FAST_WORK_BUDGET
@@ -420,12 +452,7 @@ cdef class MatchContext:
             if it != self.entry_of.end():
                 return deref(it).second
             with nogil:
-                if whole:
-                    self.max_continuations = <size_t>-1
-                try:
-                    entry_id = self.build_entry(node, length, trie)
-                finally:
-                    self.max_continuations = self.continuations_limit
+                entry_id = self.build_entry(node, length, trie, POPS_UNBOUNDED if whole else self.continuations_limit)
             if entry_id < 0:
                 return -1
             if length <= 32:
@@ -462,7 +489,6 @@ cdef class MatchContext:
             self.use_segments = bool(enabled)
         if max_continuations is not None:
             self.continuations_limit = int(max_continuations)
-            self.max_continuations = int(max_continuations)
 
     # -- the locked entry points: what a matcher calls, each taking the context's lock once --------
     cdef int initial_stacks(self, vector[node_t]& stacks) except -1 nogil:
@@ -898,22 +924,20 @@ cdef class MatchContext:
         it = self.set_by_hash.find(hash_value)
         self.set_hash_next.push_back(deref(it).second if it != self.set_by_hash.end() else -1)
         self.set_by_hash[hash_value] = set_id
-        self.set_loop_known.push_back(0)
-        self.set_successor.push_back(-1)
-        self.set_loop_ascii.push_back(0)
-        self.set_loop_ascii.push_back(0)
-        self.set_loop_non_ascii.push_back(0)
-        self.set_all_partials.push_back(0)
-        self.set_viable_start.push_back(-1)
-        self.set_viable_count.push_back(0)
-        self.set_partial_mode.push_back(0)
-        self.set_run_length.push_back(-1)
-        self.set_run_end.push_back(-1)
+        cdef set_summary summary
+        summary.class_ascii[0] = 0
+        summary.class_ascii[1] = 0
+        summary.viable_start = VIABLE_UNKNOWN
+        summary.viable_count = 0
+        summary.successor = NO_SET
+        summary.run_length = RUN_UNKNOWN
+        summary.run_end = NO_SET
+        summary.flags = 0
+        summary.partial_mode = PARTIAL_UNKNOWN
         # sorted ids: SEGMENT_BASE (1) comes first or right after EMPTY_STACK (0)
-        cdef uint8_t has_base = 0
         if (nodes.size() > 0 and nodes[0] == SEGMENT_BASE) or (nodes.size() > 1 and nodes[1] == SEGMENT_BASE):
-            has_base = 1
-        self.set_has_base.push_back(has_base)
+            summary.flags = SET_HAS_BASE
+        self.summaries.push_back(summary)
         return set_id
 
     cdef int32_t step_set(self, int32_t set_id, uint32_t cp) except -2 nogil:
@@ -939,7 +963,7 @@ cdef class MatchContext:
                 if not is_token_element(top) and match_char(top, cp, &after):
                     matches |= (<uint64_t>1) << (k - first)
             if matches == 0:
-                return -1
+                return NO_SET
             key = (<uint64_t><uint32_t>set_id << 32) ^ (matches * 0x9E3779B97F4A7C15ULL)
             it = self.pattern_transitions.find(key)
             if it != self.pattern_transitions.end() and deref(it).second.first == matches:
@@ -962,7 +986,7 @@ cdef class MatchContext:
                 if not is_end_of_sequence(after):
                     next_stack = self.push(next_stack, <position_t>(after - elements))
                 self.advance_stack(next_stack, self.step_stacks)
-        result = -1 if self.step_stacks.empty() else self.intern_set(self.step_stacks)
+        result = NO_SET if self.step_stacks.empty() else self.intern_set(self.step_stacks)
         if by_pattern:
             self.pattern_transitions[key] = pair[uint64_t, int32_t](matches, result)
         return result
@@ -1028,7 +1052,7 @@ cdef class MatchContext:
         cdef int64_t k
         cdef int half
         cdef node_t stack
-        self.set_loop_known[set_id] = 1
+        self.summaries[set_id].flags |= SET_CLASS_KNOWN
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             stack = self.set_nodes[k]
             if is_bottom(stack) or is_token_element(&self.rules.elements[self.nodes[stack].element]):
@@ -1042,7 +1066,7 @@ cdef class MatchContext:
             self.element_info(tops[j])
             flags = self.element_flags[tops[j]]
             if flags & ELEMENT_ALL_PARTIALS:
-                self.set_all_partials[set_id] = 1
+                self.summaries[set_id].flags |= SET_ALL_PARTIALS
             if not (flags & ELEMENT_CONSTANT_ABOVE):
                 constant = False
             elif flags & ELEMENT_MEMBER_ABOVE:
@@ -1079,12 +1103,13 @@ cdef class MatchContext:
             successor = self.transition(set_id, 0x80)
         if successor < 0:
             return 0
-        self.set_successor[set_id] = successor
-        self.set_loop_ascii[2 * set_id] = ascii_lo
-        self.set_loop_ascii[2 * set_id + 1] = ascii_hi
+        self.summaries[set_id].successor = successor
+        self.summaries[set_id].class_ascii[0] = ascii_lo
+        self.summaries[set_id].class_ascii[1] = ascii_hi
         if constant and matches_above != 0:
             # every code point >= 0x80 matches the same stacks, so 0x80 stands for them all
-            self.set_loop_non_ascii[set_id] = self.transition(set_id, 0x80) == successor
+            if self.transition(set_id, 0x80) == successor:
+                self.summaries[set_id].flags |= SET_CLASS_NON_ASCII
         return 0
 
     cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil:
@@ -1093,10 +1118,10 @@ cdef class MatchContext:
         cdef const grammar_element* top
         cdef node_t stack
         cdef int64_t k
-        cdef uint8_t mode = self.set_partial_mode[set_id], flags
+        cdef uint8_t mode = self.summaries[set_id].partial_mode, flags
         if partial.n_remain < 0 or (partial.n_remain == 1 and partial.value < 2):
             return False   # invalid, or an overlong 2-byte lead: match_partial_char never holds
-        if mode == 0:
+        if mode == PARTIAL_UNKNOWN:
             # Most sets take every partial character (a negated class of ASCII exclusions) or none
             # (ASCII classes): decided once from the classes on top.
             mode = PARTIAL_NONE
@@ -1111,7 +1136,7 @@ cdef class MatchContext:
                     break
                 if not ((flags & ELEMENT_CONSTANT_ABOVE) and not (flags & ELEMENT_MEMBER_ABOVE)):
                     mode = PARTIAL_MIXED
-            self.set_partial_mode[set_id] = mode
+            self.summaries[set_id].partial_mode = mode
         if mode == PARTIAL_ALL:
             return True
         if mode == PARTIAL_NONE:
@@ -1125,7 +1150,7 @@ cdef class MatchContext:
                 return True
         return False
 
-    cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id) except -1 nogil:
+    cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id, walk_state* walk) except -1 nogil:
         """Mark (in position_bits) the tokens below a trie node that the stack set accepts.
 
         The set holds the stacks after the node's code points. A token ends here
@@ -1153,14 +1178,14 @@ cdef class MatchContext:
         cdef node_t stack
         cdef int64_t run_end
         cdef partial_utf8 partial
-        if self.collecting and self.set_has_base[set_id]:
+        if walk.collect_pops and (self.summaries[set_id].flags & SET_HAS_BASE):
             # A path popped out of the segment here: the tokens below this node are finished against
             # the real stack whenever the entry is used. Too many such nodes: the segment is too short.
-            self.continuations.push_back(node)
-            self.continuation_nodes += trie.node_end[node] - node
-            if self.continuations.size() > self.max_continuations or \
-                    self.continuation_nodes > self.max_continuations * CONTINUATION_NODES_PER_NODE:
-                self.walk_aborted = True
+            walk.pops.push_back(node)
+            walk.pop_nodes += trie.node_end[node] - node
+            if walk.pops.size() > walk.max_pops or \
+                    <uint64_t>walk.pop_nodes > <uint64_t>walk.max_pops * CONTINUATION_NODES_PER_NODE:
+                walk.aborted = True
                 return 0
         # Tokens ending here: on a whole character they are accepted; inside one, as a stack takes the rest
         # of it. Those ending inside one sort by their partial state, so each run of equal states (the
@@ -1205,22 +1230,22 @@ cdef class MatchContext:
         last_child = trie.child_start[node + 1]
         if first_child == last_child:
             return 0
-        if self.set_viable_start[set_id] < 0:
+        if self.summaries[set_id].viable_start == VIABLE_UNKNOWN:
             self.compute_viable(set_id)
-        if last_child - first_child >= 8 and not self.set_loop_known[set_id]:
+        if last_child - first_child >= 8 and not (self.summaries[set_id].flags & SET_CLASS_KNOWN):
             self.compute_loop(set_id)
         # The non-ASCII children sort last; when the set loops on every one of them, take them all at once.
-        if self.set_loop_known[set_id] and self.set_loop_non_ascii[set_id] and \
+        if (self.summaries[set_id].flags & SET_CLASS_KNOWN) and (self.summaries[set_id].flags & SET_CLASS_NON_ASCII) and \
                 trie.first_non_ascii[node] < last_child and \
                 self.chain_accepts(set_id, trie.non_ascii_ascii[2 * node], trie.non_ascii_ascii[2 * node + 1],
                                    trie.non_ascii_flags[node], trie.non_ascii_depth[node]):
             set_position_range(bits, trie.token_lo[trie.children[trie.first_non_ascii[node]]], hi)
             self.n_marked += hi - trie.token_lo[trie.children[trie.first_non_ascii[node]]]
             last_child = trie.first_non_ascii[node]
-        use_blocks = self.set_loop_known[set_id] and (
-            self.set_loop_ascii[2 * set_id] or self.set_loop_ascii[2 * set_id + 1] or self.set_loop_non_ascii[set_id])
-        k = self.set_viable_start[set_id]
-        while k < self.set_viable_start[set_id] + 2 * self.set_viable_count[set_id]:
+        use_blocks = (self.summaries[set_id].flags & SET_CLASS_KNOWN) and (
+            self.summaries[set_id].class_ascii[0] or self.summaries[set_id].class_ascii[1] or (self.summaries[set_id].flags & SET_CLASS_NON_ASCII))
+        k = self.summaries[set_id].viable_start
+        while k < self.summaries[set_id].viable_start + 2 * self.summaries[set_id].viable_count:
             # the children whose code point lies in [viable_bounds[k], viable_bounds[k + 1]]
             i = lower_bound(trie.child_cp + first_child, trie.child_cp + last_child,
                             self.viable_bounds[k]) - trie.child_cp
@@ -1238,8 +1263,8 @@ cdef class MatchContext:
                     self.n_marked += trie.token_hi[trie.children[i + CHILD_BLOCK - 1]] - trie.token_lo[trie.children[i]]
                     i += CHILD_BLOCK
                 else:
-                    self.visit_child(trie, trie.children[i], set_id)
-                    if self.walk_aborted:
+                    self.visit_child(trie, trie.children[i], set_id, walk)
+                    if walk.aborted:
                         return 0
                     i += 1
             k += 2
@@ -1254,97 +1279,97 @@ cdef class MatchContext:
         if flags & SUBTREE_OVERLONG_END:
             return False
         while True:
-            if not self.set_loop_known[set_id]:
+            if not (self.summaries[set_id].flags & SET_CLASS_KNOWN):
                 self.compute_loop(set_id)
-            if (flags & SUBTREE_PARTIAL_END) and not self.set_all_partials[set_id]:
+            if (flags & SUBTREE_PARTIAL_END) and not (self.summaries[set_id].flags & SET_ALL_PARTIALS):
                 return False
             if d >= depth:
                 return True
-            successor = self.set_successor[set_id]
-            if successor < 0 or (ascii_lo & ~self.set_loop_ascii[2 * set_id]) != 0 \
-                    or (ascii_hi & ~self.set_loop_ascii[2 * set_id + 1]) != 0 \
-                    or ((flags & SUBTREE_NON_ASCII) and not self.set_loop_non_ascii[set_id]):
+            successor = self.summaries[set_id].successor
+            if successor < 0 or (ascii_lo & ~self.summaries[set_id].class_ascii[0]) != 0 \
+                    or (ascii_hi & ~self.summaries[set_id].class_ascii[1]) != 0 \
+                    or ((flags & SUBTREE_NON_ASCII) and not (self.summaries[set_id].flags & SET_CLASS_NON_ASCII)):
                 return False
             if successor == set_id:
                 return True  # a loop: every deeper code point meets this same set
             # The next sets along the chain (a bounded repetition) often have this very class: the checks
             # just made hold for all of them, so jump past the run instead of stepping set by set.
-            if self.set_run_length[set_id] < 0:
+            if self.summaries[set_id].run_length == RUN_UNKNOWN:
                 self.compute_run(set_id)
-            if d + self.set_run_length[set_id] > depth:
+            if d + self.summaries[set_id].run_length > depth:
                 return True
-            d += self.set_run_length[set_id]
-            set_id = self.set_run_end[set_id]
-            if set_id < 0:
+            d += self.summaries[set_id].run_length
+            set_id = self.summaries[set_id].run_end
+            if set_id == NO_SET:
                 return False
 
     cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil:
-        return self.set_loop_ascii[2 * a] == self.set_loop_ascii[2 * b] \
-            and self.set_loop_ascii[2 * a + 1] == self.set_loop_ascii[2 * b + 1] \
-            and self.set_loop_non_ascii[a] == self.set_loop_non_ascii[b] \
-            and self.set_all_partials[a] == self.set_all_partials[b]
+        return self.summaries[a].class_ascii[0] == self.summaries[b].class_ascii[0] \
+            and self.summaries[a].class_ascii[1] == self.summaries[b].class_ascii[1] \
+            and (self.summaries[a].flags & (SET_CLASS_NON_ASCII | SET_ALL_PARTIALS)) \
+            == (self.summaries[b].flags & (SET_CLASS_NON_ASCII | SET_ALL_PARTIALS))
 
     cdef int compute_run(self, int32_t set_id) except -1 nogil:
         """How many sets in a row, following successors from set_id, have set_id's class and take the same
-        partial characters (set_run_length, RUN_UNBOUNDED when the run ends in a loop), and the set after
-        them (set_run_end, -1 if none). Explored no deeper than the longest token needs."""
+        partial characters (run_length, RUN_UNBOUNDED when the run ends in a loop), and the set after
+        them (run_end, NO_SET if none). Explored no deeper than the longest token needs."""
         cdef int32_t s = set_id, successor, c
         cdef int64_t i, length
         cdef int32_t limit = self.max_token_depth + 2
         self.run_chain.clear()
         while True:
-            if not self.set_loop_known[s]:
+            if not (self.summaries[s].flags & SET_CLASS_KNOWN):
                 self.compute_loop(s)
-            if self.set_run_length[s] >= 0:
+            if self.summaries[s].run_length != RUN_UNKNOWN:
                 break
             self.run_chain.push_back(s)
-            successor = self.set_successor[s]
-            if successor < 0 or successor == s or <int32_t>self.run_chain.size() >= limit:
+            successor = self.summaries[s].successor
+            if successor == NO_SET or successor == s or <int32_t>self.run_chain.size() >= limit:
                 break
-            if not self.set_loop_known[successor]:
+            if not (self.summaries[successor].flags & SET_CLASS_KNOWN):
                 self.compute_loop(successor)
             if not self.same_class(s, successor):
                 break
             s = successor
         for i in range(<int64_t>self.run_chain.size() - 1, -1, -1):
             c = self.run_chain[i]
-            successor = self.set_successor[c]
+            successor = self.summaries[c].successor
             if successor == c:
-                self.set_run_length[c] = RUN_UNBOUNDED
-                self.set_run_end[c] = -1
-            elif successor < 0:
-                self.set_run_length[c] = 1
-                self.set_run_end[c] = -1
-            elif self.set_run_length[successor] >= 0 and self.same_class(c, successor):
-                length = 1 + <int64_t>self.set_run_length[successor]
-                self.set_run_length[c] = <int32_t>min(length, <int64_t>RUN_UNBOUNDED)
-                self.set_run_end[c] = self.set_run_end[successor]
+                self.summaries[c].run_length = RUN_UNBOUNDED
+                self.summaries[c].run_end = NO_SET
+            elif successor == NO_SET:
+                self.summaries[c].run_length = 1
+                self.summaries[c].run_end = NO_SET
+            elif self.summaries[successor].run_length != RUN_UNKNOWN and self.same_class(c, successor):
+                length = 1 + <int64_t>self.summaries[successor].run_length
+                self.summaries[c].run_length = <int32_t>min(length, <int64_t>RUN_UNBOUNDED)
+                self.summaries[c].run_end = self.summaries[successor].run_end
             else:
-                self.set_run_length[c] = 1
-                self.set_run_end[c] = successor
+                self.summaries[c].run_length = 1
+                self.summaries[c].run_end = successor
         return 0
 
-    cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id) except -1 nogil:
+    cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil:
         cdef uint64_t* bits = self.position_bits.data()
         cdef uint32_t cp = trie.node_cp[child]
         cdef int32_t next_set
-        if self.set_loop_known[set_id] and self.set_successor[set_id] >= 0 and (
-                (cp < 64 and (self.set_loop_ascii[2 * set_id] >> cp) & 1)
-                or (64 <= cp < 128 and (self.set_loop_ascii[2 * set_id + 1] >> (cp - 64)) & 1)
-                or (cp >= 128 and self.set_loop_non_ascii[set_id])):
-            next_set = self.set_successor[set_id]
+        if (self.summaries[set_id].flags & SET_CLASS_KNOWN) and self.summaries[set_id].successor >= 0 and (
+                (cp < 64 and (self.summaries[set_id].class_ascii[0] >> cp) & 1)
+                or (64 <= cp < 128 and (self.summaries[set_id].class_ascii[1] >> (cp - 64)) & 1)
+                or (cp >= 128 and (self.summaries[set_id].flags & SET_CLASS_NON_ASCII))):
+            next_set = self.summaries[set_id].successor
         else:
             next_set = self.transition(set_id, cp)
             if next_set < 0:
                 return 0
         if not (trie.below_flags[child] & SUBTREE_OVERLONG_END) and (
-                self.set_loop_known[next_set] or trie.node_end[child] - child >= LOOP_TEST_MIN_NODES):
+                (self.summaries[next_set].flags & SET_CLASS_KNOWN) or trie.node_end[child] - child >= LOOP_TEST_MIN_NODES):
             if self.chain_accepts(next_set, trie.below_ascii[2 * child], trie.below_ascii[2 * child + 1],
                                   trie.below_flags[child], trie.below_depth[child]):
                 set_position_range(bits, trie.token_lo[child], trie.token_hi[child])
                 self.n_marked += trie.token_hi[child] - trie.token_lo[child]
                 return 0
-        self.trie_visit(trie, child, next_set)
+        self.trie_visit(trie, child, next_set, walk)
         return 0
 
     cdef int compute_viable(self, int32_t set_id) except -1 nogil:
@@ -1367,9 +1392,9 @@ cdef class MatchContext:
             class_intervals(pos, intervals, own)
         sort(intervals.begin(), intervals.end())
         # merge overlapping and touching intervals
-        self.set_viable_start[set_id] = <int64_t>self.viable_bounds.size()
+        self.summaries[set_id].viable_start = <int64_t>self.viable_bounds.size()
         for j in range(intervals.size()):
-            if self.set_viable_count[set_id] > 0:
+            if self.summaries[set_id].viable_count > 0:
                 last = self.viable_bounds[self.viable_bounds.size() - 1]
                 if last == top_value or intervals[j].first <= last + 1:
                     if intervals[j].second > last:
@@ -1377,7 +1402,7 @@ cdef class MatchContext:
                     continue
             self.viable_bounds.push_back(intervals[j].first)
             self.viable_bounds.push_back(intervals[j].second)
-            self.set_viable_count[set_id] += 1
+            self.summaries[set_id].viable_count += 1
         return 0
 
     cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil:
@@ -1455,8 +1480,9 @@ cdef class MatchContext:
 
     cdef int walk_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil:
         """One trie walk from the whole set (the segment cache off)."""
+        cdef walk_state walk = plain_walk()
         self.n_marked = 0
-        self.trie_visit(trie, 0, set_id)
+        self.trie_visit(trie, 0, set_id, &walk)
         self.positions_to_tokens(trie, out)
         return 0
 
@@ -1545,9 +1571,12 @@ cdef class MatchContext:
         self.segment_nodes[key] = pair[node_t, node_t](segment[0], below[0])
         return 0
 
-    cdef int32_t build_entry(self, node_t segment, int32_t length, const trie_view* trie) except -2 nogil:
+    cdef int32_t build_entry(self, node_t segment, int32_t length, const trie_view* trie, size_t max_pops) \
+            except -2 nogil:
         """Walk the trie from a segment stack and store what it accepts whatever lies below, and where
-        its paths pop out (the continuations). -1 when it pops out at too many nodes to be worth it."""
+        its paths pop out (the continuations). NO_ENTRY when it pops out at more than max_pops nodes (or
+        above too many nodes in all) to be worth it."""
+        cdef walk_state walk = segment_walk(&self.continuations, max_pops)
         cdef vector[node_t] start
         cdef int32_t set_id, entry_id
         cdef int64_t width = (trie.n_vocab + 31) >> 5
@@ -1558,27 +1587,20 @@ cdef class MatchContext:
         cdef bint completed
         start.push_back(segment)
         set_id = self.intern_set(start)
-        self.collecting = True
-        self.walk_aborted = False
-        self.continuations.clear()
-        self.continuation_nodes = 0
         self.n_marked = 0
         completed = False
         try:
-            self.trie_visit(trie, 0, set_id)
+            self.trie_visit(trie, 0, set_id, &walk)
             completed = True
         finally:
-            self.collecting = False
             if not completed:
-                self.walk_aborted = False
                 memset(self.position_bits.data(), 0, n_words * sizeof(uint64_t))
                 self.n_marked = 0
-        if self.walk_aborted:
-            self.walk_aborted = False
+        if walk.aborted:
             memset(self.position_bits.data(), 0, n_words * sizeof(uint64_t))
             self.n_marked = 0
             self.segment_walks_grown += 1
-            return -1
+            return NO_ENTRY
         entry.length = length
         entry.continuations_start = <int64_t>self.entry_continuations.size()
         entry.n_continuations = <int32_t>self.continuations.size()
@@ -1636,13 +1658,10 @@ cdef class MatchContext:
             if it != self.entry_of.end():
                 self.segment_hits += 1
                 return deref(it).second
-            if below[0] == EMPTY_STACK:
-                self.max_continuations = <size_t>-1  # the whole stack: a longer segment would be the same
-            try:
-                entry_id = self.build_entry(segment, length, trie)
-            finally:
-                self.max_continuations = self.continuations_limit
-            if entry_id >= 0:
+            # (the whole stack: a longer segment would be the same, so it pops out as often as it takes)
+            entry_id = self.build_entry(segment, length, trie,
+                                        POPS_UNBOUNDED if below[0] == EMPTY_STACK else self.continuations_limit)
+            if entry_id != NO_ENTRY:
                 if length <= 32:
                     self.segment_lengths[top] |= (<uint32_t>1) << (length - 1)
                 return entry_id
@@ -1715,27 +1734,21 @@ cdef class MatchContext:
         it = self.continuation_entry_of.find(key)
         if it != self.continuation_entry_of.end():
             return deref(it).second
+        cdef walk_state walk = segment_walk(&self.continuations, self.continuations_limit)
         context = self.context_set(frame)
-        self.collecting = True
-        self.walk_aborted = False
-        self.continuations.clear()
-        self.continuation_nodes = 0
         try:
-            self.trie_visit(trie, node, context)
+            self.trie_visit(trie, node, context, &walk)
             completed = True
         finally:
-            self.collecting = False
             if not completed:
-                self.walk_aborted = False
                 memset(self.position_bits.data(), 0, self.position_bits.size() * sizeof(uint64_t))
                 self.n_marked = 0
         offset = <int64_t>self.entry_tokens.size()
         self.drain_subtree(trie, node, &self.entry_tokens, NULL)
-        if self.walk_aborted or <int64_t>self.entry_tokens.size() - offset > MAX_MEMOIZED_CONTINUATION:
-            self.walk_aborted = False
+        if walk.aborted or <int64_t>self.entry_tokens.size() - offset > MAX_MEMOIZED_CONTINUATION:
             self.entry_tokens.resize(offset)
-            self.continuation_entry_of[key] = -1
-            return -1
+            self.continuation_entry_of[key] = NO_ENTRY
+            return NO_ENTRY
         entry.length = 1
         entry.tokens_start = offset
         entry.n_tokens = <int32_t>(<int64_t>self.entry_tokens.size() - offset)
@@ -1762,6 +1775,7 @@ cdef class MatchContext:
         cdef node_t frame, under
         cdef int32_t sub, context
         cdef size_t collect_start = collect.size()
+        cdef walk_state walk = plain_walk()
         self.work += 1
         if self.work > self.work_limit:
             with gil:
@@ -1806,7 +1820,7 @@ cdef class MatchContext:
                 return 0
         self.continuation_walks += 1
         context = self.context_set(below)
-        self.trie_visit(trie, node, context)
+        self.trie_visit(trie, node, context, &walk)
         offset = <int64_t>self.continuation_tokens.size()
         self.drain_subtree(trie, node, &self.continuation_tokens, out)
         collect.insert(collect.end(), self.continuation_tokens.begin() + offset, self.continuation_tokens.end())
