@@ -87,8 +87,8 @@ def stats(values):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--a", required=True, help="tree of build A (the base)")
-    parser.add_argument("--b", required=True, help="tree of build B (the change)")
+    parser.add_argument("--a", help="tree of build A (the base)")
+    parser.add_argument("--b", help="tree of build B (the change)")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3, help="warm walks per child (fastest kept)")
     parser.add_argument("--vocab", default="qwen2")
@@ -97,6 +97,8 @@ def main(argv=None):
     if args.child:
         child(args.child, args.vocab, args.repeats)
         return 0
+    if not (args.a and args.b):
+        parser.error("--a and --b are required")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
     best = {"A": None, "B": None}
     for r in range(args.rounds):
