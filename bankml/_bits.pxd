@@ -68,33 +68,28 @@ cdef inline position_drain drain_words(uint64_t* words, int64_t first_word, int6
     return drain
 
 
-cdef inline int64_t next_set_position(position_drain* drain) noexcept nogil:
+cdef inline int64_t next_position(position_drain* drain, bint unset) noexcept nogil:
+    """The next set position (unset: the next clear one below n_positions), or -1 once done."""
     cdef int64_t position
     while drain.bits == 0:
         if drain.word >= drain.end_word:
             return -1
-        drain.bits = drain.words[drain.word]
-        if drain.bits:
-            drain.words[drain.word] = 0
-        drain.word += 1
-    position = ((drain.word - 1) << 6) + __builtin_ctzll(drain.bits)
-    drain.bits &= drain.bits - 1
-    return position
-
-
-cdef inline int64_t next_unset_position(position_drain* drain) noexcept nogil:
-    cdef int64_t position
-    while drain.bits == 0:
-        if drain.word >= drain.end_word:
-            return -1
-        drain.bits = ~drain.words[drain.word]
+        drain.bits = ~drain.words[drain.word] if unset else drain.words[drain.word]
         drain.words[drain.word] = 0
-        if drain.word == (drain.n_positions >> 6) and (drain.n_positions & 63):
+        if unset and drain.word == (drain.n_positions >> 6) and (drain.n_positions & 63):
             drain.bits &= ((<uint64_t>1) << (drain.n_positions & 63)) - 1
         drain.word += 1
     position = ((drain.word - 1) << 6) + __builtin_ctzll(drain.bits)
     drain.bits &= drain.bits - 1
     return position
+
+
+cdef inline int64_t next_set_position(position_drain* drain) noexcept nogil:
+    return next_position(drain, False)
+
+
+cdef inline int64_t next_unset_position(position_drain* drain) noexcept nogil:
+    return next_position(drain, True)
 
 
 cdef inline uint64_t words_hash(const uint32_t* words, int64_t n) noexcept nogil:

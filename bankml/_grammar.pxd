@@ -81,23 +81,11 @@ cdef struct grammar_candidate:
     token_t id
 
 
-cdef class MatchContext:
+cdef class StackPool:
     cdef readonly Rules rules
-    cdef readonly object vocab
-    cdef readonly DecodedVocab decoded
-    cdef PyThread_type_lock lock
     cdef vector[stack_node] nodes
     cdef unordered_map[uint64_t, node_t] node_ids
     cdef size_t max_stacks
-    # the fast path: the vocabulary trie walked with stack sets (hash-consed, sorted node lists)
-    cdef VocabTrie trie
-    cdef trie_view trie_arrays                     # trie.view(), taken once (the trie never changes)
-    cdef vector[token_t] eog_tokens
-    cdef vector[uint32_t] trie_token_words         # the bits of every token in the trie
-    cdef vector[node_t] set_nodes                  # set i is set_nodes[set_start[i]:set_start[i + 1]]
-    cdef vector[int64_t] set_start
-    cdef unordered_map[uint64_t, int32_t] set_by_hash   # hash of a set's nodes -> the last set with that hash
-    cdef vector[int32_t] set_hash_next             # the previous set with the same hash, or -1
     cdef vector[node_t] advance_todo, advance_seen, step_stacks, scratch_stacks  # scratch, no allocation per call
     cdef unordered_set[node_t] advance_seen_set    # advance_stack's seen once it outgrows a linear search
     # work budgets: what the current fast mask (work) or reference mask (reference_work) has done, and the
@@ -106,22 +94,69 @@ cdef class MatchContext:
     cdef int64_t fast_work_budget                  # FAST_WORK_BUDGET unless a test changed it
     cdef readonly int64_t max_fast_work            # the most work a completed fast mask took (for the figures)
     cdef readonly int64_t last_reference_work      # the work of the last completed reference mask
-    cdef unordered_set[int32_t] fast_failed        # sets whose fast mask ran past a bound: reference path only
+
+    cdef int accept_token_stacks(self, const vector[node_t]& stacks, token_t token, const uint32_t* code_points,
+                                 size_t n_code_points, vector[node_t]& stacks_new) except -1 nogil
+    cdef int collect_rejects(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
+                             const token_t* ids, int64_t n, vector[grammar_candidate]& rejects,
+                             vector[uint32_t]& scratch) except -1 nogil
+    cdef node_t push(self, node_t parent, position_t element) except -1 nogil
+    cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil
+    cdef int accept_chr(self, node_t stack, uint32_t chr, vector[node_t]& new_stacks) except -1 nogil
+    cdef int reject_candidates(self, const vector[node_t]& stacks, const vector[grammar_candidate]& candidates,
+                               vector[grammar_candidate]& rejects) except -1 nogil
+    cdef int reject_candidates_for_stack(self, node_t stack, const vector[grammar_candidate]& candidates,
+                                         vector[grammar_candidate]& rejects) except -1 nogil
+
+
+cdef class StackSets(StackPool):
+    cdef vector[node_t] set_nodes                  # set i is set_nodes[set_start[i]:set_start[i + 1]]
+    cdef vector[int64_t] set_start
+    cdef unordered_map[uint64_t, int32_t] set_by_hash   # hash of a set's nodes -> the last set with that hash
+    cdef vector[int32_t] set_hash_next             # the previous set with the same hash, or -1
     cdef unordered_map[uint64_t, int32_t] transitions   # (set << 32 | code point) -> set, or -1 (no stack survives)
     cdef unordered_map[uint64_t, pair[uint64_t, int32_t]] pattern_transitions  # hash(set, matching stacks) -> (matching stacks, set)
     cdef vector[set_summary] summaries             # per set id
     cdef vector[int32_t] run_chain                 # scratch of compute_run
     cdef int32_t max_token_depth                   # the most code points any token takes
-    cdef vector[position_t] canonical              # per element position: the one segment keys use (_repetition_canonical)
-    cdef dict repetition_chains                    # _repetition_chains of the rules
     cdef vector[uint64_t] element_ascii            # 2 words per element position: the ASCII members of its class
     cdef vector[uint8_t] element_flags             # per element position: ELEMENT_* bits, filled on first use
     cdef vector[uint32_t] viable_bounds            # (first, last) code point pairs
-    cdef unordered_map[int32_t, int64_t] mask_slot  # set -> slot of its cached mask
-    cdef vector[vector[uint32_t]] mask_chunks      # slot s is mask_chunks[s // MASKS_PER_CHUNK] at (s % MASKS_PER_CHUNK) * width
-    cdef int64_t n_cached_masks
+
+    cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil
+    cdef int32_t step_set(self, int32_t set_id, uint32_t cp) except -2 nogil
+    cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil
+    cdef int element_info(self, position_t pos) except -1 nogil
+    cdef int compute_loop(self, int32_t set_id) except -1 nogil
+    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil
+    cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
+                            int32_t depth) except -1 nogil
+    cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil
+    cdef int compute_run(self, int32_t set_id) except -1 nogil
+    cdef int compute_viable(self, int32_t set_id) except -1 nogil
+
+
+cdef class TrieWalk(StackSets):
+    # the fast path: the vocabulary trie walked with stack sets (hash-consed, sorted node lists)
+    cdef VocabTrie trie
+    cdef vector[uint32_t] trie_token_words         # the bits of every token in the trie
     cdef vector[uint64_t] position_bits            # scratch: one bit per trie position, all zero between walks
     cdef int64_t n_marked                          # positions marked by the current walk (an upper bound)
+    cdef trie_view trie_arrays                     # trie.view(), taken once (the trie never changes)
+    cdef readonly int64_t visited_nodes
+
+    cdef void ensure_position_bits(self) noexcept nogil
+    cdef void drain_subtree(self, const trie_view* trie, int32_t node, vector[token_t]* tokens,
+                            uint32_t* out) noexcept nogil
+    cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
+    cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id, walk_state* walk) except -1 nogil
+    cdef int walk_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil
+    cdef int positions_to_tokens(self, const trie_view* trie, uint32_t* out) except -1 nogil
+
+
+cdef class SegmentCache(TrieWalk):
+    cdef vector[position_t] canonical              # per element position: the one segment keys use (_repetition_canonical)
+    cdef dict repetition_chains                    # _repetition_chains of the rules
     # the segment cache: per top segment of a stack, the tokens accepted whatever lies below it and the
     # trie nodes where a path pops out of it (continuations), finished against the real stack at run time
     cdef bint use_segments
@@ -147,55 +182,9 @@ cdef class MatchContext:
     cdef vector[uint8_t] element_transparent       # per element position: 0 unknown, 1 no, 2 the rest of its alternative is nullable
     cdef vector[int32_t] resolved                  # scratch: entry per stack of the set being masked
     cdef vector[node_t] resolved_below
-    cdef readonly int64_t fast_masks, cached_masks, reference_masks, visited_nodes
     cdef readonly int64_t segment_hits, segment_entries_built, segment_walks_grown, continuation_walks
     cdef readonly int64_t continuation_entries_built
-    cdef readonly int64_t fallback_masks           # fast masks that ran past a bound and went to the reference path
 
-    # the locked entry points (each takes the lock; the methods below them expect it held)
-    cdef int initial_stacks(self, vector[node_t]& stacks) except -1 nogil
-    cdef int accept_piece(self, const vector[node_t]& stacks, token_t token, const uint32_t* code_points,
-                          size_t n_code_points, vector[node_t]& stacks_new) except -1 nogil
-    cdef int accept_text(self, vector[node_t]& stacks, const uint32_t* code_points, size_t n_code_points) \
-        except -1 nogil
-    cdef int reject_tokens(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
-                           const token_t* ids, int64_t n, vector[grammar_candidate]& rejects, bint whole_mask) \
-        except -1 nogil
-    cdef int mask_into(self, const vector[node_t]& stacks, uint32_t* out) except -1 nogil
-    cdef list stack_elements(self, const vector[node_t]& stacks)
-
-    cdef void ensure_position_bits(self) noexcept nogil
-    cdef void clear_masks(self) noexcept nogil
-    cdef int accept_token_stacks(self, const vector[node_t]& stacks, token_t token, const uint32_t* code_points,
-                                 size_t n_code_points, vector[node_t]& stacks_new) except -1 nogil
-    cdef int collect_rejects(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
-                             const token_t* ids, int64_t n, vector[grammar_candidate]& rejects,
-                             vector[uint32_t]& scratch) except -1 nogil
-    cdef void drain_subtree(self, const trie_view* trie, int32_t node, vector[token_t]* tokens,
-                            uint32_t* out) noexcept nogil
-    cdef node_t push(self, node_t parent, position_t element) except -1 nogil
-    cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil
-    cdef int accept_chr(self, node_t stack, uint32_t chr, vector[node_t]& new_stacks) except -1 nogil
-    cdef int reject_candidates(self, const vector[node_t]& stacks, const vector[grammar_candidate]& candidates,
-                               vector[grammar_candidate]& rejects) except -1 nogil
-    cdef int reject_candidates_for_stack(self, node_t stack, const vector[grammar_candidate]& candidates,
-                                         vector[grammar_candidate]& rejects) except -1 nogil
-    cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil
-    cdef int32_t step_set(self, int32_t set_id, uint32_t cp) except -2 nogil
-    cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil
-    cdef int element_info(self, position_t pos) except -1 nogil
-    cdef int compute_loop(self, int32_t set_id) except -1 nogil
-    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil
-    cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
-                            int32_t depth) except -1 nogil
-    cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil
-    cdef int compute_run(self, int32_t set_id) except -1 nogil
-    cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
-    cdef int compute_viable(self, int32_t set_id) except -1 nogil
-    cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id, walk_state* walk) except -1 nogil
-    cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil
-    cdef int walk_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil
-    cdef int positions_to_tokens(self, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef int segment_of(self, node_t stack, int32_t length, node_t* segment, node_t* below) except -1 nogil
     cdef int32_t build_entry(self, node_t segment, int32_t length, const trie_view* trie, size_t max_pops) \
         except -2 nogil
@@ -210,6 +199,34 @@ cdef class MatchContext:
     cdef int32_t build_continuation_entry(self, node_t frame, int32_t node, const trie_view* trie) except -2 nogil
     cdef int continuation_into(self, const trie_view* trie, int32_t node, node_t below, uint32_t* out,
                                vector[token_t]* collect, int32_t depth) except -1 nogil
+
+
+cdef class MatchContext(SegmentCache):
+    cdef readonly object vocab
+    cdef readonly DecodedVocab decoded
+    cdef PyThread_type_lock lock
+    cdef vector[token_t] eog_tokens
+    cdef unordered_set[int32_t] fast_failed        # sets whose fast mask ran past a bound: reference path only
+    cdef unordered_map[int32_t, int64_t] mask_slot  # set -> slot of its cached mask
+    cdef vector[vector[uint32_t]] mask_chunks      # slot s is mask_chunks[s // MASKS_PER_CHUNK] at (s % MASKS_PER_CHUNK) * width
+    cdef int64_t n_cached_masks
+    cdef readonly int64_t fast_masks, cached_masks, reference_masks
+    cdef readonly int64_t fallback_masks           # fast masks that ran past a bound and went to the reference path
+
+
+    # the locked entry points (each takes the lock; the methods below them expect it held)
+    cdef int initial_stacks(self, vector[node_t]& stacks) except -1 nogil
+    cdef int accept_piece(self, const vector[node_t]& stacks, token_t token, const uint32_t* code_points,
+                          size_t n_code_points, vector[node_t]& stacks_new) except -1 nogil
+    cdef int accept_text(self, vector[node_t]& stacks, const uint32_t* code_points, size_t n_code_points) \
+        except -1 nogil
+    cdef int reject_tokens(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
+                           const token_t* ids, int64_t n, vector[grammar_candidate]& rejects, bint whole_mask) \
+        except -1 nogil
+    cdef int mask_into(self, const vector[node_t]& stacks, uint32_t* out) except -1 nogil
+    cdef list stack_elements(self, const vector[node_t]& stacks)
+    cdef void clear_masks(self) noexcept nogil
+    cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef void reserve_headroom(self) noexcept nogil
     cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3
 
