@@ -43,7 +43,7 @@ SAMPLER_ARGS = [] if DEBUG else ["-fno-predictive-commoning"]
 
 setup(
     ext_modules=cythonize(
-        [extension("_trie"), extension("_grammar"), extension("_hash"), extension("_sampler", SAMPLER_ARGS),
+        [extension("_trie"), extension("_rules"), extension("_grammar"), extension("_hash"), extension("_sampler", SAMPLER_ARGS),
          extension("_cpu")],
         compiler_directives=directives,
         annotate=False,

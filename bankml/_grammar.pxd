@@ -1,5 +1,6 @@
 # Declarations of the GBNF engine (_grammar.pyx). Names follow llama.cpp's
-# src/llama-grammar.cpp where the semantics are the same.
+# src/llama-grammar.cpp where the semantics are the same. The grammar IR (element types, Rules) is
+# _rules.pxd's; character classes are _charclass.pxd's, bit sets _bits.pxd's.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp.map cimport map as cpp_map
 from libcpp.unordered_map cimport unordered_map
@@ -11,25 +12,9 @@ from cpython.pythread cimport PyThread_type_lock
 from bankml._typedefs cimport element_value_t, node_t, offset_t, position_t, token_t
 from bankml._utf8 cimport partial_utf8
 from bankml._trie cimport DecodedVocab, VocabTrie, trie_view, vocab_view
-
-
-# llama.cpp's enum llama_gretype, with its numeric values.
-cdef enum llama_gretype:
-    LLAMA_GRETYPE_END = 0
-    LLAMA_GRETYPE_ALT = 1
-    LLAMA_GRETYPE_RULE_REF = 2
-    LLAMA_GRETYPE_CHAR = 3
-    LLAMA_GRETYPE_CHAR_NOT = 4
-    LLAMA_GRETYPE_CHAR_RNG_UPPER = 5
-    LLAMA_GRETYPE_CHAR_ALT = 6
-    LLAMA_GRETYPE_CHAR_ANY = 7
-    LLAMA_GRETYPE_TOKEN = 8
-    LLAMA_GRETYPE_TOKEN_NOT = 9
-
-
-cdef struct grammar_element:
-    uint32_t type
-    element_value_t value
+from bankml._rules cimport (LLAMA_GRETYPE_ALT, LLAMA_GRETYPE_CHAR, LLAMA_GRETYPE_CHAR_ANY, LLAMA_GRETYPE_CHAR_NOT,
+                            LLAMA_GRETYPE_END, LLAMA_GRETYPE_RULE_REF, LLAMA_GRETYPE_TOKEN, LLAMA_GRETYPE_TOKEN_NOT,
+                            Rules, grammar_element)
 
 
 # One node of a matcher's persistent stack tree: a stack is the path from a node
@@ -51,6 +36,42 @@ cdef struct segment_entry:
     int32_t length              # frames in the segment
 
 
+# What the fast path knows about a stack set, filled as it is needed (flags say what is known).
+cdef struct set_summary:
+    uint64_t class_ascii[2]     # the ASCII code points that lead to the successor (its class)
+    int64_t viable_start        # offset of the set's intervals in viable_bounds, VIABLE_UNKNOWN before computed
+    int32_t viable_count        # (first, last) code point pairs there
+    int32_t successor           # the set most code points lead to (itself in a loop), or NO_SET
+    int32_t run_length          # sets in a row along the successors with this set's class, RUN_UNKNOWN before
+    int32_t run_end             # the set after that run, or NO_SET
+    uint8_t flags               # SET_* bits
+    uint8_t partial_mode        # PARTIAL_* for set_accepts_partial
+
+
+cdef enum:
+    SET_CLASS_KNOWN = 1         # successor and class are computed (compute_loop)
+    SET_CLASS_NON_ASCII = 2     # every code point >= 0x80 leads to the successor
+    SET_ALL_PARTIALS = 4        # the set takes every partial character that can still complete
+    SET_HAS_BASE = 8            # the set holds SEGMENT_BASE: some path popped out of the segment
+
+# set_summary.partial_mode: whether a set takes characters left unfinished by a token
+cdef enum:
+    PARTIAL_UNKNOWN = 0
+    PARTIAL_ALL = 1             # every one that can still complete (overlong leads never)
+    PARTIAL_NONE = 2            # none
+    PARTIAL_MIXED = 3           # ask each stack
+
+
+# What one trie walk carries (passed to trie_visit explicitly, never kept on the context): whether it
+# records where paths pop out of a segment, and the bound past which it gives up.
+cdef struct walk_state:
+    bint collect_pops           # the walk runs from a segment: record the nodes where paths pop out of it
+    bint aborted                # it popped out too often and stopped (the segment is too short)
+    size_t max_pops             # the bound on those nodes (POPS_UNBOUNDED: none)
+    int64_t pop_nodes           # trie nodes below them, in all
+    vector[int32_t]* pops       # where they are recorded (NULL when not collecting)
+
+
 # A token being checked against the stacks: the code points still to match
 # (0-terminated) and the partial UTF-8 state its piece ends in.
 cdef struct grammar_candidate:
@@ -60,33 +81,11 @@ cdef struct grammar_candidate:
     token_t id
 
 
-cdef class Rules:
-    cdef vector[grammar_element] elements   # every rule, each ending with END, back to back
-    cdef vector[position_t] rule_start      # rule id -> index of its first element
-    cdef readonly dict symbol_ids
-    cdef readonly object root
-    cdef readonly int32_t root_id
-    cdef readonly object vocab
-    cdef readonly str text
-    cdef dict contexts                      # (id(vocab), max_stacks) -> the MatchContext new matchers join
-
-
-cdef class MatchContext:
+cdef class StackPool:
     cdef readonly Rules rules
-    cdef readonly object vocab
-    cdef readonly DecodedVocab decoded
-    cdef PyThread_type_lock lock
     cdef vector[stack_node] nodes
     cdef unordered_map[uint64_t, node_t] node_ids
     cdef size_t max_stacks
-    # the fast path: the vocabulary trie walked with stack sets (hash-consed, sorted node lists)
-    cdef VocabTrie trie
-    cdef vector[token_t] eog_tokens
-    cdef vector[uint32_t] trie_token_words         # the bits of every token in the trie
-    cdef vector[node_t] set_nodes                  # set i is set_nodes[set_start[i]:set_start[i + 1]]
-    cdef vector[int64_t] set_start
-    cdef unordered_map[uint64_t, int32_t] set_by_hash   # hash of a set's nodes -> the last set with that hash
-    cdef vector[int32_t] set_hash_next             # the previous set with the same hash, or -1
     cdef vector[node_t] advance_todo, advance_seen, step_stacks, scratch_stacks  # scratch, no allocation per call
     cdef unordered_set[node_t] advance_seen_set    # advance_stack's seen once it outgrows a linear search
     # work budgets: what the current fast mask (work) or reference mask (reference_work) has done, and the
@@ -95,35 +94,72 @@ cdef class MatchContext:
     cdef int64_t fast_work_budget                  # FAST_WORK_BUDGET unless a test changed it
     cdef readonly int64_t max_fast_work            # the most work a completed fast mask took (for the figures)
     cdef readonly int64_t last_reference_work      # the work of the last completed reference mask
-    cdef unordered_set[int32_t] fast_failed        # sets whose fast mask ran past a bound: reference path only
+
+    cdef int accept_token_stacks(self, const vector[node_t]& stacks, token_t token, const uint32_t* code_points,
+                                 size_t n_code_points, vector[node_t]& stacks_new) except -1 nogil
+    cdef int collect_rejects(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
+                             const token_t* ids, int64_t n, vector[grammar_candidate]& rejects,
+                             vector[uint32_t]& scratch) except -1 nogil
+    cdef node_t push(self, node_t parent, position_t element) except -1 nogil
+    cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil
+    cdef int accept_chr(self, node_t stack, uint32_t chr, vector[node_t]& new_stacks) except -1 nogil
+    cdef int reject_candidates(self, const vector[node_t]& stacks, const vector[grammar_candidate]& candidates,
+                               vector[grammar_candidate]& rejects) except -1 nogil
+    cdef int reject_candidates_for_stack(self, node_t stack, const vector[grammar_candidate]& candidates,
+                                         vector[grammar_candidate]& rejects) except -1 nogil
+
+
+cdef class StackSets(StackPool):
+    cdef vector[node_t] set_nodes                  # set i is set_nodes[set_start[i]:set_start[i + 1]]
+    cdef vector[int64_t] set_start
+    cdef unordered_map[uint64_t, int32_t] set_by_hash   # hash of a set's nodes -> the last set with that hash
+    cdef vector[int32_t] set_hash_next             # the previous set with the same hash, or -1
     cdef unordered_map[uint64_t, int32_t] transitions   # (set << 32 | code point) -> set, or -1 (no stack survives)
     cdef unordered_map[uint64_t, pair[uint64_t, int32_t]] pattern_transitions  # hash(set, matching stacks) -> (matching stacks, set)
-    cdef vector[uint8_t] set_loop_known            # the successor and its class are computed
-    cdef vector[int32_t] set_successor             # the set most code points lead to (itself in a loop), or -1
-    cdef vector[uint64_t] set_loop_ascii           # 2 words per set: the ASCII code points that lead to the successor
-    cdef vector[uint8_t] set_loop_non_ascii        # every code point >= 0x80 leads to the successor
-    cdef vector[uint8_t] set_all_partials          # the set takes every partial character that can still complete
-    cdef vector[uint8_t] set_partial_mode          # PARTIAL_* for set_accepts_partial, 0 before computed
-    cdef vector[int32_t] set_run_length            # sets in a row along the successors with this set's class, -1 before computed
-    cdef vector[int32_t] set_run_end               # the set after that run, or -1
+    cdef vector[set_summary] summaries             # per set id
     cdef vector[int32_t] run_chain                 # scratch of compute_run
     cdef int32_t max_token_depth                   # the most code points any token takes
-    cdef vector[position_t] canonical              # per element position: the one segment keys use (_repetition_canonical)
-    cdef dict repetition_chains                    # _repetition_chains of the rules
     cdef vector[uint64_t] element_ascii            # 2 words per element position: the ASCII members of its class
     cdef vector[uint8_t] element_flags             # per element position: ELEMENT_* bits, filled on first use
-    cdef vector[int64_t] set_viable_start          # offset of the set's intervals in viable_bounds, -1 before computed
-    cdef vector[int32_t] set_viable_count
     cdef vector[uint32_t] viable_bounds            # (first, last) code point pairs
-    cdef unordered_map[int32_t, int64_t] mask_slot  # set -> slot of its cached mask
-    cdef vector[vector[uint32_t]] mask_chunks      # slot s is mask_chunks[s // MASKS_PER_CHUNK] at (s % MASKS_PER_CHUNK) * width
-    cdef int64_t n_cached_masks
+
+    cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil
+    cdef int32_t step_set(self, int32_t set_id, uint32_t cp) except -2 nogil
+    cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil
+    cdef int element_info(self, position_t pos) except -1 nogil
+    cdef int compute_loop(self, int32_t set_id) except -1 nogil
+    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil
+    cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
+                            int32_t depth) except -1 nogil
+    cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil
+    cdef int compute_run(self, int32_t set_id) except -1 nogil
+    cdef int compute_viable(self, int32_t set_id) except -1 nogil
+
+
+cdef class TrieWalk(StackSets):
+    # the fast path: the vocabulary trie walked with stack sets (hash-consed, sorted node lists)
+    cdef VocabTrie trie
+    cdef vector[uint32_t] trie_token_words         # the bits of every token in the trie
     cdef vector[uint64_t] position_bits            # scratch: one bit per trie position, all zero between walks
     cdef int64_t n_marked                          # positions marked by the current walk (an upper bound)
+    cdef trie_view trie_arrays                     # trie.view(), taken once (the trie never changes)
+    cdef readonly int64_t visited_nodes
+
+    cdef void ensure_position_bits(self) noexcept nogil
+    cdef void drain_subtree(self, const trie_view* trie, int32_t node, vector[token_t]* tokens,
+                            uint32_t* out) noexcept nogil
+    cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
+    cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id, walk_state* walk) except -1 nogil
+    cdef int walk_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil
+    cdef int positions_to_tokens(self, const trie_view* trie, uint32_t* out) except -1 nogil
+
+
+cdef class SegmentCache(TrieWalk):
+    cdef vector[position_t] canonical              # per element position: the one segment keys use (_repetition_canonical)
+    cdef dict repetition_chains                    # _repetition_chains of the rules
     # the segment cache: per top segment of a stack, the tokens accepted whatever lies below it and the
     # trie nodes where a path pops out of it (continuations), finished against the real stack at run time
     cdef bint use_segments
-    cdef vector[uint8_t] set_has_base              # the set holds SEGMENT_BASE: some path popped out of the segment
     cdef vector[uint32_t] segment_lengths          # per element position: bit L-1 set when entries of L frames exist
     cdef unordered_map[uint64_t, pair[node_t, node_t]] segment_nodes  # (stack, L) -> (segment stack, stack below it)
     cdef vector[position_t] segment_frames         # scratch of segment_of
@@ -140,46 +176,18 @@ cdef class MatchContext:
     cdef vector[token_t] collected                 # scratch: the tokens of one entry's continuations
     cdef int64_t compose_cost                      # what the last segment_mask would cost to compose again
     cdef vector[token_t] continuation_tokens
-    cdef bint collecting                           # the walk records continuations (it runs from a segment)
-    cdef bint walk_aborted
-    cdef size_t max_continuations                  # the current walk's limit
-    cdef size_t continuations_limit                # the limit for segments that have a stack below them
+    cdef size_t continuations_limit                # max_pops of segments that have a stack below them
     cdef vector[int32_t] continuations             # scratch: the nodes where the current segment walk popped
-    cdef int64_t continuation_nodes                # trie nodes below them, in all
     cdef vector[uint8_t] rule_nullable             # per rule id: it can match the empty string
     cdef vector[uint8_t] element_transparent       # per element position: 0 unknown, 1 no, 2 the rest of its alternative is nullable
     cdef vector[int32_t] resolved                  # scratch: entry per stack of the set being masked
     cdef vector[node_t] resolved_below
-    cdef readonly int64_t fast_masks, cached_masks, reference_masks, visited_nodes
     cdef readonly int64_t segment_hits, segment_entries_built, segment_walks_grown, continuation_walks
     cdef readonly int64_t continuation_entries_built
-    cdef readonly int64_t fallback_masks           # fast masks that ran past a bound and went to the reference path
 
-    cdef node_t push(self, node_t parent, position_t element) except -1 nogil
-    cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil
-    cdef int accept_chr(self, node_t stack, uint32_t chr, vector[node_t]& new_stacks) except -1 nogil
-    cdef int reject_candidates(self, const vector[node_t]& stacks, const vector[grammar_candidate]& candidates,
-                               vector[grammar_candidate]& rejects) except -1 nogil
-    cdef int reject_candidates_for_stack(self, node_t stack, const vector[grammar_candidate]& candidates,
-                                         vector[grammar_candidate]& rejects) except -1 nogil
-    cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil
-    cdef int32_t step_set(self, int32_t set_id, uint32_t cp) except -2 nogil
-    cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil
-    cdef int element_info(self, position_t pos) except -1 nogil
-    cdef int compute_loop(self, int32_t set_id) except -1 nogil
-    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil
-    cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
-                            int32_t depth) except -1 nogil
-    cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil
-    cdef int compute_run(self, int32_t set_id) except -1 nogil
-    cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id) except -1 nogil
-    cdef int compute_viable(self, int32_t set_id) except -1 nogil
-    cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id) except -1 nogil
-    cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil
-    cdef int walk_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil
-    cdef int positions_to_tokens(self, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef int segment_of(self, node_t stack, int32_t length, node_t* segment, node_t* below) except -1 nogil
-    cdef int32_t build_entry(self, node_t segment, int32_t length, const trie_view* trie) except -2 nogil
+    cdef int32_t build_entry(self, node_t segment, int32_t length, const trie_view* trie, size_t max_pops) \
+        except -2 nogil
     cdef int32_t find_entry(self, node_t stack, const trie_view* trie, node_t* below) except -2 nogil
     cdef int32_t context_set(self, node_t below) except -2 nogil
     cdef bint transparent(self, position_t pos) noexcept nogil
@@ -191,6 +199,34 @@ cdef class MatchContext:
     cdef int32_t build_continuation_entry(self, node_t frame, int32_t node, const trie_view* trie) except -2 nogil
     cdef int continuation_into(self, const trie_view* trie, int32_t node, node_t below, uint32_t* out,
                                vector[token_t]* collect, int32_t depth) except -1 nogil
+
+
+cdef class MatchContext(SegmentCache):
+    cdef readonly object vocab
+    cdef readonly DecodedVocab decoded
+    cdef PyThread_type_lock lock
+    cdef vector[token_t] eog_tokens
+    cdef unordered_set[int32_t] fast_failed        # sets whose fast mask ran past a bound: reference path only
+    cdef unordered_map[int32_t, int64_t] mask_slot  # set -> slot of its cached mask
+    cdef vector[vector[uint32_t]] mask_chunks      # slot s is mask_chunks[s // MASKS_PER_CHUNK] at (s % MASKS_PER_CHUNK) * width
+    cdef int64_t n_cached_masks
+    cdef readonly int64_t fast_masks, cached_masks, reference_masks
+    cdef readonly int64_t fallback_masks           # fast masks that ran past a bound and went to the reference path
+
+
+    # the locked entry points (each takes the lock; the methods below them expect it held)
+    cdef int initial_stacks(self, vector[node_t]& stacks) except -1 nogil
+    cdef int accept_piece(self, const vector[node_t]& stacks, token_t token, const uint32_t* code_points,
+                          size_t n_code_points, vector[node_t]& stacks_new) except -1 nogil
+    cdef int accept_text(self, vector[node_t]& stacks, const uint32_t* code_points, size_t n_code_points) \
+        except -1 nogil
+    cdef int reject_tokens(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
+                           const token_t* ids, int64_t n, vector[grammar_candidate]& rejects, bint whole_mask) \
+        except -1 nogil
+    cdef int mask_into(self, const vector[node_t]& stacks, uint32_t* out) except -1 nogil
+    cdef list stack_elements(self, const vector[node_t]& stacks)
+    cdef void clear_masks(self) noexcept nogil
+    cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef void reserve_headroom(self) noexcept nogil
     cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3
 
@@ -219,7 +255,3 @@ cdef class Grammar:
     cdef int enter(self) except -1
     cdef void leave(self) noexcept
     cdef bint fast_into(self, uint32_t* out) except -1
-    cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points, size_t n_code_points,
-                                 vector[node_t]& stacks_new) except -1 nogil
-    cdef int collect_rejects(self, const vocab_view* vocab, const token_t* ids, int64_t n,
-                             vector[grammar_candidate]& rejects, vector[uint32_t]& scratch) except -1 nogil

@@ -35,16 +35,20 @@ from libcpp.vector cimport vector
 from bankml._typedefs cimport element_value_t, node_t, offset_t, position_t, token_t
 from bankml._utf8 cimport decode_utf8, partial_utf8
 from bankml._trie cimport CHILD_BLOCK, SUBTREE_NON_ASCII, SUBTREE_OVERLONG_END, SUBTREE_PARTIAL_END
+from bankml._bits cimport (ctz64, drain_words, next_set_position, next_unset_position, position_drain,
+                           set_position, set_position_range, set_token_bit, clear_token_bit, words_hash)
+from bankml._charclass cimport (class_accepts_all_partials, class_constant_from, class_intervals, is_end_of_sequence,
+                                is_token_element, match_char, match_partial_char, match_token)
+from bankml._rules cimport make_rules
 
 from bankml.errors import GrammarError
-from bankml.parser import check_left_recursion, parse_gbnf
 from bankml._trie import decoded_vocab, vocab_trie
+from bankml import _rules
 
 cnp.import_array()
 
-cdef extern from *:
-    int __builtin_ctzll(unsigned long long) nogil
-    int __builtin_popcountll(unsigned long long) nogil
+# Rules lives in _rules; _grammar re-exports it (and the pickle helper of Rules pickled before the split).
+globals().update(Rules=_rules.Rules, _rebuild_rules=_rules._rebuild_rules)
 
 # Node 0 of every pool is the empty stack; node 1 stands for "whatever lies below a stack's top
 # segment" in the stacks the segment cache walks (a path that reaches it has popped out of the segment).
@@ -98,149 +102,6 @@ cdef int64_t NO_WORK_LIMIT = 0x7FFFFFFFFFFFFFFF
 cdef int32_t LOOP_TEST_MIN_NODES = 4
 
 
-cdef inline bint is_end_of_sequence(const grammar_element* pos) noexcept nogil:
-    return pos.type == LLAMA_GRETYPE_END or pos.type == LLAMA_GRETYPE_ALT
-
-
-cdef inline bint match_char(const grammar_element* pos, uint32_t chr, const grammar_element** after) noexcept nogil:
-    """Whether chr satisfies the character class at pos; *after is the element past the class."""
-    cdef bint found = False
-    cdef bint is_positive_char = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
-    while True:
-        if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
-            found = found or (pos.value <= chr and chr <= pos[1].value)
-            pos += 2
-        elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
-            found = True
-            pos += 1
-        else:
-            found = found or pos.value == chr
-            pos += 1
-        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
-            break
-    after[0] = pos
-    return found == is_positive_char
-
-
-cdef inline bint match_partial_char(const grammar_element* pos, partial_utf8 partial) noexcept nogil:
-    """Whether some completion of an unfinished UTF-8 sequence could satisfy the class at pos."""
-    cdef bint is_positive_char = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
-    cdef uint32_t partial_value = partial.value
-    cdef int32_t n_remain = partial.n_remain
-    cdef uint32_t low, high
-    # invalid sequence, or a 7-bit character split over two bytes (overlong)
-    if n_remain < 0 or (n_remain == 1 and partial_value < 2):
-        return False
-    low = partial_value << (n_remain * 6)
-    high = low | ((1 << (n_remain * 6)) - 1)
-    if low == 0:
-        if n_remain == 2:
-            low = 1 << 11
-        elif n_remain == 3:
-            low = 1 << 16
-    while True:
-        if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
-            if pos.value <= high and low <= pos[1].value:
-                return is_positive_char
-            pos += 2
-        elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
-            return True
-        else:
-            if low <= pos.value and pos.value <= high:
-                return is_positive_char
-            pos += 1
-        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
-            break
-    return not is_positive_char
-
-
-cdef inline bint match_token(const grammar_element* pos, token_t token) noexcept nogil:
-    if pos.type == LLAMA_GRETYPE_TOKEN:
-        return pos.value == <uint32_t>token
-    return pos.value != <uint32_t>token
-
-
-cdef inline bint is_token_element(const grammar_element* pos) noexcept nogil:
-    return pos.type == LLAMA_GRETYPE_TOKEN or pos.type == LLAMA_GRETYPE_TOKEN_NOT
-
-
-cdef inline void set_position_range(uint64_t* bits, int64_t lo, int64_t hi) noexcept nogil:
-    cdef int64_t first_word, last_word, w
-    if lo >= hi:
-        return
-    first_word = lo >> 6
-    last_word = (hi - 1) >> 6
-    if first_word == last_word:
-        bits[first_word] |= ((~(<uint64_t>0)) >> (63 - ((hi - 1) & 63))) & ((~(<uint64_t>0)) << (lo & 63))
-        return
-    bits[first_word] |= (~(<uint64_t>0)) << (lo & 63)
-    for w in range(first_word + 1, last_word):
-        bits[w] = ~(<uint64_t>0)
-    bits[last_word] |= (~(<uint64_t>0)) >> (63 - ((hi - 1) & 63))
-
-
-cdef inline bint class_constant_from(const grammar_element* pos, uint32_t low, bint* member) noexcept nogil:
-    """Whether membership in the character class at pos is the same for every code point >= low."""
-    cdef bint is_positive_char = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
-    cdef bint covered = False, touched = False
-    cdef uint32_t first, last
-    while True:
-        if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
-            first = pos.value
-            last = pos[1].value
-            pos += 2
-        elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
-            first = 0
-            last = ~(<uint32_t>0)
-            pos += 1
-        else:
-            first = pos.value
-            last = pos.value
-            pos += 1
-        if last >= low and first <= last:
-            touched = True
-            if first <= low and last == ~(<uint32_t>0):
-                covered = True
-        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
-            break
-    if covered:
-        member[0] = is_positive_char
-        return True
-    if not touched:
-        member[0] = not is_positive_char
-        return True
-    return False
-
-
-cdef inline bint class_accepts_all_partials(const grammar_element* pos) noexcept nogil:
-    """Whether match_partial_char at pos holds for every partial sequence that can still complete.
-
-    Every such sequence completes to a code point >= 0x80, so a negated class that
-    excludes only ASCII, or a class that takes all of [0x80, max], accepts them all.
-    """
-    cdef bint is_positive_char = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
-    cdef uint32_t first, last
-    cdef bint all_ascii = True
-    while True:
-        if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
-            first = pos.value
-            last = pos[1].value
-            pos += 2
-        elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
-            return True
-        else:
-            first = pos.value
-            last = pos.value
-            pos += 1
-        if is_positive_char and first <= 0x80 and last == ~(<uint32_t>0):
-            return True
-        if last >= 0x80 and first <= last:
-            all_ascii = False
-        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
-            break
-    return (not is_positive_char) and all_ascii
-
-
 # Mask-cache chunks of contexts that are gone, kept for the next contexts: memory the process has
 # already touched, so storing a mask in a new context costs a copy and no page faults (a server
 # that builds a grammar per request makes and drops contexts all the time).
@@ -278,31 +139,15 @@ cdef void release_chunks(vector[vector[uint32_t]]& chunks) noexcept nogil:
     chunks.clear()
 
 
-cdef inline uint64_t words_hash(const uint32_t* words, int64_t n) noexcept nogil:
-    """A 64-bit hash of n words (four independent lanes, so the multiplies overlap)."""
-    cdef uint64_t h0 = 0x9E3779B97F4A7C15ULL, h1 = 0xC2B2AE3D27D4EB4FULL, h2 = 0x165667B19E3779F9ULL
-    cdef uint64_t h3 = 0x27D4EB2F165667C5ULL
-    cdef int64_t i = 0
-    while i + 4 <= n:
-        h0 = (h0 ^ words[i]) * 0x100000001B3ULL
-        h1 = (h1 ^ words[i + 1]) * 0x100000001B3ULL
-        h2 = (h2 ^ words[i + 2]) * 0x100000001B3ULL
-        h3 = (h3 ^ words[i + 3]) * 0x100000001B3ULL
-        i += 4
-    while i < n:
-        h0 = (h0 ^ words[i]) * 0x100000001B3ULL
-        i += 1
-    return h0 ^ (h1 * 31) ^ (h2 * 961) ^ (h3 * 29791) ^ <uint64_t>n
-
-
-# set_run_length of a run that never ends (it reaches a set that loops)
-cdef int32_t RUN_UNBOUNDED = 1 << 30
-
-# set_partial_mode values: whether a set takes characters left unfinished by a token
+# The conventions of the set summaries (set_summary in _grammar.pxd). A set id is an int32 >= 0; NO_SET
+# (-1) is "no set": the transition no stack survives, a successor or run end that does not exist. Methods
+# that return a set id or an entry id raise with -2 (`except -2`), those that return a status -1.
 cdef enum:
-    PARTIAL_ALL = 1      # every one that can still complete (overlong leads never)
-    PARTIAL_NONE = 2     # none
-    PARTIAL_MIXED = 3    # ask each stack
+    NO_SET = -1
+    RUN_UNKNOWN = -1         # run_length before compute_run
+    VIABLE_UNKNOWN = -1      # viable_start before compute_viable
+# run_length of a run that never ends (it reaches a set that loops)
+cdef int32_t RUN_UNBOUNDED = 1 << 30
 
 # element_flags bits: what compute_loop needs to know about a character class, computed once
 cdef enum:
@@ -310,6 +155,33 @@ cdef enum:
     ELEMENT_CONSTANT_ABOVE = 2   # membership is the same for every code point >= 0x80
     ELEMENT_MEMBER_ABOVE = 4     # ... and those code points are members
     ELEMENT_ALL_PARTIALS = 8     # match_partial_char holds for every partial character that can complete
+
+
+# Entry ids are int32 >= 0; NO_ENTRY: a segment (or continuation) that pops out too often to keep.
+cdef enum:
+    NO_ENTRY = -1
+# A walk's max_pops for a segment that is the whole stack: nothing lies below it, so no longer segment
+# would pop out less.
+cdef size_t POPS_UNBOUNDED = <size_t>-1
+
+
+cdef inline walk_state segment_walk(vector[int32_t]* pops, size_t max_pops) noexcept nogil:
+    """The state of a walk from a segment: it records into *pops (emptied here) the nodes where paths pop
+    out, and aborts past max_pops of them (or CONTINUATION_NODES_PER_NODE times as many nodes below).
+    pops NULL: a walk that records nothing (a mask walk, a continuation walked from the real stack)."""
+    cdef walk_state walk
+    if pops != NULL:
+        pops.clear()
+    walk.collect_pops = pops != NULL
+    walk.aborted = False
+    walk.max_pops = max_pops
+    walk.pop_nodes = 0
+    walk.pops = pops
+    return walk
+
+
+cdef inline walk_state plain_walk() noexcept nogil:
+    return segment_walk(NULL, POPS_UNBOUNDED)
 
 
 cdef inline bint is_bottom(node_t stack) noexcept nogil:
@@ -322,108 +194,13 @@ cdef inline void add_unique(vector[node_t]& stacks, node_t stack) noexcept nogil
         stacks.push_back(stack)
 
 
-cdef class Rules:
-    """Parsed GBNF rules: immutable, shareable by any number of matchers, picklable.
-
-    ``Rules.parse(text, root="root", vocab=None)`` is llama.cpp's grammar build:
-    the parser, the undefined-rule check, the root symbol and the left-recursion
-    check. ``root=None`` runs the parser alone (llama_grammar_parser::parse).
-    """
-
-    def __init__(self, *args, **kwargs):
-        raise TypeError("use Rules.parse(text, root='root', vocab=None)")
-
-    @staticmethod
-    def parse(text, root="root", vocab=None):
-        symbol_ids, rules = parse_gbnf(text, vocab)
-        if root is not None:
-            if not rules:
-                raise GrammarError("failed to parse grammar: no rules")
-            if root not in symbol_ids:
-                raise GrammarError(f"grammar does not contain a '{root}' symbol")
-            recursion = check_left_recursion(rules)
-            if recursion is not None and not recursion[1]:
-                name = _rule_name(symbol_ids, recursion[0])
-                raise GrammarError(
-                    f"unsupported grammar, left recursion detected for nonterminal at index {recursion[0]} ({name})")
-            # llama.cpp's check takes a rule for non-empty unless an alternative is empty as written; left
-            # recursion through a rule that matches the empty string only through others passes it, and
-            # where it pushes a frame on the way round llama.cpp's advance_stack grows a stack forever.
-            # bankml refuses that (in llama.cpp's message shape).
-            if recursion is not None:
-                name = _rule_name(symbol_ids, recursion[0])
-                raise GrammarError(
-                    f"unsupported grammar, left recursion detected for nonterminal at index {recursion[0]} ({name}), "
-                    "through rules that can match the empty string (llama.cpp's check misses it and hangs)")
-        return _make_rules(symbol_ids, rules, root, vocab, text if isinstance(text, str) else None)
-
-    @property
-    def rules(self):
-        """Per rule id, its elements as (type, value) tuples, END included."""
-        cdef list out = []
-        cdef size_t rule_id
-        cdef position_t pos
-        for rule_id in range(self.rule_start.size()):
-            current = []
-            pos = self.rule_start[rule_id]
-            while True:
-                current.append((<int>self.elements[pos].type, <int>self.elements[pos].value))
-                if self.elements[pos].type == LLAMA_GRETYPE_END:
-                    break
-                pos += 1
-            out.append(current)
-        return out
-
-    @property
-    def n_elements(self):
-        return self.elements.size()
-
-    def __len__(self):
-        return self.rule_start.size()
-
-    def __reduce__(self):
-        return (_rebuild_rules, (self.symbol_ids, self.rules, self.root, self.text))
-
-    def __repr__(self):
-        return f"<Rules: {self.rule_start.size()} rules, {self.elements.size()} elements, root={self.root!r}>"
+include "_stacks.pxi"
+include "_stacksets.pxi"
+include "_walk.pxi"
+include "_segments.pxi"
 
 
-def _rule_name(symbol_ids, rule_id):
-    for name in sorted(symbol_ids):
-        if symbol_ids[name] == rule_id:
-            return name
-    return str(rule_id)
-
-
-def _rebuild_rules(symbol_ids, rules, root, text):
-    return _make_rules(symbol_ids, rules, root, None, text)
-
-
-cdef Rules _make_rules(dict symbol_ids, list rules, root, vocab, text):
-    cdef Rules self = Rules.__new__(Rules)
-    cdef grammar_element element
-    self.symbol_ids = dict(symbol_ids)
-    self.root = root
-    self.root_id = symbol_ids[root] if root is not None else -1
-    self.vocab = vocab
-    self.text = text
-    self.contexts = {}
-    if sum(len(rule) for rule in rules) >= (1 << 31) - 2:
-        raise GrammarError("grammar has more elements than bankml's 32-bit positions can address")
-    for rule in rules:
-        self.rule_start.push_back(<position_t>self.elements.size())
-        for kind, value in rule:
-            element.type = kind
-            element.value = value
-            self.elements.push_back(element)
-    # A sentinel past the last rule, so that looking one element ahead never leaves the array.
-    element.type = LLAMA_GRETYPE_END
-    element.value = 0
-    self.elements.push_back(element)
-    return self
-
-
-cdef class MatchContext:
+cdef class MatchContext(SegmentCache):
     """What the matchers of one (Rules, Vocab) pair share: the stack-node pool, the stack sets,
     their transitions and loop classes, and the mask cache.
 
@@ -432,19 +209,9 @@ cdef class MatchContext:
     clone. Matchers take the context's lock around everything that may add to it.
     """
 
+
+
     def __cinit__(self):
-        cdef stack_node root
-        root.element = -1
-        root.parent = -1
-        self.nodes.push_back(root)   # EMPTY_STACK
-        root.element = -2
-        self.nodes.push_back(root)   # SEGMENT_BASE
-        self.set_start.push_back(0)
-        self.use_segments = True
-        self.max_continuations = DEFAULT_MAX_CONTINUATIONS
-        self.continuations_limit = DEFAULT_MAX_CONTINUATIONS
-        self.work_limit = NO_WORK_LIMIT
-        self.fast_work_budget = FAST_WORK_BUDGET
         self.lock = PyThread_allocate_lock()
         if self.lock == NULL:
             raise MemoryError("could not allocate the grammar context's lock")
@@ -460,6 +227,7 @@ cdef class MatchContext:
             self.trie_token_words.resize(words.shape[0])
             if words.shape[0]:
                 memcpy(self.trie_token_words.data(), cnp.PyArray_DATA(words), words.shape[0] * sizeof(uint32_t))
+            self.trie_arrays = self.trie.view()
             self.max_token_depth = self.trie.max_depth
             self.repetition_chains = _repetition_chains(rules)
             self.canonical = _repetition_canonical(rules, self.repetition_chains, self.max_token_depth + 2)
@@ -495,26 +263,6 @@ cdef class MatchContext:
                 + self.position_bits.size() * 8 + self.segment_bytes
                 + self.segment_lengths.size() * 4 + self.segment_nodes.size() * 40 + self.context_sets.size() * 24)
 
-    @property
-    def segment_bytes(self):
-        """Memory held by the segment entries (accepted tokens and continuations), in bytes."""
-        return self.segment_cache_bytes() + self.entry_of.size() * 24
-
-    @property
-    def segment_stats(self):
-        """Counters of the segment cache: entries built and held, lookups served, walks grown, continuations walked."""
-        cdef size_t dense = 0, continuations = 0
-        cdef size_t i
-        for i in range(self.entries.size()):
-            dense += self.entries[i].n_tokens < 0
-            continuations += self.entries[i].n_continuations
-        return {"entries": self.entries.size(), "dense_entries": dense, "continuations": continuations,
-                "built": self.segment_entries_built, "continuation_entries": self.continuation_entries_built,
-                "hits": self.segment_hits,
-                "grown": self.segment_walks_grown, "continuation_walks": self.continuation_walks,
-                "bytes": self.segment_bytes}
-
-    # -- building the segment cache ahead of use ------------------------------------
     def precompute(self, double seconds):
         """Build segment entries for the grammar's positions ahead of use, nearest the start first,
         for at most `seconds` (of this thread's time); returns the number built.
@@ -534,14 +282,7 @@ cdef class MatchContext:
         cdef Py_ssize_t n_rules = self.rules.rule_start.size()
         cdef Py_ssize_t pos, rule_id, q
         cdef trie_view trie = self.trie.view()
-        rule_of = [0] * n_elements
-        for rule_id in range(n_rules):
-            pos = self.rules.rule_start[rule_id]
-            while True:
-                rule_of[pos] = rule_id
-                if elements[pos].type == LLAMA_GRETYPE_END:
-                    break
-                pos += 1
+        rule_of = self.rules.rule_of()
         # The frames that can lie right under a frame of each rule: the element after each reference to
         # it, or for a reference in tail position, whatever lies under the referencing rule's frame.
         direct = [set() for _ in range(n_rules)]
@@ -558,7 +299,7 @@ cdef class MatchContext:
         # entering a rule or leaving one is free, a terminal costs one).
         distance = {}
         queue = collections.deque()
-        for start in self._alternative_starts(self.rules.root_id):
+        for start in self.rules.alternative_starts(self.rules.root_id):
             queue.append((0, start))
         while queue:
             d, pos = queue.popleft()
@@ -570,20 +311,19 @@ cdef class MatchContext:
                     if below >= 0 and below not in distance:
                         queue.appendleft((d, below))
             elif elements[pos].type == LLAMA_GRETYPE_RULE_REF:
-                for start in self._alternative_starts(elements[pos].value):
+                for start in self.rules.alternative_starts(elements[pos].value):
                     if start not in distance:
                         queue.appendleft((d, start))
                 if self.rule_nullable[elements[pos].value] and pos + 1 not in distance:
                     queue.appendleft((d, pos + 1))
             else:
-                queue.append((d + 1, self._after_class(pos)))
+                queue.append((d + 1, self.rules.after_terminal(pos)))
         # (a position far out in a long bounded repetition shares the entry of its canonical position)
         tops = sorted((d, p) for p, d in distance.items()
                       if elements[p].type in (LLAMA_GRETYPE_CHAR, LLAMA_GRETYPE_CHAR_NOT, LLAMA_GRETYPE_CHAR_ANY,
                                               LLAMA_GRETYPE_TOKEN, LLAMA_GRETYPE_TOKEN_NOT)
                       and self.canonical[p] == p)
-        if self.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
-            self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
+        self.ensure_position_bits()
         # How far into a bounded repetition each rule lies (0 outside one): a segment whose frames lie
         # deep in one is reached only by long text, and the ones near a chain's end cost the most to walk,
         # so they come after every shallower segment.
@@ -632,6 +372,12 @@ cdef class MatchContext:
                 heapq.heappush(heap, (depth_into_repetitions(longer), d, counter, longer))
                 counter += 1
 
+    cdef void clear_masks(self) noexcept nogil:
+        """Forget every cached mask (its chunks go back to the process-wide pool)."""
+        release_chunks(self.mask_chunks)
+        self.mask_slot.clear()
+        self.n_cached_masks = 0
+
     cdef void reserve_headroom(self) noexcept nogil:
         """Give every memo table room to grow by half again before it must rehash: a rehash of a table
         the build filled costs a whole mask's budget, and it would land on some unlucky later mask."""
@@ -647,36 +393,6 @@ cdef class MatchContext:
         self.continuation_entry_of.reserve(self.continuation_entry_of.size() * 3 // 2 + 1024)
         self.entry_results.reserve(self.entry_results.size() * 3 // 2 + 1024)
         self.mask_slot.reserve(1024)
-
-    def _alternative_starts(self, rule_id):
-        """The first element of each alternative of a rule (an end element for an empty one)."""
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef position_t pos = self.rules.rule_start[rule_id]
-        starts = [pos]
-        while True:
-            while not is_end_of_sequence(&elements[pos]):
-                pos += 1
-            if elements[pos].type == LLAMA_GRETYPE_END:
-                return starts
-            pos += 1
-            starts.append(pos)
-
-    def _after_class(self, position_t pos):
-        """The element after the terminal at pos (past a class's alternatives and ranges)."""
-        cdef const grammar_element* after
-        if is_token_element(&self.rules.elements[pos]):
-            return pos + 1
-        match_char(&self.rules.elements[pos], 0, &after)
-        return <position_t>(after - self.rules.elements.data())
-
-    cdef size_t segment_cache_bytes(self) noexcept nogil:
-        return ((self.entry_words.size() + self.entry_tokens.size() + self.entry_continuations.size()
-                 + self.continuation_tokens.size()) * 4 + self.entries.size() * sizeof(segment_entry)
-                + (self.continuation_results.size() + self.continuation_entry_of.size()
-                   + self.entry_results.size()) * 40)
-
-    cdef bint segment_cache_full(self) noexcept nogil:
-        return self.segment_cache_bytes() > MAX_SEGMENT_CACHE_BYTES
 
     cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3:
         """Build the entry of a segment given as element positions, top first (whole: nothing lies
@@ -694,12 +410,7 @@ cdef class MatchContext:
             if it != self.entry_of.end():
                 return deref(it).second
             with nogil:
-                if whole:
-                    self.max_continuations = <size_t>-1
-                try:
-                    entry_id = self.build_entry(node, length, trie)
-                finally:
-                    self.max_continuations = self.continuations_limit
+                entry_id = self.build_entry(node, length, trie, POPS_UNBOUNDED if whole else self.continuations_limit)
             if entry_id < 0:
                 return -1
             if length <= 32:
@@ -708,20 +419,13 @@ cdef class MatchContext:
         finally:
             PyThread_release_lock(self.lock)
 
-    def _segment_entries(self):
-        """Test shim: per segment entry, (segment length, accepted tokens or -1 when dense, continuations)."""
-        return [(self.entries[i].length, self.entries[i].n_tokens, self.entries[i].n_continuations)
-                for i in range(self.entries.size())]
-
     def _configure_budget(self, fast_work=None):
         """Test shim: the fast path's work budget per mask (FAST_WORK_BUDGET by default); forgets which sets
         went to the reference path."""
         with nogil:
             PyThread_acquire_lock(self.lock, 1)
             self.fast_failed.clear()
-            self.mask_chunks.clear()
-            self.mask_slot.clear()
-            self.n_cached_masks = 0
+            self.clear_masks()
             PyThread_release_lock(self.lock)
         if fast_work is not None:
             self.fast_work_budget = int(fast_work)
@@ -732,752 +436,141 @@ cdef class MatchContext:
         with nogil:
             PyThread_acquire_lock(self.lock, 1)
             self.clear_segments()
-            self.mask_chunks.clear()
-            self.mask_slot.clear()
-            self.n_cached_masks = 0
+            self.clear_masks()
             PyThread_release_lock(self.lock)
         if enabled is not None:
             self.use_segments = bool(enabled)
         if max_continuations is not None:
             self.continuations_limit = int(max_continuations)
-            self.max_continuations = int(max_continuations)
 
-    # -- the stack tree ------------------------------------------------------
-    cdef node_t push(self, node_t parent, position_t element) except -1 nogil:
-        cdef uint64_t key = (<uint64_t><uint32_t>parent << 32) | <uint32_t>element
-        cdef stack_node node
-        cdef node_t node_id
-        it = self.node_ids.find(key)
-        if it != self.node_ids.end():
-            return deref(it).second
-        if self.nodes.size() >= MAX_NODES:
-            with gil:
-                raise GrammarError(f"grammar state exceeds {MAX_NODES} stack nodes")
-        node.element = element
-        node.parent = parent
-        node_id = <node_t>self.nodes.size()
-        self.nodes.push_back(node)
-        self.node_ids[key] = node_id
-        return node_id
-
-    cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil:
-        """Expand a stack into the stacks that all end at a terminal (or are empty)."""
+    cdef int initial_stacks(self, vector[node_t]& stacks) except -1 nogil:
+        """llama_grammar_init_impl's stacks: each alternative of the root, advanced to its terminals."""
         cdef const grammar_element* elements = self.rules.elements.data()
-        # todo and seen are scratch kept by the context (advance_stack never runs inside itself), so a
-        # call allocates nothing; seen mostly holds few entries, where a linear search beats hashing, and
-        # moves to a hash set when it grows (a rule of thousands of alternatives)
-        cdef node_t current, next_stack
-        cdef position_t pos, subpos
-        cdef int64_t steps = 0, searched = 0
-        cdef bint hashed = False
-        cdef size_t i
-        self.advance_todo.clear()
-        self.advance_seen.clear()
-        self.advance_todo.push_back(stack)
-        while not self.advance_todo.empty():
-            current = self.advance_todo.back()
-            self.advance_todo.pop_back()
-            steps += 1
-            if steps > MAX_ADVANCE_STEPS:
-                with gil:
-                    raise GrammarError(
-                        f"grammar expansion exceeds {MAX_ADVANCE_STEPS} steps in one advance_stack "
-                        "(MAX_ADVANCE_STEPS); the grammar expands too far without matching a character")
-            if self.work + steps + (searched >> 3) > self.work_limit:
-                with gil:
-                    raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
-                                       "steps (FAST_WORK_BUDGET)")
-            if hashed:
-                if not self.advance_seen_set.insert(current).second:
-                    continue
-            else:
-                if find(self.advance_seen.begin(), self.advance_seen.end(), current) != self.advance_seen.end():
-                    continue
-                self.advance_seen.push_back(current)
-                if self.advance_seen.size() > 32:
-                    hashed = True
-                    self.advance_seen_set.clear()
-                    for i in range(self.advance_seen.size()):
-                        self.advance_seen_set.insert(self.advance_seen[i])
-            if is_bottom(current):
-                searched += new_stacks.size()   # (the linear search of add_unique, for the work budget)
-                add_unique(new_stacks, current)
-                continue
-            pos = self.nodes[current].element
-            if elements[pos].type == LLAMA_GRETYPE_RULE_REF:
-                subpos = self.rules.rule_start[elements[pos].value]
-                while True:
-                    next_stack = self.nodes[current].parent
-                    if not is_end_of_sequence(&elements[pos + 1]):
-                        next_stack = self.push(next_stack, pos + 1)
-                    if not is_end_of_sequence(&elements[subpos]):
-                        next_stack = self.push(next_stack, subpos)
-                    self.advance_todo.push_back(next_stack)
-                    while not is_end_of_sequence(&elements[subpos]):
-                        subpos += 1
-                    if elements[subpos].type == LLAMA_GRETYPE_ALT:
-                        subpos += 1
-                    else:
-                        break
-            elif (elements[pos].type == LLAMA_GRETYPE_CHAR or elements[pos].type == LLAMA_GRETYPE_CHAR_NOT
-                  or elements[pos].type == LLAMA_GRETYPE_CHAR_ANY or is_token_element(&elements[pos])):
-                searched += new_stacks.size()
-                add_unique(new_stacks, current)
-                if new_stacks.size() > self.max_stacks:
+        cdef position_t pos = self.rules.rule_start[self.rules.root_id]
+        cdef node_t stack
+        PyThread_acquire_lock(self.lock, 1)
+        try:
+            while True:
+                stack = EMPTY_STACK
+                if not is_end_of_sequence(&elements[pos]):
+                    stack = self.push(EMPTY_STACK, pos)
+                self.advance_stack(stack, stacks)
+                while not is_end_of_sequence(&elements[pos]):
+                    pos += 1
+                if elements[pos].type == LLAMA_GRETYPE_ALT:
+                    pos += 1
+                else:
+                    break
+        finally:
+            PyThread_release_lock(self.lock)
+        return 0
+
+    cdef int accept_piece(self, const vector[node_t]& stacks, token_t token, const uint32_t* code_points,
+                          size_t n_code_points, vector[node_t]& stacks_new) except -1 nogil:
+        """accept_token_stacks under the lock."""
+        PyThread_acquire_lock(self.lock, 1)
+        try:
+            self.accept_token_stacks(stacks, token, code_points, n_code_points, stacks_new)
+        finally:
+            PyThread_release_lock(self.lock)
+        return 0
+
+    cdef int accept_text(self, vector[node_t]& stacks, const uint32_t* code_points, size_t n_code_points) \
+            except -1 nogil:
+        """llama_grammar_accept_str: the stacks after the code points, one at a time (accept_chr), in place;
+        empty when none survives."""
+        cdef vector[node_t] next_stacks
+        cdef size_t i, j
+        PyThread_acquire_lock(self.lock, 1)
+        try:
+            for i in range(n_code_points):
+                next_stacks.clear()
+                for j in range(stacks.size()):
+                    self.accept_chr(stacks[j], code_points[i], next_stacks)
+                stacks.swap(next_stacks)
+                if stacks.size() > self.max_stacks:
                     with gil:
                         raise GrammarError(
                             f"grammar state exceeds {self.max_stacks} stacks (max_stacks); "
                             "the grammar is too ambiguous at this point")
-            else:
-                with gil:
-                    raise GrammarError("internal error: a stack rests on a non-terminal element")
-        self.work += steps + (searched >> 3)
+                if stacks.empty():
+                    break
+        finally:
+            PyThread_release_lock(self.lock)
         return 0
 
-    cdef int accept_chr(self, node_t stack, uint32_t chr, vector[node_t]& new_stacks) except -1 nogil:
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef const grammar_element* after
-        cdef node_t next_stack
-        if stack == EMPTY_STACK:
-            return 0
-        cdef const grammar_element* pos = &elements[self.nodes[stack].element]
-        if is_token_element(pos):
-            return 0
-        if match_char(pos, chr, &after):
-            next_stack = self.nodes[stack].parent
-            if not is_end_of_sequence(after):
-                next_stack = self.push(next_stack, <position_t>(after - elements))
-            self.advance_stack(next_stack, new_stacks)
+    cdef int reject_tokens(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
+                           const token_t* ids, int64_t n, vector[grammar_candidate]& rejects, bint whole_mask) \
+            except -1 nogil:
+        """The reference path: collect_rejects under the lock, within REFERENCE_WORK_BUDGET (whole_mask:
+        this answers a mask, counted in reference_masks)."""
+        cdef vector[uint32_t] scratch
+        PyThread_acquire_lock(self.lock, 1)
+        try:
+            if whole_mask:
+                self.reference_masks += 1
+            self.reference_work = 0
+            self.work = 0   # (advance_stack adds its steps: they count against the budget too)
+            self.collect_rejects(stacks, state, vocab, ids, n, rejects, scratch)
+            self.last_reference_work = self.reference_work + self.work
+        finally:
+            PyThread_release_lock(self.lock)
         return 0
 
-    # -- masks -------------------------------------------------------------
-    cdef int reject_candidates(self, const vector[node_t]& stacks, const vector[grammar_candidate]& candidates,
-                               vector[grammar_candidate]& rejects) except -1 nogil:
-        cdef vector[grammar_candidate] current, narrowed
+    cdef int mask_into(self, const vector[node_t]& stacks, uint32_t* out) except -1 nogil:
+        """fast_mask under the lock: 0, or 1 when the state is answered on the reference path."""
+        PyThread_acquire_lock(self.lock, 1)
+        try:
+            return self.fast_mask(stacks, &self.trie_arrays, out)
+        finally:
+            PyThread_release_lock(self.lock)
+
+    cdef list stack_elements(self, const vector[node_t]& stacks):
+        """Each stack as a list of (type, value) elements from bottom to top (the node pool may grow, and
+        move, under another matcher's hands: read under the lock)."""
+        cdef list out = []
+        cdef node_t node
+        cdef grammar_element element
         cdef size_t i
-        if candidates.empty():
-            return 0
-        if stacks.empty():
-            with gil:
-                raise GrammarError("internal error: no stacks to check candidates against")
-        self.reject_candidates_for_stack(stacks[0], candidates, current)
-        for i in range(1, stacks.size()):
-            narrowed.clear()
-            self.reject_candidates_for_stack(stacks[i], current, narrowed)
-            current.swap(narrowed)
-        rejects.insert(rejects.end(), current.begin(), current.end())
-        return 0
+        with nogil:
+            PyThread_acquire_lock(self.lock, 1)
+        try:
+            for i in range(stacks.size()):
+                current = []
+                node = stacks[i]
+                while node != EMPTY_STACK:
+                    element = self.rules.elements[self.nodes[node].element]
+                    current.append((<int>element.type, <int>element.value))
+                    node = self.nodes[node].parent
+                current.reverse()
+                out.append(current)
+        finally:
+            PyThread_release_lock(self.lock)
+        return out
 
-    cdef int reject_candidates_for_stack(self, node_t stack, const vector[grammar_candidate]& candidates,
-                                         vector[grammar_candidate]& rejects) except -1 nogil:
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef const grammar_element* pos
-        cdef const grammar_element* after
-        cdef vector[grammar_candidate] next_candidates, next_rejects
-        cdef vector[node_t] next_stacks
-        cdef grammar_candidate tok
-        cdef node_t stack_after
-        cdef size_t i
-        self.reference_work += candidates.size()
-        if self.reference_work + self.work > REFERENCE_WORK_BUDGET:
-            with gil:
-                raise GrammarError(f"the mask exceeds the reference path's work budget of {REFERENCE_WORK_BUDGET} "
-                                   "steps (REFERENCE_WORK_BUDGET); the grammar is too ambiguous here")
-        if stack == EMPTY_STACK:
-            for i in range(candidates.size()):
-                if candidates[i].code_points[0] != 0 or candidates[i].partial.n_remain != 0:
-                    rejects.push_back(candidates[i])
-            return 0
-        pos = &elements[self.nodes[stack].element]
-        if is_token_element(pos):
-            for i in range(candidates.size()):
-                if candidates[i].code_points[0] == 0:
-                    # the token's text ended exactly here: reject iff it ended mid-character
-                    if candidates[i].partial.n_remain != 0:
-                        rejects.push_back(candidates[i])
-                elif not match_token(pos, candidates[i].id):
-                    rejects.push_back(candidates[i])
-            return 0
-        next_candidates.reserve(candidates.size())
-        for i in range(candidates.size()):
-            tok = candidates[i]
-            if tok.code_points[0] == 0:
-                if tok.partial.n_remain != 0 and not match_partial_char(pos, tok.partial):
-                    rejects.push_back(tok)
-            elif match_char(pos, tok.code_points[0], &after):
-                tok.code_points += 1
-                next_candidates.push_back(tok)
-            else:
-                rejects.push_back(tok)
-        if next_candidates.empty():
-            return 0
-        match_char(pos, 0, &after)
-        stack_after = self.nodes[stack].parent
-        if not is_end_of_sequence(after):
-            stack_after = self.push(stack_after, <position_t>(after - elements))
-        self.advance_stack(stack_after, next_stacks)
-        self.reject_candidates(next_stacks, next_candidates, next_rejects)
-        for i in range(next_rejects.size()):
-            tok = next_rejects[i]
-            tok.code_points -= 1
-            rejects.push_back(tok)
-        return 0
-
-    # -- the fast path: trie walk over hash-consed stack sets --------------------
-    cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil:
-        """The id of a set of stacks (sorted and deduplicated in place)."""
-        cdef int32_t set_id, candidate
-        cdef uint64_t hash_value = 0x84222325CBF29CE4ULL
-        cdef size_t i, n
-        cdef int64_t first
-        cdef bint same
-        sort(nodes.begin(), nodes.end())
-        nodes.erase(unique(nodes.begin(), nodes.end()), nodes.end())
-        n = nodes.size()
-        for i in range(n):
-            hash_value = (hash_value ^ <uint32_t>nodes[i]) * 0x100000001B3ULL
-        hash_value ^= hash_value >> 29
-        it = self.set_by_hash.find(hash_value)
-        if it != self.set_by_hash.end():
-            candidate = deref(it).second
-            while candidate >= 0:
-                first = self.set_start[candidate]
-                if <size_t>(self.set_start[candidate + 1] - first) == n:
-                    same = True
-                    for i in range(n):
-                        if self.set_nodes[first + i] != nodes[i]:
-                            same = False
-                            break
-                    if same:
-                        return candidate
-                candidate = self.set_hash_next[candidate]
-        if self.set_start.size() > MAX_SETS:
-            with gil:
-                raise GrammarError(f"grammar state exceeds {MAX_SETS} stack sets")
-        set_id = <int32_t>(self.set_start.size() - 1)
-        self.set_nodes.insert(self.set_nodes.end(), nodes.begin(), nodes.end())
-        self.set_start.push_back(<int64_t>self.set_nodes.size())
-        it = self.set_by_hash.find(hash_value)
-        self.set_hash_next.push_back(deref(it).second if it != self.set_by_hash.end() else -1)
-        self.set_by_hash[hash_value] = set_id
-        self.set_loop_known.push_back(0)
-        self.set_successor.push_back(-1)
-        self.set_loop_ascii.push_back(0)
-        self.set_loop_ascii.push_back(0)
-        self.set_loop_non_ascii.push_back(0)
-        self.set_all_partials.push_back(0)
-        self.set_viable_start.push_back(-1)
-        self.set_viable_count.push_back(0)
-        self.set_partial_mode.push_back(0)
-        self.set_run_length.push_back(-1)
-        self.set_run_end.push_back(-1)
-        # sorted ids: SEGMENT_BASE (1) comes first or right after EMPTY_STACK (0)
-        cdef uint8_t has_base = 0
-        if (nodes.size() > 0 and nodes[0] == SEGMENT_BASE) or (nodes.size() > 1 and nodes[1] == SEGMENT_BASE):
-            has_base = 1
-        self.set_has_base.push_back(has_base)
-        return set_id
-
-    cdef int32_t step_set(self, int32_t set_id, uint32_t cp) except -2 nogil:
-        """The set of stacks after one code point (llama_grammar_accept over the set), or -1.
-
-        The result depends only on which of the set's stacks match the code point,
-        so it is memoized by that match pattern as well as by the code point.
-        """
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef const grammar_element* after
-        cdef const grammar_element* top
-        cdef node_t stack, next_stack
-        cdef int64_t k, first = self.set_start[set_id], last = self.set_start[set_id + 1]
-        cdef uint64_t matches = 0, key
-        cdef int32_t result
-        cdef bint by_pattern = last - first <= 63
-        if by_pattern:
-            for k in range(first, last):
-                stack = self.set_nodes[k]
-                if is_bottom(stack):
-                    continue
-                top = &elements[self.nodes[stack].element]
-                if not is_token_element(top) and match_char(top, cp, &after):
-                    matches |= (<uint64_t>1) << (k - first)
-            if matches == 0:
-                return -1
-            key = (<uint64_t><uint32_t>set_id << 32) ^ (matches * 0x9E3779B97F4A7C15ULL)
-            it = self.pattern_transitions.find(key)
-            if it != self.pattern_transitions.end() and deref(it).second.first == matches:
-                return deref(it).second.second
-        self.work += last - first
-        if self.work > self.work_limit:
-            with gil:
-                raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
-                                   "steps (FAST_WORK_BUDGET)")
-        self.step_stacks.clear()  # scratch of the context: step_set never runs inside itself
-        for k in range(first, last):
-            stack = self.set_nodes[k]
-            if is_bottom(stack):
+    def _segment_report(self, stacks):
+        """Test shim: per stack id (None for the empty one), the segment entry that serves it, built if
+        need be: (entry id, segment length, [(continuation node, trie nodes below it)], the stack below)."""
+        cdef node_t below, stack
+        cdef int32_t entry_id
+        cdef segment_entry entry
+        report = []
+        for stack in stacks:
+            if stack == EMPTY_STACK:
+                report.append(None)
                 continue
-            top = &elements[self.nodes[stack].element]
-            if is_token_element(top):
-                continue
-            if match_char(top, cp, &after):
-                next_stack = self.nodes[stack].parent
-                if not is_end_of_sequence(after):
-                    next_stack = self.push(next_stack, <position_t>(after - elements))
-                self.advance_stack(next_stack, self.step_stacks)
-        result = -1 if self.step_stacks.empty() else self.intern_set(self.step_stacks)
-        if by_pattern:
-            self.pattern_transitions[key] = pair[uint64_t, int32_t](matches, result)
-        return result
-
-    cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil:
-        cdef uint64_t key = (<uint64_t><uint32_t>set_id << 32) | cp
-        cdef int32_t result
-        it = self.transitions.find(key)
-        if it != self.transitions.end():
-            return deref(it).second
-        result = self.step_set(set_id, cp)
-        self.transitions[key] = result
-        return result
-
-    cdef int element_info(self, position_t pos) except -1 nogil:
-        """Summarize the character class at pos once: its ASCII members, and whether membership is
-        the same for every code point >= 0x80 (and which) and it takes every partial character."""
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef const grammar_element* after
-        cdef uint64_t lo = 0, hi = 0
-        cdef uint32_t cp
-        cdef uint8_t flags = ELEMENT_KNOWN
-        cdef bint member
-        if self.element_flags[pos] & ELEMENT_KNOWN:
-            return 0
-        for cp in range(64):
-            if match_char(&elements[pos], cp, &after):
-                lo |= (<uint64_t>1) << cp
-            if match_char(&elements[pos], cp + 64, &after):
-                hi |= (<uint64_t>1) << cp
-        if class_constant_from(&elements[pos], 0x80, &member):
-            flags |= ELEMENT_CONSTANT_ABOVE
-            if member:
-                flags |= ELEMENT_MEMBER_ABOVE
-        if class_accepts_all_partials(&elements[pos]):
-            flags |= ELEMENT_ALL_PARTIALS
-        self.element_ascii[2 * pos] = lo
-        self.element_ascii[2 * pos + 1] = hi
-        self.element_flags[pos] = flags
-        return 0
-
-    cdef int compute_loop(self, int32_t set_id) except -1 nogil:
-        """The set's uniform successor and the code points that lead to it (its class).
-
-        Most code points a set can take lead to one and the same set: back to itself
-        inside a `*` loop, or one step along a chain inside a bounded `{m,n}`. Code
-        points are grouped by which of the set's stacks they match (the step depends
-        only on that), and the group most ASCII code points fall in gives the
-        successor; its code points are the class. The set is stepped once for that
-        group (and once for the code points >= 0x80 when they all behave alike), so
-        a new set costs no steps it would not take anyway.
-        """
-        cdef position_t tops[64]
-        cdef uint64_t pattern[128]
-        cdef uint64_t distinct[128]
-        cdef int32_t distinct_count[128]
-        cdef uint32_t distinct_cp[128]
-        cdef int32_t n_tops = 0, n_distinct = 0, best = -1, successor = -1, d, j
-        cdef uint64_t bits, matches_above = 0, ascii_lo = 0, ascii_hi = 0
-        cdef uint32_t cp
-        cdef uint8_t flags
-        cdef bint constant = True
-        cdef int64_t k
-        cdef node_t stack
-        self.set_loop_known[set_id] = 1
-        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
-            stack = self.set_nodes[k]
-            if is_bottom(stack) or is_token_element(&self.rules.elements[self.nodes[stack].element]):
-                continue
-            if n_tops == 64:
-                return 0  # too many stacks to group by: no class, the walk goes node by node
-            tops[n_tops] = self.nodes[stack].element
-            n_tops += 1
-        memset(pattern, 0, sizeof(pattern))
-        for j in range(n_tops):
-            self.element_info(tops[j])
-            flags = self.element_flags[tops[j]]
-            if flags & ELEMENT_ALL_PARTIALS:
-                self.set_all_partials[set_id] = 1
-            if not (flags & ELEMENT_CONSTANT_ABOVE):
-                constant = False
-            elif flags & ELEMENT_MEMBER_ABOVE:
-                matches_above |= (<uint64_t>1) << j
-            bits = self.element_ascii[2 * tops[j]]
-            while bits:
-                pattern[__builtin_ctzll(bits)] |= (<uint64_t>1) << j
-                bits &= bits - 1
-            bits = self.element_ascii[2 * tops[j] + 1]
-            while bits:
-                pattern[64 + __builtin_ctzll(bits)] |= (<uint64_t>1) << j
-                bits &= bits - 1
-        for cp in range(128):
-            if pattern[cp] == 0:
-                continue
-            d = 0
-            while d < n_distinct and distinct[d] != pattern[cp]:
-                d += 1
-            if d == n_distinct:
-                distinct[d] = pattern[cp]
-                distinct_count[d] = 0
-                distinct_cp[d] = cp
-                n_distinct += 1
-            distinct_count[d] += 1
-            if best < 0 or distinct_count[d] > distinct_count[best]:
-                best = d
-        if best >= 0:
-            successor = self.transition(set_id, distinct_cp[best])
-            if successor >= 0:
-                for cp in range(128):
-                    if pattern[cp] == distinct[best]:
-                        if cp < 64:
-                            ascii_lo |= (<uint64_t>1) << cp
-                        else:
-                            ascii_hi |= (<uint64_t>1) << (cp - 64)
-        if successor < 0 and constant and matches_above != 0:
-            successor = self.transition(set_id, 0x80)
-        if successor < 0:
-            return 0
-        self.set_successor[set_id] = successor
-        self.set_loop_ascii[2 * set_id] = ascii_lo
-        self.set_loop_ascii[2 * set_id + 1] = ascii_hi
-        if constant and matches_above != 0:
-            # every code point >= 0x80 matches the same stacks, so 0x80 stands for them all
-            self.set_loop_non_ascii[set_id] = self.transition(set_id, 0x80) == successor
-        return 0
-
-    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil:
-        """Whether some stack of the set takes an unfinished character (match_partial_char)."""
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef const grammar_element* top
-        cdef node_t stack
-        cdef int64_t k
-        cdef uint8_t mode = self.set_partial_mode[set_id], flags
-        if partial.n_remain < 0 or (partial.n_remain == 1 and partial.value < 2):
-            return False   # invalid, or an overlong 2-byte lead: match_partial_char never holds
-        if mode == 0:
-            # Most sets take every partial character (a negated class of ASCII exclusions) or none
-            # (ASCII classes): decided once from the classes on top.
-            mode = PARTIAL_NONE
-            for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
-                stack = self.set_nodes[k]
-                if is_bottom(stack) or is_token_element(&elements[self.nodes[stack].element]):
-                    continue
-                self.element_info(self.nodes[stack].element)
-                flags = self.element_flags[self.nodes[stack].element]
-                if flags & ELEMENT_ALL_PARTIALS:
-                    mode = PARTIAL_ALL
-                    break
-                if not ((flags & ELEMENT_CONSTANT_ABOVE) and not (flags & ELEMENT_MEMBER_ABOVE)):
-                    mode = PARTIAL_MIXED
-            self.set_partial_mode[set_id] = mode
-        if mode == PARTIAL_ALL:
-            return True
-        if mode == PARTIAL_NONE:
-            return False
-        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
-            stack = self.set_nodes[k]
-            if is_bottom(stack):
-                continue
-            top = &elements[self.nodes[stack].element]
-            if not is_token_element(top) and match_partial_char(top, partial):
-                return True
-        return False
-
-    cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id) except -1 nogil:
-        """Mark (in position_bits) the tokens below a trie node that the stack set accepts.
-
-        The set holds the stacks after the node's code points. A token ends here
-        accepted if it ends on a whole character, or if a stack could take the
-        rest of its last character; a token terminal on a stack accepts by id
-        whatever text remains; a child subtree is entered with the set that its
-        code point leads to, or taken whole when every code point below it leads
-        back to that same set and every token in it ends on a whole character.
-        """
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef const grammar_element* top
-        cdef uint64_t* bits = self.position_bits.data()
-        cdef int64_t lo = trie.token_lo[node]
-        self.visited_nodes += 1
-        self.work += 1
-        if self.work > self.work_limit:
-            with gil:
-                raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
-                                   "steps (FAST_WORK_BUDGET)")
-        cdef int64_t first_longer = lo + trie.n_ending[node]
-        cdef int64_t hi = trie.token_hi[node]
-        cdef int64_t position, k, i, range_end
-        cdef int32_t first_child, last_child
-        cdef bint use_blocks, accepted
-        cdef node_t stack
-        cdef int64_t run_end
-        cdef partial_utf8 partial
-        if self.collecting and self.set_has_base[set_id]:
-            # A path popped out of the segment here: the tokens below this node are finished against
-            # the real stack whenever the entry is used. Too many such nodes: the segment is too short.
-            self.continuations.push_back(node)
-            self.continuation_nodes += trie.node_end[node] - node
-            if self.continuations.size() > self.max_continuations or \
-                    self.continuation_nodes > self.max_continuations * CONTINUATION_NODES_PER_NODE:
-                self.walk_aborted = True
-                return 0
-        # Tokens ending here: on a whole character they are accepted; inside one, as a stack takes the rest
-        # of it. Those ending inside one sort by their partial state, so each run of equal states (the
-        # root holds thousands of byte tokens) is decided once.
-        position = lo
-        while position < first_longer:
-            partial = trie.end_partial[position]
-            run_end = position + 1
-            if partial.n_remain == 0:
-                while run_end < first_longer and trie.end_partial[run_end].n_remain == 0:
-                    run_end += 1
-                accepted = True
-            else:
-                while run_end < first_longer and trie.end_partial[run_end].n_remain == partial.n_remain \
-                        and trie.end_partial[run_end].value == partial.value:
-                    run_end += 1
-                accepted = self.set_accepts_partial(set_id, partial)
-            if accepted:
-                set_position_range(bits, position, run_end)
-                self.n_marked += run_end - position
-            position = run_end
-        if first_longer < hi:
-            for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
-                stack = self.set_nodes[k]
-                if is_bottom(stack):
-                    continue
-                top = &elements[self.nodes[stack].element]
-                if top.type == LLAMA_GRETYPE_TOKEN:
-                    position = trie.position_of[top.value] if top.value < <uint32_t>trie.n_vocab else -1
-                    if first_longer <= position < hi:
-                        bits[position >> 6] |= (<uint64_t>1) << (position & 63)
-                        self.n_marked += 1
-                elif top.type == LLAMA_GRETYPE_TOKEN_NOT:
-                    position = trie.position_of[top.value] if top.value < <uint32_t>trie.n_vocab else -1
-                    if first_longer <= position < hi:
-                        set_position_range(bits, first_longer, position)
-                        set_position_range(bits, position + 1, hi)
-                    else:
-                        set_position_range(bits, first_longer, hi)
-                    self.n_marked += hi - first_longer
-        first_child = trie.child_start[node]
-        last_child = trie.child_start[node + 1]
-        if first_child == last_child:
-            return 0
-        if self.set_viable_start[set_id] < 0:
-            self.compute_viable(set_id)
-        if last_child - first_child >= 8 and not self.set_loop_known[set_id]:
-            self.compute_loop(set_id)
-        # The non-ASCII children sort last; when the set loops on every one of them, take them all at once.
-        if self.set_loop_known[set_id] and self.set_loop_non_ascii[set_id] and \
-                trie.first_non_ascii[node] < last_child and \
-                self.chain_accepts(set_id, trie.non_ascii_ascii[2 * node], trie.non_ascii_ascii[2 * node + 1],
-                                   trie.non_ascii_flags[node], trie.non_ascii_depth[node]):
-            set_position_range(bits, trie.token_lo[trie.children[trie.first_non_ascii[node]]], hi)
-            self.n_marked += hi - trie.token_lo[trie.children[trie.first_non_ascii[node]]]
-            last_child = trie.first_non_ascii[node]
-        use_blocks = self.set_loop_known[set_id] and (
-            self.set_loop_ascii[2 * set_id] or self.set_loop_ascii[2 * set_id + 1] or self.set_loop_non_ascii[set_id])
-        k = self.set_viable_start[set_id]
-        while k < self.set_viable_start[set_id] + 2 * self.set_viable_count[set_id]:
-            # the children whose code point lies in [viable_bounds[k], viable_bounds[k + 1]]
-            i = lower_bound(trie.child_cp + first_child, trie.child_cp + last_child,
-                            self.viable_bounds[k]) - trie.child_cp
-            range_end = upper_bound(trie.child_cp + i, trie.child_cp + last_child,
-                                    self.viable_bounds[k + 1]) - trie.child_cp
-            while i < range_end:
-                # A whole block of children whose code points, and everything below them,
-                # lead back to the set is taken at once.
-                if use_blocks and i % CHILD_BLOCK == 0 and i + CHILD_BLOCK <= range_end and self.chain_accepts(
-                        set_id, trie.block_ascii[2 * (i // CHILD_BLOCK)],
-                        trie.block_ascii[2 * (i // CHILD_BLOCK) + 1], trie.block_flags[i // CHILD_BLOCK],
-                        trie.block_depth[i // CHILD_BLOCK]):
-                    set_position_range(bits, trie.token_lo[trie.children[i]],
-                                       trie.token_hi[trie.children[i + CHILD_BLOCK - 1]])
-                    self.n_marked += trie.token_hi[trie.children[i + CHILD_BLOCK - 1]] - trie.token_lo[trie.children[i]]
-                    i += CHILD_BLOCK
-                else:
-                    self.visit_child(trie, trie.children[i], set_id)
-                    if self.walk_aborted:
-                        return 0
-                    i += 1
-            k += 2
-        return 0
-
-    cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
-                            int32_t depth) except -1 nogil:
-        """Whether every token of a subtree with this summary is accepted from the set: following the
-        successors for as many code points as the deepest token takes, every code point stays in the
-        class of the set it meets, and every partial character it ends in is one that set takes."""
-        cdef int32_t d = 0, successor
-        if flags & SUBTREE_OVERLONG_END:
-            return False
-        while True:
-            if not self.set_loop_known[set_id]:
-                self.compute_loop(set_id)
-            if (flags & SUBTREE_PARTIAL_END) and not self.set_all_partials[set_id]:
-                return False
-            if d >= depth:
-                return True
-            successor = self.set_successor[set_id]
-            if successor < 0 or (ascii_lo & ~self.set_loop_ascii[2 * set_id]) != 0 \
-                    or (ascii_hi & ~self.set_loop_ascii[2 * set_id + 1]) != 0 \
-                    or ((flags & SUBTREE_NON_ASCII) and not self.set_loop_non_ascii[set_id]):
-                return False
-            if successor == set_id:
-                return True  # a loop: every deeper code point meets this same set
-            # The next sets along the chain (a bounded repetition) often have this very class: the checks
-            # just made hold for all of them, so jump past the run instead of stepping set by set.
-            if self.set_run_length[set_id] < 0:
-                self.compute_run(set_id)
-            if d + self.set_run_length[set_id] > depth:
-                return True
-            d += self.set_run_length[set_id]
-            set_id = self.set_run_end[set_id]
-            if set_id < 0:
-                return False
-
-    cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil:
-        return self.set_loop_ascii[2 * a] == self.set_loop_ascii[2 * b] \
-            and self.set_loop_ascii[2 * a + 1] == self.set_loop_ascii[2 * b + 1] \
-            and self.set_loop_non_ascii[a] == self.set_loop_non_ascii[b] \
-            and self.set_all_partials[a] == self.set_all_partials[b]
-
-    cdef int compute_run(self, int32_t set_id) except -1 nogil:
-        """How many sets in a row, following successors from set_id, have set_id's class and take the same
-        partial characters (set_run_length, RUN_UNBOUNDED when the run ends in a loop), and the set after
-        them (set_run_end, -1 if none). Explored no deeper than the longest token needs."""
-        cdef int32_t s = set_id, successor, c
-        cdef int64_t i, length
-        cdef int32_t limit = self.max_token_depth + 2
-        self.run_chain.clear()
-        while True:
-            if not self.set_loop_known[s]:
-                self.compute_loop(s)
-            if self.set_run_length[s] >= 0:
-                break
-            self.run_chain.push_back(s)
-            successor = self.set_successor[s]
-            if successor < 0 or successor == s or <int32_t>self.run_chain.size() >= limit:
-                break
-            if not self.set_loop_known[successor]:
-                self.compute_loop(successor)
-            if not self.same_class(s, successor):
-                break
-            s = successor
-        for i in range(<int64_t>self.run_chain.size() - 1, -1, -1):
-            c = self.run_chain[i]
-            successor = self.set_successor[c]
-            if successor == c:
-                self.set_run_length[c] = RUN_UNBOUNDED
-                self.set_run_end[c] = -1
-            elif successor < 0:
-                self.set_run_length[c] = 1
-                self.set_run_end[c] = -1
-            elif self.set_run_length[successor] >= 0 and self.same_class(c, successor):
-                length = 1 + <int64_t>self.set_run_length[successor]
-                self.set_run_length[c] = <int32_t>min(length, <int64_t>RUN_UNBOUNDED)
-                self.set_run_end[c] = self.set_run_end[successor]
-            else:
-                self.set_run_length[c] = 1
-                self.set_run_end[c] = successor
-        return 0
-
-    cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id) except -1 nogil:
-        cdef uint64_t* bits = self.position_bits.data()
-        cdef uint32_t cp = trie.node_cp[child]
-        cdef int32_t next_set
-        if self.set_loop_known[set_id] and self.set_successor[set_id] >= 0 and (
-                (cp < 64 and (self.set_loop_ascii[2 * set_id] >> cp) & 1)
-                or (64 <= cp < 128 and (self.set_loop_ascii[2 * set_id + 1] >> (cp - 64)) & 1)
-                or (cp >= 128 and self.set_loop_non_ascii[set_id])):
-            next_set = self.set_successor[set_id]
-        else:
-            next_set = self.transition(set_id, cp)
-            if next_set < 0:
-                return 0
-        if not (trie.below_flags[child] & SUBTREE_OVERLONG_END) and (
-                self.set_loop_known[next_set] or trie.node_end[child] - child >= LOOP_TEST_MIN_NODES):
-            if self.chain_accepts(next_set, trie.below_ascii[2 * child], trie.below_ascii[2 * child + 1],
-                                  trie.below_flags[child], trie.below_depth[child]):
-                set_position_range(bits, trie.token_lo[child], trie.token_hi[child])
-                self.n_marked += trie.token_hi[child] - trie.token_lo[child]
-                return 0
-        self.trie_visit(trie, child, next_set)
-        return 0
-
-    cdef int compute_viable(self, int32_t set_id) except -1 nogil:
-        """The code points some stack of the set can take next, as sorted disjoint intervals."""
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef const grammar_element* pos
-        cdef vector[pair[uint32_t, uint32_t]] intervals, own
-        cdef uint32_t first, last, cursor
-        cdef uint32_t top_value = ~(<uint32_t>0)
-        cdef bint positive
-        cdef node_t stack
-        cdef int64_t k
-        cdef size_t j
-        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
-            stack = self.set_nodes[k]
-            if is_bottom(stack):
-                continue
-            pos = &elements[self.nodes[stack].element]
-            if is_token_element(pos):
-                continue
-            positive = pos.type == LLAMA_GRETYPE_CHAR or pos.type == LLAMA_GRETYPE_CHAR_ANY
-            own.clear()
-            while True:
-                if pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER:
-                    first = pos.value
-                    last = pos[1].value
-                    pos += 2
-                elif pos.type == LLAMA_GRETYPE_CHAR_ANY:
-                    first = 0
-                    last = top_value
-                    pos += 1
-                else:
-                    first = pos.value
-                    last = pos.value
-                    pos += 1
-                if first <= last:
-                    own.push_back(pair[uint32_t, uint32_t](first, last))
-                if pos.type != LLAMA_GRETYPE_CHAR_ALT:
-                    break
-            if positive:
-                intervals.insert(intervals.end(), own.begin(), own.end())
-                continue
-            # a negated class takes everything its ranges leave out
-            sort(own.begin(), own.end())
-            cursor = 0
-            for j in range(own.size()):
-                if own[j].first > cursor:
-                    intervals.push_back(pair[uint32_t, uint32_t](cursor, own[j].first - 1))
-                if own[j].second == top_value:
-                    cursor = top_value
-                    break
-                if own[j].second + 1 > cursor:
-                    cursor = own[j].second + 1
-            else:
-                intervals.push_back(pair[uint32_t, uint32_t](cursor, top_value))
-        sort(intervals.begin(), intervals.end())
-        # merge overlapping and touching intervals
-        self.set_viable_start[set_id] = <int64_t>self.viable_bounds.size()
-        for j in range(intervals.size()):
-            if self.set_viable_count[set_id] > 0:
-                last = self.viable_bounds[self.viable_bounds.size() - 1]
-                if last == top_value or intervals[j].first <= last + 1:
-                    if intervals[j].second > last:
-                        self.viable_bounds[self.viable_bounds.size() - 1] = intervals[j].second
-                    continue
-            self.viable_bounds.push_back(intervals[j].first)
-            self.viable_bounds.push_back(intervals[j].second)
-            self.set_viable_count[set_id] += 1
-        return 0
+            with nogil:
+                PyThread_acquire_lock(self.lock, 1)
+            try:
+                self.ensure_position_bits()
+                with nogil:
+                    entry_id = self.find_entry(stack, &self.trie_arrays, &below)
+                entry = self.entries[entry_id]
+                conts = [self.entry_continuations[entry.continuations_start + c] for c in range(entry.n_continuations)]
+            finally:
+                PyThread_release_lock(self.lock)
+            report.append((entry_id, entry.length, [(c, self.trie_arrays.node_end[c] - c) for c in conts], below))
+        return report
 
     cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil:
         """The whole-vocabulary mask of the current stacks (bit set = allowed) into out: 0, or 1 when this
@@ -1508,8 +601,7 @@ cdef class MatchContext:
         if self.fast_failed.count(set_id):
             return 1
         self.fast_masks += 1
-        if self.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
-            self.position_bits.assign((trie.n_positions + 63) >> 6, 0)
+        self.ensure_position_bits()
         completed = False
         self.work = 0
         self.work_limit = self.fast_work_budget
@@ -1536,16 +628,14 @@ cdef class MatchContext:
         if allow_eog:
             for k in range(<int64_t>self.eog_tokens.size()):
                 token = self.eog_tokens[k]
-                out[token >> 5] |= (<uint32_t>1) << (token & 31)
+                set_token_bit(out, token)
         if self.use_segments and self.compose_cost <= width:
             # composed from the segment cache about as fast as copied back from the mask cache (and
             # copying it in, to memory long out of the processor's caches, would cost more)
             return 0
         # Masks live in fixed-size chunks, so storing one never moves the others.
         if (<size_t>(self.n_cached_masks + 1) * width * sizeof(uint32_t)) > MAX_MASK_CACHE_BYTES:
-            release_chunks(self.mask_chunks)
-            self.mask_slot.clear()
-            self.n_cached_masks = 0
+            self.clear_masks()
         slot = self.n_cached_masks
         if slot // MASKS_PER_CHUNK >= <int64_t>self.mask_chunks.size():
             self.mask_chunks.push_back(vector[uint32_t]())
@@ -1553,484 +643,6 @@ cdef class MatchContext:
         self.mask_chunks.back().insert(self.mask_chunks.back().end(), out, out + width)
         self.mask_slot[set_id] = slot
         self.n_cached_masks += 1
-        return 0
-
-    cdef int walk_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil:
-        """One trie walk from the whole set (the segment cache off)."""
-        self.n_marked = 0
-        self.trie_visit(trie, 0, set_id)
-        self.positions_to_tokens(trie, out)
-        return 0
-
-    cdef int positions_to_tokens(self, const trie_view* trie, uint32_t* out) except -1 nogil:
-        """Write the tokens marked in position_bits as token-id bits into out (width words), and clear
-        position_bits. n_marked (an upper bound of the marks) picks the cheaper direction."""
-        cdef int64_t width = (trie.n_vocab + 31) >> 5
-        cdef int64_t n_words = <int64_t>self.position_bits.size()
-        cdef uint64_t* bits_at = self.position_bits.data()
-        cdef int64_t word, position
-        cdef uint64_t bits
-        cdef token_t token
-        if 2 * self.n_marked <= trie.n_positions:
-            memset(out, 0, width * sizeof(uint32_t))
-            for word in range(n_words):
-                bits = bits_at[word]
-                if bits == 0:
-                    continue
-                bits_at[word] = 0
-                while bits:
-                    position = (word << 6) + __builtin_ctzll(bits)
-                    bits &= bits - 1
-                    token = trie.token_at[position]
-                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
-        else:
-            # Mostly allowed: start from every trie token and clear the few rejected ones.
-            memcpy(out, self.trie_token_words.data(), width * sizeof(uint32_t))
-            for word in range(n_words):
-                bits = ~bits_at[word]
-                bits_at[word] = 0
-                if word == n_words - 1 and (trie.n_positions & 63):
-                    bits &= ((<uint64_t>1) << (trie.n_positions & 63)) - 1
-                while bits:
-                    position = (word << 6) + __builtin_ctzll(bits)
-                    bits &= bits - 1
-                    token = trie.token_at[position]
-                    out[token >> 5] &= ~((<uint32_t>1) << (token & 31))
-        self.n_marked = 0
-        return 0
-
-    # -- the segment cache ----------------------------------------------------------
-    cdef int segment_of(self, node_t stack, int32_t length, node_t* segment, node_t* below) except -1 nogil:
-        """The top `length` frames of a stack (all of them if it has fewer, or if length is WHOLE_STACK)
-        re-pushed on SEGMENT_BASE (*segment), and the stack below them (*below; EMPTY_STACK when the
-        segment holds the whole stack)."""
-        # lengths of segments tried frame by frame are at most MAX_SEGMENT_LENGTH (< 63): code 63 is WHOLE_STACK
-        cdef uint64_t key = (<uint64_t><uint32_t>stack << 6) | <uint32_t>(63 if length >= 63 else length)
-        cdef int32_t n = 0
-        cdef node_t node = stack
-        it = self.segment_nodes.find(key)
-        if it != self.segment_nodes.end():
-            segment[0] = deref(it).second.first
-            below[0] = deref(it).second.second
-            return 0
-        if length != WHOLE_STACK and length >= 63:
-            with gil:
-                raise GrammarError(f"internal error: a segment of {length} frames (segments are at most "
-                                   f"{MAX_SEGMENT_LENGTH} frames or the whole stack)")
-        self.segment_frames.clear()
-        self.work += length if length != WHOLE_STACK else 0
-        while (length == WHOLE_STACK or n < length) and node != EMPTY_STACK:
-            self.work += 1 if length == WHOLE_STACK else 0
-            if n >= MAX_WHOLE_SEGMENT_FRAMES:
-                # (the caller answers this mask on the reference path)
-                with gil:
-                    raise GrammarError(f"fast path: a stack deeper than {MAX_WHOLE_SEGMENT_FRAMES} frames "
-                                       "(MAX_WHOLE_SEGMENT_FRAMES) as one segment")
-            self.segment_frames.push_back(self.canonical[self.nodes[node].element])
-            node = self.nodes[node].parent
-            n += 1
-        below[0] = node
-        node = SEGMENT_BASE
-        while n > 0:
-            n -= 1
-            node = self.push(node, self.segment_frames[n])
-        segment[0] = node
-        self.segment_nodes[key] = pair[node_t, node_t](segment[0], below[0])
-        return 0
-
-    cdef int32_t build_entry(self, node_t segment, int32_t length, const trie_view* trie) except -2 nogil:
-        """Walk the trie from a segment stack and store what it accepts whatever lies below, and where
-        its paths pop out (the continuations). -1 when it pops out at too many nodes to be worth it."""
-        cdef vector[node_t] start
-        cdef int32_t set_id, entry_id
-        cdef int64_t width = (trie.n_vocab + 31) >> 5
-        cdef int64_t n_words = <int64_t>self.position_bits.size()
-        cdef uint64_t* bits_at
-        cdef int64_t word, position, offset
-        cdef uint64_t bits
-        cdef segment_entry entry
-        cdef uint64_t hash_value
-        cdef bint completed
-        start.push_back(segment)
-        set_id = self.intern_set(start)
-        self.collecting = True
-        self.walk_aborted = False
-        self.continuations.clear()
-        self.continuation_nodes = 0
-        self.n_marked = 0
-        completed = False
-        try:
-            self.trie_visit(trie, 0, set_id)
-            completed = True
-        finally:
-            self.collecting = False
-            if not completed:
-                self.walk_aborted = False
-                memset(self.position_bits.data(), 0, n_words * sizeof(uint64_t))
-                self.n_marked = 0
-        if self.walk_aborted:
-            self.walk_aborted = False
-            memset(self.position_bits.data(), 0, n_words * sizeof(uint64_t))
-            self.n_marked = 0
-            self.segment_walks_grown += 1
-            return -1
-        entry.length = length
-        entry.continuations_start = <int64_t>self.entry_continuations.size()
-        entry.n_continuations = <int32_t>self.continuations.size()
-        self.entry_continuations.insert(self.entry_continuations.end(), self.continuations.begin(),
-                                        self.continuations.end())
-        if self.n_marked < width:
-            # few tokens: kept as ids (fewer bytes than the dense words)
-            entry.tokens_start = <int64_t>self.entry_tokens.size()
-            bits_at = self.position_bits.data()
-            for word in range(n_words):
-                bits = bits_at[word]
-                if bits == 0:
-                    continue
-                bits_at[word] = 0
-                while bits:
-                    position = (word << 6) + __builtin_ctzll(bits)
-                    bits &= bits - 1
-                    self.entry_tokens.push_back(trie.token_at[position])
-            entry.n_tokens = <int32_t>(<int64_t>self.entry_tokens.size() - entry.tokens_start)
-            self.n_marked = 0
-        else:
-            offset = <int64_t>self.entry_words.size()
-            self.entry_words.resize(offset + width)
-            self.positions_to_tokens(trie, self.entry_words.data() + offset)
-            # Entries of long bounded repetitions often accept the very same tokens: keep one copy.
-            hash_value = words_hash(self.entry_words.data() + offset, width)
-            found = self.dense_offsets.find(hash_value)
-            if found != self.dense_offsets.end() and memcmp(
-                    self.entry_words.data() + deref(found).second, self.entry_words.data() + offset,
-                    width * sizeof(uint32_t)) == 0:
-                self.entry_words.resize(offset)
-                offset = deref(found).second
-            else:
-                self.dense_offsets[hash_value] = offset
-            entry.tokens_start = offset
-            entry.n_tokens = -1
-        entry_id = <int32_t>self.entries.size()
-        self.entries.push_back(entry)
-        self.entry_of[segment] = entry_id
-        self.segment_entries_built += 1
-        return entry_id
-
-    cdef int32_t find_entry(self, node_t stack, const trie_view* trie, node_t* below) except -2 nogil:
-        """The segment entry serving a stack, built if no length tried for its top position has one;
-        *below is the stack under the segment (-1 when the segment is the whole stack)."""
-        cdef position_t top = self.canonical[self.nodes[stack].element]
-        cdef uint32_t lengths = self.segment_lengths[top]
-        cdef uint32_t remaining = lengths
-        cdef int32_t length, entry_id
-        cdef node_t segment
-        while remaining:
-            length = __builtin_ctzll(remaining) + 1
-            remaining &= remaining - 1
-            self.segment_of(stack, length, &segment, below)
-            it = self.entry_of.find(segment)
-            if it != self.entry_of.end():
-                self.segment_hits += 1
-                return deref(it).second
-        length = __builtin_ctzll(lengths) + 1 if lengths else 1
-        length = self.skip_transparent(stack, length)
-        while True:
-            self.segment_of(stack, length, &segment, below)
-            it = self.entry_of.find(segment)
-            if it != self.entry_of.end():
-                self.segment_hits += 1
-                return deref(it).second
-            if below[0] == EMPTY_STACK:
-                self.max_continuations = <size_t>-1  # the whole stack: a longer segment would be the same
-            try:
-                entry_id = self.build_entry(segment, length, trie)
-            finally:
-                self.max_continuations = self.continuations_limit
-            if entry_id >= 0:
-                if length <= 32:
-                    self.segment_lengths[top] |= (<uint32_t>1) << (length - 1)
-                return entry_id
-            if length == WHOLE_STACK:
-                with gil:
-                    raise GrammarError("internal error: the whole stack as one segment popped out too often")
-            length = self.skip_transparent(stack, length + 1) if length < MAX_SEGMENT_LENGTH else WHOLE_STACK
-
-    cdef bint transparent(self, position_t pos) noexcept nogil:
-        """Whether the rest of a frame's alternative can match the empty string: a path that pops
-        the frame above it pops this one too, so a segment should never end on it."""
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef position_t p = pos
-        if self.element_transparent[pos] == 0:
-            self.element_transparent[pos] = 2
-            while not is_end_of_sequence(&elements[p]):
-                if elements[p].type != LLAMA_GRETYPE_RULE_REF or not self.rule_nullable[elements[p].value]:
-                    self.element_transparent[pos] = 1
-                    break
-                p += 1
-        return self.element_transparent[pos] == 2
-
-    cdef int32_t skip_transparent(self, node_t stack, int32_t length) noexcept nogil:
-        """Lengthen a segment of `length` frames while its lowest frame is transparent."""
-        cdef node_t node = stack
-        cdef int32_t n = 1
-        while node != EMPTY_STACK and n < length:
-            node = self.nodes[node].parent
-            n += 1
-        # node is the segment's lowest frame (or the stack ran out)
-        while node != EMPTY_STACK and n < MAX_SEGMENT_LENGTH and n > 1 and self.transparent(self.nodes[node].element):
-            node = self.nodes[node].parent
-            n += 1
-        return n
-
-    cdef int32_t context_set(self, node_t below) except -2 nogil:
-        """The set the stack under a segment advances to: where popped paths go on."""
-        cdef vector[node_t] stacks
-        cdef int32_t set_id
-        it = self.context_sets.find(below)
-        if it != self.context_sets.end():
-            return deref(it).second
-        self.advance_stack(below, stacks)
-        set_id = self.intern_set(stacks)
-        self.context_sets[below] = set_id
-        return set_id
-
-    cdef void clear_segments(self) noexcept nogil:
-        self.entry_results.clear()
-        self.continuation_entry_of.clear()
-        self.continuation_results.clear()
-        self.continuation_tokens.clear()
-        self.dense_offsets.clear()
-        self.entry_of.clear()
-        self.entries.clear()
-        self.entry_words.clear()
-        self.entry_tokens.clear()
-        self.entry_continuations.clear()
-
-    cdef int32_t build_continuation_entry(self, node_t frame, int32_t node, const trie_view* trie) except -2 nogil:
-        """The entry of a continuation node as seen from the frame under a segment (frame: that one
-        element re-pushed on SEGMENT_BASE): the tokens below the node that the frame's stack accepts
-        from there on whatever lies under it, and the nodes further down where its paths pop out too.
-        -1 (remembered) when it pops out too often or accepts more tokens than are kept."""
-        cdef uint64_t key = (<uint64_t><uint32_t>frame << 32) | <uint32_t>node
-        cdef int32_t context, entry_id
-        cdef int64_t word, last_word, position, offset
-        cdef uint64_t bits
-        cdef uint64_t* bits_at
-        cdef segment_entry entry
-        cdef bint completed = False
-        it = self.continuation_entry_of.find(key)
-        if it != self.continuation_entry_of.end():
-            return deref(it).second
-        context = self.context_set(frame)
-        self.collecting = True
-        self.walk_aborted = False
-        self.continuations.clear()
-        self.continuation_nodes = 0
-        try:
-            self.trie_visit(trie, node, context)
-            completed = True
-        finally:
-            self.collecting = False
-            if not completed:
-                self.walk_aborted = False
-                memset(self.position_bits.data(), 0, self.position_bits.size() * sizeof(uint64_t))
-                self.n_marked = 0
-        self.n_marked = 0
-        offset = <int64_t>self.entry_tokens.size()
-        if trie.token_hi[node] > trie.token_lo[node]:
-            # the walk marked positions only inside the node's subtree
-            bits_at = self.position_bits.data()
-            last_word = (trie.token_hi[node] - 1) >> 6
-            for word in range(trie.token_lo[node] >> 6, last_word + 1):
-                bits = bits_at[word]
-                if bits == 0:
-                    continue
-                bits_at[word] = 0
-                while bits:
-                    position = (word << 6) + __builtin_ctzll(bits)
-                    bits &= bits - 1
-                    self.entry_tokens.push_back(trie.token_at[position])
-        if self.walk_aborted or <int64_t>self.entry_tokens.size() - offset > MAX_MEMOIZED_CONTINUATION:
-            self.walk_aborted = False
-            self.entry_tokens.resize(offset)
-            self.continuation_entry_of[key] = -1
-            return -1
-        entry.length = 1
-        entry.tokens_start = offset
-        entry.n_tokens = <int32_t>(<int64_t>self.entry_tokens.size() - offset)
-        entry.continuations_start = <int64_t>self.entry_continuations.size()
-        entry.n_continuations = <int32_t>self.continuations.size()
-        self.entry_continuations.insert(self.entry_continuations.end(), self.continuations.begin(),
-                                        self.continuations.end())
-        entry_id = <int32_t>self.entries.size()
-        self.entries.push_back(entry)
-        self.continuation_entry_of[key] = entry_id
-        self.continuation_entries_built += 1
-        return entry_id
-
-    cdef int continuation_into(self, const trie_view* trie, int32_t node, node_t below, uint32_t* out,
-                               vector[token_t]* collect, int32_t depth) except -1 nogil:
-        """OR into out the tokens below a continuation node that the stack below the segment accepts from
-        there on. From the entry of that stack's top frame at the node when it has one (built on first
-        use, and shared by every stack with that top frame), its own continuations taken one frame further
-        down; otherwise from a walk of the node's subtree with the whole set the stack advances to,
-        memoized per (stack, node)."""
-        cdef uint64_t key = (<uint64_t><uint32_t>below << 32) | <uint32_t>node
-        cdef int64_t offset, j, word, position, last_word, start, count, c
-        cdef uint64_t bits
-        cdef uint64_t* bits_at
-        cdef token_t token
-        cdef node_t frame, under
-        cdef int32_t sub, context
-        cdef size_t collect_start = collect.size()
-        self.work += 1
-        if self.work > self.work_limit:
-            with gil:
-                raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
-                                   "steps (FAST_WORK_BUDGET)")
-        it = self.continuation_results.find(key)
-        if it != self.continuation_results.end():
-            for j in range(deref(it).second.first, deref(it).second.first + deref(it).second.second):
-                token = self.continuation_tokens[j]
-                out[token >> 5] |= (<uint32_t>1) << (token & 31)
-                collect.push_back(token)
-            return 0
-        if below != EMPTY_STACK:
-            if depth >= MAX_CONTINUATION_DEPTH:
-                # (each level is a C frame: a stack of nullable frames must not recurse without bound)
-                with gil:
-                    raise GrammarError(f"fast path: continuations followed more than {MAX_CONTINUATION_DEPTH} "
-                                       "frames down (MAX_CONTINUATION_DEPTH)")
-            self.segment_of(below, 1, &frame, &under)
-            sub = self.build_continuation_entry(frame, node, trie)
-            if sub >= 0:
-                start = self.entries[sub].tokens_start
-                count = self.entries[sub].n_tokens
-                for j in range(start, start + count):
-                    token = self.entry_tokens[j]
-                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
-                    collect.push_back(token)
-                start = self.entries[sub].continuations_start
-                count = self.entries[sub].n_continuations
-                for c in range(start, start + count):
-                    # (entries and their lists may grow inside: read them by index, never by pointer)
-                    self.continuation_into(trie, self.entry_continuations[c], under, out, collect, depth + 1)
-                # Kept like a walk's answer: the same (stack below, node) is met again along other paths
-                # down a stack of frames that each pop at once (a run of nullable frames), which would
-                # otherwise be walked once per path.
-                count = <int64_t>(collect.size() - collect_start)
-                if count <= MAX_MEMOIZED_CONTINUATION:
-                    offset = <int64_t>self.continuation_tokens.size()
-                    self.continuation_tokens.insert(self.continuation_tokens.end(), collect.begin() + collect_start,
-                                                    collect.end())
-                    self.continuation_results[key] = pair[int64_t, int32_t](offset, <int32_t>count)
-                return 0
-        self.continuation_walks += 1
-        context = self.context_set(below)
-        self.trie_visit(trie, node, context)
-        offset = <int64_t>self.continuation_tokens.size()
-        if trie.token_hi[node] > trie.token_lo[node]:
-            # the walk marked positions only inside the node's subtree (position_bits is zero elsewhere)
-            bits_at = self.position_bits.data()
-            last_word = (trie.token_hi[node] - 1) >> 6
-            for word in range(trie.token_lo[node] >> 6, last_word + 1):
-                bits = bits_at[word]
-                if bits == 0:
-                    continue
-                bits_at[word] = 0
-                while bits:
-                    position = (word << 6) + __builtin_ctzll(bits)
-                    bits &= bits - 1
-                    token = trie.token_at[position]
-                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
-                    self.continuation_tokens.push_back(token)
-                    collect.push_back(token)
-        self.n_marked = 0
-        if <int64_t>self.continuation_tokens.size() - offset > MAX_MEMOIZED_CONTINUATION:
-            self.continuation_tokens.resize(offset)
-        else:
-            self.continuation_results[key] = pair[int64_t, int32_t](
-                offset, <int32_t>(<int64_t>self.continuation_tokens.size() - offset))
-        return 0
-
-    cdef int segment_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil:
-        """The union over the set's stacks of their segment entries: the tokens each accepts whatever
-        lies below, and its continuations walked from the set its real stack below advances to."""
-        cdef int64_t width = (trie.n_vocab + 31) >> 5
-        cdef int64_t k, w, j, c, word, position, last_word
-        cdef int32_t entry_id, context
-        cdef node_t stack, below
-        cdef segment_entry entry
-        cdef const uint32_t* words
-        cdef const token_t* tokens
-        cdef uint64_t key
-        cdef uint64_t* bits_at
-        cdef uint64_t bits
-        cdef token_t token
-        cdef int32_t node
-        cdef bint seen
-        if self.segment_cache_full():
-            self.clear_segments()
-        self.resolved.clear()
-        self.resolved_below.clear()
-        memset(out, 0, width * sizeof(uint32_t))
-        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
-            stack = self.set_nodes[k]
-            if stack == EMPTY_STACK:
-                # The empty stack takes only a token whose text is already over at the root (an overlong
-                # C0 80 decodes to the terminator) and ends on a whole character.
-                for position in range(trie.token_lo[0], trie.token_lo[0] + trie.n_ending[0]):
-                    if trie.end_partial[position].n_remain == 0:
-                        token = trie.token_at[position]
-                        out[token >> 5] |= (<uint32_t>1) << (token & 31)
-                continue
-            entry_id = self.find_entry(stack, trie, &below)
-            self.resolved.push_back(entry_id)
-            self.resolved_below.push_back(below)
-        # What composing this mask again would cost, in token writes (a dense entry's words count a
-        # quarter each): the mask cache keeps only masks dearer to compose than to copy back.
-        self.compose_cost = 64 * <int64_t>self.resolved.size()
-        for k in range(<int64_t>self.resolved.size()):
-            entry = self.entries[self.resolved[k]]   # a copy: the continuations below may add entries
-            self.compose_cost += entry.n_tokens if entry.n_tokens >= 0 else width // 4
-            if entry.n_tokens >= 0:
-                tokens = self.entry_tokens.data() + entry.tokens_start
-                for j in range(entry.n_tokens):
-                    token = tokens[j]
-                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
-            else:
-                words = self.entry_words.data() + entry.tokens_start
-                for w in range(width):
-                    out[w] |= words[w]
-            if entry.n_continuations == 0:
-                continue
-            seen = False
-            for j in range(k):
-                if self.resolved[j] == self.resolved[k] and self.resolved_below[j] == self.resolved_below[k]:
-                    seen = True
-                    break
-            if seen:
-                continue
-            # The answer of all of an entry's continuations under one stack below is kept whole.
-            key = (<uint64_t><uint32_t>self.resolved[k] << 32) | <uint32_t>self.resolved_below[k]
-            found = self.entry_results.find(key)
-            if found != self.entry_results.end():
-                self.compose_cost += deref(found).second.second
-                for j in range(deref(found).second.first, deref(found).second.first + deref(found).second.second):
-                    token = self.continuation_tokens[j]
-                    out[token >> 5] |= (<uint32_t>1) << (token & 31)
-                continue
-            self.collected.clear()
-            for c in range(entry.n_continuations):
-                self.continuation_into(trie, self.entry_continuations[entry.continuations_start + c],
-                                       self.resolved_below[k], out, &self.collected, 0)
-            self.compose_cost += <int64_t>self.collected.size()
-            if <int64_t>self.collected.size() <= MAX_MEMOIZED_CONTINUATION:
-                self.entry_results[key] = pair[int64_t, int32_t](<int64_t>self.continuation_tokens.size(),
-                                                                 <int32_t>self.collected.size())
-                self.continuation_tokens.insert(self.continuation_tokens.end(), self.collected.begin(),
-                                                self.collected.end())
-        self.n_marked = 0
         return 0
 
 
@@ -2347,122 +959,21 @@ cdef class Grammar:
         self._init_stacks()
 
     def _init_stacks(self):
-        cdef position_t pos = self.rules.rule_start[self.rules.root_id]
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef node_t stack
-        cdef MatchContext ctx = self.ctx
         cdef vector[node_t] stacks
+        cdef MatchContext ctx = self.ctx
         with nogil:
-            PyThread_acquire_lock(ctx.lock, 1)
-            try:
-                while True:
-                    stack = EMPTY_STACK
-                    if not is_end_of_sequence(&elements[pos]):
-                        stack = ctx.push(EMPTY_STACK, pos)
-                    ctx.advance_stack(stack, stacks)
-                    while not is_end_of_sequence(&elements[pos]):
-                        pos += 1
-                    if elements[pos].type == LLAMA_GRETYPE_ALT:
-                        pos += 1
-                    else:
-                        break
-            finally:
-                PyThread_release_lock(ctx.lock)
+            ctx.initial_stacks(stacks)
         self.enter()
         self.active_stacks.swap(stacks)
         self.leave()
-
-    cdef int accept_token_stacks(self, token_t token, const uint32_t* code_points, size_t n_code_points,
-                                 vector[node_t]& stacks_new) except -1 nogil:
-        cdef const grammar_element* elements = self.rules.elements.data()
-        cdef vector[node_t] current_stacks, next_stacks
-        cdef size_t c
-        cdef node_t stack, next_stack
-        cdef position_t pos
-        cdef size_t i, j
-        for i in range(self.active_stacks.size()):
-            stack = self.active_stacks[i]
-            if stack == EMPTY_STACK:
-                continue
-            pos = self.ctx.nodes[stack].element
-            if is_token_element(&elements[pos]):
-                if match_token(&elements[pos], token):
-                    next_stack = self.ctx.nodes[stack].parent
-                    if not is_end_of_sequence(&elements[pos + 1]):
-                        next_stack = self.ctx.push(next_stack, pos + 1)
-                    self.ctx.advance_stack(next_stack, stacks_new)
-            else:
-                current_stacks.clear()
-                current_stacks.push_back(stack)
-                # every decoded code point, a 0 from an overlong C0 80 included (llama.cpp counts them)
-                for c in range(n_code_points):
-                    next_stacks.clear()
-                    for j in range(current_stacks.size()):
-                        self.ctx.accept_chr(current_stacks[j], code_points[c], next_stacks)
-                    current_stacks.swap(next_stacks)
-                    if current_stacks.empty():
-                        break
-                for j in range(current_stacks.size()):
-                    add_unique(stacks_new, current_stacks[j])
-            if stacks_new.size() > self.ctx.max_stacks:
-                with gil:
-                    raise GrammarError(
-                        f"grammar state exceeds {self.ctx.max_stacks} stacks (max_stacks); "
-                        "the grammar is too ambiguous at this point")
-        return 0
-
-    cdef int collect_rejects(self, const vocab_view* vocab, const token_t* ids, int64_t n,
-                             vector[grammar_candidate]& rejects, vector[uint32_t]& scratch) except -1 nogil:
-        """llama_grammar_apply_impl over ids[0:n]: the candidates it sets to -inf (index = position in ids)."""
-        cdef vector[grammar_candidate] candidates
-        cdef vector[offset_t] scratch_start
-        cdef grammar_candidate tok
-        cdef bint allow_eog = False
-        # From a complete-character state (n_remain 0, or -1 after an invalid piece)
-        # a piece decodes the same whatever the state, so the decode done once per vocabulary serves.
-        cdef bint fresh = self.partial.n_remain <= 0
-        cdef int64_t i
-        cdef token_t token
-        cdef size_t k
-        for k in range(self.active_stacks.size()):
-            if self.active_stacks[k] == EMPTY_STACK:
-                allow_eog = True
-                break
-        candidates.reserve(n)
-        for i in range(n):
-            token = ids[i]
-            tok.index = i
-            tok.id = token
-            tok.code_points = NULL
-            if vocab.is_eog[token]:
-                if not allow_eog:
-                    rejects.push_back(tok)
-            elif vocab.is_empty[token]:
-                rejects.push_back(tok)
-            elif fresh:
-                tok.code_points = vocab.code_points + vocab.code_point_start[token]
-                tok.partial = vocab.end_partial[token]
-                candidates.push_back(tok)
-            else:
-                scratch_start.push_back(<offset_t>scratch.size())
-                tok.partial = decode_utf8(vocab.piece_bytes + vocab.piece_start[token],
-                                          vocab.piece_start[token + 1] - vocab.piece_start[token],
-                                          self.partial, scratch)
-                candidates.push_back(tok)
-        if not fresh:
-            for k in range(candidates.size()):
-                candidates[k].code_points = scratch.data() + scratch_start[k]
-        self.ctx.reject_candidates(self.active_stacks, candidates, rejects)
-        return 0
 
     def _require_vocab(self):
         if self.decoded is None:
             raise ValueError("this Grammar has no vocabulary; give Grammar(rules, vocab) to compute masks")
 
-    def _rejected_indices(self, cnp.ndarray ids):
+    def _rejected_indices(self, cnp.ndarray ids, bint whole_mask=False):
         cdef const token_t[::1] id_view = ids
         cdef vector[grammar_candidate] rejects
-        cdef vector[uint32_t] scratch
         cdef int64_t n = ids.shape[0]
         cdef cnp.ndarray out
         cdef int64_t[::1] out_view
@@ -2474,14 +985,7 @@ cdef class Grammar:
         self.enter()
         try:
             with nogil:
-                PyThread_acquire_lock(ctx.lock, 1)
-                try:
-                    ctx.reference_work = 0
-                    ctx.work = 0   # (advance_stack adds its steps: they count against the budget too)
-                    self.collect_rejects(&vocab, &id_view[0], n, rejects, scratch)
-                    ctx.last_reference_work = ctx.reference_work + ctx.work
-                finally:
-                    PyThread_release_lock(ctx.lock)
+                ctx.reject_tokens(self.active_stacks, self.partial, &vocab, &id_view[0], n, rejects, whole_mask)
         finally:
             self.leave()
         out = np.empty(rejects.size(), dtype=np.int64)
@@ -2505,16 +1009,11 @@ cdef class Grammar:
     cdef bint fast_into(self, uint32_t* out) except -1:
         """The fast path's mask into out (the caller holds the matcher's lock); False when this state is
         answered on the reference path instead (the fast path ran past one of its bounds)."""
-        cdef trie_view trie = self.ctx.trie.view()
         cdef MatchContext ctx = self.ctx
         cdef int status = 1
         try:
             with nogil:
-                PyThread_acquire_lock(ctx.lock, 1)
-                try:
-                    status = ctx.fast_mask(self.active_stacks, &trie, out)
-                finally:
-                    PyThread_release_lock(ctx.lock)
+                status = ctx.mask_into(self.active_stacks, out)
         except GrammarError:
             return False
         return status == 0
@@ -2532,8 +1031,6 @@ cdef class Grammar:
         cdef int64_t width = (n_vocab + 31) // 32
         cdef cnp.ndarray words = np.zeros(width, dtype=np.uint32)
         cdef uint32_t[::1] view = words
-        cdef int64_t k
-        cdef MatchContext ctx = self.ctx
         if self.awaiting_trigger:
             words[:] = 0xFFFFFFFF
             if n_vocab % 32:
@@ -2543,19 +1040,18 @@ cdef class Grammar:
             if self.fast_into(&view[0]):
                 return words
             reference = True  # past a bound of the fast path: llama.cpp's own way gives the mask
-        ctx.reference_masks += 1
         if not reference and self.partial.n_remain > 0:
             # Inside a character only a piece that opens with a continuation byte can decode (any other
             # leaves llama.cpp's decoder an invalid sequence, rejected by every stack), and an
             # end-of-generation token is decided by the stacks: check just those, one by one.
-            candidates = ctx.decoded.continuation_candidates()
+            candidates = self.decoded.continuation_candidates()
             allowed = np.zeros(width * 32, dtype=bool)
             allowed[candidates] = True
-            allowed[candidates[self._rejected_indices(candidates)]] = False
+            allowed[candidates[self._rejected_indices(candidates, True)]] = False
             return np.packbits(allowed, bitorder="little").view(np.uint32)
         allowed = np.ones(width * 32, dtype=bool)
         allowed[n_vocab:] = False
-        allowed[self._rejected_indices(self._all_ids())] = False
+        allowed[self._rejected_indices(self._all_ids(), True)] = False
         return np.packbits(allowed, bitorder="little").view(np.uint32)
 
     def apply(self, logits):
@@ -2667,11 +1163,7 @@ cdef class Grammar:
         try:
             with nogil:
                 partial = decode_utf8(raw, size, self.partial, code_points)
-                PyThread_acquire_lock(ctx.lock, 1)
-                try:
-                    self.accept_token_stacks(token, code_points.data(), code_points.size() - 1, stacks_new)
-                finally:
-                    PyThread_release_lock(ctx.lock)
+                ctx.accept_piece(self.active_stacks, token, code_points.data(), code_points.size() - 1, stacks_new)
             if stacks_new.empty():
                 raise GrammarError(
                     f"Unexpected empty grammar stack after accepting piece: {piece.decode('utf-8', 'replace')} ({token})")
@@ -2698,12 +1190,11 @@ cdef class Grammar:
         Raises GrammarError where llama.cpp throws; the state is then unchanged.
         """
         cdef vector[uint32_t] code_points
-        cdef vector[node_t] current, next_stacks
+        cdef vector[node_t] current
         cdef partial_utf8 partial
         cdef bytes raw_bytes
         cdef const uint8_t* raw
         cdef Py_ssize_t size
-        cdef size_t i, j
         if isinstance(data, str):
             data = data.encode("utf-8")
         if not isinstance(data, (bytes, bytearray)):
@@ -2717,22 +1208,7 @@ cdef class Grammar:
             current = self.active_stacks
             with nogil:
                 partial = decode_utf8(raw, size, self.partial, code_points)
-                PyThread_acquire_lock(ctx.lock, 1)
-                try:
-                    for i in range(code_points.size() - 1):
-                        next_stacks.clear()
-                        for j in range(current.size()):
-                            ctx.accept_chr(current[j], code_points[i], next_stacks)
-                        current.swap(next_stacks)
-                        if current.size() > ctx.max_stacks:
-                            with gil:
-                                raise GrammarError(
-                                    f"grammar state exceeds {ctx.max_stacks} stacks (max_stacks); "
-                                    "the grammar is too ambiguous at this point")
-                        if current.empty():
-                            break
-                finally:
-                    PyThread_release_lock(ctx.lock)
+                ctx.accept_text(current, code_points.data(), code_points.size() - 1)
             if current.empty():
                 raise GrammarError(
                     f"Unexpected empty grammar stack after accepting piece: {raw_bytes.decode('utf-8', 'replace')}")
@@ -2833,57 +1309,22 @@ cdef class Grammar:
     @property
     def stacks(self):
         """The stacks, each a list of (type, value) elements from bottom to top, in llama.cpp's order."""
-        cdef list out = []
-        cdef node_t node
-        cdef grammar_element element
-        cdef MatchContext ctx = self.ctx
         self.enter()
         try:
-            # (the context's node pool may grow, and move, under another matcher's hands)
-            with nogil:
-                PyThread_acquire_lock(ctx.lock, 1)
-            try:
-                for i in range(self.active_stacks.size()):
-                    current = []
-                    node = self.active_stacks[i]
-                    while node != EMPTY_STACK:
-                        element = self.rules.elements[ctx.nodes[node].element]
-                        current.append((<int>element.type, <int>element.value))
-                        node = ctx.nodes[node].parent
-                    current.reverse()
-                    out.append(current)
-            finally:
-                PyThread_release_lock(ctx.lock)
+            return self.ctx.stack_elements(self.active_stacks)
         finally:
             self.leave()
-        return out
 
     def _segment_report(self):
         """Test shim: per stack (None for the empty one), the segment entry that serves it, built if need
         be: (entry id, segment length, [(continuation node, trie nodes below it)], the stack below the
         segment)."""
-        cdef MatchContext ctx = self.ctx
-        cdef trie_view trie = ctx.trie.view()
-        cdef node_t below
-        cdef int32_t entry_id
-        cdef size_t k
-        report = []
-        if ctx.position_bits.size() != <size_t>((trie.n_positions + 63) >> 6):
-            ctx.position_bits.assign((trie.n_positions + 63) >> 6, 0)
-        for k in range(self.active_stacks.size()):
-            if self.active_stacks[k] == EMPTY_STACK:
-                report.append(None)
-                continue
-            with nogil:
-                PyThread_acquire_lock(ctx.lock, 1)
-                try:
-                    entry_id = ctx.find_entry(self.active_stacks[k], &trie, &below)
-                finally:
-                    PyThread_release_lock(ctx.lock)
-            entry = ctx.entries[entry_id]
-            conts = [ctx.entry_continuations[entry.continuations_start + c] for c in range(entry.n_continuations)]
-            report.append((entry_id, entry.length, [(c, trie.node_end[c] - c) for c in conts], below))
-        return report
+        self.enter()
+        try:
+            stacks = list(self.active_stacks)
+        finally:
+            self.leave()
+        return self.ctx._segment_report(stacks)
 
     @property
     def fast_masks(self):

@@ -1,0 +1,386 @@
+# Included by _grammar.pyx (one extension, so the hot calls stay within one C translation unit).
+# Interned stack sets and what the fast path knows about each: its transitions by a code point (memoized
+# by match pattern), its set_summary (uniform successor and class, runs, viable intervals, partial mode),
+# and the per-element class summaries they are computed from. Owns set ids.
+# Declarations: _grammar.pxd.
+
+
+cdef class StackSets(StackPool):
+    """Interned stack sets (set ids), their transitions and one set_summary each."""
+
+    def __cinit__(self):
+        self.set_start.push_back(0)
+
+    cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil:
+        """The id of a set of stacks (sorted and deduplicated in place)."""
+        cdef int32_t set_id, candidate
+        cdef uint64_t hash_value = 0x84222325CBF29CE4ULL
+        cdef size_t i, n
+        cdef int64_t first
+        cdef bint same
+        sort(nodes.begin(), nodes.end())
+        nodes.erase(unique(nodes.begin(), nodes.end()), nodes.end())
+        n = nodes.size()
+        for i in range(n):
+            hash_value = (hash_value ^ <uint32_t>nodes[i]) * 0x100000001B3ULL
+        hash_value ^= hash_value >> 29
+        it = self.set_by_hash.find(hash_value)
+        if it != self.set_by_hash.end():
+            candidate = deref(it).second
+            while candidate >= 0:
+                first = self.set_start[candidate]
+                if <size_t>(self.set_start[candidate + 1] - first) == n:
+                    same = True
+                    for i in range(n):
+                        if self.set_nodes[first + i] != nodes[i]:
+                            same = False
+                            break
+                    if same:
+                        return candidate
+                candidate = self.set_hash_next[candidate]
+        if self.set_start.size() > MAX_SETS:
+            with gil:
+                raise GrammarError(f"grammar state exceeds {MAX_SETS} stack sets")
+        set_id = <int32_t>(self.set_start.size() - 1)
+        self.set_nodes.insert(self.set_nodes.end(), nodes.begin(), nodes.end())
+        self.set_start.push_back(<int64_t>self.set_nodes.size())
+        it = self.set_by_hash.find(hash_value)
+        self.set_hash_next.push_back(deref(it).second if it != self.set_by_hash.end() else -1)
+        self.set_by_hash[hash_value] = set_id
+        cdef set_summary summary
+        summary.class_ascii[0] = 0
+        summary.class_ascii[1] = 0
+        summary.viable_start = VIABLE_UNKNOWN
+        summary.viable_count = 0
+        summary.successor = NO_SET
+        summary.run_length = RUN_UNKNOWN
+        summary.run_end = NO_SET
+        summary.flags = 0
+        summary.partial_mode = PARTIAL_UNKNOWN
+        # sorted ids: SEGMENT_BASE (1) comes first or right after EMPTY_STACK (0)
+        if (nodes.size() > 0 and nodes[0] == SEGMENT_BASE) or (nodes.size() > 1 and nodes[1] == SEGMENT_BASE):
+            summary.flags = SET_HAS_BASE
+        self.summaries.push_back(summary)
+        return set_id
+
+    cdef int32_t step_set(self, int32_t set_id, uint32_t cp) except -2 nogil:
+        """The set of stacks after one code point (llama_grammar_accept over the set), or -1.
+
+        The result depends only on which of the set's stacks match the code point,
+        so it is memoized by that match pattern as well as by the code point.
+        """
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* after
+        cdef const grammar_element* top
+        cdef node_t stack, next_stack
+        cdef int64_t k, first = self.set_start[set_id], last = self.set_start[set_id + 1]
+        cdef uint64_t matches = 0, key
+        cdef int32_t result
+        cdef bint by_pattern = last - first <= 63
+        if by_pattern:
+            for k in range(first, last):
+                stack = self.set_nodes[k]
+                if is_bottom(stack):
+                    continue
+                top = &elements[self.nodes[stack].element]
+                if not is_token_element(top) and match_char(top, cp, &after):
+                    matches |= (<uint64_t>1) << (k - first)
+            if matches == 0:
+                return NO_SET
+            key = (<uint64_t><uint32_t>set_id << 32) ^ (matches * 0x9E3779B97F4A7C15ULL)
+            it = self.pattern_transitions.find(key)
+            if it != self.pattern_transitions.end() and deref(it).second.first == matches:
+                return deref(it).second.second
+        self.work += last - first
+        if self.work > self.work_limit:
+            with gil:
+                raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
+                                   "steps (FAST_WORK_BUDGET)")
+        self.step_stacks.clear()  # scratch of the context: step_set never runs inside itself
+        for k in range(first, last):
+            stack = self.set_nodes[k]
+            if is_bottom(stack):
+                continue
+            top = &elements[self.nodes[stack].element]
+            if is_token_element(top):
+                continue
+            if match_char(top, cp, &after):
+                next_stack = self.nodes[stack].parent
+                if not is_end_of_sequence(after):
+                    next_stack = self.push(next_stack, <position_t>(after - elements))
+                self.advance_stack(next_stack, self.step_stacks)
+        result = NO_SET if self.step_stacks.empty() else self.intern_set(self.step_stacks)
+        if by_pattern:
+            self.pattern_transitions[key] = pair[uint64_t, int32_t](matches, result)
+        return result
+
+    cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil:
+        cdef uint64_t key = (<uint64_t><uint32_t>set_id << 32) | cp
+        cdef int32_t result
+        it = self.transitions.find(key)
+        if it != self.transitions.end():
+            return deref(it).second
+        result = self.step_set(set_id, cp)
+        self.transitions[key] = result
+        return result
+
+    cdef int element_info(self, position_t pos) except -1 nogil:
+        """Summarize the character class at pos once: its ASCII members, and whether membership is
+        the same for every code point >= 0x80 (and which) and it takes every partial character."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* after
+        cdef uint64_t lo = 0, hi = 0
+        cdef uint32_t cp
+        cdef uint8_t flags = ELEMENT_KNOWN
+        cdef bint member
+        if self.element_flags[pos] & ELEMENT_KNOWN:
+            return 0
+        for cp in range(64):
+            if match_char(&elements[pos], cp, &after):
+                lo |= (<uint64_t>1) << cp
+            if match_char(&elements[pos], cp + 64, &after):
+                hi |= (<uint64_t>1) << cp
+        if class_constant_from(&elements[pos], 0x80, &member):
+            flags |= ELEMENT_CONSTANT_ABOVE
+            if member:
+                flags |= ELEMENT_MEMBER_ABOVE
+        if class_accepts_all_partials(&elements[pos]):
+            flags |= ELEMENT_ALL_PARTIALS
+        self.element_ascii[2 * pos] = lo
+        self.element_ascii[2 * pos + 1] = hi
+        self.element_flags[pos] = flags
+        return 0
+
+    cdef int compute_loop(self, int32_t set_id) except -1 nogil:
+        """The set's uniform successor and the code points that lead to it (its class).
+
+        Most code points a set can take lead to one and the same set: back to itself
+        inside a `*` loop, or one step along a chain inside a bounded `{m,n}`. Code
+        points are grouped by which of the set's stacks they match (the step depends
+        only on that), and the group most ASCII code points fall in gives the
+        successor; its code points are the class. The set is stepped once for that
+        group (and once for the code points >= 0x80 when they all behave alike), so
+        a new set costs no steps it would not take anyway.
+        """
+        cdef position_t tops[64]
+        cdef uint64_t pattern[128]
+        cdef uint64_t distinct[128]
+        cdef int32_t distinct_count[128]
+        cdef uint32_t distinct_cp[128]
+        cdef int32_t n_tops = 0, n_distinct = 0, best = -1, successor = -1, d, j
+        cdef uint64_t bits, matches_above = 0, ascii_lo = 0, ascii_hi = 0
+        cdef uint32_t cp
+        cdef uint8_t flags
+        cdef bint constant = True
+        cdef int64_t k
+        cdef int half
+        cdef node_t stack
+        self.summaries[set_id].flags |= SET_CLASS_KNOWN
+        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+            stack = self.set_nodes[k]
+            if is_bottom(stack) or is_token_element(&self.rules.elements[self.nodes[stack].element]):
+                continue
+            if n_tops == 64:
+                return 0  # too many stacks to group by: no class, the walk goes node by node
+            tops[n_tops] = self.nodes[stack].element
+            n_tops += 1
+        memset(pattern, 0, sizeof(pattern))
+        for j in range(n_tops):
+            self.element_info(tops[j])
+            flags = self.element_flags[tops[j]]
+            if flags & ELEMENT_ALL_PARTIALS:
+                self.summaries[set_id].flags |= SET_ALL_PARTIALS
+            if not (flags & ELEMENT_CONSTANT_ABOVE):
+                constant = False
+            elif flags & ELEMENT_MEMBER_ABOVE:
+                matches_above |= (<uint64_t>1) << j
+            for half in range(2):
+                bits = self.element_ascii[2 * tops[j] + half]
+                while bits:
+                    pattern[64 * half + ctz64(bits)] |= (<uint64_t>1) << j
+                    bits &= bits - 1
+        for cp in range(128):
+            if pattern[cp] == 0:
+                continue
+            d = 0
+            while d < n_distinct and distinct[d] != pattern[cp]:
+                d += 1
+            if d == n_distinct:
+                distinct[d] = pattern[cp]
+                distinct_count[d] = 0
+                distinct_cp[d] = cp
+                n_distinct += 1
+            distinct_count[d] += 1
+            if best < 0 or distinct_count[d] > distinct_count[best]:
+                best = d
+        if best >= 0:
+            successor = self.transition(set_id, distinct_cp[best])
+            if successor >= 0:
+                for cp in range(128):
+                    if pattern[cp] == distinct[best]:
+                        if cp < 64:
+                            ascii_lo |= (<uint64_t>1) << cp
+                        else:
+                            ascii_hi |= (<uint64_t>1) << (cp - 64)
+        if successor < 0 and constant and matches_above != 0:
+            successor = self.transition(set_id, 0x80)
+        if successor < 0:
+            return 0
+        self.summaries[set_id].successor = successor
+        self.summaries[set_id].class_ascii[0] = ascii_lo
+        self.summaries[set_id].class_ascii[1] = ascii_hi
+        if constant and matches_above != 0:
+            # every code point >= 0x80 matches the same stacks, so 0x80 stands for them all
+            if self.transition(set_id, 0x80) == successor:
+                self.summaries[set_id].flags |= SET_CLASS_NON_ASCII
+        return 0
+
+    cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil:
+        """Whether some stack of the set takes an unfinished character (match_partial_char)."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* top
+        cdef node_t stack
+        cdef int64_t k
+        cdef uint8_t mode = self.summaries[set_id].partial_mode, flags
+        if partial.n_remain < 0 or (partial.n_remain == 1 and partial.value < 2):
+            return False   # invalid, or an overlong 2-byte lead: match_partial_char never holds
+        if mode == PARTIAL_UNKNOWN:
+            # Most sets take every partial character (a negated class of ASCII exclusions) or none
+            # (ASCII classes): decided once from the classes on top.
+            mode = PARTIAL_NONE
+            for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+                stack = self.set_nodes[k]
+                if is_bottom(stack) or is_token_element(&elements[self.nodes[stack].element]):
+                    continue
+                self.element_info(self.nodes[stack].element)
+                flags = self.element_flags[self.nodes[stack].element]
+                if flags & ELEMENT_ALL_PARTIALS:
+                    mode = PARTIAL_ALL
+                    break
+                if not ((flags & ELEMENT_CONSTANT_ABOVE) and not (flags & ELEMENT_MEMBER_ABOVE)):
+                    mode = PARTIAL_MIXED
+            self.summaries[set_id].partial_mode = mode
+        if mode == PARTIAL_ALL:
+            return True
+        if mode == PARTIAL_NONE:
+            return False
+        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+            stack = self.set_nodes[k]
+            if is_bottom(stack):
+                continue
+            top = &elements[self.nodes[stack].element]
+            if not is_token_element(top) and match_partial_char(top, partial):
+                return True
+        return False
+
+    cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
+                            int32_t depth) except -1 nogil:
+        """Whether every token of a subtree with this summary is accepted from the set: following the
+        successors for as many code points as the deepest token takes, every code point stays in the
+        class of the set it meets, and every partial character it ends in is one that set takes."""
+        cdef int32_t d = 0, successor
+        if flags & SUBTREE_OVERLONG_END:
+            return False
+        while True:
+            if not (self.summaries[set_id].flags & SET_CLASS_KNOWN):
+                self.compute_loop(set_id)
+            if (flags & SUBTREE_PARTIAL_END) and not (self.summaries[set_id].flags & SET_ALL_PARTIALS):
+                return False
+            if d >= depth:
+                return True
+            successor = self.summaries[set_id].successor
+            if successor < 0 or (ascii_lo & ~self.summaries[set_id].class_ascii[0]) != 0 \
+                    or (ascii_hi & ~self.summaries[set_id].class_ascii[1]) != 0 \
+                    or ((flags & SUBTREE_NON_ASCII) and not (self.summaries[set_id].flags & SET_CLASS_NON_ASCII)):
+                return False
+            if successor == set_id:
+                return True  # a loop: every deeper code point meets this same set
+            # The next sets along the chain (a bounded repetition) often have this very class: the checks
+            # just made hold for all of them, so jump past the run instead of stepping set by set.
+            if self.summaries[set_id].run_length == RUN_UNKNOWN:
+                self.compute_run(set_id)
+            if d + self.summaries[set_id].run_length > depth:
+                return True
+            d += self.summaries[set_id].run_length
+            set_id = self.summaries[set_id].run_end
+            if set_id == NO_SET:
+                return False
+
+    cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil:
+        return self.summaries[a].class_ascii[0] == self.summaries[b].class_ascii[0] \
+            and self.summaries[a].class_ascii[1] == self.summaries[b].class_ascii[1] \
+            and (self.summaries[a].flags & (SET_CLASS_NON_ASCII | SET_ALL_PARTIALS)) \
+            == (self.summaries[b].flags & (SET_CLASS_NON_ASCII | SET_ALL_PARTIALS))
+
+    cdef int compute_run(self, int32_t set_id) except -1 nogil:
+        """How many sets in a row, following successors from set_id, have set_id's class and take the same
+        partial characters (run_length, RUN_UNBOUNDED when the run ends in a loop), and the set after
+        them (run_end, NO_SET if none). Explored no deeper than the longest token needs."""
+        cdef int32_t s = set_id, successor, c
+        cdef int64_t i, length
+        cdef int32_t limit = self.max_token_depth + 2
+        self.run_chain.clear()
+        while True:
+            if not (self.summaries[s].flags & SET_CLASS_KNOWN):
+                self.compute_loop(s)
+            if self.summaries[s].run_length != RUN_UNKNOWN:
+                break
+            self.run_chain.push_back(s)
+            successor = self.summaries[s].successor
+            if successor == NO_SET or successor == s or <int32_t>self.run_chain.size() >= limit:
+                break
+            if not (self.summaries[successor].flags & SET_CLASS_KNOWN):
+                self.compute_loop(successor)
+            if not self.same_class(s, successor):
+                break
+            s = successor
+        for i in range(<int64_t>self.run_chain.size() - 1, -1, -1):
+            c = self.run_chain[i]
+            successor = self.summaries[c].successor
+            if successor == c:
+                self.summaries[c].run_length = RUN_UNBOUNDED
+                self.summaries[c].run_end = NO_SET
+            elif successor == NO_SET:
+                self.summaries[c].run_length = 1
+                self.summaries[c].run_end = NO_SET
+            elif self.summaries[successor].run_length != RUN_UNKNOWN and self.same_class(c, successor):
+                length = 1 + <int64_t>self.summaries[successor].run_length
+                self.summaries[c].run_length = <int32_t>min(length, <int64_t>RUN_UNBOUNDED)
+                self.summaries[c].run_end = self.summaries[successor].run_end
+            else:
+                self.summaries[c].run_length = 1
+                self.summaries[c].run_end = successor
+        return 0
+
+    cdef int compute_viable(self, int32_t set_id) except -1 nogil:
+        """The code points some stack of the set can take next, as sorted disjoint intervals."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* pos
+        cdef vector[pair[uint32_t, uint32_t]] intervals, own
+        cdef uint32_t last
+        cdef uint32_t top_value = ~(<uint32_t>0)
+        cdef node_t stack
+        cdef int64_t k
+        cdef size_t j
+        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+            stack = self.set_nodes[k]
+            if is_bottom(stack):
+                continue
+            pos = &elements[self.nodes[stack].element]
+            if is_token_element(pos):
+                continue
+            class_intervals(pos, intervals, own)
+        sort(intervals.begin(), intervals.end())
+        # merge overlapping and touching intervals
+        self.summaries[set_id].viable_start = <int64_t>self.viable_bounds.size()
+        for j in range(intervals.size()):
+            if self.summaries[set_id].viable_count > 0:
+                last = self.viable_bounds[self.viable_bounds.size() - 1]
+                if last == top_value or intervals[j].first <= last + 1:
+                    if intervals[j].second > last:
+                        self.viable_bounds[self.viable_bounds.size() - 1] = intervals[j].second
+                    continue
+            self.viable_bounds.push_back(intervals[j].first)
+            self.viable_bounds.push_back(intervals[j].second)
+            self.summaries[set_id].viable_count += 1
+        return 0
