@@ -186,6 +186,7 @@ def _record_one(server, template, name, body):
              "request": request}
     if request.get("stream"):
         events = server.post_stream("/v1/chat/completions", request)
+        entry["status"] = 200
         entry["response"] = events
         chunks = [e for e in events if isinstance(e, dict) and e.get("choices")]
         content = "".join((c["choices"][0]["delta"].get("content") or "") for c in chunks)
