@@ -112,9 +112,31 @@ def test_tool_recordings_are_live(live, name):
         assert ID.match(cid)
 
 
-# recordings whose answer bankml serve does not give yet (it does not make tool calls: issue 13); expected to
-# differ, and the run fails when one stops differing
-KNOWN_SERVE_DIFF = set()
+# recordings whose answer bankml serve does not give yet (it renders no tools into the prompt and makes no tool
+# calls: issue 13; measured: even the text answers differ from the third token on); expected to differ, and the
+# run fails when one stops differing
+KNOWN_SERVE_DIFF = {
+    'qwen/auto/text/greedy',
+    'qwen/auto/seed4',
+    'qwen/auto/prefill/greedy',
+    'qwen/required/prefill/greedy',
+    'qwen/required/seed4',
+    'qwen/required/parallel/prefill/seed3',
+    'qwen/stream/required/prefill/greedy',
+    'qwen/stream/auto/text/seed5',
+    'qwen/second-turn/greedy',
+    'qwen/none/greedy',
+    'llama3.1/auto/text/greedy',
+    'llama3.1/auto/seed4',
+    'llama3.1/auto/prefill/greedy',
+    'llama3.1/required/prefill/greedy',
+    'llama3.1/required/seed4',
+    'llama3.1/required/parallel/prefill/seed3',
+    'llama3.1/stream/required/prefill/greedy',
+    'llama3.1/stream/auto/text/seed5',
+    'llama3.1/second-turn/greedy',
+    'llama3.1/none/greedy',
+}
 
 
 @pytest.fixture(scope="module")
