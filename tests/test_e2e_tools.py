@@ -32,6 +32,10 @@ NAMES = [r["name"] for r in RECORDS]
 RECORDINGS_HOLD = (RECORDING.get("kernels") == kernels_fingerprint()
                    and os.environ.get("BANKML_E2E_LIVE", "") in ("", "0"))
 ID = re.compile(r"^[0-9A-Za-z]{32}$")
+# where the recordings hold on this machine, two requests (one per template, one of them streamed) are still
+# answered live each run; elsewhere (or with BANKML_E2E_LIVE=1) every one is
+LIVE_NAMES = ("qwen/required/parallel/prefill/seed3", "llama3.1/stream/required/prefill/greedy")
+LIVE = list(LIVE_NAMES) if RECORDINGS_HOLD else NAMES
 
 
 def _record(name):
@@ -90,7 +94,7 @@ def test_tool_recording_is_consistent(name):
 @pytest.fixture(scope="module")
 def live():
     from .oracle.record_tools import record_live
-    return {r["name"]: r for r in record_live()}
+    return {r["name"]: r for r in record_live(None if LIVE is NAMES else set(LIVE))}
 
 
 # what does not depend on the logits: the prompt, its tokens, the grammar
@@ -98,7 +102,7 @@ STATIC = ("prompt", "prompt_token_ids", "grammar")
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", LIVE)
 def test_tool_recordings_are_live(live, name):
     """The pinned llama-server run now on this machine gives the recorded answer: all of it but the random tool
     call ids where the recording's kernels are this machine's, the prompt, prompt tokens and grammar elsewhere."""
