@@ -1,0 +1,215 @@
+"""End-to-end tool calls (issue 13): the pinned llama-server's answers to tool requests, and bankml serve's.
+
+``tests/data/server_tool_recordings.json`` holds tool requests answered by the pinned llama-server (built by
+``tests/oracle/build_server.py``) running SmolLM2-135M-Instruct with two tool-capable templates given by
+``--chat-template-file`` (Qwen2.5's Hermes-style ``<tool_call>`` template, Llama 3.1's bare-JSON one), recorded by
+``tests/oracle/record_tools.py``: auto answering in text, auto sampled, auto and required continuing an assistant
+message that opens a call, required sampled, parallel calls, streamed calls and text, a second turn with the
+tool's result, ``tool_choice: none``; greedy and seeded; llama-server's refusals (HTTP 500 when its parser refuses
+the output) recorded as they came.
+
+Here: the recordings' own consistency (``test_tool_recording_*``); that they are llama-server's answers on this
+machine (``test_tool_recordings_are_live``, which runs the pinned server again: where the recording's kernels
+fingerprint is this machine's everything but the random tool call ids must be the same, elsewhere what does not
+depend on the logits); and bankml serve answering each recorded request (``test_bankml_serve_answers_like_llama_
+server``), which fails today where bankml does not yet make tool calls (KNOWN_SERVE_DIFF, ``xfail(strict=True)``).
+"""
+import json
+import os
+import pathlib
+import re
+
+import pytest
+
+from .oracle.record_server import kernels_fingerprint
+from .oracle.record_tools import REQUESTS, TEMPLATES, assemble, reproducible, short
+from .oracle_support import ORACLE_STATS
+
+DATA = pathlib.Path(__file__).resolve().parent / "data" / "server_tool_recordings.json"
+RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
+RECORDS = RECORDING["recordings"]
+NAMES = [r["name"] for r in RECORDS]
+RECORDINGS_HOLD = (RECORDING.get("kernels") == kernels_fingerprint()
+                   and os.environ.get("BANKML_E2E_LIVE", "") in ("", "0"))
+ID = re.compile(r"^[0-9A-Za-z]{32}$")
+
+
+def _record(name):
+    return next(r for r in RECORDS if r["name"] == name)
+
+
+def test_tool_recordings_cover_the_issue():
+    assert len(RECORDS) >= 12 and len(set(NAMES)) == len(NAMES)
+    assert {r["template"] for r in RECORDS} == set(TEMPLATES)
+    assert NAMES == ["%s/%s" % (short(t), n) for t in TEMPLATES for n, _, _ in REQUESTS]
+    ok = [r for r in RECORDS if r["status"] == 200]
+    req = lambda r: r["request"]  # noqa: E731
+    assert any(req(r).get("tool_choice", "auto") == "auto" and not r["tool_calls"] and r["content"] for r in ok)
+    assert any(req(r).get("tool_choice") == "required" and r["tool_calls"] for r in ok)
+    assert any(req(r).get("parallel_tool_calls") and len(r["tool_calls"]) >= 2 for r in ok)
+    assert any(req(r).get("stream") and r["tool_call_deltas"] for r in ok)
+    assert any(m["role"] == "tool" for r in ok for m in req(r)["messages"])
+    assert any(r["finish_reason"] == "tool_calls" for r in ok)
+    assert any(req(r).get("temperature") == 0 and r["tool_calls"] for r in ok)
+    assert any(req(r).get("temperature", 0) > 0 and r["tool_calls"] for r in ok)
+    assert sum(bool(r["tool_calls"]) for r in ok) >= 6
+    assert any(r["status"] != 200 for r in RECORDS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tool_recording_is_consistent(name):
+    """Each answer as llama-server gives it: calls only to the request's tools, with ids of 32 letters and digits,
+    arguments that are JSON and valid against the tool's parameters when the call is complete; finish reason
+    ``tool_calls`` exactly when there are calls and the answer was not cut; a stream's tool-call deltas assemble
+    into its unstreamed twin's calls; the generated tokens within max_tokens."""
+    import jsonschema
+    r = _record(name)
+    req = r["request"]
+    if r["status"] != 200:
+        assert r["error"]["message"] and r["token_ids"] is None
+        return
+    tools = {t["function"]["name"]: t["function"]["parameters"] for t in req["tools"]}
+    assert len(r["token_ids"]) <= req["max_tokens"]
+    assert r["finish_reason"] in ("stop", "length", "tool_calls")
+    if r["finish_reason"] != "length":
+        assert (r["finish_reason"] == "tool_calls") == bool(r["tool_calls"])
+    for i, (fn, args, cid) in enumerate(r["tool_calls"]):
+        assert fn in tools and ID.match(cid), (fn, cid)
+        if r["finish_reason"] == "tool_calls" or i + 1 < len(r["tool_calls"]):
+            jsonschema.validate(json.loads(args), tools[fn])
+    message = r["message"]
+    assert [[c["function"]["name"], c["function"]["arguments"]] for c in message.get("tool_calls") or []] == \
+        [c[:2] for c in r["tool_calls"]]
+    if req.get("stream"):
+        assert [c[:2] for c in assemble(r["tool_call_deltas"])] == [c[:2] for c in r["tool_calls"]]
+        assert r["tool_calls"] == assemble(r["tool_call_deltas"])
+        assert (message.get("content") or "") == r["content"]
+    ORACLE_STATS["llama-server tool recordings consistent"] += 1
+
+
+@pytest.fixture(scope="module")
+def live():
+    from .oracle.record_tools import record_live
+    return {r["name"]: r for r in record_live()}
+
+
+# what does not depend on the logits: the prompt, its tokens, the grammar
+STATIC = ("prompt", "prompt_token_ids", "grammar")
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("name", NAMES)
+def test_tool_recordings_are_live(live, name):
+    """The pinned llama-server run now on this machine gives the recorded answer: all of it but the random tool
+    call ids where the recording's kernels are this machine's, the prompt, prompt tokens and grammar elsewhere."""
+    want, got = reproducible(_record(name)), reproducible(live[name])
+    if RECORDINGS_HOLD:
+        assert got == want
+        ORACLE_STATS["llama-server tool requests answered live, identical to the recording"] += 1
+    else:
+        assert {k: got[k] for k in STATIC} == {k: want[k] for k in STATIC}
+    for _, _, cid in live[name]["tool_calls"]:
+        assert ID.match(cid)
+
+
+# recordings whose answer bankml serve does not give yet (it renders no tools into the prompt and makes no tool
+# calls: issue 13; measured: even the text answers differ from the third token on); expected to differ, and the
+# run fails when one stops differing
+KNOWN_SERVE_DIFF = {
+    'qwen/auto/text/greedy',
+    'qwen/auto/seed4',
+    'qwen/auto/prefill/greedy',
+    'qwen/required/prefill/greedy',
+    'qwen/required/seed4',
+    'qwen/required/parallel/prefill/seed3',
+    'qwen/stream/required/prefill/greedy',
+    'qwen/stream/auto/text/seed5',
+    'qwen/second-turn/greedy',
+    'qwen/none/greedy',
+    'llama3.1/auto/text/greedy',
+    'llama3.1/auto/seed4',
+    'llama3.1/auto/prefill/greedy',
+    'llama3.1/required/prefill/greedy',
+    'llama3.1/required/seed4',
+    'llama3.1/required/parallel/prefill/seed3',
+    'llama3.1/stream/required/prefill/greedy',
+    'llama3.1/stream/auto/text/seed5',
+    'llama3.1/second-turn/greedy',
+    'llama3.1/none/greedy',
+}
+
+
+@pytest.fixture(scope="module")
+def clients(tmp_path_factory):
+    """bankml serve (the app over a Model set up as llama-server's slot) with each template as
+    --chat-template-file: the template text recorded by the chat-template oracle."""
+    import gzip
+
+    from starlette.testclient import TestClient
+
+    from bankml.runtime import Model, default_model_path
+    from bankml.server import create_app
+    with gzip.open(DATA.parent / "chat_templates_oracle.json.gz", "rt", encoding="utf-8") as f:
+        sources = {t: rec["source"] for t, rec in json.load(f)["templates"].items() if t in TEMPLATES}
+    s = RECORDING["llama_cpp_python_settings"]
+    out, models, stack = {}, [], []
+    for template in TEMPLATES:
+        path = tmp_path_factory.mktemp("tmpl") / template
+        path.write_text(sources[template], encoding="utf-8")
+        m = Model(default_model_path(), n_ctx=s["n_ctx"], n_batch=s["n_batch"], n_ubatch=s["n_ubatch"],
+                  n_threads=s["n_threads"], n_threads_batch=s["n_threads_batch"], flash_attn=s["flash_attn"],
+                  n_parallel=1, chat_template_file=str(path))
+        models.append(m)
+        c = TestClient(create_app(m, "SmolLM2-135M-Instruct"))
+        stack.append(c.__enter__())
+        out[template] = stack[-1]
+    yield out
+    for c in stack:
+        c.__exit__(None, None, None)
+    for m in models:
+        m.close()
+
+
+def _sse(text):
+    out = []
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            data = line[len("data: "):]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def _answer(status, body, stream):
+    """What must be llama-server's in an answer: the status, an error's message, or the finish reason, content,
+    tool calls (name, arguments) and, streamed, the content and tool-call deltas (ids aside)."""
+    if status != 200:
+        return {"status": status, "error": (body.get("error") or {}).get("message") if isinstance(body, dict) else body}
+    if stream:
+        chunks = [c for c in body if isinstance(c, dict) and c.get("choices")]
+        deltas = [[tc.get("index"), bool(tc.get("id")), (tc.get("function") or {}).get("name") or "",
+                   (tc.get("function") or {}).get("arguments") or ""]
+                  for c in chunks for tc in (c["choices"][0].get("delta") or {}).get("tool_calls") or []]
+        return {"status": 200, "content": [c["choices"][0]["delta"].get("content") or "" for c in chunks],
+                "tool_call_deltas": deltas,
+                "finish": [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0].get("finish_reason")]}
+    choice = body["choices"][0]
+    return {"status": 200, "finish_reason": choice["finish_reason"], "content": choice["message"].get("content"),
+            "tool_calls": [[c["function"]["name"], c["function"]["arguments"]]
+                           for c in choice["message"].get("tool_calls") or []], "tokens": body.get("tokens")}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="bankml serve makes no tool calls yet"))
+    if n in KNOWN_SERVE_DIFF else n for n in NAMES])
+def test_bankml_serve_answers_like_llama_server(clients, name):
+    r = _record(name)
+    req = {k: v for k, v in r["request"].items() if k not in ("verbose", "cache_prompt")}
+    response = clients[r["template"]].post("/v1/chat/completions", json=req)
+    stream = bool(req.get("stream")) and r["status"] == 200
+    got = _answer(response.status_code, _sse(response.text) if stream and response.status_code == 200
+                  else response.json(), stream)
+    want = _answer(r["status"], r["response"], stream)
+    if not stream and r["status"] == 200:
+        want["tokens"] = r["token_ids"]
+    assert got == want
+    ORACLE_STATS["llama-server tool answers identical (bankml serve)"] += 1
