@@ -537,3 +537,225 @@ def _count(haystack, needle):
         n += 1
         pos = haystack.find(needle, pos + len(needle))
     return n
+
+
+# -- the auto-parser's tool branch (chat-auto-parser-generator.cpp) ----------------------------------------
+# C++ builds the right operand of + and | first (GCC), which fixes the parser ids shown in the grammar: the
+# code below creates the parsers in that order.
+
+def _func_parser(p, t, name, call_id_section, have_call_id, args, atomic_peek):
+    """analyze_tools::build_func_parser."""
+    fn, f, a = t.function, t.format, t.arguments
+    open_ = p.tool_open(fn.name_prefix + p.tool_name(p.literal(name)) + fn.name_suffix)
+    matched_atomic = False
+    func = p.eps()
+    if fn.args_separator:
+        sep = p.literal(fn.args_separator)
+        open_ = open_ + p.space() + sep
+    if fn.name_suffix:
+        sp = p.space()
+        func = open_ + call_id_section + sp + args
+        matched_atomic = True
+    elif have_call_id:
+        sp = p.space()
+        func = p.atomic(open_ + call_id_section) + sp + args
+        matched_atomic = True
+    elif atomic_peek is not None:
+        sp = p.space()
+        func = p.atomic(open_ + call_id_section + sp + atomic_peek) + args
+        matched_atomic = True
+    else:
+        sp = p.space()
+        func = open_ + call_id_section + sp + args
+    if fn.close:
+        close = p.tool_close(p.literal(fn.close))
+        func = func + p.space() + close
+    elif f.per_call_end:
+        if a.tolerate_intertag_whitespace:
+            lit = p.literal(f.per_call_end)
+            close_peek = p.peek(p.space() + lit)
+        else:
+            close_peek = p.peek(p.literal(f.per_call_end))
+        func = func + p.tool_close(close_peek)
+    else:
+        func = func + p.tool_close(p.space())
+    if not matched_atomic:
+        func = p.atomic(func)
+    return func
+
+
+def _call_id_section(p, t, with_suffix_inside):
+    c, a = t.call_id, t.arguments
+    section = p.eps()
+    have = False
+    if c.pos == ID_BETWEEN_FUNC_AND_ARGS and c.prefix and (c.suffix or a.start):
+        have = True
+        if c.suffix:
+            if with_suffix_inside:
+                section = p.optional(c.prefix + p.tool_id(p.until(c.suffix)) + c.suffix)
+            else:
+                section = p.optional(c.prefix + p.tool_id(p.until(c.suffix))) + c.suffix
+        else:
+            section = p.optional(c.prefix + p.tool_id(p.until(a.start)))
+    return section, have
+
+
+def _tail(p, reasoning_parser, f, tool_calls):
+    trigger = f.section_start or f.per_call_start
+    before = p.eps() if not trigger else p.until(trigger)
+    end = p.end()
+    return reasoning_parser + p.optional(p.content(before)) + tool_calls + end
+
+
+def _build_json_native(p, t, inp, reasoning_parser, content):
+    from .chat_peg import function_tools
+    f = t.format
+    name_field, args_field = f.name_field, f.args_field
+    if f.function_field and f.function_field != "function" and "." not in name_field:
+        name_field = f.function_field + "." + name_field
+        args_field = f.function_field + "." + args_field
+    tools_parser = p.eps()
+    required = inp.tool_choice == "required"
+    tools = function_tools(inp.tools)
+    if not f.section_start and f.per_call_start:
+        single = p.standard_json_tools(f.per_call_start, f.per_call_end, tools, inp.parallel_tool_calls, required,
+                                       name_field, args_field, f.tools_array_wrapped, f.fun_name_is_key,
+                                       f.id_field, f.gen_id_field, f.parameter_order, f.openai_wrapper_trigger)
+        tools_parser = p.trigger_rule("tool-calls", p.one_or_more(single + p.space()))
+    else:
+        tools_parser = p.standard_json_tools(f.section_start, f.section_end, tools, inp.parallel_tool_calls, required,
+                                             name_field, args_field, f.tools_array_wrapped, f.fun_name_is_key,
+                                             f.id_field, f.gen_id_field, f.parameter_order, f.openai_wrapper_trigger)
+    if content.is_always_wrapped():
+        wrapped = p.optional(content.start + p.content(p.until(content.end)) + content.end)
+        end = p.end()
+        return reasoning_parser + wrapped + tools_parser + end
+    tool_start = f.section_start or f.per_call_start or "{"
+    end = p.end()
+    return reasoning_parser + p.optional(p.content(p.until(tool_start))) + tools_parser + end
+
+
+def _build_tag_json(p, t, inp, reasoning_parser):
+    from .chat_peg import function_tools, tool_parameters
+    f, a = t.format, t.arguments
+    tool_choice = p.choice()
+    for tool in function_tools(inp.tools):
+        func = tool["function"]
+        name = func["name"]
+        schema = tool_parameters(func)
+        call_id_section, have_call_id = _call_id_section(p, t, False)
+        args = p.tool_args(p.schema(p.json(), "tool-" + name + "-schema", schema))
+        if a.start:
+            args = p.literal(a.start) + args
+        if a.end:
+            args = args + p.literal(a.end)
+        peek = p.peek(p.literal(a.start)) if a.start else None
+        tool_choice = tool_choice | p.rule("tool-" + name, _func_parser(p, t, name, call_id_section, have_call_id,
+                                                                         args, peek))
+    tool_calls = p.eps()
+    if f.per_call_start:
+        wrapped = f.per_call_start + tool_choice + f.per_call_end
+        if inp.parallel_tool_calls:
+            more = p.zero_or_more(p.space() + wrapped)
+            tool_calls = p.trigger_rule("tool-call", wrapped + more)
+        else:
+            tool_calls = p.trigger_rule("tool-call", wrapped)
+        if f.section_start:
+            last = p.end() if not f.section_end else p.literal(f.section_end)
+            sp2 = p.space()
+            sp1 = p.space()
+            tool_calls = p.trigger_rule("tool-calls", p.literal(f.section_start) + sp1 + tool_calls + sp2 + last)
+    else:
+        if inp.parallel_tool_calls:
+            more = p.zero_or_more(", " + tool_choice)
+            tool_calls = p.trigger_rule("tool-call", f.section_start + tool_choice + more + f.section_end)
+        else:
+            tool_calls = p.trigger_rule("tool-call", f.section_start + tool_choice + f.section_end)
+    if inp.tool_choice != "required":
+        tool_calls = p.optional(tool_calls)
+    return _tail(p, reasoning_parser, f, tool_calls)
+
+
+def _build_tag_tagged(p, t, inp, reasoning_parser):
+    from .chat_peg import function_parameters, function_tools, may_be_string
+    f, a = t.format, t.arguments
+    until_suffix = p.rule("until-suffix", p.until(a.value_suffix))
+    tool_choice = p.choice()
+    for tool in function_tools(inp.tools):
+        func = tool["function"]
+        name = func["name"]
+        required, optional = [], []
+        for pname, node, is_required in function_parameters(func):
+            if may_be_string(node):
+                close = p.tool_arg_close(p.literal(a.value_suffix))
+                value = p.ac(p.tool_arg_string_value(until_suffix) + close, a.value_suffix)
+            else:
+                close = p.tool_arg_close(p.literal(a.value_suffix))
+                value = p.tool_arg_json_value(p.schema(p.json(), "tool-%s-arg-%s-schema" % (name, pname), None,
+                                                       node=node)) + close
+            open_ = p.tool_arg_open(a.name_prefix + p.tool_arg_name(p.literal(pname)) + a.name_suffix)
+            arg = p.tool_arg(open_ + a.value_prefix + value)
+            named = p.rule("tool-%s-arg-%s" % (name, pname), arg)
+            (required if is_required else optional).append(named)
+        args = p.eps()
+        for i, r in enumerate(required):
+            if i > 0:
+                args = args + p.space()
+            args = args + r
+        if optional:
+            any_opt = p.choice()
+            for o in optional:
+                any_opt = any_opt | o
+            args = args + p.repeat(p.space() + any_opt, 0, -1)
+        if a.start:
+            args = p.literal(a.start) + args
+        if a.end:
+            args = args + p.literal(a.end)
+        call_id_section, have_call_id = _call_id_section(p, t, True)
+        peek = p.peek(p.literal(a.name_prefix)) if a.name_prefix and required else None
+        tool_choice = tool_choice | p.rule("tool-" + name, _func_parser(p, t, name, call_id_section, have_call_id,
+                                                                         args, peek))
+    tool_calls = p.eps()
+    if f.per_call_start:
+        sp2 = p.space()
+        wrapped = f.per_call_start + p.space() + tool_choice + sp2 + f.per_call_end
+        if inp.parallel_tool_calls:
+            spa = p.space()
+            more = p.zero_or_more(p.space() + wrapped)
+            tool_calls = p.trigger_rule("tool-call", wrapped + more + spa)
+        else:
+            tool_calls = p.trigger_rule("tool-call", wrapped + p.space())
+        if f.section_start:
+            if not f.section_end:
+                last = p.end()
+            else:
+                sp = p.space()
+                last = p.literal(f.section_end) + sp
+            sp2 = p.space()
+            sp1 = p.space()
+            tool_calls = p.trigger_rule("tool-calls", p.literal(f.section_start) + sp1 + tool_calls + sp2 + last)
+    else:
+        if inp.parallel_tool_calls:
+            sp2 = p.space()
+            more = p.zero_or_more(", " + tool_choice)
+            tool_calls = p.trigger_rule("tool-call", f.section_start + p.space() + tool_choice + more + sp2
+                                        + f.section_end)
+        else:
+            sp2 = p.space()
+            tool_calls = p.trigger_rule("tool-call", f.section_start + p.space() + tool_choice + sp2 + f.section_end)
+    if inp.tool_choice != "required":
+        tool_calls = p.optional(tool_calls)
+    return _tail(p, reasoning_parser, f, tool_calls)
+
+
+def build_tool_parser(p, tools, inp, reasoning_parser, content):
+    """analyze_tools::build_parser: the tool-call parser of the analysed format (an epsilon when none was
+    found, as llama.cpp, which logs an error then)."""
+    mode = tools.format.mode
+    if mode == JSON_NATIVE:
+        return _build_json_native(p, tools, inp, reasoning_parser, content)
+    if mode == TAG_WITH_JSON:
+        return _build_tag_json(p, tools, inp, reasoning_parser)
+    if mode == TAG_WITH_TAGGED:
+        return _build_tag_tagged(p, tools, inp, reasoning_parser)
+    return p.eps()
