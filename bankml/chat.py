@@ -615,6 +615,35 @@ def msg_diffs(previous, current):
     return out
 
 
+def msg_diffs_with_tools(previous, current):
+    """common_chat_msg_diff::compute_diffs in full: [(reasoning_delta, content_delta, tool_call_index (-1:
+    none), name, arguments_delta, id)], reasoning and content first, then the last known call's argument
+    delta (with its id and name when they changed) and the new calls. ChatParseError with llama.cpp's
+    message when calls disappear or a call's name changes."""
+    out = [d + (-1, "", "", "") for d in msg_diffs(previous, current)]
+    prv, new = previous.tool_calls or [], current.tool_calls or []
+    if len(new) < len(prv):
+        err = "Invalid diff: now finding less tool calls!\n  Previous (%d):\n" % len(prv)
+        err += "".join("    - name: '%s', args: '%s'\n" % (tc.name, tc.arguments) for tc in prv)
+        err += "  Current (%d):\n" % len(new)
+        err += "".join("    - name: '%s', args: '%s'\n" % (tc.name, tc.arguments) for tc in new)
+        err += "  Current msg text content:\n" + current.content + "\n"
+        raise ChatParseError(err)
+    if prv:
+        idx = len(prv) - 1
+        pref, newf = prv[idx], new[idx]
+        if pref.name != newf.name and pref.name and newf.name and not newf.name.startswith(pref.name):
+            raise ChatParseError("Invalid diff: tool call mismatch!")
+        args = _string_diff(pref.arguments, newf.arguments)
+        if args or pref.id != newf.id or pref.name != newf.name:
+            changed = pref.id != newf.id or pref.name != newf.name
+            out.append(("", "", idx, newf.name if changed else "", args, newf.id if changed else ""))
+    for idx in range(len(prv), len(new)):
+        tc = new[idx]
+        out.append(("", "", idx, tc.name, tc.arguments, tc.id))
+    return out
+
+
 class ChatParser:
     """A chat parser as common_chat_peg_parse runs it: the arena built by the auto-parser or a handler, run
     leniently on the generation prompt followed by the answer, its AST mapped to the message."""
