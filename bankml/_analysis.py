@@ -435,7 +435,8 @@ class Analysis:
         self.user_start = self._user_start(template)
         self.preserved_tokens = []
         self.additional_stops = []
-        for tok in [self.reasoning.start, self.reasoning.end, self.content.start, self.content.end] + self.tools.tokens():
+        own = [self.reasoning.start, self.reasoning.end, self.content.start, self.content.end]
+        for tok in own + self.tools.tokens():
             self._add_token(tok)
         for fix in _WORKAROUNDS:
             fix(template.source, self)
@@ -524,7 +525,8 @@ def _deepseek_r1_distill(src, a):
     if ("{{'<\uff5cAssistant\uff5c><\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>'"
             " + tool['type'] + '<\uff5ctool\u2581sep\uff5c>'") in src:
         f, fn = a.tools.format, a.tools.function
-        f.section_start, f.section_end = "<\uff5ctool\u2581calls\u2581begin\uff5c>", "<\uff5ctool\u2581calls\u2581end\uff5c>"
+        f.section_start = "<\uff5ctool\u2581calls\u2581begin\uff5c>"
+        f.section_end = "<\uff5ctool\u2581calls\u2581end\uff5c>"
         f.per_call_start = "<\uff5ctool\u2581call\u2581begin\uff5c>function"
         fn.name_prefix = "<\uff5ctool\u2581sep\uff5c>"
         f.per_call_end = "<\uff5ctool\u2581call\u2581end\uff5c>"

@@ -274,12 +274,14 @@ class Tools:
         fun_ok, fun_tags = Tagged(fun_marker_fn).parse_anywhere(clean)
         fun_marker = fun_tags.get("fun_marker", "") if fun_ok else fun
 
-        ok, tags = Tagged(lambda p: p.tag("sec_start", p.marker() + p.space()) + p.tag("call_start", p.marker() + p.space())
+        ok, tags = Tagged(lambda p: p.tag("sec_start", p.marker() + p.space())
+                          + p.tag("call_start", p.marker() + p.space())
                           + p.tag("fun_pre", p.until(fun_marker)) + fun_marker
                           + p.tag("rest", p.rest())).parse_anywhere(clean)
         if ok:
             _, end_tags = Tagged(lambda p: p.tag("call_end", p.marker() + p.space())
-                                 + p.tag("sec_end", p.marker() + p.space()) + p.end()).parse_anywhere(tags.get("rest", ""))
+                                 + p.tag("sec_end", p.marker() + p.space()) + p.end()).parse_anywhere(
+                tags.get("rest", ""))
             self.function.name_prefix = fun_tags.get("fun_pre", "") + self.function.name_prefix
         else:
             ok, tags = Tagged(lambda p: p.tag("sec_start", p.marker() + p.space()) + fun_marker
