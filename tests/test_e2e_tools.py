@@ -112,9 +112,9 @@ def test_tool_recordings_are_live(live, name):
         assert ID.match(cid)
 
 
-# recordings whose answer bankml serve does not give yet (it renders no tools into the prompt and makes no tool
-# calls: issue 13; measured: even the text answers differ from the third token on); expected to differ, and the
-# run fails when one stops differing
+# recordings whose answer bankml serve does not give yet (issue 13: on main at 92fa62c it refuses ``tools`` with
+# a 400; before, it ignored them and even the text answers differed from the third token on); expected to
+# differ, and the run fails when one stops differing
 KNOWN_SERVE_DIFF = {
     'qwen/auto/text/greedy',
     'qwen/auto/seed4',
