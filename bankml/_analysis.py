@@ -5,7 +5,7 @@ The differential template analysis of ``common/chat-diff-analyzer.cpp`` and its 
 thing (a reasoning block, ``enable_thinking``, a tool call) and the difference between the two outputs names
 the template's markers. This module holds the reasoning and content analysis (the thinking tags and whether
 content is wrapped), the assistant/user start markers and the preserved tokens they give; the tool-call
-analysis is the next step (issue 13). Private to bankml; ``bankml.chat`` uses it.
+analysis is ``bankml._analysis_tools``. Private to bankml; ``bankml.chat`` uses it.
 """
 from ._jinja import TemplateError
 
@@ -421,20 +421,22 @@ class Content:
 # -- the whole analysis (autoparser::analyze_template) ------------------------------------------------------
 
 class Analysis:
-    """What the differential analysis finds in a template. ``tools_analyzed`` is False: the tool-call
-    format analysis (analyze_tools) is not ported yet, so the tool markers are missing from
-    ``preserved_tokens`` for templates that render tool calls."""
+    """What the differential analysis finds in a template (autoparser::analyze_template): reasoning,
+    content, tools (``bankml._analysis_tools.Tools``), the message start markers, the preserved tokens and
+    additional stops."""
 
     def __init__(self, template):
+        from ._analysis_tools import Tools
         caps = template.caps
         self.reasoning = Reasoning(template, caps.supports_tool_calls)
         self.content = Content(template, self.reasoning)
-        self.tools_analyzed = False
+        self.tools = Tools(template, caps, self.reasoning) if caps.supports_tool_calls else Tools()
         self.assistant_start = self._assistant_start(template)
         self.user_start = self._user_start(template)
         self.preserved_tokens = []
         self.additional_stops = []
-        for tok in (self.reasoning.start, self.reasoning.end, self.content.start, self.content.end):
+        own = [self.reasoning.start, self.reasoning.end, self.content.start, self.content.end]
+        for tok in own + self.tools.tokens():
             self._add_token(tok)
         for fix in _WORKAROUNDS:
             fix(template.source, self)
@@ -513,11 +515,30 @@ def _functionary(src, a):
     if ('set has_code_interpreter = tools | selectattr("type", "equalto", "code_interpreter") | list | length > 0'
             in src):
         a.content.mode, a.content.end = CONTENT_PLAIN, ""
+        t = a.tools
+        t.function.name_prefix, t.format.section_start, t.format.section_end = "", "", ""
+        t.format.per_call_start, t.format.per_call_end, t.function.close = "<function=", "</function>", ""
         a.preserved_tokens = ["<|eot_id|>", "<|eom_id|>", "<function=", ">", "</function>"]
+
+
+def _deepseek_r1_distill(src, a):
+    if ("{{'<\uff5cAssistant\uff5c><\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>'"
+            " + tool['type'] + '<\uff5ctool\u2581sep\uff5c>'") in src:
+        f, fn = a.tools.format, a.tools.function
+        f.section_start = "<\uff5ctool\u2581calls\u2581begin\uff5c>"
+        f.section_end = "<\uff5ctool\u2581calls\u2581end\uff5c>"
+        f.per_call_start = "<\uff5ctool\u2581call\u2581begin\uff5c>function"
+        fn.name_prefix = "<\uff5ctool\u2581sep\uff5c>"
+        f.per_call_end = "<\uff5ctool\u2581call\u2581end\uff5c>"
+        fn.close = "```"
 
 
 def _nemotron_v2(src, a):
     if "<SPECIAL_10>" in src and "<SPECIAL_11>" in src and "<SPECIAL_12>" in src and "<TOOL_RESPONSE>" in src:
+        from ._analysis_tools import JSON_NATIVE
+        f = a.tools.format
+        f.mode, f.section_start, f.section_end = JSON_NATIVE, "", ""
+        f.per_call_start, f.per_call_end, f.tools_array_wrapped = "<TOOLCALL>", "</TOOLCALL>", True
         a.content.mode, a.content.start, a.content.end = CONTENT_PLAIN, "", ""
         a.reasoning.mode, a.reasoning.start, a.reasoning.end = REASONING_TAG_BASED, "<think>\n", "</think>"
         a.assistant_start, a.user_start = "<SPECIAL_11>Assistant", "<SPECIAL_11>User"
@@ -541,13 +562,29 @@ def _apriel(src, a):
         a.user_start, a.assistant_start = "<|begin_user|>", "<|begin_assistant|>"
 
 
+def _openai_wrapper(src, a):
+    if 'Respond in the format {"name": function name' in src and "Do not use variables." in src:
+        a.tools.format.openai_wrapper_trigger = True
+
+
 def _laguna(src, a):
     if "laguna_glm_thinking" in src:
         a.reasoning.start = trim_whitespace(a.reasoning.start)
         a.reasoning.end = trim_whitespace(a.reasoning.end)
+        args = a.tools.arguments
+        args.value_prefix = trim_whitespace(args.value_prefix)
+        args.value_suffix = trim_whitespace(args.value_suffix)
+        args.separator = trim_whitespace(args.separator)
+        args.tolerate_intertag_whitespace = True
         a.additional_stops.append("</assistant>")
 
 
-# the workarounds of chat-diff-analyzer.cpp in their order; those that only touch tool-call fields wait for
-# the tool analysis
-_WORKAROUNDS = [_old_qwen, _granite, _command_r, _functionary, _nemotron_v2, _fireworks, _solar, _apriel, _laguna]
+def _bailing_v3(src, a):
+    if "Bailing V3 chat template" in src:
+        a.tools.arguments.value_suffix = trim_whitespace(a.tools.arguments.value_suffix)
+        a.tools.arguments.tolerate_intertag_whitespace = True
+
+
+# the workarounds of chat-diff-analyzer.cpp in their order
+_WORKAROUNDS = [_old_qwen, _granite, _command_r, _functionary, _deepseek_r1_distill, _nemotron_v2, _fireworks,
+                _solar, _apriel, _openai_wrapper, _laguna, _bailing_v3]

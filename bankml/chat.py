@@ -468,12 +468,25 @@ class ChatTemplate:
         json_mode = isinstance(json_schema, dict) and bool(json_schema)
         head = "Unable to generate parser for this template. Automatic parser generation failed: "
         from .errors import SchemaError
+        from ._handlers import TRIGGER_WORD, Inputs
+        inp = Inputs(None, self.source, json_schema, reasoning_format, continuation, continue_msg, tools_json,
+                     tool_choice, bool(parallel_tool_calls), enable_thinking, add_gen)
+        tf = a.tools.format
+        has_tools = tf.mode != "NONE" and inp.has_tools
+        trigger = tf.section_start or tf.per_call_start
+        include_grammar = json_mode or (has_tools and ((tool_choice == "auto" and bool(trigger))
+                                                       or tool_choice == "required"))
         try:
-            arena = build_auto_parser(a, parser_gen, extracting, json_schema)
-            if json_mode:
-                out.grammar = arena_grammar(arena, False)
-                out.grammar_lazy = False
+            with_tools = inp.tool_calls_enabled and self.caps.supports_tool_calls
+            arena = build_auto_parser(a, parser_gen, extracting, json_schema, inp if with_tools else None)
+            if include_grammar:
+                out.grammar_lazy = not json_mode and tool_choice == "auto"
+                out.grammar = arena_grammar(arena, out.grammar_lazy)
                 out.grammar_triggers = []
+                if out.grammar_lazy:
+                    out.grammar_triggers = [[TRIGGER_WORD, trigger]]
+                    if tf.openai_wrapper_trigger:
+                        out.grammar_triggers.append([TRIGGER_WORD, '{"type": "function",'])
         except SchemaError as e:
             raise _schema_error(e, head) from None
         out.parser = ChatParser(arena, out.generation_prompt)
@@ -602,6 +615,35 @@ def msg_diffs(previous, current):
     return out
 
 
+def msg_diffs_with_tools(previous, current):
+    """common_chat_msg_diff::compute_diffs in full: [(reasoning_delta, content_delta, tool_call_index (-1:
+    none), name, arguments_delta, id)], reasoning and content first, then the last known call's argument
+    delta (with its id and name when they changed) and the new calls. ChatParseError with llama.cpp's
+    message when calls disappear or a call's name changes."""
+    out = [d + (-1, "", "", "") for d in msg_diffs(previous, current)]
+    prv, new = previous.tool_calls or [], current.tool_calls or []
+    if len(new) < len(prv):
+        err = "Invalid diff: now finding less tool calls!\n  Previous (%d):\n" % len(prv)
+        err += "".join("    - name: '%s', args: '%s'\n" % (tc.name, tc.arguments) for tc in prv)
+        err += "  Current (%d):\n" % len(new)
+        err += "".join("    - name: '%s', args: '%s'\n" % (tc.name, tc.arguments) for tc in new)
+        err += "  Current msg text content:\n" + current.content + "\n"
+        raise ChatParseError(err)
+    if prv:
+        idx = len(prv) - 1
+        pref, newf = prv[idx], new[idx]
+        if pref.name != newf.name and pref.name and newf.name and not newf.name.startswith(pref.name):
+            raise ChatParseError("Invalid diff: tool call mismatch!")
+        args = _string_diff(pref.arguments, newf.arguments)
+        if args or pref.id != newf.id or pref.name != newf.name:
+            changed = pref.id != newf.id or pref.name != newf.name
+            out.append(("", "", idx, newf.name if changed else "", args, newf.id if changed else ""))
+    for idx in range(len(prv), len(new)):
+        tc = new[idx]
+        out.append(("", "", idx, tc.name, tc.arguments, tc.id))
+    return out
+
+
 class ChatParser:
     """A chat parser as common_chat_peg_parse runs it: the arena built by the auto-parser or a handler, run
     leniently on the generation prompt followed by the answer, its AST mapped to the message."""
@@ -620,9 +662,11 @@ class ChatParser:
         return peg_parse(self.arena, self.generation_prompt, raw, partial, self.format, self.mapper)
 
 
-def build_auto_parser(analysis, generation_prompt, extracting, json_schema):
-    """autoparser::build_parser without tools (chat-auto-parser-generator.cpp): the arena. C++ operands of
-    ``+`` are built as GCC builds them (the right one first), which fixes the parser ids."""
+def build_auto_parser(analysis, generation_prompt, extracting, json_schema, tool_inputs=None):
+    """autoparser::build_parser (chat-auto-parser-generator.cpp): the arena; ``tool_inputs`` (the handlers'
+    ``Inputs``) when the request's tools are to be parsed. C++ operands of ``+`` are built as GCC builds them
+    (the right one first), which fixes the parser ids."""
+    from ._analysis_tools import build_tool_parser
     from .chat_peg import build_chat_peg_parser
     r, c = analysis.reasoning, analysis.content
 
@@ -636,6 +680,9 @@ def build_auto_parser(analysis, generation_prompt, extracting, json_schema):
                 reasoning_parser = p.optional(head + body + tail)
             else:
                 reasoning_parser = p.optional(body + tail)
+        else:
+            reasoning_parser = p.eps()          # analyze_reasoning::build_parser's epsilon
+        p.eps()                                 # build_parser's initial parser
         pure_content = r.mode == "NONE"
         if isinstance(json_schema, dict) and json_schema:
             response_format = p.rule("response-format", p.content(p.schema(p.json(), "response-format-schema",
@@ -648,6 +695,9 @@ def build_auto_parser(analysis, generation_prompt, extracting, json_schema):
             bare = p.space() + response_format + sp2
             alternatives = p.choice([fenced, bare])
             parser = reasoning_parser + p.space() + alternatives + end
+            pure_content = False
+        elif tool_inputs is not None:
+            parser = build_tool_parser(p, analysis.tools, tool_inputs, reasoning_parser, c)
             pure_content = False
         elif c.is_always_wrapped():
             end = p.end()

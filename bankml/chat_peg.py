@@ -291,6 +291,7 @@ class ChatBuilder(Builder):
             return self.eps()
         eff_name = name_key or "name"
         eff_args = args_key or "arguments"
+        self.eps()                                # the initial tool_choices
         if function_is_key:
             choices = self._json_tools_function_is_key(tools, args_key, eff_args, call_id_key, gen_call_id_key)
         elif "." in eff_name or "." in eff_args:
@@ -328,12 +329,14 @@ class ChatBuilder(Builder):
             if gen_call_id_key:
                 gp = self._id_field(gen_call_id_key, True)
                 fields.append(self.optional(gp + self.space() + self.optional(self.literal(",") + self.space())))
+            self.eps()                            # C++'s initial args_parser
             if not args_key:
                 argsp = self.tool_args(self.schema(self.json(), "tool-" + name + "-schema", params))
             else:
                 argsp = self.literal('"%s"' % eff_args) + self.space() + self.literal(":") + self.space() + \
                     self.tool_args(self.schema(self.json(), "tool-" + name + "-schema", params))
             fields.append(argsp)
+            self.eps()                            # C++'s initial inner_object
             if not args_key and len(fields) == 1:
                 inner = fields[0]
             else:
@@ -394,8 +397,12 @@ class ChatBuilder(Builder):
                 self.atomic(self.literal('"') + self.tool_name(self.literal(name)) + self.literal('"'))
             targs = args_key_p + self.space() + self.literal(":") + self.space() + \
                 self.tool_args(self.schema(self.json(), "tool-" + name + "-schema", params))
-            idp = self._id_field(call_id_key, True) if call_id_key else self.eps()
-            gp = self._id_field(gen_call_id_key, True) if gen_call_id_key else self.eps()
+            idp = self.eps()                      # C++ makes the epsilon first, then the id parser
+            if call_id_key:
+                idp = self._id_field(call_id_key, True)
+            gp = self.eps()
+            if gen_call_id_key:
+                gp = self._id_field(gen_call_id_key, True)
             pairs = [(tname, eff_name), (targs, eff_args)]
             if call_id_key:
                 pairs.append((self.optional(idp), call_id_key))

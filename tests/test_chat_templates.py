@@ -37,21 +37,6 @@ MATRIX = dict(oracle_chat.matrix())
 # pair listed here is expected to differ, and the run fails when it stops differing)
 KNOWN_DIFF = set()
 
-# templates whose preserved tokens include tool-call markers: they come from the tool-call analysis
-# (analyze_tools), which is the next step; bankml gives the reasoning and content markers only
-TOOL_MARKERS_PENDING = {
-    "Apertus-8B-Instruct.jinja", "Apriel-1.6-15b-Thinker-fixed.jinja", "Bielik-11B-v3.0-Instruct.jinja",
-    "ByteDance-Seed-OSS.jinja", "CohereForAI-c4ai-command-r-plus-tool_use.jinja",
-    "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "GLM-4.6.jinja", "GLM-4.7-Flash.jinja",
-    "GigaChat3.1-10B-A1.8B.jinja", "MiMo-VL.jinja", "MiniMax-M1.jinja", "MiniMax-M2.jinja",
-    "Mistral-Small-3.2-24B-Instruct-2506.jinja", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
-    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "Qwen-QwQ-32B.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja",
-    "Qwen-Qwen3-0.6B.jinja", "Reka-Edge.jinja", "Spark2.5.jinja", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
-    "deepseek-ai-DeepSeek-V3.1.jinja", "fireworks-ai-llama-3-firefunction-v2.jinja", "ibm-granite-granite-4.0.jinja",
-    "ibm-granite-granite-4.1.jinja", "llama-cpp-deepseek-r1.jinja", "mistralai-Mistral-Nemo-Instruct-2407.jinja",
-    "poolside-Laguna-S-2.1.jinja", "poolside-Laguna-XS-2.1.jinja", "poolside-Laguna-XS.2.jinja", "tencent-Hy3.jinja",
-    "unsloth-Apriel-1.5.jinja", "upstage-Solar-Open-100B.jinja",
-}
 ANALYSIS_FIELDS = ("format", "supports_thinking", "thinking_start_tag", "thinking_end_tags", "additional_stops",
                    "delimiters")
 
@@ -115,19 +100,15 @@ def test_recorded_prompt(templates, template, request_name):
 @pytest.mark.parametrize("template", sorted(RECORDED["templates"]))
 def test_recorded_analysis(templates, template):
     """Format, thinking support and tags, stops and message delimiters of every template (analysed or with a
-    hand-written handler), on every request; preserved tokens in full except on the analysed templates whose
-    list has tool-call markers (those come from the tool-call analysis, not ported yet)."""
+    hand-written handler), on every request, and the preserved tokens in full (on the analysed templates the
+    tool-call markers come from the tool-call analysis)."""
     tmpl = templates[template]
     answers = RECORDED["templates"][template]["answers"]
     for name, req in MATRIX.items():
         got, want = _apply(tmpl, req, NOW), answers[name]
         for field in ANALYSIS_FIELDS:
             assert getattr(got, field) == want[field], (name, field)
-        if template in TOOL_MARKERS_PENDING:
-            assert got.preserved_tokens != want["preserved_tokens"]
-            assert set(got.preserved_tokens) < set(want["preserved_tokens"]), name
-        else:
-            assert got.preserved_tokens == want["preserved_tokens"], name
+        assert got.preserved_tokens == want["preserved_tokens"], name
 
 
 ANALYSED = sorted(RECORDED["templates"])
@@ -177,10 +158,10 @@ TOOL_MATRIX = dict(oracle_chat.tool_matrix())
 
 @pytest.mark.parametrize("template", sorted(RECORDED["templates"]))
 def test_recorded_tool_requests(templates, template):
-    """Requests with a tool (tool_choice auto, required, and parallel calls): the prompt and generation prompt
-    on every template; on the templates of the hand-written handlers also every other field, the grammar (lazy
-    flag, triggers) and the parses of one tool call in each handler's syntax, whole and partial. (The
-    analysed templates' tool-call analysis is not ported: their parser and grammar ignore the tools.)"""
+    """Requests with a tool (tool_choice auto, required, and parallel calls), on every template (hand-written
+    handler or auto-parser): the prompt, generation prompt, every other field, the grammar (lazy flag,
+    triggers), the preserved tokens and the parses of one tool call in each handler's syntax, whole and
+    partial."""
     tmpl = templates[template]
     for name, req in TOOL_MATRIX.items():
         want = RECORDED["templates"][template]["tool_answers"][name]
@@ -190,8 +171,6 @@ def test_recorded_tool_requests(templates, template):
         assert want["ok"]
         assert got.prompt == want["prompt"], name
         assert got.generation_prompt == want["generation_prompt"], name
-        if tmpl.handler is None:
-            continue
         for field in ANALYSIS_FIELDS + ("preserved_tokens",):
             assert getattr(got, field) == want[field], (name, field)
         assert (got.grammar or "") == want["grammar"], name

@@ -11,11 +11,10 @@ message with tool calls, see ``candidate_outputs``). Its answers are recorded in
 ``tests/data/chat_tools_oracle.json.gz`` with the template texts and the derived outputs; the ``oracle``-marked
 test runs the program again and requires the same answers.
 
-What bankml implements with tools today is the prompt: tools, tool calls in the history and tool results are
-rendered by the template. Every (template, request) prompt is compared (``test_tool_prompt``). The rest --
-format, grammar, lazy flag and triggers, preserved tokens, stops, thinking tags, parses and stream diffs with
-tool calls -- is compared for real per template and field (``test_tool_field``); the (template, field) pairs where
-bankml does not give llama.cpp's answer yet are listed in KNOWN_FIELD_DIFF and marked ``xfail(strict=True)``, so a
+Every (template, request) prompt is compared (``test_tool_prompt``), and the rest -- format, grammar, lazy flag
+and triggers, preserved tokens, stops, thinking tags, parses and stream diffs with tool calls -- per template
+and field (``test_tool_field``); the (template, field) pairs where bankml does not give llama.cpp's answer yet
+are listed in KNOWN_FIELD_DIFF and marked ``xfail(strict=True)``, so a
 port that makes one pass fails the run until the list is updated (the convention of test_chat_templates.py).
 """
 import calendar
@@ -28,7 +27,8 @@ import time
 
 import pytest
 
-from bankml.chat import ChatMessage, ChatParseError, ChatRequestError, ChatTemplate, TemplateError, msg_diffs
+from bankml.chat import (ChatMessage, ChatParseError, ChatRequestError, ChatTemplate, TemplateError,
+                         msg_diffs_with_tools)
 
 from .oracle import build_chat_tools as oracle_tools
 from .oracle.build_converter import OracleUnavailable
@@ -50,7 +50,7 @@ NOW = _stamp(RECORDED["started"])
 
 # template -> the requests whose prompt bankml does not give as llama.cpp does (or which llama.cpp refuses while
 # building the tool-call parser, "Unable to generate parser for this template. Automatic parser generation
-# failed: ...", where bankml, which has no tool-call analysis yet, renders the prompt), with the cause found.
+# failed: ...", where bankml's Jinja renders the template), with the cause found.
 # Expected to differ; the run fails when one stops differing.
 KNOWN_PROMPT_DIFF = {
     # llama.cpp refuses in its tool-call analysis (the template fails on an enum without a type)
@@ -89,110 +89,10 @@ KNOWN_PROMPT_DIFF = {
 FIELDS = ("format", "grammar", "grammar_lazy", "grammar_triggers", "preserved_tokens", "additional_stops",
           "thinking", "parses", "streams")
 # field -> templates on which bankml does not give llama.cpp's answer for that field on every request of the
-# matrix yet (tool-call analysis, grammars, triggers and parsers are the next step of issue 13)
+# matrix yet: MiniMax M3's grammar (its handler's tool branch)
 KNOWN_FIELD_DIFF = {
-    'format': {
-    },
     'grammar': {
-        'Apertus-8B-Instruct.jinja', 'Apriel-1.6-15b-Thinker-fixed.jinja', 'Bielik-11B-v3.0-Instruct.jinja',
-        'ByteDance-Seed-OSS.jinja', 'CohereForAI-c4ai-command-r-plus-tool_use.jinja',
-        'CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja', 'GLM-4.6.jinja', 'GLM-4.7-Flash.jinja',
-        'GigaChat3.1-10B-A1.8B.jinja', 'MiMo-VL.jinja', 'MiniMax-M1.jinja', 'MiniMax-M2.jinja', 'MiniMax-M3.jinja',
-        'Mistral-Small-3.2-24B-Instruct-2506.jinja', 'NVIDIA-Nemotron-Nano-v2.jinja',
-        'NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja', 'NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja',
-        'Qwen-QwQ-32B.jinja', 'Qwen-Qwen2.5-7B-Instruct.jinja', 'Qwen-Qwen3-0.6B.jinja', 'Reka-Edge.jinja',
-        'Spark2.5.jinja', 'deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja', 'deepseek-ai-DeepSeek-V3.1.jinja',
-        'fireworks-ai-llama-3-firefunction-v2.jinja', 'ibm-granite-granite-4.0.jinja',
-        'ibm-granite-granite-4.1.jinja', 'llama-cpp-deepseek-r1.jinja', 'meetkai-functionary-medium-v3.1.jinja',
-        'meta-llama-Llama-3.1-8B-Instruct.jinja', 'meta-llama-Llama-3.2-3B-Instruct.jinja',
-        'meta-llama-Llama-3.3-70B-Instruct.jinja', 'mistralai-Mistral-Nemo-Instruct-2407.jinja',
-        'poolside-Laguna-S-2.1.jinja', 'poolside-Laguna-XS-2.1.jinja', 'poolside-Laguna-XS.2.jinja',
-        'tencent-Hy3.jinja', 'unsloth-Apriel-1.5.jinja', 'upstage-Solar-Open-100B.jinja',
-    },
-    'grammar_lazy': {
-        'Apertus-8B-Instruct.jinja', 'Apriel-1.6-15b-Thinker-fixed.jinja', 'Bielik-11B-v3.0-Instruct.jinja',
-        'ByteDance-Seed-OSS.jinja', 'CohereForAI-c4ai-command-r-plus-tool_use.jinja',
-        'CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja', 'GLM-4.6.jinja', 'GLM-4.7-Flash.jinja',
-        'GigaChat3.1-10B-A1.8B.jinja', 'MiMo-VL.jinja', 'MiniMax-M1.jinja', 'MiniMax-M2.jinja',
-        'Mistral-Small-3.2-24B-Instruct-2506.jinja', 'NVIDIA-Nemotron-Nano-v2.jinja',
-        'NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja', 'NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja',
-        'Qwen-QwQ-32B.jinja', 'Qwen-Qwen2.5-7B-Instruct.jinja', 'Qwen-Qwen3-0.6B.jinja', 'Reka-Edge.jinja',
-        'Spark2.5.jinja', 'deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja', 'deepseek-ai-DeepSeek-V3.1.jinja',
-        'fireworks-ai-llama-3-firefunction-v2.jinja', 'ibm-granite-granite-4.0.jinja',
-        'ibm-granite-granite-4.1.jinja', 'llama-cpp-deepseek-r1.jinja', 'meetkai-functionary-medium-v3.1.jinja',
-        'mistralai-Mistral-Nemo-Instruct-2407.jinja', 'poolside-Laguna-S-2.1.jinja', 'poolside-Laguna-XS-2.1.jinja',
-        'poolside-Laguna-XS.2.jinja', 'tencent-Hy3.jinja', 'unsloth-Apriel-1.5.jinja',
-        'upstage-Solar-Open-100B.jinja',
-    },
-    'grammar_triggers': {
-        'Apertus-8B-Instruct.jinja', 'Apriel-1.6-15b-Thinker-fixed.jinja', 'Bielik-11B-v3.0-Instruct.jinja',
-        'ByteDance-Seed-OSS.jinja', 'CohereForAI-c4ai-command-r-plus-tool_use.jinja',
-        'CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja', 'GLM-4.6.jinja', 'GLM-4.7-Flash.jinja',
-        'GigaChat3.1-10B-A1.8B.jinja', 'MiMo-VL.jinja', 'MiniMax-M1.jinja', 'MiniMax-M2.jinja',
-        'Mistral-Small-3.2-24B-Instruct-2506.jinja', 'NVIDIA-Nemotron-Nano-v2.jinja',
-        'NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja', 'NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja',
-        'Qwen-QwQ-32B.jinja', 'Qwen-Qwen2.5-7B-Instruct.jinja', 'Qwen-Qwen3-0.6B.jinja', 'Reka-Edge.jinja',
-        'Spark2.5.jinja', 'deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja', 'deepseek-ai-DeepSeek-V3.1.jinja',
-        'fireworks-ai-llama-3-firefunction-v2.jinja', 'ibm-granite-granite-4.0.jinja',
-        'ibm-granite-granite-4.1.jinja', 'llama-cpp-deepseek-r1.jinja', 'meetkai-functionary-medium-v3.1.jinja',
-        'mistralai-Mistral-Nemo-Instruct-2407.jinja', 'poolside-Laguna-S-2.1.jinja', 'poolside-Laguna-XS-2.1.jinja',
-        'poolside-Laguna-XS.2.jinja', 'tencent-Hy3.jinja', 'unsloth-Apriel-1.5.jinja',
-        'upstage-Solar-Open-100B.jinja',
-    },
-    'preserved_tokens': {
-        'Apertus-8B-Instruct.jinja', 'Apriel-1.6-15b-Thinker-fixed.jinja', 'Bielik-11B-v3.0-Instruct.jinja',
-        'ByteDance-Seed-OSS.jinja', 'CohereForAI-c4ai-command-r-plus-tool_use.jinja',
-        'CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja', 'GLM-4.6.jinja', 'GLM-4.7-Flash.jinja',
-        'GigaChat3.1-10B-A1.8B.jinja', 'MiMo-VL.jinja', 'MiniMax-M1.jinja', 'MiniMax-M2.jinja',
-        'Mistral-Small-3.2-24B-Instruct-2506.jinja', 'NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja',
-        'NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja', 'Qwen-QwQ-32B.jinja', 'Qwen-Qwen2.5-7B-Instruct.jinja',
-        'Qwen-Qwen3-0.6B.jinja', 'Reka-Edge.jinja', 'Spark2.5.jinja',
-        'deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja', 'deepseek-ai-DeepSeek-V3.1.jinja',
-        'fireworks-ai-llama-3-firefunction-v2.jinja', 'ibm-granite-granite-4.0.jinja',
-        'ibm-granite-granite-4.1.jinja', 'llama-cpp-deepseek-r1.jinja', 'mistralai-Mistral-Nemo-Instruct-2407.jinja',
-        'poolside-Laguna-S-2.1.jinja', 'poolside-Laguna-XS-2.1.jinja', 'poolside-Laguna-XS.2.jinja',
-        'tencent-Hy3.jinja', 'unsloth-Apriel-1.5.jinja', 'upstage-Solar-Open-100B.jinja',
-    },
-    'additional_stops': {
-    },
-    'thinking': {
-    },
-    'parses': {
-        'Apertus-8B-Instruct.jinja', 'Apriel-1.6-15b-Thinker-fixed.jinja', 'Bielik-11B-v3.0-Instruct.jinja',
-        'ByteDance-Seed-OSS.jinja', 'CohereForAI-c4ai-command-r-plus-tool_use.jinja',
-        'CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja', 'GLM-4.6.jinja', 'GLM-4.7-Flash.jinja',
-        'GigaChat3.1-10B-A1.8B.jinja', 'MiMo-VL.jinja', 'MiniMax-M1.jinja', 'MiniMax-M2.jinja',
-        'Mistral-Small-3.2-24B-Instruct-2506.jinja', 'NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja',
-        'NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja', 'Qwen-QwQ-32B.jinja', 'Qwen-Qwen2.5-7B-Instruct.jinja',
-        'Qwen-Qwen3-0.6B.jinja', 'Reka-Edge.jinja', 'Spark2.5.jinja', 'deepseek-ai-DeepSeek-V3.1.jinja',
-        'fireworks-ai-llama-3-firefunction-v2.jinja', 'ibm-granite-granite-4.0.jinja',
-        'ibm-granite-granite-4.1.jinja', 'meetkai-functionary-medium-v3.1.jinja',
-        'meta-llama-Llama-3.1-8B-Instruct.jinja', 'meta-llama-Llama-3.2-3B-Instruct.jinja',
-        'meta-llama-Llama-3.3-70B-Instruct.jinja', 'mistralai-Mistral-Nemo-Instruct-2407.jinja',
-        'poolside-Laguna-S-2.1.jinja', 'poolside-Laguna-XS-2.1.jinja', 'poolside-Laguna-XS.2.jinja',
-        'tencent-Hy3.jinja', 'unsloth-Apriel-1.5.jinja', 'upstage-Solar-Open-100B.jinja',
-    },
-    'streams': {
-        'Apertus-8B-Instruct.jinja', 'Apriel-1.6-15b-Thinker-fixed.jinja', 'Bielik-11B-v3.0-Instruct.jinja',
-        'ByteDance-Seed-OSS.jinja', 'Cohere2MoE.jinja', 'CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja',
-        'GLM-4.6.jinja', 'GLM-4.7-Flash.jinja', 'GigaChat3-10B-A1.8B.jinja', 'GigaChat3.1-10B-A1.8B.jinja',
-        'Kimi-K2-Instruct.jinja', 'Kimi-K2-Thinking.jinja', 'Kimi-K3.jinja', 'LFM2.5-8B-A1B.jinja', 'MiMo-VL.jinja',
-        'MiniMax-M1.jinja', 'MiniMax-M2.jinja', 'MiniMax-M3.jinja', 'Mistral-Small-3.2-24B-Instruct-2506.jinja',
-        'NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja', 'NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja',
-        'NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja', 'Qwen-QwQ-32B.jinja', 'Qwen-Qwen2.5-7B-Instruct.jinja',
-        'Qwen-Qwen3-0.6B.jinja', 'Qwen3-Coder.jinja', 'Qwen3.5-4B.jinja', 'Reka-Edge.jinja', 'Spark2.5.jinja',
-        'StepFun3.5-Flash.jinja', 'deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja', 'deepseek-ai-DeepSeek-V3.1.jinja',
-        'deepseek-ai-DeepSeek-V3.2.jinja', 'deepseek-ai-DeepSeek-V4-Flash-0731.jinja',
-        'deepseek-ai-DeepSeek-V4.jinja', 'fireworks-ai-llama-3-firefunction-v2.jinja',
-        'google-gemma-4-31B-it-interleaved.jinja', 'google-gemma-4-31B-it.jinja', 'ibm-granite-granite-4.0.jinja',
-        'ibm-granite-granite-4.1.jinja', 'inclusionai-ling-3.0-flash.jinja', 'meetkai-functionary-medium-v3.1.jinja',
-        'meetkai-functionary-medium-v3.2.jinja', 'meta-llama-Llama-3.1-8B-Instruct.jinja',
-        'meta-llama-Llama-3.2-3B-Instruct.jinja', 'meta-llama-Llama-3.3-70B-Instruct.jinja',
-        'mistralai-Ministral-3-14B-Reasoning-2512.jinja', 'mistralai-Mistral-Nemo-Instruct-2407.jinja',
-        'moonshotai-Kimi-K2.jinja', 'muse-glimmer.jinja', 'openai-gpt-oss-120b.jinja', 'openbmb-MiniCPM5-1B.jinja',
-        'poolside-Laguna-S-2.1.jinja', 'poolside-Laguna-XS-2.1.jinja', 'poolside-Laguna-XS.2.jinja',
-        'tencent-Hy3.jinja', 'unsloth-Apriel-1.5.jinja', 'unsloth-mistral-Devstral-Small-2507.jinja',
-        'upstage-Solar-Open-100B.jinja',
+        'MiniMax-M3.jinja',
     },
 }
 
@@ -314,7 +214,7 @@ def _field(got, want, field, req):
                 g, msg = _parse(got.parser, text[:k + 1], k + 1 < len(text))
                 if msg is not None:
                     try:
-                        g["diffs"] = [_diff(d) for d in msg_diffs(prev, msg)]
+                        g["diffs"] = [_diff(d) for d in msg_diffs_with_tools(prev, msg)]
                     except ChatParseError as e:
                         g["diffs"] = {"error": str(e)}
                     prev = msg
