@@ -699,16 +699,7 @@ def _build_tag_tagged(p, t, inp, reasoning_parser):
             arg = p.tool_arg(open_ + a.value_prefix + value)
             named = p.rule("tool-%s-arg-%s" % (name, pname), arg)
             (required if is_required else optional).append(named)
-        args = p.eps()
-        for i, r in enumerate(required):
-            if i > 0:
-                args = args + p.space()
-            args = args + r
-        if optional:
-            any_opt = p.choice()
-            for o in optional:
-                any_opt = any_opt | o
-            args = args + p.repeat(p.space() + any_opt, 0, -1)
+        args = p.required_then_optional(required, optional)
         if a.start:
             args = p.literal(a.start) + args
         if a.end:

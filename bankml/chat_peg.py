@@ -73,6 +73,22 @@ def function_tools(tools):
 class ChatBuilder(Builder):
     """common_chat_peg_builder."""
 
+    def required_then_optional(self, required, optional):
+        """The required argument parsers in order, space between, then any optional one, repeated: the sequence
+        the tagged-argument tool parsers build (the auto-parser's, DeepSeek V3.2's, MiniMax M3's), creating its
+        parsers in their order, so the ids (and the grammar's rule numbers) are theirs."""
+        seq = self.eps()
+        for i, r in enumerate(required):
+            if i > 0:
+                seq = seq + self.space()
+            seq = seq + r
+        if optional:
+            any_optional = self.choice()
+            for o in optional:
+                any_optional = any_optional | o
+            seq = seq + self.repeat(self.space() + any_optional, 0, -1)
+        return seq
+
     def reasoning_block(self, p):
         return self.tag(REASONING_BLOCK, p)
 

@@ -57,16 +57,7 @@ def apply(out, inp):
                     arg = p.tool_arg(arg_open + value + close)
                     named = p.rule("tool-%s-arg-%s" % (name, pname), arg)
                     (required if is_required else optional).append(named)
-                args_seq = p.eps()
-                for i, r in enumerate(required):
-                    if i > 0:
-                        args_seq = args_seq + p.space()
-                    args_seq = args_seq + r
-                if optional:
-                    any_opt = p.choice()
-                    for o in optional:
-                        any_opt = any_opt | o
-                    args_seq = args_seq + p.repeat(p.space() + any_opt, 0, -1)
+                args_seq = p.required_then_optional(required, optional)
                 close = p.tool_close(p.literal(invoke_end))
                 sp = p.space()
                 nl = p.literal('">\n')

@@ -87,17 +87,7 @@ def apply(out, inp):
                 required, optional = [], []
                 for pname, node, is_required in obj.properties:
                     (required if is_required else optional).append(element_of(pname, node, prefix + "-" + pname))
-                members = p.eps()
-                for i, r in enumerate(required):
-                    if i > 0:
-                        members = members + p.space()
-                    members = members + r
-                if optional:
-                    any_optional = p.choice()
-                    for o in optional:
-                        any_optional = any_optional | o
-                    members = members + p.repeat(p.space() + any_optional, 0, -1)
-                return members
+                return p.required_then_optional(required, optional)
 
             invoke_body = p.eps()
             if root.kind == s.OBJECT:
