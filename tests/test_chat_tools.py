@@ -76,14 +76,6 @@ KNOWN_PROMPT_DIFF = {
         'many/none/think-off',
         'history/two-calls/parallel/think-off',
     },
-    # the Gemma 4 handler's tool-response rewrite (<|tool_response>) is not ported
-    'google-gemma-4-31B-it-interleaved.jinja': {
-        'render/content-then-call',
-        'history/one/think-off',
-        'history/one/think-on',
-        'history/two-calls/parallel/think-off',
-        'history/no-tools/think-off',
-    },
 }
 
 FIELDS = ("format", "grammar", "grammar_lazy", "grammar_triggers", "preserved_tokens", "additional_stops",
