@@ -206,10 +206,11 @@ def test_backend_under_vllms_manager_with_speculative_decoding(vocab):
     request = Request("r0", [1, 2, 3], SamplingParams(structured_outputs=StructuredOutputsParams(json=SCHEMA),
                                                       stop_token_ids=eog, max_tokens=200), None)
     manager.grammar_init(request)
-    request.structured_output_request.grammar.result()   # compiled on the manager's thread pool
+    request.structured_output_request._grammar.result()   # a Future: compiled on the manager's thread pool
     grammar = request.structured_output_request.grammar
     assert isinstance(grammar, BankmlGrammar)
-    target = manager.tokenizer.encode('{"name": "Tom \u00e9 \u732b", "age": 12}', add_special_tokens=False)
+    target = manager.tokenizer.encode('{"name": "Tom \u00e9 \u732b, the cat who sat on the mat", "age": 12}',
+                                       add_special_tokens=False)
     g = reference(vocab, "json", SCHEMA, target)
     assert g.complete
     target.append(eog[0])
@@ -250,7 +251,7 @@ def test_backend_under_vllms_manager_with_speculative_decoding(vocab):
         assert manager.accept_tokens(request, take)
         accepted += take
     assert accepted == target
-    assert rejected_drafts > 0 and rows_checked > len(target)
+    assert rejected_drafts > 0 and rows_checked >= len(target)
     # termination: later tokens are ignored, masks no longer asked for (the manager fills all-ones)
     assert grammar.accept_tokens("r0", [5]) is True
     assert grammar.validate_tokens([5]) == []
