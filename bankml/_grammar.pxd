@@ -276,3 +276,5 @@ cdef class Grammar:
     cdef bint fast_into(self, uint32_t* out) except -1
     cdef int push_history(self, vector[node_t]& stacks, partial_utf8 partial, uint8_t flags, object trigger) except -1
     cdef int restore_slot(self, int slot) except -1
+    cdef int accept_step(self, token_t token) except -1
+    cdef bint try_accept(self, token_t token) except -1

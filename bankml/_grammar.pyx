@@ -1399,28 +1399,33 @@ cdef class Grammar:
             raise ValueError(f"Invalid token id: {token} is outside [0, {self.decoded.n_vocab})")
         self.enter()
         try:
-            self._accept_step(token)
+            self.accept_step(token)
         finally:
             self.leave()
 
-    def _accept_step(self, token):
+    cdef int accept_step(self, token_t token) except -1:
         """accept() of a checked id, with the matcher's lock held: one rollback step when it succeeds."""
-        cdef vector[node_t] before = self.active_stacks
+        cdef vector[node_t] before
         cdef partial_utf8 partial_before = self.partial
-        flags, trigger = self._state_extras()
-        piece = self.vocab.piece(token)
-        is_eog = self.decoded.is_eog[token]
+        cdef uint8_t flags = (HISTORY_AWAITING if self.awaiting_trigger else 0) | (HISTORY_EOG if self.eog_accepted else 0)
+        cdef bint is_eog = self.decoded.is_eog[token]
+        trigger = None
+        if self.max_rollback:
+            before = self.active_stacks
+            if self.lazy:
+                trigger = (bytes(self.trigger_bytes), tuple(self.trigger_buffer_positions))
         if self.awaiting_trigger:
-            self._accept_awaiting(token, piece)
+            self._accept_awaiting(token, self.vocab.piece(token))
         elif is_eog:
             if not self.complete:
                 raise GrammarError(f"end-of-generation token {token} accepted while the grammar is not "
                                    "complete (llama.cpp aborts here)")
         else:
-            self._commit_token(token, piece)
+            self._commit_token(token, self.vocab.piece(token))
         if is_eog:
             self.eog_accepted = True
         self.push_history(before, partial_before, flags, trigger)
+        return 0
 
     def _accept_awaiting(self, token, piece):
         if token in self.trigger_tokens:
@@ -1558,20 +1563,20 @@ cdef class Grammar:
             if ids.ndim != 1 or ids.dtype.kind not in "iu":
                 raise ValueError(f"Invalid ids: expected a 1-D integer array, got {ids.dtype} of shape {ids.shape}")
             ids = ids.tolist()
-        tokens = [_token_id(t) for t in ids]
-        n_vocab = self.decoded.n_vocab
+        tokens = [t if type(t) is int else _token_id(t) for t in ids]
+        cdef int64_t n_vocab = self.decoded.n_vocab
         for t in tokens:
             if not 0 <= t < n_vocab:
                 raise ValueError(f"Invalid token id: {t} is outside [0, {n_vocab})")
         return tokens
 
-    def _try_accept(self, token):
+    cdef bint try_accept(self, token_t token) except -1:
         """One token of accept_tokens/validate_tokens: False where the grammar refuses it (the state is
         then unchanged) or an end-of-generation token was accepted before it (XGrammar's rule)."""
         if self.eog_accepted:
             return False
         try:
-            self._accept_step(token)
+            self.accept_step(token)
         except GrammarError:
             return False
         return True
@@ -1590,7 +1595,7 @@ cdef class Grammar:
         self.in_transaction = True
         try:
             for token in tokens:
-                if not self._try_accept(token):
+                if not self.try_accept(token):
                     break
                 accepted += 1
             finished = True
@@ -1630,7 +1635,7 @@ cdef class Grammar:
         self.enter()
         try:
             if len(tokens) == 1:
-                return self._try_accept(tokens[0])
+                return self.try_accept(tokens[0])
             return self._transaction(tokens, True) == len(tokens)
         finally:
             self.leave()
