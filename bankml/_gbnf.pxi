@@ -224,37 +224,43 @@ cdef class GbnfParser:
         return pos
 
     # -- symbols and rules -------------------------------------------------------------------------------
-    cdef uint32_t get_symbol_id(self, const string& name):
-        cdef uint32_t next_id = <uint32_t>self.names.size()
-        it = self.name_slot.find(name)
-        if it != self.name_slot.end():
-            return self.name_ids[deref(it).second]
-        self.name_slot[name] = self.names.size()
-        self.names.push_back(name)
-        self.name_ids.push_back(next_id)
-        return next_id
+    cdef uint32_t get_symbol_id(self, const unsigned char* name, size_t length, uint32_t* name_index):
+        """llama.cpp's get_symbol_id of a name written in the text; name_index gets its text_names index."""
+        cdef symbol_entry entry
+        cdef string key = string(<const char*>name, length)
+        it = self.name_index.find(key)
+        if it != self.name_index.end():
+            name_index[0] = deref(it).second
+            return self.text_name_ids[deref(it).second]
+        entry.name = <uint32_t>self.text_names.size()
+        entry.id = <uint32_t>self.symbols.size()
+        entry.generated = False
+        self.name_index[key] = entry.name
+        self.text_names.push_back(key)
+        self.text_name_ids.push_back(entry.id)
+        self.symbols.push_back(entry)
+        name_index[0] = entry.name
+        return entry.id
 
-    cdef uint32_t generate_symbol_id(self, const string& base_name):
-        cdef uint32_t next_id = <uint32_t>self.names.size()
-        cdef string name = base_name
-        name.push_back(b'_')
-        append_decimal(name, next_id)
-        # Overwrites an existing entry of that name, as llama.cpp's std::map does (the dict keeps its place).
-        it = self.name_slot.find(name)
-        if it != self.name_slot.end():
-            self.name_ids[deref(it).second] = next_id
-        else:
-            self.name_slot[name] = self.names.size()
-            self.names.push_back(name)
-            self.name_ids.push_back(next_id)
-        return next_id
+    cdef uint32_t generate_symbol_id(self, uint32_t base_name):
+        """llama.cpp's generate_symbol_id: base_name + '_' + the next id. That name is always new (the id
+        is the number of symbols so far, and a '_' never occurs in a written name), so it is recorded,
+        not looked up."""
+        cdef symbol_entry entry
+        entry.name = base_name
+        entry.id = <uint32_t>self.symbols.size()
+        entry.generated = True
+        self.symbols.push_back(entry)
+        return entry.id
 
-    cdef void add_rule(self, uint32_t rule_id, vector[grammar_element]& rule):
-        """llama.cpp's add_rule; takes the rule's contents (the callers are done with it)."""
-        if self.rules.size() <= rule_id:
-            self.rules.resize(rule_id + 1)
-        self.n_elements += <int64_t>rule.size() - <int64_t>self.rules[rule_id].size()
-        self.rules[rule_id].swap(rule)
+    cdef void add_rule(self, uint32_t rule_id, const vector[grammar_element]& rule):
+        if self.rule_size.size() <= rule_id:
+            self.rule_size.resize(rule_id + 1, 0)
+            self.rule_offset.resize(rule_id + 1, -1)
+        self.n_elements += <int64_t>rule.size() - self.rule_size[rule_id]
+        self.rule_offset[rule_id] = <int64_t>self.pool.size()
+        self.rule_size[rule_id] = <int64_t>rule.size()
+        self.pool.insert(self.pool.end(), rule.begin(), rule.end())
 
     cdef int check_element_budget(self, int64_t adding, Py_ssize_t at) except -1:
         if self.n_elements + adding > MAX_ELEMENTS:
@@ -262,7 +268,7 @@ cdef class GbnfParser:
                         f"(MAX_ELEMENTS is {MAX_ELEMENTS:,}); reduce the repetitions or their size", at)
         return 0
 
-    cdef Py_ssize_t parse_alternates(self, Py_ssize_t pos, const string& rule_name, uint32_t rule_id,
+    cdef Py_ssize_t parse_alternates(self, Py_ssize_t pos, uint32_t rule_name, uint32_t rule_id,
                                      bint is_nested) except -1:
         cdef vector[grammar_element] rule
         pos = self.parse_sequence(pos, rule_name, rule, is_nested)
@@ -275,7 +281,7 @@ cdef class GbnfParser:
         return pos
 
     cdef int handle_repetitions(self, vector[grammar_element]& rule, size_t last_sym_start, uint64_t* n_prev_rules,
-                                const string& rule_name, uint64_t min_times, uint64_t max_times,
+                                uint32_t rule_name, uint64_t min_times, uint64_t max_times,
                                 Py_ssize_t at) except -1:
         # S{m,n} --> S S S (m times) S'(n-m);  S'(x) ::= S S'(x-1) |  ...  S'(1) ::= S |
         # S{m,}  --> S S S (m times) S';       S'    ::= S S' |
@@ -326,14 +332,14 @@ cdef class GbnfParser:
         n_prev_rules[0] *= total_rules
         return 0
 
-    cdef Py_ssize_t parse_sequence(self, Py_ssize_t pos, const string& rule_name, vector[grammar_element]& rule,
+    cdef Py_ssize_t parse_sequence(self, Py_ssize_t pos, uint32_t rule_name, vector[grammar_element]& rule,
                                    bint is_nested) except -1:
         cdef size_t last_sym_start = rule.size()
         cdef uint64_t n_prev_rules = 1, min_times, max_times
         cdef unsigned char c
         cdef uint32_t value, start_type, kind, ref_rule_id, sub_rule_id
         cdef Py_ssize_t at, name_end, int_end, n_rules_before
-        cdef string name
+        cdef uint32_t name_index
         while True:
             c = self.at(pos)
             if c == 0:
@@ -380,8 +386,7 @@ cdef class GbnfParser:
                 pos = self.parse_space(pos, is_nested)
             elif is_word_char(c):  # rule reference
                 name_end = self.parse_name(pos)
-                name.assign(<const char*>self.src + pos, name_end - pos)
-                ref_rule_id = self.get_symbol_id(name)
+                ref_rule_id = self.get_symbol_id(self.src + pos, name_end - pos, &name_index)
                 pos = self.parse_space(name_end, is_nested)
                 last_sym_start = rule.size()
                 n_prev_rules = 1
@@ -392,11 +397,11 @@ cdef class GbnfParser:
                                 pos)
                 self.n_open_groups += 1
                 pos = self.parse_space(pos + 1, True)
-                n_rules_before = self.names.size()
+                n_rules_before = self.symbols.size()
                 sub_rule_id = self.generate_symbol_id(rule_name)
                 pos = self.parse_alternates(pos, rule_name, sub_rule_id, True)
                 self.n_open_groups -= 1
-                n_prev_rules = max(1, <Py_ssize_t>self.names.size() - n_rules_before)
+                n_prev_rules = max(1, <Py_ssize_t>self.symbols.size() - n_rules_before)
                 last_sym_start = rule.size()
                 rule.push_back(element_of(LLAMA_GRETYPE_RULE_REF, sub_rule_id))
                 if self.at(pos) != 41:
@@ -456,9 +461,9 @@ cdef class GbnfParser:
 
     cdef Py_ssize_t parse_rule(self, Py_ssize_t pos) except -1:
         cdef Py_ssize_t name_end = self.parse_name(pos)
-        cdef string name = string(<const char*>self.src + pos, name_end - pos)
         cdef Py_ssize_t after_name = self.parse_space(name_end, False)
-        cdef uint32_t rule_id = self.get_symbol_id(name)
+        cdef uint32_t name
+        cdef uint32_t rule_id = self.get_symbol_id(self.src + pos, name_end - pos, &name)
         cdef unsigned char c
         if not (self.at(after_name) == 58 and self.at(after_name + 1) == 58 and self.at(after_name + 2) == 61):
             raise _Fail("expecting ::=", after_name)
@@ -475,37 +480,49 @@ cdef class GbnfParser:
 
     cdef int parse(self) except -1:
         cdef Py_ssize_t pos = self.parse_space(0, True)
-        cdef size_t rule_id, k, n_rules, i
+        cdef size_t rule_id, k, n_rules
         cdef uint32_t value
+        cdef const grammar_element* rule
         while self.at(pos):
             pos = self.parse_rule(pos)
         self.check_element_budget(0, pos)
         # llama.cpp's validation: every rule defined, every reference to a defined rule
-        n_rules = self.rules.size()
+        n_rules = self.rule_size.size()
         for rule_id in range(n_rules):
-            if self.rules[rule_id].empty():
+            if self.rule_size[rule_id] == 0:
                 raise _Fail("Undefined rule", None)
-            for k in range(self.rules[rule_id].size()):
-                if self.rules[rule_id][k].type != LLAMA_GRETYPE_RULE_REF:
+            rule = self.pool.data() + self.rule_offset[rule_id]
+            for k in range(<size_t>self.rule_size[rule_id]):
+                if rule[k].type != LLAMA_GRETYPE_RULE_REF:
                     continue
-                value = self.rules[rule_id][k].value
-                if value >= n_rules or self.rules[value].empty():
-                    # the first of its names in std::map's (byte) order; none when generate_symbol_id took it
-                    missing = []
-                    for i in range(self.names.size()):
-                        if self.name_ids[i] == value:
-                            missing.append(self.names[i])
-                    if missing:
-                        raise _Fail(f"Undefined rule identifier '{min(missing).decode('ascii')}'", None)
+                value = rule[k].value
+                if value >= n_rules or self.rule_size[value] == 0:
+                    # the first of its names in std::map's (byte) order: symbol ids are unique, so its name
+                    raise _Fail(f"Undefined rule identifier '{symbol_name(self.text_names, self.symbols[value])}'",
+                                None)
         return 0
 
-    cdef dict symbol_dict(self):
-        """name -> symbol id, in first-insertion order."""
-        cdef dict out = {}
-        cdef size_t i
-        for i in range(self.names.size()):
-            out[self.names[i].decode("ascii")] = self.name_ids[i]
-        return out
+
+cdef str symbol_name(const vector[string]& text_names, symbol_entry entry):
+    cdef str name = text_names[entry.name].decode("ascii")
+    return f"{name}_{entry.id}" if entry.generated else name
+
+
+cdef dict symbol_dict(const vector[string]& text_names, const vector[symbol_entry]& symbols):
+    """llama.cpp's symbol_ids: name -> symbol id, in first-insertion order."""
+    cdef dict out = {}
+    cdef list written = []
+    cdef size_t i
+    for i in range(text_names.size()):
+        written.append(text_names[i].decode("ascii"))
+    cdef symbol_entry entry
+    for i in range(symbols.size()):
+        entry = symbols[i]
+        if entry.generated:
+            out[f"{written[entry.name]}_{entry.id}"] = entry.id
+        else:
+            out[written[entry.name]] = entry.id
+    return out
 
 
 _LINE_END = re.compile(r"\r\n|\r|\n")

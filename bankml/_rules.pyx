@@ -13,6 +13,7 @@ cimport cython
 from cython.operator cimport dereference as deref
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp.string cimport string
+from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
 from bankml._charclass cimport class_end, is_end_of_sequence, is_token_element
@@ -46,19 +47,39 @@ cdef class Rules:
     @staticmethod
     def parse(text, root="root", vocab=None):
         cdef GbnfParser parsed = parse_gbnf(text, vocab)
-        cdef dict symbol_ids = parsed.symbol_dict()
-        cdef Rules self
+        cdef Rules self = new_rules(root, vocab, text if isinstance(text, str) else None)
+        cdef size_t rule_id, total = 1
+        cdef unordered_map[string, uint32_t].iterator found = parsed.name_index.end()
+        self.text_names.swap(parsed.text_names)
+        self.symbols.swap(parsed.symbols)
         if root is not None:
-            if parsed.rules.empty():
+            if parsed.rule_size.empty():
                 raise GrammarError("failed to parse grammar: no rules")
-            if root not in symbol_ids:
+            if isinstance(root, str):
+                found = parsed.name_index.find(root.encode("utf-8", "surrogatepass"))
+            if found != parsed.name_index.end():
+                self.root_id = <int32_t>parsed.text_name_ids[deref(found).second]
+            elif root in self.symbol_ids:   # a generated name ("root_1"): the whole table, once
+                self.root_id = self.symbol_ids[root]
+            else:
                 raise GrammarError(f"grammar does not contain a '{root}' symbol")
-        self = new_rules(symbol_ids, root, vocab, text if isinstance(text, str) else None)
-        flatten_into(self, parsed.rules)
+        # The rules back to back in id order, then a sentinel END past the last one, so that looking one
+        # element ahead never leaves the array.
+        for rule_id in range(parsed.rule_size.size()):
+            total += parsed.rule_size[rule_id]
+        if total >= (1 << 31) - 1:
+            raise GrammarError("grammar has more elements than bankml's 32-bit positions can address")
+        self.elements.reserve(total)
+        self.rule_start.reserve(parsed.rule_size.size())
+        for rule_id in range(parsed.rule_size.size()):
+            self.rule_start.push_back(<position_t>self.elements.size())
+            self.elements.insert(self.elements.end(), parsed.pool.begin() + parsed.rule_offset[rule_id],
+                                 parsed.pool.begin() + parsed.rule_offset[rule_id] + parsed.rule_size[rule_id])
+        self.elements.push_back(element_of(LLAMA_GRETYPE_END, 0))
         if root is not None:
             recursion = check_left_recursion(self)
             if recursion is not None and not recursion[1]:
-                name = _rule_name(symbol_ids, recursion[0])
+                name = _rule_name(self.symbol_ids, recursion[0])
                 raise GrammarError(
                     f"unsupported grammar, left recursion detected for nonterminal at index {recursion[0]} ({name})")
             # llama.cpp's check takes a rule for non-empty unless an alternative is empty as written; left
@@ -66,11 +87,18 @@ cdef class Rules:
             # where it pushes a frame on the way round llama.cpp's advance_stack grows a stack forever.
             # bankml refuses that (in llama.cpp's message shape).
             if recursion is not None:
-                name = _rule_name(symbol_ids, recursion[0])
+                name = _rule_name(self.symbol_ids, recursion[0])
                 raise GrammarError(
                     f"unsupported grammar, left recursion detected for nonterminal at index {recursion[0]} ({name}), "
                     "through rules that can match the empty string (llama.cpp's check misses it and hangs)")
         return self
+
+    @property
+    def symbol_ids(self):
+        """llama.cpp's symbol_ids: name -> rule id, in first-insertion order (built on first use)."""
+        if self._symbol_ids is None:
+            self._symbol_ids = symbol_dict(self.text_names, self.symbols)
+        return self._symbol_ids
 
     @property
     def rules(self):
@@ -82,7 +110,7 @@ cdef class Rules:
             current = []
             pos = self.rule_start[rule_id]
             while True:
-                current.append((<int>self.elements[pos].type, <int>self.elements[pos].value))
+                current.append((<int>self.elements[pos].type, self.elements[pos].value))
                 if self.elements[pos].type == LLAMA_GRETYPE_END:
                     break
                 pos += 1
@@ -148,45 +176,31 @@ def _rebuild_rules(symbol_ids, rules, root, text):
     return make_rules(symbol_ids, rules, root, None, text)
 
 
-cdef Rules new_rules(dict symbol_ids, root, vocab, text):
+cdef Rules new_rules(root, vocab, text):
     cdef Rules self = Rules.__new__(Rules)
-    self.symbol_ids = symbol_ids
+    self._symbol_ids = None
     self.root = root
-    self.root_id = symbol_ids[root] if root is not None else -1
+    self.root_id = -1
     self.vocab = vocab
     self.text = text
     self.contexts = {}
     return self
 
 
-cdef int flatten_into(Rules self, vector[vector[grammar_element]]& rules) except -1:
-    """Lay the rules out back to back, then a sentinel END past the last one, so that looking one element
-    ahead never leaves the array."""
-    cdef size_t total = 1, rule_id
-    for rule_id in range(rules.size()):
-        total += rules[rule_id].size()
-    if total >= (1 << 31) - 1:
-        raise GrammarError("grammar has more elements than bankml's 32-bit positions can address")
-    self.elements.reserve(total)
-    self.rule_start.reserve(rules.size())
-    for rule_id in range(rules.size()):
-        self.rule_start.push_back(<position_t>self.elements.size())
-        self.elements.insert(self.elements.end(), rules[rule_id].begin(), rules[rule_id].end())
-    self.elements.push_back(element_of(LLAMA_GRETYPE_END, 0))
-    return 0
-
-
 cdef Rules make_rules(dict symbol_ids, list rules, root, vocab, text):
-    """Rules from (type, value) lists (unpickling)."""
-    cdef Rules self = new_rules(dict(symbol_ids), root, vocab, text)
-    cdef vector[vector[grammar_element]] flat
-    flat.resize(len(rules))
-    cdef size_t rule_id = 0
+    """Rules from a symbol table and (type, value) lists (unpickling)."""
+    cdef Rules self = new_rules(root, vocab, text)
+    self._symbol_ids = dict(symbol_ids)
+    if root is not None:
+        self.root_id = symbol_ids[root]
+    if sum(len(rule) for rule in rules) >= (1 << 31) - 2:
+        raise GrammarError("grammar has more elements than bankml's 32-bit positions can address")
     for rule in rules:
+        self.rule_start.push_back(<position_t>self.elements.size())
         for kind, value in rule:
-            flat[rule_id].push_back(element_of(kind, value))
-        rule_id += 1
-    flatten_into(self, flat)
+            self.elements.push_back(element_of(kind, value))
+    # A sentinel past the last rule, so that looking one element ahead never leaves the array.
+    self.elements.push_back(element_of(LLAMA_GRETYPE_END, 0))
     return self
 
 
