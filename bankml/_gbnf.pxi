@@ -77,6 +77,11 @@ cdef class GbnfParser:
         self.vocab = vocab
         self.n_elements = 0
         self.n_open_groups = 0
+        # About one element per byte of text, and a symbol per dozen: grown once, not doubled from nothing.
+        self.pool.reserve(self.n + 16)
+        self.symbols.reserve(self.n // 12 + 16)
+        self.rule_size.reserve(self.n // 12 + 16)
+        self.rule_offset.reserve(self.n // 12 + 16)
 
     cdef inline unsigned char at(self, Py_ssize_t pos) noexcept:
         # llama.cpp reads a C string: past the end is its NUL
@@ -254,9 +259,9 @@ cdef class GbnfParser:
         return entry.id
 
     cdef void add_rule(self, uint32_t rule_id, const vector[grammar_element]& rule):
-        if self.rule_size.size() <= rule_id:
-            self.rule_size.resize(rule_id + 1, 0)
-            self.rule_offset.resize(rule_id + 1, -1)
+        while self.rule_size.size() <= rule_id:
+            self.rule_size.push_back(0)
+            self.rule_offset.push_back(-1)
         self.n_elements += <int64_t>rule.size() - self.rule_size[rule_id]
         self.rule_offset[rule_id] = <int64_t>self.pool.size()
         self.rule_size[rule_id] = <int64_t>rule.size()
