@@ -378,6 +378,9 @@ cdef int64_t find_growing_left_recursion(Rules rules, const vector[uint8_t]& may
     if same:
         # the same leftmost references as llama.cpp's check follows: it found no cycle, so there is none
         return -1
+    if find_cycle(rules, nullable) < 0:
+        # no cycle of leftmost references at all (the common case): nothing for the components to find
+        return -1
     leftmost_edges(rules, nullable, edge_start, edge_target, &edge_pushes)
     # Tarjan's strongly connected components, iteratively: an edge lies on a cycle iff both ends are in one.
     component.assign(n_rules, -1)
