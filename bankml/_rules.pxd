@@ -1,6 +1,8 @@
 # The grammar IR shared by the parser and the engine: llama.cpp's element types and the flat rules.
-# parser.py produces the same types as Python constants; _rules.pyx checks at import that they agree.
-from libc.stdint cimport int32_t, uint32_t
+# parser.py names the same types as Python constants; _rules.pyx checks at import that they agree.
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libcpp.string cimport string
+from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
 from bankml._typedefs cimport element_value_t, position_t
@@ -25,10 +27,21 @@ cdef struct grammar_element:
     element_value_t value
 
 
+# One symbol in llama.cpp's symbol_ids, in first-insertion order: a name written in the text
+# (text_names[name]), or one generate_symbol_id made (text_names[name] + "_" + str(id)). Generated
+# names hold a '_', which GBNF names cannot, so they never meet a written name and are never looked up.
+cdef struct symbol_entry:
+    uint32_t name
+    uint32_t id
+    bint generated
+
+
 cdef class Rules:
     cdef vector[grammar_element] elements   # every rule, each ending with END, back to back, then one END
     cdef vector[position_t] rule_start      # rule id -> index of its first element
-    cdef readonly dict symbol_ids
+    cdef vector[string] text_names          # the names written in the text
+    cdef vector[symbol_entry] symbols       # symbol_ids, in order (the dict is built on first use)
+    cdef dict _symbol_ids
     cdef readonly object root
     cdef readonly int32_t root_id
     cdef readonly object vocab
@@ -36,4 +49,51 @@ cdef class Rules:
     cdef dict contexts                      # (id(vocab), max_stacks) -> the MatchContext new matchers join
 
 
+cdef Rules new_rules(root, vocab, text)
 cdef Rules make_rules(dict symbol_ids, list rules, root, vocab, text)
+# llama.cpp's rules_may_be_empty (an alternative empty as written) and nullability (the least fixpoint),
+# per rule id.
+cdef vector[uint8_t] rules_may_be_empty(Rules rules)
+cdef vector[uint8_t] rules_nullable(Rules rules, const vector[uint8_t]& may_be_empty)
+
+
+# The GBNF parser (_gbnf.pxi, included by _rules.pyx): llama.cpp's llama_grammar_parser, building
+# the rules as C++ vectors of elements that Rules.parse flattens without a Python object per element.
+cdef class GbnfParser:
+    cdef bytes text                                 # the grammar's bytes (cut at a NUL), kept alive
+    cdef const unsigned char* src
+    cdef Py_ssize_t n
+    cdef object vocab
+    cdef vector[string] text_names                  # names written in the text, in first-seen order
+    cdef unordered_map[string, uint32_t] name_index # written name -> its index in text_names
+    cdef vector[uint32_t] text_name_ids             # text_names[i] -> its symbol id
+    cdef vector[symbol_entry] symbols               # every symbol (written or generated), in order
+    cdef vector[grammar_element] pool               # the rules' elements, as added (a rule added again
+                                                    # leaves its old elements behind, unreferenced)
+    cdef vector[int64_t] rule_offset                # rule id -> start in pool (-1: not added)
+    cdef vector[int64_t] rule_size                  # rule id -> number of elements (0: not added)
+    cdef int64_t n_elements                         # elements of every rule added so far (the budget)
+    cdef Py_ssize_t n_open_groups                   # groups being parsed (the nesting bound)
+
+    cdef inline unsigned char at(self, Py_ssize_t pos) noexcept
+    cdef Py_ssize_t parse_space(self, Py_ssize_t pos, bint newline_ok) noexcept
+    cdef Py_ssize_t parse_name(self, Py_ssize_t pos) except -1
+    cdef Py_ssize_t parse_int(self, Py_ssize_t pos) except -1
+    cdef Py_ssize_t parse_hex(self, Py_ssize_t pos, int size, uint32_t* value) except -1
+    cdef Py_ssize_t decode_char(self, Py_ssize_t pos, uint32_t* value) noexcept
+    cdef Py_ssize_t parse_char(self, Py_ssize_t pos, uint32_t* value) except -1
+    cdef Py_ssize_t parse_token(self, Py_ssize_t pos, uint32_t* value) except -1
+    cdef uint64_t stoull(self, Py_ssize_t start, Py_ssize_t end, str what) except? 0
+    cdef uint32_t get_symbol_id(self, const unsigned char* name, size_t length, uint32_t* name_index)
+    cdef uint32_t generate_symbol_id(self, uint32_t base_name)
+    cdef void add_rule(self, uint32_t rule_id, const vector[grammar_element]& rule)
+    cdef int check_element_budget(self, int64_t adding, Py_ssize_t at) except -1
+    cdef Py_ssize_t parse_alternates(self, Py_ssize_t pos, uint32_t rule_name, uint32_t rule_id,
+                                     bint is_nested) except -1
+    cdef Py_ssize_t parse_sequence(self, Py_ssize_t pos, uint32_t rule_name, vector[grammar_element]& rule,
+                                   bint is_nested) except -1
+    cdef int handle_repetitions(self, vector[grammar_element]& rule, size_t last_sym_start, uint64_t* n_prev_rules,
+                                uint32_t rule_name, uint64_t min_times, uint64_t max_times,
+                                Py_ssize_t at) except -1
+    cdef Py_ssize_t parse_rule(self, Py_ssize_t pos) except -1
+    cdef int parse(self) except -1

@@ -2,21 +2,25 @@
 """The flat rules: llama.cpp's parsed grammar as one element array, rules addressed by position.
 
 Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License,
-Copyright (c) 2023-2026 The ggml authors: src/llama-grammar.cpp (llama_grammar_init_impl's
-checks: the root symbol, undefined rules, left recursion).
+Copyright (c) 2023-2026 The ggml authors: src/llama-grammar.cpp (llama_grammar_parser, in _gbnf.pxi;
+llama_grammar_init_impl's checks: the root symbol, undefined rules, left recursion).
 
-Owns: ``Rules`` (immutable, shareable, picklable) and the grammar IR's element types, the one
-definition the engine uses (``_rules.pxd``; parser.py's constants are checked against it at import).
-It must not parse text (parser.py does) nor match (the engine's other modules do).
+Owns: ``Rules`` (immutable, shareable, picklable), the GBNF parser that builds them (``_gbnf.pxi``) and
+the grammar IR's element types, the one definition the engine uses (``_rules.pxd``; parser.py's
+constants are checked against it at import). It must not match (the engine's other modules do).
 """
-from libc.stdint cimport int32_t, uint32_t
+cimport cython
+from cython.operator cimport dereference as deref
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libcpp.string cimport string
+from libcpp.unordered_map cimport unordered_map
+from libcpp.vector cimport vector
 
 from bankml._charclass cimport class_end, is_end_of_sequence, is_token_element
 from bankml._typedefs cimport position_t
 
 from bankml import parser
 from bankml.errors import GrammarError
-from bankml.parser import check_left_recursion, parse_gbnf
 
 # One grammar IR: parser.py's element types are llama.cpp's, as the engine's enum is.
 if (parser.END, parser.ALT, parser.RULE_REF, parser.CHAR, parser.CHAR_NOT, parser.CHAR_RNG_UPPER, parser.CHAR_ALT,
@@ -25,6 +29,8 @@ if (parser.END, parser.ALT, parser.RULE_REF, parser.CHAR, parser.CHAR_NOT, parse
         LLAMA_GRETYPE_CHAR_RNG_UPPER, LLAMA_GRETYPE_CHAR_ALT, LLAMA_GRETYPE_CHAR_ANY, LLAMA_GRETYPE_TOKEN,
         LLAMA_GRETYPE_TOKEN_NOT):
     raise ImportError("bankml.parser's element types differ from _rules.pxd's llama_gretype")
+
+include "_gbnf.pxi"
 
 
 cdef class Rules:
@@ -40,15 +46,40 @@ cdef class Rules:
 
     @staticmethod
     def parse(text, root="root", vocab=None):
-        symbol_ids, rules = parse_gbnf(text, vocab)
+        cdef GbnfParser parsed = parse_gbnf(text, vocab)
+        cdef Rules self = new_rules(root, vocab, text if isinstance(text, str) else None)
+        cdef size_t rule_id, total = 1
+        cdef unordered_map[string, uint32_t].iterator found = parsed.name_index.end()
+        self.text_names.swap(parsed.text_names)
+        self.symbols.swap(parsed.symbols)
         if root is not None:
-            if not rules:
+            if parsed.rule_size.empty():
                 raise GrammarError("failed to parse grammar: no rules")
-            if root not in symbol_ids:
+            if isinstance(root, str):
+                found = parsed.name_index.find(root.encode("utf-8", "surrogatepass"))
+            if found != parsed.name_index.end():
+                self.root_id = <int32_t>parsed.text_name_ids[deref(found).second]
+            elif root in self.symbol_ids:   # a generated name ("root_1"): the whole table, once
+                self.root_id = self.symbol_ids[root]
+            else:
                 raise GrammarError(f"grammar does not contain a '{root}' symbol")
-            recursion = check_left_recursion(rules)
+        # The rules back to back in id order, then a sentinel END past the last one, so that looking one
+        # element ahead never leaves the array.
+        for rule_id in range(parsed.rule_size.size()):
+            total += parsed.rule_size[rule_id]
+        if total >= (1 << 31) - 1:
+            raise GrammarError("grammar has more elements than bankml's 32-bit positions can address")
+        self.elements.reserve(total)
+        self.rule_start.reserve(parsed.rule_size.size())
+        for rule_id in range(parsed.rule_size.size()):
+            self.rule_start.push_back(<position_t>self.elements.size())
+            self.elements.insert(self.elements.end(), parsed.pool.begin() + parsed.rule_offset[rule_id],
+                                 parsed.pool.begin() + parsed.rule_offset[rule_id] + parsed.rule_size[rule_id])
+        self.elements.push_back(element_of(LLAMA_GRETYPE_END, 0))
+        if root is not None:
+            recursion = check_left_recursion(self)
             if recursion is not None and not recursion[1]:
-                name = _rule_name(symbol_ids, recursion[0])
+                name = _rule_name(self.symbol_ids, recursion[0])
                 raise GrammarError(
                     f"unsupported grammar, left recursion detected for nonterminal at index {recursion[0]} ({name})")
             # llama.cpp's check takes a rule for non-empty unless an alternative is empty as written; left
@@ -56,11 +87,18 @@ cdef class Rules:
             # where it pushes a frame on the way round llama.cpp's advance_stack grows a stack forever.
             # bankml refuses that (in llama.cpp's message shape).
             if recursion is not None:
-                name = _rule_name(symbol_ids, recursion[0])
+                name = _rule_name(self.symbol_ids, recursion[0])
                 raise GrammarError(
                     f"unsupported grammar, left recursion detected for nonterminal at index {recursion[0]} ({name}), "
                     "through rules that can match the empty string (llama.cpp's check misses it and hangs)")
-        return make_rules(symbol_ids, rules, root, vocab, text if isinstance(text, str) else None)
+        return self
+
+    @property
+    def symbol_ids(self):
+        """llama.cpp's symbol_ids: name -> rule id, in first-insertion order (built on first use)."""
+        if self._symbol_ids is None:
+            self._symbol_ids = symbol_dict(self.text_names, self.symbols)
+        return self._symbol_ids
 
     @property
     def rules(self):
@@ -72,7 +110,7 @@ cdef class Rules:
             current = []
             pos = self.rule_start[rule_id]
             while True:
-                current.append((<int>self.elements[pos].type, <int>self.elements[pos].value))
+                current.append((<int>self.elements[pos].type, self.elements[pos].value))
                 if self.elements[pos].type == LLAMA_GRETYPE_END:
                     break
                 pos += 1
@@ -138,25 +176,272 @@ def _rebuild_rules(symbol_ids, rules, root, text):
     return make_rules(symbol_ids, rules, root, None, text)
 
 
-cdef Rules make_rules(dict symbol_ids, list rules, root, vocab, text):
+cdef Rules new_rules(root, vocab, text):
     cdef Rules self = Rules.__new__(Rules)
-    cdef grammar_element element
-    self.symbol_ids = dict(symbol_ids)
+    self._symbol_ids = None
     self.root = root
-    self.root_id = symbol_ids[root] if root is not None else -1
+    self.root_id = -1
     self.vocab = vocab
     self.text = text
     self.contexts = {}
+    return self
+
+
+cdef Rules make_rules(dict symbol_ids, list rules, root, vocab, text):
+    """Rules from a symbol table and (type, value) lists (unpickling)."""
+    cdef Rules self = new_rules(root, vocab, text)
+    self._symbol_ids = dict(symbol_ids)
+    if root is not None:
+        self.root_id = symbol_ids[root]
     if sum(len(rule) for rule in rules) >= (1 << 31) - 2:
         raise GrammarError("grammar has more elements than bankml's 32-bit positions can address")
     for rule in rules:
         self.rule_start.push_back(<position_t>self.elements.size())
         for kind, value in rule:
-            element.type = kind
-            element.value = value
-            self.elements.push_back(element)
+            self.elements.push_back(element_of(kind, value))
     # A sentinel past the last rule, so that looking one element ahead never leaves the array.
-    element.type = LLAMA_GRETYPE_END
-    element.value = 0
-    self.elements.push_back(element)
+    self.elements.push_back(element_of(LLAMA_GRETYPE_END, 0))
     return self
+
+
+# -- llama_grammar_init_impl's left-recursion check, and the one it misses --------------------------------
+
+cdef vector[uint8_t] rules_may_be_empty(Rules rules):
+    """Per rule, whether one of its alternatives is empty as written (llama.cpp's rules_may_be_empty)."""
+    cdef const grammar_element* elements = rules.elements.data()
+    cdef size_t n_rules = rules.rule_start.size(), rule_id
+    cdef vector[uint8_t] may_be_empty
+    cdef position_t pos
+    cdef bint at_start
+    may_be_empty.assign(n_rules, 0)
+    for rule_id in range(n_rules):
+        pos = rules.rule_start[rule_id]
+        at_start = True
+        while True:
+            if is_end_of_sequence(&elements[pos]):
+                if at_start:
+                    may_be_empty[rule_id] = 1
+                    break
+                if elements[pos].type == LLAMA_GRETYPE_END:
+                    break
+                at_start = True
+            else:
+                at_start = False
+            pos += 1
+    return may_be_empty
+
+
+cdef vector[uint8_t] rules_nullable(Rules rules, const vector[uint8_t]& may_be_empty):
+    """Per rule, whether it can match the empty string: the least fixpoint (an alternative made of
+    references to nullable rules only is nullable), by a worklist, so linear in the grammar's size."""
+    cdef const grammar_element* elements = rules.elements.data()
+    cdef size_t n_rules = rules.rule_start.size(), rule_id, k
+    cdef vector[uint8_t] nullable = may_be_empty
+    cdef vector[vector[int32_t]] waiting            # rule -> the alternatives that reference it
+    cdef vector[int32_t] alternative_rule, alternative_pending, queue, refs
+    cdef bint blocked
+    cdef int32_t alternative, index
+    cdef position_t pos
+    waiting.resize(n_rules)
+    for rule_id in range(n_rules):
+        if nullable[rule_id]:
+            queue.push_back(<int32_t>rule_id)
+            continue
+        pos = rules.rule_start[rule_id]
+        refs.clear()
+        blocked = False
+        while True:
+            if is_end_of_sequence(&elements[pos]):
+                if not blocked and not refs.empty():
+                    alternative = <int32_t>alternative_rule.size()
+                    alternative_rule.push_back(<int32_t>rule_id)
+                    alternative_pending.push_back(<int32_t>refs.size())
+                    for k in range(refs.size()):
+                        waiting[refs[k]].push_back(alternative)
+                refs.clear()
+                blocked = False
+                if elements[pos].type == LLAMA_GRETYPE_END:
+                    break
+            elif not blocked:
+                if elements[pos].type == LLAMA_GRETYPE_RULE_REF:
+                    refs.push_back(<int32_t>elements[pos].value)
+                else:
+                    blocked = True
+            pos += 1
+    while not queue.empty():
+        index = queue.back()
+        queue.pop_back()
+        for k in range(waiting[index].size()):
+            alternative = waiting[index][k]
+            alternative_pending[alternative] -= 1
+            if alternative_pending[alternative] == 0 and not nullable[alternative_rule[alternative]]:
+                nullable[alternative_rule[alternative]] = 1
+                queue.push_back(alternative_rule[alternative])
+    return nullable
+
+
+cdef void leftmost_edges(Rules rules, const vector[uint8_t]& empty, vector[int64_t]& edge_start,
+                         vector[uint32_t]& edge_target, vector[uint8_t]* edge_pushes):
+    """Per rule (CSR), the references llama.cpp's check walks: the leftmost of each alternative, and the
+    next one while the previous rule may be empty. With edge_pushes, whether the reference is followed by
+    more of its alternative (it leaves a frame on the stack)."""
+    cdef const grammar_element* elements = rules.elements.data()
+    cdef size_t n_rules = rules.rule_start.size(), rule_id
+    cdef position_t pos
+    cdef bint recurse
+    edge_start.resize(n_rules + 1)
+    for rule_id in range(n_rules):
+        edge_start[rule_id] = <int64_t>edge_target.size()
+        pos = rules.rule_start[rule_id]
+        recurse = True
+        while True:
+            if elements[pos].type == LLAMA_GRETYPE_RULE_REF and recurse:
+                edge_target.push_back(elements[pos].value)
+                if edge_pushes != NULL:
+                    edge_pushes.push_back(elements[pos + 1].type > LLAMA_GRETYPE_ALT)
+                if not empty[elements[pos].value]:
+                    recurse = False
+            elif elements[pos].type <= LLAMA_GRETYPE_ALT:  # the end of an alternative
+                if elements[pos].type == LLAMA_GRETYPE_END:
+                    break
+                recurse = True
+            else:
+                recurse = False
+            pos += 1
+    edge_start[n_rules] = <int64_t>edge_target.size()
+
+
+cdef int64_t find_cycle(Rules rules, const vector[uint8_t]& may_be_empty):
+    """The first rule (in llama.cpp's scan order) from which a cycle of leftmost references is reachable,
+    or -1. Iterative, and each rule walked once (llama.cpp re-walks shared rules)."""
+    cdef size_t n_rules = rules.rule_start.size(), start
+    cdef vector[int64_t] edge_start
+    cdef vector[uint32_t] edge_target
+    cdef vector[uint8_t] state      # 0 new, 1 in progress, 2 done
+    cdef vector[uint32_t] work_node
+    cdef vector[int64_t] work_edge
+    cdef uint32_t node, child
+    leftmost_edges(rules, may_be_empty, edge_start, edge_target, NULL)
+    state.assign(n_rules, 0)
+    for start in range(n_rules):
+        if state[start]:
+            continue
+        state[start] = 1
+        work_node.push_back(<uint32_t>start)
+        work_edge.push_back(edge_start[start])
+        while not work_node.empty():
+            node = work_node.back()
+            if work_edge.back() == edge_start[node + 1]:
+                state[node] = 2
+                work_node.pop_back()
+                work_edge.pop_back()
+                continue
+            child = edge_target[work_edge.back()]
+            work_edge[work_edge.size() - 1] += 1
+            if state[child] == 1:
+                return <int64_t>start
+            if state[child] == 0:
+                state[child] = 1
+                work_node.push_back(child)
+                work_edge.push_back(edge_start[child])
+    return -1
+
+
+cdef int64_t find_growing_left_recursion(Rules rules, const vector[uint8_t]& may_be_empty):
+    """Left recursion that llama.cpp's check misses and on which its advance_stack never returns, or -1.
+
+    llama.cpp's check takes a rule for non-empty unless one of its alternatives is empty as written, so
+    left recursion through a rule that matches the empty string only through other rules (`b ::= c`,
+    `c ::= ""`) passes it. Where such a cycle of leftmost references (each after a prefix that can match
+    the empty string) pushes a frame on the way round -- some reference on it is followed by more of its
+    alternative -- every turn leaves a deeper stack, which advance_stack's seen set never meets again:
+    llama.cpp grows the stack until memory runs out. A cycle of references in tail position only leaves
+    the same stacks and ends (llama.cpp's own test `root ::= ( [x]* )*` is one). Returns the lowest rule
+    index on such a cycle.
+    """
+    cdef size_t n_rules = rules.rule_start.size(), index
+    cdef vector[uint8_t] nullable = rules_nullable(rules, may_be_empty)
+    cdef vector[int64_t] edge_start
+    cdef vector[uint32_t] edge_target
+    cdef vector[uint8_t] edge_pushes
+    cdef vector[int64_t] component, order, low, lowest
+    cdef vector[uint8_t] on_stack
+    cdef vector[uint32_t] stack, work_node
+    cdef vector[int64_t] work_edge
+    cdef int64_t counter = 0, n_components = 0, found = -1, e
+    cdef uint32_t node, child, member, parent
+    cdef bint same = True
+    for index in range(n_rules):
+        if nullable[index] != may_be_empty[index]:
+            same = False
+            break
+    if same:
+        # the same leftmost references as llama.cpp's check follows: it found no cycle, so there is none
+        return -1
+    if find_cycle(rules, nullable) < 0:
+        # no cycle of leftmost references at all (the common case): nothing for the components to find
+        return -1
+    leftmost_edges(rules, nullable, edge_start, edge_target, &edge_pushes)
+    # Tarjan's strongly connected components, iteratively: an edge lies on a cycle iff both ends are in one.
+    component.assign(n_rules, -1)
+    order.assign(n_rules, -1)
+    low.assign(n_rules, 0)
+    on_stack.assign(n_rules, 0)
+    for index in range(n_rules):
+        if order[index] >= 0:
+            continue
+        order[index] = low[index] = counter
+        counter += 1
+        stack.push_back(<uint32_t>index)
+        on_stack[index] = 1
+        work_node.push_back(<uint32_t>index)
+        work_edge.push_back(edge_start[index])
+        while not work_node.empty():
+            node = work_node.back()
+            if work_edge.back() < edge_start[node + 1]:
+                child = edge_target[work_edge.back()]
+                work_edge[work_edge.size() - 1] += 1
+                if order[child] < 0:
+                    order[child] = low[child] = counter
+                    counter += 1
+                    stack.push_back(child)
+                    on_stack[child] = 1
+                    work_node.push_back(child)
+                    work_edge.push_back(edge_start[child])
+                elif on_stack[child]:
+                    low[node] = min(low[node], order[child])
+                continue
+            work_node.pop_back()
+            work_edge.pop_back()
+            if not work_node.empty():
+                parent = work_node.back()
+                low[parent] = min(low[parent], low[node])
+            if low[node] == order[node]:
+                while True:
+                    member = stack.back()
+                    stack.pop_back()
+                    on_stack[member] = 0
+                    component[member] = n_components
+                    if member == node:
+                        break
+                n_components += 1
+    lowest.assign(n_components, <int64_t>n_rules)
+    for index in range(n_rules):
+        lowest[component[index]] = min(lowest[component[index]], <int64_t>index)
+    for index in range(n_rules):
+        for e in range(edge_start[index], edge_start[index + 1]):
+            if edge_pushes[e] and component[edge_target[e]] == component[index]:
+                if found < 0 or lowest[component[index]] < found:
+                    found = lowest[component[index]]
+    return found
+
+
+def check_left_recursion(Rules rules):
+    """(index, grows) of the first left recursion: llama.cpp's check first (grows False), then the one it
+    misses (find_growing_left_recursion, grows True); None when there is none."""
+    cdef vector[uint8_t] may_be_empty = rules_may_be_empty(rules)
+    cdef int64_t found = find_cycle(rules, may_be_empty)
+    if found >= 0:
+        return found, False
+    found = find_growing_left_recursion(rules, may_be_empty)
+    return (found, True) if found >= 0 else None

@@ -31,6 +31,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pickle
+
 import pytest
 
 from bankml import Grammar, GrammarError, Rules, Vocab, mask_hash
@@ -905,6 +907,32 @@ def test_grammar_error_left_recursion():
     with pytest.raises(GrammarError) as info:
         Rules.parse('root ::= "a" x\nx ::= y x "b" | "c"\ny ::= "d" |')
     assert "left recursion detected for nonterminal at index 1" in info.value.reason
+
+
+def test_symbol_ids_and_rules_as_llama_cpp_builds_them():
+    """Symbol ids in llama.cpp's order (written names as met, generate_symbol_id's base_N as it makes
+    them), the repetition rewrite, the table's order kept through pickling, and a generated name as the
+    root (the parser records those names without hashing them)."""
+    text = 'root ::= x ("a" | "b")* y\nx ::= "c"?\ny ::= [d]{2,3}'
+    rules = Rules.parse(text)
+    expected_ids = [("root", 0), ("x", 1), ("root_2", 2), ("root_3", 3), ("y", 4), ("x_5", 5), ("y_6", 6)]
+    expected_rules = [[(2, 1), (2, 3), (2, 4), (0, 0)], [(2, 5), (0, 0)], [(3, 97), (1, 0), (3, 98), (0, 0)],
+                      [(2, 2), (2, 3), (1, 0), (0, 0)], [(3, 100), (3, 100), (2, 6), (0, 0)],
+                      [(3, 99), (1, 0), (0, 0)], [(3, 100), (1, 0), (0, 0)]]
+    assert list(rules.symbol_ids.items()) == expected_ids
+    assert rules.rules == expected_rules
+    again = pickle.loads(pickle.dumps(rules))
+    assert list(again.symbol_ids.items()) == expected_ids and again.rules == expected_rules
+    assert Rules.parse(text, root="root_3").root_id == 3
+    with pytest.raises(GrammarError, match="does not contain a 'root_7' symbol"):
+        Rules.parse(text, root="root_7")
+
+
+def test_rule_values_are_unsigned():
+    # \U takes 8 hex digits (the F after them is a class member of its own): a value past 2**31 is
+    # llama.cpp's uint32_t, not a negative one
+    assert Rules.parse(r"root ::= [\U0001F600-\UA0001F64F]").rules == [
+        [(3, 0x1F600), (5, 0xA0001F64), (6, ord("F")), (0, 0)]]
 
 
 def test_grammar_error_missing_root():
