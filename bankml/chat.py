@@ -732,33 +732,74 @@ def _schema_error(e, head):
     return SchemaError(head + message, e.pointer)
 
 
-def chat_message(parser, raw):
-    """The assistant message llama-server answers a non-streamed request with: the parsed content and
-    reasoning, or, when the parse holds neither, the raw text as content
-    (server_task_result_cmpl_final::to_json_oaicompat_chat). Raises ChatParseError where llama.cpp refuses."""
-    msg = parser.parse(raw, partial=False)
+def chat_message(parser, raw, parsed=None):
+    """The assistant message llama-server answers a non-streamed request with: the parsed content, reasoning
+    and tool calls (``common_chat_msg::to_json_oaicompat``: ``tool_calls`` as
+    ``{"type": "function", "function": {"name", "arguments"}, "id"}``, with the ids ``set_tool_call_ids``
+    gave), or, when the parse holds none of them, the raw text as content
+    (server_task_result_cmpl_final::to_json_oaicompat_chat). ``parsed``: the final message already parsed (a
+    ChatStream's, whose tool calls have their ids); otherwise ``raw`` is parsed and new ids are made. Raises
+    ChatParseError where llama.cpp refuses."""
+    msg = parsed
+    if msg is None:
+        msg = parser.parse(raw, partial=False)
+        if not msg.empty():
+            set_tool_call_ids(msg, [])
     if msg.empty():
         text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace")
         return {"role": "assistant", "content": text}
     out = {"role": "assistant", "content": msg.content}
     if msg.reasoning_content:
         out["reasoning_content"] = msg.reasoning_content
+    if msg.tool_calls:
+        calls = []
+        for tc in msg.tool_calls:
+            call = {"type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+            if tc.id:
+                call["id"] = tc.id
+            calls.append(call)
+        out["tool_calls"] = calls
     return out
+
+
+_ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def gen_tool_call_id():
+    """llama-server's gen_tool_call_id (random_string): 32 random letters and digits."""
+    import secrets
+    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(32))
+
+
+def set_tool_call_ids(msg, ids_cache, gen=gen_tool_call_id):
+    """common_chat_msg::set_tool_call_ids: each call keeps the id the output gave it or gets a new one, the
+    same for the same call index across a stream's parses (``ids_cache``, a list, holds them)."""
+    for i, tc in enumerate(msg.tool_calls):
+        if len(ids_cache) <= i:
+            ids_cache.append(tc.id or gen())
+        tc.id = ids_cache[i]
+    return msg
 
 
 class ChatStream:
     """The deltas of a streamed answer as llama-server sends them (task_result_state::update_chat_msg):
     after each piece the whole answer is parsed partially; a refused or empty parse leaves the previous
     message; the deltas are common_chat_msg_diff's. ``push(piece)`` returns the content delta ("" often) and
-    keeps the (reasoning, content) diffs in ``diffs``; ``finish()`` does the final, non-partial parse."""
+    keeps the (reasoning, content) diffs in ``diffs``; ``finish()`` does the final, non-partial parse.
+    With ``tools`` the diffs are ``msg_diffs_with_tools``' (reasoning, content, tool call index, name,
+    arguments, id) and the calls get their ids as llama-server's ``set_tool_call_ids``; ``initial`` is the
+    message the stream starts from (a continued message's parse of no output, task_result_state)."""
 
-    def __init__(self, parser):
+    def __init__(self, parser, tools=False, initial=None):
         self.parser = parser
         self._data = bytearray()
-        self.message = ChatMessage()
+        self.message = initial if initial is not None else ChatMessage()
         self.diffs = []
         self.content = ""
         self.reasoning = ""
+        self.tools = bool(tools)
+        self.tool_call_ids = []
+        self.finished = False
 
     @property
     def raw(self):
@@ -773,9 +814,18 @@ class ChatStream:
             raise
         if msg.empty():
             self.diffs = []
+            if not partial:
+                self.finished = True
             return ""
-        self.diffs = msg_diffs(self.message, msg)
+        if self.tools:
+            # the tool-call deltas too (6-tuples, msg_diffs_with_tools), the calls with their stable ids
+            set_tool_call_ids(msg, self.tool_call_ids)
+            self.diffs = msg_diffs_with_tools(self.message, msg)
+        else:
+            self.diffs = msg_diffs(self.message, msg)
         self.message = msg
+        if not partial:
+            self.finished = True
         delta = "".join(d[1] for d in self.diffs)
         self.content += delta
         self.reasoning += "".join(d[0] for d in self.diffs)

@@ -37,6 +37,7 @@ from . import request_fields as _fields
 from . import schema as _schema
 from .constraint import Constraint, RequestError, from_ollama_text, from_openai_text
 from .errors import GrammarError, SchemaError
+from .chat_peg import ChatParseError
 from .runtime import ContextSizeError, ModelError, check_messages, sampler_params_from_request
 
 __all__ = ["ServerLimits", "create_app", "serve"]
@@ -270,6 +271,8 @@ def _stream_error(exc):
     """The error object of a failure after a stream has started (llama-server sends it as an event)."""
     if isinstance(exc, ModelError):
         return {"code": 503, "message": str(exc), "type": "unavailable_error"}
+    if isinstance(exc, ChatParseError):
+        return {"code": 500, "message": str(exc), "type": "server_error"}
     return {"code": 500, "message": f"{type(exc).__name__}: {exc}", "type": "server_error"}
 
 
@@ -472,7 +475,7 @@ class _App:
         check_messages(messages)   # the shape; the chat layer reads them whole (reasoning_content, parts, ...)
         params, n_predict, stop = sampler_params_from_request(body, vocab=self._sampler_vocab())
         job = self.model.chat(messages, constraint, params, n_predict, stop, cancel=cancel,
-                              deadline=self._deadline(), **chat_request_options(body))
+                              deadline=self._deadline(), **chat_request_options(body), **chat_tool_options(body))
         return body, job, (stream, include_usage, return_tokens)
 
     async def chat_completions(self, request):
@@ -495,12 +498,8 @@ class _App:
                     try:
                         async for event in runner:
                             # one chunk per message diff, as server_chat_msg_diff_to_json_oaicompat
-                            for reasoning, content in event.diffs:
-                                delta = {}
-                                if reasoning:
-                                    delta["reasoning_content"] = reasoning
-                                if content:
-                                    delta["content"] = content
+                            for diff in event.diffs:
+                                delta = _diff_delta(diff)
                                 if delta:
                                     yield _sse(dict(base, object="chat.completion.chunk",
                                                     choices=[{"finish_reason": None, "index": 0, "delta": delta}]))
@@ -526,6 +525,8 @@ class _App:
             result = await runner.wait(request)
         except ModelError as e:
             return _error(str(e), 503, "unavailable_error")
+        except ChatParseError as e:   # the answer does not match the template's format: llama-server's 500
+            return _error(str(e), 500, "server_error")
         except Exception as e:  # noqa: BLE001 - a failure during generation: llama-server's 500 error object
             return _error(f"{type(e).__name__}: {e}", 500, "server_error")
         if result.finish_reason == "cancelled":
@@ -722,6 +723,45 @@ class _App:
 
     async def ollama_version(self, request):
         return JSONResponse({"version": "0.6.0"})
+
+
+def _diff_delta(diff):
+    """server_chat_msg_diff_to_json_oaicompat: the delta of one message diff, ``(reasoning, content)`` or
+    msg_diffs_with_tools' ``(reasoning, content, index, name, arguments, id)``; {} when it holds nothing."""
+    delta = {}
+    if diff[0]:
+        delta["reasoning_content"] = diff[0]
+    if diff[1]:
+        delta["content"] = diff[1]
+    if len(diff) > 2 and diff[2] >= 0:
+        _, _, index, name, arguments, call_id = diff
+        call = {"index": index}
+        if call_id:
+            call["id"] = call_id
+            call["type"] = "function"
+        if name or arguments:
+            function = {}
+            if name:
+                function["name"] = name
+            if arguments:
+                function["arguments"] = arguments
+            call["function"] = function
+        delta["tool_calls"] = [call]
+    return delta
+
+
+def chat_tool_options(body):
+    """Model.chat's tool arguments from an OpenAI chat request (oaicompat_chat_params_parse): ``tools`` (an
+    empty or absent array: none), ``tool_choice`` (absent or null: ``"auto"``), ``parallel_tool_calls``
+    (absent or null: what the template supports). With tools, a ``grammar`` field is refused."""
+    tools = body.get("tools")
+    tool_choice = body.get("tool_choice")
+    if tools is not None and not isinstance(tools, list):
+        raise RequestError("Failed to parse tools: Expected 'tools' to be an array, got " + json.dumps(tools))
+    if tools and tool_choice != "none" and "grammar" in body:
+        raise RequestError("Cannot use custom grammar constraints with tools.")
+    return {"tools": tools or None, "tool_choice": "auto" if tool_choice is None else tool_choice,
+            "parallel_tool_calls": body.get("parallel_tool_calls")}
 
 
 def chat_request_options(body):

@@ -12,7 +12,7 @@ Here: the recordings' own consistency (``test_tool_recording_*``); that they are
 machine (``test_tool_recordings_are_live``, which runs the pinned server again: where the recording's kernels
 fingerprint is this machine's everything but the random tool call ids must be the same, elsewhere what does not
 depend on the logits); and bankml serve answering each recorded request (``test_bankml_serve_answers_like_llama_
-server``), which fails today where bankml does not yet make tool calls (KNOWN_SERVE_DIFF, ``xfail(strict=True)``).
+server``): every recorded answer identically, tool calls, their stream deltas and the refusals included.
 """
 import json
 import os
@@ -116,31 +116,10 @@ def test_tool_recordings_are_live(live, name):
         assert ID.match(cid)
 
 
-# recordings whose answer bankml serve does not give yet (issue 13: on main at 92fa62c it refuses ``tools`` with
-# a 400; before, it ignored them and even the text answers differed from the third token on); expected to
-# differ, and the run fails when one stops differing
-KNOWN_SERVE_DIFF = {
-    'qwen/auto/text/greedy',
-    'qwen/auto/seed4',
-    'qwen/auto/prefill/greedy',
-    'qwen/required/prefill/greedy',
-    'qwen/required/seed4',
-    'qwen/required/parallel/prefill/seed3',
-    'qwen/stream/required/prefill/greedy',
-    'qwen/stream/auto/text/seed5',
-    'qwen/second-turn/greedy',
-    'qwen/none/greedy',
-    'llama3.1/auto/text/greedy',
-    'llama3.1/auto/seed4',
-    'llama3.1/auto/prefill/greedy',
-    'llama3.1/required/prefill/greedy',
-    'llama3.1/required/seed4',
-    'llama3.1/required/parallel/prefill/seed3',
-    'llama3.1/stream/required/prefill/greedy',
-    'llama3.1/stream/auto/text/seed5',
-    'llama3.1/second-turn/greedy',
-    'llama3.1/none/greedy',
-}
+# recordings whose answer bankml serve does not give (none: every one of the 20 is answered identically, token
+# ids, content, tool calls, finish reason, stream deltas and llama-server's 500s); one that came to differ would
+# be listed here with its measured reason and ``xfail(strict=True)``
+KNOWN_SERVE_DIFF = {}   # name -> the measured reason
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +182,7 @@ def _answer(status, body, stream):
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="bankml serve makes no tool calls yet"))
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_SERVE_DIFF[n]))
     if n in KNOWN_SERVE_DIFF else n for n in NAMES])
 def test_bankml_serve_answers_like_llama_server(clients, name):
     r = _record(name)
