@@ -22,6 +22,7 @@ Typical use, without a model::
     out.prompt, out.generation_prompt
 """
 import json
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -760,6 +761,59 @@ def chat_message(parser, raw, parsed=None):
             calls.append(call)
         out["tool_calls"] = calls
     return out
+
+
+def preserved_token_ids(preserved_tokens, tokenize):
+    """The ids of a ChatPrompt's ``preserved_tokens`` that are one token of the vocabulary (llama-server's
+    preserved_tokens field): a generated one is sent with its special text. ``tokenize(text)`` tokenizes with
+    special tokens parsed and no BOS."""
+    out = set()
+    for text in preserved_tokens or ():
+        ids = tokenize(text)
+        if len(ids) == 1:
+            out.add(ids[0])
+    return out
+
+
+def _regex_escape(text):
+    # common.cpp's regex_escape
+    return re.sub(r"[.^$|()*+?\[\]{}\\]", lambda m: "\\" + m.group(0), text)
+
+
+def lazy_grammar_triggers(triggers, preserved_ids, tokenize):
+    """``(trigger_tokens, trigger_patterns)`` for ``Grammar(..., lazy=True)`` from a ChatPrompt's
+    ``grammar_triggers``, as llama-server reads them (server-schema.cpp's grammar_triggers) and
+    common_sampler_init hands them to the grammar: a word that is one token becomes that token (it must be one
+    of ``preserved_ids``), another word its escaped pattern, a full pattern anchored at both ends. ValueError
+    with llama-server's message for a lazy grammar without triggers or a one-token word not preserved."""
+    from ._handlers import TRIGGER_PATTERN, TRIGGER_PATTERN_FULL, TRIGGER_TOKEN, TRIGGER_WORD
+    tokens, patterns = [], []
+    for kind, value in triggers or ():
+        if kind == TRIGGER_WORD:
+            ids = tokenize(value)
+            if len(ids) == 1:
+                if ids[0] not in preserved_ids:
+                    raise ValueError("Grammar trigger word should be marked as preserved token: " + value)
+                tokens.append(ids[0])
+            else:
+                patterns.append(_regex_escape(value))
+        elif kind == TRIGGER_PATTERN:
+            patterns.append(value)
+        elif kind == TRIGGER_PATTERN_FULL:
+            anchored = "^$"
+            if value:
+                anchored = ("" if value[0] == "^" else "^") + value + ("" if value[-1] == "$" else "$")
+            patterns.append(anchored)
+        elif kind == TRIGGER_TOKEN:
+            ids = tokenize(value)
+            if len(ids) != 1:
+                raise ValueError("Grammar trigger token is not one token of the vocabulary: " + value)
+            tokens.append(ids[0])
+        else:
+            raise ValueError("unknown grammar trigger type: %r" % (kind,))
+    if not tokens and not patterns:
+        raise ValueError("Error: no triggers set for lazy grammar!")
+    return tokens, patterns
 
 
 _ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"

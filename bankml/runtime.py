@@ -833,14 +833,15 @@ class Job:
                                    f"({model.n_ctx} tokens), try increasing it")
         # server-schema.cpp: the preserved tokens that are one token of the vocabulary (their text is sent with
         # the special pieces), then the triggers: a trigger word that is one token becomes a token trigger
-        self.preserved = set()
-        for text in preserved or ():
-            ids = model.tokenize(text, False, True)
-            if len(ids) == 1:
-                self.preserved.add(ids[0])
+        from .chat import lazy_grammar_triggers, preserved_token_ids
+        tokenize = lambda text: model.tokenize(text, False, True)  # noqa: E731
+        self.preserved = preserved_token_ids(preserved, tokenize)
         trigger_tokens, trigger_patterns = [], []
         if grammar_triggers is not None:
-            trigger_tokens, trigger_patterns = _lazy_triggers(model, grammar_triggers, self.preserved)
+            try:
+                trigger_tokens, trigger_patterns = lazy_grammar_triggers(grammar_triggers, self.preserved, tokenize)
+            except ValueError as e:
+                raise RequestError(str(e)) from None
         self.tools = bool(tools)
         grammar = None
         if grammar_text is not None:
@@ -1059,47 +1060,6 @@ class Job:
             if at >= 0 and (best is None or at < best[1]):
                 best = (word, at)
         return best
-
-
-def _regex_escape(text):
-    # common.cpp's regex_escape
-    import re
-    return re.sub(r"[.^$|()*+?\[\]{}\\]", lambda m: "\\" + m.group(0), text)
-
-
-def _lazy_triggers(model, triggers, preserved):
-    """``(trigger_tokens, trigger_patterns)`` of a lazy grammar from the chat layer's triggers, as llama-server
-    reads them (server-schema.cpp's grammar_triggers) and common_sampler_init hands them to the grammar: a word
-    that is one token becomes that token (it must be a preserved token), another word its escaped pattern, a
-    full pattern anchored at both ends."""
-    from ._handlers import TRIGGER_PATTERN, TRIGGER_PATTERN_FULL, TRIGGER_TOKEN, TRIGGER_WORD
-    tokens, patterns = [], []
-    for kind, value in triggers:
-        if kind == TRIGGER_WORD:
-            ids = model.tokenize(value, False, True)
-            if len(ids) == 1:
-                if ids[0] not in preserved:
-                    raise RequestError("Grammar trigger word should be marked as preserved token: " + value)
-                tokens.append(ids[0])
-            else:
-                patterns.append(_regex_escape(value))
-        elif kind == TRIGGER_PATTERN:
-            patterns.append(value)
-        elif kind == TRIGGER_PATTERN_FULL:
-            anchored = "^$"
-            if value:
-                anchored = ("" if value[0] == "^" else "^") + value + ("" if value[-1] == "$" else "$")
-            patterns.append(anchored)
-        elif kind == TRIGGER_TOKEN:
-            ids = model.tokenize(value, False, True)
-            if len(ids) != 1:
-                raise RequestError("Grammar trigger token is not one token of the vocabulary: " + value)
-            tokens.append(ids[0])
-        else:
-            raise RequestError("unknown grammar trigger type: %r" % (kind,))
-    if not tokens and not patterns:
-        raise RequestError("Error: no triggers set for lazy grammar!")
-    return tokens, patterns
 
 
 def _prefill_tokens(model, text):
