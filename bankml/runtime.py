@@ -645,6 +645,11 @@ class Model:
             raise RequestError("Field 'parallel_tool_calls': [json.exception.type_error.302] type must be boolean, "
                                f"but is {_json_type_name(parallel_tool_calls)}")
         with_tools = isinstance(tools, list) and bool(tools) and tool_choice != "none"
+        if with_tools and not (layer.caps.supports_tools or layer.caps.supports_tool_calls):
+            # llama-server renders such a request without the tools and parses no call: refused, not ignored
+            raise RequestError("the chat template neither renders tools nor tool calls, so 'tools' would be "
+                               "ignored: give the server a template that does (--chat-template-file), or "
+                               "tool_choice \"none\"")
         if with_tools and constraint.kind == "gbnf":
             raise RequestError("Cannot use custom grammar constraints with tools.")   # oaicompat_chat_params_parse
         try:

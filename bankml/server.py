@@ -849,6 +849,8 @@ def _ollama_messages(messages):
                     "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}})
                 if isinstance(call.get("id"), str) and call["id"]:
                     msg["tool_calls"][-1]["id"] = call["id"]
+            if not msg["content"]:
+                msg["content"] = None   # an assistant turn of calls only, as OpenAI clients send it
         if m.get("tool_name") is not None:
             if not isinstance(m["tool_name"], str):
                 raise RequestError(f"messages[{i}]: 'tool_name' must be a string")
