@@ -225,6 +225,8 @@ cdef class MatchContext(SegmentCache):
         except -1 nogil
     cdef int mask_into(self, const vector[node_t]& stacks, uint32_t* out) except -1 nogil
     cdef list stack_elements(self, const vector[node_t]& stacks)
+    cdef int forced_bytes(self, const vector[node_t]& start, partial_utf8 partial, size_t max_bytes,
+                          vector[uint8_t]& out) except -1 nogil
     cdef void clear_masks(self) noexcept nogil
     cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef void reserve_headroom(self) noexcept nogil
@@ -251,7 +253,28 @@ cdef class Grammar:
     cdef readonly tuple trigger_tokens
     cdef readonly tuple trigger_patterns
     cdef list trigger_regexes
+    # an end-of-generation token was accepted (is_terminated)
+    cdef bint eog_accepted
+    # rollback: a ring of the states before the last max_rollback accepted steps (stack ids stay valid
+    # for the context's life, so a state is a few integers); slot history_head is written next
+    cdef readonly int max_rollback
+    cdef int history_head, history_count
+    cdef vector[vector[node_t]] history_stacks
+    cdef vector[partial_utf8] history_partial
+    cdef vector[uint8_t] history_flags             # HISTORY_* bits
+    cdef list history_trigger                      # per slot, lazy matchers only: (trigger bytes, positions)
+    # accept_tokens / validate_tokens: the slots a call overwrote, kept until it commits or undoes
+    cdef bint in_transaction
+    cdef vector[int] saved_slots
+    cdef vector[vector[node_t]] saved_stacks
+    cdef vector[partial_utf8] saved_partial
+    cdef vector[uint8_t] saved_flags
+    cdef list saved_trigger
 
     cdef int enter(self) except -1
     cdef void leave(self) noexcept
     cdef bint fast_into(self, uint32_t* out) except -1
+    cdef int push_history(self, vector[node_t]& stacks, partial_utf8 partial, uint8_t flags, object trigger) except -1
+    cdef int restore_slot(self, int slot) except -1
+    cdef int accept_step(self, token_t token) except -1
+    cdef bint try_accept(self, token_t token) except -1

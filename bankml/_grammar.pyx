@@ -13,6 +13,7 @@ stack is one integer), its partial UTF-8 state and its trigger state, and the
 per-vocabulary decoded code points. It must not parse text (parser.py does)
 nor read vocabulary files (vocab.py does).
 """
+import bisect
 import collections
 import heapq
 import operator
@@ -37,7 +38,7 @@ from bankml._utf8 cimport decode_utf8, partial_utf8
 from bankml._trie cimport CHILD_BLOCK, SUBTREE_NON_ASCII, SUBTREE_OVERLONG_END, SUBTREE_PARTIAL_END
 from bankml._bits cimport (ctz64, drain_words, next_set_position, next_unset_position, position_drain,
                            set_position, set_position_range, set_token_bit, clear_token_bit, words_hash)
-from bankml._charclass cimport (class_accepts_all_partials, class_constant_from, class_intervals, is_end_of_sequence,
+from bankml._charclass cimport (MAX_CODE_POINT, class_accepts_all_partials, class_constant_from, class_intervals, is_end_of_sequence,
                                 is_token_element, match_char, match_partial_char, match_token)
 from bankml._rules cimport make_rules
 
@@ -61,6 +62,17 @@ DEFAULT_MAX_STACKS = 4096
 # How long (seconds of the calling thread) the first matcher of a (Rules, Vocab) spends building the
 # segment cache ahead of use; what is not built by then is built on first use.
 DEFAULT_PRECOMPUTE_SECONDS = 0.03
+# How many accepted steps a matcher can roll back by default: vLLM rolls back its draft tokens (at most
+# num_speculative_tokens), SGLang's jump-forward the retokenized tail (its XGrammar backend keeps 200).
+# A step costs a copy of the stack ids (a few integers), so the ring is cheap.
+DEFAULT_MAX_ROLLBACK = 200
+# The most bytes jump_forward() returns (a grammar such as `root ::= "a" root` forces text forever).
+DEFAULT_MAX_JUMP_FORWARD_BYTES = 4096
+
+# history_flags bits: what a rolled-back state had besides its stacks and partial character
+cdef enum:
+    HISTORY_AWAITING = 1        # the lazy grammar was waiting for its trigger
+    HISTORY_EOG = 2             # an end-of-generation token had been accepted
 cdef size_t MAX_NODES = 1 << 24
 # New matchers start a fresh context once the shared one holds this many nodes.
 cdef size_t CONTEXT_NODE_BUDGET = 1 << 22
@@ -548,6 +560,116 @@ cdef class MatchContext(SegmentCache):
             PyThread_release_lock(self.lock)
         return out
 
+    cdef int forced_bytes(self, const vector[node_t]& start, partial_utf8 partial, size_t max_bytes,
+                          vector[uint8_t]& out) except -1 nogil:
+        """The bytes every continuation of the state (start, partial) begins with (jump-forward), into out.
+
+        Inside a character: its remaining continuation bytes, as far as every code point the stacks
+        can still complete it to agrees on them (continuation bytes are base-64 digits, so the common
+        prefix of the smallest and largest candidate is everyone's). Then whole characters while the
+        union of the stacks' classes is one code point, advancing the stacks by it (accept_chr). It
+        stops at a state that may end (an empty stack), at a token terminal, at code point 0 (no piece
+        can spell it: decode_utf8 stops at NUL), past U+10FFFF, and after max_bytes."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef vector[node_t] stacks = start
+        cdef vector[node_t] next_stacks
+        cdef vector[pair[uint32_t, uint32_t]] intervals, scratch
+        cdef const grammar_element* pos
+        cdef uint32_t low = 0, high = 0, smallest, largest, cp
+        cdef uint8_t encoded[4]
+        cdef int n_remain = partial.n_remain
+        cdef int n_bytes, k
+        cdef size_t i, j
+        cdef bint whole
+        PyThread_acquire_lock(self.lock, 1)
+        try:
+            while out.size() < max_bytes:
+                intervals.clear()
+                for i in range(stacks.size()):
+                    if stacks[i] == EMPTY_STACK:
+                        return 0            # the grammar may end here: nothing is forced
+                    pos = &elements[self.nodes[stacks[i]].element]
+                    if is_token_element(pos):
+                        return 0            # a token terminal takes a token by id, not text
+                    class_intervals(pos, intervals, scratch)
+                if n_remain > 0:
+                    # match_partial_char's range of the code points this sequence can complete to
+                    if n_remain == 1 and partial.value < 2:
+                        return 0
+                    low = partial.value << (n_remain * 6)
+                    high = low | ((1 << (n_remain * 6)) - 1)
+                    if low == 0:
+                        if n_remain == 2:
+                            low = 1 << 11
+                        elif n_remain == 3:
+                            low = 1 << 16
+                else:
+                    low = 0
+                    high = MAX_CODE_POINT
+                smallest = MAX_CODE_POINT
+                largest = 0
+                whole = False
+                for j in range(intervals.size()):
+                    if intervals[j].second < low or intervals[j].first > high:
+                        continue
+                    whole = True
+                    smallest = min(smallest, max(intervals[j].first, low))
+                    largest = max(largest, min(intervals[j].second, high))
+                if not whole:
+                    return 0                # no stack can go on (a dead state)
+                if n_remain > 0:
+                    # the continuation bytes the candidates share, most significant first
+                    for k in range(n_remain - 1, -1, -1):
+                        if (smallest >> (6 * k)) & 0x3F != (largest >> (6 * k)) & 0x3F:
+                            return 0
+                        if out.size() >= max_bytes:
+                            return 0
+                        out.push_back(<uint8_t>(0x80 | ((smallest >> (6 * k)) & 0x3F)))
+                        n_remain -= 1
+                        partial.value = (partial.value << 6) | ((smallest >> (6 * k)) & 0x3F)
+                    cp = partial.value
+                    n_remain = 0
+                else:
+                    if smallest != largest or smallest == 0 or smallest > 0x10FFFF:
+                        return 0
+                    cp = smallest
+                    if cp < 0x80:
+                        encoded[0] = <uint8_t>cp
+                        n_bytes = 1
+                    elif cp < 0x800:
+                        encoded[0] = <uint8_t>(0xC0 | (cp >> 6))
+                        encoded[1] = <uint8_t>(0x80 | (cp & 0x3F))
+                        n_bytes = 2
+                    elif cp < 0x10000:
+                        encoded[0] = <uint8_t>(0xE0 | (cp >> 12))
+                        encoded[1] = <uint8_t>(0x80 | ((cp >> 6) & 0x3F))
+                        encoded[2] = <uint8_t>(0x80 | (cp & 0x3F))
+                        n_bytes = 3
+                    else:
+                        encoded[0] = <uint8_t>(0xF0 | (cp >> 18))
+                        encoded[1] = <uint8_t>(0x80 | ((cp >> 12) & 0x3F))
+                        encoded[2] = <uint8_t>(0x80 | ((cp >> 6) & 0x3F))
+                        encoded[3] = <uint8_t>(0x80 | (cp & 0x3F))
+                        n_bytes = 4
+                    if out.size() + n_bytes > max_bytes:
+                        return 0
+                    for k in range(n_bytes):
+                        out.push_back(encoded[k])
+                next_stacks.clear()
+                for i in range(stacks.size()):
+                    self.accept_chr(stacks[i], cp, next_stacks)
+                stacks.swap(next_stacks)
+                if stacks.size() > self.max_stacks:
+                    with gil:
+                        raise GrammarError(
+                            f"grammar state exceeds {self.max_stacks} stacks (max_stacks); "
+                            "the grammar is too ambiguous at this point")
+                if stacks.empty():
+                    return 0
+        finally:
+            PyThread_release_lock(self.lock)
+        return 0
+
     def _segment_report(self, stacks):
         """Test shim: per stack id (None for the empty one), the segment entry that serves it, built if
         need be: (entry id, segment length, [(continuation node, trie nodes below it)], the stack below)."""
@@ -870,6 +992,16 @@ def _token_id(value, what="token id"):
     return operator.index(value)
 
 
+def _count(value, what):
+    """A non-negative int (or numpy integer) count; anything else is refused, not coerced."""
+    if isinstance(value, (bool, np.bool_)) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__} {value!r}")
+    value = operator.index(value)
+    if value < 0:
+        raise ValueError(f"{what} must be >= 0, got {value}")
+    return value
+
+
 def _as_rules(rules, vocab, root):
     if isinstance(rules, Rules):
         return rules
@@ -921,7 +1053,8 @@ cdef class Grammar:
             PyThread_release_lock(self.state_lock)
 
     def __init__(self, rules, vocab=None, *, root="root", trigger_tokens=(), trigger_patterns=(),
-                 trigger_words=(), lazy=None, max_stacks=DEFAULT_MAX_STACKS, precompute=DEFAULT_PRECOMPUTE_SECONDS):
+                 trigger_words=(), lazy=None, max_stacks=DEFAULT_MAX_STACKS, precompute=DEFAULT_PRECOMPUTE_SECONDS,
+                 max_rollback=DEFAULT_MAX_ROLLBACK):
         cdef Rules parsed
         if vocab is None and isinstance(rules, Rules):
             vocab = (<Rules>rules).vocab
@@ -932,6 +1065,9 @@ cdef class Grammar:
             raise ValueError(f"max_stacks must be at least 1, got {max_stacks}")
         if not float(precompute) >= 0:
             raise ValueError(f"precompute must be a number of seconds >= 0, got {precompute!r}")
+        max_rollback = _count(max_rollback, "max_rollback")
+        if max_rollback > 1 << 20:
+            raise ValueError(f"max_rollback must be at most {1 << 20}, got {max_rollback}")
         self.rules = parsed
         self.vocab = vocab
         self.ctx = _context_for(parsed, vocab, int(max_stacks), float(precompute))
@@ -956,6 +1092,16 @@ cdef class Grammar:
         self.awaiting_trigger = self.lazy
         self.trigger_bytes = bytearray()
         self.trigger_buffer_positions = []
+        self.eog_accepted = False
+        self.max_rollback = max_rollback
+        self.history_head = 0
+        self.history_count = 0
+        self.history_stacks.resize(max_rollback)
+        self.history_partial.resize(max_rollback)
+        self.history_flags.resize(max_rollback)
+        self.history_trigger = [None] * max_rollback if self.lazy else None
+        self.in_transaction = False
+        self.saved_trigger = []
         self._init_stacks()
 
     def _init_stacks(self):
@@ -1099,20 +1245,27 @@ cdef class Grammar:
         return np.flatnonzero(bits).astype(np.int32)
 
     def fill_next_token_bitmask(self, bitmask, index=0):
-        """Fill an int32 bitmask (bit set = allowed) of shape ((n_vocab + 31) // 32,) or (batch, that)."""
+        """Fill an int32 bitmask (bit set = allowed) of shape ((n_vocab + 31) // 32,) or (batch, that) at
+        row index, in place: a numpy array or a CPU torch tensor (its memory, viewed without a copy)."""
         cdef uint32_t[::1] row_view
         cdef trie_view trie
         cdef MatchContext ctx = self.ctx
         self._require_vocab()
         n_vocab = self.decoded.n_vocab
         width = (n_vocab + 31) // 32
-        if not isinstance(bitmask, np.ndarray) or bitmask.dtype != np.int32 or bitmask.ndim not in (1, 2) \
-                or bitmask.shape[bitmask.ndim - 1] != width or not bitmask.flags.c_contiguous \
-                or not bitmask.flags.writeable:
+        array = _bitmask_array(bitmask)
+        if not isinstance(array, np.ndarray) or array.dtype != np.int32 or array.ndim not in (1, 2) \
+                or array.shape[array.ndim - 1] != width or not array.flags.writeable \
+                or not (array[0] if array.ndim == 2 and array.shape[0] else array).flags.c_contiguous:
             raise ValueError(
-                f"Invalid bitmask: expected writable C-contiguous int32 of shape ({width},) or (batch, {width}), "
-                f"got {getattr(bitmask, 'dtype', type(bitmask).__name__)} of shape {getattr(bitmask, 'shape', None)}")
-        row = bitmask if bitmask.ndim == 1 else bitmask[index]
+                f"Invalid bitmask: expected a writable int32 numpy array or CPU torch tensor of shape ({width},) "
+                f"or (batch, {width}) with contiguous rows, got {getattr(bitmask, 'dtype', type(bitmask).__name__)} "
+                f"of shape {tuple(getattr(bitmask, 'shape', ())) or None}")
+        index = _token_id(index, "index")
+        batch = 1 if array.ndim == 1 else array.shape[0]
+        if not 0 <= index < batch:
+            raise ValueError(f"Invalid index: {index} is outside [0, {batch}) for a bitmask of shape {array.shape}")
+        row = array if array.ndim == 1 else array[index]
         self.enter()
         try:
             if not self.awaiting_trigger and self.partial.n_remain <= 0:
@@ -1182,7 +1335,17 @@ cdef class Grammar:
         token = _token_id(token_id)
         if not 0 <= token <= 0x7FFFFFFF:
             raise ValueError(f"Invalid token id: {token} is outside [0, 2**31)")
-        self._commit_token(token, bytes(piece))
+        cdef vector[node_t] before
+        cdef partial_utf8 partial_before
+        self.enter()
+        try:
+            before = self.active_stacks
+            partial_before = self.partial
+            flags, trigger = self._state_extras()
+            self._commit_token(token, bytes(piece))
+            self.push_history(before, partial_before, flags, trigger)
+        finally:
+            self.leave()
 
     def accept_bytes(self, data):
         """llama_grammar_accept_str: advance by text (prefill), character by character.
@@ -1203,9 +1366,12 @@ cdef class Grammar:
         raw = <const uint8_t*>PyBytes_AS_STRING(raw_bytes)
         size = len(raw_bytes)
         cdef MatchContext ctx = self.ctx
+        cdef partial_utf8 partial_before
         self.enter()
         try:
             current = self.active_stacks
+            partial_before = self.partial
+            flags, trigger = self._state_extras()
             with nogil:
                 partial = decode_utf8(raw, size, self.partial, code_points)
                 ctx.accept_text(current, code_points.data(), code_points.size() - 1)
@@ -1214,6 +1380,8 @@ cdef class Grammar:
                     f"Unexpected empty grammar stack after accepting piece: {raw_bytes.decode('utf-8', 'replace')}")
             self.active_stacks.swap(current)
             self.partial = partial
+            # current now holds the stacks before: they become the newest rollback entry
+            self.push_history(current, partial_before, flags, trigger)
         finally:
             self.leave()
 
@@ -1229,20 +1397,35 @@ cdef class Grammar:
         token = _token_id(token_id)
         if not 0 <= token < self.decoded.n_vocab:
             raise ValueError(f"Invalid token id: {token} is outside [0, {self.decoded.n_vocab})")
-        piece = self.vocab.piece(token)
         self.enter()
         try:
-            if self.awaiting_trigger:
-                self._accept_awaiting(token, piece)
-                return
-            if self.decoded.is_eog[token]:
-                if not self.complete:
-                    raise GrammarError(f"end-of-generation token {token} accepted while the grammar is not "
-                                       "complete (llama.cpp aborts here)")
-                return
-            self._commit_token(token, piece)
+            self.accept_step(token)
         finally:
             self.leave()
+
+    cdef int accept_step(self, token_t token) except -1:
+        """accept() of a checked id, with the matcher's lock held: one rollback step when it succeeds."""
+        cdef vector[node_t] before
+        cdef partial_utf8 partial_before = self.partial
+        cdef uint8_t flags = (HISTORY_AWAITING if self.awaiting_trigger else 0) | (HISTORY_EOG if self.eog_accepted else 0)
+        cdef bint is_eog = self.decoded.is_eog[token]
+        trigger = None
+        if self.max_rollback:
+            before = self.active_stacks
+            if self.lazy:
+                trigger = (bytes(self.trigger_bytes), tuple(self.trigger_buffer_positions))
+        if self.awaiting_trigger:
+            self._accept_awaiting(token, self.vocab.piece(token))
+        elif is_eog:
+            if not self.complete:
+                raise GrammarError(f"end-of-generation token {token} accepted while the grammar is not "
+                                   "complete (llama.cpp aborts here)")
+        else:
+            self._commit_token(token, self.vocab.piece(token))
+        if is_eog:
+            self.eog_accepted = True
+        self.push_history(before, partial_before, flags, trigger)
+        return 0
 
     def _accept_awaiting(self, token, piece):
         if token in self.trigger_tokens:
@@ -1291,6 +1474,257 @@ cdef class Grammar:
         self.awaiting_trigger = awaiting
         self.trigger_bytes = trigger_bytes
         self.trigger_buffer_positions = positions
+
+    # -- the engines' matcher API: rollback, accept_tokens, validate_tokens, jump-forward -----------
+    def _state_extras(self):
+        """(HISTORY_* flags, lazy trigger state or None) of the current state, as a rollback entry keeps them."""
+        flags = (HISTORY_AWAITING if self.awaiting_trigger else 0) | (HISTORY_EOG if self.eog_accepted else 0)
+        if not self.lazy:
+            return flags, None
+        return flags, (bytes(self.trigger_bytes), tuple(self.trigger_buffer_positions))
+
+    cdef int push_history(self, vector[node_t]& stacks, partial_utf8 partial, uint8_t flags, object trigger) \
+            except -1:
+        """Make (stacks, partial, flags, trigger) the newest rollback entry (stacks is swapped in, left empty).
+        In a transaction, an entry this overwrites (the ring is full) is kept aside for undo."""
+        cdef int slot = self.history_head
+        if self.max_rollback == 0:
+            return 0
+        if self.in_transaction and self.history_count == self.max_rollback:
+            self.saved_slots.push_back(slot)
+            self.saved_stacks.push_back(vector[node_t]())
+            self.saved_stacks.back().swap(self.history_stacks[slot])
+            self.saved_partial.push_back(self.history_partial[slot])
+            self.saved_flags.push_back(self.history_flags[slot])
+            if self.lazy:
+                self.saved_trigger.append(self.history_trigger[slot])
+        self.history_stacks[slot].swap(stacks)
+        self.history_partial[slot] = partial
+        self.history_flags[slot] = flags
+        if self.lazy:
+            self.history_trigger[slot] = trigger
+        self.history_head = (slot + 1) % self.max_rollback
+        if self.history_count < self.max_rollback:
+            self.history_count += 1
+        return 0
+
+    cdef int restore_slot(self, int slot) except -1:
+        """Make the rollback entry at slot the current state (the entry is consumed)."""
+        self.active_stacks.swap(self.history_stacks[slot])
+        self.history_stacks[slot].clear()
+        self.partial = self.history_partial[slot]
+        self.awaiting_trigger = (self.history_flags[slot] & HISTORY_AWAITING) != 0
+        self.eog_accepted = (self.history_flags[slot] & HISTORY_EOG) != 0
+        if self.lazy:
+            trigger_bytes, positions = self.history_trigger[slot]
+            self.trigger_bytes = bytearray(trigger_bytes)
+            self.trigger_buffer_positions = list(positions)
+            self.history_trigger[slot] = None
+        return 0
+
+    def rollback(self, n=1):
+        """Undo the last n accepted steps (tokens through accept/accept_token/accept_tokens, or one
+        accept_bytes call each): the state, partial character, trigger state and termination are the
+        ones before them. At most the last max_rollback steps are kept (fewer since reset() or a fresh
+        matcher); asking for more raises ValueError and changes nothing."""
+        n = _count(n, "rollback: n")
+        self.enter()
+        try:
+            if n > self.history_count:
+                raise ValueError(
+                    f"cannot roll back {n} steps: this matcher keeps the last {self.history_count} "
+                    f"(max_rollback={self.max_rollback}; steps before a reset() or past max_rollback are gone)")
+            if n == 0:
+                return
+            slot = (self.history_head - n) % self.max_rollback
+            self.restore_slot(slot)
+            # the n - 1 newer entries are dropped with it
+            for k in range(1, n):
+                self.history_stacks[(slot + k) % self.max_rollback].clear()
+                if self.lazy:
+                    self.history_trigger[(slot + k) % self.max_rollback] = None
+            self.history_head = slot
+            self.history_count -= n
+        finally:
+            self.leave()
+
+    @property
+    def rollback_depth(self):
+        """How many steps rollback() can undo now."""
+        return self.history_count
+
+    def _checked_tokens(self, ids):
+        """A list of int token ids in [0, n_vocab), or TypeError/ValueError naming what is wrong."""
+        if self.vocab is None:
+            raise ValueError("this Grammar has no vocabulary; use accept_token(token_id, piece)")
+        if isinstance(ids, (str, bytes, bytearray)) or not hasattr(ids, "__iter__"):
+            raise TypeError(f"ids must be a sequence of token ids, got {type(ids).__name__}")
+        if isinstance(ids, np.ndarray):
+            if ids.ndim != 1 or ids.dtype.kind not in "iu":
+                raise ValueError(f"Invalid ids: expected a 1-D integer array, got {ids.dtype} of shape {ids.shape}")
+            ids = ids.tolist()
+        tokens = [t if type(t) is int else _token_id(t) for t in ids]
+        cdef int64_t n_vocab = self.decoded.n_vocab
+        for t in tokens:
+            if not 0 <= t < n_vocab:
+                raise ValueError(f"Invalid token id: {t} is outside [0, {n_vocab})")
+        return tokens
+
+    cdef bint try_accept(self, token_t token) except -1:
+        """One token of accept_tokens/validate_tokens: False where the grammar refuses it (the state is
+        then unchanged) or an end-of-generation token was accepted before it (XGrammar's rule)."""
+        if self.eog_accepted:
+            return False
+        try:
+            self.accept_step(token)
+        except GrammarError:
+            return False
+        return True
+
+    def _transaction(self, list tokens, bint keep):
+        """Accept tokens one by one until one is refused; keep the result (keep and all accepted) or
+        undo it all, the rollback ring included. Returns how many were accepted."""
+        cdef vector[node_t] start_stacks = self.active_stacks
+        cdef partial_utf8 start_partial = self.partial
+        cdef bint start_awaiting = self.awaiting_trigger, start_eog = self.eog_accepted
+        cdef int start_head = self.history_head, start_count = self.history_count
+        cdef int k, slot
+        start_trigger = (bytearray(self.trigger_bytes), list(self.trigger_buffer_positions)) if self.lazy else None
+        accepted = 0
+        finished = False
+        self.in_transaction = True
+        try:
+            for token in tokens:
+                if not self.try_accept(token):
+                    break
+                accepted += 1
+            finished = True
+        finally:
+            self.in_transaction = False
+            if not (finished and keep and accepted == len(tokens)):
+                # put back what the pushes overwrote, newest first, so a slot overwritten twice ends
+                # with its original entry
+                for k in range(<int>self.saved_slots.size() - 1, -1, -1):
+                    slot = self.saved_slots[k]
+                    self.history_stacks[slot].swap(self.saved_stacks[k])
+                    self.history_partial[slot] = self.saved_partial[k]
+                    self.history_flags[slot] = self.saved_flags[k]
+                    if self.lazy:
+                        self.history_trigger[slot] = self.saved_trigger[k]
+                self.history_head = start_head
+                self.history_count = start_count
+                self.active_stacks.swap(start_stacks)
+                self.partial = start_partial
+                self.awaiting_trigger = start_awaiting
+                self.eog_accepted = start_eog
+                if self.lazy:
+                    self.trigger_bytes, self.trigger_buffer_positions = start_trigger
+            self.saved_slots.clear()
+            self.saved_stacks.clear()
+            self.saved_partial.clear()
+            self.saved_flags.clear()
+            self.saved_trigger = []
+        return accepted
+
+    def accept_tokens(self, ids):
+        """Accept all of ids (each as accept() does, one rollback step each) or none: True when every
+        token was accepted; False, with the state and the rollback history unchanged, when the grammar
+        refuses one or an end-of-generation token came before it. Ids that are not ints in
+        [0, n_vocab) raise TypeError/ValueError before anything is accepted."""
+        tokens = self._checked_tokens(ids)
+        self.enter()
+        try:
+            if len(tokens) == 1:
+                return self.try_accept(tokens[0])
+            return self._transaction(tokens, True) == len(tokens)
+        finally:
+            self.leave()
+
+    def validate_tokens(self, ids):
+        """How many of ids, from the first, the grammar would accept in a row (stopping after an
+        end-of-generation token); the state is unchanged."""
+        tokens = self._checked_tokens(ids)
+        self.enter()
+        try:
+            return self._transaction(tokens, False)
+        finally:
+            self.leave()
+
+    def is_terminated(self):
+        """XGrammar's is_terminated: an end-of-generation token has been accepted (the grammar was
+        complete), or the grammar is complete and no token but an end-of-generation one can follow
+        (llguidance's forced stop: nothing else can come). rollback() and reset() undo it."""
+        self.enter()
+        try:
+            if self.eog_accepted:
+                return True
+            if self.awaiting_trigger or self.decoded is None or not self.complete:
+                return False
+            words = self._mask_words_locked(False)
+            allowed = np.unpackbits(words.view(np.uint8), bitorder="little")[:self.decoded.n_vocab]
+            allowed[np.asarray(self.vocab.eog_ids, dtype=np.int64)] = 0
+            return not allowed.any()
+        finally:
+            self.leave()
+
+    def jump_forward(self, max_bytes=DEFAULT_MAX_JUMP_FORWARD_BYTES):
+        """The bytes the grammar forces from the current state: every text it accepts from here (in
+        llama.cpp's code points, spelled in UTF-8) begins with them, and it cannot end before them.
+
+        Inside a character (the last token ended mid-character) they start with its remaining
+        continuation bytes, as far as the stacks agree on them; after that only whole characters are
+        returned (as XGrammar's find_jump_forward_string does), since llama.cpp's decoder also reads
+        overlong spellings inside one piece. Empty where the grammar may end, at a token terminal, while
+        a lazy grammar waits for its trigger, and after an end-of-generation token. The state is
+        unchanged; accept_bytes(result) takes it."""
+        max_bytes = _count(max_bytes, "max_bytes")
+        cdef vector[uint8_t] out
+        cdef MatchContext ctx = self.ctx
+        cdef size_t limit = max_bytes
+        self.enter()
+        try:
+            if self.awaiting_trigger or self.eog_accepted or self.partial.n_remain < 0:
+                return b""
+            with nogil:
+                ctx.forced_bytes(self.active_stacks, self.partial, limit, out)
+        finally:
+            self.leave()
+        return bytes(out) if out.size() else b""
+
+    def jump_forward_tokens(self, max_bytes=DEFAULT_MAX_JUMP_FORWARD_BYTES):
+        """Token ids that spell jump_forward() (XGrammar's find_jump_forward_tokens): the longest
+        piece of an ordinary token (not end-of-generation, not a control token) at each point, greedily,
+        and the last one dropped when the piece of some longer ordinary token starts with it (the model
+        may join it with what follows). Each is accepted by the grammar in turn; the list may stop
+        short of the forced bytes (a tail no piece spells). This is the vocabulary's spelling, not the
+        model tokenizer's: retokenize the whole text when the two must agree."""
+        self._require_vocab()
+        forced = self.jump_forward(max_bytes)
+        if not forced:
+            return []
+        by_piece, ordered, longest = _ordinary_pieces(self.vocab, self.decoded)
+        tokens = []
+        offset = 0
+        last_piece = b""
+        while offset < len(forced):
+            for length in range(min(longest, len(forced) - offset), 0, -1):
+                token = by_piece.get(forced[offset:offset + length])
+                if token is not None:
+                    break
+            else:
+                break
+            tokens.append(token)
+            last_piece = forced[offset:offset + length]
+            offset += length
+        if tokens:
+            after = bisect.bisect_right(ordered, last_piece)
+            if after < len(ordered) and ordered[after].startswith(last_piece):
+                tokens.pop()
+        return tokens
+
+    def fork(self):
+        """clone(): an independent copy, its rollback history included (XGrammar's fork)."""
+        return self.clone()
 
     # -- state -----------------------------------------------------------------
     @property
@@ -1391,9 +1825,20 @@ cdef class Grammar:
         other.trigger_tokens = self.trigger_tokens
         other.trigger_patterns = self.trigger_patterns
         other.trigger_regexes = self.trigger_regexes
+        other.eog_accepted = self.eog_accepted
+        other.max_rollback = self.max_rollback
+        other.history_head = self.history_head
+        other.history_count = self.history_count
+        other.history_stacks = self.history_stacks
+        other.history_partial = self.history_partial
+        other.history_flags = self.history_flags
+        other.history_trigger = None if self.history_trigger is None else list(self.history_trigger)
+        other.in_transaction = False
+        other.saved_trigger = []
 
     def reset(self):
-        """Back to the state of a fresh matcher (llama_sampler_reset on the grammar sampler)."""
+        """Back to the state of a fresh matcher (llama_sampler_reset on the grammar sampler); the
+        rollback history is emptied."""
         self.enter()
         try:
             self.partial.value = 0
@@ -1401,6 +1846,13 @@ cdef class Grammar:
             self.awaiting_trigger = self.lazy
             self.trigger_bytes = bytearray()
             self.trigger_buffer_positions = []
+            self.eog_accepted = False
+            for k in range(self.max_rollback):
+                self.history_stacks[k].clear()
+            if self.lazy:
+                self.history_trigger = [None] * self.max_rollback
+            self.history_head = 0
+            self.history_count = 0
             self._init_stacks()
         finally:
             self.leave()
@@ -1408,6 +1860,30 @@ cdef class Grammar:
     def __repr__(self):
         return (f"<Grammar: {self.active_stacks.size()} stacks, complete={self.complete}, "
                 f"awaiting_trigger={self.awaiting_trigger}>")
+
+
+_ORDINARY_PIECES = {}
+
+
+def _ordinary_pieces(vocab, DecodedVocab decoded):
+    """Per vocabulary, once: {piece: lowest id} of the ordinary tokens (not end-of-generation, not
+    control, not empty), those pieces sorted (to find a longer piece that starts with one), and the
+    longest piece's length. Kept while the Vocab lives."""
+    cached = _ORDINARY_PIECES.get(id(vocab))
+    if cached is not None and cached[0] is vocab:
+        return cached[1]
+    attrs = vocab.token_attrs
+    by_piece = {}
+    for token, piece in enumerate(vocab.pieces):
+        if not piece or decoded.is_eog[token] or (attrs is not None and attrs[token] & 8):
+            continue
+        by_piece.setdefault(piece, token)
+    ordered = sorted(by_piece)
+    table = (by_piece, ordered, max((len(p) for p in ordered), default=0))
+    _ORDINARY_PIECES[id(vocab)] = (vocab, table)
+    if len(_ORDINARY_PIECES) > 16:
+        _ORDINARY_PIECES.pop(next(iter(_ORDINARY_PIECES)))
+    return table
 
 
 def _ecmascript_to_python(bytes pattern):
@@ -1468,6 +1944,21 @@ def _trigger_start(regex, pattern, bytes buffer):
     return match.start(0)
 
 
+def _bitmask_array(bitmask):
+    """A numpy view of a bitmask's memory (no copy): numpy arrays as they are, CPU torch tensors
+    through Tensor.numpy(); anything else is returned unchanged for the caller's error."""
+    if isinstance(bitmask, np.ndarray):
+        return bitmask
+    if type(bitmask).__module__.partition(".")[0] == "torch" and hasattr(bitmask, "numpy"):
+        if bitmask.device.type != "cpu":
+            raise ValueError(f"Invalid bitmask: expected a CPU tensor, got one on {bitmask.device}; fill a CPU "
+                             "bitmask and move it")
+        if bitmask.requires_grad:
+            raise ValueError("Invalid bitmask: the tensor requires grad")
+        return bitmask.numpy()
+    return bitmask
+
+
 def _check_logits(logits, expected):
     if not isinstance(logits, np.ndarray) or logits.dtype != np.float32 or logits.shape != (expected,) \
             or not logits.flags.writeable or not logits.flags.c_contiguous:
@@ -1488,7 +1979,8 @@ def fill_next_token_bitmasks(grammars, bitmask, max_workers=None):
     """
     global _batch_pool
     grammars = list(grammars)
-    if not isinstance(bitmask, np.ndarray) or bitmask.ndim != 2 or bitmask.shape[0] < len(grammars):
+    array = _bitmask_array(bitmask)
+    if not isinstance(array, np.ndarray) or array.ndim != 2 or array.shape[0] < len(grammars):
         raise ValueError(f"Invalid bitmask: expected int32 of shape ({len(grammars)}, width), got "
                          f"{getattr(bitmask, 'dtype', type(bitmask).__name__)} of shape {getattr(bitmask, 'shape', None)}")
     for grammar in grammars:

@@ -10,6 +10,7 @@ of ``common/jinja/caps.cpp`` (``caps_get``), which renders the template over fix
 input values the template touched. Private to bankml; ``bankml.chat`` owns what is rendered.
 """
 import datetime
+import inspect
 import json
 import math
 import time
@@ -247,7 +248,26 @@ def _llama_iter(value, single=False):
         raise TemplateError("Expected iterable or object type in for loop: got %s" % type(value).__name__) from None
 
 
+def _llama_in(left, right, negate):
+    """``left in right`` as llama.cpp's binary_expression takes it: anything in undefined is false, while an
+    undefined left operand (over a defined right one) is an error, not false."""
+    if isinstance(right, jinja2.Undefined):
+        return negate
+    if isinstance(left, jinja2.Undefined):
+        raise TemplateError("Cannot perform operation %s on undefined values" % ("not in" if negate else "in"))
+    member = left in right
+    return not member if negate else member
+
+
 class _ForIterables(jinja2.visitor.NodeTransformer):
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) != 1 or node.ops[0].op not in ("in", "notin"):
+            return node
+        negate = jinja2.nodes.Const(node.ops[0].op == "notin")
+        return jinja2.nodes.Call(jinja2.nodes.Name("__llama_in", "load"), [node.expr, node.ops[0].expr, negate],
+                                 [], None, None, lineno=node.lineno)
+
     def visit_For(self, node):
         self.generic_visit(node)
         single = jinja2.nodes.Const(isinstance(node.target, jinja2.nodes.Name))
@@ -292,6 +312,9 @@ class _Environment(jinja2.sandbox.ImmutableSandboxedEnvironment):
         return _ForIterables().visit(tree)
 
     def getattr(self, obj, attribute):
+        if inspect.isroutine(obj) or isinstance(obj, jinja2.runtime.Macro):
+            # llama.cpp's value_func has no builtins, so ``f.x`` is an error, not undefined
+            raise TemplateError("Function has no builtins")
         value = jinja2.sandbox.SandboxedEnvironment.getattr(self, obj, attribute)
         self._mark_access(obj, attribute, value)
         return value
@@ -370,6 +393,7 @@ def make_environment():
     env.tests = {name: _wrap_test(name, fn) for name, fn in env.tests.items()}
     env.globals["raise_exception"] = _raise_exception
     env.globals["__llama_iter"] = _llama_iter
+    env.globals["__llama_in"] = _llama_in
     return env
 
 

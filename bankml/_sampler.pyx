@@ -970,94 +970,204 @@ cdef int apply_infill(chain_stage& st, llama_token_data_array* cur_p, vector[lla
 
 # --- the chain ----------------------------------------------------------------------------
 
+# llama.cpp's llama_sampler_i, one row per sampler type: what the chain calls on a stage to transform the
+# candidates (apply), to see the drawn token (accept), to start over (reset) and after a stage was copied
+# (clone: the state a copy must not share). NULL where the sampler has nothing to do. Adding a sampler is its
+# row here plus its parameters in Sampler.__init__.
+
+cdef struct stage_scratch:
+    vector[llama_token_data]* tmp       # reused by every stage of one chain_apply
+    vector[llama_token_data]* buf_sort  # top-p's bucket sort buffer, kept by the Sampler
+
+ctypedef int (*stage_apply_fn)(chain_stage*, llama_token_data_array*, stage_scratch*) except -1 nogil
+ctypedef void (*stage_fn)(chain_stage*) noexcept nogil
+ctypedef void (*stage_accept_fn)(chain_stage*, token_t) noexcept nogil
+
+cdef struct sampler_iface:
+    const char* name                    # llama_sampler_i.name, as chain_names gives it
+    stage_apply_fn apply
+    stage_accept_fn accept
+    stage_fn reset
+    stage_fn clone
+
+cdef enum:
+    N_SAMPLER_TYPES = SAMPLER_MIROSTAT_V2 + 1
+
+cdef sampler_iface SAMPLERS[N_SAMPLER_TYPES]
+
+
+cdef int _logit_bias(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_logit_bias(st[0], cur_p)
+
+cdef int _penalties(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    apply_penalties(st[0], cur_p)
+    return 0
+
+cdef int _dry(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_dry(st[0], cur_p)
+
+cdef int _top_n_sigma(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    apply_top_n_sigma(st[0], cur_p)
+    return 0
+
+cdef int _top_k(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return llama_sampler_top_k_impl(cur_p, st.k, sc.tmp[0])
+
+cdef int _typical(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_typical(st[0], cur_p, sc.tmp[0])
+
+cdef int _top_p(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_top_p(st[0], cur_p, sc.buf_sort[0], sc.tmp[0])
+
+cdef int _min_p(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_min_p(st[0], cur_p, sc.tmp[0])
+
+cdef int _xtc(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_xtc(st[0], cur_p, sc.tmp[0])
+
+cdef int _temp_ext(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_temp_ext(st[0], cur_p, sc.tmp[0])
+
+cdef int _temp(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    llama_sampler_temp_impl(cur_p, st.temp)
+    return 0
+
+cdef int _dist(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    apply_dist(st[0], cur_p)
+    return 0
+
+cdef int _mirostat(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_mirostat(st[0], cur_p, sc.tmp[0])
+
+cdef int _mirostat_v2(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_mirostat_v2(st[0], cur_p, sc.tmp[0])
+
+cdef int _adaptive_p(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_adaptive_p(st[0], cur_p, sc.tmp[0])
+
+cdef int _infill(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_infill(st[0], cur_p, sc.tmp[0])
+
+
+cdef void _penalties_accept(chain_stage* st, token_t token) noexcept nogil:
+    cdef token_t old
+    if st.penalty_last_n == 0:
+        return
+    st.token_count[token] += 1
+    if st.prev.sz >= <size_t>st.penalty_last_n:
+        old = st.prev.data[st.prev.first]
+        st.token_count[old] -= 1
+        if st.token_count[old] == 0:
+            st.token_count.erase(old)
+    ring_push_back(st.prev, token)
+
+cdef void _dry_accept(chain_stage* st, token_t token) noexcept nogil:
+    ring_push_back(st.last_tokens, token)
+
+cdef void _adaptive_p_accept(chain_stage* st, token_t token) noexcept nogil:
+    if st.pending_token_id == token and st.pending_token_idx >= 0:
+        st.weighted_sum = st.original_probs[st.pending_token_idx] + st.adaptive_decay * st.weighted_sum
+        st.total_weight = <float>1 + st.adaptive_decay * st.total_weight
+    st.pending_token_id = -1
+    st.pending_token_idx = -1
+
+
+cdef void _reseed(chain_stage* st) noexcept nogil:
+    st.seed_cur = get_rng_seed(st.seed)
+    st.rng.seed(st.seed_cur)
+
+cdef void _penalties_reset(chain_stage* st) noexcept nogil:
+    ring_clear(st.prev)
+    st.token_count.clear()
+
+cdef void _dry_reset(chain_stage* st) noexcept nogil:
+    ring_clear(st.last_tokens)
+    st.dry_repeat_count.clear()
+    st.dry_max_token_repeat.clear()
+
+cdef void _mirostat_reset(chain_stage* st) noexcept nogil:
+    st.mu = <float>2 * st.tau
+    _reseed(st)
+
+cdef void _adaptive_p_reset(chain_stage* st) noexcept nogil:
+    adaptive_p_reset(st[0])
+    _reseed(st)
+
+
+cdef void _row(sampler_type t, const char* name, stage_apply_fn apply, stage_accept_fn accept, stage_fn reset,
+               stage_fn clone) noexcept:
+    SAMPLERS[<int>t].name = name
+    SAMPLERS[<int>t].apply = apply
+    SAMPLERS[<int>t].accept = accept
+    SAMPLERS[<int>t].reset = reset
+    SAMPLERS[<int>t].clone = clone
+
+
+cdef void _init_samplers() noexcept:
+    cdef int i
+    for i in range(N_SAMPLER_TYPES):
+        _row(<sampler_type>i, NULL, NULL, NULL, NULL, NULL)
+    _row(SAMPLER_LOGIT_BIAS, "logit-bias", _logit_bias, NULL, NULL, NULL)
+    _row(SAMPLER_PENALTIES, "penalties", _penalties, _penalties_accept, _penalties_reset, NULL)
+    _row(SAMPLER_DRY, "dry", _dry, _dry_accept, _dry_reset, NULL)
+    _row(SAMPLER_TOP_N_SIGMA, "top-n-sigma", _top_n_sigma, NULL, NULL, NULL)
+    _row(SAMPLER_TOP_K, "top-k", _top_k, NULL, NULL, NULL)
+    _row(SAMPLER_TYPICAL_P, "typical", _typical, NULL, NULL, NULL)
+    _row(SAMPLER_TOP_P, "top-p", _top_p, NULL, NULL, NULL)
+    _row(SAMPLER_MIN_P, "min-p", _min_p, NULL, NULL, NULL)
+    _row(SAMPLER_XTC, "xtc", _xtc, NULL, _reseed, NULL)
+    _row(SAMPLER_TEMPERATURE, "temp-ext", _temp_ext, NULL, NULL, NULL)
+    _row(SAMPLER_TEMP, "temp", _temp, NULL, NULL, NULL)
+    _row(SAMPLER_DIST, "dist", _dist, NULL, _reseed, NULL)
+    _row(SAMPLER_MIROSTAT, "mirostat", _mirostat, NULL, _mirostat_reset, NULL)
+    _row(SAMPLER_MIROSTAT_V2, "mirostat-v2", _mirostat_v2, NULL, _mirostat_reset, NULL)
+    # llama_sampler_adaptive_p_clone copies the moving average and the pending token, not the generator: the
+    # clone's is seeded afresh from the seed
+    _row(SAMPLER_ADAPTIVE_P, "adaptive-p", _adaptive_p, _adaptive_p_accept, _adaptive_p_reset, _reseed)
+    _row(SAMPLER_INFILL, "infill", _infill, NULL, NULL, NULL)
+
+
+_init_samplers()
+
+
 cdef int chain_apply(vector[chain_stage]& chain, llama_token_data_array* cur_p,
                      vector[llama_token_data]& buf_sort) except -1 nogil:
     cdef size_t s
-    cdef sampler_type t
     cdef vector[llama_token_data] tmp
+    cdef stage_scratch sc
+    sc.tmp = &tmp
+    sc.buf_sort = &buf_sort
     for s in range(chain.size()):
-        t = chain[s].type
-        if t == SAMPLER_LOGIT_BIAS:
-            apply_logit_bias(chain[s], cur_p)
-        elif t == SAMPLER_PENALTIES:
-            apply_penalties(chain[s], cur_p)
-        elif t == SAMPLER_DRY:
-            apply_dry(chain[s], cur_p)
-        elif t == SAMPLER_TOP_N_SIGMA:
-            apply_top_n_sigma(chain[s], cur_p)
-        elif t == SAMPLER_TOP_K:
-            llama_sampler_top_k_impl(cur_p, chain[s].k, tmp)
-        elif t == SAMPLER_TYPICAL_P:
-            apply_typical(chain[s], cur_p, tmp)
-        elif t == SAMPLER_TOP_P:
-            apply_top_p(chain[s], cur_p, buf_sort, tmp)
-        elif t == SAMPLER_MIN_P:
-            apply_min_p(chain[s], cur_p, tmp)
-        elif t == SAMPLER_XTC:
-            apply_xtc(chain[s], cur_p, tmp)
-        elif t == SAMPLER_TEMPERATURE:
-            apply_temp_ext(chain[s], cur_p, tmp)
-        elif t == SAMPLER_TEMP:
-            llama_sampler_temp_impl(cur_p, chain[s].temp)
-        elif t == SAMPLER_DIST:
-            apply_dist(chain[s], cur_p)
-        elif t == SAMPLER_MIROSTAT:
-            apply_mirostat(chain[s], cur_p, tmp)
-        elif t == SAMPLER_MIROSTAT_V2:
-            apply_mirostat_v2(chain[s], cur_p, tmp)
-        elif t == SAMPLER_ADAPTIVE_P:
-            apply_adaptive_p(chain[s], cur_p, tmp)
-        elif t == SAMPLER_INFILL:
-            apply_infill(chain[s], cur_p, tmp)
+        SAMPLERS[<int>chain[s].type].apply(&chain[s], cur_p, &sc)
     return 0
 
 
 cdef int chain_accept(vector[chain_stage]& chain, token_t token) except -1 nogil:
     cdef size_t s
-    cdef token_t old
+    cdef stage_accept_fn accept
     for s in range(chain.size()):
-        if chain[s].type == SAMPLER_PENALTIES:
-            if chain[s].penalty_last_n == 0:
-                continue
-            chain[s].token_count[token] += 1
-            if chain[s].prev.sz >= <size_t>chain[s].penalty_last_n:
-                old = chain[s].prev.data[chain[s].prev.first]
-                chain[s].token_count[old] -= 1
-                if chain[s].token_count[old] == 0:
-                    chain[s].token_count.erase(old)
-            ring_push_back(chain[s].prev, token)
-        elif chain[s].type == SAMPLER_DRY:
-            ring_push_back(chain[s].last_tokens, token)
-        elif chain[s].type == SAMPLER_ADAPTIVE_P:
-            if chain[s].pending_token_id == token and chain[s].pending_token_idx >= 0:
-                chain[s].weighted_sum = (chain[s].original_probs[chain[s].pending_token_idx]
-                                         + chain[s].adaptive_decay * chain[s].weighted_sum)
-                chain[s].total_weight = <float>1 + chain[s].adaptive_decay * chain[s].total_weight
-            chain[s].pending_token_id = -1
-            chain[s].pending_token_idx = -1
+        accept = SAMPLERS[<int>chain[s].type].accept
+        if accept != NULL:
+            accept(&chain[s], token)
     return 0
 
 
 cdef void chain_reset(vector[chain_stage]& chain) noexcept nogil:
     cdef size_t s
-    cdef sampler_type t
+    cdef stage_fn reset
     for s in range(chain.size()):
-        t = chain[s].type
-        if t == SAMPLER_PENALTIES:
-            ring_clear(chain[s].prev)
-            chain[s].token_count.clear()
-        elif t == SAMPLER_DRY:
-            ring_clear(chain[s].last_tokens)
-            chain[s].dry_repeat_count.clear()
-            chain[s].dry_max_token_repeat.clear()
-        elif t == SAMPLER_DIST or t == SAMPLER_XTC or t == SAMPLER_MIROSTAT or t == SAMPLER_MIROSTAT_V2 \
-                or t == SAMPLER_ADAPTIVE_P:
-            if t == SAMPLER_MIROSTAT or t == SAMPLER_MIROSTAT_V2:
-                chain[s].mu = <float>2 * chain[s].tau
-            if t == SAMPLER_ADAPTIVE_P:
-                adaptive_p_reset(chain[s])
-            chain[s].seed_cur = get_rng_seed(chain[s].seed)
-            chain[s].rng.seed(chain[s].seed_cur)
+        reset = SAMPLERS[<int>chain[s].type].reset
+        if reset != NULL:
+            reset(&chain[s])
+
+
+cdef void chain_cloned(vector[chain_stage]& chain) noexcept nogil:
+    cdef size_t s
+    cdef stage_fn clone
+    for s in range(chain.size()):
+        clone = SAMPLERS[<int>chain[s].type].clone
+        if clone != NULL:
+            clone(&chain[s])
 
 
 # --- parameters ------------------------------------------------------------------------------
@@ -2221,12 +2331,7 @@ cdef class Sampler:
         other.reasoning_budget = self.reasoning_budget.clone() if self.reasoning_budget is not None else None
         other.n_vocab = self.n_vocab
         other.chain = self.chain
-        for i in range(other.chain.size()):
-            if other.chain[i].type == SAMPLER_ADAPTIVE_P:
-                # llama_sampler_adaptive_p_clone copies the moving average and the pending token, not the
-                # generator: the clone's is seeded afresh from the seed
-                other.chain[i].seed_cur = get_rng_seed(other.chain[i].seed)
-                other.chain[i].rng.seed(other.chain[i].seed_cur)
+        chain_cloned(other.chain)
         other.infill_data = self.infill_data
         other.cur.resize(self.n_vocab)
         other.n_redraws = self.n_redraws
@@ -2246,13 +2351,7 @@ cdef class Sampler:
     def chain_names(self):
         """The samplers of the chain as llama.cpp names them (disabled ones are left out, as llama.cpp
         replaces them with empty samplers that do nothing)."""
-        names = {SAMPLER_LOGIT_BIAS: "logit-bias", SAMPLER_PENALTIES: "penalties", SAMPLER_DRY: "dry",
-                 SAMPLER_TOP_N_SIGMA: "top-n-sigma", SAMPLER_TOP_K: "top-k", SAMPLER_TYPICAL_P: "typical",
-                 SAMPLER_TOP_P: "top-p", SAMPLER_MIN_P: "min-p", SAMPLER_XTC: "xtc",
-                 SAMPLER_TEMPERATURE: "temp-ext", SAMPLER_TEMP: "temp", SAMPLER_DIST: "dist",
-                 SAMPLER_MIROSTAT: "mirostat", SAMPLER_MIROSTAT_V2: "mirostat-v2", SAMPLER_ADAPTIVE_P: "adaptive-p",
-                 SAMPLER_INFILL: "infill"}
-        return tuple(names[self.chain[i].type] for i in range(self.chain.size()))
+        return tuple(SAMPLERS[<int>self.chain[i].type].name.decode() for i in range(self.chain.size()))
 
     def __reduce__(self):
         raise TypeError("Sampler is not picklable; use clone()")

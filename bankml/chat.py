@@ -536,6 +536,8 @@ class ChatTemplate:
                 m = dict(m, content=blocks)
                 m.pop("reasoning_content", None)
                 override.append(m)
+        elif h == "gemma4" and "{#- OpenAI Chat Completions:" not in src:
+            rendered = _gemma4_tool_responses(rendered)
         elif h == "deepseek-v3.2" and "function_calls" not in src:
             override = _deepseek_v4_sort_tool_results(rendered)
             if isinstance(json_schema, dict):
@@ -556,6 +558,76 @@ class ChatTemplate:
                                               tools_json, tool_choice, bool(parallel_tool_calls),
                                               enable_thinking=enable_thinking, add_generation_prompt=add_gen))
         return out
+
+
+def _gemma4_has_content(msg):
+    content = msg.get("content")
+    return isinstance(content, (str, list)) and bool(content)
+
+
+def _gemma4_has_tool_calls(msg):
+    return isinstance(msg.get("tool_calls"), list) and bool(msg["tool_calls"])
+
+
+def _strict_json(text):
+    """nlohmann's json::parse: NaN and Infinity are not JSON."""
+    def refuse(name):
+        raise ValueError(name)
+    return json.loads(text, parse_constant=refuse)
+
+
+def _gemma4_tool_responses(messages):
+    """workaround::convert_tool_responses_gemma4 (common/parsers/gemma4.cpp), applied to the older Gemma 4
+    templates: each assistant turn with tool calls, the tool results after it and a final assistant answer
+    (text, no calls) become one assistant message with ``tool_responses`` (each ``{"name", "response"}``, the
+    response parsed as JSON where it is JSON, the name taken from the call at the same position or else the
+    ``tool_call_id``). The first assistant message's own content is not kept, as llama.cpp does."""
+    out = []
+    i, n = 0, len(messages)
+    while i < n:
+        msg = messages[i]
+        if msg.get("role", "") != "assistant" or not _gemma4_has_tool_calls(msg):
+            out.append(msg)
+            i += 1
+            continue
+        reasoning = msg["reasoning_content"] if isinstance(msg.get("reasoning_content"), str) else None
+        calls = list(msg["tool_calls"])
+        responses = []
+        i += 1
+        while i < n and messages[i].get("role", "") == "tool":
+            cur = messages[i]
+            response = None
+            if "content" in cur:
+                response = cur["content"]
+                if isinstance(response, str):
+                    try:
+                        response = _strict_json(response)
+                    except ValueError:
+                        pass
+            name = ""
+            k = len(responses)
+            if k < len(calls) and isinstance(calls[k], dict) and "function" in calls[k]:
+                fn = calls[k]["function"]
+                name = fn.get("name", "") if isinstance(fn, dict) else ""
+            if not name:
+                name = cur.get("tool_call_id", "")
+            responses.append({"name": name, "response": response})
+            i += 1
+        content = None
+        if i < n and messages[i].get("role", "") == "assistant":
+            nxt = messages[i]
+            if not _gemma4_has_tool_calls(nxt) and _gemma4_has_content(nxt):
+                content = nxt["content"]
+                i += 1
+        built = {"role": "assistant", "tool_calls": calls}
+        if responses:
+            built["tool_responses"] = responses
+        if content is not None:
+            built["content"] = content
+        if reasoning is not None:
+            built["reasoning_content"] = reasoning
+        out.append(built)
+    return out
 
 
 def _deepseek_v4_sort_tool_results(messages):

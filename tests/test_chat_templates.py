@@ -235,6 +235,22 @@ def test_template_errors_are_clear():
         tmpl.render([{"role": "user", "content": "x"}])
 
 
+def test_jinja_is_as_strict_as_llama_cpps():
+    """Where llama.cpp's Jinja raises and jinja2 would give undefined or false (found on Command R+ and
+    Seed-OSS with tools): a member of a function value, and an undefined value on the left of ``in``. An
+    undefined right operand stays false, and a defined left one is looked up as before."""
+    msgs = [{"role": "user", "content": "x"}]
+    with pytest.raises(TemplateError, match="^Function has no builtins$"):
+        ChatTemplate("{% set d = {'a': 1} %}{{ d.items.type }}").render(msgs)
+    with pytest.raises(TemplateError, match="^Cannot perform operation in on undefined values$"):
+        ChatTemplate("{{ nothing in ('a', 'b') }}").render(msgs)
+    with pytest.raises(TemplateError, match="^Cannot perform operation not in on undefined values$"):
+        ChatTemplate("{{ nothing not in ['a'] }}").render(msgs)
+    out = ChatTemplate("{{ 'a' in nothing }} {{ 'a' not in nothing }} {{ 'user' in messages[0].role }} "
+                       "{{ 2 not in [1] }} {{ messages[0].content is defined }}").render(msgs)
+    assert out == "False True True True True"
+
+
 @pytest.mark.oracle
 def test_live_oracle_agrees_with_bankml(templates):
     """The pinned llama.cpp run now on every template and request: bankml, rendered at the oracle's clock,

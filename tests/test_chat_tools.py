@@ -52,49 +52,13 @@ NOW = _stamp(RECORDED["started"])
 # building the tool-call parser, "Unable to generate parser for this template. Automatic parser generation
 # failed: ...", where bankml's Jinja renders the template), with the cause found.
 # Expected to differ; the run fails when one stops differing.
-KNOWN_PROMPT_DIFF = {
-    # llama.cpp refuses in its tool-call analysis (the template fails on an enum without a type)
-    'ByteDance-Seed-OSS.jinja': {
-        'untyped-enum/auto/think-off',
-    },
-    # llama.cpp refuses in its tool-call analysis (the template fails on the three tools)
-    'CohereForAI-c4ai-command-r-plus-tool_use.jinja': {
-        'render/user/think-off',
-        'render/user/think-on',
-        'render/text',
-        'render/call',
-        'render/two-calls',
-        'render/content-then-call',
-        'render/text/think-on',
-        'render/reasoning-then-call',
-        'many/auto/think-off',
-        'many/auto/parallel/think-off',
-        'many/auto/parallel/think-on',
-        'many/required/think-off',
-        'many/required/think-on',
-        'many/required/parallel/think-off',
-        'many/none/think-off',
-        'history/two-calls/parallel/think-off',
-    },
-    # the Gemma 4 handler's tool-response rewrite (<|tool_response>) is not ported
-    'google-gemma-4-31B-it-interleaved.jinja': {
-        'render/content-then-call',
-        'history/one/think-off',
-        'history/one/think-on',
-        'history/two-calls/parallel/think-off',
-        'history/no-tools/think-off',
-    },
-}
+KNOWN_PROMPT_DIFF = {}
 
 FIELDS = ("format", "grammar", "grammar_lazy", "grammar_triggers", "preserved_tokens", "additional_stops",
           "thinking", "parses", "streams")
 # field -> templates on which bankml does not give llama.cpp's answer for that field on every request of the
-# matrix yet: MiniMax M3's grammar (its handler's tool branch)
-KNOWN_FIELD_DIFF = {
-    'grammar': {
-        'MiniMax-M3.jinja',
-    },
-}
+# matrix (none left)
+KNOWN_FIELD_DIFF = {}
 
 
 @pytest.fixture(scope="module")

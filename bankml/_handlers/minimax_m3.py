@@ -77,8 +77,9 @@ def apply(out, inp):
                     return p.tag(TOOL_ARG_OBJECT, members_of(node, rule_name)) + sp + close_tag
                 if node.kind == s.ARRAY:
                     item_close = NS + "</item>"
-                    item = p.rule(rule_name + "-item", p.tag(TOOL_ARG_ITEM, p.literal(NS + "<item>") + value_of(
-                        node.items, rule_name + "-item", item_close)))
+                    # GCC builds the right operand of + first
+                    item_value = value_of(node.items, rule_name + "-item", item_close)
+                    item = p.rule(rule_name + "-item", p.tag(TOOL_ARG_ITEM, p.literal(NS + "<item>") + item_value))
                     sp = p.space()
                     return p.tag(TOOL_ARG_ARRAY, p.repeat(p.space() + item, 0, -1)) + sp + close_tag
                 return p.tool_arg_json_value(p.schema(p.json(), rule_name + "-schema", None, node=node)) + close_tag
