@@ -2250,7 +2250,7 @@ cdef class Sampler:
         with nogil:
             self.set_logits(&view[0])
             token = self.draw()
-        if self.grammar is not None and (token < 0 or not self.grammar.allows(token)):
+        if self._grammar_applies() and (token < 0 or not self.grammar.allows(token)):
             masked = np.array(logits, dtype=np.float32, copy=True)
             self.grammar.apply(masked)
             masked_view = masked
@@ -2269,14 +2269,33 @@ cdef class Sampler:
             raise SamplingError("no selected token during sampling - check your sampling configuration")
         return int(token)
 
+    def _grammar_applies(self):
+        """grammar_should_apply: a lazy grammar beside a reasoning budget is left out while the budget is inside
+        a reasoning block (counting, forcing), so that a trigger in the reasoning starts nothing."""
+        if self.grammar is None:
+            return False
+        if self.reasoning_budget is None or not getattr(self.grammar, "lazy", False):
+            return True
+        state = self.reasoning_budget.state
+        return state == REASONING_BUDGET_IDLE or state == REASONING_BUDGET_DONE
+
     def accept(self, token):
-        """common_sampler_accept(token, is_generated=true): the grammar, then the chain's histories."""
+        """common_sampler_accept(token, is_generated=true): the reasoning budget, the grammar (where it applies;
+        a lazy grammar left out of a reasoning block is fed the end sequence that closed it), then the chain's
+        histories."""
         token = int(token)
         if not 0 <= token < self.n_vocab:
             raise ValueError(f"Invalid token id: {token} is outside [0, {self.n_vocab})")
+        accept_grammar = self._grammar_applies()
         if self.reasoning_budget is not None:
             self.reasoning_budget.accept(token)
-        if self.grammar is not None:
+            if self.grammar is not None and not accept_grammar and \
+                    self.reasoning_budget.state == REASONING_BUDGET_DONE:
+                end = self.reasoning_budget.end_match
+                if end:
+                    for t in end:
+                        self.grammar.accept(int(t))
+        if accept_grammar:
             self.grammar.accept(token)
         chain_accept(self.chain, <token_t>token)
 

@@ -22,6 +22,7 @@ Typical use, without a model::
     out.prompt, out.generation_prompt
 """
 import json
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -804,33 +805,127 @@ def _schema_error(e, head):
     return SchemaError(head + message, e.pointer)
 
 
-def chat_message(parser, raw):
-    """The assistant message llama-server answers a non-streamed request with: the parsed content and
-    reasoning, or, when the parse holds neither, the raw text as content
-    (server_task_result_cmpl_final::to_json_oaicompat_chat). Raises ChatParseError where llama.cpp refuses."""
-    msg = parser.parse(raw, partial=False)
+def chat_message(parser, raw, parsed=None):
+    """The assistant message llama-server answers a non-streamed request with: the parsed content, reasoning
+    and tool calls (``common_chat_msg::to_json_oaicompat``: ``tool_calls`` as
+    ``{"type": "function", "function": {"name", "arguments"}, "id"}``, with the ids ``set_tool_call_ids``
+    gave), or, when the parse holds none of them, the raw text as content
+    (server_task_result_cmpl_final::to_json_oaicompat_chat). ``parsed``: the final message already parsed (a
+    ChatStream's, whose tool calls have their ids); otherwise ``raw`` is parsed and new ids are made. Raises
+    ChatParseError where llama.cpp refuses."""
+    msg = parsed
+    if msg is None:
+        msg = parser.parse(raw, partial=False)
+        if not msg.empty():
+            set_tool_call_ids(msg, [])
     if msg.empty():
         text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace")
         return {"role": "assistant", "content": text}
     out = {"role": "assistant", "content": msg.content}
     if msg.reasoning_content:
         out["reasoning_content"] = msg.reasoning_content
+    if msg.tool_calls:
+        calls = []
+        for tc in msg.tool_calls:
+            call = {"type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+            if tc.id:
+                call["id"] = tc.id
+            calls.append(call)
+        out["tool_calls"] = calls
     return out
+
+
+def preserved_token_ids(preserved_tokens, tokenize):
+    """The ids of a ChatPrompt's ``preserved_tokens`` that are one token of the vocabulary (llama-server's
+    preserved_tokens field): a generated one is sent with its special text. ``tokenize(text)`` tokenizes with
+    special tokens parsed and no BOS."""
+    out = set()
+    for text in preserved_tokens or ():
+        ids = tokenize(text)
+        if len(ids) == 1:
+            out.add(ids[0])
+    return out
+
+
+def _regex_escape(text):
+    # common.cpp's regex_escape
+    return re.sub(r"[.^$|()*+?\[\]{}\\]", lambda m: "\\" + m.group(0), text)
+
+
+def lazy_grammar_triggers(triggers, preserved_ids, tokenize):
+    """``(trigger_tokens, trigger_patterns)`` for ``Grammar(..., lazy=True)`` from a ChatPrompt's
+    ``grammar_triggers``, as llama-server reads them (server-schema.cpp's grammar_triggers) and
+    common_sampler_init hands them to the grammar: a word that is one token becomes that token (it must be one
+    of ``preserved_ids``), another word its escaped pattern, a full pattern anchored at both ends. ValueError
+    with llama-server's message for a lazy grammar without triggers or a one-token word not preserved."""
+    from ._handlers import TRIGGER_PATTERN, TRIGGER_PATTERN_FULL, TRIGGER_TOKEN, TRIGGER_WORD
+    tokens, patterns = [], []
+    for kind, value in triggers or ():
+        if kind == TRIGGER_WORD:
+            ids = tokenize(value)
+            if len(ids) == 1:
+                if ids[0] not in preserved_ids:
+                    raise ValueError("Grammar trigger word should be marked as preserved token: " + value)
+                tokens.append(ids[0])
+            else:
+                patterns.append(_regex_escape(value))
+        elif kind == TRIGGER_PATTERN:
+            patterns.append(value)
+        elif kind == TRIGGER_PATTERN_FULL:
+            anchored = "^$"
+            if value:
+                anchored = ("" if value[0] == "^" else "^") + value + ("" if value[-1] == "$" else "$")
+            patterns.append(anchored)
+        elif kind == TRIGGER_TOKEN:
+            ids = tokenize(value)
+            if len(ids) != 1:
+                raise ValueError("Grammar trigger token is not one token of the vocabulary: " + value)
+            tokens.append(ids[0])
+        else:
+            raise ValueError("unknown grammar trigger type: %r" % (kind,))
+    if not tokens and not patterns:
+        raise ValueError("Error: no triggers set for lazy grammar!")
+    return tokens, patterns
+
+
+_ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def gen_tool_call_id():
+    """llama-server's gen_tool_call_id (random_string): 32 random letters and digits."""
+    import secrets
+    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(32))
+
+
+def set_tool_call_ids(msg, ids_cache, gen=gen_tool_call_id):
+    """common_chat_msg::set_tool_call_ids: each call keeps the id the output gave it or gets a new one, the
+    same for the same call index across a stream's parses (``ids_cache``, a list, holds them)."""
+    for i, tc in enumerate(msg.tool_calls):
+        if len(ids_cache) <= i:
+            ids_cache.append(tc.id or gen())
+        tc.id = ids_cache[i]
+    return msg
 
 
 class ChatStream:
     """The deltas of a streamed answer as llama-server sends them (task_result_state::update_chat_msg):
     after each piece the whole answer is parsed partially; a refused or empty parse leaves the previous
     message; the deltas are common_chat_msg_diff's. ``push(piece)`` returns the content delta ("" often) and
-    keeps the (reasoning, content) diffs in ``diffs``; ``finish()`` does the final, non-partial parse."""
+    keeps the (reasoning, content) diffs in ``diffs``; ``finish()`` does the final, non-partial parse.
+    With ``tools`` the diffs are ``msg_diffs_with_tools``' (reasoning, content, tool call index, name,
+    arguments, id) and the calls get their ids as llama-server's ``set_tool_call_ids``; ``initial`` is the
+    message the stream starts from (a continued message's parse of no output, task_result_state)."""
 
-    def __init__(self, parser):
+    def __init__(self, parser, tools=False, initial=None):
         self.parser = parser
         self._data = bytearray()
-        self.message = ChatMessage()
+        self.message = initial if initial is not None else ChatMessage()
         self.diffs = []
         self.content = ""
         self.reasoning = ""
+        self.tools = bool(tools)
+        self.tool_call_ids = []
+        self.finished = False
 
     @property
     def raw(self):
@@ -845,9 +940,18 @@ class ChatStream:
             raise
         if msg.empty():
             self.diffs = []
+            if not partial:
+                self.finished = True
             return ""
-        self.diffs = msg_diffs(self.message, msg)
+        if self.tools:
+            # the tool-call deltas too (6-tuples, msg_diffs_with_tools), the calls with their stable ids
+            set_tool_call_ids(msg, self.tool_call_ids)
+            self.diffs = msg_diffs_with_tools(self.message, msg)
+        else:
+            self.diffs = msg_diffs(self.message, msg)
         self.message = msg
+        if not partial:
+            self.finished = True
         delta = "".join(d[1] for d in self.diffs)
         self.content += delta
         self.reasoning += "".join(d[0] for d in self.diffs)

@@ -4,6 +4,7 @@ convert a JSON schema, compute masks over a real vocabulary.
 Owns argument parsing and printing only; everything it does goes through the public API.
 """
 import argparse
+import json
 import sys
 import time
 
@@ -207,6 +208,9 @@ def cmd_generate(args):
             constraint = Constraint("json_object", {"type": "object"}, None, True, "json")
         else:
             constraint = Constraint()
+        tools = _load_tools(args.tools) if args.tools else None
+        if args.tool_choice != "auto" and tools is None:
+            raise ValueError("--tool-choice needs --tools FILE.json")
         options = chat_model_options(args)
         params = SamplerParams(seed=args.seed, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                min_p=args.min_p, typical_p=args.typical_p, repeat_penalty=args.repeat_penalty,
@@ -224,9 +228,16 @@ def cmd_generate(args):
         return 2
     try:
         if args.raw:
+            if tools is not None:
+                raise ValueError("--tools needs the chat template: it cannot be used with --raw")
             job = model.complete(prompt, constraint, params, args.n_predict, args.stop)
         else:
-            job = model.chat([{"role": "user", "content": prompt}], constraint, params, args.n_predict, args.stop)
+            extra = {}
+            if tools is not None:
+                extra = {"tools": tools, "tool_choice": args.tool_choice,
+                         "parallel_tool_calls": args.parallel_tool_calls}
+            job = model.chat([{"role": "user", "content": prompt}], constraint, params, args.n_predict, args.stop,
+                             **extra)
     except SchemaError as err:
         print(f"error at {err.pointer}: {err}", file=sys.stderr)
         return 1
@@ -236,15 +247,32 @@ def cmd_generate(args):
     except (RequestError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    from .chat import ChatParseError
     out = sys.stdout
-    for event in job.stream():
-        if args.stream and event.content:
-            out.write(event.content)
-            out.flush()
+    try:
+        for event in job.stream():
+            if args.stream and event.content:
+                out.write(event.content)
+                out.flush()
+    except ChatParseError as err:   # the answer does not match the template's format (llama-server's 500)
+        if args.stream:
+            out.write("\n")
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     result = job.result
     if not args.stream:
         out.write(result.content)
     out.write("\n")
+    for call in result.message.get("tool_calls") or ():
+        # one line per parsed call: its name, its arguments (the object, or the text when they are not whole
+        # JSON: an answer cut by -n), its id
+        fn = call["function"]
+        try:
+            arguments = json.loads(fn["arguments"])
+        except ValueError:
+            arguments = fn["arguments"]
+        out.write(json.dumps({"name": fn["name"], "arguments": arguments, "id": call.get("id", "")},
+                             ensure_ascii=False) + "\n")
     out.flush()
     t = result.timings
     per_token = t["sample_us_per_token"]
@@ -254,6 +282,17 @@ def cmd_generate(args):
           f"in {t['prompt_ms']:.0f} ms, grammar+sampling {per_token:.0f} µs/token{share}, "
           f"{t['redraws']} redraws, finish {result.finish_reason}", file=sys.stderr)
     return 0
+
+
+def _load_tools(path):
+    """An OpenAI ``tools`` array from a JSON file (a lone tool object is taken as a one-tool array)."""
+    tools = _load_json(path)
+    if isinstance(tools, dict):
+        tools = [tools]
+    if not isinstance(tools, list) or not tools:
+        raise ValueError(f"{path}: --tools needs a JSON array of tools "
+                         '([{"type": "function", "function": {"name": ..., "parameters": {...}}}])')
+    return tools
 
 
 def _load_json(path):
@@ -293,6 +332,13 @@ def build_parser():
     generate.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     generate.add_argument("--stream", action="store_true", help="print the answer as it grows")
     generate.add_argument("--raw", action="store_true", help="no chat template: the prompt as it is (/v1/completions)")
+    generate.add_argument("--tools", metavar="FILE.json",
+                          help="OpenAI function tools (a JSON array): the template renders them, the answer's tool "
+                               "calls are parsed and printed, one JSON line each")
+    generate.add_argument("--tool-choice", default="auto", choices=["auto", "none", "required"],
+                          help="llama-server's tool_choice (default auto)")
+    generate.add_argument("--parallel-tool-calls", action=argparse.BooleanOptionalAction, default=None,
+                          help="allow several calls (default: what the template supports)")
     _generation_args(generate)
     _chat_args(generate)
     _sampling_args(generate)

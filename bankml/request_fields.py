@@ -45,8 +45,6 @@ def _not_one(v):
 
 
 _NOT_YET = "is not supported by bankml yet"
-TOOLS = Refuse("tool calls are not supported by bankml yet (tools are issue 13): 'tools' must be empty or absent",
-               _nonempty)
 LOGPROBS = Refuse("log-probabilities are not returned by bankml yet: 'logprobs' must be false or absent",
                   _truthy)
 
@@ -105,7 +103,8 @@ _COMMON = {
     "chat_format": Refuse("'chat_format' is set by the chat template, not by the request, in bankml"),
     "chat_parser": Refuse("'chat_parser' is set by the chat template, not by the request, in bankml"),
     "generation_prompt": Refuse("'generation_prompt' is set by the chat template, not by the request, in bankml"),
-    "parse_tool_calls": Refuse("tool calls are not supported by bankml yet: 'parse_tool_calls'", _truthy),
+    # read by llama-server into chat_parser_params, which its parser never consults: no bearing
+    "parse_tool_calls": ACCEPTED,
     "reasoning_budget_start_tag": Refuse("'reasoning_budget_start_tag' is set by the chat template in bankml"),
     "reasoning_budget_end_tags": Refuse("'reasoning_budget_end_tags' are set by the chat template in bankml"),
     "reasoning_budget_end_tag": Refuse("'reasoning_budget_end_tag' is set by the chat template in bankml"),
@@ -119,11 +118,11 @@ CHAT.update({
     "messages": HONOURED, "chat_template_kwargs": HONOURED, "reasoning_format": HONOURED,
     "reasoning_effort": HONOURED, "thinking_budget_tokens": HONOURED, "reasoning_budget_tokens": HONOURED,
     "reasoning_budget_message": HONOURED, "add_generation_prompt": HONOURED, "continue_final_message": HONOURED,
-    "tools": TOOLS,
-    # tool_choice and parallel_tool_calls have no effect without tools (llama.cpp's apply ignores them then);
-    # a tool_choice that is a string must be one llama.cpp knows (common_chat_tool_choice_parse_oaicompat)
+    "tools": HONOURED,
+    # a tool_choice that is a string must be one llama.cpp knows (common_chat_tool_choice_parse_oaicompat);
+    # one that names a function (an object) is refused by Model.chat (llama-server would read it as "auto")
     "tool_choice": HONOURED,   # checked in check(): llama.cpp's message for an unknown choice
-    "parallel_tool_calls": ACCEPTED,
+    "parallel_tool_calls": HONOURED,
     "functions": Refuse("function calls are not supported by bankml yet: 'functions' must be empty or absent",
                         _nonempty),
     "function_call": Refuse("function calls are not supported by bankml yet: 'function_call' must be absent",
@@ -152,7 +151,7 @@ COMPLETIONS.update({
 OLLAMA_CHAT = {
     "model": ACCEPTED, "messages": HONOURED, "format": HONOURED, "options": HONOURED, "stream": HONOURED,
     "think": HONOURED, "keep_alive": ACCEPTED,
-    "tools": TOOLS,
+    "tools": HONOURED,
     "logprobs": LOGPROBS,
     "top_logprobs": Refuse("log-probabilities are not returned by bankml yet: 'top_logprobs' must be absent",
                            _truthy),
@@ -200,6 +199,9 @@ def check(body, endpoint, n_ctx=None):
     table = FIELDS[endpoint]
     if endpoint == "/v1/chat/completions" and body.get("top_logprobs") is not None and not body.get("logprobs"):
         raise RequestError("top_logprobs requires logprobs to be set to true")   # llama-server's message
+    if endpoint == "/v1/chat/completions" and _truthy(body.get("logprobs")) and body.get("stream") is True \
+            and isinstance(body.get("tools"), list) and body["tools"]:
+        raise RequestError("logprobs is not supported with tools + stream")   # oaicompat_chat_params_parse
     tool_choice = body.get("tool_choice")
     if endpoint == "/v1/chat/completions" and isinstance(tool_choice, str) and \
             tool_choice not in ("auto", "none", "required"):

@@ -245,7 +245,7 @@ class Result:
     tokens: List[int]               # generated token ids (an end-of-generation token included)
     text: str                       # the raw generated text (stop string removed), as llama-server's
     content: str                    # the content rule's answer (the JSON value in JSON mode)
-    finish_reason: str              # "stop" or "length"
+    finish_reason: str              # "stop", "length", or "tool_calls" (a stop with tool calls)
     prompt_tokens: List[int]
     message: dict = field(default_factory=dict)   # the assistant message (chat jobs)
     stopping_word: str = ""
@@ -256,7 +256,9 @@ class Result:
 class Event:
     """One step of a streamed generation: the token, the text it releases and the content delta; ``diffs``
     the message deltas llama-server streams for it (``[(reasoning_delta, content_delta)]``, one field each,
-    common_chat_msg_diff), and ``reasoning`` the reasoning delta."""
+    common_chat_msg_diff; a job with tools gives ``msg_diffs_with_tools``' 6-tuples ``(reasoning_delta,
+    content_delta, tool_call_index (-1: none), name, arguments_delta, id)``), and ``reasoning`` the reasoning
+    delta."""
     token: int
     text: str
     content: str
@@ -485,17 +487,19 @@ class Model:
             self._max_piece_bytes = longest
         return 2 * self.n_ctx * self._max_piece_bytes
 
-    def piece(self, token):
-        """The text llama-server sends for a generated token (common_token_to_piece with special=false)."""
-        p = self._pieces.get(token)
+    def piece(self, token, special=False):
+        """The text llama-server sends for a generated token: common_token_to_piece with special=false, or
+        special=true for the request's preserved tokens (``accept_special_token``)."""
+        key = (token, True) if special else token
+        p = self._pieces.get(key)
         if p is None:
             L = self._L
             buf = ctypes.create_string_buffer(256)
-            n = L.llama_token_to_piece(self._lvocab, token, buf, len(buf), 0, False)
+            n = L.llama_token_to_piece(self._lvocab, token, buf, len(buf), 0, bool(special))
             if n < 0:
                 buf = ctypes.create_string_buffer(-n)
-                n = L.llama_token_to_piece(self._lvocab, token, buf, len(buf), 0, False)
-            p = self._pieces[token] = buf.raw[:n]
+                n = L.llama_token_to_piece(self._lvocab, token, buf, len(buf), 0, bool(special))
+            p = self._pieces[key] = buf.raw[:n]
         return p
 
     # -- grammars
@@ -581,7 +585,7 @@ class Model:
     def chat(self, messages, constraint=None, params=None, max_tokens=-1, stop=(), thinking=None, *, cancel=None,
              deadline=None, chat_template_kwargs=None, reasoning_format=None, reasoning_effort=None,
              reasoning_budget=None, reasoning_budget_message=None, add_generation_prompt=True,
-             continue_final_message=None, now=None):
+             continue_final_message=None, now=None, tools=None, tool_choice="auto", parallel_tool_calls=None):
         """A Job for chat messages, as /v1/chat/completions, through bankml.chat: llama.cpp's prompt, the
         chat grammar of a response format prefilled with the generation prompt, the template's parser, the
         reasoning budget.
@@ -594,6 +598,13 @@ class Model:
         ``now`` fixes the template's clock (POSIX time). ``add_generation_prompt`` and ``continue_final_message``
         (True, "content", "reasoning_content") are llama-server's fields; as llama-server (its default
         ``--prefill-assistant``), a final assistant message is continued when neither is given.
+
+        ``tools`` (OpenAI's function tools), ``tool_choice`` (``"auto"``, ``"none"``, ``"required"``) and
+        ``parallel_tool_calls`` (None: what the template supports) are llama-server's: the template renders the
+        tools, the chat layer gives the tool-call grammar (lazy with its triggers under ``auto``, fed the
+        generation prompt when eager), the preserved tokens (sent with their special text) and the parser; the
+        Result's message holds ``tool_calls`` (ids as llama-server makes them) and its finish reason is
+        ``"tool_calls"`` when the answer ended with calls.
 
         ``cancel`` (a threading.Event) set stops the preparation at its next step (``Cancelled``) and the
         generation after its current token; ``deadline`` (a ``time.monotonic()`` value) ends the job's
@@ -618,19 +629,50 @@ class Model:
         if continuing and messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant" \
                 and messages[-1].get("tool_calls"):
             raise RequestError("Cannot continue an assistant message that contains tool calls.")
+        layer = self.chat_layer()
+        if tool_choice is None:
+            tool_choice = "auto"
+        if not isinstance(tool_choice, str):
+            # llama-server reads a tool_choice that is not a string as "auto" (json_value's fallback): a named
+            # function would be ignored, so bankml refuses it
+            raise RequestError("Field 'tool_choice': only \"auto\", \"none\" or \"required\" are supported (a "
+                               "named function is not: llama-server would answer as for \"auto\")")
+        if tool_choice not in ("auto", "none", "required"):
+            raise RequestError("Invalid tool_choice: " + tool_choice)   # common_chat_tool_choice_parse_oaicompat
+        if parallel_tool_calls is None:
+            parallel_tool_calls = bool(layer.caps.supports_parallel_tool_calls)
+        elif not isinstance(parallel_tool_calls, bool):
+            raise RequestError("Field 'parallel_tool_calls': [json.exception.type_error.302] type must be boolean, "
+                               f"but is {_json_type_name(parallel_tool_calls)}")
+        with_tools = isinstance(tools, list) and bool(tools) and tool_choice != "none"
+        if with_tools and not (layer.caps.supports_tools or layer.caps.supports_tool_calls):
+            # llama-server renders such a request without the tools and parses no call: refused, not ignored
+            raise RequestError("the chat template neither renders tools nor tool calls, so 'tools' would be "
+                               "ignored: give the server a template that does (--chat-template-file), or "
+                               "tool_choice \"none\"")
+        if with_tools and constraint.kind == "gbnf":
+            raise RequestError("Cannot use custom grammar constraints with tools.")   # oaicompat_chat_params_parse
         try:
-            out = self.chat_layer().apply(messages, json_schema=constraint.schema if constraint.is_json else None,
-                                          enable_thinking=enable, chat_template_kwargs=kwargs,
-                                          reasoning_format=fmt, add_generation_prompt=add_generation_prompt,
-                                          continue_final_message=continue_final_message if continuing else None,
-                                          now=now)
+            out = layer.apply(messages, json_schema=constraint.schema if constraint.is_json else None,
+                              enable_thinking=enable, chat_template_kwargs=kwargs,
+                              reasoning_format=fmt, add_generation_prompt=add_generation_prompt,
+                              continue_final_message=continue_final_message if continuing else None,
+                              now=now, tools=tools or None, tool_choice=tool_choice,
+                              parallel_tool_calls=parallel_tool_calls)
         except (ChatRequestError, TemplateError) as e:
             raise RequestError(str(e)) from None
         _check_cancel(cancel)
         # for_constraint's rule: a response format gets the chat grammar, prefilled with the generation prompt;
-        # a GBNF grammar, a non-object top-level schema or none get the constraint's own grammar
+        # a GBNF grammar, a non-object top-level schema or none get the constraint's own grammar. With tools
+        # (tool_choice not "none"), the chat layer's tool-call grammar: prefilled when eager
+        # (common_grammar_needs_prefill), lazy with the template's triggers under "auto"
+        lazy = None
         if out.parser is not None and constraint.is_json:
             grammar, grammar_prefill = out.grammar, True
+        elif with_tools and out.parser is not None and out.grammar:
+            grammar, grammar_prefill = out.grammar, not out.grammar_lazy
+            if out.grammar_lazy:
+                lazy = out.grammar_triggers or []
         else:
             grammar, grammar_prefill = constraint.to_grammar(None)[0], False
         budget = None
@@ -649,7 +691,9 @@ class Model:
         return Job(self, out.prompt, grammar, out.generation_prompt, params, max_tokens,
                    list(stop or ()) + list(out.additional_stops or ()), chat=True, constraint=constraint,
                    thinking=enable, parser=out.parser or False, cancel=cancel, deadline=deadline,
-                   grammar_prefill=grammar_prefill, reasoning_budget=budget, chat_prompt=out)
+                   grammar_prefill=grammar_prefill, reasoning_budget=budget, chat_prompt=out,
+                   grammar_triggers=lazy, preserved=out.preserved_tokens or (), tools=with_tools,
+                   continuing=continuing)
 
     def complete(self, prompt, constraint=None, params=None, max_tokens=-1, stop=(), *, cancel=None, deadline=None):
         """A Job for a raw prompt, as /v1/completions: no template, the bare grammar, the raw text.
@@ -763,7 +807,8 @@ class Job:
 
     def __init__(self, model, prompt, grammar_text, prefill, params, max_tokens, stop, chat, constraint,
                  thinking=False, parser=None, cancel=None, deadline=None, grammar_prefill=True,
-                 reasoning_budget=None, chat_prompt=None):
+                 reasoning_budget=None, chat_prompt=None, grammar_triggers=None, preserved=(), tools=False,
+                 continuing=False):
         self.model = model
         self.chat_prompt = chat_prompt   # bankml.chat's ChatPrompt of a chat job (None for raw prompts)
         self.parser = parser  # bankml.chat's parser; False: the raw text is the content
@@ -791,13 +836,38 @@ class Job:
             # llama-server's message (server-context.cpp, the n_tokens >= n_ctx check)
             raise ContextSizeError(f"request ({len(self.prompt_tokens)} tokens) exceeds the available context size "
                                    f"({model.n_ctx} tokens), try increasing it")
+        # server-schema.cpp: the preserved tokens that are one token of the vocabulary (their text is sent with
+        # the special pieces), then the triggers: a trigger word that is one token becomes a token trigger
+        from .chat import lazy_grammar_triggers, preserved_token_ids
+        tokenize = lambda text: model.tokenize(text, False, True)  # noqa: E731
+        self.preserved = preserved_token_ids(preserved, tokenize)
+        trigger_tokens, trigger_patterns = [], []
+        if grammar_triggers is not None:
+            try:
+                trigger_tokens, trigger_patterns = lazy_grammar_triggers(grammar_triggers, self.preserved, tokenize)
+            except ValueError as e:
+                raise RequestError(str(e)) from None
+        self.tools = bool(tools)
         grammar = None
         if grammar_text is not None:
             _check_cancel(cancel)
             rules = model.rules(grammar_text)
             _check_cancel(cancel)
-            grammar = Grammar(rules, model.vocab)
+            if grammar_triggers is not None:
+                grammar = Grammar(rules, model.vocab, trigger_tokens=trigger_tokens, trigger_patterns=trigger_patterns,
+                                  lazy=True)
+            else:
+                grammar = Grammar(rules, model.vocab)
         self.grammar = grammar
+        self.initial_message = None
+        if continuing and parser:
+            # task_result_state: a continued message's stream starts from the parse of no output, so that the
+            # prefill is not sent again
+            from .chat import ChatParseError
+            try:
+                self.initial_message = parser.parse(b"", partial=True)
+            except ChatParseError as e:
+                raise RequestError(str(e)) from None
         budget = None
         if reasoning_budget is not None:
             # common_sampler_init: the budget over the thinking tags' tokens; the forced sequence is the budget
@@ -863,7 +933,7 @@ class Job:
         content = None
         if self.parser:
             from .chat import ChatStream
-            content = ChatStream(self.parser)
+            content = ChatStream(self.parser, tools=self.tools, initial=self.initial_message)
         json_mode = self.chat and self.constraint.is_json
         if self.cancelled.is_set():
             self._cancelled_result()
@@ -889,7 +959,7 @@ class Job:
             t_sample += time.perf_counter() - ts
             tokens.append(token)
             eog = vocab.is_eog(token)
-            piece = b"" if eog else model.piece(token)
+            piece = b"" if eog else model.piece(token, token in self.preserved)
             generated += piece
             has_next = True
             send = b""
@@ -952,8 +1022,14 @@ class Job:
         message = {}
         if self.parser and finish != "cancelled":
             from .chat import chat_message
-            message = chat_message(self.parser, text)
+            if self.tools:
+                # the stream's final parse (its tool call ids); a refused one is raised again here
+                message = chat_message(self.parser, text, content.message if content.finished else None)
+            else:
+                message = chat_message(self.parser, text)
             answer = message["content"]
+            if message.get("tool_calls") and finish == "stop":
+                finish = "tool_calls"   # to_json_oaicompat_chat: a stop (eos or word) with calls
         else:
             answer = text
             if self.chat:

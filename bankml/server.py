@@ -4,11 +4,14 @@
 
 * ``POST /v1/chat/completions``: messages, ``response_format`` (json_object / json_schema), ``grammar``,
   ``json_schema``, the sampler fields and ``seed``, ``max_tokens``, ``stop``, ``stream`` (server-sent
-  events); the answer's content is extracted with llama-server's content rule.
+  events); ``tools``, ``tool_choice`` (auto / none / required), ``parallel_tool_calls`` and histories with
+  ``tool_calls`` and ``role: "tool"`` results; the answer is parsed by the template's parser into content,
+  reasoning_content and ``tool_calls`` (``finish_reason: "tool_calls"``), streamed as llama-server's deltas.
 * ``POST /v1/completions``: a raw prompt (no template), ``grammar`` / ``json_schema``.
 * ``GET /v1/models``, ``GET /health``.
-* ``POST /api/chat``, ``POST /api/generate`` (Ollama: ``format``, ``options``, NDJSON streaming, default
-  ``stream: true``), ``GET /api/tags``, ``GET /api/version``.
+* ``POST /api/chat``, ``POST /api/generate`` (Ollama: ``format``, ``options``, ``tools`` with
+  ``message.tool_calls[].function.arguments`` as an object, NDJSON streaming, default ``stream: true``),
+  ``GET /api/tags``, ``GET /api/version``.
 
 A bad body, schema or grammar gets a 400 with llama-server's error object before any token is computed.
 Each request is generated on one of ``--parallel`` contexts (slots) of one model, so concurrent requests
@@ -37,6 +40,7 @@ from . import request_fields as _fields
 from . import schema as _schema
 from .constraint import Constraint, RequestError, from_ollama_text, from_openai_text
 from .errors import GrammarError, SchemaError
+from .chat_peg import ChatParseError
 from .runtime import ContextSizeError, ModelError, check_messages, sampler_params_from_request
 
 __all__ = ["ServerLimits", "create_app", "serve"]
@@ -270,6 +274,8 @@ def _stream_error(exc):
     """The error object of a failure after a stream has started (llama-server sends it as an event)."""
     if isinstance(exc, ModelError):
         return {"code": 503, "message": str(exc), "type": "unavailable_error"}
+    if isinstance(exc, ChatParseError):
+        return {"code": 500, "message": str(exc), "type": "server_error"}
     return {"code": 500, "message": f"{type(exc).__name__}: {exc}", "type": "server_error"}
 
 
@@ -472,7 +478,7 @@ class _App:
         check_messages(messages)   # the shape; the chat layer reads them whole (reasoning_content, parts, ...)
         params, n_predict, stop = sampler_params_from_request(body, vocab=self._sampler_vocab())
         job = self.model.chat(messages, constraint, params, n_predict, stop, cancel=cancel,
-                              deadline=self._deadline(), **chat_request_options(body))
+                              deadline=self._deadline(), **chat_request_options(body), **chat_tool_options(body))
         return body, job, (stream, include_usage, return_tokens)
 
     async def chat_completions(self, request):
@@ -495,12 +501,8 @@ class _App:
                     try:
                         async for event in runner:
                             # one chunk per message diff, as server_chat_msg_diff_to_json_oaicompat
-                            for reasoning, content in event.diffs:
-                                delta = {}
-                                if reasoning:
-                                    delta["reasoning_content"] = reasoning
-                                if content:
-                                    delta["content"] = content
+                            for diff in event.diffs:
+                                delta = _diff_delta(diff)
                                 if delta:
                                     yield _sse(dict(base, object="chat.completion.chunk",
                                                     choices=[{"finish_reason": None, "index": 0, "delta": delta}]))
@@ -526,6 +528,8 @@ class _App:
             result = await runner.wait(request)
         except ModelError as e:
             return _error(str(e), 503, "unavailable_error")
+        except ChatParseError as e:   # the answer does not match the template's format: llama-server's 500
+            return _error(str(e), 500, "server_error")
         except Exception as e:  # noqa: BLE001 - a failure during generation: llama-server's 500 error object
             return _error(f"{type(e).__name__}: {e}", 500, "server_error")
         if result.finish_reason == "cancelled":
@@ -640,7 +644,11 @@ class _App:
         kw.update(_ollama_think(body.get("think"), chat))
         if chat:
             messages = _ollama_messages(body.get("messages"))
-            job = self.model.chat(messages, constraint, params, n_predict, stop, **kw)
+            tools = body.get("tools")
+            if tools is not None and not isinstance(tools, list):
+                raise RequestError(f"json: cannot unmarshal {_json_type(tools)} into Go struct field "
+                                   "ChatRequest.tools of type api.Tools")
+            job = self.model.chat(messages, constraint, params, n_predict, stop, tools=tools or None, **kw)
         else:
             prompt = body.get("prompt", "")
             if not isinstance(prompt, str):
@@ -680,8 +688,9 @@ class _App:
 
         def final(result):
             t = result.timings
+            # Ollama's done_reason for an answer that ends with tool calls is "stop"
             out = {"model": name, "created_at": _now(), **piece(""), "done": True,
-                   "done_reason": result.finish_reason,
+                   "done_reason": "stop" if result.finish_reason == "tool_calls" else result.finish_reason,
                    "total_duration": time.perf_counter_ns() - started, "load_duration": 0,
                    "prompt_eval_count": t["prompt_n"], "prompt_eval_duration": int(t["prompt_ms"] * 1e6),
                    "eval_count": t["predicted_n"], "eval_duration": int(t["predicted_ms"] * 1e6)}
@@ -698,6 +707,11 @@ class _App:
                     except Exception as e:  # noqa: BLE001 - Ollama streams an error line
                         yield _ndjson({"error": _stream_error(e)["message"]})
                         return
+                    calls = _ollama_tool_calls(job.result.message) if chat else []
+                    if calls:   # Ollama sends the parsed calls in a message of their own, before the last line
+                        yield _ndjson({"model": name, "created_at": _now(),
+                                       "message": {"role": "assistant", "content": "", "tool_calls": calls},
+                                       "done": False})
                     yield _ndjson(final(job.result))
                 finally:
                     job.cancel()
@@ -706,12 +720,17 @@ class _App:
             result = await runner.wait(request)
         except ModelError as e:
             return _ollama_error(str(e), 503)
+        except ChatParseError as e:
+            return _ollama_error(str(e), 500)
         except Exception as e:  # noqa: BLE001
             return _ollama_error(f"{type(e).__name__}: {e}", 500)
         if result.finish_reason == "cancelled":
             return Response(status_code=499)
         out = final(result)
         out.update(piece(result.content, result.message.get("reasoning_content", "")))
+        calls = _ollama_tool_calls(result.message) if chat else []
+        if calls:
+            out["message"]["tool_calls"] = calls
         return JSONResponse(out)
 
     async def ollama_tags(self, request):
@@ -722,6 +741,45 @@ class _App:
 
     async def ollama_version(self, request):
         return JSONResponse({"version": "0.6.0"})
+
+
+def _diff_delta(diff):
+    """server_chat_msg_diff_to_json_oaicompat: the delta of one message diff, ``(reasoning, content)`` or
+    msg_diffs_with_tools' ``(reasoning, content, index, name, arguments, id)``; {} when it holds nothing."""
+    delta = {}
+    if diff[0]:
+        delta["reasoning_content"] = diff[0]
+    if diff[1]:
+        delta["content"] = diff[1]
+    if len(diff) > 2 and diff[2] >= 0:
+        _, _, index, name, arguments, call_id = diff
+        call = {"index": index}
+        if call_id:
+            call["id"] = call_id
+            call["type"] = "function"
+        if name or arguments:
+            function = {}
+            if name:
+                function["name"] = name
+            if arguments:
+                function["arguments"] = arguments
+            call["function"] = function
+        delta["tool_calls"] = [call]
+    return delta
+
+
+def chat_tool_options(body):
+    """Model.chat's tool arguments from an OpenAI chat request (oaicompat_chat_params_parse): ``tools`` (an
+    empty or absent array: none), ``tool_choice`` (absent or null: ``"auto"``), ``parallel_tool_calls``
+    (absent or null: what the template supports). With tools, a ``grammar`` field is refused."""
+    tools = body.get("tools")
+    tool_choice = body.get("tool_choice")
+    if tools is not None and not isinstance(tools, list):
+        raise RequestError("Failed to parse tools: Expected 'tools' to be an array, got " + json.dumps(tools))
+    if tools and tool_choice != "none" and "grammar" in body:
+        raise RequestError("Cannot use custom grammar constraints with tools.")
+    return {"tools": tools or None, "tool_choice": "auto" if tool_choice is None else tool_choice,
+            "parallel_tool_calls": body.get("parallel_tool_calls")}
 
 
 def chat_request_options(body):
@@ -765,21 +823,57 @@ def _ollama_think(think, chat):
 
 
 def _ollama_messages(messages):
-    """Ollama's messages as the chat layer takes them: ``thinking`` in history is the reasoning; images and tool
-    calls are refused (not supported yet)."""
+    """Ollama's messages as the chat layer takes them: ``thinking`` in history is the reasoning; an assistant's
+    ``tool_calls`` (arguments as an object) become OpenAI's (arguments as JSON text), a tool result's
+    ``tool_name`` the message's ``name``; images are refused."""
     check_messages(messages)
     out = []
     for i, m in enumerate(messages):
         if m.get("images"):
             raise RequestError(f"messages[{i}]: images are not supported by bankml: 'images' must be empty")
-        if m.get("tool_calls"):
-            raise RequestError(f"messages[{i}]: tool calls are not supported by bankml yet: 'tool_calls'")
-        if m.get("tool_name"):
-            raise RequestError(f"messages[{i}]: tool results are not supported by bankml yet: 'tool_name'")
         msg = {"role": m["role"], "content": m.get("content") if m.get("content") is not None else ""}
         if isinstance(m.get("thinking"), str) and m["thinking"]:
             msg["reasoning_content"] = m["thinking"]
+        calls = m.get("tool_calls")
+        if calls:
+            if not isinstance(calls, list):
+                raise RequestError(f"messages[{i}]: 'tool_calls' must be an array")
+            msg["tool_calls"] = []
+            for call in calls:
+                fn = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                    raise RequestError(f"messages[{i}]: each tool call needs a 'function' with a string 'name'")
+                args = fn.get("arguments", {})
+                msg["tool_calls"].append({"type": "function", "function": {
+                    "name": fn["name"],
+                    "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}})
+                if isinstance(call.get("id"), str) and call["id"]:
+                    msg["tool_calls"][-1]["id"] = call["id"]
+            if not msg["content"]:
+                msg["content"] = None   # an assistant turn of calls only, as OpenAI clients send it
+        if m.get("tool_name") is not None:
+            if not isinstance(m["tool_name"], str):
+                raise RequestError(f"messages[{i}]: 'tool_name' must be a string")
+            msg["name"] = m["tool_name"]
+        if isinstance(m.get("tool_call_id"), str) and m["tool_call_id"]:
+            msg["tool_call_id"] = m["tool_call_id"]
         out.append(msg)
+    return out
+
+
+def _ollama_tool_calls(message):
+    """An answer's tool calls in Ollama's shape (the ``ollama`` client's ``Message.ToolCall``):
+    ``{"function": {"name", "arguments": object}}``. A call whose arguments are not a whole JSON object (an
+    answer cut by the token limit, done_reason "length") is left out: Ollama's shape has no place for it."""
+    out = []
+    for call in message.get("tool_calls") or ():
+        fn = call["function"]
+        try:
+            args = json.loads(fn["arguments"])
+        except ValueError:
+            continue
+        if isinstance(args, dict):
+            out.append({"function": {"name": fn["name"], "arguments": args}})
     return out
 
 

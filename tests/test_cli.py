@@ -1,4 +1,5 @@
-"""`bankml convert`: llama.cpp's grammar for a schema file on stdout, warnings and errors on stderr."""
+"""`bankml convert`: llama.cpp's grammar for a schema file on stdout, warnings and errors on stderr; `bankml generate
+--tools`: the parsed tool calls."""
 import io
 import json
 import sys
@@ -7,6 +8,8 @@ import pytest
 
 from bankml import json_schema_to_grammar
 from bankml.cli import main
+
+from .test_e2e_tools import ID, RECORDINGS_HOLD, _record, _template_file, _tools_of
 
 
 def _write(tmp_path, text, name="schema.json"):
@@ -74,3 +77,50 @@ def test_convert_missing_file(tmp_path, capsys):
 def test_convert_is_a_subcommand():
     with pytest.raises(SystemExit):
         main(["convert"])
+
+
+def test_generate_tools_prints_the_parsed_call(tmp_path, capsys):
+    """bankml generate --tools FILE.json --tool-choice required: the parsed call, one JSON line (name, arguments
+    as an object, id); with the recording's settings, llama-server's own call for this request."""
+    import jsonschema
+    name = "llama3.1/required/seed4"
+    r = _record(name)
+    tools, params = _tools_of(name)
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(tools), encoding="utf-8")
+    template = _template_file(tmp_path, r["template"])
+    q = r["request"]
+    code = main(["generate", "-t", "2", "-c", "2048", "--chat-template-file", template, "--tools", str(path),
+                 "--tool-choice", "required", "--seed", str(q["seed"]), "--temperature", str(q["temperature"]),
+                 "-n", str(q["max_tokens"]), q["messages"][0]["content"]])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    # the content (here llama-server's text before the call, several lines), then one JSON line per call
+    n = len(r["tool_calls"])
+    calls = [json.loads(line) for line in out.splitlines()[-n:]]
+    assert n == 1 and out == r["content"] + "\n" + "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in calls)
+    for call in calls:
+        jsonschema.validate(call["arguments"], params[call["name"]])
+        assert ID.match(call["id"])
+    if RECORDINGS_HOLD:
+        assert [[c["name"], c["arguments"]] for c in calls] == [[fn, json.loads(a)] for fn, a, _ in r["tool_calls"]]
+    assert "finish tool_calls" in err
+
+
+def test_generate_tools_refusals(tmp_path, capsys):
+    """--tool-choice without --tools, a tools file that is not an array of tools, a tool whose parameters the
+    converter refuses (before any token): clear errors, no traceback."""
+    assert main(["generate", "--tool-choice", "required", "hi"]) == 2
+    assert "--tool-choice needs --tools" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]", encoding="utf-8")
+    assert main(["generate", "--tools", str(bad), "hi"]) == 2
+    assert "--tools needs a JSON array of tools" in capsys.readouterr().err
+    refused = tmp_path / "refused.json"
+    refused.write_text(json.dumps([{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"$ref": "#/definitions/missing"}}}}}]), encoding="utf-8")
+    template = _template_file(tmp_path, "Qwen-Qwen2.5-7B-Instruct.jinja")
+    assert main(["generate", "-t", "2", "--chat-template-file", template, "--tools", str(refused),
+                 "--tool-choice", "required", "hi"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error") and "Traceback" not in err

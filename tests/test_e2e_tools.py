@@ -12,7 +12,7 @@ Here: the recordings' own consistency (``test_tool_recording_*``); that they are
 machine (``test_tool_recordings_are_live``, which runs the pinned server again: where the recording's kernels
 fingerprint is this machine's everything but the random tool call ids must be the same, elsewhere what does not
 depend on the logits); and bankml serve answering each recorded request (``test_bankml_serve_answers_like_llama_
-server``), which fails today where bankml does not yet make tool calls (KNOWN_SERVE_DIFF, ``xfail(strict=True)``).
+server``): every recorded answer identically, tool calls, their stream deltas and the refusals included.
 """
 import json
 import os
@@ -116,31 +116,10 @@ def test_tool_recordings_are_live(live, name):
         assert ID.match(cid)
 
 
-# recordings whose answer bankml serve does not give yet (issue 13: on main at 92fa62c it refuses ``tools`` with
-# a 400; before, it ignored them and even the text answers differed from the third token on); expected to
-# differ, and the run fails when one stops differing
-KNOWN_SERVE_DIFF = {
-    'qwen/auto/text/greedy',
-    'qwen/auto/seed4',
-    'qwen/auto/prefill/greedy',
-    'qwen/required/prefill/greedy',
-    'qwen/required/seed4',
-    'qwen/required/parallel/prefill/seed3',
-    'qwen/stream/required/prefill/greedy',
-    'qwen/stream/auto/text/seed5',
-    'qwen/second-turn/greedy',
-    'qwen/none/greedy',
-    'llama3.1/auto/text/greedy',
-    'llama3.1/auto/seed4',
-    'llama3.1/auto/prefill/greedy',
-    'llama3.1/required/prefill/greedy',
-    'llama3.1/required/seed4',
-    'llama3.1/required/parallel/prefill/seed3',
-    'llama3.1/stream/required/prefill/greedy',
-    'llama3.1/stream/auto/text/seed5',
-    'llama3.1/second-turn/greedy',
-    'llama3.1/none/greedy',
-}
+# recordings whose answer bankml serve does not give (none: every one of the 20 is answered identically, token
+# ids, content, tool calls, finish reason, stream deltas and llama-server's 500s); one that came to differ would
+# be listed here with its measured reason and ``xfail(strict=True)``
+KNOWN_SERVE_DIFF = {}   # name -> the measured reason
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +182,7 @@ def _answer(status, body, stream):
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="bankml serve makes no tool calls yet"))
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_SERVE_DIFF[n]))
     if n in KNOWN_SERVE_DIFF else n for n in NAMES])
 def test_bankml_serve_answers_like_llama_server(clients, name):
     r = _record(name)
@@ -217,3 +196,130 @@ def test_bankml_serve_answers_like_llama_server(clients, name):
         want["tokens"] = r["token_ids"]
     assert got == want
     ORACLE_STATS["llama-server tool answers identical (bankml serve)"] += 1
+
+
+def test_a_tool_the_converter_refuses_is_a_400(clients):
+    """A tool whose parameters the converter refuses: a 400 naming the schema error before any token, on the
+    OpenAI and the Ollama endpoint."""
+    bad = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"$ref": "#/definitions/missing"}}}}}
+    c = clients["Qwen-Qwen2.5-7B-Instruct.jinja"]
+    messages = [{"role": "user", "content": "Hi"}]
+    for choice in ("auto", "required"):
+        r = c.post("/v1/chat/completions", json={"messages": messages, "tools": [bad], "tool_choice": choice})
+        assert r.status_code == 400
+        assert "cannot resolve $ref #/definitions/missing" in r.json()["error"]["message"]
+    r = c.post("/api/chat", json={"messages": messages, "tools": [bad], "stream": False})
+    assert r.status_code == 400 and "cannot resolve $ref #/definitions/missing" in r.json()["error"]
+
+
+# -- the official clients against bankml serve, and bankml generate --tools
+
+
+def _template_file(tmp_path, template):
+    import gzip
+    with gzip.open(DATA.parent / "chat_templates_oracle.json.gz", "rt", encoding="utf-8") as f:
+        source = json.load(f)["templates"][template]["source"]
+    path = tmp_path / template
+    path.write_text(source, encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def llama31_server(tmp_path_factory):
+    """bankml serve (a process) with Llama 3.1's template as --chat-template-file, set up as the recordings'
+    llama-server."""
+    from .test_server import _serve
+    s = RECORDING["llama_cpp_python_settings"]
+    path = _template_file(tmp_path_factory.mktemp("tmpl"), "meta-llama-Llama-3.1-8B-Instruct.jinja")
+    with _serve("--parallel", "1", "-c", str(s["n_ctx"]), "-b", str(s["n_batch"]), "-ub", str(s["n_ubatch"]),
+                "-tb", str(s["n_threads_batch"]), "--chat-template-file", path) as base:
+        yield base
+
+
+def _tools_of(name):
+    r = _record(name)
+    return r["request"]["tools"], {t["function"]["name"]: t["function"]["parameters"] for t in r["request"]["tools"]}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_openai_client_tool_calls_validate_against_the_tools(llama31_server, stream):
+    """The official openai client, tool_choice "required" after an assistant prefill (SmolLM2 never calls by itself):
+    the returned calls' arguments parse and validate against the tool's parameters with jsonschema, the finish
+    reason is tool_calls, the ids are llama-server's; streamed, the deltas assemble into the same calls; a second
+    turn with the tool's result answers in text."""
+    import jsonschema
+    from openai import OpenAI
+    name = "llama3.1/stream/required/prefill/greedy" if stream else "llama3.1/required/prefill/greedy"
+    r = _record(name)
+    tools, params = _tools_of(name)
+    client = OpenAI(base_url=llama31_server + "/v1", api_key="x", max_retries=0, timeout=600)
+    kw = {k: r["request"][k] for k in ("messages", "tool_choice", "max_tokens", "temperature", "seed")}
+    if stream:
+        calls, finish = {}, None
+        for chunk in client.chat.completions.create(model="m", tools=tools, stream=True, **kw):
+            choice = chunk.choices[0] if chunk.choices else None
+            if choice is None:
+                continue
+            finish = choice.finish_reason or finish
+            for d in choice.delta.tool_calls or ():
+                call = calls.setdefault(d.index, {"id": "", "name": "", "arguments": ""})
+                call["id"] = d.id or call["id"]
+                if d.function is not None:
+                    call["name"] += d.function.name or ""
+                    call["arguments"] += d.function.arguments or ""
+        got = [(c["name"], c["arguments"], c["id"]) for _, c in sorted(calls.items())]
+    else:
+        answer = client.chat.completions.create(model="m", tools=tools, **kw)
+        finish = answer.choices[0].finish_reason
+        got = [(c.function.name, c.function.arguments, c.id) for c in answer.choices[0].message.tool_calls]
+    assert finish == r["finish_reason"] == "tool_calls" and len(got) == len(r["tool_calls"]) >= 1
+    for (fn, args, cid), (want_fn, want_args, _) in zip(got, r["tool_calls"]):
+        assert fn in params and ID.match(cid)
+        jsonschema.validate(json.loads(args), params[fn])
+        assert (fn, args) == (want_fn, want_args)   # llama-server's own call for this request
+    if stream:
+        return
+    # the second turn: the assistant message as the client returned it, then the tool's result
+    message = answer.choices[0].message.model_dump(exclude_none=True)
+    call = message["tool_calls"][0]
+    follow = r["request"]["messages"][:1] + [message, {"role": "tool", "tool_call_id": call["id"],
+                                                       "content": json.dumps({"temperature": 12, "sky": "rain"})}]
+    second = client.chat.completions.create(model="m", tools=tools, messages=follow, max_tokens=16, temperature=0)
+    assert second.choices[0].message.content and not second.choices[0].message.tool_calls
+
+
+def test_ollama_client_second_turn_is_llama_server_s(llama31_server):
+    """Ollama's /api/chat with tools and a history in Ollama's shape (the assistant's tool_calls with arguments as
+    an object, the result as a tool message with tool_name): the answer is the recorded llama-server's answer to
+    the same history in OpenAI's shape."""
+    import httpx
+    import ollama
+    r = _record("llama3.1/second-turn/greedy")
+    user, assistant, result = r["request"]["messages"]
+    call = assistant["tool_calls"][0]["function"]
+    messages = [user, {"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": call["name"], "arguments": json.loads(call["arguments"])}}]},
+        {"role": "tool", "content": result["content"], "tool_name": call["name"]}]
+    # the body as JSON (the ollama client would rewrite the tools through its own types, key order and all, and
+    # the template renders them into the prompt); its answer read with the client's ChatResponse
+    body = {"model": "m", "messages": messages, "tools": r["request"]["tools"], "stream": False,
+            "options": {"temperature": 0, "seed": 1, "num_predict": r["request"]["max_tokens"]}}
+    response = httpx.post(llama31_server + "/api/chat", json=body, timeout=600)
+    assert response.status_code == 200, response.text
+    answer = ollama.ChatResponse(**response.json())
+    assert answer.message.content == r["content"] and not answer.message.tool_calls
+    assert answer.done_reason == r["finish_reason"]
+
+
+def test_ollama_tool_calls_have_the_client_s_shape():
+    """An answer's tool calls as /api/chat gives them (server._ollama_tool_calls): the official ollama client's
+    Message.ToolCall, arguments as an object; a call cut short (arguments not a whole object) is left out."""
+    import ollama
+    from bankml.server import _ollama_tool_calls
+    r = _record("llama3.1/required/parallel/prefill/seed3")   # three calls, the last cut by max_tokens
+    calls = _ollama_tool_calls(r["message"])
+    assert [[c["function"]["name"], c["function"]["arguments"]] for c in calls] == \
+        [[fn, json.loads(args)] for fn, args, _ in r["tool_calls"][:2]]
+    message = ollama.Message(role="assistant", content="", tool_calls=calls)
+    assert message.tool_calls[1].function.arguments == {"city": "Rome"}

@@ -87,7 +87,10 @@ HONOURED_BY = {
     "reasoning_budget_message": "test_chat_fields_are_honoured",
     "add_generation_prompt": "test_chat_fields_are_honoured",
     "continue_final_message": "test_chat_fields_are_honoured",
-    "tool_choice": "test_refused_fields (an unknown choice); without tools it changes nothing in llama.cpp",
+    "tool_choice": "tests/test_e2e_tools.py (required/*, none/*), test_tool_requests_llama_server_refuses",
+    "tools": "tests/test_e2e_tools.py::test_bankml_serve_answers_like_llama_server (20 recorded tool requests), "
+             "tests/test_e2e_tools.py::test_ollama_client_second_turn_is_llama_server_s",
+    "parallel_tool_calls": "tests/test_e2e_tools.py (required/parallel/prefill/seed3: two and three calls)",
     "think": "test_ollama_think_is_llama_server_s_reasoning",
     "format": "tests/test_server.py::test_ollama_chat_schema_format", "options": "tests/test_server.py",
     "system": "tests/test_server.py::test_ollama_generate", "raw": "tests/test_server.py::test_ollama_generate",
@@ -184,11 +187,43 @@ def test_llama_server_s_messages(client):
         "Cannot set both add_generation_prompt and continue_final_message to true."
 
 
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def test_tool_requests_llama_server_refuses(client):
+    """Tool requests refused before any token, with llama-server's message where it has one: a grammar beside
+    tools, logprobs with tools and stream, a tools field that is not an array; bankml's own for tools given to a
+    template that renders none (llama-server would ignore them), a tool_choice naming a function (llama-server
+    would read it as "auto") and a parallel_tool_calls that is not a boolean. (A tool whose parameters the
+    converter refuses: tests/test_e2e_tools.py::test_a_tool_the_converter_refuses_is_a_400.)"""
+    chat = dict(BASES["/v1/chat/completions"], tools=[TOOL])
+    # SmolLM2's own template renders no tools: llama-server would answer as if there were none
+    r = client.post("/v1/chat/completions", json=chat)
+    assert r.status_code == 400 and "'tools' would be ignored" in _error(r, "/v1/chat/completions")
+    r = client.post("/api/chat", json=dict(BASES["/api/chat"], tools=[TOOL]))
+    assert r.status_code == 400 and "'tools' would be ignored" in _error(r, "/api/chat")
+    assert client.post("/v1/chat/completions", json=dict(chat, tool_choice="none")).status_code == 200
+    r = client.post("/v1/chat/completions", json=dict(chat, grammar='root ::= "a"'))
+    assert r.status_code == 400 and _error(r, "/v1/chat/completions") == \
+        "Cannot use custom grammar constraints with tools."
+    r = client.post("/v1/chat/completions", json=dict(chat, logprobs=True, stream=True))
+    assert r.status_code == 400 and _error(r, "/v1/chat/completions") == \
+        "logprobs is not supported with tools + stream"
+    r = client.post("/v1/chat/completions", json=dict(chat, tools={"a": 1}))
+    assert r.status_code == 400 and "Expected 'tools' to be an array" in _error(r, "/v1/chat/completions")
+    r = client.post("/v1/chat/completions", json=dict(chat, tool_choice={"type": "function",
+                                                                        "function": {"name": "get_weather"}}))
+    assert r.status_code == 400 and "tool_choice" in _error(r, "/v1/chat/completions")
+    r = client.post("/v1/chat/completions", json=dict(chat, parallel_tool_calls="yes"))
+    assert r.status_code == 400 and "parallel_tool_calls" in _error(r, "/v1/chat/completions")
+
+
 def _accepted_value(name):
     return {"model": "other", "user": "u1", "metadata": {"k": "v"}, "store": False, "service_tier": "auto",
             "prompt_cache_key": "k", "safety_identifier": "s", "cache_prompt": True, "n_cache_reuse": 4,
             "id_slot": 0, "sse_ping_interval": 30, "prediction": {"type": "content", "content": "x"},
-            "prompt_cache_options": {}, "prompt_cache_retention": "in_memory", "parallel_tool_calls": True,
+            "prompt_cache_options": {}, "prompt_cache_retention": "in_memory", "parse_tool_calls": True,
             "keep_alive": "5m", "n": 1, "logprobs": False, "tools": [], "num_gpu": 0, "main_gpu": 0,
             "use_mmap": True, "use_mlock": False, "numa": False, "num_thread": 2, "low_vram": False,
             "vocab_only": False, "f16_kv": True, "logits_all": False,

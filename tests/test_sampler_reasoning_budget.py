@@ -127,3 +127,33 @@ def test_the_sampler_draws_the_forced_tokens(setup):
     assert budget.state == "done" and budget.end_match == tuple(tags["ends"][0])
     clone = sampler.clone()
     assert clone.reasoning_budget is not budget and clone.reasoning_budget.state == "done"
+
+
+def test_a_lazy_grammar_waits_out_the_reasoning_block(setup):
+    """common_sampler_accept's grammar_should_apply: beside a reasoning budget, a lazy grammar sees no token of a
+    reasoning block (a trigger written while thinking starts nothing), then the end sequence that closed it,
+    then the answer, where the trigger starts the constrained part; without the budget the same trigger inside
+    the block starts it at once."""
+    from bankml import Grammar, Rules
+    vocab, _, tags, _, _ = setup
+    tokenize = llama_cpp_tokenizer(vocab_path("qwen2"))
+    rules = Rules.parse('root ::= "CALL(" [a-z]+ ")"', vocab=vocab)
+
+    def sampler(with_budget):
+        grammar = Grammar(rules, vocab, trigger_patterns=["CALL\\("], lazy=True)
+        budget = ReasoningBudget(vocab, [tags["start"]], tags["ends"][:1], tags["ends"][0], 2**31 - 1) \
+            if with_budget else None
+        return Sampler(SamplerParams(seed=1), vocab, grammar, reasoning_budget=budget), grammar
+
+    thinking = tags["start"] + tokenize(b" maybe CALL(x", False, True)
+    s, grammar = sampler(True)
+    for t in thinking:
+        s.accept(t)
+    assert grammar.awaiting_trigger and s.reasoning_budget.state == "counting"
+    for t in tags["ends"][0] + tokenize(b" ok CALL(abc)", False, True):
+        s.accept(t)
+    assert not grammar.awaiting_trigger and grammar.complete
+    s, grammar = sampler(False)
+    for t in thinking:
+        s.accept(t)
+    assert not grammar.awaiting_trigger
