@@ -26,9 +26,9 @@ from .constraint import RequestError
 __all__ = ["MAX_PROB_ENTRIES", "ProbRequest", "probs_to_json", "read_request", "token_record", "trim_stop_word",
            "validate_utf8"]
 
-# a request whose answer would carry more top entries than this (tokens x n_probs) is refused: llama-server
-# would build it (hundreds of MB of JSON); bankml keeps memory bounded
-MAX_PROB_ENTRIES = 500_000
+# a request whose answer could carry more top entries than this (tokens x n_probs) is refused: llama-server
+# would build it (hundreds of MB of JSON); bankml keeps memory bounded. 20 per token fits a 50,000-token context
+MAX_PROB_ENTRIES = 1_000_000
 
 
 class ProbRequest:

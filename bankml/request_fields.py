@@ -47,7 +47,8 @@ def _not_one(v):
 _NOT_YET = "is not supported by bankml yet"
 TOOLS = Refuse("tool calls are not supported by bankml yet (tools are issue 13): 'tools' must be empty or absent",
                _nonempty)
-LOGPROBS = Refuse("log-probabilities are not returned by bankml's Ollama endpoints yet: 'logprobs' must be false or absent",
+LOGPROBS = Refuse("log-probabilities are not returned by bankml's Ollama endpoints yet: "
+                  "'logprobs' must be false or absent",
                   _truthy)
 
 # the fields common to the OpenAI endpoints and llama-server's native parameters (server-schema.cpp)

@@ -140,9 +140,10 @@ def test_fields_llama_server_refuses_are_refused(endpoint, body, message):
 
 def test_answers_too_large_are_refused():
     probs = lp.read_request({"logprobs": 50000}, "/v1/completions")
-    lp.check_size(probs, 49152, 10, 2048)                  # 491,520 entries: answered
+    lp.check_size(probs, 49152, 20, 2048)                  # 983,040 entries: answered
     with pytest.raises(RequestError, match="limit"):
         lp.check_size(probs, 49152, -1, 2048)              # up to the context: refused
+    lp.check_size(lp.read_request({"logprobs": True}, CHAT), 49152, -1, 32768)   # 20 per token, 32k context
 
 
 # --- the recorded requests --------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from run to run removed (``created``, ``id``, ``system_fingerprint``, ``timings`
 llama.cpp is under the MIT License, Copyright (c) 2023-2026 The ggml authors; the recorded answers are llama.cpp's
 output (full notice in tests/data/LICENSE-llama.cpp.txt).
 """
+import argparse
 import copy
 import hashlib
 import json
@@ -108,6 +109,21 @@ REQUESTS = [
                                                       temperature=0.8, seed=4, stream=True)),
     ("stream/completions/utf8/seed7/logprobs2", CMPL, dict(prompt="Un café et un croissant: ☕", max_tokens=12,
                                                            logprobs=2, temperature=1.0, seed=7, stream=True)),
+    # tokens that end inside a UTF-8 character: llama-server keeps no record (and sends no chunk) for them
+    ("completions/emoji/greedy/logprobs2", CMPL, dict(prompt="Emoji: \U0001F600\U0001F603\U0001F604\U0001F601"
+                                                      "\U0001F606", max_tokens=10, logprobs=2, **GREEDY)),
+    ("stream/completions/emoji/greedy/logprobs2", CMPL, dict(prompt="Emoji: \U0001F600\U0001F603\U0001F604"
+                                                             "\U0001F601\U0001F606", max_tokens=10, logprobs=2,
+                                                             stream=True, **GREEDY)),
+    ("stream/completions/japanese/seed2/logprobs3", CMPL, dict(prompt="\u65e5\u672c\u8a9e\u306e\u6587\u7ae0"
+                                                               "\u3092\u66f8\u304d\u307e\u3059\u3002",
+                                                               max_tokens=12, logprobs=3, temperature=0.9, seed=2,
+                                                               stream=True)),
+    ("chat/emoji/greedy/top2", CHAT, dict(messages=_user("Reply with five emojis and nothing else."),
+                                          max_tokens=12, logprobs=True, top_logprobs=2, **GREEDY)),
+    ("stream/chat/emoji/greedy/top2", CHAT, dict(messages=_user("Reply with five emojis and nothing else."),
+                                                 max_tokens=12, logprobs=True, top_logprobs=2, stream=True,
+                                                 **GREEDY)),
     ("stream/completions/stop-word/greedy/logprobs2", CMPL, dict(prompt="1, 2, 3,", stop=[" 6"], max_tokens=24,
                                                                  logprobs=2, stream=True, **GREEDY)),
 ]
@@ -143,7 +159,8 @@ def _answer(server, endpoint, request):
     return _strip(server.post(endpoint, request))
 
 
-def record():
+def record(names=None):
+    """The recording file's content (every request of REQUESTS, or only those in ``names``)."""
     exe = build_server()
     server = Server(exe, model_path(), cache_dir() / "record_logprobs.log")
     out = []
@@ -151,6 +168,8 @@ def record():
         _, props = server.get("/props")
         version = subprocess.run([str(exe), "--version"], capture_output=True, text=True)
         for name, endpoint, body in REQUESTS:
+            if names is not None and name not in names:
+                continue
             request = dict(copy.deepcopy(body), **COMMON)
             response = _answer(server, endpoint, request)
             again = _answer(server, endpoint, request)
@@ -176,8 +195,20 @@ def record():
     }
 
 
-def main():
-    data = record()
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", nargs="+", help="record only these requests and merge them into the file "
+                                              "(same server build and kernels)")
+    args = ap.parse_args(argv)
+    data = record(set(args.only) if args.only else None)
+    if args.only:
+        old = json.loads(OUTPUT.read_text(encoding="utf-8"))
+        if (old["kernels"], old["build_info"]) != (data["kernels"], data["build_info"]):
+            raise SystemExit("the file was recorded with another server build or other kernels: record all")
+        new = {r["name"]: r for r in data["recordings"]}
+        kept = {r["name"]: r for r in old["recordings"]}
+        kept.update(new)
+        data["recordings"] = [kept[name] for name, _, _ in REQUESTS if name in kept]
     OUTPUT.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
     print(f"[record_logprobs] wrote {OUTPUT} ({len(data['recordings'])} recordings, "
           f"{OUTPUT.stat().st_size} bytes)", file=sys.stderr)
