@@ -27,6 +27,9 @@ cdef extern from * nogil:
     struct bankml_logit_greater {
         bool operator()(const bankml_token_data & a, const bankml_token_data & b) const { return a.logit > b.logit; }
     };
+    struct bankml_p_greater {
+        bool operator()(const bankml_token_data & a, const bankml_token_data & b) const { return a.p > b.p; }
+    };
     struct bankml_score_less {
         const float * scores;
         bool operator()(size_t a, size_t b) const { return scores[a] < scores[b]; }
@@ -38,6 +41,9 @@ cdef extern from * nogil:
     static inline void bankml_partial_sort_by_logit(bankml_token_data * first, bankml_token_data * middle,
                                                     bankml_token_data * last) {
         std::partial_sort(first, middle, last, bankml_logit_greater());
+    }
+    static inline void bankml_sort_by_p(bankml_token_data * first, bankml_token_data * last) {
+        std::sort(first, last, bankml_p_greater());
     }
     static inline void bankml_sort_by_score(size_t * first, size_t * last, const float * scores) {
         bankml_score_less less;
@@ -52,6 +58,7 @@ cdef extern from * nogil:
     void bankml_sort_by_logit(bankml_token_data* first, bankml_token_data* last)
     void bankml_partial_sort_by_logit(bankml_token_data* first, bankml_token_data* middle, bankml_token_data* last)
     void bankml_sort_by_score(size_t* first, size_t* last, const float* scores)
+    void bankml_sort_by_p(bankml_token_data* first, bankml_token_data* last)
 
 
 cdef extern from "<random>" namespace "std" nogil:
@@ -217,6 +224,7 @@ cdef class Sampler:
     cdef vector[llama_token_data] buf_sort
     cdef readonly int64_t n_redraws
     cdef object infill_data              # keeps the buffers the infill stages point into alive
+    cdef llama_token_data_array last_p   # the candidates the last draw left (common_sampler's cur_p)
 
     cdef int set_logits(self, const float* logits) except -1 nogil
     cdef int64_t draw(self) except -2 nogil

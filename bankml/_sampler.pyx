@@ -2221,6 +2221,7 @@ cdef class Sampler:
         cur_p.selected = -1
         cur_p.sorted = False
         chain_apply(self.chain, &cur_p, self.buf_sort)
+        self.last_p = cur_p
         if cur_p.selected < 0 or <size_t>cur_p.selected >= cur_p.size:
             return -1
         return cur_p.data[cur_p.selected].id
@@ -2278,6 +2279,29 @@ cdef class Sampler:
             return True
         state = self.reasoning_budget.state
         return state == REASONING_BUDGET_IDLE or state == REASONING_BUDGET_DONE
+
+    def candidates(self):
+        """common_sampler_get_candidates(do_sort=true) after the last sample(): ``(ids, p)`` (int32 and float32
+        arrays) of the candidates the chain left in its last draw (the redraw when the grammar rejected the first
+        one), sorted by probability, highest first, with the same std::sort llama.cpp calls when the chain left
+        them unsorted (llama-server's ``post_sampling_probs``). Empty before the first sample()."""
+        cdef llama_token_data_array* cur_p = &self.last_p
+        cdef size_t i
+        cdef int32_t[::1] ids_view
+        cdef float[::1] p_view
+        if self.cur.size() == 0 or cur_p.data == NULL:
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
+        if not cur_p.sorted:
+            bankml_sort_by_p(cur_p.data, cur_p.data + cur_p.size)
+            cur_p.sorted = True
+        ids = np.empty(cur_p.size, dtype=np.int32)
+        probs = np.empty(cur_p.size, dtype=np.float32)
+        ids_view = ids
+        p_view = probs
+        for i in range(cur_p.size):
+            ids_view[i] = cur_p.data[i].id
+            p_view[i] = cur_p.data[i].p
+        return ids, probs
 
     def accept(self, token):
         """common_sampler_accept(token, is_generated=true): the reasoning budget, the grammar (where it applies;
@@ -2355,3 +2379,70 @@ cdef class Sampler:
 
     def __reduce__(self):
         raise TypeError("Sampler is not picklable; use clone()")
+
+
+# --- llama-server's token probabilities (get_token_probabilities, tools/server/server-common.cpp) ------------
+
+def token_probabilities(logits, n_top):
+    """llama-server's ``get_token_probabilities(ctx, idx, n_top)`` over raw float32 logits: ``(ids, p)``, the
+    int32 token ids and float32 probabilities of all n_vocab candidates in the order llama-server leaves them.
+
+    The first ``min(n_top, n_vocab)`` are the highest logits, highest first, from the same ``std::partial_sort``
+    (libstdc++'s heap select then sort_heap, so ties land where llama-server's land); the rest are in the order
+    the heap select leaves them (the original order, except that each place where a larger logit entered the heap
+    now holds the heap's former minimum). The softmax runs over all n_vocab candidates in that order, as
+    llama-server's loop does: the maximum (``cur[0]`` when n_top > 0, else a scan), ``expf(logit - max)`` summed
+    in float32 one after the other, then each divided by the sum. The logits are the model's, before any
+    sampler, logit bias or grammar: llama-server's pre-sampling numbers ignore the grammar."""
+    if not isinstance(logits, np.ndarray) or logits.dtype != np.float32 or logits.ndim != 1:
+        raise ValueError(f"Invalid logits: expected a float32 vector, got "
+                         f"{getattr(logits, 'dtype', type(logits).__name__)} of shape {getattr(logits, 'shape', None)}")
+    if isinstance(n_top, bool) or not isinstance(n_top, numbers.Integral) or n_top < 0:
+        raise ValueError(f"Invalid n_top: expected a non-negative integer, got {n_top!r}")
+    cdef const float[::1] view = np.ascontiguousarray(logits)
+    cdef size_t n = view.shape[0]
+    cdef size_t top = min(<size_t>n_top, n) if n_top < 2**62 else n
+    cdef vector[llama_token_data] cur
+    cdef size_t i
+    cdef float max_l, p, cum_sum
+    ids = np.empty(n, dtype=np.int32)
+    probs = np.empty(n, dtype=np.float32)
+    cdef int32_t[::1] ids_view = ids
+    cdef float[::1] p_view = probs
+    if n == 0:
+        return ids, probs
+    with nogil:
+        cur.resize(n)
+        for i in range(n):
+            cur[i].id = <int32_t>i
+            cur[i].logit = view[i]
+            cur[i].p = 0
+        if top > 0:
+            bankml_partial_sort_by_logit(cur.data(), cur.data() + top, cur.data() + n)
+        max_l = -INFINITY
+        if top > 0:
+            max_l = cur[0].logit
+        else:
+            for i in range(n):
+                if max_l < cur[i].logit:     # std::max(max_l, logit): keeps max_l unless logit is larger
+                    max_l = cur[i].logit
+        cum_sum = 0
+        for i in range(n):
+            p = expf(cur[i].logit - max_l)
+            cur[i].p = p
+            cum_sum += p
+        for i in range(n):
+            cur[i].p /= cum_sum
+            ids_view[i] = cur[i].id
+            p_view[i] = cur[i].p
+    return ids, probs
+
+
+def token_logarithm(x):
+    """completion_token_output::logarithm: ``std::log`` of a float probability in float32 (logf), the lowest float
+    instead of -inf for 0 (nlohmann's JSON would print -inf as null)."""
+    cdef float v = <float>x
+    if v == 0:
+        return -FLT_MAX_VALUE
+    return <double>logf(v)
+

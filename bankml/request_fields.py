@@ -45,7 +45,8 @@ def _not_one(v):
 
 
 _NOT_YET = "is not supported by bankml yet"
-LOGPROBS = Refuse("log-probabilities are not returned by bankml yet: 'logprobs' must be false or absent",
+LOGPROBS = Refuse("log-probabilities are not returned by bankml's Ollama endpoints yet: "
+                  "'logprobs' must be false or absent",
                   _truthy)
 
 # the fields common to the OpenAI endpoints and llama-server's native parameters (server-schema.cpp)
@@ -68,10 +69,9 @@ _COMMON = {
     # llama-server fields that change the answer or its shape, not implemented
     "n": Refuse("several completions per request are not supported by bankml: 'n' must be 1", _not_one),
     "n_cmpl": Refuse("several completions per request are not supported by bankml: 'n_cmpl' must be 1", _not_one),
-    "logprobs": LOGPROBS,
-    "top_logprobs": Refuse("log-probabilities are not returned by bankml yet: 'top_logprobs' must be absent"),
-    "n_probs": Refuse("token probabilities are not returned by bankml yet: 'n_probs' must be 0", _truthy),
-    "post_sampling_probs": Refuse("token probabilities " + _NOT_YET + ": 'post_sampling_probs'", _truthy),
+    # token probabilities as llama-server computes and shapes them (bankml.logprobs): chat's logprobs and
+    # top_logprobs, completions' logprobs (n_probs' alias), the native n_probs and post_sampling_probs
+    "logprobs": HONOURED, "top_logprobs": HONOURED, "n_probs": HONOURED, "post_sampling_probs": HONOURED,
     "verbose": Refuse("the '__verbose' answer field " + _NOT_YET + ": 'verbose' must be false", _truthy),
     "timings_per_token": Refuse("'timings_per_token' " + _NOT_YET, _truthy),
     "return_progress": Refuse("'return_progress' " + _NOT_YET, _truthy),
@@ -197,7 +197,8 @@ FIELDS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETIONS, "/api/ch
 def check(body, endpoint, n_ctx=None):
     """RequestError naming the first field of ``body`` that ``endpoint`` refuses (unknown fields pass)."""
     table = FIELDS[endpoint]
-    if endpoint == "/v1/chat/completions" and body.get("top_logprobs") is not None and not body.get("logprobs"):
+    if endpoint == "/v1/chat/completions" and body.get("top_logprobs") is not None \
+            and body.get("logprobs") is not True:
         raise RequestError("top_logprobs requires logprobs to be set to true")   # llama-server's message
     if endpoint == "/v1/chat/completions" and _truthy(body.get("logprobs")) and body.get("stream") is True \
             and isinstance(body.get("tools"), list) and body["tools"]:

@@ -32,6 +32,7 @@ from ._grammar import Grammar, Rules
 from ._sampler import Sampler, SamplerParams
 from .constraint import Constraint, RequestError
 from .cpu import default_threads, prepare_model_loading
+from .logprobs import ProbRequest, token_record
 from .vocab import Vocab
 
 __all__ = ["ContextSizeError", "DEFAULT_MODEL_PACKAGE", "Job", "Model", "ModelError", "Result",
@@ -250,6 +251,7 @@ class Result:
     message: dict = field(default_factory=dict)   # the assistant message (chat jobs)
     stopping_word: str = ""
     timings: dict = field(default_factory=dict)
+    probs: list = field(default_factory=list)     # bankml.logprobs records (llama-server's generated_token_probs)
 
 
 @dataclass
@@ -264,6 +266,13 @@ class Event:
     content: str
     diffs: list = field(default_factory=list)
     reasoning: str = ""
+    # with log-probabilities asked for (Job.probs): whether llama-server sent a partial result for this token
+    # (its text was complete UTF-8), its bankml.logprobs record, how many of ``diffs`` that partial carried (the
+    # rest are the final parse's) and the token's 1-based index
+    partial: bool = False
+    probs: Any = None
+    n_partial_diffs: int = 0
+    index: int = 0
 
 
 # -- the model
@@ -896,6 +905,8 @@ class Job:
             raise RequestError("the grammar allows no token of the model's vocabulary: no answer can match it")
         _check_cancel(cancel)
         self.result = None
+        # token log-probabilities (bankml.logprobs.ProbRequest): none unless the caller sets them
+        self.probs = ProbRequest()
 
     def cancel(self):
         """Stop after the current token (a client went away); the slot is freed."""
@@ -943,6 +954,7 @@ class Job:
         logits = slot.decode(self.prompt_tokens)
         t_prompt = time.perf_counter() - t0
         tokens, generated = [], bytearray()
+        records = []
         n_sent = 0
         finish, stopping_word = "length", ""
         t_sample = t_decode = 0.0
@@ -955,9 +967,11 @@ class Job:
                 break
             ts = time.perf_counter()
             token = sampler.sample(logits)
+            record = token_record(self.probs, token, logits, sampler, model.piece) if self.probs else None
             sampler.accept(token)
             t_sample += time.perf_counter() - ts
             tokens.append(token)
+            partial = False
             eog = vocab.is_eog(token)
             piece = b"" if eog else model.piece(token, token in self.preserved)
             generated += piece
@@ -982,6 +996,10 @@ class Job:
                     send_text = text[pos:]
                 n_sent += len(send_text)
                 send = send_text
+                partial = True   # slot.add_token: the record is kept, and sent when streaming
+                if record is not None:
+                    record.text = send.encode("utf-8")
+                    records.append(record)
             else:
                 send = ""
             if has_next and n_predict >= 0 and len(tokens) >= n_predict:
@@ -994,11 +1012,13 @@ class Job:
                 # the request's time budget (llama-server's t_max_predict_ms stops the same way)
                 finish, has_next = "length", False
             delta, diffs = "", []
+            n_partial_diffs = 0
             if content is not None:
                 if send:
                     content.diffs = []
                     delta = content.push(send)
                     diffs = list(content.diffs)
+                n_partial_diffs = len(diffs)
                 if not has_next and finish != "cancelled":
                     # the final, non-partial parse: llama-server sends its diffs before the finish chunk
                     try:
@@ -1010,8 +1030,10 @@ class Job:
             else:
                 delta = send
                 diffs = [("", send)] if send else []
-            if send or delta or diffs or not has_next:
-                yield Event(token, send, delta, diffs, "".join(d[0] for d in diffs))
+                n_partial_diffs = len(diffs)
+            if send or delta or diffs or not has_next or (partial and self.probs):
+                yield Event(token, send, delta, diffs, "".join(d[0] for d in diffs), partial,
+                            record if partial else None, n_partial_diffs, len(tokens))
             if not has_next:
                 break
             td = time.perf_counter()
@@ -1037,7 +1059,7 @@ class Job:
         n = len(tokens)
         self.result = Result(
             tokens=tokens, text=text, content=answer, finish_reason=finish, prompt_tokens=self.prompt_tokens,
-            message=message, stopping_word=stopping_word,
+            message=message, stopping_word=stopping_word, probs=records,
             timings={
                 "prompt_n": len(self.prompt_tokens), "prompt_ms": t_prompt * 1e3,
                 "predicted_n": n, "predicted_ms": (t_end - t_start) * 1e3,

@@ -36,6 +36,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from . import logprobs as _logprobs
 from . import request_fields as _fields
 from . import schema as _schema
 from .constraint import Constraint, RequestError, from_ollama_text, from_openai_text
@@ -477,9 +478,30 @@ class _App:
         messages = body.get("messages")
         check_messages(messages)   # the shape; the chat layer reads them whole (reasoning_content, parts, ...)
         params, n_predict, stop = sampler_params_from_request(body, vocab=self._sampler_vocab())
+        probs = self._probs(body, "/v1/chat/completions", n_predict)
         job = self.model.chat(messages, constraint, params, n_predict, stop, cancel=cancel,
                               deadline=self._deadline(), **chat_request_options(body), **chat_tool_options(body))
+        job.probs = probs
         return body, job, (stream, include_usage, return_tokens)
+
+    def _probs(self, body, endpoint, n_predict):
+        # logprobs / top_logprobs / n_probs / post_sampling_probs, as llama-server reads them (bankml.logprobs)
+        probs = _logprobs.read_request(body, endpoint)
+        _logprobs.check_size(probs, self.model.n_vocab, n_predict, self.model.n_ctx)
+        return probs
+
+    def _final_probs(self, job, result):
+        # send_final_response without streaming: the records, those of the stop word's tokens dropped
+        records = _logprobs.trim_stop_word(result.probs, result.stopping_word,
+                                           lambda text: self.model.tokenize(text, False, False))
+        return {"content": _logprobs.probs_to_json(records, job.probs.post_sampling)} if records else None
+
+    def _chunk_probs(self, job, event):
+        # a partial result's logprobs: its one record, when it has top candidates (prob_output.probs non-empty)
+        record = event.probs
+        if record is None or not record.top:
+            return None
+        return {"content": _logprobs.probs_to_json([record], job.probs.post_sampling)}
 
     async def chat_completions(self, request):
         return await self._handle(request, self._build_chat, self._respond_chat)
@@ -497,15 +519,33 @@ class _App:
                     first = dict(base, object="chat.completion.chunk",
                                  choices=[{"finish_reason": None, "index": 0,
                                            "delta": {"role": "assistant", "content": None}}])
-                    yield _sse(first)
+                    # with logprobs, chunks follow llama-server's partial results: the role delta comes with
+                    # the first token's, and the token's logprobs ride on the last delta of its partial result
+                    role_pending = bool(job.probs)
+                    if not role_pending:
+                        yield _sse(first)
                     try:
                         async for event in runner:
+                            chunks = []
+                            if role_pending and event.partial:
+                                role_pending = False
+                                if event.index == 1:   # llama-server's `first = n_decoded == 1`
+                                    chunks.append(first)
+                            n_partial = len(chunks)
                             # one chunk per message diff, as server_chat_msg_diff_to_json_oaicompat
-                            for diff in event.diffs:
+                            for i, diff in enumerate(event.diffs):
                                 delta = _diff_delta(diff)
                                 if delta:
-                                    yield _sse(dict(base, object="chat.completion.chunk",
-                                                    choices=[{"finish_reason": None, "index": 0, "delta": delta}]))
+                                    chunks.append(dict(base, object="chat.completion.chunk",
+                                                       choices=[{"finish_reason": None, "index": 0, "delta": delta}]))
+                                    if i < event.n_partial_diffs:
+                                        n_partial = len(chunks)
+                            logprobs = self._chunk_probs(job, event) if event.partial else None
+                            if logprobs is not None and n_partial:
+                                last = chunks[n_partial - 1]
+                                last["choices"] = [dict(last["choices"][0], logprobs=logprobs)]
+                            for chunk in chunks:
+                                yield _sse(chunk)
                     except Exception as e:  # noqa: BLE001 - llama-server sends the error as an event
                         yield _sse({"error": _stream_error(e)})
                         return
@@ -538,6 +578,10 @@ class _App:
         out = dict(base, object="chat.completion",
                    choices=[{"finish_reason": result.finish_reason, "index": 0, "message": message}],
                    usage=self._usage(result), timings=self._timings(result))
+        if job.probs:
+            logprobs = self._final_probs(job, result)
+            if logprobs is not None:
+                out["choices"][0]["logprobs"] = logprobs
         if return_tokens:
             out["tokens"] = result.tokens
         return JSONResponse(out)
@@ -555,8 +599,10 @@ class _App:
             raise RequestError("'prompt' must be a string")
         constraint = from_openai_text(body, raw)   # no template: the bare grammar (Model.complete)
         params, n_predict, stop = sampler_params_from_request(body, vocab=self._sampler_vocab())
+        probs = self._probs(body, "/v1/completions", n_predict)
         job = self.model.complete(prompt, constraint, params, n_predict, stop, cancel=cancel,
                                   deadline=self._deadline())
+        job.probs = probs
         return body, job, (stream, return_tokens)
 
     async def completions(self, request):
@@ -573,9 +619,11 @@ class _App:
                 try:
                     try:
                         async for event in runner:
-                            if event.text:
+                            # with logprobs, one chunk per partial result, as llama-server sends them
+                            if event.text or (job.probs and event.partial):
                                 yield _sse(dict(base, object="text_completion",
-                                                choices=[{"text": event.text, "index": 0, "logprobs": None,
+                                                choices=[{"text": event.text, "index": 0,
+                                                          "logprobs": self._chunk_probs(job, event),
                                                           "finish_reason": None}]))
                     except Exception as e:  # noqa: BLE001
                         yield _sse({"error": _stream_error(e)})
@@ -598,7 +646,8 @@ class _App:
         if result.finish_reason == "cancelled":
             return Response(status_code=499)
         out = dict(base, object="text_completion",
-                   choices=[{"text": result.text, "index": 0, "logprobs": None,
+                   choices=[{"text": result.text, "index": 0,
+                             "logprobs": self._final_probs(job, result) if job.probs else None,
                              "finish_reason": result.finish_reason}],
                    usage=self._usage(result), timings=self._timings(result))
         if return_tokens:

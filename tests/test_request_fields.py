@@ -94,6 +94,10 @@ HONOURED_BY = {
     "think": "test_ollama_think_is_llama_server_s_reasoning",
     "format": "tests/test_server.py::test_ollama_chat_schema_format", "options": "tests/test_server.py",
     "system": "tests/test_server.py::test_ollama_generate", "raw": "tests/test_server.py::test_ollama_generate",
+    "logprobs": "tests/test_logprobs.py::test_http_logprobs_equal_llama_servers (chat/*, completions/*)",
+    "top_logprobs": "tests/test_logprobs.py::test_http_logprobs_equal_llama_servers (chat/*/top0|1|2|3|5|20)",
+    "n_probs": "tests/test_logprobs.py::test_http_logprobs_equal_llama_servers (*native-n_probs*, *n_probs4)",
+    "post_sampling_probs": "tests/test_logprobs.py::test_http_logprobs_equal_llama_servers (*post_sampling*)",
 }
 SAMPLER = {"n_predict", "max_tokens", "max_completion_tokens", "seed", "temperature", "dynatemp_range",
            "dynatemp_exponent", "top_k", "top_p", "min_p", "typical_p", "top_n_sigma", "xtc_probability",
