@@ -212,6 +212,7 @@ cdef class MatchContext(SegmentCache):
     cdef int64_t n_cached_masks
     cdef readonly int64_t fast_masks, cached_masks, reference_masks
     cdef readonly int64_t fallback_masks           # fast masks that ran past a bound and went to the reference path
+    cdef object precompute_thread                  # the thread building the segment cache ahead (None: none started)
 
 
     # the locked entry points (each takes the lock; the methods below them expect it held)
@@ -229,6 +230,8 @@ cdef class MatchContext(SegmentCache):
     cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef void reserve_headroom(self) noexcept nogil
     cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3
+    cdef bint transparent_locked(self, position_t pos)
+    cdef int token_allowed(self, const vector[node_t]& stacks, token_t token) except -1 nogil
 
 
 cdef class Grammar:
