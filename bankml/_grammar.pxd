@@ -213,6 +213,8 @@ cdef class MatchContext(SegmentCache):
     cdef readonly int64_t fast_masks, cached_masks, reference_masks
     cdef readonly int64_t fallback_masks           # fast masks that ran past a bound and went to the reference path
     cdef object precompute_thread                  # the thread building the segment cache ahead (None: none started)
+    cdef vector[uint32_t] partial_scratch          # a candidate's code points decoded from a partial state
+    cdef readonly int64_t partial_masks            # masks of states inside a character answered along the paths
 
 
     # the locked entry points (each takes the lock; the methods below them expect it held)
@@ -232,6 +234,10 @@ cdef class MatchContext(SegmentCache):
     cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3
     cdef bint transparent_locked(self, position_t pos)
     cdef int token_allowed(self, const vector[node_t]& stacks, token_t token) except -1 nogil
+    cdef int path_allowed(self, int32_t set_id, token_t token, const uint32_t* cp, partial_utf8 end) \
+            except -1 nogil
+    cdef int partial_mask_into(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
+                               const token_t* candidates, int64_t n, uint32_t* out) except -1 nogil
 
 
 cdef class Grammar:
@@ -258,3 +264,4 @@ cdef class Grammar:
     cdef int enter(self) except -1
     cdef void leave(self) noexcept
     cdef bint fast_into(self, uint32_t* out) except -1
+    cdef bint partial_into(self, object candidates, uint32_t* out) except -1

@@ -610,9 +610,25 @@ cdef class MatchContext(SegmentCache):
             position = trie.position_of[token]
             if position < 0:
                 return 0   # empty, or an invalid sequence: never in a mask
-            cp = self.decoded.code_points.data() + self.decoded.code_point_start[token]
-            while cp[0] != 0:
-                # the node before this code point: a token terminal on a stack takes the (longer) token by id
+            return self.path_allowed(set_id, token, self.decoded.code_points.data()
+                                     + self.decoded.code_point_start[token], trie.end_partial[position])
+        finally:
+            PyThread_release_lock(self.lock)
+
+    cdef int path_allowed(self, int32_t set_id, token_t token, const uint32_t* cp, partial_utf8 end) \
+            except -1 nogil:
+        """1 when the token whose code points (0-terminated) and end state are given is accepted from the
+        set, else 0: the trie walk's decisions along the token's one path, which are llama.cpp's
+        (reject_candidates_for_stack): a token terminal takes by id a token with code points left, a
+        token whose code points are over is accepted on a whole character by any stack, and inside one
+        by a character class that takes the rest of it (match_partial_char)."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* top
+        cdef node_t stack
+        cdef int64_t k
+        while True:
+            if cp[0] != 0:
+                # a token terminal on a stack takes the token by id, whatever text remains
                 for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
                     stack = self.set_nodes[k]
                     if is_bottom(stack):
@@ -621,15 +637,58 @@ cdef class MatchContext(SegmentCache):
                     if (top.type == LLAMA_GRETYPE_TOKEN and top.value == <uint32_t>token) or \
                             (top.type == LLAMA_GRETYPE_TOKEN_NOT and top.value != <uint32_t>token):
                         return 1
-                set_id = self.transition(set_id, cp[0])
-                if set_id < 0:
-                    return 0
-                cp += 1
-            if trie.end_partial[position].n_remain == 0:
-                return 1
-            return 1 if self.set_accepts_partial(set_id, trie.end_partial[position]) else 0
+            if cp[0] == 0:
+                break
+            set_id = self.transition(set_id, cp[0])
+            if set_id < 0:
+                return 0
+            cp += 1
+        if end.n_remain == 0:
+            return 1
+        return 1 if self.set_accepts_partial(set_id, end) else 0
+
+    cdef int partial_mask_into(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
+                               const token_t* candidates, int64_t n, uint32_t* out) except -1 nogil:
+        """The mask of a state left inside a character (state: its partial UTF-8) into out (zeroed here):
+        0, or 2 when this set is answered on the reference path. Only the candidates (the tokens that open
+        with a continuation byte, and the end-of-generation ids) can be allowed; each is decoded from the
+        state as llama.cpp decodes it and followed along its one path (path_allowed) through the memoized
+        transitions, instead of llama.cpp's check against every stack in turn."""
+        cdef vector[node_t] current
+        cdef int32_t set_id
+        cdef int64_t width = (self.trie_arrays.n_vocab + 31) >> 5, i, k
+        cdef token_t token
+        cdef partial_utf8 end
+        cdef bint allow_eog = False
+        memset(out, 0, width * sizeof(uint32_t))
+        PyThread_acquire_lock(self.lock, 1)
+        try:
+            current = stacks
+            set_id = self.intern_set(current)
+            if self.fast_failed.count(set_id):
+                return 2
+            for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+                if self.set_nodes[k] == EMPTY_STACK:
+                    allow_eog = True
+            self.partial_masks += 1
+            for i in range(n):
+                token = candidates[i]
+                if vocab.is_eog[token]:
+                    if allow_eog:
+                        set_token_bit(out, token)
+                    continue
+                if vocab.is_empty[token]:
+                    continue
+                self.partial_scratch.clear()
+                end = decode_utf8(vocab.piece_bytes + vocab.piece_start[token],
+                                  vocab.piece_start[token + 1] - vocab.piece_start[token], state, self.partial_scratch)
+                if end.n_remain < 0:
+                    continue   # an invalid sequence: every stack rejects it
+                if self.path_allowed(set_id, token, self.partial_scratch.data(), end):
+                    set_token_bit(out, token)
         finally:
             PyThread_release_lock(self.lock)
+        return 0
 
     cdef list stack_elements(self, const vector[node_t]& stacks):
         """Each stack as a list of (type, value) elements from bottom to top (the node pool may grow, and
@@ -1129,6 +1188,22 @@ cdef class Grammar:
             return False
         return status == 0
 
+    cdef bint partial_into(self, object candidates, uint32_t* out) except -1:
+        """The mask of a state inside a character into out from the candidates' paths (the caller holds the
+        matcher's lock); False when it is answered on the reference path instead."""
+        cdef MatchContext ctx = self.ctx
+        cdef const token_t[::1] ids = candidates
+        cdef vocab_view vocab = self.decoded.view()
+        cdef int status = 2
+        if ids.shape[0] == 0:
+            return False
+        try:
+            with nogil:
+                status = ctx.partial_mask_into(self.active_stacks, self.partial, &vocab, &ids[0], ids.shape[0], out)
+        except GrammarError:
+            return False
+        return status == 0
+
     def _mask_words(self, reference=False):
         """The whole-vocabulary mask as uint32 words (bit set = allowed), fast path unless told otherwise."""
         self.enter()
@@ -1154,8 +1229,11 @@ cdef class Grammar:
         if not reference and self.partial.n_remain > 0:
             # Inside a character only a piece that opens with a continuation byte can decode (any other
             # leaves llama.cpp's decoder an invalid sequence, rejected by every stack), and an
-            # end-of-generation token is decided by the stacks: check just those, one by one.
+            # end-of-generation token is decided by the stacks: check just those, each along its path.
             candidates = self.decoded.continuation_candidates()
+            if self.partial_into(candidates, &view[0]):
+                return words
+            # (past a bound of the fast path: one by one, as llama.cpp does)
             allowed = np.zeros(width * 32, dtype=bool)
             allowed[candidates] = True
             allowed[candidates[self._rejected_indices(candidates, True)]] = False

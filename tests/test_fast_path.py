@@ -154,6 +154,7 @@ class Checker:
         self.distinct_states = set()  # distinct (stacks, partial UTF-8) states
         self.entry_contexts = {}  # (context id, entry id) -> the stacks below it it served, when it has continuations
         self.allows_checked = 0  # tokens whose allows() was compared with the reference mask
+        self.partial_path_masks = 0  # masks inside a character answered along the candidates' paths
 
     def compare(self, g, where, twins=()):
         """Assert fast == reference in g's current state, and for each twin (a matcher over other Rules,
@@ -193,9 +194,11 @@ class Checker:
         ctx = g.context
         self.compare_allows(g, where, reference)   # before the mask: from the token's path, not the cache
         fast_before = g.fast_masks
+        partial_before = ctx.partial_masks
         stats_before = ctx.segment_stats
         fast = g.allowed_ids()
         self.fresh_fast_masks += g.fast_masks - fast_before
+        self.partial_path_masks += ctx.partial_masks - partial_before
         stats = ctx.segment_stats
         self.segment_hits += stats["hits"] - stats_before["hits"]
         self.continuation_walks += stats["continuation_walks"] - stats_before["continuation_walks"]
@@ -365,6 +368,7 @@ def test_fast_path_equals_reference_random_vocab(random_vocabs, name):
     assert checker.states >= STATES_PER_VOCAB * len(VOCAB_SEEDS)
     assert checker.fresh_fast_masks >= 1  # the trie walk itself ran, not only a cache
     assert checker.segment_hits >= 1  # the segment cache answered some state from entries built before
+    assert checker.allows_checked >= checker.states  # allows() against the reference in every state
 
 
 def test_fast_path_after_invalid_and_partial_bytes(random_vocab):
@@ -399,6 +403,9 @@ def test_fast_path_after_invalid_and_partial_bytes(random_vocab):
             checker.compare(probe, f"{name} + accept_bytes({stray!r})", probe_twins)
     assert checker.partial_states >= 6 * 40
     assert checker.invalid_states >= 6 * 3
+    # the states inside a character were answered along the candidates' paths (partial_mask_into), not
+    # one by one, and compared with the reference above
+    assert checker.partial_path_masks >= 6 * 40
     print(f"accept_bytes states: {checker.states} ({checker.partial_states} mid-character, "
           f"{checker.invalid_states} after an invalid byte)")
 
