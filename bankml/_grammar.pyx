@@ -416,6 +416,7 @@ cdef class MatchContext(SegmentCache):
         """Forget every cached mask (its chunks go back to the process-wide pool)."""
         release_chunks(self.mask_chunks)
         self.mask_slot.clear()
+        self.partial_mask_slot.clear()
         self.n_cached_masks = 0
 
     cdef void reserve_headroom(self) noexcept nogil:
@@ -649,43 +650,46 @@ cdef class MatchContext(SegmentCache):
 
     cdef int partial_mask_into(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
                                const token_t* candidates, int64_t n, uint32_t* out) except -1 nogil:
-        """The mask of a state left inside a character (state: its partial UTF-8) into out (zeroed here):
-        0, or 2 when this set is answered on the reference path. Only the candidates (the tokens that open
-        with a continuation byte, and the end-of-generation ids) can be allowed; each is decoded from the
-        state as llama.cpp decodes it and followed along its one path (path_allowed) through the memoized
-        transitions, instead of llama.cpp's check against every stack in turn."""
+        """The mask of a state left inside a character (state: its partial UTF-8) into out: 0, or 2 when
+        this set is answered on the reference path. Only the candidates (the tokens that open with a
+        continuation byte, and the end-of-generation ids) can be allowed; they are checked by llama.cpp's
+        own path (collect_rejects: a few hundred tokens, tens of µs; following each along its path through
+        the memoized transitions measured slower on first visits), and the mask is kept in the mask cache
+        under the set and the open character, so a state seen before is one copy."""
         cdef vector[node_t] current
+        cdef vector[grammar_candidate] rejects
+        cdef vector[uint32_t] scratch
         cdef int32_t set_id
-        cdef int64_t width = (self.trie_arrays.n_vocab + 31) >> 5, i, k
+        cdef int64_t width = (self.trie_arrays.n_vocab + 31) >> 5, i
+        cdef size_t k
         cdef token_t token
-        cdef partial_utf8 end
-        cdef bint allow_eog = False
-        memset(out, 0, width * sizeof(uint32_t))
+        cdef uint64_t key
+        cdef int64_t slot
         PyThread_acquire_lock(self.lock, 1)
         try:
             current = stacks
             set_id = self.intern_set(current)
-            if self.fast_failed.count(set_id):
-                return 2
-            for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
-                if self.set_nodes[k] == EMPTY_STACK:
-                    allow_eog = True
+            # the mask depends on the set and the open character alone (value < 2^21, n_remain 1-3)
+            key = (<uint64_t><uint32_t>set_id << 32) | (<uint64_t>state.value << 2) | <uint32_t>state.n_remain
+            it = self.partial_mask_slot.find(key)
+            if it != self.partial_mask_slot.end():
+                slot = deref(it).second
+                memcpy(out, self.mask_chunks[slot // MASKS_PER_CHUNK].data() + (slot % MASKS_PER_CHUNK) * width,
+                       width * sizeof(uint32_t))
+                self.cached_masks += 1
+                return 0
             self.partial_masks += 1
+            self.reference_work = 0
+            self.work = 0
+            self.collect_rejects(stacks, state, vocab, candidates, n, rejects, scratch)
+            memset(out, 0, width * sizeof(uint32_t))
             for i in range(n):
                 token = candidates[i]
-                if vocab.is_eog[token]:
-                    if allow_eog:
-                        set_token_bit(out, token)
-                    continue
-                if vocab.is_empty[token]:
-                    continue
-                self.partial_scratch.clear()
-                end = decode_utf8(vocab.piece_bytes + vocab.piece_start[token],
-                                  vocab.piece_start[token + 1] - vocab.piece_start[token], state, self.partial_scratch)
-                if end.n_remain < 0:
-                    continue   # an invalid sequence: every stack rejects it
-                if self.path_allowed(set_id, token, self.partial_scratch.data(), end):
-                    set_token_bit(out, token)
+                set_token_bit(out, token)
+            for k in range(rejects.size()):
+                token = candidates[rejects[k].index]
+                clear_token_bit(out, token)
+            self.partial_mask_slot[key] = self.store_mask(out, width)
         finally:
             PyThread_release_lock(self.lock)
         return 0
@@ -798,6 +802,12 @@ cdef class MatchContext(SegmentCache):
             # composed from the segment cache about as fast as copied back from the mask cache (and
             # copying it in, to memory long out of the processor's caches, would cost more)
             return 0
+        self.mask_slot[set_id] = self.store_mask(out, width)
+        return 0
+
+    cdef int64_t store_mask(self, const uint32_t* out, int64_t width) noexcept nogil:
+        """Copy a mask into the mask cache; its slot (the cache may have been emptied to make room)."""
+        cdef int64_t slot
         # Masks live in fixed-size chunks, so storing one never moves the others.
         if (<size_t>(self.n_cached_masks + 1) * width * sizeof(uint32_t)) > MAX_MASK_CACHE_BYTES:
             self.clear_masks()
@@ -806,9 +816,8 @@ cdef class MatchContext(SegmentCache):
             self.mask_chunks.push_back(vector[uint32_t]())
             take_chunk(self.mask_chunks.back(), MASKS_PER_CHUNK * width)
         self.mask_chunks.back().insert(self.mask_chunks.back().end(), out, out + width)
-        self.mask_slot[set_id] = slot
         self.n_cached_masks += 1
-        return 0
+        return slot
 
 
 def _nullable_rules(Rules rules):
@@ -1229,7 +1238,8 @@ cdef class Grammar:
         if not reference and self.partial.n_remain > 0:
             # Inside a character only a piece that opens with a continuation byte can decode (any other
             # leaves llama.cpp's decoder an invalid sequence, rejected by every stack), and an
-            # end-of-generation token is decided by the stacks: check just those, each along its path.
+            # end-of-generation token is decided by the stacks: check just those (kept per set and open
+            # character in the mask cache).
             candidates = self.decoded.continuation_candidates()
             if self.partial_into(candidates, &view[0]):
                 return words
