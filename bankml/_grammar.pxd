@@ -208,10 +208,13 @@ cdef class MatchContext(SegmentCache):
     cdef vector[token_t] eog_tokens
     cdef unordered_set[int32_t] fast_failed        # sets whose fast mask ran past a bound: reference path only
     cdef unordered_map[int32_t, int64_t] mask_slot  # set -> slot of its cached mask
+    cdef unordered_map[uint64_t, int64_t] partial_mask_slot  # (set, open character) -> slot of its cached mask
     cdef vector[vector[uint32_t]] mask_chunks      # slot s is mask_chunks[s // MASKS_PER_CHUNK] at (s % MASKS_PER_CHUNK) * width
     cdef int64_t n_cached_masks
     cdef readonly int64_t fast_masks, cached_masks, reference_masks
     cdef readonly int64_t fallback_masks           # fast masks that ran past a bound and went to the reference path
+    cdef object precompute_thread                  # the thread building the segment cache ahead (None: none started)
+    cdef readonly int64_t partial_masks            # masks of states inside a character worked out (not copied)
 
 
     # the locked entry points (each takes the lock; the methods below them expect it held)
@@ -230,7 +233,14 @@ cdef class MatchContext(SegmentCache):
     cdef void clear_masks(self) noexcept nogil
     cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef void reserve_headroom(self) noexcept nogil
+    cdef int64_t store_mask(self, const uint32_t* out, int64_t width) noexcept nogil
     cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3
+    cdef bint transparent_locked(self, position_t pos)
+    cdef int token_allowed(self, const vector[node_t]& stacks, token_t token) except -1 nogil
+    cdef int path_allowed(self, int32_t set_id, token_t token, const uint32_t* cp, partial_utf8 end) \
+            except -1 nogil
+    cdef int partial_mask_into(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
+                               const token_t* candidates, int64_t n, uint32_t* out) except -1 nogil
 
 
 cdef class Grammar:
@@ -278,3 +288,4 @@ cdef class Grammar:
     cdef int restore_slot(self, int slot) except -1
     cdef int accept_step(self, token_t token) except -1
     cdef bint try_accept(self, token_t token) except -1
+    cdef bint partial_into(self, object candidates, uint32_t* out) except -1

@@ -29,6 +29,7 @@ class MatchContext:
     continuation_walks: int
     continuation_entries_built: int
     fallback_masks: int
+    partial_masks: int
 
     def __init__(self, rules: Rules, vocab: Any, max_stacks: int) -> None: ...
     @property
@@ -42,6 +43,8 @@ class MatchContext:
     @property
     def segment_stats(self) -> dict[str, int]: ...
     def precompute(self, seconds: float) -> int: ...
+    def start_precompute(self, seconds: float) -> None: ...
+    def wait_precompute(self, timeout: float | None = ...) -> bool: ...
 
 class Grammar:
     """A matcher over Rules: llama.cpp's grammar state (stacks, partial UTF-8, lazy trigger)."""

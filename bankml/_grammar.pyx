@@ -18,6 +18,7 @@ import collections
 import heapq
 import operator
 import re
+import threading
 import time
 
 import numpy as np
@@ -59,8 +60,9 @@ cdef node_t SEGMENT_BASE = 1
 # llama.cpp has no bound; its de-duplication (and bankml's, kept identical in order) is quadratic in the
 # stack count, and a state with thousands of stacks already costs llama.cpp seconds per mask.
 DEFAULT_MAX_STACKS = 4096
-# How long (seconds of the calling thread) the first matcher of a (Rules, Vocab) spends building the
-# segment cache ahead of use; what is not built by then is built on first use.
+# How long (seconds of its own thread's time) the first matcher of a (Rules, Vocab) spends building the
+# segment cache ahead of use, in a background thread (the first mask does not wait for it); what is not
+# built by then is built on first use.
 DEFAULT_PRECOMPUTE_SECONDS = 0.03
 # How many accepted steps a matcher can roll back by default: vLLM rolls back its draft tokens (at most
 # num_speculative_tokens), SGLang's jump-forward the retokenized tail (its XGrammar backend keeps 200).
@@ -73,6 +75,8 @@ DEFAULT_MAX_JUMP_FORWARD_BYTES = 4096
 cdef enum:
     HISTORY_AWAITING = 1        # the lazy grammar was waiting for its trigger
     HISTORY_EOG = 2             # an end-of-generation token had been accepted
+# The background build lets other threads have the GIL every this many steps of its Python planning.
+cdef int PLANNING_STEPS_PER_YIELD = 256
 cdef size_t MAX_NODES = 1 << 24
 # New matchers start a fresh context once the shared one holds this many nodes.
 cdef size_t CONTEXT_NODE_BUDGET = 1 << 22
@@ -289,6 +293,7 @@ cdef class MatchContext(SegmentCache):
         if self.trie is None or seconds <= 0:
             return 0
         cdef double deadline = time.thread_time() + seconds
+        cdef int steps = 0
         cdef const grammar_element* elements = self.rules.elements.data()
         cdef Py_ssize_t n_elements = self.rules.elements.size()
         cdef Py_ssize_t n_rules = self.rules.rule_start.size()
@@ -315,6 +320,9 @@ cdef class MatchContext(SegmentCache):
             queue.append((0, start))
         while queue:
             d, pos = queue.popleft()
+            steps += 1
+            if steps % PLANNING_STEPS_PER_YIELD == 0:
+                time.sleep(0)   # (let a thread waiting for the GIL have it: this may run in the background)
             if pos in distance:
                 continue
             distance[pos] = d
@@ -335,7 +343,6 @@ cdef class MatchContext(SegmentCache):
                       if elements[p].type in (LLAMA_GRETYPE_CHAR, LLAMA_GRETYPE_CHAR_NOT, LLAMA_GRETYPE_CHAR_ANY,
                                               LLAMA_GRETYPE_TOKEN, LLAMA_GRETYPE_TOKEN_NOT)
                       and self.canonical[p] == p)
-        self.ensure_position_bits()
         # How far into a bounded repetition each rule lies (0 outside one): a segment whose frames lie
         # deep in one is reached only by long text, and the ones near a chain's end cost the most to walk,
         # so they come after every shallower segment.
@@ -359,8 +366,38 @@ cdef class MatchContext(SegmentCache):
         except GrammarError:
             pass  # a state past max_stacks or the pool bounds: left to first use, which reports it
         finally:
-            self.reserve_headroom()
+            with nogil:
+                PyThread_acquire_lock(self.lock, 1)
+                self.reserve_headroom()
+                PyThread_release_lock(self.lock)
         return self.segment_entries_built - before
+
+    def start_precompute(self, double seconds):
+        """Build the segment cache ahead of use in a background thread, for at most `seconds` of that
+        thread's time (precompute), and return at once: the caller's first masks do not wait for it
+        (they build what they need on first use, and the thread then skips it). The thread takes the
+        context's lock entry by entry with the GIL released, as every matcher does."""
+        if self.trie is None or seconds <= 0 or self.precompute_thread is not None:
+            return
+        thread = threading.Thread(target=self.precompute, args=(seconds,), name="bankml-precompute", daemon=True)
+        self.precompute_thread = thread
+        thread.start()
+
+    def wait_precompute(self, timeout=None):
+        """Wait for the background build (start_precompute) to end; True when it has (or none was started)."""
+        thread = self.precompute_thread
+        if thread is None:
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    cdef bint transparent_locked(self, position_t pos):
+        cdef bint result
+        with nogil:
+            PyThread_acquire_lock(self.lock, 1)
+            result = self.transparent(pos)
+            PyThread_release_lock(self.lock)
+        return result
 
     def _build_heap(self, list heap, counter, double deadline, list returns, list rule_of, dict offset):
         cdef int32_t entry_id
@@ -368,15 +405,18 @@ cdef class MatchContext(SegmentCache):
         def depth_into_repetitions(frames):
             return max(offset.get(rule_of[f], 0) for f in frames)
         while heap:
-            if time.thread_time() > deadline or self.segment_cache_full():
+            if time.thread_time() > deadline:
                 return
             _, d, _, frames = heapq.heappop(heap)
             last = frames[len(frames) - 1]   # (no negative indices: wraparound is off)
             below = returns[rule_of[last]]
-            if len(frames) > 1 and self.transparent(last) and len(frames) < MAX_SEGMENT_LENGTH and -1 not in below:
+            if len(frames) > 1 and self.transparent_locked(last) and len(frames) < MAX_SEGMENT_LENGTH \
+                    and -1 not in below:
                 extended = [frames + [f] for f in below]   # never end a segment on a transparent frame
             else:
                 entry_id = self.build_frames(frames, below == [-1], &trie)
+                if entry_id == -2:
+                    return   # the segment cache is full
                 if entry_id != -1 or len(frames) >= MAX_SEGMENT_LENGTH:
                     continue
                 extended = [frames + [f] for f in below if f >= 0]
@@ -388,6 +428,7 @@ cdef class MatchContext(SegmentCache):
         """Forget every cached mask (its chunks go back to the process-wide pool)."""
         release_chunks(self.mask_chunks)
         self.mask_slot.clear()
+        self.partial_mask_slot.clear()
         self.n_cached_masks = 0
 
     cdef void reserve_headroom(self) noexcept nogil:
@@ -408,7 +449,7 @@ cdef class MatchContext(SegmentCache):
 
     cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3:
         """Build the entry of a segment given as element positions, top first (whole: nothing lies
-        under it), or find it built: its id, or -1 when it pops out too often."""
+        under it), or find it built: its id, -1 when it pops out too often, -2 when the cache is full."""
         cdef node_t node = SEGMENT_BASE
         cdef int32_t entry_id, length = len(frames)
         cdef position_t top = self.canonical[<position_t>frames[0]]
@@ -416,6 +457,9 @@ cdef class MatchContext(SegmentCache):
         with nogil:
             PyThread_acquire_lock(self.lock, 1)
         try:
+            if self.segment_cache_full():
+                return -2
+            self.ensure_position_bits()
             for i in range(length - 1, -1, -1):
                 node = self.push(node, self.canonical[<position_t>frames[i]])
             it = self.entry_of.find(node)
@@ -536,6 +580,131 @@ cdef class MatchContext(SegmentCache):
             return self.fast_mask(stacks, &self.trie_arrays, out)
         finally:
             PyThread_release_lock(self.lock)
+
+    cdef int token_allowed(self, const vector[node_t]& stacks, token_t token) except -1 nogil:
+        """Whether the fast path's mask of these stacks allows one token, without building the mask: 1 or
+        0, or 2 when this state is answered on the reference path (a bound of the fast path; the caller's
+        job). Exact for a state whose accepted text ends on a whole character.
+
+        A cached mask of the set answers with one bit. Otherwise the token's own code points are followed
+        from the whole set through the memoized transitions, deciding as the trie walk decides at each
+        node on that path (walk_mask, which the segment cache is held equal to): a token terminal on a
+        stack takes a longer token by id, a token that ends on a whole character with some stack alive
+        is accepted, one that ends inside a character as a stack takes the rest of it.
+        """
+        cdef const vocab_view* vocab
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* top
+        cdef const trie_view* trie = &self.trie_arrays
+        cdef vector[node_t] current
+        cdef int32_t set_id
+        cdef int64_t width = (trie.n_vocab + 31) >> 5, slot, k
+        cdef int32_t position
+        cdef const uint32_t* cp
+        cdef node_t stack
+        cdef int result = 0
+        PyThread_acquire_lock(self.lock, 1)
+        try:
+            current = stacks
+            set_id = self.intern_set(current)
+            it = self.mask_slot.find(set_id)
+            if it != self.mask_slot.end():
+                slot = deref(it).second
+                return (self.mask_chunks[slot // MASKS_PER_CHUNK][(slot % MASKS_PER_CHUNK) * width + (token >> 5)]
+                        >> (token & 31)) & 1
+            if self.fast_failed.count(set_id):
+                return 2
+            if self.eog_tokens.size() and find(self.eog_tokens.begin(), self.eog_tokens.end(), token) \
+                    != self.eog_tokens.end():
+                for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+                    if self.set_nodes[k] == EMPTY_STACK:
+                        return 1
+                return 0
+            position = trie.position_of[token]
+            if position < 0:
+                return 0   # empty, or an invalid sequence: never in a mask
+            return self.path_allowed(set_id, token, self.decoded.code_points.data()
+                                     + self.decoded.code_point_start[token], trie.end_partial[position])
+        finally:
+            PyThread_release_lock(self.lock)
+
+    cdef int path_allowed(self, int32_t set_id, token_t token, const uint32_t* cp, partial_utf8 end) \
+            except -1 nogil:
+        """1 when the token whose code points (0-terminated) and end state are given is accepted from the
+        set, else 0: the trie walk's decisions along the token's one path, which are llama.cpp's
+        (reject_candidates_for_stack): a token terminal takes by id a token with code points left, a
+        token whose code points are over is accepted on a whole character by any stack, and inside one
+        by a character class that takes the rest of it (match_partial_char)."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* top
+        cdef node_t stack
+        cdef int64_t k
+        while True:
+            if cp[0] != 0:
+                # a token terminal on a stack takes the token by id, whatever text remains
+                for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+                    stack = self.set_nodes[k]
+                    if is_bottom(stack):
+                        continue
+                    top = &elements[self.nodes[stack].element]
+                    if (top.type == LLAMA_GRETYPE_TOKEN and top.value == <uint32_t>token) or \
+                            (top.type == LLAMA_GRETYPE_TOKEN_NOT and top.value != <uint32_t>token):
+                        return 1
+            if cp[0] == 0:
+                break
+            set_id = self.transition(set_id, cp[0])
+            if set_id < 0:
+                return 0
+            cp += 1
+        if end.n_remain == 0:
+            return 1
+        return 1 if self.set_accepts_partial(set_id, end) else 0
+
+    cdef int partial_mask_into(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
+                               const token_t* candidates, int64_t n, uint32_t* out) except -1 nogil:
+        """The mask of a state left inside a character (state: its partial UTF-8) into out: 0, or 2 when
+        this set is answered on the reference path. Only the candidates (the tokens that open with a
+        continuation byte, and the end-of-generation ids) can be allowed; they are checked by llama.cpp's
+        own path (collect_rejects: a few hundred tokens, tens of µs; following each along its path through
+        the memoized transitions measured slower on first visits), and the mask is kept in the mask cache
+        under the set and the open character, so a state seen before is one copy."""
+        cdef vector[node_t] current
+        cdef vector[grammar_candidate] rejects
+        cdef vector[uint32_t] scratch
+        cdef int32_t set_id
+        cdef int64_t width = (self.trie_arrays.n_vocab + 31) >> 5, i
+        cdef size_t k
+        cdef token_t token
+        cdef uint64_t key
+        cdef int64_t slot
+        PyThread_acquire_lock(self.lock, 1)
+        try:
+            current = stacks
+            set_id = self.intern_set(current)
+            # the mask depends on the set and the open character alone (value < 2^21, n_remain 1-3)
+            key = (<uint64_t><uint32_t>set_id << 32) | (<uint64_t>state.value << 2) | <uint32_t>state.n_remain
+            it = self.partial_mask_slot.find(key)
+            if it != self.partial_mask_slot.end():
+                slot = deref(it).second
+                memcpy(out, self.mask_chunks[slot // MASKS_PER_CHUNK].data() + (slot % MASKS_PER_CHUNK) * width,
+                       width * sizeof(uint32_t))
+                self.cached_masks += 1
+                return 0
+            self.partial_masks += 1
+            self.reference_work = 0
+            self.work = 0
+            self.collect_rejects(stacks, state, vocab, candidates, n, rejects, scratch)
+            memset(out, 0, width * sizeof(uint32_t))
+            for i in range(n):
+                token = candidates[i]
+                set_token_bit(out, token)
+            for k in range(rejects.size()):
+                token = candidates[rejects[k].index]
+                clear_token_bit(out, token)
+            self.partial_mask_slot[key] = self.store_mask(out, width)
+        finally:
+            PyThread_release_lock(self.lock)
+        return 0
 
     cdef list stack_elements(self, const vector[node_t]& stacks):
         """Each stack as a list of (type, value) elements from bottom to top (the node pool may grow, and
@@ -755,6 +924,12 @@ cdef class MatchContext(SegmentCache):
             # composed from the segment cache about as fast as copied back from the mask cache (and
             # copying it in, to memory long out of the processor's caches, would cost more)
             return 0
+        self.mask_slot[set_id] = self.store_mask(out, width)
+        return 0
+
+    cdef int64_t store_mask(self, const uint32_t* out, int64_t width) noexcept nogil:
+        """Copy a mask into the mask cache; its slot (the cache may have been emptied to make room)."""
+        cdef int64_t slot
         # Masks live in fixed-size chunks, so storing one never moves the others.
         if (<size_t>(self.n_cached_masks + 1) * width * sizeof(uint32_t)) > MAX_MASK_CACHE_BYTES:
             self.clear_masks()
@@ -763,9 +938,8 @@ cdef class MatchContext(SegmentCache):
             self.mask_chunks.push_back(vector[uint32_t]())
             take_chunk(self.mask_chunks.back(), MASKS_PER_CHUNK * width)
         self.mask_chunks.back().insert(self.mask_chunks.back().end(), out, out + width)
-        self.mask_slot[set_id] = slot
         self.n_cached_masks += 1
-        return 0
+        return slot
 
 
 def _nullable_rules(Rules rules):
@@ -884,21 +1058,25 @@ def _closure(list direct, list edges):
 def _repetition_chains(Rules rules):
     """The chains llama.cpp writes for x{m,n}: n - m nested rules R_k ::= x R_(k-1) | down to
     R_0 ::= x |, each x taking at least one character. Returns {rule: (k, R_(k-1))} for the rules
-    R_1 .. R_(n-m-1) of every such chain (R_0, with nothing after x, is left out)."""
-    nullable = _nullable_rules(rules)
+    R_1 .. R_(n-m-1) of every such chain (R_0, with nothing after x, is left out).
+
+    Read off the flat elements (a Python list per rule only for the rules of that shape: two
+    alternatives, the second empty), so it costs next to nothing on a grammar of thousands of rules."""
+    cdef const grammar_element* elements = rules.elements.data()
+    cdef vector[uint8_t] nullable = _nullable_rules(rules)
+    cdef Py_ssize_t rule_id, n_rules = rules.rule_start.size()
+    cdef position_t pos, first
     bases = {}   # rule -> x, for R ::= x |
     steps = {}   # rule -> (x, next rule), for R ::= x next |
-    for rule_id, elements in enumerate(rules.rules):
-        alternatives, current = [], []
-        for kind, value in elements:
-            if kind == LLAMA_GRETYPE_ALT or kind == LLAMA_GRETYPE_END:
-                alternatives.append(tuple(current))
-                current = []
-            else:
-                current.append((kind, value))
-        if len(alternatives) != 2 or alternatives[1] or not alternatives[0]:
+    for rule_id in range(n_rules):
+        first = rules.rule_start[rule_id]
+        pos = first
+        while elements[pos].type != LLAMA_GRETYPE_ALT and elements[pos].type != LLAMA_GRETYPE_END:
+            pos += 1
+        # two alternatives, the first not empty and the second empty
+        if pos == first or elements[pos].type != LLAMA_GRETYPE_ALT or elements[pos + 1].type != LLAMA_GRETYPE_END:
             continue
-        body = alternatives[0]
+        body = tuple((<int>elements[q].type, <int>elements[q].value) for q in range(first, pos))
         if not all(kind == LLAMA_GRETYPE_RULE_REF and nullable[value] for kind, value in body):
             bases[rule_id] = body
         last_kind, last_value = body[len(body) - 1]
@@ -963,12 +1141,13 @@ def _repetition_canonical(Rules rules, dict chains, int32_t limit):
 
 def _context_for(Rules rules, vocab, size_t max_stacks, double precompute):
     """The context new matchers of (rules, vocab) join: shared, until its node pool passes a budget.
-    A new context builds its segment cache ahead of use for up to `precompute` seconds."""
+    A new context builds its segment cache ahead of use for up to `precompute` seconds, in a
+    background thread (MatchContext.start_precompute)."""
     key = (id(vocab), max_stacks)
     cdef MatchContext ctx = rules.contexts.get(key)
     if ctx is None or ctx.vocab is not vocab or ctx.nodes.size() > CONTEXT_NODE_BUDGET:
         ctx = MatchContext(rules, vocab, max_stacks)
-        ctx.precompute(precompute)
+        ctx.start_precompute(precompute)
         rules.contexts[key] = ctx
     return ctx
 
@@ -1164,6 +1343,22 @@ cdef class Grammar:
             return False
         return status == 0
 
+    cdef bint partial_into(self, object candidates, uint32_t* out) except -1:
+        """The mask of a state inside a character into out from the candidates' paths (the caller holds the
+        matcher's lock); False when it is answered on the reference path instead."""
+        cdef MatchContext ctx = self.ctx
+        cdef const token_t[::1] ids = candidates
+        cdef vocab_view vocab = self.decoded.view()
+        cdef int status = 2
+        if ids.shape[0] == 0:
+            return False
+        try:
+            with nogil:
+                status = ctx.partial_mask_into(self.active_stacks, self.partial, &vocab, &ids[0], ids.shape[0], out)
+        except GrammarError:
+            return False
+        return status == 0
+
     def _mask_words(self, reference=False):
         """The whole-vocabulary mask as uint32 words (bit set = allowed), fast path unless told otherwise."""
         self.enter()
@@ -1189,8 +1384,12 @@ cdef class Grammar:
         if not reference and self.partial.n_remain > 0:
             # Inside a character only a piece that opens with a continuation byte can decode (any other
             # leaves llama.cpp's decoder an invalid sequence, rejected by every stack), and an
-            # end-of-generation token is decided by the stacks: check just those, one by one.
+            # end-of-generation token is decided by the stacks: check just those (kept per set and open
+            # character in the mask cache).
             candidates = self.decoded.continuation_candidates()
+            if self.partial_into(candidates, &view[0]):
+                return words
+            # (past a bound of the fast path: one by one, as llama.cpp does)
             allowed = np.zeros(width * 32, dtype=bool)
             allowed[candidates] = True
             allowed[candidates[self._rejected_indices(candidates, True)]] = False
@@ -1279,14 +1478,32 @@ cdef class Grammar:
         return bitmask
 
     def allows(self, token_id):
-        """Whether llama.cpp's grammar sampler leaves this token's logit finite."""
+        """Whether llama.cpp's grammar sampler leaves this token's logit finite.
+
+        Answered from the token's own code points (MatchContext.token_allowed: about a microsecond once
+        the state's transitions are memoized), inside a character or past a bound of the fast path by
+        llama.cpp's one-token check."""
+        cdef MatchContext ctx = self.ctx
+        cdef token_t token
+        cdef int status = 2
         self._require_vocab()
-        ids = self._check_ids(np.array([_token_id(token_id)], dtype=np.int64), "token id")
+        value = _token_id(token_id)
+        if not 0 <= value < self.decoded.n_vocab:
+            self._check_ids(np.array([value], dtype=np.int64), "token id")   # (raises the ValueError)
+        token = value
         self.enter()
         try:
             if self.awaiting_trigger:
                 return True
-            return self._rejected_indices(ids).shape[0] == 0
+            if self.partial.n_remain <= 0:
+                try:
+                    with nogil:
+                        status = ctx.token_allowed(self.active_stacks, token)
+                except GrammarError:
+                    status = 2
+                if status != 2:
+                    return status == 1
+            return self._rejected_indices(np.array([token], dtype=np.int32)).shape[0] == 0
         finally:
             self.leave()
 

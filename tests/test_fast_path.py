@@ -153,6 +153,8 @@ class Checker:
         self.distinct = set()  # distinct masks
         self.distinct_states = set()  # distinct (stacks, partial UTF-8) states
         self.entry_contexts = {}  # (context id, entry id) -> the stacks below it it served, when it has continuations
+        self.allows_checked = 0  # tokens whose allows() was compared with the reference mask
+        self.partial_path_masks = 0  # masks inside a character answered along the candidates' paths
 
     def compare(self, g, where, twins=()):
         """Assert fast == reference in g's current state, and for each twin (a matcher over other Rules,
@@ -170,12 +172,33 @@ class Checker:
             self.invalid_states += 1
         return reference
 
+    def compare_allows(self, g, where, reference):
+        """Grammar.allows (the token's own path from the state, or the mask cache) against the reference
+        mask: every token of a small vocabulary; on a large one the end-of-generation ids, up to 300 of the
+        allowed tokens and 300 others, drawn by a generator seeded with the state."""
+        n = g.vocab.n_vocab
+        if n <= 4096:
+            ids = range(n)
+        else:
+            rng = random.Random(f"{SEED}/{where}")
+            allowed = reference.tolist()
+            ids = sorted(set(rng.sample(allowed, min(300, len(allowed))) + rng.sample(range(n), 300)
+                             + [int(t) for t in g.vocab.eog_ids]))
+        expected = np.zeros(n, dtype=bool)
+        expected[reference] = True
+        wrong = [(t, g.vocab.pieces[t]) for t in ids if g.allows(t) != expected[t]]
+        assert not wrong, f"allows != reference path at {where} (partial_utf8={g.partial_utf8}): {wrong[:10]}"
+        self.allows_checked += len(ids)
+
     def compare_fast(self, g, where, reference):
         ctx = g.context
+        self.compare_allows(g, where, reference)   # before the mask: from the token's path, not the cache
         fast_before = g.fast_masks
+        partial_before = ctx.partial_masks
         stats_before = ctx.segment_stats
         fast = g.allowed_ids()
         self.fresh_fast_masks += g.fast_masks - fast_before
+        self.partial_path_masks += ctx.partial_masks - partial_before
         stats = ctx.segment_stats
         self.segment_hits += stats["hits"] - stats_before["hits"]
         self.continuation_walks += stats["continuation_walks"] - stats_before["continuation_walks"]
@@ -345,6 +368,7 @@ def test_fast_path_equals_reference_random_vocab(random_vocabs, name):
     assert checker.states >= STATES_PER_VOCAB * len(VOCAB_SEEDS)
     assert checker.fresh_fast_masks >= 1  # the trie walk itself ran, not only a cache
     assert checker.segment_hits >= 1  # the segment cache answered some state from entries built before
+    assert checker.allows_checked >= checker.states  # allows() against the reference in every state
 
 
 def test_fast_path_after_invalid_and_partial_bytes(random_vocab):
@@ -379,6 +403,9 @@ def test_fast_path_after_invalid_and_partial_bytes(random_vocab):
             checker.compare(probe, f"{name} + accept_bytes({stray!r})", probe_twins)
     assert checker.partial_states >= 6 * 40
     assert checker.invalid_states >= 6 * 3
+    # the states inside a character were answered along the candidates' paths (partial_mask_into), not
+    # one by one, and compared with the reference above
+    assert checker.partial_path_masks >= 6 * 40
     print(f"accept_bytes states: {checker.states} ({checker.partial_states} mid-character, "
           f"{checker.invalid_states} after an invalid byte)")
 
@@ -503,6 +530,8 @@ def test_precompute_is_bounded_and_exact(random_vocab):
     text = grammar_texts(random_vocab)["repetition.gbnf"]
     eager = Grammar(Rules.parse(text, vocab=random_vocab), random_vocab, precompute=5.0)
     lazy = Grammar(Rules.parse(text, vocab=random_vocab), random_vocab, precompute=0)
+    assert eager.context.wait_precompute(60)   # (built in a background thread)
+    assert lazy.context.wait_precompute(0)     # (none started)
     assert eager.context.segment_stats["entries"] > 0
     assert lazy.context.segment_stats["entries"] == 0
     assert eager.context.precompute(5.0) == 0  # everything reachable was built already
