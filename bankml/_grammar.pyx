@@ -17,6 +17,7 @@ import bisect
 import collections
 import heapq
 import operator
+import os
 import re
 import threading
 import time
@@ -77,6 +78,31 @@ cdef enum:
     HISTORY_EOG = 2             # an end-of-generation token had been accepted
 # The background build lets other threads have the GIL every this many steps of its Python planning.
 cdef int PLANNING_STEPS_PER_YIELD = 256
+# The background builds running now. A fork waits for them (each is bounded by its budget) so that a child
+# never starts with a context lock held by a thread it does not have.
+_PRECOMPUTE_THREADS = set()
+_PRECOMPUTE_GUARD = threading.Lock()
+
+
+def _run_precompute(context, seconds):
+    try:
+        context.precompute(seconds)
+    finally:
+        with _PRECOMPUTE_GUARD:
+            _PRECOMPUTE_THREADS.discard(threading.current_thread())
+
+
+def _join_precompute_threads():
+    with _PRECOMPUTE_GUARD:
+        threads = list(_PRECOMPUTE_THREADS)
+    for thread in threads:
+        if thread is not threading.current_thread():
+            thread.join()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_join_precompute_threads)
+
 cdef size_t MAX_NODES = 1 << 24
 # New matchers start a fresh context once the shared one holds this many nodes.
 cdef size_t CONTEXT_NODE_BUDGET = 1 << 22
@@ -379,8 +405,11 @@ cdef class MatchContext(SegmentCache):
         context's lock entry by entry with the GIL released, as every matcher does."""
         if self.trie is None or seconds <= 0 or self.precompute_thread is not None:
             return
-        thread = threading.Thread(target=self.precompute, args=(seconds,), name="bankml-precompute", daemon=True)
+        thread = threading.Thread(target=_run_precompute, args=(self, seconds), name="bankml-precompute",
+                                  daemon=True)
         self.precompute_thread = thread
+        with _PRECOMPUTE_GUARD:
+            _PRECOMPUTE_THREADS.add(thread)
         thread.start()
 
     def wait_precompute(self, timeout=None):

@@ -556,3 +556,26 @@ def test_oracle_fallback_masks():
 def test_property_fast_path_equals_libllama(case):
     from .oracle_support import load_oracle_vocab
     fuzz_grammars.check_walk(case, load_bankml_vocab("qwen2"), oracle_vocab=load_oracle_vocab("qwen2"))
+
+
+def test_fork_while_the_cache_is_built_in_the_background():
+    """Each new context builds its segment cache in a background thread that takes the context's lock. A fork
+    waits for those builds (os.register_at_fork), so the child never starts with a lock held by a thread it
+    does not have: its masks are the parent's, and nothing hangs."""
+    from .bounded import run_bounded
+    out = run_bounded(f"""
+        import os, pathlib, sys
+        import numpy as np
+        from bankml import Grammar, Vocab, json_schema_to_grammar
+        vocab = Vocab.from_gguf({str(ROOT / "tests" / "data" / "ggml-vocab-qwen2.gguf")!r})
+        texts = [json_schema_to_grammar({{"type": "object", "properties": {{"k%d" % i: {{"type": "string",
+                 "maxLength": 40 + i}}}}, "required": ["k%d" % i]}})[0] for i in range(6)]
+        grammars = [Grammar(t, vocab, precompute=5.0) for t in texts]   # six builds now running
+        pid = os.fork()
+        if pid == 0:
+            ok = all(int(g.allowed_ids().size) > 0 for g in grammars)
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), sum(int(g.allowed_ids().size) > 0 for g in grammars))
+    """, timeout=120)
+    assert out == "0 6", out
