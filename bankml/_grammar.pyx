@@ -10,7 +10,7 @@ llama_grammar_apply_impl, llama_grammar_accept_impl with lazy triggers).
 Owns: the flattened rules (one element array, rules addressed by integer
 position), the matcher's stacks (hash-consed nodes of a persistent tree, so a
 stack is one integer), its partial UTF-8 state and its trigger state, and the
-per-vocabulary decoded code points. It must not parse text (parser.py does)
+per-vocabulary decoded code points. It must not parse text (_rules and its _gbnf.pxi do)
 nor read vocabulary files (vocab.py does).
 """
 import bisect
@@ -42,7 +42,7 @@ from bankml._bits cimport (ctz64, drain_words, next_set_position, next_unset_pos
                            set_position, set_position_range, set_token_bit, clear_token_bit, words_hash)
 from bankml._charclass cimport (MAX_CODE_POINT, class_accepts_all_partials, class_constant_from, class_intervals, is_end_of_sequence,
                                 is_token_element, match_char, match_partial_char, match_token)
-from bankml._rules cimport make_rules
+from bankml._rules cimport make_rules, rules_may_be_empty, rules_nullable
 
 from bankml.errors import GrammarError
 from bankml._trie import decoded_vocab, vocab_trie
@@ -971,56 +971,9 @@ cdef class MatchContext(SegmentCache):
         return slot
 
 
-def _nullable_rules(Rules rules):
-    """Per rule id, whether the rule can match the empty string: the least fixpoint, by a worklist
-    (parser.nullable_rules over the flat elements), so linear in the grammar's size."""
-    cdef const grammar_element* elements = rules.elements.data()
-    cdef size_t n_rules = rules.rule_start.size()
-    cdef vector[uint8_t] nullable
-    cdef vector[vector[int32_t]] waiting
-    cdef vector[int32_t] alternative_rule, alternative_pending, queue, refs
-    cdef bint blocked
-    cdef size_t rule_id, k
-    cdef int32_t alternative, index
-    cdef position_t pos
-    nullable.assign(n_rules, 0)
-    waiting.resize(n_rules)
-    for rule_id in range(n_rules):
-        pos = rules.rule_start[rule_id]
-        refs.clear()
-        blocked = False
-        while True:
-            if is_end_of_sequence(&elements[pos]):
-                if not blocked:
-                    if refs.empty():
-                        if not nullable[rule_id]:
-                            nullable[rule_id] = 1
-                            queue.push_back(<int32_t>rule_id)
-                    else:
-                        alternative = <int32_t>alternative_rule.size()
-                        alternative_rule.push_back(<int32_t>rule_id)
-                        alternative_pending.push_back(<int32_t>refs.size())
-                        for k in range(refs.size()):
-                            waiting[refs[k]].push_back(alternative)
-                refs.clear()
-                blocked = False
-                if elements[pos].type == LLAMA_GRETYPE_END:
-                    break
-            elif elements[pos].type == LLAMA_GRETYPE_RULE_REF:
-                refs.push_back(<int32_t>elements[pos].value)
-            else:
-                blocked = True
-            pos += 1
-    while not queue.empty():
-        index = queue.back()
-        queue.pop_back()
-        for k in range(waiting[index].size()):
-            alternative = waiting[index][k]
-            alternative_pending[alternative] -= 1
-            if alternative_pending[alternative] == 0 and not nullable[alternative_rule[alternative]]:
-                nullable[alternative_rule[alternative]] = 1
-                queue.push_back(alternative_rule[alternative])
-    return nullable
+cdef vector[uint8_t] _nullable_rules(Rules rules):
+    """Per rule id, whether the rule can match the empty string (the least fixpoint of _rules)."""
+    return rules_nullable(rules, rules_may_be_empty(rules))
 
 
 def _closure(list direct, list edges):
