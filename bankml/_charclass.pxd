@@ -66,22 +66,29 @@ cdef inline bint match_char(const grammar_element* pos, uint32_t chr, const gram
     return found == is_positive_char
 
 
+cdef inline bint partial_char_range(partial_utf8 partial, uint32_t* low, uint32_t* high) noexcept nogil:
+    """The code points [*low, *high] an unfinished UTF-8 sequence (n_remain > 0) can still complete to,
+    as match_partial_char reads them; False for none: an invalid sequence, or a 7-bit character split
+    over two bytes (overlong)."""
+    cdef int n_remain = partial.n_remain
+    if n_remain < 0 or (n_remain == 1 and partial.value < 2):
+        return False
+    low[0] = partial.value << (n_remain * 6)
+    high[0] = low[0] | ((1 << (n_remain * 6)) - 1)
+    if low[0] == 0:
+        if n_remain == 2:
+            low[0] = 1 << 11
+        elif n_remain == 3:
+            low[0] = 1 << 16
+    return True
+
+
 cdef inline bint match_partial_char(const grammar_element* pos, partial_utf8 partial) noexcept nogil:
     """Whether some completion of an unfinished UTF-8 sequence could satisfy the class at pos."""
     cdef bint is_positive_char = is_positive_class(pos)
-    cdef uint32_t partial_value = partial.value
-    cdef int n_remain = partial.n_remain
     cdef uint32_t low, high, first, last
-    # invalid sequence, or a 7-bit character split over two bytes (overlong)
-    if n_remain < 0 or (n_remain == 1 and partial_value < 2):
+    if not partial_char_range(partial, &low, &high):
         return False
-    low = partial_value << (n_remain * 6)
-    high = low | ((1 << (n_remain * 6)) - 1)
-    if low == 0:
-        if n_remain == 2:
-            low = 1 << 11
-        elif n_remain == 3:
-            low = 1 << 16
     while True:
         pos = class_next_range(pos, &first, &last)
         if first <= high and low <= last:

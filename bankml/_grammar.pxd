@@ -8,6 +8,8 @@ from libcpp.unordered_set cimport unordered_set
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 from cpython.pythread cimport PyThread_type_lock
+cimport numpy as cnp
+cimport cython
 
 from bankml._typedefs cimport element_value_t, node_t, offset_t, position_t, token_t
 from bankml._utf8 cimport partial_utf8
@@ -81,12 +83,16 @@ cdef struct grammar_candidate:
     token_t id
 
 
+# The engine's parts. Each owns one kind of id and holds the parts it uses (composition, no subclass
+# chain); all are final and live in this one extension, so their calls to one another are direct C calls.
+@cython.final
 cdef class StackPool:
+    # node ids: the hash-consed stack nodes, llama.cpp's reference path over them, and the work budgets
     cdef readonly Rules rules
     cdef vector[stack_node] nodes
     cdef unordered_map[uint64_t, node_t] node_ids
     cdef size_t max_stacks
-    cdef vector[node_t] advance_todo, advance_seen, step_stacks, scratch_stacks  # scratch, no allocation per call
+    cdef vector[node_t] advance_todo, advance_seen   # scratch of advance_stack, no allocation per call
     cdef unordered_set[node_t] advance_seen_set    # advance_stack's seen once it outgrows a linear search
     # work budgets: what the current fast mask (work) or reference mask (reference_work) has done, and the
     # fast path's limit (past it the mask goes to the reference path); INT64_MAX outside a fast mask
@@ -101,15 +107,23 @@ cdef class StackPool:
                              const token_t* ids, int64_t n, vector[grammar_candidate]& rejects,
                              vector[uint32_t]& scratch) except -1 nogil
     cdef node_t push(self, node_t parent, position_t element) except -1 nogil
+    cdef int charge(self, int64_t steps) except -1 nogil
+    cdef void reserve_headroom(self) noexcept nogil
     cdef int advance_stack(self, node_t stack, vector[node_t]& new_stacks) except -1 nogil
     cdef int accept_chr(self, node_t stack, uint32_t chr, vector[node_t]& new_stacks) except -1 nogil
     cdef int reject_candidates(self, const vector[node_t]& stacks, const vector[grammar_candidate]& candidates,
                                vector[grammar_candidate]& rejects) except -1 nogil
     cdef int reject_candidates_for_stack(self, node_t stack, const vector[grammar_candidate]& candidates,
                                          vector[grammar_candidate]& rejects) except -1 nogil
+    cdef int forced_bytes(self, const vector[node_t]& start, partial_utf8 partial, size_t max_bytes,
+                          vector[uint8_t]& out) except -1 nogil
 
 
-cdef class StackSets(StackPool):
+@cython.final
+cdef class StackSets:
+    # set ids: interned stack sets, their transitions and summaries
+    cdef StackPool pool
+    cdef vector[node_t] step_stacks                # scratch of step_set
     cdef vector[node_t] set_nodes                  # set i is set_nodes[set_start[i]:set_start[i + 1]]
     cdef vector[int64_t] set_start
     cdef unordered_map[uint64_t, int32_t] set_by_hash   # hash of a set's nodes -> the last set with that hash
@@ -134,10 +148,14 @@ cdef class StackSets(StackPool):
     cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil
     cdef int compute_run(self, int32_t set_id) except -1 nogil
     cdef int compute_viable(self, int32_t set_id) except -1 nogil
+    cdef void reserve_headroom(self) noexcept nogil
 
 
-cdef class TrieWalk(StackSets):
-    # the fast path: the vocabulary trie walked with stack sets (hash-consed, sorted node lists)
+@cython.final
+cdef class TrieWalk:
+    # trie positions: the vocabulary trie walked with a stack set, marking accepted positions
+    cdef StackPool pool
+    cdef StackSets sets
     cdef VocabTrie trie
     cdef vector[uint32_t] trie_token_words         # the bits of every token in the trie
     cdef vector[uint64_t] position_bits            # scratch: one bit per trie position, all zero between walks
@@ -146,6 +164,7 @@ cdef class TrieWalk(StackSets):
     cdef readonly int64_t visited_nodes
 
     cdef void ensure_position_bits(self) noexcept nogil
+    cdef void clear_marks(self) noexcept nogil
     cdef void drain_subtree(self, const trie_view* trie, int32_t node, vector[token_t]* tokens,
                             uint32_t* out) noexcept nogil
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
@@ -154,7 +173,33 @@ cdef class TrieWalk(StackSets):
     cdef int positions_to_tokens(self, const trie_view* trie, uint32_t* out) except -1 nogil
 
 
-cdef class SegmentCache(TrieWalk):
+# Scratch of the segment cache (vectors reused from call to call, so a mask allocates nothing).
+@cython.final
+cdef class SegmentScratch:
+    cdef vector[position_t] frames                 # segment_of's frames
+    cdef vector[token_t] collected                 # the tokens of one entry's continuations
+    cdef vector[int32_t] pops                      # the nodes where the current segment walk popped
+    cdef vector[int32_t] resolved                  # entry per stack of the set being masked
+    cdef vector[node_t] resolved_below             # ... and the stack below each one's segment
+
+
+# What the segment cache did (for the figures and the tests).
+cdef struct segment_counters:
+    int64_t hits                # entries found built
+    int64_t built               # entries built
+    int64_t grown               # segment walks that popped out too often (the segment grew by a frame)
+    int64_t continuation_walks  # continuations walked from the real stack below
+    int64_t continuation_entries
+
+
+@cython.final
+cdef class SegmentCache:
+    # segment entry ids: per top segment of a stack, its tokens and continuations
+    cdef StackPool pool
+    cdef StackSets sets
+    cdef TrieWalk walk
+    cdef SegmentScratch scratch
+    cdef segment_counters counters
     cdef vector[position_t] canonical              # per element position: the one segment keys use (_repetition_canonical)
     cdef dict repetition_chains                    # _repetition_chains of the rules
     # the segment cache: per top segment of a stack, the tokens accepted whatever lies below it and the
@@ -162,7 +207,6 @@ cdef class SegmentCache(TrieWalk):
     cdef bint use_segments
     cdef vector[uint32_t] segment_lengths          # per element position: bit L-1 set when entries of L frames exist
     cdef unordered_map[uint64_t, pair[node_t, node_t]] segment_nodes  # (stack, L) -> (segment stack, stack below it)
-    cdef vector[position_t] segment_frames         # scratch of segment_of
     cdef unordered_map[node_t, int32_t] entry_of   # segment stack -> entry
     cdef vector[segment_entry] entries
     cdef vector[uint32_t] entry_words              # dense entries, width words each
@@ -173,17 +217,11 @@ cdef class SegmentCache(TrieWalk):
     cdef unordered_map[uint64_t, pair[int64_t, int32_t]] continuation_results  # (stack below, node) -> tokens
     cdef unordered_map[uint64_t, int32_t] continuation_entry_of  # (frame re-pushed on SEGMENT_BASE, node) -> entry, -1 none
     cdef unordered_map[uint64_t, pair[int64_t, int32_t]] entry_results  # (entry, stack below) -> its continuations' tokens
-    cdef vector[token_t] collected                 # scratch: the tokens of one entry's continuations
     cdef int64_t compose_cost                      # what the last segment_mask would cost to compose again
     cdef vector[token_t] continuation_tokens
     cdef size_t continuations_limit                # max_pops of segments that have a stack below them
-    cdef vector[int32_t] continuations             # scratch: the nodes where the current segment walk popped
     cdef vector[uint8_t] rule_nullable             # per rule id: it can match the empty string
     cdef vector[uint8_t] element_transparent       # per element position: 0 unknown, 1 no, 2 the rest of its alternative is nullable
-    cdef vector[int32_t] resolved                  # scratch: entry per stack of the set being masked
-    cdef vector[node_t] resolved_below
-    cdef readonly int64_t segment_hits, segment_entries_built, segment_walks_grown, continuation_walks
-    cdef readonly int64_t continuation_entries_built
 
     cdef int segment_of(self, node_t stack, int32_t length, node_t* segment, node_t* below) except -1 nogil
     cdef int32_t build_entry(self, node_t segment, int32_t length, const trie_view* trie, size_t max_pops) \
@@ -199,25 +237,49 @@ cdef class SegmentCache(TrieWalk):
     cdef int32_t build_continuation_entry(self, node_t frame, int32_t node, const trie_view* trie) except -2 nogil
     cdef int continuation_into(self, const trie_view* trie, int32_t node, node_t below, uint32_t* out,
                                vector[token_t]* collect, int32_t depth) except -1 nogil
+    cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3
+    cdef void reserve_headroom(self) noexcept nogil
 
 
-cdef class MatchContext(SegmentCache):
+# mask slots: cached whole-vocabulary masks, of a stack set or of a (set, open character) pair
+@cython.final
+cdef class MaskCache:
+    cdef unordered_map[int32_t, int64_t] set_slot  # set -> slot of its cached mask
+    cdef unordered_map[uint64_t, int64_t] partial_slot  # (set, open character) -> slot of its cached mask
+    cdef vector[vector[uint32_t]] chunks           # slot s is chunks[s // MASKS_PER_CHUNK] at (s % MASKS_PER_CHUNK) * width
+    cdef int64_t n_masks
+    cdef int64_t width                             # words per mask
+
+    cdef int64_t slot_of_set(self, int32_t set_id) noexcept nogil
+    cdef int64_t slot_of_partial(self, uint64_t key) noexcept nogil
+    cdef void copy_slot(self, int64_t slot, uint32_t* out) noexcept nogil
+    cdef int slot_bit(self, int64_t slot, token_t token) noexcept nogil
+    cdef int64_t store(self, const uint32_t* mask) noexcept nogil
+    cdef void keep_set(self, int32_t set_id, const uint32_t* mask) noexcept nogil
+    cdef void keep_partial(self, uint64_t key, const uint32_t* mask) noexcept nogil
+    cdef void clear(self) noexcept nogil
+    cdef size_t memory_bytes(self) noexcept nogil
+
+
+# What the matchers of one (Rules, Vocab) pair share: the parts above, under one lock.
+cdef class MatchContext:
+    cdef readonly Rules rules
     cdef readonly object vocab
     cdef readonly DecodedVocab decoded
     cdef PyThread_type_lock lock
+    cdef StackPool pool
+    cdef StackSets sets
+    cdef TrieWalk walk
+    cdef SegmentCache segments
+    cdef MaskCache masks
     cdef vector[token_t] eog_tokens
     cdef unordered_set[int32_t] fast_failed        # sets whose fast mask ran past a bound: reference path only
-    cdef unordered_map[int32_t, int64_t] mask_slot  # set -> slot of its cached mask
-    cdef unordered_map[uint64_t, int64_t] partial_mask_slot  # (set, open character) -> slot of its cached mask
-    cdef vector[vector[uint32_t]] mask_chunks      # slot s is mask_chunks[s // MASKS_PER_CHUNK] at (s % MASKS_PER_CHUNK) * width
-    cdef int64_t n_cached_masks
     cdef readonly int64_t fast_masks, cached_masks, reference_masks
     cdef readonly int64_t fallback_masks           # fast masks that ran past a bound and went to the reference path
-    cdef object precompute_thread                  # the thread building the segment cache ahead (None: none started)
     cdef readonly int64_t partial_masks            # masks of states inside a character worked out (not copied)
+    cdef object precompute_thread                  # the thread building the segment cache ahead (None: none started)
 
-
-    # the locked entry points (each takes the lock; the methods below them expect it held)
+    # the locked entry points (each takes the lock once; the parts' methods expect it held)
     cdef int initial_stacks(self, vector[node_t]& stacks) except -1 nogil
     cdef int accept_piece(self, const vector[node_t]& stacks, token_t token, const uint32_t* code_points,
                           size_t n_code_points, vector[node_t]& stacks_new) except -1 nogil
@@ -227,20 +289,52 @@ cdef class MatchContext(SegmentCache):
                            const token_t* ids, int64_t n, vector[grammar_candidate]& rejects, bint whole_mask) \
         except -1 nogil
     cdef int mask_into(self, const vector[node_t]& stacks, uint32_t* out) except -1 nogil
+    cdef int token_allowed(self, const vector[node_t]& stacks, token_t token) except -1 nogil
+    cdef int partial_mask_into(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
+                               const token_t* candidates, int64_t n, uint32_t* out) except -1 nogil
     cdef list stack_elements(self, const vector[node_t]& stacks)
     cdef int forced_bytes(self, const vector[node_t]& start, partial_utf8 partial, size_t max_bytes,
                           vector[uint8_t]& out) except -1 nogil
-    cdef void clear_masks(self) noexcept nogil
-    cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil
-    cdef void reserve_headroom(self) noexcept nogil
-    cdef int64_t store_mask(self, const uint32_t* out, int64_t width) noexcept nogil
-    cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3
+    cdef int32_t build_frames(self, list frames, bint whole) except -3
     cdef bint transparent_locked(self, position_t pos)
-    cdef int token_allowed(self, const vector[node_t]& stacks, token_t token) except -1 nogil
+    # the mask of a state (with the GIL): which path answers it
+    cdef object rejected_indices(self, const vector[node_t]& stacks, partial_utf8 partial, cnp.ndarray ids,
+                                 bint whole_mask)
+    cdef bint fast_into(self, const vector[node_t]& stacks, uint32_t* out) except -1
+    cdef bint partial_into(self, const vector[node_t]& stacks, partial_utf8 partial, object candidates,
+                           uint32_t* out) except -1
+    cdef object mask_words(self, const vector[node_t]& stacks, partial_utf8 partial, bint reference)
+    # (below: the lock held)
+    cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef int path_allowed(self, int32_t set_id, token_t token, const uint32_t* cp, partial_utf8 end) \
             except -1 nogil
-    cdef int partial_mask_into(self, const vector[node_t]& stacks, partial_utf8 state, const vocab_view* vocab,
-                               const token_t* candidates, int64_t n, uint32_t* out) except -1 nogil
+    cdef void reserve_headroom(self) noexcept nogil
+
+
+# ring slots: the states before a matcher's last `capacity` accepted steps
+@cython.final
+cdef class RollbackRing:
+    cdef readonly int capacity
+    cdef int head, count                           # slot head is written next; count entries are kept
+    cdef vector[vector[node_t]] stacks
+    cdef vector[partial_utf8] partial
+    cdef vector[uint8_t] flags                     # HISTORY_* bits
+    cdef list trigger                              # per slot, lazy matchers only: LazyTrigger.state()
+    # a transaction (accept_tokens / validate_tokens): where it started and the entries it overwrote
+    cdef bint in_transaction
+    cdef int start_head, start_count
+    cdef vector[int] saved_slots
+    cdef vector[vector[node_t]] saved_stacks
+    cdef vector[partial_utf8] saved_partial
+    cdef vector[uint8_t] saved_flags
+    cdef list saved_trigger
+
+    cdef int push(self, vector[node_t]& stacks, partial_utf8 partial, uint8_t flags, object trigger) except -1
+    cdef object take(self, int n, vector[node_t]& stacks, partial_utf8* partial, uint8_t* flags)
+    cdef void begin(self)
+    cdef void end(self, bint undo)
+    cdef void clear(self)
+    cdef RollbackRing copy(self)
 
 
 cdef class Grammar:
@@ -255,37 +349,16 @@ cdef class Grammar:
     cdef DecodedVocab decoded
     cdef vector[node_t] active_stacks
     cdef partial_utf8 partial
-    # lazy grammars (llama_grammar's trigger fields)
+    # lazy grammars (llama_grammar's trigger fields): whether it is one, whether it still waits, and the
+    # trigger with the text buffered while waiting (a _triggers.LazyTrigger)
     cdef readonly bint lazy
     cdef readonly bint awaiting_trigger
-    cdef bytearray trigger_bytes
-    cdef list trigger_buffer_positions
-    cdef readonly tuple trigger_tokens
-    cdef readonly tuple trigger_patterns
-    cdef list trigger_regexes
+    cdef object trigger
     # an end-of-generation token was accepted (is_terminated)
     cdef bint eog_accepted
-    # rollback: a ring of the states before the last max_rollback accepted steps (stack ids stay valid
-    # for the context's life, so a state is a few integers); slot history_head is written next
-    cdef readonly int max_rollback
-    cdef int history_head, history_count
-    cdef vector[vector[node_t]] history_stacks
-    cdef vector[partial_utf8] history_partial
-    cdef vector[uint8_t] history_flags             # HISTORY_* bits
-    cdef list history_trigger                      # per slot, lazy matchers only: (trigger bytes, positions)
-    # accept_tokens / validate_tokens: the slots a call overwrote, kept until it commits or undoes
-    cdef bint in_transaction
-    cdef vector[int] saved_slots
-    cdef vector[vector[node_t]] saved_stacks
-    cdef vector[partial_utf8] saved_partial
-    cdef vector[uint8_t] saved_flags
-    cdef list saved_trigger
+    cdef RollbackRing history
 
     cdef int enter(self) except -1
     cdef void leave(self) noexcept
-    cdef bint fast_into(self, uint32_t* out) except -1
-    cdef int push_history(self, vector[node_t]& stacks, partial_utf8 partial, uint8_t flags, object trigger) except -1
-    cdef int restore_slot(self, int slot) except -1
     cdef int accept_step(self, token_t token) except -1
     cdef bint try_accept(self, token_t token) except -1
-    cdef bint partial_into(self, object candidates, uint32_t* out) except -1

@@ -5,12 +5,36 @@
 # Declarations: _grammar.pxd.
 
 
-cdef class SegmentCache(TrieWalk):
+cdef class SegmentScratch:
+    """Scratch vectors of the segment cache, reused from call to call."""
+
+
+cdef class SegmentCache:
     """The segment cache (entry ids): per top segment of a stack, its tokens and continuations."""
 
-    def __cinit__(self):
+    def __cinit__(self, StackPool pool, StackSets sets, TrieWalk walk):
+        cdef Rules rules = pool.rules
+        self.pool = pool
+        self.sets = sets
+        self.walk = walk
+        self.scratch = SegmentScratch()
         self.use_segments = True
         self.continuations_limit = DEFAULT_MAX_CONTINUATIONS
+        self.segment_lengths.assign(rules.elements.size(), 0)
+        self.element_transparent.assign(rules.elements.size(), 0)
+        self.rule_nullable = _nullable_rules(rules)
+        if walk.trie is not None:
+            self.repetition_chains = _repetition_chains(rules)
+            self.canonical = _repetition_canonical(rules, self.repetition_chains, sets.max_token_depth + 2)
+
+    cdef void reserve_headroom(self) noexcept nogil:
+        self.segment_nodes.reserve(self.segment_nodes.size() * 3 // 2 + 1024)
+        self.entry_of.reserve(self.entry_of.size() * 3 // 2 + 1024)
+        self.context_sets.reserve(self.context_sets.size() * 3 // 2 + 1024)
+        self.dense_offsets.reserve(self.dense_offsets.size() * 3 // 2 + 64)
+        self.continuation_results.reserve(self.continuation_results.size() * 3 // 2 + 1024)
+        self.continuation_entry_of.reserve(self.continuation_entry_of.size() * 3 // 2 + 1024)
+        self.entry_results.reserve(self.entry_results.size() * 3 // 2 + 1024)
 
     @property
     def segment_bytes(self):
@@ -26,9 +50,9 @@ cdef class SegmentCache(TrieWalk):
             dense += self.entries[i].n_tokens < 0
             continuations += self.entries[i].n_continuations
         return {"entries": self.entries.size(), "dense_entries": dense, "continuations": continuations,
-                "built": self.segment_entries_built, "continuation_entries": self.continuation_entries_built,
-                "hits": self.segment_hits,
-                "grown": self.segment_walks_grown, "continuation_walks": self.continuation_walks,
+                "built": self.counters.built, "continuation_entries": self.counters.continuation_entries,
+                "hits": self.counters.hits,
+                "grown": self.counters.grown, "continuation_walks": self.counters.continuation_walks,
                 "bytes": self.segment_bytes}
 
     cdef size_t segment_cache_bytes(self) noexcept nogil:
@@ -62,23 +86,23 @@ cdef class SegmentCache(TrieWalk):
             with gil:
                 raise GrammarError(f"internal error: a segment of {length} frames (segments are at most "
                                    f"{MAX_SEGMENT_LENGTH} frames or the whole stack)")
-        self.segment_frames.clear()
-        self.work += length if length != WHOLE_STACK else 0
+        self.scratch.frames.clear()
+        self.pool.work += length if length != WHOLE_STACK else 0   # (counted, not checked: a step of a mask)
         while (length == WHOLE_STACK or n < length) and node != EMPTY_STACK:
-            self.work += 1 if length == WHOLE_STACK else 0
+            self.pool.work += 1 if length == WHOLE_STACK else 0
             if n >= MAX_WHOLE_SEGMENT_FRAMES:
                 # (the caller answers this mask on the reference path)
                 with gil:
                     raise GrammarError(f"fast path: a stack deeper than {MAX_WHOLE_SEGMENT_FRAMES} frames "
                                        "(MAX_WHOLE_SEGMENT_FRAMES) as one segment")
-            self.segment_frames.push_back(self.canonical[self.nodes[node].element])
-            node = self.nodes[node].parent
+            self.scratch.frames.push_back(self.canonical[self.pool.nodes[node].element])
+            node = self.pool.nodes[node].parent
             n += 1
         below[0] = node
         node = SEGMENT_BASE
         while n > 0:
             n -= 1
-            node = self.push(node, self.segment_frames[n])
+            node = self.pool.push(node, self.scratch.frames[n])
         segment[0] = node
         self.segment_nodes[key] = pair[node_t, node_t](segment[0], below[0])
         return 0
@@ -88,46 +112,43 @@ cdef class SegmentCache(TrieWalk):
         """Walk the trie from a segment stack and store what it accepts whatever lies below, and where
         its paths pop out (the continuations). NO_ENTRY when it pops out at more than max_pops nodes (or
         above too many nodes in all) to be worth it."""
-        cdef walk_state walk = segment_walk(&self.continuations, max_pops)
+        cdef walk_state walk = segment_walk(&self.scratch.pops, max_pops)
         cdef vector[node_t] start
         cdef int32_t set_id, entry_id
         cdef int64_t width = (trie.n_vocab + 31) >> 5
-        cdef int64_t n_words = <int64_t>self.position_bits.size()
         cdef int64_t offset
         cdef segment_entry entry
         cdef uint64_t hash_value
         cdef bint completed
         start.push_back(segment)
-        set_id = self.intern_set(start)
-        self.n_marked = 0
+        set_id = self.sets.intern_set(start)
+        self.walk.n_marked = 0
         completed = False
         try:
-            self.trie_visit(trie, 0, set_id, &walk)
+            self.walk.trie_visit(trie, 0, set_id, &walk)
             completed = True
         finally:
             if not completed:
-                memset(self.position_bits.data(), 0, n_words * sizeof(uint64_t))
-                self.n_marked = 0
+                self.walk.clear_marks()
         if walk.aborted:
-            memset(self.position_bits.data(), 0, n_words * sizeof(uint64_t))
-            self.n_marked = 0
-            self.segment_walks_grown += 1
+            self.walk.clear_marks()
+            self.counters.grown += 1
             return NO_ENTRY
         entry.length = length
         entry.continuations_start = <int64_t>self.entry_continuations.size()
-        entry.n_continuations = <int32_t>self.continuations.size()
-        self.entry_continuations.insert(self.entry_continuations.end(), self.continuations.begin(),
-                                        self.continuations.end())
-        if self.n_marked < width:
+        entry.n_continuations = <int32_t>self.scratch.pops.size()
+        self.entry_continuations.insert(self.entry_continuations.end(), self.scratch.pops.begin(),
+                                        self.scratch.pops.end())
+        if self.walk.n_marked < width:
             # few tokens: kept as ids (fewer bytes than the dense words)
             entry.tokens_start = <int64_t>self.entry_tokens.size()
-            self.drain_subtree(trie, 0, &self.entry_tokens, NULL)
+            self.walk.drain_subtree(trie, 0, &self.entry_tokens, NULL)
             entry.n_tokens = <int32_t>(<int64_t>self.entry_tokens.size() - entry.tokens_start)
-            self.n_marked = 0
+            self.walk.n_marked = 0
         else:
             offset = <int64_t>self.entry_words.size()
             self.entry_words.resize(offset + width)
-            self.positions_to_tokens(trie, self.entry_words.data() + offset)
+            self.walk.positions_to_tokens(trie, self.entry_words.data() + offset)
             # Entries of long bounded repetitions often accept the very same tokens: keep one copy.
             hash_value = words_hash(self.entry_words.data() + offset, width)
             found = self.dense_offsets.find(hash_value)
@@ -143,13 +164,13 @@ cdef class SegmentCache(TrieWalk):
         entry_id = <int32_t>self.entries.size()
         self.entries.push_back(entry)
         self.entry_of[segment] = entry_id
-        self.segment_entries_built += 1
+        self.counters.built += 1
         return entry_id
 
     cdef int32_t find_entry(self, node_t stack, const trie_view* trie, node_t* below) except -2 nogil:
         """The segment entry serving a stack, built if no length tried for its top position has one;
         *below is the stack under the segment (-1 when the segment is the whole stack)."""
-        cdef position_t top = self.canonical[self.nodes[stack].element]
+        cdef position_t top = self.canonical[self.pool.nodes[stack].element]
         cdef uint32_t lengths = self.segment_lengths[top]
         cdef uint32_t remaining = lengths
         cdef int32_t length, entry_id
@@ -160,7 +181,7 @@ cdef class SegmentCache(TrieWalk):
             self.segment_of(stack, length, &segment, below)
             it = self.entry_of.find(segment)
             if it != self.entry_of.end():
-                self.segment_hits += 1
+                self.counters.hits += 1
                 return deref(it).second
         length = ctz64(lengths) + 1 if lengths else 1
         length = self.skip_transparent(stack, length)
@@ -168,7 +189,7 @@ cdef class SegmentCache(TrieWalk):
             self.segment_of(stack, length, &segment, below)
             it = self.entry_of.find(segment)
             if it != self.entry_of.end():
-                self.segment_hits += 1
+                self.counters.hits += 1
                 return deref(it).second
             # (the whole stack: a longer segment would be the same, so it pops out as often as it takes)
             entry_id = self.build_entry(segment, length, trie,
@@ -185,7 +206,7 @@ cdef class SegmentCache(TrieWalk):
     cdef bint transparent(self, position_t pos) noexcept nogil:
         """Whether the rest of a frame's alternative can match the empty string: a path that pops
         the frame above it pops this one too, so a segment should never end on it."""
-        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
         cdef position_t p = pos
         if self.element_transparent[pos] == 0:
             self.element_transparent[pos] = 2
@@ -201,11 +222,11 @@ cdef class SegmentCache(TrieWalk):
         cdef node_t node = stack
         cdef int32_t n = 1
         while node != EMPTY_STACK and n < length:
-            node = self.nodes[node].parent
+            node = self.pool.nodes[node].parent
             n += 1
         # node is the segment's lowest frame (or the stack ran out)
-        while node != EMPTY_STACK and n < MAX_SEGMENT_LENGTH and n > 1 and self.transparent(self.nodes[node].element):
-            node = self.nodes[node].parent
+        while node != EMPTY_STACK and n < MAX_SEGMENT_LENGTH and n > 1 and self.transparent(self.pool.nodes[node].element):
+            node = self.pool.nodes[node].parent
             n += 1
         return n
 
@@ -216,8 +237,8 @@ cdef class SegmentCache(TrieWalk):
         it = self.context_sets.find(below)
         if it != self.context_sets.end():
             return deref(it).second
-        self.advance_stack(below, stacks)
-        set_id = self.intern_set(stacks)
+        self.pool.advance_stack(below, stacks)
+        set_id = self.sets.intern_set(stacks)
         self.context_sets[below] = set_id
         return set_id
 
@@ -246,17 +267,16 @@ cdef class SegmentCache(TrieWalk):
         it = self.continuation_entry_of.find(key)
         if it != self.continuation_entry_of.end():
             return deref(it).second
-        cdef walk_state walk = segment_walk(&self.continuations, self.continuations_limit)
+        cdef walk_state walk = segment_walk(&self.scratch.pops, self.continuations_limit)
         context = self.context_set(frame)
         try:
-            self.trie_visit(trie, node, context, &walk)
+            self.walk.trie_visit(trie, node, context, &walk)
             completed = True
         finally:
             if not completed:
-                memset(self.position_bits.data(), 0, self.position_bits.size() * sizeof(uint64_t))
-                self.n_marked = 0
+                self.walk.clear_marks()
         offset = <int64_t>self.entry_tokens.size()
-        self.drain_subtree(trie, node, &self.entry_tokens, NULL)
+        self.walk.drain_subtree(trie, node, &self.entry_tokens, NULL)
         if walk.aborted or <int64_t>self.entry_tokens.size() - offset > MAX_MEMOIZED_CONTINUATION:
             self.entry_tokens.resize(offset)
             self.continuation_entry_of[key] = NO_ENTRY
@@ -265,13 +285,13 @@ cdef class SegmentCache(TrieWalk):
         entry.tokens_start = offset
         entry.n_tokens = <int32_t>(<int64_t>self.entry_tokens.size() - offset)
         entry.continuations_start = <int64_t>self.entry_continuations.size()
-        entry.n_continuations = <int32_t>self.continuations.size()
-        self.entry_continuations.insert(self.entry_continuations.end(), self.continuations.begin(),
-                                        self.continuations.end())
+        entry.n_continuations = <int32_t>self.scratch.pops.size()
+        self.entry_continuations.insert(self.entry_continuations.end(), self.scratch.pops.begin(),
+                                        self.scratch.pops.end())
         entry_id = <int32_t>self.entries.size()
         self.entries.push_back(entry)
         self.continuation_entry_of[key] = entry_id
-        self.continuation_entries_built += 1
+        self.counters.continuation_entries += 1
         return entry_id
 
     cdef int continuation_into(self, const trie_view* trie, int32_t node, node_t below, uint32_t* out,
@@ -288,11 +308,7 @@ cdef class SegmentCache(TrieWalk):
         cdef int32_t sub, context
         cdef size_t collect_start = collect.size()
         cdef walk_state walk = plain_walk()
-        self.work += 1
-        if self.work > self.work_limit:
-            with gil:
-                raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
-                                   "steps (FAST_WORK_BUDGET)")
+        self.pool.charge(1)
         it = self.continuation_results.find(key)
         if it != self.continuation_results.end():
             for j in range(deref(it).second.first, deref(it).second.first + deref(it).second.second):
@@ -330,11 +346,11 @@ cdef class SegmentCache(TrieWalk):
                                                     collect.end())
                     self.continuation_results[key] = pair[int64_t, int32_t](offset, <int32_t>count)
                 return 0
-        self.continuation_walks += 1
+        self.counters.continuation_walks += 1
         context = self.context_set(below)
-        self.trie_visit(trie, node, context, &walk)
+        self.walk.trie_visit(trie, node, context, &walk)
         offset = <int64_t>self.continuation_tokens.size()
-        self.drain_subtree(trie, node, &self.continuation_tokens, out)
+        self.walk.drain_subtree(trie, node, &self.continuation_tokens, out)
         collect.insert(collect.end(), self.continuation_tokens.begin() + offset, self.continuation_tokens.end())
         if <int64_t>self.continuation_tokens.size() - offset > MAX_MEMOIZED_CONTINUATION:
             self.continuation_tokens.resize(offset)
@@ -361,11 +377,11 @@ cdef class SegmentCache(TrieWalk):
         cdef bint seen
         if self.segment_cache_full():
             self.clear_segments()
-        self.resolved.clear()
-        self.resolved_below.clear()
+        self.scratch.resolved.clear()
+        self.scratch.resolved_below.clear()
         memset(out, 0, width * sizeof(uint32_t))
-        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
-            stack = self.set_nodes[k]
+        for k in range(self.sets.set_start[set_id], self.sets.set_start[set_id + 1]):
+            stack = self.sets.set_nodes[k]
             if stack == EMPTY_STACK:
                 # The empty stack takes only a token whose text is already over at the root (an overlong
                 # C0 80 decodes to the terminator) and ends on a whole character.
@@ -375,13 +391,13 @@ cdef class SegmentCache(TrieWalk):
                         set_token_bit(out, token)
                 continue
             entry_id = self.find_entry(stack, trie, &below)
-            self.resolved.push_back(entry_id)
-            self.resolved_below.push_back(below)
+            self.scratch.resolved.push_back(entry_id)
+            self.scratch.resolved_below.push_back(below)
         # What composing this mask again would cost, in token writes (a dense entry's words count a
         # quarter each): the mask cache keeps only masks dearer to compose than to copy back.
-        self.compose_cost = 64 * <int64_t>self.resolved.size()
-        for k in range(<int64_t>self.resolved.size()):
-            entry = self.entries[self.resolved[k]]   # a copy: the continuations below may add entries
+        self.compose_cost = 64 * <int64_t>self.scratch.resolved.size()
+        for k in range(<int64_t>self.scratch.resolved.size()):
+            entry = self.entries[self.scratch.resolved[k]]   # a copy: the continuations below may add entries
             self.compose_cost += entry.n_tokens if entry.n_tokens >= 0 else width // 4
             if entry.n_tokens >= 0:
                 tokens = self.entry_tokens.data() + entry.tokens_start
@@ -396,13 +412,13 @@ cdef class SegmentCache(TrieWalk):
                 continue
             seen = False
             for j in range(k):
-                if self.resolved[j] == self.resolved[k] and self.resolved_below[j] == self.resolved_below[k]:
+                if self.scratch.resolved[j] == self.scratch.resolved[k] and self.scratch.resolved_below[j] == self.scratch.resolved_below[k]:
                     seen = True
                     break
             if seen:
                 continue
             # The answer of all of an entry's continuations under one stack below is kept whole.
-            key = (<uint64_t><uint32_t>self.resolved[k] << 32) | <uint32_t>self.resolved_below[k]
+            key = (<uint64_t><uint32_t>self.scratch.resolved[k] << 32) | <uint32_t>self.scratch.resolved_below[k]
             found = self.entry_results.find(key)
             if found != self.entry_results.end():
                 self.compose_cost += deref(found).second.second
@@ -410,15 +426,38 @@ cdef class SegmentCache(TrieWalk):
                     token = self.continuation_tokens[j]
                     set_token_bit(out, token)
                 continue
-            self.collected.clear()
+            self.scratch.collected.clear()
             for c in range(entry.n_continuations):
                 self.continuation_into(trie, self.entry_continuations[entry.continuations_start + c],
-                                       self.resolved_below[k], out, &self.collected, 0)
-            self.compose_cost += <int64_t>self.collected.size()
-            if <int64_t>self.collected.size() <= MAX_MEMOIZED_CONTINUATION:
+                                       self.scratch.resolved_below[k], out, &self.scratch.collected, 0)
+            self.compose_cost += <int64_t>self.scratch.collected.size()
+            if <int64_t>self.scratch.collected.size() <= MAX_MEMOIZED_CONTINUATION:
                 self.entry_results[key] = pair[int64_t, int32_t](<int64_t>self.continuation_tokens.size(),
-                                                                 <int32_t>self.collected.size())
-                self.continuation_tokens.insert(self.continuation_tokens.end(), self.collected.begin(),
-                                                self.collected.end())
-        self.n_marked = 0
+                                                                 <int32_t>self.scratch.collected.size())
+                self.continuation_tokens.insert(self.continuation_tokens.end(), self.scratch.collected.begin(),
+                                                self.scratch.collected.end())
+        self.walk.n_marked = 0
         return 0
+
+    cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3:
+        """Build the entry of a segment given as element positions, top first (whole: nothing lies under
+        it), or find it built: its id, NO_ENTRY when it pops out too often, CACHE_FULL when the cache is full."""
+        cdef node_t node = SEGMENT_BASE
+        cdef int32_t entry_id, length = len(frames)
+        cdef position_t top = self.canonical[<position_t>frames[0]]
+        cdef Py_ssize_t i
+        if self.segment_cache_full():
+            return CACHE_FULL
+        self.walk.ensure_position_bits()
+        for i in range(length - 1, -1, -1):
+            node = self.pool.push(node, self.canonical[<position_t>frames[i]])
+        it = self.entry_of.find(node)
+        if it != self.entry_of.end():
+            return deref(it).second
+        with nogil:
+            entry_id = self.build_entry(node, length, trie, POPS_UNBOUNDED if whole else self.continuations_limit)
+        if entry_id < 0:
+            return NO_ENTRY
+        if length <= 32:
+            self.segment_lengths[top] |= (<uint32_t>1) << (length - 1)
+        return entry_id

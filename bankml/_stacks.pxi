@@ -8,8 +8,10 @@
 cdef class StackPool:
     """The stack-node pool: hash-consed persistent stacks (node ids), and llama.cpp's reference path over them."""
 
-    def __cinit__(self):
+    def __cinit__(self, Rules rules, size_t max_stacks):
         cdef stack_node root
+        self.rules = rules
+        self.max_stacks = max_stacks
         root.element = -1
         root.parent = -1
         self.nodes.push_back(root)   # EMPTY_STACK
@@ -17,6 +19,19 @@ cdef class StackPool:
         self.nodes.push_back(root)   # SEGMENT_BASE
         self.work_limit = NO_WORK_LIMIT
         self.fast_work_budget = FAST_WORK_BUDGET
+
+    cdef int charge(self, int64_t steps) except -1 nogil:
+        """Count steps of the fast path against the current mask's work budget; past it, raise (the caller
+        then answers the mask on the reference path)."""
+        self.work += steps
+        if self.work > self.work_limit:
+            with gil:
+                raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
+                                   "steps (FAST_WORK_BUDGET)")
+        return 0
+
+    cdef void reserve_headroom(self) noexcept nogil:
+        self.node_ids.reserve(self.node_ids.size() * 3 // 2 + 1024)
 
     cdef node_t push(self, node_t parent, position_t element) except -1 nogil:
         cdef uint64_t key = (<uint64_t><uint32_t>parent << 32) | <uint32_t>element
@@ -59,9 +74,7 @@ cdef class StackPool:
                         f"grammar expansion exceeds {MAX_ADVANCE_STEPS} steps in one advance_stack "
                         "(MAX_ADVANCE_STEPS); the grammar expands too far without matching a character")
             if self.work + steps + (searched >> 3) > self.work_limit:
-                with gil:
-                    raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
-                                       "steps (FAST_WORK_BUDGET)")
+                self.charge(steps + (searched >> 3))   # (raises)
             if hashed:
                 if not self.advance_seen_set.insert(current).second:
                     continue
@@ -281,4 +294,103 @@ cdef class StackPool:
             tok = next_rejects[i]
             tok.code_points -= 1
             rejects.push_back(tok)
+        return 0
+
+    cdef int forced_bytes(self, const vector[node_t]& start, partial_utf8 partial, size_t max_bytes,
+                          vector[uint8_t]& out) except -1 nogil:
+        """The bytes every continuation of the state (start, partial) begins with (jump-forward), into out.
+
+        Inside a character: its remaining continuation bytes, as far as every code point the stacks
+        can still complete it to agrees on them (continuation bytes are base-64 digits, so the common
+        prefix of the smallest and largest candidate is everyone's). Then whole characters while the
+        union of the stacks' classes is one code point, advancing the stacks by it (accept_chr). It
+        stops at a state that may end (an empty stack), at a token terminal, at code point 0 (no piece
+        can spell it: decode_utf8 stops at NUL), past U+10FFFF, and after max_bytes."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef vector[node_t] stacks = start
+        cdef vector[node_t] next_stacks
+        cdef vector[pair[uint32_t, uint32_t]] intervals, scratch
+        cdef const grammar_element* pos
+        cdef uint32_t low = 0, high = 0, smallest, largest, cp
+        cdef uint8_t encoded[4]
+        cdef int n_remain = partial.n_remain
+        cdef int n_bytes, k
+        cdef size_t i, j
+        cdef bint whole
+        while out.size() < max_bytes:
+            intervals.clear()
+            for i in range(stacks.size()):
+                if stacks[i] == EMPTY_STACK:
+                    return 0            # the grammar may end here: nothing is forced
+                pos = &elements[self.nodes[stacks[i]].element]
+                if is_token_element(pos):
+                    return 0            # a token terminal takes a token by id, not text
+                class_intervals(pos, intervals, scratch)
+            if n_remain > 0:
+                partial.n_remain = n_remain
+                if not partial_char_range(partial, &low, &high):
+                    return 0
+            else:
+                low = 0
+                high = MAX_CODE_POINT
+            smallest = MAX_CODE_POINT
+            largest = 0
+            whole = False
+            for j in range(intervals.size()):
+                if intervals[j].second < low or intervals[j].first > high:
+                    continue
+                whole = True
+                smallest = min(smallest, max(intervals[j].first, low))
+                largest = max(largest, min(intervals[j].second, high))
+            if not whole:
+                return 0                # no stack can go on (a dead state)
+            if n_remain > 0:
+                # the continuation bytes the candidates share, most significant first
+                for k in range(n_remain - 1, -1, -1):
+                    if (smallest >> (6 * k)) & 0x3F != (largest >> (6 * k)) & 0x3F:
+                        return 0
+                    if out.size() >= max_bytes:
+                        return 0
+                    out.push_back(<uint8_t>(0x80 | ((smallest >> (6 * k)) & 0x3F)))
+                    n_remain -= 1
+                    partial.value = (partial.value << 6) | ((smallest >> (6 * k)) & 0x3F)
+                cp = partial.value
+                n_remain = 0
+            else:
+                if smallest != largest or smallest == 0 or smallest > 0x10FFFF:
+                    return 0
+                cp = smallest
+                if cp < 0x80:
+                    encoded[0] = <uint8_t>cp
+                    n_bytes = 1
+                elif cp < 0x800:
+                    encoded[0] = <uint8_t>(0xC0 | (cp >> 6))
+                    encoded[1] = <uint8_t>(0x80 | (cp & 0x3F))
+                    n_bytes = 2
+                elif cp < 0x10000:
+                    encoded[0] = <uint8_t>(0xE0 | (cp >> 12))
+                    encoded[1] = <uint8_t>(0x80 | ((cp >> 6) & 0x3F))
+                    encoded[2] = <uint8_t>(0x80 | (cp & 0x3F))
+                    n_bytes = 3
+                else:
+                    encoded[0] = <uint8_t>(0xF0 | (cp >> 18))
+                    encoded[1] = <uint8_t>(0x80 | ((cp >> 12) & 0x3F))
+                    encoded[2] = <uint8_t>(0x80 | ((cp >> 6) & 0x3F))
+                    encoded[3] = <uint8_t>(0x80 | (cp & 0x3F))
+                    n_bytes = 4
+                if out.size() + n_bytes > max_bytes:
+                    return 0
+                for k in range(n_bytes):
+                    out.push_back(encoded[k])
+            next_stacks.clear()
+            for i in range(stacks.size()):
+                self.accept_chr(stacks[i], cp, next_stacks)
+            stacks.swap(next_stacks)
+            if stacks.size() > self.max_stacks:
+                with gil:
+                    raise GrammarError(
+                        f"grammar state exceeds {self.max_stacks} stacks (max_stacks); "
+                        "the grammar is too ambiguous at this point")
+            if stacks.empty():
+                return 0
         return 0

@@ -5,11 +5,20 @@
 # Declarations: _grammar.pxd.
 
 
-cdef class StackSets(StackPool):
+cdef class StackSets:
     """Interned stack sets (set ids), their transitions and one set_summary each."""
 
-    def __cinit__(self):
+    def __cinit__(self, StackPool pool, int32_t max_token_depth):
+        self.pool = pool
+        self.max_token_depth = max_token_depth
         self.set_start.push_back(0)
+        self.element_ascii.assign(2 * pool.rules.elements.size(), 0)
+        self.element_flags.assign(pool.rules.elements.size(), 0)
+
+    cdef void reserve_headroom(self) noexcept nogil:
+        self.transitions.reserve(self.transitions.size() * 3 // 2 + 1024)
+        self.pattern_transitions.reserve(self.pattern_transitions.size() * 3 // 2 + 1024)
+        self.set_by_hash.reserve(self.set_by_hash.size() * 3 // 2 + 1024)
 
     cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil:
         """The id of a set of stacks (sorted and deduplicated in place)."""
@@ -69,7 +78,7 @@ cdef class StackSets(StackPool):
         The result depends only on which of the set's stacks match the code point,
         so it is memoized by that match pattern as well as by the code point.
         """
-        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
         cdef const grammar_element* after
         cdef const grammar_element* top
         cdef node_t stack, next_stack
@@ -82,7 +91,7 @@ cdef class StackSets(StackPool):
                 stack = self.set_nodes[k]
                 if is_bottom(stack):
                     continue
-                top = &elements[self.nodes[stack].element]
+                top = &elements[self.pool.nodes[stack].element]
                 if not is_token_element(top) and match_char(top, cp, &after):
                     matches |= (<uint64_t>1) << (k - first)
             if matches == 0:
@@ -91,24 +100,20 @@ cdef class StackSets(StackPool):
             it = self.pattern_transitions.find(key)
             if it != self.pattern_transitions.end() and deref(it).second.first == matches:
                 return deref(it).second.second
-        self.work += last - first
-        if self.work > self.work_limit:
-            with gil:
-                raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
-                                   "steps (FAST_WORK_BUDGET)")
+        self.pool.charge(last - first)
         self.step_stacks.clear()  # scratch of the context: step_set never runs inside itself
         for k in range(first, last):
             stack = self.set_nodes[k]
             if is_bottom(stack):
                 continue
-            top = &elements[self.nodes[stack].element]
+            top = &elements[self.pool.nodes[stack].element]
             if is_token_element(top):
                 continue
             if match_char(top, cp, &after):
-                next_stack = self.nodes[stack].parent
+                next_stack = self.pool.nodes[stack].parent
                 if not is_end_of_sequence(after):
-                    next_stack = self.push(next_stack, <position_t>(after - elements))
-                self.advance_stack(next_stack, self.step_stacks)
+                    next_stack = self.pool.push(next_stack, <position_t>(after - elements))
+                self.pool.advance_stack(next_stack, self.step_stacks)
         result = NO_SET if self.step_stacks.empty() else self.intern_set(self.step_stacks)
         if by_pattern:
             self.pattern_transitions[key] = pair[uint64_t, int32_t](matches, result)
@@ -127,7 +132,7 @@ cdef class StackSets(StackPool):
     cdef int element_info(self, position_t pos) except -1 nogil:
         """Summarize the character class at pos once: its ASCII members, and whether membership is
         the same for every code point >= 0x80 (and which) and it takes every partial character."""
-        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
         cdef const grammar_element* after
         cdef uint64_t lo = 0, hi = 0
         cdef uint32_t cp
@@ -178,11 +183,11 @@ cdef class StackSets(StackPool):
         self.summaries[set_id].flags |= SET_CLASS_KNOWN
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             stack = self.set_nodes[k]
-            if is_bottom(stack) or is_token_element(&self.rules.elements[self.nodes[stack].element]):
+            if is_bottom(stack) or is_token_element(&self.pool.rules.elements[self.pool.nodes[stack].element]):
                 continue
             if n_tops == 64:
                 return 0  # too many stacks to group by: no class, the walk goes node by node
-            tops[n_tops] = self.nodes[stack].element
+            tops[n_tops] = self.pool.nodes[stack].element
             n_tops += 1
         memset(pattern, 0, sizeof(pattern))
         for j in range(n_tops):
@@ -237,7 +242,7 @@ cdef class StackSets(StackPool):
 
     cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil:
         """Whether some stack of the set takes an unfinished character (match_partial_char)."""
-        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
         cdef const grammar_element* top
         cdef node_t stack
         cdef int64_t k
@@ -250,10 +255,10 @@ cdef class StackSets(StackPool):
             mode = PARTIAL_NONE
             for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
                 stack = self.set_nodes[k]
-                if is_bottom(stack) or is_token_element(&elements[self.nodes[stack].element]):
+                if is_bottom(stack) or is_token_element(&elements[self.pool.nodes[stack].element]):
                     continue
-                self.element_info(self.nodes[stack].element)
-                flags = self.element_flags[self.nodes[stack].element]
+                self.element_info(self.pool.nodes[stack].element)
+                flags = self.element_flags[self.pool.nodes[stack].element]
                 if flags & ELEMENT_ALL_PARTIALS:
                     mode = PARTIAL_ALL
                     break
@@ -268,7 +273,7 @@ cdef class StackSets(StackPool):
             stack = self.set_nodes[k]
             if is_bottom(stack):
                 continue
-            top = &elements[self.nodes[stack].element]
+            top = &elements[self.pool.nodes[stack].element]
             if not is_token_element(top) and match_partial_char(top, partial):
                 return True
         return False
@@ -354,7 +359,7 @@ cdef class StackSets(StackPool):
 
     cdef int compute_viable(self, int32_t set_id) except -1 nogil:
         """The code points some stack of the set can take next, as sorted disjoint intervals."""
-        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
         cdef const grammar_element* pos
         cdef vector[pair[uint32_t, uint32_t]] intervals, own
         cdef uint32_t last
@@ -366,7 +371,7 @@ cdef class StackSets(StackPool):
             stack = self.set_nodes[k]
             if is_bottom(stack):
                 continue
-            pos = &elements[self.nodes[stack].element]
+            pos = &elements[self.pool.nodes[stack].element]
             if is_token_element(pos):
                 continue
             class_intervals(pos, intervals, own)

@@ -5,8 +5,24 @@
 # Declarations: _grammar.pxd.
 
 
-cdef class TrieWalk(StackSets):
+cdef class TrieWalk:
     """The trie walk with a stack set, marking accepted trie positions; its mode is the walk_state it is given."""
+
+    def __cinit__(self, StackPool pool, StackSets sets, VocabTrie trie):
+        self.pool = pool
+        self.sets = sets
+        self.trie = trie
+        if trie is not None:
+            words = trie.token_words
+            self.trie_token_words.resize(words.shape[0])
+            if words.shape[0]:
+                memcpy(self.trie_token_words.data(), cnp.PyArray_DATA(words), words.shape[0] * sizeof(uint32_t))
+            self.trie_arrays = trie.view()
+
+    cdef void clear_marks(self) noexcept nogil:
+        """Forget every mark (after a walk that stopped part way: position_bits must be all zero again)."""
+        memset(self.position_bits.data(), 0, self.position_bits.size() * sizeof(uint64_t))
+        self.n_marked = 0
 
     cdef void ensure_position_bits(self) noexcept nogil:
         """position_bits sized to the trie (all zero between walks)."""
@@ -23,16 +39,12 @@ cdef class TrieWalk(StackSets):
         code point leads to, or taken whole when every code point below it leads
         back to that same set and every token in it ends on a whole character.
         """
-        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
         cdef const grammar_element* top
         cdef uint64_t* bits = self.position_bits.data()
         cdef int64_t lo = trie.token_lo[node]
         self.visited_nodes += 1
-        self.work += 1
-        if self.work > self.work_limit:
-            with gil:
-                raise GrammarError(f"fast path: the mask exceeds its work budget of {self.fast_work_budget} "
-                                   "steps (FAST_WORK_BUDGET)")
+        self.pool.charge(1)
         cdef int64_t first_longer = lo + trie.n_ending[node]
         cdef int64_t hi = trie.token_hi[node]
         cdef int64_t position, k, i, range_end
@@ -41,7 +53,7 @@ cdef class TrieWalk(StackSets):
         cdef node_t stack
         cdef int64_t run_end
         cdef partial_utf8 partial
-        if walk.collect_pops and (self.summaries[set_id].flags & SET_HAS_BASE):
+        if walk.collect_pops and (self.sets.summaries[set_id].flags & SET_HAS_BASE):
             # A path popped out of the segment here: the tokens below this node are finished against
             # the real stack whenever the entry is used. Too many such nodes: the segment is too short.
             walk.pops.push_back(node)
@@ -65,17 +77,17 @@ cdef class TrieWalk(StackSets):
                 while run_end < first_longer and trie.end_partial[run_end].n_remain == partial.n_remain \
                         and trie.end_partial[run_end].value == partial.value:
                     run_end += 1
-                accepted = self.set_accepts_partial(set_id, partial)
+                accepted = self.sets.set_accepts_partial(set_id, partial)
             if accepted:
                 set_position_range(bits, position, run_end)
                 self.n_marked += run_end - position
             position = run_end
         if first_longer < hi:
-            for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
-                stack = self.set_nodes[k]
+            for k in range(self.sets.set_start[set_id], self.sets.set_start[set_id + 1]):
+                stack = self.sets.set_nodes[k]
                 if is_bottom(stack):
                     continue
-                top = &elements[self.nodes[stack].element]
+                top = &elements[self.pool.nodes[stack].element]
                 if top.type == LLAMA_GRETYPE_TOKEN:
                     position = trie.position_of[top.value] if top.value < <uint32_t>trie.n_vocab else -1
                     if first_longer <= position < hi:
@@ -93,31 +105,31 @@ cdef class TrieWalk(StackSets):
         last_child = trie.child_start[node + 1]
         if first_child == last_child:
             return 0
-        if self.summaries[set_id].viable_start == VIABLE_UNKNOWN:
-            self.compute_viable(set_id)
-        if last_child - first_child >= 8 and not (self.summaries[set_id].flags & SET_CLASS_KNOWN):
-            self.compute_loop(set_id)
+        if self.sets.summaries[set_id].viable_start == VIABLE_UNKNOWN:
+            self.sets.compute_viable(set_id)
+        if last_child - first_child >= 8 and not (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN):
+            self.sets.compute_loop(set_id)
         # The non-ASCII children sort last; when the set loops on every one of them, take them all at once.
-        if (self.summaries[set_id].flags & SET_CLASS_KNOWN) and (self.summaries[set_id].flags & SET_CLASS_NON_ASCII) and \
+        if (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN) and (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII) and \
                 trie.first_non_ascii[node] < last_child and \
-                self.chain_accepts(set_id, trie.non_ascii_ascii[2 * node], trie.non_ascii_ascii[2 * node + 1],
+                self.sets.chain_accepts(set_id, trie.non_ascii_ascii[2 * node], trie.non_ascii_ascii[2 * node + 1],
                                    trie.non_ascii_flags[node], trie.non_ascii_depth[node]):
             set_position_range(bits, trie.token_lo[trie.children[trie.first_non_ascii[node]]], hi)
             self.n_marked += hi - trie.token_lo[trie.children[trie.first_non_ascii[node]]]
             last_child = trie.first_non_ascii[node]
-        use_blocks = (self.summaries[set_id].flags & SET_CLASS_KNOWN) and (
-            self.summaries[set_id].class_ascii[0] or self.summaries[set_id].class_ascii[1] or (self.summaries[set_id].flags & SET_CLASS_NON_ASCII))
-        k = self.summaries[set_id].viable_start
-        while k < self.summaries[set_id].viable_start + 2 * self.summaries[set_id].viable_count:
+        use_blocks = (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN) and (
+            self.sets.summaries[set_id].class_ascii[0] or self.sets.summaries[set_id].class_ascii[1] or (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII))
+        k = self.sets.summaries[set_id].viable_start
+        while k < self.sets.summaries[set_id].viable_start + 2 * self.sets.summaries[set_id].viable_count:
             # the children whose code point lies in [viable_bounds[k], viable_bounds[k + 1]]
             i = lower_bound(trie.child_cp + first_child, trie.child_cp + last_child,
-                            self.viable_bounds[k]) - trie.child_cp
+                            self.sets.viable_bounds[k]) - trie.child_cp
             range_end = upper_bound(trie.child_cp + i, trie.child_cp + last_child,
-                                    self.viable_bounds[k + 1]) - trie.child_cp
+                                    self.sets.viable_bounds[k + 1]) - trie.child_cp
             while i < range_end:
                 # A whole block of children whose code points, and everything below them,
                 # lead back to the set is taken at once.
-                if use_blocks and i % CHILD_BLOCK == 0 and i + CHILD_BLOCK <= range_end and self.chain_accepts(
+                if use_blocks and i % CHILD_BLOCK == 0 and i + CHILD_BLOCK <= range_end and self.sets.chain_accepts(
                         set_id, trie.block_ascii[2 * (i // CHILD_BLOCK)],
                         trie.block_ascii[2 * (i // CHILD_BLOCK) + 1], trie.block_flags[i // CHILD_BLOCK],
                         trie.block_depth[i // CHILD_BLOCK]):
@@ -137,18 +149,18 @@ cdef class TrieWalk(StackSets):
         cdef uint64_t* bits = self.position_bits.data()
         cdef uint32_t cp = trie.node_cp[child]
         cdef int32_t next_set
-        if (self.summaries[set_id].flags & SET_CLASS_KNOWN) and self.summaries[set_id].successor >= 0 and (
-                (cp < 64 and (self.summaries[set_id].class_ascii[0] >> cp) & 1)
-                or (64 <= cp < 128 and (self.summaries[set_id].class_ascii[1] >> (cp - 64)) & 1)
-                or (cp >= 128 and (self.summaries[set_id].flags & SET_CLASS_NON_ASCII))):
-            next_set = self.summaries[set_id].successor
+        if (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN) and self.sets.summaries[set_id].successor >= 0 and (
+                (cp < 64 and (self.sets.summaries[set_id].class_ascii[0] >> cp) & 1)
+                or (64 <= cp < 128 and (self.sets.summaries[set_id].class_ascii[1] >> (cp - 64)) & 1)
+                or (cp >= 128 and (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII))):
+            next_set = self.sets.summaries[set_id].successor
         else:
-            next_set = self.transition(set_id, cp)
+            next_set = self.sets.transition(set_id, cp)
             if next_set < 0:
                 return 0
         if not (trie.below_flags[child] & SUBTREE_OVERLONG_END) and (
-                (self.summaries[next_set].flags & SET_CLASS_KNOWN) or trie.node_end[child] - child >= LOOP_TEST_MIN_NODES):
-            if self.chain_accepts(next_set, trie.below_ascii[2 * child], trie.below_ascii[2 * child + 1],
+                (self.sets.summaries[next_set].flags & SET_CLASS_KNOWN) or trie.node_end[child] - child >= LOOP_TEST_MIN_NODES):
+            if self.sets.chain_accepts(next_set, trie.below_ascii[2 * child], trie.below_ascii[2 * child + 1],
                                   trie.below_flags[child], trie.below_depth[child]):
                 set_position_range(bits, trie.token_lo[child], trie.token_hi[child])
                 self.n_marked += trie.token_hi[child] - trie.token_lo[child]

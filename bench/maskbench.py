@@ -12,7 +12,8 @@ is the ``maskbench/data/`` folder of guidance-ai/jsonschemabench, which the proj
 What each engine is given, as its users give it:
 
 * bankml: bankml's port of llama.cpp's ``json_schema_to_grammar`` -> ``Rules.parse`` -> ``Grammar``
-  (its context, with the segment cache built ahead within its budget);
+  (its context: the vocabulary tables and a new context; the segment cache is built ahead in a background
+  thread that the constructor starts and does not wait for, so it is not part of this phase);
 * llguidance: ``LLMatcher.grammar_from_json_schema`` + ``LLMatcher`` (defaults: flexible whitespace);
 * XGrammar: ``GrammarCompiler.compile_json_schema`` (defaults) + ``GrammarMatcher``;
 * libllama (the oracle, on the first ``--libllama`` schemas): the pinned llama.cpp's GBNF of the schema
