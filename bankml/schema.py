@@ -1,4 +1,5 @@
 # Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+# cython: boundscheck=True, wraparound=True
 """JSON schema to GBNF, as llama.cpp converts it.
 
 The reference is the llama.cpp vendored by llama-cpp-python 0.3.36: ``common/json-schema.cpp`` (the schema
@@ -9,6 +10,12 @@ llama.cpp works on the bytes of the UTF-8 text. To keep that behaviour (a patter
 multi-byte character between two literals), the converter below works on "byte strings": Python ``str``
 objects whose characters are the UTF-8 bytes (latin-1 decoded). They are turned back into text at the end;
 bytes that are not valid UTF-8 come back as surrogate escapes (``errors="surrogateescape"``).
+
+setup.py compiles this file with Cython as it is (plain Python, compiled for speed; the directive line above
+keeps Python's indexing: negative indices and IndexError). The compiled code recurses on the C stack, which
+Python's recursion limit does not bound, so it stops at a nesting depth of ``_COMPILED_MAX_DEPTH`` (far past
+any real schema) and the conversion is redone from the start by this same file run as plain Python, whose
+RecursionError handling is the reference: the result is the same either way.
 """
 import functools
 import itertools
@@ -19,6 +26,7 @@ import struct
 import sys
 import threading
 import time
+import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -146,6 +154,36 @@ def _wrap64(v):
 def _wrap32(v):
     v &= 0xFFFFFFFF
     return v - 2**32 if v >= 2**31 else v
+
+
+# Compiled, a function is a Cython function, not a Python one
+_COMPILED = not isinstance(_wrap32, types.FunctionType)
+# Nesting of schema nodes (building or visiting them) and of the key-exclusion trie past which the compiled
+# module hands the conversion to the plain-Python one. A level takes 1-2.5 KB of C stack compiled: 400 levels
+# fit in a 1 MB thread stack (Linux gives threads 8 MB). Of the 11,305 MaskBench schemas, the deepest converted
+# ones nest 36 levels; only three that end past a SchemaLimits bound go deeper (826 and 3,665 visits)
+_COMPILED_MAX_DEPTH = 400
+
+
+class _TooDeep(Exception):
+    """Raised by the compiled module only, past _COMPILED_MAX_DEPTH."""
+
+
+_PYTHON_MODULE = None
+
+
+def _python_module():
+    """This file run as plain Python (bankml._schema_python), where deep recursion ends in RecursionError."""
+    global _PYTHON_MODULE
+    if _PYTHON_MODULE is None:
+        import importlib.util
+        import os
+        spec = importlib.util.spec_from_file_location(
+            __package__ + "._schema_python", os.path.join(os.path.dirname(__file__), "schema.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _PYTHON_MODULE = module
+    return _PYTHON_MODULE
 
 
 def _b(s):
@@ -526,6 +564,7 @@ class _Builder:
         self.refs = {}
         self.pending = []
         self.meter = meter or _Meter(None)
+        self.depth = 0
 
     def build(self):
         node = self.build_node(self.root, "#")
@@ -1050,6 +1089,7 @@ class _Converter:
         self.error_pointer = None
         self.meter = meter or _Meter(None)
         self.pointer = "#"   # the node being visited: where a limit is reported
+        self.depth = 0
         self.meter.output(len("space ::= \n") + len(SPACE_RULE), "#")
 
     def add_rule(self, name, rule):
@@ -1285,7 +1325,9 @@ class _Converter:
         char_rule = self.add_primitive("char", PRIMITIVE_RULES["char"])
         out = ['["] ( ']
 
-        def visit(node):
+        def visit(node, depth):
+            if _COMPILED and depth > _COMPILED_MAX_DEPTH:
+                raise _TooDeep()
             rejects = []
             first = True
             for ch in sorted(node):
@@ -1299,14 +1341,14 @@ class _Converter:
                 out.append("[" + c + "]")
                 if child:
                     out.append(" (")
-                    visit(child)
+                    visit(child, depth + 1)
                     out.append(")")
                 else:
                     out.append(" " + char_rule + "+")
             if node:
                 out.append(' | [^"' + "".join(rejects) + "] " + char_rule + "*")
 
-        visit(root)
+        visit(root, 0)
         out.append(" )")
         if not terminal_root:
             out.append("?")
@@ -1544,6 +1586,27 @@ class _Converter:
         return "".join(k + " ::= " + self.rules[k] + "\n" for k in sorted(self.rules))
 
 
+def _guard_depth(cls, name):
+    """Compiled only: cls.name counts its nesting in self.depth and raises _TooDeep past _COMPILED_MAX_DEPTH.
+    (Plain Python keeps the method as it is: an extra frame per level would lower where RecursionError comes.)"""
+    unguarded = getattr(cls, name)
+
+    def guarded(self, node, name):
+        self.depth += 1
+        try:
+            if self.depth > _COMPILED_MAX_DEPTH:
+                raise _TooDeep()
+            return unguarded(self, node, name)
+        finally:
+            self.depth -= 1
+
+    setattr(cls, name, guarded)
+
+
+if _COMPILED:
+    _guard_depth(_Builder, "build_node")
+    _guard_depth(_Converter, "visit")
+
 _RECURSION_HEADROOM = 20000
 
 
@@ -1600,6 +1663,13 @@ def _restore_recursion_limit():
 
 
 def _convert(doc, limits=None):
+    try:
+        return _convert_here(doc, limits)
+    except _TooDeep:
+        return _python_module()._convert(doc, limits)
+
+
+def _convert_here(doc, limits):
     # the converter recurses as the schema nests (and along $ref chains): the caller raised the recursion
     # limit for the call (counted across threads), and RecursionError becomes SchemaError
     meter = _Meter(limits)
@@ -1657,7 +1727,7 @@ class SchemaDocument:
             raise SchemaError("JSON schema conversion failed:\n" + e.message, e.pointer) from None
         except _LimitExceeded as e:
             raise SchemaError(_t(e.message), e.pointer) from None
-        except RecursionError:
+        except (RecursionError, _TooDeep):
             raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply to read", "#") from None
         finally:
             _restore_recursion_limit()
@@ -1693,7 +1763,7 @@ def build_grammar(callback, dotall=False, limits=None):
         callback(GrammarBuilder(conv))
     except (_ConversionError, _LimitExceeded) as e:
         raise SchemaError(_t(e.message), e.pointer) from None
-    except RecursionError:
+    except (RecursionError, _TooDeep):
         raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply (through $ref or "
                           "nesting) to convert, or recurses through allOf (where llama.cpp overflows its stack)",
                           "#") from None
