@@ -94,8 +94,6 @@ def _limit_message(what):
 
 class _Meter:
     """The counts of one conversion against its SchemaLimits, and its deadline."""
-    __slots__ = ("limits", "nodes", "grammar_bytes", "work_bytes", "deadline", "cancel", "ticks")
-
     def __init__(self, limits):
         self.limits = limits = limits or DEFAULT_LIMITS
         self.nodes = 0
@@ -502,8 +500,8 @@ def _dump(v):
     if t is str:
         return _encode_string(v)
     if t is list:
-        return "[" + ",".join(_dump(x) for x in v) + "]"
-    return "{" + ",".join(_encode_string(k) + ":" + _dump(x) for k, x in v.items()) + "}"
+        return "[" + ",".join([_dump(x) for x in v]) + "]"
+    return "{" + ",".join([_encode_string(k) + ":" + _dump(x) for k, x in v.items()]) + "}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -514,10 +512,7 @@ FORMAT_NONE, FORMAT_UUID, FORMAT_DATE, FORMAT_TIME, FORMAT_DATE_TIME = range(5)
 
 
 class _Node:
-    __slots__ = ("kind", "path", "ref", "target", "children", "value", "values", "minimum", "maximum", "pattern",
-                 "format", "min_length", "max_length", "items", "min_items", "max_items", "properties",
-                 "additional")
-
+    # compiled, a cdef class whose attributes schema.pxd declares
     def __init__(self, kind, path):
         self.kind = kind
         self.path = path
@@ -723,76 +718,82 @@ class _Builder:
         return node
 
     def build_node(self, schema, path):
-        # a node keeps its JSON pointer: "type" lists that copy a schema per type make these grow with depth
-        self.meter.node(path)
-        self.meter.work(len(path), path)
-        if type(schema) is not dict:
-            _fail(path, "schema must be an object")
-        if "$ref" in schema:
-            return self.build_ref(schema["$ref"], path)
-        if "oneOf" in schema or "anyOf" in schema:
-            key = "oneOf" if "oneOf" in schema else "anyOf"
-            return self.build_alternatives(ANY_OF, schema[key], path + "/" + key)
+        self.depth += 1
+        try:
+            if _COMPILED and self.depth > _COMPILED_MAX_DEPTH:
+                raise _TooDeep()
+            # a node keeps its JSON pointer: "type" lists that copy a schema per type make these grow with depth
+            self.meter.node(path)
+            self.meter.work(len(path), path)
+            if type(schema) is not dict:
+                _fail(path, "schema must be an object")
+            if "$ref" in schema:
+                return self.build_ref(schema["$ref"], path)
+            if "oneOf" in schema or "anyOf" in schema:
+                key = "oneOf" if "oneOf" in schema else "anyOf"
+                return self.build_alternatives(ANY_OF, schema[key], path + "/" + key)
 
-        typ = schema.get("type")
-        if type(typ) is list:
-            if not typ:
-                _fail(path, "type must not be empty")
-            node = _Node(ANY_OF, path)
-            node.children = []
-            for i, t in enumerate(typ):
-                alt = dict(schema)
-                alt["type"] = t
-                node.children.append(self.build_node(alt, path + "/type/" + str(i)))
-            return node
-        if "const" in schema:
-            node = _Node(CONST, path)
-            node.value = schema["const"]
-            return node
-        if "enum" in schema:
-            values = schema["enum"]
-            if type(values) is not list or not values:
-                _fail(path, "enum must be a non-empty array")
-            node = _Node(ENUM, path)
-            node.values = list(values)
-            return node
-        if typ is not None and type(typ) is not str:
-            _fail(path, "type must be a string or an array of strings")
+            typ = schema.get("type")
+            if type(typ) is list:
+                if not typ:
+                    _fail(path, "type must not be empty")
+                node = _Node(ANY_OF, path)
+                node.children = []
+                for i, t in enumerate(typ):
+                    alt = dict(schema)
+                    alt["type"] = t
+                    node.children.append(self.build_node(alt, path + "/type/" + str(i)))
+                return node
+            if "const" in schema:
+                node = _Node(CONST, path)
+                node.value = schema["const"]
+                return node
+            if "enum" in schema:
+                values = schema["enum"]
+                if type(values) is not list or not values:
+                    _fail(path, "enum must be a non-empty array")
+                node = _Node(ENUM, path)
+                node.values = list(values)
+                return node
+            if typ is not None and type(typ) is not str:
+                _fail(path, "type must be a string or an array of strings")
 
-        type_name = typ if type(typ) is str else ""
-        has_properties = "properties" in schema or (
-            "additionalProperties" in schema and schema["additionalProperties"] is not True)
+            type_name = typ if type(typ) is str else ""
+            has_properties = "properties" in schema or (
+                "additionalProperties" in schema and schema["additionalProperties"] is not True)
 
-        if type_name == "":
-            if has_properties:
+            if type_name == "":
+                if has_properties:
+                    return self.build_object(schema, path)
+                if "allOf" in schema:
+                    return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
+                if "items" in schema or "prefixItems" in schema:
+                    return self.build_array(schema, path)
+                if ("pattern" in schema or "minLength" in schema or "maxLength" in schema
+                        or self.get_format(schema, path) != FORMAT_NONE):
+                    return self.build_string(schema, path)
+                return _Node(ANY, path)
+            if type_name == "object":
+                if not has_properties and "allOf" in schema:
+                    return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
                 return self.build_object(schema, path)
-            if "allOf" in schema:
-                return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
-            if "items" in schema or "prefixItems" in schema:
-                return self.build_array(schema, path)
-            if ("pattern" in schema or "minLength" in schema or "maxLength" in schema
-                    or self.get_format(schema, path) != FORMAT_NONE):
+            if type_name == "string":
+                if "allOf" in schema:
+                    return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
                 return self.build_string(schema, path)
-            return _Node(ANY, path)
-        if type_name == "object":
-            if not has_properties and "allOf" in schema:
-                return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
-            return self.build_object(schema, path)
-        if type_name == "string":
-            if "allOf" in schema:
-                return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
-            return self.build_string(schema, path)
-        if type_name == "array":
-            return self.build_array(schema, path)
-        if type_name == "integer":
-            return self.build_integer(schema, path)
-        if type_name == "number":
-            return _Node(NUMBER, path)
-        if type_name == "boolean":
-            return _Node(BOOLEAN, path)
-        if type_name == "null":
-            return _Node(NULL, path)
-        _fail(path, "unrecognized type " + type_name)
+            if type_name == "array":
+                return self.build_array(schema, path)
+            if type_name == "integer":
+                return self.build_integer(schema, path)
+            if type_name == "number":
+                return _Node(NUMBER, path)
+            if type_name == "boolean":
+                return _Node(BOOLEAN, path)
+            if type_name == "null":
+                return _Node(NULL, path)
+            _fail(path, "unrecognized type " + type_name)
+        finally:
+            self.depth -= 1
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1023,8 +1024,6 @@ STRING_FORMAT_RULES = {
 _RESERVED_NAMES = frozenset(["root"]) | frozenset(PRIMITIVE_RULES) | frozenset(STRING_FORMAT_RULES)
 
 _INVALID_RULE_CHARS_RE = re.compile(r"[^a-zA-Z0-9-]+")
-_GRAMMAR_LITERAL_ESCAPE_RE = re.compile(r'[\r\n"\\]')
-_GRAMMAR_LITERAL_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"', "-": "\\-", "]": "\\]", "\\": "\\\\"}
 
 MAX_PATTERN_DEPTH = 100
 
@@ -1034,7 +1033,17 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def _format_literal(literal):
-    return '"' + _GRAMMAR_LITERAL_ESCAPE_RE.sub(lambda m: _GRAMMAR_LITERAL_ESCAPES[m.group(0)], literal) + '"'
+    # llama.cpp's regex_replace of [\r\n"\\] by their escapes; the backslashes first, so that no inserted
+    # backslash is escaped again
+    if "\\" in literal:
+        literal = literal.replace("\\", "\\\\")
+    if '"' in literal:
+        literal = literal.replace('"', '\\"')
+    if "\n" in literal:
+        literal = literal.replace("\n", "\\n")
+    if "\r" in literal:
+        literal = literal.replace("\r", "\\r")
+    return '"' + literal + '"'
 
 
 def gbnf_format_literal(literal):
@@ -1502,110 +1511,96 @@ class _Converter:
         return self.add_rule(rule_name, self.build_object_rule(properties, required, name, None))
 
     def visit(self, node, name):
-        meter = self.meter
-        self.pointer = node.path
-        meter.work(len(name), node.path)
-        meter.ticks += 1
-        if meter.ticks & 63 == 0:
-            meter.clock(node.path)
-        if name in _RESERVED_NAMES:
-            rule_name = name + "-"
-        elif name == "":
-            rule_name = "root"
-        else:
-            rule_name = name
-        sub_name = name + ("" if name == "" else "-")
-        kind = node.kind
-
-        if kind == REF:
-            return self.add_rule(rule_name, self.resolve_ref(node))
-        if kind == ANY_OF:
-            return self.add_rule(rule_name, self.generate_union_rule(name, node.children))
-        if kind == ALL_OF:
-            return self.visit_all_of(node, name, rule_name)
-        if kind == CONST:
-            return self.add_rule(rule_name, _generate_constant_rule(node.value))
-        if kind == ENUM:
-            return self.add_rule(rule_name, "(" + " | ".join(_generate_constant_rule(v) for v in node.values) + ")")
-        if kind == OBJECT:
-            if not node.properties and node.additional is not None and node.additional.kind == ANY:
-                return self.add_rule(rule_name, self.add_primitive("object", PRIMITIVE_RULES["object"]))
-            required = set(p for p, _s, req in node.properties if req)
-            return self.add_rule(rule_name, self.build_object_rule(
-                [(p, s) for p, s, _r in node.properties], required, name, node.additional))
-        if kind == TUPLE:
-            parts = ['"[" space ']
-            for i, item in enumerate(node.items):
-                if i > 0:
-                    parts.append(' "," space ')
-                parts.append(self.visit(item, sub_name + "tuple-" + str(i)))
-            parts.append(' space "]"')
-            return self.add_rule(rule_name, "".join(parts))
-        if kind == ARRAY:
-            if node.items.kind == ANY and node.min_items == 0 and node.max_items < 0:
-                return self.visit_primitive(rule_name, "array")
-            item_rule_name = self.visit(node.items, sub_name + "item")
-            max_items = _INT_MAX if node.max_items < 0 else node.max_items
-            return self.add_rule(rule_name, '"[" space ' + _build_repetition(
-                item_rule_name, node.min_items, max_items, '"," space') + ' space "]"')
-        if kind == STRING:
-            if node.pattern:
-                return self.visit_pattern(_b(node.pattern), rule_name, node)
-            if node.format == FORMAT_UUID:
-                return self.visit_primitive(rule_name, "uuid")
-            if node.format != FORMAT_NONE:
-                prim = {FORMAT_DATE: "date", FORMAT_TIME: "time"}.get(node.format, "date-time") + "-string"
-                return self.add_rule(rule_name, self.add_primitive(prim, STRING_FORMAT_RULES[prim]))
-            if node.min_length > 0 or node.max_length >= 0:
-                char_rule = self.add_primitive("char", PRIMITIVE_RULES["char"])
-                max_len = _INT_MAX if node.max_length < 0 else node.max_length
-                return self.add_rule(rule_name, '"\\"" ' + _build_repetition(char_rule, node.min_length, max_len)
-                                     + ' "\\""')
-            return self.visit_primitive(rule_name, "string")
-        if kind == INTEGER:
-            if node.minimum == _INT64_MIN and node.maximum == _INT64_MAX:
-                return self.visit_primitive(rule_name, "integer")
-            out = ["("]
-            try:
-                _build_min_max_int(node.minimum, node.maximum, out)
-            except _MinMaxError as e:
-                raise _ConversionError("JSON schema conversion failed:\n" + str(e), node.path) from None
-            out.append(")")
-            return self.add_rule(rule_name, "".join(out))
-        if kind == NUMBER:
-            return self.visit_primitive(rule_name, "number")
-        if kind == BOOLEAN:
-            return self.visit_primitive(rule_name, "boolean")
-        if kind == NULL:
-            return self.visit_primitive(rule_name, "null")
-        if kind == ANY:
-            return self.add_rule(rule_name, self.add_primitive("value", PRIMITIVE_RULES["value"]))
-        return ""
-
-    def format_grammar(self):
-        return "".join(k + " ::= " + self.rules[k] + "\n" for k in sorted(self.rules))
-
-
-def _guard_depth(cls, name):
-    """Compiled only: cls.name counts its nesting in self.depth and raises _TooDeep past _COMPILED_MAX_DEPTH.
-    (Plain Python keeps the method as it is: an extra frame per level would lower where RecursionError comes.)"""
-    unguarded = getattr(cls, name)
-
-    def guarded(self, node, name):
         self.depth += 1
         try:
-            if self.depth > _COMPILED_MAX_DEPTH:
+            if _COMPILED and self.depth > _COMPILED_MAX_DEPTH:
                 raise _TooDeep()
-            return unguarded(self, node, name)
+            meter = self.meter
+            self.pointer = node.path
+            meter.work(len(name), node.path)
+            meter.ticks += 1
+            if meter.ticks & 63 == 0:
+                meter.clock(node.path)
+            if name in _RESERVED_NAMES:
+                rule_name = name + "-"
+            elif name == "":
+                rule_name = "root"
+            else:
+                rule_name = name
+            sub_name = name + ("" if name == "" else "-")
+            kind = node.kind
+
+            if kind == REF:
+                return self.add_rule(rule_name, self.resolve_ref(node))
+            if kind == ANY_OF:
+                return self.add_rule(rule_name, self.generate_union_rule(name, node.children))
+            if kind == ALL_OF:
+                return self.visit_all_of(node, name, rule_name)
+            if kind == CONST:
+                return self.add_rule(rule_name, _generate_constant_rule(node.value))
+            if kind == ENUM:
+                return self.add_rule(rule_name, "(" + " | ".join([_generate_constant_rule(v) for v in node.values]) + ")")
+            if kind == OBJECT:
+                if not node.properties and node.additional is not None and node.additional.kind == ANY:
+                    return self.add_rule(rule_name, self.add_primitive("object", PRIMITIVE_RULES["object"]))
+                required = {p for p, _s, req in node.properties if req}
+                return self.add_rule(rule_name, self.build_object_rule(
+                    [(p, s) for p, s, _r in node.properties], required, name, node.additional))
+            if kind == TUPLE:
+                parts = ['"[" space ']
+                for i, item in enumerate(node.items):
+                    if i > 0:
+                        parts.append(' "," space ')
+                    parts.append(self.visit(item, sub_name + "tuple-" + str(i)))
+                parts.append(' space "]"')
+                return self.add_rule(rule_name, "".join(parts))
+            if kind == ARRAY:
+                if node.items.kind == ANY and node.min_items == 0 and node.max_items < 0:
+                    return self.visit_primitive(rule_name, "array")
+                item_rule_name = self.visit(node.items, sub_name + "item")
+                max_items = _INT_MAX if node.max_items < 0 else node.max_items
+                return self.add_rule(rule_name, '"[" space ' + _build_repetition(
+                    item_rule_name, node.min_items, max_items, '"," space') + ' space "]"')
+            if kind == STRING:
+                if node.pattern:
+                    return self.visit_pattern(_b(node.pattern), rule_name, node)
+                if node.format == FORMAT_UUID:
+                    return self.visit_primitive(rule_name, "uuid")
+                if node.format != FORMAT_NONE:
+                    prim = {FORMAT_DATE: "date", FORMAT_TIME: "time"}.get(node.format, "date-time") + "-string"
+                    return self.add_rule(rule_name, self.add_primitive(prim, STRING_FORMAT_RULES[prim]))
+                if node.min_length > 0 or node.max_length >= 0:
+                    char_rule = self.add_primitive("char", PRIMITIVE_RULES["char"])
+                    max_len = _INT_MAX if node.max_length < 0 else node.max_length
+                    return self.add_rule(rule_name, '"\\"" ' + _build_repetition(char_rule, node.min_length, max_len)
+                                         + ' "\\""')
+                return self.visit_primitive(rule_name, "string")
+            if kind == INTEGER:
+                if node.minimum == _INT64_MIN and node.maximum == _INT64_MAX:
+                    return self.visit_primitive(rule_name, "integer")
+                out = ["("]
+                try:
+                    _build_min_max_int(node.minimum, node.maximum, out)
+                except _MinMaxError as e:
+                    raise _ConversionError("JSON schema conversion failed:\n" + str(e), node.path) from None
+                out.append(")")
+                return self.add_rule(rule_name, "".join(out))
+            if kind == NUMBER:
+                return self.visit_primitive(rule_name, "number")
+            if kind == BOOLEAN:
+                return self.visit_primitive(rule_name, "boolean")
+            if kind == NULL:
+                return self.visit_primitive(rule_name, "null")
+            if kind == ANY:
+                return self.add_rule(rule_name, self.add_primitive("value", PRIMITIVE_RULES["value"]))
+            return ""
         finally:
             self.depth -= 1
 
-    setattr(cls, name, guarded)
+    def format_grammar(self):
+        rules = self.rules
+        return "".join([k + " ::= " + rules[k] + "\n" for k in sorted(rules)])
 
-
-if _COMPILED:
-    _guard_depth(_Builder, "build_node")
-    _guard_depth(_Converter, "visit")
 
 _RECURSION_HEADROOM = 20000
 
