@@ -4,6 +4,7 @@
 
 cdef class _Meter:
     cdef public object limits
+    cdef public Py_ssize_t max_nodes, max_grammar_bytes, max_work_bytes
     cdef public Py_ssize_t nodes, grammar_bytes, work_bytes, ticks
     cdef public object deadline, cancel
     cpdef node(self, pointer)
@@ -63,3 +64,4 @@ cpdef _dump(v)
 cpdef _build_repetition(str item_rule, min_items, max_items, str separator_rule=*)
 cpdef str _format_literal(str literal)
 cpdef str _generate_constant_rule(value)
+cpdef _check_tree(value, Py_ssize_t depth=*, _Meter meter=*)

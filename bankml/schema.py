@@ -92,10 +92,21 @@ def _limit_message(what):
     return _PREFIX + what + "; bankml refuses it (llama.cpp has no such bound and would build it whole)"
 
 
+def _count_bound(v):
+    """A limit as the int a count is compared with: a count (an int) is above v exactly when it is above
+    floor(v); a limit no count can reach (or NaN, which no count is above) becomes sys.maxsize."""
+    if v != v or v >= sys.maxsize:
+        return sys.maxsize
+    return math.floor(v)
+
+
 class _Meter:
     """The counts of one conversion against its SchemaLimits, and its deadline."""
     def __init__(self, limits):
         self.limits = limits = limits or DEFAULT_LIMITS
+        self.max_nodes = _count_bound(limits.max_nodes)
+        self.max_grammar_bytes = _count_bound(limits.max_grammar_bytes)
+        self.max_work_bytes = _count_bound(limits.max_work_bytes)
         self.nodes = 0
         self.grammar_bytes = 0
         self.work_bytes = 0
@@ -108,7 +119,7 @@ class _Meter:
 
     def node(self, pointer):
         self.nodes += 1
-        if self.nodes > self.limits.max_nodes:
+        if self.nodes > self.max_nodes:
             raise _LimitExceeded(_limit_message(
                 "the schema expands to more than %d nodes (SchemaLimits.max_nodes)" % self.limits.max_nodes), pointer)
         self.ticks += 1
@@ -117,14 +128,14 @@ class _Meter:
 
     def work(self, n, pointer):
         self.work_bytes += n
-        if self.work_bytes > self.limits.max_work_bytes:
+        if self.work_bytes > self.max_work_bytes:
             raise _LimitExceeded(_limit_message(
                 "converting the schema builds more than %d bytes of rules and node paths (SchemaLimits.max_work_bytes)"
                 % self.limits.max_work_bytes), pointer)
 
     def output(self, n, pointer):
         self.grammar_bytes += n
-        if self.grammar_bytes > self.limits.max_grammar_bytes:
+        if self.grammar_bytes > self.max_grammar_bytes:
             raise _LimitExceeded(_limit_message(
                 "the grammar grows past %d bytes (SchemaLimits.max_grammar_bytes)"
                 % self.limits.max_grammar_bytes), pointer)
@@ -186,11 +197,15 @@ def _python_module():
 
 def _b(s):
     """Text to a byte string (one character per UTF-8 byte)."""
+    if type(s) is str and s.isascii():  # its own byte string (isascii() reads a flag of the string)
+        return s
     return s.encode("utf-8", "surrogatepass").decode("latin-1")
 
 
 def _t(s):
     """A byte string back to text."""
+    if type(s) is str and s.isascii():
+        return s
     return s.encode("latin-1").decode("utf-8", "surrogateescape")
 
 
@@ -1110,10 +1125,12 @@ class _Converter:
         rules = self.rules
         meter = self.meter
         meter.work(len(rule), self.pointer)
-        if esc_name not in rules or rules[esc_name] == rule:
-            if esc_name not in rules:
-                meter.output(len(esc_name) + len(rule) + 6, self.pointer)
+        existing = rules.get(esc_name)
+        if existing is None:
+            meter.output(len(esc_name) + len(rule) + 6, self.pointer)
             rules[esc_name] = rule
+            return esc_name
+        if existing == rule:
             return esc_name
         i = 0
         while (esc_name + str(i)) in rules and rules[esc_name + str(i)] != rule:
@@ -1599,7 +1616,13 @@ class _Converter:
 
     def format_grammar(self):
         rules = self.rules
-        return "".join([k + " ::= " + rules[k] + "\n" for k in sorted(rules)])
+        parts = []
+        for k in sorted(rules):
+            parts.append(k)
+            parts.append(" ::= ")
+            parts.append(rules[k])
+            parts.append("\n")
+        return "".join(parts)
 
 
 _RECURSION_HEADROOM = 20000
