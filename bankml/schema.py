@@ -1691,8 +1691,9 @@ def _convert_here(doc, limits):
     # the converter recurses as the schema nests (and along $ref chains): the caller raised the recursion
     # limit for the call (counted across threads), and RecursionError becomes SchemaError
     meter = _Meter(limits)
+    builder = _Builder(doc, meter)
     try:
-        root = _Builder(doc, meter).build()
+        root = builder.build()
         conv = _Converter(False, meter)
         conv.visit(root, "")
     except _Fail as e:
@@ -1703,6 +1704,10 @@ def _convert_here(doc, limits):
         raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply (through $ref or "
                           "nesting) to convert, or recurses through allOf (where llama.cpp overflows its stack)",
                           "#") from None
+    finally:
+        # the $ref nodes of a recursive schema make cycles: cut, the tree goes as soon as it is dropped
+        for ref in builder.pending:
+            ref.target = None
     if conv.errors:
         raise SchemaError(_t("JSON schema conversion failed:\n" + "\n".join(conv.errors)), conv.error_pointer or "#")
     return _t(conv.format_grammar()), [_t(w) for w in conv.warnings]
