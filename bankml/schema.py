@@ -11,10 +11,11 @@ multi-byte character between two literals), the converter below works on "byte s
 objects whose characters are the UTF-8 bytes (latin-1 decoded). They are turned back into text at the end;
 bytes that are not valid UTF-8 come back as surrogate escapes (``errors="surrogateescape"``).
 
-setup.py compiles this file with Cython as it is (plain Python, compiled for speed; the directive line above
-keeps Python's indexing: negative indices and IndexError). The compiled code recurses on the C stack, which
-Python's recursion limit does not bound, so it stops at a nesting depth of ``_COMPILED_MAX_DEPTH`` (far past
-any real schema) and the conversion is redone from the start by this same file run as plain Python, whose
+setup.py compiles this file with Cython as it is (plain Python; ``schema.pxd`` makes its classes cdef classes
+and its hot functions cpdef; the directive line above keeps Python's indexing: negative indices and
+IndexError). The compiled code recurses on the C stack, which Python's recursion limit does not bound, so it
+stops at a nesting depth of ``_COMPILED_MAX_DEPTH`` (far past any real schema) and the conversion, the
+SchemaDocument or the build_grammar() is redone from the start by this same file run as plain Python, whose
 RecursionError handling is the reference: the result is the same either way.
 """
 import functools
@@ -191,6 +192,9 @@ def _python_module():
             __package__ + "._schema_python", os.path.join(os.path.dirname(__file__), "schema.py"))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+        # its nodes are this module's (their attributes are public), so a SchemaDocument's nodes from either
+        # go into a GrammarBuilder of either
+        module._Node = _Node
         _PYTHON_MODULE = module
     return _PYTHON_MODULE
 
@@ -1746,11 +1750,13 @@ class SchemaDocument:
         _raise_recursion_limit()
         try:
             self.root = _Builder(doc, _Meter(limits)).build()
+        except _TooDeep:
+            self.root = _python_module().SchemaDocument(schema, limits).root
         except _Fail as e:
             raise SchemaError("JSON schema conversion failed:\n" + e.message, e.pointer) from None
         except _LimitExceeded as e:
             raise SchemaError(_t(e.message), e.pointer) from None
-        except (RecursionError, _TooDeep):
+        except RecursionError:
             raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply to read", "#") from None
         finally:
             _restore_recursion_limit()
@@ -1784,9 +1790,12 @@ def build_grammar(callback, dotall=False, limits=None):
     _raise_recursion_limit()
     try:
         callback(GrammarBuilder(conv))
+    except _TooDeep:
+        # done again from the start in plain Python (the callback called again)
+        return _python_module().build_grammar(callback, dotall, limits)
     except (_ConversionError, _LimitExceeded) as e:
         raise SchemaError(_t(e.message), e.pointer) from None
-    except (RecursionError, _TooDeep):
+    except RecursionError:
         raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply (through $ref or "
                           "nesting) to convert, or recurses through allOf (where llama.cpp overflows its stack)",
                           "#") from None

@@ -9,7 +9,7 @@ plain-Python module; the current one is ``bankml.schema`` as imported (the compi
 are drawn as ``bench/frontend.py`` draws them. Timing: each schema is converted from its parsed dict (no text
 cache), baseline and current alternately, ``--repeat`` times each, the fastest kept, on the thread's CPU clock;
 prints p50 / p90 / p99 / max of both and their ratio, then the ``--slowest`` schemas (by the baseline's time)
-one by one, and the load average before and after.
+one by one and the drawn schemas whose grammar is 300 KB or more, and the load average before and after.
 
 ``--check`` converts every schema of DIR, ``bench/data/maskbench/`` and ``bench/data/schemas.json`` with both,
 from the dict and from its JSON text, and counts the conversions whose outcome differs: the grammar and the
@@ -110,7 +110,7 @@ def main(argv=None):
         for _ in range(args.repeat):
             old = min(old, cpu_us(baseline, schema))
             new = min(new, cpu_us(current, schema))
-        rows.append((name, old, new))
+        rows.append((name, old, new, len(outcome(current, schema)[1])))
     load_after = os.getloadavg()
     print(f"{len(names)} schemas (seed {args.seed}, n {args.n}, best of {args.repeat}, thread CPU time); load average "
           f"before {load_before[0]:.2f}, after {load_after[0]:.2f}")
@@ -120,9 +120,15 @@ def main(argv=None):
         print(f"  {'max' if q == 100 else 'p%d' % q:>4}  baseline {o / 1e3:8.3f} ms   current {n / 1e3:8.3f} ms   "
               f"{o / n:5.2f}x")
     print(f"the {args.slowest} slowest for the baseline, --include files too (ms; grammars refused past a SchemaLimits bound marked *):")
-    for name, o, n in sorted(rows, key=lambda r: -r[1])[:args.slowest]:
+    for name, o, n, _ in sorted(rows, key=lambda r: -r[1])[:args.slowest]:
         refused = "*" if outcome(current, json.loads((pathlib.Path(args.folder) / name).read_text())["schema"])[0] == "error" else " "
         print(f"  {name:<55}{refused} baseline {o / 1e3:8.2f}   current {n / 1e3:7.2f}   {o / n:5.2f}x")
+
+    big = sorted((r for r in rows if r[0] in names and r[3] >= 300_000), key=lambda r: r[3])
+    if big:
+        print("the grammars of 300 KB and more among the drawn files (ms):")
+        for name, o, n, size in big:
+            print(f"  {name:<55} {size:>9,} B  baseline {o / 1e3:8.2f}   current {n / 1e3:7.2f}   {o / n:5.2f}x")
 
 
 if __name__ == "__main__":
