@@ -171,7 +171,7 @@ _COMPILED = not isinstance(_wrap32, types.FunctionType)
 # Nesting of schema nodes (building or visiting them) and of the key-exclusion trie past which the compiled
 # module hands the conversion to the plain-Python one. A level takes 1-2.5 KB of C stack compiled: 400 levels
 # fit in a 1 MB thread stack (Linux gives threads 8 MB). Of the 11,305 MaskBench schemas, the deepest converted
-# ones nest 36 levels; only three that end past a SchemaLimits bound go deeper (826 and 3,665 visits)
+# one nests 36 levels; only four that end past a SchemaLimits bound go deeper (646 to 3,665 levels)
 _COMPILED_MAX_DEPTH = 400
 
 
