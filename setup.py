@@ -25,16 +25,20 @@ if not DEBUG:
     macros.append(("CYTHON_WITHOUT_ASSERTIONS", None))
 
 
-def extension(name, extra_args=()):
+def extension(name, extra_args=(), source=None):
     return Extension(
         f"bankml.{name}",
-        [f"bankml/{name}.pyx"],
+        [source or f"bankml/{name}.pyx"],
         language="c++",
         include_dirs=[numpy.get_include()],
         extra_compile_args=compile_args + list(extra_args),
         define_macros=macros,
     )
 
+
+# bankml/schema.py is plain Python, compiled as it is for speed (its own directive line keeps Python's indexing,
+# which it relies on); Python imports the extension before the .py beside it
+SCHEMA = extension("schema", source="bankml/schema.py")
 
 # GCC 12's predictive commoning makes std::partial_sort (the sampler's top-k) about 1.8x slower at -O3;
 # turning it off changes no result (the oracle draws stay identical), only the speed.
@@ -44,7 +48,7 @@ SAMPLER_ARGS = [] if DEBUG else ["-fno-predictive-commoning"]
 setup(
     ext_modules=cythonize(
         [extension("_trie"), extension("_rules"), extension("_grammar"), extension("_hash"), extension("_sampler", SAMPLER_ARGS),
-         extension("_cpu")],
+         extension("_cpu"), SCHEMA],
         compiler_directives=directives,
         annotate=False,
     ),

@@ -1,4 +1,5 @@
 # Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+# cython: boundscheck=True, wraparound=True
 """JSON schema to GBNF, as llama.cpp converts it.
 
 The reference is the llama.cpp vendored by llama-cpp-python 0.3.36: ``common/json-schema.cpp`` (the schema
@@ -9,6 +10,13 @@ llama.cpp works on the bytes of the UTF-8 text. To keep that behaviour (a patter
 multi-byte character between two literals), the converter below works on "byte strings": Python ``str``
 objects whose characters are the UTF-8 bytes (latin-1 decoded). They are turned back into text at the end;
 bytes that are not valid UTF-8 come back as surrogate escapes (``errors="surrogateescape"``).
+
+setup.py compiles this file with Cython as it is (plain Python; ``schema.pxd`` makes its classes cdef classes
+and its hot functions cpdef; the directive line above keeps Python's indexing: negative indices and
+IndexError). The compiled code recurses on the C stack, which Python's recursion limit does not bound, so it
+stops at a nesting depth of ``_COMPILED_MAX_DEPTH`` (far past any real schema) and the conversion, the
+SchemaDocument or the build_grammar() is redone from the start by this same file run as plain Python, whose
+RecursionError handling is the reference: the result is the same either way.
 """
 import functools
 import itertools
@@ -19,6 +27,7 @@ import struct
 import sys
 import threading
 import time
+import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -84,12 +93,21 @@ def _limit_message(what):
     return _PREFIX + what + "; bankml refuses it (llama.cpp has no such bound and would build it whole)"
 
 
+def _count_bound(v):
+    """A limit as the int a count is compared with: a count (an int) is above v exactly when it is above
+    floor(v); a limit no count can reach (or NaN, which no count is above) becomes sys.maxsize."""
+    if v != v or v >= sys.maxsize:
+        return sys.maxsize
+    return math.floor(v)
+
+
 class _Meter:
     """The counts of one conversion against its SchemaLimits, and its deadline."""
-    __slots__ = ("limits", "nodes", "grammar_bytes", "work_bytes", "deadline", "cancel", "ticks")
-
     def __init__(self, limits):
         self.limits = limits = limits or DEFAULT_LIMITS
+        self.max_nodes = _count_bound(limits.max_nodes)
+        self.max_grammar_bytes = _count_bound(limits.max_grammar_bytes)
+        self.max_work_bytes = _count_bound(limits.max_work_bytes)
         self.nodes = 0
         self.grammar_bytes = 0
         self.work_bytes = 0
@@ -102,7 +120,7 @@ class _Meter:
 
     def node(self, pointer):
         self.nodes += 1
-        if self.nodes > self.limits.max_nodes:
+        if self.nodes > self.max_nodes:
             raise _LimitExceeded(_limit_message(
                 "the schema expands to more than %d nodes (SchemaLimits.max_nodes)" % self.limits.max_nodes), pointer)
         self.ticks += 1
@@ -111,14 +129,14 @@ class _Meter:
 
     def work(self, n, pointer):
         self.work_bytes += n
-        if self.work_bytes > self.limits.max_work_bytes:
+        if self.work_bytes > self.max_work_bytes:
             raise _LimitExceeded(_limit_message(
                 "converting the schema builds more than %d bytes of rules and node paths (SchemaLimits.max_work_bytes)"
                 % self.limits.max_work_bytes), pointer)
 
     def output(self, n, pointer):
         self.grammar_bytes += n
-        if self.grammar_bytes > self.limits.max_grammar_bytes:
+        if self.grammar_bytes > self.max_grammar_bytes:
             raise _LimitExceeded(_limit_message(
                 "the grammar grows past %d bytes (SchemaLimits.max_grammar_bytes)"
                 % self.limits.max_grammar_bytes), pointer)
@@ -148,13 +166,50 @@ def _wrap32(v):
     return v - 2**32 if v >= 2**31 else v
 
 
+# Compiled, a function is a Cython function, not a Python one
+_COMPILED = not isinstance(_wrap32, types.FunctionType)
+# Nesting of schema nodes (building or visiting them) and of the key-exclusion trie past which the compiled
+# module hands the conversion to the plain-Python one. A level takes 1-2.5 KB of C stack compiled: 400 levels
+# fit in a 1 MB thread stack (Linux gives threads 8 MB). Of the 11,305 MaskBench schemas, the deepest converted
+# one nests 36 levels; only four that end past a SchemaLimits bound go deeper (646 to 3,665 levels)
+_COMPILED_MAX_DEPTH = 400
+
+
+class _TooDeep(Exception):
+    """Raised by the compiled module only, past _COMPILED_MAX_DEPTH."""
+
+
+_PYTHON_MODULE = None
+
+
+def _python_module():
+    """This file run as plain Python (bankml._schema_python), where deep recursion ends in RecursionError."""
+    global _PYTHON_MODULE
+    if _PYTHON_MODULE is None:
+        import importlib.util
+        import os
+        spec = importlib.util.spec_from_file_location(
+            __package__ + "._schema_python", os.path.join(os.path.dirname(__file__), "schema.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        # its nodes are this module's (their attributes are public), so a SchemaDocument's nodes from either
+        # go into a GrammarBuilder of either
+        module._Node = _Node
+        _PYTHON_MODULE = module
+    return _PYTHON_MODULE
+
+
 def _b(s):
     """Text to a byte string (one character per UTF-8 byte)."""
+    if type(s) is str and s.isascii():  # its own byte string (isascii() reads a flag of the string)
+        return s
     return s.encode("utf-8", "surrogatepass").decode("latin-1")
 
 
 def _t(s):
     """A byte string back to text."""
+    if type(s) is str and s.isascii():
+        return s
     return s.encode("latin-1").decode("utf-8", "surrogateescape")
 
 
@@ -464,8 +519,8 @@ def _dump(v):
     if t is str:
         return _encode_string(v)
     if t is list:
-        return "[" + ",".join(_dump(x) for x in v) + "]"
-    return "{" + ",".join(_encode_string(k) + ":" + _dump(x) for k, x in v.items()) + "}"
+        return "[" + ",".join([_dump(x) for x in v]) + "]"
+    return "{" + ",".join([_encode_string(k) + ":" + _dump(x) for k, x in v.items()]) + "}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -476,10 +531,7 @@ FORMAT_NONE, FORMAT_UUID, FORMAT_DATE, FORMAT_TIME, FORMAT_DATE_TIME = range(5)
 
 
 class _Node:
-    __slots__ = ("kind", "path", "ref", "target", "children", "value", "values", "minimum", "maximum", "pattern",
-                 "format", "min_length", "max_length", "items", "min_items", "max_items", "properties",
-                 "additional")
-
+    # compiled, a cdef class whose attributes schema.pxd declares
     def __init__(self, kind, path):
         self.kind = kind
         self.path = path
@@ -526,6 +578,7 @@ class _Builder:
         self.refs = {}
         self.pending = []
         self.meter = meter or _Meter(None)
+        self.depth = 0
 
     def build(self):
         node = self.build_node(self.root, "#")
@@ -684,76 +737,82 @@ class _Builder:
         return node
 
     def build_node(self, schema, path):
-        # a node keeps its JSON pointer: "type" lists that copy a schema per type make these grow with depth
-        self.meter.node(path)
-        self.meter.work(len(path), path)
-        if type(schema) is not dict:
-            _fail(path, "schema must be an object")
-        if "$ref" in schema:
-            return self.build_ref(schema["$ref"], path)
-        if "oneOf" in schema or "anyOf" in schema:
-            key = "oneOf" if "oneOf" in schema else "anyOf"
-            return self.build_alternatives(ANY_OF, schema[key], path + "/" + key)
+        self.depth += 1
+        try:
+            if _COMPILED and self.depth > _COMPILED_MAX_DEPTH:
+                raise _TooDeep()
+            # a node keeps its JSON pointer: "type" lists that copy a schema per type make these grow with depth
+            self.meter.node(path)
+            self.meter.work(len(path), path)
+            if type(schema) is not dict:
+                _fail(path, "schema must be an object")
+            if "$ref" in schema:
+                return self.build_ref(schema["$ref"], path)
+            if "oneOf" in schema or "anyOf" in schema:
+                key = "oneOf" if "oneOf" in schema else "anyOf"
+                return self.build_alternatives(ANY_OF, schema[key], path + "/" + key)
 
-        typ = schema.get("type")
-        if type(typ) is list:
-            if not typ:
-                _fail(path, "type must not be empty")
-            node = _Node(ANY_OF, path)
-            node.children = []
-            for i, t in enumerate(typ):
-                alt = dict(schema)
-                alt["type"] = t
-                node.children.append(self.build_node(alt, path + "/type/" + str(i)))
-            return node
-        if "const" in schema:
-            node = _Node(CONST, path)
-            node.value = schema["const"]
-            return node
-        if "enum" in schema:
-            values = schema["enum"]
-            if type(values) is not list or not values:
-                _fail(path, "enum must be a non-empty array")
-            node = _Node(ENUM, path)
-            node.values = list(values)
-            return node
-        if typ is not None and type(typ) is not str:
-            _fail(path, "type must be a string or an array of strings")
+            typ = schema.get("type")
+            if type(typ) is list:
+                if not typ:
+                    _fail(path, "type must not be empty")
+                node = _Node(ANY_OF, path)
+                node.children = []
+                for i, t in enumerate(typ):
+                    alt = dict(schema)
+                    alt["type"] = t
+                    node.children.append(self.build_node(alt, path + "/type/" + str(i)))
+                return node
+            if "const" in schema:
+                node = _Node(CONST, path)
+                node.value = schema["const"]
+                return node
+            if "enum" in schema:
+                values = schema["enum"]
+                if type(values) is not list or not values:
+                    _fail(path, "enum must be a non-empty array")
+                node = _Node(ENUM, path)
+                node.values = list(values)
+                return node
+            if typ is not None and type(typ) is not str:
+                _fail(path, "type must be a string or an array of strings")
 
-        type_name = typ if type(typ) is str else ""
-        has_properties = "properties" in schema or (
-            "additionalProperties" in schema and schema["additionalProperties"] is not True)
+            type_name = typ if type(typ) is str else ""
+            has_properties = "properties" in schema or (
+                "additionalProperties" in schema and schema["additionalProperties"] is not True)
 
-        if type_name == "":
-            if has_properties:
+            if type_name == "":
+                if has_properties:
+                    return self.build_object(schema, path)
+                if "allOf" in schema:
+                    return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
+                if "items" in schema or "prefixItems" in schema:
+                    return self.build_array(schema, path)
+                if ("pattern" in schema or "minLength" in schema or "maxLength" in schema
+                        or self.get_format(schema, path) != FORMAT_NONE):
+                    return self.build_string(schema, path)
+                return _Node(ANY, path)
+            if type_name == "object":
+                if not has_properties and "allOf" in schema:
+                    return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
                 return self.build_object(schema, path)
-            if "allOf" in schema:
-                return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
-            if "items" in schema or "prefixItems" in schema:
-                return self.build_array(schema, path)
-            if ("pattern" in schema or "minLength" in schema or "maxLength" in schema
-                    or self.get_format(schema, path) != FORMAT_NONE):
+            if type_name == "string":
+                if "allOf" in schema:
+                    return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
                 return self.build_string(schema, path)
-            return _Node(ANY, path)
-        if type_name == "object":
-            if not has_properties and "allOf" in schema:
-                return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
-            return self.build_object(schema, path)
-        if type_name == "string":
-            if "allOf" in schema:
-                return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
-            return self.build_string(schema, path)
-        if type_name == "array":
-            return self.build_array(schema, path)
-        if type_name == "integer":
-            return self.build_integer(schema, path)
-        if type_name == "number":
-            return _Node(NUMBER, path)
-        if type_name == "boolean":
-            return _Node(BOOLEAN, path)
-        if type_name == "null":
-            return _Node(NULL, path)
-        _fail(path, "unrecognized type " + type_name)
+            if type_name == "array":
+                return self.build_array(schema, path)
+            if type_name == "integer":
+                return self.build_integer(schema, path)
+            if type_name == "number":
+                return _Node(NUMBER, path)
+            if type_name == "boolean":
+                return _Node(BOOLEAN, path)
+            if type_name == "null":
+                return _Node(NULL, path)
+            _fail(path, "unrecognized type " + type_name)
+        finally:
+            self.depth -= 1
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -984,8 +1043,6 @@ STRING_FORMAT_RULES = {
 _RESERVED_NAMES = frozenset(["root"]) | frozenset(PRIMITIVE_RULES) | frozenset(STRING_FORMAT_RULES)
 
 _INVALID_RULE_CHARS_RE = re.compile(r"[^a-zA-Z0-9-]+")
-_GRAMMAR_LITERAL_ESCAPE_RE = re.compile(r'[\r\n"\\]')
-_GRAMMAR_LITERAL_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"', "-": "\\-", "]": "\\]", "\\": "\\\\"}
 
 MAX_PATTERN_DEPTH = 100
 
@@ -995,7 +1052,17 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def _format_literal(literal):
-    return '"' + _GRAMMAR_LITERAL_ESCAPE_RE.sub(lambda m: _GRAMMAR_LITERAL_ESCAPES[m.group(0)], literal) + '"'
+    # llama.cpp's regex_replace of [\r\n"\\] by their escapes; the backslashes first, so that no inserted
+    # backslash is escaped again
+    if "\\" in literal:
+        literal = literal.replace("\\", "\\\\")
+    if '"' in literal:
+        literal = literal.replace('"', '\\"')
+    if "\n" in literal:
+        literal = literal.replace("\n", "\\n")
+    if "\r" in literal:
+        literal = literal.replace("\r", "\\r")
+    return '"' + literal + '"'
 
 
 def gbnf_format_literal(literal):
@@ -1050,6 +1117,7 @@ class _Converter:
         self.error_pointer = None
         self.meter = meter or _Meter(None)
         self.pointer = "#"   # the node being visited: where a limit is reported
+        self.depth = 0
         self.meter.output(len("space ::= \n") + len(SPACE_RULE), "#")
 
     def add_rule(self, name, rule):
@@ -1061,10 +1129,12 @@ class _Converter:
         rules = self.rules
         meter = self.meter
         meter.work(len(rule), self.pointer)
-        if esc_name not in rules or rules[esc_name] == rule:
-            if esc_name not in rules:
-                meter.output(len(esc_name) + len(rule) + 6, self.pointer)
+        existing = rules.get(esc_name)
+        if existing is None:
+            meter.output(len(esc_name) + len(rule) + 6, self.pointer)
             rules[esc_name] = rule
+            return esc_name
+        if existing == rule:
             return esc_name
         i = 0
         while (esc_name + str(i)) in rules and rules[esc_name + str(i)] != rule:
@@ -1285,7 +1355,9 @@ class _Converter:
         char_rule = self.add_primitive("char", PRIMITIVE_RULES["char"])
         out = ['["] ( ']
 
-        def visit(node):
+        def visit(node, depth):
+            if _COMPILED and depth > _COMPILED_MAX_DEPTH:
+                raise _TooDeep()
             rejects = []
             first = True
             for ch in sorted(node):
@@ -1299,14 +1371,14 @@ class _Converter:
                 out.append("[" + c + "]")
                 if child:
                     out.append(" (")
-                    visit(child)
+                    visit(child, depth + 1)
                     out.append(")")
                 else:
                     out.append(" " + char_rule + "+")
             if node:
                 out.append(' | [^"' + "".join(rejects) + "] " + char_rule + "*")
 
-        visit(root)
+        visit(root, 0)
         out.append(" )")
         if not terminal_root:
             out.append("?")
@@ -1460,88 +1532,101 @@ class _Converter:
         return self.add_rule(rule_name, self.build_object_rule(properties, required, name, None))
 
     def visit(self, node, name):
-        meter = self.meter
-        self.pointer = node.path
-        meter.work(len(name), node.path)
-        meter.ticks += 1
-        if meter.ticks & 63 == 0:
-            meter.clock(node.path)
-        if name in _RESERVED_NAMES:
-            rule_name = name + "-"
-        elif name == "":
-            rule_name = "root"
-        else:
-            rule_name = name
-        sub_name = name + ("" if name == "" else "-")
-        kind = node.kind
+        self.depth += 1
+        try:
+            if _COMPILED and self.depth > _COMPILED_MAX_DEPTH:
+                raise _TooDeep()
+            meter = self.meter
+            self.pointer = node.path
+            meter.work(len(name), node.path)
+            meter.ticks += 1
+            if meter.ticks & 63 == 0:
+                meter.clock(node.path)
+            if name in _RESERVED_NAMES:
+                rule_name = name + "-"
+            elif name == "":
+                rule_name = "root"
+            else:
+                rule_name = name
+            sub_name = name + ("" if name == "" else "-")
+            kind = node.kind
 
-        if kind == REF:
-            return self.add_rule(rule_name, self.resolve_ref(node))
-        if kind == ANY_OF:
-            return self.add_rule(rule_name, self.generate_union_rule(name, node.children))
-        if kind == ALL_OF:
-            return self.visit_all_of(node, name, rule_name)
-        if kind == CONST:
-            return self.add_rule(rule_name, _generate_constant_rule(node.value))
-        if kind == ENUM:
-            return self.add_rule(rule_name, "(" + " | ".join(_generate_constant_rule(v) for v in node.values) + ")")
-        if kind == OBJECT:
-            if not node.properties and node.additional is not None and node.additional.kind == ANY:
-                return self.add_rule(rule_name, self.add_primitive("object", PRIMITIVE_RULES["object"]))
-            required = set(p for p, _s, req in node.properties if req)
-            return self.add_rule(rule_name, self.build_object_rule(
-                [(p, s) for p, s, _r in node.properties], required, name, node.additional))
-        if kind == TUPLE:
-            parts = ['"[" space ']
-            for i, item in enumerate(node.items):
-                if i > 0:
-                    parts.append(' "," space ')
-                parts.append(self.visit(item, sub_name + "tuple-" + str(i)))
-            parts.append(' space "]"')
-            return self.add_rule(rule_name, "".join(parts))
-        if kind == ARRAY:
-            if node.items.kind == ANY and node.min_items == 0 and node.max_items < 0:
-                return self.visit_primitive(rule_name, "array")
-            item_rule_name = self.visit(node.items, sub_name + "item")
-            max_items = _INT_MAX if node.max_items < 0 else node.max_items
-            return self.add_rule(rule_name, '"[" space ' + _build_repetition(
-                item_rule_name, node.min_items, max_items, '"," space') + ' space "]"')
-        if kind == STRING:
-            if node.pattern:
-                return self.visit_pattern(_b(node.pattern), rule_name, node)
-            if node.format == FORMAT_UUID:
-                return self.visit_primitive(rule_name, "uuid")
-            if node.format != FORMAT_NONE:
-                prim = {FORMAT_DATE: "date", FORMAT_TIME: "time"}.get(node.format, "date-time") + "-string"
-                return self.add_rule(rule_name, self.add_primitive(prim, STRING_FORMAT_RULES[prim]))
-            if node.min_length > 0 or node.max_length >= 0:
-                char_rule = self.add_primitive("char", PRIMITIVE_RULES["char"])
-                max_len = _INT_MAX if node.max_length < 0 else node.max_length
-                return self.add_rule(rule_name, '"\\"" ' + _build_repetition(char_rule, node.min_length, max_len)
-                                     + ' "\\""')
-            return self.visit_primitive(rule_name, "string")
-        if kind == INTEGER:
-            if node.minimum == _INT64_MIN and node.maximum == _INT64_MAX:
-                return self.visit_primitive(rule_name, "integer")
-            out = ["("]
-            try:
-                _build_min_max_int(node.minimum, node.maximum, out)
-            except _MinMaxError as e:
-                raise _ConversionError("JSON schema conversion failed:\n" + str(e), node.path) from None
-            out.append(")")
-            return self.add_rule(rule_name, "".join(out))
-        if kind == NUMBER:
-            return self.visit_primitive(rule_name, "number")
-        if kind == BOOLEAN:
-            return self.visit_primitive(rule_name, "boolean")
-        if kind == NULL:
-            return self.visit_primitive(rule_name, "null")
-        if kind == ANY:
-            return self.add_rule(rule_name, self.add_primitive("value", PRIMITIVE_RULES["value"]))
-        return ""
+            if kind == REF:
+                return self.add_rule(rule_name, self.resolve_ref(node))
+            if kind == ANY_OF:
+                return self.add_rule(rule_name, self.generate_union_rule(name, node.children))
+            if kind == ALL_OF:
+                return self.visit_all_of(node, name, rule_name)
+            if kind == CONST:
+                return self.add_rule(rule_name, _generate_constant_rule(node.value))
+            if kind == ENUM:
+                return self.add_rule(rule_name, "(" + " | ".join([_generate_constant_rule(v) for v in node.values]) + ")")
+            if kind == OBJECT:
+                if not node.properties and node.additional is not None and node.additional.kind == ANY:
+                    return self.add_rule(rule_name, self.add_primitive("object", PRIMITIVE_RULES["object"]))
+                required = {p for p, _s, req in node.properties if req}
+                return self.add_rule(rule_name, self.build_object_rule(
+                    [(p, s) for p, s, _r in node.properties], required, name, node.additional))
+            if kind == TUPLE:
+                parts = ['"[" space ']
+                for i, item in enumerate(node.items):
+                    if i > 0:
+                        parts.append(' "," space ')
+                    parts.append(self.visit(item, sub_name + "tuple-" + str(i)))
+                parts.append(' space "]"')
+                return self.add_rule(rule_name, "".join(parts))
+            if kind == ARRAY:
+                if node.items.kind == ANY and node.min_items == 0 and node.max_items < 0:
+                    return self.visit_primitive(rule_name, "array")
+                item_rule_name = self.visit(node.items, sub_name + "item")
+                max_items = _INT_MAX if node.max_items < 0 else node.max_items
+                return self.add_rule(rule_name, '"[" space ' + _build_repetition(
+                    item_rule_name, node.min_items, max_items, '"," space') + ' space "]"')
+            if kind == STRING:
+                if node.pattern:
+                    return self.visit_pattern(_b(node.pattern), rule_name, node)
+                if node.format == FORMAT_UUID:
+                    return self.visit_primitive(rule_name, "uuid")
+                if node.format != FORMAT_NONE:
+                    prim = {FORMAT_DATE: "date", FORMAT_TIME: "time"}.get(node.format, "date-time") + "-string"
+                    return self.add_rule(rule_name, self.add_primitive(prim, STRING_FORMAT_RULES[prim]))
+                if node.min_length > 0 or node.max_length >= 0:
+                    char_rule = self.add_primitive("char", PRIMITIVE_RULES["char"])
+                    max_len = _INT_MAX if node.max_length < 0 else node.max_length
+                    return self.add_rule(rule_name, '"\\"" ' + _build_repetition(char_rule, node.min_length, max_len)
+                                         + ' "\\""')
+                return self.visit_primitive(rule_name, "string")
+            if kind == INTEGER:
+                if node.minimum == _INT64_MIN and node.maximum == _INT64_MAX:
+                    return self.visit_primitive(rule_name, "integer")
+                out = ["("]
+                try:
+                    _build_min_max_int(node.minimum, node.maximum, out)
+                except _MinMaxError as e:
+                    raise _ConversionError("JSON schema conversion failed:\n" + str(e), node.path) from None
+                out.append(")")
+                return self.add_rule(rule_name, "".join(out))
+            if kind == NUMBER:
+                return self.visit_primitive(rule_name, "number")
+            if kind == BOOLEAN:
+                return self.visit_primitive(rule_name, "boolean")
+            if kind == NULL:
+                return self.visit_primitive(rule_name, "null")
+            if kind == ANY:
+                return self.add_rule(rule_name, self.add_primitive("value", PRIMITIVE_RULES["value"]))
+            return ""
+        finally:
+            self.depth -= 1
 
     def format_grammar(self):
-        return "".join(k + " ::= " + self.rules[k] + "\n" for k in sorted(self.rules))
+        rules = self.rules
+        parts = []
+        for k in sorted(rules):
+            parts.append(k)
+            parts.append(" ::= ")
+            parts.append(rules[k])
+            parts.append("\n")
+        return "".join(parts)
 
 
 _RECURSION_HEADROOM = 20000
@@ -1600,11 +1685,19 @@ def _restore_recursion_limit():
 
 
 def _convert(doc, limits=None):
+    try:
+        return _convert_here(doc, limits)
+    except _TooDeep:
+        return _python_module()._convert(doc, limits)
+
+
+def _convert_here(doc, limits):
     # the converter recurses as the schema nests (and along $ref chains): the caller raised the recursion
     # limit for the call (counted across threads), and RecursionError becomes SchemaError
     meter = _Meter(limits)
+    builder = _Builder(doc, meter)
     try:
-        root = _Builder(doc, meter).build()
+        root = builder.build()
         conv = _Converter(False, meter)
         conv.visit(root, "")
     except _Fail as e:
@@ -1615,6 +1708,10 @@ def _convert(doc, limits=None):
         raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply (through $ref or "
                           "nesting) to convert, or recurses through allOf (where llama.cpp overflows its stack)",
                           "#") from None
+    finally:
+        # the $ref nodes of a recursive schema make cycles: cut, the tree goes as soon as it is dropped
+        for ref in builder.pending:
+            ref.target = None
     if conv.errors:
         raise SchemaError(_t("JSON schema conversion failed:\n" + "\n".join(conv.errors)), conv.error_pointer or "#")
     return _t(conv.format_grammar()), [_t(w) for w in conv.warnings]
@@ -1653,6 +1750,8 @@ class SchemaDocument:
         _raise_recursion_limit()
         try:
             self.root = _Builder(doc, _Meter(limits)).build()
+        except _TooDeep:
+            self.root = _python_module().SchemaDocument(schema, limits).root
         except _Fail as e:
             raise SchemaError("JSON schema conversion failed:\n" + e.message, e.pointer) from None
         except _LimitExceeded as e:
@@ -1691,6 +1790,9 @@ def build_grammar(callback, dotall=False, limits=None):
     _raise_recursion_limit()
     try:
         callback(GrammarBuilder(conv))
+    except _TooDeep:
+        # done again from the start in plain Python (the callback called again)
+        return _python_module().build_grammar(callback, dotall, limits)
     except (_ConversionError, _LimitExceeded) as e:
         raise SchemaError(_t(e.message), e.pointer) from None
     except RecursionError:
