@@ -71,6 +71,18 @@ def _find_chat_turn_tokens(vocab):
 
 
 
+_CHAT_TEMPLATES = {}
+
+
+def chat_template(source):
+    """bankml's ChatTemplate of a template text, compiled once for the run: the chat oracle tests
+    (test_chat_templates.py, test_chat_tools.py) share the 70 templates of the sdist's models/templates/."""
+    if source not in _CHAT_TEMPLATES:
+        from bankml.chat import ChatTemplate
+        _CHAT_TEMPLATES[source] = ChatTemplate(source)
+    return _CHAT_TEMPLATES[source]
+
+
 def recorded_model(recording, **extra):
     """bankml's Model set up as the recordings' llama-server slot: the recording file's
     ``llama_cpp_python_settings`` (threads, batch sizes, context size, flash attention), one sequence."""
@@ -79,6 +91,18 @@ def recorded_model(recording, **extra):
     return Model(default_model_path(), n_ctx=s["n_ctx"], n_batch=s["n_batch"], n_ubatch=s["n_ubatch"],
                  n_threads=s["n_threads"], n_threads_batch=s["n_threads_batch"], flash_attn=s["flash_attn"],
                  n_parallel=1, **extra)
+
+
+def recorded_job(model, record):
+    """The job bankml's runtime makes of a recorded OpenAI request (chat or completion), not yet run."""
+    from bankml.constraint import from_openai_text
+    from bankml.runtime import check_messages, sampler_params_from_request
+    req = record["request"]
+    constraint = from_openai_text(req, json.dumps(req))
+    params, n_predict, stop = sampler_params_from_request(req)
+    if record["endpoint"] in ("/v1/chat/completions", "/chat/completions"):
+        return model.chat(check_messages(req["messages"]), constraint, params, n_predict, stop)
+    return model.complete(req["prompt"], constraint, params, n_predict, stop)
 
 
 def sse_chunks(text):
