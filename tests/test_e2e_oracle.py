@@ -26,11 +26,8 @@ import pathlib
 
 import pytest
 
-from bankml.constraint import from_openai_text
-from bankml.runtime import check_messages, sampler_params_from_request
-
 from .oracle.record_server import kernels_fingerprint
-from .oracle_support import ORACLE_STATS, recorded_model, sse_chunks
+from .oracle_support import ORACLE_STATS, recorded_job, recorded_model, sse_chunks
 
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "server_recordings.json"
 RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
@@ -60,16 +57,6 @@ def model():
     m = recorded_model(RECORDING)
     yield m
     m.close()
-
-
-def _job(model, record):
-    req = record["request"]
-    body = json.dumps(req)
-    constraint = from_openai_text(req, body)
-    params, n_predict, stop = sampler_params_from_request(req)
-    if record["endpoint"] in ("/v1/chat/completions", "/chat/completions"):
-        return model.chat(check_messages(req["messages"]), constraint, params, n_predict, stop)
-    return model.complete(req["prompt"], constraint, params, n_predict, stop)
 
 
 def _deltas(chunks):
@@ -112,7 +99,7 @@ def test_live_llama_server_on_this_machine(model, live_recordings, name):
 
 
 def _check_same_answer(model, record):
-    job = _job(model, record)
+    job = recorded_job(model, record)
     assert job.prompt == record["prompt"]
     assert job.prompt_tokens == record["prompt_token_ids"]
     assert job.grammar_text == (record["grammar"] or None)

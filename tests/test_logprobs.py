@@ -21,12 +21,11 @@ import pytest
 
 from bankml import logprobs as lp
 from bankml._sampler import Sampler, SamplerParams, token_logarithm, token_probabilities
-from bankml.constraint import RequestError, from_openai_text
-from bankml.runtime import check_messages, sampler_params_from_request
+from bankml.constraint import RequestError
 
 from .oracle.record_logprobs import VOLATILE, digest_long_lists
 from .oracle.record_server import kernels_fingerprint
-from .oracle_support import ORACLE_STATS, recorded_model, sse_chunks
+from .oracle_support import ORACLE_STATS, recorded_job, recorded_model, sse_chunks
 
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "server_logprobs_recordings.json"
 RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
@@ -179,14 +178,8 @@ def _record(records, name):
 
 
 def _job(model, record):
-    req = record["request"]
-    constraint = from_openai_text(req, json.dumps(req))
-    params, n_predict, stop = sampler_params_from_request(req)
-    if record["endpoint"] == CHAT:
-        job = model.chat(check_messages(req["messages"]), constraint, params, n_predict, stop)
-    else:
-        job = model.complete(req["prompt"], constraint, params, n_predict, stop)
-    job.probs = lp.read_request(req, record["endpoint"])
+    job = recorded_job(model, record)
+    job.probs = lp.read_request(record["request"], record["endpoint"])
     return job
 
 
