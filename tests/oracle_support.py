@@ -120,10 +120,13 @@ class OraclePieces:
     ``(started, answers)``), over ``requests`` cut into pieces that ``jobs`` programs answer side by side (one
     per core). Iterating gives ``(offset, started, answers)`` piece by piece in order, each once it is answered,
     so that the caller compares a piece while the next ones are being answered; ``started`` is the clock of the
-    program that answered that piece."""
+    program that answered that piece. ``BANKML_ORACLE_JOBS`` sets how many programs run at once (default: the
+    cores, at most 4; 1 answers the pieces one after the other)."""
 
     def __init__(self, run, requests, exe, jobs=None, pieces_per_job=3):
-        jobs = max(1, min(4, os.cpu_count() or 1) if jobs is None else jobs)
+        if jobs is None:
+            jobs = int(os.environ.get("BANKML_ORACLE_JOBS", "0")) or min(4, os.cpu_count() or 1)
+        jobs = max(1, jobs)
         n = max(1, min(len(requests), jobs * pieces_per_job))
         bounds = [len(requests) * i // n for i in range(n + 1)]
         self._pool = concurrent.futures.ThreadPoolExecutor(jobs)
