@@ -25,7 +25,7 @@ from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
 from bankml._typedefs cimport token_t
-from bankml.errors import GrammarError
+from bankml.errors import GrammarError, json_type_name
 
 cnp.import_array()
 
@@ -1253,7 +1253,7 @@ _SERVER_LIMITS = {
 def _server_number(name, value, mode, low, high, kind):
     # nlohmann's get<T> of a JSON number, then field_num's std::clamp or hard limit
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"Field '{name}': type must be number, but is {_json_type(value)}")
+        raise ValueError(f"Field '{name}': type must be number, but is {json_type_name(value)}")
     if kind == "int":
         if isinstance(value, numbers.Integral):
             v = (int(value) + 2**31) % 2**32 - 2**31          # static_cast<int32_t> wraps
@@ -1277,7 +1277,7 @@ def _server_number(name, value, mode, low, high, kind):
 def _server_seed(value):
     # get<uint32_t>: integers modulo 2^32 (so -1 is LLAMA_DEFAULT_SEED), other numbers truncated first
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"Field 'seed': type must be number, but is {_json_type(value)}")
+        raise ValueError(f"Field 'seed': type must be number, but is {json_type_name(value)}")
     if not isinstance(value, numbers.Integral):
         if not math.isfinite(float(value)):
             raise ValueError(f"Field 'seed': must be a finite number, got {value!r}")
@@ -1374,20 +1374,6 @@ def _server_logit_bias(raw, vocab):
             else:
                 add_text(key, bias)
     return out
-
-
-def _json_type(value):
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 def _float32(value):

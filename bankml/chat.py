@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from ._jinja import Program, TemplateError, caps_get, preserve_reasoning
+from .errors import json_type_name
 
 __all__ = ["ChatTemplate", "ChatPrompt", "ChatRequestError", "TemplateError", "parse_messages", "CHATML_TEMPLATE"]
 
@@ -112,22 +113,8 @@ def parse_messages(messages):
 
 def _str(value):
     if not isinstance(value, str):
-        raise ValueError("[json.exception.type_error.302] type must be string, but is " + _json_type(value))
+        raise ValueError("[json.exception.type_error.302] type must be string, but is " + json_type_name(value))
     return value
-
-
-def _json_type(value):
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "string"
 
 
 def _concat_parts(parts):
@@ -972,7 +959,7 @@ def _msg_empty(msg):
 
 def _as_text(content):
     if not isinstance(content, str):
-        raise ChatRequestError("[json.exception.type_error.302] type must be string, but is " + _json_type(content))
+        raise ChatRequestError("[json.exception.type_error.302] type must be string, but is " + json_type_name(content))
     return content
 
 

@@ -8,6 +8,7 @@ AST of a parse into the message (content, reasoning, tool calls) as ``common_cha
 import json
 
 from . import peg
+from .errors import json_type_name
 from .peg_builder import Builder
 
 REASONING_BLOCK, REASONING, CONTENT = "reasoning-block", "reasoning", "content"
@@ -678,20 +679,6 @@ TYPE_NULL, TYPE_BOOLEAN, TYPE_NUMBER, TYPE_INTEGER, TYPE_STRING, TYPE_ARRAY, TYP
 _ALL_TYPES = frozenset((TYPE_NULL, TYPE_BOOLEAN, TYPE_NUMBER, TYPE_INTEGER, TYPE_STRING, TYPE_ARRAY, TYPE_OBJECT))
 
 
-def _json_type(value):
-    if value is None:
-        return TYPE_NULL
-    if isinstance(value, bool):
-        return TYPE_BOOLEAN
-    if isinstance(value, int):
-        return TYPE_INTEGER
-    if isinstance(value, float):
-        return TYPE_NUMBER
-    if isinstance(value, str):
-        return TYPE_STRING
-    return TYPE_ARRAY if isinstance(value, list) else TYPE_OBJECT
-
-
 def may_be_string(node, visited=None):
     from . import schema as s
     visited = set() if visited is None else visited
@@ -735,9 +722,9 @@ def value_types(node, visited=None):
     if k in simple:
         return set(simple[k])
     if k == s.CONST:
-        return {_json_type(node.value)}
+        return {json_type_name(node.value, integer=True)}
     if k == s.ENUM:
-        return {_json_type(v) for v in node.values}
+        return {json_type_name(v, integer=True) for v in node.values}
     if k == s.REF:
         target = getattr(node, "target", None)
         if target is None or id(target) in visited:

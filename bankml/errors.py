@@ -1,4 +1,6 @@
-"""The exceptions bankml raises. llama.cpp's aborts and throws become these; nothing reaches abort()."""
+"""The exceptions bankml raises, and the JSON type names their messages print. llama.cpp's aborts and throws
+become these; nothing reaches abort()."""
+import numbers
 
 
 class GrammarError(ValueError):
@@ -32,3 +34,23 @@ class SchemaError(ValueError):
     def __init__(self, message, pointer="#"):
         self.pointer = pointer
         super().__init__(message)
+
+
+def json_type_name(value, *, integer=False):
+    """The name of a JSON value's type as the messages bankml reproduces print it: nlohmann::json's
+    ``type_name()`` ("null", "boolean", "number", "string", "array", "object"; llama.cpp's ``type must be number,
+    but is string``). ``integer=True`` names an integral number "integer" (JSON schema's type names, for the
+    types a const or enum value can take). A Python value JSON has no type for is named by its Python type."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, numbers.Real):
+        return "integer" if integer and isinstance(value, numbers.Integral) else "number"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__

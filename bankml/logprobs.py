@@ -22,6 +22,7 @@ import numbers
 
 from ._sampler import token_logarithm, token_probabilities
 from .constraint import RequestError
+from .errors import json_type_name
 
 __all__ = ["MAX_PROB_ENTRIES", "ProbRequest", "probs_to_json", "read_request", "token_record", "trim_stop_word",
            "validate_utf8"]
@@ -45,22 +46,6 @@ class ProbRequest:
 
     def __repr__(self):
         return f"ProbRequest(n_probs={self.n_probs}, post_sampling={self.post_sampling})"
-
-
-def _json_type(value):
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, numbers.Real):
-        return "number"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    return type(value).__name__
 
 
 def _get_int32(value):
@@ -104,13 +89,13 @@ def read_request(body, endpoint):
             n = _get_int32(value)
             if n is None:
                 raise RequestError(f"Field '{name}': [json.exception.type_error.302] type must be number, but is "
-                                   f"{_json_type(value)}")
+                                   f"{json_type_name(value)}")
             n_probs = n
             break
     post = fields.get("post_sampling_probs")
     if post is not None and not isinstance(post, bool):
         raise RequestError("Field 'post_sampling_probs': [json.exception.type_error.302] type must be boolean, "
-                           f"but is {_json_type(post)}")
+                           f"but is {json_type_name(post)}")
     return ProbRequest(max(n_probs, 0), bool(post))
 
 

@@ -32,6 +32,7 @@ from ._grammar import Grammar, Rules
 from ._sampler import Sampler, SamplerParams
 from .constraint import Constraint, RequestError
 from .cpu import default_threads, prepare_model_loading
+from .errors import json_type_name
 from .logprobs import ProbRequest, token_record
 from .vocab import Vocab
 
@@ -213,7 +214,7 @@ def _reasoning_format(name):
     """common_reasoning_format_from_name; bankml models ``none`` and ``deepseek`` (``auto`` parses as deepseek)."""
     if not isinstance(name, str):
         raise RequestError("Field 'reasoning_format': [json.exception.type_error.302] type must be string, but is "
-                           f"{_json_type_name(name)}")
+                           f"{json_type_name(name)}")
     if name in ("deepseek", "auto"):
         return "deepseek"
     if name == "none":
@@ -221,20 +222,6 @@ def _reasoning_format(name):
     if name == "deepseek-legacy":
         raise RequestError("reasoning_format 'deepseek-legacy' is not supported by bankml yet")
     raise RequestError("Unknown reasoning format: " + name)
-
-
-def _json_type_name(value):
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    return "null"
 
 
 # -- results
@@ -569,7 +556,7 @@ class Model:
         if chat_template_kwargs is not None:
             if not isinstance(chat_template_kwargs, dict):
                 raise RequestError("Field 'chat_template_kwargs': [json.exception.type_error.302] type must be "
-                                   f"object, but is {_json_type_name(chat_template_kwargs)}")
+                                   f"object, but is {json_type_name(chat_template_kwargs)}")
             for key, value in chat_template_kwargs.items():
                 kwargs[key] = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         flag = kwargs.get("enable_thinking", "")
@@ -582,7 +569,7 @@ class Model:
         if reasoning_effort is not None:
             if not isinstance(reasoning_effort, str):
                 raise RequestError("Field 'reasoning_effort': [json.exception.type_error.302] type must be string, "
-                                   f"but is {_json_type_name(reasoning_effort)}")
+                                   f"but is {json_type_name(reasoning_effort)}")
             if reasoning_effort == "none":
                 thinking = False
                 kwargs.pop("reasoning_effort", None)
@@ -652,7 +639,7 @@ class Model:
             parallel_tool_calls = bool(layer.caps.supports_parallel_tool_calls)
         elif not isinstance(parallel_tool_calls, bool):
             raise RequestError("Field 'parallel_tool_calls': [json.exception.type_error.302] type must be boolean, "
-                               f"but is {_json_type_name(parallel_tool_calls)}")
+                               f"but is {json_type_name(parallel_tool_calls)}")
         with_tools = isinstance(tools, list) and bool(tools) and tool_choice != "none"
         if with_tools and not (layer.caps.supports_tools or layer.caps.supports_tool_calls):
             # llama-server renders such a request without the tools and parses no call: refused, not ignored
@@ -694,7 +681,7 @@ class Model:
             message = self.reasoning_budget_message if reasoning_budget_message is None else reasoning_budget_message
             if not isinstance(message, str):
                 raise RequestError("Field 'reasoning_budget_message': [json.exception.type_error.302] type must be "
-                                   f"string, but is {_json_type_name(message)}")
+                                   f"string, but is {json_type_name(message)}")
             if n >= 0 or bool(out.grammar_lazy):
                 budget = (out.thinking_start_tag, [t for t in out.thinking_end_tags if t], message, n)
         return Job(self, out.prompt, grammar, out.generation_prompt, params, max_tokens,

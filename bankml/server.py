@@ -40,7 +40,7 @@ from . import logprobs as _logprobs
 from . import request_fields as _fields
 from . import schema as _schema
 from .constraint import Constraint, RequestError, from_ollama_text, from_openai_text
-from .errors import GrammarError, SchemaError
+from .errors import GrammarError, SchemaError, json_type_name
 from .chat_peg import ChatParseError
 from .runtime import ContextSizeError, ModelError, check_messages, sampler_params_from_request
 
@@ -141,17 +141,6 @@ def _refusal(exc):
     return _Refusal(f"{type(exc).__name__}: {exc}", 500, "server_error")
 
 
-_JSON_TYPES = ((bool, "boolean"), (str, "string"), (int, "number"), (float, "number"), (dict, "object"),
-               (list, "array"))
-
-
-def _json_type(value):
-    for t, name in _JSON_TYPES:
-        if isinstance(value, t):
-            return name
-    return "null"
-
-
 def _bool_field(obj, name, default):
     """llama-server's ``field_bool``: absent or null gives the default, anything but a boolean is refused."""
     if not isinstance(obj, dict) or obj.get(name) is None:
@@ -159,7 +148,7 @@ def _bool_field(obj, name, default):
     value = obj[name]
     if not isinstance(value, bool):
         raise RequestError(f"Field '{name}': [json.exception.type_error.302] type must be boolean, but is "
-                           f"{_json_type(value)}")
+                           f"{json_type_name(value)}")
     return value
 
 
@@ -685,7 +674,7 @@ class _App:
             stream = True
         if not isinstance(stream, bool):
             # Ollama's Go decoder
-            raise RequestError(f"json: cannot unmarshal {_json_type(stream)} into Go struct field "
+            raise RequestError(f"json: cannot unmarshal {json_type_name(stream)} into Go struct field "
                                f"{'ChatRequest' if chat else 'GenerateRequest'}.stream of type bool")
         constraint = from_ollama_text(body, raw)
         params, n_predict, stop = sampler_params_from_request(body, ollama=True, vocab=self._sampler_vocab())
@@ -695,7 +684,7 @@ class _App:
             messages = _ollama_messages(body.get("messages"))
             tools = body.get("tools")
             if tools is not None and not isinstance(tools, list):
-                raise RequestError(f"json: cannot unmarshal {_json_type(tools)} into Go struct field "
+                raise RequestError(f"json: cannot unmarshal {json_type_name(tools)} into Go struct field "
                                    "ChatRequest.tools of type api.Tools")
             job = self.model.chat(messages, constraint, params, n_predict, stop, tools=tools or None, **kw)
         else:
@@ -845,7 +834,7 @@ def chat_request_options(body):
     if budget is not None:
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget != int(budget):
             raise RequestError("Field 'thinking_budget_tokens': [json.exception.type_error.302] type must be number, "
-                               f"but is {_json_type(budget)}")
+                               f"but is {json_type_name(budget)}")
         out["reasoning_budget"] = int(budget)
     if body.get("reasoning_budget_message") is not None:
         out["reasoning_budget_message"] = body["reasoning_budget_message"]

@@ -1,12 +1,31 @@
-"""Shared by the engine tests (tests/test_engine_vllm.py, tests/test_engine_sglang.py): SmolLM2 as the engines
-load it, and replaying an engine's tokens through bankml."""
+"""Shared by the engine tests (tests/test_engine_vllm.py, tests/test_engine_sglang.py): the engine imported or the
+test module skipped, SmolLM2 as the engines load it, the requests' schema and grammar, and replaying an engine's
+tokens through bankml; and transformers' SmolLM2 tokenizer read from the GGUF (also for the adapter and sampler
+tests)."""
+import functools
 import hashlib
+import importlib
 import os
 
 import numpy as np
+import pytest
 
 HF_DIR = os.path.join(os.path.expanduser("~"), ".cache", "bankml-engines", "smollm2-135m-instruct-hf")
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+YES_NO = 'root ::= answer ("," " "? answer)*\nanswer ::= "yes" | "no"\n'
+
+
+def import_or_skip(module, engine, install):
+    """``module`` imported, or the calling test module skipped where the engine is not importable (bankml's
+    default test environment); ``install`` says how to get it."""
+    try:
+        return importlib.import_module(module)
+    except Exception as e:  # pragma: no cover - depends on the environment
+        pytest.skip(f"{engine} is not importable here ({type(e).__name__}: {e}); {install} to run these tests",
+                    allow_module_level=True)
 
 
 def smollm2_gguf():
@@ -26,6 +45,14 @@ def smollm2_tokenizer_dir():
     return path
 
 
+def smollm2_hf_tokenizer(**kwargs):
+    """transformers' tokenizer of SmolLM2 as ``AutoTokenizer.from_pretrained(folder, gguf_file=...)`` reads it
+    from the GGUF: that conversion (tens of seconds) is done once and saved (``smollm2_tokenizer_dir``), and
+    the saved tokenizer is loaded."""
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(smollm2_tokenizer_dir(), **kwargs)
+
+
 def smollm2_hf_dir():
     """SmolLM2-135M-Instruct converted from the shipped GGUF to a Hugging Face directory (dequantized, float32),
     once, under ~/.cache/bankml-engines. transformers reads the GGUF (it needs accelerate for that)."""
@@ -41,6 +68,28 @@ def smollm2_hf_dir():
         model.save_pretrained(HF_DIR)
         tokenizer.save_pretrained(HF_DIR)
     return HF_DIR
+
+
+@functools.lru_cache(maxsize=None)
+def smollm2_vocab():
+    from bankml import Vocab
+    return Vocab.from_gguf(smollm2_gguf())
+
+
+def reference(vocab, kind, spec, tokens=()):
+    """A fresh bankml Grammar for the request (``bankml.engines.spec``'s kind and spec) fed ``tokens``."""
+    from bankml import Grammar, Rules
+    from bankml.engines.spec import grammar_text
+    g = Grammar(Rules.parse(grammar_text(kind, spec), "root", vocab), vocab)
+    for t in tokens:
+        g.accept(int(t))
+    return g
+
+
+def reference_row(vocab, kind, spec, tokens=()):
+    row = np.zeros((len(vocab) + 31) // 32, dtype=np.int32)
+    reference(vocab, kind, spec, tokens).fill_next_token_bitmask(row)
+    return row
 
 
 def mask_sha256(row):

@@ -2,7 +2,10 @@
 and the counts the oracle tests report at the end of the run."""
 import collections
 import functools
+import concurrent.futures
 import importlib.util
+import json
+import os
 import pathlib
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -66,3 +69,76 @@ def _find_chat_turn_tokens(vocab):
     end = others[0]
     return start, end
 
+
+
+_CHAT_TEMPLATES = {}
+
+
+def chat_template(source):
+    """bankml's ChatTemplate of a template text, compiled once for the run: the chat oracle tests
+    (test_chat_templates.py, test_chat_tools.py) share the 70 templates of the sdist's models/templates/."""
+    if source not in _CHAT_TEMPLATES:
+        from bankml.chat import ChatTemplate
+        _CHAT_TEMPLATES[source] = ChatTemplate(source)
+    return _CHAT_TEMPLATES[source]
+
+
+def recorded_model(recording, **extra):
+    """bankml's Model set up as the recordings' llama-server slot: the recording file's
+    ``llama_cpp_python_settings`` (threads, batch sizes, context size, flash attention), one sequence."""
+    from bankml.runtime import Model, default_model_path
+    s = recording["llama_cpp_python_settings"]
+    return Model(default_model_path(), n_ctx=s["n_ctx"], n_batch=s["n_batch"], n_ubatch=s["n_ubatch"],
+                 n_threads=s["n_threads"], n_threads_batch=s["n_threads_batch"], flash_attn=s["flash_attn"],
+                 n_parallel=1, **extra)
+
+
+def recorded_job(model, record):
+    """The job bankml's runtime makes of a recorded OpenAI request (chat or completion), not yet run."""
+    from bankml.constraint import from_openai_text
+    from bankml.runtime import check_messages, sampler_params_from_request
+    req = record["request"]
+    constraint = from_openai_text(req, json.dumps(req))
+    params, n_predict, stop = sampler_params_from_request(req)
+    if record["endpoint"] in ("/v1/chat/completions", "/chat/completions"):
+        return model.chat(check_messages(req["messages"]), constraint, params, n_predict, stop)
+    return model.complete(req["prompt"], constraint, params, n_predict, stop)
+
+
+def sse_chunks(text):
+    """The ``data:`` events of a server-sent-events answer, parsed; the closing ``"[DONE]"`` kept as that string."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            data = line[len("data: "):]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+class OraclePieces:
+    """``run(requests, exe)`` of an oracle program that answers one request per line (the chat oracles' ``run``:
+    ``(started, answers)``), over ``requests`` cut into pieces that ``jobs`` programs answer side by side (one
+    per core). Iterating gives ``(offset, started, answers)`` piece by piece in order, each once it is answered,
+    so that the caller compares a piece while the next ones are being answered; ``started`` is the clock of the
+    program that answered that piece. ``BANKML_ORACLE_JOBS`` sets how many programs run at once (default: the
+    cores, at most 4; 1 answers the pieces one after the other)."""
+
+    def __init__(self, run, requests, exe, jobs=None, pieces_per_job=3):
+        if jobs is None:
+            jobs = int(os.environ.get("BANKML_ORACLE_JOBS", "0")) or min(4, os.cpu_count() or 1)
+        jobs = max(1, jobs)
+        n = max(1, min(len(requests), jobs * pieces_per_job))
+        bounds = [len(requests) * i // n for i in range(n + 1)]
+        self._pool = concurrent.futures.ThreadPoolExecutor(jobs)
+        self._pieces = [(lo, self._pool.submit(run, requests[lo:hi], exe)) for lo, hi in zip(bounds, bounds[1:])]
+
+    def __iter__(self):
+        for lo, future in self._pieces:
+            started, answers = future.result()
+            yield lo, started, answers
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._pool.shutdown(wait=True, cancel_futures=True)

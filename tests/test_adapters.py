@@ -42,9 +42,8 @@ def vocab():
 def hf_tokenizer():
     # transformers' GGUF reader (integrations/gguf/reader.py) imports torch: no tokenizer from the GGUF without it
     pytest.importorskip("torch")
-    from transformers import AutoTokenizer
-    path = smollm2_path()
-    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, padding_side="left")
+    from .engines_support import smollm2_hf_tokenizer
+    return smollm2_hf_tokenizer(padding_side="left")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from bankml.chat import ChatMessage, ChatParseError, ChatRequestError, ChatTempl
 
 from .oracle import build_chat_templates as oracle_chat
 from .oracle.build_converter import OracleUnavailable
-from .oracle_support import ORACLE_STATS
+from .oracle_support import ORACLE_STATS, OraclePieces, chat_template
 
 DATA = pathlib.Path(__file__).parent / "data" / "chat_templates_oracle.json.gz"
 with gzip.open(DATA, "rt", encoding="utf-8") as _f:
@@ -50,7 +50,7 @@ NOW = _stamp(RECORDED["started"])
 
 @pytest.fixture(scope="module")
 def templates():
-    return {name: ChatTemplate(rec["source"]) for name, rec in RECORDED["templates"].items()}
+    return {name: chat_template(rec["source"]) for name, rec in RECORDED["templates"].items()}
 
 
 def _apply(tmpl, req, now):
@@ -209,7 +209,7 @@ def test_handlers_are_llama_cpps():
     templates the analysis handles get only assistant/user delimiters, and their thinking tags come from
     the analysis."""
     handlers = {name for name, rec in RECORDED["templates"].items()
-                if ChatTemplate(rec["source"]).handler is not None}
+                if chat_template(rec["source"]).handler is not None}
     assert len(handlers) == 26
     for name, rec in RECORDED["templates"].items():
         roles = {d[0] for d in rec["answers"]["plain/think-on"]["delimiters"]}
@@ -267,20 +267,22 @@ def test_live_oracle_agrees_with_bankml(templates):
         for r, req in oracle_chat.matrix():
             requests.append(dict(req, template=str(tdir / name)))
             keys.append((name, r))
-    started, answers = oracle_chat.run(requests, exe)
-    now = _stamp(started)
     unexpected = []
-    for (name, r), ans in zip(keys, answers):
-        tmpl, req = templates[name], MATRIX[r]
-        res = compare(tmpl, req, ans, now)
-        if (res in ("same", "refused-both")) == ((name, r) in KNOWN_DIFF):
-            unexpected.append((name, r, res))
-        ORACLE_STATS["chat template requests compared live"] += 1
-        # everything else the recording holds (all but the prompt, which may show today's date) is what
-        # llama.cpp answers today: the recorded comparisons above stand for the live oracle
-        rec = RECORDED["templates"][name]["answers"][r]
-        assert {k: v for k, v in ans.items() if k != "prompt"} == {k: v for k, v in rec.items() if k != "prompt"}, \
-            (name, r)
+    # answered by two programs at a time, each piece compared here while the next ones are answered
+    with OraclePieces(oracle_chat.run, requests, exe) as pieces:
+        for offset, started, answers in pieces:
+            now = _stamp(started)
+            for (name, r), ans in zip(keys[offset:offset + len(answers)], answers):
+                tmpl, req = templates[name], MATRIX[r]
+                res = compare(tmpl, req, ans, now)
+                if (res in ("same", "refused-both")) == ((name, r) in KNOWN_DIFF):
+                    unexpected.append((name, r, res))
+                ORACLE_STATS["chat template requests compared live"] += 1
+                # everything else the recording holds (all but the prompt, which may show today's date) is what
+                # llama.cpp answers today: the recorded comparisons above stand for the live oracle
+                rec = RECORDED["templates"][name]["answers"][r]
+                assert {k: v for k, v in ans.items() if k != "prompt"} == \
+                    {k: v for k, v in rec.items() if k != "prompt"}, (name, r)
     assert not unexpected, unexpected[:20]
 
 

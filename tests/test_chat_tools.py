@@ -32,7 +32,7 @@ from bankml.chat import (ChatMessage, ChatParseError, ChatRequestError, ChatTemp
 
 from .oracle import build_chat_tools as oracle_tools
 from .oracle.build_converter import OracleUnavailable
-from .oracle_support import ORACLE_STATS
+from .oracle_support import ORACLE_STATS, OraclePieces, chat_template
 
 DATA = pathlib.Path(__file__).parent / "data" / "chat_tools_oracle.json.gz"
 with gzip.open(DATA, "rt", encoding="utf-8") as _f:
@@ -63,7 +63,7 @@ KNOWN_FIELD_DIFF = {}
 
 @pytest.fixture(scope="module")
 def templates():
-    return {name: ChatTemplate(rec["source"]) for name, rec in RECORDED["templates"].items()}
+    return {name: chat_template(rec["source"]) for name, rec in RECORDED["templates"].items()}
 
 
 _APPLY_PARAMS = set(inspect.signature(ChatTemplate.apply).parameters)
@@ -268,28 +268,30 @@ def test_live_oracle_gives_the_recording(templates):
         pytest.fail("the pinned llama.cpp chat tools oracle could not be built (the test extra installs what it "
                     "needs): %s" % e)
     names = TEMPLATES
-    renders_req = oracle_tools.render_requests()
-    _, renders = oracle_tools.run([dict(r, template=str(tdir / n)) for n in names for _, r in renders_req], exe)
-    k = len(renders_req)
-    for i, name in enumerate(names):
-        assert (tdir / name).read_text(encoding="utf-8") == RECORDED["templates"][name]["source"]
-        outputs = oracle_tools.derive_outputs({r: a for (r, _), a in zip(renders_req, renders[i * k:(i + 1) * k])},
-                                              exe, str(tdir / name))
-        assert outputs == RECORDED["templates"][name]["outputs"], name
     requests, keys = [], []
     for name in names:
         for r, req in MATRIX[name].items():
             requests.append(dict(req, template=str(tdir / name)))
             keys.append((name, r))
-    started, answers = oracle_tools.run(requests, exe)
-    now = _stamp(started)
     unexpected = []
-    for (name, r), ans in zip(keys, answers):
-        rec = RECORDED["templates"][name]["answers"][r]
-        assert {k: v for k, v in ans.items() if k != "prompt"} == {k: v for k, v in rec.items() if k != "prompt"}, \
-            (name, r)
-        res = compare_prompt(templates[name], MATRIX[name][r], ans, now)
-        if (res in ("same", "refused-both")) == (r in KNOWN_PROMPT_DIFF.get(name, ())):
-            unexpected.append((name, r, res))
-        ORACLE_STATS["chat tool requests compared live"] += 1
+    # the matrix is answered by two programs at a time while the outputs are derived and compared here
+    with OraclePieces(oracle_tools.run, requests, exe) as pieces:
+        renders_req = oracle_tools.render_requests()
+        _, renders = oracle_tools.run([dict(r, template=str(tdir / n)) for n in names for _, r in renders_req], exe)
+        k = len(renders_req)
+        for i, name in enumerate(names):
+            assert (tdir / name).read_text(encoding="utf-8") == RECORDED["templates"][name]["source"]
+            outputs = oracle_tools.derive_outputs({r: a for (r, _), a in zip(renders_req, renders[i * k:(i + 1) * k])},
+                                                  exe, str(tdir / name))
+            assert outputs == RECORDED["templates"][name]["outputs"], name
+        for offset, started, answers in pieces:
+            now = _stamp(started)
+            for (name, r), ans in zip(keys[offset:offset + len(answers)], answers):
+                rec = RECORDED["templates"][name]["answers"][r]
+                assert {k: v for k, v in ans.items() if k != "prompt"} == \
+                    {k: v for k, v in rec.items() if k != "prompt"}, (name, r)
+                res = compare_prompt(templates[name], MATRIX[name][r], ans, now)
+                if (res in ("same", "refused-both")) == (r in KNOWN_PROMPT_DIFF.get(name, ())):
+                    unexpected.append((name, r, res))
+                ORACLE_STATS["chat tool requests compared live"] += 1
     assert not unexpected, unexpected[:20]

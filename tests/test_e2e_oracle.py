@@ -26,11 +26,8 @@ import pathlib
 
 import pytest
 
-from bankml.constraint import from_openai_text
-from bankml.runtime import Model, check_messages, default_model_path, sampler_params_from_request
-
 from .oracle.record_server import kernels_fingerprint
-from .oracle_support import ORACLE_STATS
+from .oracle_support import ORACLE_STATS, recorded_job, recorded_model, sse_chunks
 
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "server_recordings.json"
 RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
@@ -57,22 +54,9 @@ def test_recordings_cover_the_issue():
 
 @pytest.fixture(scope="module")
 def model():
-    s = RECORDING["llama_cpp_python_settings"]
-    m = Model(default_model_path(), n_ctx=s["n_ctx"], n_batch=s["n_batch"], n_ubatch=s["n_ubatch"],
-              n_threads=s["n_threads"], n_threads_batch=s["n_threads_batch"], flash_attn=s["flash_attn"],
-              n_parallel=1)
+    m = recorded_model(RECORDING)
     yield m
     m.close()
-
-
-def _job(model, record):
-    req = record["request"]
-    body = json.dumps(req)
-    constraint = from_openai_text(req, body)
-    params, n_predict, stop = sampler_params_from_request(req)
-    if record["endpoint"] in ("/v1/chat/completions", "/chat/completions"):
-        return model.chat(check_messages(req["messages"]), constraint, params, n_predict, stop)
-    return model.complete(req["prompt"], constraint, params, n_predict, stop)
 
 
 def _deltas(chunks):
@@ -115,7 +99,7 @@ def test_live_llama_server_on_this_machine(model, live_recordings, name):
 
 
 def _check_same_answer(model, record):
-    job = _job(model, record)
+    job = recorded_job(model, record)
     assert job.prompt == record["prompt"]
     assert job.prompt_tokens == record["prompt_token_ids"]
     assert job.grammar_text == (record["grammar"] or None)
@@ -154,15 +138,6 @@ def client(model):
         yield c
 
 
-def _sse_chunks(text):
-    out = []
-    for line in text.splitlines():
-        if line.startswith("data: "):
-            data = line[len("data: "):]
-            out.append(data if data == "[DONE]" else json.loads(data))
-    return out
-
-
 @pytest.mark.parametrize("record", HTTP_RECORDS, ids=[r["name"] for r in HTTP_RECORDS])
 def test_same_http_answer_as_llama_server(client, record, request):
     """The same requests through bankml serve's endpoints: the OpenAI fields llama-server answered with."""
@@ -174,7 +149,7 @@ def test_same_http_answer_as_llama_server(client, record, request):
     assert response.status_code == 200, response.text
     want = record["response"]
     if req.get("stream"):
-        got = _sse_chunks(response.text)
+        got = sse_chunks(response.text)
         assert got[-1] == "[DONE]" and want[-1] == "[DONE]"
         assert _deltas(got) == _deltas(want)
         finals = [c["choices"][0]["finish_reason"] for c in got[:-1] if c.get("choices")]

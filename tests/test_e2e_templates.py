@@ -22,12 +22,12 @@ import pathlib
 import pytest
 
 from bankml.constraint import from_openai_text
-from bankml.runtime import Model, default_model_path, sampler_params_from_request
+from bankml.runtime import sampler_params_from_request
 from bankml.server import chat_request_options
 
 from .oracle.record_server import kernels_fingerprint
 from .oracle.record_server_templates import REQUESTS, TEMPLATE_REQUESTS, template_text
-from .oracle_support import ORACLE_STATS
+from .oracle_support import ORACLE_STATS, recorded_model, sse_chunks
 
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "server_recordings_templates.json"
 RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
@@ -82,11 +82,7 @@ def _model(models, tmpl):
     if tmpl not in models:
         for other in list(models):   # one model at a time
             models.pop(other).close()
-        s = RECORDING["llama_cpp_python_settings"]
-        models[tmpl] = Model(default_model_path(), n_ctx=s["n_ctx"], n_batch=s["n_batch"], n_ubatch=s["n_ubatch"],
-                             n_threads=s["n_threads"], n_threads_batch=s["n_threads_batch"],
-                             flash_attn=s["flash_attn"], n_parallel=1, reasoning="off",
-                             chat_template_file=template_text(tmpl)[1])
+        models[tmpl] = recorded_model(RECORDING, reasoning="off", chat_template_file=template_text(tmpl)[1])
     return models[tmpl]
 
 
@@ -135,15 +131,6 @@ def test_same_answer_as_llama_server(models, name, request):
     ORACLE_STATS["llama-server generated tokens identical with other templates"] += len(record["token_ids"])
 
 
-def _sse_chunks(text):
-    out = []
-    for line in text.splitlines():
-        if line.startswith("data: "):
-            data = line[len("data: "):]
-            out.append(data if data == "[DONE]" else json.loads(data))
-    return out
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_same_http_answer_as_llama_server(models, name, request):
     from starlette.testclient import TestClient
@@ -157,7 +144,7 @@ def test_same_http_answer_as_llama_server(models, name, request):
     assert response.status_code == 200, response.text
     want = record["response"]
     if req.get("stream"):
-        got = _sse_chunks(response.text)
+        got = sse_chunks(response.text)
         assert got[-1] == "[DONE]"
         assert got[0]["choices"][0]["delta"] == want[0]["choices"][0]["delta"]
         assert _deltas(got) == _deltas(want)

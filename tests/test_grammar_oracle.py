@@ -44,14 +44,25 @@ def document_text(document, vocab):
     return document
 
 
+_SINGLE_BYTE_TOKENS = {}
+
+
 def single_byte_tokens(vocab):
-    """For each byte value, the lowest token id whose piece is that one byte."""
-    table = {}
-    for token_id in range(len(vocab)):
-        piece = vocab.piece(token_id)
-        if len(piece) == 1 and piece[0] not in table and not vocab.is_eog(token_id):
-            table[piece[0]] = token_id
-    return table
+    """For each byte value, the lowest token id whose piece is that one byte (once per vocabulary: the
+    vocabularies are loaded once for the run)."""
+    if id(vocab) not in _SINGLE_BYTE_TOKENS:
+        table = {}
+        for token_id in range(len(vocab)):
+            piece = vocab.piece(token_id)
+            if len(piece) == 1 and piece[0] not in table and not vocab.is_eog(token_id):
+                table[piece[0]] = token_id
+        _SINGLE_BYTE_TOKENS[id(vocab)] = (vocab, table)
+    return _SINGLE_BYTE_TOKENS[id(vocab)][1]
+
+
+def allows(allowed, token):
+    """Whether ``token`` is among the ``allowed`` ids (an array; no set of up to n_vocab ids built per step)."""
+    return bool(np.any(allowed == token))
 
 
 def describe(vocab, ids):
@@ -92,7 +103,7 @@ def walk_tokens(walk, vocab, oracle_vocab, tokens, label, stop_where_rejected=Fa
     ours, theirs = make_pair(walk, vocab, oracle_vocab)
     for step, token in enumerate(tokens):
         allowed = compare_masks(ours, theirs, vocab, f"{label} step {step}")
-        if not ours.awaiting_trigger and token not in set(allowed.tolist()):
+        if not ours.awaiting_trigger and not allows(allowed, token):
             if stop_where_rejected:
                 # Both engines agree (the masks matched) that this byte cannot come next: llama.cpp
                 # rejects a partial UTF-8 byte whose completions meet a negated class's exclusions.

