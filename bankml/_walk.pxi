@@ -5,11 +5,72 @@
 # Declarations: _grammar.pxd.
 
 
+# take_run: subtrees smaller than TAKE_RUN_MIN_NODES are walked node by node, and so are those with fewer than
+# TAKE_RUN_NODES_PER_LOOKUP nodes per look-up of exceptions (a code point outside the class at one depth);
+# the set after the run is finished in words when it takes at most TAKE_RUN_MAX_CODE_POINTS code points.
+cdef enum:
+    TAKE_RUN_MIN_NODES = 8
+    TAKE_RUN_NODES_PER_LOOKUP = 16
+    TAKE_RUN_MAX_CODE_POINTS = 8
+
+
+cdef inline int64_t popcount64(uint64_t x) noexcept nogil:
+    x = x - ((x >> 1) & 0x5555555555555555ULL)
+    x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL)
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0FULL
+    return <int64_t>((x * 0x0101010101010101ULL) >> 56)
+
+
+cdef inline int64_t clear_masked_counted(uint64_t* bits, const uint64_t* mask, int64_t lo, int64_t hi) noexcept nogil:
+    """Clear the positions in [lo, hi) that mask holds (all of them when mask is NULL); how many were set."""
+    cdef int64_t first_word, last_word, w, n = 0
+    cdef uint64_t m
+    if lo >= hi:
+        return 0
+    first_word = lo >> 6
+    last_word = (hi - 1) >> 6
+    for w in range(first_word, last_word + 1):
+        m = mask[w] if mask != NULL else ~(<uint64_t>0)
+        if w == first_word:
+            m &= (~(<uint64_t>0)) << (lo & 63)
+        if w == last_word:
+            m &= (~(<uint64_t>0)) >> (63 - ((hi - 1) & 63))
+        n += popcount64(bits[w] & m)
+        bits[w] &= ~m
+    return n
+
+
+cdef inline bint range_has_marks(const uint64_t* bits, int64_t lo, int64_t hi) noexcept nogil:
+    """Whether a position in [lo, hi) is set."""
+    cdef int64_t first_word, last_word, w
+    cdef uint64_t m
+    if lo >= hi:
+        return False
+    first_word = lo >> 6
+    last_word = (hi - 1) >> 6
+    for w in range(first_word, last_word + 1):
+        m = ~(<uint64_t>0)
+        if w == first_word:
+            m &= (~(<uint64_t>0)) << (lo & 63)
+        if w == last_word:
+            m &= (~(<uint64_t>0)) >> (63 - ((hi - 1) & 63))
+        if bits[w] & m:
+            return True
+    return False
+
+
+cdef inline int64_t clear_range_counted(uint64_t* bits, int64_t lo, int64_t hi) noexcept nogil:
+    """Clear the positions [lo, hi); how many were set."""
+    return clear_masked_counted(bits, NULL, lo, hi)
+
+
 cdef class TrieWalk(StackSets):
     """The trie walk with a stack set, marking accepted trie positions; its mode is the walk_state it is given."""
 
     cdef void ensure_position_bits(self) noexcept nogil:
-        """position_bits sized to the trie (all zero between walks)."""
+        """position_bits sized to the trie (all zero between walks), take_run's scratch stacks empty."""
+        self.run_exceptions.clear()
+        self.run_sets.clear()
         if self.position_bits.size() != <size_t>((self.trie_arrays.n_positions + 63) >> 6):
             self.position_bits.assign((self.trie_arrays.n_positions + 63) >> 6, 0)
 
@@ -93,6 +154,9 @@ cdef class TrieWalk(StackSets):
         last_child = trie.child_start[node + 1]
         if first_child == last_child:
             return 0
+        # Below a node on a bounded run (a length-limited string), only where paths leave the run is walked.
+        if self.take_run(trie, node, set_id, walk):
+            return 0
         if self.summaries[set_id].viable_start == VIABLE_UNKNOWN:
             self.compute_viable(set_id)
         if last_child - first_child >= 8 and not (self.summaries[set_id].flags & SET_CLASS_KNOWN):
@@ -155,6 +219,193 @@ cdef class TrieWalk(StackSets):
                 return 0
         self.trie_visit(trie, child, next_set, walk)
         return 0
+
+    cdef bint take_run(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil:
+        """Take the tokens that go on below a node (child; those ending at it are the caller's) along the bounded
+        run its set lies on, visiting only where they leave the run.
+
+        Along a run of R sets (set_id included) every code point of the run's class leads one set further. So,
+        below the node, a token whose first min(length, R) code points are all in the class is accepted if
+        it has at most R code points (an unfinished last character too, when the run takes every one; at
+        exactly R, as the set after the run decides), and a longer one is what that set makes of the rest.
+        The subtree is marked whole; then the exceptions -- the nodes within R code points of the child whose
+        own code point leaves the class, the topmost on each path, looked up in the trie's index by code
+        point and depth -- are cleared and visited from the run's set above them; and at the run's end,
+        outside them, either (the set after the run small and plain: words_at_run_end) the tokens longer than
+        R are cleared in words and only the nodes R + 1 down whose code point that set takes are visited, or
+        the nodes R down with children or an unfinished character are visited one by one.
+
+        No set of the run may hold SEGMENT_BASE (a path popping out of the segment there would have to be
+        recorded) or a token terminal (it takes a token by id), and no token of the subtree may be marked
+        already (a token terminal above did it; clearing would lose it). False: not taken (no bounded run,
+        too many exceptions to look up, a small subtree), the caller walks the child."""
+        cdef uint64_t* bits
+        cdef int32_t run, after, depth, member, j, n_cps, top_depth, x
+        cdef uint32_t cp
+        cdef uint8_t flags = trie.child_flags[child]
+        cdef int64_t first_longer = trie.token_lo[child] + trie.n_ending[child]
+        cdef uint64_t outside[2]
+        cdef uint64_t word
+        cdef int half
+        cdef int64_t key, base, end, i, n_top, covered, k, sets_base, n_levels = trie.n_levels
+        cdef const int32_t* first
+        cdef const int32_t* last
+        cdef const int32_t* it
+        if trie.node_end[child] - child < TAKE_RUN_MIN_NODES or (flags & SUBTREE_OVERLONG_END):
+            return False
+        if not (self.summaries[set_id].flags & SET_CLASS_KNOWN):
+            self.compute_loop(set_id)
+        if self.summaries[set_id].successor < 0 or self.summaries[set_id].successor == set_id:
+            return False
+        if self.summaries[set_id].run_length == RUN_UNKNOWN:
+            self.compute_run(set_id)
+        run = self.summaries[set_id].run_length
+        after = self.summaries[set_id].run_end
+        if run >= RUN_UNBOUNDED or after < 0 or (self.summaries[set_id].flags & SET_RUN_IMPURE) \
+                or ((flags & SUBTREE_PARTIAL_END) and not (self.summaries[set_id].flags & SET_ALL_PARTIALS)) \
+                or ((flags & SUBTREE_NON_ASCII) and not (self.summaries[set_id].flags & SET_CLASS_NON_ASCII)):
+            return False
+        outside[0] = trie.below_ascii[2 * child] & ~self.summaries[set_id].class_ascii[0]
+        outside[1] = trie.below_ascii[2 * child + 1] & ~self.summaries[set_id].class_ascii[1]
+        n_cps = popcount64(outside[0]) + popcount64(outside[1])
+        top_depth = min(run, trie.below_depth[child])   # the exceptions lie at most this deep below the child
+        if <int64_t>n_cps * top_depth * TAKE_RUN_NODES_PER_LOOKUP > trie.node_end[child] - child \
+                or (n_cps == 0 and trie.below_depth[child] <= run):
+            return False   # dearer to look up than to walk, or nothing to do but what chain_accepts does
+        bits = self.position_bits.data()
+        if range_has_marks(bits, first_longer, trie.token_hi[child]):
+            return False   # a token terminal above marked tokens of it, which clearing would lose
+        self.run_takes += 1
+        set_position_range(bits, first_longer, trie.token_hi[child])
+        self.n_marked += trie.token_hi[child] - first_longer
+        # the exceptions, in preorder, the nested ones dropped
+        base = <int64_t>self.run_exceptions.size()
+        for half in range(2):
+            word = outside[half]
+            while word:
+                key = (64 * half + ctz64(word)) * n_levels
+                word &= word - 1
+                for j in range(1, top_depth + 1):
+                    depth = trie.node_depth[child] + j
+                    first = lower_bound(trie.ascii_level_nodes + trie.ascii_level_start[key + depth],
+                                        trie.ascii_level_nodes + trie.ascii_level_start[key + depth + 1], child)
+                    last = lower_bound(first, trie.ascii_level_nodes + trie.ascii_level_start[key + depth + 1],
+                                       trie.node_end[child])
+                    self.run_exceptions.insert(self.run_exceptions.end(), first, last)
+        end = <int64_t>self.run_exceptions.size()
+        sort(self.run_exceptions.begin() + base, self.run_exceptions.end())
+        n_top = 0
+        covered = -1
+        for i in range(base, end):
+            x = self.run_exceptions[i]
+            if x < covered:
+                continue
+            self.run_exceptions[base + n_top] = x
+            n_top += 1
+            covered = trie.node_end[x]
+        self.run_exceptions.resize(base + n_top)
+        # the run's end, D code points down: what lies there or below, outside the exceptions, is the set after
+        # the run's to decide
+        depth = trie.node_depth[child] + run
+        if trie.below_depth[child] >= run and depth < trie.n_levels:
+            if depth < trie.n_longer and self.words_at_run_end(after):
+                # in words: the tokens longer than D are cleared, the unfinished characters ending at D decided,
+                # and only the nodes D + 1 down whose code point the set after the run takes are walked
+                if trie.below_depth[child] > run:
+                    self.n_marked -= clear_masked_counted(bits, trie.longer_bits + depth * trie.position_words,
+                                                          first_longer, trie.token_hi[child])
+                first = lower_bound(trie.unclean_nodes + trie.unclean_start[depth],
+                                    trie.unclean_nodes + trie.unclean_start[depth + 1], child)
+                last = lower_bound(first, trie.unclean_nodes + trie.unclean_start[depth + 1], trie.node_end[child])
+                k = base
+                it = first
+                while it < last:
+                    member = it[0]
+                    it += 1
+                    while k < base + n_top and trie.node_end[self.run_exceptions[k]] <= member:
+                        k += 1
+                    if k < base + n_top and self.run_exceptions[k] <= member:
+                        continue   # below an exception: visited with it
+                    for i in range(trie.token_lo[member], trie.token_lo[member] + trie.n_ending[member]):
+                        if trie.end_partial[i].n_remain != 0 and not self.set_accepts_partial(after, trie.end_partial[i]):
+                            self.n_marked -= clear_range_counted(bits, i, i + 1)
+                if trie.below_depth[child] > run:
+                    for j in range(self.summaries[after].viable_count):
+                        for cp in range(self.viable_bounds[self.summaries[after].viable_start + 2 * j],
+                                        self.viable_bounds[self.summaries[after].viable_start + 2 * j + 1] + 1):
+                            key = cp * n_levels + depth + 1
+                            first = lower_bound(trie.ascii_level_nodes + trie.ascii_level_start[key],
+                                                trie.ascii_level_nodes + trie.ascii_level_start[key + 1], child)
+                            last = lower_bound(first, trie.ascii_level_nodes + trie.ascii_level_start[key + 1],
+                                               trie.node_end[child])
+                            k = base
+                            it = first
+                            while it < last:
+                                member = it[0]
+                                it += 1
+                                while k < base + n_top and trie.node_end[self.run_exceptions[k]] <= member:
+                                    k += 1
+                                if k < base + n_top and self.run_exceptions[k] <= member:
+                                    continue
+                                self.visit_child(trie, member, after, walk)
+                                if walk.aborted:
+                                    self.run_exceptions.resize(base)
+                                    return True
+            else:
+                # node by node: those with children or a token ending inside a character
+                first = lower_bound(trie.level_nodes + trie.level_start[depth],
+                                    trie.level_nodes + trie.level_start[depth + 1], child)
+                last = lower_bound(first, trie.level_nodes + trie.level_start[depth + 1], trie.node_end[child])
+                k = base
+                it = first
+                while it < last:
+                    member = it[0]
+                    it += 1
+                    while k < base + n_top and trie.node_end[self.run_exceptions[k]] <= member:
+                        k += 1
+                    if k < base + n_top and self.run_exceptions[k] <= member:
+                        continue
+                    self.n_marked -= clear_range_counted(bits, trie.token_lo[member], trie.token_hi[member])
+                    self.trie_visit(trie, member, after, walk)
+                    if walk.aborted:
+                        self.run_exceptions.resize(base)
+                        return True
+        if n_top > 0:
+            # the run's sets, S_0 = set_id: an exception j code points below the child is taken by S_(j-1)
+            sets_base = <int64_t>self.run_sets.size()
+            self.run_sets.push_back(set_id)
+            for j in range(1, top_depth):
+                self.run_sets.push_back(self.summaries[self.run_sets[sets_base + j - 1]].successor)
+            for i in range(base, base + n_top):
+                x = self.run_exceptions[i]
+                self.n_marked -= clear_range_counted(bits, trie.token_lo[x], trie.token_hi[x])
+                self.visit_child(trie, x, self.run_sets[sets_base + trie.node_depth[x] - trie.node_depth[child] - 1],
+                                 walk)
+                if walk.aborted:
+                    break
+            self.run_sets.resize(sets_base)
+        self.run_exceptions.resize(base)
+        return True
+
+    cdef bint words_at_run_end(self, int32_t set_id) except -1 nogil:
+        """Whether take_run can finish at a run's end in words with this set after the run: no SEGMENT_BASE
+        and no token terminal on it (not even further along its own run), and it takes at most
+        TAKE_RUN_MAX_CODE_POINTS code points, all ASCII."""
+        cdef int32_t j, n = 0
+        if self.summaries[set_id].run_length == RUN_UNKNOWN:
+            self.compute_run(set_id)
+        if self.summaries[set_id].flags & SET_RUN_IMPURE:
+            return False
+        if self.summaries[set_id].viable_start == VIABLE_UNKNOWN:
+            self.compute_viable(set_id)
+        for j in range(self.summaries[set_id].viable_count):
+            if self.viable_bounds[self.summaries[set_id].viable_start + 2 * j + 1] >= 128:
+                return False
+            n += <int32_t>(self.viable_bounds[self.summaries[set_id].viable_start + 2 * j + 1]
+                           - self.viable_bounds[self.summaries[set_id].viable_start + 2 * j]) + 1
+            if n > TAKE_RUN_MAX_CODE_POINTS:
+                return False
+        return True
 
     cdef int walk_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil:
         """One trie walk from the whole set (the segment cache off)."""
