@@ -147,6 +147,7 @@ cdef class TrieWalk(StackSets):
     cdef readonly int64_t visited_nodes
     cdef readonly int64_t run_takes                # subtrees take_run took along a bounded run
     cdef vector[int32_t] run_exceptions, run_sets  # scratch stacks of take_run (each call pops what it pushed)
+    cdef vector[uint8_t] run_cover                 # scratch of take_run, per trie node: below an exception (0 between calls)
 
     cdef void ensure_position_bits(self) noexcept nogil
     cdef void drain_subtree(self, const trie_view* trie, int32_t node, vector[token_t]* tokens,
@@ -154,6 +155,9 @@ cdef class TrieWalk(StackSets):
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
     cdef bint take_run(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
     cdef bint words_at_run_end(self, int32_t set_id) except -1 nogil
+    cdef bint set_may_take(self, int32_t set_id, uint32_t cp) except -1 nogil
+    cdef int run_end_nodes(self, const trie_view* trie, int32_t child, int32_t after, int32_t depth,
+                           walk_state* walk) except -1 nogil
     cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id, walk_state* walk) except -1 nogil
     cdef int walk_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef int positions_to_tokens(self, const trie_view* trie, uint32_t* out) except -1 nogil

@@ -9,7 +9,7 @@
 # TAKE_RUN_NODES_PER_LOOKUP nodes per look-up of exceptions (a code point outside the class at one depth);
 # the set after the run is finished in words when it takes at most TAKE_RUN_MAX_CODE_POINTS code points.
 cdef enum:
-    TAKE_RUN_MIN_NODES = 8
+    TAKE_RUN_MIN_NODES = 64
     TAKE_RUN_NODES_PER_LOOKUP = 16
     TAKE_RUN_MAX_CODE_POINTS = 8
 
@@ -247,7 +247,10 @@ cdef class TrieWalk(StackSets):
         cdef uint64_t outside[2]
         cdef uint64_t word
         cdef int half
-        cdef int64_t key, base, end, i, n_top, covered, k, sets_base, n_levels = trie.n_levels
+        cdef int64_t key, base, i, n_top, sets_base, n_levels = trie.n_levels
+        cdef int32_t depth0 = trie.node_depth[child], s
+        cdef uint8_t* cover
+        cdef bint completed
         cdef const int32_t* first
         cdef const int32_t* last
         cdef const int32_t* it
@@ -255,13 +258,13 @@ cdef class TrieWalk(StackSets):
             return False
         if not (self.summaries[set_id].flags & SET_CLASS_KNOWN):
             self.compute_loop(set_id)
-        if self.summaries[set_id].successor < 0 or self.summaries[set_id].successor == set_id:
+        if self.summaries[set_id].successor < 0:
             return False
         if self.summaries[set_id].run_length == RUN_UNKNOWN:
             self.compute_run(set_id)
-        run = self.summaries[set_id].run_length
+        run = self.summaries[set_id].run_length   # RUN_UNBOUNDED: the run ends in a loop (`char*`), never
         after = self.summaries[set_id].run_end
-        if run >= RUN_UNBOUNDED or after < 0 or (self.summaries[set_id].flags & SET_RUN_IMPURE) \
+        if (run < RUN_UNBOUNDED and after < 0) or (self.summaries[set_id].flags & SET_RUN_IMPURE) \
                 or ((flags & SUBTREE_PARTIAL_END) and not (self.summaries[set_id].flags & SET_ALL_PARTIALS)) \
                 or ((flags & SUBTREE_NON_ASCII) and not (self.summaries[set_id].flags & SET_CLASS_NON_ASCII)):
             return False
@@ -278,114 +281,141 @@ cdef class TrieWalk(StackSets):
         self.run_takes += 1
         set_position_range(bits, first_longer, trie.token_hi[child])
         self.n_marked += trie.token_hi[child] - first_longer
-        # the exceptions, in preorder, the nested ones dropped
+        # The exceptions, shallower first: each covers its subtree (run_cover), so deeper ones below it are
+        # skipped, and so are the nodes at the run's end below it.
+        if <int64_t>self.run_cover.size() != trie.n_nodes:
+            self.run_cover.assign(trie.n_nodes, 0)
+        cover = self.run_cover.data()
         base = <int64_t>self.run_exceptions.size()
-        for half in range(2):
-            word = outside[half]
-            while word:
-                key = (64 * half + ctz64(word)) * n_levels
-                word &= word - 1
-                for j in range(1, top_depth + 1):
-                    depth = trie.node_depth[child] + j
-                    first = lower_bound(trie.ascii_level_nodes + trie.ascii_level_start[key + depth],
-                                        trie.ascii_level_nodes + trie.ascii_level_start[key + depth + 1], child)
-                    last = lower_bound(first, trie.ascii_level_nodes + trie.ascii_level_start[key + depth + 1],
-                                       trie.node_end[child])
-                    self.run_exceptions.insert(self.run_exceptions.end(), first, last)
-        end = <int64_t>self.run_exceptions.size()
-        sort(self.run_exceptions.begin() + base, self.run_exceptions.end())
-        n_top = 0
-        covered = -1
-        for i in range(base, end):
-            x = self.run_exceptions[i]
-            if x < covered:
-                continue
-            self.run_exceptions[base + n_top] = x
-            n_top += 1
-            covered = trie.node_end[x]
-        self.run_exceptions.resize(base + n_top)
-        # the run's end, D code points down: what lies there or below, outside the exceptions, is the set after
-        # the run's to decide
-        depth = trie.node_depth[child] + run
-        if trie.below_depth[child] >= run and depth < trie.n_levels:
-            if depth < trie.n_longer and self.words_at_run_end(after):
-                # in words: the tokens longer than D are cleared, the unfinished characters ending at D decided,
-                # and only the nodes D + 1 down whose code point the set after the run takes are walked
-                if trie.below_depth[child] > run:
-                    self.n_marked -= clear_masked_counted(bits, trie.longer_bits + depth * trie.position_words,
-                                                          first_longer, trie.token_hi[child])
-                first = lower_bound(trie.unclean_nodes + trie.unclean_start[depth],
-                                    trie.unclean_nodes + trie.unclean_start[depth + 1], child)
-                last = lower_bound(first, trie.unclean_nodes + trie.unclean_start[depth + 1], trie.node_end[child])
-                k = base
-                it = first
-                while it < last:
-                    member = it[0]
-                    it += 1
-                    while k < base + n_top and trie.node_end[self.run_exceptions[k]] <= member:
-                        k += 1
-                    if k < base + n_top and self.run_exceptions[k] <= member:
-                        continue   # below an exception: visited with it
-                    for i in range(trie.token_lo[member], trie.token_lo[member] + trie.n_ending[member]):
-                        if trie.end_partial[i].n_remain != 0 and not self.set_accepts_partial(after, trie.end_partial[i]):
-                            self.n_marked -= clear_range_counted(bits, i, i + 1)
-                if trie.below_depth[child] > run:
-                    for j in range(self.summaries[after].viable_count):
-                        for cp in range(self.viable_bounds[self.summaries[after].viable_start + 2 * j],
-                                        self.viable_bounds[self.summaries[after].viable_start + 2 * j + 1] + 1):
-                            key = cp * n_levels + depth + 1
-                            first = lower_bound(trie.ascii_level_nodes + trie.ascii_level_start[key],
-                                                trie.ascii_level_nodes + trie.ascii_level_start[key + 1], child)
-                            last = lower_bound(first, trie.ascii_level_nodes + trie.ascii_level_start[key + 1],
-                                               trie.node_end[child])
-                            k = base
-                            it = first
-                            while it < last:
-                                member = it[0]
-                                it += 1
-                                while k < base + n_top and trie.node_end[self.run_exceptions[k]] <= member:
-                                    k += 1
-                                if k < base + n_top and self.run_exceptions[k] <= member:
-                                    continue
-                                self.visit_child(trie, member, after, walk)
-                                if walk.aborted:
-                                    self.run_exceptions.resize(base)
-                                    return True
-            else:
-                # node by node: those with children or a token ending inside a character
-                first = lower_bound(trie.level_nodes + trie.level_start[depth],
-                                    trie.level_nodes + trie.level_start[depth + 1], child)
-                last = lower_bound(first, trie.level_nodes + trie.level_start[depth + 1], trie.node_end[child])
-                k = base
-                it = first
-                while it < last:
-                    member = it[0]
-                    it += 1
-                    while k < base + n_top and trie.node_end[self.run_exceptions[k]] <= member:
-                        k += 1
-                    if k < base + n_top and self.run_exceptions[k] <= member:
-                        continue
-                    self.n_marked -= clear_range_counted(bits, trie.token_lo[member], trie.token_hi[member])
-                    self.trie_visit(trie, member, after, walk)
-                    if walk.aborted:
-                        self.run_exceptions.resize(base)
-                        return True
-        if n_top > 0:
-            # the run's sets, S_0 = set_id: an exception j code points below the child is taken by S_(j-1)
-            sets_base = <int64_t>self.run_sets.size()
-            self.run_sets.push_back(set_id)
-            for j in range(1, top_depth):
-                self.run_sets.push_back(self.summaries[self.run_sets[sets_base + j - 1]].successor)
+        for j in range(1, top_depth + 1):
+            depth = trie.node_depth[child] + j
+            for half in range(2):
+                word = outside[half]
+                while word:
+                    key = (64 * half + ctz64(word)) * n_levels + depth
+                    word &= word - 1
+                    first = trie.ascii_level_nodes + trie.ascii_level_start[key]
+                    last = trie.ascii_level_nodes + trie.ascii_level_start[key + 1]
+                    if child != 0 and first < last:
+                        first = lower_bound(first, last, child)
+                        last = lower_bound(first, last, trie.node_end[child])
+                    it = first
+                    while it < last:
+                        x = it[0]
+                        it += 1
+                        if not cover[x]:
+                            memset(cover + x, 1, trie.node_end[x] - x)
+                            self.run_exceptions.push_back(x)
+        n_top = <int64_t>self.run_exceptions.size() - base
+        completed = False
+        try:
+            if run < RUN_UNBOUNDED:
+                self.run_end_nodes(trie, child, after, depth0 + run, walk)
+            completed = True
+        finally:
             for i in range(base, base + n_top):
                 x = self.run_exceptions[i]
-                self.n_marked -= clear_range_counted(bits, trie.token_lo[x], trie.token_hi[x])
-                self.visit_child(trie, x, self.run_sets[sets_base + trie.node_depth[x] - trie.node_depth[child] - 1],
-                                 walk)
+                memset(cover + x, 0, trie.node_end[x] - x)
+            if not completed:
+                self.run_exceptions.resize(base)
+        if walk.aborted or n_top == 0:
+            self.run_exceptions.resize(base)
+            return True
+        # the run's sets, S_0 = set_id: an exception j code points below the node is taken by S_(j-1) (if at all)
+        sets_base = <int64_t>self.run_sets.size()
+        self.run_sets.push_back(set_id)
+        for j in range(1, top_depth):
+            self.run_sets.push_back(self.summaries[self.run_sets[sets_base + j - 1]].successor)
+        for i in range(base, base + n_top):
+            x = self.run_exceptions[i]
+            self.n_marked -= clear_range_counted(bits, trie.token_lo[x], trie.token_hi[x])
+            s = self.run_sets[sets_base + trie.node_depth[x] - depth0 - 1]
+            if self.set_may_take(s, trie.node_cp[x]):
+                self.visit_child(trie, x, s, walk)
                 if walk.aborted:
                     break
-            self.run_sets.resize(sets_base)
+        self.run_sets.resize(sets_base)
         self.run_exceptions.resize(base)
         return True
+
+    cdef bint set_may_take(self, int32_t set_id, uint32_t cp) except -1 nogil:
+        """Whether cp lies in one of the set's viable intervals (some stack may take it)."""
+        cdef int64_t k
+        if self.summaries[set_id].viable_start == VIABLE_UNKNOWN:
+            self.compute_viable(set_id)
+        for k in range(self.summaries[set_id].viable_start,
+                       self.summaries[set_id].viable_start + 2 * self.summaries[set_id].viable_count, 2):
+            if self.viable_bounds[k] <= cp <= self.viable_bounds[k + 1]:
+                return True
+        return False
+
+    cdef int run_end_nodes(self, const trie_view* trie, int32_t child, int32_t after, int32_t depth,
+                           walk_state* walk) except -1 nogil:
+        """take_run at the run's end, D = depth code points from the root: what lies there or below, outside
+        the exceptions (run_cover), is the set after the run's to decide (it is `after`)."""
+        cdef uint64_t* bits = self.position_bits.data()
+        cdef const uint8_t* cover = self.run_cover.data()
+        cdef int64_t first_longer = trie.token_lo[child] + trie.n_ending[child]
+        cdef int64_t key, i, j
+        cdef int32_t member
+        cdef uint32_t cp
+        cdef const int32_t* first
+        cdef const int32_t* last
+        cdef const int32_t* it
+        if trie.node_depth[child] + trie.below_depth[child] < depth or depth >= trie.n_levels:
+            return 0   # no token gets there
+        if depth < trie.n_longer and self.words_at_run_end(after):
+            # in words: the tokens longer than D are cleared, the unfinished characters ending at D decided,
+            # and only the nodes D + 1 down whose code point the set after the run takes are walked
+            if trie.node_depth[child] + trie.below_depth[child] > depth:
+                self.n_marked -= clear_masked_counted(bits, trie.longer_bits + depth * trie.position_words,
+                                                      first_longer, trie.token_hi[child])
+            first = lower_bound(trie.unclean_nodes + trie.unclean_start[depth],
+                                trie.unclean_nodes + trie.unclean_start[depth + 1], child)
+            last = lower_bound(first, trie.unclean_nodes + trie.unclean_start[depth + 1], trie.node_end[child])
+            it = first
+            while it < last:
+                member = it[0]
+                it += 1
+                if cover[member]:
+                    continue   # below an exception: visited with it
+                for i in range(trie.token_lo[member], trie.token_lo[member] + trie.n_ending[member]):
+                    if trie.end_partial[i].n_remain != 0 and not self.set_accepts_partial(after, trie.end_partial[i]):
+                        self.n_marked -= clear_range_counted(bits, i, i + 1)
+            if trie.node_depth[child] + trie.below_depth[child] > depth:
+                for j in range(self.summaries[after].viable_count):
+                    for cp in range(self.viable_bounds[self.summaries[after].viable_start + 2 * j],
+                                    self.viable_bounds[self.summaries[after].viable_start + 2 * j + 1] + 1):
+                        key = cp * trie.n_levels + depth + 1
+                        first = lower_bound(trie.ascii_level_nodes + trie.ascii_level_start[key],
+                                            trie.ascii_level_nodes + trie.ascii_level_start[key + 1], child)
+                        last = lower_bound(first, trie.ascii_level_nodes + trie.ascii_level_start[key + 1],
+                                           trie.node_end[child])
+                        it = first
+                        while it < last:
+                            member = it[0]
+                            it += 1
+                            if cover[member]:
+                                continue
+                            self.visit_child(trie, member, after, walk)
+                            if walk.aborted:
+                                return 0
+        else:
+            # node by node: those with children or a token ending inside a character
+            first = lower_bound(trie.level_nodes + trie.level_start[depth],
+                                trie.level_nodes + trie.level_start[depth + 1], child)
+            last = lower_bound(first, trie.level_nodes + trie.level_start[depth + 1], trie.node_end[child])
+            it = first
+            while it < last:
+                member = it[0]
+                it += 1
+                if cover[member]:
+                    continue
+                self.n_marked -= clear_range_counted(bits, trie.token_lo[member], trie.token_hi[member])
+                self.trie_visit(trie, member, after, walk)
+                if walk.aborted:
+                    return 0
+        return 0
 
     cdef bint words_at_run_end(self, int32_t set_id) except -1 nogil:
         """Whether take_run can finish at a run's end in words with this set after the run: no SEGMENT_BASE
