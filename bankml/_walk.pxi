@@ -1,7 +1,8 @@
 # Included by _grammar.pyx (one extension, so the hot calls stay within one C translation unit).
 # The walk of the vocabulary trie with a stack set: marks the accepted tokens' trie positions in
-# position_bits, taking whole subtrees and blocks where the set's class allows; a walk's mode is the
-# walk_state it is given. Owns trie positions (position_bits).
+# position_bits, taking whole subtrees and blocks where the set's class allows, and subtrees along a run of
+# sets with one class (take_run: length-limited strings) visiting only where paths leave it; a walk's mode
+# is the walk_state it is given. Owns trie positions (position_bits).
 # Declarations: _grammar.pxd.
 
 
@@ -224,7 +225,8 @@ cdef class TrieWalk(StackSets):
         """Take the tokens that go on below a node (child; those ending at it are the caller's) along the bounded
         run its set lies on, visiting only where they leave the run.
 
-        Along a run of R sets (set_id included) every code point of the run's class leads one set further. So,
+        Along a run of R sets (set_id included; R unbounded when the run ends in a loop, as in `char*`) every
+        code point of the run's class leads one set further. So,
         below the node, a token whose first min(length, R) code points are all in the class is accepted if
         it has at most R code points (an unfinished last character too, when the run takes every one; at
         exactly R, as the set after the run decides), and a longer one is what that set makes of the rest.
@@ -237,8 +239,8 @@ cdef class TrieWalk(StackSets):
 
         No set of the run may hold SEGMENT_BASE (a path popping out of the segment there would have to be
         recorded) or a token terminal (it takes a token by id), and no token of the subtree may be marked
-        already (a token terminal above did it; clearing would lose it). False: not taken (no bounded run,
-        too many exceptions to look up, a small subtree), the caller walks the child."""
+        already (a token terminal above did it; clearing would lose it). False: not taken (no run, exceptions
+        dearer to look up than the subtree is to walk, a small subtree), the caller walks the node."""
         cdef uint64_t* bits
         cdef int32_t run, after, depth, member, j, n_cps, top_depth, x
         cdef uint32_t cp
