@@ -252,7 +252,7 @@ cdef class TrieWalk(StackSets):
         cdef int64_t key, base, i, n_top, sets_base, n_levels = trie.n_levels
         cdef int32_t depth0 = trie.node_depth[child], s
         cdef uint8_t* cover
-        cdef bint completed
+        cdef bint completed, impure
         cdef const int32_t* first
         cdef const int32_t* last
         cdef const int32_t* it
@@ -266,7 +266,18 @@ cdef class TrieWalk(StackSets):
             self.compute_run(set_id)
         run = self.summaries[set_id].run_length   # RUN_UNBOUNDED: the run ends in a loop (`char*`), never
         after = self.summaries[set_id].run_end
-        if (run < RUN_UNBOUNDED and after < 0) or (self.summaries[set_id].flags & SET_RUN_IMPURE) \
+        impure = (self.summaries[set_id].flags & SET_RUN_IMPURE) != 0
+        while not impure and after >= 0 and run < RUN_UNBOUNDED and run < trie.below_depth[child]:
+            # a run computed from another set may stop where the class goes on (compute_run's depth bound):
+            # the next run of the same class continues this one
+            if self.summaries[after].run_length == RUN_UNKNOWN:
+                self.compute_run(after)
+            if not self.same_class(set_id, after):
+                break
+            impure = (self.summaries[after].flags & SET_RUN_IMPURE) != 0
+            run = <int32_t>min(<int64_t>run + self.summaries[after].run_length, <int64_t>RUN_UNBOUNDED)
+            after = self.summaries[after].run_end
+        if (run < RUN_UNBOUNDED and after < 0) or impure \
                 or ((flags & SUBTREE_PARTIAL_END) and not (self.summaries[set_id].flags & SET_ALL_PARTIALS)) \
                 or ((flags & SUBTREE_NON_ASCII) and not (self.summaries[set_id].flags & SET_CLASS_NON_ASCII)):
             return False
