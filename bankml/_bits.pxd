@@ -18,6 +18,51 @@ cdef inline int ctz64(uint64_t bits) noexcept nogil:
     return __builtin_ctzll(bits)
 
 
+cdef inline int64_t popcount64(uint64_t bits) noexcept nogil:
+    return __builtin_popcountll(bits)
+
+
+cdef inline uint64_t range_word_mask(int64_t w, int64_t lo, int64_t hi) noexcept nogil:
+    """The bits of position word w that lie in [lo, hi) (lo < hi, w between their words)."""
+    cdef uint64_t m = ~(<uint64_t>0)
+    if w == lo >> 6:
+        m &= (~(<uint64_t>0)) << (lo & 63)
+    if w == (hi - 1) >> 6:
+        m &= (~(<uint64_t>0)) >> (63 - ((hi - 1) & 63))
+    return m
+
+
+cdef inline int64_t clear_masked_counted(uint64_t* bits, const uint64_t* mask, int64_t lo, int64_t hi) noexcept nogil:
+    """Clear the positions in [lo, hi) that mask holds (all of them when mask is NULL); how many were set."""
+    cdef int64_t w, n = 0
+    cdef uint64_t m
+    if lo >= hi:
+        return 0
+    for w in range(lo >> 6, ((hi - 1) >> 6) + 1):
+        m = range_word_mask(w, lo, hi)
+        if mask != NULL:
+            m &= mask[w]
+        n += popcount64(bits[w] & m)
+        bits[w] &= ~m
+    return n
+
+
+cdef inline int64_t clear_range_counted(uint64_t* bits, int64_t lo, int64_t hi) noexcept nogil:
+    """Clear the positions [lo, hi); how many were set."""
+    return clear_masked_counted(bits, NULL, lo, hi)
+
+
+cdef inline bint range_has_marks(const uint64_t* bits, int64_t lo, int64_t hi) noexcept nogil:
+    """Whether a position in [lo, hi) is set."""
+    cdef int64_t w
+    if lo >= hi:
+        return False
+    for w in range(lo >> 6, ((hi - 1) >> 6) + 1):
+        if bits[w] & range_word_mask(w, lo, hi):
+            return True
+    return False
+
+
 cdef inline void set_token_bit(uint32_t* mask, token_t token) noexcept nogil:
     mask[token >> 5] |= (<uint32_t>1) << (token & 31)
 

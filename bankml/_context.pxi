@@ -84,6 +84,11 @@ cdef class MatchContext:
         return self.walk.visited_nodes
 
     @property
+    def run_takes(self):
+        """Subtrees the walk took whole along a bounded run (a length-limited string)."""
+        return self.walk.run_takes
+
+    @property
     def segment_hits(self):
         return self.segments.counters.hits
 

@@ -55,6 +55,7 @@ cdef enum:
     SET_CLASS_NON_ASCII = 2     # every code point >= 0x80 leads to the successor
     SET_ALL_PARTIALS = 4        # the set takes every partial character that can still complete
     SET_HAS_BASE = 8            # the set holds SEGMENT_BASE: some path popped out of the segment
+    SET_RUN_IMPURE = 16         # (with run_length) a set of its run holds SEGMENT_BASE or a token terminal on top
 
 # set_summary.partial_mode: whether a set takes characters left unfinished by a token
 cdef enum:
@@ -162,12 +163,20 @@ cdef class TrieWalk:
     cdef int64_t n_marked                          # positions marked by the current walk (an upper bound)
     cdef trie_view trie_arrays                     # trie.view(), taken once (the trie never changes)
     cdef readonly int64_t visited_nodes
+    cdef readonly int64_t run_takes                # subtrees take_run took along a bounded run
+    cdef vector[int32_t] run_exceptions, run_sets  # scratch stacks of take_run (each call pops what it pushed)
+    cdef vector[uint8_t] run_cover                 # scratch of take_run, per trie node: below an exception (0 between calls)
 
     cdef void ensure_position_bits(self) noexcept nogil
     cdef void clear_marks(self) noexcept nogil
     cdef void drain_subtree(self, const trie_view* trie, int32_t node, vector[token_t]* tokens,
                             uint32_t* out) noexcept nogil
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
+    cdef bint take_run(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
+    cdef bint words_at_run_end(self, int32_t set_id) except -1 nogil
+    cdef bint set_may_take(self, int32_t set_id, uint32_t cp) except -1 nogil
+    cdef int run_end_nodes(self, const trie_view* trie, int32_t child, int32_t after, int32_t depth,
+                           walk_state* walk) except -1 nogil
     cdef int trie_visit(self, const trie_view* trie, int32_t node, int32_t set_id, walk_state* walk) except -1 nogil
     cdef int walk_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef int positions_to_tokens(self, const trie_view* trie, uint32_t* out) except -1 nogil

@@ -43,8 +43,9 @@ from libcpp.vector cimport vector
 from bankml._typedefs cimport element_value_t, node_t, offset_t, position_t, token_t
 from bankml._utf8 cimport decode_utf8, partial_utf8
 from bankml._trie cimport CHILD_BLOCK, SUBTREE_NON_ASCII, SUBTREE_OVERLONG_END, SUBTREE_PARTIAL_END
-from bankml._bits cimport (ctz64, drain_words, next_set_position, next_unset_position, position_drain,
-                           set_position, set_position_range, set_token_bit, clear_token_bit, words_hash)
+from bankml._bits cimport (clear_masked_counted, clear_range_counted, ctz64, drain_words, next_set_position,
+                           next_unset_position, popcount64, position_drain, range_has_marks, set_position,
+                           set_position_range, set_token_bit, clear_token_bit, words_hash)
 from bankml._charclass cimport (MAX_CODE_POINT, class_accepts_all_partials, class_constant_from, class_intervals,
                                 is_end_of_sequence, is_token_element, match_char, match_partial_char, match_token,
                                 partial_char_range)

@@ -320,9 +320,11 @@ cdef class StackSets:
     cdef int compute_run(self, int32_t set_id) except -1 nogil:
         """How many sets in a row, following successors from set_id, have set_id's class and take the same
         partial characters (run_length, RUN_UNBOUNDED when the run ends in a loop), and the set after
-        them (run_end, NO_SET if none). Explored no deeper than the longest token needs."""
+        them (run_end, NO_SET if none). Explored no deeper than the longest token needs. SET_RUN_IMPURE
+        marks a set whose run (itself included) has a set with SEGMENT_BASE or a token terminal on top."""
         cdef int32_t s = set_id, successor, c
-        cdef int64_t i, length
+        cdef int64_t i, length, k
+        cdef bint impure
         cdef int32_t limit = self.max_token_depth + 2
         self.run_chain.clear()
         while True:
@@ -342,6 +344,12 @@ cdef class StackSets:
         for i in range(<int64_t>self.run_chain.size() - 1, -1, -1):
             c = self.run_chain[i]
             successor = self.summaries[c].successor
+            impure = (self.summaries[c].flags & SET_HAS_BASE) != 0
+            k = self.set_start[c]
+            while not impure and k < self.set_start[c + 1]:
+                impure = not is_bottom(self.set_nodes[k]) and \
+                    is_token_element(&self.pool.rules.elements[self.pool.nodes[self.set_nodes[k]].element])
+                k += 1
             if successor == c:
                 self.summaries[c].run_length = RUN_UNBOUNDED
                 self.summaries[c].run_end = NO_SET
@@ -352,9 +360,12 @@ cdef class StackSets:
                 length = 1 + <int64_t>self.summaries[successor].run_length
                 self.summaries[c].run_length = <int32_t>min(length, <int64_t>RUN_UNBOUNDED)
                 self.summaries[c].run_end = self.summaries[successor].run_end
+                impure = impure or (self.summaries[successor].flags & SET_RUN_IMPURE) != 0
             else:
                 self.summaries[c].run_length = 1
                 self.summaries[c].run_end = successor
+            if impure:
+                self.summaries[c].flags |= SET_RUN_IMPURE
         return 0
 
     cdef int compute_viable(self, int32_t set_id) except -1 nogil:

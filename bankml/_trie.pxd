@@ -47,6 +47,18 @@ cdef struct trie_view:
     const int32_t* below_depth         # the most code points a token takes below the node
     const int32_t* block_depth         # the most code points a token takes from a block's children down (theirs included)
     const int32_t* non_ascii_depth     # the same over the node's non-ASCII children
+    const int32_t* node_depth          # code points from the root to the node
+    const uint8_t* child_flags         # SUBTREE_* bits of the tokens strictly below the node (not those ending at it)
+    const int32_t* level_start         # the nodes at depth d that have children or a token ending inside a
+    const int32_t* level_nodes         # character at them: level_nodes[level_start[d]:level_start[d + 1]], in order
+    int32_t n_levels                   # depths indexed (level_start has n_levels + 1 entries)
+    const int32_t* ascii_level_start   # the nodes whose edge carries ASCII code point c at depth d, in order:
+    const int32_t* ascii_level_nodes   # ascii_level_nodes[ascii_level_start[k]:ascii_level_start[k + 1]], k = c * n_levels + d
+    const int32_t* unclean_start       # the nodes at depth d where a token ends inside a character:
+    const int32_t* unclean_nodes       # unclean_nodes[unclean_start[d]:unclean_start[d + 1]], in order
+    const uint64_t* longer_bits        # per depth d < n_longer, position_words words: the positions of the
+    int32_t n_longer                   # tokens of more than d code points
+    int64_t position_words             # (n_positions + 63) // 64
 
 
 # Borrowed pointers into a DecodedVocab, for kernels that run without the GIL.
@@ -98,6 +110,15 @@ cdef class VocabTrie:
     cdef vector[int32_t] below_depth
     cdef vector[int32_t] block_depth
     cdef vector[int32_t] non_ascii_depth
+    cdef vector[int32_t] node_depth
+    cdef vector[uint8_t] child_flags
+    cdef vector[int32_t] level_start
+    cdef vector[int32_t] level_nodes
+    cdef vector[int32_t] ascii_level_start
+    cdef vector[int32_t] ascii_level_nodes
+    cdef vector[int32_t] unclean_start
+    cdef vector[int32_t] unclean_nodes
+    cdef vector[uint64_t] longer_bits
     cdef object _token_words
 
     cdef trie_view view(self)

@@ -143,6 +143,9 @@ cdef bint _code_points_less(token_t a, token_t b) noexcept nogil:
     return a < b
 
 
+# The depths longer_bits covers (a run ending deeper is finished node by node).
+cdef int32_t MAX_LONGER_DEPTHS = 64
+
 cdef class VocabTrie:
     """The tokens a grammar can ever allow, in a trie of their code points.
 
@@ -255,6 +258,73 @@ cdef class VocabTrie:
             self.block_ascii.push_back(ascii_hi)
             self.block_flags.push_back(flags)
             self.block_depth.push_back(depth)
+        # Per depth, the nodes a walk along a bounded run must still visit where the run ends (the others,
+        # leaves whose tokens end on a whole character, are accepted there whatever the set): preorder ids,
+        # so a subtree's nodes at one depth are one slice, found by binary search.
+        cdef vector[int32_t] level_count
+        self.node_depth.assign(n_nodes, 0)
+        for node in range(n_nodes):   # preorder: a parent's depth is set before its children's
+            for index in range(self.child_start[node], self.child_start[node + 1]):
+                self.node_depth[self.children[index]] = self.node_depth[node] + 1
+        level_count.assign(self.below_depth[0] + 2 if n_nodes else 1, 0)
+        for node in range(n_nodes):
+            if self.child_start[node + 1] > self.child_start[node] or \
+                    (self.below_flags[node] & (SUBTREE_PARTIAL_END | SUBTREE_OVERLONG_END)):
+                level_count[self.node_depth[node]] += 1
+        self.level_start.assign(level_count.size() + 1, 0)
+        for depth in range(<int32_t>level_count.size()):
+            self.level_start[depth + 1] = self.level_start[depth] + level_count[depth]
+        self.level_nodes.assign(self.level_start[level_count.size()], 0)
+        level_count.assign(level_count.size(), 0)
+        for node in range(n_nodes):
+            if self.child_start[node + 1] > self.child_start[node] or \
+                    (self.below_flags[node] & (SUBTREE_PARTIAL_END | SUBTREE_OVERLONG_END)):
+                depth = self.node_depth[node]
+                self.level_nodes[self.level_start[depth] + level_count[depth]] = node
+                level_count[depth] += 1
+        # Per ASCII code point and depth, the nodes whose edge carries it (preorder ids again): where a
+        # subtree leaves a run's class, found without walking the subtree.
+        cdef int64_t n_levels = level_count.size(), key
+        level_count.assign(128 * n_levels, 0)
+        for node in range(1, n_nodes):
+            if self.node_cp[node] < 128:
+                level_count[self.node_cp[node] * n_levels + self.node_depth[node]] += 1
+        self.ascii_level_start.assign(128 * n_levels + 1, 0)
+        for key in range(128 * n_levels):
+            self.ascii_level_start[key + 1] = self.ascii_level_start[key] + level_count[key]
+        self.ascii_level_nodes.assign(self.ascii_level_start[128 * n_levels], 0)
+        level_count.assign(128 * n_levels, 0)
+        for node in range(1, n_nodes):
+            if self.node_cp[node] < 128:
+                key = self.node_cp[node] * n_levels + self.node_depth[node]
+                self.ascii_level_nodes[self.ascii_level_start[key] + level_count[key]] = node
+                level_count[key] += 1
+        # Per depth, the nodes where a token ends inside a character (the set after a run decides those).
+        cdef vector[int32_t] unclean
+        self.unclean_start.assign(n_levels + 1, 0)
+        for node in range(n_nodes):
+            for position in range(self.token_lo[node], self.token_lo[node] + self.n_ending[node]):
+                if self.end_partial[position].n_remain != 0:
+                    unclean.push_back(node)
+                    self.unclean_start[self.node_depth[node] + 1] += 1
+                    break
+        for depth in range(<int32_t>n_levels):
+            self.unclean_start[depth + 1] += self.unclean_start[depth]
+        self.unclean_nodes.assign(unclean.size(), 0)
+        level_count.assign(n_levels, 0)
+        for index in range(<int64_t>unclean.size()):
+            depth = self.node_depth[unclean[index]]
+            self.unclean_nodes[self.unclean_start[depth] + level_count[depth]] = unclean[index]
+            level_count[depth] += 1
+        # Per depth d (up to MAX_LONGER_DEPTHS), the positions of the tokens longer than d code points: what
+        # a run ending d code points down leaves to the set after it, cleared from a subtree's range in words.
+        cdef int64_t words = (<int64_t>order.size() + 63) >> 6
+        cdef int32_t n_longer = <int32_t>min(<int64_t>MAX_LONGER_DEPTHS, n_levels)
+        self.longer_bits.assign(n_longer * words, 0)
+        for node in range(n_nodes):
+            for depth in range(min(self.node_depth[node], n_longer)):
+                for position in range(self.token_lo[node], self.token_lo[node] + self.n_ending[node]):
+                    self.longer_bits[depth * words + (position >> 6)] |= (<uint64_t>1) << (position & 63)
 
     cdef int32_t _add_node(self, uint32_t cp, int32_t position):
         self.node_cp.push_back(cp)
@@ -265,6 +335,7 @@ cdef class VocabTrie:
         self.below_ascii.push_back(0)
         self.below_ascii.push_back(0)
         self.below_flags.push_back(0)
+        self.child_flags.push_back(0)
         self.below_depth.push_back(0)
         return <int32_t>(self.node_cp.size() - 1)
 
@@ -283,12 +354,14 @@ cdef class VocabTrie:
         self.below_ascii[2 * parent] |= self.below_ascii[2 * node]
         self.below_ascii[2 * parent + 1] |= self.below_ascii[2 * node + 1]
         self.below_flags[parent] |= self.below_flags[node]
+        self.child_flags[parent] |= self.below_flags[node]
         if cp < 64:
             self.below_ascii[2 * parent] |= (<uint64_t>1) << cp
         elif cp < 128:
             self.below_ascii[2 * parent + 1] |= (<uint64_t>1) << (cp - 64)
         else:
             self.below_flags[parent] |= SUBTREE_NON_ASCII
+            self.child_flags[parent] |= SUBTREE_NON_ASCII
 
     cdef trie_view view(self):
         cdef trie_view v
@@ -316,6 +389,18 @@ cdef class VocabTrie:
         v.below_depth = self.below_depth.data()
         v.block_depth = self.block_depth.data()
         v.non_ascii_depth = self.non_ascii_depth.data()
+        v.node_depth = self.node_depth.data()
+        v.child_flags = self.child_flags.data()
+        v.level_start = self.level_start.data()
+        v.level_nodes = self.level_nodes.data()
+        v.n_levels = <int32_t>self.level_start.size() - 1
+        v.ascii_level_start = self.ascii_level_start.data()
+        v.ascii_level_nodes = self.ascii_level_nodes.data()
+        v.unclean_start = self.unclean_start.data()
+        v.unclean_nodes = self.unclean_nodes.data()
+        v.longer_bits = self.longer_bits.data()
+        v.position_words = (<int64_t>self.token_at.size() + 63) >> 6
+        v.n_longer = <int32_t>(self.longer_bits.size() // v.position_words) if v.position_words else 0
         return v
 
     @property
@@ -348,4 +433,7 @@ cdef class VocabTrie:
 
     def memory_bytes(self):
         return (self.token_at.size() * 4 + self.position_of.size() * 4 + self.end_partial.size() * 8
-                + self.node_cp.size() * (4 + 4 + 4 + 4 + 4 + 16 + 1 + 4 + 4 + 4 + 4 + 16 + 1))
+                + self.node_cp.size() * (4 + 4 + 4 + 4 + 4 + 16 + 1 + 4 + 4 + 4 + 4 + 16 + 1 + 4 + 1)
+                + self.level_nodes.size() * 4 + self.level_start.size() * 4
+                + self.ascii_level_nodes.size() * 4 + self.ascii_level_start.size() * 4
+                + self.unclean_nodes.size() * 4 + self.unclean_start.size() * 4 + self.longer_bits.size() * 8)

@@ -1,15 +1,25 @@
 # Included by _grammar.pyx (one extension, so the hot calls stay within one C translation unit).
 # The walk of the vocabulary trie with a stack set: marks the accepted tokens' trie positions in
-# position_bits, taking whole subtrees and blocks where the set's class allows; a walk's mode is the
-# walk_state it is given. Owns trie positions (position_bits).
+# position_bits, taking whole subtrees and blocks where the set's class allows, and subtrees along a run of
+# sets with one class (take_run: length-limited strings) visiting only where paths leave it; a walk's mode
+# is the walk_state it is given. Owns trie positions (position_bits).
 # Declarations: _grammar.pxd.
+
+
+# take_run: subtrees smaller than TAKE_RUN_MIN_NODES are walked node by node, and so are those with fewer than
+# TAKE_RUN_NODES_PER_LOOKUP nodes per look-up of exceptions (a code point outside the class at one depth);
+# the set after the run is finished in words when it takes at most TAKE_RUN_MAX_CODE_POINTS code points.
+cdef enum:
+    TAKE_RUN_MIN_NODES = 64
+    TAKE_RUN_NODES_PER_LOOKUP = 16
+    TAKE_RUN_MAX_CODE_POINTS = 8
 
 
 cdef class TrieWalk:
     """The trie walk with a stack set, marking accepted trie positions; its mode is the walk_state it is given."""
 
     def __cinit__(self, StackPool pool, StackSets sets, VocabTrie trie):
-        self.pool = pool
+        self.sets.pool = pool
         self.sets = sets
         self.trie = trie
         if trie is not None:
@@ -25,7 +35,9 @@ cdef class TrieWalk:
         self.n_marked = 0
 
     cdef void ensure_position_bits(self) noexcept nogil:
-        """position_bits sized to the trie (all zero between walks)."""
+        """position_bits sized to the trie (all zero between walks), take_run's scratch stacks empty."""
+        self.run_exceptions.clear()
+        self.run_sets.clear()
         if self.position_bits.size() != <size_t>((self.trie_arrays.n_positions + 63) >> 6):
             self.position_bits.assign((self.trie_arrays.n_positions + 63) >> 6, 0)
 
@@ -39,12 +51,12 @@ cdef class TrieWalk:
         code point leads to, or taken whole when every code point below it leads
         back to that same set and every token in it ends on a whole character.
         """
-        cdef const grammar_element* elements = self.pool.rules.elements.data()
+        cdef const grammar_element* elements = self.sets.pool.rules.elements.data()
         cdef const grammar_element* top
         cdef uint64_t* bits = self.position_bits.data()
         cdef int64_t lo = trie.token_lo[node]
         self.visited_nodes += 1
-        self.pool.charge(1)
+        self.sets.pool.charge(1)
         cdef int64_t first_longer = lo + trie.n_ending[node]
         cdef int64_t hi = trie.token_hi[node]
         cdef int64_t position, k, i, range_end
@@ -87,7 +99,7 @@ cdef class TrieWalk:
                 stack = self.sets.set_nodes[k]
                 if is_bottom(stack):
                     continue
-                top = &elements[self.pool.nodes[stack].element]
+                top = &elements[self.sets.pool.nodes[stack].element]
                 if top.type == LLAMA_GRETYPE_TOKEN:
                     position = trie.position_of[top.value] if top.value < <uint32_t>trie.n_vocab else -1
                     if first_longer <= position < hi:
@@ -104,6 +116,9 @@ cdef class TrieWalk:
         first_child = trie.child_start[node]
         last_child = trie.child_start[node + 1]
         if first_child == last_child:
+            return 0
+        # Below a node on a bounded run (a length-limited string), only where paths leave the run is walked.
+        if self.take_run(trie, node, set_id, walk):
             return 0
         if self.sets.summaries[set_id].viable_start == VIABLE_UNKNOWN:
             self.sets.compute_viable(set_id)
@@ -167,6 +182,235 @@ cdef class TrieWalk:
                 return 0
         self.trie_visit(trie, child, next_set, walk)
         return 0
+
+    cdef bint take_run(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil:
+        """Take the tokens that go on below a node (child; those ending at it are the caller's) along the bounded
+        run its set lies on, visiting only where they leave the run.
+
+        Along a run of R sets (set_id included; R unbounded when the run ends in a loop, as in `char*`) every
+        code point of the run's class leads one set further. So,
+        below the node, a token whose first min(length, R) code points are all in the class is accepted if
+        it has at most R code points (an unfinished last character too, when the run takes every one; at
+        exactly R, as the set after the run decides), and a longer one is what that set makes of the rest.
+        The subtree is marked whole; then the exceptions -- the nodes within R code points of the child whose
+        own code point leaves the class, the topmost on each path, looked up in the trie's index by code
+        point and depth -- are cleared and visited from the run's set above them; and at the run's end,
+        outside them, either (the set after the run small and plain: words_at_run_end) the tokens longer than
+        R are cleared in words and only the nodes R + 1 down whose code point that set takes are visited, or
+        the nodes R down with children or an unfinished character are visited one by one.
+
+        No set of the run may hold SEGMENT_BASE (a path popping out of the segment there would have to be
+        recorded) or a token terminal (it takes a token by id), and no token of the subtree may be marked
+        already (a token terminal above did it; clearing would lose it). False: not taken (no run, exceptions
+        dearer to look up than the subtree is to walk, a small subtree), the caller walks the node."""
+        cdef uint64_t* bits
+        cdef int32_t run, after, depth, member, j, n_cps, top_depth, x
+        cdef uint32_t cp
+        cdef uint8_t flags = trie.child_flags[child]
+        cdef int64_t first_longer = trie.token_lo[child] + trie.n_ending[child]
+        cdef uint64_t outside[2]
+        cdef uint64_t word
+        cdef int half
+        cdef int64_t key, base, i, n_top, sets_base, n_levels = trie.n_levels
+        cdef int32_t depth0 = trie.node_depth[child], s
+        cdef uint8_t* cover
+        cdef bint completed, impure
+        cdef const int32_t* first
+        cdef const int32_t* last
+        cdef const int32_t* it
+        if trie.node_end[child] - child < TAKE_RUN_MIN_NODES or (flags & SUBTREE_OVERLONG_END):
+            return False
+        if not (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN):
+            self.sets.compute_loop(set_id)
+        if self.sets.summaries[set_id].successor < 0:
+            return False
+        if self.sets.summaries[set_id].run_length == RUN_UNKNOWN:
+            self.sets.compute_run(set_id)
+        run = self.sets.summaries[set_id].run_length   # RUN_UNBOUNDED: the run ends in a loop (`char*`), never
+        after = self.sets.summaries[set_id].run_end
+        impure = (self.sets.summaries[set_id].flags & SET_RUN_IMPURE) != 0
+        while not impure and after >= 0 and run < RUN_UNBOUNDED and run < trie.below_depth[child]:
+            # a run computed from another set may stop where the class goes on (compute_run's depth bound):
+            # the next run of the same class continues this one
+            if self.sets.summaries[after].run_length == RUN_UNKNOWN:
+                self.sets.compute_run(after)
+            if not self.sets.same_class(set_id, after):
+                break
+            impure = (self.sets.summaries[after].flags & SET_RUN_IMPURE) != 0
+            run = <int32_t>min(<int64_t>run + self.sets.summaries[after].run_length, <int64_t>RUN_UNBOUNDED)
+            after = self.sets.summaries[after].run_end
+        if (run < RUN_UNBOUNDED and after < 0) or impure \
+                or ((flags & SUBTREE_PARTIAL_END) and not (self.sets.summaries[set_id].flags & SET_ALL_PARTIALS)) \
+                or ((flags & SUBTREE_NON_ASCII) and not (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII)):
+            return False
+        outside[0] = trie.below_ascii[2 * child] & ~self.sets.summaries[set_id].class_ascii[0]
+        outside[1] = trie.below_ascii[2 * child + 1] & ~self.sets.summaries[set_id].class_ascii[1]
+        n_cps = popcount64(outside[0]) + popcount64(outside[1])
+        top_depth = min(run, trie.below_depth[child])   # the exceptions lie at most this deep below the child
+        if <int64_t>n_cps * top_depth * TAKE_RUN_NODES_PER_LOOKUP > trie.node_end[child] - child \
+                or (n_cps == 0 and trie.below_depth[child] <= run):
+            return False   # dearer to look up than to walk, or nothing to do but what chain_accepts does
+        bits = self.position_bits.data()
+        if range_has_marks(bits, first_longer, trie.token_hi[child]):
+            return False   # a token terminal above marked tokens of it, which clearing would lose
+        self.run_takes += 1
+        set_position_range(bits, first_longer, trie.token_hi[child])
+        self.n_marked += trie.token_hi[child] - first_longer
+        # The exceptions, shallower first: each covers its subtree (run_cover), so deeper ones below it are
+        # skipped, and so are the nodes at the run's end below it.
+        if <int64_t>self.run_cover.size() != trie.n_nodes:
+            self.run_cover.assign(trie.n_nodes, 0)
+        cover = self.run_cover.data()
+        base = <int64_t>self.run_exceptions.size()
+        for j in range(1, top_depth + 1):
+            depth = trie.node_depth[child] + j
+            for half in range(2):
+                word = outside[half]
+                while word:
+                    key = (64 * half + ctz64(word)) * n_levels + depth
+                    word &= word - 1
+                    first = trie.ascii_level_nodes + trie.ascii_level_start[key]
+                    last = trie.ascii_level_nodes + trie.ascii_level_start[key + 1]
+                    if child != 0 and first < last:
+                        first = lower_bound(first, last, child)
+                        last = lower_bound(first, last, trie.node_end[child])
+                    it = first
+                    while it < last:
+                        x = it[0]
+                        it += 1
+                        if not cover[x]:
+                            memset(cover + x, 1, trie.node_end[x] - x)
+                            self.run_exceptions.push_back(x)
+        n_top = <int64_t>self.run_exceptions.size() - base
+        completed = False
+        try:
+            if run < RUN_UNBOUNDED:
+                self.run_end_nodes(trie, child, after, depth0 + run, walk)
+            completed = True
+        finally:
+            for i in range(base, base + n_top):
+                x = self.run_exceptions[i]
+                memset(cover + x, 0, trie.node_end[x] - x)
+            if not completed:
+                self.run_exceptions.resize(base)
+        if walk.aborted or n_top == 0:
+            self.run_exceptions.resize(base)
+            return True
+        # the run's sets, S_0 = set_id: an exception j code points below the node is taken by S_(j-1) (if at all)
+        sets_base = <int64_t>self.run_sets.size()
+        self.run_sets.push_back(set_id)
+        for j in range(1, top_depth):
+            self.run_sets.push_back(self.sets.summaries[self.run_sets[sets_base + j - 1]].successor)
+        for i in range(base, base + n_top):
+            x = self.run_exceptions[i]
+            self.n_marked -= clear_range_counted(bits, trie.token_lo[x], trie.token_hi[x])
+            s = self.run_sets[sets_base + trie.node_depth[x] - depth0 - 1]
+            if self.set_may_take(s, trie.node_cp[x]):
+                self.visit_child(trie, x, s, walk)
+                if walk.aborted:
+                    break
+        self.run_sets.resize(sets_base)
+        self.run_exceptions.resize(base)
+        return True
+
+    cdef bint set_may_take(self, int32_t set_id, uint32_t cp) except -1 nogil:
+        """Whether cp lies in one of the set's viable intervals (some stack may take it)."""
+        cdef int64_t k
+        if self.sets.summaries[set_id].viable_start == VIABLE_UNKNOWN:
+            self.sets.compute_viable(set_id)
+        for k in range(self.sets.summaries[set_id].viable_start,
+                       self.sets.summaries[set_id].viable_start + 2 * self.sets.summaries[set_id].viable_count, 2):
+            if self.sets.viable_bounds[k] <= cp <= self.sets.viable_bounds[k + 1]:
+                return True
+        return False
+
+    cdef int run_end_nodes(self, const trie_view* trie, int32_t child, int32_t after, int32_t depth,
+                           walk_state* walk) except -1 nogil:
+        """take_run at the run's end, D = depth code points from the root: what lies there or below, outside
+        the exceptions (run_cover), is the set after the run's to decide (it is `after`)."""
+        cdef uint64_t* bits = self.position_bits.data()
+        cdef const uint8_t* cover = self.run_cover.data()
+        cdef int64_t first_longer = trie.token_lo[child] + trie.n_ending[child]
+        cdef int64_t key, i, j
+        cdef int32_t member
+        cdef uint32_t cp
+        cdef const int32_t* first
+        cdef const int32_t* last
+        cdef const int32_t* it
+        if trie.node_depth[child] + trie.below_depth[child] < depth or depth >= trie.n_levels:
+            return 0   # no token gets there
+        if depth < trie.n_longer and self.words_at_run_end(after):
+            # in words: the tokens longer than D are cleared, the unfinished characters ending at D decided,
+            # and only the nodes D + 1 down whose code point the set after the run takes are walked
+            if trie.node_depth[child] + trie.below_depth[child] > depth:
+                self.n_marked -= clear_masked_counted(bits, trie.longer_bits + depth * trie.position_words,
+                                                      first_longer, trie.token_hi[child])
+            first = lower_bound(trie.unclean_nodes + trie.unclean_start[depth],
+                                trie.unclean_nodes + trie.unclean_start[depth + 1], child)
+            last = lower_bound(first, trie.unclean_nodes + trie.unclean_start[depth + 1], trie.node_end[child])
+            it = first
+            while it < last:
+                member = it[0]
+                it += 1
+                if cover[member]:
+                    continue   # below an exception: visited with it
+                for i in range(trie.token_lo[member], trie.token_lo[member] + trie.n_ending[member]):
+                    if trie.end_partial[i].n_remain != 0 and not self.sets.set_accepts_partial(after, trie.end_partial[i]):
+                        self.n_marked -= clear_range_counted(bits, i, i + 1)
+            if trie.node_depth[child] + trie.below_depth[child] > depth:
+                for j in range(self.sets.summaries[after].viable_count):
+                    for cp in range(self.sets.viable_bounds[self.sets.summaries[after].viable_start + 2 * j],
+                                    self.sets.viable_bounds[self.sets.summaries[after].viable_start + 2 * j + 1] + 1):
+                        key = cp * trie.n_levels + depth + 1
+                        first = lower_bound(trie.ascii_level_nodes + trie.ascii_level_start[key],
+                                            trie.ascii_level_nodes + trie.ascii_level_start[key + 1], child)
+                        last = lower_bound(first, trie.ascii_level_nodes + trie.ascii_level_start[key + 1],
+                                           trie.node_end[child])
+                        it = first
+                        while it < last:
+                            member = it[0]
+                            it += 1
+                            if cover[member]:
+                                continue
+                            self.visit_child(trie, member, after, walk)
+                            if walk.aborted:
+                                return 0
+        else:
+            # node by node: those with children or a token ending inside a character
+            first = lower_bound(trie.level_nodes + trie.level_start[depth],
+                                trie.level_nodes + trie.level_start[depth + 1], child)
+            last = lower_bound(first, trie.level_nodes + trie.level_start[depth + 1], trie.node_end[child])
+            it = first
+            while it < last:
+                member = it[0]
+                it += 1
+                if cover[member]:
+                    continue
+                self.n_marked -= clear_range_counted(bits, trie.token_lo[member], trie.token_hi[member])
+                self.trie_visit(trie, member, after, walk)
+                if walk.aborted:
+                    return 0
+        return 0
+
+    cdef bint words_at_run_end(self, int32_t set_id) except -1 nogil:
+        """Whether take_run can finish at a run's end in words with this set after the run: no SEGMENT_BASE
+        and no token terminal on it (not even further along its own run), and it takes at most
+        TAKE_RUN_MAX_CODE_POINTS code points, all ASCII."""
+        cdef int32_t j, n = 0
+        if self.sets.summaries[set_id].run_length == RUN_UNKNOWN:
+            self.sets.compute_run(set_id)
+        if self.sets.summaries[set_id].flags & SET_RUN_IMPURE:
+            return False
+        if self.sets.summaries[set_id].viable_start == VIABLE_UNKNOWN:
+            self.sets.compute_viable(set_id)
+        for j in range(self.sets.summaries[set_id].viable_count):
+            if self.sets.viable_bounds[self.sets.summaries[set_id].viable_start + 2 * j + 1] >= 128:
+                return False
+            n += <int32_t>(self.sets.viable_bounds[self.sets.summaries[set_id].viable_start + 2 * j + 1]
+                           - self.sets.viable_bounds[self.sets.summaries[set_id].viable_start + 2 * j]) + 1
+            if n > TAKE_RUN_MAX_CODE_POINTS:
+                return False
+        return True
 
     cdef int walk_mask(self, int32_t set_id, const trie_view* trie, uint32_t* out) except -1 nogil:
         """One trie walk from the whole set (the segment cache off)."""

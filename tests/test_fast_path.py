@@ -541,3 +541,72 @@ def test_precompute_is_bounded_and_exact(random_vocab):
     assert checker.segment_hits >= 1
     with pytest.raises(ValueError, match="precompute"):
         Grammar(text, random_vocab, precompute=-1)
+
+
+# ---------------------------------------------------------------------------
+# (d) length-limited strings (minLength / maxLength): the walk along a bounded run
+
+# Bounded repetitions the way the JSON-schema converter writes them ({0,k}, {1,k}, {k,k}, {m,n}), nested in
+# objects and arrays, and a bounded class with multibyte members outside any string. Every position of them
+# is its own segment, and the walk takes the subtrees that stay in the class up to the run's end whole.
+BOUNDED_GBNF = r"""root ::= "{" space a-kv "," space b-kv "," space c-kv "," space d-kv "}" space
+a-kv ::= "\"a\"" space ":" space a
+b-kv ::= "\"b\"" space ":" space "[" space (b ("," space b)*)? "]" space
+c-kv ::= "\"c\"" space ":" space c
+d-kv ::= "\"d\"" space ":" space "{" space "\"e\"" space ":" space e "," space "\"f\"" space ":" space f "}" space
+a ::= "\"" char{0,10} "\"" space
+b ::= "\"" char{1,7} "\"" space
+c ::= "\"" char{13,13} "\"" space
+e ::= "\"" char{3,24} "\"" space
+f ::= [a-zé中😀]{2,6} space
+char ::= [^"\\\x7F\x00-\x1F] | [\\] (["\\bfnrt] | "u" [0-9a-fA-F]{4})
+space ::= | " " | "\n"{1,2} [ \t]{0,20}
+"""
+BOUNDED_DOCUMENTS = [
+    '{"a": "Zoë é 中!", "b": ["x", "ab cd", "日本語です", "1234567"], "c": "0123456789abc", '
+    '"d": {"e": "déjà vu \\"q\\" 😀 \\u00e9", "f": aé中😀}}',
+    '{"a": "", "b": [], "c": "ABCDEFGHIJKLM", "d": {"e": "abc", "f": zz}}',
+    '{\n  "a": "abcdefghij",\n  "b": ["ü"],\n  "c": "中中中中中中中中中中中中中",\n'
+    '  "d": {"e": "the quick brown fox jump", "f": zzzzzz}\n}',
+]
+
+
+def bounded_walk(vocab, checker, label):
+    """Each document fed one code point at a time (the first byte of a multibyte character on its own every
+    other time), the three matchers compared with the reference path at every position."""
+    matchers = three_ways(BOUNDED_GBNF, vocab)
+    for n, document in enumerate(BOUNDED_DOCUMENTS):
+        g, *twins = matchers()
+        for i, ch in enumerate(document):
+            checker.compare(g, f"{label}, document {n}, before {document[:i]!r}", twins)
+            raw = ch.encode("utf-8")
+            if len(raw) > 1 and i % 2:
+                for m in (g, *twins):
+                    m.accept_bytes(raw[:1])
+                checker.compare(g, f"{label}, document {n}, before {document[:i]!r} + {raw[:1]!r}", twins)
+                raw = raw[1:]
+            for m in (g, *twins):
+                m.accept_bytes(raw)
+        assert g.complete
+    return matchers()
+
+
+def test_fast_path_equals_reference_bounded_strings(random_vocabs):
+    """Length-limited strings on the random vocabularies (short tokens, every UTF-8 fragment)."""
+    checker = Checker()
+    for vocab_seed, vocab in zip(VOCAB_SEEDS, random_vocabs):
+        bounded_walk(vocab, checker, f"vocabulary seed {vocab_seed}")
+    assert checker.states >= 3 * 250
+    assert checker.partial_states >= 3 * 10
+
+
+def test_fast_path_equals_reference_bounded_strings_llama3():
+    """Length-limited strings on Llama 3's vocabulary, whose long tokens run past the end of the bounded runs:
+    the subtrees are taken along the run (counted), and every position's mask equals the reference path's."""
+    vocab = Vocab.from_gguf(DATA / "ggml-vocab-llama-bpe.gguf")
+    checker = Checker()
+    default, lazy, walk = bounded_walk(vocab, checker, "llama3")
+    assert checker.states >= 250
+    assert lazy.context.run_takes > 0 and walk.context.run_takes > 0
+    print(f"llama3 bounded strings: {checker.states} states ({checker.partial_states} mid-character), "
+          f"run takes {default.context.run_takes} / {lazy.context.run_takes} / {walk.context.run_takes}")
