@@ -19,7 +19,7 @@ cdef class TrieWalk:
     """The trie walk with a stack set, marking accepted trie positions; its mode is the walk_state it is given."""
 
     def __cinit__(self, StackPool pool, StackSets sets, VocabTrie trie):
-        self.sets.pool = pool
+        self.pool = pool
         self.sets = sets
         self.trie = trie
         if trie is not None:
@@ -51,12 +51,12 @@ cdef class TrieWalk:
         code point leads to, or taken whole when every code point below it leads
         back to that same set and every token in it ends on a whole character.
         """
-        cdef const grammar_element* elements = self.sets.pool.rules.elements.data()
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
         cdef const grammar_element* top
         cdef uint64_t* bits = self.position_bits.data()
         cdef int64_t lo = trie.token_lo[node]
         self.visited_nodes += 1
-        self.sets.pool.charge(1)
+        self.pool.charge(1)
         cdef int64_t first_longer = lo + trie.n_ending[node]
         cdef int64_t hi = trie.token_hi[node]
         cdef int64_t position, k, i, range_end
@@ -99,7 +99,7 @@ cdef class TrieWalk:
                 stack = self.sets.set_nodes[k]
                 if is_bottom(stack):
                     continue
-                top = &elements[self.sets.pool.nodes[stack].element]
+                top = &elements[self.pool.nodes[stack].element]
                 if top.type == LLAMA_GRETYPE_TOKEN:
                     position = trie.position_of[top.value] if top.value < <uint32_t>trie.n_vocab else -1
                     if first_longer <= position < hi:
