@@ -30,6 +30,7 @@ class MatchContext:
     continuation_entries_built: int
     fallback_masks: int
     partial_masks: int
+    run_takes: int
 
     def __init__(self, rules: Rules, vocab: Any, max_stacks: int) -> None: ...
     @property
