@@ -222,8 +222,8 @@ cdef class TrieWalk:
             return False
         if not (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN):
             self.sets.compute_loop(set_id)
-        if self.sets.summaries[set_id].successor < 0:
-            return False
+        if self.sets.summaries[set_id].successor < 0 or self.sets.summaries[set_id].successor == set_id:
+            return False   # (a set that loops on its class: chain_accepts and the child blocks take it, cheaper)
         if self.sets.summaries[set_id].run_length == RUN_UNKNOWN:
             self.sets.compute_run(set_id)
         run = self.sets.summaries[set_id].run_length   # RUN_UNBOUNDED: the run ends in a loop (`char*`), never
