@@ -71,8 +71,13 @@ cdef node_t SEGMENT_BASE = 1
 DEFAULT_MAX_STACKS = 4096
 # How long (seconds of its own thread's time) the first matcher of a (Rules, Vocab) spends building the
 # segment cache ahead of use, in a background thread (the first mask does not wait for it); what is not
-# built by then is built on first use.
-DEFAULT_PRECOMPUTE_SECONDS = 0.03
+# built by then is built on first use. None by default: measured side by side (bench/maskbench.py,
+# engines bankml and bankml-bg), a thread building beside the walk made every wall-clock figure worse,
+# TTFM p50 1.0 -> 2.2 ms, cold p99 0.57 -> 1.5 ms, warm max 0.3 -> 8.5 ms (it holds the context's lock
+# for a whole entry, and the GIL while it plans), and left cold masks on the CPU clock where they were.
+# A runtime with an idle core while it evaluates the prompt can ask for it (precompute=0.03, or
+# g.context.start_precompute(0.03)).
+DEFAULT_PRECOMPUTE_SECONDS = 0.0
 # How many accepted steps a matcher can roll back by default: vLLM rolls back its draft tokens (at most
 # num_speculative_tokens), SGLang's jump-forward the retokenized tail (its XGrammar backend keeps 200).
 # A step costs a copy of the stack ids (a few integers), so the ring is cheap.

@@ -217,19 +217,50 @@ def _closure(list direct, list edges):
     return result
 
 
+cdef inline bint _all_nullable_refs(const grammar_element* elements, position_t first, position_t stop,
+                                    const vector[uint8_t]& nullable) noexcept nogil:
+    """Whether elements[first:stop] are all references to nullable rules (an empty range: True)."""
+    cdef position_t q
+    for q in range(first, stop):
+        if elements[q].type != LLAMA_GRETYPE_RULE_REF or not nullable[elements[q].value]:
+            return False
+    return True
+
+
+cdef inline bint _same_elements(const grammar_element* elements, position_t a, position_t b,
+                                position_t n) noexcept nogil:
+    """Whether elements[a:a+n] and elements[b:b+n] are the same (type, value) sequence."""
+    cdef position_t q
+    for q in range(n):
+        if elements[a + q].type != elements[b + q].type or elements[a + q].value != elements[b + q].value:
+            return False
+    return True
+
+
 def _repetition_chains(Rules rules):
     """The chains llama.cpp writes for x{m,n}: n - m nested rules R_k ::= x R_(k-1) | down to
     R_0 ::= x |, each x taking at least one character. Returns {rule: (k, R_(k-1))} for the rules
     R_1 .. R_(n-m-1) of every such chain (R_0, with nothing after x, is left out).
 
-    Read off the flat elements (a Python list per rule only for the rules of that shape: two
-    alternatives, the second empty), so it costs next to nothing on a grammar of thousands of rules."""
+    Read off the flat elements in one pass over the rules and one walk down each chain (typed arrays,
+    no Python object per rule), so it costs next to nothing on a grammar of thousands of rules or
+    on a chain of thousands of steps."""
     cdef const grammar_element* elements = rules.elements.data()
     cdef vector[uint8_t] nullable = _nullable_rules(rules)
-    cdef Py_ssize_t rule_id, n_rules = rules.rule_start.size()
-    cdef position_t pos, first
-    bases = {}   # rule -> x, for R ::= x |
-    steps = {}   # rule -> (x, next rule), for R ::= x next |
+    cdef Py_ssize_t n_rules = rules.rule_start.size()
+    cdef Py_ssize_t rule_id, k
+    cdef position_t pos, first, x_len, following, last
+    # per rule: the body of R ::= body | (body_len -1: not that shape), whether it is a base (R ::= x |,
+    # x not all nullable references) and, for a step (R ::= x next |), the next rule (-1: not a step)
+    cdef vector[position_t] body_start, body_len
+    cdef vector[int32_t] step_next, depth
+    cdef vector[uint8_t] is_base, on_path
+    cdef vector[int32_t] path, order   # order: the rules as their depth was found (the dict's order)
+    cdef int32_t r, d
+    body_start.assign(n_rules, 0)
+    body_len.assign(n_rules, -1)
+    step_next.assign(n_rules, -1)
+    is_base.assign(n_rules, 0)
     for rule_id in range(n_rules):
         first = rules.rule_start[rule_id]
         pos = first
@@ -238,30 +269,49 @@ def _repetition_chains(Rules rules):
         # two alternatives, the first not empty and the second empty
         if pos == first or elements[pos].type != LLAMA_GRETYPE_ALT or elements[pos + 1].type != LLAMA_GRETYPE_END:
             continue
-        body = tuple((<int>elements[q].type, <int>elements[q].value) for q in range(first, pos))
-        if not all(kind == LLAMA_GRETYPE_RULE_REF and nullable[value] for kind, value in body):
-            bases[rule_id] = body
-        last_kind, last_value = body[len(body) - 1]
-        x = body[:len(body) - 1]
-        if last_kind == LLAMA_GRETYPE_RULE_REF and last_value != rule_id and x and \
-                not all(kind == LLAMA_GRETYPE_RULE_REF and nullable[value] for kind, value in x):
-            steps[rule_id] = (x, last_value)
-    depth = {}
-    for rule_id in steps:
-        path = []
-        r = rule_id
-        while r in steps and r not in depth and r not in path:
-            path.append(r)
-            r = steps[r][1]
-        for r in reversed(path):
-            x, following = steps[r]
-            if following in steps and steps[following][0] == x and depth.get(following, -1) >= 0:
+        body_start[rule_id] = first
+        body_len[rule_id] = pos - first
+        if not _all_nullable_refs(elements, first, pos, nullable):
+            is_base[rule_id] = 1
+        last = pos - 1
+        if (elements[last].type == LLAMA_GRETYPE_RULE_REF and <Py_ssize_t>elements[last].value != rule_id
+                and last > first and not _all_nullable_refs(elements, first, last, nullable)):
+            step_next[rule_id] = <int32_t>elements[last].value
+    # depth[r]: k for a step R_k of a chain ending in a base (-1: a step that is not; UNSET: not seen)
+    cdef int32_t UNSET = -2
+    depth.assign(n_rules, UNSET)
+    on_path.assign(n_rules, 0)
+    for rule_id in range(n_rules):
+        if step_next[rule_id] < 0 or depth[rule_id] != UNSET:
+            continue
+        path.clear()
+        r = <int32_t>rule_id
+        while step_next[r] >= 0 and depth[r] == UNSET and not on_path[r]:
+            path.push_back(r)
+            on_path[r] = 1
+            r = step_next[r]
+        for k in range(<Py_ssize_t>path.size() - 1, -1, -1):
+            r = path[k]
+            on_path[r] = 0
+            following = step_next[r]
+            x_len = body_len[r] - 1
+            if (step_next[following] >= 0 and body_len[following] - 1 == x_len
+                    and _same_elements(elements, body_start[following], body_start[r], x_len)
+                    and depth[following] >= 0):
                 depth[r] = depth[following] + 1
-            elif following in bases and bases[following] == x:
+            elif (is_base[following] and body_len[following] == x_len
+                    and _same_elements(elements, body_start[following], body_start[r], x_len)):
                 depth[r] = 1
             else:
                 depth[r] = -1
-    return {r: (d, steps[r][1]) for r, d in depth.items() if d > 0}
+            order.push_back(r)
+    chains = {}
+    for k in range(<Py_ssize_t>order.size()):
+        r = order[k]
+        d = depth[r]
+        if d > 0:
+            chains[r] = (d, step_next[r])
+    return chains
 
 
 def _repetition_canonical(Rules rules, dict chains, int32_t limit):
@@ -273,29 +323,47 @@ def _repetition_canonical(Rules rules, dict chains, int32_t limit):
     token when each x takes at least one code point and limit exceeds the longest token: such frames
     share one segment entry.
     """
+    cdef const grammar_element* elements = rules.elements.data()
     cdef vector[position_t] canonical
-    cdef Py_ssize_t i, start, target_start
-    canonical.resize(rules.elements.size())
-    for i in range(<Py_ssize_t>rules.elements.size()):
+    cdef Py_ssize_t n_rules = rules.rule_start.size()
+    cdef Py_ssize_t i, n = rules.elements.size()
+    cdef position_t start, target_start
+    cdef vector[int32_t] chain_depth, chain_next, target_of
+    cdef vector[uint8_t] inner
+    cdef int32_t r, top, target
+    canonical.resize(n)
+    for i in range(n):
         canonical[i] = <position_t>i
-    inner = {following for _, following in chains.values()}
-    target_of = {}
-    for top in chains:
-        if top in inner:
+    chain_depth.assign(n_rules, 0)
+    chain_next.assign(n_rules, -1)
+    inner.assign(n_rules, 0)
+    target_of.assign(n_rules, -1)
+    for rule_id, (d, following) in chains.items():
+        chain_depth[rule_id] = d
+        chain_next[rule_id] = following
+        inner[following] = 1
+    for top in range(n_rules):
+        if chain_next[top] < 0 or inner[top]:
             continue
-        path = []   # from the chain's outermost rule down to the one `limit` steps from the end
+        # from the chain's outermost rule down to the one `limit` steps from the end: every rule on the
+        # way is a step of the same chain and maps onto that one
         r = top
-        while r in chains and chains[r][0] > limit:
-            path.append(r)
-            r = chains[r][1]
-        for rule_id in path:
-            target_of[rule_id] = r   # every rule on the way is a step of the same chain
-    for rule_id, target in target_of.items():
-        start, target_start = rules.rule_start[rule_id], rules.rule_start[target]
+        while chain_next[r] >= 0 and chain_depth[r] > limit:
+            r = chain_next[r]
+        target = r
+        r = top
+        while r != target:
+            target_of[r] = target
+            r = chain_next[r]
+    for r in range(n_rules):
+        target = target_of[r]
+        if target < 0:
+            continue
+        start, target_start = rules.rule_start[r], rules.rule_start[target]
         i = 0
         while True:
             canonical[start + i] = <position_t>(target_start + i)
-            if rules.elements[start + i].type == LLAMA_GRETYPE_END:
+            if elements[start + i].type == LLAMA_GRETYPE_END:
                 break
             i += 1
     return canonical
