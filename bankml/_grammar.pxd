@@ -210,7 +210,8 @@ cdef class SegmentCache:
     cdef SegmentScratch scratch
     cdef segment_counters counters
     cdef vector[position_t] canonical              # per element position: the one segment keys use (_repetition_canonical)
-    cdef dict repetition_chains                    # _repetition_chains of the rules
+    cdef vector[int32_t] chain_depth               # per rule: k of a repetition chain's R_k (0: none; _repetition_chains_into)
+    cdef vector[int32_t] chain_next                # per rule: R_(k-1) of a chain rule (-1: none)
     # the segment cache: per top segment of a stack, the tokens accepted whatever lies below it and the
     # trie nodes where a path pops out of it (continuations), finished against the real stack at run time
     cdef bint use_segments

@@ -52,6 +52,8 @@ def _precompute(MatchContext ctx, double seconds):
     cdef Py_ssize_t n_rules = ctx.rules.rule_start.size()
     cdef Py_ssize_t pos, rule_id, q
     cdef trie_view trie = ctx.walk.trie.view()
+    cdef vector[uint8_t] inner
+    cdef int32_t step, r
     rule_of = ctx.rules.rule_of()
     # The frames that can lie right under a frame of each rule: the element after each reference to
     # it, or for a reference in tail position, whatever lies under the referencing rule's frame.
@@ -100,16 +102,16 @@ def _precompute(MatchContext ctx, double seconds):
     # deep in one is reached only by long text, and the ones near a chain's end cost the most to walk,
     # so they come after every shallower segment.
     offset = {}
-    inner = {following for _, following in ctx.segments.repetition_chains.values()}
-    for rule_id in ctx.segments.repetition_chains:
-        if rule_id in inner:
+    inner = _chain_inner(ctx.segments.chain_next)
+    for rule_id in range(<Py_ssize_t>inner.size()):
+        if ctx.segments.chain_next[rule_id] < 0 or inner[rule_id]:
             continue
         step = 0
         r = rule_id
-        while r in ctx.segments.repetition_chains and r not in offset:
+        while ctx.segments.chain_next[r] >= 0 and r not in offset:
             offset[r] = step
             step += 1
-            r = ctx.segments.repetition_chains[r][1]
+            r = ctx.segments.chain_next[r]
     heap = [(0, d, i, [top]) for i, (d, top) in enumerate(tops)]
     heapq.heapify(heap)
     counter = len(heap)
@@ -237,26 +239,28 @@ cdef inline bint _same_elements(const grammar_element* elements, position_t a, p
     return True
 
 
-def _repetition_chains(Rules rules):
+cdef void _repetition_chains_into(Rules rules, const vector[uint8_t]& nullable, vector[int32_t]& chain_depth,
+                                   vector[int32_t]& chain_next) noexcept:
     """The chains llama.cpp writes for x{m,n}: n - m nested rules R_k ::= x R_(k-1) | down to
-    R_0 ::= x |, each x taking at least one character. Returns {rule: (k, R_(k-1))} for the rules
-    R_1 .. R_(n-m-1) of every such chain (R_0, with nothing after x, is left out).
+    R_0 ::= x |, each x taking at least one character. Fills, per rule id, chain_depth (k for the rules
+    R_1 .. R_(n-m-1) of every such chain, 0 for every other rule, R_0 included) and chain_next (R_(k-1),
+    -1 when chain_depth is 0).
 
-    Read off the flat elements in one pass over the rules and one walk down each chain (typed arrays,
-    no Python object per rule), so it costs next to nothing on a grammar of thousands of rules or
-    on a chain of thousands of steps."""
+    One pass over the rules' flat elements and one walk down each chain, over typed arrays (no Python
+    object per rule): next to nothing on a grammar of thousands of rules or a chain of thousands of steps."""
     cdef const grammar_element* elements = rules.elements.data()
-    cdef vector[uint8_t] nullable = _nullable_rules(rules)
     cdef Py_ssize_t n_rules = rules.rule_start.size()
     cdef Py_ssize_t rule_id, k
-    cdef position_t pos, first, x_len, following, last
+    cdef position_t pos, first, x_len, last
+    cdef int32_t following
     # per rule: the body of R ::= body | (body_len -1: not that shape), whether it is a base (R ::= x |,
     # x not all nullable references) and, for a step (R ::= x next |), the next rule (-1: not a step)
     cdef vector[position_t] body_start, body_len
     cdef vector[int32_t] step_next, depth
     cdef vector[uint8_t] is_base, on_path
-    cdef vector[int32_t] path, order   # order: the rules as their depth was found (the dict's order)
-    cdef int32_t r, d
+    cdef vector[int32_t] path
+    cdef int32_t r
+    cdef int32_t UNSET = -2
     body_start.assign(n_rules, 0)
     body_len.assign(n_rules, -1)
     step_next.assign(n_rules, -1)
@@ -277,8 +281,7 @@ def _repetition_chains(Rules rules):
         if (elements[last].type == LLAMA_GRETYPE_RULE_REF and <Py_ssize_t>elements[last].value != rule_id
                 and last > first and not _all_nullable_refs(elements, first, last, nullable)):
             step_next[rule_id] = <int32_t>elements[last].value
-    # depth[r]: k for a step R_k of a chain ending in a base (-1: a step that is not; UNSET: not seen)
-    cdef int32_t UNSET = -2
+    # depth[r]: k for a step R_k of a chain ending in a base, -1 for a step that is not one, UNSET: not seen
     depth.assign(n_rules, UNSET)
     on_path.assign(n_rules, 0)
     for rule_id in range(n_rules):
@@ -304,44 +307,55 @@ def _repetition_chains(Rules rules):
                 depth[r] = 1
             else:
                 depth[r] = -1
-            order.push_back(r)
-    chains = {}
-    for k in range(<Py_ssize_t>order.size()):
-        r = order[k]
-        d = depth[r]
-        if d > 0:
-            chains[r] = (d, step_next[r])
-    return chains
+    chain_depth.assign(n_rules, 0)
+    chain_next.assign(n_rules, -1)
+    for rule_id in range(n_rules):
+        if depth[rule_id] > 0:
+            chain_depth[rule_id] = depth[rule_id]
+            chain_next[rule_id] = step_next[rule_id]
 
 
-def _repetition_canonical(Rules rules, dict chains, int32_t limit):
+def _repetition_chains(Rules rules):
+    """Test shim: {rule: (k, R_(k-1))} for the chain rules of _repetition_chains_into."""
+    cdef vector[int32_t] chain_depth, chain_next
+    cdef Py_ssize_t r
+    _repetition_chains_into(rules, _nullable_rules(rules), chain_depth, chain_next)
+    return {r: (chain_depth[r], chain_next[r]) for r in range(<Py_ssize_t>chain_depth.size()) if chain_depth[r] > 0}
+
+
+cdef vector[uint8_t] _chain_inner(const vector[int32_t]& chain_next) noexcept:
+    """Per rule, whether it is the next step of some chain rule (so not the top of its chain)."""
+    cdef vector[uint8_t] inner
+    cdef size_t r
+    inner.assign(chain_next.size(), 0)
+    for r in range(chain_next.size()):
+        if chain_next[r] >= 0:
+            inner[chain_next[r]] = 1
+    return inner
+
+
+cdef vector[position_t] _repetition_canonical(Rules rules, const vector[int32_t]& chain_depth,
+                                              const vector[int32_t]& chain_next, int32_t limit) noexcept:
     """Per element position, the position a segment key uses for it: the same offset in the chain
     rule `limit` steps from the chain's end, when the position's rule lies further out.
 
-    A frame in R_k (see _repetition_chains), with k + 1 x's still allowed, behaves like the frame in
-    R_j for all j, k >= limit as long as no more than `limit` x's can be taken, which holds within one
+    A frame in R_k (see _repetition_chains_into), with k + 1 x's still allowed, behaves like the frame
+    in R_j for all j, k >= limit as long as no more than `limit` x's can be taken, which holds within one
     token when each x takes at least one code point and limit exceeds the longest token: such frames
     share one segment entry.
     """
     cdef const grammar_element* elements = rules.elements.data()
     cdef vector[position_t] canonical
-    cdef Py_ssize_t n_rules = rules.rule_start.size()
+    cdef Py_ssize_t n_rules = chain_next.size()
     cdef Py_ssize_t i, n = rules.elements.size()
     cdef position_t start, target_start
-    cdef vector[int32_t] chain_depth, chain_next, target_of
-    cdef vector[uint8_t] inner
+    cdef vector[int32_t] target_of
+    cdef vector[uint8_t] inner = _chain_inner(chain_next)
     cdef int32_t r, top, target
     canonical.resize(n)
     for i in range(n):
         canonical[i] = <position_t>i
-    chain_depth.assign(n_rules, 0)
-    chain_next.assign(n_rules, -1)
-    inner.assign(n_rules, 0)
     target_of.assign(n_rules, -1)
-    for rule_id, (d, following) in chains.items():
-        chain_depth[rule_id] = d
-        chain_next[rule_id] = following
-        inner[following] = 1
     for top in range(n_rules):
         if chain_next[top] < 0 or inner[top]:
             continue
@@ -367,3 +381,10 @@ def _repetition_canonical(Rules rules, dict chains, int32_t limit):
                 break
             i += 1
     return canonical
+
+
+def _repetition_canonical_of(Rules rules, int32_t limit):
+    """Test shim: _repetition_canonical of the rules' chains, as a list."""
+    cdef vector[int32_t] chain_depth, chain_next
+    _repetition_chains_into(rules, _nullable_rules(rules), chain_depth, chain_next)
+    return list(_repetition_canonical(rules, chain_depth, chain_next, limit))

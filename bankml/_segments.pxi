@@ -24,8 +24,12 @@ cdef class SegmentCache:
         self.element_transparent.assign(rules.elements.size(), 0)
         self.rule_nullable = _nullable_rules(rules)
         if walk.trie is not None:
-            self.repetition_chains = _repetition_chains(rules)
-            self.canonical = _repetition_canonical(rules, self.repetition_chains, sets.max_token_depth + 2)
+            _repetition_chains_into(rules, self.rule_nullable, self.chain_depth, self.chain_next)
+            self.canonical = _repetition_canonical(rules, self.chain_depth, self.chain_next,
+                                                   sets.max_token_depth + 2)
+        else:
+            self.chain_depth.assign(rules.rule_start.size(), 0)
+            self.chain_next.assign(rules.rule_start.size(), -1)
 
     cdef void reserve_headroom(self) noexcept nogil:
         self.segment_nodes.reserve(self.segment_nodes.size() * 3 // 2 + 1024)

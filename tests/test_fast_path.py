@@ -13,7 +13,8 @@ run checks the same states.
 Every walk runs three matchers in lockstep, each over its own Rules (so its own
 shared context), and compares each one's mask with the reference:
 
-* the default: the segment cache built ahead of use (precompute), then on first use;
+* the segment cache built ahead of use (precompute=0.03, in a background thread, as a
+  runtime with an idle core asks for it; the default builds nothing ahead), then on first use;
 * the segment cache built only on first use, with a continuation limit of 2, so
   that segments grow frame by frame and long segments are exercised;
 * the segment cache off: one trie walk per stack set.
@@ -308,6 +309,9 @@ VOCAB_SEEDS = (SEED, SEED + 1, SEED + 2)
 STATES_PER_VOCAB = 75
 
 
+BUILD_AHEAD_SECONDS = 0.03   # the build-ahead budget the walks' first matcher asks for
+
+
 @pytest.fixture(scope="module")
 def random_vocabs():
     return [build_random_vocab(seed) for seed in VOCAB_SEEDS]
@@ -323,6 +327,7 @@ def three_ways(text, vocab):
     matchers get it, the segment cache built only on first use with segments grown frame by frame,
     and the whole-set trie walk. Returns a function making one matcher of each, in that order."""
     default, lazy, walk = (Rules.parse(text, vocab=vocab) for _ in range(3))
+    Grammar(default, vocab, precompute=BUILD_AHEAD_SECONDS)   # the context's first matcher starts the build
     lazy_first = Grammar(lazy, vocab, precompute=0)
     lazy_first.context._configure_segments(max_continuations=2)
     Grammar(walk, vocab).context._configure_segments(enabled=False)
