@@ -481,9 +481,9 @@ cdef class MatchContext:
         cdef int64_t n_vocab = self.decoded.n_vocab
         cdef int64_t width = (n_vocab + 31) // 32
         cdef cnp.ndarray words = np.zeros(width, dtype=np.uint32)
-        cdef uint32_t[::1] view = words
+        cdef uint32_t* view = <uint32_t*>cnp.PyArray_DATA(words)
         if not reference and partial.n_remain <= 0:
-            if self.fast_into(stacks, &view[0]):
+            if self.fast_into(stacks, view):
                 return words
             reference = True  # past a bound of the fast path: llama.cpp's own way gives the mask
         if not reference and partial.n_remain > 0:
@@ -492,7 +492,7 @@ cdef class MatchContext:
             # end-of-generation token is decided by the stacks: check just those (kept per set and open
             # character in the mask cache).
             candidates = self.decoded.continuation_candidates()
-            if self.partial_into(stacks, partial, candidates, &view[0]):
+            if self.partial_into(stacks, partial, candidates, view):
                 return words
             # (past a bound of the fast path: one by one, as llama.cpp does)
             allowed = np.zeros(width * 32, dtype=bool)

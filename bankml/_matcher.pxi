@@ -117,16 +117,18 @@ cdef class Grammar:
 
         logits: float32, C-contiguous, shape (n_vocab,).
         """
-        cdef float[::1] values
-        cdef const uint32_t[::1] bits
+        cdef float* values
+        cdef const uint32_t* bits
+        cdef cnp.ndarray words
         cdef int64_t i, n
         self._require_vocab()
-        _check_logits(logits, self.decoded.n_vocab)
+        _check_logits(logits, self.decoded.n_vocab)   # (writable C-contiguous float32 of n_vocab)
         if self.awaiting_trigger:
             return logits
-        bits = self._mask_words()
-        values = logits
-        n = values.shape[0]
+        words = self._mask_words()
+        bits = <const uint32_t*>cnp.PyArray_DATA(words)
+        values = <float*>cnp.PyArray_DATA(<cnp.ndarray>logits)
+        n = self.decoded.n_vocab
         with nogil:
             for i in range(n):
                 if not (bits[i >> 5] >> (i & 31)) & 1:
@@ -159,16 +161,17 @@ cdef class Grammar:
     def fill_next_token_bitmask(self, bitmask, index=0):
         """Fill an int32 bitmask (bit set = allowed) of shape ((n_vocab + 31) // 32,) or (batch, that) at
         row index, in place: a numpy array or a CPU torch tensor (its memory, viewed without a copy)."""
-        cdef uint32_t[::1] row_view
-        cdef trie_view trie
+        cdef cnp.ndarray row
         cdef MatchContext ctx = self.ctx
         self._require_vocab()
+        # (a writable C-contiguous int32 row of the right width, checked: its memory is written through a
+        # pointer, with no typed memoryview, so a mask allocates no object the cyclic GC tracks and a
+        # collection of the caller's objects never starts inside the timed call)
         row = _bitmask_row(bitmask, index, (self.decoded.n_vocab + 31) // 32)
         self.enter()
         try:
             if not self.awaiting_trigger and self.partial.n_remain <= 0:
-                row_view = row.view(np.uint32)
-                if not self.ctx.fast_into(self.active_stacks, &row_view[0]):
+                if not self.ctx.fast_into(self.active_stacks, <uint32_t*>cnp.PyArray_DATA(row)):
                     row[:] = self._mask_words_locked(True).view(np.int32)
             else:
                 row[:] = self._mask_words_locked(False).view(np.int32)
