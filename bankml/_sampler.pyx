@@ -2227,23 +2227,27 @@ cdef class Sampler:
         rejects it, the chain runs again from the original logits with the grammar's rejections at
         -inf, drawing from the same generators.
         """
-        cdef const float[::1] view = self._check(logits)
-        cdef float[::1] masked_view
+        # (the arrays' memory is read through pointers, with no typed memoryview: a draw allocates no object
+        # the cyclic GC tracks, so a collection of the caller's objects never starts inside it)
+        cdef cnp.ndarray values = self._check(logits)
+        cdef cnp.ndarray masked
+        cdef const float* data = <const float*>cnp.PyArray_DATA(values)
         cdef int64_t token
         if self.reasoning_budget is not None and self.reasoning_budget.forced_token is not None:
             # the reasoning budget constrains the candidates first (common_sampler_sample), in both draws
             logits = self.reasoning_budget.apply(np.array(logits, dtype=np.float32, copy=True))
-            view = logits
+            values = self._check(logits)
+            data = <const float*>cnp.PyArray_DATA(values)
         with nogil:
-            self.set_logits(&view[0])
+            self.set_logits(data)
             token = self.draw()
         if self._grammar_applies() and (token < 0 or not self.grammar.allows(token)):
             masked = np.array(logits, dtype=np.float32, copy=True)
             self.grammar.apply(masked)
-            masked_view = masked
+            data = <const float*>cnp.PyArray_DATA(masked)
             self.n_redraws += 1
             with nogil:
-                self.set_logits(&masked_view[0])
+                self.set_logits(data)
                 token = self.draw()
             if token >= 0 and not self.grammar.allows(token):
                 # every token the grammar allows was at -inf or NaN (in the logits or after the chain), so the

@@ -579,3 +579,68 @@ def test_fork_while_the_cache_is_built_in_the_background():
         print(os.waitstatus_to_exitcode(status), sum(int(g.allowed_ids().size) > 0 for g in grammars))
     """, timeout=120)
     assert out == "0 6", out
+
+
+# -- the hot calls start no garbage collection of the caller's objects -----------------------------------------
+
+def test_masks_allocate_nothing_the_gc_tracks(qwen2):
+    """fill_next_token_bitmask, allows and accept -- a matcher's calls per token -- allocate no object the
+    cyclic GC tracks (a typed memoryview per mask did): with the gen-0 threshold at 1, any such allocation
+    starts a collection inside the call, and a collection of a big process's objects there cost
+    MaskBench's masks up to 26 ms. Cold and warm states of a JSON walk, the first calls (lazy set-up) left
+    out; a control window with a list made in it must see its collection."""
+    import gc
+
+    text = (pathlib.Path(__file__).parent / "data" / "grammars" / "json.gbnf").read_text()
+    rules = Rules.parse(text, vocab=qwen2)
+    doc = '{"name": "kitchen", "sizes": [3.5, 12, -7e2], "ok": true, "note": "caf\\u00e9 \\"x\\""}'.encode()
+    out = np.zeros((len(qwen2) + 31) // 32, dtype=np.int32)
+    starts = []
+    watching = [False]
+
+    def watch(phase, info):
+        if phase == "start" and watching[0]:
+            starts.append(info["generation"])
+
+    def window(calls):
+        gc.collect()
+        gc.set_threshold(1)
+        watching[0] = True
+        try:
+            return calls()
+        finally:
+            watching[0] = False
+            gc.set_threshold(*threshold)
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(watch)
+    steps = 0
+    try:
+        window(lambda: [[] for _ in range(3)])    # the control: lists are tracked
+        assert starts, "the control window saw no collection: the check itself is broken"
+        starts.clear()
+        for rep in range(2):                      # cold (new states), then warm (the same states again)
+            g = Grammar(rules, qwen2)
+            g.fill_next_token_bitmask(out)
+            position = 0
+            while position < len(doc):
+                # the longest piece the grammar allows that spells the document on from here
+                token = max((t for t in g.allowed_ids() if qwen2.pieces[t] and doc.startswith(qwen2.pieces[t], position)),
+                            key=lambda t: len(qwen2.pieces[t]))
+
+                def step():   # (statements only: a tuple built here would be tracked itself)
+                    g.fill_next_token_bitmask(out)
+                    ok = g.allows(token)
+                    g.accept(token)
+                    return ok
+
+                allowed = window(step)
+                assert allowed
+                steps += 1
+                position += len(qwen2.pieces[token])
+    finally:
+        watching[0] = False
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(watch)
+    assert steps > 20
+    assert starts == [], f"{len(starts)} collections started inside masks over {steps} steps"
