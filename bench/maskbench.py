@@ -292,6 +292,26 @@ def fmt(v, digits=1):
     return f"{v:,.{digits}f}"
 
 
+def times_row(e, rs, clock):
+    """One engine's row of a times table: clock 0 the wall clock (the cold masks' CPU max beside theirs), 1 the
+    thread's CPU clock."""
+    suffix = "_us" if clock == 0 else "_cpu_us"
+    comp = [r["compile" + suffix] / 1e3 for r in rs]
+    ttfm = [r["ttfm" + suffix] / 1e3 for r in rs]
+    cold = [m for r in rs for t in r["tests"] for m in t["cold"]]
+    warm = [m[clock] for r in rs for t in r["tests"] for m in t.get("warm", [])]
+    cv = [m[clock] for m in cold]
+    nan = float("nan")
+    cells = [" / ".join(fmt(pct(comp, q), 2) for q in (50, 90, 99)) + f" / {fmt(max(comp, default=nan), 2)}",
+             " / ".join(fmt(pct(ttfm, q), 2) for q in (50, 75, 99)) + f" / {fmt(max(ttfm, default=nan), 2)}",
+             f"{fmt(pct(cv, 50))} / {fmt(pct(cv, 99))} / {fmt(max(cv, default=nan))}"
+             + (f" ({fmt(max((m[1] for m in cold), default=nan))})" if clock == 0 else "")
+             + f" / {fmt(sum(cv) / len(cv) if cv else nan)}",
+             f"{fmt(pct(warm, 50))} / {fmt(pct(warm, 99))} / {fmt(max(warm, default=nan))} / "
+             f"{fmt(sum(warm) / len(warm) if warm else nan)}"]
+    return f"| {e} | " + " | ".join(cells) + f" | {sum(1 for v in cv if v > SLOW_MASK_US)} of {len(cv)} |"
+
+
 def summarise(cases, results, engines, oracle_names):
     lines = []
     add = lines.append
@@ -326,45 +346,13 @@ def summarise(cases, results, engines, oracle_names):
 
     for label, names_of in (("each engine on the schemas it compiled", lambda e: ok_sets[e]),
                             (f"the {len(common)} schemas every engine compiled", lambda e: common)):
-        add(f"\n### Times: {label}\n")
-        add("| engine | compile ms p50 / p90 / p99 / max | TTFM ms p50 / p75 / p99 / max | "
-            "cold mask µs p50 / p99 / max (CPU max) / mean | warm mask µs p50 / p99 / max / mean | masks > 1 ms cold |")
-        add("|---|---|---|---|---|---|")
-        for e in timed:
-            rs = [results[e][n] for n in names_of(e)]
-            comp = [r["compile_us"] / 1e3 for r in rs]
-            ttfm = [r["ttfm_us"] / 1e3 for r in rs]
-            cold = [m for r in rs for t in r["tests"] for m in t["cold"]]
-            warm = [m for r in rs for t in r["tests"] for m in t.get("warm", [])]
-            cw = [m[0] for m in cold]
-            cc = [m[1] for m in cold]
-            ww = [m[0] for m in warm]
-            add(f"| {e} | {fmt(pct(comp, 50), 2)} / {fmt(pct(comp, 90), 2)} / {fmt(pct(comp, 99), 2)} / "
-                f"{fmt(max(comp, default=float('nan')), 2)} | {fmt(pct(ttfm, 50), 2)} / {fmt(pct(ttfm, 75), 2)} / "
-                f"{fmt(pct(ttfm, 99), 2)} / {fmt(max(ttfm, default=float('nan')), 2)} | {fmt(pct(cw, 50))} / "
-                f"{fmt(pct(cw, 99))} / {fmt(max(cw, default=float('nan')))} ({fmt(max(cc, default=float('nan')))}) / "
-                f"{fmt(sum(cw) / len(cw) if cw else float('nan'))} | {fmt(pct(ww, 50))} / {fmt(pct(ww, 99))} / "
-                f"{fmt(max(ww, default=float('nan')))} / {fmt(sum(ww) / len(ww) if ww else float('nan'))} | "
-                f"{sum(1 for m in cold if m[0] > SLOW_MASK_US)} of {len(cold)} |")
-
-        add(f"\n### The same, on the thread's CPU clock ({label})\n")
-        add("| engine | compile ms p50 / p90 / p99 / max | TTFM ms p50 / p75 / p99 / max | "
-            "cold mask µs p50 / p99 / max / mean | warm mask µs p50 / p99 / max / mean | masks > 1 ms cold |")
-        add("|---|---|---|---|---|---|")
-        for e in timed:
-            rs = [results[e][n] for n in names_of(e)]
-            rows = ([r["compile_cpu_us"] / 1e3 for r in rs], [r["ttfm_cpu_us"] / 1e3 for r in rs],
-                    [m[1] for r in rs for t in r["tests"] for m in t["cold"]],
-                    [m[1] for r in rs for t in r["tests"] for m in t.get("warm", [])])
-            cells = []
-            for k, v in enumerate(rows):
-                qs = (50, 90, 99) if k == 0 else (50, 75, 99) if k == 1 else (50, 99)
-                digits = 2 if k < 2 else 1
-                cell = " / ".join(fmt(pct(v, q), digits) for q in qs) + " / " + fmt(max(v, default=float('nan')), digits)
-                if k >= 2:
-                    cell += " / " + fmt(sum(v) / len(v) if v else float('nan'))
-                cells.append(cell)
-            add(f"| {e} | " + " | ".join(cells) + f" | {sum(1 for m in rows[2] if m > SLOW_MASK_US)} of {len(rows[2])} |")
+        for clock, title in ((0, f"Times: {label}"), (1, f"The same, on the thread's CPU clock ({label})")):
+            add(f"\n### {title}\n")
+            add("| engine | compile ms p50 / p90 / p99 / max | TTFM ms p50 / p75 / p99 / max | cold mask µs p50 / p99 / max"
+                + (" (CPU max)" if clock == 0 else "") + " / mean | warm mask µs p50 / p99 / max / mean | masks > 1 ms cold |")
+            add("|---|---|---|---|---|---|")
+            for e in timed:
+                add(times_row(e, [results[e][n] for n in names_of(e)], clock))
 
     if "bankml" in engines:
         rs = [results["bankml"][n] for n in ok_sets["bankml"]]
