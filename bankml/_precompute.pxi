@@ -239,8 +239,8 @@ cdef inline bint _same_elements(const grammar_element* elements, position_t a, p
     return True
 
 
-cdef void _repetition_chains_into(Rules rules, const vector[uint8_t]& nullable, vector[int32_t]& chain_depth,
-                                   vector[int32_t]& chain_next) noexcept:
+cdef int _repetition_chains_into(Rules rules, const vector[uint8_t]& nullable, vector[int32_t]& chain_depth,
+                                  vector[int32_t]& chain_next) except -1:
     """The chains llama.cpp writes for x{m,n}: n - m nested rules R_k ::= x R_(k-1) | down to
     R_0 ::= x |, each x taking at least one character. Fills, per rule id, chain_depth (k for the rules
     R_1 .. R_(n-m-1) of every such chain, 0 for every other rule, R_0 included) and chain_next (R_(k-1),
@@ -313,6 +313,7 @@ cdef void _repetition_chains_into(Rules rules, const vector[uint8_t]& nullable, 
         if depth[rule_id] > 0:
             chain_depth[rule_id] = depth[rule_id]
             chain_next[rule_id] = step_next[rule_id]
+    return 0
 
 
 def _repetition_chains(Rules rules):
@@ -323,7 +324,7 @@ def _repetition_chains(Rules rules):
     return {r: (chain_depth[r], chain_next[r]) for r in range(<Py_ssize_t>chain_depth.size()) if chain_depth[r] > 0}
 
 
-cdef vector[uint8_t] _chain_inner(const vector[int32_t]& chain_next) noexcept:
+cdef vector[uint8_t] _chain_inner(const vector[int32_t]& chain_next) except *:
     """Per rule, whether it is the next step of some chain rule (so not the top of its chain)."""
     cdef vector[uint8_t] inner
     cdef size_t r
@@ -335,7 +336,7 @@ cdef vector[uint8_t] _chain_inner(const vector[int32_t]& chain_next) noexcept:
 
 
 cdef vector[position_t] _repetition_canonical(Rules rules, const vector[int32_t]& chain_depth,
-                                              const vector[int32_t]& chain_next, int32_t limit) noexcept:
+                                              const vector[int32_t]& chain_next, int32_t limit) except *:
     """Per element position, the position a segment key uses for it: the same offset in the chain
     rule `limit` steps from the chain's end, when the position's rule lies further out.
 
