@@ -71,10 +71,11 @@ cdef node_t SEGMENT_BASE = 1
 DEFAULT_MAX_STACKS = 4096
 # How long (seconds of its own thread's time) the first matcher of a (Rules, Vocab) spends building the
 # segment cache ahead of use, in a background thread (the first mask does not wait for it); what is not
-# built by then is built on first use. None by default: measured side by side (bench/maskbench.py,
-# engines bankml and bankml-bg), a thread building beside the walk made every wall-clock figure worse,
-# TTFM p50 1.0 -> 2.2 ms, cold p99 0.57 -> 1.5 ms, warm max 0.3 -> 8.5 ms (it holds the context's lock
-# for a whole entry, and the GIL while it plans), and left cold masks on the CPU clock where they were.
+# built by then is built on first use. None by default: measured side by side on 500 MaskBench schemas
+# (bench/maskbench.py, engines bankml and bankml-bg; docs/PERFORMANCE.md), a thread building beside the
+# walk made every wall-clock figure worse, TTFM p50 0.66 -> 1.87 ms, cold p99 259 -> 730 us, warm max
+# 1.3 -> 11 ms (a mask waits for the context's lock while it builds a whole entry, and for the GIL while
+# it plans), and bought nothing on the CPU clock (cold p99 254 against 302 us).
 # A runtime with an idle core while it evaluates the prompt can ask for it (precompute=0.03, or
 # g.context.start_precompute(0.03)).
 DEFAULT_PRECOMPUTE_SECONDS = 0.0

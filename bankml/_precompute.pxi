@@ -316,14 +316,6 @@ cdef int _repetition_chains_into(Rules rules, const vector[uint8_t]& nullable, v
     return 0
 
 
-def _repetition_chains(Rules rules):
-    """Test shim: {rule: (k, R_(k-1))} for the chain rules of _repetition_chains_into."""
-    cdef vector[int32_t] chain_depth, chain_next
-    cdef Py_ssize_t r
-    _repetition_chains_into(rules, _nullable_rules(rules), chain_depth, chain_next)
-    return {r: (chain_depth[r], chain_next[r]) for r in range(<Py_ssize_t>chain_depth.size()) if chain_depth[r] > 0}
-
-
 cdef vector[uint8_t] _chain_inner(const vector[int32_t]& chain_next) except *:
     """Per rule, whether it is the next step of some chain rule (so not the top of its chain)."""
     cdef vector[uint8_t] inner
@@ -382,10 +374,3 @@ cdef vector[position_t] _repetition_canonical(Rules rules, const vector[int32_t]
                 break
             i += 1
     return canonical
-
-
-def _repetition_canonical_of(Rules rules, int32_t limit):
-    """Test shim: _repetition_canonical of the rules' chains, as a list."""
-    cdef vector[int32_t] chain_depth, chain_next
-    _repetition_chains_into(rules, _nullable_rules(rules), chain_depth, chain_next)
-    return list(_repetition_canonical(rules, chain_depth, chain_next, limit))
