@@ -395,7 +395,8 @@ class Model:
         self.reasoning_budget_message = str(reasoning_budget_message or "")
         self.chat_template_kwargs = {}
         for key, value in (chat_template_kwargs or {}).items():
-            self.chat_template_kwargs[key] = value if isinstance(value, str) else json.dumps(value)
+            # kept as JSON texts, as common/arg.cpp keeps each value's dump(): a string value is a JSON string
+            self.chat_template_kwargs[key] = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         if reasoning != "auto":
             self.chat_template_kwargs["enable_thinking"] = "true" if reasoning == "on" else "false"
         self.name = os.path.basename(self.path)

