@@ -544,10 +544,16 @@ def test_oracle_fallback_masks():
     deep = libllama.OracleGrammar(oracle_vocab, DEEP_SEGMENT)
     g = Grammar(DEEP_SEGMENT, vocab)
     a = [t for t in range(vocab.n_vocab) if vocab.piece(t) == b"a"][0]
+    # bankml's mask at every depth; libllama's (which slows with the depth: 0.4 s at 50, 2.6 s at 80) at the
+    # first 20 and on either side of 32 and 64 frames (find_entry once looped forever past 64)
+    checked = set(range(20)) | {31, 32, 33, 63, 64, 65, 79}
     for step in range(80):
-        assert np.array_equal(g.allowed_ids(), deep.allowed_ids()), f"after {step} a's"
+        mine = g.allowed_ids()
+        if step in checked:
+            assert np.array_equal(mine, deep.allowed_ids()), f"after {step} a's"
         g.accept(a)
-        deep.accept(a)
+        # (the grammar takes an "a" at any depth; unchecked, libllama's accept skips its own mask)
+        deep.accept(a) if step in checked else deep.accept_unchecked(a)
 
 
 @pytest.mark.oracle
@@ -603,7 +609,7 @@ def test_masks_allocate_nothing_the_gc_tracks(qwen2):
             starts.append(info["generation"])
 
     def window(calls):
-        gc.collect()
+        gc.collect()    # (a full one: it empties the free lists, whose reuse would go uncounted)
         gc.set_threshold(1)
         watching[0] = True
         try:
@@ -613,7 +619,24 @@ def test_masks_allocate_nothing_the_gc_tracks(qwen2):
             gc.set_threshold(*threshold)
 
     threshold = gc.get_threshold()
+    by_piece = {}
+    for t, piece in enumerate(qwen2.pieces):
+        if piece:
+            by_piece.setdefault(piece, []).append(t)
+    longest = max(map(len, by_piece))
+    # the tokens: at each step the longest piece the grammar allows that spells the document on from there,
+    # planned on a grammar of its own (so the windows below meet the states cold on theirs)
+    plan, position = [], 0
+    g = Grammar(Rules.parse(text, vocab=qwen2), qwen2)
+    while position < len(doc):
+        g.fill_next_token_bitmask(out)
+        token = next(t for n in range(min(longest, len(doc) - position), 0, -1)
+                     for t in by_piece.get(doc[position:position + n], ()) if (out[t >> 5] >> (t & 31)) & 1)
+        g.accept(token)
+        plan.append(token)
+        position += len(qwen2.pieces[token])
     gc.callbacks.append(watch)
+    gc.freeze()   # the test process's objects out of the collections' way (each window starts with a full one)
     steps = 0
     try:
         window(lambda: [[] for _ in range(3)])    # the control: lists are tracked
@@ -622,12 +645,8 @@ def test_masks_allocate_nothing_the_gc_tracks(qwen2):
         for rep in range(2):                      # cold (new states), then warm (the same states again)
             g = Grammar(rules, qwen2)
             g.fill_next_token_bitmask(out)
-            position = 0
-            while position < len(doc):
-                # the longest piece the grammar allows that spells the document on from here
-                token = max((t for t in g.allowed_ids() if qwen2.pieces[t] and doc.startswith(qwen2.pieces[t], position)),
-                            key=lambda t: len(qwen2.pieces[t]))
-
+            built = g.context.segment_stats["built"]
+            for token in plan:
                 def step():   # (statements only: a tuple built here would be tracked itself)
                     g.fill_next_token_bitmask(out)
                     ok = g.allows(token)
@@ -637,10 +656,12 @@ def test_masks_allocate_nothing_the_gc_tracks(qwen2):
                 allowed = window(step)
                 assert allowed
                 steps += 1
-                position += len(qwen2.pieces[token])
+            if rep == 0:
+                assert g.context.segment_stats["built"] > built   # the windows did build segment entries
     finally:
         watching[0] = False
         gc.set_threshold(*threshold)
         gc.callbacks.remove(watch)
+        gc.unfreeze()
     assert steps > 20
     assert starts == [], f"{len(starts)} collections started inside masks over {steps} steps"
