@@ -49,7 +49,7 @@ from bankml._bits cimport (clear_masked_counted, clear_range_counted, ctz64, dra
 from bankml._charclass cimport (MAX_CODE_POINT, class_accepts_all_partials, class_constant_from, class_intervals,
                                 is_end_of_sequence, is_token_element, match_char, match_partial_char, match_token,
                                 partial_char_range)
-from bankml._rules cimport make_rules, rules_may_be_empty, rules_nullable
+from bankml._rules cimport make_rules, rules_nullable_of
 
 from bankml.errors import GrammarError
 from bankml._triggers import LazyTrigger

@@ -154,8 +154,9 @@ def _build_heap(MatchContext ctx, list heap, counter, double deadline, list retu
 
 
 cdef vector[uint8_t] _nullable_rules(Rules rules):
-    """Per rule id, whether the rule can match the empty string (the least fixpoint of _rules)."""
-    return rules_nullable(rules, rules_may_be_empty(rules))
+    """Per rule id, whether the rule can match the empty string (the least fixpoint of _rules; kept on the
+    Rules, which parse's left-recursion check usually computed already)."""
+    return rules_nullable_of(rules)[0]
 
 
 def _closure(list direct, list edges):

@@ -47,6 +47,8 @@ cdef class Rules:
     cdef readonly object vocab
     cdef readonly str text
     cdef dict contexts                      # (id(vocab), max_stacks) -> the MatchContext new matchers join
+    cdef vector[uint8_t] nullable           # per rule id, whether it matches the empty string (rules_nullable),
+    cdef bint nullable_known                # computed once: by the left-recursion check or the first matcher
 
 
 cdef Rules new_rules(root, vocab, text)
@@ -55,6 +57,9 @@ cdef Rules make_rules(dict symbol_ids, list rules, root, vocab, text)
 # per rule id.
 cdef vector[uint8_t] rules_may_be_empty(Rules rules)
 cdef vector[uint8_t] rules_nullable(Rules rules, const vector[uint8_t]& may_be_empty)
+# the same, computed on first use and kept on the Rules (parse's left-recursion check and each new
+# MatchContext's segment cache both need it)
+cdef const vector[uint8_t]* rules_nullable_of(Rules rules) except NULL
 
 
 # The GBNF parser (_gbnf.pxi, included by _rules.pyx): llama.cpp's llama_grammar_parser, building

@@ -347,6 +347,13 @@ cdef int64_t find_cycle(Rules rules, const vector[uint8_t]& may_be_empty):
     return -1
 
 
+cdef const vector[uint8_t]* rules_nullable_of(Rules rules) except NULL:
+    if not rules.nullable_known:
+        rules.nullable = rules_nullable(rules, rules_may_be_empty(rules))
+        rules.nullable_known = True
+    return &rules.nullable
+
+
 cdef int64_t find_growing_left_recursion(Rules rules, const vector[uint8_t]& may_be_empty):
     """Left recursion that llama.cpp's check misses and on which its advance_stack never returns, or -1.
 
@@ -360,7 +367,11 @@ cdef int64_t find_growing_left_recursion(Rules rules, const vector[uint8_t]& may
     index on such a cycle.
     """
     cdef size_t n_rules = rules.rule_start.size(), index
-    cdef vector[uint8_t] nullable = rules_nullable(rules, may_be_empty)
+    cdef const vector[uint8_t]* nullable
+    if not rules.nullable_known:   # (kept for the matchers' segment caches: rules_nullable_of)
+        rules.nullable = rules_nullable(rules, may_be_empty)
+        rules.nullable_known = True
+    nullable = &rules.nullable
     cdef vector[int64_t] edge_start
     cdef vector[uint32_t] edge_target
     cdef vector[uint8_t] edge_pushes
@@ -372,16 +383,16 @@ cdef int64_t find_growing_left_recursion(Rules rules, const vector[uint8_t]& may
     cdef uint32_t node, child, member, parent
     cdef bint same = True
     for index in range(n_rules):
-        if nullable[index] != may_be_empty[index]:
+        if nullable[0][index] != may_be_empty[index]:
             same = False
             break
     if same:
         # the same leftmost references as llama.cpp's check follows: it found no cycle, so there is none
         return -1
-    if find_cycle(rules, nullable) < 0:
+    if find_cycle(rules, nullable[0]) < 0:
         # no cycle of leftmost references at all (the common case): nothing for the components to find
         return -1
-    leftmost_edges(rules, nullable, edge_start, edge_target, &edge_pushes)
+    leftmost_edges(rules, nullable[0], edge_start, edge_target, &edge_pushes)
     # Tarjan's strongly connected components, iteratively: an edge lies on a cycle iff both ends are in one.
     component.assign(n_rules, -1)
     order.assign(n_rules, -1)

@@ -73,8 +73,13 @@ def project_files():
 def folder_files(folder, limit, seed, names=None):
     paths = sorted(pathlib.Path(folder).glob("*.json"))
     if names:
-        wanted = set(names)
-        paths = [p for p in paths if p.name in wanted]
+        # in the file's order (a saved draw: its first schemas are the libllama subset, as in the draw)
+        by_name = {p.name: p for p in paths}
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            print(f"not in {folder}, left out: {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}",
+                  file=sys.stderr)
+        paths = [by_name[n] for n in dict.fromkeys(names) if n in by_name]
     else:
         random.Random(seed).shuffle(paths)
         if limit:
