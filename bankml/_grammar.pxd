@@ -3,7 +3,7 @@
 # _rules.pxd's; character classes are _charclass.pxd's, bit sets _bits.pxd's.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp.map cimport map as cpp_map
-from libcpp.unordered_map cimport unordered_map
+from bankml._flatmap cimport flat_map
 from libcpp.unordered_set cimport unordered_set
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
@@ -91,7 +91,7 @@ cdef class StackPool:
     # node ids: the hash-consed stack nodes, llama.cpp's reference path over them, and the work budgets
     cdef readonly Rules rules
     cdef vector[stack_node] nodes
-    cdef unordered_map[uint64_t, node_t] node_ids
+    cdef flat_map[uint64_t, node_t] node_ids
     cdef size_t max_stacks
     cdef vector[node_t] advance_todo, advance_seen   # scratch of advance_stack, no allocation per call
     cdef unordered_set[node_t] advance_seen_set    # advance_stack's seen once it outgrows a linear search
@@ -127,10 +127,10 @@ cdef class StackSets:
     cdef vector[node_t] step_stacks                # scratch of step_set
     cdef vector[node_t] set_nodes                  # set i is set_nodes[set_start[i]:set_start[i + 1]]
     cdef vector[int64_t] set_start
-    cdef unordered_map[uint64_t, int32_t] set_by_hash   # hash of a set's nodes -> the last set with that hash
+    cdef flat_map[uint64_t, int32_t] set_by_hash   # hash of a set's nodes -> the last set with that hash
     cdef vector[int32_t] set_hash_next             # the previous set with the same hash, or -1
-    cdef unordered_map[uint64_t, int32_t] transitions   # (set << 32 | code point) -> set, or -1 (no stack survives)
-    cdef unordered_map[uint64_t, pair[uint64_t, int32_t]] pattern_transitions  # hash(set, matching stacks) -> (matching stacks, set)
+    cdef flat_map[uint64_t, int32_t] transitions   # (set << 32 | code point) -> set, or -1 (no stack survives)
+    cdef flat_map[uint64_t, pair[uint64_t, int32_t]] pattern_transitions  # hash(set, matching stacks) -> (matching stacks, set)
     cdef vector[set_summary] summaries             # per set id
     cdef vector[int32_t] run_chain                 # scratch of compute_run
     cdef int32_t max_token_depth                   # the most code points any token takes
@@ -216,17 +216,17 @@ cdef class SegmentCache:
     # trie nodes where a path pops out of it (continuations), finished against the real stack at run time
     cdef bint use_segments
     cdef vector[uint32_t] segment_lengths          # per element position: bit L-1 set when entries of L frames exist
-    cdef unordered_map[uint64_t, pair[node_t, node_t]] segment_nodes  # (stack, L) -> (segment stack, stack below it)
-    cdef unordered_map[node_t, int32_t] entry_of   # segment stack -> entry
+    cdef flat_map[uint64_t, pair[node_t, node_t]] segment_nodes  # (stack, L) -> (segment stack, stack below it)
+    cdef flat_map[node_t, int32_t] entry_of   # segment stack -> entry
     cdef vector[segment_entry] entries
     cdef vector[uint32_t] entry_words              # dense entries, width words each
-    cdef unordered_map[uint64_t, int64_t] dense_offsets  # hash of a dense entry's words -> their offset (one copy each)
+    cdef flat_map[uint64_t, int64_t] dense_offsets  # hash of a dense entry's words -> their offset (one copy each)
     cdef vector[token_t] entry_tokens              # sparse entries
     cdef vector[int32_t] entry_continuations
-    cdef unordered_map[node_t, int32_t] context_sets  # stack below a segment -> the set it advances to
-    cdef unordered_map[uint64_t, pair[int64_t, int32_t]] continuation_results  # (stack below, node) -> tokens
-    cdef unordered_map[uint64_t, int32_t] continuation_entry_of  # (frame re-pushed on SEGMENT_BASE, node) -> entry, -1 none
-    cdef unordered_map[uint64_t, pair[int64_t, int32_t]] entry_results  # (entry, stack below) -> its continuations' tokens
+    cdef flat_map[node_t, int32_t] context_sets  # stack below a segment -> the set it advances to
+    cdef flat_map[uint64_t, pair[int64_t, int32_t]] continuation_results  # (stack below, node) -> tokens
+    cdef flat_map[uint64_t, int32_t] continuation_entry_of  # (frame re-pushed on SEGMENT_BASE, node) -> entry, -1 none
+    cdef flat_map[uint64_t, pair[int64_t, int32_t]] entry_results  # (entry, stack below) -> its continuations' tokens
     cdef int64_t compose_cost                      # what the last segment_mask would cost to compose again
     cdef vector[token_t] continuation_tokens
     cdef size_t continuations_limit                # max_pops of segments that have a stack below them
@@ -254,8 +254,8 @@ cdef class SegmentCache:
 # mask slots: cached whole-vocabulary masks, of a stack set or of a (set, open character) pair
 @cython.final
 cdef class MaskCache:
-    cdef unordered_map[int32_t, int64_t] set_slot  # set -> slot of its cached mask
-    cdef unordered_map[uint64_t, int64_t] partial_slot  # (set, open character) -> slot of its cached mask
+    cdef flat_map[int32_t, int64_t] set_slot  # set -> slot of its cached mask
+    cdef flat_map[uint64_t, int64_t] partial_slot  # (set, open character) -> slot of its cached mask
     cdef vector[vector[uint32_t]] chunks           # slot s is chunks[s // MASKS_PER_CHUNK] at (s % MASKS_PER_CHUNK) * width
     cdef int64_t n_masks
     cdef int64_t width                             # words per mask

@@ -403,3 +403,24 @@ def fill_next_token_bitmasks(grammars, bitmask, max_workers=None):
     for future in futures:
         future.result()
     return bitmask
+
+
+def _flat_map_replay(ops):
+    """Test shim of _flatmap.h: replay ops on a flat_map[uint64_t, int64_t] -- (0, key, value) sets,
+    (1, key, _) finds, (2, _, _) clears, (3, n, _) reserves -- and return each find's value (None: absent)
+    and the size after each op."""
+    cdef flat_map[uint64_t, int64_t] table
+    cdef flat_map[uint64_t, int64_t].iterator it
+    out = []
+    for op, key, value in ops:
+        if op == 0:
+            table[<uint64_t>key] = <int64_t>value
+        elif op == 1:
+            it = table.find(<uint64_t>key)
+            out.append(None if it == table.end() else deref(it).second)
+        elif op == 2:
+            table.clear()
+        else:
+            table.reserve(<size_t>key)
+        out.append(table.size())
+    return out
