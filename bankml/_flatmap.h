@@ -71,7 +71,7 @@ public:
             migrate(MIGRATE_PER_INSERT);
         }
         if (2 * (cur_.count + old_.count + 1) > cur_.capacity) {
-            start_growth();
+            grow(cur_.capacity ? 2 * cur_.capacity : MIN_CAPACITY);
         }
         value_type* slot = place(cur_, key);
         slot->first = key;
@@ -92,18 +92,15 @@ public:
     // room for n entries at most half full, so that the next n - size() inserts allocate nothing (a whole
     // rehash here, asked for ahead of time)
     void reserve(size_t n) {
-        if (old_.slots != nullptr) {
-            migrate(old_.capacity);
-        }
         size_t capacity = cur_.capacity ? cur_.capacity : MIN_CAPACITY;
         while (capacity < 2 * n) {
             capacity *= 2;
         }
         if (capacity > cur_.capacity) {
-            table bigger = allocate(capacity);
-            move_all(cur_, bigger);
-            release(cur_);
-            cur_ = bigger;
+            grow(capacity);
+        }
+        if (old_.slots != nullptr) {
+            migrate(old_.capacity);
         }
     }
 
@@ -185,14 +182,6 @@ private:
         return &t.slots[i];
     }
 
-    static void move_all(table& from, table& to) {
-        for (size_t j = from.next; j < from.capacity; ++j) {
-            if (from.used[j]) {
-                *place(to, from.slots[j].first) = from.slots[j];
-            }
-        }
-    }
-
     // move up to n slots of old_ into cur_ (old_ released once empty)
     void migrate(size_t n) {
         size_t stop = old_.next + n < old_.capacity ? old_.next + n : old_.capacity;
@@ -208,19 +197,20 @@ private:
         }
     }
 
-    void start_growth() {
+    // a new cur_ of the given capacity; the entries of the old one (if any) become old_, moved over by the
+    // inserts that follow (or at once by reserve)
+    void grow(size_t capacity) {
         if (old_.slots != nullptr) {
-            migrate(old_.capacity);   // (not reached: inserts move old_ out long before cur_ fills)
+            migrate(old_.capacity);   // (not reached from inserts: they move old_ out long before cur_ fills)
         }
         if (cur_.count == 0) {
-            size_t capacity = cur_.capacity ? 2 * cur_.capacity : MIN_CAPACITY;
             release(cur_);
             cur_ = allocate(capacity);
             return;
         }
         old_ = cur_;
         old_.next = 0;
-        cur_ = allocate(2 * old_.capacity);
+        cur_ = allocate(capacity);
     }
 
     table cur_;

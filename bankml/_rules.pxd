@@ -59,7 +59,7 @@ cdef vector[uint8_t] rules_may_be_empty(Rules rules)
 cdef vector[uint8_t] rules_nullable(Rules rules, const vector[uint8_t]& may_be_empty)
 # the same, computed on first use and kept on the Rules (parse's left-recursion check and each new
 # MatchContext's segment cache both need it)
-cdef const vector[uint8_t]* rules_nullable_of(Rules rules) except NULL
+cdef const vector[uint8_t]* rules_nullable_of(Rules rules, const vector[uint8_t]* may_be_empty=*) except NULL
 
 
 # The GBNF parser (_gbnf.pxi, included by _rules.pyx): llama.cpp's llama_grammar_parser, building

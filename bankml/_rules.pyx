@@ -347,9 +347,10 @@ cdef int64_t find_cycle(Rules rules, const vector[uint8_t]& may_be_empty):
     return -1
 
 
-cdef const vector[uint8_t]* rules_nullable_of(Rules rules) except NULL:
+cdef const vector[uint8_t]* rules_nullable_of(Rules rules, const vector[uint8_t]* may_be_empty=NULL) except NULL:
+    """rules_nullable, computed once and kept on the Rules (from may_be_empty when the caller has it)."""
     if not rules.nullable_known:
-        rules.nullable = rules_nullable(rules, rules_may_be_empty(rules))
+        rules.nullable = rules_nullable(rules, may_be_empty[0] if may_be_empty != NULL else rules_may_be_empty(rules))
         rules.nullable_known = True
     return &rules.nullable
 
@@ -367,11 +368,7 @@ cdef int64_t find_growing_left_recursion(Rules rules, const vector[uint8_t]& may
     index on such a cycle.
     """
     cdef size_t n_rules = rules.rule_start.size(), index
-    cdef const vector[uint8_t]* nullable
-    if not rules.nullable_known:   # (kept for the matchers' segment caches: rules_nullable_of)
-        rules.nullable = rules_nullable(rules, may_be_empty)
-        rules.nullable_known = True
-    nullable = &rules.nullable
+    cdef const vector[uint8_t]* nullable = rules_nullable_of(rules, &may_be_empty)   # (kept for the matchers)
     cdef vector[int64_t] edge_start
     cdef vector[uint32_t] edge_target
     cdef vector[uint8_t] edge_pushes

@@ -394,9 +394,11 @@ class Model:
         self.reasoning_budget = reasoning_budget
         self.reasoning_budget_message = str(reasoning_budget_message or "")
         self.chat_template_kwargs = {}
-        for key, value in (chat_template_kwargs or {}).items():
-            # kept as JSON texts, as common/arg.cpp keeps each value's dump(): a string value is a JSON string
-            self.chat_template_kwargs[key] = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        if chat_template_kwargs:
+            from .chat import _dump
+            for key, value in chat_template_kwargs.items():
+                # kept as JSON texts, as common/arg.cpp keeps each value's dump(): a string is a JSON string
+                self.chat_template_kwargs[key] = _dump(value)
         if reasoning != "auto":
             self.chat_template_kwargs["enable_thinking"] = "true" if reasoning == "on" else "false"
         self.name = os.path.basename(self.path)
@@ -558,8 +560,9 @@ class Model:
             if not isinstance(chat_template_kwargs, dict):
                 raise RequestError("Field 'chat_template_kwargs': [json.exception.type_error.302] type must be "
                                    f"object, but is {json_type_name(chat_template_kwargs)}")
+            from .chat import _dump
             for key, value in chat_template_kwargs.items():
-                kwargs[key] = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+                kwargs[key] = _dump(value)
         flag = kwargs.get("enable_thinking", "")
         if flag == "true":
             thinking = True

@@ -22,7 +22,7 @@ import re
 import pytest
 
 from .oracle.record_server import kernels_fingerprint
-from .oracle.record_tools import REQUESTS, TEMPLATES, assemble, reproducible, short
+from .oracle.record_tools import REQUESTS, TEMPLATES, assemble, reproducible, short, template_kwargs_flags
 from .oracle_support import ORACLE_STATS, recorded_model, sse_chunks
 
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "server_tool_recordings.json"
@@ -33,7 +33,7 @@ RECORDINGS_HOLD = (RECORDING.get("kernels") == kernels_fingerprint()
                    and os.environ.get("BANKML_E2E_LIVE", "") in ("", "0"))
 # the template variables the recordings' servers ran with (the date Llama 3.1's template writes), given to bankml too
 KWARGS = RECORDING["chat_template_kwargs"]
-KWARGS_FLAGS = ["--chat-template-kwargs", json.dumps(KWARGS)]
+KWARGS_FLAGS = template_kwargs_flags(KWARGS)
 ID = re.compile(r"^[0-9A-Za-z]{32}$")
 # where the recordings hold on this machine, two requests (one per template, one of them streamed) are still
 # answered live each run; elsewhere (or with BANKML_E2E_LIVE=1) every one is

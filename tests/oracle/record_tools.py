@@ -46,8 +46,8 @@ TEMPLATES = ("Qwen-Qwen2.5-7B-Instruct.jinja", "meta-llama-Llama-3.1-8B-Instruct
 TEMPLATE_KWARGS = {"date_string": "01 Dec 2026"}
 
 
-def template_kwargs_flags():
-    return ["--chat-template-kwargs", json.dumps(TEMPLATE_KWARGS)]
+def template_kwargs_flags(kwargs=TEMPLATE_KWARGS):
+    return ["--chat-template-kwargs", json.dumps(kwargs)]
 
 
 def _tool(name, description, parameters):
