@@ -27,6 +27,14 @@ cdef int PARSER_UTF8_LENGTH[16]
 PARSER_UTF8_LENGTH[:] = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4]
 
 
+cdef inline size_t rule_length(const grammar_element* rule) noexcept nogil:
+    """A rule's elements, its END included."""
+    cdef size_t n = 0
+    while rule[n].type != LLAMA_GRETYPE_END:
+        n += 1
+    return n + 1
+
+
 class _Fail(Exception):
     """A parse error: llama.cpp's reason and the byte offset (None: not tied to a place in the text)."""
 
@@ -77,11 +85,11 @@ cdef class GbnfParser:
         self.vocab = vocab
         self.n_elements = 0
         self.n_open_groups = 0
+        self.redefined = False
         # About one element per byte of text, and a symbol per dozen: grown once, not doubled from nothing.
         self.pool.reserve(self.n + 16)
         self.symbols.reserve(self.n // 12 + 16)
-        self.rule_size.reserve(self.n // 12 + 16)
-        self.rule_offset.reserve(self.n // 12 + 16)
+        self.rule_start.reserve(self.n // 12 + 16)
 
     cdef inline unsigned char at(self, Py_ssize_t pos) noexcept:
         # llama.cpp reads a C string: past the end is its NUL
@@ -259,13 +267,15 @@ cdef class GbnfParser:
         return entry.id
 
     cdef void add_rule(self, uint32_t rule_id, const vector[grammar_element]& rule):
-        while self.rule_size.size() <= rule_id:
-            self.rule_size.push_back(0)
-            self.rule_offset.push_back(-1)
-        self.n_elements += <int64_t>rule.size() - self.rule_size[rule_id]
-        self.rule_offset[rule_id] = <int64_t>self.pool.size()
-        self.rule_size[rule_id] = <int64_t>rule.size()
-        self.pool.insert(self.pool.end(), rule.begin(), rule.end())
+        if self.rule_start.size() <= rule_id:
+            self.rule_start.resize(rule_id + 1, -1)
+        if self.rule_start[rule_id] >= 0:
+            # defined again: the new elements replace the old, which stay behind in the pool
+            self.redefined = True
+            self.n_elements -= rule_length(self.pool.data() + self.rule_start[rule_id])
+        self.n_elements += <int64_t>rule.size()
+        self.rule_start[rule_id] = <position_t>self.pool.size()
+        self.pool.append(rule.data(), rule.data() + rule.size())
 
     cdef int check_element_budget(self, int64_t adding, Py_ssize_t at) except -1:
         if self.n_elements + adding > MAX_ELEMENTS:
@@ -291,8 +301,9 @@ cdef class GbnfParser:
         # S{m,n} --> S S S (m times) S'(n-m);  S'(x) ::= S S'(x-1) |  ...  S'(1) ::= S |
         # S{m,}  --> S S S (m times) S';       S'    ::= S S' |
         cdef bint no_max = max_times == NO_MAX
-        cdef vector[grammar_element] prev_rule, rec_rule
-        cdef uint64_t total_rules = 1, n_opt, i
+        cdef vector[grammar_element] prev_rule
+        cdef uint64_t total_rules = 1, n_opt, i, needed
+        cdef int64_t offset
         cdef uint32_t last_rec_rule_id = 0, rec_rule_id
         cdef int64_t prev_size
         if last_sym_start == rule.size():
@@ -323,14 +334,23 @@ cdef class GbnfParser:
         else:
             for i in range(1, min_times):
                 rule.insert(rule.end(), prev_rule.begin(), prev_rule.end())
+        # Each S' goes straight into the pool (add_rule's bookkeeping, without a rule vector per S'): its
+        # id is new, so it was never added before. The pool grows once for the whole chain.
+        needed = self.pool.size() + n_opt * <uint64_t>(prev_size + 3)
+        if needed > self.pool.capacity():
+            self.pool.reserve(max(needed, 2 * self.pool.capacity()))
         for i in range(n_opt):
-            rec_rule.assign(prev_rule.begin(), prev_rule.end())
             rec_rule_id = self.generate_symbol_id(rule_name)
+            if self.rule_start.size() <= rec_rule_id:
+                self.rule_start.resize(rec_rule_id + 1, -1)
+            offset = <int64_t>self.pool.size()
+            self.pool.append(prev_rule.data(), prev_rule.data() + prev_rule.size())
             if i > 0 or no_max:
-                rec_rule.push_back(element_of(LLAMA_GRETYPE_RULE_REF, rec_rule_id if no_max else last_rec_rule_id))
-            rec_rule.push_back(element_of(LLAMA_GRETYPE_ALT, 0))
-            rec_rule.push_back(element_of(LLAMA_GRETYPE_END, 0))
-            self.add_rule(rec_rule_id, rec_rule)
+                self.pool.push_back(element_of(LLAMA_GRETYPE_RULE_REF, rec_rule_id if no_max else last_rec_rule_id))
+            self.pool.push_back(element_of(LLAMA_GRETYPE_ALT, 0))
+            self.pool.push_back(element_of(LLAMA_GRETYPE_END, 0))
+            self.rule_start[rec_rule_id] = <position_t>offset
+            self.n_elements += <int64_t>self.pool.size() - offset
             last_rec_rule_id = rec_rule_id
         if n_opt > 0:
             rule.push_back(element_of(LLAMA_GRETYPE_RULE_REF, last_rec_rule_id))
@@ -491,17 +511,25 @@ cdef class GbnfParser:
         while self.at(pos):
             pos = self.parse_rule(pos)
         self.check_element_budget(0, pos)
-        # llama.cpp's validation: every rule defined, every reference to a defined rule
-        n_rules = self.rule_size.size()
+        # llama.cpp's validation: every rule defined, every reference to a defined rule. A reference's
+        # value is a symbol id, so when every symbol has its rule no reference can miss: the rules are
+        # read only to find which error llama.cpp meets first.
+        n_rules = self.rule_start.size()
+        if n_rules == self.symbols.size():
+            for rule_id in range(n_rules):
+                if self.rule_start[rule_id] < 0:
+                    break
+            else:
+                return 0
         for rule_id in range(n_rules):
-            if self.rule_size[rule_id] == 0:
+            if self.rule_start[rule_id] < 0:
                 raise _Fail("Undefined rule", None)
-            rule = self.pool.data() + self.rule_offset[rule_id]
-            for k in range(<size_t>self.rule_size[rule_id]):
+            rule = self.pool.data() + self.rule_start[rule_id]
+            for k in range(<size_t>rule_length(rule)):
                 if rule[k].type != LLAMA_GRETYPE_RULE_REF:
                     continue
                 value = rule[k].value
-                if value >= n_rules or self.rule_size[value] == 0:
+                if value >= n_rules or self.rule_start[value] < 0:
                     # the first of its names in std::map's (byte) order: symbol ids are unique, so its name
                     raise _Fail(f"Undefined rule identifier '{symbol_name(self.text_names, self.symbols[value])}'",
                                 None)
@@ -513,7 +541,7 @@ cdef str symbol_name(const vector[string]& text_names, symbol_entry entry):
     return f"{name}_{entry.id}" if entry.generated else name
 
 
-cdef dict symbol_dict(const vector[string]& text_names, const vector[symbol_entry]& symbols):
+cdef dict symbol_dict(const vector[string]& text_names, pod_vector[symbol_entry]& symbols):
     """llama.cpp's symbol_ids: name -> symbol id, in first-insertion order."""
     cdef dict out = {}
     cdef list written = []

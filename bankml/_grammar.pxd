@@ -4,6 +4,7 @@
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp.map cimport map as cpp_map
 from bankml._flatmap cimport flat_map
+from bankml._zeroarray cimport zero_array
 from libcpp.unordered_set cimport unordered_set
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
@@ -134,8 +135,8 @@ cdef class StackSets:
     cdef vector[set_summary] summaries             # per set id
     cdef vector[int32_t] run_chain                 # scratch of compute_run
     cdef int32_t max_token_depth                   # the most code points any token takes
-    cdef vector[uint64_t] element_ascii            # 2 words per element position: the ASCII members of its class
-    cdef vector[uint8_t] element_flags             # per element position: ELEMENT_* bits, filled on first use
+    cdef zero_array[uint64_t] element_ascii            # 2 words per element position: the ASCII members of its class
+    cdef zero_array[uint8_t] element_flags             # per element position: ELEMENT_* bits, filled on first use
     cdef vector[uint32_t] viable_bounds            # (first, last) code point pairs
 
     cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil
@@ -209,13 +210,13 @@ cdef class SegmentCache:
     cdef TrieWalk walk
     cdef SegmentScratch scratch
     cdef segment_counters counters
-    cdef vector[position_t] canonical              # per element position: the one segment keys use (_repetition_canonical)
+    cdef zero_array[int32_t] canonical_shift       # per element position: canonical_of(p) - p (_repetition_canonical)
     cdef vector[int32_t] chain_depth               # per rule: k of a repetition chain's R_k (0: none; _repetition_chains_into)
     cdef vector[int32_t] chain_next                # per rule: R_(k-1) of a chain rule (-1: none)
     # the segment cache: per top segment of a stack, the tokens accepted whatever lies below it and the
     # trie nodes where a path pops out of it (continuations), finished against the real stack at run time
     cdef bint use_segments
-    cdef vector[uint32_t] segment_lengths          # per element position: bit L-1 set when entries of L frames exist
+    cdef zero_array[uint32_t] segment_lengths          # per element position: bit L-1 set when entries of L frames exist
     cdef flat_map[uint64_t, pair[node_t, node_t]] segment_nodes  # (stack, L) -> (segment stack, stack below it)
     cdef flat_map[node_t, int32_t] entry_of   # segment stack -> entry
     cdef vector[segment_entry] entries
@@ -231,11 +232,12 @@ cdef class SegmentCache:
     cdef vector[token_t] continuation_tokens
     cdef size_t continuations_limit                # max_pops of segments that have a stack below them
     cdef vector[uint8_t] rule_nullable             # per rule id: it can match the empty string
-    cdef vector[uint8_t] element_transparent       # per element position: 0 unknown, 1 no, 2 the rest of its alternative is nullable
+    cdef zero_array[uint8_t] element_transparent       # per element position: 0 unknown, 1 no, 2 the rest of its alternative is nullable
 
     cdef int segment_of(self, node_t stack, int32_t length, node_t* segment, node_t* below) except -1 nogil
     cdef int32_t build_entry(self, node_t segment, int32_t length, const trie_view* trie, size_t max_pops) \
         except -2 nogil
+    cdef position_t canonical_of(self, position_t pos) noexcept nogil
     cdef int32_t find_entry(self, node_t stack, const trie_view* trie, node_t* below) except -2 nogil
     cdef int32_t context_set(self, node_t below) except -2 nogil
     cdef bint transparent(self, position_t pos) noexcept nogil

@@ -97,7 +97,7 @@ def _precompute(MatchContext ctx, double seconds):
     tops = sorted((d, p) for p, d in distance.items()
                   if elements[p].type in (LLAMA_GRETYPE_CHAR, LLAMA_GRETYPE_CHAR_NOT, LLAMA_GRETYPE_CHAR_ANY,
                                           LLAMA_GRETYPE_TOKEN, LLAMA_GRETYPE_TOKEN_NOT)
-                  and ctx.segments.canonical[p] == p)
+                  and ctx.segments.canonical_shift[p] == 0)
     # How far into a bounded repetition each rule lies (0 outside one): a segment whose frames lie
     # deep in one is reached only by long text, and the ones near a chain's end cost the most to walk,
     # so they come after every shallower segment.
@@ -328,10 +328,13 @@ cdef vector[uint8_t] _chain_inner(const vector[int32_t]& chain_next) except *:
     return inner
 
 
-cdef vector[position_t] _repetition_canonical(Rules rules, const vector[int32_t]& chain_depth,
-                                              const vector[int32_t]& chain_next, int32_t limit) except *:
+cdef int _repetition_canonical_into(Rules rules, const vector[int32_t]& chain_depth,
+                                    const vector[int32_t]& chain_next, int32_t limit,
+                                    zero_array[int32_t]& shift) except -1:
     """Per element position, the position a segment key uses for it: the same offset in the chain
-    rule `limit` steps from the chain's end, when the position's rule lies further out.
+    rule `limit` steps from the chain's end, when the position's rule lies further out. Written into
+    shift (all zero on entry, one per element) as the canonical position minus the position: only the
+    positions that move are written.
 
     A frame in R_k (see _repetition_chains_into), with k + 1 x's still allowed, behaves like the frame
     in R_j for all j, k >= limit as long as no more than `limit` x's can be taken, which holds within one
@@ -339,16 +342,12 @@ cdef vector[position_t] _repetition_canonical(Rules rules, const vector[int32_t]
     share one segment entry.
     """
     cdef const grammar_element* elements = rules.elements.data()
-    cdef vector[position_t] canonical
     cdef Py_ssize_t n_rules = chain_next.size()
     cdef Py_ssize_t i, n = rules.elements.size()
     cdef position_t start, target_start
     cdef vector[int32_t] target_of
     cdef vector[uint8_t] inner = _chain_inner(chain_next)
     cdef int32_t r, top, target
-    canonical.resize(n)
-    for i in range(n):
-        canonical[i] = <position_t>i
     target_of.assign(n_rules, -1)
     for top in range(n_rules):
         if chain_next[top] < 0 or inner[top]:
@@ -370,8 +369,8 @@ cdef vector[position_t] _repetition_canonical(Rules rules, const vector[int32_t]
         start, target_start = rules.rule_start[r], rules.rule_start[target]
         i = 0
         while True:
-            canonical[start + i] = <position_t>(target_start + i)
+            shift[start + i] = <int32_t>(<int64_t>target_start - <int64_t>start)
             if elements[start + i].type == LLAMA_GRETYPE_END:
                 break
             i += 1
-    return canonical
+    return 0

@@ -5,6 +5,7 @@ from libcpp.string cimport string
 from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
+from bankml._podvec cimport pod_vector
 from bankml._typedefs cimport element_value_t, position_t
 
 
@@ -37,29 +38,25 @@ cdef struct symbol_entry:
 
 
 cdef class Rules:
-    cdef vector[grammar_element] elements   # every rule, each ending with END, back to back, then one END
-    cdef vector[position_t] rule_start      # rule id -> index of its first element
+    cdef pod_vector[grammar_element] elements  # every rule, each ending with END, one after another, then one END
+    cdef pod_vector[position_t] rule_start  # rule id -> index of its first element
     cdef vector[string] text_names          # the names written in the text
-    cdef vector[symbol_entry] symbols       # symbol_ids, in order (the dict is built on first use)
+    cdef pod_vector[symbol_entry] symbols   # symbol_ids, in order (the dict is built on first use)
     cdef dict _symbol_ids
     cdef readonly object root
     cdef readonly int32_t root_id
     cdef readonly object vocab
     cdef readonly str text
     cdef dict contexts                      # (id(vocab), max_stacks) -> the MatchContext new matchers join
-    cdef vector[uint8_t] nullable           # per rule id, whether it matches the empty string (rules_nullable),
+    cdef vector[uint8_t] nullable           # per rule id, whether it matches the empty string (rules_nullable_of),
     cdef bint nullable_known                # computed once: by the left-recursion check or the first matcher
 
 
 cdef Rules new_rules(root, vocab, text)
 cdef Rules make_rules(dict symbol_ids, list rules, root, vocab, text)
-# llama.cpp's rules_may_be_empty (an alternative empty as written) and nullability (the least fixpoint),
-# per rule id.
-cdef vector[uint8_t] rules_may_be_empty(Rules rules)
-cdef vector[uint8_t] rules_nullable(Rules rules, const vector[uint8_t]& may_be_empty)
-# the same, computed on first use and kept on the Rules (parse's left-recursion check and each new
-# MatchContext's segment cache both need it)
-cdef const vector[uint8_t]* rules_nullable_of(Rules rules, const vector[uint8_t]* may_be_empty=*) except NULL
+# Per rule id, whether it can match the empty string (the least fixpoint), computed on first use and
+# kept on the Rules (parse's left-recursion check and each new MatchContext's segment cache both need it).
+cdef const vector[uint8_t]* rules_nullable_of(Rules rules) except NULL
 
 
 # The GBNF parser (_gbnf.pxi, included by _rules.pyx): llama.cpp's llama_grammar_parser, building
@@ -72,12 +69,12 @@ cdef class GbnfParser:
     cdef vector[string] text_names                  # names written in the text, in first-seen order
     cdef unordered_map[string, uint32_t] name_index # written name -> its index in text_names
     cdef vector[uint32_t] text_name_ids             # text_names[i] -> its symbol id
-    cdef vector[symbol_entry] symbols               # every symbol (written or generated), in order
-    cdef vector[grammar_element] pool               # the rules' elements, as added (a rule added again
+    cdef pod_vector[symbol_entry] symbols           # every symbol (written or generated), in order
+    cdef pod_vector[grammar_element] pool           # the rules' elements, as added (a rule added again
                                                     # leaves its old elements behind, unreferenced)
-    cdef vector[int64_t] rule_offset                # rule id -> start in pool (-1: not added)
-    cdef vector[int64_t] rule_size                  # rule id -> number of elements (0: not added)
+    cdef pod_vector[position_t] rule_start          # rule id -> its start in pool (-1: not added yet)
     cdef int64_t n_elements                         # elements of every rule added so far (the budget)
+    cdef bint redefined                             # some rule was added twice (the pool holds orphans)
     cdef Py_ssize_t n_open_groups                   # groups being parsed (the nesting bound)
 
     cdef inline unsigned char at(self, Py_ssize_t pos) noexcept

@@ -48,12 +48,13 @@ cdef class Rules:
     def parse(text, root="root", vocab=None):
         cdef GbnfParser parsed = parse_gbnf(text, vocab)
         cdef Rules self = new_rules(root, vocab, text if isinstance(text, str) else None)
-        cdef size_t rule_id, total = 1
+        cdef size_t rule_id, length
+        cdef position_t start
         cdef unordered_map[string, uint32_t].iterator found = parsed.name_index.end()
         self.text_names.swap(parsed.text_names)
         self.symbols.swap(parsed.symbols)
         if root is not None:
-            if parsed.rule_size.empty():
+            if parsed.rule_start.empty():
                 raise GrammarError("failed to parse grammar: no rules")
             if isinstance(root, str):
                 found = parsed.name_index.find(root.encode("utf-8", "surrogatepass"))
@@ -63,18 +64,24 @@ cdef class Rules:
                 self.root_id = self.symbol_ids[root]
             else:
                 raise GrammarError(f"grammar does not contain a '{root}' symbol")
-        # The rules back to back in id order, then a sentinel END past the last one, so that looking one
-        # element ahead never leaves the array.
-        for rule_id in range(parsed.rule_size.size()):
-            total += parsed.rule_size[rule_id]
-        if total >= (1 << 31) - 1:
+        # The rules (every one defined: parse checked), then a sentinel END past the last one, so that
+        # looking one element ahead never leaves the array.
+        if parsed.n_elements + 1 >= (1 << 31) - 1:
             raise GrammarError("grammar has more elements than bankml's 32-bit positions can address")
-        self.elements.reserve(total)
-        self.rule_start.reserve(parsed.rule_size.size())
-        for rule_id in range(parsed.rule_size.size()):
-            self.rule_start.push_back(<position_t>self.elements.size())
-            self.elements.insert(self.elements.end(), parsed.pool.begin() + parsed.rule_offset[rule_id],
-                                 parsed.pool.begin() + parsed.rule_offset[rule_id] + parsed.rule_size[rule_id])
+        if not parsed.redefined:
+            # every rule added once: the parser's pool holds exactly the rules (each contiguous, ending with
+            # END, in the order they were finished), so it becomes the element array as it is
+            self.elements.swap(parsed.pool)
+            self.rule_start.swap(parsed.rule_start)
+        else:
+            # a rule added twice left its old elements behind: the rules one after another in id order
+            self.elements.reserve(parsed.n_elements + 1)
+            self.rule_start.reserve(parsed.rule_start.size())
+            for rule_id in range(parsed.rule_start.size()):
+                start = parsed.rule_start[rule_id]
+                length = rule_length(parsed.pool.data() + start)
+                self.rule_start.push_back(<position_t>self.elements.size())
+                self.elements.append(parsed.pool.data() + start, parsed.pool.data() + start + length)
         self.elements.push_back(element_of(LLAMA_GRETYPE_END, 0))
         if root is not None:
             recursion = check_left_recursion(self)
@@ -233,46 +240,65 @@ cdef vector[uint8_t] rules_may_be_empty(Rules rules):
 
 cdef vector[uint8_t] rules_nullable(Rules rules, const vector[uint8_t]& may_be_empty):
     """Per rule, whether it can match the empty string: the least fixpoint (an alternative made of
-    references to nullable rules only is nullable), by a worklist, so linear in the grammar's size."""
+    references to nullable rules only is nullable), by a worklist, so linear in the grammar's size.
+    Only the rules not already known nullable are read, and the alternatives waiting on each rule are
+    kept flat (CSR), not in a vector per rule: a grammar of 10^5 rules costs no allocation per rule."""
     cdef const grammar_element* elements = rules.elements.data()
     cdef size_t n_rules = rules.rule_start.size(), rule_id, k
     cdef vector[uint8_t] nullable = may_be_empty
-    cdef vector[vector[int32_t]] waiting            # rule -> the alternatives that reference it
-    cdef vector[int32_t] alternative_rule, alternative_pending, queue, refs
+    cdef vector[int32_t] alternative_rule, alternative_pending, queue
+    cdef vector[uint32_t] ref_target                # per candidate alternative, its references, flat
+    cdef vector[int32_t] ref_alternative            # (the alternative each of those belongs to)
+    cdef vector[uint32_t] waiting_start             # rule -> its slice of waiting (CSR)
+    cdef vector[int32_t] waiting                    # the alternatives that reference each rule
     cdef bint blocked
     cdef int32_t alternative, index
+    cdef size_t refs_start
     cdef position_t pos
-    waiting.resize(n_rules)
     for rule_id in range(n_rules):
         if nullable[rule_id]:
             queue.push_back(<int32_t>rule_id)
             continue
         pos = rules.rule_start[rule_id]
-        refs.clear()
+        refs_start = ref_target.size()
         blocked = False
         while True:
             if is_end_of_sequence(&elements[pos]):
-                if not blocked and not refs.empty():
+                if not blocked and ref_target.size() > refs_start:
                     alternative = <int32_t>alternative_rule.size()
                     alternative_rule.push_back(<int32_t>rule_id)
-                    alternative_pending.push_back(<int32_t>refs.size())
-                    for k in range(refs.size()):
-                        waiting[refs[k]].push_back(alternative)
-                refs.clear()
+                    alternative_pending.push_back(<int32_t>(ref_target.size() - refs_start))
+                    for k in range(refs_start, ref_target.size()):
+                        ref_alternative.push_back(alternative)
+                else:
+                    ref_target.resize(refs_start)
+                refs_start = ref_target.size()
                 blocked = False
                 if elements[pos].type == LLAMA_GRETYPE_END:
                     break
             elif not blocked:
                 if elements[pos].type == LLAMA_GRETYPE_RULE_REF:
-                    refs.push_back(<int32_t>elements[pos].value)
+                    ref_target.push_back(<uint32_t>elements[pos].value)
                 else:
                     blocked = True
             pos += 1
+    waiting_start.assign(n_rules + 1, 0)
+    for k in range(ref_target.size()):
+        waiting_start[ref_target[k] + 1] += 1
+    for rule_id in range(n_rules):
+        waiting_start[rule_id + 1] += waiting_start[rule_id]
+    waiting.resize(ref_target.size())
+    for k in range(ref_target.size()):
+        waiting[waiting_start[ref_target[k]]] = ref_alternative[k]
+        waiting_start[ref_target[k]] += 1
+    for rule_id in range(n_rules, 0, -1):      # (back to each slice's start)
+        waiting_start[rule_id] = waiting_start[rule_id - 1]
+    waiting_start[0] = 0
     while not queue.empty():
         index = queue.back()
         queue.pop_back()
-        for k in range(waiting[index].size()):
-            alternative = waiting[index][k]
+        for k in range(waiting_start[index], waiting_start[index + 1]):
+            alternative = waiting[k]
             alternative_pending[alternative] -= 1
             if alternative_pending[alternative] == 0 and not nullable[alternative_rule[alternative]]:
                 nullable[alternative_rule[alternative]] = 1
@@ -311,48 +337,79 @@ cdef void leftmost_edges(Rules rules, const vector[uint8_t]& empty, vector[int64
     edge_start[n_rules] = <int64_t>edge_target.size()
 
 
-cdef int64_t find_cycle(Rules rules, const vector[uint8_t]& may_be_empty):
+cdef int64_t find_cycle(Rules rules, const vector[uint8_t]& empty):
     """The first rule (in llama.cpp's scan order) from which a cycle of leftmost references is reachable,
-    or -1. Iterative, and each rule walked once (llama.cpp re-walks shared rules)."""
+    or -1: the references llama.cpp's check walks are the leftmost of each alternative, and the next one
+    while the previous rule may be empty. A depth-first walk that reads each rule's elements once, as it
+    goes (each frame of the walk keeps where it is in its rule): nothing per reference is built, and each
+    rule is walked once (llama.cpp re-walks shared rules)."""
+    cdef const grammar_element* elements = rules.elements.data()
     cdef size_t n_rules = rules.rule_start.size(), start
-    cdef vector[int64_t] edge_start
-    cdef vector[uint32_t] edge_target
     cdef vector[uint8_t] state      # 0 new, 1 in progress, 2 done
     cdef vector[uint32_t] work_node
-    cdef vector[int64_t] work_edge
+    cdef vector[position_t] work_pos    # per frame: the next element of its rule to read
+    cdef vector[uint8_t] work_recurse   # per frame: whether a reference there is walked
     cdef uint32_t node, child
-    leftmost_edges(rules, may_be_empty, edge_start, edge_target, NULL)
+    cdef position_t pos
+    cdef bint recurse, descend
     state.assign(n_rules, 0)
     for start in range(n_rules):
         if state[start]:
             continue
         state[start] = 1
         work_node.push_back(<uint32_t>start)
-        work_edge.push_back(edge_start[start])
+        work_pos.push_back(rules.rule_start[start])
+        work_recurse.push_back(True)
         while not work_node.empty():
             node = work_node.back()
-            if work_edge.back() == edge_start[node + 1]:
-                state[node] = 2
-                work_node.pop_back()
-                work_edge.pop_back()
-                continue
-            child = edge_target[work_edge.back()]
-            work_edge[work_edge.size() - 1] += 1
-            if state[child] == 1:
-                return <int64_t>start
-            if state[child] == 0:
+            pos = work_pos.back()
+            recurse = work_recurse.back()
+            descend = False
+            while True:
+                if elements[pos].type == LLAMA_GRETYPE_RULE_REF and recurse:
+                    child = <uint32_t>elements[pos].value
+                    if not empty[child]:
+                        recurse = False
+                    pos += 1
+                    if state[child] == 1:
+                        return <int64_t>start
+                    if state[child] == 0:
+                        descend = True
+                        break
+                    continue
+                if elements[pos].type <= LLAMA_GRETYPE_ALT:  # the end of an alternative
+                    if elements[pos].type == LLAMA_GRETYPE_END:
+                        break
+                    recurse = True
+                else:
+                    recurse = False
+                pos += 1
+            if descend:
+                work_pos[work_pos.size() - 1] = pos
+                work_recurse[work_recurse.size() - 1] = recurse
                 state[child] = 1
                 work_node.push_back(child)
-                work_edge.push_back(edge_start[child])
+                work_pos.push_back(rules.rule_start[child])
+                work_recurse.push_back(True)
+            else:
+                state[node] = 2
+                work_node.pop_back()
+                work_pos.pop_back()
+                work_recurse.pop_back()
     return -1
 
 
-cdef const vector[uint8_t]* rules_nullable_of(Rules rules, const vector[uint8_t]* may_be_empty=NULL) except NULL:
-    """rules_nullable, computed once and kept on the Rules (from may_be_empty when the caller has it)."""
+cdef const vector[uint8_t]* nullable_kept(Rules rules, const vector[uint8_t]* may_be_empty) except NULL:
     if not rules.nullable_known:
         rules.nullable = rules_nullable(rules, may_be_empty[0] if may_be_empty != NULL else rules_may_be_empty(rules))
         rules.nullable_known = True
     return &rules.nullable
+
+
+cdef const vector[uint8_t]* rules_nullable_of(Rules rules) except NULL:
+    """Per rule id, whether it can match the empty string (the least fixpoint), computed once and kept
+    on the Rules (parse's left-recursion check and each new MatchContext's segment cache both need it)."""
+    return nullable_kept(rules, NULL)
 
 
 cdef int64_t find_growing_left_recursion(Rules rules, const vector[uint8_t]& may_be_empty):
@@ -368,7 +425,7 @@ cdef int64_t find_growing_left_recursion(Rules rules, const vector[uint8_t]& may
     index on such a cycle.
     """
     cdef size_t n_rules = rules.rule_start.size(), index
-    cdef const vector[uint8_t]* nullable = rules_nullable_of(rules, &may_be_empty)   # (kept for the matchers)
+    cdef const vector[uint8_t]* nullable = nullable_kept(rules, &may_be_empty)   # (kept for the matchers)
     cdef vector[int64_t] edge_start
     cdef vector[uint32_t] edge_target
     cdef vector[uint8_t] edge_pushes

@@ -20,13 +20,14 @@ cdef class SegmentCache:
         self.scratch = SegmentScratch()
         self.use_segments = True
         self.continuations_limit = DEFAULT_MAX_CONTINUATIONS
-        self.segment_lengths.assign(rules.elements.size(), 0)
-        self.element_transparent.assign(rules.elements.size(), 0)
+        self.segment_lengths.assign_zeros(rules.elements.size())
+        self.element_transparent.assign_zeros(rules.elements.size())
         self.rule_nullable = _nullable_rules(rules)
+        self.canonical_shift.assign_zeros(rules.elements.size())
         if walk.trie is not None:
             _repetition_chains_into(rules, self.rule_nullable, self.chain_depth, self.chain_next)
-            self.canonical = _repetition_canonical(rules, self.chain_depth, self.chain_next,
-                                                   sets.max_token_depth + 2)
+            _repetition_canonical_into(rules, self.chain_depth, self.chain_next, sets.max_token_depth + 2,
+                                       self.canonical_shift)
         else:
             self.chain_depth.assign(rules.rule_start.size(), 0)
             self.chain_next.assign(rules.rule_start.size(), -1)
@@ -99,7 +100,7 @@ cdef class SegmentCache:
                 with gil:
                     raise GrammarError(f"fast path: a stack deeper than {MAX_WHOLE_SEGMENT_FRAMES} frames "
                                        "(MAX_WHOLE_SEGMENT_FRAMES) as one segment")
-            self.scratch.frames.push_back(self.canonical[self.pool.nodes[node].element])
+            self.scratch.frames.push_back(self.canonical_of(self.pool.nodes[node].element))
             node = self.pool.nodes[node].parent
             n += 1
         below[0] = node
@@ -171,10 +172,15 @@ cdef class SegmentCache:
         self.counters.built += 1
         return entry_id
 
+    cdef inline position_t canonical_of(self, position_t pos) noexcept nogil:
+        """The position segment keys use for pos (_repetition_canonical_into): itself unless it lies far out
+        in a long bounded repetition."""
+        return <position_t>(<int64_t>pos + self.canonical_shift[pos])
+
     cdef int32_t find_entry(self, node_t stack, const trie_view* trie, node_t* below) except -2 nogil:
         """The segment entry serving a stack, built if no length tried for its top position has one;
         *below is the stack under the segment (-1 when the segment is the whole stack)."""
-        cdef position_t top = self.canonical[self.pool.nodes[stack].element]
+        cdef position_t top = self.canonical_of(self.pool.nodes[stack].element)
         cdef uint32_t lengths = self.segment_lengths[top]
         cdef uint32_t remaining = lengths
         cdef int32_t length, entry_id
@@ -448,13 +454,13 @@ cdef class SegmentCache:
         it), or find it built: its id, NO_ENTRY when it pops out too often, CACHE_FULL when the cache is full."""
         cdef node_t node = SEGMENT_BASE
         cdef int32_t entry_id, length = len(frames)
-        cdef position_t top = self.canonical[<position_t>frames[0]]
+        cdef position_t top = self.canonical_of(<position_t>frames[0])
         cdef Py_ssize_t i
         if self.segment_cache_full():
             return CACHE_FULL
         self.walk.ensure_position_bits()
         for i in range(length - 1, -1, -1):
-            node = self.pool.push(node, self.canonical[<position_t>frames[i]])
+            node = self.pool.push(node, self.canonical_of(<position_t>frames[i]))
         it = self.entry_of.find(node)
         if it != self.entry_of.end():
             return deref(it).second

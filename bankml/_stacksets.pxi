@@ -12,8 +12,8 @@ cdef class StackSets:
         self.pool = pool
         self.max_token_depth = max_token_depth
         self.set_start.push_back(0)
-        self.element_ascii.assign(2 * pool.rules.elements.size(), 0)
-        self.element_flags.assign(pool.rules.elements.size(), 0)
+        self.element_ascii.assign_zeros(2 * pool.rules.elements.size())
+        self.element_flags.assign_zeros(pool.rules.elements.size())
 
     cdef void reserve_headroom(self) noexcept nogil:
         self.transitions.reserve(self.transitions.size() * 3 // 2 + 1024)

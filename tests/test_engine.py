@@ -1077,3 +1077,21 @@ def test_mask_hash_of_allowed_ids():
     g = Grammar("root ::= [ac]", v)
     assert mask_hash(g.allowed_ids()) == mask_hash(np.array([0, 2])) == mask_hash([2, 0])
     assert mask_hash(g.allowed_ids())[0] == 2
+
+
+def test_rule_defined_twice_keeps_the_later_definition():
+    """llama.cpp's add_rule replaces a rule defined again; the first definition's repetition rules stay
+    (defined, unreferenced). The element array holds the rules and one sentinel END, nothing left over
+    from the replaced body, whether or not a rule was defined twice."""
+    rules = Rules.parse('root ::= item "!"\nitem ::= [0-9]+ "."\nitem ::= "x" | item "y"', root=None)
+    assert list(rules.symbol_ids.items()) == [("root", 0), ("item", 1), ("item_2", 2)]
+    assert rules.rules == [[(2, 1), (3, 33), (0, 0)], [(3, 120), (1, 0), (2, 1), (3, 121), (0, 0)],
+                           [(3, 48), (5, 57), (2, 2), (1, 0), (0, 0)]]
+    for text in ('root ::= item "!"\nitem ::= [0-9]+ "."\nitem ::= "x"', 'root ::= ("a" | "b"){2,4} [c]*'):
+        rules = Rules.parse(text)
+        assert rules.n_elements == sum(len(rule) for rule in rules.rules) + 1
+    g = Grammar('root ::= item "!"\nitem ::= [0-9]+ "."\nitem ::= "x"', make_vocab("x", "!", "1"))
+    g.accept_bytes(b"x!")
+    assert g.complete
+    with pytest.raises(GrammarError):
+        Grammar('root ::= item "!"\nitem ::= [0-9]+ "."\nitem ::= "x"', make_vocab("x", "!", "1")).accept_bytes(b"1")
