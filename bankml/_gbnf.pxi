@@ -1,4 +1,4 @@
-# Included by _rules.pyx (one extension: the parser fills Rules' C++ vectors directly).
+# Included by _rules.pyx (one extension: the parser's pool of elements becomes Rules' element array).
 # GBNF text -> llama.cpp's rules: a port of llama_grammar_parser in src/llama-grammar.cpp (parse_space,
 # parse_name, parse_int, parse_hex, parse_char, parse_token, get_symbol_id, generate_symbol_id, add_rule,
 # parse_alternates, parse_sequence with its repetition rewrite, parse_rule, parse), element for element and

@@ -59,8 +59,8 @@ cdef Rules make_rules(dict symbol_ids, list rules, root, vocab, text)
 cdef const vector[uint8_t]* rules_nullable_of(Rules rules) except NULL
 
 
-# The GBNF parser (_gbnf.pxi, included by _rules.pyx): llama.cpp's llama_grammar_parser, building
-# the rules as C++ vectors of elements that Rules.parse flattens without a Python object per element.
+# The GBNF parser (_gbnf.pxi, included by _rules.pyx): llama.cpp's llama_grammar_parser, building the
+# rules into one pool of elements (no Python object per element) that becomes Rules' element array.
 cdef class GbnfParser:
     cdef bytes text                                 # the grammar's bytes (cut at a NUL), kept alive
     cdef const unsigned char* src

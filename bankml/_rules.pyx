@@ -306,11 +306,26 @@ cdef vector[uint8_t] rules_nullable(Rules rules, const vector[uint8_t]& may_be_e
     return nullable
 
 
+cdef inline position_t next_leftmost_ref(const grammar_element* elements, position_t pos, bint* recurse) noexcept nogil:
+    """From pos, the next reference llama.cpp's check walks -- the leftmost of an alternative, and the next
+    one while the references before it may be empty (*recurse: the caller sets it after each reference)
+    -- or the rule's END."""
+    while True:
+        if elements[pos].type == LLAMA_GRETYPE_RULE_REF and recurse[0]:
+            return pos
+        if elements[pos].type <= LLAMA_GRETYPE_ALT:  # the end of an alternative
+            if elements[pos].type == LLAMA_GRETYPE_END:
+                return pos
+            recurse[0] = True
+        else:
+            recurse[0] = False
+        pos += 1
+
+
 cdef void leftmost_edges(Rules rules, const vector[uint8_t]& empty, vector[int64_t]& edge_start,
                          vector[uint32_t]& edge_target, vector[uint8_t]* edge_pushes):
-    """Per rule (CSR), the references llama.cpp's check walks: the leftmost of each alternative, and the
-    next one while the previous rule may be empty. With edge_pushes, whether the reference is followed by
-    more of its alternative (it leaves a frame on the stack)."""
+    """Per rule (CSR), the references llama.cpp's check walks (next_leftmost_ref). With edge_pushes,
+    whether the reference is followed by more of its alternative (it leaves a frame on the stack)."""
     cdef const grammar_element* elements = rules.elements.data()
     cdef size_t n_rules = rules.rule_start.size(), rule_id
     cdef position_t pos
@@ -321,26 +336,20 @@ cdef void leftmost_edges(Rules rules, const vector[uint8_t]& empty, vector[int64
         pos = rules.rule_start[rule_id]
         recurse = True
         while True:
-            if elements[pos].type == LLAMA_GRETYPE_RULE_REF and recurse:
-                edge_target.push_back(elements[pos].value)
-                if edge_pushes != NULL:
-                    edge_pushes.push_back(elements[pos + 1].type > LLAMA_GRETYPE_ALT)
-                if not empty[elements[pos].value]:
-                    recurse = False
-            elif elements[pos].type <= LLAMA_GRETYPE_ALT:  # the end of an alternative
-                if elements[pos].type == LLAMA_GRETYPE_END:
-                    break
-                recurse = True
-            else:
-                recurse = False
+            pos = next_leftmost_ref(elements, pos, &recurse)
+            if elements[pos].type == LLAMA_GRETYPE_END:
+                break
+            edge_target.push_back(elements[pos].value)
+            if edge_pushes != NULL:
+                edge_pushes.push_back(elements[pos + 1].type > LLAMA_GRETYPE_ALT)
+            recurse = empty[elements[pos].value]
             pos += 1
     edge_start[n_rules] = <int64_t>edge_target.size()
 
 
 cdef int64_t find_cycle(Rules rules, const vector[uint8_t]& empty):
-    """The first rule (in llama.cpp's scan order) from which a cycle of leftmost references is reachable,
-    or -1: the references llama.cpp's check walks are the leftmost of each alternative, and the next one
-    while the previous rule may be empty. A depth-first walk that reads each rule's elements once, as it
+    """The first rule (in llama.cpp's scan order) from which a cycle of leftmost references
+    (next_leftmost_ref) is reachable, or -1. A depth-first walk that reads each rule's elements once, as it
     goes (each frame of the walk keeps where it is in its rule): nothing per reference is built, and each
     rule is walked once (llama.cpp re-walks shared rules)."""
     cdef const grammar_element* elements = rules.elements.data()
@@ -366,24 +375,17 @@ cdef int64_t find_cycle(Rules rules, const vector[uint8_t]& empty):
             recurse = work_recurse.back()
             descend = False
             while True:
-                if elements[pos].type == LLAMA_GRETYPE_RULE_REF and recurse:
-                    child = <uint32_t>elements[pos].value
-                    if not empty[child]:
-                        recurse = False
-                    pos += 1
-                    if state[child] == 1:
-                        return <int64_t>start
-                    if state[child] == 0:
-                        descend = True
-                        break
-                    continue
-                if elements[pos].type <= LLAMA_GRETYPE_ALT:  # the end of an alternative
-                    if elements[pos].type == LLAMA_GRETYPE_END:
-                        break
-                    recurse = True
-                else:
-                    recurse = False
+                pos = next_leftmost_ref(elements, pos, &recurse)
+                if elements[pos].type == LLAMA_GRETYPE_END:
+                    break
+                child = <uint32_t>elements[pos].value
+                recurse = empty[child]
                 pos += 1
+                if state[child] == 1:
+                    return <int64_t>start
+                if state[child] == 0:
+                    descend = True
+                    break
             if descend:
                 work_pos[work_pos.size() - 1] = pos
                 work_recurse[work_recurse.size() - 1] = recurse

@@ -29,8 +29,11 @@ then accepted (timed apart). An instance is accepted when every token is allowed
 * compile: schema in -> the engine's compiled grammar and a first matcher; **TTFM** (time to first mask):
   compile plus the first mask at the start;
 * cold masks: every mask of the first pass over a schema's instances, on the freshly compiled schema (as a
-  server sees a new schema: its first request and those after it); warm masks: a second pass over the same
-  instances with new matchers of the same compiled grammar.
+  server sees a new schema: its first request and those after it); warm masks: two more passes over the same
+  instances with new matchers of the same compiled grammar, each mask the faster of its two (a warm mask can
+  be measured again, and on these virtual machines one in ~10^5 takes a 1-3 ms hiccup: a 5 µs mask read
+  3,243 µs of CPU once, and 6 µs wall with 223 µs of CPU another time; bench/summary.py's warm is the
+  fastest of 3 walks for the same reason). A cold mask happens once and is taken as measured.
 
 Engines run in worker processes (one per engine, single-threaded), the schemas round-robin between them so
 that machine noise falls on all of them alike; a schema that passes ``--timeout`` seconds is a timeout and
@@ -197,7 +200,7 @@ def run_schema(eng, schema, tests, hashes):
     first_mask = ttfm_us - compile_us
     result = {"status": "ok", "compile_us": compile_us, "compile_cpu_us": compile_cpu, "ttfm_us": ttfm_us,
               "ttfm_cpu_us": ttfm_cpu, "phases": dict(phases, first_mask=first_mask), "tests": []}
-    for passno in ("cold", "warm"):
+    for passno in ("cold", "warm", "warm again"):
         for k, test in enumerate(tests):
             first = passno == "cold" and k == 0
             m = matcher if first else _new_matcher(eng, compiled)
@@ -212,8 +215,13 @@ def run_schema(eng, schema, tests, hashes):
             if passno == "cold":
                 result["tests"].append({"accepted": ok, "cold": masks, "accept_us": accept_us, "hashes": digests,
                                         "error": error})
-            else:
+            elif passno == "warm":
                 result["tests"][k]["warm"] = masks
+            else:
+                # each warm mask the faster of its two passes (wall and CPU clock alike)
+                before = result["tests"][k]["warm"]
+                result["tests"][k]["warm"] = [(min(a[0], b[0]), min(a[1], b[1]), a[2])
+                                              for a, b in zip(before, masks)] + before[len(masks):]
     if eng.name == "bankml":
         # bankml-bg: the background build goes on after the walk when the walk was shorter than its budget;
         # waited for here, so that it never runs beside the next engine's job (a no-op when none was started)
