@@ -302,7 +302,7 @@ cdef class GbnfParser:
         # S{m,}  --> S S S (m times) S';       S'    ::= S S' |
         cdef bint no_max = max_times == NO_MAX
         cdef vector[grammar_element] prev_rule
-        cdef uint64_t total_rules = 1, n_opt, i, needed
+        cdef uint64_t total_rules = 1, n_opt, i
         cdef int64_t offset
         cdef uint32_t last_rec_rule_id = 0, rec_rule_id
         cdef int64_t prev_size
@@ -335,10 +335,7 @@ cdef class GbnfParser:
             for i in range(1, min_times):
                 rule.insert(rule.end(), prev_rule.begin(), prev_rule.end())
         # Each S' goes straight into the pool (add_rule's bookkeeping, without a rule vector per S'): its
-        # id is new, so it was never added before. The pool grows once for the whole chain.
-        needed = self.pool.size() + n_opt * <uint64_t>(prev_size + 3)
-        if needed > self.pool.capacity():
-            self.pool.reserve(max(needed, 2 * self.pool.capacity()))
+        # id is new, so it was never added before.
         for i in range(n_opt):
             rec_rule_id = self.generate_symbol_id(rule_name)
             if self.rule_start.size() <= rec_rule_id:

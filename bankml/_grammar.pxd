@@ -135,8 +135,8 @@ cdef class StackSets:
     cdef vector[set_summary] summaries             # per set id
     cdef vector[int32_t] run_chain                 # scratch of compute_run
     cdef int32_t max_token_depth                   # the most code points any token takes
-    cdef zero_array[uint64_t] element_ascii            # 2 words per element position: the ASCII members of its class
-    cdef zero_array[uint8_t] element_flags             # per element position: ELEMENT_* bits, filled on first use
+    cdef zero_array[uint64_t] element_ascii        # 2 words per element position: the ASCII members of its class
+    cdef zero_array[uint8_t] element_flags         # per element position: ELEMENT_* bits, filled on first use
     cdef vector[uint32_t] viable_bounds            # (first, last) code point pairs
 
     cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil
@@ -216,7 +216,7 @@ cdef class SegmentCache:
     # the segment cache: per top segment of a stack, the tokens accepted whatever lies below it and the
     # trie nodes where a path pops out of it (continuations), finished against the real stack at run time
     cdef bint use_segments
-    cdef zero_array[uint32_t] segment_lengths          # per element position: bit L-1 set when entries of L frames exist
+    cdef zero_array[uint32_t] segment_lengths      # per element position: bit L-1 set when entries of L frames exist
     cdef flat_map[uint64_t, pair[node_t, node_t]] segment_nodes  # (stack, L) -> (segment stack, stack below it)
     cdef flat_map[node_t, int32_t] entry_of   # segment stack -> entry
     cdef vector[segment_entry] entries
@@ -232,7 +232,7 @@ cdef class SegmentCache:
     cdef vector[token_t] continuation_tokens
     cdef size_t continuations_limit                # max_pops of segments that have a stack below them
     cdef vector[uint8_t] rule_nullable             # per rule id: it can match the empty string
-    cdef zero_array[uint8_t] element_transparent       # per element position: 0 unknown, 1 no, 2 the rest of its alternative is nullable
+    cdef zero_array[uint8_t] element_transparent   # per element position: 0 unknown, 1 no, 2 the rest of its alternative is nullable
 
     cdef int segment_of(self, node_t stack, int32_t length, node_t* segment, node_t* below) except -1 nogil
     cdef int32_t build_entry(self, node_t segment, int32_t length, const trie_view* trie, size_t max_pops) \

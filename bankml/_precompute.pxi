@@ -343,7 +343,7 @@ cdef int _repetition_canonical_into(Rules rules, const vector[int32_t]& chain_de
     """
     cdef const grammar_element* elements = rules.elements.data()
     cdef Py_ssize_t n_rules = chain_next.size()
-    cdef Py_ssize_t i, n = rules.elements.size()
+    cdef Py_ssize_t i
     cdef position_t start, target_start
     cdef vector[int32_t] target_of
     cdef vector[uint8_t] inner = _chain_inner(chain_next)
