@@ -26,6 +26,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from . import _jsondepth
 from ._jinja import Program, TemplateError, caps_get, preserve_reasoning
 from .errors import json_type_name
 
@@ -398,16 +399,16 @@ class ChatTemplate:
                     args = call.get("function", {}).get("arguments")
                     if isinstance(args, str):
                         try:
-                            call["function"]["arguments"] = json.loads(args)
-                        except ValueError as e:
+                            call["function"]["arguments"] = _jsondepth.loads(args)
+                        except (ValueError, RecursionError) as e:
                             raise ChatRequestError("Failed to parse tool call arguments as JSON: %s" % e) from None
         stamp = time.time() if now is None else now
         extra = {"datetime": time.strftime("%b %d %Y", time.localtime(stamp)),
                  "date_string": time.strftime("%d %b %Y", time.localtime(stamp))}
         for key, text in (chat_template_kwargs or {}).items():
             try:
-                extra[key] = json.loads(text)
-            except ValueError as e:
+                extra[key] = _jsondepth.loads(text)
+            except (ValueError, RecursionError) as e:
                 raise ChatRequestError("chat_template_kwargs[%r] is not JSON: %s" % (key, e)) from None
         tools_json = _tools_json(tools)
         return rendered, tools_json, extra, add_generation_prompt, continuation, continue_msg
@@ -427,8 +428,8 @@ class ChatTemplate:
             messages, tools, add_generation_prompt, continue_final_message, enable_thinking, chat_template_kwargs, now)
         if isinstance(json_schema, str):
             try:
-                json_schema = json.loads(json_schema) if json_schema else None
-            except ValueError as e:
+                json_schema = _jsondepth.loads(json_schema) if json_schema else None
+            except (ValueError, RecursionError) as e:
                 raise ChatRequestError("json_schema is not JSON: %s" % e) from None
         has_continuation = continuation != CONTINUATION_NONE and continue_msg is not None and not _msg_empty(continue_msg)
         if self.handler is not None:
@@ -560,7 +561,7 @@ def _strict_json(text):
     """nlohmann's json::parse: NaN and Infinity are not JSON."""
     def refuse(name):
         raise ValueError(name)
-    return json.loads(text, parse_constant=refuse)
+    return _jsondepth.loads(text, parse_constant=refuse)
 
 
 def _gemma4_tool_responses(messages):

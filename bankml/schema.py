@@ -31,6 +31,7 @@ import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from . import _jsondepth
 from .errors import SchemaError
 
 __all__ = ["json_schema_to_grammar", "json_schema_to_rules", "gbnf_format_literal", "load_schema", "SchemaError",
@@ -338,7 +339,7 @@ def load_schema(schema, limits=None):
                               "#") from None
     if isinstance(schema, str):
         try:
-            value = json.loads(schema, object_pairs_hook=_pairs, parse_float=_parse_float, parse_int=_parse_int,
+            value = _jsondepth.loads(schema, MAX_JSON_DEPTH, object_pairs_hook=_pairs, parse_float=_parse_float, parse_int=_parse_int,
                                parse_constant=_parse_constant)
         except RecursionError:
             raise SchemaError(_PREFIX + "JSON schema error at #: nesting deeper than %d" % MAX_JSON_DEPTH,

@@ -36,6 +36,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from . import _jsondepth
 from . import logprobs as _logprobs
 from . import request_fields as _fields
 from . import schema as _schema
@@ -130,6 +131,8 @@ def _refusal(exc):
         return _Refusal(str(exc), 400, "exceed_context_size_error")
     if isinstance(exc, (RequestError, SchemaError, GrammarError)):
         return _Refusal(str(exc))
+    if isinstance(exc, _jsondepth.NestingError):
+        return _Refusal(f"a JSON text in the request is invalid: {exc}")
     if isinstance(exc, RecursionError):
         return _Refusal("Invalid JSON body: nesting too deep")
     if isinstance(exc, MemoryError):
@@ -434,9 +437,9 @@ class _App:
 
     def _parse(self, raw):
         try:
-            body = json.loads(raw)
+            body = _jsondepth.loads(raw)   # nesting bounded before the decoder recurses
         except RecursionError:
-            raise RequestError("Invalid JSON body: nesting too deep") from None
+            raise RequestError(f"Invalid JSON body: nesting too deep (more than {_jsondepth.MAX_DEPTH} levels)") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise RequestError(f"Invalid JSON body: {e}") from None
         if not isinstance(body, dict):
@@ -907,8 +910,8 @@ def _ollama_tool_calls(message):
     for call in message.get("tool_calls") or ():
         fn = call["function"]
         try:
-            args = json.loads(fn["arguments"])
-        except ValueError:
+            args = _jsondepth.loads(fn["arguments"])
+        except (ValueError, RecursionError):
             continue
         if isinstance(args, dict):
             out.append({"function": {"name": fn["name"], "arguments": args}})

@@ -295,13 +295,15 @@ def rss_kib(pid, field="VmRSS"):
 
 
 @contextlib.contextmanager
-def server(parallel=2, threads=1, ctx=2048, extra=(), startup=300.0):
-    """A ``bankml serve`` process on a free loopback port: yields ``(base_url, process)``."""
+def server(parallel=2, threads=1, ctx=2048, extra=(), startup=300.0, env=None):
+    """A ``bankml serve`` process on a free loopback port: yields ``(base_url, process)``. ``env``: variables
+    set for the process besides this one's."""
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", prefix="bankml-load-", suffix=".log", delete=False)
     cmd = [sys.executable, "-m", "bankml", "serve", "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
            "--parallel", str(parallel), "-c", str(ctx), "--alias", "load", *extra]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    # faulthandler: a crash of the server prints every thread's Python stack into its log
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONFAULTHANDLER="1", **(env or {})))
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup
@@ -318,7 +320,20 @@ def server(parallel=2, threads=1, ctx=2048, extra=(), startup=300.0):
                 raise RuntimeError("bankml serve did not answer /health")
             time.sleep(0.2)
         proc.log_path = log.name
-        yield base, proc
+        try:
+            yield base, proc
+        except BaseException as err:
+            # what the server did meanwhile: a test that fails on a dropped connection says whether the
+            # process died (and of what) or is still up, with the end of its log
+            time.sleep(0.5)
+            state = "still running" if proc.poll() is None else f"exited with {proc.returncode}"
+            if hasattr(err, "add_note"):   # Python 3.11+
+                with open(log.name, errors="replace") as handle:   # its own offset: the server may still write
+                    text = handle.read()
+                fatal = text.rfind("Fatal Python error")   # faulthandler's dump, from its first line
+                err.add_note(f"bankml serve (pid {proc.pid}) {state}; its log:\n"
+                             + (text[max(0, fatal - 2000):fatal + 12000] if fatal >= 0 else text[-4000:]))
+            raise
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -329,6 +344,19 @@ def server(parallel=2, threads=1, ctx=2048, extra=(), startup=300.0):
                 proc.wait()
         log.close()
         os.unlink(log.name)
+
+
+def threads_and_fds(pid, settle=2.0):
+    """The process's threads and open file descriptors (Linux /proc), each the fewest seen over ``settle``
+    seconds: a connection the client just closed is closed by the server a moment later."""
+    fewest = None
+    end = time.monotonic() + settle
+    while True:
+        now = len(os.listdir(f"/proc/{pid}/task")), len(os.listdir(f"/proc/{pid}/fd"))
+        fewest = now if fewest is None else (min(fewest[0], now[0]), min(fewest[1], now[1]))
+        if time.monotonic() >= end:
+            return fewest
+        time.sleep(0.1)
 
 
 def _percentile(values, q):
@@ -355,6 +383,7 @@ def run_load(base, pid, n_requests, concurrency=8, time_limit=1800.0, seed=0, wa
     time.sleep(1.0)
     rss_before = rss_kib(pid)
     hwm_before = rss_kib(pid, "VmHWM")
+    handles_before = threads_and_fds(pid)
     deadline = time.monotonic() + time_limit
     results = []
 
@@ -394,6 +423,7 @@ def run_load(base, pid, n_requests, concurrency=8, time_limit=1800.0, seed=0, wa
     with httpx.Client() as client:
         after_ok = chat_json_mode(client, base, random.Random(2))[0] == "served"
     rss_after = rss_kib(pid)
+    handles_after = threads_and_fds(pid)
     counts = {}
     latencies = {}
     for name, outcome, seconds, _detail in results:
@@ -416,6 +446,9 @@ def run_load(base, pid, n_requests, concurrency=8, time_limit=1800.0, seed=0, wa
                     "peak_after_warmup": round(hwm_before / 1024, 1),
                     "peak_after_run": round(rss_kib(pid, "VmHWM") / 1024, 1),
                     "peak_sampled_during_run": round(peak[0] / 1024, 1)},
+        # threads and open descriptors after the warm-up and after the run (every request has ended)
+        "threads": {"after_warmup": handles_before[0], "after_run": handles_after[0]},
+        "open_fds": {"after_warmup": handles_before[1], "after_run": handles_after[1]},
         "served_after_run": after_ok,
         "failures": [(n, d) for n, o, _s, d in results if o == "failed"][:20],
     }

@@ -345,12 +345,17 @@ def test_small_load():
         assert summary["counts"].get("skipped", 0) == 0
         assert summary["served_after_run"]
         assert summary["counts"]["served"] >= 15 and summary["counts"]["refused"] >= 10
-    # memory: a second run of the same mix on the same server leaves resident memory where the first left
-    # it — nothing accumulates from request to request. (One run against its own warm-up is no test: the
-    # level moves with how many large hostile bodies happen to overlap, 386-540 MiB measured; the
-    # allocator's arenas settle during the first run; bench/load_test.py reports the peaks.)
-    first, second = (r["rss_mib"] for r in runs)
-    assert second["after_run"] < first["after_run"] + 120, (first, second)
+    # nothing accumulates from request to request. Threads and open descriptors are exact: every request's
+    # are gone after each run. Resident memory is not: after a run it lands anywhere between ~380 and ~665 MiB
+    # (16 runs of this mix on one server, no trend: where the hostile bodies' transient objects left the
+    # allocators' arenas fragmented), so a run is compared with the first run's whole peak (VmHWM, which
+    # includes those transients) rather than with the level the first run happened to end on (that bound,
+    # +120 MiB, failed 1 run in 4 while memory did not grow). A real accumulation climbs past it.
+    first, second = runs
+    assert second["threads"]["after_run"] == first["threads"]["after_run"] == first["threads"]["after_warmup"]
+    assert second["open_fds"]["after_run"] == first["open_fds"]["after_run"] == first["open_fds"]["after_warmup"]
+    assert second["rss_mib"]["after_run"] < first["rss_mib"]["peak_after_run"] + 120, (first["rss_mib"],
+                                                                                       second["rss_mib"])
 
 
 def test_limits_are_documented_defaults():
