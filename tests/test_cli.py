@@ -9,7 +9,7 @@ import pytest
 from bankml import json_schema_to_grammar
 from bankml.cli import main
 
-from .test_e2e_tools import ID, KWARGS_FLAGS, RECORDINGS_HOLD, _record, _template_file, _tools_of
+from .test_e2e_tools import ID, KWARGS_FLAGS, _template_file, _tools_of, reference
 
 
 def _write(tmp_path, text, name="schema.json"):
@@ -84,7 +84,7 @@ def test_generate_tools_prints_the_parsed_call(tmp_path, capsys):
     as an object, id); with the recording's settings, llama-server's own call for this request."""
     import jsonschema
     name = "llama3.1/required/seed4"
-    r = _record(name)
+    r = reference(name)   # the recording, or where its kernels are not this machine's, llama-server here
     tools, params = _tools_of(name)
     path = tmp_path / "tools.json"
     path.write_text(json.dumps(tools), encoding="utf-8")
@@ -96,16 +96,17 @@ def test_generate_tools_prints_the_parsed_call(tmp_path, capsys):
                  "-n", str(q["max_tokens"]), q["messages"][0]["content"]])
     out, err = capsys.readouterr()
     assert code == 0, err
-    # the content (here llama-server's text before the call, several lines), then one JSON line per call
+    # the content (here llama-server's text before the call, several lines), then one JSON line per call. On
+    # kernels other than the recordings' (AVX-512 here), SmolLM2 answers this request in text alone, cut by
+    # the token limit: then the text is what must be printed, and no call.
     n = len(r["tool_calls"])
-    calls = [json.loads(line) for line in out.splitlines()[-n:]]
-    assert n == 1 and out == r["content"] + "\n" + "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in calls)
+    calls = [json.loads(line) for line in out.splitlines()[-n:]] if n else []
+    assert out == r["content"] + "\n" + "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in calls)
     for call in calls:
         jsonschema.validate(call["arguments"], params[call["name"]])
         assert ID.match(call["id"])
-    if RECORDINGS_HOLD:
-        assert [[c["name"], c["arguments"]] for c in calls] == [[fn, json.loads(a)] for fn, a, _ in r["tool_calls"]]
-    assert "finish tool_calls" in err
+    assert [[c["name"], c["arguments"]] for c in calls] == [[fn, json.loads(a)] for fn, a, _ in r["tool_calls"]]
+    assert "finish %s" % r["finish_reason"] in err
 
 
 def test_generate_tools_refusals(tmp_path, capsys):

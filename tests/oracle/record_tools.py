@@ -207,9 +207,20 @@ def _record_one(server, template, name, body):
         verbose = next((e["__verbose"] for e in events if isinstance(e, dict) and "__verbose" in e), {})
         twin = dict(request, stream=False)
         twin.pop("stream_options", None)
-        twin_response = server.post("/v1/chat/completions", twin)
-        twin_verbose = twin_response["__verbose"]
+        twin_status, twin_response = server.post_status("/v1/chat/completions", twin)
         entry["tool_call_deltas"] = _stream_tool_deltas(events)
+        if twin_status != 200:
+            # llama-server streamed the answer, and refuses it whole unstreamed (its parser refused the output,
+            # as it can on another machine's kernels): the stream as it came, the twin's refusal beside it
+            entry["twin_response"] = twin_response
+            entry["error"] = twin_response.get("error")
+            for key in ("token_ids", "message", "raw_text"):
+                entry[key] = None
+            entry["finish_reason"] = finish[-1] if finish else None
+            entry["content"] = content
+            entry["tool_calls"] = assemble(entry["tool_call_deltas"])
+            return _finish(server, entry, request, verbose)
+        twin_verbose = twin_response["__verbose"]
         streamed_calls = assemble(entry["tool_call_deltas"])
         twin_calls = _calls(twin_response["choices"][0]["message"].get("tool_calls"))
         if (twin_response["choices"][0]["message"].get("content") or "") != content \
