@@ -4,7 +4,7 @@
 #
 # A class is CHAR / CHAR_NOT / CHAR_ANY followed by CHAR_ALT and CHAR_RNG_UPPER elements: each
 # alternative is one code point, a range (value, then RNG_UPPER's value), or any code point (CHAR_ANY).
-from libc.stdint cimport uint32_t
+from libc.stdint cimport uint32_t, uint64_t
 from libcpp.algorithm cimport sort
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
@@ -64,6 +64,33 @@ cdef inline bint match_char(const grammar_element* pos, uint32_t chr, const gram
             break
     after[0] = pos
     return found == is_positive_char
+
+
+cdef inline void class_ascii_bits(const grammar_element* pos, uint64_t* lo, uint64_t* hi) noexcept nogil:
+    """The ASCII code points (0-127) match_char takes at the class at pos, as bits: *lo holds 0-63, *hi 64-127.
+    One pass over the class's ranges instead of 128 match_char calls."""
+    cdef bint is_positive_char = is_positive_class(pos)
+    cdef uint32_t first, last, a, b
+    cdef uint64_t bits[2]
+    cdef int half
+    bits[0] = 0
+    bits[1] = 0
+    while True:
+        pos = class_next_range(pos, &first, &last)
+        if first <= last and first < 128:
+            for half in range(2):
+                # the range's part in [64 * half, 64 * half + 63]
+                a = first if first > <uint32_t>(64 * half) else <uint32_t>(64 * half)
+                b = last if last < <uint32_t>(64 * half + 63) else <uint32_t>(64 * half + 63)
+                if a <= b:
+                    bits[half] |= ((~(<uint64_t>0)) >> (63 - (b - 64 * half))) & ((~(<uint64_t>0)) << (a - 64 * half))
+        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
+            break
+    if not is_positive_char:
+        bits[0] = ~bits[0]
+        bits[1] = ~bits[1]
+    lo[0] = bits[0]
+    hi[0] = bits[1]
 
 
 cdef inline bint partial_char_range(partial_utf8 partial, uint32_t* low, uint32_t* high) noexcept nogil:

@@ -112,6 +112,28 @@ cdef class MatchContext:
         """Test shim: per segment entry, (segment length, accepted tokens or -1 when dense, continuations)."""
         return self.segments._segment_entries()
 
+    def _element_ascii(self):
+        """Test shim: per character class of the rules (its first element's position), the ASCII members
+        element_info keeps (bits 0-63, bits 64-127) beside the same read by 128 match_char calls."""
+        cdef const grammar_element* elements = self.rules.elements.data()
+        cdef const grammar_element* after
+        cdef size_t pos
+        cdef uint32_t cp
+        cdef uint64_t lo, hi
+        result = []
+        for pos in range(self.rules.elements.size()):
+            if elements[pos].type not in (LLAMA_GRETYPE_CHAR, LLAMA_GRETYPE_CHAR_NOT, LLAMA_GRETYPE_CHAR_ANY):
+                continue
+            self.sets.element_info(<position_t>pos)
+            lo = hi = 0
+            for cp in range(64):
+                if match_char(&elements[pos], cp, &after):
+                    lo |= (<uint64_t>1) << cp
+                if match_char(&elements[pos], cp + 64, &after):
+                    hi |= (<uint64_t>1) << cp
+            result.append((pos, (self.sets.element_ascii[2 * pos], self.sets.element_ascii[2 * pos + 1]), (lo, hi)))
+        return result
+
     # -- the build ahead of use (_precompute.pxi) -------------------------------------------------
     def precompute(self, double seconds):
         """Build segment entries for the grammar's positions ahead of use, nearest the start first, for at
@@ -366,16 +388,27 @@ cdef class MatchContext:
         cdef token_t token
         cdef uint64_t key
         cdef int64_t slot
+        cdef bint shared
         PyThread_acquire_lock(self.lock, 1)
         try:
             current = stacks
             set_id = self.sets.intern_set(current)
-            # the mask depends on the set and the open character alone (value < 2^21, n_remain 1-3)
-            key = (<uint64_t><uint32_t>set_id << 32) | (<uint64_t>state.value << 2) | <uint32_t>state.n_remain
+            # The mask depends on the set and the open character alone (value < 2^21, n_remain 1-3); on the
+            # bytes still to come alone (value: SHARED_PARTIAL_VALUE) when the set takes every code point
+            # >= 0x80 alike and the open character completes to one whatever those bytes are: llama.cpp's
+            # decoder then yields a code point >= 0x80 (value >= 2 before the last byte; >= 1 before two or
+            # three), which matches the same stacks whichever it is, and a piece that stops short leaves a
+            # partial range above 0x80, which match_partial_char decides alike for such classes.
+            shared = ((state.n_remain == 1 and state.value >= 2) or (state.n_remain >= 2 and state.value >= 1)) \
+                and self.sets.constant_above(set_id)
+            key = (<uint64_t><uint32_t>set_id << 32) | \
+                (<uint64_t>(SHARED_PARTIAL_VALUE if shared else state.value) << 2) | <uint32_t>state.n_remain
             slot = self.masks.slot_of_partial(key)
             if slot != NO_SLOT:
                 self.masks.copy_slot(slot, out)
                 self.cached_masks += 1
+                if shared:
+                    self.partial_shared += 1
                 return 0
             self.partial_masks += 1
             self.pool.reference_work = 0

@@ -57,6 +57,8 @@ cdef enum:
     SET_ALL_PARTIALS = 4        # the set takes every partial character that can still complete
     SET_HAS_BASE = 8            # the set holds SEGMENT_BASE: some path popped out of the segment
     SET_RUN_IMPURE = 16         # (with run_length) a set of its run holds SEGMENT_BASE or a token terminal on top
+    SET_ABOVE_KNOWN = 32        # SET_ABOVE_CONSTANT is computed (constant_above)
+    SET_ABOVE_CONSTANT = 64     # every class on top takes all code points >= 0x80 alike (each all or none)
 
 # set_summary.partial_mode: whether a set takes characters left unfinished by a token
 cdef enum:
@@ -74,6 +76,35 @@ cdef struct walk_state:
     size_t max_pops             # the bound on those nodes (POPS_UNBOUNDED: none)
     int64_t pop_nodes           # trie nodes below them, in all
     vector[int32_t]* pops       # where they are recorded (NULL when not collecting)
+
+
+# An exception of take_run: a node whose code point leaves the run's class, topmost on its path, with what
+# the run reads of it (copied from the trie's arrays, so a kept list is read in order).
+cdef struct run_exception:
+    int64_t token_lo            # its subtree's token positions [token_lo, token_hi)
+    int64_t token_hi
+    int32_t node
+    int32_t node_end            # its subtree's nodes [node, node_end)
+    int32_t depth               # code points from the root
+    uint32_t cp                 # its code point
+
+
+cdef struct run_exception_list:
+    uint64_t outside_lo         # the code points outside the run's class (bits 0-63, 64-127)
+    uint64_t outside_hi
+    int32_t child               # the subtree's node
+    int32_t depth               # scanned this many code points below it
+    int64_t start               # its exceptions: run_lists_items[start:start + count], shallower first
+    int64_t count
+
+
+# visit_kept's record of one visit: the positions it marked and the nodes where paths popped out, in
+# kept_visit_pool.
+cdef struct kept_visit:
+    int64_t marks_start
+    int64_t pops_start
+    int32_t n_marks
+    int32_t n_pops
 
 
 # A token being checked against the stacks: the code points still to match
@@ -145,6 +176,7 @@ cdef class StackSets:
     cdef int element_info(self, position_t pos) except -1 nogil
     cdef int compute_loop(self, int32_t set_id) except -1 nogil
     cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil
+    cdef bint constant_above(self, int32_t set_id) except -1 nogil
     cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
                             int32_t depth) except -1 nogil
     cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil
@@ -165,15 +197,30 @@ cdef class TrieWalk:
     cdef trie_view trie_arrays                     # trie.view(), taken once (the trie never changes)
     cdef readonly int64_t visited_nodes
     cdef readonly int64_t run_takes                # subtrees take_run took along a bounded run
-    cdef vector[int32_t] run_exceptions, run_sets  # scratch stacks of take_run (each call pops what it pushed)
-    cdef vector[uint8_t] run_cover                 # scratch of take_run, per trie node: below an exception (0 between calls)
+    cdef vector[int32_t] run_sets                  # scratch stack of take_run (each call pops what it pushed)
+    cdef vector[run_exception] run_items           # ... and of its exceptions scanned (scan_run_exceptions)
+    cdef vector[run_exception_list] run_lists      # exceptions kept per (big subtree, outside code points)
+    cdef vector[run_exception] run_lists_items     # ... their items
+    cdef flat_map[uint64_t, int64_t] kept_visits   # (set, node, collecting pops) -> kept_visit_records index
+    cdef vector[kept_visit] kept_visit_records     # visit_kept's memo: each visit's marks and pops ...
+    cdef vector[int32_t] kept_visit_pool           # ... as positions and nodes in this pool
+    cdef vector[uint64_t] run_cover                # scratch of take_run, a bit per trie node: below an exception
+                                                   # (all 0 between calls; bits, not bytes: it stays in cache)
 
     cdef void ensure_position_bits(self) noexcept nogil
     cdef void clear_marks(self) noexcept nogil
     cdef void drain_subtree(self, const trie_view* trie, int32_t node, vector[token_t]* tokens,
                             uint32_t* out) noexcept nogil
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
+    cdef int32_t next_set_of(self, int32_t set_id, uint32_t cp) except -2 nogil
+    cdef int visit_below(self, const trie_view* trie, int32_t child, int32_t next_set, walk_state* walk) except -1 nogil
+    cdef int visit_kept(self, const trie_view* trie, const run_exception* item, int32_t set_id,
+                        walk_state* walk) except -1 nogil
     cdef bint take_run(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
+    cdef int scan_run_exceptions(self, const trie_view* trie, int32_t child, const uint64_t* outside,
+                                 int32_t top_depth) except -1 nogil
+    cdef int32_t run_exception_list(self, const trie_view* trie, int32_t child, const uint64_t* outside,
+                                    int32_t top_depth) except -2 nogil
     cdef bint words_at_run_end(self, int32_t set_id) except -1 nogil
     cdef bint set_may_take(self, int32_t set_id, uint32_t cp) except -1 nogil
     cdef int run_end_nodes(self, const trie_view* trie, int32_t child, int32_t after, int32_t depth,
@@ -289,6 +336,7 @@ cdef class MatchContext:
     cdef readonly int64_t fast_masks, cached_masks, reference_masks
     cdef readonly int64_t fallback_masks           # fast masks that ran past a bound and went to the reference path
     cdef readonly int64_t partial_masks            # masks of states inside a character worked out (not copied)
+    cdef readonly int64_t partial_shared           # ... copied from the mask of another open character (a copy)
     cdef object precompute_thread                  # the thread building the segment cache ahead (None: none started)
 
     # the locked entry points (each takes the lock once; the parts' methods expect it held)

@@ -43,10 +43,13 @@ from libcpp.vector cimport vector
 from bankml._typedefs cimport element_value_t, node_t, offset_t, position_t, token_t
 from bankml._utf8 cimport decode_utf8, partial_utf8
 from bankml._trie cimport CHILD_BLOCK, SUBTREE_NON_ASCII, SUBTREE_OVERLONG_END, SUBTREE_PARTIAL_END
-from bankml._bits cimport (clear_masked_counted, clear_range_counted, ctz64, drain_words, next_set_position,
-                           next_unset_position, popcount64, position_drain, range_has_marks, set_position,
+from bankml._bits cimport (clear_masked_counted, clear_position_range, clear_range_counted, ctz64, drain_words,
+                           range_word_mask,
+                           has_position, next_set_position, next_unset_position, popcount64, position_drain,
+                           range_has_marks, set_position,
                            set_position_range, set_token_bit, clear_token_bit, words_hash)
-from bankml._charclass cimport (MAX_CODE_POINT, class_accepts_all_partials, class_constant_from, class_intervals,
+from bankml._charclass cimport (MAX_CODE_POINT, class_accepts_all_partials, class_ascii_bits, class_constant_from,
+                                class_intervals,
                                 is_end_of_sequence, is_token_element, match_char, match_partial_char, match_token,
                                 partial_char_range)
 from bankml._rules cimport make_rules, rules_nullable_of
@@ -143,6 +146,10 @@ cdef enum:
 cdef int32_t RUN_UNBOUNDED = 1 << 30
 
 # element_flags bits: what compute_loop needs to know about a character class, computed once
+# partial_mask_into's key for a character open on a value that cannot matter (any value < 2^21 is real)
+cdef enum:
+    SHARED_PARTIAL_VALUE = 1 << 21
+
 cdef enum:
     ELEMENT_KNOWN = 1
     ELEMENT_CONSTANT_ABOVE = 2   # membership is the same for every code point >= 0x80

@@ -173,6 +173,10 @@ cdef class Grammar:
             if not self.awaiting_trigger and self.partial.n_remain <= 0:
                 if not self.ctx.fast_into(self.active_stacks, <uint32_t*>cnp.PyArray_DATA(row)):
                     row[:] = self._mask_words_locked(True).view(np.int32)
+            elif not self.awaiting_trigger and self.partial.n_remain > 0 and self.ctx.partial_into(
+                    self.active_stacks, self.partial, self.decoded.continuation_candidates(),
+                    <uint32_t*>cnp.PyArray_DATA(row)):
+                pass   # inside a character: written in place (as mask_words does it, without its array)
             else:
                 row[:] = self._mask_words_locked(False).view(np.int32)
         finally:

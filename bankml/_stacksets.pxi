@@ -133,18 +133,12 @@ cdef class StackSets:
         """Summarize the character class at pos once: its ASCII members, and whether membership is
         the same for every code point >= 0x80 (and which) and it takes every partial character."""
         cdef const grammar_element* elements = self.pool.rules.elements.data()
-        cdef const grammar_element* after
         cdef uint64_t lo = 0, hi = 0
-        cdef uint32_t cp
         cdef uint8_t flags = ELEMENT_KNOWN
         cdef bint member
         if self.element_flags[pos] & ELEMENT_KNOWN:
             return 0
-        for cp in range(64):
-            if match_char(&elements[pos], cp, &after):
-                lo |= (<uint64_t>1) << cp
-            if match_char(&elements[pos], cp + 64, &after):
-                hi |= (<uint64_t>1) << cp
+        class_ascii_bits(&elements[pos], &lo, &hi)
         if class_constant_from(&elements[pos], 0x80, &member):
             flags |= ELEMENT_CONSTANT_ABOVE
             if member:
@@ -277,6 +271,27 @@ cdef class StackSets:
             if not is_token_element(top) and match_partial_char(top, partial):
                 return True
         return False
+
+    cdef bint constant_above(self, int32_t set_id) except -1 nogil:
+        """Whether every character class on top of the set's stacks takes all code points >= 0x80 alike (all
+        of them, or none): then every such code point matches the same stacks and leads to the same set."""
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
+        cdef node_t stack
+        cdef int64_t k
+        cdef uint8_t flags = self.summaries[set_id].flags
+        if flags & SET_ABOVE_KNOWN:
+            return (flags & SET_ABOVE_CONSTANT) != 0
+        flags = SET_ABOVE_KNOWN | SET_ABOVE_CONSTANT
+        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+            stack = self.set_nodes[k]
+            if is_bottom(stack) or is_token_element(&elements[self.pool.nodes[stack].element]):
+                continue
+            self.element_info(self.pool.nodes[stack].element)
+            if not (self.element_flags[self.pool.nodes[stack].element] & ELEMENT_CONSTANT_ABOVE):
+                flags = SET_ABOVE_KNOWN
+                break
+        self.summaries[set_id].flags |= flags
+        return (flags & SET_ABOVE_CONSTANT) != 0
 
     cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
                             int32_t depth) except -1 nogil:

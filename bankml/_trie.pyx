@@ -325,6 +325,9 @@ cdef class VocabTrie:
             for depth in range(min(self.node_depth[node], n_longer)):
                 for position in range(self.token_lo[node], self.token_lo[node] + self.n_ending[node]):
                     self.longer_bits[depth * words + (position >> 6)] |= (<uint64_t>1) << (position & 63)
+        # the candidates inside a character, worked out here (about a millisecond of numpy on Llama 3) rather than
+        # in the first mask of a state left inside one
+        decoded.continuation_candidates()
 
     cdef int32_t _add_node(self, uint32_t cp, int32_t position):
         self.node_cp.push_back(cp)

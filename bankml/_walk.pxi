@@ -14,6 +14,18 @@ cdef enum:
     TAKE_RUN_NODES_PER_LOOKUP = 16
     TAKE_RUN_MAX_CODE_POINTS = 8
 
+# take_run keeps the exceptions below subtrees of RUN_LIST_MIN_NODES nodes or more (run_exception_list), at most
+# MAX_RUN_LISTS lists and MAX_RUN_LIST_ITEMS exceptions in all (32 bytes each) per context.
+cdef enum:
+    RUN_LIST_MIN_NODES = 4096
+    MAX_RUN_LISTS = 64
+    MAX_RUN_LIST_ITEMS = 1 << 17
+# visit_kept memoizes the visits of subtrees of at most MAX_KEPT_VISIT_POSITIONS tokens, in a pool of at most
+# MAX_KEPT_VISIT_POOL entries (4 bytes each) per context.
+cdef enum:
+    MAX_KEPT_VISIT_POSITIONS = 256
+    MAX_KEPT_VISIT_POOL = 1 << 21
+
 
 cdef class TrieWalk:
     """The trie walk with a stack set, marking accepted trie positions; its mode is the walk_state it is given."""
@@ -36,7 +48,7 @@ cdef class TrieWalk:
 
     cdef void ensure_position_bits(self) noexcept nogil:
         """position_bits sized to the trie (all zero between walks), take_run's scratch stacks empty."""
-        self.run_exceptions.clear()
+        self.run_items.clear()
         self.run_sets.clear()
         if self.position_bits.size() != <size_t>((self.trie_arrays.n_positions + 63) >> 6):
             self.position_bits.assign((self.trie_arrays.n_positions + 63) >> 6, 0)
@@ -161,18 +173,24 @@ cdef class TrieWalk:
         return 0
 
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil:
-        cdef uint64_t* bits = self.position_bits.data()
-        cdef uint32_t cp = trie.node_cp[child]
-        cdef int32_t next_set
+        cdef int32_t next_set = self.next_set_of(set_id, trie.node_cp[child])
+        if next_set >= 0:
+            self.visit_below(trie, child, next_set, walk)
+        return 0
+
+    cdef int32_t next_set_of(self, int32_t set_id, uint32_t cp) except -2 nogil:
+        """The set after one code point from set_id (its class's successor, or the memoized step), or -1."""
         if (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN) and self.sets.summaries[set_id].successor >= 0 and (
                 (cp < 64 and (self.sets.summaries[set_id].class_ascii[0] >> cp) & 1)
                 or (64 <= cp < 128 and (self.sets.summaries[set_id].class_ascii[1] >> (cp - 64)) & 1)
                 or (cp >= 128 and (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII))):
-            next_set = self.sets.summaries[set_id].successor
-        else:
-            next_set = self.sets.transition(set_id, cp)
-            if next_set < 0:
-                return 0
+            return self.sets.summaries[set_id].successor
+        return self.sets.transition(set_id, cp)
+
+    cdef int visit_below(self, const trie_view* trie, int32_t child, int32_t next_set, walk_state* walk) except -1 nogil:
+        """Mark the tokens of child's subtree that next_set (the set after child's code point) accepts: the
+        whole subtree at once when chain_accepts says so, else trie_visit."""
+        cdef uint64_t* bits = self.position_bits.data()
         if not (trie.below_flags[child] & SUBTREE_OVERLONG_END) and (
                 (self.sets.summaries[next_set].flags & SET_CLASS_KNOWN) or trie.node_end[child] - child >= LOOP_TEST_MIN_NODES):
             if self.sets.chain_accepts(next_set, trie.below_ascii[2 * child], trie.below_ascii[2 * child + 1],
@@ -181,6 +199,64 @@ cdef class TrieWalk:
                 self.n_marked += trie.token_hi[child] - trie.token_lo[child]
                 return 0
         self.trie_visit(trie, child, next_set, walk)
+        return 0
+
+    cdef int visit_kept(self, const trie_view* trie, const run_exception* item, int32_t set_id,
+                        walk_state* walk) except -1 nogil:
+        """visit_child for an exception of a kept list, its outcome memoized by (the set after its code
+        point, the node, whether the walk collects pops): the marks in its subtree and the nodes where paths
+        popped out. Along a length-limited string each position's run meets the same exceptions from other
+        sets, but the set after the closing quote is the same whatever was left of the run (and the same for
+        every string of the grammar whose segment is its own rule): their walks are replayed, not redone."""
+        cdef int32_t next_set = self.next_set_of(set_id, item.cp), node
+        cdef uint64_t key
+        cdef uint64_t* bits
+        cdef int64_t pops_before, j, position
+        cdef kept_visit record
+        cdef uint64_t word
+        cdef int64_t w
+        if next_set < 0:
+            return 0
+        key = (<uint64_t><uint32_t>next_set << 33) | (<uint64_t><uint32_t>item.node << 1) | (1 if walk.collect_pops else 0)
+        it = self.kept_visits.find(key)
+        if it != self.kept_visits.end():
+            record = self.kept_visit_records[deref(it).second]
+            bits = self.position_bits.data()
+            for j in range(record.marks_start, record.marks_start + record.n_marks):
+                set_position(bits, self.kept_visit_pool[j])
+            self.n_marked += record.n_marks
+            for j in range(record.pops_start, record.pops_start + record.n_pops):
+                # as trie_visit records a pop, bound included
+                node = self.kept_visit_pool[j]
+                walk.pops.push_back(node)
+                walk.pop_nodes += trie.node_end[node] - node
+                if walk.pops.size() > walk.max_pops or \
+                        <uint64_t>walk.pop_nodes > <uint64_t>walk.max_pops * CONTINUATION_NODES_PER_NODE:
+                    walk.aborted = True
+                    return 0
+            return 0
+        pops_before = <int64_t>walk.pops.size() if walk.collect_pops else 0
+        self.visit_below(trie, item.node, next_set, walk)
+        if walk.aborted or item.token_hi - item.token_lo > MAX_KEPT_VISIT_POSITIONS \
+                or self.kept_visit_pool.size() > MAX_KEPT_VISIT_POOL:
+            return 0
+        # the subtree's marks are this visit's own (take_run cleared them before it)
+        bits = self.position_bits.data()
+        record.marks_start = <int64_t>self.kept_visit_pool.size()
+        for w in range(item.token_lo >> 6, ((item.token_hi - 1) >> 6) + 1):
+            word = bits[w] & range_word_mask(w, item.token_lo, item.token_hi)
+            while word:
+                position = (w << 6) + ctz64(word)
+                word &= word - 1
+                self.kept_visit_pool.push_back(<int32_t>position)
+        record.n_marks = <int32_t>(<int64_t>self.kept_visit_pool.size() - record.marks_start)
+        record.pops_start = <int64_t>self.kept_visit_pool.size()
+        if walk.collect_pops:
+            for j in range(pops_before, <int64_t>walk.pops.size()):
+                self.kept_visit_pool.push_back(deref(walk.pops)[j])
+        record.n_pops = <int32_t>(<int64_t>self.kept_visit_pool.size() - record.pops_start)
+        self.kept_visits[key] = <int64_t>self.kept_visit_records.size()
+        self.kept_visit_records.push_back(record)
         return 0
 
     cdef bint take_run(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil:
@@ -204,20 +280,17 @@ cdef class TrieWalk:
         already (a token terminal above did it; clearing would lose it). False: not taken (no run, exceptions
         dearer to look up than the subtree is to walk, a small subtree), the caller walks the node."""
         cdef uint64_t* bits
-        cdef int32_t run, after, depth, member, j, n_cps, top_depth, x
-        cdef uint32_t cp
+        cdef int32_t run, after, j, n_cps, top_depth
         cdef uint8_t flags = trie.child_flags[child]
         cdef int64_t first_longer = trie.token_lo[child] + trie.n_ending[child]
         cdef uint64_t outside[2]
-        cdef uint64_t word
-        cdef int half
-        cdef int64_t key, base, i, n_top, sets_base, n_levels = trie.n_levels
+        cdef int64_t base, i, n_top, sets_base
         cdef int32_t depth0 = trie.node_depth[child], s
-        cdef uint8_t* cover
+        cdef uint64_t* cover
         cdef bint completed, impure
-        cdef const int32_t* first
-        cdef const int32_t* last
-        cdef const int32_t* it
+        cdef int32_t list_id
+        cdef vector[run_exception]* items
+        cdef run_exception item
         if trie.node_end[child] - child < TAKE_RUN_MIN_NODES or (flags & SUBTREE_OVERLONG_END):
             return False
         if not (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN):
@@ -256,12 +329,76 @@ cdef class TrieWalk:
         self.run_takes += 1
         set_position_range(bits, first_longer, trie.token_hi[child])
         self.n_marked += trie.token_hi[child] - first_longer
-        # The exceptions, shallower first: each covers its subtree (run_cover), so deeper ones below it are
-        # skipped, and so are the nodes at the run's end below it.
-        if <int64_t>self.run_cover.size() != trie.n_nodes:
-            self.run_cover.assign(trie.n_nodes, 0)
+        # The exceptions, shallower first: each covers its subtree, so deeper ones below it are skipped, and so
+        # are the nodes at the run's end below it (run_end_nodes reads run_cover).
+        if <int64_t>self.run_cover.size() != (trie.n_nodes + 63) >> 6:
+            self.run_cover.assign((trie.n_nodes + 63) >> 6, 0)
         cover = self.run_cover.data()
-        base = <int64_t>self.run_exceptions.size()
+        list_id = self.run_exception_list(trie, child, outside, top_depth)
+        if list_id >= 0:
+            items = &self.run_lists_items
+            base = self.run_lists[list_id].start
+            n_top = self.run_lists[list_id].count
+            while n_top > 0 and items[0][base + n_top - 1].depth > depth0 + top_depth:
+                n_top -= 1   # (a list may go deeper than this run; shallower first)
+        else:
+            items = &self.run_items
+            base = <int64_t>self.run_items.size()
+            self.scan_run_exceptions(trie, child, outside, top_depth)
+            n_top = <int64_t>self.run_items.size() - base
+        completed = False
+        try:
+            if run < RUN_UNBOUNDED:
+                for i in range(base, base + n_top):
+                    set_position_range(cover, items[0][i].node, items[0][i].node_end)
+                self.run_end_nodes(trie, child, after, depth0 + run, walk)
+            completed = True
+        finally:
+            if run < RUN_UNBOUNDED:
+                for i in range(base, base + n_top):
+                    clear_position_range(cover, items[0][i].node, items[0][i].node_end)
+            if not completed and list_id < 0:
+                self.run_items.resize(base)
+        if walk.aborted or n_top == 0:
+            if list_id < 0:
+                self.run_items.resize(base)
+            return True
+        # the run's sets, S_0 = set_id: an exception j code points below the node is taken by S_(j-1) (if at all)
+        sets_base = <int64_t>self.run_sets.size()
+        self.run_sets.push_back(set_id)
+        for j in range(1, top_depth):
+            self.run_sets.push_back(self.sets.summaries[self.run_sets[sets_base + j - 1]].successor)
+        for i in range(base, base + n_top):
+            # (a copy: the visits below may grow either vector)
+            item = items[0][i]
+            self.n_marked -= clear_range_counted(bits, item.token_lo, item.token_hi)
+            s = self.run_sets[sets_base + item.depth - depth0 - 1]
+            if self.set_may_take(s, item.cp):
+                if list_id >= 0:
+                    self.visit_kept(trie, &item, s, walk)
+                else:
+                    self.visit_child(trie, item.node, s, walk)
+                if walk.aborted:
+                    break
+        self.run_sets.resize(sets_base)
+        if list_id < 0:
+            self.run_items.resize(base)
+        return True
+
+    cdef int scan_run_exceptions(self, const trie_view* trie, int32_t child, const uint64_t* outside,
+                                 int32_t top_depth) except -1 nogil:
+        """Append to run_items the exceptions of take_run below child, shallower first: the nodes within
+        top_depth code points of it whose code point is in outside (ASCII bits), the topmost on each path
+        (each is looked up in the trie's index by code point and depth). run_cover is all zero again after."""
+        cdef uint64_t* cover = self.run_cover.data()
+        cdef int64_t key, base = <int64_t>self.run_items.size(), i, n_levels = trie.n_levels
+        cdef int32_t j, depth, x
+        cdef uint64_t word
+        cdef int half
+        cdef const int32_t* first
+        cdef const int32_t* last
+        cdef const int32_t* it
+        cdef run_exception item
         for j in range(1, top_depth + 1):
             depth = trie.node_depth[child] + j
             for half in range(2):
@@ -278,40 +415,56 @@ cdef class TrieWalk:
                     while it < last:
                         x = it[0]
                         it += 1
-                        if not cover[x]:
-                            memset(cover + x, 1, trie.node_end[x] - x)
-                            self.run_exceptions.push_back(x)
-        n_top = <int64_t>self.run_exceptions.size() - base
-        completed = False
-        try:
-            if run < RUN_UNBOUNDED:
-                self.run_end_nodes(trie, child, after, depth0 + run, walk)
-            completed = True
-        finally:
-            for i in range(base, base + n_top):
-                x = self.run_exceptions[i]
-                memset(cover + x, 0, trie.node_end[x] - x)
-            if not completed:
-                self.run_exceptions.resize(base)
-        if walk.aborted or n_top == 0:
-            self.run_exceptions.resize(base)
-            return True
-        # the run's sets, S_0 = set_id: an exception j code points below the node is taken by S_(j-1) (if at all)
-        sets_base = <int64_t>self.run_sets.size()
-        self.run_sets.push_back(set_id)
-        for j in range(1, top_depth):
-            self.run_sets.push_back(self.sets.summaries[self.run_sets[sets_base + j - 1]].successor)
-        for i in range(base, base + n_top):
-            x = self.run_exceptions[i]
-            self.n_marked -= clear_range_counted(bits, trie.token_lo[x], trie.token_hi[x])
-            s = self.run_sets[sets_base + trie.node_depth[x] - depth0 - 1]
-            if self.set_may_take(s, trie.node_cp[x]):
-                self.visit_child(trie, x, s, walk)
-                if walk.aborted:
-                    break
-        self.run_sets.resize(sets_base)
-        self.run_exceptions.resize(base)
-        return True
+                        if not has_position(cover, x):
+                            set_position_range(cover, x, trie.node_end[x])
+                            item.node = x
+                            item.node_end = trie.node_end[x]
+                            item.token_lo = trie.token_lo[x]
+                            item.token_hi = trie.token_hi[x]
+                            item.depth = depth
+                            item.cp = trie.node_cp[x]
+                            self.run_items.push_back(item)
+        for i in range(base, <int64_t>self.run_items.size()):
+            clear_position_range(cover, self.run_items[i].node, self.run_items[i].node_end)
+        return 0
+
+    cdef int32_t run_exception_list(self, const trie_view* trie, int32_t child, const uint64_t* outside,
+                                    int32_t top_depth) except -2 nogil:
+        """The kept exceptions of take_run below a big subtree (RUN_LIST_MIN_NODES nodes or more) for these
+        outside code points, scanned to top_depth or deeper: the id of the list, or -1 (a small subtree, or
+        the lists full: the caller scans). Which nodes are topmost does not depend on how deep the scan goes,
+        so a list serves every run as long: a length-limited string asks again at each position with one
+        code point less, and the scan (thousands of look-ups and nodes from the root) is done once. A list
+        too shallow is scanned again to the new depth."""
+        cdef int32_t list_id, found = -1
+        cdef int64_t base
+        cdef run_exception_list header
+        if trie.node_end[child] - child < RUN_LIST_MIN_NODES:
+            return -1
+        for list_id in range(<int32_t>self.run_lists.size()):
+            if self.run_lists[list_id].child == child and self.run_lists[list_id].outside_lo == outside[0] \
+                    and self.run_lists[list_id].outside_hi == outside[1]:
+                if self.run_lists[list_id].depth >= top_depth:
+                    return list_id
+                found = list_id
+                break
+        if (found < 0 and self.run_lists.size() >= MAX_RUN_LISTS) or self.run_lists_items.size() >= MAX_RUN_LIST_ITEMS:
+            return -1
+        base = <int64_t>self.run_items.size()
+        self.scan_run_exceptions(trie, child, outside, top_depth)
+        header.outside_lo = outside[0]
+        header.outside_hi = outside[1]
+        header.child = child
+        header.depth = top_depth
+        header.start = <int64_t>self.run_lists_items.size()
+        header.count = <int64_t>self.run_items.size() - base
+        self.run_lists_items.insert(self.run_lists_items.end(), self.run_items.begin() + base, self.run_items.end())
+        self.run_items.resize(base)
+        if found >= 0:
+            self.run_lists[found] = header   # (its old items stay, counted against MAX_RUN_LIST_ITEMS)
+            return found
+        self.run_lists.push_back(header)
+        return <int32_t>(self.run_lists.size() - 1)
 
     cdef bint set_may_take(self, int32_t set_id, uint32_t cp) except -1 nogil:
         """Whether cp lies in one of the set's viable intervals (some stack may take it)."""
@@ -329,7 +482,7 @@ cdef class TrieWalk:
         """take_run at the run's end, D = depth code points from the root: what lies there or below, outside
         the exceptions (run_cover), is the set after the run's to decide (it is `after`)."""
         cdef uint64_t* bits = self.position_bits.data()
-        cdef const uint8_t* cover = self.run_cover.data()
+        cdef const uint64_t* cover = self.run_cover.data()
         cdef int64_t first_longer = trie.token_lo[child] + trie.n_ending[child]
         cdef int64_t key, i, j
         cdef int32_t member
@@ -352,7 +505,7 @@ cdef class TrieWalk:
             while it < last:
                 member = it[0]
                 it += 1
-                if cover[member]:
+                if has_position(cover, member):
                     continue   # below an exception: visited with it
                 for i in range(trie.token_lo[member], trie.token_lo[member] + trie.n_ending[member]):
                     if trie.end_partial[i].n_remain != 0 and not self.sets.set_accepts_partial(after, trie.end_partial[i]):
@@ -370,7 +523,7 @@ cdef class TrieWalk:
                         while it < last:
                             member = it[0]
                             it += 1
-                            if cover[member]:
+                            if has_position(cover, member):
                                 continue
                             self.visit_child(trie, member, after, walk)
                             if walk.aborted:
@@ -384,7 +537,7 @@ cdef class TrieWalk:
             while it < last:
                 member = it[0]
                 it += 1
-                if cover[member]:
+                if has_position(cover, member):
                     continue
                 self.n_marked -= clear_range_counted(bits, trie.token_lo[member], trie.token_hi[member])
                 self.trie_visit(trie, member, after, walk)
