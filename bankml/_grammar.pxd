@@ -238,6 +238,8 @@ cdef class SegmentScratch:
     cdef vector[int32_t] pops                      # the nodes where the current segment walk popped
     cdef vector[int32_t] resolved                  # entry per stack of the set being masked
     cdef vector[node_t] resolved_below             # ... and the stack below each one's segment
+    cdef vector[uint8_t] resolved_done             # ... whether its continuations are answered already (a union walk)
+    cdef vector[node_t] union_stacks               # the stacks of a union walk
 
 
 # What the segment cache did (for the figures and the tests).
@@ -247,6 +249,7 @@ cdef struct segment_counters:
     int64_t grown               # segment walks that popped out too often (the segment grew by a frame)
     int64_t continuation_walks  # continuations walked from the real stack below
     int64_t continuation_entries
+    int64_t union_walks         # continuations of one entry under many stacks below, walked at once
 
 
 @cython.final
@@ -297,6 +300,7 @@ cdef class SegmentCache:
     cdef int continuation_into(self, const trie_view* trie, int32_t node, node_t below, uint32_t* out,
                                vector[token_t]* collect, int32_t depth) except -1 nogil
     cdef int32_t build_frames(self, list frames, bint whole, const trie_view* trie) except -3
+    cdef bint union_continuations(self, int64_t k, const trie_view* trie, uint32_t* out) except -1 nogil
     cdef void reserve_headroom(self) noexcept nogil
 
 

@@ -159,6 +159,10 @@ cdef enum:
 
 # Entry ids are int32 >= 0; NO_ENTRY: a segment (or continuation) that pops out too often to keep;
 # CACHE_FULL: the segment cache is at its bound (build_frames).
+# SegmentCache.union_continuations: an entry's continuations are walked at once under this many stacks below
+cdef enum:
+    UNION_MIN_BELOW = 8
+
 cdef enum:
     NO_ENTRY = -1
     CACHE_FULL = -2

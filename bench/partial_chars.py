@@ -65,7 +65,8 @@ def main(argv=None):
     print("|---|---|---|---|---|---|---|")
     for (phase, kind), v in times.items():
         a = np.array(v)
-        print(f"| {phase} | {kind} a character | {len(a)} | {np.percentile(a, 50):.1f} | {np.percentile(a, 99):.1f} "
+        label = "inside a character" if kind == "inside" else "on a whole character"
+        print(f"| {phase} | {label} | {len(a)} | {np.percentile(a, 50):.1f} | {np.percentile(a, 99):.1f} "
               f"| {a.max():.0f} | {a.mean():.1f} |")
     for phase in ("cold", "warm"):
         i, w = np.array(times[(phase, "inside")]), np.array(times[(phase, "whole")])
