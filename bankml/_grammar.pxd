@@ -98,15 +98,6 @@ cdef struct run_exception_list:
     int64_t count
 
 
-# visit_kept's record of one visit: the positions it marked and the nodes where paths popped out, in
-# kept_visit_pool.
-cdef struct kept_visit:
-    int64_t marks_start
-    int64_t pops_start
-    int32_t n_marks
-    int32_t n_pops
-
-
 # A token being checked against the stacks: the code points still to match
 # (0-terminated) and the partial UTF-8 state its piece ends in.
 cdef struct grammar_candidate:
@@ -201,9 +192,6 @@ cdef class TrieWalk:
     cdef vector[run_exception] run_items           # ... and of its exceptions scanned (scan_run_exceptions)
     cdef vector[run_exception_list] run_lists      # exceptions kept per (big subtree, outside code points)
     cdef vector[run_exception] run_lists_items     # ... their items
-    cdef flat_map[uint64_t, int64_t] kept_visits   # (set, node, collecting pops) -> kept_visit_records index
-    cdef vector[kept_visit] kept_visit_records     # visit_kept's memo: each visit's marks and pops ...
-    cdef vector[int32_t] kept_visit_pool           # ... as positions and nodes in this pool
     cdef vector[uint64_t] run_cover                # scratch of take_run, a bit per trie node: below an exception
                                                    # (all 0 between calls; bits, not bytes: it stays in cache)
 
@@ -212,10 +200,6 @@ cdef class TrieWalk:
     cdef void drain_subtree(self, const trie_view* trie, int32_t node, vector[token_t]* tokens,
                             uint32_t* out) noexcept nogil
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
-    cdef int32_t next_set_of(self, int32_t set_id, uint32_t cp) except -2 nogil
-    cdef int visit_below(self, const trie_view* trie, int32_t child, int32_t next_set, walk_state* walk) except -1 nogil
-    cdef int visit_kept(self, const trie_view* trie, const run_exception* item, int32_t set_id,
-                        walk_state* walk) except -1 nogil
     cdef bint take_run(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
     cdef int scan_run_exceptions(self, const trie_view* trie, int32_t child, const uint64_t* outside,
                                  int32_t top_depth) except -1 nogil

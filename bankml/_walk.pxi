@@ -21,11 +21,6 @@ cdef enum:
     RUN_LIST_MIN_NODES = 4096
     MAX_RUN_LISTS = 64
     MAX_RUN_LIST_ITEMS = 1 << 17
-# visit_kept memoizes the visits of subtrees of at most MAX_KEPT_VISIT_POSITIONS tokens, in a pool of at most
-# MAX_KEPT_VISIT_POOL entries (4 bytes each) per context.
-cdef enum:
-    MAX_KEPT_VISIT_POSITIONS = 256
-    MAX_KEPT_VISIT_POOL = 1 << 21
 
 
 cdef class TrieWalk:
@@ -174,24 +169,18 @@ cdef class TrieWalk:
         return 0
 
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil:
-        cdef int32_t next_set = self.next_set_of(set_id, trie.node_cp[child])
-        if next_set >= 0:
-            self.visit_below(trie, child, next_set, walk)
-        return 0
-
-    cdef int32_t next_set_of(self, int32_t set_id, uint32_t cp) except -2 nogil:
-        """The set after one code point from set_id (its class's successor, or the memoized step), or -1."""
+        cdef uint64_t* bits = self.position_bits.data()
+        cdef uint32_t cp = trie.node_cp[child]
+        cdef int32_t next_set
         if (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN) and self.sets.summaries[set_id].successor >= 0 and (
                 (cp < 64 and (self.sets.summaries[set_id].class_ascii[0] >> cp) & 1)
                 or (64 <= cp < 128 and (self.sets.summaries[set_id].class_ascii[1] >> (cp - 64)) & 1)
                 or (cp >= 128 and (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII))):
-            return self.sets.summaries[set_id].successor
-        return self.sets.transition(set_id, cp)
-
-    cdef int visit_below(self, const trie_view* trie, int32_t child, int32_t next_set, walk_state* walk) except -1 nogil:
-        """Mark the tokens of child's subtree that next_set (the set after child's code point) accepts: the
-        whole subtree at once when chain_accepts says so, else trie_visit."""
-        cdef uint64_t* bits = self.position_bits.data()
+            next_set = self.sets.summaries[set_id].successor
+        else:
+            next_set = self.sets.transition(set_id, cp)
+            if next_set < 0:
+                return 0
         if not (trie.below_flags[child] & SUBTREE_OVERLONG_END) and (
                 (self.sets.summaries[next_set].flags & SET_CLASS_KNOWN) or trie.node_end[child] - child >= LOOP_TEST_MIN_NODES):
             if self.sets.chain_accepts(next_set, trie.below_ascii[2 * child], trie.below_ascii[2 * child + 1],
@@ -200,64 +189,6 @@ cdef class TrieWalk:
                 self.n_marked += trie.token_hi[child] - trie.token_lo[child]
                 return 0
         self.trie_visit(trie, child, next_set, walk)
-        return 0
-
-    cdef int visit_kept(self, const trie_view* trie, const run_exception* item, int32_t set_id,
-                        walk_state* walk) except -1 nogil:
-        """visit_child for an exception of a kept list, its outcome memoized by (the set after its code
-        point, the node, whether the walk collects pops): the marks in its subtree and the nodes where paths
-        popped out. Along a length-limited string each position's run meets the same exceptions from other
-        sets, but the set after the closing quote is the same whatever was left of the run (and the same for
-        every string of the grammar whose segment is its own rule): their walks are replayed, not redone."""
-        cdef int32_t next_set = self.next_set_of(set_id, item.cp), node
-        cdef uint64_t key
-        cdef uint64_t* bits
-        cdef int64_t pops_before, j, position
-        cdef kept_visit record
-        cdef uint64_t word
-        cdef int64_t w
-        if next_set < 0:
-            return 0
-        key = (<uint64_t><uint32_t>next_set << 33) | (<uint64_t><uint32_t>item.node << 1) | (1 if walk.collect_pops else 0)
-        it = self.kept_visits.find(key)
-        if it != self.kept_visits.end():
-            record = self.kept_visit_records[deref(it).second]
-            bits = self.position_bits.data()
-            for j in range(record.marks_start, record.marks_start + record.n_marks):
-                set_position(bits, self.kept_visit_pool[j])
-            self.n_marked += record.n_marks
-            for j in range(record.pops_start, record.pops_start + record.n_pops):
-                # as trie_visit records a pop, bound included
-                node = self.kept_visit_pool[j]
-                walk.pops.push_back(node)
-                walk.pop_nodes += trie.node_end[node] - node
-                if walk.pops.size() > walk.max_pops or \
-                        <uint64_t>walk.pop_nodes > <uint64_t>walk.max_pops * CONTINUATION_NODES_PER_NODE:
-                    walk.aborted = True
-                    return 0
-            return 0
-        pops_before = <int64_t>walk.pops.size() if walk.collect_pops else 0
-        self.visit_below(trie, item.node, next_set, walk)
-        if walk.aborted or item.token_hi - item.token_lo > MAX_KEPT_VISIT_POSITIONS \
-                or self.kept_visit_pool.size() > MAX_KEPT_VISIT_POOL:
-            return 0
-        # the subtree's marks are this visit's own (take_run cleared them before it)
-        bits = self.position_bits.data()
-        record.marks_start = <int64_t>self.kept_visit_pool.size()
-        for w in range(item.token_lo >> 6, ((item.token_hi - 1) >> 6) + 1):
-            word = bits[w] & range_word_mask(w, item.token_lo, item.token_hi)
-            while word:
-                position = (w << 6) + ctz64(word)
-                word &= word - 1
-                self.kept_visit_pool.push_back(<int32_t>position)
-        record.n_marks = <int32_t>(<int64_t>self.kept_visit_pool.size() - record.marks_start)
-        record.pops_start = <int64_t>self.kept_visit_pool.size()
-        if walk.collect_pops:
-            for j in range(pops_before, <int64_t>walk.pops.size()):
-                self.kept_visit_pool.push_back(deref(walk.pops)[j])
-        record.n_pops = <int32_t>(<int64_t>self.kept_visit_pool.size() - record.pops_start)
-        self.kept_visits[key] = <int64_t>self.kept_visit_records.size()
-        self.kept_visit_records.push_back(record)
         return 0
 
     cdef bint take_run(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil:
@@ -381,10 +312,7 @@ cdef class TrieWalk:
             self.n_marked -= clear_range_counted(bits, item.token_lo, item.token_hi)
             s = self.run_sets[sets_base + item.depth - depth0 - 1]
             if self.set_may_take(s, item.cp):
-                if list_id >= 0:
-                    self.visit_kept(trie, &item, s, walk)
-                else:
-                    self.visit_child(trie, item.node, s, walk)
+                self.visit_child(trie, item.node, s, walk)
                 if walk.aborted:
                     break
         self.run_sets.resize(sets_base)
