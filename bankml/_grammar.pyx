@@ -144,11 +144,11 @@ cdef enum:
 # run_length of a run that never ends (it reaches a set that loops)
 cdef int32_t RUN_UNBOUNDED = 1 << 30
 
-# element_flags bits: what compute_loop needs to know about a character class, computed once
 # partial_mask_into's key for a character open on a value that cannot matter (any value < 2^21 is real)
 cdef enum:
     SHARED_PARTIAL_VALUE = 1 << 21
 
+# element_flags bits: what compute_loop needs to know about a character class, computed once
 cdef enum:
     ELEMENT_KNOWN = 1
     ELEMENT_CONSTANT_ABOVE = 2   # membership is the same for every code point >= 0x80
@@ -156,12 +156,12 @@ cdef enum:
     ELEMENT_ALL_PARTIALS = 8     # match_partial_char holds for every partial character that can complete
 
 
-# Entry ids are int32 >= 0; NO_ENTRY: a segment (or continuation) that pops out too often to keep;
-# CACHE_FULL: the segment cache is at its bound (build_frames).
 # SegmentCache.union_continuations: an entry's continuations are walked at once under this many stacks below
 cdef enum:
     UNION_MIN_BELOW = 8
 
+# Entry ids are int32 >= 0; NO_ENTRY: a segment (or continuation) that pops out too often to keep;
+# CACHE_FULL: the segment cache is at its bound (build_frames).
 cdef enum:
     NO_ENTRY = -1
     CACHE_FULL = -2
