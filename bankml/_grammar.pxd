@@ -166,6 +166,7 @@ cdef class StackSets:
     cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil
     cdef int element_info(self, position_t pos) except -1 nogil
     cdef int compute_loop(self, int32_t set_id) except -1 nogil
+    cdef uint8_t partial_mode_of(self, int32_t set_id) except 0 nogil
     cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil
     cdef bint constant_above(self, int32_t set_id) except -1 nogil
     cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,

@@ -234,31 +234,41 @@ cdef class StackSets:
                 self.summaries[set_id].flags |= SET_CLASS_NON_ASCII
         return 0
 
+    cdef uint8_t partial_mode_of(self, int32_t set_id) except 0 nogil:
+        """PARTIAL_ALL, PARTIAL_NONE or PARTIAL_MIXED: whether the set takes every unfinished character
+        that can still complete, none, or some (ask each stack). Most sets take all (a negated class of
+        ASCII exclusions) or none (ASCII classes): decided once from the classes on top."""
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
+        cdef node_t stack
+        cdef int64_t k
+        cdef uint8_t mode = self.summaries[set_id].partial_mode, flags
+        if mode != PARTIAL_UNKNOWN:
+            return mode
+        mode = PARTIAL_NONE
+        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+            stack = self.set_nodes[k]
+            if is_bottom(stack) or is_token_element(&elements[self.pool.nodes[stack].element]):
+                continue
+            self.element_info(self.pool.nodes[stack].element)
+            flags = self.element_flags[self.pool.nodes[stack].element]
+            if flags & ELEMENT_ALL_PARTIALS:
+                mode = PARTIAL_ALL
+                break
+            if not ((flags & ELEMENT_CONSTANT_ABOVE) and not (flags & ELEMENT_MEMBER_ABOVE)):
+                mode = PARTIAL_MIXED
+        self.summaries[set_id].partial_mode = mode
+        return mode
+
     cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil:
         """Whether some stack of the set takes an unfinished character (match_partial_char)."""
         cdef const grammar_element* elements = self.pool.rules.elements.data()
         cdef const grammar_element* top
         cdef node_t stack
         cdef int64_t k
-        cdef uint8_t mode = self.summaries[set_id].partial_mode, flags
+        cdef uint8_t mode
         if partial.n_remain < 0 or (partial.n_remain == 1 and partial.value < 2):
             return False   # invalid, or an overlong 2-byte lead: match_partial_char never holds
-        if mode == PARTIAL_UNKNOWN:
-            # Most sets take every partial character (a negated class of ASCII exclusions) or none
-            # (ASCII classes): decided once from the classes on top.
-            mode = PARTIAL_NONE
-            for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
-                stack = self.set_nodes[k]
-                if is_bottom(stack) or is_token_element(&elements[self.pool.nodes[stack].element]):
-                    continue
-                self.element_info(self.pool.nodes[stack].element)
-                flags = self.element_flags[self.pool.nodes[stack].element]
-                if flags & ELEMENT_ALL_PARTIALS:
-                    mode = PARTIAL_ALL
-                    break
-                if not ((flags & ELEMENT_CONSTANT_ABOVE) and not (flags & ELEMENT_MEMBER_ABOVE)):
-                    mode = PARTIAL_MIXED
-            self.summaries[set_id].partial_mode = mode
+        mode = self.partial_mode_of(set_id)
         if mode == PARTIAL_ALL:
             return True
         if mode == PARTIAL_NONE:
