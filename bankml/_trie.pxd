@@ -22,6 +22,26 @@ cdef enum:
 # Tokens are numbered by position in code-point order, so each node's tokens are one
 # contiguous range; nodes are numbered in depth-first preorder, so each subtree is one
 # contiguous node range.
+# The fields of a node the walk reads on every visit, packed in one 64-byte line (trie_view.nodes; the
+# arrays below hold the same values): a walk that meets the trie cold from memory (the model's forward
+# pass evicts it between masks) pays one miss per node rather than one per array.
+cdef struct trie_node:
+    uint64_t below_ascii[2]
+    int32_t token_lo
+    int32_t token_hi
+    int32_t n_ending
+    int32_t n_whole            # of the n_ending, those ending on a whole character (they come first)
+    int32_t node_end
+    int32_t child_start
+    int32_t child_end
+    int32_t first_non_ascii
+    int32_t below_depth
+    int32_t node_depth
+    uint32_t node_cp
+    uint8_t below_flags
+    uint8_t child_flags
+
+
 cdef struct trie_view:
     int64_t n_vocab
     int64_t n_positions
@@ -59,6 +79,7 @@ cdef struct trie_view:
     const uint64_t* longer_bits        # per depth d < n_longer, position_words words: the positions of the
     int32_t n_longer                   # tokens of more than d code points
     int64_t position_words             # (n_positions + 63) // 64
+    const trie_node* nodes             # per node, its hot fields packed (64-byte aligned)
 
 
 # Borrowed pointers into a DecodedVocab, for kernels that run without the GIL.
@@ -119,6 +140,8 @@ cdef class VocabTrie:
     cdef vector[int32_t] unclean_start
     cdef vector[int32_t] unclean_nodes
     cdef vector[uint64_t] longer_bits
+    cdef vector[uint8_t] packed_nodes      # the trie_node array, 64-byte aligned inside
+    cdef const trie_node* packed
     cdef object _token_words
 
     cdef trie_view view(self)

@@ -325,6 +325,32 @@ cdef class VocabTrie:
             for depth in range(min(self.node_depth[node], n_longer)):
                 for position in range(self.token_lo[node], self.token_lo[node] + self.n_ending[node]):
                     self.longer_bits[depth * words + (position >> 6)] |= (<uint64_t>1) << (position & 63)
+        # The walk's per-node fields, packed (trie_node).
+        cdef size_t address
+        cdef trie_node* packed
+        self.packed_nodes.assign(<size_t>n_nodes * sizeof(trie_node) + 64, 0)
+        address = <size_t>self.packed_nodes.data()
+        packed = <trie_node*>((address + 63) & ~(<size_t>63))
+        for node in range(n_nodes):
+            packed[node].below_ascii[0] = self.below_ascii[2 * node]
+            packed[node].below_ascii[1] = self.below_ascii[2 * node + 1]
+            packed[node].token_lo = self.token_lo[node]
+            packed[node].token_hi = self.token_hi[node]
+            packed[node].n_ending = self.n_ending[node]
+            packed[node].n_whole = 0
+            while packed[node].n_whole < self.n_ending[node] and \
+                    self.end_partial[self.token_lo[node] + packed[node].n_whole].n_remain == 0:
+                packed[node].n_whole += 1
+            packed[node].node_end = self.node_end[node]
+            packed[node].child_start = self.child_start[node]
+            packed[node].child_end = self.child_start[node + 1]
+            packed[node].first_non_ascii = self.first_non_ascii[node]
+            packed[node].below_depth = self.below_depth[node]
+            packed[node].node_depth = self.node_depth[node]
+            packed[node].node_cp = self.node_cp[node]
+            packed[node].below_flags = self.below_flags[node]
+            packed[node].child_flags = self.child_flags[node]
+        self.packed = packed
         # the candidates inside a character, worked out here (about a millisecond of numpy on Llama 3) rather than
         # in the first mask of a state left inside one
         decoded.continuation_candidates()
@@ -404,6 +430,7 @@ cdef class VocabTrie:
         v.longer_bits = self.longer_bits.data()
         v.position_words = (<int64_t>self.token_at.size() + 63) >> 6
         v.n_longer = <int32_t>(self.longer_bits.size() // v.position_words) if v.position_words else 0
+        v.nodes = self.packed
         return v
 
     @property
@@ -439,4 +466,5 @@ cdef class VocabTrie:
                 + self.node_cp.size() * (4 + 4 + 4 + 4 + 4 + 16 + 1 + 4 + 4 + 4 + 4 + 16 + 1 + 4 + 1)
                 + self.level_nodes.size() * 4 + self.level_start.size() * 4
                 + self.ascii_level_nodes.size() * 4 + self.ascii_level_start.size() * 4
-                + self.unclean_nodes.size() * 4 + self.unclean_start.size() * 4 + self.longer_bits.size() * 8)
+                + self.unclean_nodes.size() * 4 + self.unclean_start.size() * 4 + self.longer_bits.size() * 8
+                + self.packed_nodes.size())

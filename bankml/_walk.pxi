@@ -62,11 +62,11 @@ cdef class TrieWalk:
         cdef const grammar_element* elements = self.pool.rules.elements.data()
         cdef const grammar_element* top
         cdef uint64_t* bits = self.position_bits.data()
-        cdef int64_t lo = trie.token_lo[node]
+        cdef int64_t lo = trie.nodes[node].token_lo
         self.visited_nodes += 1
         self.pool.charge(1)
-        cdef int64_t first_longer = lo + trie.n_ending[node]
-        cdef int64_t hi = trie.token_hi[node]
+        cdef int64_t first_longer = lo + trie.nodes[node].n_ending
+        cdef int64_t hi = trie.nodes[node].token_hi
         cdef int64_t position, k, i, range_end
         cdef int32_t first_child, last_child
         cdef bint use_blocks, accepted
@@ -77,7 +77,7 @@ cdef class TrieWalk:
             # A path popped out of the segment here: the tokens below this node are finished against
             # the real stack whenever the entry is used. Too many such nodes: the segment is too short.
             walk.pops.push_back(node)
-            walk.pop_nodes += trie.node_end[node] - node
+            walk.pop_nodes += trie.nodes[node].node_end - node
             if walk.pops.size() > walk.max_pops or \
                     <uint64_t>walk.pop_nodes > <uint64_t>walk.max_pops * CONTINUATION_NODES_PER_NODE:
                 walk.aborted = True
@@ -86,9 +86,7 @@ cdef class TrieWalk:
         # of it. Those ending inside one sort after the others, by their partial state, so each run of equal
         # states (the root holds thousands of byte tokens) is decided once, and none is looked at when the
         # set takes no unfinished character (a segment walk starts at the root, under hundreds of them).
-        position = lo
-        while position < first_longer and trie.end_partial[position].n_remain == 0:
-            position += 1
+        position = lo + trie.nodes[node].n_whole
         if position > lo:
             set_position_range(bits, lo, position)
             self.n_marked += position - lo
@@ -129,8 +127,8 @@ cdef class TrieWalk:
                     else:
                         set_position_range(bits, first_longer, hi)
                     self.n_marked += hi - first_longer
-        first_child = trie.child_start[node]
-        last_child = trie.child_start[node + 1]
+        first_child = trie.nodes[node].child_start
+        last_child = trie.nodes[node].child_end
         if first_child == last_child:
             return 0
         # Below a node on a bounded run (a length-limited string), only where paths leave the run is walked.
@@ -142,12 +140,12 @@ cdef class TrieWalk:
             self.sets.compute_loop(set_id)
         # The non-ASCII children sort last; when the set loops on every one of them, take them all at once.
         if (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN) and (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII) and \
-                trie.first_non_ascii[node] < last_child and \
+                trie.nodes[node].first_non_ascii < last_child and \
                 self.sets.chain_accepts(set_id, trie.non_ascii_ascii[2 * node], trie.non_ascii_ascii[2 * node + 1],
                                    trie.non_ascii_flags[node], trie.non_ascii_depth[node]):
-            set_position_range(bits, trie.token_lo[trie.children[trie.first_non_ascii[node]]], hi)
-            self.n_marked += hi - trie.token_lo[trie.children[trie.first_non_ascii[node]]]
-            last_child = trie.first_non_ascii[node]
+            set_position_range(bits, trie.nodes[trie.children[trie.nodes[node].first_non_ascii]].token_lo, hi)
+            self.n_marked += hi - trie.nodes[trie.children[trie.nodes[node].first_non_ascii]].token_lo
+            last_child = trie.nodes[node].first_non_ascii
         use_blocks = (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN) and (
             self.sets.summaries[set_id].class_ascii[0] or self.sets.summaries[set_id].class_ascii[1] or (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII))
         k = self.sets.summaries[set_id].viable_start
@@ -164,9 +162,9 @@ cdef class TrieWalk:
                         set_id, trie.block_ascii[2 * (i // CHILD_BLOCK)],
                         trie.block_ascii[2 * (i // CHILD_BLOCK) + 1], trie.block_flags[i // CHILD_BLOCK],
                         trie.block_depth[i // CHILD_BLOCK]):
-                    set_position_range(bits, trie.token_lo[trie.children[i]],
-                                       trie.token_hi[trie.children[i + CHILD_BLOCK - 1]])
-                    self.n_marked += trie.token_hi[trie.children[i + CHILD_BLOCK - 1]] - trie.token_lo[trie.children[i]]
+                    set_position_range(bits, trie.nodes[trie.children[i]].token_lo,
+                                       trie.nodes[trie.children[i + CHILD_BLOCK - 1]].token_hi)
+                    self.n_marked += trie.nodes[trie.children[i + CHILD_BLOCK - 1]].token_hi - trie.nodes[trie.children[i]].token_lo
                     i += CHILD_BLOCK
                 else:
                     self.visit_child(trie, trie.children[i], set_id, walk)
@@ -178,7 +176,7 @@ cdef class TrieWalk:
 
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil:
         cdef uint64_t* bits = self.position_bits.data()
-        cdef uint32_t cp = trie.node_cp[child]
+        cdef uint32_t cp = trie.nodes[child].node_cp
         cdef int32_t next_set
         if (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN) and self.sets.summaries[set_id].successor >= 0 and (
                 (cp < 64 and (self.sets.summaries[set_id].class_ascii[0] >> cp) & 1)
@@ -189,12 +187,12 @@ cdef class TrieWalk:
             next_set = self.sets.transition(set_id, cp)
             if next_set < 0:
                 return 0
-        if not (trie.below_flags[child] & SUBTREE_OVERLONG_END) and (
-                (self.sets.summaries[next_set].flags & SET_CLASS_KNOWN) or trie.node_end[child] - child >= LOOP_TEST_MIN_NODES):
-            if self.sets.chain_accepts(next_set, trie.below_ascii[2 * child], trie.below_ascii[2 * child + 1],
-                                  trie.below_flags[child], trie.below_depth[child]):
-                set_position_range(bits, trie.token_lo[child], trie.token_hi[child])
-                self.n_marked += trie.token_hi[child] - trie.token_lo[child]
+        if not (trie.nodes[child].below_flags & SUBTREE_OVERLONG_END) and (
+                (self.sets.summaries[next_set].flags & SET_CLASS_KNOWN) or trie.nodes[child].node_end - child >= LOOP_TEST_MIN_NODES):
+            if self.sets.chain_accepts(next_set, trie.nodes[child].below_ascii[0], trie.nodes[child].below_ascii[1],
+                                  trie.nodes[child].below_flags, trie.nodes[child].below_depth):
+                set_position_range(bits, trie.nodes[child].token_lo, trie.nodes[child].token_hi)
+                self.n_marked += trie.nodes[child].token_hi - trie.nodes[child].token_lo
                 return 0
         self.trie_visit(trie, child, next_set, walk)
         return 0
@@ -221,17 +219,17 @@ cdef class TrieWalk:
         dearer to look up than the subtree is to walk, a small subtree), the caller walks the node."""
         cdef uint64_t* bits
         cdef int32_t run, after, j, n_cps, top_depth
-        cdef uint8_t flags = trie.child_flags[child]
-        cdef int64_t first_longer = trie.token_lo[child] + trie.n_ending[child]
+        cdef uint8_t flags = trie.nodes[child].child_flags
+        cdef int64_t first_longer = trie.nodes[child].token_lo + trie.nodes[child].n_ending
         cdef uint64_t outside[2]
         cdef int64_t base, i, n_top, sets_base
-        cdef int32_t depth0 = trie.node_depth[child], s
+        cdef int32_t depth0 = trie.nodes[child].node_depth, s
         cdef uint64_t* cover
         cdef bint completed, impure
         cdef int32_t list_id
         cdef vector[run_exception]* items
         cdef run_exception item
-        if trie.node_end[child] - child < TAKE_RUN_MIN_NODES or (flags & SUBTREE_OVERLONG_END):
+        if trie.nodes[child].node_end - child < TAKE_RUN_MIN_NODES or (flags & SUBTREE_OVERLONG_END):
             return False
         if not (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN):
             self.sets.compute_loop(set_id)
@@ -242,7 +240,7 @@ cdef class TrieWalk:
         run = self.sets.summaries[set_id].run_length   # RUN_UNBOUNDED: the run ends in a loop (`char*`), never
         after = self.sets.summaries[set_id].run_end
         impure = (self.sets.summaries[set_id].flags & SET_RUN_IMPURE) != 0
-        while not impure and after >= 0 and run < RUN_UNBOUNDED and run < trie.below_depth[child]:
+        while not impure and after >= 0 and run < RUN_UNBOUNDED and run < trie.nodes[child].below_depth:
             # a run computed from another set may stop where the class goes on (compute_run's depth bound):
             # the next run of the same class continues this one. Its class is read first: a run of another
             # class is never followed, so never computed (after `,` in an object of optional properties the
@@ -260,26 +258,26 @@ cdef class TrieWalk:
                 or ((flags & SUBTREE_PARTIAL_END) and not (self.sets.summaries[set_id].flags & SET_ALL_PARTIALS)) \
                 or ((flags & SUBTREE_NON_ASCII) and not (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII)):
             return False
-        if run < TAKE_RUN_MIN_NODE_BY_NODE and trie.below_depth[child] >= run \
+        if run < TAKE_RUN_MIN_NODE_BY_NODE and trie.nodes[child].below_depth >= run \
                 and not (depth0 + run < trie.n_longer and self.words_at_run_end(after)):
             # a short run whose end would be visited node by node (every child, or grandchild, one at a time):
             # the ordinary walk, which takes blocks of children whole, costs less (the mask after `{"` under
             # the key pattern the converter writes for additionalProperties, `[^"k] char*`, on Snowplow
             # sp_118: 1.15 -> 0.73 ms)
             return False
-        outside[0] = trie.below_ascii[2 * child] & ~self.sets.summaries[set_id].class_ascii[0]
-        outside[1] = trie.below_ascii[2 * child + 1] & ~self.sets.summaries[set_id].class_ascii[1]
+        outside[0] = trie.nodes[child].below_ascii[0] & ~self.sets.summaries[set_id].class_ascii[0]
+        outside[1] = trie.nodes[child].below_ascii[1] & ~self.sets.summaries[set_id].class_ascii[1]
         n_cps = popcount64(outside[0]) + popcount64(outside[1])
-        top_depth = min(run, trie.below_depth[child])   # the exceptions lie at most this deep below the child
-        if <int64_t>n_cps * top_depth * TAKE_RUN_NODES_PER_LOOKUP > trie.node_end[child] - child \
-                or (n_cps == 0 and trie.below_depth[child] <= run):
+        top_depth = min(run, trie.nodes[child].below_depth)   # the exceptions lie at most this deep below the child
+        if <int64_t>n_cps * top_depth * TAKE_RUN_NODES_PER_LOOKUP > trie.nodes[child].node_end - child \
+                or (n_cps == 0 and trie.nodes[child].below_depth <= run):
             return False   # dearer to look up than to walk, or nothing to do but what chain_accepts does
         bits = self.position_bits.data()
-        if range_has_marks(bits, first_longer, trie.token_hi[child]):
+        if range_has_marks(bits, first_longer, trie.nodes[child].token_hi):
             return False   # a token terminal above marked tokens of it, which clearing would lose
         self.run_takes += 1
-        set_position_range(bits, first_longer, trie.token_hi[child])
-        self.n_marked += trie.token_hi[child] - first_longer
+        set_position_range(bits, first_longer, trie.nodes[child].token_hi)
+        self.n_marked += trie.nodes[child].token_hi - first_longer
         # The exceptions, shallower first: each covers its subtree, so deeper ones below it are skipped, and so
         # are the nodes at the run's end below it (run_end_nodes reads run_cover).
         if <int64_t>self.run_cover.size() != (trie.n_nodes + 63) >> 6:
@@ -348,7 +346,7 @@ cdef class TrieWalk:
         cdef const int32_t* it
         cdef run_exception item
         for j in range(1, top_depth + 1):
-            depth = trie.node_depth[child] + j
+            depth = trie.nodes[child].node_depth + j
             for half in range(2):
                 word = outside[half]
                 while word:
@@ -358,19 +356,19 @@ cdef class TrieWalk:
                     last = trie.ascii_level_nodes + trie.ascii_level_start[key + 1]
                     if child != 0 and first < last:
                         first = lower_bound(first, last, child)
-                        last = lower_bound(first, last, trie.node_end[child])
+                        last = lower_bound(first, last, trie.nodes[child].node_end)
                     it = first
                     while it < last:
                         x = it[0]
                         it += 1
                         if not has_position(cover, x):
-                            set_position_range(cover, x, trie.node_end[x])
+                            set_position_range(cover, x, trie.nodes[x].node_end)
                             item.node = x
-                            item.node_end = trie.node_end[x]
-                            item.token_lo = trie.token_lo[x]
-                            item.token_hi = trie.token_hi[x]
+                            item.node_end = trie.nodes[x].node_end
+                            item.token_lo = trie.nodes[x].token_lo
+                            item.token_hi = trie.nodes[x].token_hi
                             item.depth = depth
-                            item.cp = trie.node_cp[x]
+                            item.cp = trie.nodes[x].node_cp
                             self.run_items.push_back(item)
         for i in range(base, <int64_t>self.run_items.size()):
             clear_position_range(cover, self.run_items[i].node, self.run_items[i].node_end)
@@ -387,7 +385,7 @@ cdef class TrieWalk:
         cdef int32_t list_id, found = -1
         cdef int64_t base
         cdef run_exception_list header
-        if trie.node_end[child] - child < RUN_LIST_MIN_NODES:
+        if trie.nodes[child].node_end - child < RUN_LIST_MIN_NODES:
             return -1
         for list_id in range(<int32_t>self.run_lists.size()):
             if self.run_lists[list_id].child == child and self.run_lists[list_id].outside_lo == outside[0] \
@@ -431,34 +429,34 @@ cdef class TrieWalk:
         the exceptions (run_cover), is the set after the run's to decide (it is `after`)."""
         cdef uint64_t* bits = self.position_bits.data()
         cdef const uint64_t* cover = self.run_cover.data()
-        cdef int64_t first_longer = trie.token_lo[child] + trie.n_ending[child]
+        cdef int64_t first_longer = trie.nodes[child].token_lo + trie.nodes[child].n_ending
         cdef int64_t key, i, j
         cdef int32_t member
         cdef uint32_t cp
         cdef const int32_t* first
         cdef const int32_t* last
         cdef const int32_t* it
-        if trie.node_depth[child] + trie.below_depth[child] < depth or depth >= trie.n_levels:
+        if trie.nodes[child].node_depth + trie.nodes[child].below_depth < depth or depth >= trie.n_levels:
             return 0   # no token gets there
         if depth < trie.n_longer and self.words_at_run_end(after):
             # in words: the tokens longer than D are cleared, the unfinished characters ending at D decided,
             # and only the nodes D + 1 down whose code point the set after the run takes are walked
-            if trie.node_depth[child] + trie.below_depth[child] > depth:
+            if trie.nodes[child].node_depth + trie.nodes[child].below_depth > depth:
                 self.n_marked -= clear_masked_counted(bits, trie.longer_bits + depth * trie.position_words,
-                                                      first_longer, trie.token_hi[child])
+                                                      first_longer, trie.nodes[child].token_hi)
             first = lower_bound(trie.unclean_nodes + trie.unclean_start[depth],
                                 trie.unclean_nodes + trie.unclean_start[depth + 1], child)
-            last = lower_bound(first, trie.unclean_nodes + trie.unclean_start[depth + 1], trie.node_end[child])
+            last = lower_bound(first, trie.unclean_nodes + trie.unclean_start[depth + 1], trie.nodes[child].node_end)
             it = first
             while it < last:
                 member = it[0]
                 it += 1
                 if has_position(cover, member):
                     continue   # below an exception: visited with it
-                for i in range(trie.token_lo[member], trie.token_lo[member] + trie.n_ending[member]):
+                for i in range(trie.nodes[member].token_lo, trie.nodes[member].token_lo + trie.nodes[member].n_ending):
                     if trie.end_partial[i].n_remain != 0 and not self.sets.set_accepts_partial(after, trie.end_partial[i]):
                         self.n_marked -= clear_range_counted(bits, i, i + 1)
-            if trie.node_depth[child] + trie.below_depth[child] > depth:
+            if trie.nodes[child].node_depth + trie.nodes[child].below_depth > depth:
                 for j in range(self.sets.summaries[after].viable_count):
                     for cp in range(self.sets.viable_bounds[self.sets.summaries[after].viable_start + 2 * j],
                                     self.sets.viable_bounds[self.sets.summaries[after].viable_start + 2 * j + 1] + 1):
@@ -466,7 +464,7 @@ cdef class TrieWalk:
                         first = lower_bound(trie.ascii_level_nodes + trie.ascii_level_start[key],
                                             trie.ascii_level_nodes + trie.ascii_level_start[key + 1], child)
                         last = lower_bound(first, trie.ascii_level_nodes + trie.ascii_level_start[key + 1],
-                                           trie.node_end[child])
+                                           trie.nodes[child].node_end)
                         it = first
                         while it < last:
                             member = it[0]
@@ -480,14 +478,14 @@ cdef class TrieWalk:
             # node by node: those with children or a token ending inside a character
             first = lower_bound(trie.level_nodes + trie.level_start[depth],
                                 trie.level_nodes + trie.level_start[depth + 1], child)
-            last = lower_bound(first, trie.level_nodes + trie.level_start[depth + 1], trie.node_end[child])
+            last = lower_bound(first, trie.level_nodes + trie.level_start[depth + 1], trie.nodes[child].node_end)
             it = first
             while it < last:
                 member = it[0]
                 it += 1
                 if has_position(cover, member):
                     continue
-                self.n_marked -= clear_range_counted(bits, trie.token_lo[member], trie.token_hi[member])
+                self.n_marked -= clear_range_counted(bits, trie.nodes[member].token_lo, trie.nodes[member].token_hi)
                 self.trie_visit(trie, member, after, walk)
                 if walk.aborted:
                     return 0
@@ -554,9 +552,9 @@ cdef class TrieWalk:
         cdef position_drain drain
         cdef int64_t position
         cdef token_t token
-        if trie.token_hi[node] > trie.token_lo[node]:
-            drain = drain_words(self.position_bits.data(), trie.token_lo[node] >> 6,
-                                ((trie.token_hi[node] - 1) >> 6) + 1, trie.n_positions)
+        if trie.nodes[node].token_hi > trie.nodes[node].token_lo:
+            drain = drain_words(self.position_bits.data(), trie.nodes[node].token_lo >> 6,
+                                ((trie.nodes[node].token_hi - 1) >> 6) + 1, trie.n_positions)
             while True:
                 position = next_set_position(&drain)
                 if position < 0:
