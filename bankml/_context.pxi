@@ -558,7 +558,7 @@ cdef class MatchContext:
                 conts = [self.segments.entry_continuations[entry.continuations_start + c] for c in range(entry.n_continuations)]
             finally:
                 PyThread_release_lock(self.lock)
-            report.append((entry_id, entry.length, [(c, self.walk.trie_arrays.node_end[c] - c) for c in conts], below))
+            report.append((entry_id, entry.length, [(c, self.walk.trie_arrays.nodes[c].node_end - c) for c in conts], below))
         return report
 
     cdef int fast_mask(self, const vector[node_t]& stacks, const trie_view* trie, uint32_t* out) except -1 nogil:

@@ -23,8 +23,8 @@ cdef enum:
 # contiguous range; nodes are numbered in depth-first preorder, so each subtree is one
 # contiguous node range.
 # The fields of a node the walk reads on every visit, packed in one 64-byte line (trie_view.nodes; the
-# arrays below hold the same values): a walk that meets the trie cold from memory (the model's forward
-# pass evicts it between masks) pays one miss per node rather than one per array.
+# construction's per-field arrays are freed once this is built): a walk that meets the trie cold from memory
+# (the model's forward pass evicts it between masks) pays one miss per node rather than one per field.
 cdef struct trie_node:
     uint64_t below_ascii[2]
     int32_t token_lo
@@ -49,26 +49,14 @@ cdef struct trie_view:
     const token_t* token_at            # position -> token id
     const int32_t* position_of         # token id -> position, -1 for tokens outside the trie
     const partial_utf8* end_partial    # position -> UTF-8 state its piece ends in
-    const uint32_t* node_cp            # the code point on the edge into the node (0 for the root)
-    const int32_t* node_end            # one past the node's last descendant
-    const int32_t* token_lo            # first position of the node's tokens
-    const int32_t* token_hi            # one past the last
-    const int32_t* n_ending            # tokens whose code points end exactly here: positions token_lo .. +n_ending
-    const uint64_t* below_ascii        # 2 words per node: the ASCII code points strictly below the node
-    const uint8_t* below_flags         # SUBTREE_* bits, strictly below the node (plus unclean ends at it)
-    const int32_t* child_start         # the node's children are children[child_start[node]:child_start[node + 1]]
     const int32_t* children            # child node ids, each node's in code-point order
     const uint32_t* child_cp           # the code point of children[i], for binary search
-    const int32_t* first_non_ascii     # index in children of the node's first child with a code point >= 0x80
     const uint64_t* non_ascii_ascii    # 2 words per node: ASCII code points below its non-ASCII children
     const uint8_t* non_ascii_flags     # SUBTREE_* bits over its non-ASCII children's subtrees
     const uint64_t* block_ascii        # per block of CHILD_BLOCK consecutive children (block k covers children
     const uint8_t* block_flags         # k*CHILD_BLOCK ...): 2 words of ASCII code points at or below them, and flags
-    const int32_t* below_depth         # the most code points a token takes below the node
     const int32_t* block_depth         # the most code points a token takes from a block's children down (theirs included)
     const int32_t* non_ascii_depth     # the same over the node's non-ASCII children
-    const int32_t* node_depth          # code points from the root to the node
-    const uint8_t* child_flags         # SUBTREE_* bits of the tokens strictly below the node (not those ending at it)
     const int32_t* level_start         # the nodes at depth d that have children or a token ending inside a
     const int32_t* level_nodes         # character at them: level_nodes[level_start[d]:level_start[d + 1]], in order
     int32_t n_levels                   # depths indexed (level_start has n_levels + 1 entries)
@@ -142,6 +130,7 @@ cdef class VocabTrie:
     cdef vector[uint64_t] longer_bits
     cdef vector[uint8_t] packed_nodes      # the trie_node array, 64-byte aligned inside
     cdef const trie_node* packed
+    cdef int64_t n_nodes_built
     cdef object _token_words
 
     cdef trie_view view(self)

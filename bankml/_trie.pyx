@@ -143,6 +143,19 @@ cdef bint _code_points_less(token_t a, token_t b) noexcept nogil:
     return a < b
 
 
+ctypedef fused _column_t:
+    uint8_t
+    int32_t
+    uint32_t
+    uint64_t
+
+
+cdef inline void _release(vector[_column_t]* column) noexcept:
+    """Free a vector's buffer (clear() keeps it)."""
+    cdef vector[_column_t] empty
+    column.swap(empty)
+
+
 # The depths longer_bits covers (a run ending deeper is finished node by node).
 cdef int32_t MAX_LONGER_DEPTHS = 64
 
@@ -351,6 +364,20 @@ cdef class VocabTrie:
             packed[node].below_flags = self.below_flags[node]
             packed[node].child_flags = self.child_flags[node]
         self.packed = packed
+        self.n_nodes_built = n_nodes
+        # the walk reads the packed nodes only: the per-field arrays they were built from go
+        _release[uint32_t](&self.node_cp)
+        _release[uint64_t](&self.below_ascii)
+        _release[uint8_t](&self.below_flags)
+        _release[uint8_t](&self.child_flags)
+        _release[int32_t](&self.node_end)
+        _release[int32_t](&self.token_lo)
+        _release[int32_t](&self.token_hi)
+        _release[int32_t](&self.n_ending)
+        _release[int32_t](&self.child_start)
+        _release[int32_t](&self.first_non_ascii)
+        _release[int32_t](&self.below_depth)
+        _release[int32_t](&self.node_depth)
         # the candidates inside a character, worked out here (about a millisecond of numpy on Llama 3) rather than
         # in the first mask of a state left inside one
         decoded.continuation_candidates()
@@ -396,30 +423,18 @@ cdef class VocabTrie:
         cdef trie_view v
         v.n_vocab = self.n_vocab
         v.n_positions = self.token_at.size()
-        v.n_nodes = self.node_cp.size()
+        v.n_nodes = self.n_nodes_built
         v.token_at = self.token_at.data()
         v.position_of = self.position_of.data()
         v.end_partial = self.end_partial.data()
-        v.node_cp = self.node_cp.data()
-        v.node_end = self.node_end.data()
-        v.token_lo = self.token_lo.data()
-        v.token_hi = self.token_hi.data()
-        v.n_ending = self.n_ending.data()
-        v.below_ascii = self.below_ascii.data()
-        v.below_flags = self.below_flags.data()
-        v.child_start = self.child_start.data()
         v.children = self.children.data()
         v.child_cp = self.child_cp.data()
-        v.first_non_ascii = self.first_non_ascii.data()
         v.non_ascii_ascii = self.non_ascii_ascii.data()
         v.non_ascii_flags = self.non_ascii_flags.data()
         v.block_ascii = self.block_ascii.data()
         v.block_flags = self.block_flags.data()
-        v.below_depth = self.below_depth.data()
         v.block_depth = self.block_depth.data()
         v.non_ascii_depth = self.non_ascii_depth.data()
-        v.node_depth = self.node_depth.data()
-        v.child_flags = self.child_flags.data()
         v.level_start = self.level_start.data()
         v.level_nodes = self.level_nodes.data()
         v.n_levels = <int32_t>self.level_start.size() - 1
@@ -447,11 +462,11 @@ cdef class VocabTrie:
     @property
     def max_depth(self):
         """The most code points any token in the trie takes."""
-        return self.below_depth[0] if self.below_depth.size() else 0
+        return self.packed[0].below_depth if self.n_nodes_built else 0
 
     @property
     def n_nodes(self):
-        return self.node_cp.size()
+        return self.n_nodes_built
 
     @property
     def n_positions(self):
@@ -463,7 +478,9 @@ cdef class VocabTrie:
 
     def memory_bytes(self):
         return (self.token_at.size() * 4 + self.position_of.size() * 4 + self.end_partial.size() * 8
-                + self.node_cp.size() * (4 + 4 + 4 + 4 + 4 + 16 + 1 + 4 + 4 + 4 + 4 + 16 + 1 + 4 + 1)
+                + self.children.size() * 4 + self.child_cp.size() * 4
+                + self.non_ascii_ascii.size() * 8 + self.non_ascii_flags.size() + self.non_ascii_depth.size() * 4
+                + self.block_ascii.size() * 8 + self.block_flags.size() + self.block_depth.size() * 4
                 + self.level_nodes.size() * 4 + self.level_start.size() * 4
                 + self.ascii_level_nodes.size() * 4 + self.ascii_level_start.size() * 4
                 + self.unclean_nodes.size() * 4 + self.unclean_start.size() * 4 + self.longer_bits.size() * 8
