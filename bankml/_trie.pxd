@@ -18,30 +18,30 @@ cdef enum:
     SUBTREE_OVERLONG_END = 4   # a token at or below the node ends on a 0xC0/0xC1 lead byte (never completes)
 
 
-# Borrowed pointers into a VocabTrie, for the mask kernels that run without the GIL.
-# Tokens are numbered by position in code-point order, so each node's tokens are one
-# contiguous range; nodes are numbered in depth-first preorder, so each subtree is one
-# contiguous node range.
 # The fields of a node the walk reads on every visit, packed in one 64-byte line (trie_view.nodes; the
 # construction's per-field arrays are freed once this is built): a walk that meets the trie cold from memory
 # (the model's forward pass evicts it between masks) pays one miss per node rather than one per field.
 cdef struct trie_node:
-    uint64_t below_ascii[2]
-    int32_t token_lo
-    int32_t token_hi
-    int32_t n_ending
+    uint64_t below_ascii[2]    # the ASCII code points strictly below the node (bits 0-63, 64-127)
+    int32_t token_lo           # first position of the node's tokens
+    int32_t token_hi           # one past the last
+    int32_t n_ending           # tokens whose code points end exactly here: positions token_lo .. +n_ending
     int32_t n_whole            # of the n_ending, those ending on a whole character (they come first)
-    int32_t node_end
-    int32_t child_start
+    int32_t node_end           # one past the node's last descendant
+    int32_t child_start        # the node's children are children[child_start:child_end]
     int32_t child_end
-    int32_t first_non_ascii
-    int32_t below_depth
-    int32_t node_depth
-    uint32_t node_cp
-    uint8_t below_flags
-    uint8_t child_flags
+    int32_t first_non_ascii    # index in children of its first child with a code point >= 0x80 (child_end: none)
+    int32_t below_depth        # the most code points a token takes below the node
+    int32_t node_depth         # code points from the root to the node
+    uint32_t node_cp           # the code point on the edge into the node (0 for the root)
+    uint8_t below_flags        # SUBTREE_* bits, strictly below the node (plus unclean ends at it)
+    uint8_t child_flags        # SUBTREE_* bits of the tokens strictly below the node (not those ending at it)
 
 
+# Borrowed pointers into a VocabTrie, for the mask kernels that run without the GIL.
+# Tokens are numbered by position in code-point order, so each node's tokens are one
+# contiguous range; nodes are numbered in depth-first preorder, so each subtree is one
+# contiguous node range.
 cdef struct trie_view:
     int64_t n_vocab
     int64_t n_positions

@@ -338,7 +338,8 @@ cdef class VocabTrie:
             for depth in range(min(self.node_depth[node], n_longer)):
                 for position in range(self.token_lo[node], self.token_lo[node] + self.n_ending[node]):
                     self.longer_bits[depth * words + (position >> 6)] |= (<uint64_t>1) << (position & 63)
-        # The walk's per-node fields, packed (trie_node).
+        # The walk's per-node fields, packed (trie_node: 62 bytes of fields, padded to one 64-byte line).
+        assert sizeof(trie_node) == 64
         cdef size_t address
         cdef trie_node* packed
         self.packed_nodes.assign(<size_t>n_nodes * sizeof(trie_node) + 64, 0)
