@@ -57,7 +57,7 @@ cdef enum:
     SET_ALL_PARTIALS = 4        # the set takes every partial character that can still complete
     SET_HAS_BASE = 8            # the set holds SEGMENT_BASE: some path popped out of the segment
     SET_RUN_IMPURE = 16         # (with run_length) a set of its run holds SEGMENT_BASE or a token terminal on top
-    SET_ABOVE_KNOWN = 32        # SET_ABOVE_CONSTANT is computed (constant_above)
+    SET_ABOVE_KNOWN = 32        # SET_ABOVE_CONSTANT is computed (summarize_tops)
     SET_ABOVE_CONSTANT = 64     # every class on top takes all code points >= 0x80 alike (each all or none)
 
 # set_summary.partial_mode: whether a set takes characters left unfinished by a token
@@ -166,6 +166,7 @@ cdef class StackSets:
     cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil
     cdef int element_info(self, position_t pos) except -1 nogil
     cdef int compute_loop(self, int32_t set_id) except -1 nogil
+    cdef int summarize_tops(self, int32_t set_id) except -1 nogil
     cdef uint8_t partial_mode_of(self, int32_t set_id) except 0 nogil
     cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil
     cdef bint constant_above(self, int32_t set_id) except -1 nogil

@@ -396,10 +396,9 @@ cdef class SegmentCache:
             if stack == EMPTY_STACK:
                 # The empty stack takes only a token whose text is already over at the root (an overlong
                 # C0 80 decodes to the terminator) and ends on a whole character.
-                for position in range(trie.nodes[0].token_lo, trie.nodes[0].token_lo + trie.nodes[0].n_ending):
-                    if trie.end_partial[position].n_remain == 0:
-                        token = trie.token_at[position]
-                        set_token_bit(out, token)
+                for position in range(trie.nodes[0].token_lo, trie.nodes[0].token_lo + trie.nodes[0].n_whole):
+                    token = trie.token_at[position]
+                    set_token_bit(out, token)
                 continue
             entry_id = self.find_entry(stack, trie, &below)
             self.scratch.resolved.push_back(entry_id)

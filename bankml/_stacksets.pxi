@@ -234,17 +234,15 @@ cdef class StackSets:
                 self.summaries[set_id].flags |= SET_CLASS_NON_ASCII
         return 0
 
-    cdef uint8_t partial_mode_of(self, int32_t set_id) except 0 nogil:
-        """PARTIAL_ALL, PARTIAL_NONE or PARTIAL_MIXED: whether the set takes every unfinished character
-        that can still complete, none, or some (ask each stack). Most sets take all (a negated class of
-        ASCII exclusions) or none (ASCII classes): decided once from the classes on top."""
+    cdef int summarize_tops(self, int32_t set_id) except -1 nogil:
+        """Read the classes on top of the set's stacks once, for what both partial_mode_of and
+        constant_above answer: partial_mode (PARTIAL_ALL when one class takes every unfinished character
+        that can still complete, PARTIAL_NONE when every class takes no code point >= 0x80, else
+        PARTIAL_MIXED) and SET_ABOVE_CONSTANT (every class takes all code points >= 0x80 alike)."""
         cdef const grammar_element* elements = self.pool.rules.elements.data()
         cdef node_t stack
         cdef int64_t k
-        cdef uint8_t mode = self.summaries[set_id].partial_mode, flags
-        if mode != PARTIAL_UNKNOWN:
-            return mode
-        mode = PARTIAL_NONE
+        cdef uint8_t mode = PARTIAL_NONE, flags, above = SET_ABOVE_KNOWN | SET_ABOVE_CONSTANT
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             stack = self.set_nodes[k]
             if is_bottom(stack) or is_token_element(&elements[self.pool.nodes[stack].element]):
@@ -253,11 +251,21 @@ cdef class StackSets:
             flags = self.element_flags[self.pool.nodes[stack].element]
             if flags & ELEMENT_ALL_PARTIALS:
                 mode = PARTIAL_ALL
-                break
-            if not ((flags & ELEMENT_CONSTANT_ABOVE) and not (flags & ELEMENT_MEMBER_ABOVE)):
+            elif mode != PARTIAL_ALL and not ((flags & ELEMENT_CONSTANT_ABOVE) and not (flags & ELEMENT_MEMBER_ABOVE)):
                 mode = PARTIAL_MIXED
+            if not (flags & ELEMENT_CONSTANT_ABOVE):
+                above = SET_ABOVE_KNOWN
         self.summaries[set_id].partial_mode = mode
-        return mode
+        self.summaries[set_id].flags |= above
+        return 0
+
+    cdef uint8_t partial_mode_of(self, int32_t set_id) except 0 nogil:
+        """PARTIAL_ALL, PARTIAL_NONE or PARTIAL_MIXED: whether the set takes every unfinished character
+        that can still complete, none, or some (ask each stack). Most sets take all (a negated class of
+        ASCII exclusions) or none (ASCII classes): decided once from the classes on top."""
+        if self.summaries[set_id].partial_mode == PARTIAL_UNKNOWN:
+            self.summarize_tops(set_id)
+        return self.summaries[set_id].partial_mode
 
     cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil:
         """Whether some stack of the set takes an unfinished character (match_partial_char)."""
@@ -285,23 +293,9 @@ cdef class StackSets:
     cdef bint constant_above(self, int32_t set_id) except -1 nogil:
         """Whether every character class on top of the set's stacks takes all code points >= 0x80 alike (all
         of them, or none): then every such code point matches the same stacks and leads to the same set."""
-        cdef const grammar_element* elements = self.pool.rules.elements.data()
-        cdef node_t stack
-        cdef int64_t k
-        cdef uint8_t flags = self.summaries[set_id].flags
-        if flags & SET_ABOVE_KNOWN:
-            return (flags & SET_ABOVE_CONSTANT) != 0
-        flags = SET_ABOVE_KNOWN | SET_ABOVE_CONSTANT
-        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
-            stack = self.set_nodes[k]
-            if is_bottom(stack) or is_token_element(&elements[self.pool.nodes[stack].element]):
-                continue
-            self.element_info(self.pool.nodes[stack].element)
-            if not (self.element_flags[self.pool.nodes[stack].element] & ELEMENT_CONSTANT_ABOVE):
-                flags = SET_ABOVE_KNOWN
-                break
-        self.summaries[set_id].flags |= flags
-        return (flags & SET_ABOVE_CONSTANT) != 0
+        if not (self.summaries[set_id].flags & SET_ABOVE_KNOWN):
+            self.summarize_tops(set_id)
+        return (self.summaries[set_id].flags & SET_ABOVE_CONSTANT) != 0
 
     cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
                             int32_t depth) except -1 nogil:

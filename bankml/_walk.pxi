@@ -453,8 +453,10 @@ cdef class TrieWalk:
                 it += 1
                 if has_position(cover, member):
                     continue   # below an exception: visited with it
-                for i in range(trie.nodes[member].token_lo, trie.nodes[member].token_lo + trie.nodes[member].n_ending):
-                    if trie.end_partial[i].n_remain != 0 and not self.sets.set_accepts_partial(after, trie.end_partial[i]):
+                # (the endings inside a character, after those on a whole one)
+                for i in range(trie.nodes[member].token_lo + trie.nodes[member].n_whole,
+                               trie.nodes[member].token_lo + trie.nodes[member].n_ending):
+                    if not self.sets.set_accepts_partial(after, trie.end_partial[i]):
                         self.n_marked -= clear_range_counted(bits, i, i + 1)
             if trie.nodes[child].node_depth + trie.nodes[child].below_depth > depth:
                 for j in range(self.sets.summaries[after].viable_count):
