@@ -249,11 +249,12 @@ def test_exponential_schema_is_refused_quickly(busy):
 
 def test_preparation_budget(tight):
     base, _ = tight
-    # rebuilding the same rules exponentially often: seconds of conversion, cut at the 1 s budget (the
-    # pattern makes each rebuild cost time, so the time budget, not SchemaLimits.max_work_bytes, ends it:
-    # the compiled converter reaches the byte bound in about 1 s without it, 3 s with it)
-    defs = {"l0": {"type": "object", "properties": {"a": {"type": "string",
-                                                          "pattern": "^(ab|cd|ef|gh)*[0-9]{2,4}(x|y|z)+$"}}}}
+    # rebuilding the same rules exponentially often: seconds of conversion, cut at the 1 s budget. Each rebuild
+    # must cost far more time than its bytes of rules, so that the time budget, not SchemaLimits.max_work_bytes,
+    # ends it on the fastest machine too: a pattern of 200 doubly nested groups is parsed group by group into a
+    # short rule (the compiled converter reaches the byte bound in 6.8 s with it on EPYC, in 0.3 s with a plain
+    # string; the earlier 2-4 char pattern took 0.84 s, under the budget, and failed a CI run)
+    defs = {"l0": {"type": "object", "properties": {"a": {"type": "string", "pattern": "^" + "((a))" * 200 + "$"}}}}
     for i in range(1, 41):
         defs["l%d" % i] = {"type": "object", "properties": {"a": {"allOf": [{"$ref": "#/$defs/l%d" % (i - 1)}] * 2}}}
     schema = {"$ref": "#/$defs/l40", "$defs": defs}
