@@ -2,6 +2,8 @@
 # the classes below become cdef classes with typed attributes, the functions cpdef (still callable from
 # Python). Methods with closures stay plain `def` methods (Cython cannot make those cpdef).
 
+cimport cython
+
 cdef class _Meter:
     cdef public object limits
     cdef public Py_ssize_t max_nodes, max_grammar_bytes, max_work_bytes
@@ -56,6 +58,8 @@ cdef class _Converter:
     cpdef format_grammar(self)
 
 
+@cython.locals(c=Py_UCS4)
+cpdef str _escape_rule_name(str name)
 cpdef _wrap64(v)
 cpdef _wrap32(v)
 cpdef str _b(s)

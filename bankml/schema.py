@@ -1045,6 +1045,18 @@ _RESERVED_NAMES = frozenset(["root"]) | frozenset(PRIMITIVE_RULES) | frozenset(S
 
 _INVALID_RULE_CHARS_RE = re.compile(r"[^a-zA-Z0-9-]+")
 
+
+def _escape_rule_name(name):
+    """name with each run of characters outside [a-zA-Z0-9-] made one '-' (llama.cpp's INVALID_RULE_CHARS_RE).
+    Rule names are nearly always valid already: one pass over the characters (a C loop once compiled, with
+    `c` a Py_UCS4: schema.pxd) tells, and only the others take the regex (a regex pass on every name was
+    1.9 ms of o9882's 5.8; str methods in its place, 0.8 ms)."""
+    for c in name:
+        if not (('a' <= c <= 'z') or ('A' <= c <= 'Z') or ('0' <= c <= '9') or c == '-'):
+            return _INVALID_RULE_CHARS_RE.sub("-", name)
+    return name
+
+
 MAX_PATTERN_DEPTH = 100
 
 _NON_LITERAL_SET = frozenset("|.()[]{}*+?^$")
@@ -1105,9 +1117,6 @@ class _Invalid(Exception):
     pass
 
 
-_ESC_NAMES = {}
-
-
 class _Converter:
     def __init__(self, dotall=False, meter=None):
         self.dotall = dotall
@@ -1122,11 +1131,7 @@ class _Converter:
         self.meter.output(len("space ::= \n") + len(SPACE_RULE), "#")
 
     def add_rule(self, name, rule):
-        esc_name = _ESC_NAMES.get(name)
-        if esc_name is None:
-            esc_name = _INVALID_RULE_CHARS_RE.sub("-", name)
-            if len(_ESC_NAMES) < 65536:
-                _ESC_NAMES[name] = esc_name
+        esc_name = _escape_rule_name(name)
         rules = self.rules
         meter = self.meter
         meter.work(len(rule), self.pointer)
@@ -1390,7 +1395,7 @@ class _Converter:
         ref = _b(node.ref)
         pos = ref.find("#")
         fragment = ref[pos + 1:] if pos >= 0 else ref
-        ref_name = "ref" + _INVALID_RULE_CHARS_RE.sub("-", fragment)
+        ref_name = "ref" + _escape_rule_name(fragment)
         if ref_name not in self.rules and ref not in self.refs_being_resolved:
             if node.target is None:
                 self._error("Unresolved $ref " + ref, node.path)
