@@ -10,11 +10,17 @@ from bankml._typedefs cimport token_t
 
 cdef extern from *:
     int __builtin_ctzll(unsigned long long) nogil
+    int __builtin_clzll(unsigned long long) nogil
 
 
 cdef inline int ctz64(uint64_t bits) noexcept nogil:
     """The index of the lowest set bit (bits != 0)."""
     return __builtin_ctzll(bits)
+
+
+cdef inline int clz64(uint64_t bits) noexcept nogil:
+    """The number of zero bits above the highest set bit (bits != 0)."""
+    return __builtin_clzll(bits)
 
 
 cdef inline int64_t popcount64(uint64_t bits) noexcept nogil:

@@ -162,17 +162,14 @@ cdef class StackSets:
         a new set costs no steps it would not take anyway.
         """
         cdef position_t tops[64]
-        cdef uint64_t pattern[128]
-        cdef uint64_t distinct[128]
-        cdef int32_t distinct_count[128]
-        cdef uint32_t distinct_cp[128]
-        cdef int32_t n_tops = 0, n_distinct = 0, best = -1, successor = -1, d, j
-        cdef uint64_t bits, matches_above = 0, ascii_lo = 0, ascii_hi = 0
-        cdef uint32_t cp
+        cdef uint64_t part_lo[128]
+        cdef uint64_t part_hi[128]
+        cdef int32_t n_tops = 0, n_parts = 0, n_before, best = -1, successor = -1, p, j, count, best_count = 0
+        cdef int32_t last_cp, best_last = 0
+        cdef uint64_t matches_above = 0, ascii_lo = 0, ascii_hi = 0, lo, hi, in_lo, in_hi
         cdef uint8_t flags
         cdef bint constant = True
         cdef int64_t k
-        cdef int half
         cdef node_t stack
         self.summaries[set_id].flags |= SET_CLASS_KNOWN
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
@@ -183,7 +180,8 @@ cdef class StackSets:
                 return 0  # too many stacks to group by: no class, the walk goes node by node
             tops[n_tops] = self.pool.nodes[stack].element
             n_tops += 1
-        memset(pattern, 0, sizeof(pattern))
+        # The ASCII code points grouped by the tops that match them: the union of the tops' classes split by
+        # each class in turn (partition refinement on bit words), each part one group.
         for j in range(n_tops):
             self.element_info(tops[j])
             flags = self.element_flags[tops[j]]
@@ -193,34 +191,42 @@ cdef class StackSets:
                 constant = False
             elif flags & ELEMENT_MEMBER_ABOVE:
                 matches_above |= (<uint64_t>1) << j
-            for half in range(2):
-                bits = self.element_ascii[2 * tops[j] + half]
-                while bits:
-                    pattern[64 * half + ctz64(bits)] |= (<uint64_t>1) << j
-                    bits &= bits - 1
-        for cp in range(128):
-            if pattern[cp] == 0:
-                continue
-            d = 0
-            while d < n_distinct and distinct[d] != pattern[cp]:
-                d += 1
-            if d == n_distinct:
-                distinct[d] = pattern[cp]
-                distinct_count[d] = 0
-                distinct_cp[d] = cp
-                n_distinct += 1
-            distinct_count[d] += 1
-            if best < 0 or distinct_count[d] > distinct_count[best]:
-                best = d
+            ascii_lo |= self.element_ascii[2 * tops[j]]
+            ascii_hi |= self.element_ascii[2 * tops[j] + 1]
+        if ascii_lo | ascii_hi:
+            part_lo[0] = ascii_lo
+            part_hi[0] = ascii_hi
+            n_parts = 1
+        for j in range(n_tops):
+            lo = self.element_ascii[2 * tops[j]]
+            hi = self.element_ascii[2 * tops[j] + 1]
+            n_before = n_parts
+            for p in range(n_before):
+                in_lo = part_lo[p] & lo
+                in_hi = part_hi[p] & hi
+                if (in_lo | in_hi) and ((part_lo[p] & ~lo) | (part_hi[p] & ~hi)):
+                    part_lo[n_parts] = part_lo[p] & ~lo
+                    part_hi[n_parts] = part_hi[p] & ~hi
+                    n_parts += 1
+                    part_lo[p] = in_lo
+                    part_hi[p] = in_hi
+        # The largest group; of equal ones, the one whose last code point comes first (the group a scan by
+        # code point would have seen reach that size first).
+        for p in range(n_parts):
+            count = popcount64(part_lo[p]) + popcount64(part_hi[p])
+            last_cp = 127 - clz64(part_hi[p]) if part_hi[p] else 63 - clz64(part_lo[p])
+            if best < 0 or count > best_count or (count == best_count and last_cp < best_last):
+                best = p
+                best_count = count
+                best_last = last_cp
+        ascii_lo = 0
+        ascii_hi = 0
         if best >= 0:
-            successor = self.transition(set_id, distinct_cp[best])
+            successor = self.transition(set_id, <uint32_t>(ctz64(part_lo[best]) if part_lo[best] else
+                                                           64 + ctz64(part_hi[best])))
             if successor >= 0:
-                for cp in range(128):
-                    if pattern[cp] == distinct[best]:
-                        if cp < 64:
-                            ascii_lo |= (<uint64_t>1) << cp
-                        else:
-                            ascii_hi |= (<uint64_t>1) << (cp - 64)
+                ascii_lo = part_lo[best]
+                ascii_hi = part_hi[best]
         if successor < 0 and constant and matches_above != 0:
             successor = self.transition(set_id, 0x80)
         if successor < 0:
