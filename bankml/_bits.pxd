@@ -11,11 +11,17 @@ from bankml._typedefs cimport token_t
 cdef extern from *:
     int __builtin_ctzll(unsigned long long) nogil
     int __builtin_clzll(unsigned long long) nogil
+    void __builtin_prefetch(const void*) nogil
 
 
 cdef inline int ctz64(uint64_t bits) noexcept nogil:
     """The index of the lowest set bit (bits != 0)."""
     return __builtin_ctzll(bits)
+
+
+cdef inline void prefetch(const void* address) noexcept nogil:
+    """Ask for the cache line at address ahead of its use (a hint: never faults)."""
+    __builtin_prefetch(address)
 
 
 cdef inline int clz64(uint64_t bits) noexcept nogil:

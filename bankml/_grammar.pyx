@@ -44,7 +44,7 @@ from bankml._typedefs cimport element_value_t, node_t, offset_t, position_t, tok
 from bankml._utf8 cimport decode_utf8, partial_utf8
 from bankml._trie cimport CHILD_BLOCK, SUBTREE_NON_ASCII, SUBTREE_OVERLONG_END, SUBTREE_PARTIAL_END
 from bankml._bits cimport (clear_masked_counted, clear_position_range, clear_range_counted, clz64, ctz64, drain_words,
-                           has_position, next_set_position, next_unset_position, popcount64, position_drain,
+                           has_position, next_set_position, next_unset_position, popcount64, position_drain, prefetch,
                            range_has_marks, set_position, set_position_range, set_token_bit, clear_token_bit,
                            words_hash)
 from bankml._charclass cimport (MAX_CODE_POINT, class_accepts_all_partials, class_ascii_bits, class_constant_from,

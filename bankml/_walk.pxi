@@ -167,6 +167,12 @@ cdef class TrieWalk:
                     self.n_marked += trie.nodes[trie.children[i + CHILD_BLOCK - 1]].token_hi - trie.nodes[trie.children[i]].token_lo
                     i += CHILD_BLOCK
                 else:
+                    # (the next children's records asked for now: a cold mask meets the trie out of cache,
+                    # a miss per child visited)
+                    if i + 1 < range_end:
+                        prefetch(&trie.nodes[trie.children[i + 1]])
+                        if i + 2 < range_end:
+                            prefetch(&trie.nodes[trie.children[i + 2]])
                     self.visit_child(trie, trie.children[i], set_id, walk)
                     if walk.aborted:
                         return 0
@@ -320,6 +326,8 @@ cdef class TrieWalk:
         for i in range(base, base + n_top):
             # (a copy: the visits below may grow either vector)
             item = items[0][i]
+            if i + 1 < base + n_top:
+                prefetch(&trie.nodes[items[0][i + 1].node])
             self.n_marked -= clear_range_counted(bits, item.token_lo, item.token_hi)
             s = self.run_sets[sets_base + item.depth - depth0 - 1]
             if self.set_may_take(s, item.cp):
@@ -471,6 +479,8 @@ cdef class TrieWalk:
                         while it < last:
                             member = it[0]
                             it += 1
+                            if it < last:
+                                prefetch(&trie.nodes[it[0]])
                             if has_position(cover, member):
                                 continue
                             self.visit_child(trie, member, after, walk)
@@ -485,6 +495,8 @@ cdef class TrieWalk:
             while it < last:
                 member = it[0]
                 it += 1
+                if it < last:
+                    prefetch(&trie.nodes[it[0]])
                 if has_position(cover, member):
                     continue
                 self.n_marked -= clear_range_counted(bits, trie.nodes[member].token_lo, trie.nodes[member].token_hi)
