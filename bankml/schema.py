@@ -1050,7 +1050,7 @@ def _escape_rule_name(name):
     """name with each run of characters outside [a-zA-Z0-9-] made one '-' (llama.cpp's INVALID_RULE_CHARS_RE).
     Rule names are nearly always valid already: one pass over the characters (a C loop once compiled, with
     `c` a Py_UCS4: schema.pxd) tells, and only the others take the regex (a regex pass on every name was
-    1.9 ms of o9882's 5.8; str methods in its place, 0.8 ms)."""
+    1.9 ms of o9882's 5.8; a check by str methods cost 0.8 ms more than this loop)."""
     for c in name:
         if not (('a' <= c <= 'z') or ('A' <= c <= 'Z') or ('0' <= c <= '9') or c == '-'):
             return _INVALID_RULE_CHARS_RE.sub("-", name)
