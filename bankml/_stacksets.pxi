@@ -166,9 +166,8 @@ cdef class StackSets:
         cdef uint64_t part_hi[128]
         cdef int32_t n_tops = 0, n_parts = 0, n_before, best = -1, successor = -1, p, j, count, best_count = 0
         cdef int32_t last_cp, best_last = 0
-        cdef uint64_t matches_above = 0, ascii_lo = 0, ascii_hi = 0, lo, hi, in_lo, in_hi
-        cdef uint8_t flags
-        cdef bint constant = True
+        cdef uint64_t ascii_lo = 0, ascii_hi = 0, lo, hi, in_lo, in_hi
+        cdef bint constant, member_above = False
         cdef int64_t k
         cdef node_t stack
         self.summaries[set_id].flags |= SET_CLASS_KNOWN
@@ -180,17 +179,15 @@ cdef class StackSets:
                 return 0  # too many stacks to group by: no class, the walk goes node by node
             tops[n_tops] = self.pool.nodes[stack].element
             n_tops += 1
+        # (what the tops' classes say of unfinished characters and code points >= 0x80: summarize_tops, once)
+        if self.partial_mode_of(set_id) == PARTIAL_ALL:
+            self.summaries[set_id].flags |= SET_ALL_PARTIALS
+        constant = self.constant_above(set_id)
         # The ASCII code points grouped by the tops that match them: the union of the tops' classes split by
         # each class in turn (partition refinement on bit words), each part one group.
         for j in range(n_tops):
-            self.element_info(tops[j])
-            flags = self.element_flags[tops[j]]
-            if flags & ELEMENT_ALL_PARTIALS:
-                self.summaries[set_id].flags |= SET_ALL_PARTIALS
-            if not (flags & ELEMENT_CONSTANT_ABOVE):
-                constant = False
-            elif flags & ELEMENT_MEMBER_ABOVE:
-                matches_above |= (<uint64_t>1) << j
+            if self.element_flags[tops[j]] & ELEMENT_MEMBER_ABOVE:
+                member_above = True
             ascii_lo |= self.element_ascii[2 * tops[j]]
             ascii_hi |= self.element_ascii[2 * tops[j] + 1]
         if ascii_lo | ascii_hi:
@@ -227,14 +224,14 @@ cdef class StackSets:
             if successor >= 0:
                 ascii_lo = part_lo[best]
                 ascii_hi = part_hi[best]
-        if successor < 0 and constant and matches_above != 0:
+        if successor < 0 and constant and member_above:
             successor = self.transition(set_id, 0x80)
         if successor < 0:
             return 0
         self.summaries[set_id].successor = successor
         self.summaries[set_id].class_ascii[0] = ascii_lo
         self.summaries[set_id].class_ascii[1] = ascii_hi
-        if constant and matches_above != 0:
+        if constant and member_above:
             # every code point >= 0x80 matches the same stacks, so 0x80 stands for them all
             if self.transition(set_id, 0x80) == successor:
                 self.summaries[set_id].flags |= SET_CLASS_NON_ASCII
