@@ -26,9 +26,10 @@ if not DEBUG:
 
 
 def extension(name, extra_args=(), source=None):
+    """The extension module ``bankml.<name>`` (a dotted path inside the package) from its .pyx (or ``source``)."""
     return Extension(
         f"bankml.{name}",
-        [source or f"bankml/{name}.pyx"],
+        [source or f"bankml/{name.replace('.', '/')}.pyx"],
         language="c++",
         include_dirs=[numpy.get_include()],
         extra_compile_args=compile_args + list(extra_args),
@@ -36,9 +37,9 @@ def extension(name, extra_args=(), source=None):
     )
 
 
-# bankml/schema.py is plain Python, compiled as it is for speed (its own directive line keeps Python's indexing,
+# bankml/schema/converter.py is plain Python, compiled as it is for speed (its own directive line keeps Python's indexing,
 # which it relies on); Python imports the extension before the .py beside it
-SCHEMA = extension("schema", source="bankml/schema.py")
+SCHEMA = extension("schema.converter", source="bankml/schema/converter.py")
 
 # GCC 12's predictive commoning makes std::partial_sort (the sampler's top-k) about 1.8x slower at -O3;
 # turning it off changes no result (the oracle draws stay identical), only the speed.
@@ -47,8 +48,8 @@ SAMPLER_ARGS = [] if DEBUG else ["-fno-predictive-commoning"]
 
 setup(
     ext_modules=cythonize(
-        [extension("_trie"), extension("_rules"), extension("_grammar"), extension("_hash"), extension("_sampler", SAMPLER_ARGS),
-         extension("_cpu"), SCHEMA],
+        [extension("engine._trie"), extension("engine._rules"), extension("engine._grammar"), extension("engine._hash"),
+         extension("sampling._sampler", SAMPLER_ARGS), extension("serve._cpu"), SCHEMA],
         compiler_directives=directives,
         annotate=False,
     ),

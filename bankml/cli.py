@@ -10,6 +10,17 @@ import time
 
 import numpy as np
 
+from bankml.chat.constraint import Constraint, RequestError
+from bankml.chat.template import ChatParseError
+from bankml.engine._grammar import Grammar, Rules
+from bankml.engine._hash import mask_hash
+from bankml.engine.vocab import Vocab
+from bankml.errors import GrammarError, SchemaError
+from bankml.sampling._sampler import SamplerParams
+from bankml.sampling.replay import replay
+from bankml.schema.converter import json_schema_to_grammar
+from bankml.serve.runtime import Model, ModelError, chat_model_options
+
 
 class InputError(ValueError):
     """A file the command cannot read as UTF-8 text: the message says which and why."""
@@ -36,7 +47,6 @@ def _read(path):
 
 
 def cmd_check(args):
-    from . import GrammarError, Rules
     try:
         text = _read(args.grammar)
     except InputError as err:
@@ -57,7 +67,6 @@ def cmd_check(args):
 
 
 def cmd_convert(args):
-    from . import SchemaError, json_schema_to_grammar
     try:
         if args.schema == "-":
             text = sys.stdin.buffer.read()
@@ -81,7 +90,6 @@ def cmd_convert(args):
 
 
 def cmd_mask(args):
-    from . import Grammar, GrammarError, Rules, Vocab, mask_hash
     started = time.perf_counter()
     try:
         text = _read(args.grammar)
@@ -117,8 +125,6 @@ def cmd_mask(args):
 
 
 def cmd_replay(args):
-    from .replay import replay
-    from .vocab import Vocab
     try:
         result = replay(args.record, vocab=None if args.vocab is None else Vocab.from_gguf(args.vocab))
     except (OSError, ValueError) as err:
@@ -172,29 +178,7 @@ def _chat_args(p):
                    help="a JSON object of extra template variables, e.g. '{\"enable_thinking\": false}'")
 
 
-def chat_model_options(args):
-    """Model(...) keyword arguments from the chat options (a ValueError for a bad --chat-template-kwargs)."""
-    import json
-    kwargs = None
-    if getattr(args, "chat_template_kwargs", None):
-        try:
-            kwargs = json.loads(args.chat_template_kwargs)
-        except ValueError as err:
-            raise ValueError(f"--chat-template-kwargs is not JSON: {err}") from None
-        if not isinstance(kwargs, dict):
-            raise ValueError("--chat-template-kwargs must be a JSON object")
-    if args.reasoning_budget < -1:
-        raise ValueError("--reasoning-budget: invalid value (-1 or more)")
-    return {"chat_template_file": args.chat_template_file, "reasoning": args.reasoning,
-            "reasoning_format": args.reasoning_format, "reasoning_budget": args.reasoning_budget,
-            "reasoning_budget_message": args.reasoning_budget_message, "chat_template_kwargs": kwargs}
-
-
 def cmd_generate(args):
-    from .constraint import Constraint, RequestError
-    from .errors import GrammarError, SchemaError
-    from .runtime import Model, ModelError
-    from ._sampler import SamplerParams
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     if not prompt.strip():
         print("error: give a prompt (argument or stdin)", file=sys.stderr)
@@ -247,7 +231,6 @@ def cmd_generate(args):
     except (RequestError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    from .chat import ChatParseError
     out = sys.stdout
     try:
         for event in job.stream():
@@ -305,9 +288,9 @@ def _load_json(path):
 
 
 def cmd_serve(args):
-    from .runtime import ModelError
     try:
-        from .server import serve
+        # the server extra (Starlette, uvicorn) is optional: bankml's other commands run without it
+        from bankml.serve.app import serve
     except ImportError as err:
         print(f"error: bankml serve needs the server extra: pip install \"bankml[server]\" ({err})", file=sys.stderr)
         return 2
@@ -380,7 +363,7 @@ def build_parser():
     mask.add_argument("--repeat", type=int, default=5)
     mask.set_defaults(run=cmd_mask)
     replay = sub.add_parser("replay", help="rerun a seeded run record over its recorded logits; report the first divergent step")
-    replay.add_argument("record", help="a run record (JSON lines) written by bankml.replay.RunRecorder")
+    replay.add_argument("record", help="a run record (JSON lines) written by bankml.sampling.replay.RunRecorder")
     replay.add_argument("--vocab", help="the GGUF vocabulary, if not the one the record names")
     replay.set_defaults(run=cmd_replay)
     return parser

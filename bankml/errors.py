@@ -25,7 +25,7 @@ class GrammarError(ValueError):
 
 class SchemaError(ValueError):
     """A JSON schema that llama.cpp's converter refuses (or that bankml refuses before converting: text that
-    is not JSON, nesting deeper than bankml.schema.MAX_JSON_DEPTH).
+    is not JSON, nesting deeper than bankml.schema.converter.MAX_JSON_DEPTH).
 
     The message is llama.cpp's (``"JSON schema conversion failed:\\n..."``); ``pointer`` is the JSON pointer
     of the offending node as llama.cpp writes it in that message (``"#"``, ``"#/properties/a"``, ...).
@@ -34,6 +34,10 @@ class SchemaError(ValueError):
     def __init__(self, message, pointer="#"):
         self.pointer = pointer
         super().__init__(message)
+
+
+class RequestError(ValueError):
+    """A request llama-server (or Ollama, for ``format``) refuses; the message is the server's."""
 
 
 def json_type_name(value, *, integer=False):

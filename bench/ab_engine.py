@@ -16,6 +16,7 @@ rounds is kept (the noise of a shared machine only ever adds time); the table gi
 per workload (schemas, json) and phase (cold, warm), and B / A for each. The masks of the two builds
 must be equal position by position (FNV-1a hash of the allowed ids); a difference stops the run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,11 @@ def child(build: str, vocab_name: str, repeats: int) -> None:
         w = schema_summary.SchemaWalk(eng, name, schema_walks.walk_tokens(name, vocab_name), repeats, 1)
         if w.error:
             raise SystemExit(f"{name}: {w.error}")
-        results[f"schema:{name}"] = {"cold": w.cold, "warm": w.warm,
-                                     "masks": [list(map(int, walks.ids_hash(m))) for m in w.masks]}
+        results[f"schema:{name}"] = {
+            "cold": w.cold,
+            "warm": w.warm,
+            "masks": [list(map(int, walks.ids_hash(m))) for m in w.masks],
+        }
     # json.gbnf along the document, the same phases
     tokens = walks.walk_tokens(vocab_name)
     out = eng.new_mask()
@@ -105,8 +109,12 @@ def main(argv=None):
         order = ("A", "B") if r % 2 == 0 else ("B", "A")
         for label in order:
             build = args.a if label == "A" else args.b
-            done = subprocess.run([sys.executable, __file__, "--child", build, "--vocab", args.vocab,
-                                   "--repeats", str(args.repeats)], capture_output=True, text=True, env=env)
+            done = subprocess.run(
+                [sys.executable, __file__, "--child", build, "--vocab", args.vocab, "--repeats", str(args.repeats)],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
             if done.returncode:
                 raise SystemExit(f"child {label} failed:\n{done.stderr[-4000:]}")
             got = json.loads(done.stdout)
@@ -128,9 +136,12 @@ def main(argv=None):
         for phase in ("cold", "warm"):
             sa = stats([x for k in keys for x in a[k][phase]])
             sb = stats([x for k in keys for x in b[k][phase]])
-            print(f"| {workload} | {phase} | {sa['p50']:.1f} / {sa['mean']:.1f} / {sa['p99']:.1f} "
-                  f"| {sb['p50']:.1f} / {sb['mean']:.1f} / {sb['p99']:.1f} | "
-                  + " | ".join(f"{sb[m] / sa[m]:.3f}" for m in ("p50", "mean", "p99")) + " |")
+            print(
+                f"| {workload} | {phase} | {sa['p50']:.1f} / {sa['mean']:.1f} / {sa['p99']:.1f} "
+                f"| {sb['p50']:.1f} / {sb['mean']:.1f} / {sb['p99']:.1f} | "
+                + " | ".join(f"{sb[m] / sa[m]:.3f}" for m in ("p50", "mean", "p99"))
+                + " |"
+            )
     return 0
 
 

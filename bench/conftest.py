@@ -3,6 +3,7 @@
 Run: ``python -m pytest bench/ --benchmark-only`` (about a minute on a 2-core machine).
 BANKML_BENCH_SECONDS sets the time each benchmark aims to spend measuring (default 1 s; 5 to 1000 rounds).
 """
+
 import functools
 import os
 import sys
@@ -33,8 +34,9 @@ def pytest_generate_tests(metafunc):
         for grammar_name in BENCH_GRAMMARS:
             for vocab_name in BENCH_VOCABS:
                 for position in walks.walk_positions(vocab_name):
-                    cases.append(pytest.param(grammar_name, vocab_name, position,
-                                              id=f"{grammar_name}-{vocab_name}-{position}"))
+                    cases.append(
+                        pytest.param(grammar_name, vocab_name, position, id=f"{grammar_name}-{vocab_name}-{position}")
+                    )
         metafunc.parametrize(("grammar_name", "vocab_name", "position"), cases)
 
 

@@ -4,8 +4,8 @@
     python bench/convert_ab.py DIR --check       # differential: every file of DIR and of bench/data
 
 DIR is a folder of MaskBench files (``{"schema": ..., "tests": [...]}``, the ``maskbench/data/`` folder of
-guidance-ai/jsonschemabench). The baseline is ``bankml/schema.py`` at ``--baseline`` (``git show``), loaded as a
-plain-Python module; the current one is ``bankml.schema`` as imported (the compiled extension once built). Files
+guidance-ai/jsonschemabench). The baseline is ``bankml/schema/converter.py`` at ``--baseline`` (``git show``), loaded as a
+plain-Python module; the current one is ``bankml.schema.converter`` as imported (the compiled extension once built). Files
 are drawn as ``bench/frontend.py`` draws them. Timing: each schema is converted from its parsed dict (no text
 cache), baseline and current alternately, ``--repeat`` times each, the fastest kept, on the thread's CPU clock;
 prints p50 / p90 / p99 / max of both and their ratio, then the ``--slowest`` schemas (by the baseline's time)
@@ -15,6 +15,7 @@ one by one and the drawn schemas whose grammar is 300 KB or more, and the load a
 from the dict and from its JSON text, and counts the conversions whose outcome differs: the grammar and the
 warnings, or the SchemaError's message and pointer. Exits 1 on any difference.
 """
+
 import argparse
 import importlib.util
 import json
@@ -29,13 +30,18 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import bankml.schema as current  # noqa: E402
 from frontend import percentile, pick  # noqa: E402
+
+import bankml.schema.converter as current  # noqa: E402
 
 
 def load_baseline(rev):
-    source = subprocess.run(["git", "-C", str(ROOT), "show", rev + ":bankml/schema.py"], check=True,
-                            capture_output=True, text=True).stdout
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", rev + ":bankml/schema/converter.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     source = source.replace("from .errors import SchemaError", "from bankml.errors import SchemaError")
     path = pathlib.Path(tempfile.mkdtemp(prefix="bankml-baseline-")) / "baseline_schema.py"
     path.write_text(source)
@@ -64,10 +70,14 @@ def cpu_us(module, schema):
 
 def check(folder, baseline):
     named = [(p.name, json.loads(p.read_text())["schema"]) for p in sorted(pathlib.Path(folder).glob("*.json"))]
-    named += [("bench/data/maskbench/" + p.name, json.loads(p.read_text())["schema"])
-              for p in sorted((ROOT / "bench/data/maskbench").glob("*.json"))]
-    named += [("bench/data/schemas.json#%d" % i, e["schema"])
-              for i, e in enumerate(json.loads((ROOT / "bench/data/schemas.json").read_text())["schemas"])]
+    named += [
+        ("bench/data/maskbench/" + p.name, json.loads(p.read_text())["schema"])
+        for p in sorted((ROOT / "bench/data/maskbench").glob("*.json"))
+    ]
+    named += [
+        ("bench/data/schemas.json#%d" % i, e["schema"])
+        for i, e in enumerate(json.loads((ROOT / "bench/data/schemas.json").read_text())["schemas"])
+    ]
     conversions = differences = errors = 0
     for name, schema in named:
         for form in (schema, json.dumps(schema, ensure_ascii=False)):
@@ -77,8 +87,10 @@ def check(folder, baseline):
             if a != b:
                 differences += 1
                 print("DIFFERENT", name, type(form).__name__, a[0], b[0])
-    print(f"{len(named)} schemas, {conversions} conversions (each from the dict and from the JSON text): "
-          f"{differences} differences ({conversions - errors} grammars, {errors} SchemaErrors in the baseline)")
+    print(
+        f"{len(named)} schemas, {conversions} conversions (each from the dict and from the JSON text): "
+        f"{differences} differences ({conversions - errors} grammars, {errors} SchemaErrors in the baseline)"
+    )
     return differences
 
 
@@ -91,11 +103,15 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--slowest", type=int, default=10)
     ap.add_argument("--check", action="store_true")
-    ap.add_argument("--include", nargs="*", default=[],
-                    help="more files of DIR, timed and listed among the slowest but left out of the percentiles")
+    ap.add_argument(
+        "--include",
+        nargs="*",
+        default=[],
+        help="more files of DIR, timed and listed among the slowest but left out of the percentiles",
+    )
     args = ap.parse_args(argv)
     baseline = load_baseline(args.baseline)
-    print(f"baseline: bankml/schema.py at {args.baseline} (plain Python); current: {current.__file__}")
+    print(f"baseline: bankml/schema/converter.py at {args.baseline} (plain Python); current: {current.__file__}")
     current._raise_recursion_limit()
     baseline._raise_recursion_limit()
     if args.check:
@@ -112,16 +128,26 @@ def main(argv=None):
             new = min(new, cpu_us(current, schema))
         rows.append((name, old, new, len(outcome(current, schema)[1])))
     load_after = os.getloadavg()
-    print(f"{len(names)} schemas (seed {args.seed}, n {args.n}, best of {args.repeat}, thread CPU time); load average "
-          f"before {load_before[0]:.2f}, after {load_after[0]:.2f}")
-    sample = rows[:len(names)]
+    print(
+        f"{len(names)} schemas (seed {args.seed}, n {args.n}, best of {args.repeat}, thread CPU time); load average "
+        f"before {load_before[0]:.2f}, after {load_after[0]:.2f}"
+    )
+    sample = rows[: len(names)]
     for q in (50, 90, 99, 100):
         o, n = percentile([r[1] for r in sample], q), percentile([r[2] for r in sample], q)
-        print(f"  {'max' if q == 100 else 'p%d' % q:>4}  baseline {o / 1e3:8.3f} ms   current {n / 1e3:8.3f} ms   "
-              f"{o / n:5.2f}x")
-    print(f"the {args.slowest} slowest for the baseline, --include files too (ms; grammars refused past a SchemaLimits bound marked *):")
-    for name, o, n, _ in sorted(rows, key=lambda r: -r[1])[:args.slowest]:
-        refused = "*" if outcome(current, json.loads((pathlib.Path(args.folder) / name).read_text())["schema"])[0] == "error" else " "
+        print(
+            f"  {'max' if q == 100 else 'p%d' % q:>4}  baseline {o / 1e3:8.3f} ms   current {n / 1e3:8.3f} ms   "
+            f"{o / n:5.2f}x"
+        )
+    print(
+        f"the {args.slowest} slowest for the baseline, --include files too (ms; grammars refused past a SchemaLimits bound marked *):"
+    )
+    for name, o, n, _ in sorted(rows, key=lambda r: -r[1])[: args.slowest]:
+        refused = (
+            "*"
+            if outcome(current, json.loads((pathlib.Path(args.folder) / name).read_text())["schema"])[0] == "error"
+            else " "
+        )
         print(f"  {name:<55}{refused} baseline {o / 1e3:8.2f}   current {n / 1e3:7.2f}   {o / n:5.2f}x")
 
     big = sorted((r for r in rows if r[0] in names and r[3] >= 300_000), key=lambda r: r[3])

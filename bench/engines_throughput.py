@@ -9,6 +9,7 @@ Reports per schema the compile cost (llama.cpp's converter, Rules.parse, the fir
 on one core (``max_workers=1``), cold (fresh contexts: first time through each state) and warm (the same
 states again). Prints one JSON document; nothing is asserted.
 """
+
 import argparse
 import json
 import os
@@ -23,7 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bankml import Grammar, Rules, Vocab, fill_next_token_bitmasks, json_schema_to_grammar  # noqa: E402
-from bankml.adapters import llama_cpp_tokenizer  # noqa: E402
+from bankml.integrations.adapters import llama_cpp_tokenizer  # noqa: E402
 from tests import engines_support  # noqa: E402
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -39,8 +40,14 @@ def main():
     schemas = json.loads((ROOT / "bench" / "data" / "schemas.json").read_text())["schemas"]
     width = (len(vocab) + 31) // 32
     row = np.zeros(width, dtype=np.int32)
-    report = {"load_average_before": os.getloadavg(), "cpu_count": os.cpu_count(), "n_vocab": len(vocab),
-              "vocab_pickle_bytes": len(pickle.dumps(vocab)), "schemas": [], "batches": []}
+    report = {
+        "load_average_before": os.getloadavg(),
+        "cpu_count": os.cpu_count(),
+        "n_vocab": len(vocab),
+        "vocab_pickle_bytes": len(pickle.dumps(vocab)),
+        "schemas": [],
+        "batches": [],
+    }
 
     def walk_states(rules, tokens):
         g = Grammar(rules, vocab)
@@ -68,12 +75,22 @@ def main():
             st.fill_next_token_bitmask(row)
         t5 = time.perf_counter()
         ctx = g.context
-        report["schemas"].append({
-            "name": s["name"], "gbnf_bytes": len(gbnf), "tokens": len(tokens),
-            "convert_ms": (t1 - t0) * 1e3, "parse_ms": (t2 - t1) * 1e3, "first_mask_ms": (t3 - t2) * 1e3,
-            "walk_masks_cold_ms_per_token": (t5 - t4) * 1e3 / len(states),
-            "rules_pickle_bytes": len(pickle.dumps(rules)), "context_cache_bytes": ctx.cache_bytes,
-            "context_segment_bytes": ctx.segment_bytes, "context_nodes": ctx.n_nodes, "context_sets": ctx.n_sets})
+        report["schemas"].append(
+            {
+                "name": s["name"],
+                "gbnf_bytes": len(gbnf),
+                "tokens": len(tokens),
+                "convert_ms": (t1 - t0) * 1e3,
+                "parse_ms": (t2 - t1) * 1e3,
+                "first_mask_ms": (t3 - t2) * 1e3,
+                "walk_masks_cold_ms_per_token": (t5 - t4) * 1e3 / len(states),
+                "rules_pickle_bytes": len(pickle.dumps(rules)),
+                "context_cache_bytes": ctx.cache_bytes,
+                "context_segment_bytes": ctx.segment_bytes,
+                "context_nodes": ctx.n_nodes,
+                "context_sets": ctx.n_sets,
+            }
+        )
         all_rules.append((rules, tokens))
 
     def batch_states(n, fresh):
@@ -104,8 +121,14 @@ def main():
         for _ in range(reps):
             fill_next_token_bitmasks(states, bitmask, max_workers=1)
         warm = (time.perf_counter() - t0) / reps
-        entry.update({"cold_ms": cold * 1e3, "warm_ms": warm * 1e3, "cold_masks_per_s_per_core": n / cold,
-                      "warm_masks_per_s_per_core": n / warm})
+        entry.update(
+            {
+                "cold_ms": cold * 1e3,
+                "warm_ms": warm * 1e3,
+                "cold_masks_per_s_per_core": n / cold,
+                "warm_masks_per_s_per_core": n / warm,
+            }
+        )
         report["batches"].append(entry)
         print(json.dumps(entry), file=sys.stderr)
     report["load_average_after"] = os.getloadavg()

@@ -11,6 +11,7 @@ run is kept (the machine is shared: the fastest run is the one least disturbed),
 thread's CPU clock. Prints p50 / p90 / p99 / max per phase and clock, the slowest schemas, and the load
 average before and after. Conversion runs on the parsed dict (no text cache), as ``bench/maskbench.py`` does.
 """
+
 import argparse
 import json
 import os
@@ -26,8 +27,11 @@ sys.path.insert(0, str(ROOT))
 from bankml import Rules, SchemaError, json_schema_to_grammar  # noqa: E402
 from bankml.errors import GrammarError  # noqa: E402
 
-ALWAYS = ["Kubernetes---kb_1004_Normalized.json", "JsonSchemaStore---cityjson.min.schema.json",
-          "Github_hard---o9882.json"]
+ALWAYS = [
+    "Kubernetes---kb_1004_Normalized.json",
+    "JsonSchemaStore---cityjson.min.schema.json",
+    "Github_hard---o9882.json",
+]
 
 
 def pick(folder, n, seed):
@@ -56,8 +60,10 @@ def percentile(values, q):
 
 
 def summary_line(name, values):
-    return (f"{name:<14} n={len(values):>5}  p50 {percentile(values, 50) / 1e3:8.3f}  p90 {percentile(values, 90) / 1e3:8.3f}"
-            f"  p99 {percentile(values, 99) / 1e3:8.3f}  max {max(values) / 1e3:9.3f}  mean {statistics.fmean(values) / 1e3:8.3f} ms")
+    return (
+        f"{name:<14} n={len(values):>5}  p50 {percentile(values, 50) / 1e3:8.3f}  p90 {percentile(values, 90) / 1e3:8.3f}"
+        f"  p99 {percentile(values, 99) / 1e3:8.3f}  max {max(values) / 1e3:9.3f}  mean {statistics.fmean(values) / 1e3:8.3f} ms"
+    )
 
 
 def main(argv=None):
@@ -83,13 +89,25 @@ def main(argv=None):
         except GrammarError:
             refused["parse"] += 1
             continue
-        rows.append({"file": name, "gbnf_bytes": len(text.encode()), "convert_wall": conv_wall,
-                     "convert_cpu": conv_cpu, "parse_wall": parse_wall, "parse_cpu": parse_cpu})
+        rows.append(
+            {
+                "file": name,
+                "gbnf_bytes": len(text.encode()),
+                "convert_wall": conv_wall,
+                "convert_cpu": conv_cpu,
+                "parse_wall": parse_wall,
+                "parse_cpu": parse_cpu,
+            }
+        )
     load_after = os.getloadavg()
-    print(f"{len(names)} schemas (seed {args.seed}, n {args.n}, best of {args.repeat}); {len(rows)} converted and "
-          f"parsed; refused: {refused['convert']} by the converter, {refused['parse']} by the parser")
-    print(f"load average before {load_before[0]:.2f} / {load_before[1]:.2f}, after {load_after[0]:.2f} / "
-          f"{load_after[1]:.2f} (1 / 5 min)")
+    print(
+        f"{len(names)} schemas (seed {args.seed}, n {args.n}, best of {args.repeat}); {len(rows)} converted and "
+        f"parsed; refused: {refused['convert']} by the converter, {refused['parse']} by the parser"
+    )
+    print(
+        f"load average before {load_before[0]:.2f} / {load_before[1]:.2f}, after {load_after[0]:.2f} / "
+        f"{load_after[1]:.2f} (1 / 5 min)"
+    )
     for key in ("convert_wall", "convert_cpu", "parse_wall", "parse_cpu"):
         print(summary_line(key, [r[key] for r in rows]))
     total = [r["convert_cpu"] + r["parse_cpu"] for r in rows]
@@ -98,15 +116,28 @@ def main(argv=None):
     if big:
         print("grammars of 300 KB and more (thread CPU ms):")
         for r in sorted(big, key=lambda r: r["gbnf_bytes"]):
-            print(f"  {r['file']:<60} {r['gbnf_bytes']:>9,} B  convert {r['convert_cpu'] / 1e3:8.2f}"
-                  f"  parse {r['parse_cpu'] / 1e3:8.2f}")
+            print(
+                f"  {r['file']:<60} {r['gbnf_bytes']:>9,} B  convert {r['convert_cpu'] / 1e3:8.2f}"
+                f"  parse {r['parse_cpu'] / 1e3:8.2f}"
+            )
     print("slowest conversions (thread CPU ms):")
     for r in sorted(rows, key=lambda r: -r["convert_cpu"])[:5]:
         print(f"  {r['file']:<60} {r['convert_cpu'] / 1e3:8.2f}  ({r['gbnf_bytes']:,} B of GBNF)")
     if args.out:
-        pathlib.Path(args.out).write_text(json.dumps({"seed": args.seed, "n": args.n, "repeat": args.repeat,
-                                                      "files": names, "load": [load_before, load_after],
-                                                      "rows": rows, "refused": refused}, indent=1))
+        pathlib.Path(args.out).write_text(
+            json.dumps(
+                {
+                    "seed": args.seed,
+                    "n": args.n,
+                    "repeat": args.repeat,
+                    "files": names,
+                    "load": [load_before, load_after],
+                    "rows": rows,
+                    "refused": refused,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

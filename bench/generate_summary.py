@@ -5,7 +5,7 @@
 Engines, each on the same chat prompts, the same model (default SmolLM2-135M-Instruct), the same thread
 count and llama-server's default sampler settings with a fixed seed per prompt:
 
-* ``bankml --json``: bankml.runtime (llama-cpp-python's libllama for the logits; bankml's chat grammar,
+* ``bankml --json``: bankml.serve.runtime (llama-cpp-python's libllama for the logits; bankml's chat grammar,
   sampler chain with check-then-redraw, content rule) — what ``bankml generate --json`` runs;
 * ``bankml unconstrained``: the same loop without a grammar;
 * ``llama-cpp-python json_object``: ``Llama.create_chat_completion(response_format={"type": "json_object"})``,
@@ -16,6 +16,7 @@ Per engine: generated tokens / wall time of the whole request (prompt included; 
 mean over prompts and repeats (the best repeat per prompt is kept); for bankml also the share of each
 decoding step spent in grammar and sampling (sampler time / (sampler + llama_decode time)).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,6 +48,7 @@ def cpu_model():
 
 def run_bankml(model, json_mode, max_tokens, seed):
     from bankml import Constraint, SamplerParams
+
     constraint = Constraint("json_object", {"type": "object"}) if json_mode else Constraint()
     rows = []
     for i, prompt in enumerate(PROMPTS):
@@ -55,8 +57,16 @@ def run_bankml(model, json_mode, max_tokens, seed):
         result = job.run()
         wall = time.perf_counter() - t0
         t = result.timings
-        rows.append({"tokens": len(result.tokens), "wall": wall, "sample_ms": t["sample_ms"],
-                     "decode_ms": t["decode_ms"], "redraws": t["redraws"], "content": result.content})
+        rows.append(
+            {
+                "tokens": len(result.tokens),
+                "wall": wall,
+                "sample_ms": t["sample_ms"],
+                "decode_ms": t["decode_ms"],
+                "redraws": t["redraws"],
+                "content": result.content,
+            }
+        )
     return rows
 
 
@@ -65,12 +75,25 @@ def run_llama_cpp(llm, json_mode, max_tokens, seed):
     for i, prompt in enumerate(PROMPTS):
         kwargs = {"response_format": {"type": "json_object"}} if json_mode else {}
         t0 = time.perf_counter()
-        out = llm.create_chat_completion([{"role": "user", "content": prompt}], max_tokens=max_tokens,
-                                         seed=seed + i, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
-                                         repeat_penalty=1.0, **kwargs)
+        out = llm.create_chat_completion(
+            [{"role": "user", "content": prompt}],
+            max_tokens=max_tokens,
+            seed=seed + i,
+            temperature=0.8,
+            top_k=40,
+            top_p=0.95,
+            min_p=0.05,
+            repeat_penalty=1.0,
+            **kwargs,
+        )
         wall = time.perf_counter() - t0
-        rows.append({"tokens": out["usage"]["completion_tokens"], "wall": wall,
-                     "content": out["choices"][0]["message"]["content"]})
+        rows.append(
+            {
+                "tokens": out["usage"]["completion_tokens"],
+                "wall": wall,
+                "content": out["choices"][0]["message"]["content"],
+            }
+        )
     return rows
 
 
@@ -88,13 +111,20 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args(argv)
 
-    import llama_cpp
+    from bankml.serve.runtime import Model, default_model_path, open_llama
 
-    from bankml.runtime import Model, default_model_path, open_llama
     path = args.model or default_model_path()
     model = Model(path, n_ctx=2048, n_threads=args.threads)
-    llm = open_llama(path, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=args.threads,
-                     n_threads_batch=args.threads, flash_attn=False, verbose=False)
+    llm = open_llama(
+        path,
+        n_ctx=2048,
+        n_batch=2048,
+        n_ubatch=512,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        flash_attn=False,
+        verbose=False,
+    )
     engines = [
         ("bankml --json", lambda: run_bankml(model, True, args.max_tokens, args.seed)),
         ("bankml unconstrained", lambda: run_bankml(model, False, args.max_tokens, args.seed)),
@@ -106,7 +136,7 @@ def main(argv=None):
         fn()
     results = {name: [] for name, _ in engines}
     for _ in range(args.repeats):
-        for name, fn in engines:   # interleaved, so drift hits every engine alike
+        for name, fn in engines:  # interleaved, so drift hits every engine alike
             results[name].append(fn())
     table = []
     for name, _ in engines:
@@ -122,15 +152,20 @@ def main(argv=None):
             line["redraws"] = sum(r["redraws"] for r in rows)
         table.append(line)
     ref = {row["name"]: row["tps"] for row in table}
-    print(f"<!-- {datetime.date.today()} · {cpu_model()} · {args.threads} threads · {os.path.basename(path)} · "
-          f"{len(PROMPTS)} prompts × max {args.max_tokens} tokens, best of {args.repeats} -->")
-    print("| engine | tokens | tokens/s | vs llama-cpp-python json_object | grammar + sampling per token "
-          "| share of a decoding step | redraws |")
+    print(
+        f"<!-- {datetime.date.today()} · {cpu_model()} · {args.threads} threads · {os.path.basename(path)} · "
+        f"{len(PROMPTS)} prompts × max {args.max_tokens} tokens, best of {args.repeats} -->"
+    )
+    print(
+        "| engine | tokens | tokens/s | vs llama-cpp-python json_object | grammar + sampling per token "
+        "| share of a decoding step | redraws |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     base = ref["llama-cpp-python json_object"]
     for row in table:
-        extra = (f"{row['us_per_token']:.0f} µs | {row['share']:.2f} % | {row['redraws']}" if "share" in row
-                 else "– | – | –")
+        extra = (
+            f"{row['us_per_token']:.0f} µs | {row['share']:.2f} % | {row['redraws']}" if "share" in row else "– | – | –"
+        )
         print(f"| {row['name']} | {row['tokens']} | {row['tps']:.1f} | {row['tps'] / base:.2f}× | {extra} |")
     return 0
 

@@ -17,6 +17,7 @@ request, a served hostile request, a dropped connection, a timeout.
 
     PYTHONPATH=. python bench/load_test.py --requests 200 --concurrency 8 --parallel 2 --json load.json
 """
+
 import argparse
 import contextlib
 import json
@@ -34,9 +35,14 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 ASK = [{"role": "user", "content": "Describe a cat in a few words."}]
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
-                                           "age": {"type": "integer", "minimum": 0, "maximum": 30}},
-          "required": ["name", "age"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 30},
+    },
+    "required": ["name", "age"],
+}
 NEVER_ENDS = 'root ::= "a" root'
 
 
@@ -93,27 +99,49 @@ def _post(client, base, path, body, timeout=120.0, raw=None):
 
 
 def chat_json_mode(client, base, rng):
-    r = _post(client, base, "/v1/chat/completions", {"messages": ASK, "response_format": {"type": "json_object"},
-                                                     "max_tokens": 24, "seed": rng.randrange(1000)})
+    r = _post(
+        client,
+        base,
+        "/v1/chat/completions",
+        {"messages": ASK, "response_format": {"type": "json_object"}, "max_tokens": 24, "seed": rng.randrange(1000)},
+    )
     return _served_chat(r)
 
 
 def chat_schema(client, base, rng):
-    r = _post(client, base, "/v1/chat/completions", {
-        "messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"name": "cat", "schema": SCHEMA}},
-        "max_tokens": 40, "seed": rng.randrange(1000), "temperature": 0.7})
+    r = _post(
+        client,
+        base,
+        "/v1/chat/completions",
+        {
+            "messages": ASK,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "cat", "schema": SCHEMA}},
+            "max_tokens": 40,
+            "seed": rng.randrange(1000),
+            "temperature": 0.7,
+        },
+    )
     return _served_chat(r)
 
 
 def chat_grammar(client, base, rng):
-    r = _post(client, base, "/v1/chat/completions", {"messages": ASK, "grammar": 'root ::= [a-z]+ (" " [a-z]+)?',
-                                                     "max_tokens": 8, "seed": rng.randrange(1000)})
+    r = _post(
+        client,
+        base,
+        "/v1/chat/completions",
+        {"messages": ASK, "grammar": 'root ::= [a-z]+ (" " [a-z]+)?', "max_tokens": 8, "seed": rng.randrange(1000)},
+    )
     return _served_chat(r, lambda content, _b: all(part.isalpha() for part in content.split(" ")) or not content)
 
 
 def chat_stream(client, base, rng):
-    body = {"messages": ASK, "stream": True, "stream_options": {"include_usage": True}, "max_tokens": 12,
-            "seed": rng.randrange(1000)}
+    body = {
+        "messages": ASK,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 12,
+        "seed": rng.randrange(1000),
+    }
     with client.stream("POST", base + "/v1/chat/completions", json=body, timeout=120.0) as r:
         if r.status_code != 200:
             r.read()
@@ -127,24 +155,43 @@ def chat_stream(client, base, rng):
 
 
 def completion_grammar(client, base, rng):
-    r = _post(client, base, "/v1/completions", {"prompt": "The colors are", "grammar": 'root ::= " red" | " blue"',
-                                                "max_tokens": 4, "seed": rng.randrange(1000)})
+    r = _post(
+        client,
+        base,
+        "/v1/completions",
+        {
+            "prompt": "The colors are",
+            "grammar": 'root ::= " red" | " blue"',
+            "max_tokens": 4,
+            "seed": rng.randrange(1000),
+        },
+    )
     if r.status_code == 200 and (_json(r) or {}).get("choices", [{}])[0].get("text") in (" red", " blue"):
         return "served", ""
     return "failed", f"{r.status_code}: {r.text[:200]}"
 
 
 def ollama_chat(client, base, rng):
-    r = _post(client, base, "/api/chat", {"messages": ASK, "format": "json", "stream": False,
-                                          "options": {"num_predict": 16, "seed": rng.randrange(1000)}})
+    r = _post(
+        client,
+        base,
+        "/api/chat",
+        {
+            "messages": ASK,
+            "format": "json",
+            "stream": False,
+            "options": {"num_predict": 16, "seed": rng.randrange(1000)},
+        },
+    )
     if r.status_code == 200 and (_json(r) or {}).get("done") is True:
         return "served", ""
     return "failed", f"{r.status_code}: {r.text[:200]}"
 
 
 def ollama_generate_stream(client, base, rng):
-    with client.stream("POST", base + "/api/generate", json={"prompt": "Hi", "options": {"num_predict": 6}},
-                       timeout=120.0) as r:
+    with client.stream(
+        "POST", base + "/api/generate", json={"prompt": "Hi", "options": {"num_predict": 6}}, timeout=120.0
+    ) as r:
         lines = [json.loads(line) for line in r.iter_lines() if line]
     if r.status_code == 200 and lines and lines[-1].get("done") is True:
         return "served", ""
@@ -158,22 +205,33 @@ def disconnect_mid_stream(client, base, rng):
             return "failed", f"{r.status_code}"
         for line in r.iter_lines():
             if line.startswith("data: ") and '"content":"a' in line.replace(" ", ""):
-                return "disconnected", ""   # leaving the block closes the connection
+                return "disconnected", ""  # leaving the block closes the connection
     return "failed", "the never-ending stream ended"
 
 
 def disconnect_before_answer(client, base, rng):
     try:
-        _post(client, base, "/v1/chat/completions", {"messages": ASK, "grammar": NEVER_ENDS, "max_tokens": 100000},
-              timeout=httpx.Timeout(120.0, read=1.0))
+        _post(
+            client,
+            base,
+            "/v1/chat/completions",
+            {"messages": ASK, "grammar": NEVER_ENDS, "max_tokens": 100000},
+            timeout=httpx.Timeout(120.0, read=1.0),
+        )
     except httpx.ReadTimeout:
         return "disconnected", ""
     return "failed", "a never-ending generation answered"
 
 
 def hostile_exponential_schema(client, base, rng):
-    return _refused(_post(client, base, "/v1/chat/completions", {
-        "messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"schema": _allof_levels(19)}}}))
+    return _refused(
+        _post(
+            client,
+            base,
+            "/v1/chat/completions",
+            {"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"schema": _allof_levels(19)}}},
+        )
+    )
 
 
 def hostile_deep_json(client, base, rng):
@@ -186,8 +244,9 @@ def hostile_large_body(client, base, rng):
 
 
 def hostile_many_messages(client, base, rng):
-    return _refused(_post(client, base, "/v1/chat/completions",
-                          {"messages": [{"role": "user", "content": "hi"}] * 200000}))
+    return _refused(
+        _post(client, base, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}] * 200000})
+    )
 
 
 def hostile_special_tokens(client, base, rng):
@@ -225,26 +284,45 @@ def hostile_bad_schema(client, base, rng):
 
 def hostile_repeat_last_n(client, base, rng):
     # used to abort the process (a 2^31-entry history); llama-server clamps it to the context: served
-    r = _post(client, base, "/v1/chat/completions", {"messages": ASK, "repeat_last_n": 2147483647,
-                                                     "repeat_penalty": 1.1, "max_tokens": 4})
+    r = _post(
+        client,
+        base,
+        "/v1/chat/completions",
+        {"messages": ASK, "repeat_last_n": 2147483647, "repeat_penalty": 1.1, "max_tokens": 4},
+    )
     return _served_chat(r)
 
 
 def hostile_left_recursion(client, base, rng):
     # used to loop forever in the engine, holding a preparation thread
-    return _refused(_post(client, base, "/v1/chat/completions",
-                          {"messages": ASK, "grammar": 'root ::= ("x" | b)+ root*\nb ::= ', "max_tokens": 4}))
+    return _refused(
+        _post(
+            client,
+            base,
+            "/v1/chat/completions",
+            {"messages": ASK, "grammar": 'root ::= ("x" | b)+ root*\nb ::= ', "max_tokens": 4},
+        )
+    )
 
 
 def hostile_amplification(client, base, rng):
     # used to build 200M elements (3.6 GB) before any size check
-    return _refused(_post(client, base, "/v1/chat/completions",
-                          {"messages": ASK, "grammar": 'root ::= "' + "a" * 100000 + '"{0,2000}', "max_tokens": 4}))
+    return _refused(
+        _post(
+            client,
+            base,
+            "/v1/chat/completions",
+            {"messages": ASK, "grammar": 'root ::= "' + "a" * 100000 + '"{0,2000}', "max_tokens": 4},
+        )
+    )
 
 
 def hostile_token_id(client, base, rng):
-    return _refused(_post(client, base, "/v1/chat/completions",
-                          {"messages": ASK, "grammar": "root ::= <[999999]>", "max_tokens": 4}))
+    return _refused(
+        _post(
+            client, base, "/v1/chat/completions", {"messages": ASK, "grammar": "root ::= <[999999]>", "max_tokens": 4}
+        )
+    )
 
 
 def hostile_unknown_path(client, base, rng):
@@ -252,17 +330,30 @@ def hostile_unknown_path(client, base, rng):
 
 
 MIX = [
-    ("chat-json-mode", chat_json_mode, 3), ("chat-schema", chat_schema, 3), ("chat-grammar", chat_grammar, 2),
-    ("chat-stream", chat_stream, 2), ("completion-grammar", completion_grammar, 2), ("ollama-chat", ollama_chat, 2),
-    ("ollama-generate-stream", ollama_generate_stream, 1), ("stream-options-string", stream_options_not_an_object, 1),
-    ("disconnect-mid-stream", disconnect_mid_stream, 1), ("disconnect-before-answer", disconnect_before_answer, 1),
-    ("hostile-exponential-schema", hostile_exponential_schema, 1), ("hostile-deep-json", hostile_deep_json, 1),
-    ("hostile-large-body", hostile_large_body, 1), ("hostile-many-messages", hostile_many_messages, 1),
-    ("hostile-special-tokens", hostile_special_tokens, 1), ("hostile-samplers", hostile_samplers, 1),
-    ("hostile-stream-type", hostile_stream_type, 1), ("hostile-invalid-utf8", hostile_invalid_utf8, 1),
-    ("hostile-bad-schema", hostile_bad_schema, 1), ("hostile-unknown-path", hostile_unknown_path, 1),
-    ("hostile-repeat-last-n", hostile_repeat_last_n, 1), ("hostile-left-recursion", hostile_left_recursion, 1),
-    ("hostile-amplification", hostile_amplification, 1), ("hostile-token-id", hostile_token_id, 1),
+    ("chat-json-mode", chat_json_mode, 3),
+    ("chat-schema", chat_schema, 3),
+    ("chat-grammar", chat_grammar, 2),
+    ("chat-stream", chat_stream, 2),
+    ("completion-grammar", completion_grammar, 2),
+    ("ollama-chat", ollama_chat, 2),
+    ("ollama-generate-stream", ollama_generate_stream, 1),
+    ("stream-options-string", stream_options_not_an_object, 1),
+    ("disconnect-mid-stream", disconnect_mid_stream, 1),
+    ("disconnect-before-answer", disconnect_before_answer, 1),
+    ("hostile-exponential-schema", hostile_exponential_schema, 1),
+    ("hostile-deep-json", hostile_deep_json, 1),
+    ("hostile-large-body", hostile_large_body, 1),
+    ("hostile-many-messages", hostile_many_messages, 1),
+    ("hostile-special-tokens", hostile_special_tokens, 1),
+    ("hostile-samplers", hostile_samplers, 1),
+    ("hostile-stream-type", hostile_stream_type, 1),
+    ("hostile-invalid-utf8", hostile_invalid_utf8, 1),
+    ("hostile-bad-schema", hostile_bad_schema, 1),
+    ("hostile-unknown-path", hostile_unknown_path, 1),
+    ("hostile-repeat-last-n", hostile_repeat_last_n, 1),
+    ("hostile-left-recursion", hostile_left_recursion, 1),
+    ("hostile-amplification", hostile_amplification, 1),
+    ("hostile-token-id", hostile_token_id, 1),
 ]
 
 
@@ -300,10 +391,29 @@ def server(parallel=2, threads=1, ctx=2048, extra=(), startup=300.0, env=None):
     set for the process besides this one's."""
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", prefix="bankml-load-", suffix=".log", delete=False)
-    cmd = [sys.executable, "-m", "bankml", "serve", "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
-           "--parallel", str(parallel), "-c", str(ctx), "--alias", "load", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bankml",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        str(threads),
+        "--parallel",
+        str(parallel),
+        "-c",
+        str(ctx),
+        "--alias",
+        "load",
+        *extra,
+    ]
     # faulthandler: a crash of the server prints every thread's Python stack into its log
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONFAULTHANDLER="1", **(env or {})))
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONFAULTHANDLER="1", **(env or {}))
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup
@@ -327,12 +437,14 @@ def server(parallel=2, threads=1, ctx=2048, extra=(), startup=300.0, env=None):
             # process died (and of what) or is still up, with the end of its log
             time.sleep(0.5)
             state = "still running" if proc.poll() is None else f"exited with {proc.returncode}"
-            if hasattr(err, "add_note"):   # Python 3.11+
-                with open(log.name, errors="replace") as handle:   # its own offset: the server may still write
+            if hasattr(err, "add_note"):  # Python 3.11+
+                with open(log.name, errors="replace") as handle:  # its own offset: the server may still write
                     text = handle.read()
-                fatal = text.rfind("Fatal Python error")   # faulthandler's dump, from its first line
-                err.add_note(f"bankml serve (pid {proc.pid}) {state}; its log:\n"
-                             + (text[max(0, fatal - 2000):fatal + 12000] if fatal >= 0 else text[-4000:]))
+                fatal = text.rfind("Fatal Python error")  # faulthandler's dump, from its first line
+                err.add_note(
+                    f"bankml serve (pid {proc.pid}) {state}; its log:\n"
+                    + (text[max(0, fatal - 2000) : fatal + 12000] if fatal >= 0 else text[-4000:])
+                )
             raise
     finally:
         if proc.poll() is None:
@@ -378,6 +490,7 @@ def run_load(base, pid, n_requests, concurrency=8, time_limit=1800.0, seed=0, wa
     def warm(name):
         with httpx.Client() as client:
             return functions[name](client, base, random.Random(1))[0]
+
     with ThreadPoolExecutor(concurrency) as pool:
         warm_outcomes = list(pool.map(warm, [name for name, _fn, _w in MIX] * warmup))
     time.sleep(1.0)
@@ -410,13 +523,14 @@ def run_load(base, pid, n_requests, concurrency=8, time_limit=1800.0, seed=0, wa
                 peak[0] = max(peak[0], rss_kib(pid))
             except OSError:
                 return
+
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     with ThreadPoolExecutor(concurrency) as pool:
         for item in pool.map(one, plan(n_requests, seed)):
             results.append(item)
     elapsed = time.perf_counter() - t_start
-    time.sleep(2.0)   # disconnected generations stop after their current token
+    time.sleep(2.0)  # disconnected generations stop after their current token
     stop.set()
     sampler.join()
     # the slots are free again: one more short request is served
@@ -434,18 +548,28 @@ def run_load(base, pid, n_requests, concurrency=8, time_limit=1800.0, seed=0, wa
         by_kind.setdefault(name, {}).setdefault(outcome, 0)
         by_kind[name][outcome] += 1
     return {
-        "requests": len(results), "concurrency": concurrency, "elapsed_s": round(elapsed, 1),
-        "warmup_requests": len(warm_outcomes), "warmup_failed": warm_outcomes.count("failed"),
-        "counts": counts, "by_kind": by_kind,
-        "latency_s": {k: {"p50": round(_percentile(v, 50), 3), "p99": round(_percentile(v, 99), 3)}
-                      for k, v in latencies.items()},
-        "all_latency_s": {"p50": round(_percentile([r[2] for r in results], 50), 3),
-                          "p99": round(_percentile([r[2] for r in results], 99), 3)},
+        "requests": len(results),
+        "concurrency": concurrency,
+        "elapsed_s": round(elapsed, 1),
+        "warmup_requests": len(warm_outcomes),
+        "warmup_failed": warm_outcomes.count("failed"),
+        "counts": counts,
+        "by_kind": by_kind,
+        "latency_s": {
+            k: {"p50": round(_percentile(v, 50), 3), "p99": round(_percentile(v, 99), 3)} for k, v in latencies.items()
+        },
+        "all_latency_s": {
+            "p50": round(_percentile([r[2] for r in results], 50), 3),
+            "p99": round(_percentile([r[2] for r in results], 99), 3),
+        },
         # resident memory: after the warm-up and after the run, and the high-water mark (VmHWM) at both
-        "rss_mib": {"after_warmup": round(rss_before / 1024, 1), "after_run": round(rss_after / 1024, 1),
-                    "peak_after_warmup": round(hwm_before / 1024, 1),
-                    "peak_after_run": round(rss_kib(pid, "VmHWM") / 1024, 1),
-                    "peak_sampled_during_run": round(peak[0] / 1024, 1)},
+        "rss_mib": {
+            "after_warmup": round(rss_before / 1024, 1),
+            "after_run": round(rss_after / 1024, 1),
+            "peak_after_warmup": round(hwm_before / 1024, 1),
+            "peak_after_run": round(rss_kib(pid, "VmHWM") / 1024, 1),
+            "peak_sampled_during_run": round(peak[0] / 1024, 1),
+        },
         # threads and open descriptors after the warm-up and after the run (every request has ended)
         "threads": {"after_warmup": handles_before[0], "after_run": handles_after[0]},
         "open_fds": {"after_warmup": handles_before[1], "after_run": handles_after[1]},
@@ -457,8 +581,7 @@ def run_load(base, pid, n_requests, concurrency=8, time_limit=1800.0, seed=0, wa
 def sigterm_during_generation(base, proc, limit=30.0):
     """SIGTERM while a never-ending generation streams: seconds until the process exits, and its code."""
     body = {"messages": ASK, "grammar": NEVER_ENDS, "stream": True, "max_tokens": 100000}
-    with httpx.Client() as client, client.stream("POST", base + "/v1/chat/completions", json=body,
-                                                 timeout=60.0) as r:
+    with httpx.Client() as client, client.stream("POST", base + "/v1/chat/completions", json=body, timeout=60.0) as r:
         lines = r.iter_lines()
         for line in lines:
             if line.startswith("data: ") and '"content":"a' in line.replace(" ", ""):

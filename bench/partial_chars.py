@@ -8,6 +8,7 @@ over the same rules: the context's caches are filled). Thread CPU time, microsec
 
     python bench/partial_chars.py [--vocab llama3|qwen2] [--grammar json] [--rounds 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,6 +23,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 import walks  # noqa: E402
+
 from bankml import Grammar, Rules  # noqa: E402
 
 DOCUMENTS = [
@@ -34,7 +36,7 @@ DOCUMENTS = [
 def walk(rules, vocab, doc: bytes, out, into):
     g = Grammar(rules, vocab)
     for i in range(1, len(doc)):
-        g.accept_bytes(doc[i - 1:i])
+        g.accept_bytes(doc[i - 1 : i])
         inside = (doc[i] & 0xC0) == 0x80
         t0 = time.thread_time_ns()
         g.fill_next_token_bitmask(out)
@@ -50,7 +52,7 @@ def main(argv=None):
     vocab = walks.bankml_vocab(args.vocab)
     text = walks.grammar_text(args.grammar)
     out = np.zeros((vocab.n_vocab + 31) // 32, dtype=np.int32)
-    Grammar(Rules.parse(text, vocab=vocab), vocab).fill_next_token_bitmask(out)   # the trie, built once
+    Grammar(Rules.parse(text, vocab=vocab), vocab).fill_next_token_bitmask(out)  # the trie, built once
     times = {(p, k): [] for p in ("cold", "warm") for k in ("inside", "whole")}
     for _ in range(args.rounds):
         for doc in DOCUMENTS:
@@ -59,19 +61,26 @@ def main(argv=None):
             for phase in ("cold", "warm"):
                 into = {"inside": times[(phase, "inside")], "whole": times[(phase, "whole")]}
                 walk(rules, vocab, raw, out, into)
-    print(f"## bench/partial_chars.py: {args.grammar} x {args.vocab}, {len(DOCUMENTS)} documents byte by byte, "
-          f"{args.rounds} rounds, thread CPU µs\n")
+    print(
+        f"## bench/partial_chars.py: {args.grammar} x {args.vocab}, {len(DOCUMENTS)} documents byte by byte, "
+        f"{args.rounds} rounds, thread CPU µs\n"
+    )
     print("| walk | state | masks | p50 | p99 | max | mean |")
     print("|---|---|---|---|---|---|---|")
     for (phase, kind), v in times.items():
         a = np.array(v)
         label = "inside a character" if kind == "inside" else "on a whole character"
-        print(f"| {phase} | {label} | {len(a)} | {np.percentile(a, 50):.1f} | {np.percentile(a, 99):.1f} "
-              f"| {a.max():.0f} | {a.mean():.1f} |")
+        print(
+            f"| {phase} | {label} | {len(a)} | {np.percentile(a, 50):.1f} | {np.percentile(a, 99):.1f} "
+            f"| {a.max():.0f} | {a.mean():.1f} |"
+        )
     for phase in ("cold", "warm"):
         i, w = np.array(times[(phase, "inside")]), np.array(times[(phase, "whole")])
-        print(f"\n{phase}: inside / whole = {np.percentile(i, 50) / np.percentile(w, 50):.2f}x (p50), "
-              f"{i.mean() / w.mean():.2f}x (mean)", end="")
+        print(
+            f"\n{phase}: inside / whole = {np.percentile(i, 50) / np.percentile(w, 50):.2f}x (p50), "
+            f"{i.mean() / w.mean():.2f}x (mean)",
+            end="",
+        )
     print()
 
 

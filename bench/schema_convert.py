@@ -1,4 +1,4 @@
-"""JSON schema -> GBNF conversion time: bankml.schema (pure Python) vs the pinned llama.cpp's converter (C++,
+"""JSON schema -> GBNF conversion time: bankml.schema.converter (pure Python) vs the pinned llama.cpp's converter (C++,
 timed inside the converter program of tests/oracle/build_converter.py, the schema parsed once, outside).
 
     python bench/schema_convert.py            # the 22 realistic schemas of bench/data/schemas.json, and
@@ -6,6 +6,7 @@ timed inside the converter program of tests/oracle/build_converter.py, the schem
 
 Prints one line per group: total and median per-schema time of each, and the ratio. Short on purpose.
 """
+
 import json
 import pathlib
 import statistics
@@ -15,7 +16,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bankml.schema import json_schema_to_grammar, load_schema  # noqa: E402
+from bankml.schema.converter import json_schema_to_grammar, load_schema  # noqa: E402
 from tests.oracle.build_converter import Converter  # noqa: E402
 
 
@@ -44,11 +45,13 @@ def group(name, schemas, conv):
         n = reps_for(schema)
         ours.append(bankml_ns(schema, n))
         theirs.append(conv.time_ns(schema, n))
-    print(f"{name}: {len(ours)} schemas; bankml total {sum(ours) / 1e6:.2f} ms,"
-          f" median {statistics.median(ours) / 1e3:.1f} us;"
-          f" llama.cpp total {sum(theirs) / 1e6:.2f} ms, median {statistics.median(theirs) / 1e3:.1f} us;"
-          f" bankml/llama.cpp {sum(ours) / sum(theirs):.2f}x (total), "
-          f"{statistics.median([a / b for a, b in zip(ours, theirs)]):.2f}x (median of ratios)")
+    print(
+        f"{name}: {len(ours)} schemas; bankml total {sum(ours) / 1e6:.2f} ms,"
+        f" median {statistics.median(ours) / 1e3:.1f} us;"
+        f" llama.cpp total {sum(theirs) / 1e6:.2f} ms, median {statistics.median(theirs) / 1e3:.1f} us;"
+        f" bankml/llama.cpp {sum(ours) / sum(theirs):.2f}x (total), "
+        f"{statistics.median([a / b for a, b in zip(ours, theirs)]):.2f}x (median of ratios)"
+    )
 
 
 def main():

@@ -40,6 +40,7 @@ walks the instance with it: does either take llama.cpp's grammar as is, and are 
 llama.cpp's (compared at every GBNF_EVERY-th position, default 8)? Everything runs on one thread.
 --json PATH also writes the per-schema numbers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,7 +55,6 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYO
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
-
 import schema_walks  # noqa: E402
 import summary  # noqa: E402
 import walks  # noqa: E402
@@ -178,9 +178,11 @@ def describe_differences(e, classes_diff, vocab):
         total = sum(counts.values())
         how = ", ".join(f"{n:,} {d}" for d, n in sorted(counts.items(), key=lambda kv: -kv[1]))
         schema, snippet, extra, missing = example
-        lines.append(f"  - {CLASS_LABELS[cls]}: {total:,} positions ({how}). E.g. {schema} after …{snippet!r}: "
-                     f"only {e} allows {summary.describe_ids(vocab, extra, 6) or 'nothing'}; only libllama allows "
-                     f"{summary.describe_ids(vocab, missing, 6) or 'nothing'}.")
+        lines.append(
+            f"  - {CLASS_LABELS[cls]}: {total:,} positions ({how}). E.g. {schema} after …{snippet!r}: "
+            f"only {e} allows {summary.describe_ids(vocab, extra, 6) or 'nothing'}; only libllama allows "
+            f"{summary.describe_ids(vocab, missing, 6) or 'nothing'}."
+        )
     return lines
 
 
@@ -208,8 +210,15 @@ def gbnf_check(eng, name, tokens, reference, every, keep_bits):
         try:
             eng.accept(matcher, tokens[index])
         except Exception as e:  # noqa: BLE001
-            return (True, False, ms, compared, equal, outside,
-                    f"{name}: stopped at token {index}: {str(e).splitlines()[0][:160]}")
+            return (
+                True,
+                False,
+                ms,
+                compared,
+                equal,
+                outside,
+                f"{name}: stopped at token {index}: {str(e).splitlines()[0][:160]}",
+            )
     return True, True, ms, compared, equal, outside, None
 
 
@@ -229,8 +238,13 @@ def print_per_schema(raw, engines):
     others = [e for e in ("xgrammar", "llguidance") if e in engines]
     head = ["schema", "source", "tokens", "rules in the GBNF"]
     if "bankml" in engines:
-        head += ["bankml compile ms", "bankml cold mean / max µs", "bankml cold masks > 1 ms", "bankml warm mean µs",
-                 "bankml cache MiB"]
+        head += [
+            "bankml compile ms",
+            "bankml cold mean / max µs",
+            "bankml cold masks > 1 ms",
+            "bankml warm mean µs",
+            "bankml cache MiB",
+        ]
     if "libllama" in engines:
         head += ["libllama cold mean µs"]
     head += [f"{e} cold mean µs" for e in others]
@@ -241,16 +255,23 @@ def print_per_schema(raw, engines):
     for row in raw:
         name = row["schema"]
         entry = schema_walks.entry(name)
-        cells = [name, "pydantic" if entry["source"].startswith("pydantic") else "hand", str(row["tokens"]),
-                 str(schema_walks.gbnf(name).count("::="))]
+        cells = [
+            name,
+            "pydantic" if entry["source"].startswith("pydantic") else "hand",
+            str(row["tokens"]),
+            str(schema_walks.gbnf(name).count("::=")),
+        ]
         eng = row["engines"]
         if "bankml" in engines:
             b = eng["bankml"]
             cold = np.asarray(b["cold_us"]) if b["cold_us"] else np.array([np.nan])
-            cells += [f"{b['compile_ms']:.2f}" if b["compile_ms"] is not None else "–",
-                      f"{fmt_us(cold.mean())} / {fmt_us(cold.max())}", str(int((cold > 1000).sum())),
-                      fmt_us(np.mean(b["warm_us"])) if b["warm_us"] else "–",
-                      f"{b['cache_bytes'] / 2**20:.1f}" if b["cache_bytes"] is not None else "–"]
+            cells += [
+                f"{b['compile_ms']:.2f}" if b["compile_ms"] is not None else "–",
+                f"{fmt_us(cold.mean())} / {fmt_us(cold.max())}",
+                str(int((cold > 1000).sum())),
+                fmt_us(np.mean(b["warm_us"])) if b["warm_us"] else "–",
+                f"{b['cache_bytes'] / 2**20:.1f}" if b["cache_bytes"] is not None else "–",
+            ]
         if "libllama" in engines:
             cells.append(fmt_us(np.mean(eng["libllama"]["cold_us"])) if eng["libllama"]["cold_us"] else "–")
         for e in others:
@@ -268,10 +289,24 @@ def run(vocab_name, engines, names, repeats, libllama_every, gbnf_every, gbnf_en
     keep[set_aside] = False
     keep_bits = np.packbits(keep, bitorder="little")
     order = sorted(engines, key=lambda e: e != "libllama")  # libllama first: its masks are the reference
-    per_engine = {e: {"compile_ms": [], "cold": [], "warm": [], "cache": [], "errors": [], "walked": 0,
-                      "exact": 0, "outside": 0, "classes": {}} for e in engines}
-    gbnf = {e: {"compiled": 0, "walked": 0, "compile_ms": [], "compared": 0, "equal": 0, "outside": 0, "notes": []}
-            for e in gbnf_engines}
+    per_engine = {
+        e: {
+            "compile_ms": [],
+            "cold": [],
+            "warm": [],
+            "cache": [],
+            "errors": [],
+            "walked": 0,
+            "exact": 0,
+            "outside": 0,
+            "classes": {},
+        }
+        for e in engines
+    }
+    gbnf = {
+        e: {"compiled": 0, "walked": 0, "compile_ms": [], "compared": 0, "equal": 0, "outside": 0, "notes": []}
+        for e in gbnf_engines
+    }
     positions = 0
     raw = []
     for name in names:
@@ -311,18 +346,24 @@ def run(vocab_name, engines, names, repeats, libllama_every, gbnf_every, gbnf_en
                         counts, example = acc["classes"].setdefault(cls, ({}, None))
                         counts[d[0]] = counts.get(d[0], 0) + 1
                         if example is None:
-                            snippet = text[max(0, ends[index] - 28):ends[index]].decode("utf-8", "replace")
-                            example = (name, snippet, summary.unpack(d[1], vocab.n_vocab),
-                                       summary.unpack(d[2], vocab.n_vocab))
+                            snippet = text[max(0, ends[index] - 28) : ends[index]].decode("utf-8", "replace")
+                            example = (
+                                name,
+                                snippet,
+                                summary.unpack(d[1], vocab.n_vocab),
+                                summary.unpack(d[2], vocab.n_vocab),
+                            )
                             acc["classes"][cls] = (counts, example)
                 row["engines"].setdefault(e, {})["masks_equal"] = sum(d is None for d in diffs)
             row["engines"].setdefault(e, {}).update(
-                compile_ms=w.compile_ms, cold_us=w.cold, warm_us=w.warm, cache_bytes=w.cache_bytes, error=w.error)
+                compile_ms=w.compile_ms, cold_us=w.cold, warm_us=w.warm, cache_bytes=w.cache_bytes, error=w.error
+            )
         for e in gbnf_engines:
             eng = walks.engine(e, vocab_name)
             print(f"  {vocab_name} {name}: {e} given llama.cpp's GBNF ...", file=sys.stderr, flush=True)
-            ok, walked, ms, compared, equal, outside, note = gbnf_check(eng, name, tokens, reference, gbnf_every,
-                                                                        keep_bits)
+            ok, walked, ms, compared, equal, outside, note = gbnf_check(
+                eng, name, tokens, reference, gbnf_every, keep_bits
+            )
             g = gbnf[e]
             g["compiled"] += ok
             g["walked"] += walked
@@ -333,22 +374,32 @@ def run(vocab_name, engines, names, repeats, libllama_every, gbnf_every, gbnf_en
             g["outside"] += outside
             if note:
                 g["notes"].append(note)
-            row.setdefault("gbnf", {})[e] = {"compiled": ok, "walked": walked, "compile_ms": ms,
-                                             "masks_compared": compared, "masks_equal": equal,
-                                             "masks_equal_quirks_aside": outside, "note": note}
+            row.setdefault("gbnf", {})[e] = {
+                "compiled": ok,
+                "walked": walked,
+                "compile_ms": ms,
+                "masks_compared": compared,
+                "masks_equal": equal,
+                "masks_equal_quirks_aside": outside,
+                "note": note,
+            }
         raw.append(row)
 
     n_schemas = len(names)
     print(f"\n### {n_schemas} JSON schemas × {label} ({vocab.n_vocab:,} tokens)\n")
-    print(f"{n_schemas} schema walks, {positions:,} masks per walk in all (one before each token of each instance "
-          f"and one after its last). Mask µs: p50 / mean / p99 / max over all positions of all walks. Cold: the "
-          f"first walk of a freshly compiled schema (bankml: new Rules, so an empty shared context). Warm: per "
-          f"position the fastest of {repeats} more walks, each with a new matcher of the same compiled grammar"
-          f"{f'; libllama timed on every {libllama_every}th position there' if libllama_every > 1 else ''}. "
-          f"Compile: schema or GBNF to a ready matcher, fastest of 3, p50 / max over the schemas.\n")
-    print("| engine | schema given as | walks done | compile ms p50 / max | cold mask µs p50 / mean / p99 / max "
-          "| warm mask µs p50 / mean / p99 / max | cache after walk, max | masks = libllama "
-          "| = libllama, known quirks aside |")
+    print(
+        f"{n_schemas} schema walks, {positions:,} masks per walk in all (one before each token of each instance "
+        f"and one after its last). Mask µs: p50 / mean / p99 / max over all positions of all walks. Cold: the "
+        f"first walk of a freshly compiled schema (bankml: new Rules, so an empty shared context). Warm: per "
+        f"position the fastest of {repeats} more walks, each with a new matcher of the same compiled grammar"
+        f"{f'; libllama timed on every {libllama_every}th position there' if libllama_every > 1 else ''}. "
+        f"Compile: schema or GBNF to a ready matcher, fastest of 3, p50 / max over the schemas.\n"
+    )
+    print(
+        "| engine | schema given as | walks done | compile ms p50 / max | cold mask µs p50 / mean / p99 / max "
+        "| warm mask µs p50 / mean / p99 / max | cache after walk, max | masks = libllama "
+        "| = libllama, known quirks aside |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     notes = []
     for e in engines:
@@ -363,40 +414,52 @@ def run(vocab_name, engines, names, repeats, libllama_every, gbnf_every, gbnf_en
             same_outside = f"{acc['outside']:,}/{positions:,}"
             differ = positions - acc["outside"]
             if differ:
-                notes.append(f"- {e}: {differ:,} positions differ with the quirks set aside; by where the walk is "
-                             f"(more / less / both: {e} allows tokens libllama does not, the reverse, or both):")
+                notes.append(
+                    f"- {e}: {differ:,} positions differ with the quirks set aside; by where the walk is "
+                    f"(more / less / both: {e} allows tokens libllama does not, the reverse, or both):"
+                )
                 notes += describe_differences(e, acc["classes"], vocab)
         else:
             same = same_outside = "–"
         for err in acc["errors"]:
             notes.append(f"- {e}: {err}")
-        print(f"| {e} {walks.engine_version(e)} | {schema_walks.FRONT_ENDS[e]} | {acc['walked']}/{n_schemas} "
-              f"| {comp_s} | {stats(acc['cold'])} | {stats(acc['warm'])} | {cache} | {same} | {same_outside} |")
+        print(
+            f"| {e} {walks.engine_version(e)} | {schema_walks.FRONT_ENDS[e]} | {acc['walked']}/{n_schemas} "
+            f"| {comp_s} | {stats(acc['cold'])} | {stats(acc['warm'])} | {cache} | {same} | {same_outside} |"
+        )
     if per_schema:
         print_per_schema(raw, engines)
     if per_engine.get("bankml", {}).get("cache"):
         c = per_engine["bankml"]["cache"]
-        print(f"\nbankml cache: `MatchContext.cache_bytes` after the cold and warm walks of a schema; max "
-              f"{max(c) / 2**20:,.1f} MiB, median {pct(c, 50) / 2**20:,.1f} MiB, all {n_schemas} schemas together "
-              f"{sum(c) / 2**20:,.1f} MiB.")
+        print(
+            f"\nbankml cache: `MatchContext.cache_bytes` after the cold and warm walks of a schema; max "
+            f"{max(c) / 2**20:,.1f} MiB, median {pct(c, 50) / 2**20:,.1f} MiB, all {n_schemas} schemas together "
+            f"{sum(c) / 2**20:,.1f} MiB."
+        )
     if notes:
         print("\nWhere the masks differ from libllama's:\n")
         print("\n".join(notes))
     if gbnf_engines:
-        print(f"\nllama.cpp's GBNF of each schema given directly to the other engines' GBNF front-ends "
-              f"(XGrammar `Grammar.from_ebnf`, each empty alternative written `\"\"`; llguidance "
-              f"`grammar_from(\"gbnf\")`): compiled, instance walked to the end, and masks equal to "
-              f"libllama's at every {gbnf_every}th position, as is and with the known quirks set aside.\n")
-        print("| engine | compiles | walks the instance | compile ms p50 / max | masks = libllama (sampled) "
-              "| = libllama, known quirks aside |")
+        print(
+            f"\nllama.cpp's GBNF of each schema given directly to the other engines' GBNF front-ends "
+            f'(XGrammar `Grammar.from_ebnf`, each empty alternative written `""`; llguidance '
+            f'`grammar_from("gbnf")`): compiled, instance walked to the end, and masks equal to '
+            f"libllama's at every {gbnf_every}th position, as is and with the known quirks set aside.\n"
+        )
+        print(
+            "| engine | compiles | walks the instance | compile ms p50 / max | masks = libllama (sampled) "
+            "| = libllama, known quirks aside |"
+        )
         print("|---|---:|---:|---:|---:|---:|")
         gnotes = []
         for e in gbnf_engines:
             g = gbnf[e]
             comp = g["compile_ms"]
             comp_s = f"{pct(comp, 50):,.2f} / {max(comp):,.2f}" if comp else "–"
-            print(f"| {e} | {g['compiled']}/{n_schemas} | {g['walked']}/{n_schemas} | {comp_s} "
-                  f"| {g['equal']:,}/{g['compared']:,} | {g['outside']:,}/{g['compared']:,} |")
+            print(
+                f"| {e} | {g['compiled']}/{n_schemas} | {g['walked']}/{n_schemas} | {comp_s} "
+                f"| {g['equal']:,}/{g['compared']:,} | {g['outside']:,}/{g['compared']:,} |"
+            )
             gnotes += [f"- {e}: {n}" for n in g["notes"]]
         if gnotes:
             print()
@@ -406,19 +469,34 @@ def run(vocab_name, engines, names, repeats, libllama_every, gbnf_every, gbnf_en
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--vocab", action="append", choices=sorted(walks.VOCAB_FILES),
-                        help="vocabulary (repeatable; default qwen2 and llama3)")
-    parser.add_argument("--engine", action="append", choices=walks.ENGINES,
-                        help="engine (repeatable; default every importable one)")
-    parser.add_argument("--schema", action="append", choices=schema_walks.schema_names(),
-                        help="schema (repeatable; default all)")
+    parser.add_argument(
+        "--vocab",
+        action="append",
+        choices=sorted(walks.VOCAB_FILES),
+        help="vocabulary (repeatable; default qwen2 and llama3)",
+    )
+    parser.add_argument(
+        "--engine", action="append", choices=walks.ENGINES, help="engine (repeatable; default every importable one)"
+    )
+    parser.add_argument(
+        "--schema", action="append", choices=schema_walks.schema_names(), help="schema (repeatable; default all)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="warm walks (default 3)")
-    parser.add_argument("--libllama-every", type=int, default=4,
-                        help="time libllama's warm walks on every Nth position (default 4; 1 = all)")
-    parser.add_argument("--gbnf-every", type=int, default=8,
-                        help="compare the GBNF-fed XGrammar/llguidance masks on every Nth position (default 8)")
-    parser.add_argument("--no-gbnf-check", action="store_true",
-                        help="skip giving llama.cpp's GBNF to XGrammar and llguidance")
+    parser.add_argument(
+        "--libllama-every",
+        type=int,
+        default=4,
+        help="time libllama's warm walks on every Nth position (default 4; 1 = all)",
+    )
+    parser.add_argument(
+        "--gbnf-every",
+        type=int,
+        default=8,
+        help="compare the GBNF-fed XGrammar/llguidance masks on every Nth position (default 8)",
+    )
+    parser.add_argument(
+        "--no-gbnf-check", action="store_true", help="skip giving llama.cpp's GBNF to XGrammar and llguidance"
+    )
     parser.add_argument("--per-schema", action="store_true", help="also print one row per schema")
     parser.add_argument("--json", metavar="PATH", help="also write the per-schema numbers as JSON")
     args = parser.parse_args(argv)
@@ -431,15 +509,32 @@ def main(argv=None):
 
     print("## Whole-vocabulary mask time along JSON-schema walks\n")
     print(summary.machine_line() + f" Load average at start: {', '.join(f'{x:.2f}' for x in os.getloadavg())}.")
-    print("Engines: " + "; ".join(f"{e} {walks.engine_version(e)}" for e in engines)
-          + (f" (not installed: {', '.join(missing)})" if missing else ""))
-    print("Every engine gets the same token bytes (llama_token_to_piece, special=true). Schemas: "
-          f"`bench/data/schemas.json` ({len(names)}), GBNF: `bench/data/schema_grammars.json`.")
+    print(
+        "Engines: "
+        + "; ".join(f"{e} {walks.engine_version(e)}" for e in engines)
+        + (f" (not installed: {', '.join(missing)})" if missing else "")
+    )
+    print(
+        "Every engine gets the same token bytes (llama_token_to_piece, special=true). Schemas: "
+        f"`bench/data/schemas.json` ({len(names)}), GBNF: `bench/data/schema_grammars.json`."
+    )
     raw = {"machine": summary.machine_line(), "runs": []}
     for vocab_name in vocabs:
-        raw["runs"].append({"vocab": vocab_name, "schemas": run(vocab_name, engines, names, args.repeats,
-                                                                 max(1, args.libllama_every), max(1, args.gbnf_every),
-                                                                 gbnf_engines, args.per_schema)})
+        raw["runs"].append(
+            {
+                "vocab": vocab_name,
+                "schemas": run(
+                    vocab_name,
+                    engines,
+                    names,
+                    args.repeats,
+                    max(1, args.libllama_every),
+                    max(1, args.gbnf_every),
+                    gbnf_engines,
+                    args.per_schema,
+                ),
+            }
+        )
     print(f"\nLoad average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}.")
     if args.json:
         import json

@@ -15,6 +15,7 @@ Each engine gets the schema the way its users give it:
 :func:`gbnf_compile` compiles llama.cpp's GBNF in XGrammar and llguidance instead (the
 ``walks`` adapters), to see whether they take it at all. Like ``walks``, nothing here times or prints.
 """
+
 from __future__ import annotations
 
 import functools
@@ -71,8 +72,7 @@ def instance_bytes(name: str) -> bytes:
 @functools.lru_cache(maxsize=None)
 def walk_tokens(name: str, vocab_name: str) -> tuple[int, ...]:
     """The instance document as libllama tokenizes it (no BOS, special tokens parsed)."""
-    return tuple(walks.oracle_vocab(vocab_name).tokenize(instance_bytes(name), add_special=False,
-                                                         parse_special=True))
+    return tuple(walks.oracle_vocab(vocab_name).tokenize(instance_bytes(name), add_special=False, parse_special=True))
 
 
 def token_ends(name: str, vocab_name: str) -> list[int]:
@@ -131,10 +131,12 @@ def byte_classes(text: bytes) -> list[str]:
             break
         if in_string:
             classes.append(kind)
-        elif offset and ((text[offset - 1:offset] in b"0123456789-" and classes[-1] in ("number", "between"))
-                         or (text[offset - 1:offset] in b".eE+" and classes[-1] == "number")):
+        elif offset and (
+            (text[offset - 1 : offset] in b"0123456789-" and classes[-1] in ("number", "between"))
+            or (text[offset - 1 : offset] in b".eE+" and classes[-1] == "number")
+        ):
             classes.append("number")
-        elif offset and text[offset - 1:offset].isalpha():
+        elif offset and text[offset - 1 : offset].isalpha():
             classes.append("literal")
         else:
             classes.append("between")
@@ -148,7 +150,7 @@ def byte_classes(text: bytes) -> list[str]:
                 in_string = False
         elif b == 0x22:
             in_string = True
-            rest = text[text.index(b'"', offset + 1) + 1:] if b'"' in text[offset + 1:] else b""
+            rest = text[text.index(b'"', offset + 1) + 1 :] if b'"' in text[offset + 1 :] else b""
             # a key is a string followed by a colon (keys here hold no escaped quotes)
             kind = "key" if rest.lstrip().startswith(b":") else "string"
     return classes
@@ -174,7 +176,7 @@ BENCH_POSITIONS = {
     "chat_message": {
         "in-uuid": b'"conversation_id": "c4d5',  # format: uuid
         "in-oneof-tag": b'"kind": "fi',  # the const that selects a oneOf branch
-        "in-string": b'can you check whe',
+        "in-string": b"can you check whe",
     },
 }
 

@@ -23,6 +23,7 @@ bankml's. Single thread.
 
 Run: ``python bench/speculative.py [--vocab qwen2] [--drafts 4 8] [--json out.json]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -98,8 +99,8 @@ def run(vocab_name, drafts_list, engine_names, schema_names):
             specs = {e: Speculator(engines[e], compiled[e], drafts) for e in engine_names}
             live = set(engine_names)
             for start in range(0, len(tokens) - drafts + 1, drafts):
-                chunk = list(tokens[start:start + drafts])
-                for e in engine_names:           # engines in turn, cycle by cycle: the same load
+                chunk = list(tokens[start : start + drafts])
+                for e in engine_names:  # engines in turn, cycle by cycle: the same load
                     if e not in live:
                         continue
                     spec = specs[e]
@@ -124,13 +125,21 @@ def summarize(results, stopped, engine_names):
             values = np.asarray(by_engine[e]).reshape(-1, 2)
             if not values.size:
                 continue
-            row = {"drafts": drafts, "engine": e, "version": walks.engine_version(e), "cycles": int(len(values)),
-                   "stopped": stopped[drafts][e]}
+            row = {
+                "drafts": drafts,
+                "engine": e,
+                "version": walks.engine_version(e),
+                "cycles": int(len(values)),
+                "stopped": stopped[drafts][e],
+            }
             for column, clock in ((0, "wall"), (1, "cpu")):
                 mean = float(values[:, column].mean())
-                row[clock] = {"p50": float(np.percentile(values[:, column], 50)), "mean": mean,
-                              "p99": float(np.percentile(values[:, column], 99)),
-                              "ratio": (mean / base[column]) if base is not None else None}
+                row[clock] = {
+                    "p50": float(np.percentile(values[:, column], 50)),
+                    "mean": mean,
+                    "p99": float(np.percentile(values[:, column], 99)),
+                    "ratio": (mean / base[column]) if base is not None else None,
+                }
             rows.append(row)
     return rows
 
@@ -144,21 +153,25 @@ def main(argv=None):
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     engine_names = args.engines or [e for e in ("bankml", "xgrammar", "llguidance") if e in walks.available_engines()]
-    names = schema_walks.schema_names()[:args.schemas]
+    names = schema_walks.schema_names()[: args.schemas]
     load_before = os.getloadavg()
     results, stopped = run(args.vocab, args.drafts, engine_names, names)
     load_after = os.getloadavg()
     rows = summarize(results, stopped, engine_names)
-    print(f"speculative cycle per draft token, {len(names)} schemas, vocabulary {args.vocab}, µs, "
-          f"p50 / mean / p99 (load average {load_before[0]:.1f} before, {load_after[0]:.1f} after)")
+    print(
+        f"speculative cycle per draft token, {len(names)} schemas, vocabulary {args.vocab}, µs, "
+        f"p50 / mean / p99 (load average {load_before[0]:.1f} before, {load_after[0]:.1f} after)"
+    )
     print("| drafts | engine | version | cycles | wall clock | thread CPU | mean / bankml's (wall, CPU) |")
     print("|---:|---|---|---:|---:|---:|---:|")
     for r in rows:
         w, c = r["wall"], r["cpu"]
         ratio = f"{w['ratio']:.2f}, {c['ratio']:.2f}" if w["ratio"] is not None else "–"
-        print(f"| {r['drafts']} | {r['engine']} | {r['version']} | {r['cycles']} "
-              f"| {w['p50']:.1f} / {w['mean']:.1f} / {w['p99']:.1f} | {c['p50']:.1f} / {c['mean']:.1f} / {c['p99']:.1f} "
-              f"| {ratio} |")
+        print(
+            f"| {r['drafts']} | {r['engine']} | {r['version']} | {r['cycles']} "
+            f"| {w['p50']:.1f} / {w['mean']:.1f} / {w['p99']:.1f} | {c['p50']:.1f} / {c['mean']:.1f} / {c['p99']:.1f} "
+            f"| {ratio} |"
+        )
         if r["stopped"]:
             print(f"  ({r['engine']} refused a draft token at {', '.join(r['stopped'])})")
     if args.json:

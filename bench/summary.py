@@ -15,6 +15,7 @@ llama.cpp by design set aside (control and end-of-generation tokens, and the sin
 tokens 0xF5..0xFF that llama.cpp's decode_utf8 takes as 4-byte lead bytes). Everything
 runs on one thread. --json PATH also writes the per-position times.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,6 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYO
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
-
 import walks  # noqa: E402
 
 VOCAB_LABELS = {"qwen2": "Qwen2", "llama3": "Llama 3"}
@@ -51,8 +51,10 @@ def machine_line() -> str:
     cores = os.cpu_count()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
     now = datetime.datetime.now(datetime.timezone.utc)
-    return (f"Machine: {cpu_model()}, {cores} cores ({usable} usable), Python {platform.python_version()}, "
-            f"numpy {np.__version__}; {now:%Y-%m-%d %H:%M} UTC; single thread.")
+    return (
+        f"Machine: {cpu_model()}, {cores} cores ({usable} usable), Python {platform.python_version()}, "
+        f"numpy {np.__version__}; {now:%Y-%m-%d %H:%M} UTC; single thread."
+    )
 
 
 def packed(ids: np.ndarray, n_vocab: int) -> np.ndarray:
@@ -166,10 +168,14 @@ def run(grammar_name, vocab_name, engines, repeats):
     set_aside = walks.known_difference_ids(vocab_name)
 
     print(f"\n### `{walks.GRAMMAR_FILES[grammar_name].name}` × {label} ({vocab.n_vocab:,} tokens)\n")
-    print(f"{len(tokens)}-token walk of a {len(document)}-byte JSON document; before each token the first "
-          f"whole-vocabulary mask of that state, fastest of {repeats} walks (each with a new matcher).\n")
-    print("| engine | version | p50 µs | mean µs | p99 µs | max µs | same state again, mean µs | vocab prep ms "
-          "| compile ms | mean vs bankml | p50 vs bankml | masks = libllama | = libllama, known quirks aside |")
+    print(
+        f"{len(tokens)}-token walk of a {len(document)}-byte JSON document; before each token the first "
+        f"whole-vocabulary mask of that state, fastest of {repeats} walks (each with a new matcher).\n"
+    )
+    print(
+        "| engine | version | p50 µs | mean µs | p99 µs | max µs | same state again, mean µs | vocab prep ms "
+        "| compile ms | mean vs bankml | p50 vs bankml | masks = libllama | = libllama, known quirks aside |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     base = results.get("bankml")
     reference = results.get("libllama")
@@ -187,40 +193,63 @@ def run(grammar_name, vocab_name, engines, repeats):
             same = f"{exact}/{len(tokens)}"
             same_outside = f"{outside}/{len(tokens)}"
             if only_engine or only_libllama:
-                notes.append(f"- {name}: allows where libllama does not: "
-                             f"{describe_ids(vocab, only_engine) or 'none'}; libllama allows where {name} does not: "
-                             f"{describe_ids(vocab, only_libllama) or 'none'}")
+                notes.append(
+                    f"- {name}: allows where libllama does not: "
+                    f"{describe_ids(vocab, only_engine) or 'none'}; libllama allows where {name} does not: "
+                    f"{describe_ids(vocab, only_libllama) or 'none'}"
+                )
         else:
             same = same_outside = "–"
         if error:
             notes.append(f"- {name}: {error}")
         prep = "–" if eng.prepare_ms is None else f"{eng.prepare_ms:,.0f}"
-        print(f"| {name} | {walks.engine_version(name)} | {fmt_us(p50)} | {fmt_us(mean)} | {fmt_us(p99)} "
-              f"| {fmt_us(mx)} | {fmt_us(again.mean())} | {prep} | {compile_ms:.2f} | {mean_ratio} | {p50_ratio} "
-              f"| {same} | {same_outside} |")
-    print("\nsame state again: a second mask of the same state right after the first (what a per-state "
-          "cache leaves). vocab prep: per-vocabulary work before any grammar (bankml's decoded pieces, XGrammar's "
-          "TokenizerInfo and GrammarCompiler, llguidance's LLTokenizer); compile: GBNF to a ready matcher "
-          "(fastest of 3; XGrammar with max_threads=1 and its cache off).")
+        print(
+            f"| {name} | {walks.engine_version(name)} | {fmt_us(p50)} | {fmt_us(mean)} | {fmt_us(p99)} "
+            f"| {fmt_us(mx)} | {fmt_us(again.mean())} | {prep} | {compile_ms:.2f} | {mean_ratio} | {p50_ratio} "
+            f"| {same} | {same_outside} |"
+        )
+    print(
+        "\nsame state again: a second mask of the same state right after the first (what a per-state "
+        "cache leaves). vocab prep: per-vocabulary work before any grammar (bankml's decoded pieces, XGrammar's "
+        "TokenizerInfo and GrammarCompiler, llguidance's LLTokenizer); compile: GBNF to a ready matcher "
+        "(fastest of 3; XGrammar with max_threads=1 and its cache off)."
+    )
     if notes:
         print("\nTokens on which the masks differ from libllama's (union over the walk):\n")
         print("\n".join(notes))
-    return {name: {"version": walks.engine_version(name), "first_mask_us": us.tolist(),
-                   "same_state_again_us": again.tolist(), "compile_ms": compile_ms,
-                   "vocab_prep_ms": eng.prepare_ms, "error": error}
-            for name, (eng, us, again, masks, compile_ms, error) in results.items()}
+    return {
+        name: {
+            "version": walks.engine_version(name),
+            "first_mask_us": us.tolist(),
+            "same_state_again_us": again.tolist(),
+            "compile_ms": compile_ms,
+            "vocab_prep_ms": eng.prepare_ms,
+            "error": error,
+        }
+        for name, (eng, us, again, masks, compile_ms, error) in results.items()
+    }
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--vocab", action="append", choices=sorted(walks.VOCAB_FILES),
-                        help="vocabulary to walk (repeatable; default qwen2 and llama3)")
-    parser.add_argument("--grammar", action="append", choices=sorted(walks.GRAMMAR_FILES),
-                        help="grammar (repeatable; default json)")
-    parser.add_argument("--engine", action="append", choices=walks.ENGINES,
-                        help="engine (repeatable; default every importable one)")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="walks, each with a new matcher; the fastest mask per position is kept (default 3)")
+    parser.add_argument(
+        "--vocab",
+        action="append",
+        choices=sorted(walks.VOCAB_FILES),
+        help="vocabulary to walk (repeatable; default qwen2 and llama3)",
+    )
+    parser.add_argument(
+        "--grammar", action="append", choices=sorted(walks.GRAMMAR_FILES), help="grammar (repeatable; default json)"
+    )
+    parser.add_argument(
+        "--engine", action="append", choices=walks.ENGINES, help="engine (repeatable; default every importable one)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="walks, each with a new matcher; the fastest mask per position is kept (default 3)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the per-position times as JSON")
     args = parser.parse_args(argv)
     vocabs = args.vocab or ["qwen2", "llama3"]
@@ -231,16 +260,26 @@ def main(argv=None):
 
     print("## Whole-vocabulary mask time along a JSON walk\n")
     print(machine_line())
-    print("Engines: " + "; ".join(f"{e} {walks.engine_version(e)}" for e in engines)
-          + (f" (not installed: {', '.join(missing)})" if missing else ""))
-    print("Every engine gets the same token bytes (llama_token_to_piece, special=true) and the same GBNF "
-          "(for XGrammar each empty alternative is written `\"\"`).")
+    print(
+        "Engines: "
+        + "; ".join(f"{e} {walks.engine_version(e)}" for e in engines)
+        + (f" (not installed: {', '.join(missing)})" if missing else "")
+    )
+    print(
+        "Every engine gets the same token bytes (llama_token_to_piece, special=true) and the same GBNF "
+        '(for XGrammar each empty alternative is written `""`).'
+    )
     raw = {"machine": machine_line(), "document_bytes": len(walks.DOCUMENT.encode("utf-8")), "runs": []}
     for grammar_name in grammars:
         for vocab_name in vocabs:
-            raw["runs"].append({"grammar": grammar_name, "vocab": vocab_name,
-                                "tokens": list(walks.walk_tokens(vocab_name)),
-                                "engines": run(grammar_name, vocab_name, engines, args.repeats)})
+            raw["runs"].append(
+                {
+                    "grammar": grammar_name,
+                    "vocab": vocab_name,
+                    "tokens": list(walks.walk_tokens(vocab_name)),
+                    "engines": run(grammar_name, vocab_name, engines, args.repeats),
+                }
+            )
     if args.json:
         import json
 

@@ -11,11 +11,11 @@ bankml ``Grammar.fill_next_token_bitmask``; libllama one ``llama_sampler_apply``
 ``GrammarMatcher.fill_next_token_bitmask``; llguidance ``llguidance.numpy.fill_next_token_bitmask``.
 XGrammar and llguidance are skipped when they are not installed.
 """
+
 import os
 import time
 
 import pytest
-
 import walks
 
 # the time each benchmark aims to spend measuring (5 to 1000 rounds)
@@ -49,6 +49,11 @@ def test_mask(benchmark, mask_state, engine_name, grammar_name, vocab_name, posi
     eng.fill(matcher, out)
     allowed = eng.allowed_ids(matcher, out)
     count, digest = walks.ids_hash(allowed)
-    benchmark.extra_info.update(engine=engine_name, version=walks.engine_version(engine_name),
-                                n_vocab=eng.n_vocab, allowed=count, mask_hash=f"{digest:016x}")
+    benchmark.extra_info.update(
+        engine=engine_name,
+        version=walks.engine_version(engine_name),
+        n_vocab=eng.n_vocab,
+        allowed=count,
+        mask_hash=f"{digest:016x}",
+    )
     assert 0 < len(allowed) <= eng.n_vocab

@@ -10,6 +10,7 @@ second draw per round, as common_sampler_sample does.
 
 Run: ``python -m pytest bench/test_sampler_bench.py --benchmark-only``.
 """
+
 import ctypes
 import os
 import sys
@@ -19,18 +20,24 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bankml._sampler import Sampler, SamplerParams  # noqa: E402
-from tests.test_sampler_oracle import OracleChain, SizedVocab  # noqa: E402
-
 import llama_cpp as ll  # noqa: E402
+
+from bankml.sampling._sampler import Sampler, SamplerParams  # noqa: E402
+from tests.test_sampler_oracle import OracleChain, SizedVocab  # noqa: E402
 
 N_VOCAB = 151936
 CONFIGS = {
     "server-defaults": {},
     "greedy": {"temperature": 0.0},
     "top-p-only": {"top_k": 0, "top_p": 0.9, "min_p": 0.0},
-    "typical-xtc-penalties": {"typical_p": 0.9, "xtc_probability": 0.5, "xtc_threshold": 0.1,
-                              "repeat_penalty": 1.1, "frequency_penalty": 0.2, "top_k": 0},
+    "typical-xtc-penalties": {
+        "typical_p": 0.9,
+        "xtc_probability": 0.5,
+        "xtc_threshold": 0.1,
+        "repeat_penalty": 1.1,
+        "frequency_penalty": 0.2,
+        "top_k": 0,
+    },
     "dynatemp-top-n-sigma": {"dynatemp_range": 0.5, "top_n_sigma": 1.5, "top_k": 0},
     "mirostat-v2": {"mirostat": 2},
 }
@@ -67,9 +74,10 @@ def test_sample(benchmark, logits, engine, config):
 
 @pytest.fixture(scope="module")
 def qwen2_json():
+    from bankml import Rules
     from tests.oracle import libllama
     from tests.oracle_support import DATA, load_pair
-    from bankml import Rules
+
     vocab, oracle_vocab = load_pair("qwen2")
     text = (DATA / "grammars" / "json.gbnf").read_text(encoding="utf-8")
     return vocab, oracle_vocab, text, Rules.parse(text, vocab=vocab), libllama
@@ -81,6 +89,7 @@ def test_sample_with_grammar_redraw(benchmark, logits, qwen2_json, engine):
     checks one token, masks the whole vocabulary and draws again (bankml's grammar answers the mask of a
     state it has seen from its cache; llama.cpp has no cache)."""
     from bankml import Grammar
+
     vocab, oracle_vocab, text, rules, libllama = qwen2_json
     params = SamplerParams(seed=1234)
     benchmark.group = "sampler-json-grammar-redraw-qwen2"

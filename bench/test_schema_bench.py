@@ -11,10 +11,10 @@ that cache (the warm case; ``schema_summary.py`` reports cold walks too).
 
 Run: ``python -m pytest bench/test_schema_bench.py --benchmark-only``.
 """
+
 import functools
 
 import pytest
-
 import schema_walks
 import walks
 from test_mask_bench import ENGINES, _rounds_for
@@ -38,8 +38,9 @@ def pytest_generate_tests(metafunc):
         for schema_name in schema_walks.BENCH_POSITIONS:
             for vocab_name in BENCH_VOCABS:
                 for position in schema_walks.bench_positions(schema_name, vocab_name):
-                    cases.append(pytest.param(schema_name, vocab_name, position,
-                                              id=f"{schema_name}-{vocab_name}-{position}"))
+                    cases.append(
+                        pytest.param(schema_name, vocab_name, position, id=f"{schema_name}-{vocab_name}-{position}")
+                    )
         metafunc.parametrize(("schema_name", "vocab_name", "schema_position"), cases)
 
 
@@ -59,7 +60,12 @@ def test_schema_mask(benchmark, engine_name, schema_name, vocab_name, schema_pos
     eng.fill(matcher, out)
     allowed = eng.allowed_ids(matcher, out)
     count, digest = walks.ids_hash(allowed)
-    benchmark.extra_info.update(engine=engine_name, version=walks.engine_version(engine_name),
-                                front_end=schema_walks.FRONT_ENDS[engine_name], n_vocab=eng.n_vocab,
-                                allowed=count, mask_hash=f"{digest:016x}")
+    benchmark.extra_info.update(
+        engine=engine_name,
+        version=walks.engine_version(engine_name),
+        front_end=schema_walks.FRONT_ENDS[engine_name],
+        n_vocab=eng.n_vocab,
+        allowed=count,
+        mask_hash=f"{digest:016x}",
+    )
     assert 0 < len(allowed) <= eng.n_vocab

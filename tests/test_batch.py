@@ -1,4 +1,5 @@
 """fill_next_token_bitmasks: many matchers, one call, across threads, each row equal to its own mask."""
+
 import numpy as np
 import pytest
 
@@ -10,9 +11,9 @@ def small_vocab():
     return Vocab(pieces, eog_ids=[])
 
 
-JSON = r'''root ::= "{" ( pair ( ", " pair )* )? "}"
+JSON = r"""root ::= "{" ( pair ( ", " pair )* )? "}"
 pair ::= "\"" [a-z]+ "\": " ( [0-9]+ | "true" | "null" | "\"" [^"]* "\"" )
-'''
+"""
 
 
 def test_batch_rows_equal_single_masks():

@@ -1,4 +1,4 @@
-"""bankml.constraint's chat grammars and bankml.content's content rule compared with the pinned llama.cpp, live.
+"""bankml.chat.constraint's chat grammars and bankml.chat.content's content rule compared with the pinned llama.cpp, live.
 
 tests/oracle/build_chat.py compiles a small program against libllama-common.so of llama-cpp-python 0.3.36 that
 runs llama.cpp's own chat template path (common_chat_templates_apply: the grammar and generation prompt) and
@@ -6,6 +6,7 @@ chat parser (common_chat_parse) for the two templates bankml knows. Every schema
 goes through it and through bankml; the results must be identical (grammar bytes, prompt, content, reasoning
 content, or the same exception message).
 """
+
 import json
 import pathlib
 import random
@@ -13,8 +14,8 @@ import random
 import pytest
 
 from bankml import SchemaError
-from bankml.constraint import chat_grammar
-from bankml.content import ContentError, parse_message
+from bankml.chat.constraint import chat_grammar
+from bankml.chat.content import ContentError, parse_message
 
 from .oracle import build_chat
 from .oracle.build_converter import OracleUnavailable
@@ -53,7 +54,10 @@ def _schemas():
         '{"type": "object", "properties": {"x": {"type": "nope"}}}',
         '{"type": "integer", "maximum": -9223372036854775808}',
         '{"type": "string", "pattern": "^(a$"}',
-        '{"type": "object"}', '{"type": "string"}', '{"const": 2.0}', '{"enum": [1.5, "a", null, true]}',
+        '{"type": "object"}',
+        '{"type": "string"}',
+        '{"const": 2.0}',
+        '{"enum": [1.5, "a", null, true]}',
     ]
     out = []
     for text in texts:
@@ -70,8 +74,13 @@ def test_oracle_reproduces_the_recorded_server(oracle):
     requests = []
     for key, case in sorted(RECORDED.items()):
         rf = case["request"].get("response_format")
-        schema = ("" if rf is None else json.dumps(rf["json_schema"]["schema"]) if rf["type"] == "json_schema"
-                  else '{"type": "object"}')
+        schema = (
+            ""
+            if rf is None
+            else json.dumps(rf["json_schema"]["schema"])
+            if rf["type"] == "json_schema"
+            else '{"type": "object"}'
+        )
         requests.append(("chatml" if key.startswith("smollm2") else "qwen3", schema, False, False, [case["content"]]))
     for (key, case), res in zip(sorted(RECORDED.items()), oracle(requests)):
         assert res["prompt"] == case["generation_prompt"]
@@ -98,28 +107,93 @@ def test_chat_grammars_match_llama_cpp(oracle):
 
 def _raw_answers():
     recorded = [case["content"] for case in RECORDED.values()]
-    hand = ['{"a": "x\\u12', '{"a": "x\\u1234"}', '[1, 2.5e-3, -0, true, false, null, "s\\"q"]', '"str"', '12', '-',
-            '1e+', '```json\n{"a":1}\n```', '```json {"a": 1} ```', '  \n {"a": 1}  \n', 'Hello', '{"a": 1} and more',
-            '{"a" 1}', '```yaml', '```', '', ' ', '{"é": "ü\\ud83d\\ude00"}', '{"k": "a\tb\x01"}',
-            '\x0b\x0c{"a":\r\n1}\x0b', '{"a": [{"b": {}}, []]}', '{ }', '[ ]', '{"a":1,}', '01', '1.', '.5',
-            '{"a": 1}\n```\n', 'nullx', 'true ', '<think>x</think>{}',
-            '<think>\nhmm\n</think>\n\n```json\n{"a": 1}\n```', '<think>\nstill', '</think>{}',
-            '\n<think>a</think>\n\n{}', '<think>\n\n</think>\n\n"x"']
+    hand = [
+        '{"a": "x\\u12',
+        '{"a": "x\\u1234"}',
+        '[1, 2.5e-3, -0, true, false, null, "s\\"q"]',
+        '"str"',
+        "12",
+        "-",
+        "1e+",
+        '```json\n{"a":1}\n```',
+        '```json {"a": 1} ```',
+        '  \n {"a": 1}  \n',
+        "Hello",
+        '{"a": 1} and more',
+        '{"a" 1}',
+        "```yaml",
+        "```",
+        "",
+        " ",
+        '{"é": "ü\\ud83d\\ude00"}',
+        '{"k": "a\tb\x01"}',
+        '\x0b\x0c{"a":\r\n1}\x0b',
+        '{"a": [{"b": {}}, []]}',
+        "{ }",
+        "[ ]",
+        '{"a":1,}',
+        "01",
+        "1.",
+        ".5",
+        '{"a": 1}\n```\n',
+        "nullx",
+        "true ",
+        "<think>x</think>{}",
+        '<think>\nhmm\n</think>\n\n```json\n{"a": 1}\n```',
+        "<think>\nstill",
+        "</think>{}",
+        "\n<think>a</think>\n\n{}",
+        '<think>\n\n</think>\n\n"x"',
+    ]
     raws = []
     for text in recorded + hand:
         raws += [text, "```json\n" + text + "\n```", "\n\n" + text + " \n"]
     prefixes = sorted({r[:i] for r in raws for i in range(len(r) + 1)})
     rng = random.Random(20261129)
-    atoms = ['{', '}', '[', ']', '"', '\\', 'u', '0', '1', '9', '.', 'e', 'E', '-', '+', ',', ':', ' ', '\n', '\t',
-             'a', 'true', 'false', 'null', '```', '```json', '<think>', '</think>', '\\u00e9', 'é', '\x01', '\r',
-             '`', 'json', '\\n']
+    atoms = [
+        "{",
+        "}",
+        "[",
+        "]",
+        '"',
+        "\\",
+        "u",
+        "0",
+        "1",
+        "9",
+        ".",
+        "e",
+        "E",
+        "-",
+        "+",
+        ",",
+        ":",
+        " ",
+        "\n",
+        "\t",
+        "a",
+        "true",
+        "false",
+        "null",
+        "```",
+        "```json",
+        "<think>",
+        "</think>",
+        "\\u00e9",
+        "é",
+        "\x01",
+        "\r",
+        "`",
+        "json",
+        "\\n",
+    ]
     fuzz = ["".join(rng.choice(atoms) for _ in range(rng.randint(0, 14))) for _ in range(2000)]
     for _ in range(500):
         value = {"a": [1, 2.5, {"b": "x\\y\u00e9"}], "c": None, "d": True, "e": -0.5e3}
         text = json.dumps(value, indent=rng.choice([None, 2]), ensure_ascii=rng.random() < 0.5)
         text = rng.choice(["", " ", "```json\n", "\n"]) + text + rng.choice(["", "\n```", " "])
-        fuzz.append(text[:rng.randint(0, len(text))])
-    as_bytes = [b'{"a": "\xc3', b'{"a": "\x80"}', b'ab\xe2\x82', b'a\xffb', b'{"a": "\xe2\x82\xac"}', b'\xff{}']
+        fuzz.append(text[: rng.randint(0, len(text))])
+    as_bytes = [b'{"a": "\xc3', b'{"a": "\x80"}', b"ab\xe2\x82", b"a\xffb", b'{"a": "\xe2\x82\xac"}', b"\xff{}"]
     return prefixes + fuzz + as_bytes
 
 

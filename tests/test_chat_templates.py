@@ -1,4 +1,4 @@
-"""bankml.chat compared with the pinned llama.cpp's chat layer on every template of the sdist's models/templates/.
+"""bankml.chat.template compared with the pinned llama.cpp's chat layer on every template of the sdist's models/templates/.
 
 tests/oracle/build_chat_templates.py builds a program against libllama-common of llama-cpp-python 0.3.36 that
 runs llama.cpp's own ``common_chat_templates_init`` / ``common_chat_templates_apply`` / ``common_chat_parse``
@@ -14,6 +14,7 @@ flag and triggers, and, on the requests that carry them, the recorded parses (wh
 a fix that makes one pass fails the run until the list is updated. Requests llama.cpp itself refuses (the
 exception text is recorded) must be refused by bankml too.
 """
+
 import calendar
 import collections
 import gzip
@@ -23,7 +24,7 @@ import time
 
 import pytest
 
-from bankml.chat import ChatMessage, ChatParseError, ChatRequestError, ChatTemplate, TemplateError, msg_diffs
+from bankml.chat.template import ChatMessage, ChatParseError, ChatRequestError, ChatTemplate, TemplateError, msg_diffs
 
 from .oracle import build_chat_templates as oracle_chat
 from .oracle.build_converter import OracleUnavailable
@@ -37,8 +38,14 @@ MATRIX = dict(oracle_chat.matrix())
 # pair listed here is expected to differ, and the run fails when it stops differing)
 KNOWN_DIFF = set()
 
-ANALYSIS_FIELDS = ("format", "supports_thinking", "thinking_start_tag", "thinking_end_tags", "additional_stops",
-                   "delimiters")
+ANALYSIS_FIELDS = (
+    "format",
+    "supports_thinking",
+    "thinking_start_tag",
+    "thinking_end_tags",
+    "additional_stops",
+    "delimiters",
+)
 
 
 def _stamp(started):
@@ -54,15 +61,20 @@ def templates():
 
 
 def _apply(tmpl, req, now):
-    return tmpl.apply(req["messages"], add_generation_prompt=req.get("add_generation_prompt", True),
-                      continue_final_message=req.get("continue_final_message"),
-                      enable_thinking=req.get("enable_thinking", True),
-                      chat_template_kwargs=dict(req.get("kwargs", [])), json_schema=req.get("json_schema"),
-                      reasoning_format=req.get("reasoning_format", "deepseek"), now=now)
+    return tmpl.apply(
+        req["messages"],
+        add_generation_prompt=req.get("add_generation_prompt", True),
+        continue_final_message=req.get("continue_final_message"),
+        enable_thinking=req.get("enable_thinking", True),
+        chat_template_kwargs=dict(req.get("kwargs", [])),
+        json_schema=req.get("json_schema"),
+        reasoning_format=req.get("reasoning_format", "deepseek"),
+        now=now,
+    )
 
 
 def compare(tmpl, req, answer, now):
-    """"same", "refused-both" or a description of the difference (prompt and generation prompt)."""
+    """ "same", "refused-both" or a description of the difference (prompt and generation prompt)."""
     try:
         got = _apply(tmpl, req, now)
     except (ChatRequestError, TemplateError) as e:
@@ -72,7 +84,7 @@ def compare(tmpl, req, answer, now):
         if not isinstance(got, Exception):
             return "llama.cpp refused, bankml did not: " + err[-300:]
         if "Jinja Exception: " in err:
-            want = err[err.index("Jinja Exception: "):]
+            want = err[err.index("Jinja Exception: ") :]
             if want not in str(got):
                 return "both refused, messages differ: %r vs %r" % (str(got), want)
         return "refused-both"
@@ -88,9 +100,15 @@ def compare(tmpl, req, answer, now):
 CASES = [(t, r) for t in sorted(RECORDED["templates"]) for r in sorted(MATRIX)]
 
 
-@pytest.mark.parametrize("template,request_name", [
-    pytest.param(t, r, marks=pytest.mark.xfail(strict=True, reason="known difference"))
-    if (t, r) in KNOWN_DIFF else (t, r) for t, r in CASES])
+@pytest.mark.parametrize(
+    "template,request_name",
+    [
+        pytest.param(t, r, marks=pytest.mark.xfail(strict=True, reason="known difference"))
+        if (t, r) in KNOWN_DIFF
+        else (t, r)
+        for t, r in CASES
+    ],
+)
 def test_recorded_prompt(templates, template, request_name):
     tmpl, req = templates[template], MATRIX[request_name]
     res = compare(tmpl, req, RECORDED["templates"][template]["answers"][request_name], NOW)
@@ -117,8 +135,14 @@ ANALYSED = sorted(RECORDED["templates"])
 def _parse(parser, text, partial):
     try:
         m = parser.parse(text, partial)
-        return {"ok": True, "msg": {"content": m.content, "reasoning": m.reasoning_content,
-                                    "tool_calls": [[t.name, t.arguments, t.id] for t in m.tool_calls]}}, m
+        return {
+            "ok": True,
+            "msg": {
+                "content": m.content,
+                "reasoning": m.reasoning_content,
+                "tool_calls": [[t.name, t.arguments, t.id] for t in m.tool_calls],
+            },
+        }, m
     except ChatParseError as e:
         return {"ok": False, "error": str(e)}, None
 
@@ -143,10 +167,10 @@ def test_recorded_grammar_and_parses(templates, template):
             assert len(steps) == len(text)
             prev = ChatMessage()
             for k, w in enumerate(steps):
-                g, msg = _parse(got.parser, text[:k + 1], k + 1 < len(text))
+                g, msg = _parse(got.parser, text[: k + 1], k + 1 < len(text))
                 assert {key: g[key] for key in w if key != "diffs"} == {key: w[key] for key in w if key != "diffs"}
                 if msg is not None:
-                    assert [list(d) for d in msg_diffs(prev, msg)] == w["diffs"], (name, text[:k + 1])
+                    assert [list(d) for d in msg_diffs(prev, msg)] == w["diffs"], (name, text[: k + 1])
                     prev = msg
                 counts["stream steps"] += 1
     ORACLE_STATS["chat parses (recorded)"] += counts["parses"]
@@ -165,9 +189,15 @@ def test_recorded_tool_requests(templates, template):
     tmpl = templates[template]
     for name, req in TOOL_MATRIX.items():
         want = RECORDED["templates"][template]["tool_answers"][name]
-        got = tmpl.apply(req["messages"], tools=req["tools"], enable_thinking=req["enable_thinking"],
-                         chat_template_kwargs=dict(req["kwargs"]), tool_choice=req["tool_choice"],
-                         parallel_tool_calls=req.get("parallel_tool_calls", False), now=NOW)
+        got = tmpl.apply(
+            req["messages"],
+            tools=req["tools"],
+            enable_thinking=req["enable_thinking"],
+            chat_template_kwargs=dict(req["kwargs"]),
+            tool_choice=req["tool_choice"],
+            parallel_tool_calls=req.get("parallel_tool_calls", False),
+            now=NOW,
+        )
         assert want["ok"]
         assert got.prompt == want["prompt"], name
         assert got.generation_prompt == want["generation_prompt"], name
@@ -183,7 +213,8 @@ def test_recorded_tool_requests(templates, template):
 def test_deep_nesting_is_a_parse_error_not_a_crash():
     """The arena's executor recurses per nesting level: 1,000 levels of JSON parse; far deeper input is a
     ChatParseError (streamed: a partial parse that sends nothing), not a RecursionError."""
-    from bankml.chat import ChatStream
+    from bankml.chat.template import ChatStream
+
     out = ChatTemplate("chatml").apply([{"role": "user", "content": "x"}], json_schema={"type": "object"})
     assert out.parser.parse("[" * 1000 + "]" * 1000).content == "[" * 1000 + "]" * 1000
     with pytest.raises(ChatParseError, match="nests too deeply"):
@@ -208,8 +239,7 @@ def test_handlers_are_llama_cpps():
     """bankml picks a hand-written handler exactly where the recorded llama.cpp answers show one: the
     templates the analysis handles get only assistant/user delimiters, and their thinking tags come from
     the analysis."""
-    handlers = {name for name, rec in RECORDED["templates"].items()
-                if chat_template(rec["source"]).handler is not None}
+    handlers = {name for name, rec in RECORDED["templates"].items() if chat_template(rec["source"]).handler is not None}
     assert len(handlers) == 26
     for name, rec in RECORDED["templates"].items():
         roles = {d[0] for d in rec["answers"]["plain/think-on"]["delimiters"]}
@@ -246,8 +276,10 @@ def test_jinja_is_as_strict_as_llama_cpps():
         ChatTemplate("{{ nothing in ('a', 'b') }}").render(msgs)
     with pytest.raises(TemplateError, match="^Cannot perform operation not in on undefined values$"):
         ChatTemplate("{{ nothing not in ['a'] }}").render(msgs)
-    out = ChatTemplate("{{ 'a' in nothing }} {{ 'a' not in nothing }} {{ 'user' in messages[0].role }} "
-                       "{{ 2 not in [1] }} {{ messages[0].content is defined }}").render(msgs)
+    out = ChatTemplate(
+        "{{ 'a' in nothing }} {{ 'a' not in nothing }} {{ 'user' in messages[0].role }} "
+        "{{ 2 not in [1] }} {{ messages[0].content is defined }}"
+    ).render(msgs)
     assert out == "False True True True True"
 
 
@@ -259,7 +291,9 @@ def test_live_oracle_agrees_with_bankml(templates):
         exe = oracle_chat.build()
         tdir = oracle_chat.templates_dir()
     except OracleUnavailable as e:
-        pytest.fail("the pinned llama.cpp chat oracle could not be built (the test extra installs what it needs): %s" % e)
+        pytest.fail(
+            "the pinned llama.cpp chat oracle could not be built (the test extra installs what it needs): %s" % e
+        )
     names = sorted(RECORDED["templates"])
     requests, keys = [], []
     for name in names:
@@ -272,7 +306,7 @@ def test_live_oracle_agrees_with_bankml(templates):
     with OraclePieces(oracle_chat.run, requests, exe) as pieces:
         for offset, started, answers in pieces:
             now = _stamp(started)
-            for (name, r), ans in zip(keys[offset:offset + len(answers)], answers):
+            for (name, r), ans in zip(keys[offset : offset + len(answers)], answers):
                 tmpl, req = templates[name], MATRIX[r]
                 res = compare(tmpl, req, ans, now)
                 if (res in ("same", "refused-both")) == ((name, r) in KNOWN_DIFF):
@@ -281,42 +315,61 @@ def test_live_oracle_agrees_with_bankml(templates):
                 # everything else the recording holds (all but the prompt, which may show today's date) is what
                 # llama.cpp answers today: the recorded comparisons above stand for the live oracle
                 rec = RECORDED["templates"][name]["answers"][r]
-                assert {k: v for k, v in ans.items() if k != "prompt"} == \
-                    {k: v for k, v in rec.items() if k != "prompt"}, (name, r)
+                assert {k: v for k, v in ans.items() if k != "prompt"} == {
+                    k: v for k, v in rec.items() if k != "prompt"
+                }, (name, r)
     assert not unexpected, unexpected[:20]
 
 
 def test_stream_and_message_agree_with_the_two_template_content_rule(templates):
-    """ChatStream / chat_message (llama-server's update_chat_msg and final message) give what bankml.content
+    """ChatStream / chat_message (llama-server's update_chat_msg and final message) give what bankml.chat.content
     gives on the two templates it models, which tests/test_chat_oracle.py checks against llama.cpp: streamed
     in pieces of 1, 3 and 7 characters and whole, JSON mode or not, over the recorded server answers and
     hand-made ones (fences, padding, an escape cut short, reasoning, the raw fallback)."""
-    from bankml.chat import ChatStream, chat_message
-    from bankml.constraint import Constraint
-    from bankml.content import ContentStream, json_message
+    from bankml.chat.constraint import Constraint
+    from bankml.chat.content import ContentStream, json_message
+    from bankml.chat.template import ChatStream, chat_message
+
     recorded = json.loads((pathlib.Path(__file__).parent / "data" / "llama-server-jsonmode.json").read_text("utf-8"))
-    texts = ['{"a": 1}', '```json\n{"a": [1, 2, "x\\u00e9"]}\n```', '  {"name": "Tom", "age": 3}  ', "hello",
-             '<think>hm</think>{"a":1}', "```", "", '{"a": "x\\', 'é{"a":1}'] + [c["content"] for c in recorded.values()]
+    texts = [
+        '{"a": 1}',
+        '```json\n{"a": [1, 2, "x\\u00e9"]}\n```',
+        '  {"name": "Tom", "age": 3}  ',
+        "hello",
+        '<think>hm</think>{"a":1}',
+        "```",
+        "",
+        '{"a": "x\\',
+        'é{"a":1}',
+    ] + [c["content"] for c in recorded.values()]
 
     def run(fn):
         try:
             return fn(), None
         except ValueError as e:
             return None, str(e)
+
     cases = 0
-    for kind, tmpl, thinkings in (("qwen3", templates["Qwen-Qwen3-0.6B.jinja"], (False, True)),
-                                  ("chatml", ChatTemplate("chatml"), (False,))):
+    for kind, tmpl, thinkings in (
+        ("qwen3", templates["Qwen-Qwen3-0.6B.jinja"], (False, True)),
+        ("chatml", ChatTemplate("chatml"), (False,)),
+    ):
         for thinking in thinkings:
             for json_mode in (True, False):
                 con = Constraint("json_object", {"type": "object"}) if json_mode else Constraint()
-                out = tmpl.apply([{"role": "user", "content": "x"}], enable_thinking=thinking,
-                                 chat_template_kwargs={"enable_thinking": "true" if thinking else "false"},
-                                 json_schema={"type": "object"} if json_mode else None)
+                out = tmpl.apply(
+                    [{"role": "user", "content": "x"}],
+                    enable_thinking=thinking,
+                    chat_template_kwargs={"enable_thinking": "true" if thinking else "false"},
+                    json_schema={"type": "object"} if json_mode else None,
+                )
                 for text in texts:
                     for size in (1, 3, 7):
+
                         def stream(s):
-                            got = "".join(s.push(text[i:i + size]) for i in range(0, len(text), size))
+                            got = "".join(s.push(text[i : i + size]) for i in range(0, len(text), size))
                             return got + s.finish()
+
                         want = run(lambda: stream(ContentStream(con, kind, thinking, incremental=False)))
                         assert run(lambda: stream(ChatStream(out.parser))) == want, (kind, thinking, text, size)
                         cases += 1
@@ -333,23 +386,32 @@ def test_model_chat_uses_the_template_file(tmp_path, template):
     JSON mode, thinking off; these templates do not use bos_token, so SmolLM2's does not matter), and the
     answer goes through that template's parser."""
     from bankml import SamplerParams
-    from bankml.constraint import Constraint
-    from bankml.runtime import Model
+    from bankml.chat.constraint import Constraint
+    from bankml.serve.runtime import Model
 
     from .oracle_support import smollm2_path
+
     path = tmp_path / template
     path.write_text(RECORDED["templates"][template]["source"], encoding="utf-8")
     want = RECORDED["templates"][template]["answers"]["json_object/think-off"]
     model = Model(smollm2_path(), n_ctx=1024, n_threads=2, chat_template_file=str(path))
     try:
-        job = model.chat(MATRIX["json_object/think-off"]["messages"], Constraint("json_object", {"type": "object"}),
-                         SamplerParams(seed=3), 40, thinking=False)   # the think-off request
+        job = model.chat(
+            MATRIX["json_object/think-off"]["messages"],
+            Constraint("json_object", {"type": "object"}),
+            SamplerParams(seed=3),
+            40,
+            thinking=False,
+        )  # the think-off request
         assert job.prompt == want["prompt"]
         assert job.grammar_text == want["grammar"]
         assert job.prefill_tokens == model.tokenize(want["generation_prompt"], False, True)
         result = job.run()
-        parsed = model.chat_layer().apply(MATRIX["json_object/think-off"]["messages"], json_schema={"type": "object"},
-                                          enable_thinking=False).parser.parse(result.text, partial=False)
+        parsed = (
+            model.chat_layer()
+            .apply(MATRIX["json_object/think-off"]["messages"], json_schema={"type": "object"}, enable_thinking=False)
+            .parser.parse(result.text, partial=False)
+        )
         assert result.content == (parsed.content or result.text)
     finally:
         model.close()

@@ -1,4 +1,4 @@
-"""bankml.chat with tools compared with the pinned llama.cpp's chat layer on every template of models/templates/.
+"""bankml.chat.template with tools compared with the pinned llama.cpp's chat layer on every template of models/templates/.
 
 tests/oracle/build_chat_tools.py builds a program against libllama-common of llama-cpp-python 0.3.36 that runs
 llama.cpp's own ``common_chat_templates_apply`` with ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` and
@@ -17,6 +17,7 @@ and field (``test_tool_field``); the (template, field) pairs where bankml does n
 are listed in KNOWN_FIELD_DIFF and marked ``xfail(strict=True)``, so a
 port that makes one pass fails the run until the list is updated (the convention of test_chat_templates.py).
 """
+
 import calendar
 import collections
 import gzip
@@ -27,8 +28,14 @@ import time
 
 import pytest
 
-from bankml.chat import (ChatMessage, ChatParseError, ChatRequestError, ChatTemplate, TemplateError,
-                         msg_diffs_with_tools)
+from bankml.chat.template import (
+    ChatMessage,
+    ChatParseError,
+    ChatRequestError,
+    ChatTemplate,
+    TemplateError,
+    msg_diffs_with_tools,
+)
 
 from .oracle import build_chat_tools as oracle_tools
 from .oracle.build_converter import OracleUnavailable
@@ -54,8 +61,17 @@ NOW = _stamp(RECORDED["started"])
 # Expected to differ; the run fails when one stops differing.
 KNOWN_PROMPT_DIFF = {}
 
-FIELDS = ("format", "grammar", "grammar_lazy", "grammar_triggers", "preserved_tokens", "additional_stops",
-          "thinking", "parses", "streams")
+FIELDS = (
+    "format",
+    "grammar",
+    "grammar_lazy",
+    "grammar_triggers",
+    "preserved_tokens",
+    "additional_stops",
+    "thinking",
+    "parses",
+    "streams",
+)
 # field -> templates on which bankml does not give llama.cpp's answer for that field on every request of the
 # matrix (none left)
 KNOWN_FIELD_DIFF = {}
@@ -77,14 +93,21 @@ def _apply(tmpl, req, now):
     for key in ("tool_choice", "parallel_tool_calls"):
         if key in req and key in _APPLY_PARAMS:
             kwargs[key] = req[key]
-    return tmpl.apply(req["messages"], tools=req.get("tools"), add_generation_prompt=req.get("add_generation_prompt", True),
-                      enable_thinking=req.get("enable_thinking", True),
-                      chat_template_kwargs=dict(req.get("kwargs", [])), json_schema=req.get("json_schema"),
-                      reasoning_format=req.get("reasoning_format", "deepseek"), now=now, **kwargs)
+    return tmpl.apply(
+        req["messages"],
+        tools=req.get("tools"),
+        add_generation_prompt=req.get("add_generation_prompt", True),
+        enable_thinking=req.get("enable_thinking", True),
+        chat_template_kwargs=dict(req.get("kwargs", [])),
+        json_schema=req.get("json_schema"),
+        reasoning_format=req.get("reasoning_format", "deepseek"),
+        now=now,
+        **kwargs,
+    )
 
 
 def compare_prompt(tmpl, req, answer, now):
-    """"same", "refused-both" or a description of the difference (prompt and generation prompt)."""
+    """ "same", "refused-both" or a description of the difference (prompt and generation prompt)."""
     try:
         got = _apply(tmpl, req, now)
     except (ChatRequestError, TemplateError) as e:
@@ -94,7 +117,7 @@ def compare_prompt(tmpl, req, answer, now):
         if not isinstance(got, Exception):
             return "llama.cpp refused, bankml did not: " + err[-300:]
         if "Jinja Exception: " in err:
-            want = err[err.index("Jinja Exception: "):]
+            want = err[err.index("Jinja Exception: ") :]
             if want not in str(got):
                 return "both refused, messages differ: %r vs %r" % (str(got), want)
         return "refused-both"
@@ -110,18 +133,29 @@ def compare_prompt(tmpl, req, answer, now):
 PROMPT_CASES = [(t, r) for t in TEMPLATES for r in REQUESTS]
 
 
-@pytest.mark.parametrize("template,request_name", [
-    pytest.param(t, r, marks=pytest.mark.xfail(strict=True, reason="known prompt difference"))
-    if r in KNOWN_PROMPT_DIFF.get(t, ()) else (t, r) for t, r in PROMPT_CASES])
+@pytest.mark.parametrize(
+    "template,request_name",
+    [
+        pytest.param(t, r, marks=pytest.mark.xfail(strict=True, reason="known prompt difference"))
+        if r in KNOWN_PROMPT_DIFF.get(t, ())
+        else (t, r)
+        for t, r in PROMPT_CASES
+    ],
+)
 def test_tool_prompt(templates, template, request_name):
     """The prompt and generation prompt of every tool request, or a refusal where llama.cpp refuses."""
-    res = compare_prompt(templates[template], MATRIX[template][request_name],
-                         RECORDED["templates"][template]["answers"][request_name], NOW)
+    res = compare_prompt(
+        templates[template],
+        MATRIX[template][request_name],
+        RECORDED["templates"][template]["answers"][request_name],
+        NOW,
+    )
     assert res in ("same", "refused-both"), res
     ORACLE_STATS["chat tool prompts identical (recorded)"] += 1
 
 
 # -- the other fields ---------------------------------------------------------------------------------------
+
 
 def _calls(msg):
     out = []
@@ -152,8 +186,14 @@ def _diff(d):
         return d if len(d) == 6 else d + [-1, "", "", ""]
     index = d.tool_call_index
     call = d.tool_call_delta
-    return [d.reasoning_content_delta, d.content_delta, -1 if index is None else index,
-            call.name, call.arguments, call.id]
+    return [
+        d.reasoning_content_delta,
+        d.content_delta,
+        -1 if index is None else index,
+        call.name,
+        call.arguments,
+        call.id,
+    ]
 
 
 def _field(got, want, field, req):
@@ -165,8 +205,10 @@ def _field(got, want, field, req):
     if field == "grammar_triggers":
         return [list(t) for t in (got.grammar_triggers or [])], want["triggers"]
     if field == "thinking":
-        return ((got.supports_thinking, got.thinking_start_tag, got.thinking_end_tags),
-                (want["supports_thinking"], want["thinking_start_tag"], want["thinking_end_tags"]))
+        return (
+            (got.supports_thinking, got.thinking_start_tag, got.thinking_end_tags),
+            (want["supports_thinking"], want["thinking_start_tag"], want["thinking_end_tags"]),
+        )
     if field == "parses":
         mine = [_parse(got.parser, text, bool(partial))[0] for text, partial in req.get("parses", [])]
         return mine, want["parses"]
@@ -175,7 +217,7 @@ def _field(got, want, field, req):
         for text in req.get("streams", []):
             steps, prev = [], ChatMessage()
             for k in range(len(text)):
-                g, msg = _parse(got.parser, text[:k + 1], k + 1 < len(text))
+                g, msg = _parse(got.parser, text[: k + 1], k + 1 < len(text))
                 if msg is not None:
                     try:
                         g["diffs"] = [_diff(d) for d in msg_diffs_with_tools(prev, msg)]
@@ -209,9 +251,15 @@ def field_differences(tmpl, template, field, now=NOW):
 FIELD_CASES = [(t, f) for f in FIELDS for t in TEMPLATES]
 
 
-@pytest.mark.parametrize("template,field", [
-    pytest.param(t, f, marks=pytest.mark.xfail(strict=True, reason="tool calls not ported yet"))
-    if t in KNOWN_FIELD_DIFF.get(f, ()) else (t, f) for t, f in FIELD_CASES])
+@pytest.mark.parametrize(
+    "template,field",
+    [
+        pytest.param(t, f, marks=pytest.mark.xfail(strict=True, reason="tool calls not ported yet"))
+        if t in KNOWN_FIELD_DIFF.get(f, ())
+        else (t, f)
+        for t, f in FIELD_CASES
+    ],
+)
 def test_tool_field(templates, template, field):
     """One field of every tool request of one template: the format, the grammar (byte for byte), the lazy
     flag, the triggers (type and value), the preserved tokens, the additional stops, the thinking support and
@@ -224,6 +272,7 @@ def test_tool_field(templates, template, field):
 
 
 # -- the recording itself -----------------------------------------------------------------------------------
+
 
 def test_recording_covers_the_issue():
     """Every template, every request; tool-call outputs that llama.cpp itself parses into the expected calls on
@@ -245,8 +294,12 @@ def test_recording_covers_the_issue():
         if pick["ok"]:
             names = oracle_tools.parse_names(rec["outputs"])
             for (out, partial), p in zip(names, pick["parses"]):
-                if out in oracle_tools.EXPECTED and not partial and p["ok"] \
-                        and [c[0] for c in p["msg"]["tool_calls"]] == oracle_tools.EXPECTED[out]:
+                if (
+                    out in oracle_tools.EXPECTED
+                    and not partial
+                    and p["ok"]
+                    and [c[0] for c in p["msg"]["tool_calls"]] == oracle_tools.EXPECTED[out]
+                ):
                     counts["well-formed tool-call outputs"] += 1
     assert counts == {"ok": 1720, "refused": 30, "well-formed tool-call outputs": 199}, counts
     # the tool requests are shaped as llama-server takes them
@@ -265,8 +318,9 @@ def test_live_oracle_gives_the_recording(templates):
         exe = oracle_tools.build()
         tdir = oracle_tools.templates_dir()
     except OracleUnavailable as e:
-        pytest.fail("the pinned llama.cpp chat tools oracle could not be built (the test extra installs what it "
-                    "needs): %s" % e)
+        pytest.fail(
+            "the pinned llama.cpp chat tools oracle could not be built (the test extra installs what it needs): %s" % e
+        )
     names = TEMPLATES
     requests, keys = [], []
     for name in names:
@@ -281,15 +335,17 @@ def test_live_oracle_gives_the_recording(templates):
         k = len(renders_req)
         for i, name in enumerate(names):
             assert (tdir / name).read_text(encoding="utf-8") == RECORDED["templates"][name]["source"]
-            outputs = oracle_tools.derive_outputs({r: a for (r, _), a in zip(renders_req, renders[i * k:(i + 1) * k])},
-                                                  exe, str(tdir / name))
+            outputs = oracle_tools.derive_outputs(
+                {r: a for (r, _), a in zip(renders_req, renders[i * k : (i + 1) * k])}, exe, str(tdir / name)
+            )
             assert outputs == RECORDED["templates"][name]["outputs"], name
         for offset, started, answers in pieces:
             now = _stamp(started)
-            for (name, r), ans in zip(keys[offset:offset + len(answers)], answers):
+            for (name, r), ans in zip(keys[offset : offset + len(answers)], answers):
                 rec = RECORDED["templates"][name]["answers"][r]
-                assert {k: v for k, v in ans.items() if k != "prompt"} == \
-                    {k: v for k, v in rec.items() if k != "prompt"}, (name, r)
+                assert {k: v for k, v in ans.items() if k != "prompt"} == {
+                    k: v for k, v in rec.items() if k != "prompt"
+                }, (name, r)
                 res = compare_prompt(templates[name], MATRIX[name][r], ans, now)
                 if (res in ("same", "refused-both")) == (r in KNOWN_PROMPT_DIFF.get(name, ())):
                     unexpected.append((name, r, res))

@@ -1,5 +1,6 @@
 """`bankml convert`: llama.cpp's grammar for a schema file on stdout, warnings and errors on stderr; `bankml generate
 --tools`: the parsed tool calls."""
+
 import io
 import json
 import sys
@@ -19,8 +20,11 @@ def _write(tmp_path, text, name="schema.json"):
 
 
 def test_convert_prints_the_grammar(tmp_path, capsys):
-    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
-              "required": ["name"]}
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+        "required": ["name"],
+    }
     path = _write(tmp_path, json.dumps(schema))
     assert main(["convert", path]) == 0
     out, err = capsys.readouterr()
@@ -40,8 +44,10 @@ def test_convert_warnings_go_to_stderr(tmp_path, capsys):
     path = _write(tmp_path, '{"type": "string", "pattern": "^\\\\w+$"}')
     assert main(["convert", path]) == 0
     out, err = capsys.readouterr()
-    assert err == ("WARNING: JSON schema conversion was incomplete: pattern ^\\w+$ is not supported "
-                   "(unsupported escape: \\w), accepting any string\n")
+    assert err == (
+        "WARNING: JSON schema conversion was incomplete: pattern ^\\w+$ is not supported "
+        "(unsupported escape: \\w), accepting any string\n"
+    )
     assert out.startswith("char ::=") and "root ::=" in out
 
 
@@ -50,8 +56,10 @@ def test_convert_error_names_the_pointer(tmp_path, capsys):
     assert main(["convert", path]) == 1
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == (f"{path}: error at #/properties/x: JSON schema conversion failed:\n"
-                   "JSON schema error at #/properties/x: unrecognized type nope\n")
+    assert err == (
+        f"{path}: error at #/properties/x: JSON schema conversion failed:\n"
+        "JSON schema error at #/properties/x: unrecognized type nope\n"
+    )
 
 
 def test_convert_refuses_text_that_is_not_json(tmp_path, capsys):
@@ -83,17 +91,37 @@ def test_generate_tools_prints_the_parsed_call(tmp_path, capsys):
     """bankml generate --tools FILE.json --tool-choice required: the parsed call, one JSON line (name, arguments
     as an object, id); with the recording's settings, llama-server's own call for this request."""
     import jsonschema
+
     name = "llama3.1/required/seed4"
-    r = reference(name)   # the recording, or where its kernels are not this machine's, llama-server here
+    r = reference(name)  # the recording, or where its kernels are not this machine's, llama-server here
     tools, params = _tools_of(name)
     path = tmp_path / "tools.json"
     path.write_text(json.dumps(tools), encoding="utf-8")
     template = _template_file(tmp_path, r["template"])
     q = r["request"]
-    code = main(["generate", "-t", "2", "-c", "2048", "--chat-template-file", template, *KWARGS_FLAGS,
-                 "--tools", str(path),
-                 "--tool-choice", "required", "--seed", str(q["seed"]), "--temperature", str(q["temperature"]),
-                 "-n", str(q["max_tokens"]), q["messages"][0]["content"]])
+    code = main(
+        [
+            "generate",
+            "-t",
+            "2",
+            "-c",
+            "2048",
+            "--chat-template-file",
+            template,
+            *KWARGS_FLAGS,
+            "--tools",
+            str(path),
+            "--tool-choice",
+            "required",
+            "--seed",
+            str(q["seed"]),
+            "--temperature",
+            str(q["temperature"]),
+            "-n",
+            str(q["max_tokens"]),
+            q["messages"][0]["content"],
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     # the content (here llama-server's text before the call, several lines), then one JSON line per call. On
@@ -119,10 +147,37 @@ def test_generate_tools_refusals(tmp_path, capsys):
     assert main(["generate", "--tools", str(bad), "hi"]) == 2
     assert "--tools needs a JSON array of tools" in capsys.readouterr().err
     refused = tmp_path / "refused.json"
-    refused.write_text(json.dumps([{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"a": {"$ref": "#/definitions/missing"}}}}}]), encoding="utf-8")
+    refused.write_text(
+        json.dumps(
+            [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "f",
+                        "parameters": {"type": "object", "properties": {"a": {"$ref": "#/definitions/missing"}}},
+                    },
+                }
+            ]
+        ),
+        encoding="utf-8",
+    )
     template = _template_file(tmp_path, "Qwen-Qwen2.5-7B-Instruct.jinja")
-    assert main(["generate", "-t", "2", "--chat-template-file", template, "--tools", str(refused),
-                 "--tool-choice", "required", "hi"]) == 1
+    assert (
+        main(
+            [
+                "generate",
+                "-t",
+                "2",
+                "--chat-template-file",
+                template,
+                "--tools",
+                str(refused),
+                "--tool-choice",
+                "required",
+                "hi",
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert err.startswith("error") and "Traceback" not in err

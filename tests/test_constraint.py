@@ -1,14 +1,24 @@
-"""bankml.constraint: llama-server's reading of response_format / json_schema / grammar, Ollama's format, and
+"""bankml.chat.constraint: llama-server's reading of response_format / json_schema / grammar, Ollama's format, and
 the chat grammars, checked against the pinned llama-server's recorded grammars and prompts
 (tests/data/llama-server-jsonmode.json) and the rules and messages of tools/server/server-common.cpp."""
+
 import json
 import pathlib
 
 import pytest
 
 from bankml import Grammar, Rules, SchemaError, Vocab, json_schema_to_grammar
-from bankml.constraint import (Constraint, RequestError, chat_grammar, from_ollama, from_ollama_text, from_openai,
-                               from_openai_text, generation_prompt, json_object_grammar)
+from bankml.chat.constraint import (
+    Constraint,
+    RequestError,
+    chat_grammar,
+    from_ollama,
+    from_ollama_text,
+    from_openai,
+    from_openai_text,
+    generation_prompt,
+    json_object_grammar,
+)
 
 DATA = pathlib.Path(__file__).parent / "data" / "llama-server-jsonmode.json"
 RECORDED = json.loads(DATA.read_text(encoding="utf-8"))
@@ -21,6 +31,7 @@ def _req(**fields):
 
 
 # --- the recorded grammars and generation prompts, byte for byte ----------------------------------------
+
 
 @pytest.mark.parametrize("key", sorted(RECORDED))
 def test_recorded_grammar_and_prompt(key):
@@ -49,10 +60,14 @@ def test_recorded_grammar_parses_and_accepts_the_prompt_and_answer(key):
 def test_chat_grammar_functions(template):
     schema = RECORDED["qwen3/json_schema"]["request"]["response_format"]["json_schema"]["schema"]
     key = "smollm2-chatml" if template == "chatml" else "qwen3"
-    assert chat_grammar(schema, template) == (RECORDED[key + "/json_schema"]["grammar"],
-                                              RECORDED[key + "/json_schema"]["generation_prompt"])
-    assert json_object_grammar(template) == (RECORDED[key + "/json_object"]["grammar"],
-                                             RECORDED[key + "/json_object"]["generation_prompt"])
+    assert chat_grammar(schema, template) == (
+        RECORDED[key + "/json_schema"]["grammar"],
+        RECORDED[key + "/json_schema"]["generation_prompt"],
+    )
+    assert json_object_grammar(template) == (
+        RECORDED[key + "/json_object"]["grammar"],
+        RECORDED[key + "/json_object"]["generation_prompt"],
+    )
 
 
 def test_generation_prompts():
@@ -74,21 +89,28 @@ def test_chat_grammar_schema_error_has_the_auto_parser_prefix():
     with pytest.raises(SchemaError) as info:
         chat_grammar({"type": "object", "properties": {"x": {"type": "nope"}}}, "chatml")
     # the reader's error comes without json_schema_to_grammar()'s "JSON schema conversion failed:" line
-    assert str(info.value) == ("Unable to generate parser for this template. Automatic parser generation failed: "
-                               "JSON schema error at #/properties/x: unrecognized type nope")
+    assert str(info.value) == (
+        "Unable to generate parser for this template. Automatic parser generation failed: "
+        "JSON schema error at #/properties/x: unrecognized type nope"
+    )
     assert info.value.pointer == "#/properties/x"
     with pytest.raises(SchemaError) as info:
         chat_grammar({"type": "integer", "maximum": -9223372036854775808}, "qwen3")
-    assert str(info.value) == ("Unable to generate parser for this template. Automatic parser generation failed: "
-                               "At least one of min_value or max_value must be set")
+    assert str(info.value) == (
+        "Unable to generate parser for this template. Automatic parser generation failed: "
+        "At least one of min_value or max_value must be set"
+    )
     # the converter's own errors (check_errors) keep it
     with pytest.raises(SchemaError) as info:
         chat_grammar({"type": "string", "pattern": "^(a$"}, "chatml")
-    assert str(info.value).startswith("Unable to generate parser for this template. Automatic parser generation "
-                                      "failed: JSON schema conversion failed:\n")
+    assert str(info.value).startswith(
+        "Unable to generate parser for this template. Automatic parser generation "
+        "failed: JSON schema conversion failed:\n"
+    )
 
 
 # --- response_format --------------------------------------------------------------------------------------
+
 
 def test_json_object():
     c = from_openai(_req(response_format={"type": "json_object"}))
@@ -124,21 +146,32 @@ def test_json_schema_wrapper():
 
 
 def test_json_schema_wrapper_overrides_top_level_json_schema():
-    c = from_openai(_req(json_schema={"type": "array"},
-                         response_format={"type": "json_schema", "json_schema": {"schema": {"type": "string"}}}))
+    c = from_openai(
+        _req(
+            json_schema={"type": "array"},
+            response_format={"type": "json_schema", "json_schema": {"schema": {"type": "string"}}},
+        )
+    )
     assert c.schema == {"type": "string"}
 
 
-@pytest.mark.parametrize("response_format", [
-    {"type": "json_schema"}, {"type": "json_schema", "json_schema": {"name": "x"}},
-    {"type": "json_schema", "json_schema": "nope"}, {"type": "json_schema", "json_schema": {"schema": {}}}])
+@pytest.mark.parametrize(
+    "response_format",
+    [
+        {"type": "json_schema"},
+        {"type": "json_schema", "json_schema": {"name": "x"}},
+        {"type": "json_schema", "json_schema": "nope"},
+        {"type": "json_schema", "json_schema": {"schema": {}}},
+    ],
+)
 def test_json_schema_without_schema_is_any_object(response_format):
     c = from_openai(_req(response_format=response_format))
     assert (c.kind, c.schema) == ("json_object", {"type": "object"})
 
 
-@pytest.mark.parametrize("response_format",
-                         [{"type": "text"}, {}, {"type": None}, {"type": 5}, "json_object", None, []])
+@pytest.mark.parametrize(
+    "response_format", [{"type": "text"}, {}, {"type": None}, {"type": 5}, "json_object", None, []]
+)
 def test_no_constraint(response_format):
     assert from_openai(_req(response_format=response_format)) == Constraint()
 
@@ -155,6 +188,7 @@ def test_response_format_schema_that_is_not_an_object_is_dropped():
 
 
 # --- json_schema and grammar ---------------------------------------------------------------------------
+
 
 def test_top_level_json_schema():
     c = from_openai(_req(json_schema={"type": "integer"}))
@@ -203,8 +237,10 @@ def test_top_level_json_schema_that_is_not_an_object():
         c = from_openai(_req(json_schema=schema))
         with pytest.raises(SchemaError) as info:
             c.to_grammar("chatml")
-        assert str(info.value) == ("Field 'json_schema': \"json_schema\": JSON schema conversion failed:\n"
-                                   "JSON schema error at #: schema must be an object")
+        assert str(info.value) == (
+            "Field 'json_schema': \"json_schema\": JSON schema conversion failed:\n"
+            "JSON schema error at #: schema must be an object"
+        )
 
 
 def test_top_level_non_object_json_schema_with_a_grammar_key_is_unconstrained():
@@ -224,9 +260,12 @@ def test_constraint_kind_is_checked():
 
 # --- the _text variants ---------------------------------------------------------------------------------
 
+
 def test_openai_text_keeps_literal_types_and_order():
-    body = ('{"messages": [], "response_format": {"type": "json_schema", "json_schema": {"schema": '
-            '{"type": "object", "properties": {"z": {"const": 2.0}, "a": {"const": 1}}}}}}')
+    body = (
+        '{"messages": [], "response_format": {"type": "json_schema", "json_schema": {"schema": '
+        '{"type": "object", "properties": {"z": {"const": 2.0}, "a": {"const": 1}}}}}}'
+    )
     c = from_openai_text(None, body)
     z = c.schema["properties"]["z"]["const"]
     assert isinstance(z, float) and list(c.schema["properties"]) == ["z", "a"]
@@ -246,6 +285,7 @@ def test_openai_text_without_body_uses_the_request():
 
 # --- Ollama format --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fmt", [None, ""])
 def test_ollama_missing(fmt):
     assert from_ollama(fmt) == Constraint()
@@ -264,8 +304,10 @@ def test_ollama_schema():
     assert c.to_grammar() == (json_schema_to_grammar(schema)[0], None)
 
 
-@pytest.mark.parametrize("fmt,quoted", [("X", '"\\"X\\""'), ("yaml", '"\\"yaml\\""'), (5, '"5"'), ([1], '"[1]"'),
-                                        ("a\nb", '"\\"a\\\\nb\\""')])
+@pytest.mark.parametrize(
+    "fmt,quoted",
+    [("X", '"\\"X\\""'), ("yaml", '"\\"yaml\\""'), (5, '"5"'), ([1], '"[1]"'), ("a\nb", '"\\"a\\\\nb\\""')],
+)
 def test_ollama_invalid_format_message(fmt, quoted):
     with pytest.raises(RequestError) as info:
         from_ollama(fmt)

@@ -1,6 +1,7 @@
-"""bankml.content: llama-server's content rule for JSON mode (common/chat-auto-parser-generator.cpp's parser
+"""bankml.chat.content: llama-server's content rule for JSON mode (common/chat-auto-parser-generator.cpp's parser
 on common/peg-parser.cpp's lenient engine), checked on every prefix of the pinned llama-server's recorded
 answers (tests/data/llama-server-jsonmode.json) and on hand-made cases derived from that code."""
+
 import json
 import pathlib
 import random
@@ -8,8 +9,8 @@ import time
 
 import pytest
 
-from bankml.constraint import Constraint, from_openai
-from bankml.content import ContentError, ContentStream, content, json_content, json_message, parse_message
+from bankml.chat.constraint import Constraint, from_openai
+from bankml.chat.content import ContentError, ContentStream, content, json_content, json_message, parse_message
 
 DATA = pathlib.Path(__file__).parent / "data" / "llama-server-jsonmode.json"
 RECORDED = json.loads(DATA.read_text(encoding="utf-8"))
@@ -25,6 +26,7 @@ def _case(key):
 
 
 # --- the recorded answers -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("key", CASES)
 def test_recorded_content(key):
@@ -47,8 +49,8 @@ def test_every_prefix_of_recorded_answers(key, wrap):
         assert text.startswith(got), (raw[:i], got)
         assert got.startswith(previous)
         # the content is the answer so far, less whitespace and fence before it and less an escape cut short
-        consumed = raw[:i][len(wrap[0]):] if i > len(wrap[0]) else ""
-        expected = consumed[:len(text)]
+        consumed = raw[:i][len(wrap[0]) :] if i > len(wrap[0]) else ""
+        expected = consumed[: len(text)]
         if expected.endswith("\\") and not expected.endswith("\\\\"):
             expected = expected[:-1]
         assert got == expected, (raw[:i], got, expected)
@@ -61,7 +63,7 @@ def test_every_prefix_of_recorded_answers(key, wrap):
 def test_stream_adds_up_to_the_recorded_content(key, size):
     text, constraint, template = _case(key)
     stream = ContentStream(constraint, template)
-    deltas = [stream.push(text[i:i + size]) for i in range(0, len(text), size)]
+    deltas = [stream.push(text[i : i + size]) for i in range(0, len(text), size)]
     deltas.append(stream.finish())
     assert "".join(deltas) == stream.content == text
 
@@ -75,24 +77,28 @@ def test_recorded_cut_answer_keeps_the_open_string():
 
 # --- hand-made cases --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("raw,expected", [
-    ('{"a": "x\\', '{"a": "x'),            # an escape cut mid-way is not content
-    ('{"a": "x\\u12', '{"a": "x'),
-    ('{"a": "x\\u1234', '{"a": "x\\u1234'),
-    ('{"a": "x\\n', '{"a": "x\\n'),
-    ('12', '12'),                          # a number at the end is kept
-    ('-', '-'),
-    ('[1, 2.', '[1, 2.'),
-    ('1e', '1e'),
-    ('tru', 'tru'),
-    ('nul', 'nul'),
-    ('"just a string"', '"just a string"'),  # any JSON value, whatever the schema
-    ('```json\n{"a":1}\n``', '{"a":1}'),
-    ('```json {"a": 1} ```', '{"a": 1}'),
-    ('  \n {"a": 1}  \n', '{"a": 1}'),
-    ('\t{"a":\n 1}', '{"a":\n 1}'),
-    ('{"é": "ü"}', '{"é": "ü"}'),
-])
+
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ('{"a": "x\\', '{"a": "x'),  # an escape cut mid-way is not content
+        ('{"a": "x\\u12', '{"a": "x'),
+        ('{"a": "x\\u1234', '{"a": "x\\u1234'),
+        ('{"a": "x\\n', '{"a": "x\\n'),
+        ("12", "12"),  # a number at the end is kept
+        ("-", "-"),
+        ("[1, 2.", "[1, 2."),
+        ("1e", "1e"),
+        ("tru", "tru"),
+        ("nul", "nul"),
+        ('"just a string"', '"just a string"'),  # any JSON value, whatever the schema
+        ('```json\n{"a":1}\n``', '{"a":1}'),
+        ('```json {"a": 1} ```', '{"a": 1}'),
+        ('  \n {"a": 1}  \n', '{"a": 1}'),
+        ('\t{"a":\n 1}', '{"a":\n 1}'),
+        ('{"é": "ü"}', '{"é": "ü"}'),
+    ],
+)
 def test_json_content(raw, expected):
     assert json_content(raw, partial=True) == expected
     assert json_content(raw) == expected
@@ -143,10 +149,13 @@ def test_stream_ignores_refused_partials():
 
 
 def test_qwen3_thinking_block():
-    raw = "<think>\nhmm\n</think>\n\n```json\n{\"a\": 1}\n```"
+    raw = '<think>\nhmm\n</think>\n\n```json\n{"a": 1}\n```'
     assert parse_message(raw, template="qwen3", thinking=True) == ('{"a": 1}', "hmm\n")
-    assert json_message(raw, "qwen3", thinking=True) == {"role": "assistant", "content": '{"a": 1}',
-                                                          "reasoning_content": "hmm\n"}
+    assert json_message(raw, "qwen3", thinking=True) == {
+        "role": "assistant",
+        "content": '{"a": 1}',
+        "reasoning_content": "hmm\n",
+    }
     # with thinking off, the empty block is in the generation prompt and its whitespace-only reasoning dropped
     assert parse_message('{"a": 1}', template="qwen3") == ('{"a": 1}', "")
     # an open reasoning block: no content yet, but a message (its reasoning)
@@ -159,6 +168,7 @@ def test_chatml_refuses_a_think_block():
 
 
 # --- not JSON mode: the content is the answer --------------------------------------------------------
+
 
 @pytest.mark.parametrize("template", ["chatml", "qwen3"])
 def test_pure_content(template):
@@ -181,34 +191,95 @@ def test_bare_json_schema_uses_pure_content():
 
 # --- the incremental stream scanner agrees with reparsing -------------------------------------------------
 
+
 def _random_answers(seed, count):
     rng = random.Random(seed)
-    atoms = ['{', '}', '[', ']', '"', '\\', 'u', '0', '1', '9', '.', 'e', 'E', '-', '+', ',', ':', ' ', '\n', '\t',
-             'a', 'true', 'false', 'null', '```', '```json', '<think>', '</think>', '\\u00e9', 'é', '\x01', '\r',
-             '`', 'json', '\\n', '\x0b', 'fals', 'nu', '€', '😀']
+    atoms = [
+        "{",
+        "}",
+        "[",
+        "]",
+        '"',
+        "\\",
+        "u",
+        "0",
+        "1",
+        "9",
+        ".",
+        "e",
+        "E",
+        "-",
+        "+",
+        ",",
+        ":",
+        " ",
+        "\n",
+        "\t",
+        "a",
+        "true",
+        "false",
+        "null",
+        "```",
+        "```json",
+        "<think>",
+        "</think>",
+        "\\u00e9",
+        "é",
+        "\x01",
+        "\r",
+        "`",
+        "json",
+        "\\n",
+        "\x0b",
+        "fals",
+        "nu",
+        "€",
+        "😀",
+    ]
     out = []
     for _ in range(count):
         if rng.random() < 0.4:
             text = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 25)))
         else:
-            value = rng.choice([{"a": [1, 2.5, {"b": "x\\y\u00e9😀"}], "c": None, "d": True, "e": -0.5e3, "f": [],
-                                 "g": {}, "h": 0, "i": 1e-7}, 1, -2.5e10, "str", True, None, [1, [2, []]]])
+            value = rng.choice(
+                [
+                    {
+                        "a": [1, 2.5, {"b": "x\\y\u00e9😀"}],
+                        "c": None,
+                        "d": True,
+                        "e": -0.5e3,
+                        "f": [],
+                        "g": {},
+                        "h": 0,
+                        "i": 1e-7,
+                    },
+                    1,
+                    -2.5e10,
+                    "str",
+                    True,
+                    None,
+                    [1, [2, []]],
+                ]
+            )
             text = json.dumps(value, indent=rng.choice([None, 2]), ensure_ascii=rng.random() < 0.5)
-            text = (rng.choice(["", " ", "```json\n", "\n", "```json", "<think>\nx\n</think>\n\n", "``"]) + text
-                    + rng.choice(["", "\n```", " ", "```", "\n``` ", " x", "\n"]))
+            text = (
+                rng.choice(["", " ", "```json\n", "\n", "```json", "<think>\nx\n</think>\n\n", "``"])
+                + text
+                + rng.choice(["", "\n```", " ", "```", "\n``` ", " x", "\n"])
+            )
             if rng.random() < 0.3:
                 i = rng.randint(0, len(text))
                 text = text[:i] + rng.choice(atoms) + text[i:]
         data = text.encode("utf-8")
         if rng.random() < 0.15:
-            data = data[:rng.randint(0, len(data))]  # may cut a UTF-8 sequence
+            data = data[: rng.randint(0, len(data))]  # may cut a UTF-8 sequence
         if rng.random() < 0.05:
             i = rng.randint(0, len(data))
             data = data[:i] + bytes([rng.choice([0x80, 0xFF, 0xC3, 0xE2])]) + data[i:]
         cuts = sorted(rng.sample(range(len(data) + 1), min(len(data) + 1, rng.randint(0, 12))))
         pieces = [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
         if rng.random() < 0.3:
-            pieces = [data[j:j + 1] for j in range(len(data))]
+            pieces = [data[j : j + 1] for j in range(len(data))]
         out.append(pieces)
     return out
 
@@ -240,7 +311,7 @@ def test_incremental_stream_is_linear():
     stream = ContentStream()
     started = time.perf_counter()
     for i in range(0, len(text), 4):
-        stream.push(text[i:i + 4])
+        stream.push(text[i : i + 4])
     stream.finish()
     assert stream.content == text
     assert time.perf_counter() - started < 2.0  # ~15 ms; reparsing every piece would take minutes

@@ -1,9 +1,10 @@
-"""bankml.cpu: the AMX check before a model is loaded, the refusal of AMX to ggml, llama.cpp's thread default.
+"""bankml.serve.cpu: the AMX check before a model is loaded, the refusal of AMX to ggml, llama.cpp's thread default.
 
 The machines differ (AMD EPYC without AMX; Intel Xeon guests whose AMX tiles fault), so every test here holds on
 both: the probe's fault path is driven by running the tiles without the permission (SIGILL on every CPU), and
 the refusal is installed in child processes only, then checked there (and in a grandchild, which inherits it).
 """
+
 import json
 import os
 import pathlib
@@ -14,8 +15,8 @@ import textwrap
 
 import pytest
 
-from bankml import _cpu
-from bankml.cpu import AmxPolicy, _decide, cpu_flags, default_threads
+from bankml.serve import _cpu
+from bankml.serve.cpu import AmxPolicy, _decide, cpu_flags, default_threads
 
 from .oracle_support import smollm2_path
 
@@ -25,8 +26,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 def _child(code, env=None, timeout=120):
     full_env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=full_env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full_env, timeout=timeout
+    )
 
 
 class FakeLlamaCpp:
@@ -72,8 +74,8 @@ def test_working_or_refused_tiles_change_nothing():
 def test_faulting_tiles_turn_amx_off_in_the_process_and_its_children():
     out = _child("""
         import json, signal, subprocess, sys
-        from bankml import _cpu
-        from bankml.cpu import _decide, AmxPolicy
+        from bankml.serve import _cpu
+        from bankml.serve.cpu import _decide, AmxPolicy
         flags = frozenset({"amx_tile", "amx_int8"})
         class L:
             def llama_print_system_info(self):
@@ -88,15 +90,17 @@ def test_faulting_tiles_turn_amx_off_in_the_process_and_its_children():
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     assert got["state"] == AmxPolicy.TURNED_OFF
-    assert got["extra"] is True                       # the repack kernels stay: only AMX is refused
+    assert got["extra"] is True  # the repack kernels stay: only AMX is refused
     assert got["refused"] is True and got["grandchild"] == "True"
     assert "fault" in got["note"] and "signal 4" in got["note"] and "BANKML_AMX=on" in got["note"]
 
 
 def test_when_amx_cannot_be_refused_the_extra_buffer_types_go():
     import errno
-    policy = _decide(WITH_AMX, AMX_FLAGS, probe_fn=lambda: _cpu.PROBE_SIGNAL + signal.SIGILL,
-                     refuse_fn=lambda: errno.ENOSYS)
+
+    policy = _decide(
+        WITH_AMX, AMX_FLAGS, probe_fn=lambda: _cpu.PROBE_SIGNAL + signal.SIGILL, refuse_fn=lambda: errno.ENOSYS
+    )
     assert policy.state == AmxPolicy.NO_EXTRA_BUFFERS and not policy.use_extra_bufts
     assert "--no-repack" in policy.note
 
@@ -122,8 +126,20 @@ def test_default_threads_is_one_per_physical_core():
 def test_the_main_job_with_amx_refused_gives_the_same_answer():
     """BANKML_AMX=off takes the fallback path on any CPU (the refusal, and its note once on stderr); the
     answer is the one of the normal path, token for token (a seeded JSON-mode answer)."""
-    args = [sys.executable, "-m", "bankml", "generate", "-t", "1", "--json", "--seed", "42", "-n", "48",
-            "Describe a cat as a JSON object with its name and age."]
+    args = [
+        sys.executable,
+        "-m",
+        "bankml",
+        "generate",
+        "-t",
+        "1",
+        "--json",
+        "--seed",
+        "42",
+        "-n",
+        "48",
+        "Describe a cat as a JSON object with its name and age.",
+    ]
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     normal = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
     refused = subprocess.run(args, capture_output=True, text=True, env=dict(env, BANKML_AMX="off"), timeout=300)
@@ -138,7 +154,8 @@ def test_no_repack_keeps_the_default_model_s_logits():
     (llama-server's --no-repack, bankml's last fallback) its logits are the same, bit for bit."""
     import numpy as np
 
-    from bankml.runtime import Model
+    from bankml.serve.runtime import Model
+
     prompt = "<|im_start|>user\nName three colors and describe each of them in a sentence.<|im_end|>\n" * 3
     logits = []
     for no_repack in (False, True):

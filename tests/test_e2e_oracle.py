@@ -7,19 +7,20 @@ llama-cpp-python installs; ``tests/oracle/record_server.py`` records), with Smol
 top-level schemas, GBNF grammars, greedy and seeded sampling with several sampler settings, a streamed
 answer, answers cut by ``max_tokens`` and by a stop string, raw-prompt completions.
 
-Here bankml.runtime serves each recorded request on a context set up as that slot (same thread counts,
+Here bankml.serve.runtime serves each recorded request on a context set up as that slot (same thread counts,
 batch sizes, context size, flash attention off; every prompt evaluated from an empty cache) and must give
 the same prompt text and prompt token ids, the same grammar text, the same generated token ids, raw text,
 content, finish reason and stopping word — and, for the streamed one, the same content deltas.
 
 The logits depend on the CPU kernels ggml runs, which differ between machines of this project's kind: the
 instruction sets the native llama-cpp-python build was compiled for (AVX2 on AMD EPYC Milan, AVX-512 on others)
-and whether ggml's AMX kernels run (``bankml.cpu``). The recording file names its machine's kernels
+and whether ggml's AMX kernels run (``bankml.serve.cpu``). The recording file names its machine's kernels
 (``kernels``: ``tests.oracle.record_server.kernels_fingerprint()``); on a machine with the same fingerprint the
 recordings are the reference, and two requests are answered live as well, which must give them. Elsewhere every
 request is answered live by the pinned llama-server, built and run on this machine (``build_server.py``), and
 bankml is compared with that (``BANKML_E2E_LIVE=1`` forces this everywhere).
 """
+
 import json
 import os
 import pathlib
@@ -33,8 +34,10 @@ DATA = pathlib.Path(__file__).resolve().parent / "data" / "server_recordings.jso
 RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
 RECORDS = RECORDING["recordings"]
 # the recordings hold where ggml runs the kernels they were made with; elsewhere llama-server answers live
-RECORDINGS_HOLD = (RECORDING.get("kernels") == kernels_fingerprint()
-                   and os.environ.get("BANKML_E2E_LIVE", "") in ("", "0"))
+RECORDINGS_HOLD = RECORDING.get("kernels") == kernels_fingerprint() and os.environ.get("BANKML_E2E_LIVE", "") in (
+    "",
+    "0",
+)
 LIVE_NAMES = ("json_object/book/seed42", "stream/json_object/seed8")
 
 
@@ -62,7 +65,7 @@ def model():
 def _deltas(chunks):
     out = []
     for chunk in chunks:
-        if not isinstance(chunk, dict):   # the closing "[DONE]"
+        if not isinstance(chunk, dict):  # the closing "[DONE]"
             continue
         for choice in chunk.get("choices", []):
             text = (choice.get("delta") or {}).get("content")
@@ -75,6 +78,7 @@ def _deltas(chunks):
 def live_recordings():
     """LIVE_NAMES (every request where the recordings do not hold) answered by llama-server on this machine."""
     from .oracle.record_server import REQUESTS, record_live
+
     names = list(LIVE_NAMES) if RECORDINGS_HOLD else [r[0] for r in REQUESTS]
     return {r["name"]: r for r in record_live(names)}
 
@@ -82,7 +86,7 @@ def live_recordings():
 @pytest.mark.parametrize("name", [r["name"] for r in RECORDS])
 def test_same_answer_as_llama_server(model, name, request):
     record = next(r for r in RECORDS if r["name"] == name)
-    if not RECORDINGS_HOLD:   # the file's logits are other kernels': the server running here is the reference
+    if not RECORDINGS_HOLD:  # the file's logits are other kernels': the server running here is the reference
         record = request.getfixturevalue("live_recordings")[name]
     _check_same_answer(model, record)
 
@@ -92,7 +96,7 @@ def test_live_llama_server_on_this_machine(model, live_recordings, name):
     live = live_recordings[name]
     _check_same_answer(model, live)
     ORACLE_STATS["llama-server requests answered live on this machine, identical"] += 1
-    if RECORDINGS_HOLD:   # the recordings hold here: the server running here gives them too
+    if RECORDINGS_HOLD:  # the recordings hold here: the server running here gives them too
         recorded = next(r for r in RECORDS if r["name"] == name)
         for key in ("prompt", "prompt_token_ids", "token_ids", "raw_text", "content", "finish_reason", "grammar"):
             assert live[key] == recorded[key], key
@@ -122,18 +126,29 @@ def _check_same_answer(model, record):
     ORACLE_STATS["llama-server generated tokens identical"] += len(record["token_ids"])
 
 
-HTTP_RECORDS = [r for r in RECORDS if r["endpoint"] in ("/v1/chat/completions", "/v1/completions")
-                and r["name"] in ("json_object/cat/greedy", "json_schema/shopping-defs/greedy",
-                                  "json_schema/phone/repeat1.1/seed5", "grammar/item-list/seed17",
-                                  "plain/count/stop", "stream/json_object/seed8",
-                                  "completions/grammar/yes-no/seed4")]
+HTTP_RECORDS = [
+    r
+    for r in RECORDS
+    if r["endpoint"] in ("/v1/chat/completions", "/v1/completions")
+    and r["name"]
+    in (
+        "json_object/cat/greedy",
+        "json_schema/shopping-defs/greedy",
+        "json_schema/phone/repeat1.1/seed5",
+        "grammar/item-list/seed17",
+        "plain/count/stop",
+        "stream/json_object/seed8",
+        "completions/grammar/yes-no/seed4",
+    )
+]
 
 
 @pytest.fixture(scope="module")
 def client(model):
     from starlette.testclient import TestClient
 
-    from bankml.server import create_app
+    from bankml.serve.app import create_app
+
     with TestClient(create_app(model, "SmolLM2-135M-Instruct")) as c:
         yield c
 

@@ -15,15 +15,16 @@ As in ``tests/test_e2e_oracle.py``, the recordings hold where this machine's CPU
 machine's (``kernels``); elsewhere (or with ``BANKML_E2E_LIVE=1``) every request is answered live by the pinned
 llama-server built and run here, and bankml is compared with that.
 """
+
 import json
 import os
 import pathlib
 
 import pytest
 
-from bankml.constraint import from_openai_text
-from bankml.runtime import sampler_params_from_request
-from bankml.server import chat_request_options
+from bankml.chat.constraint import from_openai_text
+from bankml.serve.app import chat_request_options
+from bankml.serve.runtime import sampler_params_from_request
 
 from .oracle.record_server import kernels_fingerprint
 from .oracle.record_server_templates import REQUESTS, TEMPLATE_REQUESTS, template_text
@@ -32,8 +33,10 @@ from .oracle_support import ORACLE_STATS, recorded_model, sse_chunks
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "server_recordings_templates.json"
 RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
 RECORDS = RECORDING["recordings"]
-RECORDINGS_HOLD = (RECORDING.get("kernels") == kernels_fingerprint()
-                   and os.environ.get("BANKML_E2E_LIVE", "") in ("", "0"))
+RECORDINGS_HOLD = RECORDING.get("kernels") == kernels_fingerprint() and os.environ.get("BANKML_E2E_LIVE", "") in (
+    "",
+    "0",
+)
 NAMES = [r["name"] for r in RECORDS]
 
 
@@ -57,6 +60,7 @@ def test_recordings_cover_the_issue():
 @pytest.fixture(scope="module")
 def live_recordings():
     from .oracle.record_server_templates import record_live
+
     return {r["name"]: r for r in record_live(NAMES)}
 
 
@@ -80,7 +84,7 @@ def models():
 
 def _model(models, tmpl):
     if tmpl not in models:
-        for other in list(models):   # one model at a time
+        for other in list(models):  # one model at a time
             models.pop(other).close()
         models[tmpl] = recorded_model(RECORDING, reasoning="off", chat_template_file=template_text(tmpl)[1])
     return models[tmpl]
@@ -110,8 +114,9 @@ def test_same_answer_as_llama_server(models, name, request):
     model = _model(models, record["template"])
     req = record["request"]
     params, n_predict, stop = sampler_params_from_request(req)
-    job = model.chat(req["messages"], from_openai_text(req, json.dumps(req)), params, n_predict, stop,
-                     **chat_request_options(req))
+    job = model.chat(
+        req["messages"], from_openai_text(req, json.dumps(req)), params, n_predict, stop, **chat_request_options(req)
+    )
     assert job.prompt == record["prompt"]
     assert job.prompt_tokens == record["prompt_token_ids"]
     assert job.grammar_text == (record["grammar"] or None)
@@ -135,7 +140,8 @@ def test_same_answer_as_llama_server(models, name, request):
 def test_same_http_answer_as_llama_server(models, name, request):
     from starlette.testclient import TestClient
 
-    from bankml.server import create_app
+    from bankml.serve.app import create_app
+
     record = _record(name, request)
     model = _model(models, record["template"])
     req = {k: v for k, v in record["request"].items() if k not in ("verbose", "cache_prompt")}
@@ -152,8 +158,9 @@ def test_same_http_answer_as_llama_server(models, name, request):
         assert finals[-1] == record["finish_reason"]
         usage = [c["usage"] for c in got[:-1] if c.get("usage")][-1]
         want_usage = [c["usage"] for c in want if isinstance(c, dict) and c.get("usage")]
-        assert usage["completion_tokens"] == (want_usage[-1]["completion_tokens"] if want_usage
-                                              else len(record["token_ids"]))
+        assert usage["completion_tokens"] == (
+            want_usage[-1]["completion_tokens"] if want_usage else len(record["token_ids"])
+        )
     else:
         body = response.json()
         assert body["tokens"] == record["token_ids"]
@@ -173,6 +180,7 @@ def test_bankml_serve_process_with_chat_template_file():
     import time
 
     import httpx
+
     name = QWEN35_BUDGET
     record = next(r for r in RECORDS if r["name"] == name)
     if not RECORDINGS_HOLD:
@@ -181,13 +189,39 @@ def test_bankml_serve_process_with_chat_template_file():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    bad = subprocess.run([sys.executable, "-m", "bankml", "serve", "--chat-template-file", "/nonexistent.jinja"],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "bankml", "serve", "--chat-template-file", "/nonexistent.jinja"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "/nonexistent.jinja" in bad.stderr
-    cmd = [sys.executable, "-m", "bankml", "serve", "--host", "127.0.0.1", "--port", str(port), "--parallel", "1",
-           "-t", str(s["n_threads"]), "-tb", str(s["n_threads_batch"]), "-c", str(s["n_ctx"]),
-           "-b", str(s["n_batch"]), "-ub", str(s["n_ubatch"]), "--reasoning", "off",
-           "--chat-template-file", str(template_text(record["template"])[1])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bankml",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--parallel",
+        "1",
+        "-t",
+        str(s["n_threads"]),
+        "-tb",
+        str(s["n_threads_batch"]),
+        "-c",
+        str(s["n_ctx"]),
+        "-b",
+        str(s["n_batch"]),
+        "-ub",
+        str(s["n_ubatch"]),
+        "--reasoning",
+        "off",
+        "--chat-template-file",
+        str(template_text(record["template"])[1]),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         base = f"http://127.0.0.1:{port}"

@@ -14,6 +14,7 @@ fingerprint is this machine's everything but the random tool call ids must be th
 depend on the logits); and bankml serve answering each recorded request (``test_bankml_serve_answers_like_llama_
 server``): every recorded answer identically, tool calls, their stream deltas and the refusals included.
 """
+
 import json
 import os
 import pathlib
@@ -29,8 +30,10 @@ DATA = pathlib.Path(__file__).resolve().parent / "data" / "server_tool_recording
 RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
 RECORDS = RECORDING["recordings"]
 NAMES = [r["name"] for r in RECORDS]
-RECORDINGS_HOLD = (RECORDING.get("kernels") == kernels_fingerprint()
-                   and os.environ.get("BANKML_E2E_LIVE", "") in ("", "0"))
+RECORDINGS_HOLD = RECORDING.get("kernels") == kernels_fingerprint() and os.environ.get("BANKML_E2E_LIVE", "") in (
+    "",
+    "0",
+)
 # the template variables the recordings' servers ran with (the date Llama 3.1's template writes), given to bankml too
 KWARGS = RECORDING["chat_template_kwargs"]
 KWARGS_FLAGS = template_kwargs_flags(KWARGS)
@@ -45,7 +48,7 @@ def _record(name):
     return next(r for r in RECORDS if r["name"] == name)
 
 
-_LIVE = {}   # name -> the pinned llama-server's answer on this machine (record_live), once per process
+_LIVE = {}  # name -> the pinned llama-server's answer on this machine (record_live), once per process
 
 
 def reference(name):
@@ -55,6 +58,7 @@ def reference(name):
         return _record(name)
     if name not in _LIVE:
         from .oracle.record_tools import record_live
+
         _LIVE.update({r["name"]: r for r in record_live({name})})
     return _LIVE[name]
 
@@ -76,8 +80,11 @@ def test_tool_recordings_cover_the_issue():
     assert sum(bool(r["tool_calls"]) for r in ok) >= 6
     assert any(r["status"] != 200 for r in RECORDS)
     # Llama 3.1's prompts carry the pinned date, not the day they were recorded on (a run tomorrow renders the same)
-    assert all(("Today Date: %s\n" % KWARGS["date_string"]) in r["prompt"]
-               for r in RECORDS if r["template"].startswith("meta-llama") and r["prompt"])
+    assert all(
+        ("Today Date: %s\n" % KWARGS["date_string"]) in r["prompt"]
+        for r in RECORDS
+        if r["template"].startswith("meta-llama") and r["prompt"]
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -87,6 +94,7 @@ def test_tool_recording_is_consistent(name):
     ``tool_calls`` exactly when there are calls and the answer was not cut; a stream's tool-call deltas assemble
     into its unstreamed twin's calls; the generated tokens within max_tokens."""
     import jsonschema
+
     r = _record(name)
     req = r["request"]
     if r["status"] != 200:
@@ -102,8 +110,9 @@ def test_tool_recording_is_consistent(name):
         if r["finish_reason"] == "tool_calls" or i + 1 < len(r["tool_calls"]):
             jsonschema.validate(json.loads(args), tools[fn])
     message = r["message"]
-    assert [[c["function"]["name"], c["function"]["arguments"]] for c in message.get("tool_calls") or []] == \
-        [c[:2] for c in r["tool_calls"]]
+    assert [[c["function"]["name"], c["function"]["arguments"]] for c in message.get("tool_calls") or []] == [
+        c[:2] for c in r["tool_calls"]
+    ]
     if req.get("stream"):
         assert [c[:2] for c in assemble(r["tool_call_deltas"])] == [c[:2] for c in r["tool_calls"]]
         assert r["tool_calls"] == assemble(r["tool_call_deltas"])
@@ -114,6 +123,7 @@ def test_tool_recording_is_consistent(name):
 @pytest.fixture(scope="module")
 def live():
     from .oracle.record_tools import record_live
+
     answers = {r["name"]: r for r in record_live(None if LIVE is NAMES else set(LIVE))}
     if not RECORDINGS_HOLD:
         _LIVE.update(answers)
@@ -144,7 +154,7 @@ def test_tool_recordings_are_live(live, name):
 # recordings whose answer bankml serve does not give (none: every one of the 20 is answered identically, token
 # ids, content, tool calls, finish reason, stream deltas and llama-server's 500s); one that came to differ would
 # be listed here with its measured reason and ``xfail(strict=True)``
-KNOWN_SERVE_DIFF = {}   # name -> the measured reason
+KNOWN_SERVE_DIFF = {}  # name -> the measured reason
 
 
 @pytest.fixture(scope="module")
@@ -155,15 +165,15 @@ def clients(tmp_path_factory):
 
     from starlette.testclient import TestClient
 
-    from bankml.server import create_app
+    from bankml.serve.app import create_app
+
     with gzip.open(DATA.parent / "chat_templates_oracle.json.gz", "rt", encoding="utf-8") as f:
         sources = {t: rec["source"] for t, rec in json.load(f)["templates"].items() if t in TEMPLATES}
     out, models, stack = {}, [], []
     for template in TEMPLATES:
         path = tmp_path_factory.mktemp("tmpl") / template
         path.write_text(sources[template], encoding="utf-8")
-        m = recorded_model(RECORDING, chat_template_file=str(path),
-                           chat_template_kwargs=KWARGS)
+        m = recorded_model(RECORDING, chat_template_file=str(path), chat_template_kwargs=KWARGS)
         models.append(m)
         c = TestClient(create_app(m, "SmolLM2-135M-Instruct"))
         stack.append(c.__enter__())
@@ -182,29 +192,54 @@ def _answer(status, body, stream):
         return {"status": status, "error": (body.get("error") or {}).get("message") if isinstance(body, dict) else body}
     if stream:
         chunks = [c for c in body if isinstance(c, dict) and c.get("choices")]
-        deltas = [[tc.get("index"), bool(tc.get("id")), (tc.get("function") or {}).get("name") or "",
-                   (tc.get("function") or {}).get("arguments") or ""]
-                  for c in chunks for tc in (c["choices"][0].get("delta") or {}).get("tool_calls") or []]
-        return {"status": 200, "content": [c["choices"][0]["delta"].get("content") or "" for c in chunks],
-                "tool_call_deltas": deltas,
-                "finish": [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0].get("finish_reason")]}
+        deltas = [
+            [
+                tc.get("index"),
+                bool(tc.get("id")),
+                (tc.get("function") or {}).get("name") or "",
+                (tc.get("function") or {}).get("arguments") or "",
+            ]
+            for c in chunks
+            for tc in (c["choices"][0].get("delta") or {}).get("tool_calls") or []
+        ]
+        return {
+            "status": 200,
+            "content": [c["choices"][0]["delta"].get("content") or "" for c in chunks],
+            "tool_call_deltas": deltas,
+            "finish": [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0].get("finish_reason")],
+        }
     choice = body["choices"][0]
-    return {"status": 200, "finish_reason": choice["finish_reason"], "content": choice["message"].get("content"),
-            "tool_calls": [[c["function"]["name"], c["function"]["arguments"]]
-                           for c in choice["message"].get("tool_calls") or []], "tokens": body.get("tokens")}
+    return {
+        "status": 200,
+        "finish_reason": choice["finish_reason"],
+        "content": choice["message"].get("content"),
+        "tool_calls": [
+            [c["function"]["name"], c["function"]["arguments"]] for c in choice["message"].get("tool_calls") or []
+        ],
+        "tokens": body.get("tokens"),
+    }
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_SERVE_DIFF[n]))
-    if n in KNOWN_SERVE_DIFF else n for n in NAMES])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_SERVE_DIFF[n]))
+        if n in KNOWN_SERVE_DIFF
+        else n
+        for n in NAMES
+    ],
+)
 def test_bankml_serve_answers_like_llama_server(clients, request, name):
     # the recording where its kernels are this machine's, else the pinned llama-server's answer here and now
     r = _record(name) if RECORDINGS_HOLD else request.getfixturevalue("live")[name]
     req = {k: v for k, v in r["request"].items() if k not in ("verbose", "cache_prompt")}
     response = clients[r["template"]].post("/v1/chat/completions", json=req)
     stream = bool(req.get("stream")) and r["status"] == 200
-    got = _answer(response.status_code, sse_chunks(response.text) if stream and response.status_code == 200
-                  else response.json(), stream)
+    got = _answer(
+        response.status_code,
+        sse_chunks(response.text) if stream and response.status_code == 200 else response.json(),
+        stream,
+    )
     want = _answer(r["status"], r["response"], stream)
     if not stream and r["status"] == 200:
         want["tokens"] = r["token_ids"]
@@ -215,8 +250,13 @@ def test_bankml_serve_answers_like_llama_server(clients, request, name):
 def test_a_tool_the_converter_refuses_is_a_400(clients):
     """A tool whose parameters the converter refuses: a 400 naming the schema error before any token, on the
     OpenAI and the Ollama endpoint."""
-    bad = {"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"a": {"$ref": "#/definitions/missing"}}}}}
+    bad = {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {"type": "object", "properties": {"a": {"$ref": "#/definitions/missing"}}},
+        },
+    }
     c = clients["Qwen-Qwen2.5-7B-Instruct.jinja"]
     messages = [{"role": "user", "content": "Hi"}]
     for choice in ("auto", "required"):
@@ -232,6 +272,7 @@ def test_a_tool_the_converter_refuses_is_a_400(clients):
 
 def _template_file(tmp_path, template):
     import gzip
+
     with gzip.open(DATA.parent / "chat_templates_oracle.json.gz", "rt", encoding="utf-8") as f:
         source = json.load(f)["templates"][template]["source"]
     path = tmp_path / template
@@ -244,10 +285,24 @@ def llama31_server(tmp_path_factory):
     """bankml serve (a process) with Llama 3.1's template as --chat-template-file, set up as the recordings'
     llama-server."""
     from .test_server import _serve
+
     s = RECORDING["llama_cpp_python_settings"]
     path = _template_file(tmp_path_factory.mktemp("tmpl"), "meta-llama-Llama-3.1-8B-Instruct.jinja")
-    with _serve("--parallel", "1", "-c", str(s["n_ctx"]), "-b", str(s["n_batch"]), "-ub", str(s["n_ubatch"]),
-                "-tb", str(s["n_threads_batch"]), "--chat-template-file", path, *KWARGS_FLAGS) as base:
+    with _serve(
+        "--parallel",
+        "1",
+        "-c",
+        str(s["n_ctx"]),
+        "-b",
+        str(s["n_batch"]),
+        "-ub",
+        str(s["n_ubatch"]),
+        "-tb",
+        str(s["n_threads_batch"]),
+        "--chat-template-file",
+        path,
+        *KWARGS_FLAGS,
+    ) as base:
         yield base
 
 
@@ -264,6 +319,7 @@ def test_openai_client_tool_calls_validate_against_the_tools(llama31_server, str
     turn with the tool's result answers in text."""
     import jsonschema
     from openai import OpenAI
+
     name = "llama3.1/stream/required/prefill/greedy" if stream else "llama3.1/required/prefill/greedy"
     r = _record(name)
     tools, params = _tools_of(name)
@@ -291,14 +347,16 @@ def test_openai_client_tool_calls_validate_against_the_tools(llama31_server, str
     for (fn, args, cid), (want_fn, want_args, _) in zip(got, r["tool_calls"]):
         assert fn in params and ID.match(cid)
         jsonschema.validate(json.loads(args), params[fn])
-        assert (fn, args) == (want_fn, want_args)   # llama-server's own call for this request
+        assert (fn, args) == (want_fn, want_args)  # llama-server's own call for this request
     if stream:
         return
     # the second turn: the assistant message as the client returned it, then the tool's result
     message = answer.choices[0].message.model_dump(exclude_none=True)
     call = message["tool_calls"][0]
-    follow = r["request"]["messages"][:1] + [message, {"role": "tool", "tool_call_id": call["id"],
-                                                       "content": json.dumps({"temperature": 12, "sky": "rain"})}]
+    follow = r["request"]["messages"][:1] + [
+        message,
+        {"role": "tool", "tool_call_id": call["id"], "content": json.dumps({"temperature": 12, "sky": "rain"})},
+    ]
     second = client.chat.completions.create(model="m", tools=tools, messages=follow, max_tokens=16, temperature=0)
     assert second.choices[0].message.content and not second.choices[0].message.tool_calls
 
@@ -309,16 +367,28 @@ def test_ollama_client_second_turn_is_llama_server_s(llama31_server):
     the same history in OpenAI's shape."""
     import httpx
     import ollama
+
     r = reference("llama3.1/second-turn/greedy")
     user, assistant, result = r["request"]["messages"]
     call = assistant["tool_calls"][0]["function"]
-    messages = [user, {"role": "assistant", "content": "", "tool_calls": [
-        {"function": {"name": call["name"], "arguments": json.loads(call["arguments"])}}]},
-        {"role": "tool", "content": result["content"], "tool_name": call["name"]}]
+    messages = [
+        user,
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"function": {"name": call["name"], "arguments": json.loads(call["arguments"])}}],
+        },
+        {"role": "tool", "content": result["content"], "tool_name": call["name"]},
+    ]
     # the body as JSON (the ollama client would rewrite the tools through its own types, key order and all, and
     # the template renders them into the prompt); its answer read with the client's ChatResponse
-    body = {"model": "m", "messages": messages, "tools": r["request"]["tools"], "stream": False,
-            "options": {"temperature": 0, "seed": 1, "num_predict": r["request"]["max_tokens"]}}
+    body = {
+        "model": "m",
+        "messages": messages,
+        "tools": r["request"]["tools"],
+        "stream": False,
+        "options": {"temperature": 0, "seed": 1, "num_predict": r["request"]["max_tokens"]},
+    }
     response = httpx.post(llama31_server + "/api/chat", json=body, timeout=600)
     assert response.status_code == 200, response.text
     answer = ollama.ChatResponse(**response.json())
@@ -330,10 +400,13 @@ def test_ollama_tool_calls_have_the_client_s_shape():
     """An answer's tool calls as /api/chat gives them (server._ollama_tool_calls): the official ollama client's
     Message.ToolCall, arguments as an object; a call cut short (arguments not a whole object) is left out."""
     import ollama
-    from bankml.server import _ollama_tool_calls
-    r = _record("llama3.1/required/parallel/prefill/seed3")   # three calls, the last cut by max_tokens
+
+    from bankml.serve.app import _ollama_tool_calls
+
+    r = _record("llama3.1/required/parallel/prefill/seed3")  # three calls, the last cut by max_tokens
     calls = _ollama_tool_calls(r["message"])
-    assert [[c["function"]["name"], c["function"]["arguments"]] for c in calls] == \
-        [[fn, json.loads(args)] for fn, args, _ in r["tool_calls"][:2]]
+    assert [[c["function"]["name"], c["function"]["arguments"]] for c in calls] == [
+        [fn, json.loads(args)] for fn, args, _ in r["tool_calls"][:2]
+    ]
     message = ollama.Message(role="assistant", content="", tool_calls=calls)
     assert message.tool_calls[1].function.arguments == {"city": "Rome"}

@@ -26,13 +26,13 @@ no GGUF file and no libllama are used. Tests marked BANKML BUG fail on purpose:
 they pin behaviour where bankml was found to differ from llama.cpp or from its
 own contract (see their comments).
 """
+
 from __future__ import annotations
 
+import pickle
 import time
 
 import numpy as np
-import pickle
-
 import pytest
 
 from bankml import Grammar, GrammarError, Rules, Vocab, mask_hash
@@ -44,6 +44,7 @@ END, ALT, RULE_REF, CHAR, CHAR_NOT, CHAR_RNG_UPPER, CHAR_ALT, CHAR_ANY, TOKEN, T
 
 # ---------------------------------------------------------------------------
 # helpers
+
 
 def make_vocab(*pieces, eog=()):
     """A Vocab from str (UTF-8 encoded) or bytes pieces."""
@@ -85,13 +86,21 @@ def assert_allowed(g, expected):
 
 def state_of(g):
     """Everything observable about a matcher's state."""
-    return (g.allowed_ids(reference=True).tolist(), g.stacks, g.partial_utf8, g.complete, g.n_stacks,
-            g.awaiting_trigger, g.trigger_buffer)
+    return (
+        g.allowed_ids(reference=True).tolist(),
+        g.stacks,
+        g.partial_utf8,
+        g.complete,
+        g.n_stacks,
+        g.awaiting_trigger,
+        g.trigger_buffer,
+    )
 
 
 def quick(seconds=10.0):
     """Context manager asserting that its body ends within `seconds`: a bound against a hang or a quadratic
     blow-up (the bodies take about 0.1 s), not a timing assertion, so a loaded machine does not fail it."""
+
     class _Timer:
         def __enter__(self):
             self.start = time.perf_counter()
@@ -102,11 +111,13 @@ def quick(seconds=10.0):
             if exc[0] is None:
                 assert self.elapsed < seconds, f"took {self.elapsed:.2f} s (limit {seconds} s)"
             return False
+
     return _Timer()
 
 
 # ---------------------------------------------------------------------------
 # end of generation
+
 
 def test_eog_allowed_only_when_a_stack_is_empty():
     # ids: 0 "a", 1 "b", 2 "</s>" (eog), 3 "a" (eog: its piece is irrelevant), 4 "" (eog, empty piece), 5 "ab"
@@ -147,6 +158,7 @@ def test_grammar_complete_at_start_allows_eog_immediately():
 
 # ---------------------------------------------------------------------------
 # empty and NUL pieces
+
 
 def test_empty_and_nul_leading_pieces_never_allowed():
     # 0 "a", 1 "", 2 "\0", 3 "\0a", 4 "a\0b" (decode stops at the NUL: just "a"), 5 "b"
@@ -305,6 +317,7 @@ def test_overlong_nul_token_accept_feeds_code_point_zero():
 # ---------------------------------------------------------------------------
 # token terminals
 
+
 def token_vocab():
     # 0 "a", 1 "zz", 2 "zz" (same piece, other id), 3 e4, 4 "a" e4, 5 "", 6 "</s>" (eog),
     # 7 "<zz>", 8 "<zz>" (duplicate), 9 80
@@ -391,12 +404,30 @@ def test_token_terminal_mask_allows_what_accept_refuses():
 # ---------------------------------------------------------------------------
 # ".", negated classes, astral ranges
 
+
 def astral_vocab():
     # 0 "a", 1 "d", 2 "é", 3 U+1F600, 4 U+1F64F, 5 U+1F650, 6 U+1F300, 7 "\n", 8 "ab",
     # 9 f0 9f, 10 f0 9f 98, 11 f0 9f 8c, 12 f0 90, 13 "中", 14 80, 15 bf, 16 "</s>" (eog)
-    return make_vocab("a", "d", "é", "\U0001F600", "\U0001F64F", "\U0001F650", "\U0001F300", "\n", "ab",
-                      b"\xf0\x9f", b"\xf0\x9f\x98", b"\xf0\x9f\x8c", b"\xf0\x90", "中", b"\x80", b"\xbf",
-                      "</s>", eog=[16])
+    return make_vocab(
+        "a",
+        "d",
+        "é",
+        "\U0001f600",
+        "\U0001f64f",
+        "\U0001f650",
+        "\U0001f300",
+        "\n",
+        "ab",
+        b"\xf0\x9f",
+        b"\xf0\x9f\x98",
+        b"\xf0\x9f\x8c",
+        b"\xf0\x90",
+        "中",
+        b"\x80",
+        b"\xbf",
+        "</s>",
+        eog=[16],
+    )
 
 
 def test_any_character():
@@ -438,6 +469,7 @@ def test_negated_astral_range():
 # ---------------------------------------------------------------------------
 # apply, apply_candidates, fill_next_token_bitmask, allows
 
+
 def abc_vocab():
     return make_vocab("a", "b", "c", b"", "</s>", eog=[4])
 
@@ -449,13 +481,16 @@ def test_apply_sets_rejected_logits_to_minus_inf_in_place():
     assert logits.tolist() == [0.5, 1.5, NEG_INF, NEG_INF, NEG_INF]
 
 
-@pytest.mark.parametrize("bad", [
-    np.zeros(5, dtype=np.float64),
-    np.zeros(6, dtype=np.float32),
-    np.zeros(4, dtype=np.float32),
-    np.zeros((1, 5), dtype=np.float32),
-    [0.0] * 5,
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.zeros(5, dtype=np.float64),
+        np.zeros(6, dtype=np.float32),
+        np.zeros(4, dtype=np.float32),
+        np.zeros((1, 5), dtype=np.float32),
+        [0.0] * 5,
+    ],
+)
 def test_apply_validates_logits(bad):
     g = Grammar("root ::= [ab]", abc_vocab())
     with pytest.raises(ValueError, match=r"\(5,\)"):
@@ -541,14 +576,17 @@ def test_fill_next_token_bitmask_partial_state_and_2d():
     assert batch[2].tolist() == [0, 1 << 7]
 
 
-@pytest.mark.parametrize("bad", [
-    np.zeros(2, dtype=np.uint32),
-    np.zeros(2, dtype=np.int64),
-    np.zeros(3, dtype=np.int32),
-    np.zeros((2, 3), dtype=np.int32),
-    np.zeros((1, 1, 2), dtype=np.int32),
-    [0, 0],
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.zeros(2, dtype=np.uint32),
+        np.zeros(2, dtype=np.int64),
+        np.zeros(3, dtype=np.int32),
+        np.zeros((2, 3), dtype=np.int32),
+        np.zeros((1, 1, 2), dtype=np.int32),
+        [0, 0],
+    ],
+)
 def test_fill_next_token_bitmask_validates(bad):
     g = Grammar("root ::= [a]", bitmask_vocab())
     with pytest.raises(ValueError, match=r"\(2,\)"):
@@ -557,6 +595,7 @@ def test_fill_next_token_bitmask_validates(bad):
 
 # ---------------------------------------------------------------------------
 # accepting
+
 
 def test_accept_error_leaves_state_unchanged():
     # 0 "a", 1 "b", 2 "1", 3 "ab", 4 "</s>" (eog), 5 "x", 6 c3
@@ -626,6 +665,7 @@ def test_accept_bytes_leaves_partial_utf8_open():
 # ---------------------------------------------------------------------------
 # clone and reset
 
+
 def test_clone_is_independent():
     # 0 "a", 1 "b", 2 ".", 3 c3, 4 a9, 5 "</s>" (eog)
     v = make_vocab("a", "b", ".", b"\xc3", b"\xa9", "</s>", eog=[5])
@@ -669,8 +709,9 @@ TOOL_GRAMMAR = 'root ::= "<tool_call>" "{" [a-z]* "}"'
 def lazy_vocab():
     # 0 "Hello", 1 " ", 2 "<tool", 3 "_call>", 4 "<tool_call>", 5 "{", 6 "}", 7 "x",
     # 8 "Say<tool", 9 "</s>" (eog), 10 "", 11 "\0"
-    return make_vocab("Hello", " ", "<tool", "_call>", "<tool_call>", "{", "}", "x", "Say<tool", "</s>",
-                      b"", b"\x00", eog=[9])
+    return make_vocab(
+        "Hello", " ", "<tool", "_call>", "<tool_call>", "{", "}", "x", "Say<tool", "</s>", b"", b"\x00", eog=[9]
+    )
 
 
 def test_lazy_awaiting_allows_everything():
@@ -836,7 +877,6 @@ def test_lazy_reset_and_clone():
     assert c.allowed_ids().tolist() == list(range(12))
 
 
-
 def test_lazy_trigger_pattern_dollar_is_end_of_input():
     # Fixed: bankml rewrites "$" to Python's "\Z" (_ecmascript_to_python). llama.cpp compiles trigger patterns with std::regex
     # (ECMAScript), where "$" (no multiline) matches only at the end of the input. bankml uses
@@ -866,21 +906,25 @@ def test_lazy_trigger_pattern_dot_excludes_carriage_return():
 # ---------------------------------------------------------------------------
 # grammar errors: reason, line, column (1-based, in characters)
 
-@pytest.mark.parametrize("text, reason, line, column", [
-    ('root ::= "a\\qb"', "unknown escape", 1, 12),
-    ('root ::= x\nx ::= "\\q"', "unknown escape", 2, 8),
-    ('root ::= "é\\q"', "unknown escape", 1, 12),  # columns count characters, not bytes
-    ("root ::= a\na b", "expecting ::=", 2, 3),
-    ('root ::= "abc', "unexpected end of input", 1, 14),
-    ("root ::= [a-z", "unexpected end of input", 1, 14),
-    ('root ::= ("a" "b"', "expecting ')'", 1, 18),
-    ('root ::= x\nx ::= ("a"\n  | "b"\n', "expecting ')'", 4, 1),
-    ('root ::= "a" )', "expecting newline or end", 1, 14),
-    ('root ::= "a"{2,', "expecting '}'", 1, 16),
-    ('root ::= "a"{x}', "expecting an int", 1, 14),
-    ("root ::= *", "expecting preceding item to */+/?/{", 1, 10),
-    ('root ::= "\\x4"', "expecting 2 hex chars", 1, 13),
-])
+
+@pytest.mark.parametrize(
+    "text, reason, line, column",
+    [
+        ('root ::= "a\\qb"', "unknown escape", 1, 12),
+        ('root ::= x\nx ::= "\\q"', "unknown escape", 2, 8),
+        ('root ::= "é\\q"', "unknown escape", 1, 12),  # columns count characters, not bytes
+        ("root ::= a\na b", "expecting ::=", 2, 3),
+        ('root ::= "abc', "unexpected end of input", 1, 14),
+        ("root ::= [a-z", "unexpected end of input", 1, 14),
+        ('root ::= ("a" "b"', "expecting ')'", 1, 18),
+        ('root ::= x\nx ::= ("a"\n  | "b"\n', "expecting ')'", 4, 1),
+        ('root ::= "a" )', "expecting newline or end", 1, 14),
+        ('root ::= "a"{2,', "expecting '}'", 1, 16),
+        ('root ::= "a"{x}', "expecting an int", 1, 14),
+        ("root ::= *", "expecting preceding item to */+/?/{", 1, 10),
+        ('root ::= "\\x4"', "expecting 2 hex chars", 1, 13),
+    ],
+)
 def test_grammar_error_location(text, reason, line, column):
     with pytest.raises(GrammarError) as info:
         Rules.parse(text)
@@ -916,9 +960,15 @@ def test_symbol_ids_and_rules_as_llama_cpp_builds_them():
     text = 'root ::= x ("a" | "b")* y\nx ::= "c"?\ny ::= [d]{2,3}'
     rules = Rules.parse(text)
     expected_ids = [("root", 0), ("x", 1), ("root_2", 2), ("root_3", 3), ("y", 4), ("x_5", 5), ("y_6", 6)]
-    expected_rules = [[(2, 1), (2, 3), (2, 4), (0, 0)], [(2, 5), (0, 0)], [(3, 97), (1, 0), (3, 98), (0, 0)],
-                      [(2, 2), (2, 3), (1, 0), (0, 0)], [(3, 100), (3, 100), (2, 6), (0, 0)],
-                      [(3, 99), (1, 0), (0, 0)], [(3, 100), (1, 0), (0, 0)]]
+    expected_rules = [
+        [(2, 1), (2, 3), (2, 4), (0, 0)],
+        [(2, 5), (0, 0)],
+        [(3, 97), (1, 0), (3, 98), (0, 0)],
+        [(2, 2), (2, 3), (1, 0), (0, 0)],
+        [(3, 100), (3, 100), (2, 6), (0, 0)],
+        [(3, 99), (1, 0), (0, 0)],
+        [(3, 100), (1, 0), (0, 0)],
+    ]
     assert list(rules.symbol_ids.items()) == expected_ids
     assert rules.rules == expected_rules
     again = pickle.loads(pickle.dumps(rules))
@@ -932,7 +982,8 @@ def test_rule_values_are_unsigned():
     # \U takes 8 hex digits (the F after them is a class member of its own): a value past 2**31 is
     # llama.cpp's uint32_t, not a negative one
     assert Rules.parse(r"root ::= [\U0001F600-\UA0001F64F]").rules == [
-        [(3, 0x1F600), (5, 0xA0001F64), (6, ord("F")), (0, 0)]]
+        [(3, 0x1F600), (5, 0xA0001F64), (6, ord("F")), (0, 0)]
+    ]
 
 
 def test_grammar_error_missing_root():
@@ -947,6 +998,7 @@ def test_grammar_error_missing_root():
 
 # ---------------------------------------------------------------------------
 # hostile input stays bounded and quick
+
 
 def test_repetition_max_below_min():
     # llama.cpp computes max - min in unsigned arithmetic here and loops ~2**64 times
@@ -982,7 +1034,9 @@ def test_nested_repetitions_over_threshold():
     with quick():
         with pytest.raises(GrammarError) as info:
             Rules.parse('root ::= ("a"{0,50}){0,50}')
-    assert info.value.reason.startswith("number of rules that are going to be repeated multiplied by the new repetition")
+    assert info.value.reason.startswith(
+        "number of rules that are going to be repeated multiplied by the new repetition"
+    )
     assert (info.value.line, info.value.column) == (1, 21)
     with quick():
         Rules.parse('root ::= ("a"{0,39}){0,50}')  # 40 * 50 = 2000: not above the threshold
@@ -1085,8 +1139,11 @@ def test_rule_defined_twice_keeps_the_later_definition():
     from the replaced body, whether or not a rule was defined twice."""
     rules = Rules.parse('root ::= item "!"\nitem ::= [0-9]+ "."\nitem ::= "x" | item "y"', root=None)
     assert list(rules.symbol_ids.items()) == [("root", 0), ("item", 1), ("item_2", 2)]
-    assert rules.rules == [[(2, 1), (3, 33), (0, 0)], [(3, 120), (1, 0), (2, 1), (3, 121), (0, 0)],
-                           [(3, 48), (5, 57), (2, 2), (1, 0), (0, 0)]]
+    assert rules.rules == [
+        [(2, 1), (3, 33), (0, 0)],
+        [(3, 120), (1, 0), (2, 1), (3, 121), (0, 0)],
+        [(3, 48), (5, 57), (2, 2), (1, 0), (0, 0)],
+    ]
     for text in ('root ::= item "!"\nitem ::= [0-9]+ "."\nitem ::= "x"', 'root ::= ("a" | "b"){2,4} [c]*'):
         rules = Rules.parse(text)
         assert rules.n_elements == sum(len(rule) for rule in rules.rules) + 1

@@ -5,6 +5,7 @@ every mask checked against a fresh bankml Grammar fed the same tokens.
 
 Skipped where sglang is not importable; run in SGLang's environment with
 ``python -m pytest -m sglang tests/test_engine_sglang.py``."""
+
 import json
 import types
 
@@ -14,8 +15,9 @@ import pytest
 from . import engines_support
 from .engines_support import SCHEMA, YES_NO, reference_row
 
-base = engines_support.import_or_skip("sglang.srt.constrained.base_grammar_backend", "SGLang",
-                                      "install sglang 0.5.23 (bankml[sglang], --no-deps on CPU)")
+base = engines_support.import_or_skip(
+    "sglang.srt.constrained.base_grammar_backend", "SGLang", "install sglang 0.5.23 (bankml[sglang], --no-deps on CPU)"
+)
 
 import torch  # noqa: E402
 
@@ -29,8 +31,10 @@ def vocab():
 
 @pytest.fixture(scope="module")
 def backend(vocab, monkeypatch_module):
-    import bankml.engines.sglang as bsg
     from sglang.srt.server_args import ServerArgs
+
+    import bankml.integrations.sglang as bsg
+
     assert base.GRAMMAR_BACKEND_REGISTRY["bankml"] is bsg.init_bankml_backend
     monkeypatch_module.setenv("BANKML_VOCAB_GGUF", engines_support.smollm2_gguf())
     args = types.SimpleNamespace(model_path=engines_support.smollm2_tokenizer_dir())
@@ -53,16 +57,19 @@ def compiled(backend, key):
     value, hit = backend.get_cached_or_future_value(key, False)
     if not hit:
         value = value.result()
-        backend.set_cache(key, value.copy())   # what SGLang's GrammarManager does with a fresh result
+        backend.set_cache(key, value.copy())  # what SGLang's GrammarManager does with a fresh result
     return value
 
 
 def test_dispatch_through_sglangs_backend_base(backend, vocab):
-    import bankml.engines.sglang as bsg
-    cases = [(("json", json.dumps(SCHEMA)), ("json", SCHEMA)),
-             (("ebnf", YES_NO), ("grammar", YES_NO)),
-             (("regex", "[0-9]{2,4}-[a-z]+"), ("regex", "[0-9]{2,4}-[a-z]+")),
-             (("json", '{"type": "object"}'), ("json_object", None))]
+    import bankml.integrations.sglang as bsg
+
+    cases = [
+        (("json", json.dumps(SCHEMA)), ("json", SCHEMA)),
+        (("ebnf", YES_NO), ("grammar", YES_NO)),
+        (("regex", "[0-9]{2,4}-[a-z]+"), ("regex", "[0-9]{2,4}-[a-z]+")),
+        (("json", '{"type": "object"}'), ("json_object", None)),
+    ]
     for key, ref in cases:
         g = compiled(backend, key)
         assert isinstance(g, bsg.BankmlGrammarObject) and isinstance(g, base.BaseGrammarObject)
@@ -81,7 +88,7 @@ def test_dispatch_through_sglangs_backend_base(backend, vocab):
     tag = compiled(backend, ("structural_tag", json.dumps({"structures": [], "triggers": []})))
     assert isinstance(tag, base.InvalidGrammarObject) and "structural tags" in tag.error_message
     nul = compiled(backend, ("ebnf", 'root ::= "\x00"'))
-    assert isinstance(nul, base.InvalidGrammarObject)   # SGLang's own NUL guard runs before dispatch
+    assert isinstance(nul, base.InvalidGrammarObject)  # SGLang's own NUL guard runs before dispatch
 
 
 def test_accept_rollback_terminate_and_masks(backend, vocab):
@@ -95,19 +102,19 @@ def test_accept_rollback_terminate_and_masks(backend, vocab):
         g.fill_vocab_mask(mask, 0)
         assert np.array_equal(mask[0].numpy(), reference_row(vocab, "json", SCHEMA, target[:pos])), pos
         n = min(len(target) - pos, int(rng.integers(1, 4)))
-        for t in target[pos:pos + n]:
+        for t in target[pos : pos + n]:
             g.accept_token(t)
         back = int(rng.integers(0, n + 1))
         g.rollback(back)
         pos += n - back
         assert g.accepted_tokens == target[:pos]
     with pytest.raises(ValueError, match="Tokens not accepted"):
-        g.accept_token(target[0])    # '{' again after the object closed
+        g.accept_token(target[0])  # '{' again after the object closed
     assert g.accepted_tokens == target
     assert not g.is_terminated()
-    g.accept_token(2)                # <|im_end|>: end of generation
+    g.accept_token(2)  # <|im_end|>: end of generation
     assert g.is_terminated()
-    g.accept_token(5)                # ignored once terminated, as SGLang's XGrammar object does
+    g.accept_token(5)  # ignored once terminated, as SGLang's XGrammar object does
     assert g.accepted_tokens == target + [2]
     g.rollback(1)
     assert not g.is_terminated()
@@ -115,6 +122,7 @@ def test_accept_rollback_terminate_and_masks(backend, vocab):
 
 def engines_support_tokens(vocab, text):
     from transformers import AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(engines_support.smollm2_tokenizer_dir())
     ids = tok.encode(text, add_special_tokens=False)
     assert b"".join(vocab.piece(i) for i in ids) == text.encode("utf-8")
@@ -126,6 +134,7 @@ def test_batched_rows_mask_apply_and_sampling_batch_info(backend, vocab):
     grammars and a request without one) fills the listed rows through fill_vocab_mask_batched and leaves
     the others all-ones; GrammarMask.apply masks the logits."""
     from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+
     a = compiled(backend, ("json", json.dumps(SCHEMA)))
     b = compiled(backend, ("ebnf", YES_NO))
     c = compiled(backend, ("json", json.dumps(SCHEMA)))
@@ -133,8 +142,9 @@ def test_batched_rows_mask_apply_and_sampling_batch_info(backend, vocab):
         c.accept_token(t)
     for t in engines_support_tokens(vocab, "yes, n"):
         b.accept_token(t)
-    info = types.SimpleNamespace(grammars=[a, None, b, c], temperatures=torch.ones(4, 1), vocab_size=len(vocab),
-                                 device="cpu", grammar_mask=None)
+    info = types.SimpleNamespace(
+        grammars=[a, None, b, c], temperatures=torch.ones(4, 1), vocab_size=len(vocab), device="cpu", grammar_mask=None
+    )
     SamplingBatchInfo.update_regex_vocab_mask(info)
     mask = info.grammar_mask.vocab_mask
     assert np.array_equal(mask[0].numpy(), reference_row(vocab, "json", SCHEMA))
@@ -146,7 +156,7 @@ def test_batched_rows_mask_apply_and_sampling_batch_info(backend, vocab):
     info.grammar_mask.apply(logits)
     for row in range(4):
         words = mask[row].numpy()
-        keep = np.unpackbits(words.view(np.uint8), bitorder="little")[:len(vocab)].astype(bool)
+        keep = np.unpackbits(words.view(np.uint8), bitorder="little")[: len(vocab)].astype(bool)
         assert np.array_equal(torch.isfinite(logits[row]).numpy(), keep)
         assert torch.equal(logits[row][torch.from_numpy(keep)], before[row][torch.from_numpy(keep)])
     # the mask's own helpers
@@ -159,20 +169,23 @@ def test_batched_rows_mask_apply_and_sampling_batch_info(backend, vocab):
 def test_jump_forward_and_retokenize(backend, vocab):
     """try_jump_forward gives the text the grammar forces; after SGLang retokenizes the output with it,
     jump_and_retokenize rolls back to the common prefix and accepts the new tokens; masks stay bankml's."""
-    schema = {"type": "object", "properties": {"temperature_celsius": {"type": "number"}},
-              "required": ["temperature_celsius"]}
+    schema = {
+        "type": "object",
+        "properties": {"temperature_celsius": {"type": "number"}},
+        "required": ["temperature_celsius"],
+    }
     g = compiled(backend, ("json", json.dumps(schema)))
-    assert g.try_jump_forward(None) == ([], '{')
-    for t in engines_support_tokens(vocab, '{'):
+    assert g.try_jump_forward(None) == ([], "{")
+    for t in engines_support_tokens(vocab, "{"):
         g.accept_token(t)
-    assert g.try_jump_forward(None) is None      # whitespace may follow: nothing is forced
+    assert g.try_jump_forward(None) is None  # whitespace may follow: nothing is forced
     old = engines_support_tokens(vocab, '{"')
     g.rollback(len(g.accepted_tokens))
     for t in old:
         g.accept_token(t)
     helper = g.try_jump_forward(None)
     text, state = g.jump_forward_str_state(helper)
-    assert text == 'temperature_celsius"'         # the key is forced once its quote opened
+    assert text == 'temperature_celsius"'  # the key is forced once its quote opened
     new = engines_support_tokens(vocab, '{"' + text)
     assert new[:1] == old[:1] and new != old
     g.jump_and_retokenize(old, new, state)

@@ -1,9 +1,10 @@
-"""bankml.engines.spec: the constraints the engine adapters compile (no engine needed)."""
+"""bankml.integrations.spec: the constraints the engine adapters compile (no engine needed)."""
+
 import numpy as np
 import pytest
 
 from bankml import Grammar, GrammarError, Rules, Vocab, json_schema_to_grammar
-from bankml.engines.spec import Compiler, SpecError, grammar_text, regex_to_grammar
+from bankml.integrations.spec import Compiler, SpecError, grammar_text, regex_to_grammar
 
 
 def byte_vocab():
@@ -20,13 +21,16 @@ def matches(gbnf, text):
     return g.complete
 
 
-@pytest.mark.parametrize("pattern,yes,no", [
-    ("[0-9]{2,3}", ["12", "123"], ["1", "1234", "ab"]),
-    ("^[0-9]{2,3}$", ["12", "123"], ["1", "1234"]),
-    ("(cat|dog)s?", ["cat", "dogs"], ["cats!", "bird"]),
-    ('a"b', ['a"b'], ["ab"]),
-    ("[a-z]+-[0-9]*", ["ab-", "x-12"], ["-1", "AB-1"]),
-])
+@pytest.mark.parametrize(
+    "pattern,yes,no",
+    [
+        ("[0-9]{2,3}", ["12", "123"], ["1", "1234", "ab"]),
+        ("^[0-9]{2,3}$", ["12", "123"], ["1", "1234"]),
+        ("(cat|dog)s?", ["cat", "dogs"], ["cats!", "bird"]),
+        ('a"b', ['a"b'], ["ab"]),
+        ("[a-z]+-[0-9]*", ["ab-", "x-12"], ["-1", "AB-1"]),
+    ],
+)
 def test_regex_matches_whole_strings(pattern, yes, no):
     gbnf = regex_to_grammar(pattern)
     for text in yes:
@@ -62,17 +66,17 @@ def test_compiler_caches_per_constraint_and_clones_matchers():
     compiler = Compiler(vocab, max_entries=2)
     a = compiler.matcher("json", {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}})
     b = compiler.matcher("json", {"properties": {"b": {"type": "string"}, "a": {"type": "integer"}}, "type": "object"})
-    assert compiler.compiled == 1 and a is not b and a.context is b.context   # same constraint: one context
+    assert compiler.compiled == 1 and a is not b and a.context is b.context  # same constraint: one context
     a.accept_bytes(b"{")
     width = (len(vocab) + 31) // 32
     ra, rb = np.zeros(width, np.int32), np.zeros(width, np.int32)
     a.fill_next_token_bitmask(ra)
     b.fill_next_token_bitmask(rb)
-    assert not np.array_equal(ra, rb)   # independent states
+    assert not np.array_equal(ra, rb)  # independent states
     compiler.matcher("grammar", 'root ::= "x"')
-    compiler.matcher("ebnf", 'root ::= "x"')       # ebnf is grammar
+    compiler.matcher("ebnf", 'root ::= "x"')  # ebnf is grammar
     assert compiler.compiled == 2
-    compiler.matcher("regex", "[0-9]+")             # evicts the schema (LRU of 2)
+    compiler.matcher("regex", "[0-9]+")  # evicts the schema (LRU of 2)
     compiler.matcher("json", {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}})
     assert compiler.compiled == 4
     with pytest.raises(SpecError, match="invalid GBNF"):

@@ -36,6 +36,7 @@ The states:
     and c.gbnf, about a hundred states (the reference path costs 15-200 ms per
     state there).
 """
+
 from __future__ import annotations
 
 import json
@@ -58,10 +59,35 @@ SEED = 20250601
 
 # characters of 2, 3 and 4 UTF-8 bytes the grammars care about (classes, ranges, negations)
 MULTIBYTE_CHARS = [
-    "é", "ß", "Ü", "«", "»", "\u0085", "ö",            # 2 bytes
-    "中", "一", "鿿", "ぁ", "ゟ", "ァ", "ヿ", "、", "〾",  # 3 bytes
-    "\u2028", "\u2029", "❤", "\ufe0f", "日", "本",
-    "😀", "🙏", "🙐", "🌀", "🗿", "𝄞", "\U0010ffff",   # 4 bytes
+    "é",
+    "ß",
+    "Ü",
+    "«",
+    "»",
+    "\u0085",
+    "ö",  # 2 bytes
+    "中",
+    "一",
+    "鿿",
+    "ぁ",
+    "ゟ",
+    "ァ",
+    "ヿ",
+    "、",
+    "〾",  # 3 bytes
+    "\u2028",
+    "\u2029",
+    "❤",
+    "\ufe0f",
+    "日",
+    "本",
+    "😀",
+    "🙏",
+    "🙐",
+    "🌀",
+    "🗿",
+    "𝄞",
+    "\U0010ffff",  # 4 bytes
 ]
 SPECIAL_TEXTS = ["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<zz>"]
 
@@ -95,21 +121,50 @@ def build_random_vocab(seed):
             pos = 0
             while pos < len(raw):  # chunks cut at byte boundaries, so characters get split too
                 n = rng.randint(1, 6)
-                pieces.append(raw[pos:pos + n])
+                pieces.append(raw[pos : pos + n])
                 pos += n
     for ch in MULTIBYTE_CHARS:
         pieces += utf8_fragments(ch)
         pieces.append((ch * 2).encode())
     pieces += [bytes([b]) for b in range(0x80, 0x100)]
-    pieces += [b'"', b'\\', b'\\"', b'"\\', b'\\\\', b'\\n', b'\\u', b'\\u00', b'"\n', b'\n\n', b'\r\n', b'":',
-               b'", "', b'"}', b'\\x', b'\'"', b'\n"', b' "\\', b'\\t"', b'\\"}']
+    pieces += [
+        b'"',
+        b"\\",
+        b'\\"',
+        b'"\\',
+        b"\\\\",
+        b"\\n",
+        b"\\u",
+        b"\\u00",
+        b'"\n',
+        b"\n\n",
+        b"\r\n",
+        b'":',
+        b'", "',
+        b'"}',
+        b"\\x",
+        b"'\"",
+        b'\n"',
+        b' "\\',
+        b'\\t"',
+        b'\\"}',
+    ]
     for _ in range(40):  # ASCII glued to character fragments
         frag = rng.choice(utf8_fragments(rng.choice(MULTIBYTE_CHARS)))
-        word = "".join(rng.choice("abcxyz \"{}[]\n") for _ in range(rng.randint(1, 3))).encode()
+        word = "".join(rng.choice('abcxyz "{}[]\n') for _ in range(rng.randint(1, 3))).encode()
         pieces.append(word + frag if rng.random() < 0.5 else frag + word)
     pieces += [t.encode() for t in SPECIAL_TEXTS]
-    pieces += [b"\xc0\x80", b"\xc1\xbf", b"\xc0", b"\xc1", b"a\xc0\x80b", b"\xe0\x80", b"\xf0\x80\x80",
-               b"\xf8\x88", b"\xff\xfe"]
+    pieces += [
+        b"\xc0\x80",
+        b"\xc1\xbf",
+        b"\xc0",
+        b"\xc1",
+        b"a\xc0\x80b",
+        b"\xe0\x80",
+        b"\xf0\x80\x80",
+        b"\xf8\x88",
+        b"\xff\xfe",
+    ]
     pieces += [b"\x00", b"\x00a", b"a\x00", b"a\x00b", b"", b""]
     pieces += [rng.choice(pieces) for _ in range(20)]  # duplicates
     rng.shuffle(pieces)
@@ -131,10 +186,11 @@ def grammar_texts(vocab):
     end = vocab.token_for_text(b"<|im_end|>")
     texts = {path.name: path.read_text(encoding="utf-8") for path in sorted(GRAMMAR_DIR.glob("*.gbnf"))}
     tokens = (GRAMMAR_DIR / "tokens.gbnf.in").read_text(encoding="utf-8")
-    texts["tokens.gbnf.in"] = (tokens.replace("{START_ID}", str(start)).replace("{END_ID}", str(end))
-                               .replace("{START}", "<|im_start|>"))
+    texts["tokens.gbnf.in"] = (
+        tokens.replace("{START_ID}", str(start)).replace("{END_ID}", str(end)).replace("{START}", "<|im_start|>")
+    )
     texts["token_not_newline"] = f'root ::= "\\n" (!<[{end}]>)* <[{end}]>'
-    texts["token_mixed"] = (f'root ::= ( <[{start}]> | "x" !<[{end}]> [a-z]* | [0-9]+ <[{end}]> | <zz> . )+ "."?\n')
+    texts["token_mixed"] = f'root ::= ( <[{start}]> | "x" !<[{end}]> [a-z]* | [0-9]+ <[{end}]> | <zz> . )+ "."?\n'
     texts["token_lines"] = f'root ::= ( [^\\n]* "\\n" | <[{end}]> . | !<[{start}]> "é" )* <[{start}]>'
     texts["token_tool"] = f'root ::= "<tool_call>" ( !<[{end}]> )* "</tool_call>" ws\nws ::= [ \\t\\n]*'
     return texts
@@ -142,6 +198,7 @@ def grammar_texts(vocab):
 
 # ---------------------------------------------------------------------------
 # comparing the two paths
+
 
 class Checker:
     def __init__(self):
@@ -184,8 +241,13 @@ class Checker:
         else:
             rng = random.Random(f"{SEED}/{where}")
             allowed = reference.tolist()
-            ids = sorted(set(rng.sample(allowed, min(300, len(allowed))) + rng.sample(range(n), 300)
-                             + [int(t) for t in g.vocab.eog_ids]))
+            ids = sorted(
+                set(
+                    rng.sample(allowed, min(300, len(allowed)))
+                    + rng.sample(range(n), 300)
+                    + [int(t) for t in g.vocab.eog_ids]
+                )
+            )
         expected = np.zeros(n, dtype=bool)
         expected[reference] = True
         wrong = [(t, g.vocab.pieces[t]) for t in ids if g.allows(t) != expected[t]]
@@ -194,7 +256,7 @@ class Checker:
 
     def compare_fast(self, g, where, reference):
         ctx = g.context
-        self.compare_allows(g, where, reference)   # before the mask: from the token's path, not the cache
+        self.compare_allows(g, where, reference)  # before the mask: from the token's path, not the cache
         fast_before = g.fast_masks
         partial_before = ctx.partial_masks + ctx.partial_shared
         shared_before = ctx.partial_shared
@@ -220,7 +282,8 @@ class Checker:
                 f"  partial_utf8={g.partial_utf8} n_stacks={g.n_stacks} complete={g.complete}\n"
                 f"  fast allows {len(f)}, reference allows {len(r)}\n"
                 f"  allowed only by the fast path (first ids): {[(i, pieces[i]) for i in extra]}\n"
-                f"  allowed only by the reference path (first ids): {[(i, pieces[i]) for i in missing]}")
+                f"  allowed only by the reference path (first ids): {[(i, pieces[i]) for i in missing]}"
+            )
         n = g.vocab.n_vocab
         bitmask = np.zeros((n + 31) // 32, dtype=np.int32)
         g.fill_next_token_bitmask(bitmask)
@@ -229,7 +292,8 @@ class Checker:
         from_bits = np.flatnonzero(bits[:n])
         assert np.array_equal(from_bits, reference), (
             f"fill_next_token_bitmask != reference path at {where}: "
-            f"first differing ids {sorted(set(from_bits.tolist()) ^ set(reference.tolist()))[:10]}")
+            f"first differing ids {sorted(set(from_bits.tolist()) ^ set(reference.tolist()))[:10]}"
+        )
 
     @property
     def shared_entries(self):
@@ -261,8 +325,15 @@ def random_walk(g, rng, checker, label, max_steps, extra_partial=True, twins=())
         if extra_partial and g.partial_utf8[1] <= 0 and rng.random() < 0.08:
             # leave the state mid-character (or after an invalid byte) with accept_bytes, compare, go on
             probe = g.clone()
-            raw = rng.choice([b"\x80", b"\xbf"] + [f for ch in MULTIBYTE_CHARS for f in utf8_fragments(ch)
-                                                   if f[0] >= 0xC0 and len(f) < len(ch.encode())])
+            raw = rng.choice(
+                [b"\x80", b"\xbf"]
+                + [
+                    f
+                    for ch in MULTIBYTE_CHARS
+                    for f in utf8_fragments(ch)
+                    if f[0] >= 0xC0 and len(f) < len(ch.encode())
+                ]
+            )
             try:
                 probe.accept_bytes(raw)
             except GrammarError:
@@ -312,7 +383,7 @@ VOCAB_SEEDS = (SEED, SEED + 1, SEED + 2)
 STATES_PER_VOCAB = 75
 
 
-BUILD_AHEAD_SECONDS = 0.03   # the build-ahead budget the walks' first matcher asks for
+BUILD_AHEAD_SECONDS = 0.03  # the build-ahead budget the walks' first matcher asks for
 
 
 @pytest.fixture(scope="module")
@@ -330,7 +401,7 @@ def three_ways(text, vocab):
     matchers get it, the segment cache built only on first use with segments grown frame by frame,
     and the whole-set trie walk. Returns a function making one matcher of each, in that order."""
     default, lazy, walk = (Rules.parse(text, vocab=vocab) for _ in range(3))
-    Grammar(default, vocab, precompute=BUILD_AHEAD_SECONDS)   # the context's first matcher starts the build
+    Grammar(default, vocab, precompute=BUILD_AHEAD_SECONDS)  # the context's first matcher starts the build
     lazy_first = Grammar(lazy, vocab, precompute=0)
     lazy_first.context._configure_segments(max_continuations=2)
     Grammar(walk, vocab).context._configure_segments(enabled=False)
@@ -355,7 +426,7 @@ def test_fast_path_equals_reference_random_vocab(random_vocabs, name):
             if docs and rng.random() < 0.5:
                 # start part-way through a document of the grammar's language (maybe mid-character)
                 raw = rng.choice(docs).encode("utf-8")
-                prefix = raw[:rng.randint(0, len(raw))]
+                prefix = raw[: rng.randint(0, len(raw))]
                 probe = g.clone()
                 try:
                     probe.accept_bytes(prefix)
@@ -368,11 +439,13 @@ def test_fast_path_equals_reference_random_vocab(random_vocabs, name):
                     label += f", prefilled {prefix!r}"
             random_walk(g, rng, checker, label, max_steps=rng.randint(10, 60), twins=twins)
         walks += vocab_walks
-    print(f"{name}: {checker.states} states ({checker.partial_states} mid-character, "
-          f"{checker.invalid_states} after an invalid byte; {len(checker.distinct_states)} distinct states, "
-          f"{len(checker.distinct)} distinct masks, {checker.fresh_fast_masks} fast masks computed afresh, "
-          f"{checker.segment_hits} segment entries found built, {checker.continuation_walks} continuation walks, "
-          f"{checker.shared_entries} entries serving stacks with different stacks below) in {walks} walks")
+    print(
+        f"{name}: {checker.states} states ({checker.partial_states} mid-character, "
+        f"{checker.invalid_states} after an invalid byte; {len(checker.distinct_states)} distinct states, "
+        f"{len(checker.distinct)} distinct masks, {checker.fresh_fast_masks} fast masks computed afresh, "
+        f"{checker.segment_hits} segment entries found built, {checker.continuation_walks} continuation walks, "
+        f"{checker.shared_entries} entries serving stacks with different stacks below) in {walks} walks"
+    )
     assert checker.states >= STATES_PER_VOCAB * len(VOCAB_SEEDS)
     assert checker.fresh_fast_masks >= 1  # the trie walk itself ran, not only a cache
     assert checker.segment_hits >= 1  # the segment cache answered some state from entries built before
@@ -401,8 +474,9 @@ def test_fast_path_after_invalid_and_partial_bytes(random_vocab):
                     if try_accept(probe, t):
                         for m in probe_twins:
                             m.accept(t)
-                        checker.compare(probe, f"{name} + accept_bytes({raw[:cut]!r}) + {random_vocab.pieces[t]!r}",
-                                        probe_twins)
+                        checker.compare(
+                            probe, f"{name} + accept_bytes({raw[:cut]!r}) + {random_vocab.pieces[t]!r}", probe_twins
+                        )
         for stray in (b"\x80", b"\xbf", b"\xa0"):
             probe, *probe_twins = (m.clone() for m in (g, *twins))
             for m in (probe, *probe_twins):
@@ -416,12 +490,15 @@ def test_fast_path_after_invalid_and_partial_bytes(random_vocab):
     assert checker.partial_path_masks >= 6 * 40
     # and many of them share the mask of another open character of the same set (partial_mask_into's key)
     assert checker.partial_shared >= 6 * 10
-    print(f"accept_bytes states: {checker.states} ({checker.partial_states} mid-character, {checker.partial_shared} shared, "
-          f"{checker.invalid_states} after an invalid byte)")
+    print(
+        f"accept_bytes states: {checker.states} ({checker.partial_states} mid-character, {checker.partial_shared} shared, "
+        f"{checker.invalid_states} after an invalid byte)"
+    )
 
 
 # ---------------------------------------------------------------------------
 # (b) the real Qwen2 vocabulary
+
 
 @pytest.fixture(scope="module")
 def qwen2():
@@ -447,7 +524,7 @@ space ::= | " " | "\n"{1,2} [ \t]{0,20}
 """
 SCHEMA_DOCUMENTS = [
     '{"title": "Zoë\'s notes, part 2", "body": "' + "All of the measurements were taken twice; "
-    "the second set (after calibration) is the one reported below. Values in \\\"brackets\\\" are "
+    'the second set (after calibration) is the one reported below. Values in \\"brackets\\" are '
     "estimates — see § 4.2 for the method and its limits, and the appendix for raw data." + '", '
     '"tags": ["lab", "draft", "v2"], "note": "ok", "count": 1280}',
     '{\n  "title": "x",\n  "body": "",\n  "tags": [],\n  "note": "日本語のテキスト\\n2行目",\n  "count": -7\n}',
@@ -469,7 +546,7 @@ def test_fast_path_equals_reference_qwen2(qwen2, name, n_states):
         walks += 1
         g, *twins = matchers()
         raw = rng.choice(docs).encode("utf-8")
-        prefix = raw[:rng.randint(0, len(raw))]
+        prefix = raw[: rng.randint(0, len(raw))]
         try:
             g.accept_bytes(prefix)
         except GrammarError:
@@ -478,14 +555,23 @@ def test_fast_path_equals_reference_qwen2(qwen2, name, n_states):
         else:
             for twin in twins:
                 twin.accept_bytes(prefix)
-        random_walk(g, rng, checker, f"qwen2 {name}, walk {walks}, prefilled {prefix!r}",
-                    max_steps=min(4, n_states - checker.states), extra_partial=walks % 4 == 0, twins=twins)
+        random_walk(
+            g,
+            rng,
+            checker,
+            f"qwen2 {name}, walk {walks}, prefilled {prefix!r}",
+            max_steps=min(4, n_states - checker.states),
+            extra_partial=walks % 4 == 0,
+            twins=twins,
+        )
     elapsed = time.perf_counter() - started
-    print(f"qwen2 {name}: {checker.states} states ({checker.partial_states} mid-character; "
-          f"{len(checker.distinct_states)} distinct states, {len(checker.distinct)} distinct masks, "
-          f"{checker.fresh_fast_masks} fast masks computed afresh, {checker.segment_hits} segment entries found "
-          f"built, {checker.shared_entries} entries serving stacks with different stacks below) in {walks} walks, "
-          f"{elapsed:.1f} s")
+    print(
+        f"qwen2 {name}: {checker.states} states ({checker.partial_states} mid-character; "
+        f"{len(checker.distinct_states)} distinct states, {len(checker.distinct)} distinct masks, "
+        f"{checker.fresh_fast_masks} fast masks computed afresh, {checker.segment_hits} segment entries found "
+        f"built, {checker.shared_entries} entries serving stacks with different stacks below) in {walks} walks, "
+        f"{elapsed:.1f} s"
+    )
     assert checker.states >= n_states
     if name == "schema":
         assert checker.shared_entries >= 1
@@ -494,11 +580,13 @@ def test_fast_path_equals_reference_qwen2(qwen2, name, n_states):
 # ---------------------------------------------------------------------------
 # (c) the segment cache's own corners, on the random vocabulary
 
+
 def test_segment_entry_serves_different_stacks_below(random_vocab):
     """One string rule under two properties: the entry of its content segment is built once and serves
     both, each time finishing the tokens that run past the closing quote against the stack below."""
-    text = ('root ::= "{" a "," b "}"\na ::= "\\"a\\":" str "x"\nb ::= "\\"b\\":" str "y"\n'
-            'str ::= "\\"" [^"\\\\]* "\\""\n')
+    text = (
+        'root ::= "{" a "," b "}"\na ::= "\\"a\\":" str "x"\nb ::= "\\"b\\":" str "y"\nstr ::= "\\"" [^"\\\\]* "\\""\n'
+    )
     checker = Checker()
     for precompute in (0, 1.0):
         _, *twins = three_ways(text, random_vocab)()
@@ -529,8 +617,14 @@ def test_segment_cache_limits_and_growth(random_vocab):
             g.context._configure_segments(max_continuations=limit)
             random_walk(g, rng, checker, f"{name}, continuation limit {limit}", max_steps=25, extra_partial=False)
             g.context._configure_segments()  # forget every entry and mask: the next states are built again
-            random_walk(Grammar(rules, random_vocab), rng, checker, f"{name}, limit {limit}, after a reset",
-                        max_steps=15, extra_partial=False)
+            random_walk(
+                Grammar(rules, random_vocab),
+                rng,
+                checker,
+                f"{name}, limit {limit}, after a reset",
+                max_steps=15,
+                extra_partial=False,
+            )
     assert checker.fresh_fast_masks >= 100
 
 
@@ -540,14 +634,15 @@ def test_precompute_is_bounded_and_exact(random_vocab):
     text = grammar_texts(random_vocab)["repetition.gbnf"]
     eager = Grammar(Rules.parse(text, vocab=random_vocab), random_vocab, precompute=5.0)
     lazy = Grammar(Rules.parse(text, vocab=random_vocab), random_vocab, precompute=0)
-    assert eager.context.wait_precompute(60)   # (built in a background thread)
-    assert lazy.context.wait_precompute(0)     # (none started)
+    assert eager.context.wait_precompute(60)  # (built in a background thread)
+    assert lazy.context.wait_precompute(0)  # (none started)
     assert eager.context.segment_stats["entries"] > 0
     assert lazy.context.segment_stats["entries"] == 0
     assert eager.context.precompute(5.0) == 0  # everything reachable was built already
     checker = Checker()
-    random_walk(eager, random.Random(f"{SEED}/eager"), checker, "repetition.gbnf, precomputed", max_steps=40,
-                twins=[lazy])
+    random_walk(
+        eager, random.Random(f"{SEED}/eager"), checker, "repetition.gbnf, precomputed", max_steps=40, twins=[lazy]
+    )
     assert checker.segment_hits >= 1
     with pytest.raises(ValueError, match="precompute"):
         Grammar(text, random_vocab, precompute=-1)
@@ -618,8 +713,10 @@ def test_fast_path_equals_reference_bounded_strings_llama3():
     default, lazy, walk = bounded_walk(vocab, checker, "llama3")
     assert checker.states >= 250
     assert lazy.context.run_takes > 0 and walk.context.run_takes > 0
-    print(f"llama3 bounded strings: {checker.states} states ({checker.partial_states} mid-character), "
-          f"run takes {default.context.run_takes} / {lazy.context.run_takes} / {walk.context.run_takes}")
+    print(
+        f"llama3 bounded strings: {checker.states} states ({checker.partial_states} mid-character), "
+        f"run takes {default.context.run_takes} / {lazy.context.run_takes} / {walk.context.run_takes}"
+    )
 
 
 def test_element_ascii_bits_equal_match_char():
@@ -628,9 +725,27 @@ def test_element_ascii_bits_equal_match_char():
     ranges crossing 63/64 and 127/128, empty and reversed ranges, the any-character class, escapes and
     classes reaching far above ASCII (200 random classes beside the hand-made ones)."""
     rng = random.Random(7)
-    classes = ["[a]", "[^a]", "[a-z]", "[^a-z0-9_]", "[\\x00-\\x1F]", "[^\\x00-\\x7F]", "[\\x3F-\\x40]",
-               "[\\x7F-\\x80]", "[\\x00-\\U0010FFFF]", "[^\\x00-\\U0010FFFF]", "[z-a]", "[^z-a]", ".",
-               '[^"\\\\\\x7F\\x00-\\x1F]', "[\\x40-\\x3F]", "[\\u00e9-\\u00ff]", "[^\\u00e9]", "[\\x00]", "[\\x7F]"]
+    classes = [
+        "[a]",
+        "[^a]",
+        "[a-z]",
+        "[^a-z0-9_]",
+        "[\\x00-\\x1F]",
+        "[^\\x00-\\x7F]",
+        "[\\x3F-\\x40]",
+        "[\\x7F-\\x80]",
+        "[\\x00-\\U0010FFFF]",
+        "[^\\x00-\\U0010FFFF]",
+        "[z-a]",
+        "[^z-a]",
+        ".",
+        '[^"\\\\\\x7F\\x00-\\x1F]',
+        "[\\x40-\\x3F]",
+        "[\\u00e9-\\u00ff]",
+        "[^\\u00e9]",
+        "[\\x00]",
+        "[\\x7F]",
+    ]
     for _ in range(200):
         parts = []
         for _ in range(rng.randint(1, 5)):
@@ -653,20 +768,33 @@ def test_union_walk_of_continuations_under_many_stacks_below():
     those stacks (SegmentCache.union_continuations). Every mask along documents through such objects (and
     with spaces, newlines and every property order) equals the reference path's, on Llama 3 and Qwen2."""
     from bankml import json_schema_to_grammar
-    names = ("id name type value description title status created url email count data error message key "
-             "version").split()
-    schema = {"type": "object", "properties": {n: {"type": ["string", "integer", "null"]} for n in names},
-              "additionalProperties": False}
+
+    names = (
+        "id name type value description title status created url email count data error message key version"
+    ).split()
+    schema = {
+        "type": "object",
+        "properties": {n: {"type": ["string", "integer", "null"]} for n in names},
+        "additionalProperties": False,
+    }
     text, _ = json_schema_to_grammar(schema)
-    docs = ['{"' + names[0] + '": null, "' + names[3] + '": 12, "' + names[15] + '": "x"}',
-            '{ "' + names[1] + '" : "a b",\n  "' + names[2] + '": -3,"' + names[9] + '":null }',
-            '{"' + names[14] + '": "end"}']
+    docs = [
+        '{"' + names[0] + '": null, "' + names[3] + '": 12, "' + names[15] + '": "x"}',
+        '{ "' + names[1] + '" : "a b",\n  "' + names[2] + '": -3,"' + names[9] + '":null }',
+        '{"' + names[14] + '": "end"}',
+    ]
     # a vocabulary whose pieces run on past where `space` ends into the next property's name, so that what each
     # stack below accepts there differs (real vocabularies seldom have a ` "name` piece)
     pieces = [bytes([c]) for c in range(0x20, 0x7F)] + [b"\n", b"\t", b"\n\n", b"\n  ", b"null", b'": ']
     for n in names:
-        pieces += [f' "{n}'.encode(), f'\n"{n}'.encode(), f'  "{n}":'.encode(), f'\n\n"{n[:2]}'.encode(),
-                   f'"{n}"'.encode(), f', "{n}'.encode()]
+        pieces += [
+            f' "{n}'.encode(),
+            f'\n"{n}'.encode(),
+            f'  "{n}":'.encode(),
+            f'\n\n"{n[:2]}'.encode(),
+            f'"{n}"'.encode(),
+            f', "{n}'.encode(),
+        ]
     pieces.append(b"</s>")
     vocabularies = [("crafted", Vocab(pieces, [len(pieces) - 1]))]
     vocabularies += [(path.name, Vocab.from_gguf(path)) for path in (DATA / "ggml-vocab-llama-bpe.gguf", QWEN2)]
@@ -679,7 +807,7 @@ def test_union_walk_of_continuations_under_many_stacks_below():
             raw = doc.encode()
             for i in range(len(raw)):
                 checker.compare(g, f"{label}: {raw[:i]!r}")
-                g.accept_bytes(raw[i:i + 1])
+                g.accept_bytes(raw[i : i + 1])
             assert g.complete
         unions += g.context.segment_stats["union_walks"]
     assert unions >= 3

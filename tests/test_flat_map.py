@@ -1,10 +1,11 @@
-"""bankml/_flatmap.h, the engine's memo tables: the same answers as a dict through inserts, overwrites,
+"""bankml/engine/_flatmap.h, the engine's memo tables: the same answers as a dict through inserts, overwrites,
 look-ups, clears and reserves, across many incremental growths (each insert moves a few old slots over, and
 until the old array is empty a look-up probes both)."""
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bankml._grammar import _flat_map_replay
+from bankml.engine._grammar import _flat_map_replay
 
 
 def _dict_replay(ops):
@@ -20,13 +21,18 @@ def _dict_replay(ops):
     return out
 
 
-KEYS = st.one_of(st.integers(0, 300), st.integers(0, 2**64 - 1),
-                 st.integers(0, 2**20).map(lambda k: k << 32))   # small, any, and packed (id << 32) keys
-OPS = st.lists(st.one_of(
-    st.tuples(st.just(0), KEYS, st.integers(-2**63, 2**63 - 1)),
-    st.tuples(st.just(1), KEYS, st.just(0)),
-    st.tuples(st.just(2), st.just(0), st.just(0)),
-    st.tuples(st.just(3), st.integers(0, 5000), st.just(0))), max_size=400)
+KEYS = st.one_of(
+    st.integers(0, 300), st.integers(0, 2**64 - 1), st.integers(0, 2**20).map(lambda k: k << 32)
+)  # small, any, and packed (id << 32) keys
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just(0), KEYS, st.integers(-(2**63), 2**63 - 1)),
+        st.tuples(st.just(1), KEYS, st.just(0)),
+        st.tuples(st.just(2), st.just(0), st.just(0)),
+        st.tuples(st.just(3), st.integers(0, 5000), st.just(0)),
+    ),
+    max_size=400,
+)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -43,7 +49,7 @@ def test_flat_map_through_many_growths():
     ops = []
     for i, k in enumerate(keys):
         ops.append((0, k, i))
-        ops.append((1, keys[i // 2], 0))            # an earlier key, likely still in an old array
+        ops.append((1, keys[i // 2], 0))  # an earlier key, likely still in an old array
     ops += [(0, k, -i) for i, k in enumerate(keys[::7])]
     ops += [(1, k, 0) for k in keys] + [(1, k + 1, 0) for k in keys[:1000]]
     ops += [(2, 0, 0)] + [(0, k, 1) for k in keys[:5000]] + [(1, k, 0) for k in keys[:6000]]

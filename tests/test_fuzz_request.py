@@ -4,15 +4,32 @@ SchemaError), ``sampler_params_from_request`` params or a RequestError, the cont
 ContentError, its incremental scanner the same deltas as a full reparse — never another exception.
 The corpus of tests/fuzz/corpus/{request,content} is replayed. The long harness:
 ``python -m tests.fuzz.fuzz_request --minutes 5``."""
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .fuzz.fuzz_request import (OLLAMA_REQUESTS, OPENAI_REQUESTS, RAW_ANSWERS, SAMPLER_REQUESTS, ANSWERS,
-                                check_content, check_ollama, check_openai, check_sampler_fields, corpus_answers,
-                                corpus_requests, replay_corpus)
+from .fuzz.fuzz_request import (
+    ANSWERS,
+    OLLAMA_REQUESTS,
+    OPENAI_REQUESTS,
+    RAW_ANSWERS,
+    SAMPLER_REQUESTS,
+    check_content,
+    check_ollama,
+    check_openai,
+    check_sampler_fields,
+    corpus_answers,
+    corpus_requests,
+    replay_corpus,
+)
 
-FAST = settings(max_examples=150, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FAST = settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @FAST
@@ -34,8 +51,13 @@ def test_sampler_fields_resolution(req, ollama):
 
 
 @FAST
-@given(RAW_ANSWERS | ANSWERS, st.lists(st.integers(0, 64), max_size=4), st.booleans(),
-       st.sampled_from(["chatml", "qwen3"]), st.booleans())
+@given(
+    RAW_ANSWERS | ANSWERS,
+    st.lists(st.integers(0, 64), max_size=4),
+    st.booleans(),
+    st.sampled_from(["chatml", "qwen3"]),
+    st.booleans(),
+)
 def test_content_parser(raw, cuts, json_mode, template, thinking):
     check_content(raw, cuts, json_mode, template, thinking)
 

@@ -7,6 +7,7 @@ random walks that pick among the allowed tokens. At every step the whole
 vocabulary mask of bankml and of libllama's grammar sampler are compared by
 count and FNV-1a hash; then both accept the same token.
 """
+
 import json
 import os
 import subprocess
@@ -32,8 +33,11 @@ def grammar_text(name, vocab, oracle_vocab):
     text = (GRAMMARS / name).read_bytes().decode("utf-8")
     if name.endswith(".in"):
         start, end = chat_turn_tokens(vocab)
-        text = (text.replace("{START_ID}", str(start)).replace("{END_ID}", str(end))
-                .replace("{START}", vocab.piece(start).decode()))
+        text = (
+            text.replace("{START_ID}", str(start))
+            .replace("{END_ID}", str(end))
+            .replace("{START}", vocab.piece(start).decode())
+        )
     return text
 
 
@@ -77,8 +81,10 @@ def compare_masks(ours, theirs, vocab, where):
         ORACLE_STATS["masks different"] += 1
         only_ours = np.setdiff1d(mine, reference)
         only_theirs = np.setdiff1d(reference, mine)
-        pytest.fail(f"{where}: bankml allows {len(mine)} tokens, libllama {len(reference)}; "
-                    f"only bankml: [{describe(vocab, only_ours)}]; only libllama: [{describe(vocab, only_theirs)}]")
+        pytest.fail(
+            f"{where}: bankml allows {len(mine)} tokens, libllama {len(reference)}; "
+            f"only bankml: [{describe(vocab, only_ours)}]; only libllama: [{describe(vocab, only_theirs)}]"
+        )
     return mine
 
 
@@ -88,10 +94,10 @@ def make_pair(walk, vocab, oracle_vocab):
     if lazy:
         patterns = lazy.get("trigger_patterns", [])
         tokens = [chat_turn_tokens(vocab)[0] if t == "{START_ID}" else int(t) for t in lazy.get("trigger_tokens", [])]
-        ours = Grammar(Rules.parse(text, vocab=vocab), vocab, trigger_patterns=patterns, trigger_tokens=tokens,
-                       lazy=True)
-        theirs = libllama.OracleGrammar(oracle_vocab, text, lazy=True, trigger_patterns=patterns,
-                                        trigger_tokens=tokens)
+        ours = Grammar(
+            Rules.parse(text, vocab=vocab), vocab, trigger_patterns=patterns, trigger_tokens=tokens, lazy=True
+        )
+        theirs = libllama.OracleGrammar(oracle_vocab, text, lazy=True, trigger_patterns=patterns, trigger_tokens=tokens)
     else:
         ours = Grammar(Rules.parse(text, vocab=vocab), vocab)
         theirs = libllama.OracleGrammar(oracle_vocab, text)
@@ -117,10 +123,12 @@ def walk_tokens(walk, vocab, oracle_vocab, tokens, label, stop_where_rejected=Fa
     return ours
 
 
-CASES = [(vocab_name, index, doc_index)
-         for vocab_name in VOCAB_NAMES
-         for index, walk in enumerate(WALKS)
-         for doc_index in range(len(walk["documents"]))]
+CASES = [
+    (vocab_name, index, doc_index)
+    for vocab_name in VOCAB_NAMES
+    for index, walk in enumerate(WALKS)
+    for doc_index in range(len(walk["documents"]))
+]
 
 
 def case_id(case):
@@ -151,16 +159,20 @@ def test_byte_walk(case):
     table = single_byte_tokens(vocab)
     missing = sorted(set(document) - set(table))
     assert not missing, f"{vocab_name} has no single-byte token for bytes {missing}"
-    final = walk_tokens(walk, vocab, oracle_vocab, [table[b] for b in document], f"{case_id(case)} bytes",
-                        stop_where_rejected=True)
+    final = walk_tokens(
+        walk, vocab, oracle_vocab, [table[b] for b in document], f"{case_id(case)} bytes", stop_where_rejected=True
+    )
     if final is not None and not walk.get("lazy"):
         assert final.complete
 
 
-RANDOM_CASES = [(vocab_name, index, seed)
-                for vocab_name in VOCAB_NAMES
-                for index, walk in enumerate(WALKS) if not walk.get("lazy")
-                for seed in (1, 2)]
+RANDOM_CASES = [
+    (vocab_name, index, seed)
+    for vocab_name in VOCAB_NAMES
+    for index, walk in enumerate(WALKS)
+    if not walk.get("lazy")
+    for seed in (1, 2)
+]
 
 
 @pytest.mark.parametrize("case", RANDOM_CASES, ids=lambda c: f"{c[0]}-{WALKS[c[1]]['grammar']}-seed{c[2]}")
@@ -251,15 +263,21 @@ def test_accept_errors_match_libllama(case, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(DATA.parent.parent)] + sys.path))
     child = subprocess.run(
         [sys.executable, "-c", ACCEPT_SCRIPT, "qwen2", str(grammar_file), ",".join(map(str, prefix_tokens + [bad]))],
-        capture_output=True, text=True, env=env, timeout=120)
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     theirs_threw = child.returncode != 0
     if theirs_threw:
         assert "MASK" not in child.stdout
     ORACLE_STATS["accept errors compared"] += 1
     assert ours_threw == theirs_threw, (
         f"bankml {'raised' if ours_threw else 'accepted'}, libllama {'threw' if theirs_threw else 'accepted'} "
-        f"(exit {child.returncode}): {child.stderr[-400:]}")
+        f"(exit {child.returncode}): {child.stderr[-400:]}"
+    )
     if not theirs_threw:
-        reference = np.array([int(x) for x in child.stdout.split("MASK ", 1)[1].strip().split(",") if x],
-                             dtype=np.int32)
+        reference = np.array(
+            [int(x) for x in child.stdout.split("MASK ", 1)[1].strip().split(",") if x], dtype=np.int32
+        )
         assert mask_hash(ours.allowed_ids()) == mask_hash(reference)

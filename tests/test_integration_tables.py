@@ -42,7 +42,9 @@ DATA = Path(__file__).parent / "data" / "grammar_integration_cases.json"
 
 def _load():
     if not DATA.is_file():
-        raise FileNotFoundError(f"test data missing: {DATA} (transcribed from llama.cpp's test-grammar-integration.cpp)")
+        raise FileNotFoundError(
+            f"test data missing: {DATA} (transcribed from llama.cpp's test-grammar-integration.cpp)"
+        )
     with DATA.open(encoding="utf-8") as f:
         return json.load(f)
 
@@ -258,9 +260,7 @@ def test_build_case(case):
 
 # Not asserted by the C++ test, but what llama_grammar_init_impl does with these grammars:
 # the parser alone accepts them, and the failure comes from the root / left-recursion checks.
-@pytest.mark.parametrize(
-    "case", [c for c in BUILD_CASES if c["check"] == "build_fails"], ids=lambda c: c["id"]
-)
+@pytest.mark.parametrize("case", [c for c in BUILD_CASES if c["check"] == "build_fails"], ids=lambda c: c["id"])
 def test_build_failure_is_not_a_parse_failure(case):
     Rules.parse(case["grammar"], root=None)
 

@@ -1,18 +1,20 @@
-"""JSON nesting is bounded before Python's decoder recurses (bankml._jsondepth).
+"""JSON nesting is bounded before Python's decoder recurses (bankml.schema.jsondepth).
 
 The decoder counts each level toward the recursion limit, and a garbage collection that starts at the limit
 can abort CPython 3.11 ("Cannot recover from stack overflow": once in ~20 load-test runs of bankml serve,
 on the 100,000-deep body). So text nested past the bound must be refused without being decoded at all.
 """
+
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from bankml import _jsondepth
-from bankml._jsondepth import MAX_DEPTH, NestingError, loads, nested_deeper_than
-from bankml.chat import ChatRequestError, ChatTemplate
-from bankml.schema import SchemaError, load_schema
+from bankml.chat.template import ChatRequestError, ChatTemplate
+from bankml.schema import jsondepth as _jsondepth
+from bankml.schema.converter import SchemaError, load_schema
+from bankml.schema.jsondepth import MAX_DEPTH, NestingError, loads, nested_deeper_than
 
 
 def depth(value):
@@ -50,9 +52,11 @@ def test_brackets_inside_strings_do_not_count():
     assert nested_deeper_than('["\\\\"' + ", [" * 900 + "]" * 900 + "]")
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text("[]{}\"\\ab", max_size=6),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-                               st.text("[]{}\"\\", max_size=3), inner, max_size=3), max_leaves=40)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text('[]{}"\\ab', max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text('[]{}"\\', max_size=3), inner, max_size=3),
+    max_leaves=40,
+)
 
 
 @settings(max_examples=300, deadline=None)

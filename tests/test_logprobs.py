@@ -12,6 +12,7 @@ The formula itself (``get_token_probabilities``: std::partial_sort, then a float
 candidates in the order the partial sort leaves them) is checked against that C++ code compiled on this machine,
 on logits with many ties, for n_top 1 to above n_vocab.
 """
+
 import json
 import os
 import pathlib
@@ -19,9 +20,9 @@ import pathlib
 import numpy as np
 import pytest
 
-from bankml import logprobs as lp
-from bankml._sampler import Sampler, SamplerParams, token_logarithm, token_probabilities
-from bankml.constraint import RequestError
+from bankml.chat.constraint import RequestError
+from bankml.sampling import logprobs as lp
+from bankml.sampling._sampler import Sampler, SamplerParams, token_logarithm, token_probabilities
 
 from .oracle.record_logprobs import VOLATILE, digest_long_lists
 from .oracle.record_server import kernels_fingerprint
@@ -30,8 +31,10 @@ from .oracle_support import ORACLE_STATS, recorded_job, recorded_model, sse_chun
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "server_logprobs_recordings.json"
 RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
 RECORDS = RECORDING["recordings"]
-RECORDINGS_HOLD = (RECORDING.get("kernels") == kernels_fingerprint()
-                   and os.environ.get("BANKML_E2E_LIVE", "") in ("", "0"))
+RECORDINGS_HOLD = RECORDING.get("kernels") == kernels_fingerprint() and os.environ.get("BANKML_E2E_LIVE", "") in (
+    "",
+    "0",
+)
 CHAT = "/v1/chat/completions"
 
 
@@ -41,16 +44,19 @@ def _text(obj):
 
 # --- the formula against llama-server's C++ ---------------------------------------------------------------
 
+
 def _tied_logits(rng, n):
     x = (rng.normal(size=n) * 3).astype(np.float32)
-    x[rng.integers(0, n, n // 3)] = np.float32(1.5)       # a third of the vocabulary tied
-    x[rng.integers(0, n, 5)] = x.max()                     # ties at the top
+    x[rng.integers(0, n, n // 3)] = np.float32(1.5)  # a third of the vocabulary tied
+    x[rng.integers(0, n, 5)] = x.max()  # ties at the top
     return x
 
 
 def test_token_probabilities_equal_llama_servers_compiled_formula():
-    pytest.importorskip("llama_cpp")
+    import llama_cpp  # noqa: F401  (the oracle: the test extra installs it; a missing oracle fails, never skips)
+
     from .oracle.record_server import _server_logprobs
+
     rng = np.random.default_rng(13)
     cases = [(1000, 1), (1000, 5), (1000, 20), (300, 300), (50, 60), (49152, 20), (49152, 1), (2000, 1999)]
     batches = [(_tied_logits(rng, n), k) for n, k in cases]
@@ -59,7 +65,7 @@ def test_token_probabilities_equal_llama_servers_compiled_formula():
         ids, p = token_probabilities(logits, k)
         top = min(k, len(logits))
         assert len(ids) == len(p) == len(logits)
-        assert sorted(ids.tolist()) == list(range(len(logits)))       # every candidate, once
+        assert sorted(ids.tolist()) == list(range(len(logits)))  # every candidate, once
         mine = [(int(i), token_logarithm(q)) for i, q in zip(ids[:top], p[:top])]
         assert mine == want, (len(logits), k)
         ORACLE_STATS["llama-server get_token_probabilities calls, bit-identical"] += 1
@@ -76,7 +82,7 @@ def test_the_summation_order_is_the_partial_sorts():
 
 
 def test_logarithm_of_zero_is_the_lowest_float():
-    assert token_logarithm(0.0) == -3.4028234663852886e+38
+    assert token_logarithm(0.0) == -3.4028234663852886e38
     assert token_logarithm(1.0) == 0.0
     assert token_logarithm(0.5) == float(np.log(np.float32(0.5)))
 
@@ -85,6 +91,7 @@ def test_candidates_are_the_last_draws_sorted_by_probability():
     class Sized:
         def __len__(self):
             return 6
+
     sampler = Sampler(SamplerParams(temperature=1.0, top_k=3, seed=4), Sized())
     assert sampler.candidates()[0].size == 0
     logits = np.array([0.1, 2.0, -1.0, 1.0, 3.0, 0.5], dtype=np.float32)
@@ -103,10 +110,10 @@ READ = [
     (CHAT, {"logprobs": True, "top_logprobs": 3}, 3, False),
     (CHAT, {"logprobs": True, "top_logprobs": 0}, 0, False),
     (CHAT, {"logprobs": True, "top_logprobs": 2.9}, 2, False),
-    (CHAT, {"logprobs": True, "top_logprobs": "x"}, 20, False),         # json_value's default on a type error
-    (CHAT, {"logprobs": True, "n_probs": 7}, 20, False),                 # logprobs' n_probs wins
+    (CHAT, {"logprobs": True, "top_logprobs": "x"}, 20, False),  # json_value's default on a type error
+    (CHAT, {"logprobs": True, "n_probs": 7}, 20, False),  # logprobs' n_probs wins
     (CHAT, {"logprobs": False}, 0, False),
-    (CHAT, {"logprobs": 4}, 4, False),                                   # not true: the native alias reads it
+    (CHAT, {"logprobs": 4}, 4, False),  # not true: the native alias reads it
     (CHAT, {"n_probs": 3, "post_sampling_probs": True}, 3, True),
     (CHAT, {"logprobs": True, "top_logprobs": -5}, 0, False),
     ("/v1/completions", {"logprobs": 5}, 5, False),
@@ -123,14 +130,20 @@ def test_fields_read_as_llama_server_reads_them(endpoint, body, n_probs, post):
     assert (probs.n_probs, probs.post_sampling) == (n_probs, post)
 
 
-@pytest.mark.parametrize("endpoint,body,message", [
-    (CHAT, {"top_logprobs": 3}, "top_logprobs requires logprobs to be set to true"),
-    (CHAT, {"logprobs": 1, "top_logprobs": 3}, "top_logprobs requires logprobs to be set to true"),
-    (CHAT, {"logprobs": True, "stream": True, "tools": [{"type": "function"}]},
-     "logprobs is not supported with tools + stream"),
-    ("/v1/completions", {"logprobs": "5"}, "Field 'logprobs': [json.exception.type_error.302] type must be number"),
-    ("/v1/completions", {"post_sampling_probs": 1}, "Field 'post_sampling_probs'"),
-])
+@pytest.mark.parametrize(
+    "endpoint,body,message",
+    [
+        (CHAT, {"top_logprobs": 3}, "top_logprobs requires logprobs to be set to true"),
+        (CHAT, {"logprobs": 1, "top_logprobs": 3}, "top_logprobs requires logprobs to be set to true"),
+        (
+            CHAT,
+            {"logprobs": True, "stream": True, "tools": [{"type": "function"}]},
+            "logprobs is not supported with tools + stream",
+        ),
+        ("/v1/completions", {"logprobs": "5"}, "Field 'logprobs': [json.exception.type_error.302] type must be number"),
+        ("/v1/completions", {"post_sampling_probs": 1}, "Field 'post_sampling_probs'"),
+    ],
+)
 def test_fields_llama_server_refuses_are_refused(endpoint, body, message):
     with pytest.raises(RequestError) as e:
         lp.read_request(body, endpoint)
@@ -139,13 +152,14 @@ def test_fields_llama_server_refuses_are_refused(endpoint, body, message):
 
 def test_answers_too_large_are_refused():
     probs = lp.read_request({"logprobs": 50000}, "/v1/completions")
-    lp.check_size(probs, 49152, 20, 2048)                  # 983,040 entries: answered
+    lp.check_size(probs, 49152, 20, 2048)  # 983,040 entries: answered
     with pytest.raises(RequestError, match="limit"):
-        lp.check_size(probs, 49152, -1, 2048)              # up to the context: refused
-    lp.check_size(lp.read_request({"logprobs": True}, CHAT), 49152, -1, 32768)   # 20 per token, 32k context
+        lp.check_size(probs, 49152, -1, 2048)  # up to the context: refused
+    lp.check_size(lp.read_request({"logprobs": True}, CHAT), 49152, -1, 32768)  # 20 per token, 32k context
 
 
 # --- the recorded requests --------------------------------------------------------------------------------
+
 
 def test_recordings_cover_the_shapes():
     reqs = [(r["endpoint"], r["request"]) for r in RECORDS]
@@ -163,6 +177,7 @@ def records():
     if RECORDINGS_HOLD:
         return RECORDS
     from .oracle.record_logprobs import record
+
     return record()["recordings"]
 
 
@@ -192,8 +207,9 @@ def test_runtime_logprobs_equal_llama_servers(model, records, name):
     record = _record(records, name)
     job = _job(model, record)
     result = job.run()
-    records_kept = lp.trim_stop_word(result.probs, result.stopping_word,
-                                     lambda text: model.tokenize(text, False, False))
+    records_kept = lp.trim_stop_word(
+        result.probs, result.stopping_word, lambda text: model.tokenize(text, False, False)
+    )
     want = record["response"]["choices"][0].get("logprobs")
     if want is None:
         assert not records_kept
@@ -213,14 +229,14 @@ def _strip(obj):
 def client(model):
     from starlette.testclient import TestClient
 
-    from bankml.server import create_app
+    from bankml.serve.app import create_app
+
     with TestClient(create_app(model, "SmolLM2-135M-Instruct")) as c:
         yield c
 
 
 def _choices(answer):
-    return [c if c == "[DONE]" else c.get("choices") for c in answer] if isinstance(answer, list) \
-        else answer["choices"]
+    return [c if c == "[DONE]" else c.get("choices") for c in answer] if isinstance(answer, list) else answer["choices"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -239,6 +255,10 @@ def test_http_logprobs_equal_llama_servers(client, records, name):
         assert _text(got["choices"]) == _text(want["choices"])
         for key in ("completion_tokens", "prompt_tokens"):
             assert got["usage"][key] == want["usage"][key]
-    n = sum(len((c.get("logprobs") or {}).get("content") or []) for cs in _choices(want) if cs != "[DONE]"
-            for c in (cs if isinstance(cs, list) else [cs]))
+    n = sum(
+        len((c.get("logprobs") or {}).get("content") or [])
+        for cs in _choices(want)
+        if cs != "[DONE]"
+        for c in (cs if isinstance(cs, list) else [cs])
+    )
     ORACLE_STATS["llama-server logprob entries identical (bankml serve)"] += n

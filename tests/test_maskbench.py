@@ -1,5 +1,6 @@
 """bench/maskbench.py on MaskBench-shaped files: it runs, its verdicts are the instances' own, and along every
 instance bankml's whole-vocabulary masks are libllama's (the runner's oracle comparison)."""
+
 import json
 import pathlib
 import re
@@ -19,6 +20,7 @@ def maskbench(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
     sys.modules.pop("maskbench", None)
     import maskbench
+
     return maskbench
 
 
@@ -26,14 +28,30 @@ def test_runner_against_libllama(tmp_path, maskbench, capsys):
     for name in ("bounded_strings.json", "enums_and_arrays.json"):
         shutil.copy(BENCH / "data" / "maskbench" / name, tmp_path / name)
     out = tmp_path / "out.json"
-    maskbench.main([str(tmp_path), "--engines", "bankml", "--libllama", "2", "--vocab", "qwen2", "--timeout", "300",
-                    "--out", str(out)])
+    maskbench.main(
+        [
+            str(tmp_path),
+            "--engines",
+            "bankml",
+            "--libllama",
+            "2",
+            "--vocab",
+            "qwen2",
+            "--timeout",
+            "300",
+            "--out",
+            str(out),
+        ]
+    )
     text = capsys.readouterr().out
     # 6 instances: 2 valid (accepted), 4 invalid (rejected), by bankml and by libllama alike
     row = [line for line in text.splitlines() if line.startswith("| bankml |")][0].split("|")
     assert [c.strip() for c in row[3:11]] == ["2", "2", "0", "0", "0", "6", "0", "0"]
-    m = re.search(r"verdicts equal on \*\*(\d+) of (\d+)\*\* instances; whole-vocabulary masks identical: "
-                  r"\*\*([\d,]+) of ([\d,]+)\*\*", text)
+    m = re.search(
+        r"verdicts equal on \*\*(\d+) of (\d+)\*\* instances; whole-vocabulary masks identical: "
+        r"\*\*([\d,]+) of ([\d,]+)\*\*",
+        text,
+    )
     assert m and m.group(1) == m.group(2) == "6" and m.group(3) == m.group(4) and int(m.group(3).replace(",", "")) > 50
     results = json.loads(out.read_text())["results"]
     assert all(r["status"] == "ok" for r in results["bankml"].values())
@@ -42,8 +60,14 @@ def test_runner_against_libllama(tmp_path, maskbench, capsys):
 
 def test_runner_reports_compile_errors_and_timeouts(tmp_path, maskbench, capsys):
     # a schema llama.cpp's converter refuses is a compile error, counted, not a crash of the run
-    (tmp_path / "bad.json").write_text(json.dumps({"schema": {"type": "object", "properties": {"a": {"$ref": "#/nope"}}},
-                                                   "tests": [{"valid": True, "data": {"a": 1}}]}))
+    (tmp_path / "bad.json").write_text(
+        json.dumps(
+            {
+                "schema": {"type": "object", "properties": {"a": {"$ref": "#/nope"}}},
+                "tests": [{"valid": True, "data": {"a": 1}}],
+            }
+        )
+    )
     maskbench.main([str(tmp_path), "--engines", "bankml", "--libllama", "0"])
     row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| bankml |")][0].split("|")
     assert [c.strip() for c in row[3:7]] == ["1", "0", "1", "0"]

@@ -5,6 +5,7 @@ Small hand-made vocabularies, so each test runs in milliseconds; the expected va
 by hand from llama.cpp's accept and mask rules (tests/test_engine.py's header lists them). The same
 API against libllama on real vocabularies is tests/test_matcher_oracle.py.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,15 +15,37 @@ from hypothesis import strategies as st
 
 from bankml import Grammar, GrammarError, Rules, Vocab
 
-JSON_GRAMMAR = r'''
+JSON_GRAMMAR = r"""
 root ::= "{" ws "\"name\"" ws ":" ws string ws ("," ws "\"tags\"" ws ":" ws "[" ws (string ws ("," ws string ws)*)? "]" ws)? "}"
 string ::= "\"" char* "\""
 char ::= [^"\\] | "\\" ["\\n]
 ws ::= [ ]?
-'''
+"""
 
-PIECES = ["{", "}", "\"", "\"name\"", ":", " ", ",", "[", "]", "a", "b", "ab", "é", b"\xc3", b"\xa9", b"\xa8",
-          "\\", "n", "\"tags\"", "\":", "</s>", "<ctl>"]
+PIECES = [
+    "{",
+    "}",
+    '"',
+    '"name"',
+    ":",
+    " ",
+    ",",
+    "[",
+    "]",
+    "a",
+    "b",
+    "ab",
+    "é",
+    b"\xc3",
+    b"\xa9",
+    b"\xa8",
+    "\\",
+    "n",
+    '"tags"',
+    '":',
+    "</s>",
+    "<ctl>",
+]
 EOS = PIECES.index("</s>")
 
 
@@ -40,15 +63,38 @@ def token(piece):
 
 def state(g):
     """What identifies a matcher's state: its stacks, partial character, mask and termination."""
-    return (g.stacks, g.partial_utf8, g.allowed_ids().tolist(), g.is_terminated(), g.awaiting_trigger,
-            g.trigger_buffer)
+    return (g.stacks, g.partial_utf8, g.allowed_ids().tolist(), g.is_terminated(), g.awaiting_trigger, g.trigger_buffer)
 
 
-DOCUMENT = [token(p) for p in ["{", "\"name\"", ":", " ", "\"", "a", b"\xc3", b"\xa9", "\\", "n", "\"", ",",
-                               "\"tags\"", ":", "[", "\"", "b", "\"", "]", "}"]]
+DOCUMENT = [
+    token(p)
+    for p in [
+        "{",
+        '"name"',
+        ":",
+        " ",
+        '"',
+        "a",
+        b"\xc3",
+        b"\xa9",
+        "\\",
+        "n",
+        '"',
+        ",",
+        '"tags"',
+        ":",
+        "[",
+        '"',
+        "b",
+        '"',
+        "]",
+        "}",
+    ]
+]
 
 
 # -- rollback ----------------------------------------------------------------------------------------
+
 
 def test_rollback_restores_every_earlier_state():
     g = Grammar(RULES, VOCAB)
@@ -65,22 +111,22 @@ def test_rollback_restores_every_earlier_state():
 
 def test_rollback_then_other_tokens():
     g = Grammar(RULES, VOCAB)
-    for t in DOCUMENT[:6]:       # {"name": "a
+    for t in DOCUMENT[:6]:  # {"name": "a
         g.accept(t)
-    g.rollback(1)                # {"name": "
+    g.rollback(1)  # {"name": "
     g.accept(token("b"))
-    g.accept(token("\""))
+    g.accept(token('"'))
     g.accept(token("}"))
     assert g.complete
     fresh = Grammar(RULES, VOCAB)
-    for t in DOCUMENT[:5] + [token("b"), token("\""), token("}")]:
+    for t in DOCUMENT[:5] + [token("b"), token('"'), token("}")]:
         fresh.accept(t)
     assert state(g) == state(fresh)
 
 
 def test_rollback_inside_a_partial_character():
     g = Grammar(RULES, VOCAB)
-    for t in DOCUMENT[:7]:       # ... "a\xc3
+    for t in DOCUMENT[:7]:  # ... "a\xc3
         g.accept(t)
     assert g.partial_utf8 == (0x03, 1)
     g.accept(token(b"\xa9"))
@@ -138,14 +184,13 @@ def test_max_rollback_zero_and_bad_values():
     g.rollback(0)
     with pytest.raises(ValueError, match=r"keeps the last 0 \(max_rollback=0"):
         g.rollback(1)
-    assert g.accept_tokens([token("\"name\""), token(":")])
+    assert g.accept_tokens([token('"name"'), token(":")])
     assert not g.accept_tokens([token(" "), token("}")])
     ref = Grammar(RULES, VOCAB)
-    for t in [token("{"), token("\"name\""), token(":")]:
+    for t in [token("{"), token('"name"'), token(":")]:
         ref.accept(t)
     assert state(g) == state(ref)
-    for bad, error in ((-1, ValueError), (1.5, TypeError), (True, TypeError), ("3", TypeError),
-                       (1 << 21, ValueError)):
+    for bad, error in ((-1, ValueError), (1.5, TypeError), (True, TypeError), ("3", TypeError), (1 << 21, ValueError)):
         with pytest.raises(error, match="max_rollback"):
             Grammar(RULES, VOCAB, max_rollback=bad)
 
@@ -154,7 +199,7 @@ def test_accept_bytes_and_accept_token_are_one_step_each():
     g = Grammar(RULES, VOCAB)
     start = state(g)
     g.accept_bytes(b'{"name": "ab')
-    g.accept_token(token("\""), b"\"")
+    g.accept_token(token('"'), b'"')
     assert g.rollback_depth == 2
     g.rollback(1)
     g.rollback(1)
@@ -169,7 +214,7 @@ def test_refused_accepts_leave_no_history():
     with pytest.raises(GrammarError):
         g.accept_bytes(b"x")
     with pytest.raises(GrammarError):
-        g.accept(EOS)            # end of generation before the grammar is complete
+        g.accept(EOS)  # end of generation before the grammar is complete
     with pytest.raises(ValueError):
         g.accept(len(PIECES))
     assert g.rollback_depth == 1
@@ -206,6 +251,7 @@ def test_fork_and_clone_keep_history_and_are_independent():
 
 # -- accept_tokens / validate_tokens --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("max_rollback", [0, 1, 2, 200])
 def test_accept_tokens_all_or_nothing(max_rollback):
     g = Grammar(RULES, VOCAB, max_rollback=max_rollback)
@@ -218,7 +264,7 @@ def test_accept_tokens_all_or_nothing(max_rollback):
     assert state(g) == before and g.rollback_depth == depth
     g.rollback(depth)
     ref = Grammar(RULES, VOCAB)
-    for t in DOCUMENT[:3 - depth]:
+    for t in DOCUMENT[: 3 - depth]:
         ref.accept(t)
     assert state(g) == state(ref)
     g = Grammar(RULES, VOCAB, max_rollback=max_rollback)
@@ -257,14 +303,16 @@ def test_accept_tokens_bad_ids():
     g = Grammar(RULES, VOCAB)
     g.accept(token("{"))
     before = state(g)
-    for ids, error, match in (([len(PIECES)], ValueError, r"outside \[0, 22\)"),
-                              ([token("\"name\""), -1], ValueError, r"-1 is outside"),
-                              ([1.0], TypeError, "must be an int"),
-                              ([True], TypeError, "must be an int"),
-                              ("ab", TypeError, "sequence of token ids"),
-                              (5, TypeError, "sequence of token ids"),
-                              (np.array([[1]]), ValueError, "1-D integer array"),
-                              (np.array([1.0]), ValueError, "1-D integer array")):
+    for ids, error, match in (
+        ([len(PIECES)], ValueError, r"outside \[0, 22\)"),
+        ([token('"name"'), -1], ValueError, r"-1 is outside"),
+        ([1.0], TypeError, "must be an int"),
+        ([True], TypeError, "must be an int"),
+        ("ab", TypeError, "sequence of token ids"),
+        (5, TypeError, "sequence of token ids"),
+        (np.array([[1]]), ValueError, "1-D integer array"),
+        (np.array([1.0]), ValueError, "1-D integer array"),
+    ):
         with pytest.raises(error, match=match):
             g.accept_tokens(ids)
         with pytest.raises(error, match=match):
@@ -288,14 +336,15 @@ def test_validate_tokens_counts_the_accepted_prefix_and_changes_nothing():
 
 # -- is_terminated ---------------------------------------------------------------------------------------
 
+
 def test_is_terminated_after_end_of_generation():
     g = Grammar('root ::= "a" "b"*', make_vocab(["a", "b", "</s>"], eog=(2,)))
     assert not g.is_terminated()
     g.accept(0)
-    assert g.complete and not g.is_terminated()      # complete, but "b" can still follow
+    assert g.complete and not g.is_terminated()  # complete, but "b" can still follow
     g.accept(2)
     assert g.is_terminated()
-    assert not g.accept_tokens([1])                   # nothing after the end (XGrammar's rule)
+    assert not g.accept_tokens([1])  # nothing after the end (XGrammar's rule)
     assert g.validate_tokens([1]) == 0
     g.rollback(1)
     assert not g.is_terminated()
@@ -307,7 +356,7 @@ def test_is_terminated_when_nothing_else_can_follow():
     g = Grammar('root ::= "a" "b"', make_vocab(["a", "b", "</s>", "ab"], eog=(2,)))
     g.accept(3)
     assert g.complete and g.allowed_ids().tolist() == [2]
-    assert g.is_terminated()                          # only the end-of-generation token is left
+    assert g.is_terminated()  # only the end-of-generation token is left
     assert g.accept_tokens([2]) and g.is_terminated()
     g.rollback(2)
     assert not g.is_terminated()
@@ -324,7 +373,7 @@ def test_is_terminated_on_a_lazy_grammar():
     assert g.is_terminated()
     g.rollback(2)
     assert g.awaiting_trigger and g.trigger_buffer == b"x"
-    g.accept(3)                                       # an end-of-generation token before the trigger
+    g.accept(3)  # an end-of-generation token before the trigger
     assert g.is_terminated()
 
 
@@ -348,6 +397,7 @@ def test_rollback_across_a_lazy_trigger():
 
 # -- bitmask rows ----------------------------------------------------------------------------------------
 
+
 def allowed_from_row(row, n_vocab):
     bits = np.unpackbits(np.ascontiguousarray(row).view(np.uint8), bitorder="little")[:n_vocab]
     return np.flatnonzero(bits).tolist()
@@ -365,7 +415,8 @@ def test_fill_rows_of_a_numpy_batch_in_place():
 
 
 def test_fill_rows_of_a_torch_tensor_in_place():
-    torch = pytest.importorskip("torch")
+    import torch  # the test extra installs it
+
     g = Grammar(RULES, VOCAB)
     batch = torch.full((3, 1), -1, dtype=torch.int32)
     address = batch.data_ptr()
@@ -384,18 +435,29 @@ def test_fill_rows_of_a_torch_tensor_in_place():
 
 
 def test_fill_bitmask_bad_arguments():
-    torch = pytest.importorskip("torch")
+    import torch  # the test extra installs it
+
     g = Grammar(RULES, VOCAB)
     good = np.zeros((2, 1), dtype=np.int32)
     readonly = np.zeros((2, 1), dtype=np.int32)
     readonly.flags.writeable = False
-    for bad in (np.zeros((2, 1), dtype=np.int64), np.zeros((2, 2), dtype=np.int32), np.zeros((2, 1, 1), np.int32),
-                readonly, torch.zeros((2, 1), dtype=torch.int64), torch.zeros((2, 1), dtype=torch.float32),
-                [[0]], None):
+    for bad in (
+        np.zeros((2, 1), dtype=np.int64),
+        np.zeros((2, 2), dtype=np.int32),
+        np.zeros((2, 1, 1), np.int32),
+        readonly,
+        torch.zeros((2, 1), dtype=torch.int64),
+        torch.zeros((2, 1), dtype=torch.float32),
+        [[0]],
+        None,
+    ):
         with pytest.raises(ValueError, match="Invalid bitmask"):
             g.fill_next_token_bitmask(bad)
-    for index, error, match in ((2, ValueError, r"Invalid index: 2 is outside \[0, 2\)"),
-                                (-1, ValueError, r"Invalid index: -1"), (1.0, TypeError, "index must be an int")):
+    for index, error, match in (
+        (2, ValueError, r"Invalid index: 2 is outside \[0, 2\)"),
+        (-1, ValueError, r"Invalid index: -1"),
+        (1.0, TypeError, "index must be an int"),
+    ):
         with pytest.raises(error, match=match):
             g.fill_next_token_bitmask(good, index)
     with pytest.raises(ValueError, match="Invalid index: 1"):
@@ -404,25 +466,26 @@ def test_fill_bitmask_bad_arguments():
     wide = Grammar('root ::= "a"', make_vocab(["a"] + [f"t{i}" for i in range(40)], eog=()))
     with pytest.raises(ValueError, match="contiguous rows"):
         wide.fill_next_token_bitmask(np.zeros((2, 4), dtype=np.int32)[:, ::2])
-    wide.fill_next_token_bitmask(np.zeros((2, 4), dtype=np.int32)[:, :2], 1)   # rows contiguous: fine
+    wide.fill_next_token_bitmask(np.zeros((2, 4), dtype=np.int32)[:, :2], 1)  # rows contiguous: fine
 
 
 # -- jump-forward ---------------------------------------------------------------------------------------
+
 
 def test_jump_forward_forced_text():
     g = Grammar(RULES, VOCAB)
     assert g.jump_forward() == b"{"
     g.accept(token("{"))
-    assert g.jump_forward() == b""                    # ws ::= [ ]? : a space or the key's quote
+    assert g.jump_forward() == b""  # ws ::= [ ]? : a space or the key's quote
     g.accept(token(" "))
     assert g.jump_forward() == b'"name"'
-    assert g.jump_forward_tokens() == [token("\"name\"")]
+    assert g.jump_forward_tokens() == [token('"name"')]
     g.accept_bytes(b'"na')
     assert g.jump_forward() == b'me"'
     assert g.jump_forward(max_bytes=2) == b"me"
     assert g.jump_forward(max_bytes=0) == b""
     g.accept_bytes(b'me":"ab"}')
-    assert g.complete and g.jump_forward() == b""     # the grammar may end here
+    assert g.complete and g.jump_forward() == b""  # the grammar may end here
 
 
 def test_jump_forward_inside_a_character():
@@ -431,15 +494,15 @@ def test_jump_forward_inside_a_character():
     one.accept(0)
     assert one.jump_forward() == "éb".encode()
     assert one.jump_forward_tokens() == [4, 5]
-    one.accept(1)                                     # \xc3: inside é
+    one.accept(1)  # \xc3: inside é
     assert one.partial_utf8 == (0x03, 1)
     assert one.jump_forward() == b"\xa9b"
     assert one.jump_forward_tokens() == [2, 5]
     two = Grammar('root ::= "a" ("é" | "è") "b"', vocab)
     two.accept(0)
-    assert two.jump_forward() == b""                  # only whole characters at a boundary
+    assert two.jump_forward() == b""  # only whole characters at a boundary
     two.accept(1)
-    assert two.jump_forward() == b""                  # \xa9 or \xa8
+    assert two.jump_forward() == b""  # \xa9 or \xa8
     # a three-byte character whose candidates share their first continuation byte
     three = Grammar('root ::= [\u4e2d-\u4e2f] "b"', vocab)
     three.accept(6)
@@ -453,13 +516,13 @@ def test_jump_forward_inside_a_character():
 
 def test_jump_forward_stops_where_nothing_is_forced():
     vocab = make_vocab(["a", "b", "</s>", "<x>"], eog=(2,))
-    assert Grammar('root ::= "a" <[3]> "b"', vocab).jump_forward() == b"a"   # a token terminal takes an id
+    assert Grammar('root ::= "a" <[3]> "b"', vocab).jump_forward() == b"a"  # a token terminal takes an id
     assert Grammar('root ::= "a"?', vocab).jump_forward() == b""
-    assert Grammar('root ::= [^a]', vocab).jump_forward() == b""
-    assert Grammar('root ::= "\\x00" "a"', vocab).jump_forward() == b""      # no piece spells NUL
-    assert len(Grammar('root ::= "a" root', vocab).jump_forward()) == 4096    # forced forever: bounded
+    assert Grammar("root ::= [^a]", vocab).jump_forward() == b""
+    assert Grammar('root ::= "\\x00" "a"', vocab).jump_forward() == b""  # no piece spells NUL
+    assert len(Grammar('root ::= "a" root', vocab).jump_forward()) == 4096  # forced forever: bounded
     lazy = Grammar('root ::= "<x>" "a"', vocab, trigger_tokens=[3])
-    assert lazy.jump_forward() == b""                 # waiting for the trigger: anything goes
+    assert lazy.jump_forward() == b""  # waiting for the trigger: anything goes
     lazy.accept(3)
     assert lazy.jump_forward() == b"a"
     g = Grammar('root ::= "ab"', vocab)
@@ -472,19 +535,20 @@ def test_jump_forward_stops_where_nothing_is_forced():
 
 
 def test_jump_forward_tokens_drops_a_tail_a_longer_piece_extends():
-    vocab = make_vocab(["{", "\"", "ke", "key", "y", "\":", "</s>"], eog=(6,))
+    vocab = make_vocab(["{", '"', "ke", "key", "y", '":', "</s>"], eog=(6,))
     g = Grammar('root ::= "{\\"key\\":" [0-9]', vocab)
     assert g.jump_forward() == b'{"key":'
     # greedy: { " key ": ; the last, '":', is no prefix of a longer piece: kept
     assert g.jump_forward_tokens() == [0, 1, 3, 5]
     h = Grammar('root ::= "{\\"ke" [0-9]', vocab)
-    assert h.jump_forward_tokens() == [0, 1]           # "ke" is a prefix of "key": dropped
+    assert h.jump_forward_tokens() == [0, 1]  # "ke" is a prefix of "key": dropped
     for t in g.jump_forward_tokens():
         g.accept(t)
     assert g.jump_forward() == b""
 
 
 # -- property: accept k, roll back k, same state ---------------------------------------------------------
+
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())

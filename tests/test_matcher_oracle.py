@@ -17,6 +17,7 @@ that completes a trigger is refused by the grammar).
 
 BANKML_MATCHER_ORACLE_STEPS sets the steps per walk (default 40).
 """
+
 import json
 import os
 import pathlib
@@ -44,15 +45,17 @@ VOCABS = ("smollm2", "qwen2")
 def compare(ours, theirs, batch, row, vocab, where):
     """bankml's mask (filled into batch[row]) against libllama's; returns the allowed ids."""
     ours.fill_next_token_bitmask(batch, row)
-    bits = np.unpackbits(batch[row].view(np.uint8), bitorder="little")[:len(vocab)]
+    bits = np.unpackbits(batch[row].view(np.uint8), bitorder="little")[: len(vocab)]
     mine = np.flatnonzero(bits).astype(np.int32)
     reference = theirs.allowed_ids()
     ORACLE_STATS["matcher masks compared (accept/rollback walks)"] += 1
     if mask_hash(mine) != mask_hash(reference):
         ORACLE_STATS["matcher masks different"] += 1
-        pytest.fail(f"{where}: bankml allows {len(mine)} tokens, libllama {len(reference)}; "
-                    f"only bankml: [{describe(vocab, np.setdiff1d(mine, reference))}]; "
-                    f"only libllama: [{describe(vocab, np.setdiff1d(reference, mine))}]")
+        pytest.fail(
+            f"{where}: bankml allows {len(mine)} tokens, libllama {len(reference)}; "
+            f"only bankml: [{describe(vocab, np.setdiff1d(mine, reference))}]; "
+            f"only libllama: [{describe(vocab, np.setdiff1d(reference, mine))}]"
+        )
     return mine
 
 
@@ -75,11 +78,11 @@ def rollback_walk(ours, theirs, vocab, tokens, seed, label, lazy=False):
     rng = np.random.default_rng(seed)
     eog = np.asarray(vocab.eog_mask, dtype=bool)
     batch = np.zeros((3, (len(vocab) + 31) // 32), dtype=np.int32)
-    oracle_states = [theirs]          # oracle_states[i]: libllama after the first i accepted tokens
+    oracle_states = [theirs]  # oracle_states[i]: libllama after the first i accepted tokens
     accepted = []
     on_document = True
     rollbacks = 0
-    depth = [0]                       # what bankml's ring holds: rollback_depth must say the same
+    depth = [0]  # what bankml's ring holds: rollback_depth must say the same
     piece_length = np.fromiter((len(p) for p in vocab.pieces), dtype=np.int64, count=len(vocab))
 
     def take(token):
@@ -132,25 +135,25 @@ def rollback_walk(ours, theirs, vocab, tokens, seed, label, lazy=False):
             allowed = compare(ours, oracle_states[-1], batch, step % 3, vocab, where + " after rollback")
             if lazy and ours.awaiting_trigger:
                 # waiting for the trigger: only the document's own tokens are safe for libllama
-                on_document = accepted == list(tokens[:len(accepted)])
+                on_document = accepted == list(tokens[: len(accepted)])
                 if on_document:
                     take(tokens[len(accepted)])
                 continue
-            on_document = accepted == list(tokens[:len(accepted)]) and len(accepted) < len(tokens)
+            on_document = accepted == list(tokens[: len(accepted)]) and len(accepted) < len(tokens)
             if on_document and rng.random() < 0.5:
-                take(tokens[len(accepted)])        # back onto the document
+                take(tokens[len(accepted)])  # back onto the document
                 continue
-            token = random_choice(allowed, avoid=replaced)   # another token where the rolled-back one was
+            token = random_choice(allowed, avoid=replaced)  # another token where the rolled-back one was
             if token is None:
                 continue
             on_document = on_document and token == tokens[len(accepted)]
             take(token)
             continue
-        if on_document and accepted == list(tokens[:len(accepted)]):
+        if on_document and accepted == list(tokens[: len(accepted)]):
             if len(accepted) < len(tokens):
                 if rng.random() < 0.2 and len(accepted) + 3 <= len(tokens):
                     # several of the document's tokens at once; validate_tokens first
-                    chunk = list(tokens[len(accepted):len(accepted) + 3])
+                    chunk = list(tokens[len(accepted) : len(accepted) + 3])
                     assert ours.validate_tokens(chunk) == 3
                     assert ours.accept_tokens(chunk)
                     for t in chunk:
@@ -169,7 +172,7 @@ def rollback_walk(ours, theirs, vocab, tokens, seed, label, lazy=False):
                 assert eog[allowed].any()
                 assert ours.accept_tokens([eos]) and ours.is_terminated()
                 assert not ours.accept_tokens([int(allowed[0])])
-                oracle_states[-1].clone().accept_unchecked(eos)     # libllama takes it too
+                oracle_states[-1].clone().accept_unchecked(eos)  # libllama takes it too
                 ours.rollback(1)
                 assert not ours.is_terminated() or not allowed[~eog[allowed]].size
                 ORACLE_STATS["matcher end-of-generation accepted and rolled back"] += 1
@@ -204,8 +207,9 @@ def test_rollback_walk_grammars(case):
     tokens = oracle_vocab.tokenize(document.encode("utf-8"), add_special=False, parse_special=True)
     ours, theirs = make_pair(walk, vocab, oracle_vocab)
     ours = _with_rollback(ours)
-    rollback_walk(ours, theirs, vocab, tokens, 7000 + index, f"{vocab_name} {walk['grammar']}",
-                  lazy=bool(walk.get("lazy")))
+    rollback_walk(
+        ours, theirs, vocab, tokens, 7000 + index, f"{vocab_name} {walk['grammar']}", lazy=bool(walk.get("lazy"))
+    )
 
 
 SCHEMA_CASES = [(vocab_name, name) for vocab_name in VOCABS for name in SCHEMAS]
@@ -216,8 +220,7 @@ def test_rollback_walk_schemas(case):
     vocab_name, name = case
     vocab, oracle_vocab = load_pair(vocab_name)
     text = SCHEMA_GRAMMARS[name]
-    tokens = oracle_vocab.tokenize(SCHEMAS[name]["instance"].encode("utf-8"), add_special=False,
-                                   parse_special=True)
+    tokens = oracle_vocab.tokenize(SCHEMAS[name]["instance"].encode("utf-8"), add_special=False, parse_special=True)
     ours = Grammar(Rules.parse(text, vocab=vocab), vocab, max_rollback=MAX_ROLLBACK)
     theirs = libllama.OracleGrammar(oracle_vocab, text)
     rollback_walk(ours, theirs, vocab, tokens, zlib.crc32(f"{vocab_name} {name}".encode()), f"{vocab_name} {name}")
@@ -226,5 +229,11 @@ def test_rollback_walk_schemas(case):
 def _with_rollback(grammar):
     """The same matcher with a ring of MAX_ROLLBACK (make_pair builds it with the default)."""
     assert grammar.rollback_depth == 0
-    return Grammar(grammar.rules, grammar.vocab, trigger_tokens=grammar.trigger_tokens,
-                   trigger_patterns=grammar.trigger_patterns, lazy=grammar.lazy, max_rollback=MAX_ROLLBACK)
+    return Grammar(
+        grammar.rules,
+        grammar.vocab,
+        trigger_tokens=grammar.trigger_tokens,
+        trigger_patterns=grammar.trigger_patterns,
+        lazy=grammar.lazy,
+        max_rollback=MAX_ROLLBACK,
+    )

@@ -6,6 +6,7 @@ end with its result or a clear GrammarError within CHILD_SECONDS and CHILD_MEMOR
 falls back from the fast path are compared with the reference path (and, in test_grammar_oracle-style
 oracle tests at the end, with libllama itself).
 """
+
 import json
 import os
 import pathlib
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 
 from bankml import Grammar, GrammarError, Rules, Vocab
-from bankml import parser as gbnf_parser
+from bankml.engine import parser as gbnf_parser
 
 from .oracle_support import load_bankml_vocab
 
@@ -43,12 +44,18 @@ def run_child(code, seconds=CHILD_SECONDS, memory=CHILD_MEMORY):
         sys.path.insert(0, {str(ROOT)!r})
         from bankml import Grammar, GrammarError, Rules, Vocab
         def qwen2():
-            return Vocab.from_gguf({str(ROOT / 'tests' / 'data' / 'ggml-vocab-qwen2.gguf')!r})
+            return Vocab.from_gguf({str(ROOT / "tests" / "data" / "ggml-vocab-qwen2.gguf")!r})
     """)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     try:
-        proc = subprocess.run([sys.executable, "-"], input=prelude + textwrap.dedent(code), capture_output=True,
-                              text=True, timeout=seconds, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-"],
+            input=prelude + textwrap.dedent(code),
+            capture_output=True,
+            text=True,
+            timeout=seconds,
+            env=env,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"the child did not finish within {seconds} s (a hang)")
     assert proc.returncode == 0, f"child exited with {proc.returncode} (signal if negative):\n{proc.stderr[-3000:]}"
@@ -66,6 +73,7 @@ def qwen2():
 
 # -- 1. infinite loops: left recursion through indirectly empty rules, and the advance budget ----------------
 
+
 def test_indirect_left_recursion_is_refused_in_bounded_time():
     out = run_child(f"""
         try:
@@ -76,11 +84,14 @@ def test_indirect_left_recursion_is_refused_in_bounded_time():
     assert "refused: unsupported grammar, left recursion detected for nonterminal at index 0 (root)" in out
 
 
-@pytest.mark.parametrize("text", [
-    INDIRECT_LEFT_RECURSION,
-    'root ::= c root "y" | "x"\nc ::= b\nb ::= ""',            # b is empty as written, c only through b
-    'root ::= a "z" | "x"\na ::= n root "q"\nn ::= m m\nm ::= [a]*',  # through a rule and a repetition
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        INDIRECT_LEFT_RECURSION,
+        'root ::= c root "y" | "x"\nc ::= b\nb ::= ""',  # b is empty as written, c only through b
+        'root ::= a "z" | "x"\na ::= n root "q"\nn ::= m m\nm ::= [a]*',  # through a rule and a repetition
+    ],
+)
 def test_growing_left_recursion_named(text):
     with pytest.raises(GrammarError) as info:
         Rules.parse(text)
@@ -94,14 +105,17 @@ def test_left_recursion_llama_detects_keeps_its_message():
     assert info.value.reason == "unsupported grammar, left recursion detected for nonterminal at index 0 (root)"
 
 
-@pytest.mark.parametrize("text,good,bad", [
-    # llama.cpp's own integration case: a cycle of tail references that leaves the same stacks
-    ("root ::= ( [x]* )*", [b"", b"x", b"xx"], [b"y"]),
-    # left recursion in tail position through an indirectly empty rule: advance_stack meets its stacks again
-    ('root ::= c root | "x"\nc ::= b\nb ::= ""', [b"x"], [b"", b"y"]),
-    # nullable rules that are not on a cycle
-    ('root ::= b "x" root | "y"\nb ::= c\nc ::= ""', [b"y", b"xy", b"xxy"], [b"x"]),
-])
+@pytest.mark.parametrize(
+    "text,good,bad",
+    [
+        # llama.cpp's own integration case: a cycle of tail references that leaves the same stacks
+        ("root ::= ( [x]* )*", [b"", b"x", b"xx"], [b"y"]),
+        # left recursion in tail position through an indirectly empty rule: advance_stack meets its stacks again
+        ('root ::= c root | "x"\nc ::= b\nb ::= ""', [b"x"], [b"", b"y"]),
+        # nullable rules that are not on a cycle
+        ('root ::= b "x" root | "y"\nb ::= c\nc ::= ""', [b"y", b"xy", b"xxy"], [b"x"]),
+    ],
+)
 def test_nullable_cycles_that_llama_handles_still_work(text, good, bad):
     v = make_vocab("x", "y", "</s>", eog=[2])
     for accepted in good:
@@ -122,7 +136,7 @@ def test_advance_stack_budget_stops_unchecked_rules():
     advance_stack stops at MAX_ADVANCE_STEPS with a GrammarError naming the budget."""
     # root ::= b root "y" (no way out, so no terminal stack ever reaches max_stacks); b ::= c; c ::= ""
     rules = [[(2, 1), (2, 0), (3, ord("y")), (0, 0)], [(2, 2), (0, 0)], [(0, 0)]]
-    payload = pickle.dumps(Rules.parse("root ::= \"x\""))
+    payload = pickle.dumps(Rules.parse('root ::= "x"'))
     crafted = pickle.loads(payload).__reduce__()
     data = pickle.dumps((crafted[0], ({"root": 0, "b": 1, "c": 2}, rules, "root", None)))
     out = run_child(f"""
@@ -148,6 +162,7 @@ def test_wide_rule_expands_in_linear_time():
 
 
 # -- 2. the segment cache on deep stacks ----------------------------------------------------------------
+
 
 def test_deep_stack_segments_end_and_match_reference():
     """Past 64 frames, where find_entry used to loop forever: every mask ends and equals the reference
@@ -188,14 +203,17 @@ def test_stack_deeper_than_a_whole_segment_goes_to_the_reference_path():
 def test_deep_stack_reference_budget_is_a_clear_error():
     """1,100 frames deep on Qwen2: llama.cpp's way takes minutes per mask; bankml's reference path stops
     at REFERENCE_WORK_BUDGET with a GrammarError naming it, within the time limit."""
-    out = run_child(f"""
+    out = run_child(
+        f"""
         g = Grammar({DEEP_SEGMENT!r}, qwen2())
         g.accept_bytes(b"a" * 1100)
         try:
             print("allowed", len(g.allowed_ids()))
         except GrammarError as err:
             print("refused:", err.reason)
-    """, seconds=20)
+    """,
+        seconds=20,
+    )
     assert "REFERENCE_WORK_BUDGET" in out, out
 
 
@@ -217,13 +235,17 @@ def test_deep_stack_walk_matches_reference(qwen2):
 
 # -- 3. repetition amplification: budgets checked while the rules are built ----------------------------
 
+
 def test_repetition_amplification_refused_before_building():
-    out = run_child(f"""
+    out = run_child(
+        f"""
         try:
             Rules.parse({REPETITION_AMPLIFICATION!r})
         except GrammarError as err:
             print("refused:", err.reason, err.line, err.column)
-    """, memory=1 << 30)
+    """,
+        memory=1 << 30,
+    )
     assert "refused: grammar exceeds bankml's element budget" in out and "MAX_ELEMENTS" in out, out
     assert out.strip().endswith("1 100012"), out
 
@@ -231,12 +253,15 @@ def test_repetition_amplification_refused_before_building():
 def test_cumulative_repetition_amplification_refused():
     # each repetition within the budget, the grammar past it: the budget counts every rule built so far
     text = 'root ::= "' + "b" * 5000 + '"{0,1000} x\nx ::= "' + "c" * 5000 + '"{0,1000}'
-    out = run_child(f"""
+    out = run_child(
+        f"""
         try:
             Rules.parse({text!r})
         except GrammarError as err:
             print("refused:", err.reason)
-    """, memory=1 << 30)
+    """,
+        memory=1 << 30,
+    )
     assert "MAX_ELEMENTS" in out, out
 
 
@@ -251,6 +276,7 @@ def test_repetition_within_budget_still_builds():
 
 
 # -- 4. one Grammar from several threads ----------------------------------------------------------------
+
 
 def test_one_grammar_two_threads_no_crash():
     """One thread fills masks while another accepts and resets: no crash (a child process, so a segfault
@@ -309,13 +335,14 @@ def test_shared_rules_concurrent_masks_correct(qwen2):
     expected = [g.allowed_ids(reference=True) for g in grammars]
     width = (qwen2.n_vocab + 31) // 32
     from bankml import fill_next_token_bitmasks
+
     stop = time.monotonic() + 1.0
     rounds = 0
     while time.monotonic() < stop:
         bitmask = np.zeros((len(grammars), width), dtype=np.int32)
         fill_next_token_bitmasks(grammars, bitmask, max_workers=4)
         for row, want in zip(bitmask, expected):
-            bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:qwen2.n_vocab]
+            bits = np.unpackbits(row.view(np.uint8), bitorder="little")[: qwen2.n_vocab]
             assert np.array_equal(np.flatnonzero(bits), want)
         rounds += 1
     assert rounds >= 1
@@ -326,14 +353,18 @@ def test_threads_hammer_shared_context_with_accepts(qwen2):
     masks equal what a private single-threaded matcher of the same Rules computes."""
     text = (ROOT / "tests" / "data" / "grammars" / "json.gbnf").read_text()
     rules = Rules.parse(text, vocab=qwen2)
-    docs = [b'{"a": [1, 2, {"b": null}], "c": "d"}', b'{"t": [true, false, "x\\ny", -1.5e3]}',
-            b'{"k": {"k": {"k": 1}}}', b'{"\\u00e9 plain": ""}']
+    docs = [
+        b'{"a": [1, 2, {"b": null}], "c": "d"}',
+        b'{"t": [true, false, "x\\ny", -1.5e3]}',
+        b'{"k": {"k": {"k": 1}}}',
+        b'{"\\u00e9 plain": ""}',
+    ]
     expected = {}
     for doc in docs:
         private = Grammar(Rules.parse(text, vocab=qwen2), qwen2)
         masks = []
         for i in range(0, len(doc), 3):
-            private.accept_bytes(doc[i:i + 3])
+            private.accept_bytes(doc[i : i + 3])
             masks.append(private.allowed_ids(reference=True))
         expected[doc] = masks
     failures = []
@@ -343,7 +374,7 @@ def test_threads_hammer_shared_context_with_accepts(qwen2):
         while time.monotonic() < stop:
             g = Grammar(rules, qwen2)
             for k, i in enumerate(range(0, len(doc), 3)):
-                g.accept_bytes(doc[i:i + 3])
+                g.accept_bytes(doc[i : i + 3])
                 if not np.array_equal(g.allowed_ids(), expected[doc][k]):
                     failures.append((doc, k))
                     return
@@ -358,6 +389,7 @@ def test_threads_hammer_shared_context_with_accepts(qwen2):
 
 # -- 5. the fast path falls back to the reference path past its bounds ---------------------------------
 
+
 def test_fast_path_falls_back_where_sets_exceed_max_stacks(qwen2):
     g = Grammar(AMBIGUOUS_FAST_PATH, qwen2)
     before = g.context.fallback_masks
@@ -367,7 +399,7 @@ def test_fast_path_falls_back_where_sets_exceed_max_stacks(qwen2):
     assert g.context.fallback_masks == before + 1
     bitmask = np.zeros((qwen2.n_vocab + 31) // 32, dtype=np.int32)
     g.fill_next_token_bitmask(bitmask)
-    bits = np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:qwen2.n_vocab]
+    bits = np.unpackbits(bitmask.view(np.uint8), bitorder="little")[: qwen2.n_vocab]
     assert np.array_equal(np.flatnonzero(bits), fast)
     assert g.context.fallback_masks == before + 1  # the set is remembered: no second try
 
@@ -383,8 +415,8 @@ def test_fast_path_work_budget_falls_back_and_masks_stay_identical(qwen2):
     for i in range(0, len(doc), 4):
         a, b = tight.allowed_ids(), normal.allowed_ids()
         assert np.array_equal(a, b), f"after {doc[:i]!r}"
-        tight.accept_bytes(doc[i:i + 4])
-        normal.accept_bytes(doc[i:i + 4])
+        tight.accept_bytes(doc[i : i + 4])
+        normal.accept_bytes(doc[i : i + 4])
     assert tight.context.fallback_masks > 5
     assert normal.context.fallback_masks == 0
 
@@ -393,7 +425,7 @@ def test_reference_budget_error_is_clear():
     """Where even the reference path would pass max_stacks, the error is a GrammarError naming the bound."""
     v = make_vocab("a", "b", "</s>", eog=[2])
     text = 'root ::= "a" y\ny ::= x x x x x x\nx ::= "a" | "b" | ""'
-    g = Grammar(text, v, max_stacks=8)   # one stack; after "a", 13
+    g = Grammar(text, v, max_stacks=8)  # one stack; after "a", 13
     with pytest.raises(GrammarError, match="max_stacks"):
         g.allowed_ids()
     with pytest.raises(GrammarError, match="max_stacks"):
@@ -402,14 +434,14 @@ def test_reference_budget_error_is_clear():
 
 # -- 6. smaller ones -------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("newline", ["\r", "\r\n", "\n"])
 def test_error_line_with_any_line_end(newline):
-    text = newline.join(['root ::= "a" x', 'x ::= "b"', 'y ::= [a-', "z ::= 'c'"])
+    text = newline.join(['root ::= "a" x', 'x ::= "b"', "y ::= [a-", "z ::= 'c'"])
     with pytest.raises(GrammarError) as info:
         Rules.parse(text)
     # the class [a- runs on over the line end to the end of the text: line 4, after "z ::= 'c'"
     assert (info.value.line, info.value.column) == (4, 10), info.value
-
 
 
 def test_deep_group_nesting_has_line_and_column():
@@ -434,7 +466,7 @@ def test_deep_group_nesting_in_a_deep_caller():
             return nested(n - 1)
         return Rules.parse(text)
 
-    deep = nested(sys.getrecursionlimit() - 300)   # 300 frames left: fewer than 400 levels would take in Python
+    deep = nested(sys.getrecursionlimit() - 300)  # 300 frames left: fewer than 400 levels would take in Python
     assert deep.rules == Rules.parse(text).rules
     assert len(deep) == gbnf_parser.MAX_GROUP_NESTING + 1
 
@@ -442,7 +474,7 @@ def test_deep_group_nesting_in_a_deep_caller():
 @pytest.mark.parametrize("bad", [1.5, "5", True, False, None, np.float32(1.0), np.bool_(True), b"1"])
 def test_accept_refuses_non_integers(bad):
     v = make_vocab("a", "b", "</s>", eog=[2])
-    g = Grammar('root ::= [ab]*', v)
+    g = Grammar("root ::= [ab]*", v)
     with pytest.raises(TypeError, match="token id must be an int"):
         g.accept(bad)
     with pytest.raises(TypeError, match="token id must be an int"):
@@ -455,7 +487,7 @@ def test_accept_refuses_non_integers(bad):
 @pytest.mark.parametrize("good", [1, np.int32(1), np.int64(1), np.uint8(1)])
 def test_accept_takes_integers(good):
     v = make_vocab("a", "b", "</s>", eog=[2])
-    g = Grammar('root ::= [ab]*', v)
+    g = Grammar("root ::= [ab]*", v)
     assert g.allows(good)
     g.accept(good)
     g.accept_token(good, b"b")
@@ -463,6 +495,7 @@ def test_accept_takes_integers(good):
 
 
 # -- 7. grammars that can never match ---------------------------------------------------------------------
+
 
 def test_out_of_range_token_id_refused_at_construction(qwen2):
     with pytest.raises(GrammarError) as info:
@@ -479,19 +512,19 @@ def test_out_of_range_token_id_refused_at_construction(qwen2):
 
 def test_is_dead():
     v = make_vocab("a", "b", "</s>", eog=[2])
-    assert Grammar('root ::= "c"', v).is_dead()                 # no token spells c
-    assert Grammar('root ::= "a" "c"', v).is_dead() is False    # a first
+    assert Grammar('root ::= "c"', v).is_dead()  # no token spells c
+    assert Grammar('root ::= "a" "c"', v).is_dead() is False  # a first
     g = Grammar('root ::= "a" "c"', v)
     g.accept(0)
     assert g.is_dead()
-    assert not Grammar('root ::= "a"?', v).is_dead()             # complete: end-of-generation is allowed
+    assert not Grammar('root ::= "a"?', v).is_dead()  # complete: end-of-generation is allowed
     assert not Grammar('root ::= "c"', make_vocab("c")).is_dead()
     lazy = Grammar('root ::= "c"', v, trigger_tokens=[1])
-    assert not lazy.is_dead()                                    # awaiting its trigger: anything goes
+    assert not lazy.is_dead()  # awaiting its trigger: anything goes
     no_eog = make_vocab("a", "b")
     g = Grammar('root ::= "a"', no_eog)
     g.accept(0)
-    assert g.complete and g.is_dead()                            # complete, but no token may follow
+    assert g.complete and g.is_dead()  # complete, but no token may follow
 
 
 # -- 8. property tests: the parser never crashes, the fast path equals the reference path -----------------
@@ -531,10 +564,12 @@ def test_corpus_replays():
 
 # -- oracle: the fallback masks are libllama's --------------------------------------------------------------
 
+
 @pytest.mark.oracle
 def test_oracle_fallback_masks():
     from .oracle import libllama
     from .oracle_support import load_oracle_vocab
+
     vocab = load_bankml_vocab("qwen2")
     oracle_vocab = load_oracle_vocab("qwen2")
     oracle = libllama.OracleGrammar(oracle_vocab, AMBIGUOUS_FAST_PATH)
@@ -561,6 +596,7 @@ def test_oracle_fallback_masks():
 @given(fuzz_grammars.grammar_and_walk(max_steps=3))
 def test_property_fast_path_equals_libllama(case):
     from .oracle_support import load_oracle_vocab
+
     fuzz_grammars.check_walk(case, load_bankml_vocab("qwen2"), oracle_vocab=load_oracle_vocab("qwen2"))
 
 
@@ -569,7 +605,9 @@ def test_fork_while_the_cache_is_built_in_the_background():
     waits for those builds (os.register_at_fork), so the child never starts with a lock held by a thread it
     does not have: its masks are the parent's, and nothing hangs."""
     from .bounded import run_bounded
-    out = run_bounded(f"""
+
+    out = run_bounded(
+        f"""
         import os, pathlib, sys
         import numpy as np
         from bankml import Grammar, Vocab, json_schema_to_grammar
@@ -583,11 +621,14 @@ def test_fork_while_the_cache_is_built_in_the_background():
             os._exit(0 if ok else 3)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status), sum(int(g.allowed_ids().size) > 0 for g in grammars))
-    """, timeout=120)
+    """,
+        timeout=120,
+    )
     assert out == "0 6", out
 
 
 # -- the hot calls start no garbage collection of the caller's objects -----------------------------------------
+
 
 def test_masks_allocate_nothing_the_gc_tracks(qwen2):
     """fill_next_token_bitmask, allows and accept -- a matcher's calls per token -- allocate no object the
@@ -609,7 +650,7 @@ def test_masks_allocate_nothing_the_gc_tracks(qwen2):
             starts.append(info["generation"])
 
     def window(calls):
-        gc.collect()    # (a full one: it empties the free lists, whose reuse would go uncounted)
+        gc.collect()  # (a full one: it empties the free lists, whose reuse would go uncounted)
         gc.set_threshold(1)
         watching[0] = True
         try:
@@ -630,24 +671,29 @@ def test_masks_allocate_nothing_the_gc_tracks(qwen2):
     g = Grammar(Rules.parse(text, vocab=qwen2), qwen2)
     while position < len(doc):
         g.fill_next_token_bitmask(out)
-        token = next(t for n in range(min(longest, len(doc) - position), 0, -1)
-                     for t in by_piece.get(doc[position:position + n], ()) if (out[t >> 5] >> (t & 31)) & 1)
+        token = next(
+            t
+            for n in range(min(longest, len(doc) - position), 0, -1)
+            for t in by_piece.get(doc[position : position + n], ())
+            if (out[t >> 5] >> (t & 31)) & 1
+        )
         g.accept(token)
         plan.append(token)
         position += len(qwen2.pieces[token])
     gc.callbacks.append(watch)
-    gc.freeze()   # the test process's objects out of the collections' way (each window starts with a full one)
+    gc.freeze()  # the test process's objects out of the collections' way (each window starts with a full one)
     steps = 0
     try:
-        window(lambda: [[] for _ in range(3)])    # the control: lists are tracked
+        window(lambda: [[] for _ in range(3)])  # the control: lists are tracked
         assert starts, "the control window saw no collection: the check itself is broken"
         starts.clear()
-        for rep in range(2):                      # cold (new states), then warm (the same states again)
+        for rep in range(2):  # cold (new states), then warm (the same states again)
             g = Grammar(rules, qwen2)
             g.fill_next_token_bitmask(out)
             built = g.context.segment_stats["built"]
             for token in plan:
-                def step():   # (statements only: a tuple built here would be tracked itself)
+
+                def step():  # (statements only: a tuple built here would be tracked itself)
                     g.fill_next_token_bitmask(out)
                     ok = g.allows(token)
                     g.accept(token)
@@ -657,7 +703,7 @@ def test_masks_allocate_nothing_the_gc_tracks(qwen2):
                 assert allowed
                 steps += 1
             if rep == 0:
-                assert g.context.segment_stats["built"] > built   # the windows did build segment entries
+                assert g.context.segment_stats["built"] > built  # the windows did build segment entries
     finally:
         watching[0] = False
         gc.set_threshold(*threshold)

@@ -7,20 +7,17 @@ of ``root ::= "a" root`` (which never ends by itself) would hold that slot for m
 generous client timeouts of the next request. Hang bounds (a reply within N seconds) guard the refusals
 that used to cost tens of seconds.
 """
+
 import importlib.util
 import json
-import os
 import pathlib
 import random
 import signal
-import subprocess
-import sys
-import time
 
 import httpx
 import pytest
 
-from bankml.server import ServerLimits
+from bankml.serve.app import ServerLimits
 
 from .oracle_support import smollm2_path
 
@@ -28,7 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 ASK = [{"role": "user", "content": "Name three colors."}]
 NEVER_ENDS = 'root ::= "a" root'
 BUSY_CTX = 16384
-NEXT_TIMEOUT = 120.0    # a request behind a leaked never-ending generation would wait minutes
+NEXT_TIMEOUT = 120.0  # a request behind a leaked never-ending generation would wait minutes
 REFUSAL_TIMEOUT = 10.0  # hostile requests that used to cost tens of seconds: answered within this
 
 
@@ -54,9 +51,21 @@ def busy():
 def tight():
     """Small limits, to see each one work."""
     smollm2_path()
-    with load_test.server(parallel=1, threads=1, ctx=2048, extra=(
-            "--max-body-bytes", "1000000", "--max-messages", "100", "--prepare-timeout", "1",
-            "--request-timeout", "4")) as (base, proc):
+    with load_test.server(
+        parallel=1,
+        threads=1,
+        ctx=2048,
+        extra=(
+            "--max-body-bytes",
+            "1000000",
+            "--max-messages",
+            "100",
+            "--prepare-timeout",
+            "1",
+            "--request-timeout",
+            "4",
+        ),
+    ) as (base, proc):
         yield base, proc
 
 
@@ -101,12 +110,15 @@ def test_stream_options_not_an_object_is_ignored_and_frees_the_slot(busy):
     assert_slot_free(base)
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("stream", "x", "Field 'stream': [json.exception.type_error.302] type must be boolean, but is string"),
-    ("stream", 1, "type must be boolean, but is number"),
-    ("stream_options", {"include_usage": "yes"}, "Field 'include_usage'"),
-    ("return_tokens", [], "Field 'return_tokens'"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("stream", "x", "Field 'stream': [json.exception.type_error.302] type must be boolean, but is string"),
+        ("stream", 1, "type must be boolean, but is number"),
+        ("stream_options", {"include_usage": "yes"}, "Field 'include_usage'"),
+        ("return_tokens", [], "Field 'return_tokens'"),
+    ],
+)
 def test_bad_field_types_are_refused_before_a_slot(busy, field, value, message):
     base, _ = busy
     body = {"messages": ASK, "grammar": NEVER_ENDS, "max_tokens": 100000, field: value}
@@ -126,13 +138,16 @@ def test_ollama_stream_type(busy):
 # every error is llama-server's JSON error object
 
 
-@pytest.mark.parametrize("raw, part", [
-    ("[" * 100000 + "]" * 100000, "nesting too deep"),
-    ('{"a":' * 100000 + "1" + "}" * 100000, "nesting too deep"),
-    (b'{"messages": "\xff"}', "Invalid JSON body"),
-    ("[1, 2]", "must be a JSON object"),
-    ("", "Invalid JSON body"),
-])
+@pytest.mark.parametrize(
+    "raw, part",
+    [
+        ("[" * 100000 + "]" * 100000, "nesting too deep"),
+        ('{"a":' * 100000 + "1" + "}" * 100000, "nesting too deep"),
+        (b'{"messages": "\xff"}', "Invalid JSON body"),
+        ("[1, 2]", "must be a JSON object"),
+        ("", "Invalid JSON body"),
+    ],
+)
 def test_malformed_bodies_get_the_error_object(busy, raw, part):
     base, _ = busy
     for path in ("/v1/chat/completions", "/v1/completions"):
@@ -143,17 +158,24 @@ def test_malformed_bodies_get_the_error_object(busy, raw, part):
 
 def test_unknown_paths_and_methods(busy):
     base, _ = busy
-    assert_error_object(httpx.get(base + "/v1/nothing", timeout=REFUSAL_TIMEOUT), 404, "not_found_error",
-                        "File Not Found")
+    assert_error_object(
+        httpx.get(base + "/v1/nothing", timeout=REFUSAL_TIMEOUT), 404, "not_found_error", "File Not Found"
+    )
     r = httpx.get(base + "/v1/chat/completions", timeout=REFUSAL_TIMEOUT)
     assert r.status_code == 405 and set(r.json()["error"]) == {"code", "message", "type"}
 
 
 def test_wrong_shapes_inside_the_body_are_400_not_500(busy):
     base, _ = busy
-    for body in [{"messages": [{"role": "user", "content": {"a": 1}}]}, {"messages": "hi"},
-                 {"messages": [None]}, {"messages": ASK, "temperature": "hot"}, {"messages": ASK, "stop": [1]},
-                 {"messages": ASK, "max_tokens": "many"}, {"prompt": 5}]:
+    for body in [
+        {"messages": [{"role": "user", "content": {"a": 1}}]},
+        {"messages": "hi"},
+        {"messages": [None]},
+        {"messages": ASK, "temperature": "hot"},
+        {"messages": ASK, "stop": [1]},
+        {"messages": ASK, "max_tokens": "many"},
+        {"prompt": 5},
+    ]:
         r = post(base, "/v1/chat/completions", body, timeout=REFUSAL_TIMEOUT)
         assert r.status_code == 400 and set(r.json()["error"]) == {"code", "message", "type"}, (body, r.text)
 
@@ -165,9 +187,12 @@ def test_wrong_shapes_inside_the_body_are_400_not_500(busy):
 def test_special_token_flood_is_refused_without_tokenizing(busy):
     base, proc = busy
     before = rss_mib(proc)
-    text = "<|im_start|>x" * 500000   # 6.5 MB: libllama's partition is quadratic in these
-    message = assert_error_object(post(base, "/v1/chat/completions", {"messages": [{"role": "user", "content": text}]},
-                                       timeout=REFUSAL_TIMEOUT), 400, "exceed_context_size_error")
+    text = "<|im_start|>x" * 500000  # 6.5 MB: libllama's partition is quadratic in these
+    message = assert_error_object(
+        post(base, "/v1/chat/completions", {"messages": [{"role": "user", "content": text}]}, timeout=REFUSAL_TIMEOUT),
+        400,
+        "exceed_context_size_error",
+    )
     assert f"exceeds the available context size ({BUSY_CTX} tokens)" in message
     assert rss_mib(proc) < before + 300
     assert_slot_free(base)
@@ -176,9 +201,12 @@ def test_special_token_flood_is_refused_without_tokenizing(busy):
 def test_special_tokens_within_the_bound_are_tokenized_fast(busy):
     # under the bound the prompt is tokenized piecewise between special tokens: the exact count comes back
     base, _ = busy
-    text = "<|im_start|>x" * 20000   # 40,000 tokens: main took ~6 s to tokenize them
-    message = assert_error_object(post(base, "/v1/chat/completions", {"messages": [{"role": "user", "content": text}]},
-                                       timeout=REFUSAL_TIMEOUT), 400, "exceed_context_size_error")
+    text = "<|im_start|>x" * 20000  # 40,000 tokens: main took ~6 s to tokenize them
+    message = assert_error_object(
+        post(base, "/v1/chat/completions", {"messages": [{"role": "user", "content": text}]}, timeout=REFUSAL_TIMEOUT),
+        400,
+        "exceed_context_size_error",
+    )
     assert message.startswith("request (400") and "tokens) exceeds" in message
 
 
@@ -186,13 +214,19 @@ def test_body_limit(tight):
     base, proc = tight
     before = rss_mib(proc)
     for size in (2_000_000, 50_000_000):
-        r = post(base, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * size}]},
-                 timeout=REFUSAL_TIMEOUT * 3)
+        r = post(
+            base,
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x" * size}]},
+            timeout=REFUSAL_TIMEOUT * 3,
+        )
         assert_error_object(r, 400, part="larger than the server's limit of 1000000 bytes")
+
     # a chunked body (no Content-Length) is cut while it is read
     def chunks():
         for _ in range(40):
             yield b"x" * 100000
+
     r = httpx.post(base + "/v1/chat/completions", content=chunks(), timeout=REFUSAL_TIMEOUT)
     assert_error_object(r, 400, part="--max-body-bytes")
     assert rss_mib(proc) < before + 200
@@ -200,27 +234,40 @@ def test_body_limit(tight):
 
 def test_message_count_limit(tight, busy):
     base, _ = tight
-    assert_error_object(post(base, "/v1/chat/completions", {"messages": ASK * 101}), 400,
-                        part="past the server's limit of 100")
+    assert_error_object(
+        post(base, "/v1/chat/completions", {"messages": ASK * 101}), 400, part="past the server's limit of 100"
+    )
     # the default limit (4,096) refuses 200,000 messages at once (main was still at it after 180 s)
     base, _ = busy
-    assert_error_object(post(base, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}] * 200000},
-                             timeout=REFUSAL_TIMEOUT), 400, part="200000 messages")
+    assert_error_object(
+        post(
+            base,
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hi"}] * 200000},
+            timeout=REFUSAL_TIMEOUT,
+        ),
+        400,
+        part="200000 messages",
+    )
 
 
-@pytest.mark.parametrize("field, value, part", [
-    ("samplers", "k" * 100000, "Field 'samplers': 100000 entries"),
-    ("samplers", ["top_k"] * 1000, "Field 'samplers'"),
-    ("dry_sequence_breakers", ["x" * 5000], "Field 'dry_sequence_breakers'"),
-    ("dry_sequence_breakers", ["\n"] * 1000, "1000 breakers"),
-    ("stop", ["s"] * 1000, "Field 'stop'"),
-    ("stop", "s" * 100000, "Field 'stop'"),
-    ("grammar", 'root ::= "' + "a" * 2_000_000 + '"', "Field 'grammar'"),
-])
+@pytest.mark.parametrize(
+    "field, value, part",
+    [
+        ("samplers", "k" * 100000, "Field 'samplers': 100000 entries"),
+        ("samplers", ["top_k"] * 1000, "Field 'samplers'"),
+        ("dry_sequence_breakers", ["x" * 5000], "Field 'dry_sequence_breakers'"),
+        ("dry_sequence_breakers", ["\n"] * 1000, "1000 breakers"),
+        ("stop", ["s"] * 1000, "Field 'stop'"),
+        ("stop", "s" * 100000, "Field 'stop'"),
+        ("grammar", 'root ::= "' + "a" * 2_000_000 + '"', "Field 'grammar'"),
+    ],
+)
 def test_field_limits(busy, field, value, part):
     base, _ = busy
-    assert_error_object(post(base, "/v1/chat/completions", {"messages": ASK, field: value}, timeout=REFUSAL_TIMEOUT),
-                        400, part=part)
+    assert_error_object(
+        post(base, "/v1/chat/completions", {"messages": ASK, field: value}, timeout=REFUSAL_TIMEOUT), 400, part=part
+    )
 
 
 def test_samplers_within_the_limit_still_work(busy):
@@ -231,12 +278,17 @@ def test_samplers_within_the_limit_still_work(busy):
 
 def test_exponential_schema_is_refused_quickly(busy):
     base, proc = busy
-    schema = load_test._allof_levels(19)   # 2.5 KB; main: 23 s and 867 MB, then a 500
+    schema = load_test._allof_levels(19)  # 2.5 KB; main: 23 s and 867 MB, then a 500
     before = rss_mib(proc)
-    for body in [{"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}},
-                 {"messages": ASK, "json_schema": schema}]:
-        assert_error_object(post(base, "/v1/chat/completions", body, timeout=REFUSAL_TIMEOUT), 400,
-                            part="SchemaLimits.max_grammar_bytes")
+    for body in [
+        {"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}},
+        {"messages": ASK, "json_schema": schema},
+    ]:
+        assert_error_object(
+            post(base, "/v1/chat/completions", body, timeout=REFUSAL_TIMEOUT),
+            400,
+            part="SchemaLimits.max_grammar_bytes",
+        )
     r = post(base, "/api/chat", {"messages": ASK, "format": schema}, timeout=REFUSAL_TIMEOUT)
     assert r.status_code == 400 and "max_grammar_bytes" in r.json()["error"]
     assert rss_mib(proc) < before + 300
@@ -270,7 +322,7 @@ def test_request_budget_ends_a_generation(tight):
     assert r.status_code == 200, r.text
     out = r.json()
     assert out["choices"][0]["finish_reason"] == "length"
-    assert 0 < out["usage"]["completion_tokens"] < 1900   # stopped by the 4 s budget, not by the context
+    assert 0 < out["usage"]["completion_tokens"] < 1900  # stopped by the 4 s budget, not by the context
 
 
 def test_disconnect_while_waiting_for_the_slot(busy):
@@ -282,8 +334,12 @@ def test_disconnect_while_waiting_for_the_slot(busy):
                 break
         # a second request queues for the slot, then its client gives up
         with pytest.raises(httpx.ReadTimeout):
-            post(base, "/v1/chat/completions", {"messages": ASK, "grammar": NEVER_ENDS, "max_tokens": 100000},
-                 timeout=httpx.Timeout(NEXT_TIMEOUT, read=1.0))
+            post(
+                base,
+                "/v1/chat/completions",
+                {"messages": ASK, "grammar": NEVER_ENDS, "max_tokens": 100000},
+                timeout=httpx.Timeout(NEXT_TIMEOUT, read=1.0),
+            )
     # both are gone: the queued one never starts its endless generation
     assert_slot_free(base)
 
@@ -292,8 +348,12 @@ def test_disconnect_during_preparation(busy):
     base, _ = busy
     text = "<|im_start|>x" * 20000
     with pytest.raises(httpx.ReadTimeout):
-        post(base, "/v1/chat/completions", {"messages": [{"role": "user", "content": text}], "json_schema":
-                                            load_test._allof_levels(13)}, timeout=httpx.Timeout(30.0, read=0.05))
+        post(
+            base,
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": text}], "json_schema": load_test._allof_levels(13)},
+            timeout=httpx.Timeout(30.0, read=0.05),
+        )
     assert_slot_free(base)
 
 
@@ -317,13 +377,36 @@ def test_sigterm_during_a_generation_exits_promptly():
 
 
 def test_piecewise_tokenization_equals_libllama():
-    from bankml.runtime import Model
+    from bankml.serve.runtime import Model
+
     model = Model(smollm2_path(), n_threads=1, n_ctx=256)
     try:
         assert model._special_splitter() is not None
         rng = random.Random(11)
-        parts = ["<|im_start|>", "<|im_end|>", "<|im_", "end|>", "<", ">", "|", " ", "\n", "hello", "é", "日本",
-                 "<|endoftext|>", "<jupyter_code>", "  ", "x", "\t", "'s", "123", "\U0001F600", "<file_sep>", "\r\n"]
+        parts = [
+            "<|im_start|>",
+            "<|im_end|>",
+            "<|im_",
+            "end|>",
+            "<",
+            ">",
+            "|",
+            " ",
+            "\n",
+            "hello",
+            "é",
+            "日本",
+            "<|endoftext|>",
+            "<jupyter_code>",
+            "  ",
+            "x",
+            "\t",
+            "'s",
+            "123",
+            "\U0001f600",
+            "<file_sep>",
+            "\r\n",
+        ]
         for _ in range(2000):
             text = "".join(rng.choice(parts) for _ in range(rng.randrange(0, 14)))
             assert model.tokenize_prompt(text) == model.tokenize(text, True, True), text
@@ -339,8 +422,7 @@ def test_piecewise_tokenization_equals_libllama():
 def test_small_load():
     smollm2_path()
     with load_test.server(parallel=2, threads=1, ctx=2048) as (base, proc):
-        runs = [load_test.run_load(base, proc.pid, 40, concurrency=8, time_limit=900.0, seed=seed)
-                for seed in (1, 2)]
+        runs = [load_test.run_load(base, proc.pid, 40, concurrency=8, time_limit=900.0, seed=seed) for seed in (1, 2)]
     for summary in runs:
         assert summary["counts"].get("failed", 0) == 0, summary["failures"]
         assert summary["counts"].get("skipped", 0) == 0
@@ -355,8 +437,10 @@ def test_small_load():
     first, second = runs
     assert second["threads"]["after_run"] == first["threads"]["after_run"] == first["threads"]["after_warmup"]
     assert second["open_fds"]["after_run"] == first["open_fds"]["after_run"] == first["open_fds"]["after_warmup"]
-    assert second["rss_mib"]["after_run"] < first["rss_mib"]["peak_after_run"] + 120, (first["rss_mib"],
-                                                                                       second["rss_mib"])
+    assert second["rss_mib"]["after_run"] < first["rss_mib"]["peak_after_run"] + 120, (
+        first["rss_mib"],
+        second["rss_mib"],
+    )
 
 
 def test_limits_are_documented_defaults():
@@ -368,14 +452,20 @@ def test_limits_are_documented_defaults():
 # bankml check: clear messages and exit code 2 for files it cannot read
 
 
-@pytest.mark.parametrize("make, part", [
-    (lambda d: (d / "bad.gbnf").write_bytes(b'root ::= "\xff"\n') and d / "bad.gbnf",
-     "bad.gbnf:1:11: invalid UTF-8 (byte 0xff at offset 10)"),
-    (lambda d: d / "absent.gbnf", "absent.gbnf: no such file"),
-    (lambda d: d, "is a directory, not a file"),
-])
+@pytest.mark.parametrize(
+    "make, part",
+    [
+        (
+            lambda d: (d / "bad.gbnf").write_bytes(b'root ::= "\xff"\n') and d / "bad.gbnf",
+            "bad.gbnf:1:11: invalid UTF-8 (byte 0xff at offset 10)",
+        ),
+        (lambda d: d / "absent.gbnf", "absent.gbnf: no such file"),
+        (lambda d: d, "is a directory, not a file"),
+    ],
+)
 def test_check_unreadable_files(tmp_path, capsys, make, part):
     from bankml.cli import main
+
     path = make(tmp_path)
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err

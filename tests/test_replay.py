@@ -1,13 +1,13 @@
 """Seeded run records: record a constrained run, replay it step for step, find a tampered step."""
+
 import json
-import pathlib
 
 import numpy as np
 import pytest
 
 from bankml import Grammar, Rules, Sampler, SamplerParams
 from bankml.cli import main
-from bankml.replay import RunRecorder, read_record, replay
+from bankml.sampling.replay import RunRecorder, read_record, replay
 
 from .oracle_support import DATA, load_bankml_vocab
 

@@ -1,12 +1,13 @@
 """Unit tests of bankml's sampling chain on small hand-made vocabularies: the generator against the
 C++ standard's values, parameter validation, and the sampler's state (clone, reset, accept, prefill)."""
+
 import math
 
 import numpy as np
 import pytest
 
 from bankml import Grammar, Vocab
-from bankml._sampler import DEFAULT_SAMPLERS, LLAMA_DEFAULT_SEED, Rng, Sampler, SamplerParams, SamplingError
+from bankml.sampling._sampler import DEFAULT_SAMPLERS, LLAMA_DEFAULT_SEED, Rng, Sampler, SamplerParams, SamplingError
 
 
 class SizedVocab:
@@ -18,6 +19,7 @@ class SizedVocab:
 
 
 # --- the generator -----------------------------------------------------------------
+
 
 def test_mt19937_10000th_output_for_the_default_seed():
     # [rand.predef]: the 10000th consecutive invocation of a default-constructed mt19937 gives 4123659995
@@ -80,6 +82,7 @@ def test_invalid_seed(seed):
 
 # --- parameters --------------------------------------------------------------------------
 
+
 def test_defaults_are_llama_servers():
     p = SamplerParams()
     assert p.seed == LLAMA_DEFAULT_SEED
@@ -97,17 +100,43 @@ def test_defaults_are_llama_servers():
     assert ";".join(p.samplers) == DEFAULT_SAMPLERS
 
 
-@pytest.mark.parametrize("field, value", [
-    ("temperature", -0.1), ("temperature", math.nan), ("top_k", -1), ("top_k", 2.5), ("top_p", 1.5),
-    ("top_p", -0.1), ("min_p", 2.0), ("xtc_probability", 1.1), ("xtc_threshold", -1.0),
-    ("repeat_last_n", -1), ("repeat_penalty", 0.0), ("repeat_penalty", -1.0), ("repeat_penalty", math.inf),
-    ("frequency_penalty", math.nan), ("presence_penalty", math.inf), ("dry_allowed_length", -1),
-    ("dry_penalty_last_n", -5), ("mirostat", 3), ("mirostat", -1), ("mirostat_tau", math.nan),
-    ("dynatemp_range", math.inf), ("typical_p", "0.5"), ("top_k", True), ("min_keep", -1),
-    ("seed", -3), ("samplers", "top_k;bogus"), ("samplers", "kz"),
-    ("dry_sequence_breakers", []), ("dry_sequence_breakers", "abc"), ("logit_bias", [[1]]),
-    ("logit_bias", {"1": "x"}), ("logit_bias", [["hello", 1.0]]),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("temperature", -0.1),
+        ("temperature", math.nan),
+        ("top_k", -1),
+        ("top_k", 2.5),
+        ("top_p", 1.5),
+        ("top_p", -0.1),
+        ("min_p", 2.0),
+        ("xtc_probability", 1.1),
+        ("xtc_threshold", -1.0),
+        ("repeat_last_n", -1),
+        ("repeat_penalty", 0.0),
+        ("repeat_penalty", -1.0),
+        ("repeat_penalty", math.inf),
+        ("frequency_penalty", math.nan),
+        ("presence_penalty", math.inf),
+        ("dry_allowed_length", -1),
+        ("dry_penalty_last_n", -5),
+        ("mirostat", 3),
+        ("mirostat", -1),
+        ("mirostat_tau", math.nan),
+        ("dynatemp_range", math.inf),
+        ("typical_p", "0.5"),
+        ("top_k", True),
+        ("min_keep", -1),
+        ("seed", -3),
+        ("samplers", "top_k;bogus"),
+        ("samplers", "kz"),
+        ("dry_sequence_breakers", []),
+        ("dry_sequence_breakers", "abc"),
+        ("logit_bias", [[1]]),
+        ("logit_bias", {"1": "x"}),
+        ("logit_bias", [["hello", 1.0]]),
+    ],
+)
 def test_invalid_values_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         SamplerParams(**{field: value})
@@ -151,6 +180,7 @@ def test_params_are_immutable_and_replaceable():
 
 
 # --- the sampler -------------------------------------------------------------------------------
+
 
 def logits_stream(n, count, seed=0):
     rng = np.random.default_rng(seed)
@@ -213,8 +243,10 @@ def test_logit_bias_token_out_of_range():
         Sampler(SamplerParams(logit_bias={25: 1.0}), SizedVocab(20))
 
 
-@pytest.mark.parametrize("bad", [np.zeros(10, dtype=np.float64), np.zeros(11, dtype=np.float32),
-                                 np.zeros((1, 10), dtype=np.float32), [0.0] * 10])
+@pytest.mark.parametrize(
+    "bad",
+    [np.zeros(10, dtype=np.float64), np.zeros(11, dtype=np.float32), np.zeros((1, 10), dtype=np.float32), [0.0] * 10],
+)
 def test_invalid_logits(bad):
     sampler = Sampler(SamplerParams(seed=1), SizedVocab(10))
     with pytest.raises(ValueError, match="Invalid logits"):
@@ -233,9 +265,9 @@ def test_penalties_see_accepted_tokens_only():
     params = SamplerParams(seed=1, temperature=0.0, presence_penalty=2.0, top_k=0, min_p=0.0, top_p=1.0)
     sampler = Sampler(params, SizedVocab(4))
     assert sampler.sample(logits) == 0
-    assert sampler.sample(logits) == 0      # not accepted yet: no penalty
+    assert sampler.sample(logits) == 0  # not accepted yet: no penalty
     sampler.accept(0)
-    assert sampler.sample(logits) == 1      # 1.0 - 2.0 < 0: the first 0.0 wins
+    assert sampler.sample(logits) == 1  # 1.0 - 2.0 < 0: the first 0.0 wins
 
 
 def small_json_vocab():
@@ -247,7 +279,7 @@ def test_grammar_redraw_and_prefill():
     vocab = small_json_vocab()
     grammar = Grammar('root ::= "{" "a"* "}"', vocab)
     logits = np.zeros(len(vocab), dtype=np.float32)
-    logits[7] = 20.0    # "x" would always be drawn first: the grammar must send every draw to a redraw
+    logits[7] = 20.0  # "x" would always be drawn first: the grammar must send every draw to a redraw
     sampler = Sampler(SamplerParams(seed=3, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), vocab, grammar)
     token = sampler.sample(logits)
     assert token == 0 and sampler.n_redraws == 1
@@ -281,6 +313,7 @@ def test_clone_copies_the_grammar_state():
 
 def test_not_picklable():
     import pickle
+
     with pytest.raises(TypeError):
         pickle.dumps(Sampler(SamplerParams(seed=1), SizedVocab(3)))
     assert pickle.loads(pickle.dumps(SamplerParams(top_k=3))) == SamplerParams(top_k=3)
@@ -306,7 +339,7 @@ def test_infill_merges_a_prefix_into_the_likelier_token():
 def test_infill_samples_end_of_generation_when_text_is_unlikely():
     vocab = Vocab(INFILL_PIECES, [4])
     logits = np.zeros(6, dtype=np.float32)
-    logits[4] = 1.0            # 3 * p_eog * 6 > p_txt: only the EOG tokens stay
+    logits[4] = 1.0  # 3 * p_eog * 6 > p_txt: only the EOG tokens stay
     for seed in range(10):
         assert Sampler(SamplerParams(seed=seed, samplers="infill"), vocab).sample(logits) == 4
 

@@ -12,6 +12,7 @@ Most draws run on random candidate sets of a few thousand tokens (so there are m
 share runs on the real Qwen2 vocabulary size, 151,936, with the real vocabulary (DRY's sequence
 breakers, the JSON grammar).
 """
+
 import ctypes
 import math
 import os
@@ -22,9 +23,9 @@ import numpy as np
 import pytest
 
 from bankml import Grammar, Rules
-from bankml._sampler import DEFAULT_SAMPLERS, Sampler, SamplerParams
-from bankml.adapters import hf_tokenizer, llama_cpp_tokenizer
-from bankml.vocab import ATTR_CONTROL, ATTR_UNKNOWN
+from bankml.engine.vocab import ATTR_CONTROL, ATTR_UNKNOWN
+from bankml.integrations.adapters import hf_tokenizer, llama_cpp_tokenizer
+from bankml.sampling._sampler import DEFAULT_SAMPLERS, Sampler, SamplerParams
 
 from .oracle import libllama
 from .oracle_support import DATA, ORACLE_STATS, load_pair, vocab_path
@@ -47,6 +48,7 @@ ALL_SAMPLERS = DEFAULT_SAMPLERS.split(";")
 
 # --- libllama's side ---------------------------------------------------------------
 
+
 class OracleChain:
     """common_sampler_init's chain in libllama, plus common_sampler_sample's redraw loop."""
 
@@ -58,23 +60,39 @@ class OracleChain:
         add = lambda smpl: ll.llama_sampler_chain_add(chain, smpl)  # noqa: E731
         if params.logit_bias:
             biases = (ll.llama_logit_bias * len(params.logit_bias))(
-                *[ll.llama_logit_bias(token, bias) for token, bias in params.logit_bias])
+                *[ll.llama_logit_bias(token, bias) for token, bias in params.logit_bias]
+            )
             add(ll.llama_sampler_init_logit_bias(n_vocab, len(params.logit_bias), biases))
         if params.mirostat == 0:
             for name in params.samplers:
                 if name == "adaptive_p":
-                    continue    # common_sampler_init adds it last, in dist's place
+                    continue  # common_sampler_init adds it last, in dist's place
                 if name == "penalties":
-                    add(ll.llama_sampler_init_penalties(n_vocab, params.repeat_last_n, params.repeat_penalty,
-                                                        params.frequency_penalty, params.presence_penalty))
+                    add(
+                        ll.llama_sampler_init_penalties(
+                            n_vocab,
+                            params.repeat_last_n,
+                            params.repeat_penalty,
+                            params.frequency_penalty,
+                            params.presence_penalty,
+                        )
+                    )
                 elif name == "dry":
                     breakers = [b.encode("utf-8") for b in params.dry_sequence_breakers]
                     c_breakers = (ctypes.c_char_p * len(breakers))(*breakers)
                     if vocab_handle is None:
                         assert params.dry_multiplier == 0, "DRY needs the real vocabulary"
-                    add(ll.llama_sampler_init_dry(vocab_handle, params.dry_multiplier, params.dry_base,
-                                                  params.dry_allowed_length, params.dry_penalty_last_n,
-                                                  c_breakers, len(breakers)))
+                    add(
+                        ll.llama_sampler_init_dry(
+                            vocab_handle,
+                            params.dry_multiplier,
+                            params.dry_base,
+                            params.dry_allowed_length,
+                            params.dry_penalty_last_n,
+                            c_breakers,
+                            len(breakers),
+                        )
+                    )
                 elif name == "top_k":
                     add(ll.llama_sampler_init_top_k(params.top_k))
                 elif name == "top_p":
@@ -84,13 +102,19 @@ class OracleChain:
                 elif name == "min_p":
                     add(ll.llama_sampler_init_min_p(params.min_p, params.min_keep))
                 elif name == "xtc":
-                    add(ll.llama_sampler_init_xtc(params.xtc_probability, params.xtc_threshold, params.min_keep,
-                                                  params.seed))
+                    add(
+                        ll.llama_sampler_init_xtc(
+                            params.xtc_probability, params.xtc_threshold, params.min_keep, params.seed
+                        )
+                    )
                 elif name == "typ_p":
                     add(ll.llama_sampler_init_typical(params.typical_p, params.min_keep))
                 elif name == "temperature":
-                    add(ll.llama_sampler_init_temp_ext(params.temperature, params.dynatemp_range,
-                                                       params.dynatemp_exponent))
+                    add(
+                        ll.llama_sampler_init_temp_ext(
+                            params.temperature, params.dynatemp_range, params.dynatemp_exponent
+                        )
+                    )
                 elif name == "infill":
                     assert vocab_handle is not None, "infill needs the real vocabulary"
                     add(ll.llama_sampler_init_infill(vocab_handle))
@@ -120,8 +144,9 @@ class OracleChain:
         data["id"] = self.ids
         data["logit"] = logits
         data["p"] = 0.0
-        return ll.llama_token_data_array(data=data.ctypes.data_as(ll.llama_token_data_p), size=data.size,
-                                         selected=-1, sorted=False)
+        return ll.llama_token_data_array(
+            data=data.ctypes.data_as(ll.llama_token_data_p), size=data.size, selected=-1, sorted=False
+        )
 
     def sample(self, logits):
         cur_p = self._set_logits(logits)
@@ -176,6 +201,7 @@ class TokenizingVocab:
 
 # --- random parameter sets -------------------------------------------------------------
 
+
 def random_params(rng, n_vocab, *, dry=False, mirostat=True, adaptive=True):
     kw = {"seed": int(rng.integers(0, 2**32 - 1))}
     r = rng.random()
@@ -210,8 +236,9 @@ def random_params(rng, n_vocab, *, dry=False, mirostat=True, adaptive=True):
         kw["adaptive_decay"] = float(rng.choice([0.0, 0.5, 0.9, 0.99]))
     if rng.random() < 0.25:
         n = int(rng.integers(1, 6))
-        kw["logit_bias"] = [[int(t), False if rng.random() < 0.2 else float(rng.uniform(-5, 5))]
-                            for t in rng.integers(0, n_vocab, n)]
+        kw["logit_bias"] = [
+            [int(t), False if rng.random() < 0.2 else float(rng.uniform(-5, 5))] for t in rng.integers(0, n_vocab, n)
+        ]
     if dry:
         kw["dry_multiplier"] = float(rng.uniform(0.2, 2.0))
         kw["dry_base"] = float(rng.uniform(1.0, 3.0))
@@ -219,7 +246,7 @@ def random_params(rng, n_vocab, *, dry=False, mirostat=True, adaptive=True):
         kw["dry_penalty_last_n"] = int(rng.choice([16, 64]))
         if dry == "multi":
             # multi-character breakers: heads whose pieces end inside a breaker get tokenized tails
-            kw["dry_sequence_breakers"] = ["\n\n", "::", "assistant", "*", "\"key\"", "x" * 45]
+            kw["dry_sequence_breakers"] = ["\n\n", "::", "assistant", "*", '"key"', "x" * 45]
     if mirostat and rng.random() < 0.2:
         kw["mirostat"] = int(rng.choice([1, 2]))
         kw["mirostat_tau"] = float(rng.uniform(1.0, 8.0))
@@ -275,6 +302,7 @@ def run_pair(params, sampler, oracle, rng, n, draws, style, new_set=True, pool=N
 
 # --- tests ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("set_index", range(SMALL_SETS))
 def test_random_chains_on_candidate_sets(set_index):
     rng = np.random.default_rng(1000 + set_index)
@@ -304,7 +332,7 @@ def test_random_chains_on_the_real_vocabulary(qwen2, set_index):
     params = random_params(rng, n, dry="multi" if set_index % 6 == 0 else dry)
     sampler = Sampler(params, TokenizingVocab(vocab, oracle_vocab))
     oracle = OracleChain(params, n, vocab_handle=oracle_vocab.handle)
-    draws = 2 * FULL_DRAWS if dry else FULL_DRAWS   # DRY needs a history to find repeats in
+    draws = 2 * FULL_DRAWS if dry else FULL_DRAWS  # DRY needs a history to find repeats in
     style = "peaked" if dry else ["plain", "ties", "peaked"][set_index % 3]
     try:
         run_pair(params, sampler, oracle, rng, n, draws, style, pool=LogitsPool(rng, n, style))
@@ -317,7 +345,7 @@ def test_random_chains_on_the_real_vocabulary(qwen2, set_index):
 
 # DRY's sequence breakers on bankml's own Vocab: llama-server's defaults need no tokenizer; multi-character
 # breakers need the tokenizer hook (Vocab.with_tokenizer), libllama's own or a Hugging Face tokenizer
-MULTI_BREAKERS = ["\n\n", "::", "assistant", "*", "\"key\"", "x" * 45, " the", "});", "\n```\n"]
+MULTI_BREAKERS = ["\n\n", "::", "assistant", "*", '"key"', "x" * 45, " the", "});", "\n```\n"]
 NON_ASCII_BREAKERS = ["\u2014", "\u00e9t\u00e9", "\u4f60\u597d", "\U0001f600!"]
 
 
@@ -351,14 +379,16 @@ def test_dry_multi_character_breakers_with_the_llama_cpp_hook(qwen2):
     hooked = vocab.with_tokenizer(llama_cpp_tokenizer(vocab_path("qwen2")))
     run_dry_sets(hooked, oracle_vocab, len(vocab), 4200, MULTI_BREAKERS, DRY_SETS)
     run_dry_sets(hooked, oracle_vocab, len(vocab), 4300, NON_ASCII_BREAKERS + ["<|im_end|>", "a<|im_end|>"], 2)
-    run_dry_sets(hooked, oracle_vocab, len(vocab), 4350, None, 1)      # llama-server's defaults, hook unused
+    run_dry_sets(hooked, oracle_vocab, len(vocab), 4350, None, 1)  # llama-server's defaults, hook unused
     ORACLE_STATS["sampler DRY sets with llama_cpp_tokenizer"] += DRY_SETS + 3
 
 
 @pytest.fixture(scope="module")
 def smollm2_hf():
-    pytest.importorskip("torch")   # transformers' GGUF reader imports it
+    import torch  # noqa: F401  (transformers' GGUF reader needs it; the test extra installs it)
+
     from .engines_support import smollm2_hf_tokenizer
+
     tokenizer = smollm2_hf_tokenizer()
     vocab, oracle_vocab = load_pair("smollm2")
     return vocab, oracle_vocab, tokenizer
@@ -374,7 +404,7 @@ def test_dry_multi_character_breakers_with_the_hf_hook(smollm2_hf):
         for i in range(1, min(len(raw), 40)):
             assert hook(raw[i:40], False, False) == oracle_vocab.tokenize(raw[i:40], False, False), raw[i:]
     run_dry_sets(hooked, oracle_vocab, len(vocab), 4400, MULTI_BREAKERS, DRY_SETS)
-    run_dry_sets(hooked, oracle_vocab, len(vocab), 4450, None, 1)      # llama-server's defaults, hook unused
+    run_dry_sets(hooked, oracle_vocab, len(vocab), 4450, None, 1)  # llama-server's defaults, hook unused
     ORACLE_STATS["sampler DRY sets with hf_tokenizer"] += DRY_SETS + 1
 
 
@@ -447,8 +477,9 @@ def test_grammar_redraws_on_the_real_vocabulary(qwen2, json_rules, structure_boo
 def test_clone_continues_like_libllama_clone(extra):
     rng = np.random.default_rng(7)
     n = 2000
-    params = SamplerParams(seed=1234, xtc_probability=0.5, xtc_threshold=0.05, repeat_last_n=16,
-                           repeat_penalty=1.3, top_k=0, **extra)
+    params = SamplerParams(
+        seed=1234, xtc_probability=0.5, xtc_threshold=0.05, repeat_last_n=16, repeat_penalty=1.3, top_k=0, **extra
+    )
     sampler = Sampler(params, SizedVocab(n))
     oracle = OracleChain(params, n)
     try:
@@ -477,8 +508,9 @@ def test_mirostat_on_the_real_vocabulary_size(qwen2):
     n = len(vocab)
     rng = np.random.default_rng(11)
     for mirostat in (1, 2):
-        params = SamplerParams(seed=int(rng.integers(0, 2**31)), mirostat=mirostat, mirostat_tau=4.0,
-                               mirostat_eta=0.2, temperature=0.9)
+        params = SamplerParams(
+            seed=int(rng.integers(0, 2**31)), mirostat=mirostat, mirostat_tau=4.0, mirostat_eta=0.2, temperature=0.9
+        )
         sampler = Sampler(params, SizedVocab(n))
         oracle = OracleChain(params, n)
         try:
@@ -490,10 +522,21 @@ def test_mirostat_on_the_real_vocabulary_size(qwen2):
 
 EDGE_CASES = {
     "greedy-before-typical": dict(temperature=0.0, typical_p=0.5, samplers="temperature;typ_p;top_p", top_p=0.5),
-    "greedy-before-everything": dict(temperature=0.0, top_n_sigma=1.0, xtc_probability=1.0, xtc_threshold=0.0,
-                                     typical_p=0.9, top_k=0, samplers="temperature;top_n_sigma;xtc;typ_p;min_p"),
-    "bans-before-typical": dict(logit_bias=[[i, False] for i in range(0, 2000, 3)], typical_p=0.7, top_k=0,
-                                samplers="typ_p;top_p;min_p;temperature"),
+    "greedy-before-everything": dict(
+        temperature=0.0,
+        top_n_sigma=1.0,
+        xtc_probability=1.0,
+        xtc_threshold=0.0,
+        typical_p=0.9,
+        top_k=0,
+        samplers="temperature;top_n_sigma;xtc;typ_p;min_p",
+    ),
+    "bans-before-typical": dict(
+        logit_bias=[[i, False] for i in range(0, 2000, 3)],
+        typical_p=0.7,
+        top_k=0,
+        samplers="typ_p;top_p;min_p;temperature",
+    ),
     "min-keep-beats-min-p": dict(min_p=0.9, min_keep=25, top_k=0, top_p=1.0),
     "min-keep-beats-top-p": dict(top_p=0.01, min_keep=300, top_k=0),
     "flat-top-p-full-sort": dict(top_p=0.999, top_k=0, min_p=0.0, temperature=3.0),
@@ -502,8 +545,9 @@ EDGE_CASES = {
     "top-n-sigma-first": dict(top_n_sigma=0.5, samplers="top_n_sigma;temperature", temperature=0.3),
     "dynatemp-zero-floor": dict(temperature=0.2, dynatemp_range=0.5, dynatemp_exponent=0.5, top_k=0),
     "dynatemp-only": dict(temperature=1.0, dynatemp_range=1.0, top_k=0, top_p=1.0, min_p=0.0),
-    "heavy-penalties": dict(repeat_last_n=8, repeat_penalty=3.0, frequency_penalty=2.0, presence_penalty=2.0,
-                            temperature=0.0),
+    "heavy-penalties": dict(
+        repeat_last_n=8, repeat_penalty=3.0, frequency_penalty=2.0, presence_penalty=2.0, temperature=0.0
+    ),
     "top-k-1": dict(top_k=1, temperature=2.0),
     "top-k-129": dict(top_k=129, top_p=1.0, min_p=0.0),
     "mirostat-greedy": dict(mirostat=1, temperature=0.0),
@@ -512,15 +556,17 @@ EDGE_CASES = {
     "everything-disabled": dict(top_k=0, top_p=1.0, min_p=0.0, temperature=1.0),
     "adaptive-p": dict(samplers="top_k;adaptive_p;min_p;temperature", adaptive_target=0.3, top_k=0),
     "adaptive-p-negative-target": dict(samplers="adaptive_p;top_k;temperature", adaptive_target=-0.5),
-    "adaptive-p-long-memory": dict(samplers="min_p;adaptive_p", adaptive_target=0.1, adaptive_decay=0.99,
-                                   min_p=0.01),
+    "adaptive-p-long-memory": dict(samplers="min_p;adaptive_p", adaptive_target=0.1, adaptive_decay=0.99, min_p=0.01),
     "adaptive-p-no-memory": dict(samplers="a", adaptive_target=1.0, adaptive_decay=0.0),
     "adaptive-p-target-zero": dict(samplers="top_p;adaptive_p", adaptive_target=0.0, top_p=0.9),
     "adaptive-p-after-greedy": dict(samplers="temperature;adaptive_p", temperature=0.0, adaptive_target=0.5),
-    "adaptive-p-after-bans": dict(logit_bias=[[i, False] for i in range(0, 2000, 2)], samplers="adaptive_p",
-                                  adaptive_target=0.2, adaptive_decay=0.5),
-    "long-history": dict(repeat_last_n=100_000, repeat_penalty=1.4, frequency_penalty=0.2, top_k=0,
-                         temperature=0.7),
+    "adaptive-p-after-bans": dict(
+        logit_bias=[[i, False] for i in range(0, 2000, 2)],
+        samplers="adaptive_p",
+        adaptive_target=0.2,
+        adaptive_decay=0.5,
+    ),
+    "long-history": dict(repeat_last_n=100_000, repeat_penalty=1.4, frequency_penalty=0.2, top_k=0, temperature=0.7),
 }
 
 
@@ -540,7 +586,7 @@ def test_edge_parameter_sets(case):
 
 # --- infill (llama_sampler_init_infill), reachable through llama-server's `samplers` ----------------------------
 
-NO_TEXT_ATTRS = ATTR_CONTROL | ATTR_UNKNOWN   # token_to_piece(special=false) renders these empty
+NO_TEXT_ATTRS = ATTR_CONTROL | ATTR_UNKNOWN  # token_to_piece(special=false) renders these empty
 
 
 class InfillLogits:
@@ -640,8 +686,9 @@ def test_infill_edge_cases(qwen2, case):
         # one live candidate among all 151,936 (llama.cpp's pair loop is then linear): bankml's sorted merge
         params = SamplerParams(seed=3, temperature=0.0, samplers="temperature;infill;top_p", top_p=0.9)
     elif case == "bans":
-        params = SamplerParams(seed=4, top_k=300, samplers="top_k;infill;min_p",
-                               logit_bias=[[t, False] for t in range(0, 2000, 7)])
+        params = SamplerParams(
+            seed=4, top_k=300, samplers="top_k;infill;min_p", logit_bias=[[t, False] for t in range(0, 2000, 7)]
+        )
     elif case == "eog-only":
         params = SamplerParams(seed=5, top_k=20, samplers="top_k;infill;temperature", temperature=1.3)
     else:
@@ -679,18 +726,21 @@ BUDGET_STEPS = int(os.environ.get("BANKML_SAMPLER_BUDGET_STEPS", "60"))
 def budget_oracle(qwen2):
     from .oracle.build_converter import OracleUnavailable
     from .oracle.build_reasoning_budget import OracleReasoningBudget
+
     try:
         oracle = OracleReasoningBudget(vocab_path("qwen2"))
-    except OracleUnavailable as e:  # pragma: no cover - the oracle extra is missing
-        pytest.skip(str(e))
+    except OracleUnavailable as e:  # an oracle test fails, never skips, when its oracle cannot be built
+        pytest.fail(f"the reasoning-budget oracle (the pinned llama.cpp) could not be built: {e}")
     vocab, _ = qwen2
     tokenize = llama_cpp_tokenizer(vocab_path("qwen2"))
     tags = {
         "start": tokenize(b"<think>", False, True),
         "end": tokenize(b"</think>", False, True),
         "message": tokenize(b"\nOkay, I have thought enough.\n", False, True),
-        "text": [t for t in set(tokenize("Let me think: 2 + 2 = 4, so the answer is four. 你好 — ok.\n".encode(),
-                                         False, True))],
+        "text": [
+            t
+            for t in set(tokenize("Let me think: 2 + 2 = 4, so the answer is four. 你好 — ok.\n".encode(), False, True))
+        ],
     }
     yield tags, oracle
     oracle.close()
@@ -700,7 +750,8 @@ def budget_oracle(qwen2):
 def test_reasoning_budget_draws_match_libllama(qwen2, budget_oracle, set_index):
     """A Sampler with a ReasoningBudget against libllama's chain with the pinned common_reasoning_budget sampler
     applied first (the forced token alone above -inf), accepting every drawn token into both: the same draws."""
-    from bankml._sampler import ReasoningBudget
+    from bankml.sampling._sampler import ReasoningBudget
+
     vocab, oracle_vocab = qwen2
     tags, oracle_budget = budget_oracle
     n = len(vocab)

@@ -1,12 +1,13 @@
 """Hostile and edge-case schemas: each ends quickly, in a grammar or a clear SchemaError, never a hang or a
 crash. (Where llama.cpp also converts them, tests/test_schema_oracle.py compares the output.)"""
+
 import json
 import time
 
 import pytest
 
 from bankml import GrammarError, Rules, SchemaError, json_schema_to_grammar, json_schema_to_rules
-from bankml.schema import MAX_JSON_DEPTH, gbnf_format_literal, load_schema
+from bankml.schema.converter import MAX_JSON_DEPTH, gbnf_format_literal, load_schema
 
 
 def _timed(fn, *args, limit=10.0):
@@ -72,23 +73,26 @@ def test_schema_must_be_an_object():
 
 def test_error_pointer():
     with pytest.raises(SchemaError) as info:
-        json_schema_to_grammar({"type": "object", "properties": {"x": {"type": "object", "properties": {
-            "y": {"type": "nope"}}}}})
+        json_schema_to_grammar(
+            {"type": "object", "properties": {"x": {"type": "object", "properties": {"y": {"type": "nope"}}}}}
+        )
     assert info.value.pointer == "#/properties/x/properties/y"
     with pytest.raises(SchemaError) as info:
         json_schema_to_grammar({"type": "object", "properties": {"p": {"type": "string", "pattern": "^(a$"}}})
     assert info.value.pointer == "#/properties/p"
     assert str(info.value) == "JSON schema conversion failed:\nInvalid pattern ^(a$: unbalanced parentheses"
     with pytest.raises(SchemaError) as info:
-        json_schema_to_grammar({"$ref": "#/$defs/a", "$defs": {"a": {"type": "integer", "maximum": -2**63}}})
+        json_schema_to_grammar({"$ref": "#/$defs/a", "$defs": {"a": {"type": "integer", "maximum": -(2**63)}}})
     assert info.value.pointer == "#/$defs/a"
     assert isinstance(info.value, ValueError)
 
 
 def test_recursive_refs_convert():
-    for schema in [{"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}},
-                   {"$ref": "#/$defs/a", "$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}},
-                   {"type": "object", "properties": {"self": {"$ref": "#/properties/self"}}}]:
+    for schema in [
+        {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}},
+        {"$ref": "#/$defs/a", "$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}},
+        {"type": "object", "properties": {"self": {"$ref": "#/properties/self"}}},
+    ]:
         _timed(json_schema_to_grammar, schema)
 
 
@@ -99,16 +103,22 @@ def test_allof_through_a_ref_cycle():
         _timed(json_schema_to_grammar, schema)
     assert info.value.pointer.startswith("#")
     # a chain of $refs that ends converts
-    grammar, _ = json_schema_to_grammar({"allOf": [{"$ref": "#/$defs/A"}], "$defs": {
-        "A": {"$ref": "#/$defs/B"}, "B": {"type": "object", "properties": {"x": {"type": "integer"}}}}})
+    grammar, _ = json_schema_to_grammar(
+        {
+            "allOf": [{"$ref": "#/$defs/A"}],
+            "$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+        }
+    )
     assert "x-kv" in grammar
 
 
 def test_allof_recursing_through_a_property():
     # merging A's properties into the allOf visits the allOf again, one level deeper each time: llama.cpp
     # overflows its stack (a segmentation fault); bankml refuses
-    schema = {"$ref": "#/$defs/A", "$defs": {"A": {"type": "object", "properties": {
-        "b": {"allOf": [{"$ref": "#/$defs/A"}]}}}}}
+    schema = {
+        "$ref": "#/$defs/A",
+        "$defs": {"A": {"type": "object", "properties": {"b": {"allOf": [{"$ref": "#/$defs/A"}]}}}},
+    }
     with pytest.raises(SchemaError, match="recurses through allOf"):
         _timed(json_schema_to_grammar, schema)
 
@@ -117,29 +127,51 @@ def test_long_ref_chains():
     grammar, _ = _timed(json_schema_to_grammar, _ref_chain(2000))
     Rules.parse(grammar)
     # far past what the stack allows: a clear refusal, not a crash
-    for wrap in [lambda r: {"$ref": r}, lambda r: {"anyOf": [{"$ref": r}, {"type": "null"}]},
-                 lambda r: {"type": "object", "properties": {"x": {"$ref": r}}}]:
+    for wrap in [
+        lambda r: {"$ref": r},
+        lambda r: {"anyOf": [{"$ref": r}, {"type": "null"}]},
+        lambda r: {"type": "object", "properties": {"x": {"$ref": r}}},
+    ]:
         with pytest.raises(SchemaError, match="nests too deeply"):
             _timed(json_schema_to_grammar, _ref_chain(50000, wrap))
 
 
 def test_huge_counts():
     grammar, _ = _timed(json_schema_to_grammar, {"type": "string", "maxLength": 10**9})
-    assert 'char{0,1000000000}' in grammar
+    assert "char{0,1000000000}" in grammar
     Rules.parse(grammar)  # llama.cpp's parser takes a maximum past 2000 as no maximum
-    for schema in [{"type": "array", "minItems": 10**9}, {"type": "string", "minLength": 5000},
-                   {"type": "string", "pattern": "^a{1000000}$"}]:
+    for schema in [
+        {"type": "array", "minItems": 10**9},
+        {"type": "string", "minLength": 5000},
+        {"type": "string", "pattern": "^a{1000000}$"},
+    ]:
         json_schema_to_grammar(schema)
         with pytest.raises(SchemaError, match="refused by the GBNF parser") as info:
             _timed(json_schema_to_rules, schema)
         assert isinstance(info.value.__cause__, GrammarError)
 
 
-@pytest.mark.parametrize("pattern", [
-    "^" + "ab" * 200000 + "$", "^" + "(" * 100000 + "$", "^" + "|".join(["a.b"] * 20000) + "$",
-    "^" + "(ab){2}" * 10000 + "$", "^" + "[a-z]" * 50000 + "$", "^" + "\\" * 100000 + "$", "^" + "(?:a)" * 50000 + "$",
-], ids=["long-literal", "deep-parens", "wide-alternation", "many-repeats", "many-classes", "backslashes",
-        "many-groups"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "^" + "ab" * 200000 + "$",
+        "^" + "(" * 100000 + "$",
+        "^" + "|".join(["a.b"] * 20000) + "$",
+        "^" + "(ab){2}" * 10000 + "$",
+        "^" + "[a-z]" * 50000 + "$",
+        "^" + "\\" * 100000 + "$",
+        "^" + "(?:a)" * 50000 + "$",
+    ],
+    ids=[
+        "long-literal",
+        "deep-parens",
+        "wide-alternation",
+        "many-repeats",
+        "many-classes",
+        "backslashes",
+        "many-groups",
+    ],
+)
 def test_pathological_patterns(pattern):
     grammar, warnings = _timed(json_schema_to_grammar, {"type": "string", "pattern": pattern})
     assert grammar
@@ -149,8 +181,10 @@ def test_wide_schemas():
     props = {"p%d" % i: {"type": "string", "pattern": "^\\w$"} for i in range(5000)}
     grammar, warnings = _timed(json_schema_to_grammar, {"type": "object", "properties": props})
     assert len(warnings) == 5000
-    _timed(json_schema_to_grammar, {"type": "object", "properties": {"p%d" % i: {} for i in range(10000)},
-                                    "additionalProperties": True})
+    _timed(
+        json_schema_to_grammar,
+        {"type": "object", "properties": {"p%d" % i: {} for i in range(10000)}, "additionalProperties": True},
+    )
     _timed(json_schema_to_grammar, {"enum": list(range(100000))})
     _timed(json_schema_to_grammar, {"type": "object", "properties": {"k" * 5000: {}}, "additionalProperties": False})
 
@@ -179,13 +213,13 @@ def test_schema_as_text_and_dict_agree():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# conversions that grow exponentially: refused by bankml.schema.SchemaLimits while they are built, in a child
+# conversions that grow exponentially: refused by bankml.schema.converter.SchemaLimits while they are built, in a child
 # process with a time and a memory limit (llama.cpp's converter has no bound and builds them whole)
 
-_EXPONENTIAL = r'''
+_EXPONENTIAL = r"""
 import json
 from bankml import SchemaError, json_schema_to_grammar
-from bankml.constraint import chat_grammar
+from bankml.chat.constraint import chat_grammar
 
 
 def allof_levels(n, copies=1):
@@ -226,21 +260,31 @@ def run(convert, schema):
     except SchemaError as e:
         return "SchemaError " + str(e).splitlines()[-1].split(";")[0] + " @ " + e.pointer[:40]
     return "grammar %d" % len(grammar)
-'''
+"""
 
 
-@pytest.mark.parametrize("case, limit", [
-    ("json.dumps(allof_levels(19))", "SchemaLimits.max_grammar_bytes"),
-    ("allof_levels(16)", "SchemaLimits.max_grammar_bytes"),
-    ("one_property(40)", "SchemaLimits.max_work_bytes"),
-    ("shared(40)", "SchemaLimits.max_nodes"),
-    ("json.dumps(type_lists(40))", "SchemaLimits.max_work_bytes"),
-], ids=["allof-levels-text", "allof-levels-dict", "allof-rebuilt", "shared-subdicts", "type-lists"])
-@pytest.mark.parametrize("convert", ["lambda s: json_schema_to_grammar(s)[0]",
-                                     "lambda s: chat_grammar(json.loads(s) if isinstance(s, str) else s, 'chatml')[0]"],
-                         ids=["direct", "chat"])
+@pytest.mark.parametrize(
+    "case, limit",
+    [
+        ("json.dumps(allof_levels(19))", "SchemaLimits.max_grammar_bytes"),
+        ("allof_levels(16)", "SchemaLimits.max_grammar_bytes"),
+        ("one_property(40)", "SchemaLimits.max_work_bytes"),
+        ("shared(40)", "SchemaLimits.max_nodes"),
+        ("json.dumps(type_lists(40))", "SchemaLimits.max_work_bytes"),
+    ],
+    ids=["allof-levels-text", "allof-levels-dict", "allof-rebuilt", "shared-subdicts", "type-lists"],
+)
+@pytest.mark.parametrize(
+    "convert",
+    [
+        "lambda s: json_schema_to_grammar(s)[0]",
+        "lambda s: chat_grammar(json.loads(s) if isinstance(s, str) else s, 'chatml')[0]",
+    ],
+    ids=["direct", "chat"],
+)
 def test_exponential_conversions_are_refused(case, limit, convert):
     from .bounded import run_bounded
+
     out = run_bounded(_EXPONENTIAL + f"\nprint(run({convert}, {case}))\n")
     assert out.startswith("SchemaError ") and limit in out, out
 
@@ -248,14 +292,18 @@ def test_exponential_conversions_are_refused(case, limit, convert):
 def test_exponential_growth_below_the_limits_converts():
     # the same construction, smaller: converted whole, as llama.cpp does (its size doubles per level)
     from .bounded import run_bounded
-    out = run_bounded(_EXPONENTIAL + "\nprint(run(lambda s: json_schema_to_grammar(s)[0], allof_levels(8)), "
-                                     "run(lambda s: json_schema_to_grammar(s)[0], allof_levels(9)))\n")
+
+    out = run_bounded(
+        _EXPONENTIAL + "\nprint(run(lambda s: json_schema_to_grammar(s)[0], allof_levels(8)), "
+        "run(lambda s: json_schema_to_grammar(s)[0], allof_levels(9)))\n"
+    )
     small, larger = [int(x) for x in out.replace("grammar", "").split()]
     assert 1.8 * small < larger < 2.6 * small
 
 
 def test_limits_are_configurable_and_named():
-    from bankml.schema import SchemaLimits, budget
+    from bankml.schema.converter import SchemaLimits, budget
+
     schema = {"type": "object", "properties": {"p%d" % i: {"type": "string"} for i in range(50)}}
     grammar, _ = json_schema_to_grammar(schema)
     with pytest.raises(SchemaError, match="max_grammar_bytes") as info:
@@ -268,6 +316,7 @@ def test_limits_are_configurable_and_named():
         json_schema_to_grammar(schema, SchemaLimits(max_work_bytes=100))
     import threading
     import time as _time
+
     cancel = threading.Event()
     cancel.set()
     big = {"type": "object", "properties": {"p%d" % i: {"type": "string"} for i in range(1000)}}

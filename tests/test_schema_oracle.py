@@ -1,10 +1,11 @@
-"""bankml.schema compared with the pinned llama.cpp's own converter, live.
+"""bankml.schema.converter compared with the pinned llama.cpp's own converter, live.
 
 tests/oracle/build_converter.py compiles a tiny program against libllama-common.so of llama-cpp-python
 0.3.36 (outside the repository, in ~/.cache/bankml-oracle/); every schema below goes through it and
-through bankml.schema.json_schema_to_grammar. The grammar must be the same bytes and the warning the same
+through bankml.schema.converter.json_schema_to_grammar. The grammar must be the same bytes and the warning the same
 text, or both must refuse with the same message.
 """
+
 import json
 import pathlib
 
@@ -12,7 +13,7 @@ import pytest
 
 from bankml import Rules
 from bankml.errors import GrammarError, SchemaError
-from bankml.schema import json_schema_to_grammar
+from bankml.schema.converter import json_schema_to_grammar
 
 from .oracle.build_converter import Converter
 from .oracle_support import ORACLE_STATS
@@ -29,7 +30,7 @@ def _obj(props, required=(), **extra):
 
 
 S = {"type": "string"}
-I = {"type": "integer"}
+I = {"type": "integer"}  # noqa: E741  (one letter per type, as the table below reads)
 N = {"type": "number"}
 B = {"type": "boolean"}
 
@@ -41,28 +42,82 @@ def add(schema):
 
 
 # --- Pydantic-shaped models -------------------------------------------------------------------------------
-add({"title": "User", "type": "object", "properties": {
-    "id": {"title": "Id", "type": "integer"}, "name": {"title": "Name", "type": "string"},
-    "email": {"anyOf": [{"type": "string", "format": "email"}, {"type": "null"}], "default": None, "title": "Email"},
-    "tags": {"type": "array", "items": {"type": "string"}, "title": "Tags"}},
-    "required": ["id", "name"]})
-add({"$defs": {"Color": {"enum": ["red", "green", "blue"], "title": "Color", "type": "string"},
-               "Point": {"properties": {"x": N, "y": N}, "required": ["x", "y"], "title": "Point", "type": "object"}},
-     "properties": {"color": {"$ref": "#/$defs/Color"}, "points": {"items": {"$ref": "#/$defs/Point"}, "type": "array"},
-                    "origin": {"anyOf": [{"$ref": "#/$defs/Point"}, {"type": "null"}], "default": None}},
-     "required": ["color", "points"], "title": "Shape", "type": "object"})
-add({"definitions": {"Node": {"type": "object", "properties": {
-    "value": I, "children": {"type": "array", "items": {"$ref": "#/definitions/Node"}}}, "required": ["value"]}},
-    "$ref": "#/definitions/Node"})
-add({"$defs": {"A": {"type": "object", "properties": {"b": {"$ref": "#/$defs/B"}}},
-               "B": {"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}, "n": I}, "required": ["n"]}},
-     "$ref": "#/$defs/A"})
-add({"type": "object", "properties": {"name": S, "age": {"type": "integer", "minimum": 0, "maximum": 150},
-                                      "score": {"type": "number", "minimum": 0, "maximum": 1}},
-     "required": ["name", "age", "score"], "additionalProperties": False})
+add(
+    {
+        "title": "User",
+        "type": "object",
+        "properties": {
+            "id": {"title": "Id", "type": "integer"},
+            "name": {"title": "Name", "type": "string"},
+            "email": {
+                "anyOf": [{"type": "string", "format": "email"}, {"type": "null"}],
+                "default": None,
+                "title": "Email",
+            },
+            "tags": {"type": "array", "items": {"type": "string"}, "title": "Tags"},
+        },
+        "required": ["id", "name"],
+    }
+)
+add(
+    {
+        "$defs": {
+            "Color": {"enum": ["red", "green", "blue"], "title": "Color", "type": "string"},
+            "Point": {"properties": {"x": N, "y": N}, "required": ["x", "y"], "title": "Point", "type": "object"},
+        },
+        "properties": {
+            "color": {"$ref": "#/$defs/Color"},
+            "points": {"items": {"$ref": "#/$defs/Point"}, "type": "array"},
+            "origin": {"anyOf": [{"$ref": "#/$defs/Point"}, {"type": "null"}], "default": None},
+        },
+        "required": ["color", "points"],
+        "title": "Shape",
+        "type": "object",
+    }
+)
+add(
+    {
+        "definitions": {
+            "Node": {
+                "type": "object",
+                "properties": {"value": I, "children": {"type": "array", "items": {"$ref": "#/definitions/Node"}}},
+                "required": ["value"],
+            }
+        },
+        "$ref": "#/definitions/Node",
+    }
+)
+add(
+    {
+        "$defs": {
+            "A": {"type": "object", "properties": {"b": {"$ref": "#/$defs/B"}}},
+            "B": {"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}, "n": I}, "required": ["n"]},
+        },
+        "$ref": "#/$defs/A",
+    }
+)
+add(
+    {
+        "type": "object",
+        "properties": {
+            "name": S,
+            "age": {"type": "integer", "minimum": 0, "maximum": 150},
+            "score": {"type": "number", "minimum": 0, "maximum": 1},
+        },
+        "required": ["name", "age", "score"],
+        "additionalProperties": False,
+    }
+)
 add(_obj({"status": {"const": "ok"}, "data": {"type": "object"}}, ["status"]))
-add(_obj({"kind": {"type": "string", "enum": ["a", "b"]}, "payload": {"oneOf": [
-    _obj({"x": I}, ["x"]), _obj({"y": S}, ["y"])]}}, ["kind", "payload"]))
+add(
+    _obj(
+        {
+            "kind": {"type": "string", "enum": ["a", "b"]},
+            "payload": {"oneOf": [_obj({"x": I}, ["x"]), _obj({"y": S}, ["y"])]},
+        },
+        ["kind", "payload"],
+    )
+)
 add({"type": "object", "properties": {"a": S, "b": I, "c": B, "d": N}, "required": ["b", "d"]})
 add({"type": "object", "properties": {"a": S, "b": I, "c": B}})
 add({"type": "object", "properties": {"a": S}, "additionalProperties": True})
@@ -73,13 +128,27 @@ add({"type": "object", "additionalProperties": False})
 add({"type": "object", "properties": {}, "additionalProperties": False})
 add({"type": "object", "properties": {}})
 add({"type": "object", "properties": {"": S, "é": I, "日本": B}, "additionalProperties": S})
-add({"type": "object", "properties": {"a b": S, "c.d": I, "e/f": B, "g\"h": N, "i\\j": S, "k\nl": I}})
+add({"type": "object", "properties": {"a b": S, "c.d": I, "e/f": B, 'g"h': N, "i\\j": S, "k\nl": I}})
 add({"type": "object", "properties": {"*": S, "x": I}, "additionalProperties": True})
 add({"type": "object", "properties": {"*": S, "x": I}, "required": ["*"], "additionalProperties": B})
 add({"type": "object", "properties": {"root": S, "string": I, "value": B, "integer": N, "char": S, "space": I}})
 add({"type": "object", "properties": {"a-b": S, "a_b": I, "a b": B}})
-add({"type": "object", "properties": {"x": {"type": "object", "properties": {"y": {"type": "object", "properties": {
-    "z": {"type": "array", "items": {"type": "object", "properties": {"w": S}}}}}}}}})
+add(
+    {
+        "type": "object",
+        "properties": {
+            "x": {
+                "type": "object",
+                "properties": {
+                    "y": {
+                        "type": "object",
+                        "properties": {"z": {"type": "array", "items": {"type": "object", "properties": {"w": S}}}},
+                    }
+                },
+            }
+        },
+    }
+)
 add({"type": "object", "properties": {"a": {"$ref": "#/properties/b"}, "b": I}})
 add({"type": "object", "properties": {"list": {"type": "array", "items": {"$ref": "#"}}}})
 add({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"type": "string"}}})
@@ -88,8 +157,13 @@ add({"$ref": "#/$defs/list/1", "$defs": {"list": [I, S, B]}})
 add({"$ref": "#/$defs/list/-0", "$defs": {"list": [I, S, B]}})
 add({"$ref": "#/$defs/list/ 2", "$defs": {"list": [I, S, B]}})
 add({"$ref": "#/$defs/list/1x", "$defs": {"list": [I, S, B]}})
-add({"type": "object", "properties": {"p": {"$ref": "#/$defs/x"}, "q": {"$ref": "#/$defs/x"}},
-     "$defs": {"x": {"type": "string", "maxLength": 3}}})
+add(
+    {
+        "type": "object",
+        "properties": {"p": {"$ref": "#/$defs/x"}, "q": {"$ref": "#/$defs/x"}},
+        "$defs": {"x": {"type": "string", "maxLength": 3}},
+    }
+)
 add({"type": "object", "properties": {"p": {"$ref": "#/$defs/x~1y"}}, "$defs": {"x~1y": I}})
 
 # --- unions, allOf, const, enum ----------------------------------------------------------------------------
@@ -115,21 +189,58 @@ add({"const": 42})
 add({"const": 2.0})
 add({"const": [1, "two", None, True, {"k": 3.5}]})
 add({"const": {"b": 1, "a": [2.5e-7, 1e100, -0.0, 0.1, 123456.789]}})
-add({"const": "quote \" backslash \\ newline \n tab \t ctrl \u0001 del \u007f é 😀"})
+add({"const": 'quote " backslash \\ newline \n tab \t ctrl \u0001 del \u007f é 😀'})
 add({"const": None})
 add({"enum": ["a", 1, 2.5, None, True, [1], {"x": "y"}]})
-add({"enum": ["\r\n", "]", "-", "\\\"", "日本語"]})
+add({"enum": ["\r\n", "]", "-", '\\"', "日本語"]})
 add({"type": "integer", "const": 5, "enum": [1, 2]})
 add({"type": "string", "enum": ["x"], "pattern": "^y$"})
 add({"enum": [1e15, 1e16, 1e-4, 1e-5, 123456789012345.0, 1.5e300, 5e-324, 0.5]})
 
 # --- integers ---------------------------------------------------------------------------------------------
-for lo, hi in [(0, None), (1, None), (3, None), (9, None), (10, None), (25, None), (99, None), (100, None), (123, None),
-               (None, 0), (None, 1), (None, 9), (None, 10), (None, 99), (None, 100), (None, 1000), (None, -1),
-               (None, -10), (None, -123), (-1, None), (-5, None), (-10, None), (-123, None), (0, 9), (0, 10),
-               (1, 99), (5, 30), (17, 1234), (-5, 5), (-123, 456), (-1000, -10), (-7, -3), (0, 0), (42, 42),
-               (10, 5), (-3, -5), (100, 5), (1, 9223372036854775806), (-9223372036854775807, 0),
-               (0, 999999999999), (987654321, 987654329)]:
+for lo, hi in [
+    (0, None),
+    (1, None),
+    (3, None),
+    (9, None),
+    (10, None),
+    (25, None),
+    (99, None),
+    (100, None),
+    (123, None),
+    (None, 0),
+    (None, 1),
+    (None, 9),
+    (None, 10),
+    (None, 99),
+    (None, 100),
+    (None, 1000),
+    (None, -1),
+    (None, -10),
+    (None, -123),
+    (-1, None),
+    (-5, None),
+    (-10, None),
+    (-123, None),
+    (0, 9),
+    (0, 10),
+    (1, 99),
+    (5, 30),
+    (17, 1234),
+    (-5, 5),
+    (-123, 456),
+    (-1000, -10),
+    (-7, -3),
+    (0, 0),
+    (42, 42),
+    (10, 5),
+    (-3, -5),
+    (100, 5),
+    (1, 9223372036854775806),
+    (-9223372036854775807, 0),
+    (0, 999999999999),
+    (987654321, 987654329),
+]:
     d = {"type": "integer"}
     if lo is not None:
         d["minimum"] = lo
@@ -154,8 +265,20 @@ add({"type": "integer", "exclusiveMinimum": True})
 add({"type": "number", "minimum": 3, "maximum": 1})
 
 # --- strings ----------------------------------------------------------------------------------------------
-for lo, hi in [(0, 0), (0, 1), (1, None), (0, None), (2, None), (1, 1), (3, 5), (0, 10), (5, 2), (None, 2000),
-               (None, 100000), (4294967301, None)]:
+for lo, hi in [
+    (0, 0),
+    (0, 1),
+    (1, None),
+    (0, None),
+    (2, None),
+    (1, 1),
+    (3, 5),
+    (0, 10),
+    (5, 2),
+    (None, 2000),
+    (None, 100000),
+    (4294967301, None),
+]:
     d = {"type": "string"}
     if lo is not None:
         d["minLength"] = lo
@@ -172,25 +295,113 @@ for fmt in ["date", "time", "date-time", "uuid", "uuid1", "uuid5", "uuid6", "UUI
 add({"format": "date-time"})
 add({"format": 5})
 add({"type": "string", "format": ["date"]})
-add({"type": "object", "properties": {"d": {"type": "string", "format": "date"},
-                                      "t": {"type": "string", "format": "time"},
-                                      "dt": {"type": "string", "format": "date-time"},
-                                      "u": {"type": "string", "format": "uuid"}}})
+add(
+    {
+        "type": "object",
+        "properties": {
+            "d": {"type": "string", "format": "date"},
+            "t": {"type": "string", "format": "time"},
+            "dt": {"type": "string", "format": "date-time"},
+            "u": {"type": "string", "format": "uuid"},
+        },
+    }
+)
 
 # --- patterns ---------------------------------------------------------------------------------------------
 PATTERNS = [
-    "^abc$", "^[a-z]+$", "^[A-Z][a-z]*$", "^\\d+$", "^[0-9]{3}-[0-9]{4}$", "^(foo|bar)$", "^(?:foo|bar)+baz?$",
-    "^a{2}b{1,}c{,3}d{2,5}$", "^.*$", "^.+@.+\\..+$", "^\\.\\*\\+\\?\\(\\)\\[\\]\\{\\}\\|\\^\\$$", "^a\\-b$",
-    "^[\\-a-z]$", "^[\\x41-\\x5A]+$", "^\\u00e9$", "^\\U0001F600$", "^\\t\\n\\r$", "^\"quoted\"$",
-    "^[\"]$", "^a\\\\b$", "^(a(b(c)))$", "^(a|b|)$", "^()$", "^(a)*(b)+(c)?$", "^(ab){2,3}$", "^(ab){2}(ab){2}$",
-    "^[ab]{2}[ab]{2}$", "^x{0}$", "^x{0,1}$", "^x{1}$", "^x{, 3}$", "^x{ 3}$", "^x{3a}$", "^x{-1}$",
-    "^x{99999999999}$", "^x{2147483647}$", "^x{0,2147483647}$", "^x{1,2,3}$", "^x{}$", "^x{a}$", "^x{5,1}$",
-    "^x{3$", "^é+$", "^日本*$", "^[é-ü]$", "^a.b$", "^a.*b.+c.?$", "abc", "^abc", "abc$", "^$", "$", "^",
-    "^(?=a)a$", "^(?!a)b$", "^(?<n>a)$", "^(?i)a$", "^a^b$", "^a$b$", "^\\w+$", "^\\s$", "^[\\w]$", "^[\\d]$",
-    "^a\\$", "^(a$", "^a)$", "^[a$", "^*a$", "^+$", "^{2}$", "^a]$", "^a}$", "^a||b$", "^|a$", "^(|)$",
-    "^\\x4$", "^\\xZZ$", "^[\\x4]$", "^\\u12$", "^\\/$", "^\\b$", "^ab*c+d?$", "^abc*$", "^a.$", "^.a$",
-    "^(a{2})*$", "^[^abc]+$", "^[]a]$", "^[a-]$", "^\\[x\\]$", "^(((((((((a)))))))))$",
-    "^" + "(" * 100 + "a" + ")" * 100 + "$", "^" + "(" * 101 + "a" + ")" * 101 + "$",
+    "^abc$",
+    "^[a-z]+$",
+    "^[A-Z][a-z]*$",
+    "^\\d+$",
+    "^[0-9]{3}-[0-9]{4}$",
+    "^(foo|bar)$",
+    "^(?:foo|bar)+baz?$",
+    "^a{2}b{1,}c{,3}d{2,5}$",
+    "^.*$",
+    "^.+@.+\\..+$",
+    "^\\.\\*\\+\\?\\(\\)\\[\\]\\{\\}\\|\\^\\$$",
+    "^a\\-b$",
+    "^[\\-a-z]$",
+    "^[\\x41-\\x5A]+$",
+    "^\\u00e9$",
+    "^\\U0001F600$",
+    "^\\t\\n\\r$",
+    '^"quoted"$',
+    '^["]$',
+    "^a\\\\b$",
+    "^(a(b(c)))$",
+    "^(a|b|)$",
+    "^()$",
+    "^(a)*(b)+(c)?$",
+    "^(ab){2,3}$",
+    "^(ab){2}(ab){2}$",
+    "^[ab]{2}[ab]{2}$",
+    "^x{0}$",
+    "^x{0,1}$",
+    "^x{1}$",
+    "^x{, 3}$",
+    "^x{ 3}$",
+    "^x{3a}$",
+    "^x{-1}$",
+    "^x{99999999999}$",
+    "^x{2147483647}$",
+    "^x{0,2147483647}$",
+    "^x{1,2,3}$",
+    "^x{}$",
+    "^x{a}$",
+    "^x{5,1}$",
+    "^x{3$",
+    "^é+$",
+    "^日本*$",
+    "^[é-ü]$",
+    "^a.b$",
+    "^a.*b.+c.?$",
+    "abc",
+    "^abc",
+    "abc$",
+    "^$",
+    "$",
+    "^",
+    "^(?=a)a$",
+    "^(?!a)b$",
+    "^(?<n>a)$",
+    "^(?i)a$",
+    "^a^b$",
+    "^a$b$",
+    "^\\w+$",
+    "^\\s$",
+    "^[\\w]$",
+    "^[\\d]$",
+    "^a\\$",
+    "^(a$",
+    "^a)$",
+    "^[a$",
+    "^*a$",
+    "^+$",
+    "^{2}$",
+    "^a]$",
+    "^a}$",
+    "^a||b$",
+    "^|a$",
+    "^(|)$",
+    "^\\x4$",
+    "^\\xZZ$",
+    "^[\\x4]$",
+    "^\\u12$",
+    "^\\/$",
+    "^\\b$",
+    "^ab*c+d?$",
+    "^abc*$",
+    "^a.$",
+    "^.a$",
+    "^(a{2})*$",
+    "^[^abc]+$",
+    "^[]a]$",
+    "^[a-]$",
+    "^\\[x\\]$",
+    "^(((((((((a)))))))))$",
+    "^" + "(" * 100 + "a" + ")" * 100 + "$",
+    "^" + "(" * 101 + "a" + ")" * 101 + "$",
     "^" + "(?:" * 50 + "x" + ")" * 50 + "$",
 ]
 for pat in PATTERNS:
@@ -199,13 +410,31 @@ add({"pattern": "^[0-9]+$"})
 add({"type": "string", "pattern": 5})
 add({"type": "string", "pattern": ""})
 add({"type": "string", "pattern": "^a$", "format": "date", "minLength": 3})
-add({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{2}$"},
-                                      "bad": {"type": "string", "pattern": "^\\w+$"},
-                                      "code2": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{2}$"}}})
-add({"type": "object", "properties": {"p": {"type": "string", "pattern": "^(ab){2}c$"},
-                                      "q": {"type": "string", "pattern": "^(ab){3}d$"}}})
-add({"type": "object", "properties": {"p": {"type": "string", "pattern": "^.$"},
-                                      "dot": {"type": "string", "pattern": "^..$"}}})
+add(
+    {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{2}$"},
+            "bad": {"type": "string", "pattern": "^\\w+$"},
+            "code2": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{2}$"},
+        },
+    }
+)
+add(
+    {
+        "type": "object",
+        "properties": {
+            "p": {"type": "string", "pattern": "^(ab){2}c$"},
+            "q": {"type": "string", "pattern": "^(ab){3}d$"},
+        },
+    }
+)
+add(
+    {
+        "type": "object",
+        "properties": {"p": {"type": "string", "pattern": "^.$"}, "dot": {"type": "string", "pattern": "^..$"}},
+    }
+)
 
 # --- arrays -----------------------------------------------------------------------------------------------
 for lo, hi in [(0, 0), (0, 1), (1, None), (0, None), (2, None), (1, 1), (3, 5), (0, 3), (5, 2), (None, 2)]:
@@ -262,8 +491,12 @@ add({"type": "object", "properties": {"x": {"type": "object", "properties": {"y"
 add({"anyOf": [S, {"type": "array", "items": {"$ref": "#/nowhere"}}]})
 add({"type": "array", "prefixItems": [S, {"type": "wat"}]})
 add({"type": "object", "properties": {"p": {"type": "string", "pattern": "^[a-$"}}})
-add({"type": "object", "properties": {"p": {"type": "string", "pattern": "^(a$"},
-                                      "q": {"type": "string", "pattern": "^b)$"}}})
+add(
+    {
+        "type": "object",
+        "properties": {"p": {"type": "string", "pattern": "^(a$"}, "q": {"type": "string", "pattern": "^b)$"}},
+    }
+)
 add({"$ref": "#/$defs/a", "$defs": {"a": {"type": "integer", "maximum": -9223372036854775808}}})
 
 # --- empty and odd-but-valid ------------------------------------------------------------------------------
@@ -322,8 +555,14 @@ def _nested(levels):
 
 add(_chain(300))
 add(_nested(200))
-add({"type": "object", "properties": {"p%d" % i: {"type": ["string", "null"]} for i in range(120)},
-     "required": ["p%d" % i for i in range(0, 120, 7)], "additionalProperties": True})
+add(
+    {
+        "type": "object",
+        "properties": {"p%d" % i: {"type": ["string", "null"]} for i in range(120)},
+        "required": ["p%d" % i for i in range(0, 120, 7)],
+        "additionalProperties": True,
+    }
+)
 add({"type": "object", "properties": {"k" * 300: {}, "k" * 299 + "j": {}}, "additionalProperties": True})
 add({"type": "string", "pattern": "^" + "(a|b)[0-9]{2}\\." * 300 + "$"})
 add({"enum": list(range(3000))})
@@ -391,11 +630,11 @@ def _random_schemas(seed=20261129):
         if k < 0.3:
             v = rnd.randint(-20, 20)
         elif k < 0.6:
-            v = rnd.randint(-10**6, 10**6)
+            v = rnd.randint(-(10**6), 10**6)
         elif k < 0.8:
-            v = rnd.randint(-10**18, 10**18)
+            v = rnd.randint(-(10**18), 10**18)
         else:
-            v = rnd.choice([2**63 - 1, -2**63, 2**63 - 2, -2**63 + 1, 0, 9, 10, 99, 100, 999])
+            v = rnd.choice([2**63 - 1, -(2**63), 2**63 - 2, -(2**63) + 1, 0, 9, 10, 99, 100, 999])
         return v if rnd.random() < 0.8 else v + 0.5
 
     for _ in range(1500):
@@ -404,8 +643,19 @@ def _random_schemas(seed=20261129):
             if rnd.random() < 0.4:
                 d[key] = bound()
         out.append(d)
-    alphabet = list("ab.|()[]{}*+?^$\\-,0123\"é") + ["\\d", "\\x41", "\\u00e9", "\\n", "(?:", "{2}", "{1,3}",
-                                                      "{,2}", "[a-z]", "\\.", "\\\\"]
+    alphabet = list('ab.|()[]{}*+?^$\\-,0123"é') + [
+        "\\d",
+        "\\x41",
+        "\\u00e9",
+        "\\n",
+        "(?:",
+        "{2}",
+        "{1,3}",
+        "{,2}",
+        "[a-z]",
+        "\\.",
+        "\\\\",
+    ]
     for _ in range(3000):
         body = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 12)))
         out.append({"type": "string", "pattern": body if rnd.random() < 0.1 else "^" + body + "$"})
@@ -413,11 +663,21 @@ def _random_schemas(seed=20261129):
     for _ in range(1000):
         props = {}
         for n in rnd.sample(names, rnd.randint(0, 6)):
-            props[n] = rnd.choice([
-                {}, {"type": "string", "minLength": rnd.randint(0, 3), "maxLength": rnd.randint(0, 4)},
-                {"type": "array", "items": {"type": "integer"}, "minItems": rnd.randint(0, 3),
-                 "maxItems": rnd.randint(0, 4)},
-                {"type": ["number", "null"]}, {"const": rnd.random()}, {"enum": ["x", 1, None]}])
+            props[n] = rnd.choice(
+                [
+                    {},
+                    {"type": "string", "minLength": rnd.randint(0, 3), "maxLength": rnd.randint(0, 4)},
+                    {
+                        "type": "array",
+                        "items": {"type": "integer"},
+                        "minItems": rnd.randint(0, 3),
+                        "maxItems": rnd.randint(0, 4),
+                    },
+                    {"type": ["number", "null"]},
+                    {"const": rnd.random()},
+                    {"enum": ["x", 1, None]},
+                ]
+            )
         d = {"type": "object", "properties": props, "required": rnd.sample(list(props), rnd.randint(0, len(props)))}
         if rnd.random() < 0.3:
             d["additionalProperties"] = rnd.choice([True, False, {"type": "integer"}])
@@ -438,7 +698,7 @@ def _random_schemas(seed=20261129):
         if v == v and abs(v) != float("inf"):
             floats.append(v)
     for i in range(0, len(floats), 200):
-        out.append({"enum": floats[i:i + 200]})
+        out.append({"enum": floats[i : i + 200]})
     return [json.dumps(d, ensure_ascii=False) for d in out]
 
 
@@ -449,8 +709,9 @@ def test_random_schemas_same_as_llama_cpp(converter):
         ok, expected, kind, stderr = converter.convert_text(text)
         try:
             grammar, warnings = json_schema_to_grammar(text)
-            warning = (("WARNING: JSON schema conversion was incomplete: " + "; ".join(warnings) + "\n")
-                       if warnings else "")
+            warning = (
+                ("WARNING: JSON schema conversion was incomplete: " + "; ".join(warnings) + "\n") if warnings else ""
+            )
             same = ok and grammar == expected and warning == stderr
         except SchemaError as e:
             same = not ok and str(e) == expected
@@ -469,24 +730,33 @@ def _random_nested_schemas(count, seed=7):
     defs = ["A", "B", "C", "D"]
 
     def leaf():
-        return rnd.choice([
-            {"type": "string"}, {"type": "integer", "minimum": rnd.randint(-50, 50)}, {"type": "number"},
-            {"type": "boolean"}, {"type": "null"}, {}, {"const": rnd.choice(["k", 1, 2.5, None, [1]])},
-            {"enum": rnd.sample(["a", "b", 1, None, 3.5, "c"], rnd.randint(1, 3))},
-            {"type": "string", "format": rnd.choice(["date", "time", "date-time", "uuid", "email"])},
-            {"type": "string", "pattern": rnd.choice(["^[a-z]+$", "^\\w$", "^(ab|c){2,3}$", "abc", "^a(b$"])},
-            {"type": "string", "maxLength": rnd.randint(0, 5)},
-            {"$ref": "#/$defs/" + rnd.choice(defs + ["Z"])},
-            {"$ref": "#/definitions/" + rnd.choice(defs)},
-        ])
+        return rnd.choice(
+            [
+                {"type": "string"},
+                {"type": "integer", "minimum": rnd.randint(-50, 50)},
+                {"type": "number"},
+                {"type": "boolean"},
+                {"type": "null"},
+                {},
+                {"const": rnd.choice(["k", 1, 2.5, None, [1]])},
+                {"enum": rnd.sample(["a", "b", 1, None, 3.5, "c"], rnd.randint(1, 3))},
+                {"type": "string", "format": rnd.choice(["date", "time", "date-time", "uuid", "email"])},
+                {"type": "string", "pattern": rnd.choice(["^[a-z]+$", "^\\w$", "^(ab|c){2,3}$", "abc", "^a(b$"])},
+                {"type": "string", "maxLength": rnd.randint(0, 5)},
+                {"$ref": "#/$defs/" + rnd.choice(defs + ["Z"])},
+                {"$ref": "#/definitions/" + rnd.choice(defs)},
+            ]
+        )
 
     def gen(d):
         if d <= 0 or rnd.random() < 0.25:
             return leaf()
         k = rnd.random()
         if k < 0.3:
-            props = {rnd.choice(["a", "b", "c", "d", "e", "id", "root", "x-y", "é"]): gen(d - 1)
-                     for _ in range(rnd.randint(0, 4))}
+            props = {
+                rnd.choice(["a", "b", "c", "d", "e", "id", "root", "x-y", "é"]): gen(d - 1)
+                for _ in range(rnd.randint(0, 4))
+            }
             o = {"type": "object", "properties": props} if rnd.random() < 0.5 else {"properties": props}
             if props and rnd.random() < 0.6:
                 o["required"] = rnd.sample(list(props), rnd.randint(0, len(props)))
@@ -536,8 +806,9 @@ def test_random_nested_schemas_same_as_llama_cpp(converter):
             continue
         try:
             grammar, warnings = json_schema_to_grammar(text)
-            warning = (("WARNING: JSON schema conversion was incomplete: " + "; ".join(warnings) + "\n")
-                       if warnings else "")
+            warning = (
+                ("WARNING: JSON schema conversion was incomplete: " + "; ".join(warnings) + "\n") if warnings else ""
+            )
             same = ok and grammar == expected and warning == stderr
         except SchemaError as e:
             same = not ok and str(e) == expected

@@ -5,6 +5,7 @@ grammar after the C++ test's trim(), or a failure), and the exact output of the 
 for it (the grammar, byte for byte, with what it printed to stderr, or its exception message), recorded with
 tests/oracle/extract_schema_cases.py --record.
 """
+
 import json
 import pathlib
 import re
@@ -13,7 +14,7 @@ import pytest
 
 from bankml import Rules
 from bankml.errors import SchemaError
-from bankml.schema import json_schema_to_grammar
+from bankml.schema.converter import json_schema_to_grammar
 
 DATA = pathlib.Path(__file__).parent / "data"
 CASES = json.loads((DATA / "json_schema_to_grammar_cases.json").read_text(encoding="utf-8"))["cases"]
@@ -53,18 +54,26 @@ def test_case(case):
 
 def test_parsed_document_recursion():
     # the test's "parsed document" check: a recursive $ref converts (the grammar refers to itself)
-    grammar, warnings = json_schema_to_grammar({
-        "$ref": "#/$defs/node",
-        "$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}, "leaf": {}},
-                           "additionalProperties": False}},
-    })
+    grammar, warnings = json_schema_to_grammar(
+        {
+            "$ref": "#/$defs/node",
+            "$defs": {
+                "node": {
+                    "type": "object",
+                    "properties": {"next": {"$ref": "#/$defs/node"}, "leaf": {}},
+                    "additionalProperties": False,
+                }
+            },
+        }
+    )
     assert "ref-defs-node-next ::= ref-defs-node\n" in grammar
     Rules.parse(grammar)
 
 
 _INTEGRATION_FILE = DATA / "grammar_integration_cases.json"
-INTEGRATION = [c for c in json.loads(_INTEGRATION_FILE.read_text(encoding="utf-8"))["match_cases"]
-               if c.get("kind") == "schema"]
+INTEGRATION = [
+    c for c in json.loads(_INTEGRATION_FILE.read_text(encoding="utf-8"))["match_cases"] if c.get("kind") == "schema"
+]
 
 
 def test_integration_schemas_are_there():
@@ -80,27 +89,35 @@ def test_integration_schema(case):
 
 def test_build_grammar_sub_schema_ref():
     # the test file's "sub-schema $ref" check: build_grammar() on a property node of a parsed document
-    from bankml.schema import SchemaDocument, build_grammar
+    from bankml.schema.converter import SchemaDocument, build_grammar
 
-    doc = SchemaDocument({
-        "type": "object",
-        "properties": {"item": {"$ref": "#/$defs/item"}},
-        "$defs": {"item": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"],
-                           "additionalProperties": False}},
-    })
+    doc = SchemaDocument(
+        {
+            "type": "object",
+            "properties": {"item": {"$ref": "#/$defs/item"}},
+            "$defs": {
+                "item": {
+                    "type": "object",
+                    "properties": {"a": {"type": "string"}},
+                    "required": ["a"],
+                    "additionalProperties": False,
+                }
+            },
+        }
+    )
     grammar = build_grammar(lambda b: b.add_schema("root", doc.root.properties[0][1]))
-    assert trim(grammar) == trim('''
+    assert trim(grammar) == trim("""
         char ::= [^"\\\\\\x7F\\x00-\\x1F] | [\\\\] (["\\\\bfnrt] | "u" [0-9a-fA-F]{4})
         ref-defs-item ::= "{" space ref-defs-item-a-kv space "}"
         ref-defs-item-a-kv ::= "\\"a\\"" space ":" space string
         root ::= ref-defs-item
         space ::= | " " | "\\n"{1,2} [ \\t]{0,20}
         string ::= "\\"" char* "\\""
-    ''')
+    """)
 
 
 def test_build_grammar_rules_and_dotall():
-    from bankml.schema import build_grammar
+    from bankml.schema.converter import build_grammar
 
     def cb(b):
         assert b.add_rule("x", '"a"') == "x"
@@ -117,7 +134,7 @@ def test_build_grammar_rules_and_dotall():
 
 @pytest.mark.parametrize("case", [c for c in CASES if c["status"] == "SUCCESS"], ids=lambda c: c["name"])
 def test_build_grammar_root_is_json_schema_to_grammar(case):
-    from bankml.schema import SchemaDocument, build_grammar
+    from bankml.schema.converter import SchemaDocument, build_grammar
 
     doc = SchemaDocument(case["schema"])
     assert build_grammar(lambda b: b.add_schema("root", doc.root)) == case["grammar"]

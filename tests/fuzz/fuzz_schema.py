@@ -1,7 +1,7 @@
 """Fuzzing the JSON schema converter: strategies, the properties, and a long-running harness.
 
 Properties (each example ends in a grammar or a ``SchemaError``, never another exception, a hang or a
-blow-up; the conversion limits of ``bankml.schema.SchemaLimits`` keep every example bounded):
+blow-up; the conversion limits of ``bankml.schema.converter.SchemaLimits`` keep every example bounded):
 
 * ``check_convert(schema)``: ``json_schema_to_grammar`` gives a grammar (str) and warnings, or SchemaError;
   the same schema as JSON text gives the same answer; a grammar it gives is one llama.cpp's GBNF parser
@@ -15,9 +15,9 @@ The suite runs these with a fixed example budget (tests/test_fuzz_schema.py). Fo
 replays tests/fuzz/corpus/schema/*.json, then draws examples until the time is up; a failing example is
 written to the corpus directory (and printed) so the suite replays it from then on.
 """
+
 import argparse
 import json
-import os
 import pathlib
 import sys
 import time
@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bankml import GrammarError, Rules, SchemaError, json_schema_to_grammar
-from bankml.constraint import chat_grammar
+from bankml.chat.constraint import chat_grammar
 
 CORPUS = pathlib.Path(__file__).parent / "corpus"
 
@@ -35,13 +35,32 @@ CORPUS = pathlib.Path(__file__).parent / "corpus"
 _NAMES = st.sampled_from(["a", "b", "name", "x-y", "*", "", "é", "k" * 30, "root", "space", "0", "$ref"])
 _TYPES = st.sampled_from(["string", "integer", "number", "boolean", "null", "object", "array", "nope"])
 _PATTERNS = st.one_of(
-    st.sampled_from(["^a$", "^[a-z]+$", "^(ab|c)*$", "^a{2,3}$", "^\\d{4}-\\d{2}$", "^.$", "^(?:x|y)?z$", "^(a$",
-                     "^[^\"]*$", "^a{,}$", "^\\w+@\\w+$", "a", "^é*$", "^a{1000000}$"]),
-    st.text(alphabet="^$()[]{}|*+?.\\azé0-9,:", max_size=12))
-_NUMBERS = st.one_of(st.integers(-2**65, 2**65), st.floats(allow_nan=False, allow_infinity=False))
-_JSON = st.recursive(st.none() | st.booleans() | _NUMBERS | st.text(max_size=8),
-                     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
-                     max_leaves=8)
+    st.sampled_from(
+        [
+            "^a$",
+            "^[a-z]+$",
+            "^(ab|c)*$",
+            "^a{2,3}$",
+            "^\\d{4}-\\d{2}$",
+            "^.$",
+            "^(?:x|y)?z$",
+            "^(a$",
+            '^[^"]*$',
+            "^a{,}$",
+            "^\\w+@\\w+$",
+            "a",
+            "^é*$",
+            "^a{1000000}$",
+        ]
+    ),
+    st.text(alphabet="^$()[]{}|*+?.\\azé0-9,:", max_size=12),
+)
+_NUMBERS = st.one_of(st.integers(-(2**65), 2**65), st.floats(allow_nan=False, allow_infinity=False))
+_JSON = st.recursive(
+    st.none() | st.booleans() | _NUMBERS | st.text(max_size=8),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+    max_leaves=8,
+)
 _COUNTS = st.one_of(st.integers(0, 5), st.sampled_from([-1, 2**31, 2001, 1.5, "3"]))
 
 
@@ -61,8 +80,10 @@ def _keyword(child):
         st.tuples(st.just("const"), _JSON),
         st.tuples(st.sampled_from(["anyOf", "oneOf", "allOf"]), st.lists(child, max_size=3)),
         st.tuples(st.sampled_from(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]), _NUMBERS),
-        st.tuples(st.just("$ref"), st.sampled_from(["#/$defs/a", "#/$defs/b", "#/properties/a", "#", "#/x/0",
-                                                    "other.json#/a", 5])),
+        st.tuples(
+            st.just("$ref"),
+            st.sampled_from(["#/$defs/a", "#/$defs/b", "#/properties/a", "#", "#/x/0", "other.json#/a", 5]),
+        ),
     )
 
 
@@ -73,7 +94,8 @@ def _schema_object(child):
 SCHEMAS = st.recursive(_schema_object(st.just({})), _schema_object, max_leaves=12)
 # a document: a schema, maybe with $defs its $refs can reach
 DOCUMENTS = st.tuples(SCHEMAS, st.dictionaries(st.sampled_from(["a", "b"]), SCHEMAS, max_size=2)).map(
-    lambda sd: dict(sd[0], **({"$defs": sd[1]} if sd[1] else {})))
+    lambda sd: dict(sd[0], **({"$defs": sd[1]} if sd[1] else {}))
+)
 
 
 # -- properties
@@ -83,7 +105,7 @@ def _parse_or_refuse(grammar):
     try:
         Rules.parse(grammar)
     except GrammarError:
-        pass   # llama.cpp's parser refuses some converted grammars too (repetition caps)
+        pass  # llama.cpp's parser refuses some converted grammars too (repetition caps)
 
 
 def check_convert(schema):
@@ -150,8 +172,10 @@ def main(argv=None):
     end = time.monotonic() + 60 * args.minutes
     rounds = 0
     while time.monotonic() < end:
-        @settings(max_examples=2000, deadline=None, database=None, derandomize=False,
-                  suppress_health_check=list(HealthCheck))
+
+        @settings(
+            max_examples=2000, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck)
+        )
         @given(DOCUMENTS)
         def run(schema):
             try:
@@ -162,6 +186,7 @@ def main(argv=None):
                 (CORPUS / "schema" / name).write_text(json.dumps(schema, ensure_ascii=False), "utf-8")
                 print(f"failing example saved as tests/fuzz/corpus/schema/{name}", file=sys.stderr)
                 raise
+
         run()
         rounds += 1
         print(f"{rounds * 2000} examples, no failure", flush=True)

@@ -8,6 +8,7 @@
   equal the reference path's (and libllama's when an oracle vocabulary is given).
 * ``replay(entry)``: one input of tests/fuzz/corpus/.
 """
+
 import functools
 import random
 
@@ -17,11 +18,69 @@ from hypothesis import strategies as st
 from bankml import Grammar, GrammarError, Rules, Vocab
 
 FRAGMENTS = [
-    "root", "r1", "r2", " ::= ", "::=", " ::= ", "\n", "\r", "\r\n", " ", "\t", "|", " | ", "(", ")", "*", "+",
-    "?", "{2}", "{0,3}", "{1,}", "{3,1}", "{0,2000}", "{99999999999999999999}", "{,2}", '"a"', '"b"', '"é"',
-    '"\\n"', '"\\x41"', '"\\u00e9"', '"\\U0001F600"', '"\\q"', '"\\', '"', "[a-c]", "[^a]", "[^\\n]", "[a-",
-    "[]", "[\\]]", ".", "<[1]>", "!<[2]>", "<[99999999999]>", "<[x]>", "<zz>", "<", ">", "#c\n", "# x", "x",
-    "ws", "-", "é", "\x00", "\\", "{", "}", ",", "a", "0", "9",
+    "root",
+    "r1",
+    "r2",
+    " ::= ",
+    "::=",
+    " ::= ",
+    "\n",
+    "\r",
+    "\r\n",
+    " ",
+    "\t",
+    "|",
+    " | ",
+    "(",
+    ")",
+    "*",
+    "+",
+    "?",
+    "{2}",
+    "{0,3}",
+    "{1,}",
+    "{3,1}",
+    "{0,2000}",
+    "{99999999999999999999}",
+    "{,2}",
+    '"a"',
+    '"b"',
+    '"é"',
+    '"\\n"',
+    '"\\x41"',
+    '"\\u00e9"',
+    '"\\U0001F600"',
+    '"\\q"',
+    '"\\',
+    '"',
+    "[a-c]",
+    "[^a]",
+    "[^\\n]",
+    "[a-",
+    "[]",
+    "[\\]]",
+    ".",
+    "<[1]>",
+    "!<[2]>",
+    "<[99999999999]>",
+    "<[x]>",
+    "<zz>",
+    "<",
+    ">",
+    "#c\n",
+    "# x",
+    "x",
+    "ws",
+    "-",
+    "é",
+    "\x00",
+    "\\",
+    "{",
+    "}",
+    ",",
+    "a",
+    "0",
+    "9",
 ]
 
 
@@ -79,7 +138,7 @@ def grammar_and_walk(draw, max_steps=8):
     lines = [f"{name} ::= {draw(_alternatives())}" for name in NAMES[:n_rules]]
     # references past the defined rules are left in: the parser refuses them (an error, not a crash)
     text = "\n".join(lines)
-    seed = draw(st.integers(0, 2 ** 32 - 1))
+    seed = draw(st.integers(0, 2**32 - 1))
     return text, seed, max_steps
 
 
@@ -87,9 +146,34 @@ def grammar_and_walk(draw, max_steps=8):
 def small_vocab():
     """Single bytes (so text can always be spelled, characters split across tokens), multi-character
     pieces, an é cut in two, and one end-of-generation token."""
-    pieces = [b"a", b"b", b"c", b"\n", b" ", b"ab", b"ba", b"aa", b"abc", b"bbb", b"a\n", b"\xc3", b"\xa9",
-              "é".encode(), "aé".encode(), "éa".encode(), "éé".encode(), b"\xc3\xa9\xc3", b"\xa9b", b"x",
-              b"\x00", b"", b"A", b"\xf0\x9f", b"\x98\x80", b"</s>"]
+    pieces = [
+        b"a",
+        b"b",
+        b"c",
+        b"\n",
+        b" ",
+        b"ab",
+        b"ba",
+        b"aa",
+        b"abc",
+        b"bbb",
+        b"a\n",
+        b"\xc3",
+        b"\xa9",
+        "é".encode(),
+        "aé".encode(),
+        "éa".encode(),
+        "éé".encode(),
+        b"\xc3\xa9\xc3",
+        b"\xa9b",
+        b"x",
+        b"\x00",
+        b"",
+        b"A",
+        b"\xf0\x9f",
+        b"\x98\x80",
+        b"</s>",
+    ]
     return Vocab(pieces, [len(pieces) - 1])
 
 
@@ -106,8 +190,8 @@ def check_masks(g):
         raise AssertionError("the fast path raised where the reference path answers")
     reference = g.allowed_ids(reference=True)
     assert np.array_equal(fast, reference), (
-        f"fast {fast.tolist()[:20]} != reference {reference.tolist()[:20]} "
-        f"({len(fast)} vs {len(reference)})")
+        f"fast {fast.tolist()[:20]} != reference {reference.tolist()[:20]} ({len(fast)} vs {len(reference)})"
+    )
     n = g.vocab.n_vocab
     bitmask = np.zeros((n + 31) // 32, dtype=np.int32)
     g.fill_next_token_bitmask(bitmask)
@@ -125,6 +209,7 @@ def check_walk(case, vocab, oracle_vocab=None):
     oracle = None
     if oracle_vocab is not None:
         from ..oracle import libllama
+
         oracle = libllama.OracleGrammar(oracle_vocab, text)
     rng = random.Random(seed)
     for step in range(steps):
@@ -151,6 +236,7 @@ def check_walk(case, vocab, oracle_vocab=None):
 
 # -- the corpus -----------------------------------------------------------------------------------------
 
+
 def replay(entry):
     """One corpus entry: {"text": GBNF, "expect": "error" | "ok", "match": substring of the error,
     "vocab": "small" | "qwen2" | null, "prefix": text accepted before the masks are compared,
@@ -160,6 +246,7 @@ def replay(entry):
         vocab = small_vocab()
     elif entry.get("vocab") == "qwen2":
         from ..oracle_support import load_bankml_vocab
+
         vocab = load_bankml_vocab("qwen2")
     if entry["expect"] == "error":
         try:

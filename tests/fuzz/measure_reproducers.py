@@ -5,8 +5,8 @@ loading it (Qwen2: about 0.3 s).
 
     PYTHONPATH=. python -m tests.fuzz.measure_reproducers
 """
+
 import pathlib
-import resource
 import subprocess
 import sys
 import textwrap
@@ -16,25 +16,44 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 QWEN2 = ROOT / "tests" / "data" / "ggml-vocab-qwen2.gguf"
 
 CASES = [
-    ("indirect left recursion", "none", """
+    (
+        "indirect left recursion",
+        "none",
+        """
         Grammar('root ::= ("x" | b)+ root*\\nb ::= ')
-    """),
-    ("segment cache, 70 frames deep", "qwen2", """
+    """,
+    ),
+    (
+        "segment cache, 70 frames deep",
+        "qwen2",
+        """
         g = Grammar('root ::= r\\nr ::= "a" r s | "a"\\ns ::= "b" | ""', vocab)
         g.accept_bytes(b"a" * 70)
         fast, reference = g.allowed_ids(), g.allowed_ids(reference=True)
         assert (fast == reference).all()
         print(len(fast), "tokens, = reference")
-    """),
-    ("segment cache, 1,100 frames deep", "qwen2", """
+    """,
+    ),
+    (
+        "segment cache, 1,100 frames deep",
+        "qwen2",
+        """
         g = Grammar('root ::= r\\nr ::= "a" r s | "a"\\ns ::= "b" | ""', vocab)
         g.accept_bytes(b"a" * 1100)
         print(len(g.allowed_ids()), "tokens")
-    """),
-    ("repetition amplification", "none", """
+    """,
+    ),
+    (
+        "repetition amplification",
+        "none",
+        """
         Rules.parse('root ::= "' + 'a' * 100000 + '"{0,2000}')
-    """),
-    ("one Grammar, 3 threads, 1 s", "none", """
+    """,
+    ),
+    (
+        "one Grammar, 3 threads, 1 s",
+        "none",
+        """
         import threading, time
         v = Vocab([b"a", b"b", b"ab", b"c", b"</s>"], [4])
         g = Grammar('root ::= ("a" "b")* "c"?', v)
@@ -49,24 +68,45 @@ CASES = [
         ts = [threading.Thread(target=f) for f in (masks, masks, changes)]
         [t.start() for t in ts]; [t.join() for t in ts]
         print(n[0], "calls, no crash")
-    """),
-    ("fast path past max_stacks", "qwen2", """
+    """,
+    ),
+    (
+        "fast path past max_stacks",
+        "qwen2",
+        """
         g = Grammar('root ::= ("x" b)+\\nb ::= c{2} [^x] ("x" | b){2}\\nc ::= [0-9]? | . c{2} "\\\\n"{0,2}', vocab)
         print(len(g.allowed_ids()), "tokens (fallback to the reference path)")
-    """),
-    ("CR-only line ends", "none", """
+    """,
+    ),
+    (
+        "CR-only line ends",
+        "none",
+        """
         Rules.parse('root ::= "a"\\rx ::= "b"\\ry ::= [a-')
-    """),
-    ("groups nested 5,000 deep", "none", """
+    """,
+    ),
+    (
+        "groups nested 5,000 deep",
+        "none",
+        """
         Rules.parse("root ::= " + "(" * 5000 + '"a"' + ")" * 5000)
-    """),
-    ("accept(1.5)", "none", """
+    """,
+    ),
+    (
+        "accept(1.5)",
+        "none",
+        """
         g = Grammar('root ::= [ab]*', Vocab([b"a", b"b", b"</s>"], [2]))
         g.accept(1.5)
-    """),
-    ("<[999999]> on Qwen2", "qwen2", """
+    """,
+    ),
+    (
+        "<[999999]> on Qwen2",
+        "qwen2",
+        """
         Grammar("root ::= <[999999]>", vocab)
-    """),
+    """,
+    ),
 ]
 
 
@@ -86,8 +126,9 @@ def measure(code, vocab):
     """)
     start = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-"], input=prelude + body + tail, capture_output=True, text=True,
-                              timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-"], input=prelude + body + tail, capture_output=True, text=True, timeout=60
+        )
     except subprocess.TimeoutExpired:
         return "timeout (60 s)", 60.0, None
     took = time.perf_counter() - start

@@ -11,6 +11,7 @@ suite replays from then on (tests/test_reliability_engine.py::test_corpus_replay
 and "note" before committing it. At the end it prints the counts, the slowest example of each property and
 the peak memory.
 """
+
 import argparse
 import faulthandler
 import hashlib
@@ -31,8 +32,14 @@ CORPUS = pathlib.Path(__file__).parent / "corpus"
 def save(kind, text, error):
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     path = CORPUS / f"found-{digest}.json"
-    entry = {"note": f"found by run_engine ({kind}): {str(error)[:300]}", "text": text, "expect": "ok",
-             "vocab": "small", "walk": 0, "steps": 8}
+    entry = {
+        "note": f"found by run_engine ({kind}): {str(error)[:300]}",
+        "text": text,
+        "expect": "ok",
+        "vocab": "small",
+        "walk": 0,
+        "steps": 8,
+    }
     path.write_text(json.dumps(entry, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"  saved {path}", flush=True)
 
@@ -56,8 +63,9 @@ def run_property(name, strategy, check, seconds, example_seconds, stats, chunk=2
         if took > slowest[0]:
             slowest[0], slowest[1] = took, example
 
-    prop = settings(max_examples=chunk, deadline=None, suppress_health_check=list(HealthCheck),
-                    database=None)(given(strategy)(timed))
+    prop = settings(max_examples=chunk, deadline=None, suppress_health_check=list(HealthCheck), database=None)(
+        given(strategy)(timed)
+    )
     while time.monotonic() < deadline:
         try:
             prop()
@@ -90,19 +98,34 @@ def main(argv=None):
     faulthandler.enable()
     properties = [
         ("parser", grammars.gbnf_text(), grammars.check_parse),
-        ("differential-small", grammars.grammar_and_walk(max_steps=12),
-         lambda case: grammars.check_walk(case, grammars.small_vocab())),
+        (
+            "differential-small",
+            grammars.grammar_and_walk(max_steps=12),
+            lambda case: grammars.check_walk(case, grammars.small_vocab()),
+        ),
     ]
     if args.qwen2 or args.oracle:
         from ..oracle_support import load_bankml_vocab
+
         qwen2 = load_bankml_vocab("qwen2")
-        properties.append(("differential-qwen2", grammars.grammar_and_walk(max_steps=6),
-                           lambda case: grammars.check_walk(case, qwen2)))
+        properties.append(
+            (
+                "differential-qwen2",
+                grammars.grammar_and_walk(max_steps=6),
+                lambda case: grammars.check_walk(case, qwen2),
+            )
+        )
     if args.oracle:
         from ..oracle_support import load_oracle_vocab
+
         oracle_vocab = load_oracle_vocab("qwen2")
-        properties.append(("libllama-qwen2", grammars.grammar_and_walk(max_steps=4),
-                           lambda case: grammars.check_walk(case, qwen2, oracle_vocab=oracle_vocab)))
+        properties.append(
+            (
+                "libllama-qwen2",
+                grammars.grammar_and_walk(max_steps=4),
+                lambda case: grammars.check_walk(case, qwen2, oracle_vocab=oracle_vocab),
+            )
+        )
     share = args.minutes * 60 / len(properties)
     stats = {}
     started = time.monotonic()

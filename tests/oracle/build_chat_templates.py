@@ -19,11 +19,11 @@ each ``streams`` entry the message at every code point prefix (partial) then the
 ``strftime_now`` and the ``datetime`` / ``date_string`` variables read the wall clock in llama.cpp: the program
 runs with ``TZ=UTC`` and prints the date it started, and ``run`` returns it, so a recording can be replayed.
 """
+
 import json
 import os
 import pathlib
 import subprocess
-import time
 
 from .build_chat import _vendor
 from .build_converter import OracleUnavailable, cache_dir, compile_program, libllama_dir, sdist_tarball  # noqa: F401
@@ -195,7 +195,7 @@ def templates_dir():
     tdir = vendor / "models" / "templates"
     if len(list(tdir.glob("*.jinja"))) < 2:
         import tarfile
-        from .build_converter import VERSION
+
         root = cache_dir() / "chat-headers"
         with tarfile.open(sdist_tarball(cache_dir())) as tf:
             members = [m for m in tf.getmembers() if "/vendor/llama.cpp/models/templates/" in m.name]
@@ -210,9 +210,13 @@ def template_names():
 def build():
     lib = libllama_dir()
     vendor = _vendor(cache_dir())
-    return compile_program("chat-templates-oracle", PROGRAM, lib,
-                           [vendor / "common", vendor / "include", vendor / "ggml" / "include"],
-                           ["llama-common", "llama"])
+    return compile_program(
+        "chat-templates-oracle",
+        PROGRAM,
+        lib,
+        [vendor / "common", vendor / "include", vendor / "ggml" / "include"],
+        ["llama-common", "llama"],
+    )
 
 
 def _dec(h):
@@ -235,19 +239,22 @@ def run(requests, exe=None, timeout=1800):
     exe = exe or build()
     lines = [json.dumps(r, ensure_ascii=True) for r in requests]
     env = dict(os.environ, TZ="UTC")
-    proc = subprocess.run([str(exe)], input=("\n".join(lines) + "\n").encode(), capture_output=True, env=env,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [str(exe)], input=("\n".join(lines) + "\n").encode(), capture_output=True, env=env, timeout=timeout
+    )
     out_lines = proc.stdout.decode().splitlines()
     if not out_lines:
-        raise RuntimeError("the chat templates oracle printed nothing:\n%s" % proc.stderr[-2000:].decode("utf-8", "replace"))
+        raise RuntimeError(
+            "the chat templates oracle printed nothing:\n%s" % proc.stderr[-2000:].decode("utf-8", "replace")
+        )
     started = json.loads(out_lines[0])["started"]
     out = [_decode(json.loads(line)) for line in out_lines[1:]]
     if len(out) != len(requests):
-        raise RuntimeError("the chat templates oracle answered %d of %d requests:\n%s"
-                           % (len(out), len(requests), proc.stderr[-2000:].decode("utf-8", "replace")))
+        raise RuntimeError(
+            "the chat templates oracle answered %d of %d requests:\n%s"
+            % (len(out), len(requests), proc.stderr[-2000:].decode("utf-8", "replace"))
+        )
     return started, out
-
-
 
 
 # -- the request matrix -------------------------------------------------------------------------------------
@@ -256,31 +263,43 @@ def run(requests, exe=None, timeout=1800):
 
 USER = {"role": "user", "content": "Describe a cat as JSON."}
 SYSTEM = {"role": "system", "content": "You are a terse assistant."}
-HISTORY = [SYSTEM, {"role": "user", "content": "Hi."},
-           {"role": "assistant", "content": "Hello! How can I help?", "reasoning_content": "The user greets me."},
-           USER]
+HISTORY = [
+    SYSTEM,
+    {"role": "user", "content": "Hi."},
+    {"role": "assistant", "content": "Hello! How can I help?", "reasoning_content": "The user greets me."},
+    USER,
+]
 SCHEMAS = {
-    "object": {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-               "required": ["name"]},
+    "object": {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name"],
+    },
     "array": {"type": "array", "items": {"type": "number"}, "minItems": 1},
     "enum": {"enum": ["cat", "dog", 3]},
-    "ref": {"$defs": {"pet": {"type": "object", "properties": {"kind": {"type": "string"}}}},
-            "type": "object", "properties": {"pet": {"$ref": "#/$defs/pet"}}},
+    "ref": {
+        "$defs": {"pet": {"type": "object", "properties": {"kind": {"type": "string"}}}},
+        "type": "object",
+        "properties": {"pet": {"$ref": "#/$defs/pet"}},
+    },
 }
 OUTPUTS = [
     "Hello there.",
     "<think>I think.</think>Hello there.",
     "I think.</think>\n\nHello there.",
-    "```json\n{\"name\": \"Tom\"}\n```",
-    " {\"name\": \"Tom\"} ",
-    "<think>\nHmm.\n</think>\n{\"a\": 1}",
+    '```json\n{"name": "Tom"}\n```',
+    ' {"name": "Tom"} ',
+    '<think>\nHmm.\n</think>\n{"a": 1}',
 ]
-STREAMS = ["<think>Hmm, a cat.</think>Hi é!", "```json\n{\"a\": [1, 2]}\n```"]
+STREAMS = ["<think>Hmm, a cat.</think>Hi é!", '```json\n{"a": [1, 2]}\n```']
 
 
 def _req(messages, thinking, **extra):
-    req = {"messages": messages, "enable_thinking": thinking,
-           "kwargs": [["enable_thinking", "true" if thinking else "false"]]}
+    req = {
+        "messages": messages,
+        "enable_thinking": thinking,
+        "kwargs": [["enable_thinking", "true" if thinking else "false"]],
+    }
     req.update(extra)
     return req
 
@@ -294,15 +313,42 @@ def matrix():
         ("system/think-on", _req([SYSTEM, USER], True)),
         ("history/think-off", _req(HISTORY, False)),
         ("history/think-on", _req(HISTORY, True)),
-        ("json_object/think-off", _req([USER], False, json_schema='{"type": "object"}', parses=parses, streams=STREAMS)),
+        (
+            "json_object/think-off",
+            _req([USER], False, json_schema='{"type": "object"}', parses=parses, streams=STREAMS),
+        ),
         ("json_object/think-on", _req([USER], True, json_schema='{"type": "object"}', parses=parses, streams=STREAMS)),
         ("no-generation-prompt", _req(HISTORY[:3], True, add_generation_prompt=False)),
-        ("continue/content", _req([USER, {"role": "assistant", "content": "The cat is"}], True,
-                                  add_generation_prompt=False, continue_final_message=True)),
-        ("continue/reasoning", _req([USER, {"role": "assistant", "content": "", "reasoning_content": "Cats are"}],
-                                    True, add_generation_prompt=False, continue_final_message=True)),
-        ("typed-content", _req([{"role": "user", "content": [{"type": "text", "text": "Describe"},
-                                                             {"type": "text", "text": "a cat."}]}], False)),
+        (
+            "continue/content",
+            _req(
+                [USER, {"role": "assistant", "content": "The cat is"}],
+                True,
+                add_generation_prompt=False,
+                continue_final_message=True,
+            ),
+        ),
+        (
+            "continue/reasoning",
+            _req(
+                [USER, {"role": "assistant", "content": "", "reasoning_content": "Cats are"}],
+                True,
+                add_generation_prompt=False,
+                continue_final_message=True,
+            ),
+        ),
+        (
+            "typed-content",
+            _req(
+                [
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": "Describe"}, {"type": "text", "text": "a cat."}],
+                    }
+                ],
+                False,
+            ),
+        ),
         ("reasoning-format-none", _req([USER], True, reasoning_format="none", parses=parses)),
     ]
     for name, schema in SCHEMAS.items():
@@ -311,37 +357,47 @@ def matrix():
     return out
 
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-                   "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
 # one tool call in the syntax of each hand-written handler (and the Hermes one), given to every template
 TOOL_OUTPUTS = [
     "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
-    "<|channel|>commentary to=functions.get_weather<|constrain|>json<|message|>{\"city\": \"Paris\"}",
-    "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:3}<tool_call|>",
+    '<|channel|>commentary to=functions.get_weather<|constrain|>json<|message|>{"city": "Paris"}',
+    '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}<tool_call|>',
     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
-    "{\"city\": \"Paris\"}<|tool_call_end|><|tool_calls_section_end|>",
-    "<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"0\"<|sep|>"
-    "<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris<|close|>argument<|sep|><|close|>call<|sep|>"
+    '{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>',
+    '<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool="get_weather" index="0"<|sep|>'
+    '<|open|>argument key="city" type="string"<|sep|>Paris<|close|>argument<|sep|><|close|>call<|sep|>'
     "<|close|>tools<|sep|><|close|>message<|sep|>",
-    "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" "
-    "string=\"true\">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>",
-    "</think><｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"days\" "
-    "string=\"false\">3</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
-    "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}",
-    "<|tool_call_start|>[get_weather(city=\"Paris\", days=3)]<|tool_call_end|>",
-    "<|END_THINKING|><|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", "
-    "\"parameters\": {\"city\": \"Paris\"}}]<|END_ACTION|>",
-    "<|message_sep|>\n\nfunction call<|role_sep|>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
-    "]<]minimax[>[<tool_call>]<]minimax[>[<invoke name=\"get_weather\">]<]minimax[>[<city>Paris]<]minimax[>[</city>"
+    '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" '
+    'string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+    '</think><｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="days" '
+    'string="false">3</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
+    '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+    '<|tool_call_start|>[get_weather(city="Paris", days=3)]<|tool_call_end|>',
+    '<|END_THINKING|><|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", '
+    '"parameters": {"city": "Paris"}}]<|END_ACTION|>',
+    '<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris"}}',
+    ']<]minimax[>[<tool_call>]<]minimax[>[<invoke name="get_weather">]<]minimax[>[<city>Paris]<]minimax[>[</city>'
     "]<]minimax[>[<days>3]<]minimax[>[</days>]<]minimax[>[</invoke>]<]minimax[>[</tool_call>",
     "</think><tool_call>get_weather<arg_key>city</arg_key>\n<arg_value>Paris</arg_value></tool_call>",
-    "get_weather\n{\"city\": \"Paris\"}",
-    " to=get_weather<|message|><atem:function_calls><atem:invoke name=\"get_weather\"><atem:parameter "
-    "name=\"city\">Paris</atem:parameter></atem:invoke></atem:function_calls>",
-    "<function name=\"get_weather\"><param name=\"city\">Paris</param></function>",
-    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+    'get_weather\n{"city": "Paris"}',
+    ' to=get_weather<|message|><atem:function_calls><atem:invoke name="get_weather"><atem:parameter '
+    'name="city">Paris</atem:parameter></atem:invoke></atem:function_calls>',
+    '<function name="get_weather"><param name="city">Paris</param></function>',
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
 ]
 
 
@@ -352,8 +408,10 @@ def tool_matrix():
     return [
         ("tools/auto", _req([USER], True, tools=TOOLS, tool_choice="auto", parses=parses)),
         ("tools/required", _req([USER], False, tools=TOOLS, tool_choice="required")),
-        ("tools/parallel", _req([USER], True, tools=TOOLS, tool_choice="auto", parallel_tool_calls=True,
-                                parses=parses)),
+        (
+            "tools/parallel",
+            _req([USER], True, tools=TOOLS, tool_choice="auto", parallel_tool_calls=True, parses=parses),
+        ),
     ]
 
 
@@ -361,6 +419,7 @@ def record(path):
     """Run the matrix over every template and write the answers (and the template texts) to ``path``
     (gzip-compressed JSON)."""
     import gzip
+
     tdir = templates_dir()
     names = template_names()
     requests, keys = [], []
@@ -372,8 +431,11 @@ def record(path):
     started, answers = run(requests)
     data = {"started": started, "version": "llama-cpp-python 0.3.36", "templates": {}}
     for name in names:
-        data["templates"][name] = {"source": (tdir / name).read_text(encoding="utf-8"), "answers": {},
-                                   "tool_answers": {}}
+        data["templates"][name] = {
+            "source": (tdir / name).read_text(encoding="utf-8"),
+            "answers": {},
+            "tool_answers": {},
+        }
     for (name, kind, rname), ans in zip(keys, answers):
         data["templates"][name][kind][rname] = ans
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as f:
@@ -383,6 +445,7 @@ def record(path):
 
 if __name__ == "__main__":
     import sys
+
     if sys.argv[1:2] == ["--record"]:
         out = pathlib.Path(__file__).parent.parent / "data" / "chat_templates_oracle.json.gz"
         print("recorded", len(record(out)["templates"]), "templates into", out)

@@ -30,6 +30,7 @@ Recording (a few minutes on 2 cores; builds the program first if needed)::
 llama.cpp is under the MIT License, Copyright (c) 2023-2026 The ggml authors (tests/data/LICENSE-llama.cpp.txt);
 the recorded answers are its output.
 """
+
 import json
 import os
 import pathlib
@@ -204,9 +205,13 @@ int main() {
 def build():
     lib = libllama_dir()
     vendor = _vendor(cache_dir())
-    return compile_program("chat-tools-oracle", PROGRAM, lib,
-                           [vendor / "common", vendor / "include", vendor / "ggml" / "include"],
-                           ["llama-common", "llama"])
+    return compile_program(
+        "chat-tools-oracle",
+        PROGRAM,
+        lib,
+        [vendor / "common", vendor / "include", vendor / "ggml" / "include"],
+        ["llama-common", "llama"],
+    )
 
 
 def run(requests, exe=None, timeout=3600):
@@ -214,39 +219,61 @@ def run(requests, exe=None, timeout=3600):
     exe = exe or build()
     lines = [json.dumps(r, ensure_ascii=True) for r in requests]
     env = dict(os.environ, TZ="UTC")
-    proc = subprocess.run([str(exe)], input=("\n".join(lines) + "\n").encode(), capture_output=True, env=env,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [str(exe)], input=("\n".join(lines) + "\n").encode(), capture_output=True, env=env, timeout=timeout
+    )
     out_lines = proc.stdout.decode().splitlines()
     if not out_lines:
-        raise RuntimeError("the chat tools oracle printed nothing:\n%s" % proc.stderr[-2000:].decode("utf-8", "replace"))
+        raise RuntimeError(
+            "the chat tools oracle printed nothing:\n%s" % proc.stderr[-2000:].decode("utf-8", "replace")
+        )
     started = json.loads(out_lines[0])["started"]
     out = [_decode(json.loads(line)) for line in out_lines[1:]]
     if len(out) != len(requests):
-        raise RuntimeError("the chat tools oracle answered %d of %d requests:\n%s"
-                           % (len(out), len(requests), proc.stderr[-2000:].decode("utf-8", "replace")))
+        raise RuntimeError(
+            "the chat tools oracle answered %d of %d requests:\n%s"
+            % (len(out), len(requests), proc.stderr[-2000:].decode("utf-8", "replace"))
+        )
     return started, out
 
 
 # -- the request matrix -------------------------------------------------------------------------------------
 
+
 def _tool(name, description, parameters):
     return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
 
 
-WEATHER = _tool("get_weather", "Get the current weather in a city.",
-                {"type": "object",
-                 "properties": {"location": {"type": "string", "description": "The city, e.g. Paris"},
-                                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-                 "required": ["location"]})
-FLIGHTS = _tool("search_flights", "Search flights between two airports.",
-                {"type": "object",
-                 "properties": {"route": {"type": "object",
-                                          "properties": {"from": {"type": "string"}, "to": {"type": "string"}},
-                                          "required": ["from", "to"]},
-                                "dates": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2},
-                                "cabin": {"type": "string", "enum": ["economy", "business"]},
-                                "passengers": {"type": "integer", "minimum": 1}},
-                 "required": ["route", "dates"]})
+WEATHER = _tool(
+    "get_weather",
+    "Get the current weather in a city.",
+    {
+        "type": "object",
+        "properties": {
+            "location": {"type": "string", "description": "The city, e.g. Paris"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        },
+        "required": ["location"],
+    },
+)
+FLIGHTS = _tool(
+    "search_flights",
+    "Search flights between two airports.",
+    {
+        "type": "object",
+        "properties": {
+            "route": {
+                "type": "object",
+                "properties": {"from": {"type": "string"}, "to": {"type": "string"}},
+                "required": ["from", "to"],
+            },
+            "dates": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2},
+            "cabin": {"type": "string", "enum": ["economy", "business"]},
+            "passengers": {"type": "integer", "minimum": 1},
+        },
+        "required": ["route", "dates"],
+    },
+)
 UNTYPED = _tool("set_mode", "Set the mode.", {"type": "object", "properties": {"mode": {"enum": ["eco", 2, None]}}})
 CLOCK = _tool("get_time", "The current time.", {"type": "object", "properties": {}})
 ONE = [WEATHER]
@@ -274,20 +301,31 @@ ASSISTANT = {
     "two-calls": ({"role": "assistant", "content": None, "tool_calls": CALL2}, False),
     "content-then-call": ({"role": "assistant", "content": "Let me check.", "tool_calls": CALL1}, False),
     "text/think-on": ({"role": "assistant", "content": TEXT}, True),
-    "reasoning-then-call": ({"role": "assistant", "content": None, "reasoning_content": "The user wants the weather.",
-                             "tool_calls": CALL1}, True),
+    "reasoning-then-call": (
+        {"role": "assistant", "content": None, "reasoning_content": "The user wants the weather.", "tool_calls": CALL1},
+        True,
+    ),
 }
-HISTORY = [USER, {"role": "assistant", "content": None, "tool_calls": CALL1},
-           {"role": "tool", "tool_call_id": ID1, "content": '{"temperature": 21, "sky": "sunny"}'}]
-HISTORY2 = [USER, {"role": "assistant", "content": None, "tool_calls": CALL2},
-            {"role": "tool", "tool_call_id": ID1, "content": '{"temperature": 21, "sky": "sunny"}'},
-            {"role": "tool", "tool_call_id": ID2, "content": '{"flights": ["AF1404"]}'},
-            {"role": "user", "content": "Book the first one."}]
+HISTORY = [
+    USER,
+    {"role": "assistant", "content": None, "tool_calls": CALL1},
+    {"role": "tool", "tool_call_id": ID1, "content": '{"temperature": 21, "sky": "sunny"}'},
+]
+HISTORY2 = [
+    USER,
+    {"role": "assistant", "content": None, "tool_calls": CALL2},
+    {"role": "tool", "tool_call_id": ID1, "content": '{"temperature": 21, "sky": "sunny"}'},
+    {"role": "tool", "tool_call_id": ID2, "content": '{"flights": ["AF1404"]}'},
+    {"role": "user", "content": "Book the first one."},
+]
 
 
 def _req(messages, thinking, tools=None, tool_choice=None, parallel=None, **extra):
-    req = {"messages": messages, "enable_thinking": thinking,
-           "kwargs": [["enable_thinking", "true" if thinking else "false"]]}
+    req = {
+        "messages": messages,
+        "enable_thinking": thinking,
+        "kwargs": [["enable_thinking", "true" if thinking else "false"]],
+    }
     if tools is not None:
         req["tools"] = tools
     if tool_choice is not None:
@@ -300,8 +338,7 @@ def _req(messages, thinking, tools=None, tool_choice=None, parallel=None, **extr
 
 def render_requests():
     """[(name, request)]: the renders ``derive_outputs`` reads (they are in the recorded matrix too)."""
-    out = [("render/user/think-off", _req([USER], False, MANY)),
-           ("render/user/think-on", _req([USER], True, MANY))]
+    out = [("render/user/think-off", _req([USER], False, MANY)), ("render/user/think-on", _req([USER], True, MANY))]
     for name, (msg, thinking) in ASSISTANT.items():
         out.append(("render/" + name, _req([USER, msg], thinking, MANY, add_generation_prompt=False)))
     return out
@@ -315,8 +352,12 @@ def _common_prefix(a, b):
 
 
 # the calls each output holds, and the request whose parser picks the output
-EXPECTED = {"call": ["get_weather"], "two-calls": ["get_weather", "search_flights"],
-            "content-then-call": ["get_weather"], "reasoning-then-call": ["get_weather"]}
+EXPECTED = {
+    "call": ["get_weather"],
+    "two-calls": ["get_weather", "search_flights"],
+    "content-then-call": ["get_weather"],
+    "reasoning-then-call": ["get_weather"],
+}
 PICKER = {False: "many/auto/parallel/think-off", True: "many/auto/parallel/think-on"}
 
 
@@ -329,10 +370,13 @@ def candidate_outputs(renders):
     out = {}
     tails = {}
     for thinking, suffix in ((False, ""), (True, "/think-on")):
-        base, text = renders["render/user" + ("/think-on" if thinking else "/think-off")], renders["render/text" + suffix]
+        base, text = (
+            renders["render/user" + ("/think-on" if thinking else "/think-off")],
+            renders["render/text" + suffix],
+        )
         if base["ok"] and text["ok"]:
             end = text["prompt"].rfind(TEXT)
-            tails[thinking] = text["prompt"][end + len(TEXT):] if end >= 0 else ""
+            tails[thinking] = text["prompt"][end + len(TEXT) :] if end >= 0 else ""
     for name, (msg, thinking) in ASSISTANT.items():
         base = renders["render/user" + ("/think-on" if thinking else "/think-off")]
         ans = renders["render/" + name]
@@ -343,9 +387,9 @@ def candidate_outputs(renders):
         text = prompt[start:]
         tail = tails[thinking]
         if tail and text.endswith(tail):
-            text = text[:-len(tail)]
+            text = text[: -len(tail)]
         elif tail.strip() and text.endswith(tail.rstrip()):
-            text = text[:-len(tail.rstrip())]
+            text = text[: -len(tail.rstrip())]
         cands = [text] if text.strip() else []
         for kind, word in base.get("triggers", []):
             pos = text.find(word)
@@ -392,16 +436,24 @@ def derive_outputs(renders, exe=None, template=None):
     if not picks:
         return {"text": TEXT}
     reqs = dict(matrix())
-    _, answers = run([dict(reqs[PICKER[thinking]], template=template, parses=[[t, 0] for t in texts])
-                      for _, thinking, texts in picks], exe)
-    return pick_outputs(cands, [a["parses"] if a["ok"] else [{"ok": False}] * len(t)
-                                for a, (_, _, t) in zip(answers, picks)])
+    _, answers = run(
+        [
+            dict(reqs[PICKER[thinking]], template=template, parses=[[t, 0] for t in texts])
+            for _, thinking, texts in picks
+        ],
+        exe,
+    )
+    return pick_outputs(
+        cands, [a["parses"] if a["ok"] else [{"ok": False}] * len(t) for a, (_, _, t) in zip(answers, picks)]
+    )
 
 
 PARSED = ("text", "call", "two-calls", "content-then-call", "reasoning-then-call")
-STREAMED = {"many/auto/parallel/think-off": ("call", "content-then-call"),
-            "many/auto/parallel/think-on": ("reasoning-then-call",),
-            "many/required/parallel/think-off": ("two-calls",)}
+STREAMED = {
+    "many/auto/parallel/think-off": ("call", "content-then-call"),
+    "many/auto/parallel/think-on": ("reasoning-then-call",),
+    "many/required/parallel/think-off": ("two-calls",),
+}
 
 
 def matrix(outputs=None):
@@ -432,8 +484,14 @@ def matrix(outputs=None):
         return out
     parsed = [o for o in PARSED if o in outputs]
     parses = [[outputs[o], 0] for o in parsed] + [[outputs[o], 1] for o in parsed]
-    with_parses = {"many/auto/parallel/think-off", "many/auto/parallel/think-on", "many/auto/think-off",
-                   "many/required/think-off", "many/none/think-off", "one/auto/think-off"}
+    with_parses = {
+        "many/auto/parallel/think-off",
+        "many/auto/parallel/think-on",
+        "many/auto/think-off",
+        "many/required/think-off",
+        "many/none/think-off",
+        "one/auto/think-off",
+    }
     for i, (name, req) in enumerate(out):
         if name in with_parses:
             req = dict(req, parses=parses)
@@ -453,15 +511,19 @@ def record(path=DATA, exe=None):
     """Derive every template's outputs, run the matrix over every template and write the answers (with the
     template texts and the derived outputs) to ``path`` (gzip-compressed JSON)."""
     import gzip
+
     exe = exe or build()
     tdir = templates_dir()
     names = template_names()
     first = [dict(req, template=str(tdir / name)) for name in names for _, req in render_requests()]
     _, renders = run(first, exe)
     k = len(render_requests())
-    outputs = {name: derive_outputs({r: a for (r, _), a in zip(render_requests(), renders[i * k:(i + 1) * k])},
-                                    exe, str(tdir / name))
-               for i, name in enumerate(names)}
+    outputs = {
+        name: derive_outputs(
+            {r: a for (r, _), a in zip(render_requests(), renders[i * k : (i + 1) * k])}, exe, str(tdir / name)
+        )
+        for i, name in enumerate(names)
+    }
     requests, keys = [], []
     for name in names:
         for rname, req in matrix(outputs[name]):
@@ -470,8 +532,11 @@ def record(path=DATA, exe=None):
     started, answers = run(requests, exe)
     data = {"started": started, "version": "llama-cpp-python 0.3.36", "templates": {}}
     for name in names:
-        data["templates"][name] = {"source": (tdir / name).read_text(encoding="utf-8"), "outputs": outputs[name],
-                                   "answers": {}}
+        data["templates"][name] = {
+            "source": (tdir / name).read_text(encoding="utf-8"),
+            "outputs": outputs[name],
+            "answers": {},
+        }
     for (name, rname), ans in zip(keys, answers):
         data["templates"][name]["answers"][rname] = ans
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as f:
@@ -481,6 +546,7 @@ def record(path=DATA, exe=None):
 
 if __name__ == "__main__":
     import sys
+
     if sys.argv[1:2] == ["--record"]:
         rec = record()
         print("recorded", len(rec["templates"]), "templates into", DATA)

@@ -12,6 +12,10 @@ hex-encoded so that any bytes survive. ``stderr`` is what llama.cpp printed duri
 
 Run by hand: ``python -m tests.oracle.build_converter`` builds it and prints the path.
 """
+
+import contextlib
+import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -122,6 +126,34 @@ def cache_dir():
     return pathlib.Path(os.environ.get("BANKML_ORACLE_CACHE", pathlib.Path.home() / ".cache" / "bankml-oracle"))
 
 
+@contextlib.contextmanager
+def cache_lock(name):
+    """Held while one process builds or unpacks ``name`` in the cache: the test workers (pytest-xdist) and
+    the test programs may ask for the same oracle at once; the others wait and then find it built."""
+    cache = cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / (name + ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def locked(name):
+    """A cache-building function run under ``cache_lock(name)``."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with cache_lock(name):
+                return fn(*args, **kwargs)
+
+        return run
+
+    return wrap
+
+
 def libllama_dir():
     try:
         import llama_cpp
@@ -136,6 +168,7 @@ def libllama_dir():
     return lib
 
 
+@locked("sdist-download")
 def sdist_tarball(cache):
     """The llama-cpp-python sdist tarball: $BANKML_LLAMA_SDIST, the cache's copy, or a pip download into the cache."""
     given = os.environ.get("BANKML_LLAMA_SDIST")
@@ -145,8 +178,19 @@ def sdist_tarball(cache):
     if tarballs:
         return tarballs[0]
     cache.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
-           "llama-cpp-python==" + VERSION, "-d", str(cache)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        "--no-build-isolation",
+        "llama-cpp-python==" + VERSION,
+        "-d",
+        str(cache),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     tarballs = sorted(cache.glob("llama_cpp_python-%s.tar.gz" % VERSION))
     if proc.returncode != 0 or not tarballs:
@@ -154,6 +198,7 @@ def sdist_tarball(cache):
     return tarballs[0]
 
 
+@locked("programs")
 def compile_program(name, program, lib, include_dirs, libraries, salt=""):
     """Build a C++ program against the pinned libraries once per cache dir and program text; its path."""
     cache = cache_dir()
@@ -180,6 +225,7 @@ def compile_program(name, program, lib, include_dirs, libraries, salt=""):
     return exe
 
 
+@locked("sdist-common")
 def _sdist_tree(cache):
     """The unpacked sdist's vendor/llama.cpp directory."""
     tree = cache / ("llama_cpp_python-" + VERSION)
@@ -191,8 +237,11 @@ def _sdist_tree(cache):
         return pathlib.Path(given) / "vendor" / "llama.cpp"
     tarball = sdist_tarball(cache)
     with tarfile.open(tarball) as tf:
-        members = [m for m in tf.getmembers() if "/vendor/llama.cpp/common/" in m.name or
-                   "/vendor/llama.cpp/include/" in m.name]
+        members = [
+            m
+            for m in tf.getmembers()
+            if "/vendor/llama.cpp/common/" in m.name or "/vendor/llama.cpp/include/" in m.name
+        ]
         tf.extractall(cache, members=members, filter="data")
     if not (vendor / "common" / "json-schema-to-grammar.h").exists():
         raise OracleUnavailable("the sdist %s has no vendor/llama.cpp/common/json-schema-to-grammar.h" % tarball)
@@ -203,8 +252,9 @@ def build():
     """Path of the built converter program (built once per cache dir and program text)."""
     lib = libllama_dir()
     vendor = _sdist_tree(cache_dir())
-    return compile_program("json-schema-to-grammar", PROGRAM, lib, [vendor / "common", vendor / "include"],
-                           ["llama-common"], salt="rpath")
+    return compile_program(
+        "json-schema-to-grammar", PROGRAM, lib, [vendor / "common", vendor / "include"], ["llama-common"], salt="rpath"
+    )
 
 
 class Converter:
@@ -215,8 +265,9 @@ class Converter:
         self.proc = None
 
     def _start(self):
-        self.proc = subprocess.Popen([str(self.exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [str(self.exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
 
     def __enter__(self):
         return self

@@ -15,6 +15,7 @@ each answered with ``state forced end_match``: the state number, the one token `
 above -inf over the whole vocabulary (-1 when it leaves them all, -2 when none), and the end match (``1,2`` or
 ``-``).
 """
+
 import subprocess
 
 from .build_chat import _vendor
@@ -105,9 +106,14 @@ STATES = ("idle", "counting", "forcing", "waiting_utf8", "done")
 def build():
     lib = libllama_dir()
     vendor = _vendor(cache_dir())
-    return compile_program("reasoning-budget", PROGRAM, lib,
-                           [vendor / "common", vendor / "include", vendor / "ggml" / "include"],
-                           ["llama-common", "llama"], salt="rpath")
+    return compile_program(
+        "reasoning-budget",
+        PROGRAM,
+        lib,
+        [vendor / "common", vendor / "include", vendor / "ggml" / "include"],
+        ["llama-common", "llama"],
+        salt="rpath",
+    )
 
 
 class OracleReasoningBudget:
@@ -115,8 +121,13 @@ class OracleReasoningBudget:
     (state name, forced token or None, end match tuple or None)."""
 
     def __init__(self, vocab_path, exe=None):
-        self.proc = subprocess.Popen([str(exe or build()), str(vocab_path)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(
+            [str(exe or build()), str(vocab_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
 
     def _send(self, line):
         self.proc.stdin.write(line + "\n")
@@ -125,14 +136,26 @@ class OracleReasoningBudget:
         if len(answer) != 3:
             raise RuntimeError(f"the reasoning budget program answered {answer!r} to {line!r}")
         state, forced, match = int(answer[0]), int(answer[1]), answer[2]
-        return (STATES[state], None if forced == -1 else forced,
-                None if match == "-" else tuple(int(t) for t in match.split(",")))
+        return (
+            STATES[state],
+            None if forced == -1 else forced,
+            None if match == "-" else tuple(int(t) for t in match.split(",")),
+        )
 
     def init(self, budget, initial_state, start, end, forced):
         def seqs(values):
             return ";".join(",".join(map(str, s)) for s in values) if values else "-"
-        return self._send("I %d %d %s %s %s" % (budget, STATES.index(initial_state), seqs(start), seqs(end),
-                                                 ",".join(map(str, forced)) if forced else "-"))
+
+        return self._send(
+            "I %d %d %s %s %s"
+            % (
+                budget,
+                STATES.index(initial_state),
+                seqs(start),
+                seqs(end),
+                ",".join(map(str, forced)) if forced else "-",
+            )
+        )
 
     def accept(self, token):
         return self._send("A %d" % token)

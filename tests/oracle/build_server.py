@@ -33,6 +33,7 @@ OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO 
 COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR
 OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
 """
+
 import concurrent.futures
 import hashlib
 import os
@@ -43,22 +44,39 @@ import sys
 import tarfile
 import time
 
-from .build_converter import VERSION, OracleUnavailable, cache_dir, libllama_dir, sdist_tarball
+from .build_converter import VERSION, OracleUnavailable, cache_dir, libllama_dir, locked, sdist_tarball
 
 # tools/server/CMakeLists.txt: server-context + llama-server-impl + llama-server
 SERVER_SOURCES = [
-    "server-chat.cpp", "server-task.cpp", "server-queue.cpp", "server-common.cpp", "server-context.cpp",
-    "server-stream.cpp", "server-tools.cpp", "server-mcp.cpp", "server-schema.cpp",
-    "server.cpp", "server-http.cpp", "server-models.cpp", "main.cpp",
+    "server-chat.cpp",
+    "server-task.cpp",
+    "server-queue.cpp",
+    "server-common.cpp",
+    "server-context.cpp",
+    "server-stream.cpp",
+    "server-tools.cpp",
+    "server-mcp.cpp",
+    "server-schema.cpp",
+    "server.cpp",
+    "server-http.cpp",
+    "server-models.cpp",
+    "main.cpp",
 ]
 LIBRARIES = ["llama-common", "mtmd", "llama", "ggml", "ggml-base"]
 # public definitions of libllama-common on Linux (LLAMA_SUBPROCESS) and of cpp-httplib as built into it
 DEFINES = ["NDEBUG", "LLAMA_SUBPROCESS", "CPPHTTPLIB_OPENSSL_SUPPORT", "LLAMA_SHARED", "GGML_SHARED"]
 CXXFLAGS = ["-std=c++17", "-O2", "-pthread", "-w"]
 
-_WANTED = ("/vendor/llama.cpp/tools/server/", "/vendor/llama.cpp/tools/mtmd/", "/vendor/llama.cpp/tools/ui/ui.",
-           "/vendor/llama.cpp/common/", "/vendor/llama.cpp/include/", "/vendor/llama.cpp/ggml/include/",
-           "/vendor/llama.cpp/vendor/", "/vendor/llama.cpp/LICENSE")
+_WANTED = (
+    "/vendor/llama.cpp/tools/server/",
+    "/vendor/llama.cpp/tools/mtmd/",
+    "/vendor/llama.cpp/tools/ui/ui.",
+    "/vendor/llama.cpp/common/",
+    "/vendor/llama.cpp/include/",
+    "/vendor/llama.cpp/ggml/include/",
+    "/vendor/llama.cpp/vendor/",
+    "/vendor/llama.cpp/LICENSE",
+)
 _UNWANTED = ("/tools/server/tests/", "/tools/server/bench/")
 
 
@@ -66,6 +84,7 @@ def _log(msg):
     print("[build_server] " + msg, file=sys.stderr, flush=True)
 
 
+@locked("sdist-server")
 def source_tree(cache=None):
     """The vendor/llama.cpp directory holding the server's sources and every header they include."""
     cache = cache or cache_dir()
@@ -79,8 +98,9 @@ def source_tree(cache=None):
     tarball = sdist_tarball(cache)
     _log("extracting the server sources from %s" % tarball)
     with tarfile.open(tarball) as tf:
-        members = [m for m in tf.getmembers()
-                   if any(w in m.name for w in _WANTED) and not any(u in m.name for u in _UNWANTED)]
+        members = [
+            m for m in tf.getmembers() if any(w in m.name for w in _WANTED) and not any(u in m.name for u in _UNWANTED)
+        ]
         tf.extractall(root, members=members, filter="data")
     if not (vendor / "tools" / "server" / "server-context.cpp").exists():
         raise OracleUnavailable("the sdist %s has no vendor/llama.cpp/tools/server/" % tarball)
@@ -108,6 +128,7 @@ def runtime_lib_dirs():
     libllama-common (``site-packages/lib``)], without repeats: the binary's RPATH, searched in this order."""
     common = libllama_dir()
     import llama_cpp.llama_cpp as bindings
+
     loaded = pathlib.Path(bindings._lib._name).resolve().parent
     dirs = [loaded] + ([common] if common != loaded else [])
     for name in LIBRARIES[1:]:
@@ -135,6 +156,7 @@ def _fingerprint(vendor, lib, compiler):
     return h.hexdigest()[:12]
 
 
+@locked("llama-server")
 def build_server(jobs=None):
     """Path of the llama-server binary (compiled once per cache dir and set of inputs)."""
     lib = runtime_lib_dirs()
@@ -152,8 +174,16 @@ def build_server(jobs=None):
     objdir = out / "obj"
     objdir.mkdir(parents=True, exist_ok=True)
     sources = [vendor / "tools" / "server" / s for s in SERVER_SOURCES] + [_ui_sources(vendor, objdir)]
-    includes = [objdir, vendor / "tools" / "server", vendor / "tools" / "mtmd", vendor, vendor / "common",
-                vendor / "include", vendor / "ggml" / "include", vendor / "vendor"]
+    includes = [
+        objdir,
+        vendor / "tools" / "server",
+        vendor / "tools" / "mtmd",
+        vendor,
+        vendor / "common",
+        vendor / "include",
+        vendor / "ggml" / "include",
+        vendor / "vendor",
+    ]
     base = [compiler] + CXXFLAGS + ["-D" + d for d in DEFINES]
     for include in includes:
         base += ["-I", str(include)]
@@ -182,8 +212,10 @@ def build_server(jobs=None):
         for done, fut in enumerate(concurrent.futures.as_completed(futures), 1):
             obj, secs = fut.result()
             objects.append(obj)
-            _log("[%d/%d] %s (%.0f s, %.0f s elapsed)"
-                 % (done, len(sources), futures[fut].name, secs, time.monotonic() - t_start))
+            _log(
+                "[%d/%d] %s (%.0f s, %.0f s elapsed)"
+                % (done, len(sources), futures[fut].name, secs, time.monotonic() - t_start)
+            )
     tmp = out / ("llama-server.%d.tmp" % os.getpid())
     # an RPATH (not RUNPATH), so that the libraries' own dependencies resolve through the same directories:
     # libllama, libggml* and libmtmd from llama_cpp/lib (what llama-cpp-python loads), libllama-common from lib/

@@ -17,6 +17,7 @@ accepts.
 Import it as ``tests.oracle.libllama`` (the repository root is on sys.path
 under pytest) or put ``tests/`` on the path and import ``oracle.libllama``.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -33,11 +34,10 @@ try:
     import llama_cpp as _ll
 except ImportError as e:  # pragma: no cover - exercised only without the test extra
     raise ImportError(
-        "the libllama oracle needs llama-cpp-python==0.3.36; install the test extra: "
-        "pip install -e '.[test]'"
+        "the libllama oracle needs llama-cpp-python==0.3.36; install the test extra: pip install -e '.[test]'"
     ) from e
 
-from bankml._hash import mask_hash
+from bankml.engine._hash import mask_hash
 
 __all__ = [
     "OracleError",
@@ -225,8 +225,9 @@ class OracleVocab:
                 raise OracleError("tokenization result too large")
             cap = -n
 
-    def tokenize_limited(self, text: bytes, n_tokens_max: int, add_special: bool = False,
-                         parse_special: bool = True) -> int | list[int]:
+    def tokenize_limited(
+        self, text: bytes, n_tokens_max: int, add_special: bool = False, parse_special: bool = True
+    ) -> int | list[int]:
         """llama_tokenize with a fixed output size; returns the raw count when negative.
 
         ``tokenize_limited(text, 2)`` is exactly the call llama.cpp's grammar
@@ -278,9 +279,17 @@ class OracleGrammar:
     trigger regex patterns and trigger token ids.
     """
 
-    def __init__(self, vocab: OracleVocab, grammar_text: str | bytes, root: str = "root",
-                 lazy: bool = False, trigger_patterns: Sequence[str | bytes] = (),
-                 trigger_tokens: Iterable[int] = (), *, _handle=None):
+    def __init__(
+        self,
+        vocab: OracleVocab,
+        grammar_text: str | bytes,
+        root: str = "root",
+        lazy: bool = False,
+        trigger_patterns: Sequence[str | bytes] = (),
+        trigger_tokens: Iterable[int] = (),
+        *,
+        _handle=None,
+    ):
         self.vocab = vocab
         self._smpl = None
         gtext = grammar_text.encode("utf-8") if isinstance(grammar_text, str) else bytes(grammar_text)
@@ -302,7 +311,8 @@ class OracleGrammar:
                 c_pats = (ctypes.c_char_p * max(1, len(pats)))(*pats)
                 c_toks = (_ll.llama_token * max(1, len(toks)))(*toks)
                 smpl = _ll.llama_sampler_init_grammar_lazy_patterns(
-                    vocab.handle, gtext, groot, c_pats, len(pats), c_toks, len(toks))
+                    vocab.handle, gtext, groot, c_pats, len(pats), c_toks, len(toks)
+                )
             else:
                 if trigger_patterns or tuple(trigger_tokens):
                     raise ValueError("trigger patterns/tokens need lazy=True")
@@ -407,8 +417,9 @@ class OracleGrammar:
         h = _ll.llama_sampler_clone(self._handle())
         if not h:  # pragma: no cover
             raise OracleError("llama_sampler_clone failed")
-        return OracleGrammar(self.vocab, self.grammar_text, self.root.decode("utf-8", "replace"),
-                             lazy=self.lazy, _handle=h)
+        return OracleGrammar(
+            self.vocab, self.grammar_text, self.root.decode("utf-8", "replace"), lazy=self.lazy, _handle=h
+        )
 
     def reset(self) -> None:
         """llama_sampler_reset: back to the grammar's start state."""

@@ -40,6 +40,7 @@ FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR C
 CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN
 CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
 """
+
 import argparse
 import contextlib
 import copy
@@ -53,8 +54,8 @@ import subprocess
 import sys
 import time
 
-from .build_server import build_server
 from .build_converter import cache_dir
+from .build_server import build_server
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "tests" / "data" / "server_recordings.json"
@@ -67,13 +68,44 @@ ALIAS = "SmolLM2-135M-Instruct"
 # the sizes are taken as given; --no-warmup: no empty decode at start (it changes no result, but is not needed);
 # --jinja --reasoning off: the model's chat template, no thinking (as in llama-server-jsonmode.json);
 # -a: the model name in responses, instead of this machine's path.
-SERVER_FLAGS = ["-t", "2", "-tb", "2", "-c", "2048", "-b", "2048", "-ub", "512", "-np", "1", "-fa", "off",
-                "--no-cont-batching", "--no-cache-prompt", "--cache-ram", "0", "-fit", "off", "--no-warmup",
-                "--jinja", "--reasoning", "off", "-a", ALIAS]
+SERVER_FLAGS = [
+    "-t",
+    "2",
+    "-tb",
+    "2",
+    "-c",
+    "2048",
+    "-b",
+    "2048",
+    "-ub",
+    "512",
+    "-np",
+    "1",
+    "-fa",
+    "off",
+    "--no-cont-batching",
+    "--no-cache-prompt",
+    "--cache-ram",
+    "0",
+    "-fit",
+    "off",
+    "--no-warmup",
+    "--jinja",
+    "--reasoning",
+    "off",
+    "-a",
+    ALIAS,
+]
 
 # llama_cpp.Llama(...) keyword arguments under which llama-cpp-python's logits equal the server's
-LLAMA_CPP_PYTHON_SETTINGS = {"n_ctx": 2048, "n_batch": 2048, "n_ubatch": 512, "n_threads": 2, "n_threads_batch": 2,
-                             "flash_attn": False}
+LLAMA_CPP_PYTHON_SETTINGS = {
+    "n_ctx": 2048,
+    "n_batch": 2048,
+    "n_ubatch": 512,
+    "n_threads": 2,
+    "n_threads_batch": 2,
+    "flash_attn": False,
+}
 BIT_IDENTITY_NOTE = (
     "Tried with check_bit_identity(recordings, **override) on plain/capital/greedy/logprobs and "
     "completions/primary-colors/greedy: all 48 top-5 log-probability steps stay bit-identical and every argmax equal "
@@ -81,53 +113,94 @@ BIT_IDENTITY_NOTE = (
     "3 micro-batches); with flash_attn=True, or a KV cache type other than f16 (type_k=type_v=f32, or type_k=q8_0), "
     "the log-probabilities differ from the first step and the argmax diverges after 8 tokens. So what must match "
     "llama-server is flash attention off (llama-server's default is auto, which turns it on for the CPU) and an "
-    "f16 KV cache (both servers' default); threads, context size and batch sizes do not change the logits here.")
+    "f16 KV cache (both servers' default); threads, context size and batch sizes do not change the logits here."
+)
 
 COMMON = {"verbose": True, "return_tokens": True, "cache_prompt": False}
 
 
 def _obj(properties, required=None, **extra):
-    out = {"type": "object", "properties": properties, "required": list(required or properties),
-           "additionalProperties": False}
+    out = {
+        "type": "object",
+        "properties": properties,
+        "required": list(required or properties),
+        "additionalProperties": False,
+    }
     out.update(extra)
     return out
 
 
 SCHEMAS = {
-    "person": _obj({"name": {"type": "string", "maxLength": 20},
-                    "age": {"type": "integer", "minimum": 0, "maximum": 120}}),
-    "sentiment": _obj({"sentiment": {"type": "string", "enum": ["positive", "negative", "neutral"]},
-                       "confidence": {"type": "number"}}),
-    "tags": _obj({"tags": {"type": "array", "items": {"type": "string", "maxLength": 15},
-                           "minItems": 1, "maxItems": 3}}),
-    "address": _obj({"name": {"type": "string", "maxLength": 30},
-                     "address": _obj({"city": {"type": "string", "maxLength": 20},
-                                      "zip": {"type": "string", "pattern": "^[0-9]{5}$"}})}),
-    "date": _obj({"year": {"type": "integer", "minimum": 1900, "maximum": 2100},
-                  "month": {"type": "integer", "minimum": 1, "maximum": 12},
-                  "day": {"type": "integer", "minimum": 1, "maximum": 31}}),
-    "phone": _obj({"phone": {"type": "string", "pattern": "^\\([0-9]{3}\\) [0-9]{3}-[0-9]{4}$"},
-                   "country": {"type": "string", "enum": ["US", "CA"]}}),
-    "shopping": {"$defs": {"item": _obj({"name": {"type": "string", "maxLength": 20},
-                                         "price": {"type": "number"}})},
-                 "type": "object",
-                 "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/item"},
-                                          "minItems": 1, "maxItems": 2}},
-                 "required": ["items"], "additionalProperties": False},
-    "todo": _obj({"title": {"type": "string", "maxLength": 40}, "done": {"type": "boolean"},
-                  "priority": {"type": "string", "enum": ["low", "medium", "high"]}}, required=["title", "done"]),
-    "scores": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 100},
-               "minItems": 3, "maxItems": 5},
-    "airport": _obj({"code": {"type": "string", "minLength": 3, "maxLength": 3, "pattern": "^[A-Z]{3}$"},
-                     "kind": {"const": "airport"},
-                     "id": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "maxLength": 8}]}},
-                    required=["code", "kind"]),
-    "recipe": _obj({"dish": {"type": "string", "maxLength": 30},
-                    "minutes": {"type": "integer", "minimum": 1, "maximum": 240},
-                    "vegetarian": {"type": "boolean"}}),
+    "person": _obj(
+        {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0, "maximum": 120}}
+    ),
+    "sentiment": _obj(
+        {"sentiment": {"type": "string", "enum": ["positive", "negative", "neutral"]}, "confidence": {"type": "number"}}
+    ),
+    "tags": _obj(
+        {"tags": {"type": "array", "items": {"type": "string", "maxLength": 15}, "minItems": 1, "maxItems": 3}}
+    ),
+    "address": _obj(
+        {
+            "name": {"type": "string", "maxLength": 30},
+            "address": _obj(
+                {"city": {"type": "string", "maxLength": 20}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}
+            ),
+        }
+    ),
+    "date": _obj(
+        {
+            "year": {"type": "integer", "minimum": 1900, "maximum": 2100},
+            "month": {"type": "integer", "minimum": 1, "maximum": 12},
+            "day": {"type": "integer", "minimum": 1, "maximum": 31},
+        }
+    ),
+    "phone": _obj(
+        {
+            "phone": {"type": "string", "pattern": "^\\([0-9]{3}\\) [0-9]{3}-[0-9]{4}$"},
+            "country": {"type": "string", "enum": ["US", "CA"]},
+        }
+    ),
+    "shopping": {
+        "$defs": {"item": _obj({"name": {"type": "string", "maxLength": 20}, "price": {"type": "number"}})},
+        "type": "object",
+        "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/item"}, "minItems": 1, "maxItems": 2}},
+        "required": ["items"],
+        "additionalProperties": False,
+    },
+    "todo": _obj(
+        {
+            "title": {"type": "string", "maxLength": 40},
+            "done": {"type": "boolean"},
+            "priority": {"type": "string", "enum": ["low", "medium", "high"]},
+        },
+        required=["title", "done"],
+    ),
+    "scores": {
+        "type": "array",
+        "items": {"type": "integer", "minimum": 0, "maximum": 100},
+        "minItems": 3,
+        "maxItems": 5,
+    },
+    "airport": _obj(
+        {
+            "code": {"type": "string", "minLength": 3, "maxLength": 3, "pattern": "^[A-Z]{3}$"},
+            "kind": {"const": "airport"},
+            "id": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "maxLength": 8}]},
+        },
+        required=["code", "kind"],
+    ),
+    "recipe": _obj(
+        {
+            "dish": {"type": "string", "maxLength": 30},
+            "minutes": {"type": "integer", "minimum": 1, "maximum": 240},
+            "vegetarian": {"type": "boolean"},
+        }
+    ),
     "answer": _obj({"answer": {"type": "string", "maxLength": 40}}),
-    "color": _obj({"color": {"type": "string", "maxLength": 15}, "hex": {"type": "string",
-                                                                        "pattern": "^#[0-9a-f]{6}$"}}),
+    "color": _obj(
+        {"color": {"type": "string", "maxLength": 15}, "hex": {"type": "string", "pattern": "^#[0-9a-f]{6}$"}}
+    ),
 }
 
 YES_NO = 'root ::= "yes" | "no"\n'
@@ -151,107 +224,335 @@ GREEDY = {"temperature": 0, "seed": 1}
 # max_tokens: finish_reason "length") or None)
 REQUESTS = [
     # JSON mode
-    ("json_object/cat/greedy", "/v1/chat/completions",
-     dict(messages=_user("Describe a cat as a JSON object with a name and a color."),
-          response_format={"type": "json_object"}, max_tokens=64, **GREEDY), "object"),
-    ("json_object/book/seed42", "/v1/chat/completions",
-     dict(messages=_user("Give me a JSON object describing a book: title and author."),
-          response_format={"type": "json_object"}, max_tokens=64, temperature=0.8, seed=42), "object"),
-    ("json_object/fruit/system/greedy", "/v1/chat/completions",
-     dict(messages=_user("Name one fruit and its color as JSON.", system="You are an API. Reply only with JSON."),
-          response_format={"type": "json_object"}, max_tokens=64, **GREEDY), "object"),
-    ("json_object/city/topk20-topp0.9/seed8", "/v1/chat/completions",
-     dict(messages=_user("Return a JSON object with the name and country of a big city."),
-          response_format={"type": "json_object"}, max_tokens=64, temperature=1.0, top_k=20, top_p=0.9, seed=8),
-     "object"),
-    ("json_object/fruits/cut-by-max_tokens/greedy", "/v1/chat/completions",
-     dict(messages=_user("List three fruits and their colors.", system="You are an API. Reply only with JSON."),
-          response_format={"type": "json_object"}, max_tokens=40, **GREEDY), "cut"),
-    ("json_object+schema/color/greedy", "/v1/chat/completions",
-     dict(messages=_user("What color is grass? Answer in JSON with the color and its hex code."),
-          response_format={"type": "json_object", "schema": SCHEMAS["color"]}, max_tokens=48, **GREEDY), "color"),
-    ("json_object/multiturn/greedy", "/v1/chat/completions",
-     dict(messages=[{"role": "user", "content": "Hi! Can you answer in JSON?"},
-                    {"role": "assistant", "content": "{\"reply\": \"Sure, I will answer in JSON.\"}"},
-                    {"role": "user", "content": "Then tell me your favourite animal."}],
-          response_format={"type": "json_object"}, max_tokens=48, **GREEDY), "object"),
+    (
+        "json_object/cat/greedy",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Describe a cat as a JSON object with a name and a color."),
+            response_format={"type": "json_object"},
+            max_tokens=64,
+            **GREEDY,
+        ),
+        "object",
+    ),
+    (
+        "json_object/book/seed42",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Give me a JSON object describing a book: title and author."),
+            response_format={"type": "json_object"},
+            max_tokens=64,
+            temperature=0.8,
+            seed=42,
+        ),
+        "object",
+    ),
+    (
+        "json_object/fruit/system/greedy",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Name one fruit and its color as JSON.", system="You are an API. Reply only with JSON."),
+            response_format={"type": "json_object"},
+            max_tokens=64,
+            **GREEDY,
+        ),
+        "object",
+    ),
+    (
+        "json_object/city/topk20-topp0.9/seed8",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Return a JSON object with the name and country of a big city."),
+            response_format={"type": "json_object"},
+            max_tokens=64,
+            temperature=1.0,
+            top_k=20,
+            top_p=0.9,
+            seed=8,
+        ),
+        "object",
+    ),
+    (
+        "json_object/fruits/cut-by-max_tokens/greedy",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("List three fruits and their colors.", system="You are an API. Reply only with JSON."),
+            response_format={"type": "json_object"},
+            max_tokens=40,
+            **GREEDY,
+        ),
+        "cut",
+    ),
+    (
+        "json_object+schema/color/greedy",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("What color is grass? Answer in JSON with the color and its hex code."),
+            response_format={"type": "json_object", "schema": SCHEMAS["color"]},
+            max_tokens=48,
+            **GREEDY,
+        ),
+        "color",
+    ),
+    (
+        "json_object/multiturn/greedy",
+        "/v1/chat/completions",
+        dict(
+            messages=[
+                {"role": "user", "content": "Hi! Can you answer in JSON?"},
+                {"role": "assistant", "content": '{"reply": "Sure, I will answer in JSON."}'},
+                {"role": "user", "content": "Then tell me your favourite animal."},
+            ],
+            response_format={"type": "json_object"},
+            max_tokens=48,
+            **GREEDY,
+        ),
+        "object",
+    ),
     # response_format json_schema
-    ("json_schema/person/greedy", "/v1/chat/completions",
-     dict(messages=_user("Invent a person and give their name and age."),
-          response_format=_schema_format("person"), max_tokens=48, **GREEDY), "person"),
-    ("json_schema/sentiment/t0.7/seed3", "/v1/chat/completions",
-     dict(messages=_user("Classify the sentiment of: 'I love this phone, the battery lasts forever.'"),
-          response_format=_schema_format("sentiment"), max_tokens=48, temperature=0.7, seed=3), "sentiment"),
-    ("json_schema/tags/greedy", "/v1/chat/completions",
-     dict(messages=_user("Suggest tags for a blog post about baking sourdough bread."),
-          response_format=_schema_format("tags"), max_tokens=64, **GREEDY), "tags"),
-    ("json_schema/address/minp0.1/seed11", "/v1/chat/completions",
-     dict(messages=_user("Give the name and postal address (city and zip code) of a fictional bakery."),
-          response_format=_schema_format("address"), max_tokens=80, temperature=0.9, min_p=0.1, seed=11),
-     "address"),
-    ("json_schema/date/greedy", "/v1/chat/completions",
-     dict(messages=_user("When did the first person walk on the moon? Give year, month and day."),
-          response_format=_schema_format("date"), max_tokens=48, **GREEDY), "date"),
-    ("json_schema/phone/repeat1.1/seed5", "/v1/chat/completions",
-     dict(messages=_user("Make up a phone number for a pizza shop in Toronto."),
-          response_format=_schema_format("phone"), max_tokens=48, temperature=0.8, repeat_penalty=1.1, seed=5),
-     "phone"),
-    ("json_schema/shopping-defs/greedy", "/v1/chat/completions",
-     dict(messages=_user("Write a short shopping list with prices."),
-          response_format=_schema_format("shopping"), max_tokens=80, **GREEDY), "shopping"),
-    ("json_schema/todo/penalties/seed9", "/v1/chat/completions",
-     dict(messages=_user("Create a to-do item for buying groceries."),
-          response_format=_schema_format("todo"), max_tokens=64, temperature=1.0, top_k=50, top_p=0.95,
-          presence_penalty=0.5, frequency_penalty=0.3, seed=9), "todo"),
-    ("json_schema/scores-array/greedy", "/v1/chat/completions",
-     dict(messages=_user("Give four test scores between 0 and 100."),
-          response_format=_schema_format("scores"), max_tokens=48, **GREEDY), "scores"),
-    ("json_schema/airport/typical0.9/seed13", "/v1/chat/completions",
-     dict(messages=_user("What is the airport code of Los Angeles?"),
-          response_format=_schema_format("airport"), max_tokens=48, temperature=0.7, typical_p=0.9, seed=13),
-     "airport"),
+    (
+        "json_schema/person/greedy",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Invent a person and give their name and age."),
+            response_format=_schema_format("person"),
+            max_tokens=48,
+            **GREEDY,
+        ),
+        "person",
+    ),
+    (
+        "json_schema/sentiment/t0.7/seed3",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Classify the sentiment of: 'I love this phone, the battery lasts forever.'"),
+            response_format=_schema_format("sentiment"),
+            max_tokens=48,
+            temperature=0.7,
+            seed=3,
+        ),
+        "sentiment",
+    ),
+    (
+        "json_schema/tags/greedy",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Suggest tags for a blog post about baking sourdough bread."),
+            response_format=_schema_format("tags"),
+            max_tokens=64,
+            **GREEDY,
+        ),
+        "tags",
+    ),
+    (
+        "json_schema/address/minp0.1/seed11",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Give the name and postal address (city and zip code) of a fictional bakery."),
+            response_format=_schema_format("address"),
+            max_tokens=80,
+            temperature=0.9,
+            min_p=0.1,
+            seed=11,
+        ),
+        "address",
+    ),
+    (
+        "json_schema/date/greedy",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("When did the first person walk on the moon? Give year, month and day."),
+            response_format=_schema_format("date"),
+            max_tokens=48,
+            **GREEDY,
+        ),
+        "date",
+    ),
+    (
+        "json_schema/phone/repeat1.1/seed5",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Make up a phone number for a pizza shop in Toronto."),
+            response_format=_schema_format("phone"),
+            max_tokens=48,
+            temperature=0.8,
+            repeat_penalty=1.1,
+            seed=5,
+        ),
+        "phone",
+    ),
+    (
+        "json_schema/shopping-defs/greedy",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Write a short shopping list with prices."),
+            response_format=_schema_format("shopping"),
+            max_tokens=80,
+            **GREEDY,
+        ),
+        "shopping",
+    ),
+    (
+        "json_schema/todo/penalties/seed9",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Create a to-do item for buying groceries."),
+            response_format=_schema_format("todo"),
+            max_tokens=64,
+            temperature=1.0,
+            top_k=50,
+            top_p=0.95,
+            presence_penalty=0.5,
+            frequency_penalty=0.3,
+            seed=9,
+        ),
+        "todo",
+    ),
+    (
+        "json_schema/scores-array/greedy",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Give four test scores between 0 and 100."),
+            response_format=_schema_format("scores"),
+            max_tokens=48,
+            **GREEDY,
+        ),
+        "scores",
+    ),
+    (
+        "json_schema/airport/typical0.9/seed13",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("What is the airport code of Los Angeles?"),
+            response_format=_schema_format("airport"),
+            max_tokens=48,
+            temperature=0.7,
+            typical_p=0.9,
+            seed=13,
+        ),
+        "airport",
+    ),
     # top-level json_schema field
-    ("json_schema-field/recipe/greedy", "/v1/chat/completions",
-     dict(messages=_user("Suggest a quick dinner recipe: dish, minutes and whether it is vegetarian."),
-          json_schema=SCHEMAS["recipe"], max_tokens=64, **GREEDY), "recipe"),
-    ("json_schema-field/recipe/t1.0/seed21", "/v1/chat/completions",
-     dict(messages=_user("Suggest a quick dinner recipe: dish, minutes and whether it is vegetarian."),
-          json_schema=SCHEMAS["recipe"], max_tokens=64, temperature=1.0, seed=21), "recipe"),
+    (
+        "json_schema-field/recipe/greedy",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Suggest a quick dinner recipe: dish, minutes and whether it is vegetarian."),
+            json_schema=SCHEMAS["recipe"],
+            max_tokens=64,
+            **GREEDY,
+        ),
+        "recipe",
+    ),
+    (
+        "json_schema-field/recipe/t1.0/seed21",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Suggest a quick dinner recipe: dish, minutes and whether it is vegetarian."),
+            json_schema=SCHEMAS["recipe"],
+            max_tokens=64,
+            temperature=1.0,
+            seed=21,
+        ),
+        "recipe",
+    ),
     # GBNF grammar field
-    ("grammar/yes-no/greedy", "/v1/chat/completions",
-     dict(messages=_user("Is the sky blue on a clear day? Answer yes or no."),
-          grammar=YES_NO, max_tokens=8, **GREEDY), None),
-    ("grammar/item-list/seed17", "/v1/chat/completions",
-     dict(messages=_user("List some vegetables."), grammar=ITEM_LIST, max_tokens=48, temperature=0.9,
-          seed=17), None),
+    (
+        "grammar/yes-no/greedy",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Is the sky blue on a clear day? Answer yes or no."), grammar=YES_NO, max_tokens=8, **GREEDY
+        ),
+        None,
+    ),
+    (
+        "grammar/item-list/seed17",
+        "/v1/chat/completions",
+        dict(messages=_user("List some vegetables."), grammar=ITEM_LIST, max_tokens=48, temperature=0.9, seed=17),
+        None,
+    ),
     # unconstrained
-    ("plain/capital/greedy/logprobs", "/v1/chat/completions",
-     dict(messages=_user("What is the capital of France?"), max_tokens=48, logprobs=True, top_logprobs=5,
-          **GREEDY), None),
-    ("plain/haiku/sampled/seed1234", "/v1/chat/completions",
-     dict(messages=_user("Write a haiku about the sea."), max_tokens=64, temperature=0.9, top_k=40, top_p=0.95,
-          min_p=0.05, repeat_penalty=1.1, seed=1234), None),
-    ("plain/story/max_tokens16", "/v1/chat/completions",
-     dict(messages=_user("Tell me a long story about a dragon."), max_tokens=16, temperature=0.8, seed=99), None),
-    ("plain/count/stop", "/v1/chat/completions",
-     dict(messages=_user("Count from one to ten, one number per line."), stop=["4."],
-          max_tokens=64, **GREEDY), None),
+    (
+        "plain/capital/greedy/logprobs",
+        "/v1/chat/completions",
+        dict(messages=_user("What is the capital of France?"), max_tokens=48, logprobs=True, top_logprobs=5, **GREEDY),
+        None,
+    ),
+    (
+        "plain/haiku/sampled/seed1234",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Write a haiku about the sea."),
+            max_tokens=64,
+            temperature=0.9,
+            top_k=40,
+            top_p=0.95,
+            min_p=0.05,
+            repeat_penalty=1.1,
+            seed=1234,
+        ),
+        None,
+    ),
+    (
+        "plain/story/max_tokens16",
+        "/v1/chat/completions",
+        dict(messages=_user("Tell me a long story about a dragon."), max_tokens=16, temperature=0.8, seed=99),
+        None,
+    ),
+    (
+        "plain/count/stop",
+        "/v1/chat/completions",
+        dict(messages=_user("Count from one to ten, one number per line."), stop=["4."], max_tokens=64, **GREEDY),
+        None,
+    ),
     # streamed
-    ("stream/json_object/seed8", "/v1/chat/completions",
-     dict(messages=_user("Describe a dog as JSON with a name and a breed."), response_format={"type": "json_object"},
-          max_tokens=64, temperature=0.7, seed=8, stream=True, stream_options={"include_usage": True}), "object"),
-    ("stream/completion/grammar/greedy", "/completion",
-     dict(prompt="Q: What is 12 plus 30?\nA:", grammar=NUMBER, n_predict=16, stream=True, **GREEDY), None),
+    (
+        "stream/json_object/seed8",
+        "/v1/chat/completions",
+        dict(
+            messages=_user("Describe a dog as JSON with a name and a breed."),
+            response_format={"type": "json_object"},
+            max_tokens=64,
+            temperature=0.7,
+            seed=8,
+            stream=True,
+            stream_options={"include_usage": True},
+        ),
+        "object",
+    ),
+    (
+        "stream/completion/grammar/greedy",
+        "/completion",
+        dict(prompt="Q: What is 12 plus 30?\nA:", grammar=NUMBER, n_predict=16, stream=True, **GREEDY),
+        None,
+    ),
     # OpenAI completions (raw prompt)
-    ("completions/primary-colors/greedy", "/v1/completions",
-     dict(prompt="The three primary colors are", max_tokens=32, **GREEDY), None),
-    ("completions/grammar/yes-no/seed4", "/v1/completions",
-     dict(prompt="Question: Is water wet?\nAnswer:", grammar=COMPLETION_YES_NO, max_tokens=8, temperature=0.8,
-          seed=4), None),
+    (
+        "completions/primary-colors/greedy",
+        "/v1/completions",
+        dict(prompt="The three primary colors are", max_tokens=32, **GREEDY),
+        None,
+    ),
+    (
+        "completions/grammar/yes-no/seed4",
+        "/v1/completions",
+        dict(
+            prompt="Question: Is water wet?\nAnswer:", grammar=COMPLETION_YES_NO, max_tokens=8, temperature=0.8, seed=4
+        ),
+        None,
+    ),
     # llama.cpp native /completion with json_schema
-    ("completion/json_schema/answer/greedy", "/completion",
-     dict(prompt="<|im_start|>user\nWhat is the largest planet? Reply in JSON.<|im_end|>\n<|im_start|>assistant\n",
-          json_schema=SCHEMAS["answer"], n_predict=48, **GREEDY), "answer"),
+    (
+        "completion/json_schema/answer/greedy",
+        "/completion",
+        dict(
+            prompt="<|im_start|>user\nWhat is the largest planet? Reply in JSON.<|im_end|>\n<|im_start|>assistant\n",
+            json_schema=SCHEMAS["answer"],
+            n_predict=48,
+            **GREEDY,
+        ),
+        "answer",
+    ),
 ]
 
 
@@ -269,13 +570,14 @@ def _free_port():
 
 
 def server_flags():
-    """SERVER_FLAGS for this machine. bankml.cpu.prepare_model_loading runs first, so that llama-server runs the
+    """SERVER_FLAGS for this machine. bankml.serve.cpu.prepare_model_loading runs first, so that llama-server runs the
     CPU kernels bankml's own model loading runs: where AMX tiles fault, the seccomp filter it installs here is
     inherited by the server (ggml leaves AMX out there too), and where even that is impossible both load the
     weights without extra buffer types (``--no-repack``)."""
     import llama_cpp
 
-    from bankml.cpu import prepare_model_loading
+    from bankml.serve.cpu import prepare_model_loading
+
     policy = prepare_model_loading(llama_cpp)
     return SERVER_FLAGS + ([] if policy.use_extra_bufts else ["--no-repack"])
 
@@ -283,15 +585,18 @@ def server_flags():
 def kernels_fingerprint():
     """What decides the CPU kernels ggml runs here, and so the logits: the features the native build of
     libggml-cpu was compiled for (``llama_print_system_info``), whether ggml's AMX kernels run and whether the
-    extra buffer types are loaded (bankml.cpu). Recordings hold on a machine with the same fingerprint."""
+    extra buffer types are loaded (bankml.serve.cpu). Recordings hold on a machine with the same fingerprint."""
     import llama_cpp
 
-    from bankml.cpu import AmxPolicy, prepare_model_loading
+    from bankml.serve.cpu import AmxPolicy, prepare_model_loading
+
     policy = prepare_model_loading(llama_cpp)
     info = llama_cpp.llama_print_system_info()
-    return {"ggml_system_info": (info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)).strip(),
-            "amx_kernels_run": policy.state in (AmxPolicy.WORKS, AmxPolicy.TRUSTED),
-            "extra_buffer_types": bool(policy.use_extra_bufts)}
+    return {
+        "ggml_system_info": (info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)).strip(),
+        "amx_kernels_run": policy.state in (AmxPolicy.WORKS, AmxPolicy.TRUSTED),
+        "extra_buffer_types": bool(policy.use_extra_bufts),
+    }
 
 
 class Server:
@@ -354,7 +659,7 @@ class Server:
                 line = raw.decode("utf-8").rstrip("\r\n")
                 if not line.startswith("data: "):
                     continue  # blank separators, ": ping" comments
-                data = line[len("data: "):]
+                data = line[len("data: ") :]
                 events.append(data if data == "[DONE]" else json.loads(data))
             return events
         finally:
@@ -389,8 +694,11 @@ def _record(server, name, endpoint, body):
         chunks = [e for e in events if isinstance(e, dict)]
         if chat:
             content = "".join((c["choices"][0]["delta"].get("content") or "") for c in chunks if c.get("choices"))
-            finish = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices")
-                      and c["choices"][0].get("finish_reason")]
+            finish = [
+                c["choices"][0]["finish_reason"]
+                for c in chunks
+                if c.get("choices") and c["choices"][0].get("finish_reason")
+            ]
             verbose = next((c["__verbose"] for c in chunks if "__verbose" in c), {})
             twin = dict(request, stream=False)
             twin.pop("stream_options", None)
@@ -444,8 +752,9 @@ def _record(server, name, endpoint, body):
     # consistency with what the server evaluated
     evaluated = verbose.get("tokens_evaluated")
     if evaluated is not None and evaluated != len(tokens):
-        raise RuntimeError("%s: /tokenize gives %d prompt tokens, the server evaluated %d"
-                           % (name, len(tokens), evaluated))
+        raise RuntimeError(
+            "%s: /tokenize gives %d prompt tokens, the server evaluated %d" % (name, len(tokens), evaluated)
+        )
     if verbose.get("prompt") is not None:
         detok = server.post("/detokenize", {"tokens": tokens})["content"]
         if detok != verbose["prompt"]:
@@ -456,6 +765,7 @@ def _record(server, name, endpoint, body):
 def _validate(entry, schema_name):
     """Problems with a constrained answer ([] if none)."""
     import jsonschema
+
     if schema_name is None:
         return []
     if schema_name == "cut":
@@ -482,9 +792,11 @@ def _dump(value, indent=0, inline_items=False):
     if isinstance(value, (dict, list)) and len(inline) <= 100:
         return inline
     if isinstance(value, dict):
-        items = ["%s %s: %s" % (pad, json.dumps(k, ensure_ascii=False),
-                                _dump(v, indent + 1, k == "response" and isinstance(v, list)))
-                 for k, v in value.items()]
+        items = [
+            "%s %s: %s"
+            % (pad, json.dumps(k, ensure_ascii=False), _dump(v, indent + 1, k == "response" and isinstance(v, list)))
+            for k, v in value.items()
+        ]
         return "{\n" + ",\n".join(items) + "\n" + pad + "}"
     if isinstance(value, list):
         if inline_items:
@@ -537,8 +849,11 @@ def record_live(names):
     """The requests of REQUESTS named in ``names``, answered by the pinned llama-server built and run on this
     machine now (what the end-to-end oracle compares with where the file's recordings cannot hold)."""
     with running_server("live_server.log") as server:
-        return [_record(server, name, endpoint, copy.deepcopy(body))
-                for name, endpoint, body, _ in REQUESTS if name in names]
+        return [
+            _record(server, name, endpoint, copy.deepcopy(body))
+            for name, endpoint, body, _ in REQUESTS
+            if name in names
+        ]
 
 
 def record(repeat=False, only=None):
@@ -546,9 +861,11 @@ def record(repeat=False, only=None):
     with running_server("record_server.log") as server:
         print("[record_server] started %s (log: %s)" % (server.cmd[0], server.log.name), file=sys.stderr, flush=True)
         props, header = recording_header(
-            server, "Requests answered by the llama-server of llama-cpp-python 0.3.36's llama.cpp, recorded by "
-                    "tests/oracle/record_server.py (see its docstring). llama.cpp is under the MIT License, "
-                    "Copyright (c) 2023-2026 The ggml authors (full text in LICENSE-llama.cpp.txt).")
+            server,
+            "Requests answered by the llama-server of llama-cpp-python 0.3.36's llama.cpp, recorded by "
+            "tests/oracle/record_server.py (see its docstring). llama.cpp is under the MIT License, "
+            "Copyright (c) 2023-2026 The ggml authors (full text in LICENSE-llama.cpp.txt).",
+        )
         t0 = time.monotonic()
         for name, endpoint, body, schema_name in REQUESTS:
             if only and only not in name:
@@ -557,19 +874,37 @@ def record(repeat=False, only=None):
             problems += _validate(entry, schema_name)
             entry["validated_against"] = schema_name
             recordings.append(entry)
-            print("[record_server] %-40s %-9s %3d tokens  %r" % (name, entry["finish_reason"], len(entry["token_ids"]),
-                                                               entry["content"][:70]), file=sys.stderr, flush=True)
+            print(
+                "[record_server] %-40s %-9s %3d tokens  %r"
+                % (name, entry["finish_reason"], len(entry["token_ids"]), entry["content"][:70]),
+                file=sys.stderr,
+                flush=True,
+            )
         print("[record_server] %d requests in %.0f s" % (len(recordings), time.monotonic() - t0), file=sys.stderr)
         if repeat:
             for entry, (name, endpoint, body, _) in zip(recordings, [r for r in REQUESTS if not only or only in r[0]]):
                 again = _record(server, name, endpoint, copy.deepcopy(body))
                 if again["token_ids"] != entry["token_ids"] or again["content"] != entry["content"]:
                     problems.append("%s: a second run gave other tokens" % name)
-            print("[record_server] repeated every request: %s" % ("identical" if not any("second run" in p for p in problems)
-                                                                 else "DIFFERENT"), file=sys.stderr)
-    props_kept = {k: props.get(k) for k in ("build_info", "model_alias", "model_ftype", "total_slots", "chat_template",
-                                            "chat_template_caps", "bos_token", "eos_token",
-                                            "default_generation_settings")}
+            print(
+                "[record_server] repeated every request: %s"
+                % ("identical" if not any("second run" in p for p in problems) else "DIFFERENT"),
+                file=sys.stderr,
+            )
+    props_kept = {
+        k: props.get(k)
+        for k in (
+            "build_info",
+            "model_alias",
+            "model_ftype",
+            "total_slots",
+            "chat_template",
+            "chat_template_caps",
+            "bos_token",
+            "eos_token",
+            "default_generation_settings",
+        )
+    }
     out = {
         **header,
         "common_request_fields": COMMON,
@@ -629,10 +964,13 @@ int main() {
 def _server_logprobs(batches):
     """[(logits float32 array, n_top)] -> [[(id, logprob)]] computed as llama-server computes them."""
     import struct
+
     from .build_converter import compile_program, libllama_dir
+
     exe = compile_program("server-logprobs", PROBS_PROGRAM, libllama_dir(), [], [], salt="O2")
-    payload = b"".join(struct.pack("ii", len(logits), n_top) + logits.astype("<f4").tobytes()
-                       for logits, n_top in batches)
+    payload = b"".join(
+        struct.pack("ii", len(logits), n_top) + logits.astype("<f4").tobytes() for logits, n_top in batches
+    )
     proc = subprocess.run([str(exe)], input=payload, capture_output=True, check=True)
     out, cur = [], []
     for line in proc.stdout.decode().splitlines():
@@ -651,9 +989,12 @@ def check_bit_identity(recordings, names=None, **settings):
     are the gaps between the logits. ``settings`` override ``LLAMA_CPP_PYTHON_SETTINGS``. Returns a list of
     result dicts."""
     import ctypes
+
     import llama_cpp
     import numpy as np
-    from bankml.runtime import open_llama
+
+    from bankml.serve.runtime import open_llama
+
     llm = open_llama(model_path(), verbose=False, **dict(LLAMA_CPP_PYTHON_SETTINGS, **settings))
     n_vocab = llm.n_vocab()
     results = []
@@ -666,8 +1007,11 @@ def check_bit_identity(recordings, names=None, **settings):
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)  # an empty cache, as the server's
         llm.eval(entry["prompt_token_ids"])
         got, steps_logits = [], []
-        logprobs = (entry["response"].get("choices", [{}])[0].get("logprobs") or {}).get("content") \
-            if isinstance(entry["response"], dict) else None
+        logprobs = (
+            (entry["response"].get("choices", [{}])[0].get("logprobs") or {}).get("content")
+            if isinstance(entry["response"], dict)
+            else None
+        )
         for step, want in enumerate(entry["token_ids"]):
             ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
             logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,)).copy()
@@ -690,17 +1034,28 @@ def check_bit_identity(recordings, names=None, **settings):
                     max_dev = max([max_dev] + [abs(a[1] - b[1]) for a, b in zip(ours, theirs)])
                 else:
                     max_dev = None  # another order of top tokens
-        results.append({"name": entry["name"], "identical": got == entry["token_ids"], "steps": len(got),
-                        "of": len(entry["token_ids"]), "logprob_steps": len(steps_logits),
-                        "logprob_steps_identical": n_equal, "max_logprob_deviation": max_dev})
+        results.append(
+            {
+                "name": entry["name"],
+                "identical": got == entry["token_ids"],
+                "steps": len(got),
+                "of": len(entry["token_ids"]),
+                "logprob_steps": len(steps_logits),
+                "logprob_steps_identical": n_equal,
+                "max_logprob_deviation": max_dev,
+            }
+        )
     return results
 
 
 def _print_check(results):
     for r in results:
-        print("[record_server] bit identity: %(name)s: argmax identical=%(identical)s over %(steps)d/%(of)d steps; "
-              "top logprobs bit-identical at %(logprob_steps_identical)d/%(logprob_steps)d steps "
-              "(max deviation %(max_logprob_deviation)s)" % r, file=sys.stderr)
+        print(
+            "[record_server] bit identity: %(name)s: argmax identical=%(identical)s over %(steps)d/%(of)d steps; "
+            "top logprobs bit-identical at %(logprob_steps_identical)d/%(logprob_steps)d steps "
+            "(max deviation %(max_logprob_deviation)s)" % r,
+            file=sys.stderr,
+        )
 
 
 def main(argv=None):
@@ -719,14 +1074,17 @@ def main(argv=None):
     else:
         results = check_bit_identity(out["recordings"])
         _print_check(results)
-        problems += ["%s: llama-cpp-python's argmax differs at step %d" % (r["name"], r["steps"])
-                     for r in results if not r["identical"]]
+        problems += [
+            "%s: llama-cpp-python's argmax differs at step %d" % (r["name"], r["steps"])
+            for r in results
+            if not r["identical"]
+        ]
         out["bit_identity_check"] = {
             "method": "llama_cpp.Llama(model, **llama_cpp_python_settings) evaluates prompt_token_ids from an empty "
-                      "cache, then takes the argmax of llama_get_logits_ith(ctx, -1) step by step, for every greedy "
-                      "unconstrained recording; where logprobs were recorded, llama-server's own formula "
-                      "(get_token_probabilities, compiled) applied to those logits must give the recorded top "
-                      "log-probabilities bit for bit",
+            "cache, then takes the argmax of llama_get_logits_ith(ctx, -1) step by step, for every greedy "
+            "unconstrained recording; where logprobs were recorded, llama-server's own formula "
+            "(get_token_probabilities, compiled) applied to those logits must give the recorded top "
+            "log-probabilities bit for bit",
             "note": BIT_IDENTITY_NOTE,
             "results": results,
         }

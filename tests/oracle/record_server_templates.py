@@ -16,6 +16,7 @@ separate from ``server_recordings.json`` and has the same header (``kernels``: w
 llama.cpp is under the MIT License, Copyright (c) 2023-2026 The ggml authors (full text in
 tests/data/LICENSE-llama.cpp.txt); the recorded answers and the templates' names are llama.cpp's.
 """
+
 import copy
 import subprocess
 import sys
@@ -23,8 +24,20 @@ import time
 
 from .build_converter import cache_dir, sdist_tarball
 from .build_server import build_server
-from .record_server import (LLAMA_CPP_PYTHON_SETTINGS, MODEL_NAME, REPO, SCHEMAS, Server, _dump, _record, _sha256,
-                            _validate, kernels_fingerprint, model_path, server_flags)
+from .record_server import (
+    LLAMA_CPP_PYTHON_SETTINGS,
+    MODEL_NAME,
+    REPO,
+    SCHEMAS,
+    Server,
+    _dump,
+    _record,
+    _sha256,
+    _validate,
+    kernels_fingerprint,
+    model_path,
+    server_flags,
+)
 
 OUTPUT = REPO / "tests" / "data" / "server_recordings_templates.json"
 
@@ -45,72 +58,235 @@ JSON_OBJECT = {"type": "json_object"}
 # template file -> [(name, body, what to validate: a schema name, "object", "cut" or None)]
 TEMPLATE_REQUESTS = {
     "Qwen3.5-4B.jinja": [
-        ("json_object/cat/greedy", dict(messages=_user("Describe a cat as a JSON object with a name and a color."),
-                                        response_format=JSON_OBJECT, max_tokens=64, **GREEDY), "object"),
-        ("json_schema/person/seed3", dict(messages=_user("Invent a person and give their name and age."),
-                                          response_format=_schema_format("person"), max_tokens=48,
-                                          temperature=0.7, seed=3), "person"),
-        ("stream/json_object/seed8", dict(messages=_user("Describe a dog as JSON with a name and a breed."),
-                                          response_format=JSON_OBJECT, max_tokens=64, temperature=0.7, seed=8,
-                                          stream=True, stream_options={"include_usage": True}), "object"),
-        ("stream/json_schema/date/greedy", dict(
-            messages=_user("When did the first person walk on the moon? Give year, month and day."),
-            response_format=_schema_format("date"), max_tokens=48, stream=True, **GREEDY), "date"),
-        ("think/json_object/greedy", dict(messages=_user("Give me a JSON object describing a book: title and author."),
-                                          response_format=JSON_OBJECT, max_tokens=96, **THINK, **GREEDY), None),
-        ("think/json_object/budget12/greedy", dict(
-            messages=_user("Give me a JSON object describing a book: title and author."),
-            response_format=JSON_OBJECT, max_tokens=96, thinking_budget_tokens=12, **THINK, **GREEDY), None),
-        ("think/stream/json_schema/person/budget8/seed5", dict(
-            messages=_user("Invent a person and give their name and age."), response_format=_schema_format("person"),
-            max_tokens=80, thinking_budget_tokens=8, temperature=0.8, seed=5, stream=True, **THINK), None),
-        ("think/plain/capital/greedy", dict(messages=_user("What is the capital of France?"), max_tokens=64,
-                                            **THINK, **GREEDY), None),
-        ("think/stream/plain/capital/budget10/greedy", dict(
-            messages=_user("What is the capital of France?"), max_tokens=64, thinking_budget_tokens=10, stream=True,
-            **THINK, **GREEDY), None),
-        ("think/plain/reasoning_format-none/budget6/greedy", dict(
-            messages=_user("What is the capital of France?"), max_tokens=32, thinking_budget_tokens=6,
-            reasoning_format="none", **THINK, **GREEDY), None),
+        (
+            "json_object/cat/greedy",
+            dict(
+                messages=_user("Describe a cat as a JSON object with a name and a color."),
+                response_format=JSON_OBJECT,
+                max_tokens=64,
+                **GREEDY,
+            ),
+            "object",
+        ),
+        (
+            "json_schema/person/seed3",
+            dict(
+                messages=_user("Invent a person and give their name and age."),
+                response_format=_schema_format("person"),
+                max_tokens=48,
+                temperature=0.7,
+                seed=3,
+            ),
+            "person",
+        ),
+        (
+            "stream/json_object/seed8",
+            dict(
+                messages=_user("Describe a dog as JSON with a name and a breed."),
+                response_format=JSON_OBJECT,
+                max_tokens=64,
+                temperature=0.7,
+                seed=8,
+                stream=True,
+                stream_options={"include_usage": True},
+            ),
+            "object",
+        ),
+        (
+            "stream/json_schema/date/greedy",
+            dict(
+                messages=_user("When did the first person walk on the moon? Give year, month and day."),
+                response_format=_schema_format("date"),
+                max_tokens=48,
+                stream=True,
+                **GREEDY,
+            ),
+            "date",
+        ),
+        (
+            "think/json_object/greedy",
+            dict(
+                messages=_user("Give me a JSON object describing a book: title and author."),
+                response_format=JSON_OBJECT,
+                max_tokens=96,
+                **THINK,
+                **GREEDY,
+            ),
+            None,
+        ),
+        (
+            "think/json_object/budget12/greedy",
+            dict(
+                messages=_user("Give me a JSON object describing a book: title and author."),
+                response_format=JSON_OBJECT,
+                max_tokens=96,
+                thinking_budget_tokens=12,
+                **THINK,
+                **GREEDY,
+            ),
+            None,
+        ),
+        (
+            "think/stream/json_schema/person/budget8/seed5",
+            dict(
+                messages=_user("Invent a person and give their name and age."),
+                response_format=_schema_format("person"),
+                max_tokens=80,
+                thinking_budget_tokens=8,
+                temperature=0.8,
+                seed=5,
+                stream=True,
+                **THINK,
+            ),
+            None,
+        ),
+        (
+            "think/plain/capital/greedy",
+            dict(messages=_user("What is the capital of France?"), max_tokens=64, **THINK, **GREEDY),
+            None,
+        ),
+        (
+            "think/stream/plain/capital/budget10/greedy",
+            dict(
+                messages=_user("What is the capital of France?"),
+                max_tokens=64,
+                thinking_budget_tokens=10,
+                stream=True,
+                **THINK,
+                **GREEDY,
+            ),
+            None,
+        ),
+        (
+            "think/plain/reasoning_format-none/budget6/greedy",
+            dict(
+                messages=_user("What is the capital of France?"),
+                max_tokens=32,
+                thinking_budget_tokens=6,
+                reasoning_format="none",
+                **THINK,
+                **GREEDY,
+            ),
+            None,
+        ),
     ],
     "Qwen-Qwen3-0.6B.jinja": [
-        ("json_object/city/greedy", dict(messages=_user("Return a JSON object with the name and country of a big city."),
-                                         response_format=JSON_OBJECT, max_tokens=64, **GREEDY), "object"),
-        ("stream/json_schema/tags/seed11", dict(
-            messages=_user("Suggest tags for a blog post about baking sourdough bread."),
-            response_format=_schema_format("tags"), max_tokens=64, temperature=0.8, seed=11, stream=True), "tags"),
-        ("think/json_schema/recipe/budget10/greedy", dict(
-            messages=_user("Suggest a quick dinner recipe: dish, minutes and whether it is vegetarian."),
-            response_format=_schema_format("recipe"), max_tokens=96, thinking_budget_tokens=10, **THINK, **GREEDY),
-         None),
-        ("think/stream/plain/haiku/seed1234", dict(messages=_user("Write a haiku about the sea."), max_tokens=64,
-                                                   temperature=0.9, seed=1234, stream=True, **THINK), None),
+        (
+            "json_object/city/greedy",
+            dict(
+                messages=_user("Return a JSON object with the name and country of a big city."),
+                response_format=JSON_OBJECT,
+                max_tokens=64,
+                **GREEDY,
+            ),
+            "object",
+        ),
+        (
+            "stream/json_schema/tags/seed11",
+            dict(
+                messages=_user("Suggest tags for a blog post about baking sourdough bread."),
+                response_format=_schema_format("tags"),
+                max_tokens=64,
+                temperature=0.8,
+                seed=11,
+                stream=True,
+            ),
+            "tags",
+        ),
+        (
+            "think/json_schema/recipe/budget10/greedy",
+            dict(
+                messages=_user("Suggest a quick dinner recipe: dish, minutes and whether it is vegetarian."),
+                response_format=_schema_format("recipe"),
+                max_tokens=96,
+                thinking_budget_tokens=10,
+                **THINK,
+                **GREEDY,
+            ),
+            None,
+        ),
+        (
+            "think/stream/plain/haiku/seed1234",
+            dict(
+                messages=_user("Write a haiku about the sea."),
+                max_tokens=64,
+                temperature=0.9,
+                seed=1234,
+                stream=True,
+                **THINK,
+            ),
+            None,
+        ),
     ],
     "google-gemma-2-2b-it.jinja": [
-        ("json_object/cat/greedy", dict(messages=_user("Describe a cat as a JSON object with a name and a color."),
-                                        response_format=JSON_OBJECT, max_tokens=64, **GREEDY), "object"),
-        ("json_schema/sentiment/seed3", dict(
-            messages=_user("Classify the sentiment of: 'I love this phone, the battery lasts forever.'"),
-            response_format=_schema_format("sentiment"), max_tokens=48, temperature=0.7, seed=3), "sentiment"),
-        ("stream/json_object/seed8", dict(messages=_user("Describe a dog as JSON with a name and a breed."),
-                                          response_format=JSON_OBJECT, max_tokens=64, temperature=0.7, seed=8,
-                                          stream=True), "object"),
-        ("stream/json_schema/shopping/greedy", dict(messages=_user("Write a short shopping list with prices."),
-                                                    response_format=_schema_format("shopping"), max_tokens=80,
-                                                    stream=True, **GREEDY), "shopping"),
-        ("plain/capital/system/greedy", dict(messages=[{"role": "system", "content": "Answer in one word."}]
-                                             + _user("What is the capital of France?"), max_tokens=16, **GREEDY),
-         None),
+        (
+            "json_object/cat/greedy",
+            dict(
+                messages=_user("Describe a cat as a JSON object with a name and a color."),
+                response_format=JSON_OBJECT,
+                max_tokens=64,
+                **GREEDY,
+            ),
+            "object",
+        ),
+        (
+            "json_schema/sentiment/seed3",
+            dict(
+                messages=_user("Classify the sentiment of: 'I love this phone, the battery lasts forever.'"),
+                response_format=_schema_format("sentiment"),
+                max_tokens=48,
+                temperature=0.7,
+                seed=3,
+            ),
+            "sentiment",
+        ),
+        (
+            "stream/json_object/seed8",
+            dict(
+                messages=_user("Describe a dog as JSON with a name and a breed."),
+                response_format=JSON_OBJECT,
+                max_tokens=64,
+                temperature=0.7,
+                seed=8,
+                stream=True,
+            ),
+            "object",
+        ),
+        (
+            "stream/json_schema/shopping/greedy",
+            dict(
+                messages=_user("Write a short shopping list with prices."),
+                response_format=_schema_format("shopping"),
+                max_tokens=80,
+                stream=True,
+                **GREEDY,
+            ),
+            "shopping",
+        ),
+        (
+            "plain/capital/system/greedy",
+            dict(
+                messages=[{"role": "system", "content": "Answer in one word."}]
+                + _user("What is the capital of France?"),
+                max_tokens=16,
+                **GREEDY,
+            ),
+            None,
+        ),
     ],
 }
 
-REQUESTS = [(tmpl + "/" + name, tmpl, body, check)
-            for tmpl, entries in TEMPLATE_REQUESTS.items() for name, body, check in entries]
+REQUESTS = [
+    (tmpl + "/" + name, tmpl, body, check)
+    for tmpl, entries in TEMPLATE_REQUESTS.items()
+    for name, body, check in entries
+]
 
 
 def template_text(name):
     """A template of the sdist's models/templates/: (its text, a copy of it in the oracle cache)."""
     import tarfile
+
     path = cache_dir() / "templates" / name
     if not path.exists():
         with tarfile.open(sdist_tarball(cache_dir())) as tar:
@@ -124,6 +300,7 @@ def template_text(name):
 def _start(exe, template_path, log_path):
     """record_server's llama-server, with ``--chat-template-file``."""
     import importlib
+
     rs = importlib.import_module("tests.oracle.record_server")
     original = rs.server_flags
     rs.server_flags = lambda: original() + ["--chat-template-file", str(template_path)]
@@ -183,18 +360,26 @@ def record():
                 problems += _validate(entry, check)
                 entry["validated_against"] = check
                 recordings.append(entry)
-                print("[record_server_templates] %-70s %-7s %3d tokens  %r | %r"
-                      % (name, entry["finish_reason"], len(entry["token_ids"]), entry["reasoning_content"][:30],
-                         entry["content"][:50]), file=sys.stderr, flush=True)
+                print(
+                    "[record_server_templates] %-70s %-7s %3d tokens  %r | %r"
+                    % (
+                        name,
+                        entry["finish_reason"],
+                        len(entry["token_ids"]),
+                        entry["reasoning_content"][:30],
+                        entry["content"][:50],
+                    ),
+                    file=sys.stderr,
+                    flush=True,
+                )
         finally:
             server.close()
-    print("[record_server_templates] %d requests in %.0f s" % (len(recordings), time.monotonic() - t0),
-          file=sys.stderr)
+    print("[record_server_templates] %d requests in %.0f s" % (len(recordings), time.monotonic() - t0), file=sys.stderr)
     out = {
         "about": "Requests answered by the llama-server of llama-cpp-python 0.3.36's llama.cpp running SmolLM2 with "
-                 "the chat templates of its models/templates/ (--chat-template-file), recorded by "
-                 "tests/oracle/record_server_templates.py (see its docstring). llama.cpp is under the MIT License, "
-                 "Copyright (c) 2023-2026 The ggml authors (full text in LICENSE-llama.cpp.txt).",
+        "the chat templates of its models/templates/ (--chat-template-file), recorded by "
+        "tests/oracle/record_server_templates.py (see its docstring). llama.cpp is under the MIT License, "
+        "Copyright (c) 2023-2026 The ggml authors (full text in LICENSE-llama.cpp.txt).",
         "llama_cpp_version": version.stdout.strip() or version.stderr.strip(),
         "server_flags": ["-m", MODEL_NAME] + server_flags() + ["--chat-template-file", "models/templates/<template>"],
         "kernels": kernels_fingerprint(),

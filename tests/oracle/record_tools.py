@@ -27,10 +27,10 @@ llama-server makes tool call ids at random (``gen_tool_call_id``: 32 letters and
 llama.cpp is under the MIT License, Copyright (c) 2023-2026 The ggml authors (tests/data/LICENSE-llama.cpp.txt);
 the recorded answers are llama.cpp's output.
 """
+
 import argparse
 import copy
 import json
-import pathlib
 import subprocess
 import sys
 import time
@@ -54,13 +54,23 @@ def _tool(name, description, parameters):
     return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
 
 
-WEATHER = _tool("get_weather", "Get the current weather in a city.",
-                {"type": "object",
-                 "properties": {"location": {"type": "string", "description": "The city, e.g. Paris"},
-                                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-                 "required": ["location"]})
-TIME = _tool("get_time", "Get the current local time in a city.",
-             {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+WEATHER = _tool(
+    "get_weather",
+    "Get the current weather in a city.",
+    {
+        "type": "object",
+        "properties": {
+            "location": {"type": "string", "description": "The city, e.g. Paris"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        },
+        "required": ["location"],
+    },
+)
+TIME = _tool(
+    "get_time",
+    "Get the current local time in a city.",
+    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
 TOOLS = {"get_weather": WEATHER, "get_time": TIME}
 GREEDY = {"temperature": 0, "seed": 1}
 
@@ -76,10 +86,11 @@ def _call(cid, name, arguments):
     return {"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-SECOND_TURN = [{"role": "user", "content": "What is the weather in Paris?"},
-               {"role": "assistant", "content": None,
-                "tool_calls": [_call(CALL_ID, "get_weather", '{"location": "Paris"}')]},
-               {"role": "tool", "tool_call_id": CALL_ID, "content": '{"temperature": 21, "sky": "sunny"}'}]
+SECOND_TURN = [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [_call(CALL_ID, "get_weather", '{"location": "Paris"}')]},
+    {"role": "tool", "tool_call_id": CALL_ID, "content": '{"temperature": 21, "sky": "sunny"}'},
+]
 # SmolLM2 (135M) does not write a template's tool-call syntax by itself, so most calling requests start the
 # assistant message with it: llama-server continues a final assistant message (its default
 # ``--prefill-assistant``), the generation prompt then ends with the opening of a call, and the grammar, fed the
@@ -94,30 +105,96 @@ def _user(text, prefill=None):
 # (name, body(template), what the request is for); every request is sent to the server of each template in
 # TEMPLATES and its recording is named "<template short name>/<name>"
 REQUESTS = [
-    ("auto/text/greedy", lambda t: dict(messages=_user("Say hello to me in French."), tools=[WEATHER], max_tokens=24,
-                                        **GREEDY), "auto, answers in text"),
-    ("auto/seed4", lambda t: dict(messages=_user("What is the weather in Berlin?"), tools=[WEATHER], max_tokens=96,
-                                  temperature=1.0, seed=4), "auto, sampled"),
-    ("auto/prefill/greedy", lambda t: dict(messages=_user("What is the weather in Berlin?", PREFILL[t]),
-                                           tools=[WEATHER], max_tokens=40, **GREEDY), "auto, calls"),
-    ("required/prefill/greedy", lambda t: dict(messages=_user("What is the weather in Berlin?", PREFILL[t]),
-                                               tools=[WEATHER], tool_choice="required", max_tokens=40, **GREEDY),
-     "required"),
-    ("required/seed4", lambda t: dict(messages=_user("What is the weather in Berlin?"), tools=[WEATHER],
-                                      tool_choice="required", max_tokens=96, temperature=1.0, seed=4), "required"),
-    ("required/parallel/prefill/seed3",
-     lambda t: dict(messages=_user("What is the weather in Rome, and what time is it there?", PREFILL[t]),
-                    tools=[WEATHER, TIME], tool_choice="required", parallel_tool_calls=True, max_tokens=96,
-                    temperature=0.7, seed=3), "parallel"),
-    ("stream/required/prefill/greedy",
-     lambda t: dict(messages=_user("What is the weather in Oslo?", PREFILL[t]), tools=[WEATHER],
-                    tool_choice="required", max_tokens=40, stream=True, **GREEDY), "streamed call"),
-    ("stream/auto/text/seed5", lambda t: dict(messages=_user("Tell me a joke."), tools=[WEATHER], max_tokens=32,
-                                              temperature=0.8, seed=5, stream=True), "streamed text"),
-    ("second-turn/greedy", lambda t: dict(messages=SECOND_TURN, tools=[WEATHER], max_tokens=32, **GREEDY),
-     "second turn with the tool's result"),
-    ("none/greedy", lambda t: dict(messages=_user("What is the weather in Paris?"), tools=[WEATHER],
-                                   tool_choice="none", max_tokens=24, **GREEDY), "tool_choice none"),
+    (
+        "auto/text/greedy",
+        lambda t: dict(messages=_user("Say hello to me in French."), tools=[WEATHER], max_tokens=24, **GREEDY),
+        "auto, answers in text",
+    ),
+    (
+        "auto/seed4",
+        lambda t: dict(
+            messages=_user("What is the weather in Berlin?"), tools=[WEATHER], max_tokens=96, temperature=1.0, seed=4
+        ),
+        "auto, sampled",
+    ),
+    (
+        "auto/prefill/greedy",
+        lambda t: dict(
+            messages=_user("What is the weather in Berlin?", PREFILL[t]), tools=[WEATHER], max_tokens=40, **GREEDY
+        ),
+        "auto, calls",
+    ),
+    (
+        "required/prefill/greedy",
+        lambda t: dict(
+            messages=_user("What is the weather in Berlin?", PREFILL[t]),
+            tools=[WEATHER],
+            tool_choice="required",
+            max_tokens=40,
+            **GREEDY,
+        ),
+        "required",
+    ),
+    (
+        "required/seed4",
+        lambda t: dict(
+            messages=_user("What is the weather in Berlin?"),
+            tools=[WEATHER],
+            tool_choice="required",
+            max_tokens=96,
+            temperature=1.0,
+            seed=4,
+        ),
+        "required",
+    ),
+    (
+        "required/parallel/prefill/seed3",
+        lambda t: dict(
+            messages=_user("What is the weather in Rome, and what time is it there?", PREFILL[t]),
+            tools=[WEATHER, TIME],
+            tool_choice="required",
+            parallel_tool_calls=True,
+            max_tokens=96,
+            temperature=0.7,
+            seed=3,
+        ),
+        "parallel",
+    ),
+    (
+        "stream/required/prefill/greedy",
+        lambda t: dict(
+            messages=_user("What is the weather in Oslo?", PREFILL[t]),
+            tools=[WEATHER],
+            tool_choice="required",
+            max_tokens=40,
+            stream=True,
+            **GREEDY,
+        ),
+        "streamed call",
+    ),
+    (
+        "stream/auto/text/seed5",
+        lambda t: dict(
+            messages=_user("Tell me a joke."), tools=[WEATHER], max_tokens=32, temperature=0.8, seed=5, stream=True
+        ),
+        "streamed text",
+    ),
+    (
+        "second-turn/greedy",
+        lambda t: dict(messages=SECOND_TURN, tools=[WEATHER], max_tokens=32, **GREEDY),
+        "second turn with the tool's result",
+    ),
+    (
+        "none/greedy",
+        lambda t: dict(
+            messages=_user("What is the weather in Paris?"),
+            tools=[WEATHER],
+            tool_choice="none",
+            max_tokens=24,
+            **GREEDY,
+        ),
+        "tool_choice none",
+    ),
 ]
 
 
@@ -127,6 +204,7 @@ def short(template):
 
 def template_path(name):
     from .build_chat_templates import templates_dir
+
     return templates_dir() / name
 
 
@@ -135,8 +213,12 @@ class ToolServer(rs.Server):
 
     def __init__(self, exe, model, log_path, template_file):
         self.port = rs._free_port()
-        self.cmd = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port)] + rs.server_flags() \
-            + ["--chat-template-file", str(template_file)] + template_kwargs_flags()
+        self.cmd = (
+            [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port)]
+            + rs.server_flags()
+            + ["--chat-template-file", str(template_file)]
+            + template_kwargs_flags()
+        )
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
@@ -195,8 +277,12 @@ def assemble(deltas):
 def _record_one(server, template, name, body):
     request = dict(copy.deepcopy(body))
     request.update(rs.COMMON)
-    entry = {"name": "%s/%s" % (short(template), name), "template": template, "endpoint": "/v1/chat/completions",
-             "request": request}
+    entry = {
+        "name": "%s/%s" % (short(template), name),
+        "template": template,
+        "endpoint": "/v1/chat/completions",
+        "request": request,
+    }
     if request.get("stream"):
         events = server.post_stream("/v1/chat/completions", request)
         entry["status"] = 200
@@ -223,8 +309,9 @@ def _record_one(server, template, name, body):
         twin_verbose = twin_response["__verbose"]
         streamed_calls = assemble(entry["tool_call_deltas"])
         twin_calls = _calls(twin_response["choices"][0]["message"].get("tool_calls"))
-        if (twin_response["choices"][0]["message"].get("content") or "") != content \
-                or [c[:2] for c in streamed_calls] != [c[:2] for c in twin_calls]:
+        if (twin_response["choices"][0]["message"].get("content") or "") != content or [
+            c[:2] for c in streamed_calls
+        ] != [c[:2] for c in twin_calls]:
             raise RuntimeError("%s: the stream differs from its unstreamed twin" % entry["name"])
         entry["twin_response"] = twin_response
         entry["token_ids"] = twin_verbose["tokens"]
@@ -239,7 +326,7 @@ def _record_one(server, template, name, body):
         status, response = server.post_status("/v1/chat/completions", request)
         entry["status"] = status
         entry["response"] = response
-        if status != 200:   # llama-server refused the answer (e.g. the parser refused the output)
+        if status != 200:  # llama-server refused the answer (e.g. the parser refused the output)
             entry["error"] = response.get("error")
             for key in ("token_ids", "finish_reason", "content", "raw_text", "message"):
                 entry[key] = None
@@ -269,21 +356,39 @@ def _finish(server, entry, request, verbose):
     entry["stopping_word"] = verbose.get("stopping_word")
     evaluated = verbose.get("tokens_evaluated")
     if evaluated is not None and evaluated != len(tokens):
-        raise RuntimeError("%s: /tokenize gives %d prompt tokens, the server evaluated %d"
-                           % (entry["name"], len(tokens), evaluated))
+        raise RuntimeError(
+            "%s: /tokenize gives %d prompt tokens, the server evaluated %d" % (entry["name"], len(tokens), evaluated)
+        )
     return entry
 
 
 def reproducible(entry):
     """What a run of the same request must give again: everything but the random tool call ids (and the
     response's own id and time)."""
-    out = {k: entry.get(k) for k in ("status", "error", "prompt", "prompt_token_ids", "token_ids", "raw_text",
-                                     "content", "finish_reason", "grammar", "stop_type", "stopping_word")}
+    out = {
+        k: entry.get(k)
+        for k in (
+            "status",
+            "error",
+            "prompt",
+            "prompt_token_ids",
+            "token_ids",
+            "raw_text",
+            "content",
+            "finish_reason",
+            "grammar",
+            "stop_type",
+            "stopping_word",
+        )
+    }
     out["tool_calls"] = [c[:2] for c in entry["tool_calls"]]
     if "tool_call_deltas" in entry:
         out["tool_call_deltas"] = [[i, bool(cid), name, args] for i, cid, name, args in entry["tool_call_deltas"]]
-        out["content_deltas"] = [(c["choices"][0]["delta"].get("content") or "") for c in entry["response"]
-                                 if isinstance(c, dict) and c.get("choices")]
+        out["content_deltas"] = [
+            (c["choices"][0]["delta"].get("content") or "")
+            for c in entry["response"]
+            if isinstance(c, dict) and c.get("choices")
+        ]
     return out
 
 
@@ -318,18 +423,29 @@ def record(only=None):
                 entry = _record_one(server, template, name, body(template))
                 entry["purpose"] = purpose
                 recordings.append(entry)
-                print("[record_tools] %-40s %-10s %3d tokens %r %r" % (entry["name"], entry["finish_reason"],
-                      len(entry["token_ids"] or []), (entry["content"] or "")[:40], [c[:2] for c in entry["tool_calls"]]),
-                      file=sys.stderr, flush=True)
+                print(
+                    "[record_tools] %-40s %-10s %3d tokens %r %r"
+                    % (
+                        entry["name"],
+                        entry["finish_reason"],
+                        len(entry["token_ids"] or []),
+                        (entry["content"] or "")[:40],
+                        [c[:2] for c in entry["tool_calls"]],
+                    ),
+                    file=sys.stderr,
+                    flush=True,
+                )
         finally:
             server.close()
     version = subprocess.run([str(exe), "--version"], capture_output=True, text=True)
     return {
         "about": "Tool requests answered by the llama-server of llama-cpp-python 0.3.36's llama.cpp with SmolLM2 and "
-                 "--chat-template-file, recorded by tests/oracle/record_tools.py (see its docstring). llama.cpp is "
-                 "under the MIT License, Copyright (c) 2023-2026 The ggml authors (LICENSE-llama.cpp.txt).",
+        "--chat-template-file, recorded by tests/oracle/record_tools.py (see its docstring). llama.cpp is "
+        "under the MIT License, Copyright (c) 2023-2026 The ggml authors (LICENSE-llama.cpp.txt).",
         "llama_cpp_version": version.stdout.strip() or version.stderr.strip(),
-        "server_flags": ["-m", rs.MODEL_NAME] + rs.SERVER_FLAGS + ["--chat-template-file", "models/templates/<template>"]
+        "server_flags": ["-m", rs.MODEL_NAME]
+        + rs.SERVER_FLAGS
+        + ["--chat-template-file", "models/templates/<template>"]
         + template_kwargs_flags(),
         "chat_template_kwargs": TEMPLATE_KWARGS,
         "kernels": rs.kernels_fingerprint(),

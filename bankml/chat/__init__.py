@@ -1,0 +1,12 @@
+"""llama-server's chat layer for any chat template.
+
+Owns: ``template`` (messages read as llama.cpp reads them, the template's capabilities, the prompt, the
+chat parser and stream), ``jinja`` (the Jinja port), ``analysis`` and ``analysis_tools`` (the differential
+analysis of a template: reasoning, content and tool-call markers), ``peg``/``_peg``/``peg_builder`` (the PEG
+arena, its executor and builder), ``chat_peg`` (the chat parser builder and mappers), ``families/`` (the
+hand-written handlers of model families), ``constraint`` (a request's constraint: JSON mode, schemas,
+grammars), ``content`` (the JSON content rule) and ``templates`` (templates known by name).
+
+Must not import: ``serve`` or ``integrations``. It builds on ``schema``, ``sampling`` (none today) and
+``engine``.
+"""

@@ -1,0 +1,91 @@
+"""Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+
+What every hand-written handler of ``bankml.chat.families`` shares: the trigger kinds, the handlers' inputs
+(``autoparser::generation_params``), the defaults of ``common_chat_params`` and ``finish``, which builds a
+handler's arena, grammar and parser. Must not import ``bankml.chat.template`` or a family module.
+"""
+
+from bankml.chat.chat_peg import build_chat_peg_parser
+from bankml.chat.params import CONTINUATION_CONTENT, ChatParser, arena_grammar, render_content, schema_error
+from bankml.errors import SchemaError
+
+TRIGGER_TOKEN, TRIGGER_WORD, TRIGGER_PATTERN, TRIGGER_PATTERN_FULL = 0, 1, 2, 3
+
+
+class Inputs:
+    """autoparser::generation_params, the fields the handlers read."""
+
+    def __init__(
+        self,
+        handler,
+        source,
+        json_schema,
+        reasoning_format,
+        continuation,
+        continue_msg,
+        tools=None,
+        tool_choice="auto",
+        parallel_tool_calls=False,
+        enable_thinking=True,
+        add_generation_prompt=True,
+    ):
+        self.handler, self.source = handler, source
+        self.enable_thinking, self.add_generation_prompt = enable_thinking, add_generation_prompt
+        self.json_schema = json_schema
+        self.reasoning_format = reasoning_format
+        self.continuation, self.continue_msg = continuation, continue_msg
+        self.tools = [t for t in (tools or []) if isinstance(t, dict)]
+        self.tool_choice, self.parallel_tool_calls = tool_choice, parallel_tool_calls
+        self.continue_content = continuation == CONTINUATION_CONTENT
+        self._render = render_content
+
+    @property
+    def has_tools(self):
+        return bool(self.tools)
+
+    @property
+    def tool_calls_enabled(self):
+        return self.has_tools and self.tool_choice != "none"
+
+    @property
+    def has_response_format(self):
+        return isinstance(self.json_schema, dict) and bool(self.json_schema)
+
+    @property
+    def extract_reasoning(self):
+        return self.reasoning_format != "none"
+
+    def has_continuation(self):
+        return self.continue_msg is not None
+
+    def reasoning_content(self):
+        return self.continue_msg["reasoning_content"]
+
+    def render_content(self):
+        return self._render(self.continue_msg)
+
+
+def finish(out, fn, include_grammar, lazy, triggers, head=""):
+    """Builds the arena (``fn(builder)`` gives the root), and when ``include_grammar`` its grammar, as the
+    handlers end: data.parser, data.grammar_lazy, data.grammar, data.grammar_triggers."""
+    try:
+        arena = build_chat_peg_parser(fn)
+        if isinstance(include_grammar, list):  # a flag the builder function may clear
+            include_grammar = include_grammar[0]
+        out.grammar, out.grammar_lazy, out.grammar_triggers = "", False, []
+        if include_grammar:
+            out.grammar_lazy = lazy
+            out.grammar = arena_grammar(arena, lazy)
+            out.grammar_triggers = [list(t) for t in triggers]
+    except SchemaError as e:
+        raise schema_error(e, head) from None
+    out.parser = ChatParser(arena, out.generation_prompt)
+    return arena
+
+
+def defaults(out):
+    """common_chat_params' defaults for the fields a handler may leave."""
+    out.format = "peg-native"
+    out.supports_thinking = False
+    out.thinking_start_tag, out.thinking_end_tags = "", []
+    out.preserved_tokens, out.additional_stops, out.delimiters = [], [], []

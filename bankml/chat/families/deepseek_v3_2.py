@@ -1,0 +1,118 @@
+"""Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+
+common/parsers/deepseek.cpp (DeepSeek V3.2 and V4): ``<think>`` reasoning, DSML tool calls
+(``<｜DSML｜function_calls>`` / ``tool_calls`` in V4), the fenced response format (the tool-result order and the
+response format in the context are done by bankml.chat.template)."""
+
+from bankml.chat.chat_peg import function_parameters
+from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
+from bankml.schema.queries import may_be_string
+
+DSML, THINK_START, THINK_END = "｜DSML｜", "<think>", "</think>"
+GEN_PROMPT, TC_SEPARATOR = "<｜Assistant｜>", "\n\n"
+
+
+def apply(out, inp):
+    defaults(out)
+    is_v4 = "function_calls" not in inp.source
+    tc_block = "tool_calls" if is_v4 else "function_calls"
+    fc_start, fc_end = "<%s%s>" % (DSML, tc_block), "</%s%s>" % (DSML, tc_block)
+    invoke_start, invoke_end = "<%sinvoke" % DSML, "</%sinvoke>" % DSML
+    param_start, param_end = "<%sparameter" % DSML, "</%sparameter>" % DSML
+    has_response_format = isinstance(inp.json_schema, dict)
+    out.delimiters = [["assistant", GEN_PROMPT], ["user", "<｜User｜>"]]
+    out.supports_thinking = True
+    out.thinking_start_tag, out.thinking_end_tags = THINK_START, [THINK_END, fc_start]
+    out.preserved_tokens = [DSML, THINK_START, THINK_END]
+    if inp.has_continuation():
+        if is_v4 and not inp.reasoning_content():
+            out.generation_prompt = GEN_PROMPT + THINK_END + (inp.render_content() if inp.continue_content else "")
+        else:
+            out.generation_prompt = GEN_PROMPT + THINK_START + inp.reasoning_content()
+            if inp.continue_content:
+                out.generation_prompt += THINK_END + inp.render_content()
+        out.prompt += out.generation_prompt
+    require_tools = inp.tool_choice == "required"
+    has_tool_calls = inp.tool_calls_enabled
+
+    def fn(p):
+        generation_prompt = p.literal(GEN_PROMPT)
+        end = p.end()
+        tool_choice = p.choice()
+        if has_tool_calls:
+            for tool in inp.tools:
+                fn_ = tool["function"]
+                name = fn_["name"]
+                required, optional = [], []
+                for pname, node, is_required in function_parameters(fn_):
+                    is_string = may_be_string(node)
+                    # GCC builds the right operand of + first
+                    close = p.tool_arg_close(p.literal(param_end))
+                    if is_string:
+                        value = p.tool_arg_string_value(p.until(param_end))
+                    else:
+                        value = p.tool_arg_json_value(
+                            p.schema(p.json(), "tool-%s-arg-%s-schema" % (name, pname), None, node=node)
+                        )
+                    attr = p.literal('" string="%s">' % ("true" if is_string else "false"))
+                    aname = p.tool_arg_name(p.literal(pname))
+                    arg_open = p.tool_arg_open(p.literal(param_start + ' name="') + aname + attr)
+                    arg = p.tool_arg(arg_open + value + close)
+                    named = p.rule("tool-%s-arg-%s" % (name, pname), arg)
+                    (required if is_required else optional).append(named)
+                args_seq = p.required_then_optional(required, optional)
+                close = p.tool_close(p.literal(invoke_end))
+                sp = p.space()
+                nl = p.literal('">\n')
+                tname = p.tool_name(p.literal(name))
+                func = p.tool(p.tool_open(p.literal(invoke_start + ' name="') + tname + nl) + args_seq + sp + close)
+                tool_choice = tool_choice | p.rule("tool-" + name, func)
+        tool_calls = p.eps()
+        fc_close = p.literal(fc_end)
+        sp2 = p.space()
+        if inp.parallel_tool_calls:
+            more = p.zero_or_more(p.space() + tool_choice)
+            sp1 = p.space()
+            body = p.literal(fc_start) + sp1 + tool_choice + more + sp2 + fc_close
+        else:
+            sp1 = p.space()
+            body = p.literal(fc_start) + sp1 + tool_choice + sp2 + fc_close
+        tool_calls = p.trigger_rule("tool-call", body)
+        reasoning = p.eps()
+        reasoning_with_tc = p.eps()
+        obligatory = tool_calls
+        allow_reasoning_with_tc = False
+        if not require_tools:
+            tool_calls = p.optional(tool_calls)
+        if inp.extract_reasoning and inp.enable_thinking:
+            reasoning = p.optional(THINK_START + p.reasoning(p.until(THINK_END)) + THINK_END)
+            sp = p.space()
+            body = p.reasoning(p.until_one_of([TC_SEPARATOR + fc_start, fc_start, THINK_END]))
+            reasoning_with_tc = THINK_START + body + sp + obligatory
+            allow_reasoning_with_tc = True
+        elif inp.extract_reasoning:
+            if is_v4:
+                reasoning = p.optional(p.literal(THINK_END))
+            else:
+                close = p.literal(THINK_END)
+                until = p.until(THINK_END)
+                reasoning = p.optional(p.literal(THINK_START) + until + close)
+        if has_response_format:
+            fence = p.literal("```")
+            sp = p.space()
+            body = p.content(p.schema(p.json(), "response-format-schema", inp.json_schema))
+            sp0 = p.space()
+            response_format = p.rule("response-format", p.literal("```json") + sp0 + body + sp + fence)
+            return generation_prompt + reasoning + response_format + end
+        if not has_tool_calls:
+            return generation_prompt + reasoning + p.content(p.rest()) + end
+        sp = p.space()
+        before = p.content(p.until_one_of([TC_SEPARATOR + fc_start, fc_start]))
+        content_before_tools = p.negate(p.literal(THINK_START)) + before + sp
+        if allow_reasoning_with_tc:
+            return generation_prompt + (reasoning_with_tc | (reasoning + content_before_tools + tool_calls)) + end
+        return generation_prompt + reasoning + content_before_tools + tool_calls + end
+
+    finish(
+        out, fn, has_response_format or has_tool_calls, inp.has_tools and not require_tools, [(TRIGGER_WORD, fc_start)]
+    )

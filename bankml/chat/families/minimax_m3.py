@@ -1,0 +1,127 @@
+"""Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+
+common/parsers/minimax-m3.cpp: ``<mm:think>`` reasoning, ``]<]minimax[>[``-prefixed XML tool calls whose
+argument values are expanded recursively (format ``peg-minimax-m3``, its own mapper)."""
+
+from bankml.chat.chat_peg import TOOL_ARG_ARRAY, TOOL_ARG_ITEM, TOOL_ARG_OBJECT, MinimaxM3Mapper, tool_parameters
+from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
+from bankml.schema import converter as s
+from bankml.schema.queries import may_be_string
+
+NS, THINK_START, THINK_END = "]<]minimax[>[", "<mm:think>", "</mm:think>"
+FC_START, FC_END, INVOKE_END = NS + "<tool_call>", NS + "</tool_call>", NS + "</invoke>"
+
+
+def apply(out, inp):
+    defaults(out)
+    out.format = "peg-minimax-m3"
+    out.supports_thinking = True
+    out.thinking_start_tag, out.thinking_end_tags = THINK_START, [THINK_END]
+    out.preserved_tokens = [NS, "<tool_call>", "</tool_call>", THINK_START, THINK_END]
+    out.delimiters = [
+        ["assistant", "]~b]ai"],
+        ["user", "]~b]user"],
+        ["tool", "]~b]tool"],
+        ["system", "]~b]developer"],
+        ["system", "]~b]system"],
+    ]
+    has_response_format = isinstance(inp.json_schema, dict)
+    gen_prompt = out.generation_prompt
+    if inp.has_continuation():
+        out.generation_prompt = gen_prompt + THINK_START + inp.reasoning_content()
+        if inp.continue_content:
+            out.generation_prompt += THINK_END + inp.render_content()
+        out.prompt += out.generation_prompt
+
+    def fn(p):
+        generation_prompt = p.prefix(gen_prompt, THINK_START)
+        end = p.end()
+        reasoning = p.eps()
+        if inp.extract_reasoning:
+            # GCC builds the right operand of + first
+            if inp.enable_thinking:
+                close = p.literal(THINK_END)
+                inner = p.ac(p.reasoning(p.until(THINK_END)) + close, THINK_END)
+                sp = p.space()
+                block = p.literal(THINK_START) + sp + inner
+            else:
+                close = p.literal(THINK_END)
+                inner = p.ac(p.until(THINK_END) + close, THINK_END)
+                block = p.literal(THINK_START) + inner
+            reasoning = p.optional(p.choice([block, p.literal(THINK_END)]))
+        if has_response_format:
+            fence = p.literal("```")
+            sp = p.space()
+            body = p.content(p.schema(p.json(), "response-format-schema", inp.json_schema))
+            sp0 = p.space()
+            response_format = p.rule("response-format", p.literal("```json") + sp0 + body + sp + fence)
+            return generation_prompt + reasoning + response_format + end
+        if not inp.tool_calls_enabled:
+            return generation_prompt + reasoning + p.content(p.rest()) + end
+        tool_choice = p.choice()
+        for tool in inp.tools:
+            fn_ = tool["function"]
+            name = fn_["name"]
+            root = s.SchemaDocument(tool_parameters(fn_)).root
+
+            def element_of(tag, node, rule_name):
+                close = NS + "</" + tag + ">"
+                value = value_of(node, rule_name, close)
+                gt = p.literal(">")
+                aname = p.tool_arg_name(p.literal(tag))
+                return p.rule(rule_name, p.tool_arg(p.tool_arg_open(p.literal(NS + "<") + aname + gt) + value))
+
+            def value_of(node, rule_name, close):
+                close_tag = p.tool_arg_close(p.literal(close))
+                if may_be_string(node):
+                    return p.ac(p.tool_arg_string_value(p.until(close)) + close_tag, close)
+                if node.kind == s.ANY_OF:
+                    return p.choice(
+                        [value_of(alt, "%s-%d" % (rule_name, i), close) for i, alt in enumerate(node.children)]
+                    )
+                if node.kind == s.OBJECT and node.properties:
+                    sp = p.space()
+                    return p.tag(TOOL_ARG_OBJECT, members_of(node, rule_name)) + sp + close_tag
+                if node.kind == s.ARRAY:
+                    item_close = NS + "</item>"
+                    # GCC builds the right operand of + first
+                    item_value = value_of(node.items, rule_name + "-item", item_close)
+                    item = p.rule(rule_name + "-item", p.tag(TOOL_ARG_ITEM, p.literal(NS + "<item>") + item_value))
+                    sp = p.space()
+                    return p.tag(TOOL_ARG_ARRAY, p.repeat(p.space() + item, 0, -1)) + sp + close_tag
+                return p.tool_arg_json_value(p.schema(p.json(), rule_name + "-schema", None, node=node)) + close_tag
+
+            def members_of(obj, prefix):
+                required, optional = [], []
+                for pname, node, is_required in obj.properties:
+                    (required if is_required else optional).append(element_of(pname, node, prefix + "-" + pname))
+                return p.required_then_optional(required, optional)
+
+            invoke_body = p.eps()
+            if root.kind == s.OBJECT:
+                invoke_body = members_of(root, "tool-" + name + "-arg")
+            close = p.tool_close(p.literal(INVOKE_END))
+            sp2 = p.space()
+            sp1 = p.space()
+            q = p.literal('">')
+            tname = p.tool_name(p.literal(name))
+            open_ = p.tool_open(p.literal(NS + '<invoke name="') + tname + q)
+            tool_choice = tool_choice | p.rule("tool-" + name, p.tool(open_ + sp1 + invoke_body + sp2 + close))
+        tool_calls = p.eps()
+        fc_close = p.literal(FC_END)
+        sp2 = p.space()
+        if inp.parallel_tool_calls:
+            more = p.zero_or_more(p.space() + tool_choice)
+            body = p.literal(FC_START) + p.space() + tool_choice + more + sp2 + fc_close
+        else:
+            body = p.literal(FC_START) + p.space() + tool_choice + sp2 + fc_close
+        tool_calls = p.trigger_rule("tool-call", body)
+        if inp.tool_choice != "required":
+            tool_calls = p.optional(tool_calls)
+        content_before_tools = p.content(p.until(FC_START))
+        return generation_prompt + reasoning + content_before_tools + tool_calls + end
+
+    lazy = not (has_response_format or (inp.has_tools and inp.tool_choice == "required"))
+    finish(out, fn, has_response_format or inp.tool_calls_enabled, lazy, [(TRIGGER_WORD, FC_START)])
+    out.parser.format = "peg-minimax-m3"
+    out.parser.mapper = MinimaxM3Mapper

@@ -1,0 +1,58 @@
+"""Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+
+What the chat template layer (``bankml.chat.template``) and the hand-written handlers (``bankml.chat.families``)
+share, the parts of ``common_chat_params`` and its inputs both build: the request error, the continuation
+modes of a prefilled assistant message, a message's rendered content, the chat parser (an arena run as
+``common_chat_peg_parse`` runs it) and an arena's grammar. It must not import ``template`` or ``families``.
+"""
+
+from bankml.chat.chat_peg import Mapper, peg_parse
+from bankml.errors import SchemaError
+from bankml.schema.converter import build_grammar
+
+CONTINUATION_NONE, CONTINUATION_AUTO, CONTINUATION_REASONING, CONTINUATION_CONTENT = range(4)
+
+
+class ChatRequestError(ValueError):
+    """A request llama-server refuses before rendering (bad messages, tools, kwargs); llama.cpp's message."""
+
+
+def render_content(msg):
+    if msg["content"] and msg["content_parts"]:
+        raise ChatRequestError("Cannot specify both content and content_parts")
+    if msg["content"]:
+        return msg["content"]
+    return "\n\n".join(p["text"] for p in msg["content_parts"] if p["type"] == "text")
+
+
+class ChatParser:
+    """A chat parser as common_chat_peg_parse runs it: the arena built by the auto-parser or a handler, run
+    leniently on the generation prompt followed by the answer, its AST mapped to the message."""
+
+    def __init__(self, arena, generation_prompt, format_name="peg-native", mapper=None):
+        self.arena = arena
+        self.generation_prompt = generation_prompt
+        self.format = format_name
+        self.mapper = mapper or Mapper
+
+    def parse(self, raw, partial=False):
+        """The message for a raw answer (``partial``: a stream in progress). Raises ChatParseError with
+        llama-server's message when a whole answer does not match."""
+        return peg_parse(self.arena, self.generation_prompt, raw, partial, self.format, self.mapper)
+
+
+UNWRAPPED_SCHEMA_ERRORS = ("JSON schema error at ", "At least one of min_value or max_value must be set")
+
+
+def arena_grammar(arena, lazy=False):
+    """build_grammar(parser.build_grammar(builder, lazy)): the GBNF of an arena (SchemaError from the
+    converter)."""
+    return build_grammar(lambda builder: arena.build_grammar(builder, lazy))
+
+
+def schema_error(e, head):
+    message = str(e)
+    wrapped = "JSON schema conversion failed:\n"
+    if message.startswith(wrapped) and message[len(wrapped) :].startswith(UNWRAPPED_SCHEMA_ERRORS):
+        message = message[len(wrapped) :]
+    return SchemaError(head + message, e.pointer)

@@ -1,0 +1,1117 @@
+"""Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+
+The chat layer of llama-server for any chat template: what ``common_chat_templates_init`` and
+``common_chat_templates_apply`` (``common/chat.cpp``) make of a template and a request. This module owns the
+request side: the OpenAI messages read as llama.cpp reads them (``common_chat_msgs_parse_oaicompat``), the
+template's capabilities (``jinja::caps_get``), the workarounds llama.cpp applies to the messages before
+rendering, the extra variables it gives the template (``datetime``, ``date_string``, ``chat_template_kwargs``,
+``enable_thinking``, the reasoning-preservation and reasoning-effort aliases), the prompt, and the generation
+prompt (the text the template adds for ``add_generation_prompt``, which the grammar and the parser start
+with). The rendering itself is ``bankml.chat.jinja``'s.
+
+It does not own (yet) what llama.cpp derives from the template's structure -- the differential analysis of
+``common/chat-diff-analyzer.cpp`` and the specialised handlers of ``common/parsers/`` that give the format,
+the thinking tags, the grammar, its triggers, the preserved tokens and the parser; see
+``docs/modules/chat.md``. Tools are read and rendered (``tools`` reach the template as llama.cpp passes them)
+so that the next step only adds the grammar and parsing of tool calls.
+
+Typical use, without a model::
+
+    tmpl = ChatTemplate(source, bos_token="<s>", eos_token="</s>")
+    out = tmpl.apply([{"role": "user", "content": "Hi"}], enable_thinking=False)
+    out.prompt, out.generation_prompt
+"""
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from bankml.chat import families
+from bankml.chat.analysis import Analysis
+from bankml.chat.analysis_tools import build_tool_parser
+from bankml.chat.chat_peg import ChatMessage, ChatParseError, build_chat_peg_parser
+from bankml.chat.families import TRIGGER_PATTERN, TRIGGER_PATTERN_FULL, TRIGGER_TOKEN, TRIGGER_WORD, Inputs
+from bankml.chat.jinja import Program, TemplateError, caps_get, preserve_reasoning
+from bankml.chat.params import (
+    CONTINUATION_AUTO,
+    CONTINUATION_CONTENT,
+    CONTINUATION_NONE,
+    CONTINUATION_REASONING,
+    ChatParser,
+    ChatRequestError,
+    arena_grammar,
+    render_content,
+    schema_error,
+)
+from bankml.errors import SchemaError, json_type_name
+from bankml.schema import jsondepth as _jsondepth
+
+__all__ = ["ChatTemplate", "ChatPrompt", "ChatRequestError", "TemplateError", "parse_messages", "CHATML_TEMPLATE"]
+
+CHATML_TEMPLATE = (
+    "{%- for message in messages -%}\n"
+    "  {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' -}}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "  {{- '<|im_start|>assistant\n' -}}\n"
+    "{%- endif -%}"
+)
+
+
+def _dump(value):
+    """nlohmann's dump() of a request value, for the messages llama.cpp quotes."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def parse_messages(messages):
+    """common_chat_msgs_parse_oaicompat: OpenAI messages -> llama.cpp's common_chat_msg fields, as dicts with
+    the keys role, content, content_parts, tool_calls, reasoning_content, tool_name, tool_call_id."""
+    try:
+        if not isinstance(messages, list):
+            raise ValueError("Expected 'messages' to be an array, got " + _dump(messages))
+        out = []
+        for message in messages:
+            if not isinstance(message, dict):
+                raise ValueError("Expected 'message' to be an object, got " + _dump(message))
+            if "role" not in message:
+                raise ValueError("Missing 'role' in message: " + _dump(message))
+            msg = {
+                "role": _str(message["role"]),
+                "content": "",
+                "content_parts": [],
+                "tool_calls": [],
+                "reasoning_content": "",
+                "tool_name": "",
+                "tool_call_id": "",
+            }
+            has_content, has_tool_calls = "content" in message, "tool_calls" in message
+            if has_content:
+                content = message["content"]
+                if isinstance(content, str):
+                    msg["content"] = content
+                elif isinstance(content, list):
+                    for part in content:
+                        if not isinstance(part, dict) or "type" not in part:
+                            raise ValueError("Missing content part type: " + _dump(part))
+                        if part["type"] not in ("text", "media_marker"):
+                            raise ValueError("Unsupported content part type: " + _dump(part["type"]))
+                        msg["content_parts"].append({"type": part["type"], "text": _str(part["text"])})
+                elif content is not None:
+                    raise ValueError(
+                        "Invalid 'content' type: expected string or array, got "
+                        + _dump(content)
+                        + " (ref: https://github.com/ggml-org/llama.cpp/issues/8367)"
+                    )
+            if has_tool_calls:
+                for call in message["tool_calls"]:
+                    if "type" not in call:
+                        raise ValueError("Missing tool call type: " + _dump(call))
+                    if call["type"] != "function":
+                        raise ValueError("Unsupported tool call type: " + _dump(call))
+                    if "function" not in call:
+                        raise ValueError("Missing tool call function: " + _dump(call))
+                    fn = call["function"]
+                    if "name" not in fn:
+                        raise ValueError("Missing tool call name: " + _dump(call))
+                    args = fn["arguments"]
+                    msg["tool_calls"].append(
+                        {
+                            "name": _str(fn["name"]),
+                            "arguments": args if isinstance(args, str) else _dump(args),
+                            "id": _str(call["id"]) if "id" in call else "",
+                        }
+                    )
+            if not has_content and not has_tool_calls:
+                raise ValueError(
+                    "Expected 'content' or 'tool_calls' (ref: https://github.com/ggml-org/llama.cpp/issues/8367 & "
+                    "https://github.com/ggml-org/llama.cpp/issues/12279)"
+                )
+            if "reasoning_content" in message:
+                msg["reasoning_content"] = _str(message["reasoning_content"])
+            if "name" in message:
+                msg["tool_name"] = _str(message["name"])
+            if "tool_call_id" in message:
+                msg["tool_call_id"] = _str(message["tool_call_id"])
+            out.append(msg)
+        return out
+    except (ValueError, KeyError, TypeError) as e:
+        text = str(e) if isinstance(e, ValueError) else "[json.exception.out_of_range.403] key not found"
+        raise ChatRequestError("Failed to parse messages: " + text) from None
+
+
+def _str(value):
+    if not isinstance(value, str):
+        raise ValueError("[json.exception.type_error.302] type must be string, but is " + json_type_name(value))
+    return value
+
+
+def _concat_parts(parts):
+    """Parts joined with newlines, none before or after a media marker."""
+    text, last_was_media = "", False
+    for part in parts:
+        kind = part.get("type", "")
+        if kind == "text":
+            add_newline = not last_was_media and bool(text)
+            last_was_media = False
+        elif kind == "media_marker":
+            add_newline, last_was_media = False, True
+        else:
+            continue
+        if add_newline:
+            text += "\n"
+        text += part.get("text", "")
+    return text
+
+
+def _msg_to_json(msg):
+    """common_chat_msg::to_json_oaicompat(concat_typed_text=false): the message as the template sees it."""
+    if msg["content"] and msg["content_parts"]:
+        raise ChatRequestError("Cannot specify both content and content_parts")
+    out = {"role": msg["role"]}
+    if msg["content"]:
+        out["content"] = msg["content"]
+    elif msg["content_parts"]:
+        if any(p["type"] == "media_marker" for p in msg["content_parts"]):
+            out["content"] = _concat_parts(msg["content_parts"])
+        else:
+            out["content"] = [{"type": p["type"], "text": p["text"]} for p in msg["content_parts"]]
+    else:
+        out["content"] = ""
+    if msg["reasoning_content"]:
+        out["reasoning_content"] = msg["reasoning_content"]
+    if msg["tool_name"]:
+        out["name"] = msg["tool_name"]
+    if msg["tool_call_id"]:
+        out["tool_call_id"] = msg["tool_call_id"]
+    if msg["tool_calls"]:
+        calls = []
+        for call in msg["tool_calls"]:
+            tc = {"type": "function", "function": {"name": call["name"], "arguments": call["arguments"]}}
+            if call["id"]:
+                tc["id"] = call["id"]
+            calls.append(tc)
+        out["tool_calls"] = calls
+    return out
+
+
+def _normalize(messages, caps):
+    """messages_inp_normalizer: string content for templates that only take strings, parts for the others."""
+    only_string = caps.supports_string_content and not caps.supports_typed_content
+    only_typed = not caps.supports_string_content and caps.supports_typed_content
+    if not only_string and not only_typed:
+        return messages
+    out = []
+    for msg in messages:
+        msg = dict(msg)
+        if "content" in msg:
+            content = msg["content"]
+            if only_typed and isinstance(content, str):
+                msg["content"] = [{"type": "text", "text": content}]
+            elif only_string and isinstance(content, list):
+                msg["content"] = _concat_parts(content)
+        out.append(msg)
+    return out
+
+
+def _trim(text):
+    """llama.cpp's trim_whitespace (the C locale's isspace)."""
+    return text.strip(" \t\n\v\f\r")
+
+
+def _parse_continuation(value):
+    if value is True:
+        return CONTINUATION_AUTO
+    if value == "reasoning_content":
+        return CONTINUATION_REASONING
+    if value == "content":
+        return CONTINUATION_CONTENT
+    return CONTINUATION_NONE
+
+
+def specialized_handler(source):
+    """The name of the hand-written handler (common/parsers/) llama.cpp picks for this template source, in
+    common_chat_try_specialized_template's order, or None when the differential analysis builds the parser."""
+    has = source.__contains__
+    if has("[SYSTEM_PROMPT]") and has("[TOOL_CALLS]") and has("[ARGS]") and not has("[CALL_ID]"):
+        return "ministral-3"
+    if has("<|channel|>"):
+        return "gpt-oss"
+    if has("<atem:function_calls>") and has("<|eom|>"):
+        return "muse-glimmer"
+    if has(">>>all") and has(">>>${recipient}"):
+        return "functionary-v3-2"
+    if has("<|tool_calls_section_begin|>") and has("<|tool_call_begin|>"):
+        return "kimi-k2"
+    if has("<|open|>") and has("<|close|>") and has("<|end_of_msg|>"):
+        return "kimi-k3"
+    if has("<role>ASSISTANT</role>") and has("<arg_key>"):
+        return "ling3"
+    if has("<|START_TEXT|>") and has("<|START_ACTION|>"):
+        return "cohere2moe"
+    if _is_lfm2(source):
+        return "lfm2"
+    if has("List of tools: [") and not has("<|tool_list_start|>"):
+        return "lfm2.5"
+    if has("<|role_sep|>") and has("<|message_sep|>") and not has("<|function_call|>"):
+        return "gigachat-v3"
+    if has("]<]minimax[>[") and has("<tool_call>") and has("<invoke name="):
+        return "minimax-m3"
+    if has("dsml_token") and has("DSML") and (has("function_calls") or has("tool_calls")):
+        return "deepseek-v3.2"
+    if has("'<|tool_call>call:'"):
+        return "gemma4"
+    if has("Tool usage guidelines:") and has('<function name="') and has('<param name="'):
+        return "minicpm5"
+    if (
+        has("<tool_call>")
+        and has("<function=")
+        and has("<parameter=")
+        and not has("'<tool_call><function=' ~ tool_call.name ~ '>'")
+    ):
+        return "qwen3-coder"
+    return None
+
+
+def _is_lfm2(source):
+    return "<|tool_list_start|>" in source and "<|tool_list_end|>" in source
+
+
+@dataclass
+class ChatPrompt:
+    """What ``ChatTemplate.apply`` returns, with common_chat_params' field names: the prompt, the generation
+    prompt (what the template adds for ``add_generation_prompt``; the grammar and the parser start with it),
+    and what the template analysis gives (thinking tags, preserved tokens, stops, message delimiters).
+    ``handler`` names llama.cpp's hand-written handler when the template has one (those fields are then
+    not derived yet and are None)."""
+
+    prompt: str
+    generation_prompt: str
+    format: Optional[str] = None
+    supports_thinking: Optional[bool] = None
+    thinking_start_tag: Optional[str] = None
+    thinking_end_tags: Optional[list] = None
+    preserved_tokens: Optional[list] = None
+    additional_stops: Optional[list] = None
+    delimiters: Optional[list] = None
+    handler: Optional[str] = None
+    grammar: Optional[str] = None
+    grammar_lazy: Optional[bool] = None
+    grammar_triggers: Optional[list] = None
+    parser: Optional["ChatParser"] = None
+    caps: dict = field(default_factory=dict)
+
+
+class ChatTemplate:
+    """A chat template as ``common_chat_templates_init`` holds it: the source (with llama.cpp's source
+    workarounds), the parsed program, bos/eos strings, whether the vocabulary adds bos/eos itself, and the
+    capabilities probed once."""
+
+    def __init__(self, source=None, bos_token="", eos_token="", add_bos=False, add_eos=False):
+        if not source or source == "chatml":
+            source = CHATML_TEMPLATE
+        if "<|channel|>" in source and "in message.content or" in source:
+            source = source.replace(
+                '{%- if "<|channel|>analysis<|message|>" in message.content or '
+                '"<|channel|>final<|message|>" in message.content %}',
+                "{%- if false %}",
+            )
+        if "[TOOL_CALLS]" in source and "if (message['content'] is none or" in source:
+            source = source.replace(
+                "{%- if (message['content'] is none or message['content'] == '' or "
+                "message['content']|length == 0) and (message['tool_calls'] is not defined or "
+                "message['tool_calls'] is none or message['tool_calls']|length == 0) %}",
+                "{%- if false %}",
+            )
+        self.source = source
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self.add_bos, self.add_eos = add_bos, add_eos
+        self.program = Program(source)
+        self.caps = caps_get(self.program)
+        self.handler = specialized_handler(source)
+        self._analysis = None
+
+    @property
+    def analysis(self):
+        """The differential analysis of the template (computed once)."""
+        if self._analysis is None:
+            self._analysis = Analysis(self)
+        return self._analysis
+
+    # -- rendering (common_chat_template_direct_apply_impl) ------------------------------------------------
+
+    def normalize(self, messages):
+        """messages_inp_normalizer with this template's capabilities."""
+        return _normalize(messages, self.caps)
+
+    def render(
+        self,
+        messages,
+        tools=None,
+        add_generation_prompt=False,
+        enable_thinking=True,
+        extra_context=None,
+        now=None,
+        strip_bos_eos=True,
+        override=False,
+    ):
+        """The template rendered over already-prepared messages (JSON form): llama.cpp's direct apply
+        (``override``: messages a handler built for this template, rendered as they are)."""
+        variables = {
+            "messages": messages if override else self.normalize(messages),
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+            "enable_thinking": enable_thinking,
+        }
+        if tools:
+            variables["tools"] = tools
+        if extra_context:
+            variables.update(extra_context)
+        if add_generation_prompt:
+            variables["add_generation_prompt"] = True
+        if isinstance(variables.get("preserve_reasoning"), bool):
+            variables.update(preserve_reasoning(variables["preserve_reasoning"]))
+        effort = variables.get("reasoning_effort")
+        if isinstance(effort, str) and effort:
+            variables["reasoning_effort"] = variables["reasoning_strength"] = effort
+        result = self.program.render(variables, now=now)
+        if strip_bos_eos and self.add_bos and result.startswith(self.bos_token):
+            result = result[len(self.bos_token) :]
+        if strip_bos_eos and self.add_eos and self.eos_token and result.endswith(self.eos_token):
+            result = result[: len(result) - len(self.eos_token)]
+        return result
+
+    def generation_prompt(
+        self, messages, tools=None, enable_thinking=True, extra_context=None, now=None, override=False
+    ):
+        """common_chat_template_generation_prompt: what add_generation_prompt appends, as the common-prefix
+        difference of the two renders."""
+        without = self.render(messages, tools, False, enable_thinking, extra_context, now, override=override)
+        with_ = self.render(messages, tools, True, enable_thinking, extra_context, now, override=override)
+        n = 0
+        limit = min(len(without), len(with_))
+        while n < limit and without[n] == with_[n]:
+            n += 1
+        return with_[n:]
+
+    # -- the request (common_chat_templates_apply_jinja up to the parser generation) ------------------------
+
+    def prepare(
+        self,
+        messages,
+        tools=None,
+        add_generation_prompt=True,
+        continue_final_message=None,
+        enable_thinking=True,
+        chat_template_kwargs=None,
+        now=None,
+    ):
+        """The messages and variables llama.cpp renders for a request: (messages_json, tools_json, extra_context,
+        add_generation_prompt, continuation, continue_msg)."""
+        msgs = parse_messages(messages)
+        if "You have access to the following functions in JSONSchema format" in self.source:
+            for m in msgs:
+                m["content"], m["reasoning_content"] = _trim(m["content"]), _trim(m["reasoning_content"])
+                for p in m["content_parts"]:
+                    if p["type"] == "text":
+                        p["text"] = _trim(p["text"])
+        rendered = _normalize([_msg_to_json(m) for m in msgs], self.caps)
+        continuation = _parse_continuation(continue_final_message)
+        continue_msg = None
+        if continuation != CONTINUATION_NONE:
+            add_generation_prompt = False
+            if msgs:
+                continue_msg = msgs[-1]
+                rendered = rendered[:-1]
+            if continuation == CONTINUATION_AUTO and msgs:
+                continuation = CONTINUATION_CONTENT
+                if (
+                    continue_msg["reasoning_content"]
+                    and not continue_msg["content"]
+                    and not continue_msg["content_parts"]
+                ):
+                    continuation = CONTINUATION_REASONING
+        if "<|channel|>" not in self.source:
+            for m in rendered:
+                if m.get("role") == "developer":
+                    m["role"] = "system"
+        if not self.caps.supports_system_role and rendered and rendered[0].get("role") == "system":
+            if len(rendered) > 1:
+                first, second = rendered[0], dict(rendered[1])
+                second["content"] = _as_text(first.get("content")) + "\n" + _as_text(second.get("content"))
+                rendered = [second] + rendered[2:]
+            else:
+                rendered = rendered[1:]
+        if self.caps.supports_tool_calls:
+            for m in rendered:
+                if "tool_calls" in m and "content" not in m:
+                    m["content"] = ""
+        if self.caps.supports_object_arguments:
+            for m in rendered:
+                for call in m.get("tool_calls", ()):
+                    args = call.get("function", {}).get("arguments")
+                    if isinstance(args, str):
+                        try:
+                            call["function"]["arguments"] = _jsondepth.loads(args)
+                        except (ValueError, RecursionError) as e:
+                            raise ChatRequestError("Failed to parse tool call arguments as JSON: %s" % e) from None
+        stamp = time.time() if now is None else now
+        extra = {
+            "datetime": time.strftime("%b %d %Y", time.localtime(stamp)),
+            "date_string": time.strftime("%d %b %Y", time.localtime(stamp)),
+        }
+        for key, text in (chat_template_kwargs or {}).items():
+            try:
+                extra[key] = _jsondepth.loads(text)
+            except (ValueError, RecursionError) as e:
+                raise ChatRequestError("chat_template_kwargs[%r] is not JSON: %s" % (key, e)) from None
+        tools_json = _tools_json(tools)
+        return rendered, tools_json, extra, add_generation_prompt, continuation, continue_msg
+
+    def apply(
+        self,
+        messages,
+        tools=None,
+        add_generation_prompt=True,
+        continue_final_message=None,
+        enable_thinking=True,
+        chat_template_kwargs=None,
+        json_schema=None,
+        reasoning_format="deepseek",
+        now=None,
+        tool_choice="auto",
+        parallel_tool_calls=False,
+    ):
+        """What llama.cpp's common_chat_templates_apply gives for this request (``now``: POSIX time for
+        ``strftime_now`` / ``datetime`` / ``date_string``, default the wall clock). ``chat_template_kwargs``
+        maps names to JSON texts, as llama-server holds them; ``continue_final_message`` is True, "content"
+        or "reasoning_content" (llama-server's field); ``json_schema`` the response format's schema (a dict
+        or its JSON text), which some templates render and which gives the grammar; ``reasoning_format``
+        llama-server's (its default ``deepseek`` extracts the reasoning; ``none`` leaves it in the content)."""
+        if tool_choice not in ("auto", "none", "required"):
+            raise ChatRequestError("Invalid tool_choice: %s" % tool_choice)
+        rendered, tools_json, extra, add_gen, continuation, continue_msg = self.prepare(
+            messages, tools, add_generation_prompt, continue_final_message, enable_thinking, chat_template_kwargs, now
+        )
+        if isinstance(json_schema, str):
+            try:
+                json_schema = _jsondepth.loads(json_schema) if json_schema else None
+            except (ValueError, RecursionError) as e:
+                raise ChatRequestError("json_schema is not JSON: %s" % e) from None
+        has_continuation = (
+            continuation != CONTINUATION_NONE and continue_msg is not None and not _msg_empty(continue_msg)
+        )
+        if self.handler is not None:
+            return self._apply_handler(
+                rendered,
+                tools_json,
+                add_gen,
+                enable_thinking,
+                extra,
+                now,
+                continuation,
+                continue_msg if has_continuation else None,
+                json_schema,
+                reasoning_format,
+                tool_choice,
+                parallel_tool_calls,
+            )
+        prompt = self.render(rendered, tools_json, add_gen, enable_thinking, extra, now)
+        gen = self.generation_prompt(rendered, tools_json, enable_thinking, extra, now)
+        out = ChatPrompt(prompt, gen, handler=self.handler, caps=self.caps.to_dict())
+        a = self.analysis
+        parser_gen = gen
+        if has_continuation:
+            start = a.reasoning.start
+            if start:
+                cut = gen.find(start)
+                gen = (gen if cut < 0 else gen[:cut]) + start + continue_msg["reasoning_content"]
+                if continuation == CONTINUATION_CONTENT:
+                    gen += a.reasoning.end
+            if continuation == CONTINUATION_CONTENT:
+                gen += render_content(continue_msg)
+            out.prompt += gen
+            out.generation_prompt = gen
+        out.format = "peg-native"
+        extracting = reasoning_format != "none" and a.reasoning.mode != "NONE"
+        json_mode = isinstance(json_schema, dict) and bool(json_schema)
+        head = "Unable to generate parser for this template. Automatic parser generation failed: "
+        inp = Inputs(
+            None,
+            self.source,
+            json_schema,
+            reasoning_format,
+            continuation,
+            continue_msg,
+            tools_json,
+            tool_choice,
+            bool(parallel_tool_calls),
+            enable_thinking,
+            add_gen,
+        )
+        tf = a.tools.format
+        has_tools = tf.mode != "NONE" and inp.has_tools
+        trigger = tf.section_start or tf.per_call_start
+        include_grammar = json_mode or (
+            has_tools and ((tool_choice == "auto" and bool(trigger)) or tool_choice == "required")
+        )
+        try:
+            with_tools = inp.tool_calls_enabled and self.caps.supports_tool_calls
+            arena = build_auto_parser(a, parser_gen, extracting, json_schema, inp if with_tools else None)
+            if include_grammar:
+                out.grammar_lazy = not json_mode and tool_choice == "auto"
+                out.grammar = arena_grammar(arena, out.grammar_lazy)
+                out.grammar_triggers = []
+                if out.grammar_lazy:
+                    out.grammar_triggers = [[TRIGGER_WORD, trigger]]
+                    if tf.openai_wrapper_trigger:
+                        out.grammar_triggers.append([TRIGGER_WORD, '{"type": "function",'])
+        except SchemaError as e:
+            raise schema_error(e, head) from None
+        out.parser = ChatParser(arena, out.generation_prompt)
+        out.supports_thinking = a.reasoning.mode != "NONE"
+        out.thinking_start_tag = _trim(a.reasoning.start) if out.supports_thinking else ""
+        end = _trim(a.reasoning.end)
+        out.thinking_end_tags = [end] if out.supports_thinking and end else []
+        out.preserved_tokens = list(a.preserved_tokens)
+        out.additional_stops = list(a.additional_stops)
+        out.delimiters = ([["assistant", a.assistant_start]] if a.assistant_start else []) + (
+            [["user", a.user_start]] if a.user_start else []
+        )
+        return out
+
+    def _apply_handler(
+        self,
+        rendered,
+        tools_json,
+        add_gen,
+        enable_thinking,
+        extra,
+        now,
+        continuation,
+        continue_msg,
+        json_schema,
+        reasoning_format,
+        tool_choice="auto",
+        parallel_tool_calls=False,
+    ):
+        """llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context they rewrite before
+        rendering here, then the handler of ``bankml.chat.families`` (continuation prompt, tags, tokens, parser,
+        grammar)."""
+        h, src = self.handler, self.source
+        override, context = None, None
+        if h in ("gpt-oss", "lfm2", "lfm2.5"):
+            override = []
+            for m in rendered:
+                m = dict(m)
+                if isinstance(m.get("reasoning_content"), str):
+                    m["thinking"] = m["reasoning_content"]
+                    if h == "gpt-oss" and isinstance(m.get("tool_calls"), list) and m["tool_calls"]:
+                        m.pop("content", None)
+                override.append(m)
+        elif h == "ministral-3":
+            override = []
+            for m in rendered:
+                if m.get("role") not in ("system", "assistant"):
+                    override.append(m)
+                    continue
+                blocks = []
+                if isinstance(m.get("reasoning_content"), str):
+                    blocks.append({"type": "thinking", "thinking": m["reasoning_content"]})
+                if "content" in m:
+                    if isinstance(m["content"], str):
+                        blocks.append({"type": "text", "text": m["content"]})
+                    elif isinstance(m["content"], list):
+                        blocks.extend(m["content"])
+                m = dict(m, content=blocks)
+                m.pop("reasoning_content", None)
+                override.append(m)
+        elif h == "gemma4" and "{#- OpenAI Chat Completions:" not in src:
+            rendered = _gemma4_tool_responses(rendered)
+        elif h == "deepseek-v3.2" and "function_calls" not in src:
+            override = _deepseek_v4_sort_tool_results(rendered)
+            if isinstance(json_schema, dict):
+                context = {"response_format": json_schema}
+        ctx = dict(extra)
+        if context:
+            ctx.update(context)
+        is_override = override is not None
+        msgs = override if is_override else rendered
+        prompt = self.render(msgs, tools_json, add_gen, enable_thinking, ctx, now, override=is_override)
+        if h == "gpt-oss" and not add_gen:
+            pos = prompt.rfind("<|return|>")
+            if pos >= 0:
+                prompt = prompt[:pos] + "<|end|>" + prompt[pos + len("<|return|>") :]
+        gen = self.generation_prompt(msgs, tools_json, enable_thinking, ctx, now, override=is_override)
+        out = ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict())
+        families.apply(
+            out,
+            families.Inputs(
+                h,
+                src,
+                json_schema,
+                reasoning_format,
+                continuation,
+                continue_msg,
+                tools_json,
+                tool_choice,
+                bool(parallel_tool_calls),
+                enable_thinking=enable_thinking,
+                add_generation_prompt=add_gen,
+            ),
+        )
+        return out
+
+
+def _gemma4_has_content(msg):
+    content = msg.get("content")
+    return isinstance(content, (str, list)) and bool(content)
+
+
+def _gemma4_has_tool_calls(msg):
+    return isinstance(msg.get("tool_calls"), list) and bool(msg["tool_calls"])
+
+
+def _strict_json(text):
+    """nlohmann's json::parse: NaN and Infinity are not JSON."""
+
+    def refuse(name):
+        raise ValueError(name)
+
+    return _jsondepth.loads(text, parse_constant=refuse)
+
+
+def _gemma4_tool_responses(messages):
+    """workaround::convert_tool_responses_gemma4 (common/parsers/gemma4.cpp), applied to the older Gemma 4
+    templates: each assistant turn with tool calls, the tool results after it and a final assistant answer
+    (text, no calls) become one assistant message with ``tool_responses`` (each ``{"name", "response"}``, the
+    response parsed as JSON where it is JSON, the name taken from the call at the same position or else the
+    ``tool_call_id``). The first assistant message's own content is not kept, as llama.cpp does."""
+    out = []
+    i, n = 0, len(messages)
+    while i < n:
+        msg = messages[i]
+        if msg.get("role", "") != "assistant" or not _gemma4_has_tool_calls(msg):
+            out.append(msg)
+            i += 1
+            continue
+        reasoning = msg["reasoning_content"] if isinstance(msg.get("reasoning_content"), str) else None
+        calls = list(msg["tool_calls"])
+        responses = []
+        i += 1
+        while i < n and messages[i].get("role", "") == "tool":
+            cur = messages[i]
+            response = None
+            if "content" in cur:
+                response = cur["content"]
+                if isinstance(response, str):
+                    try:
+                        response = _strict_json(response)
+                    except ValueError:
+                        pass
+            name = ""
+            k = len(responses)
+            if k < len(calls) and isinstance(calls[k], dict) and "function" in calls[k]:
+                fn = calls[k]["function"]
+                name = fn.get("name", "") if isinstance(fn, dict) else ""
+            if not name:
+                name = cur.get("tool_call_id", "")
+            responses.append({"name": name, "response": response})
+            i += 1
+        content = None
+        if i < n and messages[i].get("role", "") == "assistant":
+            nxt = messages[i]
+            if not _gemma4_has_tool_calls(nxt) and _gemma4_has_content(nxt):
+                content = nxt["content"]
+                i += 1
+        built = {"role": "assistant", "tool_calls": calls}
+        if responses:
+            built["tool_responses"] = responses
+        if content is not None:
+            built["content"] = content
+        if reasoning is not None:
+            built["reasoning_content"] = reasoning
+        out.append(built)
+    return out
+
+
+def _deepseek_v4_sort_tool_results(messages):
+    """DeepSeek V4 renders a run of tool results in the order of the preceding assistant's tool calls."""
+    adjusted = [dict(m) for m in messages]
+    call_order = {}
+    i = 0
+    while i < len(adjusted):
+        msg = adjusted[i]
+        role = msg.get("role", "")
+        if role == "assistant" and isinstance(msg.get("tool_calls"), list) and msg["tool_calls"]:
+            call_order = {}
+            for idx, call in enumerate(msg["tool_calls"]):
+                if call.get("id"):
+                    call_order[call["id"]] = idx
+            i += 1
+            continue
+        if role not in ("user", "tool"):
+            i += 1
+            continue
+        positions, end = [], i
+        while end < len(adjusted):
+            r = adjusted[end].get("role", "")
+            if r == "tool":
+                positions.append(end)
+            elif r != "user":
+                break
+            end += 1
+        if len(positions) > 1 and call_order:
+            results = sorted(
+                (adjusted[p] for p in positions), key=lambda m: call_order.get(m.get("tool_call_id", ""), 0)
+            )
+            for k, p in enumerate(positions):
+                adjusted[p] = results[k]
+        i = end
+    return adjusted
+
+
+def _string_diff(last, current):
+    if not last:
+        return current
+    if not current.startswith(last):
+        if last.startswith(current):
+            return ""
+        raise ChatParseError("Invalid diff: '%s' not found at start of '%s'" % (last, current))
+    return current[len(last) :]
+
+
+def msg_diffs(previous, current):
+    """common_chat_msg_diff::compute_diffs: [(reasoning_content_delta, content_delta)], one entry per field
+    that changed (reasoning first)."""
+    out = []
+    if previous.reasoning_content != current.reasoning_content:
+        out.append((_string_diff(previous.reasoning_content, current.reasoning_content), ""))
+    if previous.content != current.content:
+        out.append(("", _string_diff(previous.content, current.content)))
+    return out
+
+
+def msg_diffs_with_tools(previous, current):
+    """common_chat_msg_diff::compute_diffs in full: [(reasoning_delta, content_delta, tool_call_index (-1:
+    none), name, arguments_delta, id)], reasoning and content first, then the last known call's argument
+    delta (with its id and name when they changed) and the new calls. ChatParseError with llama.cpp's
+    message when calls disappear or a call's name changes."""
+    out = [d + (-1, "", "", "") for d in msg_diffs(previous, current)]
+    prv, new = previous.tool_calls or [], current.tool_calls or []
+    if len(new) < len(prv):
+        err = "Invalid diff: now finding less tool calls!\n  Previous (%d):\n" % len(prv)
+        err += "".join("    - name: '%s', args: '%s'\n" % (tc.name, tc.arguments) for tc in prv)
+        err += "  Current (%d):\n" % len(new)
+        err += "".join("    - name: '%s', args: '%s'\n" % (tc.name, tc.arguments) for tc in new)
+        err += "  Current msg text content:\n" + current.content + "\n"
+        raise ChatParseError(err)
+    if prv:
+        idx = len(prv) - 1
+        pref, newf = prv[idx], new[idx]
+        if pref.name != newf.name and pref.name and newf.name and not newf.name.startswith(pref.name):
+            raise ChatParseError("Invalid diff: tool call mismatch!")
+        args = _string_diff(pref.arguments, newf.arguments)
+        if args or pref.id != newf.id or pref.name != newf.name:
+            changed = pref.id != newf.id or pref.name != newf.name
+            out.append(("", "", idx, newf.name if changed else "", args, newf.id if changed else ""))
+    for idx in range(len(prv), len(new)):
+        tc = new[idx]
+        out.append(("", "", idx, tc.name, tc.arguments, tc.id))
+    return out
+
+
+def build_auto_parser(analysis, generation_prompt, extracting, json_schema, tool_inputs=None):
+    """autoparser::build_parser (chat-auto-parser-generator.cpp): the arena; ``tool_inputs`` (the handlers'
+    ``Inputs``) when the request's tools are to be parsed. C++ operands of ``+`` are built as GCC builds them
+    (the right one first), which fixes the parser ids."""
+    r, c = analysis.reasoning, analysis.content
+
+    def fn(p):
+        reasoning_parser = p.eps()  # parser_build_context's initial reasoning parser
+        if extracting and r.mode in ("TAG_BASED", "TOOLS_ONLY") and r.end:
+            tail = p.optspace(r.end)
+            body = p.reasoning(p.until(_trim(r.end)))
+            if r.start:
+                head = p.optspace(r.start)
+                reasoning_parser = p.optional(head + body + tail)
+            else:
+                reasoning_parser = p.optional(body + tail)
+        else:
+            reasoning_parser = p.eps()  # analyze_reasoning::build_parser's epsilon
+        p.eps()  # build_parser's initial parser
+        pure_content = r.mode == "NONE"
+        if isinstance(json_schema, dict) and json_schema:
+            response_format = p.rule(
+                "response-format", p.content(p.schema(p.json(), "response-format-schema", json_schema))
+            )
+            end = p.end()
+            fenced_close = p.literal("```")
+            sp = p.space()
+            fenced = p.literal("```json") + p.space() + response_format + sp + fenced_close
+            sp2 = p.space()
+            bare = p.space() + response_format + sp2
+            alternatives = p.choice([fenced, bare])
+            parser = reasoning_parser + p.space() + alternatives + end
+            pure_content = False
+        elif tool_inputs is not None:
+            parser = build_tool_parser(p, analysis.tools, tool_inputs, reasoning_parser, c)
+            pure_content = False
+        elif c.is_always_wrapped():
+            end = p.end()
+            if extracting:
+                inner = p.content(p.until(c.end))
+                parser = reasoning_parser + c.start + inner + c.end + end
+            else:
+                inner = p.content(p.until(c.end))
+                parser = p.content(p.until(c.start)) + c.start + inner + c.end + end
+        else:
+            end = p.end()
+            parser = reasoning_parser + p.content(p.rest()) + end
+        prefix = p.prefix(generation_prompt, _trim(r.start))
+        return prefix + parser if pure_content else prefix << parser
+
+    return build_chat_peg_parser(fn)
+
+
+def chat_message(parser, raw, parsed=None):
+    """The assistant message llama-server answers a non-streamed request with: the parsed content, reasoning
+    and tool calls (``common_chat_msg::to_json_oaicompat``: ``tool_calls`` as
+    ``{"type": "function", "function": {"name", "arguments"}, "id"}``, with the ids ``set_tool_call_ids``
+    gave), or, when the parse holds none of them, the raw text as content
+    (server_task_result_cmpl_final::to_json_oaicompat_chat). ``parsed``: the final message already parsed (a
+    ChatStream's, whose tool calls have their ids); otherwise ``raw`` is parsed and new ids are made. Raises
+    ChatParseError where llama.cpp refuses."""
+    msg = parsed
+    if msg is None:
+        msg = parser.parse(raw, partial=False)
+        if not msg.empty():
+            set_tool_call_ids(msg, [])
+    if msg.empty():
+        text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace")
+        return {"role": "assistant", "content": text}
+    out = {"role": "assistant", "content": msg.content}
+    if msg.reasoning_content:
+        out["reasoning_content"] = msg.reasoning_content
+    if msg.tool_calls:
+        calls = []
+        for tc in msg.tool_calls:
+            call = {"type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+            if tc.id:
+                call["id"] = tc.id
+            calls.append(call)
+        out["tool_calls"] = calls
+    return out
+
+
+def preserved_token_ids(preserved_tokens, tokenize):
+    """The ids of a ChatPrompt's ``preserved_tokens`` that are one token of the vocabulary (llama-server's
+    preserved_tokens field): a generated one is sent with its special text. ``tokenize(text)`` tokenizes with
+    special tokens parsed and no BOS."""
+    out = set()
+    for text in preserved_tokens or ():
+        ids = tokenize(text)
+        if len(ids) == 1:
+            out.add(ids[0])
+    return out
+
+
+def _regex_escape(text):
+    # common.cpp's regex_escape
+    return re.sub(r"[.^$|()*+?\[\]{}\\]", lambda m: "\\" + m.group(0), text)
+
+
+def lazy_grammar_triggers(triggers, preserved_ids, tokenize):
+    """``(trigger_tokens, trigger_patterns)`` for ``Grammar(..., lazy=True)`` from a ChatPrompt's
+    ``grammar_triggers``, as llama-server reads them (server-schema.cpp's grammar_triggers) and
+    common_sampler_init hands them to the grammar: a word that is one token becomes that token (it must be one
+    of ``preserved_ids``), another word its escaped pattern, a full pattern anchored at both ends. ValueError
+    with llama-server's message for a lazy grammar without triggers or a one-token word not preserved."""
+    tokens, patterns = [], []
+    for kind, value in triggers or ():
+        if kind == TRIGGER_WORD:
+            ids = tokenize(value)
+            if len(ids) == 1:
+                if ids[0] not in preserved_ids:
+                    raise ValueError("Grammar trigger word should be marked as preserved token: " + value)
+                tokens.append(ids[0])
+            else:
+                patterns.append(_regex_escape(value))
+        elif kind == TRIGGER_PATTERN:
+            patterns.append(value)
+        elif kind == TRIGGER_PATTERN_FULL:
+            anchored = "^$"
+            if value:
+                anchored = ("" if value[0] == "^" else "^") + value + ("" if value[-1] == "$" else "$")
+            patterns.append(anchored)
+        elif kind == TRIGGER_TOKEN:
+            ids = tokenize(value)
+            if len(ids) != 1:
+                raise ValueError("Grammar trigger token is not one token of the vocabulary: " + value)
+            tokens.append(ids[0])
+        else:
+            raise ValueError("unknown grammar trigger type: %r" % (kind,))
+    if not tokens and not patterns:
+        raise ValueError("Error: no triggers set for lazy grammar!")
+    return tokens, patterns
+
+
+_ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def gen_tool_call_id():
+    """llama-server's gen_tool_call_id (random_string): 32 random letters and digits."""
+    import secrets
+
+    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(32))
+
+
+def set_tool_call_ids(msg, ids_cache, gen=gen_tool_call_id):
+    """common_chat_msg::set_tool_call_ids: each call keeps the id the output gave it or gets a new one, the
+    same for the same call index across a stream's parses (``ids_cache``, a list, holds them)."""
+    for i, tc in enumerate(msg.tool_calls):
+        if len(ids_cache) <= i:
+            ids_cache.append(tc.id or gen())
+        tc.id = ids_cache[i]
+    return msg
+
+
+class ChatStream:
+    """The deltas of a streamed answer as llama-server sends them (task_result_state::update_chat_msg):
+    after each piece the whole answer is parsed partially; a refused or empty parse leaves the previous
+    message; the deltas are common_chat_msg_diff's. ``push(piece)`` returns the content delta ("" often) and
+    keeps the (reasoning, content) diffs in ``diffs``; ``finish()`` does the final, non-partial parse.
+    With ``tools`` the diffs are ``msg_diffs_with_tools``' (reasoning, content, tool call index, name,
+    arguments, id) and the calls get their ids as llama-server's ``set_tool_call_ids``; ``initial`` is the
+    message the stream starts from (a continued message's parse of no output, task_result_state)."""
+
+    def __init__(self, parser, tools=False, initial=None):
+        self.parser = parser
+        self._data = bytearray()
+        self.message = initial if initial is not None else ChatMessage()
+        self.diffs = []
+        self.content = ""
+        self.reasoning = ""
+        self.tools = bool(tools)
+        self.tool_call_ids = []
+        self.finished = False
+
+    @property
+    def raw(self):
+        return bytes(self._data)
+
+    def _update(self, partial):
+        try:
+            msg = self.parser.parse(bytes(self._data), partial)
+        except ChatParseError:
+            if partial:
+                return ""
+            raise
+        if msg.empty():
+            self.diffs = []
+            if not partial:
+                self.finished = True
+            return ""
+        if self.tools:
+            # the tool-call deltas too (6-tuples, msg_diffs_with_tools), the calls with their stable ids
+            set_tool_call_ids(msg, self.tool_call_ids)
+            self.diffs = msg_diffs_with_tools(self.message, msg)
+        else:
+            self.diffs = msg_diffs(self.message, msg)
+        self.message = msg
+        if not partial:
+            self.finished = True
+        delta = "".join(d[1] for d in self.diffs)
+        self.content += delta
+        self.reasoning += "".join(d[0] for d in self.diffs)
+        return delta
+
+    def push(self, piece):
+        self._data += piece.encode("utf-8", "surrogatepass") if isinstance(piece, str) else bytes(piece)
+        return self._update(partial=True)
+
+    def finish(self):
+        return self._update(partial=False)
+
+
+def _msg_empty(msg):
+    return not (
+        msg["content"]
+        or msg["content_parts"]
+        or msg["tool_calls"]
+        or msg["reasoning_content"]
+        or msg["tool_name"]
+        or msg["tool_call_id"]
+    )
+
+
+def _as_text(content):
+    if not isinstance(content, str):
+        raise ChatRequestError("[json.exception.type_error.302] type must be string, but is " + json_type_name(content))
+    return content
+
+
+def _tools_json(tools):
+    """common_chat_tools_parse_oaicompat + common_chat_tools_to_json_oaicompat."""
+    if not tools:
+        return None
+    out = []
+    try:
+        if not isinstance(tools, list):
+            raise ValueError("Expected 'tools' to be an array, got " + _dump(tools))
+        for tool in tools:
+            if "type" not in tool:
+                raise ValueError("Missing tool type: " + _dump(tool))
+            if tool["type"] != "function":
+                raise ValueError("Unsupported tool type: " + _dump(tool))
+            if "function" not in tool:
+                raise ValueError("Missing tool function: " + _dump(tool))
+            fn = tool["function"]
+            out.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": _str(fn["name"]),
+                        "description": fn.get("description", ""),
+                        "parameters": fn.get("parameters", {}),
+                    },
+                }
+            )
+    except (ValueError, KeyError, TypeError) as e:
+        raise ChatRequestError("Failed to parse tools: %s; tools = %s" % (e, json.dumps(tools, indent=2))) from None
+    return out
+
+
+class ChatJob:
+    """What a runtime needs from the chat layer for one chat request (``for_constraint``): the prompt, the
+    grammar text (None: unconstrained), the text the grammar is fed first (``prefill``), the parser of the
+    answer (None when bankml does not build this template's parser yet: the content is the raw text), and
+    the additional stop strings."""
+
+    __slots__ = ("prompt", "grammar", "prefill", "parser", "stops", "chat")
+
+    def __init__(self, prompt, grammar, prefill, parser, stops, chat):
+        self.prompt, self.grammar, self.prefill, self.parser, self.stops, self.chat = (
+            prompt,
+            grammar,
+            prefill,
+            parser,
+            stops,
+            chat,
+        )
+
+
+def for_constraint(template, messages, constraint, thinking=False, now=None):
+    """llama-server's chat path for a ``bankml.chat.constraint.Constraint``: a response format (JSON mode, a schema
+    object) gets the chat grammar prefilled with the generation prompt (common_grammar_needs_prefill); a GBNF
+    grammar, a top-level schema that is not an object or no constraint get the constraint's own grammar, not
+    prefilled, and the content parser. A template whose handler builds no grammar for a response format
+    (GigaChat 3, Functionary v3.2, Kimi K2 / K3, Ling 3: their chat grammar is empty) gets the constraint's
+    own grammar too, so the answer stays constrained."""
+    schema = constraint.schema if constraint.is_json else None
+    out = template.apply(messages, json_schema=schema, enable_thinking=thinking, now=now)
+    if out.parser is not None and schema is not None and out.grammar:
+        return ChatJob(out.prompt, out.grammar, out.generation_prompt, out.parser, out.additional_stops, out)
+    grammar = constraint.to_grammar(None)[0]
+    return ChatJob(out.prompt, grammar, None, out.parser, out.additional_stops or [], out)

@@ -1,0 +1,23 @@
+"""Typed stub of bankml.engine._rules (compiled): the flat rules llama.cpp's parser produces."""
+
+from typing import Any
+
+class Rules:
+    """Parsed GBNF rules: immutable, shareable by any number of matchers, picklable."""
+
+    symbol_ids: dict[str, int]
+    root: str | None
+    root_id: int
+    vocab: Any
+    text: str | None
+
+    @staticmethod
+    def parse(text: str | bytes, root: str | None = "root", vocab: Any = None) -> Rules: ...
+    @property
+    def rules(self) -> list[list[tuple[int, int]]]: ...
+    @property
+    def n_elements(self) -> int: ...
+    def __len__(self) -> int: ...
+    def alternative_starts(self, rule_id: int) -> list[int]: ...
+    def after_terminal(self, pos: int) -> int: ...
+    def rule_of(self) -> list[int]: ...

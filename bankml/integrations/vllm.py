@@ -1,0 +1,408 @@
+"""bankml's llama.cpp-exact grammar masks inside vLLM V1.
+
+* ``BankmlLogitsProcessor``: a V1 custom logits processor (``vllm.v1.sample.logits_processor.LogitsProcessor``)
+  that constrains each request that asks for it through ``SamplingParams.extra_args`` (``vllm_xargs`` over
+  HTTP): ``bankml_grammar`` (GBNF text), ``bankml_json_schema`` (a JSON schema, dict or text: llama.cpp's
+  converter), ``bankml_json_object`` (true: llama-server's JSON mode) or ``bankml_regex``. Load it with
+  ``LLM(..., logits_processors=[BankmlLogitsProcessor])``, ``vllm serve --logits-processors
+  bankml.integrations.vllm:BankmlLogitsProcessor``, or install bankml (its ``vllm.logits_processors`` entry point
+  loads it into every engine). The masks are computed on the worker, per step, from the tokens vLLM sampled.
+* ``BankmlBackend`` / ``BankmlGrammar``: subclasses of vLLM's own ``StructuredOutputBackend`` and
+  ``StructuredOutputGrammar`` (``vllm/v1/structured_output/backend_types.py``), for the structured-output
+  manager (which fills masks on the scheduler, accepts the draft tokens of speculative decoding, then rolls
+  back). vLLM 0.32's manager hard-codes its backends; ``install_backend(manager)`` puts bankml's in place.
+
+The vocabulary is the model's: its GGUF file when the model is one (``Vocab.from_gguf``: libllama's pieces
+and end-of-generation set), the GGUF named by ``additional_config={"bankml_vocab": PATH}`` or the
+``BANKML_VOCAB_GGUF`` environment variable, or else the Hugging Face tokenizer's pieces
+(``vocab_from_hf_tokenizer``) with the model's EOS ids.
+
+This module imports vLLM; nothing else in bankml does.
+"""
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+
+import numpy as np
+import torch
+from vllm.sampling_params import SamplingParams
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
+from vllm.v1.sample.logits_processor.builtin import process_dict_updates
+from vllm.v1.structured_output.backend_types import (
+    StructuredOutputBackend,
+    StructuredOutputGrammar,
+    StructuredOutputOptions,
+)
+
+from bankml.engine._grammar import Rules
+from bankml.engine.vocab import Vocab
+from bankml.errors import GrammarError
+from bankml.integrations.adapters import vocab_from_hf_tokenizer
+from bankml.integrations.spec import Compiler, SpecError, grammar_text
+from bankml.schema.converter import gbnf_format_literal
+
+__all__ = [
+    "EXTRA_ARGS",
+    "BankmlBackend",
+    "BankmlGrammar",
+    "BankmlLogitsProcessor",
+    "engine_vocab",
+    "install_backend",
+    "request_spec",
+]
+
+logger = logging.getLogger(__name__)
+
+# extra_args key -> bankml constraint kind
+EXTRA_ARGS = {
+    "bankml_grammar": "grammar",
+    "bankml_json_schema": "json",
+    "bankml_json_object": "json_object",
+    "bankml_regex": "regex",
+}
+
+
+def request_spec(params):
+    """``(kind, spec)`` a request's ``extra_args`` ask bankml for, or None; ValueError for a bad request."""
+    extra = getattr(params, "extra_args", None) or {}
+    if not isinstance(extra, dict):
+        raise ValueError(f"extra_args must be an object, got {type(extra).__name__}")
+    asked = [key for key in EXTRA_ARGS if extra.get(key) not in (None, False)]
+    if not asked:
+        return None
+    if len(asked) > 1:
+        raise ValueError(f"give one bankml constraint per request, got {', '.join(asked)}")
+    key = asked[0]
+    value = extra[key]
+    if key == "bankml_json_object":
+        if value is not True:
+            raise ValueError(f"bankml_json_object must be true, got {value!r}")
+        return "json_object", None
+    if key == "bankml_json_schema":
+        if not isinstance(value, (dict, str, bool)):
+            raise ValueError(f"bankml_json_schema must be a JSON schema (object or text), got {type(value).__name__}")
+        return "json", value
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be text, got {type(value).__name__}")
+    return EXTRA_ARGS[key], value
+
+
+def _gguf_path(vllm_config):
+    extra = getattr(vllm_config, "additional_config", None)
+    if isinstance(extra, dict) and extra.get("bankml_vocab"):
+        return extra["bankml_vocab"]
+    if os.environ.get("BANKML_VOCAB_GGUF"):
+        return os.environ["BANKML_VOCAB_GGUF"]
+    model = getattr(vllm_config.model_config, "model", "") or ""
+    if str(model).endswith(".gguf") and os.path.isfile(model):
+        return model
+    return None
+
+
+def engine_vocab(vllm_config, tokenizer=None):
+    """The bankml Vocab of the engine's model (see the module docstring for where it comes from)."""
+    path = _gguf_path(vllm_config)
+    if path is not None:
+        return Vocab.from_gguf(path)
+    if tokenizer is None:
+        from vllm.tokenizers import cached_tokenizer_from_config
+
+        tokenizer = cached_tokenizer_from_config(model_config=vllm_config.model_config)
+    eos = getattr(vllm_config.model_config.hf_config, "eos_token_id", None)
+    eog = set([eos] if isinstance(eos, int) else list(eos or ()))
+    if tokenizer.eos_token_id is not None:
+        eog.add(tokenizer.eos_token_id)
+    return vocab_from_hf_tokenizer(tokenizer, eog_ids=sorted(eog))
+
+
+def _as_numpy(bitmask):
+    # a CPU torch tensor shares its memory with .numpy(): the row is filled in place, no copy
+    if isinstance(bitmask, torch.Tensor):
+        if bitmask.device.type != "cpu":
+            raise ValueError(f"bankml fills bitmasks on the CPU, got a tensor on {bitmask.device}")
+        return bitmask.numpy()
+    return bitmask
+
+
+def _unpack(bitmask, n_columns):
+    """(rows, width) int32 bitmask -> (rows, n_columns) bool, bit set = allowed; columns past the bitmask False."""
+    bits = np.unpackbits(np.ascontiguousarray(bitmask).view(np.uint8), axis=1, bitorder="little").astype(bool)
+    if bits.shape[1] >= n_columns:
+        return bits[:, :n_columns]
+    out = np.zeros((bits.shape[0], n_columns), dtype=bool)
+    out[:, : bits.shape[1]] = bits
+    return out
+
+
+class _Row:
+    """One request's matcher and how far it has read the request's output tokens."""
+
+    __slots__ = ("grammar", "output_ids", "seen", "done", "dead", "vocab", "spec")
+
+    def __init__(self, grammar, output_ids, vocab):
+        self.grammar = grammar
+        self.output_ids = output_ids  # vLLM's live list: it grows as the request generates
+        self.seen = 0
+        self.done = False  # an end-of-generation token was accepted
+        self.dead = False  # a token the grammar rejects was sampled
+        self.vocab = vocab
+        self.spec = None
+
+    def advance(self):
+        ids = self.output_ids
+        while self.seen < len(ids):
+            token = ids[self.seen]
+            if token < 0:  # an async-scheduling placeholder: read it once it is replaced
+                return
+            self.seen += 1
+            if self.done or self.dead:
+                continue
+            try:
+                self.grammar.accept(int(token))
+            except GrammarError as e:
+                self.dead = True
+                logger.error(
+                    "bankml: the grammar rejects sampled token %d (%s); holding the row to end-of-generation tokens",
+                    token,
+                    e,
+                )
+                continue
+            if self.vocab.is_eog(int(token)):
+                self.done = True
+
+    def fill(self, bitmask, index, eog_words):
+        if self.done or self.dead:
+            bitmask[index] = eog_words
+        else:
+            self.grammar.fill_next_token_bitmask(bitmask, index)
+
+
+class BankmlLogitsProcessor(LogitsProcessor):
+    """vLLM V1 logits processor: bankml's grammar per request, from ``SamplingParams.extra_args``.
+
+    Not argmax-invariant (it changes greedy picks), so vLLM runs it for greedy and random sampling alike.
+    Requests without a ``bankml_*`` key are left alone. Compiled grammars are cached per constraint
+    (``spec.Compiler``), so requests with the same schema share one mask cache.
+
+    ``BANKML_VLLM_TRACE=PATH`` in the engine's environment appends one JSON line per constrained row and step
+    to PATH: the constraint, the output tokens so far and the SHA-256 of the mask row (the bytes of the
+    int32 words), so that a test can replay the tokens through bankml and compare every mask.
+    """
+
+    def __init__(self, vllm_config, device, is_pin_memory):
+        self.vocab = engine_vocab(vllm_config)
+        self.compiler = Compiler(self.vocab)
+        self.n_vocab = len(self.vocab)
+        self.width = (self.n_vocab + 31) // 32
+        self.device = torch.device(device)
+        self.rows = {}
+        max_rows = max(1, int(getattr(vllm_config.scheduler_config, "max_num_seqs", 1) or 1))
+        self._bitmask = np.zeros((max_rows, self.width), dtype=np.int32)
+        eog = np.zeros(self.width * 32, dtype=bool)
+        eog[list(self.vocab.eog_ids)] = True
+        self._eog_words = np.packbits(eog, bitorder="little").view(np.int32)
+        trace = os.environ.get("BANKML_VLLM_TRACE")
+        self._trace = open(trace, "a", encoding="utf-8") if trace else None
+
+    @classmethod
+    def validate_params(cls, sampling_params: SamplingParams):
+        spec = request_spec(sampling_params)
+        if spec is None:
+            return
+        try:
+            Rules.parse(grammar_text(*spec))
+        except (SpecError, GrammarError) as e:
+            raise ValueError(f"bankml: {e}") from None
+
+    def is_argmax_invariant(self):
+        return False
+
+    def _new_row(self, params, _prompt_ids, output_ids):
+        spec = request_spec(params)
+        if spec is None:
+            return None
+        row = _Row(self.compiler.matcher(*spec), output_ids, self.vocab)
+        row.spec = spec
+        return row
+
+    def update_state(self, batch_update: "BatchUpdate | None"):
+        process_dict_updates(self.rows, batch_update, self._new_row)
+        for row in self.rows.values():
+            row.advance()
+
+    def apply(self, logits):
+        if not self.rows:
+            return logits
+        if logits.shape[-1] < self.n_vocab:
+            raise ValueError(f"the logits have {logits.shape[-1]} columns, fewer than the vocabulary's {self.n_vocab}")
+        indices = sorted(self.rows)
+        if len(indices) > self._bitmask.shape[0]:
+            self._bitmask = np.zeros((len(indices), self.width), dtype=np.int32)
+        bitmask = self._bitmask[: len(indices)]
+        for k, index in enumerate(indices):
+            row = self.rows[index]
+            row.advance()
+            row.fill(bitmask, k, self._eog_words)
+        if self._trace is not None:
+            for k, index in enumerate(indices):
+                row = self.rows[index]
+                kind, spec = row.spec
+                self._trace.write(
+                    json.dumps(
+                        {
+                            "kind": kind,
+                            "spec": spec,
+                            "tokens": list(row.output_ids[: row.seen]),
+                            "mask_sha256": hashlib.sha256(bitmask[k].tobytes()).hexdigest(),
+                        }
+                    )
+                    + "\n"
+                )
+            self._trace.flush()
+        allowed = torch.from_numpy(_unpack(bitmask, logits.shape[-1])).to(logits.device)
+        rows = torch.tensor(indices, dtype=torch.long, device=logits.device)
+        logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
+        return logits
+
+
+# -- StructuredOutputBackend / StructuredOutputGrammar
+
+
+_KINDS = {
+    StructuredOutputOptions.JSON: "json",
+    StructuredOutputOptions.JSON_OBJECT: "json_object",
+    StructuredOutputOptions.GRAMMAR: "grammar",
+    StructuredOutputOptions.REGEX: "regex",
+}
+
+
+def _choice_grammar(spec):
+    choices = json.loads(spec) if isinstance(spec, str) else spec
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
+        raise ValueError("a choice constraint is a non-empty list of strings")
+    return "root ::= " + " | ".join(gbnf_format_literal(c) for c in choices) + "\n"
+
+
+class BankmlGrammar(StructuredOutputGrammar):
+    """One request's matcher for vLLM's structured-output manager (the ABC's contract, XGrammar's behaviour).
+
+    Termination: an accepted end-of-generation token of the vocabulary, or of the request's
+    ``stop_token_ids``, terminates the grammar; later tokens are ignored (``accept_tokens`` returns True) as
+    XGrammar's adapter does. Masks are llama.cpp's: a stop token outside the vocabulary's end-of-generation
+    set is masked as the text it spells.
+    """
+
+    def __init__(self, matcher, vocab_size, stop_token_ids=None):
+        self.matcher = matcher
+        self.vocab_size = vocab_size
+        self.stop_token_ids = frozenset(stop_token_ids or ())
+        self.num_processed_tokens = 0
+        self._stops = []  # positions (num_processed_tokens after it) of accepted stop tokens
+        n_vocab = len(matcher.vocab)
+        self._width = (n_vocab + 31) // 32
+        self._scratch = None
+
+    def _is_stop(self, token):
+        return token in self.stop_token_ids or self.matcher.vocab.is_eog(token)
+
+    def accept_tokens(self, request_id, tokens):
+        if self.is_terminated():
+            return True
+        for token in tokens:
+            token = int(token)
+            try:
+                accepted = self.matcher.accept_tokens([token])
+            except GrammarError:
+                accepted = False
+            if not accepted:
+                logger.error("bankml: the grammar rejects token %d for request %s", token, request_id)
+                return False
+            self.num_processed_tokens += 1
+            if self._is_stop(token):
+                self._stops.append(self.num_processed_tokens)
+                break
+        return True
+
+    def validate_tokens(self, tokens):
+        if self.is_terminated():
+            return []
+        tokens = [int(t) for t in tokens]
+        n = self.matcher.validate_tokens(tokens)
+        for i in range(n):
+            if self._is_stop(tokens[i]):
+                return tokens[: i + 1]
+        return tokens[:n]
+
+    def rollback(self, num_tokens):
+        if num_tokens <= 0:
+            return
+        self.matcher.rollback(num_tokens)
+        self.num_processed_tokens -= num_tokens
+        while self._stops and self._stops[-1] > self.num_processed_tokens:
+            self._stops.pop()
+
+    def fill_bitmask(self, bitmask, idx):
+        array = _as_numpy(bitmask)
+        if array.shape[-1] == self._width:
+            self.matcher.fill_next_token_bitmask(array, idx)
+            return
+        # the model's vocabulary is padded past the tokenizer's: fill a row of bankml's width, pad with zeros
+        if self._scratch is None:
+            self._scratch = np.zeros(self._width, dtype=np.int32)
+        self.matcher.fill_next_token_bitmask(self._scratch)
+        row = array[idx]
+        row[:] = 0
+        row[: self._width] = self._scratch[: row.shape[0]]
+
+    def is_terminated(self):
+        return bool(self._stops)
+
+    def reset(self):
+        self.matcher.reset()
+        self.num_processed_tokens = 0
+        self._stops = []
+
+
+@dataclasses.dataclass
+class BankmlBackend(StructuredOutputBackend):
+    """vLLM's engine-level backend over bankml: ``compile_grammar`` per request (cached per constraint),
+    ``allocate_token_bitmask`` (int32, all allowed), ``destroy``. Matchers keep ``num_speculative_tokens``
+    states (at least 1) for ``rollback``."""
+
+    def __post_init__(self):
+        self.num_speculative_tokens = 0
+        spec_config = getattr(self.vllm_config, "speculative_config", None)
+        if spec_config is not None:
+            self.num_speculative_tokens = int(spec_config.num_speculative_tokens or 0)
+        self.vocab = engine_vocab(self.vllm_config, self.tokenizer)
+        if len(self.vocab) > self.vocab_size:
+            raise ValueError(f"the tokenizer has {len(self.vocab)} tokens, more than the model's {self.vocab_size}")
+        self.compiler = Compiler(self.vocab, max_rollback=max(1, self.num_speculative_tokens + 1))
+
+    def compile_grammar(self, request_type, grammar_spec, stop_token_ids=None):
+        if request_type == StructuredOutputOptions.CHOICE:
+            kind, spec = "grammar", _choice_grammar(grammar_spec)
+        elif request_type in _KINDS:
+            kind, spec = _KINDS[request_type], grammar_spec
+        else:
+            raise ValueError(f"bankml does not compile {request_type!s} constraints")
+        return BankmlGrammar(self.compiler.matcher(kind, spec), self.vocab_size, stop_token_ids)
+
+    def allocate_token_bitmask(self, max_num_seqs):
+        return torch.full((max_num_seqs, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)
+
+    def destroy(self):
+        self.compiler = None
+
+
+def install_backend(manager, vocab_size=None):
+    """Put a BankmlBackend in a ``StructuredOutputManager`` (vLLM 0.32 picks its backend by name from a fixed
+    list; a manager whose backend is already set keeps using it). Returns the backend."""
+    config = manager.vllm_config
+    if vocab_size is None:
+        vocab_size = config.model_config.get_vocab_size()
+    manager.backend = BankmlBackend(config, tokenizer=manager.tokenizer, vocab_size=vocab_size)
+    return manager.backend

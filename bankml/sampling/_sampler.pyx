@@ -1,0 +1,2438 @@
+# Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+"""The sampling chain: llama-server's samplers, drawing the same token ids as the pinned libllama.
+
+Owns the candidate array, every sampler of the chain (src/llama-sampler.cpp), their generators and
+histories, and the draw-check-redraw loop of common_sampler_sample (common/sampling.cpp) with
+grammar_first=false. It does not own the grammar: it asks a ``bankml.Grammar`` whether the drawn token
+is allowed and, on a rejection, for the mask; accepting a token advances both.
+
+Floating-point expressions keep llama.cpp's types (float where it computes in float, double where it
+promotes) so every intermediate rounds the same way; sorts call the same std::sort / std::partial_sort
+so ties break the same way; generators are std::mt19937 drawn through the same std distributions.
+"""
+import math
+import numbers
+import weakref
+
+import numpy as np
+cimport numpy as cnp
+from cython.operator cimport dereference as deref
+from libc.math cimport INFINITY, exp, expf, fabsf, log, log2f, logf, pow, powf, sqrt
+from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.string cimport memcmp, memcpy
+from libcpp.random cimport mt19937, uniform_real_distribution
+from libcpp.unordered_map cimport unordered_map
+from libcpp.vector cimport vector
+
+from bankml.engine._typedefs cimport token_t
+from bankml.engine.vocab import ATTR_CONTROL, ATTR_UNKNOWN
+from bankml.errors import GrammarError, json_type_name
+
+cnp.import_array()
+
+LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+
+
+class SamplingError(RuntimeError):
+    """The chain cannot give a token (llama.cpp asserts or aborts here)."""
+
+
+class NoAllowedTokenError(SamplingError, GrammarError):
+    """The grammar rejects the token the redraw gave: no token the grammar allows has a finite logit (or the
+    grammar allows none of the vocabulary). llama.cpp would hand that token on and abort when the grammar
+    accepts it; bankml raises instead of returning a token the grammar does not allow."""
+
+    def __init__(self, reason):
+        GrammarError.__init__(self, reason)
+DEFAULT_SAMPLERS = "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature"
+
+cdef float FLT_MAX_VALUE = 3.4028234663852886e38
+
+
+cdef extern from "<chrono>" namespace "std::chrono" nogil:
+    cdef cppclass system_clock_duration "std::chrono::system_clock::duration":
+        long long count()
+    cdef cppclass system_clock_time_point "std::chrono::system_clock::time_point":
+        system_clock_duration time_since_epoch()
+    system_clock_time_point system_clock_now "std::chrono::system_clock::now"()
+
+
+cdef extern from "<random>" namespace "std" nogil:
+    cdef cppclass random_device_entropy "std::random_device":
+        random_device_entropy()
+        double entropy()
+        uint32_t operator()()
+
+
+# --- seeds and generators --------------------------------------------------------
+
+cdef uint32_t get_rng_seed(uint32_t seed) noexcept nogil:
+    # LLAMA_DEFAULT_SEED means "random": std::random_device, or the clock where the device is a PRNG
+    cdef random_device_entropy* device
+    cdef uint32_t value
+    if seed != 0xFFFFFFFFU:
+        return seed
+    device = new random_device_entropy()
+    if device.entropy() == 0:
+        value = <uint32_t>system_clock_now().time_since_epoch().count()
+    else:
+        value = deref(device)()
+    del device
+    return value
+
+
+cdef class Rng:
+    """std::mt19937 as explicit state: seeded, cloneable, drawn through the std distributions llama.cpp uses.
+
+    ``Rng(seed)`` seeds it the way llama_sampler_init_dist does (LLAMA_DEFAULT_SEED = 0xFFFFFFFF or -1 picks
+    a random seed; ``seed`` then holds the seed actually used).
+    """
+
+    def __init__(self, seed=5489):
+        self.seed = get_rng_seed(_as_seed(seed, "seed"))
+        self.rng.seed(self.seed)
+
+    def next_u32(self):
+        """The next raw 32-bit output."""
+        return self.rng()
+
+    def uniform(self):
+        """std::uniform_real_distribution<double>(0, 1): the draw llama_sampler_dist makes (two outputs)."""
+        cdef uniform_real_distribution[double] dist = uniform_real_distribution[double](0.0, 1.0)
+        return dist(self.rng)
+
+    def uniform_float(self):
+        """std::uniform_real_distribution<float>(0, 1): the draw the XTC sampler makes (one output)."""
+        cdef uniform_real_distribution[float] dist = uniform_real_distribution[float](0.0, 1.0)
+        return dist(self.rng)
+
+    def discrete(self, weights):
+        """std::discrete_distribution<int> over the weights (float32, as llama_sample_dist passes them)."""
+        cdef cnp.ndarray w = np.ascontiguousarray(weights, dtype=np.float32).astype(np.float64)
+        cdef const double[::1] view = w
+        if w.shape[0] == 0:
+            raise ValueError("Invalid weights: expected at least one")
+        return _discrete_draw(&view[0], w.shape[0], self.rng)
+
+    def discard(self, unsigned long long n):
+        cdef unsigned long long i
+        for i in range(n):
+            self.rng()
+
+    def clone(self):
+        cdef Rng other = Rng.__new__(Rng)
+        other.rng = self.rng
+        other.seed = self.seed
+        return other
+
+    def __reduce__(self):
+        raise TypeError("Rng is not picklable; use clone()")
+
+
+cdef int _discrete_draw(const double* weights, size_t n, mt19937& rng) except -1 nogil:
+    cdef discrete_distribution[int]* dist = new discrete_distribution[int](weights, weights + n)
+    cdef int result = deref(dist)(rng)
+    del dist
+    return result
+
+
+def _as_seed(seed, name):
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(f"Invalid {name}: expected an integer in [-1, 4294967295], got {seed!r}")
+    seed = int(seed)
+    if seed == -1:
+        return 0xFFFFFFFF
+    if not 0 <= seed <= 0xFFFFFFFF:
+        raise ValueError(f"Invalid {name}: expected an integer in [-1, 4294967295], got {seed}")
+    return seed
+
+
+# --- sorting (llama_token_data_array_partial_sort and _inplace) -------------------------
+
+cdef int llama_token_data_array_partial_sort(const llama_token_data_array* cur, int npartial,
+                                              vector[llama_token_data]& res) except -1 nogil:
+    # bucket the logits into 128 bins over [-10, 10], keep the top bins holding >= npartial, sort those
+    cdef int nbuckets = 128
+    cdef float bucket_low = -10.0
+    cdef float bucket_high = 10.0
+    cdef float bucket_scale = <float>nbuckets / (bucket_high - bucket_low)
+    cdef float bucket_inter = -bucket_low * bucket_scale
+    cdef vector[int] bucket_idx
+    cdef vector[int] histo
+    cdef vector[llama_token_data*] bucket_ptrs
+    cdef int i, ib, j, nhave, ndone
+    cdef int n = <int>cur.size
+    cdef float val
+    cdef llama_token_data* ptr
+    histo.assign(nbuckets, 0)
+    bucket_idx.resize(n)
+    for i in range(n):
+        val = cur.data[i].logit
+        ib = <int>(bucket_scale * val + bucket_inter)
+        if ib > nbuckets - 1:
+            ib = nbuckets - 1
+        if ib < 0:
+            ib = 0
+        bucket_idx[i] = ib
+        histo[ib] += 1
+    nhave = 0
+    ib = nbuckets - 1
+    while ib >= 0:
+        nhave += histo[ib]
+        if nhave >= npartial:
+            break
+        ib -= 1
+    res.resize(nhave)
+    ptr = res.data()
+    bucket_ptrs.reserve(nbuckets - ib)
+    j = nbuckets - 1
+    while j >= ib:
+        bucket_ptrs.push_back(ptr)
+        ptr += histo[j]
+        j -= 1
+    for i in range(n):
+        j = bucket_idx[i]
+        if j >= ib:
+            bucket_ptrs[nbuckets - 1 - j][0] = cur.data[i]
+            bucket_ptrs[nbuckets - 1 - j] += 1
+    ptr = res.data()
+    ndone = 0
+    j = nbuckets - 1
+    while j > ib:
+        bankml_sort_by_logit(ptr, ptr + histo[j])
+        ptr += histo[j]
+        ndone += histo[j]
+        j -= 1
+    bankml_partial_sort_by_logit(ptr, ptr + npartial - ndone, ptr + histo[ib])
+    return 0
+
+
+cdef int llama_token_data_array_partial_sort_inplace(llama_token_data_array* cur_p, int npartial,
+                                                      vector[llama_token_data]& tmp) except -1 nogil:
+    if npartial <= 128:
+        bankml_partial_sort_by_logit(cur_p.data, cur_p.data + npartial, cur_p.data + cur_p.size)
+        cur_p.size = npartial
+        cur_p.sorted = True
+        return 0
+    llama_token_data_array_partial_sort(cur_p, npartial, tmp)
+    memcpy(cur_p.data, tmp.data(), npartial * sizeof(llama_token_data))
+    cur_p.size = npartial
+    cur_p.sorted = True
+    return 0
+
+
+# --- the samplers -----------------------------------------------------------------------
+
+cdef void llama_sampler_temp_impl(llama_token_data_array* cur_p, float temp) noexcept nogil:
+    cdef size_t i, max_i
+    cdef float max_l
+    if cur_p.size == 0:
+        return
+    if temp <= 0:
+        # keep the first highest logit, -inf for the rest
+        max_i = 0
+        max_l = cur_p.data[0].logit
+        for i in range(1, cur_p.size):
+            if cur_p.data[i].logit > max_l:
+                cur_p.data[max_i].logit = -INFINITY
+                max_i = i
+                max_l = cur_p.data[i].logit
+            else:
+                cur_p.data[i].logit = -INFINITY
+        return
+    for i in range(cur_p.size):
+        cur_p.data[i].logit /= temp
+
+
+cdef int llama_sampler_softmax_impl(llama_token_data_array* cur_p, bint do_sort,
+                                     vector[llama_token_data]& tmp) except -1 nogil:
+    cdef size_t i
+    cdef float max_l, p, cum_sum
+    if cur_p.size == 0:
+        return 0  # llama.cpp asserts here
+    if do_sort and not cur_p.sorted:
+        llama_token_data_array_partial_sort_inplace(cur_p, <int>cur_p.size, tmp)
+    max_l = cur_p.data[0].logit
+    if not cur_p.sorted:
+        for i in range(1, cur_p.size):
+            if max_l < cur_p.data[i].logit:
+                max_l = cur_p.data[i].logit
+    cum_sum = 0
+    for i in range(cur_p.size):
+        p = expf(cur_p.data[i].logit - max_l)
+        cur_p.data[i].p = p
+        cum_sum += p
+    for i in range(cur_p.size):
+        cur_p.data[i].p /= cum_sum
+    return 0
+
+
+cdef int llama_sampler_top_k_impl(llama_token_data_array* cur_p, int32_t k,
+                                   vector[llama_token_data]& tmp) except -1 nogil:
+    if k <= 0:
+        return 0
+    if k > <int32_t>cur_p.size:
+        k = <int32_t>cur_p.size
+    if not cur_p.sorted:
+        llama_token_data_array_partial_sort_inplace(cur_p, k, tmp)
+    cur_p.size = k
+    return 0
+
+
+cdef int apply_top_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& buf_sort,
+                      vector[llama_token_data]& tmp) except -1 nogil:
+    cdef size_t k, i, last_idx
+    cdef llama_token_data* pdata
+    cdef float cum_sum
+    if st.p >= 1:
+        return 0
+    llama_sampler_softmax_impl(cur_p, False, tmp)
+    k = cur_p.size
+    pdata = cur_p.data
+    if not cur_p.sorted and cur_p.size > 1024:
+        # adaptive: sort the top 256 first, everything only when they do not reach p
+        k = 256 if cur_p.size > 256 else cur_p.size
+        llama_token_data_array_partial_sort(cur_p, <int>k, buf_sort)
+        pdata = buf_sort.data()
+    elif not cur_p.sorted:
+        llama_token_data_array_partial_sort_inplace(cur_p, <int>k, tmp)
+    cum_sum = 0
+    last_idx = cur_p.size
+    for i in range(cur_p.size):
+        cum_sum += pdata[i].p
+        if cum_sum >= st.p and i + 1 >= st.min_keep:
+            last_idx = i + 1
+            break
+        if not cur_p.sorted and i == k - 1:
+            k = cur_p.size
+            llama_token_data_array_partial_sort(cur_p, <int>k, buf_sort)
+            pdata = buf_sort.data()
+    if not cur_p.sorted:
+        memcpy(cur_p.data, buf_sort.data(), last_idx * sizeof(llama_token_data))
+        cur_p.sorted = True
+    cur_p.size = last_idx
+    return 0
+
+
+cdef int apply_min_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+    cdef bint min_p_applied = False
+    cdef float max_logit, min_logit
+    cdef size_t i, n_kept
+    if st.p <= 0 or cur_p.size == 0:
+        return 0
+    if not cur_p.sorted:
+        max_logit = -FLT_MAX_VALUE
+        for i in range(cur_p.size):
+            if max_logit < cur_p.data[i].logit:
+                max_logit = cur_p.data[i].logit
+        min_logit = max_logit + logf(st.p)
+        n_kept = 0
+        for i in range(cur_p.size):
+            if cur_p.data[i].logit >= min_logit:
+                n_kept += 1
+        if n_kept != 0 and n_kept >= st.min_keep:
+            # the kept tokens in their order (a stable in-place filter is the same as llama.cpp's copy)
+            n_kept = 0
+            for i in range(cur_p.size):
+                if cur_p.data[i].logit >= min_logit:
+                    cur_p.data[n_kept] = cur_p.data[i]
+                    n_kept += 1
+            cur_p.size = n_kept
+            min_p_applied = True
+    if not min_p_applied:
+        if not cur_p.sorted:
+            llama_token_data_array_partial_sort_inplace(cur_p, <int>cur_p.size, tmp)
+        min_logit = cur_p.data[0].logit + logf(st.p)
+        i = 1
+        while i < cur_p.size:
+            if cur_p.data[i].logit < min_logit and i >= st.min_keep:
+                break
+            i += 1
+        cur_p.size = i
+    return 0
+
+
+cdef int apply_typical(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+    cdef float entropy, cum_sum
+    cdef vector[float] shifted_scores
+    cdef vector[size_t] indices
+    cdef vector[llama_token_data] cur_p_new
+    cdef size_t i, idx, last_idx
+    if st.p >= 1:
+        return 0
+    llama_sampler_softmax_impl(cur_p, True, tmp)
+    entropy = 0
+    for i in range(cur_p.size):
+        entropy += -cur_p.data[i].p * logf(cur_p.data[i].p)
+    shifted_scores.resize(cur_p.size)
+    for i in range(cur_p.size):
+        shifted_scores[i] = fabsf(-logf(cur_p.data[i].p) - entropy)
+    indices.resize(cur_p.size)
+    for i in range(cur_p.size):
+        indices[i] = i
+    bankml_sort_by_score(indices.data(), indices.data() + indices.size(), shifted_scores.data())
+    cum_sum = 0
+    last_idx = indices.size()
+    for i in range(indices.size()):
+        idx = indices[i]
+        cum_sum += cur_p.data[idx].p
+        if cum_sum > st.p and (st.min_keep == 0 or i >= st.min_keep - 1):
+            last_idx = i + 1
+            break
+    cur_p_new.resize(last_idx)
+    for i in range(last_idx):
+        cur_p_new[i] = cur_p.data[indices[i]]
+    if last_idx:
+        memcpy(cur_p.data, cur_p_new.data(), last_idx * sizeof(llama_token_data))
+    cur_p.size = last_idx
+    cur_p.sorted = False
+    return 0
+
+
+cdef int apply_temp_ext(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+    cdef float min_temp, max_temp, max_entropy, entropy, prob, normalized_entropy, dyn_temp
+    cdef double max_l_double, cum_sum_double, p
+    cdef size_t i
+    if st.delta > 0:
+        min_temp = st.temp - st.delta
+        if min_temp < 0:
+            min_temp = 0
+        max_temp = st.temp + st.delta
+        if cur_p.size <= 1:
+            return 0
+        max_entropy = -logf(<float>1 / <float>cur_p.size)
+        llama_sampler_softmax_impl(cur_p, True, tmp)
+        entropy = 0
+        for i in range(cur_p.size):
+            prob = cur_p.data[i].p
+            if prob > 0:
+                entropy -= prob * logf(prob)
+        normalized_entropy = entropy / max_entropy
+        dyn_temp = min_temp + (max_temp - min_temp) * powf(normalized_entropy, st.exponent)
+        llama_sampler_temp_impl(cur_p, dyn_temp)
+        max_l_double = cur_p.data[0].logit
+        cum_sum_double = 0
+        for i in range(cur_p.size):
+            p = exp(<double>cur_p.data[i].logit - max_l_double)
+            cur_p.data[i].p = <float>p
+            cum_sum_double += p
+        for i in range(cur_p.size):
+            cur_p.data[i].p = <float>(<double>cur_p.data[i].p / cum_sum_double)
+    else:
+        llama_sampler_temp_impl(cur_p, st.temp)
+    return 0
+
+
+cdef int apply_xtc(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+    cdef uniform_real_distribution[float] distribution = uniform_real_distribution[float](0.0, 1.0)
+    cdef float chance
+    cdef int pos_last
+    cdef size_t i
+    if st.p <= 0 or st.threshold > <float>0.5 or cur_p.size < 2:
+        return 0
+    chance = distribution(st.rng)
+    if chance > st.p:
+        return 0
+    llama_sampler_softmax_impl(cur_p, True, tmp)
+    pos_last = 0
+    for i in range(cur_p.size):
+        if cur_p.data[i].p >= st.threshold:
+            pos_last = <int>i
+        else:
+            break
+    if cur_p.size - <size_t>pos_last >= st.min_keep and pos_last > 0:
+        cur_p.data += pos_last
+        cur_p.size -= pos_last
+    return 0
+
+
+cdef void apply_penalties(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+    cdef size_t i
+    cdef int count
+    cdef unordered_map[token_t, int].iterator it
+    for i in range(cur_p.size):
+        it = st.token_count.find(cur_p.data[i].id)
+        if it == st.token_count.end():
+            continue
+        count = deref(it).second
+        if cur_p.data[i].logit <= 0:
+            cur_p.data[i].logit *= st.penalty_repeat
+        else:
+            cur_p.data[i].logit /= st.penalty_repeat
+        cur_p.data[i].logit -= <float>count * st.penalty_freq + <float>(count > 0) * st.penalty_present
+    cur_p.sorted = False
+
+
+cdef void apply_top_n_sigma(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+    cdef float max_value, logits_sum, mean, acc, std_value
+    cdef size_t i, valid_count
+    if st.n <= 0 or cur_p.size <= 1:
+        return
+    max_value = cur_p.data[0].logit
+    logits_sum = 0
+    valid_count = 0
+    for i in range(cur_p.size):
+        if cur_p.data[i].logit != -INFINITY:
+            if max_value < cur_p.data[i].logit:
+                max_value = cur_p.data[i].logit
+            logits_sum += cur_p.data[i].logit
+            valid_count += 1
+    mean = logits_sum / <float>valid_count if valid_count > 0 else 0
+    acc = 0
+    for i in range(cur_p.size):
+        if cur_p.data[i].logit != -INFINITY:
+            # pow() promotes to double and the sum rounds back to float on every step
+            acc = <float>(<double>acc + pow(<double>(cur_p.data[i].logit - mean), 2.0))
+    std_value = <float>sqrt(<double>(acc / <float>valid_count)) if valid_count > 0 else 0
+    for i in range(cur_p.size):
+        if cur_p.data[i].logit < max_value - (st.n * std_value):
+            cur_p.data[i].logit = -INFINITY
+
+
+cdef int apply_logit_bias(chain_stage& st, llama_token_data_array* cur_p) except -1 nogil:
+    cdef size_t i, j
+    cdef token_t token
+    if st.biases.empty():
+        return 0
+    st.to_search.clear()
+    for j in range(st.biases.size()):
+        token = st.biases[j].token
+        if token >= 0 and cur_p.size > <size_t>token and cur_p.data[token].id == token:
+            cur_p.data[token].logit += st.biases[j].bias
+        else:
+            st.to_search.push_back(st.biases[j])
+    if st.to_search.empty():
+        return 0
+    for i in range(cur_p.size):
+        for j in range(st.to_search.size()):
+            if cur_p.data[i].id == st.to_search[j].token:
+                cur_p.data[i].logit += st.to_search[j].bias
+                break
+    return 0
+
+
+cdef void apply_dist(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+    cdef uniform_real_distribution[double] dist = uniform_real_distribution[double](0.0, 1.0)
+    cdef float max_l, p
+    cdef double sum_cum, rnd, sum_run, sum_tgt
+    cdef bint found
+    cdef size_t i
+    if cur_p.size == 0:
+        cur_p.selected = -1
+        return
+    cur_p.selected = 0
+    if cur_p.size == 1:
+        dist(st.rng)  # one draw per output, as backend sampling does
+        cur_p.data[0].p = 1
+        return
+    max_l = cur_p.data[0].logit
+    if not cur_p.sorted:
+        for i in range(1, cur_p.size):
+            if max_l < cur_p.data[i].logit:
+                max_l = cur_p.data[i].logit
+    sum_cum = 0
+    for i in range(cur_p.size):
+        p = expf(cur_p.data[i].logit - max_l)
+        cur_p.data[i].p = p
+        sum_cum += p
+    # one pass: find where the running sum reaches sum_cum * rnd, normalizing as it goes
+    rnd = dist(st.rng)
+    sum_run = 0
+    sum_tgt = sum_cum * rnd
+    found = False
+    for i in range(cur_p.size):
+        if not found:
+            sum_run += cur_p.data[i].p
+            if sum_run >= sum_tgt:
+                cur_p.selected = <int64_t>i
+                found = True
+        cur_p.data[i].p = <float>(<double>cur_p.data[i].p / sum_cum)
+    if not found:
+        cur_p.selected = <int64_t>cur_p.size - 1
+
+
+cdef int llama_sample_dist(llama_token_data_array* cur_p, mt19937& rng) except -1 nogil:
+    # std::discrete_distribution<int> over the float probabilities (as doubles)
+    cdef vector[double] weights
+    cdef size_t i
+    weights.resize(cur_p.size)
+    for i in range(cur_p.size):
+        weights[i] = cur_p.data[i].p
+    return _discrete_draw(weights.data(), weights.size(), rng)
+
+
+cdef int apply_mirostat(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+    cdef float s_hat, sum_ti_bi, sum_ti_sq, t_i, b_i, epsilon_hat, k, observed_surprise, e
+    cdef size_t i
+    cdef int idx, k_int
+    llama_sampler_softmax_impl(cur_p, True, tmp)
+    s_hat = 0
+    sum_ti_bi = 0
+    sum_ti_sq = 0
+    i = 0
+    while i < <size_t>(st.m - 1) and i < cur_p.size - 1:
+        t_i = logf(<float>(i + 2) / <float>(i + 1))
+        b_i = logf(cur_p.data[i].p / cur_p.data[i + 1].p)
+        sum_ti_bi += t_i * b_i
+        sum_ti_sq += t_i * t_i
+        i += 1
+    s_hat = sum_ti_bi / sum_ti_sq
+    epsilon_hat = s_hat - 1
+    k = powf((epsilon_hat * powf(2, st.mu)) / (1 - powf(<float>st.n_vocab, -epsilon_hat)), 1 / s_hat)
+    k_int = <int>k
+    llama_sampler_top_k_impl(cur_p, k_int if k_int > 1 else 1, tmp)
+    llama_sampler_softmax_impl(cur_p, True, tmp)
+    idx = llama_sample_dist(cur_p, st.rng)
+    cur_p.selected = idx
+    observed_surprise = -log2f(cur_p.data[idx].p)
+    e = observed_surprise - st.tau
+    st.mu = st.mu - st.eta * e
+    return 0
+
+
+cdef int apply_mirostat_v2(chain_stage& st, llama_token_data_array* cur_p,
+                           vector[llama_token_data]& tmp) except -1 nogil:
+    cdef size_t i
+    cdef int idx
+    cdef float observed_surprise, e
+    llama_sampler_softmax_impl(cur_p, True, tmp)
+    i = 0
+    while i < cur_p.size:
+        if -log2f(cur_p.data[i].p) > st.mu:
+            break
+        i += 1
+    cur_p.size = i
+    if cur_p.size == 0:
+        cur_p.size = 1
+    llama_sampler_softmax_impl(cur_p, True, tmp)
+    idx = llama_sample_dist(cur_p, st.rng)
+    cur_p.selected = idx
+    observed_surprise = -log2f(cur_p.data[idx].p)
+    e = observed_surprise - st.tau
+    st.mu = st.mu - st.eta * e
+    return 0
+
+
+# adaptive-p (llama_sampler_adaptive_p_*): selects a token whose probability is near a target adapted from an
+# exponential moving average of the original probabilities of the tokens selected so far
+cdef float ADAPTIVE_DISTRIBUTION_WIDTH = 0.3
+cdef float ADAPTIVE_PEAK_LOGIT_VALUE = 5.0
+cdef float ADAPTIVE_SHARPNESS = 10.0
+cdef float ADAPTIVE_INV_WIDTH = <float>1.0 / ADAPTIVE_DISTRIBUTION_WIDTH
+
+
+cdef inline float clamp_float(float v, float low, float high) noexcept nogil:
+    # std::clamp: v < low ? low : (high < v ? high : v)
+    if v < low:
+        return low
+    if high < v:
+        return high
+    return v
+
+
+cdef int apply_adaptive_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+    cdef float target, adapted_target, dist
+    cdef size_t i
+    cdef int idx
+    llama_sampler_softmax_impl(cur_p, False, tmp)
+    if st.adaptive_target < 0:
+        cur_p.selected = llama_sample_dist(cur_p, st.rng)
+        return 0
+    st.original_probs.resize(cur_p.size)
+    for i in range(cur_p.size):
+        st.original_probs[i] = cur_p.data[i].p
+    target = clamp_float(st.adaptive_target, 0, 1)
+    if st.total_weight == 0:
+        adapted_target = clamp_float(target, 0, 1)
+    else:
+        adapted_target = clamp_float(<float>2 * target - (st.weighted_sum / st.total_weight), 0, 1)
+    for i in range(cur_p.size):
+        if cur_p.data[i].logit == -INFINITY:
+            continue
+        dist = fabsf((cur_p.data[i].p - adapted_target) * ADAPTIVE_INV_WIDTH)
+        cur_p.data[i].logit = ADAPTIVE_PEAK_LOGIT_VALUE - ADAPTIVE_SHARPNESS * dist * dist / (<float>1 + dist)
+    llama_sampler_softmax_impl(cur_p, False, tmp)
+    idx = llama_sample_dist(cur_p, st.rng)
+    cur_p.selected = idx
+    st.pending_token_id = cur_p.data[idx].id
+    st.pending_token_idx = idx
+    return 0
+
+
+cdef void adaptive_p_reset(chain_stage& st) noexcept nogil:
+    st.weighted_sum = st.adaptive_target / (<float>1 - st.adaptive_decay)
+    st.total_weight = <float>1 / (<float>1 - st.adaptive_decay)
+    st.pending_token_id = -1
+    st.pending_token_idx = -1
+
+
+cdef int apply_dry(chain_stage& st, llama_token_data_array* cur_p) except -1 nogil:
+    cdef int last_n_repeat, rep_limit, i, longest_match, seq_len, offset, last, rt, lt, k, n, p, right_part_len
+    cdef int repeat_len, max_exponent, repeat_exp, ii
+    cdef bint match, is_single_token_breaker
+    cdef token_t token
+    cdef size_t j, s
+    cdef float penalty
+    cdef unordered_map[token_t, vector[vector[token_t]]].iterator breakers
+    cdef unordered_map[token_t, int].iterator repeat
+    if st.dry_multiplier == 0 or st.dry_base < 1 or st.dry_penalty_last_n == 0:
+        return 0
+    last_n_repeat = <int>st.last_tokens.sz
+    if st.dry_penalty_last_n < last_n_repeat:
+        last_n_repeat = st.dry_penalty_last_n
+    if last_n_repeat <= st.dry_allowed_length:
+        return 0
+    st.dry_repeat_count.assign(last_n_repeat, 0)
+    st.dry_max_token_repeat.clear()
+
+    # step 1: the most recent restart sequence limits how far back a repetition can reach
+    rep_limit = last_n_repeat
+    for i in range(last_n_repeat):
+        token = ring_rat(st.last_tokens, i)
+        breakers = st.dry_processed_breakers.find(token)
+        if breakers == st.dry_processed_breakers.end():
+            continue
+        longest_match = -1
+        for s in range(deref(breakers).second.size()):
+            seq_len = <int>deref(breakers).second[s].size()
+            if seq_len > longest_match and seq_len <= i:
+                match = True
+                for offset in range(seq_len):
+                    if deref(breakers).second[s][offset] != ring_rat(st.last_tokens, i - offset - 1):
+                        match = False
+                        break
+                if match:
+                    longest_match = seq_len
+        if longest_match >= 0:
+            rep_limit = i - longest_match
+            break
+    if rep_limit < st.dry_allowed_length:
+        return 0
+
+    # step 2: reverse Z-algorithm: for each position, how long a suffix of the context repeats there
+    last = last_n_repeat - 1
+    rt = 0
+    lt = 0
+    for k in range(1, last_n_repeat):
+        if k > rt:
+            n = 0
+            while n + k < last_n_repeat and ring_rat(st.last_tokens, n) == ring_rat(st.last_tokens, n + k):
+                n += 1
+            st.dry_repeat_count[last - k] = n if n < rep_limit else rep_limit
+            if n > 0:
+                lt = k
+                rt = k + n - 1
+        else:
+            p = k - lt
+            right_part_len = rt - k + 1
+            if st.dry_repeat_count[last - p] < right_part_len:
+                n = st.dry_repeat_count[last - p]
+                st.dry_repeat_count[last - k] = n if n < rep_limit else rep_limit
+            else:
+                ii = rt + 1
+                while ii < last_n_repeat and ring_rat(st.last_tokens, ii) == ring_rat(st.last_tokens, ii - k):
+                    ii += 1
+                n = ii - k
+                st.dry_repeat_count[last - k] = n if n < rep_limit else rep_limit
+                lt = k
+                rt = ii - 1
+
+    # step 3: the token after each repeat would extend it; keep the longest repeat per token
+    for i in range(last_n_repeat - 1):
+        repeat_len = st.dry_repeat_count[i]
+        if repeat_len >= st.dry_allowed_length:
+            token = ring_rat(st.last_tokens, last_n_repeat - 2 - i)
+            repeat = st.dry_max_token_repeat.find(token)
+            if repeat == st.dry_max_token_repeat.end() or deref(repeat).second < repeat_len:
+                st.dry_max_token_repeat[token] = repeat_len
+
+    # step 4: penalize, with the exponent clamped so pow() stays finite in float
+    max_exponent = 0
+    if st.dry_base > <float>1.000001:
+        max_exponent = <int>(<float>88.7228391 / <float>log(<double>st.dry_base))
+    for j in range(cur_p.size):
+        repeat = st.dry_max_token_repeat.find(cur_p.data[j].id)
+        if repeat == st.dry_max_token_repeat.end():
+            continue
+        is_single_token_breaker = False
+        breakers = st.dry_processed_breakers.find(cur_p.data[j].id)
+        if breakers != st.dry_processed_breakers.end():
+            for s in range(deref(breakers).second.size()):
+                if deref(breakers).second[s].empty():
+                    is_single_token_breaker = True
+                    break
+        if not is_single_token_breaker:
+            repeat_exp = deref(repeat).second - st.dry_allowed_length
+            if max_exponent > 0 and repeat_exp > max_exponent:
+                repeat_exp = max_exponent
+            penalty = st.dry_multiplier * <float>pow(<double>st.dry_base, <double>repeat_exp)
+            cur_p.data[j].logit -= penalty
+    cur_p.sorted = False
+    return 0
+
+
+# --- infill (llama_sampler_infill_apply) ----------------------------------------------------------------
+# For fill-in-the-middle: after a softmax, sample an end-of-generation token when text is unlikely (the EOG
+# probability times 3 times the candidate count beats the text probability); otherwise merge every candidate
+# into one whose piece it is a prefix of (into the likelier of the two), drop text below 0.2, renormalize, drop
+# text below 1/(n_text + 1), renormalize; with no text left, the single candidate is token_eot (else token_eos)
+# at logit 1. Pieces are token_to_piece(special=false): empty for control and unknown tokens.
+
+cdef extern from * nogil:
+    """
+    #include <algorithm>
+    #include <cstring>
+    struct bankml_piece_ref {
+        const unsigned char * ptr;
+        int64_t len;
+        int64_t pos;
+    };
+    struct bankml_piece_less {
+        bool operator()(const bankml_piece_ref & a, const bankml_piece_ref & b) const {
+            const int64_t n = a.len < b.len ? a.len : b.len;
+            const int c = n ? std::memcmp(a.ptr, b.ptr, (size_t) n) : 0;
+            if (c != 0) return c < 0;
+            return a.len < b.len;
+        }
+    };
+    static inline void bankml_sort_pieces(bankml_piece_ref * first, bankml_piece_ref * last) {
+        std::sort(first, last, bankml_piece_less());
+    }
+    static inline int64_t bankml_lower_bound_piece(const bankml_piece_ref * first, const bankml_piece_ref * last,
+                                                   const bankml_piece_ref & key) {
+        return std::lower_bound(first, last, key, bankml_piece_less()) - first;
+    }
+    static inline void bankml_sort_positions(int64_t * first, int64_t * last) {
+        std::sort(first, last);
+    }
+    """
+    cdef struct bankml_piece_ref:
+        const unsigned char* ptr
+        int64_t len
+        int64_t pos
+    void bankml_sort_pieces(bankml_piece_ref* first, bankml_piece_ref* last)
+    int64_t bankml_lower_bound_piece(const bankml_piece_ref* first, const bankml_piece_ref* last,
+                                     const bankml_piece_ref& key)
+    void bankml_sort_positions(int64_t* first, int64_t* last)
+
+
+cdef unsigned char INFILL_EOG = 1
+cdef unsigned char INFILL_NO_TEXT = 2
+# up to this many candidates the prefix merge runs llama.cpp's double loop; above it, the same merges in the
+# same order from the candidates sorted by piece (only pairs where one piece is a prefix of the other can merge)
+cdef size_t INFILL_DIRECT_MAX = 256
+
+
+cdef inline bint infill_is_eog(const chain_stage& st, token_t token) noexcept nogil:
+    return (st.infill_flags[token] & INFILL_EOG) != 0
+
+
+cdef inline int64_t infill_piece(const chain_stage& st, token_t token, const unsigned char** ptr) noexcept nogil:
+    ptr[0] = st.infill_pieces + st.infill_offsets[token]
+    if st.infill_flags[token] & INFILL_NO_TEXT:
+        return 0
+    return st.infill_offsets[token + 1] - st.infill_offsets[token]
+
+
+cdef inline void infill_merge(llama_token_data* data, size_t i0, size_t i1) noexcept nogil:
+    # token i0's piece is a prefix of token i1's: merge into the token with the higher probability
+    cdef size_t dst = i0, src = i1
+    if data[i1].p > data[i0].p:
+        dst = i1
+        src = i0
+    data[dst].p += data[src].p
+    data[src].logit = -INFINITY
+    data[src].p = 0
+
+
+cdef int infill_combine(const chain_stage& st, llama_token_data_array* cur_p) except -1 nogil:
+    cdef size_t i0, i1, n = cur_p.size, k
+    cdef llama_token_data* data = cur_p.data
+    cdef const unsigned char* p0
+    cdef const unsigned char* p1
+    cdef int64_t len0, len1, lo, hi, m
+    cdef vector[bankml_piece_ref] refs
+    cdef vector[int64_t] matches
+    cdef bankml_piece_ref ref
+    if n <= INFILL_DIRECT_MAX:
+        for i0 in range(n):
+            for i1 in range(n):
+                if data[i0].logit == -INFINITY:
+                    break
+                if i0 == i1 or data[i1].logit == -INFINITY:
+                    continue
+                len0 = infill_piece(st, data[i0].id, &p0)
+                len1 = infill_piece(st, data[i1].id, &p1)
+                if len0 > 0 and len0 <= len1 and memcmp(p0, p1, len0) == 0:
+                    infill_merge(data, i0, i1)
+        return 0
+    # the double loop only changes anything for the pairs (i0, i1) where piece i0 is a non-empty prefix of piece
+    # i1; those i1 are a contiguous run of the candidates sorted by piece; visiting them in increasing i1 for
+    # each i0 in increasing order makes the same merges in the same order (logits and probabilities change,
+    # pieces do not)
+    refs.reserve(n)
+    for k in range(n):
+        ref.len = infill_piece(st, data[k].id, &ref.ptr)
+        if ref.len > 0:
+            ref.pos = <int64_t>k
+            refs.push_back(ref)
+    bankml_sort_pieces(refs.data(), refs.data() + refs.size())
+    hi = <int64_t>refs.size()
+    for i0 in range(n):
+        if data[i0].logit == -INFINITY:
+            continue
+        ref.len = infill_piece(st, data[i0].id, &ref.ptr)
+        if ref.len == 0:
+            continue
+        lo = bankml_lower_bound_piece(refs.data(), refs.data() + hi, ref)
+        matches.clear()
+        m = lo
+        while m < hi and refs[m].len >= ref.len and memcmp(refs[m].ptr, ref.ptr, ref.len) == 0:
+            if refs[m].pos != <int64_t>i0:
+                matches.push_back(refs[m].pos)
+            m += 1
+        bankml_sort_positions(matches.data(), matches.data() + matches.size())
+        for k in range(matches.size()):
+            if data[i0].logit == -INFINITY:
+                break
+            i1 = <size_t>matches[k]
+            if data[i1].logit == -INFINITY:
+                continue
+            infill_merge(data, i0, i1)
+    return 0
+
+
+cdef int apply_infill(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+    cdef float p_txt_sum = 0, p_eog_sum = 0, p_sum, thold
+    cdef size_t i, size_org, n_non_eog = 0
+    cdef bint is_eog
+    if cur_p.size == 0:
+        with gil:  # llama.cpp asserts in the softmax
+            raise SamplingError("infill: no candidates left")
+    llama_sampler_softmax_impl(cur_p, True, tmp)
+    for i in range(cur_p.size):
+        if infill_is_eog(st, cur_p.data[i].id):
+            p_eog_sum += cur_p.data[i].p
+        else:
+            p_txt_sum += cur_p.data[i].p
+    if <float>(<float>3 * p_eog_sum) * <float>cur_p.size > p_txt_sum:
+        # too little text: keep just the EOG tokens
+        size_org = cur_p.size
+        cur_p.size = 0
+        p_sum = 0
+        for i in range(size_org):
+            if infill_is_eog(st, cur_p.data[i].id):
+                p_sum += cur_p.data[i].p
+                cur_p.data[cur_p.size] = cur_p.data[i]
+                cur_p.size += 1
+        for i in range(cur_p.size):
+            cur_p.data[i].p /= p_sum
+        return 0
+    infill_combine(st, cur_p)
+    size_org = cur_p.size
+    p_sum = 0
+    thold = <float>0.2
+    cur_p.size = 0
+    for i in range(size_org):
+        is_eog = infill_is_eog(st, cur_p.data[i].id)
+        if cur_p.data[i].p < thold and not is_eog:
+            continue
+        if not is_eog:
+            n_non_eog += 1
+        p_sum += cur_p.data[i].p
+        cur_p.data[cur_p.size] = cur_p.data[i]
+        cur_p.size += 1
+    if n_non_eog == 0:
+        # no text left: the single candidate is EOT (else EOS)
+        if st.infill_eot < 0:
+            with gil:  # llama.cpp asserts
+                raise SamplingError("infill: no text candidate is left and the vocabulary has no EOT or EOS token")
+        cur_p.size = 1
+        cur_p.data[0].id = st.infill_eot
+        cur_p.data[0].logit = 1
+        return 0
+    for i in range(cur_p.size):
+        cur_p.data[i].p /= p_sum
+    size_org = cur_p.size
+    p_sum = 0
+    thold = <float>(1.0 / <double>(n_non_eog + 1))
+    cur_p.size = 0
+    for i in range(size_org):
+        is_eog = infill_is_eog(st, cur_p.data[i].id)
+        if cur_p.data[i].p < thold and not is_eog:
+            continue
+        p_sum += cur_p.data[i].p
+        cur_p.data[cur_p.size] = cur_p.data[i]
+        cur_p.size += 1
+    for i in range(cur_p.size):
+        cur_p.data[i].p /= p_sum
+    return 0
+
+
+# --- the chain ----------------------------------------------------------------------------
+
+# llama.cpp's llama_sampler_i, one row per sampler type: what the chain calls on a stage to transform the
+# candidates (apply), to see the drawn token (accept), to start over (reset) and after a stage was copied
+# (clone: the state a copy must not share). NULL where the sampler has nothing to do. Adding a sampler is its
+# row here plus its parameters in Sampler.__init__.
+
+cdef struct stage_scratch:
+    vector[llama_token_data]* tmp       # reused by every stage of one chain_apply
+    vector[llama_token_data]* buf_sort  # top-p's bucket sort buffer, kept by the Sampler
+
+ctypedef int (*stage_apply_fn)(chain_stage*, llama_token_data_array*, stage_scratch*) except -1 nogil
+ctypedef void (*stage_fn)(chain_stage*) noexcept nogil
+ctypedef void (*stage_accept_fn)(chain_stage*, token_t) noexcept nogil
+
+cdef struct sampler_iface:
+    const char* name                    # llama_sampler_i.name, as chain_names gives it
+    stage_apply_fn apply
+    stage_accept_fn accept
+    stage_fn reset
+    stage_fn clone
+
+cdef enum:
+    N_SAMPLER_TYPES = SAMPLER_MIROSTAT_V2 + 1
+
+cdef sampler_iface SAMPLERS[N_SAMPLER_TYPES]
+
+
+cdef int _logit_bias(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_logit_bias(st[0], cur_p)
+
+cdef int _penalties(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    apply_penalties(st[0], cur_p)
+    return 0
+
+cdef int _dry(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_dry(st[0], cur_p)
+
+cdef int _top_n_sigma(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    apply_top_n_sigma(st[0], cur_p)
+    return 0
+
+cdef int _top_k(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return llama_sampler_top_k_impl(cur_p, st.k, sc.tmp[0])
+
+cdef int _typical(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_typical(st[0], cur_p, sc.tmp[0])
+
+cdef int _top_p(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_top_p(st[0], cur_p, sc.buf_sort[0], sc.tmp[0])
+
+cdef int _min_p(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_min_p(st[0], cur_p, sc.tmp[0])
+
+cdef int _xtc(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_xtc(st[0], cur_p, sc.tmp[0])
+
+cdef int _temp_ext(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_temp_ext(st[0], cur_p, sc.tmp[0])
+
+cdef int _temp(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    llama_sampler_temp_impl(cur_p, st.temp)
+    return 0
+
+cdef int _dist(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    apply_dist(st[0], cur_p)
+    return 0
+
+cdef int _mirostat(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_mirostat(st[0], cur_p, sc.tmp[0])
+
+cdef int _mirostat_v2(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_mirostat_v2(st[0], cur_p, sc.tmp[0])
+
+cdef int _adaptive_p(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_adaptive_p(st[0], cur_p, sc.tmp[0])
+
+cdef int _infill(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_infill(st[0], cur_p, sc.tmp[0])
+
+
+cdef void _penalties_accept(chain_stage* st, token_t token) noexcept nogil:
+    cdef token_t old
+    if st.penalty_last_n == 0:
+        return
+    st.token_count[token] += 1
+    if st.prev.sz >= <size_t>st.penalty_last_n:
+        old = st.prev.data[st.prev.first]
+        st.token_count[old] -= 1
+        if st.token_count[old] == 0:
+            st.token_count.erase(old)
+    ring_push_back(st.prev, token)
+
+cdef void _dry_accept(chain_stage* st, token_t token) noexcept nogil:
+    ring_push_back(st.last_tokens, token)
+
+cdef void _adaptive_p_accept(chain_stage* st, token_t token) noexcept nogil:
+    if st.pending_token_id == token and st.pending_token_idx >= 0:
+        st.weighted_sum = st.original_probs[st.pending_token_idx] + st.adaptive_decay * st.weighted_sum
+        st.total_weight = <float>1 + st.adaptive_decay * st.total_weight
+    st.pending_token_id = -1
+    st.pending_token_idx = -1
+
+
+cdef void _reseed(chain_stage* st) noexcept nogil:
+    st.seed_cur = get_rng_seed(st.seed)
+    st.rng.seed(st.seed_cur)
+
+cdef void _penalties_reset(chain_stage* st) noexcept nogil:
+    ring_clear(st.prev)
+    st.token_count.clear()
+
+cdef void _dry_reset(chain_stage* st) noexcept nogil:
+    ring_clear(st.last_tokens)
+    st.dry_repeat_count.clear()
+    st.dry_max_token_repeat.clear()
+
+cdef void _mirostat_reset(chain_stage* st) noexcept nogil:
+    st.mu = <float>2 * st.tau
+    _reseed(st)
+
+cdef void _adaptive_p_reset(chain_stage* st) noexcept nogil:
+    adaptive_p_reset(st[0])
+    _reseed(st)
+
+
+cdef void _row(sampler_type t, const char* name, stage_apply_fn apply, stage_accept_fn accept, stage_fn reset,
+               stage_fn clone) noexcept:
+    SAMPLERS[<int>t].name = name
+    SAMPLERS[<int>t].apply = apply
+    SAMPLERS[<int>t].accept = accept
+    SAMPLERS[<int>t].reset = reset
+    SAMPLERS[<int>t].clone = clone
+
+
+cdef void _init_samplers() noexcept:
+    cdef int i
+    for i in range(N_SAMPLER_TYPES):
+        _row(<sampler_type>i, NULL, NULL, NULL, NULL, NULL)
+    _row(SAMPLER_LOGIT_BIAS, "logit-bias", _logit_bias, NULL, NULL, NULL)
+    _row(SAMPLER_PENALTIES, "penalties", _penalties, _penalties_accept, _penalties_reset, NULL)
+    _row(SAMPLER_DRY, "dry", _dry, _dry_accept, _dry_reset, NULL)
+    _row(SAMPLER_TOP_N_SIGMA, "top-n-sigma", _top_n_sigma, NULL, NULL, NULL)
+    _row(SAMPLER_TOP_K, "top-k", _top_k, NULL, NULL, NULL)
+    _row(SAMPLER_TYPICAL_P, "typical", _typical, NULL, NULL, NULL)
+    _row(SAMPLER_TOP_P, "top-p", _top_p, NULL, NULL, NULL)
+    _row(SAMPLER_MIN_P, "min-p", _min_p, NULL, NULL, NULL)
+    _row(SAMPLER_XTC, "xtc", _xtc, NULL, _reseed, NULL)
+    _row(SAMPLER_TEMPERATURE, "temp-ext", _temp_ext, NULL, NULL, NULL)
+    _row(SAMPLER_TEMP, "temp", _temp, NULL, NULL, NULL)
+    _row(SAMPLER_DIST, "dist", _dist, NULL, _reseed, NULL)
+    _row(SAMPLER_MIROSTAT, "mirostat", _mirostat, NULL, _mirostat_reset, NULL)
+    _row(SAMPLER_MIROSTAT_V2, "mirostat-v2", _mirostat_v2, NULL, _mirostat_reset, NULL)
+    # llama_sampler_adaptive_p_clone copies the moving average and the pending token, not the generator: the
+    # clone's is seeded afresh from the seed
+    _row(SAMPLER_ADAPTIVE_P, "adaptive-p", _adaptive_p, _adaptive_p_accept, _adaptive_p_reset, _reseed)
+    _row(SAMPLER_INFILL, "infill", _infill, NULL, NULL, NULL)
+
+
+_init_samplers()
+
+
+cdef int chain_apply(vector[chain_stage]& chain, llama_token_data_array* cur_p,
+                     vector[llama_token_data]& buf_sort) except -1 nogil:
+    cdef size_t s
+    cdef vector[llama_token_data] tmp
+    cdef stage_scratch sc
+    sc.tmp = &tmp
+    sc.buf_sort = &buf_sort
+    for s in range(chain.size()):
+        SAMPLERS[<int>chain[s].type].apply(&chain[s], cur_p, &sc)
+    return 0
+
+
+cdef int chain_accept(vector[chain_stage]& chain, token_t token) except -1 nogil:
+    cdef size_t s
+    cdef stage_accept_fn accept
+    for s in range(chain.size()):
+        accept = SAMPLERS[<int>chain[s].type].accept
+        if accept != NULL:
+            accept(&chain[s], token)
+    return 0
+
+
+cdef void chain_reset(vector[chain_stage]& chain) noexcept nogil:
+    cdef size_t s
+    cdef stage_fn reset
+    for s in range(chain.size()):
+        reset = SAMPLERS[<int>chain[s].type].reset
+        if reset != NULL:
+            reset(&chain[s])
+
+
+cdef void chain_cloned(vector[chain_stage]& chain) noexcept nogil:
+    cdef size_t s
+    cdef stage_fn clone
+    for s in range(chain.size()):
+        clone = SAMPLERS[<int>chain[s].type].clone
+        if clone != NULL:
+            clone(&chain[s])
+
+
+# --- parameters ------------------------------------------------------------------------------
+
+# common_sampler_types_from_names: canonical names, kebab-case and no-dash aliases, and three extras
+_CANONICAL_SAMPLERS = {
+    "dry": SAMPLER_DRY, "top_k": SAMPLER_TOP_K, "top_p": SAMPLER_TOP_P, "top_n_sigma": SAMPLER_TOP_N_SIGMA,
+    "typ_p": SAMPLER_TYPICAL_P, "min_p": SAMPLER_MIN_P, "temperature": SAMPLER_TEMPERATURE, "xtc": SAMPLER_XTC,
+    "infill": SAMPLER_INFILL, "penalties": SAMPLER_PENALTIES, "adaptive_p": SAMPLER_ADAPTIVE_P,
+}
+_SAMPLER_NAMES = dict(_CANONICAL_SAMPLERS)
+for _name, _value in _CANONICAL_SAMPLERS.items():
+    if "_" in _name:
+        _SAMPLER_NAMES[_name.replace("_", "-")] = _value
+        _SAMPLER_NAMES[_name.replace("_", "")] = _value
+_SAMPLER_NAMES.update({"nucleus": SAMPLER_TOP_P, "temp": SAMPLER_TEMPERATURE, "typ": SAMPLER_TYPICAL_P})
+_SAMPLER_CHARS = {"d": "dry", "k": "top_k", "y": "typ_p", "p": "top_p", "s": "top_n_sigma", "m": "min_p",
+                  "t": "temperature", "x": "xtc", "i": "infill", "e": "penalties", "a": "adaptive_p"}
+_CANONICAL_BY_VALUE = {v: k for k, v in _CANONICAL_SAMPLERS.items()}
+
+INT32_MAX = 2**31 - 1
+
+# name -> (default, kind, low, high); kind "int" or "float"; bounds are llama-server's limits
+_NUMERIC_FIELDS = {
+    "temperature": (0.8, "float", 0.0, math.inf),
+    "dynatemp_range": (0.0, "float", None, None),
+    "dynatemp_exponent": (1.0, "float", None, None),
+    "top_k": (40, "int", 0, INT32_MAX),
+    "top_p": (0.95, "float", 0.0, 1.0),
+    "min_p": (0.05, "float", 0.0, 1.0),
+    "typical_p": (1.0, "float", None, None),
+    "top_n_sigma": (-1.0, "float", None, None),
+    "xtc_probability": (0.0, "float", 0.0, 1.0),
+    "xtc_threshold": (0.1, "float", 0.0, 1.0),
+    "repeat_last_n": (64, "int", 0, INT32_MAX),
+    "repeat_penalty": (1.0, "float", None, None),
+    "frequency_penalty": (0.0, "float", None, None),
+    "presence_penalty": (0.0, "float", None, None),
+    "dry_multiplier": (0.0, "float", None, None),
+    "dry_base": (1.75, "float", None, None),
+    "dry_allowed_length": (2, "int", 0, INT32_MAX),
+    "dry_penalty_last_n": (64, "int", 0, INT32_MAX),
+    "mirostat": (0, "int", 0, 2),
+    "mirostat_tau": (5.0, "float", None, None),
+    "mirostat_eta": (0.1, "float", None, None),
+    "min_keep": (0, "int", 0, INT32_MAX),
+    "adaptive_target": (-1.0, "float", None, 1.0),
+    "adaptive_decay": (0.9, "float", 0.0, float(np.float32(0.99))),
+}
+DEFAULT_DRY_SEQUENCE_BREAKERS = ("\n", ":", "\"", "*")
+
+# llama-server's limits per field (server-schema.cpp): ("clamp" | "hard", low, high, kind); fields it gives no
+# limits are clamped to the type's range (field_num's defaults, numeric_limits<T>::lowest() and max())
+_FLOAT_LOWEST = -FLT_MAX_VALUE
+_SERVER_LIMITS = {
+    "top_k": ("clamp", 0, INT32_MAX, "int"),
+    "top_p": ("clamp", 0.0, 1.0, "float"),
+    "min_p": ("clamp", 0.0, 1.0, "float"),
+    "top_n_sigma": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "xtc_probability": ("clamp", 0.0, 1.0, "float"),
+    "xtc_threshold": ("clamp", 0.0, 1.0, "float"),
+    "typical_p": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "temperature": ("clamp", 0.0, math.inf, "float"),
+    "dynatemp_range": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "dynatemp_exponent": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "repeat_last_n": ("hard", 0, INT32_MAX, "int"),
+    "repeat_penalty": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "frequency_penalty": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "presence_penalty": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "dry_multiplier": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "dry_base": (None, None, None, "float"),            # its handler: below 1 becomes the default 1.75
+    "dry_allowed_length": ("hard", 0, INT32_MAX, "int"),
+    "dry_penalty_last_n": ("hard", 0, INT32_MAX, "int"),
+    "mirostat": ("clamp", 0, 2, "int"),
+    "mirostat_tau": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "mirostat_eta": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
+    "adaptive_target": ("clamp", _FLOAT_LOWEST, 1.0, "float"),
+    "adaptive_decay": ("hard", 0.0, float(np.float32(0.99)), "float"),
+    "min_keep": ("hard", 0, INT32_MAX, "int"),
+}
+
+
+def _server_number(name, value, mode, low, high, kind):
+    # nlohmann's get<T> of a JSON number, then field_num's std::clamp or hard limit
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"Field '{name}': type must be number, but is {json_type_name(value)}")
+    if kind == "int":
+        if isinstance(value, numbers.Integral):
+            v = (int(value) + 2**31) % 2**32 - 2**31          # static_cast<int32_t> wraps
+        else:
+            f = float(value)
+            # static_cast<int32_t>(double) truncates; out of range, x86-64's cvttsd2si gives INT32_MIN
+            v = int(f) if math.isfinite(f) and -2**31 <= math.trunc(f) < 2**31 else -2**31
+    else:
+        if not math.isfinite(float(value)):
+            raise ValueError(f"Field '{name}': must be a finite number, got {value!r}")
+        with np.errstate(over="ignore"):
+            v = float(np.float32(value))                     # get<float>: may overflow to +-inf
+    if mode == "hard":
+        if v < low or v > high:
+            raise ValueError(f"Field '{name}': Value must be between {low} <= value <= {high}, but got {v}")
+    elif mode == "clamp":
+        v = max(low, min(high, v))
+    return v
+
+
+def _server_seed(value):
+    # get<uint32_t>: integers modulo 2^32 (so -1 is LLAMA_DEFAULT_SEED), other numbers truncated first
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"Field 'seed': type must be number, but is {json_type_name(value)}")
+    if not isinstance(value, numbers.Integral):
+        if not math.isfinite(float(value)):
+            raise ValueError(f"Field 'seed': must be a finite number, got {value!r}")
+        value = math.trunc(float(value))
+    return int(value) % 2**32
+
+
+_C_SPACE = " \t\n\v\f\r"
+
+
+def _strtol_token(key):
+    """llama-server's reading of a logit_bias object key: ``strtol(key.c_str(), &end, 10)``, accepted as an id when
+    ``*end == 0``, then cast to llama_token. None when the key is not a number (llama-server tokenizes it)."""
+    s = key.split("\0", 1)[0]                 # c_str() ends at a NUL
+    n = len(s)
+    i = 0
+    while i < n and s[i] in _C_SPACE:
+        i += 1
+    j = i + 1 if i < n and s[i] in "+-" else i
+    k = j
+    while k < n and "0" <= s[k] <= "9":
+        k += 1
+    if k == j:
+        # no digits: strtol sets end to the start, so only the empty key reads as a number (0)
+        return 0 if n == 0 else None
+    if k != n:
+        return None
+    v = max(-2**63, min(2**63 - 1, int(s[i:k])))           # strtol saturates at LONG_MIN / LONG_MAX
+    return (v + 2**31) % 2**32 - 2**31                      # the cast to int32_t wraps
+
+
+def _server_bias(value):
+    # parse_bias: a number as get<float> (overflowing to +-inf), false as -inf; anything else skips the entry
+    if value is False:
+        return -math.inf
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    if math.isnan(float(value)):
+        raise ValueError("Field 'logit_bias': a bias must be a number, got NaN")
+    with np.errstate(over="ignore"):
+        return float(np.float32(value))
+
+
+def _server_logit_bias(raw, vocab):
+    """params_from_json_cmpl's logit_bias handler: [[token, bias], ...] or {"token": bias}; integer ids outside
+    the vocabulary skipped, text keys tokenized (without special tokens) with every token biased, malformed
+    entries skipped. Without a vocabulary, ids are kept for the Sampler to check and text is refused."""
+    n_vocab = len(vocab) if vocab is not None else None
+    out = []
+
+    def add_id(token, bias):
+        if token >= 0 and (n_vocab is None or token < n_vocab):
+            out.append((token, bias))
+
+    def add_text(text, bias):
+        tokenize = _vocab_tokenizer(vocab) if vocab is not None else None
+        if tokenize is None:
+            raise ValueError(
+                f"Field 'logit_bias': {text!r} is text, which llama-server tokenizes; "
+                + ("pass the vocabulary (from_server(..., vocab=...))" if vocab is None else
+                   "the vocabulary has no tokenizer hook (Vocab.with_tokenizer)"))
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"Field 'logit_bias': {text!r} is not valid Unicode text") from None
+        for token in tokenize(data, False, False):
+            out.append((int(token), bias))
+
+    if isinstance(raw, (list, tuple)):
+        for el in raw:
+            if not isinstance(el, (list, tuple)) or len(el) != 2:
+                continue
+            bias = _server_bias(el[1])
+            if bias is None:
+                continue
+            token = el[0]
+            if isinstance(token, numbers.Integral) and not isinstance(token, bool):
+                token = int(token)
+                if -2**63 <= token < 2**64:         # larger integers are floats to nlohmann's parser
+                    add_id((token + 2**31) % 2**32 - 2**31, bias)
+            elif isinstance(token, str):
+                add_text(token, bias)
+    elif isinstance(raw, dict):
+        # nlohmann::json keeps an object in a std::map: its items come in byte order of the keys, and the order
+        # is the order the biases are added in (it rounds when two entries bias one token)
+        items = sorted(((str(k), v) for k, v in raw.items()), key=lambda kv: kv[0].encode("utf-8", "surrogatepass"))
+        for key, value in items:
+            bias = _server_bias(value)
+            if bias is None:
+                continue
+            token = _strtol_token(key)
+            if token is not None:
+                add_id(token, bias)
+            else:
+                add_text(key, bias)
+    return out
+
+
+def _float32(value):
+    return float(np.float32(value))
+
+
+class SamplerParams:
+    """llama-server's sampling parameters, with its names and defaults.
+
+    Values are stored as llama.cpp stores them (floats rounded to float32, seed as uint32 with
+    -1 meaning LLAMA_DEFAULT_SEED). Out-of-range values raise ValueError naming the field, also for
+    the fields llama-server would silently clamp; ``dry_base`` below 1 becomes the default 1.75 as in
+    llama-server. ``samplers`` takes names separated by ';' (or a list of names, or a string of
+    llama.cpp's one-letter codes) and is kept as a tuple of canonical names.
+    """
+
+    __slots__ = ("seed", "samplers", "dry_sequence_breakers", "logit_bias") + tuple(_NUMERIC_FIELDS)
+
+    def __init__(self, **kwargs):
+        self._init(kwargs, True)
+
+    def _init(self, kwargs, strict):
+        unknown = set(kwargs) - set(self.__slots__)
+        if unknown:
+            raise ValueError(f"Invalid sampler parameter: unknown field(s) {', '.join(sorted(unknown))}")
+        for name, (default, kind, low, high) in _NUMERIC_FIELDS.items():
+            object.__setattr__(self, name, self._check_number(name, kwargs.get(name, default), kind, low, high))
+        if self.dry_base < 1.0:
+            object.__setattr__(self, "dry_base", _float32(1.75))
+        rp = self.repeat_penalty
+        with np.errstate(over="ignore", divide="ignore"):
+            inverse = float(np.float32(1.0) / np.float32(rp)) if rp != 0.0 else math.inf
+        if strict and (rp <= 0.0 or not math.isfinite(inverse)):
+            raise ValueError(f"Invalid repeat_penalty: must be finite and greater than 0, got {rp}")
+        if not math.isfinite(inverse):
+            # llama-server divides by it: a logit of +-inf, then NaN probabilities that its sorts are not defined on
+            raise ValueError(f"Invalid repeat_penalty: 1 / {rp} is not a finite float")
+        object.__setattr__(self, "seed", _as_seed(kwargs.get("seed", -1), "seed"))
+        object.__setattr__(self, "samplers", self._check_samplers(kwargs.get("samplers", DEFAULT_SAMPLERS)))
+        breakers = kwargs.get("dry_sequence_breakers", DEFAULT_DRY_SEQUENCE_BREAKERS)
+        if isinstance(breakers, str) or not all(isinstance(b, str) for b in breakers) or len(breakers) == 0:
+            raise ValueError("Invalid dry_sequence_breakers: must be a non-empty list of strings")
+        object.__setattr__(self, "dry_sequence_breakers", tuple(breakers))
+        object.__setattr__(self, "logit_bias", self._check_logit_bias(kwargs.get("logit_bias", ())))
+
+    @staticmethod
+    def _check_number(name, value, kind, low, high):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"Invalid {name}: expected a number, got {value!r}")
+        if kind == "int":
+            if not isinstance(value, numbers.Integral):
+                if not float(value).is_integer():
+                    raise ValueError(f"Invalid {name}: expected an integer, got {value!r}")
+            value = int(value)
+        else:
+            if not math.isfinite(float(value)) and not (high == math.inf and value == math.inf):
+                raise ValueError(f"Invalid {name}: must be finite, got {value!r}")
+            value = _float32(value)
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ValueError(f"Invalid {name}: must be between {low} and {high}, got {value!r}")
+        return value
+
+    @staticmethod
+    def _check_samplers(samplers):
+        if isinstance(samplers, str):
+            if ";" in samplers or samplers.lower() in _SAMPLER_NAMES:
+                names = [s for s in samplers.split(";") if s != ""]
+            else:
+                names = []
+                for c in samplers:
+                    if c not in _SAMPLER_CHARS:
+                        raise ValueError(f"Invalid samplers: unknown sampler code {c!r}")
+                    names.append(_SAMPLER_CHARS[c])
+        else:
+            names = list(samplers)
+        result = []
+        for name in names:
+            if not isinstance(name, str) or name.lower() not in _SAMPLER_NAMES:
+                raise ValueError(f"Invalid samplers: unknown sampler {name!r}")
+            value = _SAMPLER_NAMES[name.lower()]
+            result.append(_CANONICAL_BY_VALUE[value])
+        return tuple(result)
+
+    @staticmethod
+    def _check_logit_bias(logit_bias):
+        items = logit_bias.items() if isinstance(logit_bias, dict) else logit_bias
+        result = []
+        for item in items:
+            try:
+                token, bias = item
+            except (TypeError, ValueError):
+                raise ValueError(f"Invalid logit_bias: expected [token, bias] pairs, got {item!r}") from None
+            if isinstance(token, str) and token.strip().lstrip("-").isdigit():
+                token = int(token)
+            if isinstance(token, bool) or not isinstance(token, numbers.Integral):
+                raise ValueError(f"Invalid logit_bias: token must be an integer id, got {token!r}")
+            if bias is False:
+                bias = -math.inf
+            elif isinstance(bias, bool) or not isinstance(bias, numbers.Real) or math.isnan(bias):
+                raise ValueError(f"Invalid logit_bias: bias must be a number or false, got {bias!r}")
+            result.append((int(token), _float32(bias)))
+        return tuple(result)
+
+    @classmethod
+    def from_server(cls, fields, n_ctx=None, vocab=None):
+        """The parameters llama-server samples with for a request's sampler fields (``params_from_json_cmpl``,
+        tools/server/server-schema.cpp of the pinned llama.cpp).
+
+        Where llama-server clamps, this clamps (``temperature`` to [0, inf], ``top_k`` to [0, INT32_MAX],
+        ``top_p``/``min_p``/``xtc_probability``/``xtc_threshold`` to [0, 1], ``mirostat`` to [0, 2],
+        ``adaptive_target`` to at most 1, every other float to the float range, as its ``std::clamp`` of the
+        ``get<float>`` value does); integers are read as ``get<int32_t>`` reads them (truncated, wrapped to
+        32 bits), seeds as ``get<uint32_t>`` (modulo 2^32, so -1 is the random seed); ``samplers`` as a string
+        is one-letter codes and as an array names, unknown ones skipped as llama-server skips them. Where
+        llama-server answers 400 (a hard limit: ``repeat_last_n``, ``dry_allowed_length``,
+        ``dry_penalty_last_n``, ``min_keep`` outside [0, INT32_MAX], ``adaptive_decay`` outside [0, 0.99]; a
+        value of the wrong JSON type; an empty ``dry_sequence_breakers``), this raises ValueError with a
+        message naming the field. ``None`` means absent. ``n_ctx`` is accepted for the callers that know the
+        context; llama-server does not clamp history lengths to it (bankml's histories grow with the tokens
+        accepted, so a history length beyond the context costs nothing).
+
+        ``logit_bias`` is read as llama-server reads it: ``[[token, bias], ...]`` or ``{"token": bias}``, a bias
+        being a number or ``false`` (-inf); malformed entries are skipped; with ``vocab``, integer ids outside the
+        vocabulary are skipped and text (an array entry's string, an object key that is not all a base-10
+        number as ``strtol`` reads it) is tokenized with the vocabulary's tokenizer hook (no special tokens),
+        every token getting the bias. Without ``vocab``, ids are kept (``Sampler`` refuses those outside its
+        vocabulary) and text raises ValueError.
+        """
+        values = {}
+        for key, raw in fields.items():
+            if raw is None:
+                continue
+            if key in _SERVER_LIMITS:
+                values[key] = _server_number(key, raw, *_SERVER_LIMITS[key])
+            elif key == "seed":
+                values[key] = _server_seed(raw)
+            elif key == "samplers":
+                if isinstance(raw, str):
+                    values[key] = tuple(_SAMPLER_CHARS[c] for c in raw if c in _SAMPLER_CHARS)
+                elif isinstance(raw, list):
+                    if not all(isinstance(name, str) for name in raw):
+                        raise ValueError("Field 'samplers': type must be string, but is not")
+                    values[key] = tuple(_CANONICAL_BY_VALUE[_SAMPLER_NAMES[name.lower()]] for name in raw
+                                        if name.lower() in _SAMPLER_NAMES)
+                # any other JSON type: llama-server keeps its default order
+            elif key == "logit_bias":
+                values[key] = _server_logit_bias(raw, vocab)
+            elif key == "dry_sequence_breakers":
+                if not isinstance(raw, list) or not raw or not all(isinstance(b, str) for b in raw):
+                    raise ValueError("Error: dry_sequence_breakers must be a non-empty array of strings")
+                values[key] = tuple(raw)
+            else:
+                values[key] = raw
+        obj = cls.__new__(cls)
+        obj._init(values, False)
+        return obj
+
+    def __setattr__(self, name, value):
+        raise AttributeError("SamplerParams is immutable; use replace()")
+
+    def replace(self, **changes):
+        values = self.as_dict()
+        values.update(changes)
+        return SamplerParams(**values)
+
+    def as_dict(self):
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __eq__(self, other):
+        return isinstance(other, SamplerParams) and self.as_dict() == other.as_dict()
+
+    def __hash__(self):
+        return hash(tuple(self.as_dict().items()))
+
+    def __repr__(self):
+        return "SamplerParams(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
+
+    def __reduce__(self):
+        return (_rebuild_params, (self.as_dict(),))
+
+
+def _rebuild_params(values):
+    return SamplerParams(**values)
+
+
+# --- the sampler ------------------------------------------------------------------------------
+
+cdef chain_stage new_stage(sampler_type type):
+    cdef chain_stage st
+    st.type = type
+    st.min_keep = 0
+    return st
+
+
+cdef void seed_stage(chain_stage& st, uint32_t seed) noexcept nogil:
+    st.seed = seed
+    st.seed_cur = get_rng_seed(seed)
+    st.rng.seed(st.seed_cur)
+
+
+# llama_sampler_init_dry's limits: a breaker is cut to its first MAX_CHAR_LEN bytes, a tail's tokenization to
+# its first MAX_SEQ_LEN tokens. llama.cpp limits neither the number of breakers nor their total size.
+DRY_MAX_CHAR_LEN = 40
+DRY_MAX_SEQ_LEN = 20
+# processed breakers kept per vocabulary (one entry per distinct breaker after the cut), least recently used
+# dropped first, so requests with ever new breakers cannot grow the cache without bound
+_DRY_CACHE_ENTRIES = 256
+# id(vocab) -> (weak reference, {breaker bytes: processed}); keyed by identity, as a Vocab is unhashable, and
+# dropped when the vocabulary dies
+_DRY_BREAKER_CACHE = {}
+
+
+def _dry_cache_for(vocab):
+    key = id(vocab)
+    entry = _DRY_BREAKER_CACHE.get(key)
+    if entry is not None and entry[0]() is vocab:
+        return entry[1]
+    try:
+        ref = weakref.ref(vocab, lambda _, key=key: _DRY_BREAKER_CACHE.pop(key, None))
+    except TypeError:
+        return {}          # not weakly referenceable: no cache
+    per_vocab = {}
+    _DRY_BREAKER_CACHE[key] = (ref, per_vocab)
+    return per_vocab
+
+
+class _DryTokenizerMissing(ValueError):
+    pass
+
+
+def _dry_breaker_bytes(breaker):
+    """The bytes llama.cpp processes for one breaker: its UTF-8 up to the first NUL (llama.cpp passes the
+    breakers as C strings), cut to DRY_MAX_CHAR_LEN bytes; b"" when it skips the breaker."""
+    try:
+        raw = breaker.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"Invalid dry_sequence_breakers: {breaker!r} is not valid Unicode text") from None
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raw = raw[:nul]
+    return raw[:DRY_MAX_CHAR_LEN]
+
+
+cdef struct tail_match:
+    int32_t token
+    int32_t start          # the tail is breaker[start:]; start == breaker length: the piece contains it
+
+
+cdef int scan_overlaps(const unsigned char* buf, const int64_t* offsets, Py_ssize_t n,
+                       const unsigned char* s, Py_ssize_t sl, vector[tail_match]& out) except -1 nogil:
+    # get_overlapping_token_sequences' scan: a piece containing the breaker gives the empty tail; each
+    # occurrence of the breaker's first byte from which the rest of the piece is a proper prefix of the breaker
+    # gives the tail after that prefix
+    cdef Py_ssize_t t, wl, pos, i, start
+    cdef const unsigned char* w
+    cdef bint match, found
+    cdef tail_match m
+    cdef unsigned char first = s[0]
+    for t in range(n):
+        w = buf + offsets[t]
+        wl = offsets[t + 1] - offsets[t]
+        found = False
+        if sl <= wl:
+            for start in range(wl - sl + 1):
+                if w[start] == first and memcmp(w + start, s, sl) == 0:
+                    found = True
+                    break
+        m.token = <int32_t>t
+        if found:
+            m.start = <int32_t>sl
+            out.push_back(m)
+            continue
+        for pos in range(wl):
+            if w[pos] != first:
+                continue
+            match = True
+            i = 1
+            while i < sl and i + pos < wl:
+                if w[pos + i] != s[i]:
+                    match = False
+                    break
+                i += 1
+            if match:
+                m.start = <int32_t>i
+                out.push_back(m)
+    return 0
+
+
+def _flat_pieces(vocab, pieces):
+    """All pieces in one buffer with their offsets (kept with a Vocab's derived structures)."""
+    derived = getattr(vocab, "_derived", None)
+    if isinstance(derived, dict) and "flat_pieces" in derived:
+        return derived["flat_pieces"]
+    lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
+    offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = (b"".join(pieces), offsets)
+    if isinstance(derived, dict):
+        derived["flat_pieces"] = flat
+    return flat
+
+
+def _overlapping_tails(vocab, list pieces, bytes breaker):
+    """For each token whose piece overlaps the breaker, (token, [tails]): b"" when the piece contains it."""
+    cdef bytes buf
+    cdef const int64_t[::1] offsets
+    cdef vector[tail_match] out
+    cdef const unsigned char* s = breaker
+    cdef const unsigned char* b
+    cdef Py_ssize_t sl = len(breaker), n = len(pieces)
+    cdef size_t k
+    buf, offsets_array = _flat_pieces(vocab, pieces)
+    offsets = offsets_array
+    b = buf
+    with nogil:
+        scan_overlaps(b, &offsets[0], n, s, sl, out)
+    result = []
+    last = -1
+    tails = None
+    for k in range(out.size()):
+        token = out[k].token
+        tail = breaker[out[k].start:]
+        if token == last:
+            tails.append(tail)        # (no negative indexing: the module is built without wraparound)
+        else:
+            tails = [tail]
+            result.append((token, tails))
+            last = token
+    return result
+
+
+def _infill_data(vocab, n):
+    """What the infill sampler reads of a vocabulary: all pieces in one buffer with their offsets, a flag byte per
+    token (INFILL_EOG: llama_vocab_is_eog; INFILL_NO_TEXT: a control or unknown token, which
+    token_to_piece(special=false) renders empty) and token_eot, else token_eos, else -1. A vocabulary without
+    token attributes (a hand-made Vocab) renders every piece as given and has no EOT/EOS token."""
+    pieces = getattr(vocab, "pieces", None)
+    if not isinstance(pieces, list) or (pieces and type(pieces[0]) is not bytes):
+        if not hasattr(vocab, "piece"):
+            raise ValueError("Invalid samplers: infill needs a vocabulary with pieces and end-of-generation tokens "
+                             "(a bankml.Vocab)")
+        pieces = [bytes(vocab.piece(t)) for t in range(n)]
+    if len(pieces) != n:
+        raise ValueError("Invalid samplers: infill needs one piece per token of the vocabulary")
+    buf, offsets = _flat_pieces(vocab, pieces)
+    eog = getattr(vocab, "eog_mask", None)
+    if eog is None:
+        if not hasattr(vocab, "is_eog"):
+            raise ValueError("Invalid samplers: infill needs the vocabulary's end-of-generation tokens (is_eog)")
+        eog = np.fromiter((bool(vocab.is_eog(t)) for t in range(n)), dtype=np.bool_, count=n)
+    flags = np.where(np.asarray(eog, dtype=np.bool_), INFILL_EOG, 0).astype(np.uint8)
+    attrs = getattr(vocab, "token_attrs", None)
+    if attrs is not None:
+        flags[(np.asarray(attrs) & (ATTR_UNKNOWN | ATTR_CONTROL)) != 0] |= INFILL_NO_TEXT
+    special = (getattr(vocab, "info", None) or {}).get("special_ids") or {}
+    eot = special.get("eot")
+    if eot is None:
+        eot = special.get("eos")
+    if eot is None or not 0 <= eot < n:
+        eot = -1
+    return buf, offsets, flags, int(eot)
+
+
+def _vocab_tokenizer(vocab):
+    """The vocabulary's tokenize(text, add_special, parse_special) hook, or None."""
+    has = getattr(vocab, "has_tokenizer", None)
+    if has is not None:
+        return vocab.tokenize if has else None
+    return getattr(vocab, "tokenize", None)
+
+
+def _dry_breakers(vocab, breakers):
+    """get_overlapping_token_sequences for every breaker: head token -> the tokenized tails.
+
+    The byte scan runs over every piece once per distinct breaker and vocabulary (cached, least recently used
+    first out); a tokenizer is called only for tails that are not empty -- never for a breaker of one byte,
+    llama-server's defaults included -- and once per distinct tail."""
+    per_vocab = _dry_cache_for(vocab)
+    whole_key = ("breaker list",) + tuple(breakers)
+    merged = per_vocab.pop(whole_key, None)
+    if merged is not None:
+        per_vocab[whole_key] = merged
+        return merged
+    tokenize = _vocab_tokenizer(vocab)
+    result = {}
+    for breaker in breakers:
+        raw = _dry_breaker_bytes(breaker)
+        if not raw:
+            continue   # llama.cpp skips empty breakers
+        key = raw   # a vocabulary's tokenizer is fixed for its lifetime
+        entry = per_vocab.pop(key, None)
+        if entry is None:
+            entry = _process_breaker(vocab, raw, tokenize, breaker)
+        per_vocab[key] = entry          # most recently used last
+        while len(per_vocab) > _DRY_CACHE_ENTRIES:
+            del per_vocab[next(iter(per_vocab))]
+        for token_id, seqs in entry:
+            have = result.get(token_id)
+            if have is None:
+                result[token_id] = dict.fromkeys(seqs)
+            else:
+                have.update(dict.fromkeys(seqs))
+    merged = {token_id: [list(seq) for seq in seqs] for token_id, seqs in result.items()}
+    per_vocab[whole_key] = merged        # the whole list too: requests repeat theirs
+    while len(per_vocab) > _DRY_CACHE_ENTRIES:
+        del per_vocab[next(iter(per_vocab))]
+    return merged
+
+
+def _process_breaker(vocab, bytes raw, tokenize, breaker):
+    pieces = getattr(vocab, "pieces", None)
+    if not isinstance(pieces, list) or (pieces and type(pieces[0]) is not bytes):
+        pieces = [bytes(vocab.piece(t)) for t in range(len(vocab))]
+    tokenized = {b"": ()}
+    entry = []
+    for token_id, tails in _overlapping_tails(vocab, pieces, raw):
+        seqs = []
+        for tail in tails:
+            seq = tokenized.get(tail)
+            if seq is None:
+                if tokenize is None:
+                    raise ValueError(
+                        f"Invalid dry_sequence_breakers: {breaker!r} overlaps the end of token {token_id} "
+                        f"({pieces[token_id]!r}), and llama.cpp tokenizes the rest ({tail!r}): give the vocabulary "
+                        "a tokenizer (Vocab.with_tokenizer, see bankml.integrations.adapters)")
+                seq = tuple(int(x) for x in tokenize(tail, False, False))[:DRY_MAX_SEQ_LEN]
+                tokenized[tail] = seq
+            if seq not in seqs:
+                seqs.append(seq)
+        entry.append((token_id, tuple(seqs)))
+    return entry
+
+
+# --- the reasoning budget (common/reasoning-budget.cpp) -------------------------------------------
+
+class _TokenMatcher:
+    """reasoning-budget.cpp's token_matcher over common_aho_corasick (common/trie.cpp): advance(token) gives
+    the index of the longest sequence ending at this token (and restarts), or -1."""
+
+    def __init__(self, seqs):
+        self.seqs = []
+        for seq in seqs:
+            seq = tuple(int(t) for t in seq)
+            if seq and seq not in self.seqs:
+                self.seqs.append(seq)
+        children = [{}]
+        pattern = [-1]
+        for index, seq in enumerate(self.seqs):
+            node = 0
+            for t in seq:
+                child = children[node].get(t)
+                if child is None:
+                    child = len(children)
+                    children[node][t] = child
+                    children.append({})
+                    pattern.append(-1)
+                node = child
+            if pattern[node] < 0:
+                pattern[node] = index
+        fail = [0] * len(children)
+        order = []
+        queue = [0]
+        head = 0
+        while head < len(queue):
+            u = queue[head]
+            head += 1
+            order.append(u)
+            for ch in sorted(children[u]):       # std::map iterates in key order
+                v = children[u][ch]
+                if u != 0:
+                    f = fail[u]
+                    while f and ch not in children[f]:
+                        f = fail[f]
+                    it = children[f].get(ch)
+                    fail[v] = it if it is not None and it != v else 0
+                queue.append(v)
+        match = [-1] * len(children)
+        for u in order:
+            match[u] = pattern[u] if pattern[u] >= 0 else (match[fail[u]] if u != 0 else -1)
+        self._children = children
+        self._fail = fail
+        self._match = match
+        self.state = 0
+
+    def advance(self, token):
+        state = self.state
+        children = self._children
+        while state and token not in children[state]:
+            state = self._fail[state]
+        state = children[state].get(token, 0)
+        p = self._match[state]
+        self.state = 0 if p >= 0 else state
+        return p
+
+    def reset(self):
+        self.state = 0
+
+    def clone(self):
+        other = _TokenMatcher.__new__(_TokenMatcher)
+        other.__dict__.update(self.__dict__)
+        return other
+
+
+REASONING_BUDGET_IDLE = "idle"
+REASONING_BUDGET_COUNTING = "counting"
+REASONING_BUDGET_FORCING = "forcing"
+REASONING_BUDGET_WAITING_UTF8 = "waiting_utf8"
+REASONING_BUDGET_DONE = "done"
+_REASONING_STATES = (REASONING_BUDGET_IDLE, REASONING_BUDGET_COUNTING, REASONING_BUDGET_FORCING,
+                     REASONING_BUDGET_WAITING_UTF8, REASONING_BUDGET_DONE)
+_ATTR_UNKNOWN_OR_CONTROL = (1 << 0) | (1 << 3)
+
+
+def _utf8_is_complete(piece):
+    # common_utf8_is_complete (common/unicode.cpp)
+    if not piece:
+        return True
+    for i in range(1, min(4, len(piece)) + 1):
+        c = piece[len(piece) - i]
+        if (c & 0xC0) != 0x80:
+            expected = 4 if c >= 0xF0 else 3 if c >= 0xE0 else 2 if c >= 0xC0 else 1
+            return i >= expected
+    return False
+
+
+class ReasoningBudget:
+    """llama-server's reasoning budget (common_reasoning_budget_init, common/reasoning-budget.cpp): counts the
+    tokens of a reasoning block and, when the budget runs out, forces ``forced`` token by token.
+
+    States: idle (watching for any of ``start`` -- token sequences), counting (``budget`` tokens left,
+    watching for any of ``end``), waiting_utf8 (budget spent inside a UTF-8 character), forcing, done (re-armed
+    by a new start sequence). ``vocab`` (a Vocab, or None) answers whether a token's piece -- rendered as
+    ``common_token_to_piece(..., special=false)`` renders it: unknown and control tokens spell nothing -- ends
+    a UTF-8 character. ``budget`` <= 0 forces as soon as the block starts; llama-server passes INT_MAX for its
+    unlimited -1 (``reasoning_budget_tokens``). Give it to ``Sampler`` as
+    ``reasoning_budget=``: it constrains the candidates before the grammar and the chain, and sees every
+    generated token and the prefill tokens.
+    """
+
+    def __init__(self, vocab, start, end, forced, budget, initial_state=REASONING_BUDGET_IDLE):
+        if initial_state not in _REASONING_STATES:
+            raise ValueError(f"Invalid initial_state: expected one of {_REASONING_STATES}, got {initial_state!r}")
+        budget = int(budget)
+        if not -2**31 <= budget <= INT32_MAX:
+            raise ValueError(f"Invalid budget: expected a 32-bit integer, got {budget}")
+        self.vocab = vocab
+        self.start_matcher = _TokenMatcher(start)
+        self.end_matcher = _TokenMatcher(end)
+        self.forced = tuple(int(t) for t in forced)
+        self.budget = budget
+        self.remaining = budget
+        if initial_state == REASONING_BUDGET_COUNTING and budget <= 0:
+            initial_state = REASONING_BUDGET_FORCING
+        self.state = initial_state
+        self.force_pos = 0
+        self._end_match = -1
+        attrs = getattr(vocab, "token_attrs", None) if vocab is not None else None
+        self._attrs = attrs
+
+    @property
+    def end_match(self):
+        """The end sequence that moved the budget to done (common_reasoning_budget_get_end_match), or None."""
+        return None if self._end_match < 0 else self.end_matcher.seqs[self._end_match]
+
+    @property
+    def forced_token(self):
+        """The token apply() forces now, or None."""
+        if self.state != REASONING_BUDGET_FORCING or self.force_pos >= len(self.forced):
+            return None
+        return self.forced[self.force_pos]
+
+    def _utf8_complete(self, token):
+        if self.vocab is None:
+            return True
+        if self._attrs is not None and 0 <= token < len(self._attrs) and self._attrs[token] & _ATTR_UNKNOWN_OR_CONTROL:
+            return True
+        return _utf8_is_complete(self.vocab.piece(token))
+
+    def _arm(self):
+        self.state = REASONING_BUDGET_COUNTING
+        self.remaining = self.budget
+        if self.remaining <= 0:
+            self.state = REASONING_BUDGET_FORCING
+            self.force_pos = 0
+
+    def accept(self, token):
+        """common_reasoning_budget_accept."""
+        token = int(token)
+        state = self.state
+        if state == REASONING_BUDGET_IDLE:
+            if self.start_matcher.advance(token) >= 0:
+                self._arm()
+        elif state == REASONING_BUDGET_COUNTING or state == REASONING_BUDGET_WAITING_UTF8:
+            match = self.end_matcher.advance(token)
+            if match >= 0:
+                self.state = REASONING_BUDGET_DONE
+                self._end_match = match
+                return
+            complete = self._utf8_complete(token)
+            if state == REASONING_BUDGET_WAITING_UTF8:
+                if complete:
+                    self.state = REASONING_BUDGET_FORCING
+                    self.force_pos = 0
+                    self.end_matcher.reset()
+            else:
+                self.remaining -= 1
+                if self.remaining <= 0:
+                    self.state = REASONING_BUDGET_FORCING if complete else REASONING_BUDGET_WAITING_UTF8
+                    if complete:
+                        self.force_pos = 0
+                    self.end_matcher.reset()
+        elif state == REASONING_BUDGET_FORCING:
+            match = self.end_matcher.advance(token)
+            self.force_pos += 1
+            if self.force_pos >= len(self.forced):
+                self.state = REASONING_BUDGET_DONE
+                self._end_match = match
+        else:  # done: a new start sequence re-arms it
+            if self.start_matcher.advance(token) >= 0:
+                self.state = REASONING_BUDGET_COUNTING
+                self.remaining = self.budget
+                self.end_matcher.reset()
+                self._end_match = -1
+                if self.remaining <= 0:
+                    self.state = REASONING_BUDGET_FORCING
+                    self.force_pos = 0
+
+    def apply(self, logits):
+        """common_reasoning_budget_apply on a float32 logits array, in place: while forcing, every logit but the
+        forced token's becomes -inf."""
+        forced = self.forced_token
+        if forced is None:
+            return logits
+        keep = logits[forced] if 0 <= forced < logits.shape[0] else None
+        logits[:] = -np.inf
+        if keep is not None:
+            logits[forced] = keep
+        return logits
+
+    def force(self):
+        """common_reasoning_budget_force: from counting, start forcing now; True if it did."""
+        if self.state != REASONING_BUDGET_COUNTING:
+            return False
+        self.state = REASONING_BUDGET_FORCING
+        self.force_pos = 0
+        self.end_matcher.reset()
+        return True
+
+    def reset(self):
+        self.state = REASONING_BUDGET_IDLE
+        self.remaining = self.budget
+        self.start_matcher.reset()
+        self.end_matcher.reset()
+        self.force_pos = 0
+        self._end_match = -1
+
+    def clone(self):
+        other = ReasoningBudget.__new__(ReasoningBudget)
+        other.__dict__.update(self.__dict__)
+        other.start_matcher = self.start_matcher.clone()
+        other.end_matcher = self.end_matcher.clone()
+        return other
+
+
+cdef class Sampler:
+    """llama-server's sampling (common_sampler_init + common_sampler_sample with grammar_first=false).
+
+    sample(logits) draws a token id from float32 logits of shape (n_vocab,); accept(token) records a
+    generated token (grammar, penalty and DRY history); prefill(tokens) feeds prompt tokens to the
+    grammar only. The chain works on its own copy of the logits.
+    """
+
+    def __init__(self, params, vocab, grammar=None, reasoning_budget=None):
+        cdef chain_stage st
+        cdef logit_bias_entry entry
+        cdef float temp
+        if params is None:
+            params = SamplerParams()
+        if not isinstance(params, SamplerParams):
+            raise TypeError(f"params must be SamplerParams, got {type(params).__name__}")
+        self.params = params
+        self.vocab = vocab
+        self.grammar = grammar
+        if reasoning_budget is not None and not isinstance(reasoning_budget, ReasoningBudget):
+            raise TypeError(f"reasoning_budget must be a ReasoningBudget, got {type(reasoning_budget).__name__}")
+        self.reasoning_budget = reasoning_budget
+        self.n_vocab = len(vocab)
+        if grammar is not None and getattr(grammar, "vocab", vocab) is not None \
+                and len(grammar.vocab) != self.n_vocab:
+            raise ValueError("Invalid grammar: its vocabulary is not the sampler's")
+        self.chain.clear()
+        temp = params.temperature
+        if params.logit_bias:
+            st = new_stage(SAMPLER_LOGIT_BIAS)
+            for token, bias in params.logit_bias:
+                if not 0 <= token < self.n_vocab:
+                    raise ValueError(f"Invalid logit_bias: token {token} is outside [0, {self.n_vocab})")
+                entry.token = token
+                entry.bias = bias
+                st.biases.push_back(entry)
+            self.chain.push_back(st)
+        if params.mirostat == 0:
+            for name in params.samplers:
+                if name != "adaptive_p":
+                    self._add(name)
+            if "adaptive_p" in params.samplers:
+                # like dist and mirostat it selects the token, so common_sampler_init puts it last, in dist's place
+                st = new_stage(SAMPLER_ADAPTIVE_P)
+                st.adaptive_target = params.adaptive_target
+                st.adaptive_decay = clamp_float(params.adaptive_decay, 0, <float>0.99)
+                adaptive_p_reset(st)
+                seed_stage(st, params.seed)
+            else:
+                st = new_stage(SAMPLER_DIST)
+                seed_stage(st, params.seed)
+            self.chain.push_back(st)
+        else:
+            if temp != 1:
+                st = new_stage(SAMPLER_TEMP)
+                st.temp = temp
+                self.chain.push_back(st)
+            st = new_stage(SAMPLER_MIROSTAT if params.mirostat == 1 else SAMPLER_MIROSTAT_V2)
+            st.n_vocab = <int32_t>self.n_vocab
+            st.m = 100
+            st.tau = params.mirostat_tau
+            st.eta = params.mirostat_eta
+            st.mu = <float>2 * st.tau
+            seed_stage(st, params.seed)
+            self.chain.push_back(st)
+        self.cur.resize(self.n_vocab)
+
+    def _add(self, name):
+        cdef chain_stage st
+        cdef const unsigned char* pieces_buf
+        cdef const int64_t[::1] offsets_view
+        cdef const unsigned char[::1] flags_view
+        p = self.params
+        cdef size_t min_keep = p.min_keep
+        if name == "penalties":
+            if p.repeat_last_n == 0 or (p.repeat_penalty == 1 and p.frequency_penalty == 0 and p.presence_penalty == 0):
+                return
+            st = new_stage(SAMPLER_PENALTIES)
+            st.penalty_last_n = p.repeat_last_n
+            st.penalty_repeat = p.repeat_penalty
+            st.penalty_freq = p.frequency_penalty
+            st.penalty_present = p.presence_penalty
+            ring_init(st.prev, p.repeat_last_n)
+        elif name == "dry":
+            if not (p.dry_multiplier != 0 and p.dry_base >= 1 and p.dry_penalty_last_n != 0):
+                return
+            st = new_stage(SAMPLER_DRY)
+            st.dry_multiplier = p.dry_multiplier
+            st.dry_base = p.dry_base
+            st.dry_allowed_length = p.dry_allowed_length
+            st.dry_penalty_last_n = p.dry_penalty_last_n
+            for head, tails in _dry_breakers(self.vocab, p.dry_sequence_breakers).items():
+                st.dry_processed_breakers[head] = tails     # (copied: the cached lists stay unchanged)
+            ring_init(st.last_tokens, p.dry_penalty_last_n)
+        elif name == "top_n_sigma":
+            if p.top_n_sigma <= 0:
+                return
+            st = new_stage(SAMPLER_TOP_N_SIGMA)
+            st.n = p.top_n_sigma
+        elif name == "top_k":
+            st = new_stage(SAMPLER_TOP_K)
+            st.k = p.top_k
+        elif name == "typ_p":
+            if p.typical_p >= 1:
+                return
+            st = new_stage(SAMPLER_TYPICAL_P)
+            st.p = p.typical_p
+            st.min_keep = min_keep
+        elif name == "top_p":
+            if p.top_p >= 1:
+                return
+            st = new_stage(SAMPLER_TOP_P)
+            st.p = p.top_p
+            st.min_keep = min_keep
+        elif name == "min_p":
+            if p.min_p <= 0:
+                return
+            st = new_stage(SAMPLER_MIN_P)
+            st.p = p.min_p
+            st.min_keep = min_keep
+        elif name == "xtc":
+            if p.xtc_probability <= 0 or p.xtc_threshold > 0.5:
+                return
+            st = new_stage(SAMPLER_XTC)
+            st.p = p.xtc_probability
+            st.threshold = p.xtc_threshold
+            st.min_keep = min_keep
+            seed_stage(st, p.seed)
+        elif name == "temperature":
+            if p.temperature == 1 and p.dynatemp_range <= 0:
+                return
+            st = new_stage(SAMPLER_TEMPERATURE)
+            st.temp = p.temperature
+            st.delta = p.dynatemp_range
+            st.exponent = p.dynatemp_exponent
+        elif name == "infill":
+            st = new_stage(SAMPLER_INFILL)
+            if self.infill_data is None:
+                self.infill_data = _infill_data(self.vocab, self.n_vocab)
+            buf, offsets, flags, eot = self.infill_data
+            pieces_buf = buf
+            offsets_view = offsets
+            flags_view = flags
+            st.infill_pieces = pieces_buf
+            st.infill_offsets = &offsets_view[0]
+            st.infill_flags = &flags_view[0]
+            st.infill_eot = eot
+        else:  # pragma: no cover - SamplerParams only lets the names above through
+            raise ValueError(f"Invalid samplers: {name!r}")
+        self.chain.push_back(st)
+
+    cdef int set_logits(self, const float* logits) except -1 nogil:
+        cdef int64_t i
+        cdef llama_token_data* data = self.cur.data()
+        for i in range(self.n_vocab):
+            data[i].id = <int32_t>i
+            data[i].logit = logits[i]
+            data[i].p = 0
+        return 0
+
+    cdef int64_t draw(self) except -2 nogil:
+        # one pass of the chain over the candidates set_logits left; the drawn id, or -1 if none
+        cdef llama_token_data_array cur_p
+        cur_p.data = self.cur.data()
+        cur_p.size = self.cur.size()
+        cur_p.selected = -1
+        cur_p.sorted = False
+        chain_apply(self.chain, &cur_p, self.buf_sort)
+        self.last_p = cur_p
+        if cur_p.selected < 0 or <size_t>cur_p.selected >= cur_p.size:
+            return -1
+        return cur_p.data[cur_p.selected].id
+
+    def _check(self, logits):
+        if not isinstance(logits, np.ndarray) or logits.dtype != np.float32 or logits.ndim != 1 \
+                or logits.shape[0] != self.n_vocab:
+            raise ValueError(
+                f"Invalid logits: expected float32 of shape ({self.n_vocab},), got "
+                f"{getattr(logits, 'dtype', type(logits).__name__)} of shape {getattr(logits, 'shape', None)}")
+        return np.ascontiguousarray(logits)
+
+    def sample(self, logits):
+        """Draw the next token id as llama-server does (common_sampler_sample, grammar_first=false).
+
+        The chain draws once; only the drawn token is checked against the grammar. If the grammar
+        rejects it, the chain runs again from the original logits with the grammar's rejections at
+        -inf, drawing from the same generators.
+        """
+        # (the arrays' memory is read through pointers, with no typed memoryview: a draw allocates no object
+        # the cyclic GC tracks, so a collection of the caller's objects never starts inside it)
+        cdef cnp.ndarray values = self._check(logits)
+        cdef cnp.ndarray masked
+        cdef const float* data = <const float*>cnp.PyArray_DATA(values)
+        cdef int64_t token
+        if self.reasoning_budget is not None and self.reasoning_budget.forced_token is not None:
+            # the reasoning budget constrains the candidates first (common_sampler_sample), in both draws
+            logits = self.reasoning_budget.apply(np.array(logits, dtype=np.float32, copy=True))
+            values = self._check(logits)
+            data = <const float*>cnp.PyArray_DATA(values)
+        with nogil:
+            self.set_logits(data)
+            token = self.draw()
+        if self._grammar_applies() and (token < 0 or not self.grammar.allows(token)):
+            masked = np.array(logits, dtype=np.float32, copy=True)
+            self.grammar.apply(masked)
+            data = <const float*>cnp.PyArray_DATA(masked)
+            self.n_redraws += 1
+            with nogil:
+                self.set_logits(data)
+                token = self.draw()
+            if token >= 0 and not self.grammar.allows(token):
+                # every token the grammar allows was at -inf or NaN (in the logits or after the chain), so the
+                # redraw fell on a rejected one: llama.cpp accepts it and then aborts in the grammar
+                raise NoAllowedTokenError(
+                    f"no token the grammar allows can be sampled: the redraw gave token {int(token)}, which the "
+                    "grammar rejects (every allowed token has a logit of -inf or NaN, or the grammar allows no "
+                    "token of this vocabulary)")
+        if token < 0:
+            raise SamplingError("no selected token during sampling - check your sampling configuration")
+        return int(token)
+
+    def _grammar_applies(self):
+        """grammar_should_apply: a lazy grammar beside a reasoning budget is left out while the budget is inside
+        a reasoning block (counting, forcing), so that a trigger in the reasoning starts nothing."""
+        if self.grammar is None:
+            return False
+        if self.reasoning_budget is None or not getattr(self.grammar, "lazy", False):
+            return True
+        state = self.reasoning_budget.state
+        return state == REASONING_BUDGET_IDLE or state == REASONING_BUDGET_DONE
+
+    def candidates(self):
+        """common_sampler_get_candidates(do_sort=true) after the last sample(): ``(ids, p)`` (int32 and float32
+        arrays) of the candidates the chain left in its last draw (the redraw when the grammar rejected the first
+        one), sorted by probability, highest first, with the same std::sort llama.cpp calls when the chain left
+        them unsorted (llama-server's ``post_sampling_probs``). Empty before the first sample()."""
+        cdef llama_token_data_array* cur_p = &self.last_p
+        cdef size_t i
+        cdef int32_t[::1] ids_view
+        cdef float[::1] p_view
+        if self.cur.size() == 0 or cur_p.data == NULL:
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
+        if not cur_p.sorted:
+            bankml_sort_by_p(cur_p.data, cur_p.data + cur_p.size)
+            cur_p.sorted = True
+        ids = np.empty(cur_p.size, dtype=np.int32)
+        probs = np.empty(cur_p.size, dtype=np.float32)
+        ids_view = ids
+        p_view = probs
+        for i in range(cur_p.size):
+            ids_view[i] = cur_p.data[i].id
+            p_view[i] = cur_p.data[i].p
+        return ids, probs
+
+    def accept(self, token):
+        """common_sampler_accept(token, is_generated=true): the reasoning budget, the grammar (where it applies;
+        a lazy grammar left out of a reasoning block is fed the end sequence that closed it), then the chain's
+        histories."""
+        token = int(token)
+        if not 0 <= token < self.n_vocab:
+            raise ValueError(f"Invalid token id: {token} is outside [0, {self.n_vocab})")
+        accept_grammar = self._grammar_applies()
+        if self.reasoning_budget is not None:
+            self.reasoning_budget.accept(token)
+            if self.grammar is not None and not accept_grammar and \
+                    self.reasoning_budget.state == REASONING_BUDGET_DONE:
+                end = self.reasoning_budget.end_match
+                if end:
+                    for t in end:
+                        self.grammar.accept(int(t))
+        if accept_grammar:
+            self.grammar.accept(token)
+        chain_accept(self.chain, <token_t>token)
+
+    def accept_prompt(self, tokens):
+        """common_sampler_accept(token, is_generated=false) for each prompt token, as llama-server's slot does
+        before the first draw: the penalty and DRY histories see the prompt; the grammar does not."""
+        cdef int64_t token
+        for t in tokens:
+            token = int(t)
+            if not 0 <= token < self.n_vocab:
+                raise ValueError(f"Invalid token id: {token} is outside [0, {self.n_vocab})")
+            chain_accept(self.chain, <token_t>token)
+
+    def prefill(self, tokens):
+        """Prompt tokens the template already placed (the generation prompt): they advance the grammar and the
+        reasoning budget (common_sampler_init's prefill), not the histories."""
+        tokens = [int(t) for t in tokens]
+        if self.grammar is not None:
+            for token in tokens:
+                self.grammar.accept(token)
+        if self.reasoning_budget is not None:
+            for token in tokens:
+                self.reasoning_budget.accept(token)
+
+    def clone(self):
+        """An independent copy: generators, histories and the grammar state (as llama_sampler_clone: adaptive-p's
+        generator is seeded afresh)."""
+        cdef Sampler other = Sampler.__new__(Sampler)
+        cdef size_t i
+        other.params = self.params
+        other.vocab = self.vocab
+        other.grammar = self.grammar.clone() if self.grammar is not None else None
+        other.reasoning_budget = self.reasoning_budget.clone() if self.reasoning_budget is not None else None
+        other.n_vocab = self.n_vocab
+        other.chain = self.chain
+        chain_cloned(other.chain)
+        other.infill_data = self.infill_data
+        other.cur.resize(self.n_vocab)
+        other.n_redraws = self.n_redraws
+        return other
+
+    def reset(self, grammar=True):
+        """llama_sampler_reset on the chain (generators reseeded, histories cleared); with grammar=True
+        the grammar and the reasoning budget go back to their start too (common_sampler_reset leaves both
+        alone)."""
+        chain_reset(self.chain)
+        if grammar and self.grammar is not None:
+            self.grammar.reset()
+        if grammar and self.reasoning_budget is not None:
+            self.reasoning_budget.reset()
+
+    @property
+    def chain_names(self):
+        """The samplers of the chain as llama.cpp names them (disabled ones are left out, as llama.cpp
+        replaces them with empty samplers that do nothing)."""
+        return tuple(SAMPLERS[<int>self.chain[i].type].name.decode() for i in range(self.chain.size()))
+
+    def __reduce__(self):
+        raise TypeError("Sampler is not picklable; use clone()")
+
+
+# --- llama-server's token probabilities (get_token_probabilities, tools/server/server-common.cpp) ------------
+
+def token_probabilities(logits, n_top):
+    """llama-server's ``get_token_probabilities(ctx, idx, n_top)`` over raw float32 logits: ``(ids, p)``, the
+    int32 token ids and float32 probabilities of all n_vocab candidates in the order llama-server leaves them.
+
+    The first ``min(n_top, n_vocab)`` are the highest logits, highest first, from the same ``std::partial_sort``
+    (libstdc++'s heap select then sort_heap, so ties land where llama-server's land); the rest are in the order
+    the heap select leaves them (the original order, except that each place where a larger logit entered the heap
+    now holds the heap's former minimum). The softmax runs over all n_vocab candidates in that order, as
+    llama-server's loop does: the maximum (``cur[0]`` when n_top > 0, else a scan), ``expf(logit - max)`` summed
+    in float32 one after the other, then each divided by the sum. The logits are the model's, before any
+    sampler, logit bias or grammar: llama-server's pre-sampling numbers ignore the grammar."""
+    if not isinstance(logits, np.ndarray) or logits.dtype != np.float32 or logits.ndim != 1:
+        raise ValueError(f"Invalid logits: expected a float32 vector, got "
+                         f"{getattr(logits, 'dtype', type(logits).__name__)} of shape {getattr(logits, 'shape', None)}")
+    if isinstance(n_top, bool) or not isinstance(n_top, numbers.Integral) or n_top < 0:
+        raise ValueError(f"Invalid n_top: expected a non-negative integer, got {n_top!r}")
+    cdef const float[::1] view = np.ascontiguousarray(logits)
+    cdef size_t n = view.shape[0]
+    cdef size_t top = min(<size_t>n_top, n) if n_top < 2**62 else n
+    cdef vector[llama_token_data] cur
+    cdef size_t i
+    cdef float max_l, p, cum_sum
+    ids = np.empty(n, dtype=np.int32)
+    probs = np.empty(n, dtype=np.float32)
+    cdef int32_t[::1] ids_view = ids
+    cdef float[::1] p_view = probs
+    if n == 0:
+        return ids, probs
+    with nogil:
+        cur.resize(n)
+        for i in range(n):
+            cur[i].id = <int32_t>i
+            cur[i].logit = view[i]
+            cur[i].p = 0
+        if top > 0:
+            bankml_partial_sort_by_logit(cur.data(), cur.data() + top, cur.data() + n)
+        max_l = -INFINITY
+        if top > 0:
+            max_l = cur[0].logit
+        else:
+            for i in range(n):
+                if max_l < cur[i].logit:     # std::max(max_l, logit): keeps max_l unless logit is larger
+                    max_l = cur[i].logit
+        cum_sum = 0
+        for i in range(n):
+            p = expf(cur[i].logit - max_l)
+            cur[i].p = p
+            cum_sum += p
+        for i in range(n):
+            cur[i].p /= cum_sum
+            ids_view[i] = cur[i].id
+            p_view[i] = cur[i].p
+    return ids, probs
+
+
+def token_logarithm(x):
+    """completion_token_output::logarithm: ``std::log`` of a float probability in float32 (logf), the lowest float
+    instead of -inf for 0 (nlohmann's JSON would print -inf as null)."""
+    cdef float v = <float>x
+    if v == 0:
+        return -FLT_MAX_VALUE
+    return <double>logf(v)
+

