@@ -1,7 +1,7 @@
-"""Shared by the engine tests (tests/test_engine_vllm.py, tests/test_engine_sglang.py): the engine imported or the
-test module skipped, SmolLM2 as the engines load it, the requests' schema and grammar, and replaying an engine's
-tokens through bankml; and transformers' SmolLM2 tokenizer read from the GGUF (also for the adapter and sampler
-tests)."""
+"""Shared by the engine tests (tests/integrations/test_engine_vllm.py, tests/integrations/test_engine_sglang.py): the
+engine imported or the test module skipped, SmolLM2 as the engines load it, the requests' schema and grammar, and
+replaying an engine's tokens through bankml; and transformers' SmolLM2 tokenizer read from the GGUF (also for the
+adapter and sampler tests)."""
 
 import functools
 import hashlib

@@ -2,7 +2,7 @@
 
     BANKML_VLLM_TRACE=trace.jsonl VLLM_CPU_KVCACHE_SPACE=1 python tests/engines_vllm_run.py answers.json
 
-Used by tests/test_engine_vllm.py (in a child process: vLLM starts its own engine processes)."""
+Used by tests/integrations/test_engine_vllm.py (in a child process: vLLM starts its own engine processes)."""
 
 import json
 import os

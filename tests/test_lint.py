@@ -1,5 +1,6 @@
 """The code's own gate: ruff's lint and format check over bankml, the tests and the benchmarks, and mypy over the
 pure-Python packages (the compiled modules through their .pyi stubs). Configured in pyproject.toml."""
+
 import pathlib
 import subprocess
 import sys

@@ -67,4 +67,4 @@ def test_readme_example_runs(monkeypatch):
     assert allowed.size and np.array_equal(np.flatnonzero(unpacked), allowed)
     assert scope["token_id"] in allowed
     assert "root ::=" in scope["gbnf"] and scope["warnings"] == []
-    assert grammar.rollback_depth == 0   # the accepted token was rolled back
+    assert grammar.rollback_depth == 0  # the accepted token was rolled back

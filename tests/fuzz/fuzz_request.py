@@ -12,7 +12,7 @@ Properties:
   the same answer in pieces gives the same deltas (or the same ContentError) with and without its
   incremental scanner, and every delta adds to what was sent.
 
-Suite: tests/test_fuzz_request.py (fixed budget). Minutes of fuzzing:
+Suite: tests/serve/test_fuzz_request.py (fixed budget). Minutes of fuzzing:
 
     PYTHONPATH=. python -m tests.fuzz.fuzz_request --minutes 5
 

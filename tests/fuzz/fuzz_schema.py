@@ -8,7 +8,7 @@ blow-up; the conversion limits of ``bankml.schema.converter.SchemaLimits`` keep 
   reads (``Rules.parse``) or refuses with a GrammarError (repetition caps), never anything else;
 * ``check_chat(schema)``: the chat template's grammar (``chat_grammar``) likewise.
 
-The suite runs these with a fixed example budget (tests/test_fuzz_schema.py). For minutes of fuzzing:
+The suite runs these with a fixed example budget (tests/schema/test_fuzz_schema.py). For minutes of fuzzing:
 
     PYTHONPATH=. python -m tests.fuzz.fuzz_schema --minutes 5
 

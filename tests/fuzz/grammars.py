@@ -1,5 +1,5 @@
 """Hypothesis strategies and checks for the GBNF engine, shared by the suite's property tests
-(tests/test_reliability_engine.py, a fixed example budget) and the long harness (tests/fuzz/run_engine.py).
+(tests/engine/test_reliability_engine.py, a fixed example budget) and the long harness (tests/fuzz/run_engine.py).
 
 * ``gbnf_text()``: text made of GBNF fragments, valid or not -- the parser must parse it or raise
   GrammarError, never anything else.

