@@ -15,9 +15,11 @@ Policies (what "exactly" means for texts, since a grammar sees text and jsonsche
   \\t``) or ``\\u00XX`` (either case of hex) for those without one. ``\\/``, ``\\u`` escapes of other code
   points and lone surrogates are not accepted. So each string has one spelling per code point, which keeps
   lengths, key exclusions and patterns exact.
-* **Object keys** come in this order: the schema's listed properties (``properties``, then names that are only
-  ``required``/dependencies) in schema order, each optional one skippable, then any other keys
-  (``additionalProperties``/``patternProperties``) in any order. Other key orders are rejected.
+* **Object keys**: each key at most once. An object schema of up to 8 listed keys (``properties``, and names
+  that are only ``required`` or in dependencies) takes its members in any order, other keys
+  (``additionalProperties``/``patternProperties``) anywhere among them: one rule per set of keys written.
+  Past 8 listed keys (2^n rules would be too many) the listed keys come in schema order, each optional one
+  skippable, then the other keys in any order; other key orders are rejected there.
 * **Numbers**: ``type: integer`` takes integer texts (``-?(0|[1-9][0-9]*)``), no fraction or exponent (draft 6+
   jsonschema would also take ``1.0``: strict mode rejects it). ``type: number`` takes every JSON number text;
   when bounds or ``multipleOf`` apply, exponent forms need a normalised mantissa (``1.5e+20``, ``1e-05``, as
@@ -94,6 +96,7 @@ _MAX_TERMS = 1024        # alternatives one schema node may distribute into (any
 _MAX_ENUM_OBJECT_KEYS = 8
 _MAX_PATTERN_REGIONS = 6  # patternProperties regexes of one object (2^n key regions)
 _MAX_STATES = 20000       # states of one object/array/number automaton
+_MAX_ANY_ORDER = 8        # objects of up to this many listed keys take them in any order (module docstring)
 
 
 def _draft_of(schema):
@@ -1787,8 +1790,10 @@ class _Compiler:
                 for b in bs:
                     if b in index and index[b] < index[a]:
                         track.add(b)
-        memo = {}
         kv = [_str_literal(k) + ' space ":" space ' + r + " space" for k, r in items]
+        if n <= _MAX_ANY_ORDER:
+            return self.object_any_order(items, kv, required, deps, extra, minp, maxp, ptr)
+        memo = {}
         states = [0]
 
         def seq(i, c, first, seenk, oblig):
@@ -1842,6 +1847,40 @@ class _Compiler:
         if body is None:
             return None
         return '"{" space ' + body
+
+    def object_any_order(self, items, kv, required, deps, extra, minp, maxp, ptr):
+        """The members in any order, each listed key at most once, extra keys anywhere: one rule per set of
+        listed keys written so far (and count of extra members, capped where min/maxProperties need it)."""
+        n = len(items)
+        keys = [k for k, _ in items]
+        counted = bool(minp or maxp is not None)
+        ecap = max(minp, (maxp + 1) if maxp is not None else 0) if counted else 1
+        memo = {}
+
+        def state(mask, e):
+            key = (mask, e)
+            if key in memo:
+                return memo[key]
+            name = self.new_name("obj")
+            memo[key] = name
+            first = mask == 0 and e == 0
+            sep = "" if first else '"," space '
+            have = {keys[i] for i in range(n) if mask >> i & 1}
+            count = len(have) + e
+            alts = []
+            if required <= have and all(set(deps.get(k, ())) <= have for k in have) and (
+                    not counted or count >= minp):
+                alts.append('"}"')
+            if maxp is None or count < maxp:
+                for i in range(n):
+                    if not mask >> i & 1:
+                        alts.append(sep + kv[i] + " " + state(mask | 1 << i, e))
+                if extra is not None:
+                    alts.append(sep + extra + " " + state(mask, min(e + 1, ecap)))
+            self.set_rule(name, " | ".join(alts) if alts else "[]")
+            return name
+
+        return '"{" space ' + state(0, 0)
 
     def extras_tail(self, extra, c, first, minp, maxp):
         """The extra keys after the listed ones, then "}": c members so far."""
