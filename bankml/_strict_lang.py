@@ -1,0 +1,1214 @@
+"""Regular languages of JSON-Schema strings, exact, as minimal DFAs over code points, and their GBNF.
+
+What this module owns (the "strict" schema compiler's regular-language core):
+
+* :class:`Lang` — an immutable regular language over Unicode scalar values (the alphabet is
+  U+0000..U+10FFFF without the surrogates U+D800..U+DFFF), held as a trimmed, minimized,
+  canonically numbered DFA whose edges are labelled with code-point ranges.  Builders:
+
+  - ``Lang.regex(pattern)`` — the strings ``s`` with ``re.search(pattern, s)`` (JSON Schema's
+    ``pattern`` as the ``jsonschema`` package checks it: Python ``re`` semantics, unanchored).
+  - ``Lang.literal(s)``, ``Lang.any_string()``, ``Lang.empty()``,
+    ``Lang.length(min_len, max_len)`` (``len()`` in code points, ``max_len=None`` = no maximum).
+  - ``Lang.format(name)`` — the strings the ``jsonschema`` format checker accepts for ``name``.
+  - ``a & b``, ``a | b``, ``a - b``, ``a.complement()``, ``a.concat(b)``.
+  - Queries: ``is_empty()``, ``is_finite()``, ``matches(s)``, ``n_states``, ``a == b``
+    (language equality: canonical minimal DFAs compare equal), ``example()``.
+
+* :func:`string_gbnf` — GBNF for the whole quoted JSON text of a string whose decoded value is
+  in a ``Lang``.
+
+* :class:`LangError` (``keyword``, ``reason``) — raised for whatever cannot be built exactly or
+  within the bounds: ``MAX_STATES`` DFA states per construction, ``MAX_NFA_NODES`` regex NFA
+  nodes.  Every construction is bounded by those counts, so none hangs or grows without limit.
+
+Regex (``pattern``) support — parsed by Python's own parser (``re._parser``), so every quirk of
+Python's syntax (what ``{`` means when it is not a quantifier, octal escapes, verbose mode...)
+is Python's: literals and all escapes; classes with ranges and negation; ``\\d \\D \\w \\W \\s \\S``
+Unicode-aware (or ASCII under ``(?a)``), their code-point sets taken from ``re`` itself by one
+scan of the alphabet (cached); ``.`` (no ``\\n`` unless ``(?s)``); anchors ``^ $ \\A \\Z`` and
+``(?m)`` line anchors, anywhere in the pattern, with Python's meaning (``$`` also before a final
+``\\n``); word boundaries ``\\b \\B`` (``\\B`` never matches in the empty string, as in
+Python 3.11); groups of all capturing/non-capturing/named kinds; alternation; greedy and lazy
+quantifiers (laziness does not change what ``re.search`` finds); inline and scoped flags
+``i m s x a u`` — ``(?i)`` is exact because each case-folded class is computed by ``re`` itself
+over the alphabet.  Refused (``LangError("pattern", ...)``): lookahead, lookbehind,
+backreferences, conditionals ``(?(1)..)``, atomic groups and possessive quantifiers, and any
+pattern ``re.compile`` rejects.
+
+Formats — ``Lang.format(name)`` follows the checkers of ``jsonschema`` 4.x with its format
+extras installed, as ``Draft202012Validator.FORMAT_CHECKER`` (and ``Draft201909``/``Draft7``)
+applies them: ``date``, ``time``, ``date-time``, ``duration``, ``email``, ``idn-email``,
+``hostname``, ``ipv4``, ``ipv6``, ``uri``, ``uri-reference``, ``uuid``; each is the language of
+what the checker actually accepts (``email`` is "contains ``@``", ``date-time`` upper-cases the
+instance first and allows a trailing ``\\n`` through ``$``, ``ipv4`` refuses leading zeros...).
+Note the bare ``FormatChecker()`` (class-level registry) checks ``time`` with the draft-3
+``strptime('%H:%M:%S')`` checker instead; ``Lang.format("time", draft3_time=True)`` builds that
+one.  Every other name raises ``LangError("format", ...)``: ``jsonschema`` itself treats formats
+it has no checker for as annotations, so a caller may treat the refusal of an *unknown* name
+(``is_known_format(name)`` is False) as "no constraint", but must not do so for a known one.
+
+JSON string encoding policy of :func:`string_gbnf` — *every* JSON encoding of every character:
+raw (anything but ``"``, ``\\`` and U+0000..U+001F, written as UTF-8), the short escapes
+``\\" \\\\ \\/ \\b \\f \\n \\r \\t``, ``\\uXXXX`` with hex digits of either case, and surrogate pairs
+``\\uD8xx\\uDCxx`` (either case) for code points above U+FFFF.  The grammar's language is
+therefore exactly the JSON texts whose decoded value is in the ``Lang`` (lone surrogates, which
+``json.loads`` would decode to an unpaired surrogate, are never accepted).
+"""
+from __future__ import annotations
+
+import bisect
+from array import array
+import re
+import sys
+
+try:  # Python >= 3.11
+    import re._parser as _sre_parse
+    import re._constants as _sre_c
+except ImportError:  # pragma: no cover - Python <= 3.10
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+    import sre_constants as _sre_c  # type: ignore[no-redef]
+
+__all__ = ["LangError", "Lang", "string_gbnf", "is_known_format", "MAX_STATES", "KNOWN_FORMATS"]
+
+#: Most DFA states any one construction may create (subset, product, preimage).
+MAX_STATES = 5000
+#: Most NFA nodes (and repetition copies) one regex may expand to.
+MAX_NFA_NODES = 60000
+
+MAXCP = 0x10FFFF
+SUR_LO, SUR_HI = 0xD800, 0xDFFF
+# The alphabet: scalar values, as a sorted tuple of inclusive (lo, hi) ranges.
+UNIVERSE = ((0, SUR_LO - 1), (SUR_HI + 1, MAXCP))
+
+
+class LangError(Exception):
+    """A language bankml cannot build exactly (or within the state bounds)."""
+
+    def __init__(self, keyword: str, reason: str):
+        super().__init__(f"{keyword}: {reason}")
+        self.keyword = keyword
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------- character sets
+# A charset is a tuple of disjoint, non-adjacent, sorted inclusive ranges of scalar values.
+
+def _norm(ranges) -> tuple:
+    """Sort, clip to the alphabet, merge overlapping/adjacent ranges."""
+    out: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if lo > hi:
+            continue
+        # Clip the surrogate block out: split a range that spans it.
+        pieces = []
+        if lo < SUR_LO:
+            pieces.append((lo, min(hi, SUR_LO - 1)))
+        if hi > SUR_HI:
+            pieces.append((max(lo, SUR_HI + 1), hi))
+        for a, b in pieces:
+            if a > b:
+                continue
+            if out and a <= out[-1][1] + 1:
+                out[-1][1] = max(out[-1][1], b)
+            else:
+                out.append([a, b])
+    # Ranges that touch across the (excluded) surrogate block stay separate; that is harmless.
+    return tuple((a, b) for a, b in out)
+
+
+def _cs_neg(cs) -> tuple:
+    out = []
+    prev = 0
+    for lo, hi in cs:
+        if lo > prev:
+            out.append((prev, lo - 1))
+        prev = hi + 1
+    if prev <= MAXCP:
+        out.append((prev, MAXCP))
+    return _norm(out)
+
+
+def _cs_union(*sets) -> tuple:
+    return _norm([r for s in sets for r in s])
+
+
+def _cs_inter(a, b) -> tuple:
+    out = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo = max(a[i][0], b[j][0])
+        hi = min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return tuple(out)
+
+
+def _cs_diff(a, b) -> tuple:
+    return _cs_inter(a, _cs_neg(b))
+
+
+def _cs_has(cs, c: int) -> bool:
+    i = bisect.bisect_right(cs, (c, MAXCP + 1)) - 1
+    return i >= 0 and cs[i][0] <= c <= cs[i][1]
+
+
+_ALL_TEXT = None
+
+
+def _all_text() -> str:
+    """Every scalar value once, in order (a 1.1M-char string): `re` scans it to get exact sets."""
+    global _ALL_TEXT
+    if _ALL_TEXT is None:
+        cps = array("I", range(SUR_LO))
+        cps.extend(range(SUR_HI + 1, MAXCP + 1))
+        if sys.byteorder != "little":  # pragma: no cover
+            cps.byteswap()
+        _ALL_TEXT = cps.tobytes().decode("utf-32-le")
+    return _ALL_TEXT
+
+
+def _pos_to_cp(i: int) -> int:
+    return i if i < SUR_LO else i + (SUR_HI + 1 - SUR_LO)
+
+
+_SCAN_CACHE: dict = {}
+
+
+def _scan_class(fragment: str, flags: int) -> tuple:
+    """The exact set of code points one single-character regex fragment matches under flags."""
+    key = (fragment, flags)
+    got = _SCAN_CACHE.get(key)
+    if got is None:
+        rx = re.compile("(?:%s)+" % fragment, flags)
+        got = _norm((_pos_to_cp(m.start()), _pos_to_cp(m.end() - 1))
+                    for m in rx.finditer(_all_text()))
+        # A run crossing the surrogate gap maps to one range spanning it: _norm split it.
+        _SCAN_CACHE[key] = got
+    return got
+
+
+def _category(name: str, ascii_only: bool) -> tuple:
+    return _scan_class("\\" + name, re.ASCII if ascii_only else 0)
+
+
+# --------------------------------------------------------------------------- the DFA
+
+class Lang:
+    """An immutable regular language over code points, held as a canonical minimal DFA.
+
+    ``_trans[s]`` is a tuple of ``(lo, hi, target)`` sorted by ``lo`` (missing = reject),
+    ``_acc[s]`` says whether ``s`` accepts; state 0 is the start.  Every state is reachable and
+    can reach acceptance (except the lone start state of the empty language).  States are
+    numbered in breadth-first order, so two equal languages have identical tables.
+    """
+
+    __slots__ = ("_trans", "_acc", "_hash")
+
+    def __init__(self, trans, acc):
+        self._trans = tuple(tuple(t) for t in trans)
+        self._acc = tuple(bool(a) for a in acc)
+        self._hash = None
+
+    # ------------------------------------------------------------ builders
+    @staticmethod
+    def empty() -> "Lang":
+        """The empty language."""
+        return Lang(((),), (False,))
+
+    @staticmethod
+    def any_string() -> "Lang":
+        """Every string over the alphabet."""
+        return Lang((tuple((lo, hi, 0) for lo, hi in UNIVERSE),), (True,))
+
+    @staticmethod
+    def literal(s: str) -> "Lang":
+        """The one string ``s`` (which must not contain surrogates)."""
+        trans = []
+        for i, ch in enumerate(s):
+            c = ord(ch)
+            if SUR_LO <= c <= SUR_HI:
+                return Lang.empty()
+            trans.append(((c, c, i + 1),))
+        trans.append(())
+        return Lang(trans, [False] * len(s) + [True])
+
+    @staticmethod
+    def chars(ranges) -> "Lang":
+        """The one-character strings whose code point is in ``ranges`` (inclusive pairs)."""
+        cs = _norm(ranges)
+        if not cs:
+            return Lang.empty()
+        return Lang((tuple((lo, hi, 1) for lo, hi in cs), ()), (False, True))
+
+    @staticmethod
+    def length(min_len: int = 0, max_len: int | None = None, keyword: str = "maxLength") -> "Lang":
+        """Strings whose ``len()`` (code points) is in ``[min_len, max_len]``."""
+        min_len = max(0, int(min_len))
+        if max_len is not None and max_len < min_len:
+            return Lang.empty()
+        n = (max_len if max_len is not None else min_len) + 1
+        if n > MAX_STATES:
+            kw = keyword if max_len is not None else "minLength"
+            raise LangError(kw, f"a length bound of {n - 1} exceeds {MAX_STATES} states")
+        trans = []
+        for i in range(n):
+            if i + 1 < n:
+                trans.append(tuple((lo, hi, i + 1) for lo, hi in UNIVERSE))
+            elif max_len is None:
+                trans.append(tuple((lo, hi, i) for lo, hi in UNIVERSE))
+            else:
+                trans.append(())
+        return Lang(trans, [i >= min_len for i in range(n)])
+
+    @staticmethod
+    def regex(pattern: str, keyword: str = "pattern") -> "Lang":
+        """The strings ``s`` for which ``re.search(pattern, s)`` finds a match."""
+        return _regex_lang(pattern, keyword)
+
+    @staticmethod
+    def format(name: str, draft3_time: bool = False) -> "Lang":
+        """The strings the ``jsonschema`` format checker accepts for ``name`` (see module doc)."""
+        return _format_lang(name, draft3_time)
+
+    # ------------------------------------------------------------ algebra
+    def __and__(self, other: "Lang") -> "Lang":
+        return _product(self, other, both=True)
+
+    def __or__(self, other: "Lang") -> "Lang":
+        return _product(self, other, both=False)
+
+    def __sub__(self, other: "Lang") -> "Lang":
+        return self & other.complement()
+
+    def complement(self, keyword: str = "not") -> "Lang":
+        """Every string over the alphabet that is not in this language."""
+        n = len(self._trans)
+        sink = n
+        trans = []
+        for s in range(n):
+            row = list(self._trans[s])
+            covered = _norm((lo, hi) for lo, hi, _ in row)
+            for lo, hi in _cs_neg(covered):
+                row.append((lo, hi, sink))
+            row.sort()
+            trans.append(row)
+        trans.append([(lo, hi, sink) for lo, hi in UNIVERSE])
+        acc = [not a for a in self._acc] + [True]
+        return _finish(trans, acc, keyword)
+
+    def concat(self, other: "Lang", keyword: str = "pattern") -> "Lang":
+        """The strings ``xy`` with ``x`` in self and ``y`` in other (via subset construction)."""
+        a, b = self, other
+        na = len(a._trans)
+
+        def close(states):
+            out = set(states)
+            for s in states:
+                if s < na and a._acc[s]:
+                    out.add(na)  # b's start
+            return frozenset(out)
+
+        def step_sets(key):
+            rows = []
+            for s in key:
+                row = a._trans[s] if s < na else b._trans[s - na]
+                off = 0 if s < na else na
+                rows.append([(lo, hi, t + off) for lo, hi, t in row])
+            return rows
+
+        def accepting(key):
+            return any((s >= na and b._acc[s - na]) for s in key)
+
+        return _subset(close({0}), step_sets, close, accepting, keyword)
+
+    # ------------------------------------------------------------ queries
+    @property
+    def n_states(self) -> int:
+        return len(self._trans)
+
+    def is_empty(self) -> bool:
+        return not any(self._acc)
+
+    def is_universal(self) -> bool:
+        return self.complement().is_empty()
+
+    def is_finite(self) -> bool:
+        """True when the language has finitely many strings (the trimmed DFA has no cycle)."""
+        color = [0] * len(self._trans)
+        stack = [(0, iter(self._trans[0]))]
+        color[0] = 1
+        while stack:
+            s, it = stack[-1]
+            for _, _, t in it:
+                if color[t] == 1:
+                    return False
+                if color[t] == 0:
+                    color[t] = 1
+                    stack.append((t, iter(self._trans[t])))
+                    break
+            else:
+                color[s] = 2
+                stack.pop()
+        return True
+
+    def matches(self, s: str) -> bool:
+        state = 0
+        for ch in s:
+            row = self._trans[state]
+            c = ord(ch)
+            i = bisect.bisect_right(row, (c, MAXCP + 1, 1 << 62)) - 1
+            if i < 0 or not (row[i][0] <= c <= row[i][1]):
+                return False
+            state = row[i][2]
+        return self._acc[state]
+
+    def example(self) -> str | None:
+        """A shortest string of the language (smallest code points first), or None if empty."""
+        if not self._acc[0] and not self._trans[0]:
+            return None
+        prev = {0: None}
+        queue = [0]
+        for s in queue:
+            if self._acc[s]:
+                out = []
+                while prev[s] is not None:
+                    p, c = prev[s]
+                    out.append(chr(c))
+                    s = p
+                return "".join(reversed(out))
+            for lo, _, t in self._trans[s]:
+                if t not in prev:
+                    prev[t] = (s, lo)
+                    queue.append(t)
+        return None
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Lang) and self._trans == other._trans and self._acc == other._acc
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash((self._trans, self._acc))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"<Lang {len(self._trans)} states>"
+
+
+# --------------------------------------------------------------------------- DFA machinery
+
+def _finish(trans, acc, keyword: str) -> Lang:
+    """Trim (reachable and co-reachable states only), minimize (Moore refinement), renumber."""
+    n = len(trans)
+    # reachable from 0
+    seen = [False] * n
+    seen[0] = True
+    order = [0]
+    for s in order:
+        for _, _, t in trans[s]:
+            if not seen[t]:
+                seen[t] = True
+                order.append(t)
+    # co-reachable: reverse edges
+    rev: list[list[int]] = [[] for _ in range(n)]
+    for s in order:
+        for _, _, t in trans[s]:
+            rev[t].append(s)
+    live = [False] * n
+    stack = [s for s in order if acc[s]]
+    for s in stack:
+        live[s] = True
+    while stack:
+        t = stack.pop()
+        for s in rev[t]:
+            if not live[s]:
+                live[s] = True
+                stack.append(s)
+    if not live[0]:
+        return Lang.empty()
+    states = [s for s in order if live[s]]
+    # Moore refinement: block ids by acceptance, then by (block, edges to blocks) until stable.
+    block = {s: (1 if acc[s] else 0) for s in states}
+    nblocks = len(set(block.values()))
+    while True:
+        sigs = {}
+        newblock = {}
+        for s in states:
+            edges = []
+            for lo, hi, t in trans[s]:
+                if not live[t]:
+                    continue
+                b = block[t]
+                if edges and edges[-1][2] == b and edges[-1][1] + 1 == lo:
+                    edges[-1] = (edges[-1][0], hi, b)
+                else:
+                    edges.append((lo, hi, b))
+            sig = (block[s], tuple(edges))
+            newblock[s] = sigs.setdefault(sig, len(sigs))
+        block = newblock
+        if len(sigs) == nblocks:
+            break
+        nblocks = len(sigs)
+    # Canonical BFS numbering of blocks from the start's block.
+    rep = {}
+    for s in states:
+        rep.setdefault(block[s], s)
+    num = {block[0]: 0}
+    queue = [block[0]]
+    out_trans = []
+    out_acc = []
+    for b in queue:
+        s = rep[b]
+        row = []
+        for lo, hi, t in trans[s]:
+            if not live[t]:
+                continue
+            tb = block[t]
+            if tb not in num:
+                num[tb] = len(queue)
+                queue.append(tb)
+            tn = num[tb]
+            if row and row[-1][2] == tn and row[-1][1] + 1 == lo:
+                row[-1] = (row[-1][0], hi, tn)
+            else:
+                row.append((lo, hi, tn))
+        out_trans.append(tuple(row))
+        out_acc.append(acc[s])
+    return Lang(out_trans, out_acc)
+
+
+def _product(a: Lang, b: Lang, both: bool, keyword: str | None = None) -> Lang:
+    """Intersection (both=True) or union of two DFAs by the product construction."""
+    if keyword is None:
+        keyword = "allOf" if both else "anyOf"
+    index = {(0, 0): 0}
+    pairs = [(0, 0)]
+    trans = []
+    acc = []
+    for p, q in pairs:
+        ra = a._trans[p] if p >= 0 else ()
+        rb = b._trans[q] if q >= 0 else ()
+        row = []
+        # Sweep the two sorted range lists together.
+        pts = sorted({lo for lo, _, _ in ra} | {hi + 1 for _, hi, _ in ra}
+                     | {lo for lo, _, _ in rb} | {hi + 1 for _, hi, _ in rb})
+        i = j = 0
+        for k in range(len(pts) - 1):
+            lo, hi = pts[k], pts[k + 1] - 1
+            while i < len(ra) and ra[i][1] < lo:
+                i += 1
+            while j < len(rb) and rb[j][1] < lo:
+                j += 1
+            ta = ra[i][2] if i < len(ra) and ra[i][0] <= lo else -1
+            tb = rb[j][2] if j < len(rb) and rb[j][0] <= lo else -1
+            if both and (ta < 0 or tb < 0):
+                continue
+            if ta < 0 and tb < 0:
+                continue
+            key = (ta, tb)
+            t = index.get(key)
+            if t is None:
+                t = index[key] = len(pairs)
+                pairs.append(key)
+                if len(pairs) > MAX_STATES:
+                    raise LangError(keyword, f"the product automaton exceeds {MAX_STATES} states")
+            if row and row[-1][2] == t and row[-1][1] + 1 == lo:
+                row[-1] = (row[-1][0], hi, t)
+            else:
+                row.append((lo, hi, t))
+        trans.append(row)
+        fa = p >= 0 and a._acc[p]
+        fb = q >= 0 and b._acc[q]
+        acc.append((fa and fb) if both else (fa or fb))
+    return _finish(trans, acc, keyword)
+
+
+def _subset(start_key, step_rows, close, accepting, keyword: str) -> Lang:
+    """Generic subset construction: keys are frozensets of NFA-ish states.
+
+    ``step_rows(key)`` gives, per member, its sorted ``(lo, hi, target)`` edges; ``close`` maps a
+    set of targets to the next key; ``accepting(key)`` says whether the key accepts.
+    """
+    index = {start_key: 0}
+    keys = [start_key]
+    trans = []
+    acc = []
+    for key in keys:
+        rows = step_rows(key)
+        pts = set()
+        for row in rows:
+            for lo, hi, _ in row:
+                pts.add(lo)
+                pts.add(hi + 1)
+        pts = sorted(pts)
+        targets: list[set] = [set() for _ in range(max(0, len(pts) - 1))]
+        for row in rows:
+            for lo, hi, t in row:
+                k = bisect.bisect_left(pts, lo)
+                while k < len(pts) - 1 and pts[k] <= hi:
+                    targets[k].add(t)
+                    k += 1
+        out = []
+        cache: dict = {}
+        for k in range(len(pts) - 1):
+            if not targets[k]:
+                continue
+            fs = frozenset(targets[k])
+            nk = cache.get(fs)
+            if nk is None:
+                nk = cache[fs] = close(fs)
+            t = index.get(nk)
+            if t is None:
+                t = index[nk] = len(keys)
+                keys.append(nk)
+                if len(keys) > MAX_STATES:
+                    raise LangError(keyword, f"the automaton exceeds {MAX_STATES} states")
+            lo, hi = pts[k], pts[k + 1] - 1
+            if out and out[-1][2] == t and out[-1][1] + 1 == lo:
+                out[-1] = (out[-1][0], hi, t)
+            else:
+                out.append((lo, hi, t))
+        trans.append(out)
+        acc.append(accepting(key))
+    return _finish(trans, acc, keyword)
+
+
+def _preimage_map(d: Lang, fmap: dict, keyword: str) -> Lang:
+    """{s : f(s) in d} for a per-character map f: chars absent from ``fmap`` map to themselves,
+    ``fmap[c]`` is the string (maybe longer than one char) that code point c maps to."""
+    exc = sorted(fmap)
+    exc_ranges = _norm((c, c) for c in exc)
+    trans = []
+    sink = len(d._trans)
+
+    def run(q, s):
+        for ch in s:
+            if q < 0:
+                return -1
+            row = d._trans[q]
+            c = ord(ch)
+            i = bisect.bisect_right(row, (c, MAXCP + 1, 1 << 62)) - 1
+            q = row[i][2] if i >= 0 and row[i][0] <= c <= row[i][1] else -1
+        return q
+
+    for q in range(len(d._trans)):
+        row = []
+        # identity part: d's edges minus the exception characters
+        for lo, hi, t in d._trans[q]:
+            for a, b in _cs_diff(((lo, hi),), exc_ranges):
+                row.append((a, b, t))
+        for c in exc:
+            t = run(q, fmap[c])
+            if t >= 0:
+                row.append((c, c, t))
+        row.sort()
+        trans.append(row)
+    del sink
+    return _finish(trans, list(d._acc), keyword)
+
+
+# --------------------------------------------------------------------------- regex → DFA
+
+# Assertion kinds (lookbehind part evaluated on the previous character, lookahead part kept as
+# a requirement on the rest of the input).
+_A_BOS, _A_BOL, _A_EOS, _A_EOSNL, _A_EOL, _A_WB, _A_NWB = range(7)
+# Requirements on the remaining input.
+_R_E0, _R_E1, _R_NL, _R_NW, _R_NN, _R_NNC = range(6)
+# Previous-character context.
+_P_BOS, _P_W, _P_NL, _P_O = range(4)
+# Character kinds seen by requirements: newline, word, other.
+_K_NL, _K_W, _K_O = range(3)
+_DONE, _DEAD = -1, -2
+
+
+def _req_step(r: int, k: int) -> int:
+    if r == _R_E0:
+        return _DEAD
+    if r == _R_E1:
+        return _R_E0 if k == _K_NL else _DEAD
+    if r == _R_NL:
+        return _DONE if k == _K_NL else _DEAD
+    if r == _R_NW:
+        return _DONE if k == _K_W else _DEAD
+    return _DONE if k != _K_W else _DEAD  # NN, NNC
+
+
+_REQ_EOS_OK = {_R_E0: True, _R_E1: True, _R_NL: True, _R_NW: False, _R_NN: True, _R_NNC: False}
+
+
+def _req_simplify(reqs: frozenset) -> frozenset | None:
+    """Drop implied requirements; None when no continuation can satisfy them all."""
+    if _R_E0 in reqs:
+        if _R_NW in reqs or _R_NNC in reqs:
+            return None
+        return frozenset((_R_E0,))
+    if _R_E1 in reqs:
+        if _R_NW in reqs:
+            return None
+        reqs = reqs - {_R_NL, _R_NN}
+    if _R_NNC in reqs:
+        reqs = reqs - {_R_NN}
+    if _R_NW in reqs and (_R_NN in reqs or _R_NNC in reqs or _R_NL in reqs):
+        return None
+    return frozenset(reqs)
+
+
+class _Nfa:
+    """Thompson-style NFA built backwards from the continuation (node ids are ints)."""
+
+    def __init__(self, keyword: str):
+        self.kind: list[int] = []   # 0 char, 1 split, 2 assert, 3 final
+        self.arg: list = []         # charset / None / assertion kind
+        self.nxt: list = []         # next node / list of nodes
+        self.keyword = keyword
+        self.budget = MAX_NFA_NODES
+
+    def new(self, kind, arg, nxt) -> int:
+        self.budget -= 1
+        if self.budget < 0:
+            raise LangError(self.keyword, f"the pattern expands past {MAX_NFA_NODES} automaton nodes")
+        self.kind.append(kind)
+        self.arg.append(arg)
+        self.nxt.append(nxt)
+        return len(self.kind) - 1
+
+
+_FLAG_I, _FLAG_M, _FLAG_S, _FLAG_A = re.IGNORECASE, re.MULTILINE, re.DOTALL, re.ASCII
+
+
+def _fragment_of_items(items) -> str:
+    """Serialize an IN item list back to a regex class, for an exact scan by ``re``."""
+    parts = []
+    for op, av in items:
+        if op is _sre_c.NEGATE:
+            parts.insert(0, "^")
+        elif op is _sre_c.LITERAL:
+            parts.append("\\U%08x" % av)
+        elif op is _sre_c.RANGE:
+            parts.append("\\U%08x-\\U%08x" % av)
+        elif op is _sre_c.CATEGORY:
+            parts.append(_CATEGORY_ESC[av])
+        else:
+            raise LangError("pattern", f"unsupported class item {op}")
+    return "[" + "".join(parts) + "]"
+
+
+_CATEGORY_ESC = {
+    _sre_c.CATEGORY_DIGIT: "\\d", _sre_c.CATEGORY_NOT_DIGIT: "\\D",
+    _sre_c.CATEGORY_SPACE: "\\s", _sre_c.CATEGORY_NOT_SPACE: "\\S",
+    _sre_c.CATEGORY_WORD: "\\w", _sre_c.CATEGORY_NOT_WORD: "\\W",
+}
+
+
+def _class_set(op, av, flags: int) -> tuple:
+    """The code points one single-character element matches under the given flags."""
+    ascii_only = bool(flags & _FLAG_A)
+    scan_flags = (re.IGNORECASE if flags & _FLAG_I else 0) | (re.ASCII if ascii_only else 0)
+    if op is _sre_c.ANY:
+        return UNIVERSE if flags & _FLAG_S else _cs_neg(((10, 10),))
+    if flags & _FLAG_I:
+        # Case-insensitive: let `re` itself say which code points match (exact folding).
+        if op is _sre_c.LITERAL:
+            return _scan_class("\\U%08x" % av, scan_flags)
+        if op is _sre_c.NOT_LITERAL:
+            return _scan_class("[^\\U%08x]" % av, scan_flags)
+        return _scan_class(_fragment_of_items(av), scan_flags)
+    if op is _sre_c.LITERAL:
+        return _norm(((av, av),))
+    if op is _sre_c.NOT_LITERAL:
+        return _cs_neg(((av, av),))
+    # IN
+    neg = False
+    acc = []
+    for iop, iav in av:
+        if iop is _sre_c.NEGATE:
+            neg = True
+        elif iop is _sre_c.LITERAL:
+            acc.append((iav, iav))
+        elif iop is _sre_c.RANGE:
+            acc.append(iav)
+        elif iop is _sre_c.CATEGORY:
+            esc = _CATEGORY_ESC.get(iav)
+            if esc is None:
+                raise LangError("pattern", f"unsupported class category {iav}")
+            acc.extend(_category(esc[1], ascii_only))
+        else:
+            raise LangError("pattern", f"unsupported class item {iop}")
+    cs = _norm(acc)
+    return _cs_neg(cs) if neg else cs
+
+
+class _RegexBuilder:
+    def __init__(self, keyword: str):
+        self.nfa = _Nfa(keyword)
+        self.keyword = keyword
+        self.word_flags: set = set()
+        self.uses_bos = self.uses_bol = self.uses_wb = False
+
+    def refuse(self, what: str):
+        raise LangError(self.keyword, f"{what} is not supported (not a regular language bankml builds)")
+
+    def seq(self, items, flags: int, cont: int) -> int:
+        for op, av in reversed(list(items)):
+            cont = self.item(op, av, flags, cont)
+        return cont
+
+    def item(self, op, av, flags: int, cont: int) -> int:
+        c = _sre_c
+        nfa = self.nfa
+        if op in (c.LITERAL, c.NOT_LITERAL, c.ANY, c.IN):
+            cs = _class_set(op, av, flags)
+            return nfa.new(0, cs, cont)
+        if op is c.BRANCH:
+            return nfa.new(1, None, [self.seq(alt, flags, cont) for alt in av[1]])
+        if op is c.SUBPATTERN:
+            _group, add, dele, sub = av
+            return self.seq(sub, (flags | add) & ~dele, cont)
+        if op in (c.MAX_REPEAT, c.MIN_REPEAT):
+            lo, hi, sub = av
+            if hi is c.MAXREPEAT or hi == c.MAXREPEAT:
+                loop = nfa.new(1, None, None)
+                body = self.seq(sub, flags, loop)
+                nfa.nxt[loop] = [body, cont]
+                entry = loop
+            else:
+                entry = cont
+                for _ in range(hi - lo):
+                    nfa.new(1, None, None)  # charge the budget even for an empty body
+                    entry = nfa.new(1, None, [self.seq(sub, flags, entry), cont])
+            for _ in range(lo):
+                nfa.new(1, None, None)
+                entry = self.seq(sub, flags, entry)
+            return entry
+        if op is c.AT:
+            multiline = bool(flags & _FLAG_M)
+            if av is c.AT_BEGINNING:
+                kind = _A_BOL if multiline else _A_BOS
+            elif av is c.AT_BEGINNING_STRING:
+                kind = _A_BOS
+            elif av is c.AT_END:
+                kind = _A_EOL if multiline else _A_EOSNL
+            elif av is c.AT_END_STRING:
+                kind = _A_EOS
+            elif av in (c.AT_BOUNDARY, c.AT_NON_BOUNDARY):
+                kind = _A_WB if av is c.AT_BOUNDARY else _A_NWB
+                self.word_flags.add(bool(flags & _FLAG_A))
+                if len(self.word_flags) > 1:
+                    self.refuse("mixing ASCII and Unicode word boundaries")
+                self.uses_wb = True
+            else:
+                self.refuse(f"the anchor {av}")
+            if kind == _A_BOS:
+                self.uses_bos = True
+            if kind == _A_BOL:
+                self.uses_bol = True
+            return nfa.new(2, kind, cont)
+        if op in (c.ASSERT, c.ASSERT_NOT):
+            self.refuse("lookbehind" if av[0] < 0 else "lookahead")
+        if op is c.GROUPREF:
+            self.refuse("a backreference")
+        if op is c.GROUPREF_EXISTS:
+            self.refuse("a conditional group")
+        if op is getattr(c, "ATOMIC_GROUP", None):
+            self.refuse("an atomic group")
+        if op is getattr(c, "POSSESSIVE_REPEAT", None):
+            self.refuse("a possessive quantifier")
+        if op is c.FAILURE:
+            return nfa.new(0, (), cont)  # matches nothing
+        self.refuse(f"the construct {op}")
+
+
+def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
+    if not isinstance(pattern, str):
+        raise LangError(keyword, "the pattern is not a string")
+    try:
+        re.compile(pattern)
+        parsed = _sre_parse.parse(pattern, 0)
+    except (re.error, RecursionError, OverflowError, ValueError) as e:
+        raise LangError(keyword, f"Python's re rejects it: {e}") from None
+    flags = parsed.state.flags
+    if flags & re.LOCALE:
+        raise LangError(keyword, "the LOCALE flag is not supported")
+    b = _RegexBuilder(keyword)
+    nfa = b.nfa
+    final = nfa.new(3, None, None)
+    try:
+        start = b.seq(parsed.data, flags, final)
+    except RecursionError:
+        raise LangError(keyword, "the pattern nests too deeply") from None
+    word = _category("w", bool(b.word_flags and next(iter(b.word_flags)))) if b.uses_wb else ()
+
+    def prev_of(c: int) -> int:
+        if c == 10:
+            return _P_NL if b.uses_bol else _P_O
+        if b.uses_wb and _cs_has(word, c):
+            return _P_W
+        return _P_O
+
+    def closure(prev: int, seeds) -> frozenset:
+        out = set()
+        seen = set()
+        stack = list(seeds)
+        while stack:
+            node, reqs = item = stack.pop()
+            if item in seen:
+                continue
+            seen.add(item)
+            k = nfa.kind[node]
+            if k == 0 or k == 3:
+                out.add(item)
+            elif k == 1:
+                for t in nfa.nxt[node]:
+                    stack.append((t, reqs))
+            else:
+                a = nfa.arg[node]
+                add = None
+                if a == _A_BOS:
+                    if prev != _P_BOS:
+                        continue
+                elif a == _A_BOL:
+                    if prev not in (_P_BOS, _P_NL):
+                        continue
+                elif a == _A_EOS:
+                    add = _R_E0
+                elif a == _A_EOSNL:
+                    add = _R_E1
+                elif a == _A_EOL:
+                    add = _R_NL
+                elif a == _A_WB:
+                    add = _R_NN if prev == _P_W else _R_NW
+                else:  # _A_NWB
+                    add = _R_NNC if prev == _P_BOS else (_R_NW if prev == _P_W else _R_NN)
+                if add is not None:
+                    nr = _req_simplify(reqs | {add})
+                    if nr is None:
+                        continue
+                    reqs = nr
+                stack.append((nfa.nxt[node], reqs))
+        return frozenset(out)
+
+    TOP = ("top",)
+
+    def make_key(prev: int, threads: frozenset):
+        # The context (prev) is consumed by the closure: the threads alone say what follows.
+        for node, reqs in threads:
+            if node == final and not reqs:
+                return TOP
+        return threads
+
+    start_key = make_key(_P_BOS, closure(_P_BOS, [(start, frozenset())]))
+    index = {start_key: 0}
+    keys = [start_key]
+    trans = []
+    acc = []
+    nl_ranges = ((10, 10),)
+    univ_rows = tuple((lo, hi, 0) for lo, hi in UNIVERSE)
+    for key in keys:
+        if key is TOP:
+            me = index[key]
+            trans.append([(lo, hi, me) for lo, hi, _ in univ_rows])
+            acc.append(True)
+            continue
+        threads = sorted(key, key=lambda x: (x[0], sorted(x[1])))
+        pts = {0, MAXCP + 1, SUR_LO, SUR_HI + 1, 10, 11}
+        for node, _ in threads:
+            if nfa.kind[node] == 0:
+                for lo, hi in nfa.arg[node]:
+                    pts.add(lo)
+                    pts.add(hi + 1)
+        for lo, hi in word:
+            pts.add(lo)
+            pts.add(hi + 1)
+        pts = sorted(pts)
+        buckets: list[list[int]] = [[] for _ in range(len(pts) - 1)]
+        finals = []
+        for ti, (node, reqs) in enumerate(threads):
+            if nfa.kind[node] == 3:
+                finals.append(ti)
+                continue
+            for lo, hi in nfa.arg[node]:
+                k = bisect.bisect_left(pts, lo)
+                while k < len(pts) - 1 and pts[k] <= hi:
+                    buckets[k].append(ti)
+                    k += 1
+        row = []
+        cache: dict = {}
+        for k in range(len(pts) - 1):
+            lo, hi = pts[k], pts[k + 1] - 1
+            if SUR_LO <= lo <= SUR_HI:
+                continue
+            ck = _K_NL if lo == 10 else (_K_W if word and _cs_has(word, lo) else _K_O)
+            newprev = prev_of(lo)
+            ckey = (tuple(buckets[k]), ck, newprev)
+            target = cache.get(ckey)
+            if target is None:
+                seeds = [(start, frozenset())]
+                for ti in list(buckets[k]) + finals:
+                    node, reqs = threads[ti]
+                    nr = []
+                    ok = True
+                    for r in reqs:
+                        r2 = _req_step(r, ck)
+                        if r2 == _DEAD:
+                            ok = False
+                            break
+                        if r2 != _DONE:
+                            nr.append(r2)
+                    if not ok:
+                        continue
+                    nxt = final if nfa.kind[node] == 3 else nfa.nxt[node]
+                    seeds.append((nxt, frozenset(nr)))
+                nk = make_key(newprev, closure(newprev, seeds))
+                target = index.get(nk)
+                if target is None:
+                    target = index[nk] = len(keys)
+                    keys.append(nk)
+                    if len(keys) > MAX_STATES:
+                        raise LangError(keyword, f"the pattern's automaton exceeds {MAX_STATES} states")
+                cache[ckey] = target
+            if row and row[-1][2] == target and row[-1][1] + 1 == lo:
+                row[-1] = (row[-1][0], hi, target)
+            else:
+                row.append((lo, hi, target))
+        trans.append(row)
+        acc.append(any(nfa.kind[node] == 3 and all(_REQ_EOS_OK[r] for r in reqs)
+                       for node, reqs in threads))
+    del nl_ranges
+    return _finish(trans, acc, keyword)
+
+
+# --------------------------------------------------------------------------- formats (filled below)
+
+KNOWN_FORMATS = frozenset()
+
+
+def is_known_format(name: str) -> bool:
+    """True for the format names the ``jsonschema`` checker validates (see the module doc)."""
+    return name in KNOWN_FORMATS
+
+
+def _format_lang(name: str, draft3_time: bool) -> Lang:
+    raise LangError("format", f"format {name!r} is not supported")
+
+
+# --------------------------------------------------------------------------- GBNF emission
+
+# Characters JSON lets a string hold unescaped.
+_RAW_OK = _cs_diff(UNIVERSE, ((0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)))
+# Short escapes: decoded code point -> the letter after the backslash.
+_SHORT_ESC = {0x22: '"', 0x5C: "\\", 0x2F: "/", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r", 0x09: "t"}
+_HEX_FULL = "[0-9a-fA-F]"
+
+
+def _gbnf_cp(c: int) -> str:
+    """One code point inside a GBNF class or string literal."""
+    if 0x30 <= c <= 0x39 or 0x41 <= c <= 0x5A or 0x61 <= c <= 0x7A:
+        return chr(c)
+    if c <= 0xFFFF:
+        return "\\u%04X" % c
+    return "\\U%08X" % c
+
+
+def _gbnf_class(cs) -> str:
+    parts = []
+    for lo, hi in cs:
+        if lo == hi:
+            parts.append(_gbnf_cp(lo))
+        elif hi == lo + 1:
+            parts.append(_gbnf_cp(lo) + _gbnf_cp(hi))
+        else:
+            parts.append(_gbnf_cp(lo) + "-" + _gbnf_cp(hi))
+    return "[" + "".join(parts) + "]"
+
+
+def _hex_digit_class(values) -> str:
+    """A class of hex digits with the given values (0..15), letters in both cases."""
+    vals = sorted(values)
+    if vals == list(range(16)):
+        return _HEX_FULL
+    ranges = []
+    for v in vals:
+        if ranges and ranges[-1][1] + 1 == v:
+            ranges[-1][1] = v
+        else:
+            ranges.append([v, v])
+    digits = []
+    letters = []
+    for lo, hi in ranges:
+        if lo <= 9:
+            digits.append((lo, min(hi, 9)))
+        if hi >= 10:
+            letters.append((max(lo, 10), hi))
+    out = []
+    for lo, hi in digits:
+        out.append(str(lo) if lo == hi else "%d-%d" % (lo, hi))
+    for base in ("a", "A"):
+        for lo, hi in letters:
+            a, b = chr(ord(base) + lo - 10), chr(ord(base) + hi - 10)
+            out.append(a if lo == hi else a + "-" + b)
+    if len(vals) == 1 and vals[0] <= 9:
+        return '"%d"' % vals[0]
+    return "[" + "".join(out) + "]"
+
+
+def _hex_expr(ranges: tuple, k: int, memo: dict) -> str | None:
+    """GBNF for the k-hex-digit strings (either case) whose value lies in ``ranges``."""
+    if not ranges:
+        return None
+    key = (ranges, k)
+    got = memo.get(key)
+    if got is not None:
+        return got
+    size = 16 ** k
+    if ranges == ((0, size - 1),):
+        out = " ".join([_HEX_FULL] * k)
+    else:
+        step = size // 16
+        groups: dict = {}
+        order = []
+        for d in range(16):
+            base = d * step
+            sub = _cs_inter(ranges, ((base, base + step - 1),))
+            if not sub:
+                continue
+            rel = tuple((lo - base, hi - base) for lo, hi in sub)
+            e = _hex_expr(rel, k - 1, memo) if k > 1 else ""
+            if e not in groups:
+                groups[e] = []
+                order.append(e)
+            groups[e].append(d)
+        alts = []
+        for e in order:
+            cls = _hex_digit_class(groups[e])
+            alts.append((cls + " " + e).strip())
+        out = alts[0] if len(alts) == 1 else "( " + " | ".join(alts) + " )"
+    memo[key] = out
+    return out
+
+
+def _plain_ranges(cs) -> tuple:
+    """Ranges over plain integers (no surrogate clipping), merged."""
+    out: list[list[int]] = []
+    for lo, hi in sorted(cs):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return tuple((a, b) for a, b in out)
+
+
+def _charset_alts(cs, memo: dict) -> list[str]:
+    """Every JSON encoding of one character of ``cs``, as GBNF alternatives."""
+    alts = []
+    raw = _cs_inter(cs, _RAW_OK)
+    if raw:
+        alts.append(_gbnf_class(raw))
+    short = sorted(_SHORT_ESC[c] for c in _SHORT_ESC if _cs_has(cs, c))
+    if short:
+        body = "".join("\\\\" if ch == "\\" else ("\\\"" if ch == '"' else ch) for ch in short)
+        alts.append('"\\\\" [' + body + "]" if len(short) > 1 else '"\\\\' + body + '"')
+    bmp = _cs_inter(cs, ((0, 0xFFFF),))
+    if bmp:
+        alts.append('"\\\\u" ' + _hex_expr(_plain_ranges(bmp), 4, memo))
+    # Above U+FFFF: surrogate pairs; group high surrogates that take the same low ones.
+    by_low: dict = {}
+    order = []
+    for lo, hi in _cs_inter(cs, ((0x10000, MAXCP),)):
+        h0, h1 = (lo - 0x10000) >> 10, (hi - 0x10000) >> 10
+        for h in range(h0, h1 + 1):
+            a = max(lo, 0x10000 + (h << 10)) - 0x10000 - (h << 10)
+            b = min(hi, 0x10000 + (h << 10) + 0x3FF) - 0x10000 - (h << 10)
+            by_low.setdefault(h, []).append((0xDC00 + a, 0xDC00 + b))
+    lows: dict = {}
+    for h in sorted(by_low):
+        lk = _plain_ranges(by_low[h])
+        if lk not in lows:
+            lows[lk] = []
+            order.append(lk)
+        lows[lk].append((0xD800 + h, 0xD800 + h))
+    for lk in order:
+        alts.append('"\\\\u" ' + _hex_expr(_plain_ranges(lows[lk]), 4, memo)
+                    + ' "\\\\u" ' + _hex_expr(lk, 4, memo))
+    return alts
+
+
+#: Deepest chain of single-use states written inline into one rule.
+_MAX_INLINE = 16
+
+
+def string_gbnf(lang: Lang, name: str) -> tuple[str, dict[str, str]]:
+    """GBNF for the whole quoted JSON string (quotes included) whose decoded value is in ``lang``.
+
+    Returns ``(expression, rules)``: ``expression`` goes into a rule body; ``rules`` maps new rule
+    names, each ``name + "-..."``, to their bodies.  Encoding policy: every JSON encoding of every
+    character (see the module doc).  Layout: one rule ``name-cN`` per distinct character set
+    (shared by all the edges over it: raw UTF-8 | short escape | ``\\uXXXX`` | surrogate pair),
+    one rule ``name-sN`` per DFA state that more than one edge enters (or that loops); a state
+    entered once is written inline in its predecessor's rule, and an accepting state's way out is
+    the closing quote.  The empty language gives a rule that matches nothing: an empty char class
+    ``[^\\u0000-\\U0010FFFF]``.
+    """
+    if not re.fullmatch(r"[a-zA-Z0-9-]+", name):
+        raise ValueError(f"bad GBNF rule name {name!r}")
+    rules: dict[str, str] = {}
+    if lang.is_empty():
+        rules[name + "-none"] = "[^\\u0000-\\U0010FFFF]"
+        return name + "-none", rules
+    memo: dict = {}
+    cs_rule: dict = {}
+
+    def charset_ref(cs) -> str:
+        ref = cs_rule.get(cs)
+        if ref is None:
+            ref = cs_rule[cs] = f"{name}-c{len(cs_rule)}"
+            rules[ref] = " | ".join(_charset_alts(cs, memo))
+        return ref
+
+    n = lang.n_states
+    groups = []  # per state: [(target, charset)] in order of first range
+    refs = [0] * n
+    refs[0] += 1
+    for s in range(n):
+        by_t: dict = {}
+        order = []
+        for lo, hi, t in lang._trans[s]:
+            if t not in by_t:
+                by_t[t] = []
+                order.append(t)
+            by_t[t].append((lo, hi))
+        groups.append([(t, _norm(by_t[t])) for t in order])
+        for t in order:
+            refs[t] += 1
+    named = [refs[s] != 1 for s in range(n)]
+    named[0] = True
+
+    def body(s: int, depth: int) -> list[str]:
+        alts = []
+        for t, cs in groups[s]:
+            alts.append(charset_ref(cs) + " " + target(t, depth))
+        if lang._acc[s]:
+            alts.append('"\\""')
+        return alts
+
+    def target(t: int, depth: int) -> str:
+        if named[t] or depth >= _MAX_INLINE:
+            named[t] = True
+            return f"{name}-s{t}"
+        alts = body(t, depth + 1)
+        return alts[0] if len(alts) == 1 else "( " + " | ".join(alts) + " )"
+
+    done = set()
+    todo = [0]
+    while todo:
+        s = todo.pop()
+        if s in done:
+            continue
+        done.add(s)
+        rules[f"{name}-s{s}"] = " | ".join(body(s, 0))
+        todo.extend(t for t in range(n) if named[t] and t not in done)
+    # Rules for states later forced to be named by the depth cap are emitted by the loop above.
+    return '"\\"" ' + f"{name}-s0", rules
