@@ -10,11 +10,11 @@ Policies (what "exactly" means for texts, since a grammar sees text and jsonsche
 
 * **Whitespace**: llama.cpp's ``space ::= | " " | "\\n"{1,2} [ \\t]{0,20}`` may stand between any two tokens
   and after the root value; ``json.dumps(data, ensure_ascii=False)``'s ``", "`` and ``": "`` pass.
-* **Strings** are spelled as ``json.dumps(..., ensure_ascii=False)`` spells them: every code point raw except
-  ``"``, ``\\`` and the control characters below U+0020, which take the short escapes (``\\" \\\\ \\b \\f \\n \\r
-  \\t``) or ``\\u00XX`` (either case of hex) for those without one. ``\\/``, ``\\u`` escapes of other code
-  points and lone surrogates are not accepted. So each string has one spelling per code point, which keeps
-  lengths, key exclusions and patterns exact.
+* **Strings** in every JSON spelling of every code point: raw UTF-8 (all but ``"``, ``\\`` and U+0000-U+001F),
+  the short escapes ``\\" \\\\ \\/ \\b \\f \\n \\r \\t``, ``\\uXXXX`` (hex of either case) and surrogate
+  pairs for code points past U+FFFF; lone surrogates (``json.loads`` would give an unpaired surrogate) are not
+  accepted. Every spelling decodes to one code point, so lengths, key exclusions, enums and patterns are
+  exact on the decoded string (bankml._strict_lang's ``string_gbnf`` has the same policy).
 * **Object keys**: each key at most once. An object schema of up to 8 listed keys (``properties``, and names
   that are only ``required`` or in dependencies) takes its members in any order, other keys
   (``additionalProperties``/``patternProperties``) anywhere among them: one rule per set of keys written.
@@ -57,8 +57,9 @@ __all__ = ["strict_schema_to_grammar", "LENIENT_KEYWORDS"]
 LENIENT_KEYWORDS = frozenset({"format", "pattern", "uniqueItems", "multipleOf", "contains"})
 
 SPACE_RULE = '| " " | "\\n"{1,2} [ \\t]{0,20}'
-# one code point of a JSON string in the canonical spelling (see the module docstring)
-CHAR_RULE = ('[^"\\\\\\x00-\\x1F] | "\\\\" ( ["\\\\bfnrt] | "u00" ( "0" [0-7bBeEfF] | "1" [0-9a-fA-F] ) )')
+# one code point of a JSON string, in any of its spellings (see the module docstring)
+CHAR_RULE = ('[^"\\\\\\x00-\\x1F] | "\\\\" ( ["\\\\/bfnrt] | "u" ( [0-9a-cA-CefEF] hex hex hex | [dD] [0-7] hex hex'
+             ' | [dD] [89abAB] hex hex "\\\\u" [dD] [c-fC-F] hex hex ) )')
 NUMBER_RULE = '"-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?'
 INTEGER_RULE = '"-"? ( "0" | [1-9] [0-9]* )'
 
@@ -216,26 +217,36 @@ def _char_class(cps, negate=False):
     return "[" + ("^" if negate else "") + "".join(parts) + "]"
 
 
-_SHORT_ESC = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_SHORT_ESC = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+              "\t": "\\t"}
+
+
+def _hex_spell(v):
+    """GBNF of the 4 hex digits of v, either case."""
+    return " ".join("[" + c + c.upper() + "]" if c.isalpha() else _lit(c) for c in "%04x" % v)
 
 
 def _spell_char(ch):
-    """GBNF of the canonical spelling(s) of one code point inside a JSON string."""
-    if ch in _SHORT_ESC:
-        return _lit(_SHORT_ESC[ch])
+    """GBNF of every spelling of one code point inside a JSON string (module docstring)."""
     o = ord(ch)
-    if o < 0x20:
-        h = "%02x" % o
-        return '"\\\\u00" ' + " ".join(
-            "[" + c + c.upper() + "]" if c.isalpha() else _lit(c) for c in h)
-    return _lit(ch)
+    alts = []
+    if o >= 0x20 and ch not in '"\\':
+        alts.append(_lit(ch))
+    if ch in _SHORT_ESC:
+        alts.append(_lit(_SHORT_ESC[ch]))
+    if o <= 0xFFFF:
+        alts.append('"\\\\u" ' + _hex_spell(o))
+    else:
+        hi, lo = 0xD800 + ((o - 0x10000) >> 10), 0xDC00 + ((o - 0x10000) & 0x3FF)
+        alts.append('"\\\\u" ' + _hex_spell(hi) + ' "\\\\u" ' + _hex_spell(lo))
+    return "( " + " | ".join(alts) + " )"
 
 
 def _str_literal(s):
-    """GBNF of the JSON string s (quotes included) in the canonical spelling."""
-    if all(ord(c) >= 0x20 and c not in '"\\' for c in s):
-        return _lit('"' + s + '"')
-    return '"\\"" ' + " ".join(_spell_char(c) for c in s) + ' "\\""' if s else _lit('""')
+    """GBNF of the JSON string s (quotes included), every spelling of each of its code points."""
+    if not s:
+        return _lit('""')
+    return '"\\"" ' + " ".join(_spell_char(c) for c in s) + ' "\\""'
 
 
 class _StrC:
@@ -1305,7 +1316,8 @@ class _Compiler:
 
     def str_lang(self, st, pointer):
         """The Lang of a _StrC (through the string-language module)."""
-        kw = (st.patterns and "pattern") or (st.formats and "format") or (st.notpatterns and "not") or "format"
+        kw = (st.patterns and "pattern") or (st.formats and "format") or (st.notpatterns and "not") or (
+            st.notformats and "not") or "additionalProperties"
         kp = (st.patterns or st.formats or st.notpatterns or st.notformats or [(None, pointer)])[0][1]
         sl = self.lang_mod(kw, kp)
         try:
@@ -1330,8 +1342,9 @@ class _Compiler:
             self.refuse(k, kp, "%s: %s" % (k, getattr(e, "reason", e)))
         return lang
 
-    def string_expr(self, st, pointer):
-        """A GBNF expression of the JSON strings (quotes included) satisfying st, or None when there is none."""
+    def string_expr(self, st, pointer, keyword=None):
+        """A GBNF expression of the JSON strings (quotes included) satisfying st, or None when there is none.
+        ``keyword`` names the keyword a refusal of the string language blames (patternProperties for keys)."""
         if st.max is not None and st.min > st.max:
             return None
         if st.include is not None:
@@ -1339,15 +1352,28 @@ class _Compiler:
             if not vals:
                 return None
             return self.alts([_str_literal(s) for s in vals])
-        if st.needs_lang():
+        if not st.needs_lang() and not st.exclude:
+            inner = self.chars(st.min, st.max)
+            return '"\\"" ' + (inner + " " if inner else "") + '"\\""'
+        key = (st.min, st.max, tuple(st.patterns), tuple(st.notpatterns), tuple(st.formats), tuple(st.notformats),
+               frozenset(st.exclude))
+        cache = self.__dict__.setdefault("string_cache", {})
+        if key in cache:
+            return cache[key]
+        try:
             lang = self.str_lang(st, pointer)
-            if lang.is_empty():
-                return None
-            expr, rules = self.lang_mod("pattern", pointer).string_gbnf(lang, self.new_name("str"))
-            for name, body in (rules.items() if isinstance(rules, dict) else rules):
-                self.set_rule(name, body)
-            return expr
-        return self.plain_string(st.min, st.max, st.exclude)
+        except _Refuse as e:
+            if keyword is not None:
+                raise _Refuse(keyword, e.pointer, e.reason) from None
+            raise
+        if lang.is_empty():
+            cache[key] = None
+            return None
+        expr, rules = _sl.string_gbnf(lang, self.new_name("str"))
+        for name, body in (rules.items() if isinstance(rules, dict) else rules):
+            self.set_rule(name, body)
+        cache[key] = expr
+        return expr
 
     def str_ok(self, s, st, pointer):
         if len(s) < st.min or (st.max is not None and len(s) > st.max) or s in st.exclude:
@@ -1368,61 +1394,6 @@ class _Compiler:
         if hi is None:
             return "char{%d,}" % lo if lo else "char*"
         return "char{%d,%d}" % (lo, hi)
-
-    def plain_string(self, lo, hi, exclude):
-        """JSON strings of lo..hi code points (hi None: unbounded) other than those in exclude: a trie of the
-        excluded strings, each node letting any other character leave into a free tail."""
-        if hi is not None and lo > hi:
-            return None
-        if not exclude:
-            inner = self.chars(lo, hi)
-            return '"\\"" ' + (inner + " " if inner else "") + '"\\""'
-        if hi == 0 and "" in exclude:
-            return None
-        memo = {}
-
-        def node(prefix, depth):
-            key = (prefix, depth)
-            if key in memo:
-                return memo[key]
-            children = sorted({s[depth] for s in exclude if len(s) > depth and s.startswith(prefix)})
-            alts = []
-            if depth >= lo and prefix not in exclude:
-                alts.append('"\\""')
-            if hi is None or depth < hi:
-                for c in children:
-                    sub = node(prefix + c, depth + 1)
-                    if sub is not None:
-                        alts.append(_spell_char(c) + " " + sub)
-                tail_lo = max(0, lo - depth - 1)
-                tail_hi = None if hi is None else hi - depth - 1
-                tail = self.chars(tail_lo, tail_hi)
-                other = self.char_except(children)
-                alts.append(other + " " + (tail + " " if tail else "") + '"\\""')
-            if not alts:
-                memo[key] = None
-                return None
-            name = self.add_rule("key", " | ".join(alts))
-            memo[key] = name
-            return name
-
-        start = node("", 0)
-        return None if start is None else '"\\"" ' + start
-
-    def char_except(self, cs):
-        """GBNF of one string code point other than those of cs."""
-        if not cs:
-            return "char"
-        raw = {ord(c) for c in cs if ord(c) >= 0x20 and c not in '"\\'}
-        alts = [_char_class(raw | {0x22, 0x5C} | set(range(0x20)), negate=True)]
-        for c, esc in _SHORT_ESC.items():
-            if c not in cs:
-                alts.append(_lit(esc))
-        for o in range(0x20):
-            ch = chr(o)
-            if ch not in _SHORT_ESC and ch not in cs:
-                alts.append(_spell_char(ch))
-        return self.add_rule("char-except", " | ".join(alts))
 
     # --- rules for conjunctions of schemas ---
     @staticmethod
@@ -1938,7 +1909,8 @@ class _Compiler:
             kc = keyc.copy()
             for i, (pat, _, _, kp) in enumerate(pats):
                 (kc.patterns if mask >> i & 1 else kc.notpatterns).append((pat, kp))
-            key = self.string_expr(kc, pats[0][3] if pats else ptr)
+            key = self.string_expr(kc, pats[0][3] if pats else ptr,
+                                   keyword="patternProperties" if pats else "additionalProperties")
             if key is None:
                 continue
             alts.append(key + ' space ":" space ' + val + " space")
@@ -2010,6 +1982,7 @@ def strict_schema_to_grammar(schema, *, lenient=(), limits=None):
         lines.append("%s ::= %s" % (name, body))
     lines.append("space ::= " + SPACE_RULE)
     lines.append("char ::= " + CHAR_RULE)
+    lines.append("hex ::= [0-9a-fA-F]")
     lines.append("number ::= " + NUMBER_RULE)
     lines.append("integer ::= " + INTEGER_RULE)
     lines.append(_VALUE_RULES)
