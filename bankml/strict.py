@@ -17,9 +17,10 @@ Policies (what "exactly" means for texts, since a grammar sees text and jsonsche
   exact on the decoded string (bankml._strict_lang's ``string_gbnf`` has the same policy).
 * **Object keys**: each key at most once. An object schema of up to 8 listed keys (``properties``, and names
   that are only ``required`` or in dependencies) takes its members in any order, other keys
-  (``additionalProperties``/``patternProperties``) anywhere among them: one rule per set of keys written.
-  Past 8 listed keys (2^n rules would be too many) the listed keys come in schema order, each optional one
-  skippable, then the other keys in any order; other key orders are rejected there.
+  (``additionalProperties``/``patternProperties``) anywhere among them: one rule per set of keys written,
+  while the grammar's any-order objects have at most 4096 such sets in all (objects built first, outermost
+  first, get them). Past that (2^n rules would be too many) the listed keys come in schema order, each
+  optional one skippable, then the other keys in any order; other key orders are rejected there.
 * **Numbers**: ``type: integer`` takes integer texts (``-?(0|[1-9][0-9]*)``), no fraction or exponent (draft 6+
   jsonschema would also take ``1.0``: strict mode rejects it). ``type: number`` takes every JSON number text;
   when bounds or ``multipleOf`` apply, exponent forms need a normalised mantissa (``1.5e+20``, ``1e-05``, as
@@ -98,6 +99,7 @@ _MAX_ENUM_OBJECT_KEYS = 8
 _MAX_PATTERN_REGIONS = 6  # patternProperties regexes of one object (2^n key regions)
 _MAX_STATES = 20000       # states of one object/array/number automaton
 _MAX_ANY_ORDER = 8        # objects of up to this many listed keys take them in any order (module docstring)
+_ANY_ORDER_BUDGET = 4096  # ... while the any-order objects of one grammar have at most this many key sets
 
 
 def _draft_of(schema):
@@ -240,13 +242,6 @@ def _spell_char(ch):
         hi, lo = 0xD800 + ((o - 0x10000) >> 10), 0xDC00 + ((o - 0x10000) & 0x3FF)
         alts.append('"\\\\u" ' + _hex_spell(hi) + ' "\\\\u" ' + _hex_spell(lo))
     return "( " + " | ".join(alts) + " )"
-
-
-def _str_literal(s):
-    """GBNF of the JSON string s (quotes included), every spelling of each of its code points."""
-    if not s:
-        return _lit('""')
-    return '"\\"" ' + " ".join(_spell_char(c) for c in s) + ' "\\""'
 
 
 class _StrC:
@@ -505,6 +500,7 @@ class _Compiler:
         self.active = set()
         self.nodes = 0
         self.bytes = 0
+        self.any_order_states = 0
         if self.draft == 3:
             raise _Refuse("$schema", "#", "draft-03 schemas are not supported")
         self._index(schema, "#", "")
@@ -1351,7 +1347,7 @@ class _Compiler:
             vals = sorted(s for s in st.include if self.str_ok(s, st, pointer))
             if not vals:
                 return None
-            return self.alts([_str_literal(s) for s in vals])
+            return self.alts([self.str_literal(s) for s in vals])
         if not st.needs_lang() and not st.exclude:
             inner = self.chars(st.min, st.max)
             return '"\\"" ' + (inner + " " if inner else "") + '"\\""'
@@ -1359,6 +1355,11 @@ class _Compiler:
                frozenset(st.exclude))
         cache = self.__dict__.setdefault("string_cache", {})
         if key in cache:
+            return cache[key]
+        if not st.needs_lang() and all(ord(c) <= 0xFFFF for x in st.exclude for c in x):
+            # the commonest case (the keys of additionalProperties: any string but the listed names) built
+            # here as a trie, much smaller and faster than through the general DFA emitter
+            cache[key] = self.excluding_string(st.min, st.max, st.exclude)
             return cache[key]
         try:
             lang = self.str_lang(st, pointer)
@@ -1387,6 +1388,104 @@ class _Compiler:
         if any(self.format_ok(f, s, kp) for f, kp in st.notformats):
             return False
         return True
+
+    def spell(self, c):
+        """The rule of every spelling of the code point c (one rule per code point: keys and enum strings name
+        it instead of repeating its escapes)."""
+        cache = self.__dict__.setdefault("spell_cache", {})
+        if c not in cache:
+            o = ord(c)
+            cache[c] = self.add_rule("c%x" % o, _spell_char(c)[2:-2])
+        return cache[c]
+
+    def str_literal(self, s):
+        """GBNF of the JSON string s (quotes included), every spelling of each of its code points."""
+        if not s:
+            return _lit('""')
+        return '"\\"" ' + " ".join(self.spell(c) for c in s) + ' "\\""'
+
+    def excluding_string(self, lo, hi, exclude):
+        """JSON strings of lo..hi code points (hi None: unbounded) other than those in exclude (BMP code points
+        only): a trie of the excluded strings, each node letting any other code point leave into a free tail."""
+        if hi is not None and lo > hi:
+            return None
+        if hi == 0 and "" in exclude:
+            return None
+        memo = {}
+
+        def node(prefix, depth):
+            key = (prefix, depth)
+            if key in memo:
+                return memo[key]
+            children = sorted({x[depth] for x in exclude if len(x) > depth and x.startswith(prefix)})
+            alts = []
+            if depth >= lo and prefix not in exclude:
+                alts.append('"\\""')
+            if hi is None or depth < hi:
+                for c in children:
+                    sub = node(prefix + c, depth + 1)
+                    if sub is not None:
+                        alts.append(self.spell(c) + " " + sub)
+                tail = self.chars(max(0, lo - depth - 1), None if hi is None else hi - depth - 1)
+                alts.append(self.char_except(children) + " " + (tail + " " if tail else "") + '"\\""')
+            name = self.add_rule("key", " | ".join(alts)) if alts else None
+            memo[key] = name
+            return name
+
+        start = node("", 0)
+        return None if start is None else '"\\"" ' + start
+
+    def char_except(self, cs):
+        """GBNF of one string code point, in any spelling, other than those of cs (BMP code points)."""
+        if not cs:
+            return "char"
+        cache = self.__dict__.setdefault("except_cache", {})
+        key = tuple(cs)
+        if key in cache:
+            return cache[key]
+        raw = {ord(c) for c in cs if ord(c) >= 0x20 and c not in '"\\'}
+        alts = [_char_class(raw | {0x22, 0x5C} | set(range(0x20)), negate=True)]
+        short = [esc[1] for c, esc in _SHORT_ESC.items() if c not in cs]
+        alts.append('"\\\\" ' + _char_class({ord(x) for x in short}))
+        alts.append('"\\\\u" ' + self.hex_except({"%04x" % ord(c) for c in cs}))
+        alts.append('"\\\\u" [dD] [89abAB] hex hex "\\\\u" [dD] [c-fC-F] hex hex')
+        name = self.add_rule("char-except", " | ".join(alts))
+        cache[key] = name
+        return name
+
+    def hex_except(self, ex):
+        """GBNF of the 4 hex digits (either case) of a code point that is no surrogate and not in ex (a set of
+        4-digit lowercase hex strings): a trie over the excluded digits."""
+
+        def cls(hs):
+            cps = set()
+            for h in hs:
+                cps.add(ord(h))
+                cps.add(ord(h.upper()))
+            return _char_class(cps)
+
+        def node(prefix):
+            depth = len(prefix)
+            if depth == 4:
+                return None if prefix in ex else ""
+            free, alts = [], []
+            for h in "0123456789abcdef":
+                p = prefix + h
+                if len(p) == 2 and p[0] == "d" and h in "89abcdef":
+                    continue  # U+D800-U+DFFF: only as surrogate pairs
+                if p == "d" or any(e.startswith(p) for e in ex):
+                    sub = node(p)
+                    if sub is not None:
+                        alts.append(cls(h) + (" " + sub if sub else ""))
+                else:
+                    free.append(h)
+            if free:
+                alts.append(cls(free) + " hex" * (3 - depth))
+            if not alts:
+                return None
+            return self.add_rule("hex-except", " | ".join(alts))
+
+        return node("")
 
     def chars(self, lo, hi):
         if hi is not None and hi == 0:
@@ -1472,7 +1571,7 @@ class _Compiler:
         if isinstance(x, (int, float)):
             return self.number_value(x, ptr)
         if isinstance(x, str):
-            return _str_literal(x)
+            return self.str_literal(x)
         if isinstance(x, list):
             if not x:
                 return '"[" space "]"'
@@ -1503,7 +1602,7 @@ class _Compiler:
                         % _MAX_ENUM_OBJECT_KEYS)
         if not keys:
             return '"{" space "}"'
-        kv = [_str_literal(k) + ' space ":" space ' + self.value_expr(x[k], ptr) + " space" for k in keys]
+        kv = [self.str_literal(k) + ' space ":" space ' + self.value_expr(x[k], ptr) + " space" for k in keys]
         memo = {}
 
         def rest(mask):
@@ -1761,8 +1860,10 @@ class _Compiler:
                 for b in bs:
                     if b in index and index[b] < index[a]:
                         track.add(b)
-        kv = [_str_literal(k) + ' space ":" space ' + r + " space" for k, r in items]
-        if n <= _MAX_ANY_ORDER:
+        # one rule per member: the automaton's states name it instead of repeating the key's spellings
+        kv = [self.add_rule("kv", self.str_literal(k) + ' space ":" space ' + r + " space") for k, r in items]
+        if n <= _MAX_ANY_ORDER and self.any_order_states + (1 << n) <= _ANY_ORDER_BUDGET:
+            self.any_order_states += 1 << n
             return self.object_any_order(items, kv, required, deps, extra, minp, maxp, ptr)
         memo = {}
         states = [0]
@@ -1829,6 +1930,8 @@ class _Compiler:
         memo = {}
 
         def state(mask, e):
+            if not counted and mask:
+                e = 0  # uncounted, e only tells whether something was written: mask says so already
             key = (mask, e)
             if key in memo:
                 return memo[key]
