@@ -21,8 +21,9 @@ Policies (what "exactly" means for texts, since a grammar sees text and jsonsche
   while the grammar's any-order objects have at most 4096 such sets in all (objects built first, outermost
   first, get them). Past that (2^n rules would be too many) the listed keys come in schema order, each
   optional one skippable, then the other keys in any order; other key orders are rejected there.
-* **Numbers**: ``type: integer`` takes integer texts (``-?(0|[1-9][0-9]*)``), no fraction or exponent (draft 6+
-  jsonschema would also take ``1.0``: strict mode rejects it). ``type: number`` takes every JSON number text;
+* **Numbers**: ``type: integer`` takes integer texts (``-?(0|[1-9][0-9]*)``) and, from draft 6 on (where
+  jsonschema counts 1.0 as an integer), the same with an all-zero fraction (``5.0``, as ``json.dumps`` writes
+  an integral float); no exponent (``json.dumps(1e16)`` is ``1e+16``: rejected, though draft 6+ accepts it). ``type: number`` takes every JSON number text;
   when bounds or ``multipleOf`` apply, exponent forms need a normalised mantissa (``1.5e+20``, ``1e-05``, as
   ``json.dumps`` writes floats): ``0.5e1`` is rejected. Bounds compare the text's exact decimal value with the
   bound's (a float bound as its shortest repr), digit by digit: exact for every text ``json.dumps`` writes.
@@ -395,12 +396,28 @@ class _Bound:
         return self.accept(r)
 
 
-def _number_dfa(integer_only, bounds, modulus, zero_fraction_only):
-    """The DFA (states, start, transitions, accepting) of number texts whose value satisfies every bound and
-    is divisible by modulus (an int or None). States are tuples; the alphabet is "-0123456789.eE+"."""
+def _number_dfa(integer_only, bounds, modulus, zero_fraction_only, no_exponent=False, frac_only=None):
+    """The DFA (transitions, accepting) of number texts whose value satisfies every bound and is divisible by
+    modulus (an int or None). ``frac_only``: only texts of non-integral values, 4 (draft 4: every text with a
+    fraction or exponent, a Python float) or 6 (a nonzero fraction digit, or a negative nonzero exponent).
+    States are tuples; the alphabet is "-0123456789.eE+"."""
     alphabet = "-0123456789.eE+"
 
     def step(state, ch):
+        nx = step1(state[:5], ch)
+        if nx is None:
+            return None
+        fnz, eneg, enz = state[5]
+        phase = nx[0]
+        if phase == "F" and ch != "0" and ch in "123456789":
+            fnz = True
+        if phase == "XS" and ch == "-":
+            eneg = True
+        if phase == "E" and ch in "123456789":
+            enz = True
+        return nx + ((fnz, eneg, enz),)
+
+    def step1(state, ch):
         phase, xneg, nint, mod, bs = state
         if ch == "-":
             if phase == "S":
@@ -418,7 +435,7 @@ def _number_dfa(integer_only, bounds, modulus, zero_fraction_only):
             return None
         if ch in "eE":
             # exponents only after a normalised mantissa, and never with multipleOf (module docstring)
-            if phase in ("I", "F") and nint == 1 and not integer_only and modulus is None:
+            if phase in ("I", "F") and nint == 1 and not integer_only and modulus is None and not no_exponent:
                 bs2 = tuple(b.exp_start(b.dot(s) if phase == "I" else s, 1) for b, s in zip(bounds, bs))
                 return ("X", xneg, nint, mod, bs2)
             return None
@@ -440,14 +457,19 @@ def _number_dfa(integer_only, bounds, modulus, zero_fraction_only):
         return None
 
     def accepting(state):
-        phase, xneg, nint, mod, bs = state
+        phase, xneg, nint, mod, bs, (fnz, eneg, enz) = state
         if phase not in ("Z", "I", "F", "E"):
+            return False
+        if frac_only == 4 and phase not in ("F", "E"):
+            return False
+        if frac_only == 6 and not ((phase == "F" and fnz) or (phase == "E" and eneg and enz)):
             return False
         if mod is not None and mod != 0:
             return False
         return all(b.result(s, phase, xneg) for b, s in zip(bounds, bs))
 
-    start = ("S", False, 0, None if modulus is None else 0, tuple(b.start() for b in bounds))
+    start = ("S", False, 0, None if modulus is None else 0, tuple(b.start() for b in bounds),
+             (False, False, False))
     states = {start: 0}
     order = [start]
     trans = []
@@ -1623,8 +1645,16 @@ class _Compiler:
     def number_expr(self, m, ptr):
         types = m["types"]
         integer_only = "frac" not in types
+        # draft 6+: an integral float (5.0) is an integer; its text is the integer's with an all-zero fraction
+        int_rule = "integer" if self.draft <= 4 else '"-"? ( "0" | [1-9] [0-9]* ) ( "." "0"+ )?'
+        zero_frac = integer_only and self.draft >= 6
+        frac_only = None
         if "int" not in types:
-            self.refuse("type", ptr, "non-integral numbers only (not integer): not a regular set of texts")
+            # numbers that are no integers: draft 4, every float text; draft 6+, a nonzero fraction digit or a
+            # normalised mantissa with a negative exponent (1.25e1 is not taken: module docstring)
+            frac_only = 4 if self.draft <= 4 else 6
+            if m["mult"]:
+                return None  # a multiple of an integer is an integer
         bounds = []
         for lower, b, excl in m["bounds"]:
             if lower:
@@ -1639,13 +1669,15 @@ class _Compiler:
         modulus = None
         for q in m["mult"]:
             modulus = q if modulus is None else modulus * q // math.gcd(modulus, q)
-        if not bounds and modulus is None:
-            return "integer" if integer_only else "number"
+        if not bounds and modulus is None and frac_only is None:
+            return int_rule if integer_only else "number"
         if modulus == 1:
             modulus = None
-            if not bounds:
-                return "integer" if integer_only else '"-"? ( "0" | [1-9] [0-9]* ) ( "." "0"+ )?'
-        trans, acc = _number_dfa(integer_only, bounds, modulus, zero_fraction_only=modulus is not None)
+            if not bounds and frac_only is None:
+                return int_rule if integer_only else '"-"? ( "0" | [1-9] [0-9]* ) ( "." "0"+ )?'
+        trans, acc = _number_dfa(integer_only and not zero_frac, bounds, modulus,
+                                 zero_fraction_only=modulus is not None or zero_frac, no_exponent=integer_only,
+                                 frac_only=frac_only)
         return self.dfa_rules(trans, acc, "num")
 
     def dfa_rules(self, trans, acc, prefix):
