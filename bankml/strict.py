@@ -19,8 +19,12 @@ Policies (what "exactly" means for texts, since a grammar sees text and jsonsche
   that are only ``required`` or in dependencies) takes its members in any order, other keys
   (``additionalProperties``/``patternProperties``) anywhere among them: one rule per set of keys written,
   while the grammar's any-order objects have at most 4096 such sets in all (objects built first, outermost
-  first, get them). Past that (2^n rules would be too many) the listed keys come in schema order, each
-  optional one skippable, then the other keys in any order; other key orders are rejected there.
+  first, get them). Past that (2^n rules would be too many), when no minProperties, maxProperties or
+  dependency counts keys and there are at most 8 required keys, members come in any order with one rule per
+  set of required keys written, and an optional key may come again (``json.loads`` keeps the last value;
+  every value must pass, so the verdict on texts without repeated keys is jsonschema's). Otherwise the listed
+  keys come in schema order, each optional one skippable, then the other keys in any order; other key orders
+  are rejected there.
 * **Numbers**: ``type: integer`` takes integer texts (``-?(0|[1-9][0-9]*)``) and, from draft 6 on (where
   jsonschema counts 1.0 as an integer), the same with an all-zero fraction (``5.0``, as ``json.dumps`` writes
   an integral float); no exponent (``json.dumps(1e16)`` is ``1e+16``: rejected, though draft 6+ accepts it). ``type: number`` takes every JSON number text;
@@ -743,15 +747,27 @@ class _Compiler:
 
     def one_of(self, s):
         ptr = self.p(s) + "/oneOf"
-        branches = [self.expand(x) for x in self.sublist(s, "oneOf")]
-        live = [b for b in branches if b]
+        subs = self.sublist(s, "oneOf")
+        branches = [(x, self.expand(x)) for x in subs]
+        live = [(x, b) for x, b in branches if b]
+        overlap = {i: [] for i in range(len(live))}
         for i in range(len(live)):
             for j in range(i + 1, len(live)):
-                for t1 in live[i]:
-                    for t2 in live[j]:
-                        if not self.disjoint(t1, t2, 0):
-                            self.refuse("oneOf", ptr, "oneOf branches that are not provably disjoint")
-        return self.union(live)
+                if not all(self.disjoint(t1, t2, 0) for t1 in live[i][1] for t2 in live[j][1]):
+                    overlap[i].append(j)
+                    overlap[j].append(i)
+        if not any(overlap.values()):
+            return self.union([b for _, b in live])  # provably disjoint: oneOf is anyOf
+        # exactly one: branch i and the negation of every branch it may overlap
+        out = []
+        for i, (x, terms) in enumerate(live):
+            try:
+                negs = [self.negate(live[j][0]) for j in overlap[i]]
+            except _Refuse as e:
+                raise _Refuse("oneOf", ptr, "oneOf branches that are not provably disjoint, one of which strict "
+                              "mode cannot negate (%s: %s)" % (e.keyword, e.reason)) from None
+            out.append(self.product([terms] + negs, ptr))
+        return self.union(out)
 
     # --- negation: the DNF of "not s" ---
     def negate(self, s):
@@ -827,16 +843,15 @@ class _Compiler:
             elif kk == "$strict-notvalues":
                 alts.append(syn({"enum": list(val)}, k))
             elif kk in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$strict-bound"):
+                # the instances that fail a keyword are of the keyword's type (it passes every other type):
+                # not (x >= b) is a number x < b; not (x > b) a number x <= b
                 for lo, b, excl in self.bounds_of(s, kk, val, kp):
-                    # not (x >= b) is x < b; not (x > b) is x <= b
-                    alts.append(syn({"$strict-types": others({"int", "frac"})}, k))
                     alts.append(syn({"$strict-types": frozenset({"int", "frac"}),
                                      "$strict-bound": [(not lo, b, not excl)]}, k))
             elif kk in ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"):
                 n = self.count(s, kk, kp)
                 t = {"minLength": "string", "maxLength": "string", "minItems": "array", "maxItems": "array",
                      "minProperties": "object", "maxProperties": "object"}[kk]
-                alts.append(syn({"$strict-types": others({t})}, k))
                 if kk.startswith("min"):
                     if n > 0:
                         alts.append(syn({"$strict-types": frozenset({t}), "max" + kk[3:]: n - 1}, k))
@@ -845,21 +860,17 @@ class _Compiler:
             elif kk == "pattern":
                 if "pattern" in self.lenient:
                     continue
-                alts.append(syn({"$strict-types": others({"string"})}, k))
                 alts.append(syn({"$strict-types": frozenset({"string"}), "$strict-notpattern": val}, k))
             elif kk == "$strict-notpattern":
-                alts.append(syn({"$strict-types": others({"string"})}, k))
                 alts.append(syn({"$strict-types": frozenset({"string"}), "pattern": val}, k))
             elif kk == "format":
                 if not isinstance(val, str) or val not in _CHECKED_FORMATS or "format" in self.lenient:
                     continue
-                alts.append(syn({"$strict-types": others({"string"})}, k))
                 alts.append(syn({"$strict-types": frozenset({"string"}), "$strict-notformat": val}, k))
             elif kk == "required":
                 if not isinstance(val, list):
                     self.refuse("required", kp, "required must be an array")
                 for name in val:
-                    alts.append(syn({"$strict-types": others({"object"})}, k))
                     alts.append(syn({"$strict-types": frozenset({"object"}), "properties": {name: False}}, k))
             elif kk == "properties":
                 if not isinstance(val, dict):
@@ -873,7 +884,6 @@ class _Compiler:
                     if sub is True:
                         continue
                     neg = self.synth({"$strict-not": sub}, kp + "/" + _esc_ptr(name))
-                    alts.append(syn({"$strict-types": others({"object"})}, k))
                     alts.append(syn({"$strict-types": frozenset({"object"}), "required": [name],
                                      "properties": {name: neg}}, k))
             elif kk in ("dependentRequired", "dependencies"):
@@ -883,7 +893,6 @@ class _Compiler:
                     if not isinstance(bs, list):
                         self.refuse(kk, kp, "the negation of a schema dependency")
                     for b in bs:
-                        alts.append(syn({"$strict-types": others({"object"})}, k))
                         alts.append(syn({"$strict-types": frozenset({"object"}), "required": [a],
                                          "properties": {b: False}}, k))
             elif kk in ("additionalProperties", "patternProperties"):
@@ -1897,6 +1906,11 @@ class _Compiler:
         if n <= _MAX_ANY_ORDER and self.any_order_states + (1 << n) <= _ANY_ORDER_BUDGET:
             self.any_order_states += 1 << n
             return self.object_any_order(items, kv, required, deps, extra, minp, maxp, ptr)
+        req = [i for i, (k, _) in enumerate(items) if k in required]
+        if not deps and not minp and maxp is None and len(req) <= _MAX_ANY_ORDER and (
+                self.any_order_states + (1 << len(req)) <= _ANY_ORDER_BUDGET):
+            self.any_order_states += 1 << len(req)
+            return self.object_any_order_repeating(items, kv, req, extra)
         memo = {}
         states = [0]
 
@@ -1987,6 +2001,34 @@ class _Compiler:
             return name
 
         return '"{" space ' + state(0, 0)
+
+    def object_any_order_repeating(self, items, kv, req, extra):
+        """Members in any order where the optional keys are too many for one rule per set of keys: one rule per
+        set of required keys written; an optional key may come again (json.loads keeps the last value, and
+        every value must pass its schema, so no invalid object is accepted; module docstring)."""
+        n = len(items)
+        optional = [kv[i] for i in range(n) if i not in req] + ([extra] if extra is not None else [])
+        opt = self.add_rule("opt", " | ".join(optional)) if optional else None
+        memo = {}
+        full = (1 << len(req)) - 1
+
+        def state(mask, first):
+            key = (mask, first)
+            if key in memo:
+                return memo[key]
+            name = self.new_name("obj")
+            memo[key] = name
+            sep = "" if first else '"," space '
+            alts = ['"}"'] if mask == full else []
+            if opt is not None:
+                alts.append(sep + opt + " " + state(mask, False))
+            for b, i in enumerate(req):
+                if not mask >> b & 1:
+                    alts.append(sep + kv[i] + " " + state(mask | 1 << b, False))
+            self.set_rule(name, " | ".join(alts) if alts else "[]")
+            return name
+
+        return '"{" space ' + state(0, True)
 
     def extras_tail(self, extra, c, first, minp, maxp):
         """The extra keys after the listed ones, then "}": c members so far."""

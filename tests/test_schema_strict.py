@@ -144,6 +144,11 @@ CASES = [
                 {"type": "object", "properties": {"k": {"const": "b"}, "x": {"type": "string"}}, "required": ["k"]}]},
      [{"k": "a", "x": 1}, {"k": "a", "x": "s"}, {"k": "b", "x": "s"}, {"k": "c"}, {}, {"x": 1, "k": "a"}]),
     ({"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]}, ["a", 1, None, 1.5, True]),
+    ({"oneOf": [{"required": ["a"]}, {"required": ["b"]}]}, [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2}, 3]),
+    ({"oneOf": [{"type": "integer"}, {"minimum": 2}]}, [0, 1, 2, 3, 2.5, 1.5, "a"]),
+    ({"oneOf": [{"properties": {"t": {"enum": ["x"]}, "v": {"type": "string"}}},
+                {"properties": {"t": {"enum": ["y", "z"]}, "v": {"type": ["string", "null"]}}}]},
+     [{}, {"t": "x"}, {"t": "y", "v": None}, {"t": "x", "v": "s"}, {"v": "s"}, {"v": None}, {"t": "q"}]),
     ({"if": {"properties": {"t": {"const": 1}}}, "then": {"required": ["a"]}, "else": {"required": ["b"]}},
      [{"t": 1, "a": 1}, {"t": 1, "b": 1}, {"t": 2, "b": 1}, {"b": 1}, {}, 5]),
     ({"type": "object", "dependentRequired": {"b": ["a"]}, "properties": {"a": {}, "b": {}},
@@ -174,6 +179,12 @@ CASES = [
      [{"a": 5}, {"a": 4}, {}, {"a": "x"}, {"a": 6, "b": 1}]),
     ({"anyOf": [{"type": "string", "maxLength": 1}, {"type": "integer", "maximum": 0}]}, ["", "a", "ab", 0, 1, -5, None]),
     ({"not": {"type": ["string", "object"]}}, ["a", {}, 1, None, [], True]),
+    ({"not": {"minLength": 2}}, ["", "a", "ab", 1, None]),
+    ({"not": {"required": ["a"]}}, [{}, {"a": 1}, {"b": 1}, 3, "a"]),
+    ({"not": {"minimum": 2}}, [1, 2, 1.5, "a", None]),
+    ({"not": {"pattern": "^a"}}, ["a", "ba", 3, []]),
+    ({"not": {"properties": {"a": {"type": "integer"}}}}, [{}, {"a": 1}, {"a": "x"}, 3]),
+    ({"not": {"maxItems": 1}}, [[], [1], [1, 2], "ab"]),
     ({"type": ["integer", "null"], "not": {"const": 3}}, [1, 3, None, 3.0, "3"]),
     (True, [1, "a", None, {"a": [1]}]),
     ({"type": "object", "properties": {"a": False}}, [{}, {"a": 1}, {"b": 1}]),
@@ -188,8 +199,13 @@ def test_key_order_policy():
     few = strict_schema_to_grammar({"properties": {k: {} for k in "abc"}, "required": ["c"]})
     assert accepts(few, '{"c": 1, "a": 2}') and accepts(few, '{"b": 1, "z": 0, "c": 2}')
     assert not accepts(few, '{"c": 1, "c": 2}') and not accepts(few, '{"a": 1}')
-    many = strict_schema_to_grammar({"properties": {k: {} for k in "abcdefghij"}})
-    assert accepts(many, '{"a": 1, "j": 2}') and not accepts(many, '{"j": 1, "a": 2}')
+    many = strict_schema_to_grammar({"properties": {k: {"type": "integer"} for k in "abcdefghij"},
+                                     "required": ["b", "c"]})
+    assert accepts(many, '{"b": 1, "j": 2, "c": 3}') and accepts(many, '{"j": 1, "c": 2, "b": 3}')
+    assert not accepts(many, '{"j": 1, "c": 2}') and not accepts(many, '{"j": "x", "c": 2, "b": 3}')
+    assert accepts(many, '{"j": 1, "c": 2, "b": 3, "j": 4}')  # a repeated optional key: every value passes
+    counted = strict_schema_to_grammar({"properties": {k: {} for k in "abcdefghij"}, "maxProperties": 3})
+    assert accepts(counted, '{"a": 1, "j": 2}') and not accepts(counted, '{"j": 1, "a": 2}')
 
 
 @pytest.mark.parametrize("schema,values", CASES, ids=[json.dumps(s)[:60] for s, _ in CASES])
@@ -222,7 +238,7 @@ REFUSED = [
     ({"type": "array", "uniqueItems": True}, "uniqueItems", "#/uniqueItems"),
     ({"properties": {"a": {"$ref": "https://example.com/x.json"}}}, "$ref", "#/properties/a/$ref"),
     ({"type": "number", "multipleOf": 0.1}, "multipleOf", "#/multipleOf"),
-    ({"oneOf": [{"type": "integer"}, {"minimum": 0}]}, "oneOf", "#/oneOf"),
+    ({"oneOf": [{"type": "array", "items": {"type": "integer"}}, {"maxItems": 2}]}, "oneOf", "#/oneOf"),
     ({"$defs": {"a": {"$dynamicAnchor": "x"}}, "$dynamicRef": "#x"}, "$dynamicRef", "#/$dynamicRef"),
     ({"unevaluatedProperties": False}, "unevaluatedProperties", "#/unevaluatedProperties"),
     ({"type": "string", "pattern": "(?=a)b"}, "pattern", "#/pattern"),
