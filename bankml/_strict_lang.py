@@ -72,7 +72,17 @@ except ImportError:  # pragma: no cover - Python <= 3.10
 __all__ = ["LangError", "Lang", "string_gbnf", "is_known_format", "MAX_STATES", "KNOWN_FORMATS"]
 
 #: Most DFA states any one construction may create (subset, product, preimage).
-MAX_STATES = 5000
+MAX_STATES = 8000
+# Fixed format constructions may use this many times MAX_STATES in intermediate automata (their
+# size is known: the largest, uuid, peaks near 10,000 states and ends at 6,938).
+_FORMAT_SCALE = 3
+_SCALE = [1]
+
+
+def _state_limit() -> int:
+    return MAX_STATES * _SCALE[0]
+
+
 #: Most NFA nodes (and repetition copies) one regex may expand to.
 MAX_NFA_NODES = 60000
 
@@ -431,28 +441,7 @@ def _finish(trans, acc, keyword: str) -> Lang:
     if not live[0]:
         return Lang.empty()
     states = [s for s in order if live[s]]
-    # Moore refinement: block ids by acceptance, then by (block, edges to blocks) until stable.
-    block = {s: (1 if acc[s] else 0) for s in states}
-    nblocks = len(set(block.values()))
-    while True:
-        sigs = {}
-        newblock = {}
-        for s in states:
-            edges = []
-            for lo, hi, t in trans[s]:
-                if not live[t]:
-                    continue
-                b = block[t]
-                if edges and edges[-1][2] == b and edges[-1][1] + 1 == lo:
-                    edges[-1] = (edges[-1][0], hi, b)
-                else:
-                    edges.append((lo, hi, b))
-            sig = (block[s], tuple(edges))
-            newblock[s] = sigs.setdefault(sig, len(sigs))
-        block = newblock
-        if len(sigs) == nblocks:
-            break
-        nblocks = len(sigs)
+    block = _hopcroft(states, trans, acc, live)
     # Canonical BFS numbering of blocks from the start's block.
     rep = {}
     for s in states:
@@ -479,6 +468,78 @@ def _finish(trans, acc, keyword: str) -> Lang:
         out_trans.append(tuple(row))
         out_acc.append(acc[s])
     return Lang(out_trans, out_acc)
+
+
+def _hopcroft(states, trans, acc, live) -> dict:
+    """Coarsest partition of the (trimmed) states into language-equivalence classes.
+
+    Hopcroft's refinement with whole-alphabet splitters: a splitter block C separates states
+    that reach C on different character sets.  Agreeing on "chars into B" and "chars into a
+    part P of B" implies agreeing on "chars into B \\ P", so the smaller-half rule holds and the
+    run is O(m log n) set operations (m edges), where Moore's rounds would be O(n m)."""
+    rev: dict = {}
+    for s in states:
+        for lo, hi, t in trans[s]:
+            if live[t]:
+                rev.setdefault(t, []).append((s, lo, hi))
+    block_of = {}
+    members: list[set] = []
+    for flag in (True, False):
+        part = {s for s in states if bool(acc[s]) == flag}
+        if part:
+            for s in part:
+                block_of[s] = len(members)
+            members.append(part)
+    work = list(range(len(members)))
+    in_work = set(work)
+    while work:
+        c = work.pop()
+        in_work.discard(c)
+        touched: dict = {}
+        for t in list(members[c]):
+            for p, lo, hi in rev.get(t, ()):
+                touched.setdefault(p, []).append((lo, hi))
+        by_block: dict = {}
+        for p, ranges in touched.items():
+            ranges.sort()
+            merged = []
+            for lo, hi in ranges:
+                if merged and merged[-1][1] + 1 == lo:
+                    merged[-1] = (merged[-1][0], hi)
+                else:
+                    merged.append((lo, hi))
+            by_block.setdefault(block_of[p], {}).setdefault(tuple(merged), []).append(p)
+        for b, groups in by_block.items():
+            n_touched = sum(len(g) for g in groups.values())
+            rest = len(members[b]) - n_touched
+            if len(groups) + (1 if rest else 0) <= 1:
+                continue
+            glist = list(groups.values())
+            if not rest:
+                # The largest group stays in block b; the others move out.
+                glist.sort(key=len, reverse=True)
+                glist = glist[1:]
+            new_ids = []
+            for g in glist:
+                nb = len(members)
+                part = set(g)
+                members[b].difference_update(part)
+                members.append(part)
+                for p in g:
+                    block_of[p] = nb
+                new_ids.append(nb)
+            if b in in_work:
+                for nb in new_ids:
+                    work.append(nb)
+                    in_work.add(nb)
+            else:
+                sizes = [(len(members[x]), x) for x in new_ids + [b]]
+                largest = max(sizes)[1]
+                for _, x in sizes:
+                    if x != largest:
+                        work.append(x)
+                        in_work.add(x)
+    return block_of
 
 
 def _product(a: Lang, b: Lang, both: bool, keyword: str | None = None) -> Lang:
@@ -514,8 +575,8 @@ def _product(a: Lang, b: Lang, both: bool, keyword: str | None = None) -> Lang:
             if t is None:
                 t = index[key] = len(pairs)
                 pairs.append(key)
-                if len(pairs) > MAX_STATES:
-                    raise LangError(keyword, f"the product automaton exceeds {MAX_STATES} states")
+                if len(pairs) > _state_limit():
+                    raise LangError(keyword, f"the product automaton exceeds {_state_limit()} states")
             if row and row[-1][2] == t and row[-1][1] + 1 == lo:
                 row[-1] = (row[-1][0], hi, t)
             else:
@@ -565,8 +626,8 @@ def _subset(start_key, step_rows, close, accepting, keyword: str) -> Lang:
             if t is None:
                 t = index[nk] = len(keys)
                 keys.append(nk)
-                if len(keys) > MAX_STATES:
-                    raise LangError(keyword, f"the automaton exceeds {MAX_STATES} states")
+                if len(keys) > _state_limit():
+                    raise LangError(keyword, f"the automaton exceeds {_state_limit()} states")
             lo, hi = pts[k], pts[k + 1] - 1
             if out and out[-1][2] == t and out[-1][1] + 1 == lo:
                 out[-1] = (out[-1][0], hi, t)
@@ -967,8 +1028,8 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
                 if target is None:
                     target = index[nk] = len(keys)
                     keys.append(nk)
-                    if len(keys) > MAX_STATES:
-                        raise LangError(keyword, f"the pattern's automaton exceeds {MAX_STATES} states")
+                    if len(keys) > _state_limit():
+                        raise LangError(keyword, f"the pattern's automaton exceeds {_state_limit()} states")
                 cache[ckey] = target
             if row and row[-1][2] == target and row[-1][1] + 1 == lo:
                 row[-1] = (row[-1][0], hi, target)
@@ -981,18 +1042,304 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
     return _finish(trans, acc, keyword)
 
 
-# --------------------------------------------------------------------------- formats (filled below)
+# --------------------------------------------------------------------------- formats
+# Each language below is what the jsonschema checker (jsonschema/_format.py with its extras)
+# accepts, derived from what that code actually does; tests/test_strict_lang.py checks each one
+# against the checker itself on generated and mutated strings.
 
-KNOWN_FORMATS = frozenset()
+KNOWN_FORMATS = frozenset((
+    "date", "time", "date-time", "duration", "email", "idn-email", "hostname", "ipv4", "ipv6",
+    "uri", "uri-reference", "uuid",
+    # known to jsonschema, not built here (LangError): not regular or not exact yet
+    "idn-hostname", "iri", "iri-reference", "json-pointer", "relative-json-pointer", "regex",
+    "uri-template", "color",
+))
 
 
 def is_known_format(name: str) -> bool:
-    """True for the format names the ``jsonschema`` checker validates (see the module doc)."""
+    """True for the format names ``jsonschema``'s checker validates (built here or refused);
+    a ``LangError`` for any other name may be read as "annotation only", as jsonschema does."""
     return name in KNOWN_FORMATS
 
 
+def _cls(cs) -> str:
+    """A regex class for a charset (for building format patterns from computed sets)."""
+    return "[" + "".join("\\U%08x-\\U%08x" % (lo, hi) for lo, hi in cs) + "]"
+
+
+_CASE_MAPS: dict = {}
+
+
+def _case_map(kind: str) -> dict:
+    """{code point: its str.upper() / str.lower()} for the code points that map elsewhere."""
+    got = _CASE_MAPS.get(kind)
+    if got is None:
+        got = {}
+        for lo, hi in UNIVERSE:
+            for c in range(lo, hi + 1):
+                ch = chr(c)
+                m = ch.upper() if kind == "upper" else ch.lower()
+                if m != ch:
+                    got[c] = m
+        _CASE_MAPS[kind] = got
+    return got
+
+
+def _full(p: str) -> Lang:
+    """The strings that fully match ``p`` (``\\A(?:p)\\Z``)."""
+    return Lang.regex(r"\A(?:%s)\Z" % p, "format")
+
+
+def _preimage_replace(d: Lang, needle: str) -> Lang:
+    """{s : s.replace(needle, "") in d} — str.replace's leftmost, non-overlapping deletion,
+    run as a transducer whose state is the pending prefix of ``needle``."""
+    specials = sorted(set(needle))
+    sp_ranges = _norm((ord(c), ord(c)) for c in specials)
+
+    def run(q, text):
+        for ch in text:
+            if q < 0:
+                return -1
+            row = d._trans[q]
+            c = ord(ch)
+            k = bisect.bisect_right(row, (c, MAXCP + 1, 1 << 62)) - 1
+            q = row[k][2] if k >= 0 and row[k][0] <= c <= row[k][1] else -1
+        return q
+
+    def feed(buf, ch):
+        s = buf + ch
+        out = ""
+        while True:
+            if s == needle:
+                return "", out
+            if needle.startswith(s):
+                return s, out
+            out += s[0]
+            s = s[1:]
+
+    index = {("", 0): 0}
+    keys = [("", 0)]
+    trans = []
+    acc = []
+    for buf, q in keys:
+        row = []
+
+        def target(key):
+            t = index.get(key)
+            if t is None:
+                t = index[key] = len(keys)
+                keys.append(key)
+                if len(keys) > _state_limit():
+                    raise LangError("format", f"the automaton exceeds {_state_limit()} states")
+            return t
+
+        for ch in specials:
+            nb, out = feed(buf, ch)
+            q2 = run(q, out)
+            if q2 >= 0:
+                row.append((ord(ch), ord(ch), target((nb, q2))))
+        q1 = run(q, buf)  # any other character flushes the pending prefix and passes
+        if q1 >= 0:
+            for lo, hi, t in d._trans[q1]:
+                for a, b in _cs_diff(((lo, hi),), sp_ranges):
+                    row.append((a, b, target(("", t))))
+        row.sort()
+        trans.append(row)
+        qf = run(q, buf)
+        acc.append(qf >= 0 and d._acc[qf])
+    return _finish(trans, acc, "format")
+
+
+def _preimage_strip(d: Lang, chars: str) -> Lang:
+    """{s : s.strip(chars) in d}: s = B m B' with B, B' runs of ``chars`` and m neither
+    starting nor ending with one of them (or s all ``chars`` and "" in d)."""
+    cls = _cls(_norm((ord(c), ord(c)) for c in chars))
+    runs = _full(cls + "*")
+    not_edge = _full(r"(?s:(?:[^%s](?:.*[^%s])?)?)" % (re.escape(chars), re.escape(chars)))
+    out = runs.concat((d & not_edge).concat(runs, "format"), "format")
+    if d.matches(""):
+        out = out | runs
+    return out
+
+
+_YEAR_NZ = r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
+_LEAP = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_MONTH_DAY = (r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])"
+              r"|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)")
+# A real calendar date, years 0001-9999 (date.fromisoformat and calendar.monthrange agree).
+_DATE = r"(?:%s-%s|%s-02-29)" % (_YEAR_NZ, _MONTH_DAY, _LEAP)
+# rfc3339_validator's time part (re.ASCII, so [0-9]).
+_TIME = (r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?"
+         r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])")
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
+_IPV4 = r"(?:%s\.){3}%s" % (_OCTET, _OCTET)
+
+
+def _ipv6_pattern() -> str:
+    """ipaddress.IPv6Address's grammar: 8 hextets, or "::" standing for at least one, an IPv4
+    tail counting as two hextets, no scope id (jsonschema rejects a non-empty one)."""
+    h = "[0-9a-fA-F]{1,4}"
+
+    def hextets(k):
+        return "(?:%s:){%d}%s" % (h, k - 1, h) if k else ""
+
+    alts = ["(?:%s:){7}%s" % (h, h), "(?:%s:){6}%s" % (h, _IPV4)]
+    for k1 in range(8):
+        for k2 in range(8 - k1):
+            tails = [hextets(k2)]
+            if k2 >= 2:
+                tails.append("(?:%s:){%d}%s" % (h, k2 - 2, _IPV4))
+            for tail in tails:
+                alts.append(hextets(k1) + "::" + tail)
+    return "|".join(alts)
+
+
+def _uri_patterns() -> tuple[str, str]:
+    """RFC 3986's URI and URI-reference as rfc3987 (jsonschema's uri checker) writes them:
+    note its dec-octet accepts leading zeros inside IP literals."""
+    pct = "%[0-9A-Fa-f]{2}"
+    unres_sub = "A-Za-z0-9._~!$&'()*+,;=\\-"
+    pchar = "(?:[%s:@]|%s)" % (unres_sub, pct)
+    scheme = "[A-Za-z][A-Za-z0-9+.\\-]*"
+    userinfo = "(?:[%s:]|%s)*" % (unres_sub, pct)
+    reg_name = "(?:[%s]|%s)*" % (unres_sub, pct)
+    dec_octet = "(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)"
+    ipv4 = "(?:%s\\.){3}%s" % (dec_octet, dec_octet)
+    h16 = "[0-9A-Fa-f]{1,4}"
+    ls32 = "(?:%s:%s|%s)" % (h16, h16, ipv4)
+    v6 = "|".join([
+        "(?:%s:){6}%s" % (h16, ls32),
+        "::(?:%s:){5}%s" % (h16, ls32),
+        "(?:%s)?::(?:%s:){4}%s" % (h16, h16, ls32),
+        "(?:(?:%s:)?%s)?::(?:%s:){3}%s" % (h16, h16, h16, ls32),
+        "(?:(?:%s:){0,2}%s)?::(?:%s:){2}%s" % (h16, h16, h16, ls32),
+        "(?:(?:%s:){0,3}%s)?::%s:%s" % (h16, h16, h16, ls32),
+        "(?:(?:%s:){0,4}%s)?::%s" % (h16, h16, ls32),
+        "(?:(?:%s:){0,5}%s)?::%s" % (h16, h16, h16),
+        "(?:(?:%s:){0,6}%s)?::" % (h16, h16),
+    ])
+    ipvfuture = "v[0-9A-Fa-f]+\\.[%s:]+" % unres_sub
+    host = "(?:\\[(?:%s|%s)\\]|%s|%s)" % (v6, ipvfuture, ipv4, reg_name)
+    authority = "(?:%s@)?%s(?::[0-9]*)?" % (userinfo, host)
+    segment = pchar + "*"
+    seg_nz = pchar + "+"
+    seg_nz_nc = "(?:[%s@]|%s)+" % (unres_sub, pct)
+    abempty = "(?:/%s)*" % segment
+    absolute = "/(?:%s(?:/%s)*)?" % (seg_nz, segment)
+    rootless = "%s(?:/%s)*" % (seg_nz, segment)
+    noscheme = "%s(?:/%s)*" % (seg_nz_nc, segment)
+    query = "(?:%s|[/?])*" % pchar
+    hier = "(?://%s%s|%s|%s|)" % (authority, abempty, absolute, rootless)
+    rel = "(?://%s%s|%s|%s|)" % (authority, abempty, absolute, noscheme)
+    uri = "%s:%s(?:\\?%s)?(?:#%s)?" % (scheme, hier, query, query)
+    relref = "%s(?:\\?%s)?(?:#%s)?" % (rel, query, query)
+    return uri, "(?:%s|%s)" % (uri, relref)
+
+
+def _duration_lang() -> Lang:
+    """isoduration.parse_duration plus jsonschema's "ends with one of DMYWHMS"."""
+    num = r"[+\-0-9.,eE]"
+    # Decimal() of the run (',' read as '.'): sign, digits with one point, optional exponent.
+    dec = r"[+-]?(?:[0-9]+(?:[.,][0-9]*)?|[.,][0-9]+)(?:[eE][+-]?[0-9]+)?"
+    zero = r"[+-]?(?:0+(?:[.,]0*)?|[.,]0+)(?:[eE][+-]?[0-9]+)?"
+    # Designators in order (parse_designator pops the ones it passes); W only after zero values
+    # (the parser compares the DateDuration so far with an all-zero one).
+    date_ne = ("(?:{d}Y(?:{d}M)?(?:{d}D)?|{d}M(?:{d}D)?|{d}D|(?:{z}Y)?(?:{z}M)?(?:{z}D)?{d}W)"
+               .format(d=dec, z=zero))
+    time_ne = "(?:{d}H(?:{d}M)?(?:{d}S)?|{d}M(?:{d}S)?|{d}S)".format(d=dec)
+    # After the last date designator, number characters before 'T' are collected and dropped;
+    # with no designator at all a run without ',' sends the string to arrow's datetime parser,
+    # which never yields a value ending in a designator letter (so: rejected).
+    body = ("(?:{dn}|{dn}{n}*T{tn}|(?:{n}*,{n}*)?T{tn})"
+            .format(dn=date_ne, n=num, tn=time_ne))
+    return _full(r"[+-]?P" + body)
+
+
+def _uuid_lang() -> Lang:
+    """uuid.UUID(s) then jsonschema's "s[8], s[13], s[18], s[23] are '-'".
+
+    UUID: h = s.replace('urn:', '').replace('uuid:', '').strip('{}').replace('-', ''), then
+    len(h) == 32 and int(h, 16) — which allows surrounding whitespace, a sign, a 0x prefix,
+    single underscores between digits, and any Unicode decimal digit as a digit."""
+    space = _cs_union(((9, 13), (32, 32)), _cs_diff(_category("s", False), ((0, 127),)))
+    digit = _cs_union(((0x30, 0x39), (0x41, 0x46), (0x61, 0x66)), _category("d", False))
+    ws, dg = _cls(space), _cls(digit)
+    h = _full(r"{w}*[+\-]?(?:0[xX]_?)?{d}(?:_?{d})*{w}*".format(w=ws, d=dg)) & Lang.length(32, 32)
+    t3 = _preimage_map(h, {0x2D: ""}, "format")
+    t2 = _preimage_strip(t3, "{}")
+    t1 = _preimage_replace(t2, "uuid:")
+    s = _preimage_replace(t1, "urn:")
+    return s & _full(r"(?s:.{8}-.{4}-.{4}-.{4}-.*)")
+
+
+def _hostname_lang() -> Lang:
+    """fqdn.FQDN(s, min_labels=1).is_valid: s.lower() matched (re.IGNORECASE) against labels
+    of 1-63 of [-A-Z\\d] not starting/ending with '-', dot-separated, optional final dot, and
+    `$` (so a final '\\n' passes); length <= 253 not counting a final dot."""
+    label = r"[A-Z\d](?:[-A-Z\d]{0,61}[A-Z\d])?"
+    names = Lang.regex(r"(?i)\A(?:%s\.)*%s\.?\n?\Z" % (label, label), "format")
+    length = _full(r"(?s:.{0,253})") | _full(r"(?s:.{0,253}\.)")
+    return _preimage_map(names & length, _case_map("lower"), "format")
+
+
+def _draft3_time_lang() -> Lang:
+    """datetime.strptime(s, '%H:%M:%S'): _strptime's IGNORECASE regex (Unicode \\d, read by
+    int()) must span s; seconds 60 and 61 pass the regex but datetime() refuses them."""
+    rx = Lang.regex(r"(?i)\A(?:2[0-3]|[0-1]\d|\d):(?:[0-5]\d|\d):(?:[0-5]\d|\d)\Z", "format")
+    return rx
+
+
+_FORMAT_CACHE: dict = {}
+
+
 def _format_lang(name: str, draft3_time: bool) -> Lang:
-    raise LangError("format", f"format {name!r} is not supported")
+    key = (name, bool(draft3_time and name == "time"))
+    got = _FORMAT_CACHE.get(key)
+    if got is None:
+        _SCALE[0] = _FORMAT_SCALE
+        try:
+            got = _FORMAT_CACHE[key] = _build_format(name, draft3_time)
+        finally:
+            _SCALE[0] = 1
+    return got
+
+
+def _build_format(name: str, draft3_time: bool) -> Lang:
+    if name in ("email", "idn-email"):
+        got = Lang.regex("@", "format")
+    elif name == "date":
+        got = _full(_DATE)
+    elif name == "date-time":
+        # validate_rfc3339(s.upper()): ^...$ so a final '\n' passes too.
+        got = _preimage_map(_full(r"%sT%s\n?" % (_DATE, _TIME)), _case_map("upper"), "format")
+    elif name == "time" and draft3_time:
+        got = _draft3_time_lang()
+    elif name == "time":
+        got = _preimage_map(_full(_TIME + r"\n?"), _case_map("upper"), "format")
+    elif name == "ipv4":
+        got = _full(_IPV4)
+    elif name == "ipv6":
+        got = _full(_ipv6_pattern())
+    elif name == "hostname":
+        _SCALE[0] = 1  # its exact automaton is far too large: fail fast at the plain bound
+        try:
+            got = _hostname_lang()
+        except LangError:
+            raise LangError("format", "hostname: labels of at most 63 characters inside a name of at "
+                                      f"most 253 need far more than {MAX_STATES} DFA states") from None
+    elif name == "duration":
+        got = _duration_lang()
+    elif name == "uuid":
+        got = _uuid_lang()
+    elif name in ("uri", "uri-reference"):
+        uri, ref = _uri_patterns()
+        got = _full("(?:%s)\\n?" % (uri if name == "uri" else ref))
+    elif name in KNOWN_FORMATS:
+        raise LangError("format", f"format {name!r} is not built exactly (not regular, or its "
+                                  "checker is not modelled)")
+    else:
+        raise LangError("format", f"unknown format {name!r} (jsonschema treats it as an annotation)")
+    return got
 
 
 # --------------------------------------------------------------------------- GBNF emission
