@@ -1680,12 +1680,13 @@ class _Compiler:
             modulus = q if modulus is None else modulus * q // math.gcd(modulus, q)
         if not bounds and modulus is None and frac_only is None:
             return int_rule if integer_only else "number"
+        integral = modulus is not None  # a multiple of an integer: no fraction but zeros, no exponent
         if modulus == 1:
             modulus = None
             if not bounds and frac_only is None:
                 return int_rule if integer_only else '"-"? ( "0" | [1-9] [0-9]* ) ( "." "0"+ )?'
         trans, acc = _number_dfa(integer_only and not zero_frac, bounds, modulus,
-                                 zero_fraction_only=modulus is not None or zero_frac, no_exponent=integer_only,
+                                 zero_fraction_only=integral or zero_frac, no_exponent=integer_only or integral,
                                  frac_only=frac_only)
         return self.dfa_rules(trans, acc, "num")
 
