@@ -48,6 +48,7 @@ import math
 import re
 import time
 import urllib.parse
+import uuid
 from decimal import Decimal, localcontext
 from fractions import Fraction
 
@@ -1337,7 +1338,7 @@ class _Compiler:
     def format_lang(self, f, pointer):
         sl = self.lang_mod("format", pointer)
         try:
-            return sl.Lang.format(f)
+            return _cached_lang("format", f)
         except sl.LangError as e:
             self.refuse("format", pointer, "format %r: %s" % (f, getattr(e, "reason", e)))
 
@@ -1352,13 +1353,13 @@ class _Compiler:
             if st.min > 0 or st.max is not None:
                 lang = lang & sl.Lang.length(st.min, st.max)
             for p, kp in st.patterns:
-                lang = lang & sl.Lang.regex(p)
+                lang = lang & _cached_lang("regex", p)
             for p, kp in st.notpatterns:
-                lang = lang & sl.Lang.regex(p).complement()
+                lang = lang & _cached_lang("regex", p).complement()
             for f, kp in st.formats:
-                lang = lang & sl.Lang.format(f)
+                lang = lang & _cached_lang("format", f)
             for f, kp in st.notformats:
-                lang = lang & sl.Lang.format(f).complement()
+                lang = lang & _cached_lang("format", f).complement()
             if st.exclude:
                 ex = None
                 for s in sorted(st.exclude):
@@ -1401,8 +1402,8 @@ class _Compiler:
         if lang.is_empty():
             cache[key] = None
             return None
-        expr, rules = _sl.string_gbnf(lang, self.new_name("str"))
-        for name, body in (rules.items() if isinstance(rules, dict) else rules):
+        expr, rules = _string_gbnf_cached(key, lang, self.new_name("str"))
+        for name, body in rules.items():
             self.set_rule(name, body)
         cache[key] = expr
         return expr
@@ -2124,6 +2125,43 @@ class _Compiler:
             inc = {x for x in m["enum"] if isinstance(x, str)}
             kc.include = inc if kc.include is None else kc.include & inc
         return kc
+
+
+# Languages and their GBNF are pure functions of the pattern, format or constraint: kept across conversions
+# (a server sees the same date-time and uuid formats in schema after schema). Bounded, oldest dropped first.
+_LANG_CACHE = {}
+_GBNF_CACHE = {}
+_CACHE_MAX = 512
+# a name no schema can guess: the replacement below must not touch text inside the rules' literals
+_PLACEHOLDER = "strc" + uuid.uuid4().hex
+
+
+def _cache_put(cache, key, value):
+    if len(cache) >= _CACHE_MAX:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+
+
+def _cached_lang(kind, arg):
+    key = (kind, arg)
+    lang = _LANG_CACHE.get(key)
+    if lang is None:
+        lang = _sl.Lang.regex(arg) if kind == "regex" else _sl.Lang.format(arg)
+        _cache_put(_LANG_CACHE, key, lang)
+    return lang
+
+
+def _string_gbnf_cached(key, lang, name):
+    """string_gbnf(lang, name), from a copy made under a placeholder name when the same constraint was seen."""
+    hit = _GBNF_CACHE.get(key)
+    if hit is None:
+        expr, rules = _sl.string_gbnf(lang, _PLACEHOLDER)
+        hit = (expr, dict(rules))
+        _cache_put(_GBNF_CACHE, key, hit)
+    expr, rules = hit
+    # rule names are the placeholder then "-...": nothing else in GBNF text spells it
+    return (expr.replace(_PLACEHOLDER, name),
+            {k.replace(_PLACEHOLDER, name, 1): v.replace(_PLACEHOLDER, name) for k, v in rules.items()})
 
 
 def strict_schema_to_grammar(schema, *, lenient=(), limits=None):
