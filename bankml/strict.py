@@ -169,8 +169,14 @@ def _json_type(v, draft):
     return "?"
 
 
+class _Dec(Decimal):
+    """A float bound's shortest repr, carrying the float's exact binary value (``exact``): Python compares an
+    int instance with the exact value, a float instance (its text the shortest repr) as the repr."""
+    exact = None
+
+
 def _dec(v):
-    """A numeric schema value as an exact Decimal (a float as its shortest repr: module docstring)."""
+    """A numeric schema value as a Decimal (a float as its shortest repr: module docstring)."""
     if isinstance(v, bool):
         return Decimal(int(v))
     if isinstance(v, int):
@@ -178,7 +184,11 @@ def _dec(v):
     if isinstance(v, float):
         if not math.isfinite(v):
             return None
-        return Decimal(repr(v))
+        d = _Dec(repr(v))
+        exact = Decimal(v)
+        if exact != d:
+            d.exact = exact
+        return d
     return None
 
 
@@ -211,8 +221,22 @@ def _class_char(o):
     return "\\U%08X" % o
 
 
+_CLASS_CACHE = {}
+
+
 def _char_class(cps, negate=False):
     """A GBNF character class of the code points cps (a set of ints)."""
+    key = (frozenset(cps), negate)
+    text = _CLASS_CACHE.get(key)
+    if text is None:
+        text = _char_class_text(cps, negate)
+        if len(_CLASS_CACHE) > 4096:
+            _CLASS_CACHE.clear()
+        _CLASS_CACHE[key] = text
+    return text
+
+
+def _char_class_text(cps, negate):
     cps = sorted(cps)
     parts = []
     i = 0
@@ -282,7 +306,8 @@ def _sgn(x):
 class _Bound:
     """A comparison of a number text's value with the decimal B, kept digit by digit."""
 
-    def __init__(self, value, accept):
+    def __init__(self, value, accept, texts="all"):
+        self.texts = texts  # "all", or "int" (integer texts only) or "float" (texts with fraction/exponent)
         self.neg = value < 0
         self.zero = value == 0
         a = abs(value)
@@ -370,6 +395,8 @@ class _Bound:
         return -1 if j < len(ref) else 0
 
     def result(self, st, phase, xneg):
+        if self.texts != "all" and (self.texts == "int") != (phase in ("Z", "I")):
+            return True  # this comparison is for the other kind of text
         ic, fc, mc, ec = st
         if phase in ("Z", "I"):
             c = self._ires(ic)
@@ -1348,23 +1375,28 @@ class _Compiler:
             st.notformats and "not") or "additionalProperties"
         kp = (st.patterns or st.formats or st.notpatterns or st.notformats or [(None, pointer)])[0][1]
         sl = self.lang_mod(kw, kp)
+        parts = []  # intersected smallest-first would be better; the product of two is bounded by their sizes
+
         try:
-            lang = sl.Lang.any_string()
             if st.min > 0 or st.max is not None:
-                lang = lang & sl.Lang.length(st.min, st.max)
+                parts.append(sl.Lang.length(st.min, st.max))
             for p, kp in st.patterns:
-                lang = lang & _cached_lang("regex", p)
+                parts.append(_cached_lang("regex", p))
             for p, kp in st.notpatterns:
-                lang = lang & _cached_lang("regex", p).complement()
+                parts.append(_cached_lang("regex", p).complement())
             for f, kp in st.formats:
-                lang = lang & _cached_lang("format", f)
+                parts.append(_cached_lang("format", f))
             for f, kp in st.notformats:
-                lang = lang & _cached_lang("format", f).complement()
+                parts.append(_cached_lang("format", f).complement())
             if st.exclude:
                 ex = None
                 for s in sorted(st.exclude):
                     ex = sl.Lang.literal(s) if ex is None else ex | sl.Lang.literal(s)
-                lang = lang & ex.complement()
+                parts.append(ex.complement())
+            # no product with the universal language: it only costs time
+            lang = parts[0] if parts else sl.Lang.any_string()
+            for part in parts[1:]:
+                lang = lang & part
         except sl.LangError as e:
             k = getattr(e, "keyword", None) or kw
             self.refuse(k, kp, "%s: %s" % (k, getattr(e, "reason", e)))
@@ -1393,16 +1425,26 @@ class _Compiler:
             # here as a trie, much smaller and faster than through the general DFA emitter
             cache[key] = self.excluding_string(st.min, st.max, st.exclude)
             return cache[key]
-        try:
-            lang = self.str_lang(st, pointer)
-        except _Refuse as e:
-            if keyword is not None:
-                raise _Refuse(keyword, e.pointer, e.reason) from None
-            raise
-        if lang.is_empty():
+        # across conversions: the constraint's strings only (no pointers) name it
+        gkey = (st.min, st.max, tuple(p for p, _ in st.patterns), tuple(p for p, _ in st.notpatterns),
+                tuple(f for f, _ in st.formats), tuple(f for f, _ in st.notformats), frozenset(st.exclude))
+        if gkey not in _GBNF_CACHE:
+            try:
+                lang = self.str_lang(st, pointer)
+            except _Refuse as e:
+                if keyword is not None:
+                    raise _Refuse(keyword, e.pointer, e.reason) from None
+                raise
+            if lang.is_empty():
+                _cache_put(_GBNF_CACHE, gkey, None)
+            else:
+                expr, rules = _sl.string_gbnf(lang, _PLACEHOLDER)
+                _cache_put(_GBNF_CACHE, gkey, (expr, dict(rules)))
+        hit = _GBNF_CACHE[gkey]
+        if hit is None:
             cache[key] = None
             return None
-        expr, rules = _string_gbnf_cached(key, lang, self.new_name("str"))
+        expr, rules = _renamed(hit, self.new_name("str"))
         for name, body in rules.items():
             self.set_rule(name, body)
         cache[key] = expr
@@ -1445,11 +1487,16 @@ class _Compiler:
             return None
         memo = {}
 
+        by_prefix = {}
+        for x in exclude:
+            for i in range(len(x)):
+                by_prefix.setdefault(x[:i], set()).add(x[i])
+
         def node(prefix, depth):
             key = (prefix, depth)
             if key in memo:
                 return memo[key]
-            children = sorted({x[depth] for x in exclude if len(x) > depth and x.startswith(prefix)})
+            children = sorted(by_prefix.get(prefix, ()))
             alts = []
             if depth >= lo and prefix not in exclude:
                 alts.append('"\\""')
@@ -1489,6 +1536,8 @@ class _Compiler:
         """GBNF of the 4 hex digits (either case) of a code point that is no surrogate and not in ex (a set of
         4-digit lowercase hex strings): a trie over the excluded digits."""
 
+        prefixes = {e[:i] for e in ex for i in range(1, 5)}
+
         def cls(hs):
             cps = set()
             for h in hs:
@@ -1505,7 +1554,7 @@ class _Compiler:
                 p = prefix + h
                 if len(p) == 2 and p[0] == "d" and h in "89abcdef":
                     continue  # U+D800-U+DFFF: only as surrogate pairs
-                if p == "d" or any(e.startswith(p) for e in ex):
+                if p == "d" or p in prefixes:
                     sub = node(p)
                     if sub is not None:
                         alts.append(cls(h) + (" " + sub if sub else ""))
@@ -1668,9 +1717,17 @@ class _Compiler:
         bounds = []
         for lower, b, excl in m["bounds"]:
             if lower:
-                bounds.append(_Bound(b, (lambda r: r > 0) if excl else (lambda r: r >= 0)))
+                acc = (lambda r: r > 0) if excl else (lambda r: r >= 0)
             else:
-                bounds.append(_Bound(b, (lambda r: r < 0) if excl else (lambda r: r <= 0)))
+                acc = (lambda r: r < 0) if excl else (lambda r: r <= 0)
+            exact = getattr(b, "exact", None)
+            if exact is None:
+                bounds.append(_Bound(b, acc))
+            else:
+                # a float bound past 2^53 (or with a long binary expansion): integer texts are compared with its
+                # exact value, as Python compares an int with a float; other texts with its repr
+                bounds.append(_Bound(exact, acc, "int"))
+                bounds.append(_Bound(b, acc, "float"))
         for x in m["notvalues"]:
             if _is_num(x):
                 dx = _dec(x)
@@ -2151,13 +2208,8 @@ def _cached_lang(kind, arg):
     return lang
 
 
-def _string_gbnf_cached(key, lang, name):
-    """string_gbnf(lang, name), from a copy made under a placeholder name when the same constraint was seen."""
-    hit = _GBNF_CACHE.get(key)
-    if hit is None:
-        expr, rules = _sl.string_gbnf(lang, _PLACEHOLDER)
-        hit = (expr, dict(rules))
-        _cache_put(_GBNF_CACHE, key, hit)
+def _renamed(hit, name):
+    """A cached string_gbnf (made under the placeholder name) under the rule name prefix ``name``."""
     expr, rules = hit
     # rule names are the placeholder then "-...": nothing else in GBNF text spells it
     return (expr.replace(_PLACEHOLDER, name),
