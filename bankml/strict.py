@@ -929,6 +929,19 @@ class _Compiler:
                 self.refuse("not", kp, "the negation of %s" % kk)
             elif kk in ("uniqueItems",) and val is False:
                 continue
+            elif kk == "items" and isinstance(val, (dict, bool)) and not (
+                    "prefixItems" in s and "prefixItems" in v):
+                # an item that fails the items schema: an array that contains one
+                if val is True:
+                    continue
+                self.check_schema(val, kp)
+                neg = self.synth({"$strict-not": val}, kp)
+                alts.append(syn({"$strict-types": frozenset({"array"}), "contains": neg}, k))
+            elif kk == "contains" and not ("minContains" in s or "maxContains" in s):
+                # no item passes contains: every item fails it
+                self.check_schema(val, kp)
+                neg = self.synth({"$strict-not": val}, kp)
+                alts.append(syn({"$strict-types": frozenset({"array"}), "items": neg}, k))
             elif kk in ("multipleOf", "items", "prefixItems", "additionalItems", "contains", "uniqueItems",
                         "propertyNames", "dependentSchemas", "$strict-notformat"):
                 self.refuse("not", kp, "the negation of %s" % kk)
@@ -1104,13 +1117,20 @@ class _Compiler:
         if m["enum"] is not None:
             vals = []
             for x in m["enum"]:
-                if _json_type(x, self.draft) in types and not any(_equal(x, y) for y in m["notvalues"]) \
+                if self.enum_type_ok(x, types) and not any(_equal(x, y) for y in m["notvalues"]) \
                         and not any(_equal(x, y) for y in vals):
                     vals.append(x)
             if not vals:
                 return None
             m["enum"] = vals
         return m
+
+    def enum_type_ok(self, x, types):
+        """Some instance jsonschema-equal to the enum value x has a type in types (an integral number can be an
+        int or a float)."""
+        if _is_num(x) and (isinstance(x, int) or x.is_integer()):
+            return bool(types & {"int", "frac"}) and (self.draft <= 4 or "int" in types)
+        return _json_type(x, self.draft) in types
 
     # --- disjointness (for oneOf) ---
     def disjoint(self, t1, t2, depth):
@@ -1615,8 +1635,11 @@ class _Compiler:
         self.tick(ptr)
         types = m["types"]
         if m["enum"] is not None:
-            vals = [x for x in m["enum"] if self.valid_term(x, term)]
-            return self.alts([self.value_expr(x, ptr) for x in vals])
+            vals = [x for x in m["enum"] if self.valid_term(x, term) or (
+                _is_num(x) and float(x).is_integer() and abs(x) < 2 ** 63 and (
+                    self.valid_term(int(x), term) or self.valid_term(float(x), term)))]
+            return self.alts([self.number_value(x, ptr, types) if _is_num(x) else self.value_expr(x, ptr)
+                              for x in vals])
         nv = m["notvalues"]
         out = []
         if "null" in types and not any(x is None for x in nv):
@@ -1661,18 +1684,29 @@ class _Compiler:
             return self.object_value(x, ptr)
         self.refuse("enum", ptr, "a value that is not JSON")
 
-    def number_value(self, x, ptr):
+    def number_value(self, x, ptr, types=_ALL_TYPES):
+        """The texts of the numbers jsonschema-equal to x whose type is in types (an integral value may be
+        written as an int or as a float: "5", "5.0"; a float is an integer from draft 6 on)."""
         if isinstance(x, float) and not math.isfinite(x):
             return None
         if isinstance(x, float) and not x.is_integer():
+            if "frac" not in types:
+                return None
             t = json.dumps(x)
             return _lit(t) if "e" in t else _lit(t) + ' "0"*'
         n = int(x)
-        alts = [_lit(str(n)) + ' ( "." "0"+ )?']
-        if n == 0:
-            alts = ['"-"? "0" ( "." "0"+ )?']
+        int_ok = "int" in types
+        float_ok = ("int" in types) if self.draft >= 6 else ("frac" in types)
+        base = '"-"? "0"' if n == 0 else _lit(str(n))
+        alts = []
+        if int_ok and float_ok:
+            alts.append(base + ' ( "." "0"+ )?')
+        elif int_ok:
+            alts.append(base)
+        elif float_ok:
+            alts.append(base + ' "." "0"+')
         t = json.dumps(float(n)) if abs(n) < 1e308 else ""
-        if "e" in t and float(t) == n:
+        if float_ok and "e" in t and float(t) == n:
             alts.append(_lit(t))
         return self.alts(alts)
 
