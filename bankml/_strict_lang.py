@@ -470,6 +470,30 @@ def _finish(trans, acc, keyword: str) -> Lang:
     return Lang(out_trans, out_acc)
 
 
+def _merge_ranges(ranges) -> tuple:
+    out = []
+    for lo, hi in sorted(ranges):
+        if out and out[-1][1] + 1 == lo:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def _full_row(row) -> list:
+    """A DFA row completed over [0, MAXCP] with target -1 (reject) in its gaps."""
+    out = []
+    prev = 0
+    for lo, hi, t in row:
+        if lo > prev:
+            out.append((prev, lo - 1, -1))
+        out.append((lo, hi, t))
+        prev = hi + 1
+    if prev <= MAXCP:
+        out.append((prev, MAXCP, -1))
+    return out
+
+
 def _hopcroft(states, trans, acc, live) -> dict:
     """Coarsest partition of the (trimmed) states into language-equivalence classes.
 
@@ -477,11 +501,15 @@ def _hopcroft(states, trans, acc, live) -> dict:
     that reach C on different character sets.  Agreeing on "chars into B" and "chars into a
     part P of B" implies agreeing on "chars into B \\ P", so the smaller-half rule holds and the
     run is O(m log n) set operations (m edges), where Moore's rounds would be O(n m)."""
+    # rev[t]: (p, all ranges p -> t) — one entry per (p, t) pair, ranges already sorted.
     rev: dict = {}
     for s in states:
+        per_t: dict = {}
         for lo, hi, t in trans[s]:
             if live[t]:
-                rev.setdefault(t, []).append((s, lo, hi))
+                per_t.setdefault(t, []).append((lo, hi))
+        for t, ranges in per_t.items():
+            rev.setdefault(t, []).append((s, tuple(ranges)))
     block_of = {}
     members: list[set] = []
     for flag in (True, False):
@@ -497,18 +525,15 @@ def _hopcroft(states, trans, acc, live) -> dict:
         in_work.discard(c)
         touched: dict = {}
         for t in list(members[c]):
-            for p, lo, hi in rev.get(t, ()):
-                touched.setdefault(p, []).append((lo, hi))
+            for p, ranges in rev.get(t, ()):
+                got = touched.get(p)
+                if got is None:
+                    touched[p] = ranges
+                else:
+                    touched[p] = _merge_ranges(got + ranges)
         by_block: dict = {}
         for p, ranges in touched.items():
-            ranges.sort()
-            merged = []
-            for lo, hi in ranges:
-                if merged and merged[-1][1] + 1 == lo:
-                    merged[-1] = (merged[-1][0], hi)
-                else:
-                    merged.append((lo, hi))
-            by_block.setdefault(block_of[p], {}).setdefault(tuple(merged), []).append(p)
+            by_block.setdefault(block_of[p], {}).setdefault(ranges, []).append(p)
         for b, groups in by_block.items():
             n_touched = sum(len(g) for g in groups.values())
             rest = len(members[b]) - n_touched
@@ -554,18 +579,18 @@ def _product(a: Lang, b: Lang, both: bool, keyword: str | None = None) -> Lang:
         ra = a._trans[p] if p >= 0 else ()
         rb = b._trans[q] if q >= 0 else ()
         row = []
-        # Sweep the two sorted range lists together.
-        pts = sorted({lo for lo, _, _ in ra} | {hi + 1 for _, hi, _ in ra}
-                     | {lo for lo, _, _ in rb} | {hi + 1 for _, hi, _ in rb})
+        # Two-pointer sweep of the two rows, each completed with -1 (reject) in its gaps.
+        fa, fb = _full_row(ra), _full_row(rb)
         i = j = 0
-        for k in range(len(pts) - 1):
-            lo, hi = pts[k], pts[k + 1] - 1
-            while i < len(ra) and ra[i][1] < lo:
+        while i < len(fa) and j < len(fb):
+            alo, ahi, ta = fa[i]
+            blo, bhi, tb = fb[j]
+            lo = alo if alo > blo else blo
+            hi = ahi if ahi < bhi else bhi
+            if ahi <= bhi:
                 i += 1
-            while j < len(rb) and rb[j][1] < lo:
+            if bhi <= ahi:
                 j += 1
-            ta = ra[i][2] if i < len(ra) and ra[i][0] <= lo else -1
-            tb = rb[j][2] if j < len(rb) and rb[j][0] <= lo else -1
             if both and (ta < 0 or tb < 0):
                 continue
             if ta < 0 and tb < 0:
