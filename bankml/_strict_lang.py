@@ -15,6 +15,9 @@ What this module owns (the "strict" schema compiler's regular-language core):
   - Queries: ``is_empty()``, ``is_finite()``, ``matches(s)``, ``n_states``, ``a == b``
     (language equality: canonical minimal DFAs compare equal), ``example()``.
 
+* :func:`string_lang` ``(pattern=None, min_length=None, max_length=None, format=None)`` — a
+  string schema's keywords intersected, each refusal naming its keyword.
+
 * :func:`string_gbnf` — GBNF for the whole quoted JSON text of a string whose decoded value is
   in a ``Lang``.
 
@@ -69,7 +72,8 @@ except ImportError:  # pragma: no cover - Python <= 3.10
     import sre_parse as _sre_parse  # type: ignore[no-redef]
     import sre_constants as _sre_c  # type: ignore[no-redef]
 
-__all__ = ["LangError", "Lang", "string_gbnf", "is_known_format", "MAX_STATES", "KNOWN_FORMATS"]
+__all__ = ["LangError", "Lang", "string_gbnf", "string_lang", "is_known_format", "MAX_STATES",
+           "KNOWN_FORMATS"]
 
 #: Most DFA states any one construction may create (subset, product, preimage).
 MAX_STATES = 8000
@@ -83,6 +87,8 @@ def _state_limit() -> int:
     return MAX_STATES * _SCALE[0]
 
 
+#: Most elementary steps (thread moves, range visits) one regex's subset construction may take.
+MAX_WORK = 1_500_000
 #: Most NFA nodes (and repetition copies) one regex may expand to.
 MAX_NFA_NODES = 60000
 
@@ -752,11 +758,14 @@ class _Nfa:
         self.nxt: list = []         # next node / list of nodes
         self.keyword = keyword
         self.budget = MAX_NFA_NODES
+        self.interned: dict = {}
 
     def new(self, kind, arg, nxt) -> int:
         self.budget -= 1
         if self.budget < 0:
             raise LangError(self.keyword, f"the pattern expands past {MAX_NFA_NODES} automaton nodes")
+        if kind == 0:
+            arg = self.interned.setdefault(arg, arg)
         self.kind.append(kind)
         self.arg.append(arg)
         self.nxt.append(nxt)
@@ -935,11 +944,14 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
             return _P_W
         return _P_O
 
+    work = [0]
+
     def closure(prev: int, seeds) -> frozenset:
         out = set()
         seen = set()
         stack = list(seeds)
         while stack:
+            work[0] += 1
             node, reqs = item = stack.pop()
             if item in seen:
                 continue
@@ -991,7 +1003,6 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
     keys = [start_key]
     trans = []
     acc = []
-    nl_ranges = ((10, 10),)
     univ_rows = tuple((lo, hi, 0) for lo, hi in UNIVERSE)
     for key in keys:
         if key is TOP:
@@ -1000,26 +1011,37 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
             acc.append(True)
             continue
         threads = sorted(key, key=lambda x: (x[0], sorted(x[1])))
-        pts = {0, MAXCP + 1, SUR_LO, SUR_HI + 1, 10, 11}
-        for node, _ in threads:
-            if nfa.kind[node] == 0:
-                for lo, hi in nfa.arg[node]:
-                    pts.add(lo)
-                    pts.add(hi + 1)
-        for lo, hi in word:
-            pts.add(lo)
-            pts.add(hi + 1)
-        pts = sorted(pts)
-        buckets: list[list[int]] = [[] for _ in range(len(pts) - 1)]
+        # Threads over the same character set (interned at NFA build) step together.
+        groups: dict = {}
         finals = []
         for ti, (node, reqs) in enumerate(threads):
             if nfa.kind[node] == 3:
                 finals.append(ti)
                 continue
-            for lo, hi in nfa.arg[node]:
+            cs = nfa.arg[node]
+            g = groups.get(id(cs))
+            if g is None:
+                g = groups[id(cs)] = (cs, [])
+            g[1].append(ti)
+        glist = list(groups.values())
+        work[0] += len(threads) + sum(len(cs) for cs, _ in glist)
+        if work[0] > MAX_WORK:
+            raise LangError(keyword, f"the pattern's automaton needs more than {MAX_WORK} steps to build")
+        pts = {0, MAXCP + 1, SUR_LO, SUR_HI + 1, 10, 11}
+        for cs, _ in glist:
+            for lo, hi in cs:
+                pts.add(lo)
+                pts.add(hi + 1)
+        for lo, hi in word:
+            pts.add(lo)
+            pts.add(hi + 1)
+        pts = sorted(pts)
+        covers: list[list[int]] = [[] for _ in range(len(pts) - 1)]
+        for gi, (cs, _) in enumerate(glist):
+            for lo, hi in cs:
                 k = bisect.bisect_left(pts, lo)
                 while k < len(pts) - 1 and pts[k] <= hi:
-                    buckets[k].append(ti)
+                    covers[k].append(gi)
                     k += 1
         row = []
         cache: dict = {}
@@ -1029,11 +1051,12 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
                 continue
             ck = _K_NL if lo == 10 else (_K_W if word and _cs_has(word, lo) else _K_O)
             newprev = prev_of(lo)
-            ckey = (tuple(buckets[k]), ck, newprev)
+            ckey = (tuple(covers[k]), ck, newprev)
             target = cache.get(ckey)
             if target is None:
                 seeds = [(start, frozenset())]
-                for ti in list(buckets[k]) + finals:
+                stepping = [ti for gi in covers[k] for ti in glist[gi][1]]
+                for ti in stepping + finals:
                     node, reqs = threads[ti]
                     nr = []
                     ok = True
@@ -1063,7 +1086,6 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
         trans.append(row)
         acc.append(any(nfa.kind[node] == 3 and all(_REQ_EOS_OK[r] for r in reqs)
                        for node, reqs in threads))
-    del nl_ranges
     return _finish(trans, acc, keyword)
 
 
@@ -1365,6 +1387,21 @@ def _build_format(name: str, draft3_time: bool) -> Lang:
     else:
         raise LangError("format", f"unknown format {name!r} (jsonschema treats it as an annotation)")
     return got
+
+
+def string_lang(pattern: str | None = None, min_length: int | None = None,
+                max_length: int | None = None, format: str | None = None) -> Lang:
+    """The language of a string schema's ``pattern`` ∩ ``minLength``/``maxLength`` ∩ ``format``
+    (each optional).  Raises ``LangError`` naming the keyword that cannot be built; an unknown
+    ``format`` raises too (check ``is_known_format`` first to treat it as an annotation)."""
+    lang = Lang.any_string()
+    if min_length is not None or max_length is not None:
+        lang = Lang.length(min_length or 0, max_length)
+    if pattern is not None:
+        lang = _product(lang, Lang.regex(pattern), True, "pattern")
+    if format is not None:
+        lang = _product(lang, Lang.format(format), True, "format")
+    return lang
 
 
 # --------------------------------------------------------------------------- GBNF emission

@@ -487,3 +487,26 @@ def test_hostile_inputs_end_in_lang_error(expr):
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("LANGERROR"), out.stdout
     assert "exceeds" in out.stdout or "expands past" in out.stdout
+
+
+def test_duration_datetime_branch_is_never_accepted():
+    """A number-only run before 'T' sends isoduration to arrow's datetime parser; the language
+    assumes that never yields a string ending in a designator letter: check many such strings."""
+    lang = Lang.format("duration")
+    rnd = random.Random(11)
+    for _ in range(3000):
+        pre = "".join(rnd.choice("0123456789-.eE+:") for _ in range(rnd.randint(1, 12)))
+        post = "".join(rnd.choice("0123456789:.Z+-HMS ") for _ in range(rnd.randint(0, 10))) + rnd.choice("DMYWHS")
+        s = rnd.choice(["", "-", "+"]) + "P" + pre + "T" + post
+        assert lang.matches(s) == oracle("duration", s), s
+
+
+def test_string_lang_intersects_the_keywords():
+    from bankml._strict_lang import string_lang
+    lang = string_lang(pattern=r"^[0-9.]+$", max_length=9, format="ipv4")
+    assert lang.matches("1.2.3.4") and not lang.matches("10.20.30.40") and not lang.matches("1.2.3")
+    assert string_lang(pattern=r"^\d+$", format="ipv4").is_empty()
+    assert string_lang().is_universal()
+    with pytest.raises(LangError) as e:
+        string_lang(pattern="(a)\\1")
+    assert e.value.keyword == "pattern"
