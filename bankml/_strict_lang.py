@@ -64,6 +64,7 @@ import bisect
 from array import array
 import re
 import sys
+import threading
 
 try:  # Python >= 3.11
     import re._parser as _sre_parse
@@ -80,11 +81,11 @@ MAX_STATES = 8000
 # Fixed format constructions may use this many times MAX_STATES in intermediate automata (their
 # size is known: the largest, uuid, peaks near 10,000 states and ends at 6,938).
 _FORMAT_SCALE = 3
-_SCALE = [1]
+_LOCAL = threading.local()  # per thread: the scale in force (formats build under a larger one)
 
 
 def _state_limit() -> int:
-    return MAX_STATES * _SCALE[0]
+    return MAX_STATES * getattr(_LOCAL, "scale", 1)
 
 
 #: Most elementary steps (thread moves, range visits) one regex's subset construction may take.
@@ -1122,12 +1123,17 @@ def _case_map(kind: str) -> dict:
     got = _CASE_MAPS.get(kind)
     if got is None:
         got = {}
-        for lo, hi in UNIVERSE:
-            for c in range(lo, hi + 1):
-                ch = chr(c)
-                m = ch.upper() if kind == "upper" else ch.lower()
+        text = _all_text()
+        conv = str.upper if kind == "upper" else str.lower
+        # Most 256-character blocks map to themselves: compare whole blocks first (in C).
+        for start in range(0, len(text), 256):
+            block = text[start:start + 256]
+            if conv(block) == block:
+                continue
+            for i, ch in enumerate(block):
+                m = conv(ch)
                 if m != ch:
-                    got[c] = m
+                    got[_pos_to_cp(start + i)] = m
         _CASE_MAPS[kind] = got
     return got
 
@@ -1343,11 +1349,11 @@ def _format_lang(name: str, draft3_time: bool) -> Lang:
     key = (name, bool(draft3_time and name == "time"))
     got = _FORMAT_CACHE.get(key)
     if got is None:
-        _SCALE[0] = _FORMAT_SCALE
+        _LOCAL.scale = _FORMAT_SCALE
         try:
             got = _FORMAT_CACHE[key] = _build_format(name, draft3_time)
         finally:
-            _SCALE[0] = 1
+            _LOCAL.scale = 1
     return got
 
 
@@ -1368,7 +1374,7 @@ def _build_format(name: str, draft3_time: bool) -> Lang:
     elif name == "ipv6":
         got = _full(_ipv6_pattern())
     elif name == "hostname":
-        _SCALE[0] = 1  # its exact automaton is far too large: fail fast at the plain bound
+        _LOCAL.scale = 1  # its exact automaton is far too large: fail fast at the plain bound
         try:
             got = _hostname_lang()
         except LangError:
