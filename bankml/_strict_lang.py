@@ -42,9 +42,14 @@ pattern ``re.compile`` rejects.
 Formats — ``Lang.format(name)`` follows the checkers of ``jsonschema`` 4.x with its format
 extras installed, as ``Draft202012Validator.FORMAT_CHECKER`` (and ``Draft201909``/``Draft7``)
 applies them: ``date``, ``time``, ``date-time``, ``duration``, ``email``, ``idn-email``,
-``hostname``, ``ipv4``, ``ipv6``, ``uri``, ``uri-reference``, ``uuid``; each is the language of
-what the checker actually accepts (``email`` is "contains ``@``", ``date-time`` upper-cases the
-instance first and allows a trailing ``\\n`` through ``$``, ``ipv4`` refuses leading zeros...).
+``ipv4``, ``ipv6``, ``uri``, ``uri-reference``, ``iri``, ``iri-reference``, ``json-pointer``,
+``uuid``; each is the language of what the checker actually accepts (``email`` is "contains
+``@``", ``date-time`` upper-cases the instance first and allows a trailing ``\\n`` through ``$``,
+``ipv4`` refuses leading zeros, ``uuid`` is whatever ``uuid.UUID`` parses — braces, ``urn:uuid:``,
+``int(..., 16)``'s whitespace, sign, ``0x`` and underscores — with '-' at 8, 13, 18, 23; that one
+is exact but large: 6,938 states).  ``hostname`` is refused: exact, it needs tens of thousands of
+states (labels of <= 63 inside <= 253 characters); so are ``idn-hostname``, ``regex`` (not
+regular), ``relative-json-pointer``, ``uri-template`` and ``color``.
 Note the bare ``FormatChecker()`` (class-level registry) checks ``time`` with the draft-3
 ``strptime('%H:%M:%S')`` checker instead; ``Lang.format("time", draft3_time=True)`` builds that
 one.  Every other name raises ``LangError("format", ...)``: ``jsonschema`` itself treats formats
@@ -1097,10 +1102,9 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
 
 KNOWN_FORMATS = frozenset((
     "date", "time", "date-time", "duration", "email", "idn-email", "hostname", "ipv4", "ipv6",
-    "uri", "uri-reference", "uuid",
-    # known to jsonschema, not built here (LangError): not regular or not exact yet
-    "idn-hostname", "iri", "iri-reference", "json-pointer", "relative-json-pointer", "regex",
-    "uri-template", "color",
+    "uri", "uri-reference", "iri", "iri-reference", "json-pointer", "uuid",
+    # known to jsonschema, not built here (LangError): too large, not regular, or not modelled
+    "idn-hostname", "relative-json-pointer", "regex", "uri-template", "color",
 ))
 
 
@@ -1247,11 +1251,17 @@ def _ipv6_pattern() -> str:
     return "|".join(alts)
 
 
-def _uri_patterns() -> tuple[str, str]:
-    """RFC 3986's URI and URI-reference as rfc3987 (jsonschema's uri checker) writes them:
-    note its dec-octet accepts leading zeros inside IP literals."""
+def _uri_patterns(iri: bool = False) -> tuple[str, str]:
+    """RFC 3986's URI and URI-reference (or RFC 3987's IRI and IRI-reference) as rfc3987 —
+    jsonschema's uri/iri checker — writes them; note its dec-octet accepts leading zeros
+    inside IP literals.  Returns (absolute form, reference form)."""
+    # RFC 3987 ucschar and iprivate, as rfc3987 lists them.
+    ucs = ("\\xA0-\\uD7FF\\uF900-\\uFDCF\\uFDF0-\\uFFEF" + "".join(
+        "\\U%08X-\\U%08X" % (p << 16, (p << 16) + 0xFFFD) for p in range(1, 14))
+        + "\\U000E1000-\\U000EFFFD") if iri else ""
+    private = "\\uE000-\\uF8FF\\U000F0000-\\U000FFFFD\\U00100000-\\U0010FFFD"
     pct = "%[0-9A-Fa-f]{2}"
-    unres_sub = "A-Za-z0-9._~!$&'()*+,;=\\-"
+    unres_sub = "A-Za-z0-9._~!$&'()*+,;=\\-" + ucs
     pchar = "(?:[%s:@]|%s)" % (unres_sub, pct)
     scheme = "[A-Za-z][A-Za-z0-9+.\\-]*"
     userinfo = "(?:[%s:]|%s)*" % (unres_sub, pct)
@@ -1271,7 +1281,8 @@ def _uri_patterns() -> tuple[str, str]:
         "(?:(?:%s:){0,5}%s)?::%s" % (h16, h16, h16),
         "(?:(?:%s:){0,6}%s)?::" % (h16, h16),
     ])
-    ipvfuture = "v[0-9A-Fa-f]+\\.[%s:]+" % unres_sub
+    # IPvFuture keeps the ASCII unreserved set even in IRIs (rfc3987 shares the rule).
+    ipvfuture = "v[0-9A-Fa-f]+\\.[A-Za-z0-9._~!$&'()*+,;=\\-:]+"
     host = "(?:\\[(?:%s|%s)\\]|%s|%s)" % (v6, ipvfuture, ipv4, reg_name)
     authority = "(?:%s@)?%s(?::[0-9]*)?" % (userinfo, host)
     segment = pchar + "*"
@@ -1281,11 +1292,12 @@ def _uri_patterns() -> tuple[str, str]:
     absolute = "/(?:%s(?:/%s)*)?" % (seg_nz, segment)
     rootless = "%s(?:/%s)*" % (seg_nz, segment)
     noscheme = "%s(?:/%s)*" % (seg_nz_nc, segment)
-    query = "(?:%s|[/?])*" % pchar
+    query = "(?:%s|[/?%s])*" % (pchar, private if iri else "")
+    fragment = "(?:%s|[/?])*" % pchar
     hier = "(?://%s%s|%s|%s|)" % (authority, abempty, absolute, rootless)
     rel = "(?://%s%s|%s|%s|)" % (authority, abempty, absolute, noscheme)
-    uri = "%s:%s(?:\\?%s)?(?:#%s)?" % (scheme, hier, query, query)
-    relref = "%s(?:\\?%s)?(?:#%s)?" % (rel, query, query)
+    uri = "%s:%s(?:\\?%s)?(?:#%s)?" % (scheme, hier, query, fragment)
+    relref = "%s(?:\\?%s)?(?:#%s)?" % (rel, query, fragment)
     return uri, "(?:%s|%s)" % (uri, relref)
 
 
@@ -1384,9 +1396,14 @@ def _build_format(name: str, draft3_time: bool) -> Lang:
         got = _duration_lang()
     elif name == "uuid":
         got = _uuid_lang()
-    elif name in ("uri", "uri-reference"):
-        uri, ref = _uri_patterns()
-        got = _full("(?:%s)\\n?" % (uri if name == "uri" else ref))
+    elif name in ("uri", "uri-reference", "iri", "iri-reference"):
+        # rfc3987.parse: its regex as ^...$, so a final '\n' passes too.
+        absolute, ref = _uri_patterns(iri=name.startswith("iri"))
+        got = _full("(?:%s)\\n?" % (ref if name.endswith("reference") else absolute))
+    elif name == "json-pointer":
+        # jsonpointer.JsonPointer: no '~' but '~0'/'~1' (its search of (~[^01]|~$), where $ also
+        # matches before a final '\n'), and empty or starting with '/'.
+        got = Lang.regex(r"(~[^01]|~$)", "format").complement() & Lang.regex(r"\A(?:/|\Z)", "format")
     elif name in KNOWN_FORMATS:
         raise LangError("format", f"format {name!r} is not built exactly (not regular, or its "
                                   "checker is not modelled)")

@@ -319,6 +319,9 @@ FORMAT_ALPHABETS = {
     "uri": "ab09:/?#[]@!$&'()*+,;=%-._~ \né\n",
     "uri-reference": "ab09:/?#[]@%-._ \n",
     "uuid": "0123456789abcdefABCDEF-{}urn:id_xX +\t٣",
+    "iri": "ab09:/?#[]@%-._ é\ue000\U000e1000\U000e0fff\ufdd0\n",
+    "iri-reference": "ab09:/?#[]@%-._ é\ue000\U000e1000\ufffe\n",
+    "json-pointer": "ab/~01\n2",
 }
 
 FORMAT_EXAMPLES = {
@@ -338,6 +341,9 @@ FORMAT_EXAMPLES = {
     "uri": ["http://a/b?c#d", "a:", "1a:b", "http://[::1]/", "http://[::01.2.3.4]/", "//a", "http://a b",
             "mailto:x@y.z\n", "urn:isbn:1", "http://[v1.x]/", "http://é"],
     "uri-reference": ["//a", "a/b", "#f", "?q", "a:b:c", "", "%zz", "%41", ":a", "a b"],
+    "iri": ["http://é.com/ü?q=\ue000#f", "http://a/\ue000", "a:", "http://[::1]/é", "http://a b", "x:\ufdd0"],
+    "iri-reference": ["é/ü", "//é", "#\ue000", "?\ue000", "\U000E1000", "\U000E0FFF", ""],
+    "json-pointer": ["", "/", "/a~0", "~", "/~2", "/a~", "a", "/a~\n", "/a\n", "/~1/x~"],
     "uuid": ["12345678-1234-1234-1234-123456789abc", "12345678-1234-1234-1234-123456789ABC",
              "12345678123412341234123456789abc", "{12345678-1234-1234-1234-123456789abc}",
              "urn:uuid:12345678-1234-1234-1234-123456789abc", "12345678-1234-1234-1234-1234567_89ab",
@@ -360,6 +366,11 @@ def format_strategy(fmt):
         "ipv6": r"\A([0-9a-f]{0,4}:){2,8}([0-9a-f]{0,4}|[0-9]{1,3}(\.[0-9]{1,3}){3})\Z",
         "uri": r"\A[a-z][a-z0-9+.-]{0,4}:(//[a-z0-9.@:\[\]]{0,8})?(/[a-z0-9%._~!$&'()*+,;=:@-]{0,6}){0,3}"
                r"(\?[a-z0-9=&/?]{0,5})?(#[a-z0-9/?]{0,4})?\Z",
+        "iri": r"\A[a-z][a-z0-9+.-]{0,4}:(//[a-zé0-9.@:\[\]]{0,8})?(/[a-zü0-9%._~!$&'()*+,;=:@-]{0,6}){0,3}"
+               r"(\?[a-z0-9=&/?\ue000]{0,5})?(#[a-z0-9/?]{0,4})?\Z",
+        "iri-reference": r"\A([a-z]{1,3}:)?(//[a-zé0-9.@:]{0,6})?(/?[a-z0-9%.:@\u00e0-\u00ff-]{0,5}){0,3}"
+                         r"(\?[a-z=&\ue000]{0,4})?(#[a-z]{0,3})?\Z",
+        "json-pointer": r"\A(/([a-z]|~[0-2])*){0,3}~?\n?\Z",
         "uri-reference": r"\A([a-z]{1,3}:)?(//[a-z0-9.@:]{0,6})?(/?[a-z0-9%.:@-]{0,5}){0,3}(\?[a-z=&]{0,4})?"
                          r"(#[a-z]{0,3})?\Z",
     }
@@ -390,7 +401,7 @@ def format_strategy(fmt):
 
 
 FORMATS = ["date", "date-time", "time", "duration", "email", "idn-email", "ipv4", "ipv6", "uri",
-           "uri-reference", "uuid"]
+           "uri-reference", "iri", "iri-reference", "json-pointer", "uuid"]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -438,7 +449,7 @@ def test_draft3_time_of_the_class_level_checker():
 
 
 def test_format_refusals():
-    for fmt in ["hostname", "idn-hostname", "iri", "json-pointer", "regex", "uri-template"]:
+    for fmt in ["hostname", "idn-hostname", "relative-json-pointer", "regex", "uri-template"]:
         with pytest.raises(LangError) as e:
             Lang.format(fmt)
         assert e.value.keyword == "format" and is_known_format(fmt)
