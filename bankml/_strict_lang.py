@@ -95,6 +95,9 @@ def _state_limit() -> int:
 
 #: Most elementary steps (thread moves, range visits) one regex's subset construction may take.
 MAX_WORK = 1_500_000
+#: Most range transitions (summed over states) one regex's subset construction may create; a
+#: Unicode class such as \\w is ~700 ranges, so a pattern that splits it in many states costs here.
+MAX_EDGES = 600_000
 #: Most NFA nodes (and repetition copies) one regex may expand to.
 MAX_NFA_NODES = 60000
 
@@ -943,14 +946,8 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
         raise LangError(keyword, "the pattern nests too deeply") from None
     word = _category("w", bool(b.word_flags and next(iter(b.word_flags)))) if b.uses_wb else ()
 
-    def prev_of(c: int) -> int:
-        if c == 10:
-            return _P_NL if b.uses_bol else _P_O
-        if b.uses_wb and _cs_has(word, c):
-            return _P_W
-        return _P_O
-
     work = [0]
+    edges = [0]
 
     def closure(prev: int, seeds) -> frozenset:
         out = set()
@@ -1038,9 +1035,6 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
             for lo, hi in cs:
                 pts.add(lo)
                 pts.add(hi + 1)
-        for lo, hi in word:
-            pts.add(lo)
-            pts.add(hi + 1)
         pts = sorted(pts)
         covers: list[list[int]] = [[] for _ in range(len(pts) - 1)]
         for gi, (cs, _) in enumerate(glist):
@@ -1051,45 +1045,84 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
                     k += 1
         row = []
         cache: dict = {}
-        for k in range(len(pts) - 1):
-            lo, hi = pts[k], pts[k + 1] - 1
-            if SUR_LO <= lo <= SUR_HI:
-                continue
-            ck = _K_NL if lo == 10 else (_K_W if word and _cs_has(word, lo) else _K_O)
-            newprev = prev_of(lo)
-            ckey = (tuple(covers[k]), ck, newprev)
+
+        def step(cov: tuple, ck: int) -> int:
+            """The DFA state after a character of kind ck that the groups ``cov`` accept."""
+            newprev = _P_NL if (ck == _K_NL and b.uses_bol) else (_P_W if ck == _K_W else _P_O)
+            ckey = (cov, ck, newprev)
             target = cache.get(ckey)
+            if target is not None:
+                return target
+            seeds = [(start, frozenset())]
+            stepping = [ti for gi in cov for ti in glist[gi][1]]
+            for ti in stepping + finals:
+                node, reqs = threads[ti]
+                nr = []
+                ok = True
+                for r in reqs:
+                    r2 = _req_step(r, ck)
+                    if r2 == _DEAD:
+                        ok = False
+                        break
+                    if r2 != _DONE:
+                        nr.append(r2)
+                if not ok:
+                    continue
+                nxt = final if nfa.kind[node] == 3 else nfa.nxt[node]
+                seeds.append((nxt, frozenset(nr)))
+            nk = make_key(newprev, closure(newprev, seeds))
+            target = index.get(nk)
             if target is None:
-                seeds = [(start, frozenset())]
-                stepping = [ti for gi in covers[k] for ti in glist[gi][1]]
-                for ti in stepping + finals:
-                    node, reqs = threads[ti]
-                    nr = []
-                    ok = True
-                    for r in reqs:
-                        r2 = _req_step(r, ck)
-                        if r2 == _DEAD:
-                            ok = False
-                            break
-                        if r2 != _DONE:
-                            nr.append(r2)
-                    if not ok:
-                        continue
-                    nxt = final if nfa.kind[node] == 3 else nfa.nxt[node]
-                    seeds.append((nxt, frozenset(nr)))
-                nk = make_key(newprev, closure(newprev, seeds))
-                target = index.get(nk)
-                if target is None:
-                    target = index[nk] = len(keys)
-                    keys.append(nk)
-                    if len(keys) > _state_limit():
-                        raise LangError(keyword, f"the pattern's automaton exceeds {_state_limit()} states")
-                cache[ckey] = target
+                target = index[nk] = len(keys)
+                keys.append(nk)
+                if len(keys) > _state_limit():
+                    raise LangError(keyword, f"the pattern's automaton exceeds {_state_limit()} states")
+            cache[ckey] = target
+            return target
+
+        def emit(lo: int, hi: int, target: int):
             if row and row[-1][2] == target and row[-1][1] + 1 == lo:
                 row[-1] = (row[-1][0], hi, target)
             else:
                 row.append((lo, hi, target))
+
+        for k in range(len(pts) - 1):
+            lo, hi = pts[k], pts[k + 1] - 1
+            if SUR_LO <= lo <= SUR_HI:
+                continue
+            cov = tuple(covers[k])
+            if lo == 10:
+                emit(lo, hi, step(cov, _K_NL))
+                continue
+            if not word:
+                emit(lo, hi, step(cov, _K_O))
+                continue
+            # Split by word / non-word only where the two lead to different states.
+            wi = bisect.bisect_right(word, (lo, MAXCP + 1)) - 1
+            if wi < 0 or word[wi][1] < lo:
+                wi += 1
+            pieces = []
+            pos = lo
+            while wi < len(word) and word[wi][0] <= hi:
+                a, z = max(word[wi][0], lo), min(word[wi][1], hi)
+                if pos < a:
+                    pieces.append((pos, a - 1, _K_O))
+                pieces.append((a, z, _K_W))
+                pos = z + 1
+                wi += 1
+            if pos <= hi:
+                pieces.append((pos, hi, _K_O))
+            kinds = {kd for _, _, kd in pieces}
+            targets = {kd: step(cov, kd) for kd in kinds}
+            if len(set(targets.values())) == 1:
+                emit(lo, hi, targets[pieces[0][2]])
+            else:
+                for a, z, kd in pieces:
+                    emit(a, z, targets[kd])
         trans.append(row)
+        edges[0] += len(row)
+        if edges[0] > MAX_EDGES:
+            raise LangError(keyword, f"the pattern's automaton exceeds {MAX_EDGES} range transitions")
         acc.append(any(nfa.kind[node] == 3 and all(_REQ_EOS_OK[r] for r in reqs)
                        for node, reqs in threads))
     return _finish(trans, acc, keyword)
