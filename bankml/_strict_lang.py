@@ -485,6 +485,19 @@ def _finish(trans, acc, keyword: str) -> Lang:
     return Lang(out_trans, out_acc)
 
 
+def _canonical(trans, acc) -> Lang:
+    """Renumber an already minimal, trimmed DFA in the canonical breadth-first order."""
+    num = {0: 0}
+    order = [0]
+    for s in order:
+        for _, _, t in trans[s]:
+            if t not in num:
+                num[t] = len(order)
+                order.append(t)
+    return Lang([tuple((lo, hi, num[t]) for lo, hi, t in trans[s]) for s in order],
+                [acc[s] for s in order])
+
+
 def _merge_ranges(ranges) -> tuple:
     out = []
     for lo, hi in sorted(ranges):
@@ -1001,20 +1014,58 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
                 return TOP
         return threads
 
+    # The alphabet partition: atoms are the classes of code points that every character set of
+    # the NFA (and the word / newline kinds the assertions look at) treats alike.  The subset
+    # construction runs over atoms (a Unicode class like \\w is one atom, not ~700 ranges); the
+    # minimized automaton is expanded back to code-point ranges at the end.
+    charsets = list(nfa.interned.values())
+    bounds = {0, MAXCP + 1, SUR_LO, SUR_HI + 1, 10, 11}
+    for cs in charsets + ([word] if word else []):
+        for lo, hi in cs:
+            bounds.add(lo)
+            bounds.add(hi + 1)
+    bounds = sorted(bounds)
+    members: list[list[int]] = [[] for _ in range(len(bounds) - 1)]
+    for ci, cs in enumerate(charsets + ([word] if word else [])):
+        for lo, hi in cs:
+            k = bisect.bisect_left(bounds, lo)
+            while k < len(bounds) - 1 and bounds[k] <= hi:
+                members[k].append(ci)
+                k += 1
+    word_ci = len(charsets) if word else -1
+    atom_of_sig: dict = {}
+    atom_ranges: list[list] = []
+    atom_kind: list[int] = []
+    cs_atoms: dict = {id(cs): set() for cs in charsets}
+    for k in range(len(bounds) - 1):
+        lo, hi = bounds[k], bounds[k + 1] - 1
+        if SUR_LO <= lo <= SUR_HI:
+            continue
+        sig = tuple(members[k])
+        kind = _K_NL if lo == 10 else (_K_W if word_ci in sig else _K_O)
+        a = atom_of_sig.get((sig, kind))
+        if a is None:
+            a = atom_of_sig[(sig, kind)] = len(atom_ranges)
+            atom_ranges.append([])
+            atom_kind.append(kind)
+            for ci in sig:
+                if ci != word_ci:
+                    cs_atoms[id(charsets[ci])].add(a)
+        atom_ranges[a].append((lo, hi))
+    n_atoms = len(atom_ranges)
+
     start_key = make_key(_P_BOS, closure(_P_BOS, [(start, frozenset())]))
     index = {start_key: 0}
     keys = [start_key]
     trans = []
     acc = []
-    univ_rows = tuple((lo, hi, 0) for lo, hi in UNIVERSE)
     for key in keys:
         if key is TOP:
             me = index[key]
-            trans.append([(lo, hi, me) for lo, hi, _ in univ_rows])
+            trans.append([(0, n_atoms - 1, me)])
             acc.append(True)
             continue
-        threads = sorted(key, key=lambda x: (x[0], sorted(x[1])))
-        # Threads over the same character set (interned at NFA build) step together.
+        threads = list(key)  # order is irrelevant: every target is a set
         groups: dict = {}
         finals = []
         for ti, (node, reqs) in enumerate(threads):
@@ -1027,105 +1078,78 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
                 g = groups[id(cs)] = (cs, [])
             g[1].append(ti)
         glist = list(groups.values())
-        work[0] += len(threads) + sum(len(cs) for cs, _ in glist)
+        work[0] += len(threads) + n_atoms
         if work[0] > MAX_WORK:
             raise LangError(keyword, f"the pattern's automaton needs more than {MAX_WORK} steps to build")
-        pts = {0, MAXCP + 1, SUR_LO, SUR_HI + 1, 10, 11}
-        for cs, _ in glist:
-            for lo, hi in cs:
-                pts.add(lo)
-                pts.add(hi + 1)
-        pts = sorted(pts)
-        covers: list[list[int]] = [[] for _ in range(len(pts) - 1)]
+        covers: dict = {}
         for gi, (cs, _) in enumerate(glist):
-            for lo, hi in cs:
-                k = bisect.bisect_left(pts, lo)
-                while k < len(pts) - 1 and pts[k] <= hi:
-                    covers[k].append(gi)
-                    k += 1
+            for a in cs_atoms[id(cs)]:
+                covers.setdefault(a, []).append(gi)
         row = []
         cache: dict = {}
-
-        def step(cov: tuple, ck: int) -> int:
-            """The DFA state after a character of kind ck that the groups ``cov`` accept."""
+        for a in range(n_atoms):
+            cov = tuple(covers.get(a, ()))
+            ck = atom_kind[a]
             newprev = _P_NL if (ck == _K_NL and b.uses_bol) else (_P_W if ck == _K_W else _P_O)
-            ckey = (cov, ck, newprev)
+            ckey = (cov, ck)
             target = cache.get(ckey)
-            if target is not None:
-                return target
-            seeds = [(start, frozenset())]
-            stepping = [ti for gi in cov for ti in glist[gi][1]]
-            for ti in stepping + finals:
-                node, reqs = threads[ti]
-                nr = []
-                ok = True
-                for r in reqs:
-                    r2 = _req_step(r, ck)
-                    if r2 == _DEAD:
-                        ok = False
-                        break
-                    if r2 != _DONE:
-                        nr.append(r2)
-                if not ok:
-                    continue
-                nxt = final if nfa.kind[node] == 3 else nfa.nxt[node]
-                seeds.append((nxt, frozenset(nr)))
-            nk = make_key(newprev, closure(newprev, seeds))
-            target = index.get(nk)
             if target is None:
-                target = index[nk] = len(keys)
-                keys.append(nk)
-                if len(keys) > _state_limit():
-                    raise LangError(keyword, f"the pattern's automaton exceeds {_state_limit()} states")
-            cache[ckey] = target
-            return target
-
-        def emit(lo: int, hi: int, target: int):
-            if row and row[-1][2] == target and row[-1][1] + 1 == lo:
-                row[-1] = (row[-1][0], hi, target)
+                seeds = [(start, frozenset())]
+                stepping = [ti for gi in cov for ti in glist[gi][1]]
+                for ti in stepping + finals:
+                    node, reqs = threads[ti]
+                    nr = []
+                    ok = True
+                    for r in reqs:
+                        r2 = _req_step(r, ck)
+                        if r2 == _DEAD:
+                            ok = False
+                            break
+                        if r2 != _DONE:
+                            nr.append(r2)
+                    if not ok:
+                        continue
+                    nxt = final if nfa.kind[node] == 3 else nfa.nxt[node]
+                    seeds.append((nxt, frozenset(nr)))
+                nk = make_key(newprev, closure(newprev, seeds))
+                target = index.get(nk)
+                if target is None:
+                    target = index[nk] = len(keys)
+                    keys.append(nk)
+                    if len(keys) > _state_limit():
+                        raise LangError(keyword, f"the pattern's automaton exceeds {_state_limit()} states")
+                cache[ckey] = target
+            if row and row[-1][2] == target and row[-1][1] + 1 == a:
+                row[-1] = (row[-1][0], a, target)
             else:
-                row.append((lo, hi, target))
-
-        for k in range(len(pts) - 1):
-            lo, hi = pts[k], pts[k + 1] - 1
-            if SUR_LO <= lo <= SUR_HI:
-                continue
-            cov = tuple(covers[k])
-            if lo == 10:
-                emit(lo, hi, step(cov, _K_NL))
-                continue
-            if not word:
-                emit(lo, hi, step(cov, _K_O))
-                continue
-            # Split by word / non-word only where the two lead to different states.
-            wi = bisect.bisect_right(word, (lo, MAXCP + 1)) - 1
-            if wi < 0 or word[wi][1] < lo:
-                wi += 1
-            pieces = []
-            pos = lo
-            while wi < len(word) and word[wi][0] <= hi:
-                a, z = max(word[wi][0], lo), min(word[wi][1], hi)
-                if pos < a:
-                    pieces.append((pos, a - 1, _K_O))
-                pieces.append((a, z, _K_W))
-                pos = z + 1
-                wi += 1
-            if pos <= hi:
-                pieces.append((pos, hi, _K_O))
-            kinds = {kd for _, _, kd in pieces}
-            targets = {kd: step(cov, kd) for kd in kinds}
-            if len(set(targets.values())) == 1:
-                emit(lo, hi, targets[pieces[0][2]])
-            else:
-                for a, z, kd in pieces:
-                    emit(a, z, targets[kd])
+                row.append((a, a, target))
         trans.append(row)
         edges[0] += len(row)
         if edges[0] > MAX_EDGES:
-            raise LangError(keyword, f"the pattern's automaton exceeds {MAX_EDGES} range transitions")
+            raise LangError(keyword, f"the pattern's automaton exceeds {MAX_EDGES} transitions")
         acc.append(any(nfa.kind[node] == 3 and all(_REQ_EOS_OK[r] for r in reqs)
                        for node, reqs in threads))
-    return _finish(trans, acc, keyword)
+    small = _finish(trans, acc, keyword)  # minimal over atoms, so minimal over code points too
+    rows = []
+    total = 0
+    for row in small._trans:
+        out = []
+        for a0, a1, t in row:
+            for a in range(a0, a1 + 1):
+                total += len(atom_ranges[a])
+                if total > MAX_EDGES:
+                    raise LangError(keyword, f"the pattern's automaton exceeds {MAX_EDGES} range transitions")
+                for lo, hi in atom_ranges[a]:
+                    out.append((lo, hi, t))
+        out.sort()
+        merged = []
+        for lo, hi, t in out:
+            if merged and merged[-1][2] == t and merged[-1][1] + 1 == lo:
+                merged[-1] = (merged[-1][0], hi, t)
+            else:
+                merged.append((lo, hi, t))
+        rows.append(merged)
+    return _canonical(rows, small._acc)
 
 
 # --------------------------------------------------------------------------- formats
