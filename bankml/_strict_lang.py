@@ -1503,6 +1503,25 @@ def _gbnf_cp(c: int) -> str:
 
 
 def _gbnf_class(cs) -> str:
+    """A GBNF class for the code points of cs, negated (``[^...]``, listing the surrogates too,
+    which no UTF-8 text holds) when that is shorter."""
+    pos = _gbnf_class_body(cs)
+    comp = []
+    prev = 0
+    for lo, hi in cs:
+        if lo > prev:
+            comp.append((prev, lo - 1))
+        prev = hi + 1
+    if prev <= MAXCP:
+        comp.append((prev, MAXCP))
+    comp = _plain_ranges(comp + [(SUR_LO, SUR_HI)])
+    neg = _gbnf_class_body(comp) if comp else None
+    if neg is not None and len(neg) < len(pos):
+        return "[^" + neg + "]"
+    return "[" + pos + "]"
+
+
+def _gbnf_class_body(cs) -> str:
     parts = []
     for lo, hi in cs:
         if lo == hi:
@@ -1511,7 +1530,7 @@ def _gbnf_class(cs) -> str:
             parts.append(_gbnf_cp(lo) + _gbnf_cp(hi))
         else:
             parts.append(_gbnf_cp(lo) + "-" + _gbnf_cp(hi))
-    return "[" + "".join(parts) + "]"
+    return "".join(parts)
 
 
 def _hex_digit_class(values) -> str:
