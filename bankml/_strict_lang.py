@@ -12,7 +12,7 @@ What this module owns (the "strict" schema compiler's regular-language core):
     ``Lang.length(min_len, max_len)`` (``len()`` in code points, ``max_len=None`` = no maximum).
   - ``Lang.format(name)`` — the strings the ``jsonschema`` format checker accepts for ``name``.
   - ``a & b``, ``a | b``, ``a - b``, ``a.complement()``, ``a.concat(b)``.
-  - Queries: ``is_empty()``, ``is_finite()``, ``matches(s)``, ``n_states``, ``a == b``
+  - Queries: ``is_empty()``, ``is_universal()``, ``is_finite()``, ``matches(s)``, ``n_states``, ``a == b``
     (language equality: canonical minimal DFAs compare equal), ``example()``.
 
 * :func:`string_lang` ``(pattern=None, min_length=None, max_length=None, format=None)`` — a
@@ -22,8 +22,18 @@ What this module owns (the "strict" schema compiler's regular-language core):
   in a ``Lang``.
 
 * :class:`LangError` (``keyword``, ``reason``) — raised for whatever cannot be built exactly or
-  within the bounds: ``MAX_STATES`` DFA states per construction, ``MAX_NFA_NODES`` regex NFA
-  nodes.  Every construction is bounded by those counts, so none hangs or grows without limit.
+  within the bounds: ``MAX_STATES`` DFA states per construction (fixed format constructions may
+  use 3x in intermediate automata), ``MAX_NFA_NODES`` regex NFA nodes, ``MAX_WORK`` thread steps
+  and ``MAX_EDGES`` range transitions per regex.  Every construction is bounded by those counts,
+  so none hangs or grows without limit (the module globals may be changed by a caller).
+
+How: a regex is parsed by Python's own parser, compiled to a Thompson NFA whose assertions are
+evaluated on the previous character (kept by the subset construction) and, for look-ahead ones
+(``$``, ``\\Z``, ``\\b``), carried as requirements on the rest of the input; the subset
+construction runs over an alphabet partition (a class like ``\\w`` is one atom), then Hopcroft
+minimization.  Products, complements and the format-specific preimages (``str.upper()``,
+``str.replace``, ``str.strip``) work on range-labelled DFAs.  Formats are cached per process;
+everything else is a pure function of its arguments (``Lang`` is immutable and hashable).
 
 Regex (``pattern``) support — parsed by Python's own parser (``re._parser``), so every quirk of
 Python's syntax (what ``{`` means when it is not a quantifier, octal escapes, verbose mode...)
