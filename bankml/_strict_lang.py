@@ -35,6 +35,9 @@ minimization.  Products, complements and the format-specific preimages (``str.up
 ``str.replace``, ``str.strip``) work on range-labelled DFAs.  Formats are cached per process;
 everything else is a pure function of its arguments (``Lang`` is immutable and hashable).
 
+What it must not touch: it is pure Python on the standard library only — no import of bankml's
+engine (rules, matcher) nor of ``jsonschema`` (whose behaviour it models; the tests compare).
+
 Regex (``pattern``) support — parsed by Python's own parser (``re._parser``), so every quirk of
 Python's syntax (what ``{`` means when it is not a quantifier, octal escapes, verbose mode...)
 is Python's: literals and all escapes; classes with ranges and negation; ``\\d \\D \\w \\W \\s \\S``
