@@ -12,15 +12,31 @@ What this module owns (the "strict" schema compiler's regular-language core):
     ``Lang.length(min_len, max_len)`` (``len()`` in code points, ``max_len=None`` = no maximum).
   - ``Lang.format(name)`` — the strings the ``jsonschema`` format checker accepts for ``name``.
   - ``a & b``, ``a | b``, ``a - b``, ``a.complement()``, ``a.concat(b)``.
-  - Queries: ``is_empty()``, ``is_finite()``, ``matches(s)``, ``n_states``, ``a == b``
+  - Queries: ``is_empty()``, ``is_universal()``, ``is_finite()``, ``matches(s)``, ``n_states``, ``a == b``
     (language equality: canonical minimal DFAs compare equal), ``example()``.
+
+* :func:`string_lang` ``(pattern=None, min_length=None, max_length=None, format=None)`` — a
+  string schema's keywords intersected, each refusal naming its keyword.
 
 * :func:`string_gbnf` — GBNF for the whole quoted JSON text of a string whose decoded value is
   in a ``Lang``.
 
 * :class:`LangError` (``keyword``, ``reason``) — raised for whatever cannot be built exactly or
-  within the bounds: ``MAX_STATES`` DFA states per construction, ``MAX_NFA_NODES`` regex NFA
-  nodes.  Every construction is bounded by those counts, so none hangs or grows without limit.
+  within the bounds: ``MAX_STATES`` DFA states per construction (fixed format constructions may
+  use 3x in intermediate automata), ``MAX_NFA_NODES`` regex NFA nodes, ``MAX_WORK`` thread steps
+  and ``MAX_EDGES`` range transitions per regex.  Every construction is bounded by those counts,
+  so none hangs or grows without limit (the module globals may be changed by a caller).
+
+How: a regex is parsed by Python's own parser, compiled to a Thompson NFA whose assertions are
+evaluated on the previous character (kept by the subset construction) and, for look-ahead ones
+(``$``, ``\\Z``, ``\\b``), carried as requirements on the rest of the input; the subset
+construction runs over an alphabet partition (a class like ``\\w`` is one atom), then Hopcroft
+minimization.  Products, complements and the format-specific preimages (``str.upper()``,
+``str.replace``, ``str.strip``) work on range-labelled DFAs.  Formats are cached per process;
+everything else is a pure function of its arguments (``Lang`` is immutable and hashable).
+
+What it must not touch: it is pure Python on the standard library only — no import of bankml's
+engine (rules, matcher) nor of ``jsonschema`` (whose behaviour it models; the tests compare).
 
 Regex (``pattern``) support — parsed by Python's own parser (``re._parser``), so every quirk of
 Python's syntax (what ``{`` means when it is not a quantifier, octal escapes, verbose mode...)
@@ -39,9 +55,14 @@ pattern ``re.compile`` rejects.
 Formats — ``Lang.format(name)`` follows the checkers of ``jsonschema`` 4.x with its format
 extras installed, as ``Draft202012Validator.FORMAT_CHECKER`` (and ``Draft201909``/``Draft7``)
 applies them: ``date``, ``time``, ``date-time``, ``duration``, ``email``, ``idn-email``,
-``hostname``, ``ipv4``, ``ipv6``, ``uri``, ``uri-reference``, ``uuid``; each is the language of
-what the checker actually accepts (``email`` is "contains ``@``", ``date-time`` upper-cases the
-instance first and allows a trailing ``\\n`` through ``$``, ``ipv4`` refuses leading zeros...).
+``ipv4``, ``ipv6``, ``uri``, ``uri-reference``, ``iri``, ``iri-reference``, ``json-pointer``,
+``uuid``; each is the language of what the checker actually accepts (``email`` is "contains
+``@``", ``date-time`` upper-cases the instance first and allows a trailing ``\\n`` through ``$``,
+``ipv4`` refuses leading zeros, ``uuid`` is whatever ``uuid.UUID`` parses — braces, ``urn:uuid:``,
+``int(..., 16)``'s whitespace, sign, ``0x`` and underscores — with '-' at 8, 13, 18, 23; that one
+is exact but large: 6,938 states).  ``hostname`` is refused: exact, it needs tens of thousands of
+states (labels of <= 63 inside <= 253 characters); so are ``idn-hostname``, ``regex`` (not
+regular), ``relative-json-pointer``, ``uri-template`` and ``color``.
 Note the bare ``FormatChecker()`` (class-level registry) checks ``time`` with the draft-3
 ``strptime('%H:%M:%S')`` checker instead; ``Lang.format("time", draft3_time=True)`` builds that
 one.  Every other name raises ``LangError("format", ...)``: ``jsonschema`` itself treats formats
@@ -61,6 +82,7 @@ import bisect
 from array import array
 import re
 import sys
+import threading
 
 try:  # Python >= 3.11
     import re._parser as _sre_parse
@@ -69,20 +91,26 @@ except ImportError:  # pragma: no cover - Python <= 3.10
     import sre_parse as _sre_parse  # type: ignore[no-redef]
     import sre_constants as _sre_c  # type: ignore[no-redef]
 
-__all__ = ["LangError", "Lang", "string_gbnf", "is_known_format", "MAX_STATES", "KNOWN_FORMATS"]
+__all__ = ["LangError", "Lang", "string_gbnf", "string_lang", "is_known_format", "MAX_STATES",
+           "KNOWN_FORMATS"]
 
 #: Most DFA states any one construction may create (subset, product, preimage).
 MAX_STATES = 8000
 # Fixed format constructions may use this many times MAX_STATES in intermediate automata (their
 # size is known: the largest, uuid, peaks near 10,000 states and ends at 6,938).
 _FORMAT_SCALE = 3
-_SCALE = [1]
+_LOCAL = threading.local()  # per thread: the scale in force (formats build under a larger one)
 
 
 def _state_limit() -> int:
-    return MAX_STATES * _SCALE[0]
+    return MAX_STATES * getattr(_LOCAL, "scale", 1)
 
 
+#: Most elementary steps (thread moves, range visits) one regex's subset construction may take.
+MAX_WORK = 1_500_000
+#: Most range transitions (summed over states) one regex's subset construction may create; a
+#: Unicode class such as \\w is ~700 ranges, so a pattern that splits it in many states costs here.
+MAX_EDGES = 600_000
 #: Most NFA nodes (and repetition copies) one regex may expand to.
 MAX_NFA_NODES = 60000
 
@@ -470,6 +498,43 @@ def _finish(trans, acc, keyword: str) -> Lang:
     return Lang(out_trans, out_acc)
 
 
+def _canonical(trans, acc) -> Lang:
+    """Renumber an already minimal, trimmed DFA in the canonical breadth-first order."""
+    num = {0: 0}
+    order = [0]
+    for s in order:
+        for _, _, t in trans[s]:
+            if t not in num:
+                num[t] = len(order)
+                order.append(t)
+    return Lang([tuple((lo, hi, num[t]) for lo, hi, t in trans[s]) for s in order],
+                [acc[s] for s in order])
+
+
+def _merge_ranges(ranges) -> tuple:
+    out = []
+    for lo, hi in sorted(ranges):
+        if out and out[-1][1] + 1 == lo:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def _full_row(row) -> list:
+    """A DFA row completed over [0, MAXCP] with target -1 (reject) in its gaps."""
+    out = []
+    prev = 0
+    for lo, hi, t in row:
+        if lo > prev:
+            out.append((prev, lo - 1, -1))
+        out.append((lo, hi, t))
+        prev = hi + 1
+    if prev <= MAXCP:
+        out.append((prev, MAXCP, -1))
+    return out
+
+
 def _hopcroft(states, trans, acc, live) -> dict:
     """Coarsest partition of the (trimmed) states into language-equivalence classes.
 
@@ -477,11 +542,15 @@ def _hopcroft(states, trans, acc, live) -> dict:
     that reach C on different character sets.  Agreeing on "chars into B" and "chars into a
     part P of B" implies agreeing on "chars into B \\ P", so the smaller-half rule holds and the
     run is O(m log n) set operations (m edges), where Moore's rounds would be O(n m)."""
+    # rev[t]: (p, all ranges p -> t) — one entry per (p, t) pair, ranges already sorted.
     rev: dict = {}
     for s in states:
+        per_t: dict = {}
         for lo, hi, t in trans[s]:
             if live[t]:
-                rev.setdefault(t, []).append((s, lo, hi))
+                per_t.setdefault(t, []).append((lo, hi))
+        for t, ranges in per_t.items():
+            rev.setdefault(t, []).append((s, tuple(ranges)))
     block_of = {}
     members: list[set] = []
     for flag in (True, False):
@@ -497,18 +566,15 @@ def _hopcroft(states, trans, acc, live) -> dict:
         in_work.discard(c)
         touched: dict = {}
         for t in list(members[c]):
-            for p, lo, hi in rev.get(t, ()):
-                touched.setdefault(p, []).append((lo, hi))
+            for p, ranges in rev.get(t, ()):
+                got = touched.get(p)
+                if got is None:
+                    touched[p] = ranges
+                else:
+                    touched[p] = _merge_ranges(got + ranges)
         by_block: dict = {}
         for p, ranges in touched.items():
-            ranges.sort()
-            merged = []
-            for lo, hi in ranges:
-                if merged and merged[-1][1] + 1 == lo:
-                    merged[-1] = (merged[-1][0], hi)
-                else:
-                    merged.append((lo, hi))
-            by_block.setdefault(block_of[p], {}).setdefault(tuple(merged), []).append(p)
+            by_block.setdefault(block_of[p], {}).setdefault(ranges, []).append(p)
         for b, groups in by_block.items():
             n_touched = sum(len(g) for g in groups.values())
             rest = len(members[b]) - n_touched
@@ -554,18 +620,18 @@ def _product(a: Lang, b: Lang, both: bool, keyword: str | None = None) -> Lang:
         ra = a._trans[p] if p >= 0 else ()
         rb = b._trans[q] if q >= 0 else ()
         row = []
-        # Sweep the two sorted range lists together.
-        pts = sorted({lo for lo, _, _ in ra} | {hi + 1 for _, hi, _ in ra}
-                     | {lo for lo, _, _ in rb} | {hi + 1 for _, hi, _ in rb})
+        # Two-pointer sweep of the two rows, each completed with -1 (reject) in its gaps.
+        fa, fb = _full_row(ra), _full_row(rb)
         i = j = 0
-        for k in range(len(pts) - 1):
-            lo, hi = pts[k], pts[k + 1] - 1
-            while i < len(ra) and ra[i][1] < lo:
+        while i < len(fa) and j < len(fb):
+            alo, ahi, ta = fa[i]
+            blo, bhi, tb = fb[j]
+            lo = alo if alo > blo else blo
+            hi = ahi if ahi < bhi else bhi
+            if ahi <= bhi:
                 i += 1
-            while j < len(rb) and rb[j][1] < lo:
+            if bhi <= ahi:
                 j += 1
-            ta = ra[i][2] if i < len(ra) and ra[i][0] <= lo else -1
-            tb = rb[j][2] if j < len(rb) and rb[j][0] <= lo else -1
             if both and (ta < 0 or tb < 0):
                 continue
             if ta < 0 and tb < 0:
@@ -727,11 +793,14 @@ class _Nfa:
         self.nxt: list = []         # next node / list of nodes
         self.keyword = keyword
         self.budget = MAX_NFA_NODES
+        self.interned: dict = {}
 
     def new(self, kind, arg, nxt) -> int:
         self.budget -= 1
         if self.budget < 0:
             raise LangError(self.keyword, f"the pattern expands past {MAX_NFA_NODES} automaton nodes")
+        if kind == 0:
+            arg = self.interned.setdefault(arg, arg)
         self.kind.append(kind)
         self.arg.append(arg)
         self.nxt.append(nxt)
@@ -903,18 +972,15 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
         raise LangError(keyword, "the pattern nests too deeply") from None
     word = _category("w", bool(b.word_flags and next(iter(b.word_flags)))) if b.uses_wb else ()
 
-    def prev_of(c: int) -> int:
-        if c == 10:
-            return _P_NL if b.uses_bol else _P_O
-        if b.uses_wb and _cs_has(word, c):
-            return _P_W
-        return _P_O
+    work = [0]
+    edges = [0]
 
     def closure(prev: int, seeds) -> frozenset:
         out = set()
         seen = set()
         stack = list(seeds)
         while stack:
+            work[0] += 1
             node, reqs = item = stack.pop()
             if item in seen:
                 continue
@@ -961,54 +1027,89 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
                 return TOP
         return threads
 
+    # The alphabet partition: atoms are the classes of code points that every character set of
+    # the NFA (and the word / newline kinds the assertions look at) treats alike.  The subset
+    # construction runs over atoms (a Unicode class like \\w is one atom, not ~700 ranges); the
+    # minimized automaton is expanded back to code-point ranges at the end.
+    charsets = list(nfa.interned.values())
+    bounds = {0, MAXCP + 1, SUR_LO, SUR_HI + 1, 10, 11}
+    for cs in charsets + ([word] if word else []):
+        for lo, hi in cs:
+            bounds.add(lo)
+            bounds.add(hi + 1)
+    bounds = sorted(bounds)
+    members: list[list[int]] = [[] for _ in range(len(bounds) - 1)]
+    for ci, cs in enumerate(charsets + ([word] if word else [])):
+        for lo, hi in cs:
+            k = bisect.bisect_left(bounds, lo)
+            while k < len(bounds) - 1 and bounds[k] <= hi:
+                members[k].append(ci)
+                k += 1
+    word_ci = len(charsets) if word else -1
+    atom_of_sig: dict = {}
+    atom_ranges: list[list] = []
+    atom_kind: list[int] = []
+    cs_atoms: dict = {id(cs): set() for cs in charsets}
+    for k in range(len(bounds) - 1):
+        lo, hi = bounds[k], bounds[k + 1] - 1
+        if SUR_LO <= lo <= SUR_HI:
+            continue
+        sig = tuple(members[k])
+        kind = _K_NL if lo == 10 else (_K_W if word_ci in sig else _K_O)
+        a = atom_of_sig.get((sig, kind))
+        if a is None:
+            a = atom_of_sig[(sig, kind)] = len(atom_ranges)
+            atom_ranges.append([])
+            atom_kind.append(kind)
+            for ci in sig:
+                if ci != word_ci:
+                    cs_atoms[id(charsets[ci])].add(a)
+        atom_ranges[a].append((lo, hi))
+    n_atoms = len(atom_ranges)
+
     start_key = make_key(_P_BOS, closure(_P_BOS, [(start, frozenset())]))
     index = {start_key: 0}
     keys = [start_key]
     trans = []
     acc = []
-    nl_ranges = ((10, 10),)
-    univ_rows = tuple((lo, hi, 0) for lo, hi in UNIVERSE)
     for key in keys:
         if key is TOP:
             me = index[key]
-            trans.append([(lo, hi, me) for lo, hi, _ in univ_rows])
+            trans.append([(0, n_atoms - 1, me)])
             acc.append(True)
             continue
-        threads = sorted(key, key=lambda x: (x[0], sorted(x[1])))
-        pts = {0, MAXCP + 1, SUR_LO, SUR_HI + 1, 10, 11}
-        for node, _ in threads:
-            if nfa.kind[node] == 0:
-                for lo, hi in nfa.arg[node]:
-                    pts.add(lo)
-                    pts.add(hi + 1)
-        for lo, hi in word:
-            pts.add(lo)
-            pts.add(hi + 1)
-        pts = sorted(pts)
-        buckets: list[list[int]] = [[] for _ in range(len(pts) - 1)]
+        threads = list(key)  # order is irrelevant: every target is a set
+        groups: dict = {}
         finals = []
         for ti, (node, reqs) in enumerate(threads):
             if nfa.kind[node] == 3:
                 finals.append(ti)
                 continue
-            for lo, hi in nfa.arg[node]:
-                k = bisect.bisect_left(pts, lo)
-                while k < len(pts) - 1 and pts[k] <= hi:
-                    buckets[k].append(ti)
-                    k += 1
+            cs = nfa.arg[node]
+            g = groups.get(id(cs))
+            if g is None:
+                g = groups[id(cs)] = (cs, [])
+            g[1].append(ti)
+        glist = list(groups.values())
+        work[0] += len(threads) + n_atoms
+        if work[0] > MAX_WORK:
+            raise LangError(keyword, f"the pattern's automaton needs more than {MAX_WORK} steps to build")
+        covers: dict = {}
+        for gi, (cs, _) in enumerate(glist):
+            for a in cs_atoms[id(cs)]:
+                covers.setdefault(a, []).append(gi)
         row = []
         cache: dict = {}
-        for k in range(len(pts) - 1):
-            lo, hi = pts[k], pts[k + 1] - 1
-            if SUR_LO <= lo <= SUR_HI:
-                continue
-            ck = _K_NL if lo == 10 else (_K_W if word and _cs_has(word, lo) else _K_O)
-            newprev = prev_of(lo)
-            ckey = (tuple(buckets[k]), ck, newprev)
+        for a in range(n_atoms):
+            cov = tuple(covers.get(a, ()))
+            ck = atom_kind[a]
+            newprev = _P_NL if (ck == _K_NL and b.uses_bol) else (_P_W if ck == _K_W else _P_O)
+            ckey = (cov, ck)
             target = cache.get(ckey)
             if target is None:
                 seeds = [(start, frozenset())]
-                for ti in list(buckets[k]) + finals:
+                stepping = [ti for gi in cov for ti in glist[gi][1]]
+                for ti in stepping + finals:
                     node, reqs = threads[ti]
                     nr = []
                     ok = True
@@ -1031,15 +1132,37 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
                     if len(keys) > _state_limit():
                         raise LangError(keyword, f"the pattern's automaton exceeds {_state_limit()} states")
                 cache[ckey] = target
-            if row and row[-1][2] == target and row[-1][1] + 1 == lo:
-                row[-1] = (row[-1][0], hi, target)
+            if row and row[-1][2] == target and row[-1][1] + 1 == a:
+                row[-1] = (row[-1][0], a, target)
             else:
-                row.append((lo, hi, target))
+                row.append((a, a, target))
         trans.append(row)
+        edges[0] += len(row)
+        if edges[0] > MAX_EDGES:
+            raise LangError(keyword, f"the pattern's automaton exceeds {MAX_EDGES} transitions")
         acc.append(any(nfa.kind[node] == 3 and all(_REQ_EOS_OK[r] for r in reqs)
                        for node, reqs in threads))
-    del nl_ranges
-    return _finish(trans, acc, keyword)
+    small = _finish(trans, acc, keyword)  # minimal over atoms, so minimal over code points too
+    rows = []
+    total = 0
+    for row in small._trans:
+        out = []
+        for a0, a1, t in row:
+            for a in range(a0, a1 + 1):
+                total += len(atom_ranges[a])
+                if total > MAX_EDGES:
+                    raise LangError(keyword, f"the pattern's automaton exceeds {MAX_EDGES} range transitions")
+                for lo, hi in atom_ranges[a]:
+                    out.append((lo, hi, t))
+        out.sort()
+        merged = []
+        for lo, hi, t in out:
+            if merged and merged[-1][2] == t and merged[-1][1] + 1 == lo:
+                merged[-1] = (merged[-1][0], hi, t)
+            else:
+                merged.append((lo, hi, t))
+        rows.append(merged)
+    return _canonical(rows, small._acc)
 
 
 # --------------------------------------------------------------------------- formats
@@ -1049,10 +1172,9 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
 
 KNOWN_FORMATS = frozenset((
     "date", "time", "date-time", "duration", "email", "idn-email", "hostname", "ipv4", "ipv6",
-    "uri", "uri-reference", "uuid",
-    # known to jsonschema, not built here (LangError): not regular or not exact yet
-    "idn-hostname", "iri", "iri-reference", "json-pointer", "relative-json-pointer", "regex",
-    "uri-template", "color",
+    "uri", "uri-reference", "iri", "iri-reference", "json-pointer", "uuid",
+    # known to jsonschema, not built here (LangError): too large, not regular, or not modelled
+    "idn-hostname", "relative-json-pointer", "regex", "uri-template", "color",
 ))
 
 
@@ -1075,12 +1197,17 @@ def _case_map(kind: str) -> dict:
     got = _CASE_MAPS.get(kind)
     if got is None:
         got = {}
-        for lo, hi in UNIVERSE:
-            for c in range(lo, hi + 1):
-                ch = chr(c)
-                m = ch.upper() if kind == "upper" else ch.lower()
+        text = _all_text()
+        conv = str.upper if kind == "upper" else str.lower
+        # Most 256-character blocks map to themselves: compare whole blocks first (in C).
+        for start in range(0, len(text), 256):
+            block = text[start:start + 256]
+            if conv(block) == block:
+                continue
+            for i, ch in enumerate(block):
+                m = conv(ch)
                 if m != ch:
-                    got[c] = m
+                    got[_pos_to_cp(start + i)] = m
         _CASE_MAPS[kind] = got
     return got
 
@@ -1194,11 +1321,17 @@ def _ipv6_pattern() -> str:
     return "|".join(alts)
 
 
-def _uri_patterns() -> tuple[str, str]:
-    """RFC 3986's URI and URI-reference as rfc3987 (jsonschema's uri checker) writes them:
-    note its dec-octet accepts leading zeros inside IP literals."""
+def _uri_patterns(iri: bool = False) -> tuple[str, str]:
+    """RFC 3986's URI and URI-reference (or RFC 3987's IRI and IRI-reference) as rfc3987 —
+    jsonschema's uri/iri checker — writes them; note its dec-octet accepts leading zeros
+    inside IP literals.  Returns (absolute form, reference form)."""
+    # RFC 3987 ucschar and iprivate, as rfc3987 lists them.
+    ucs = ("\\xA0-\\uD7FF\\uF900-\\uFDCF\\uFDF0-\\uFFEF" + "".join(
+        "\\U%08X-\\U%08X" % (p << 16, (p << 16) + 0xFFFD) for p in range(1, 14))
+        + "\\U000E1000-\\U000EFFFD") if iri else ""
+    private = "\\uE000-\\uF8FF\\U000F0000-\\U000FFFFD\\U00100000-\\U0010FFFD"
     pct = "%[0-9A-Fa-f]{2}"
-    unres_sub = "A-Za-z0-9._~!$&'()*+,;=\\-"
+    unres_sub = "A-Za-z0-9._~!$&'()*+,;=\\-" + ucs
     pchar = "(?:[%s:@]|%s)" % (unres_sub, pct)
     scheme = "[A-Za-z][A-Za-z0-9+.\\-]*"
     userinfo = "(?:[%s:]|%s)*" % (unres_sub, pct)
@@ -1218,7 +1351,8 @@ def _uri_patterns() -> tuple[str, str]:
         "(?:(?:%s:){0,5}%s)?::%s" % (h16, h16, h16),
         "(?:(?:%s:){0,6}%s)?::" % (h16, h16),
     ])
-    ipvfuture = "v[0-9A-Fa-f]+\\.[%s:]+" % unres_sub
+    # IPvFuture keeps the ASCII unreserved set even in IRIs (rfc3987 shares the rule).
+    ipvfuture = "v[0-9A-Fa-f]+\\.[A-Za-z0-9._~!$&'()*+,;=\\-:]+"
     host = "(?:\\[(?:%s|%s)\\]|%s|%s)" % (v6, ipvfuture, ipv4, reg_name)
     authority = "(?:%s@)?%s(?::[0-9]*)?" % (userinfo, host)
     segment = pchar + "*"
@@ -1228,11 +1362,12 @@ def _uri_patterns() -> tuple[str, str]:
     absolute = "/(?:%s(?:/%s)*)?" % (seg_nz, segment)
     rootless = "%s(?:/%s)*" % (seg_nz, segment)
     noscheme = "%s(?:/%s)*" % (seg_nz_nc, segment)
-    query = "(?:%s|[/?])*" % pchar
+    query = "(?:%s|[/?%s])*" % (pchar, private if iri else "")
+    fragment = "(?:%s|[/?])*" % pchar
     hier = "(?://%s%s|%s|%s|)" % (authority, abempty, absolute, rootless)
     rel = "(?://%s%s|%s|%s|)" % (authority, abempty, absolute, noscheme)
-    uri = "%s:%s(?:\\?%s)?(?:#%s)?" % (scheme, hier, query, query)
-    relref = "%s(?:\\?%s)?(?:#%s)?" % (rel, query, query)
+    uri = "%s:%s(?:\\?%s)?(?:#%s)?" % (scheme, hier, query, fragment)
+    relref = "%s(?:\\?%s)?(?:#%s)?" % (rel, query, fragment)
     return uri, "(?:%s|%s)" % (uri, relref)
 
 
@@ -1296,11 +1431,11 @@ def _format_lang(name: str, draft3_time: bool) -> Lang:
     key = (name, bool(draft3_time and name == "time"))
     got = _FORMAT_CACHE.get(key)
     if got is None:
-        _SCALE[0] = _FORMAT_SCALE
+        _LOCAL.scale = _FORMAT_SCALE
         try:
             got = _FORMAT_CACHE[key] = _build_format(name, draft3_time)
         finally:
-            _SCALE[0] = 1
+            _LOCAL.scale = 1
     return got
 
 
@@ -1321,7 +1456,7 @@ def _build_format(name: str, draft3_time: bool) -> Lang:
     elif name == "ipv6":
         got = _full(_ipv6_pattern())
     elif name == "hostname":
-        _SCALE[0] = 1  # its exact automaton is far too large: fail fast at the plain bound
+        _LOCAL.scale = 1  # its exact automaton is far too large: fail fast at the plain bound
         try:
             got = _hostname_lang()
         except LangError:
@@ -1331,15 +1466,35 @@ def _build_format(name: str, draft3_time: bool) -> Lang:
         got = _duration_lang()
     elif name == "uuid":
         got = _uuid_lang()
-    elif name in ("uri", "uri-reference"):
-        uri, ref = _uri_patterns()
-        got = _full("(?:%s)\\n?" % (uri if name == "uri" else ref))
+    elif name in ("uri", "uri-reference", "iri", "iri-reference"):
+        # rfc3987.parse: its regex as ^...$, so a final '\n' passes too.
+        absolute, ref = _uri_patterns(iri=name.startswith("iri"))
+        got = _full("(?:%s)\\n?" % (ref if name.endswith("reference") else absolute))
+    elif name == "json-pointer":
+        # jsonpointer.JsonPointer: no '~' but '~0'/'~1' (its search of (~[^01]|~$), where $ also
+        # matches before a final '\n'), and empty or starting with '/'.
+        got = Lang.regex(r"(~[^01]|~$)", "format").complement() & Lang.regex(r"\A(?:/|\Z)", "format")
     elif name in KNOWN_FORMATS:
         raise LangError("format", f"format {name!r} is not built exactly (not regular, or its "
                                   "checker is not modelled)")
     else:
         raise LangError("format", f"unknown format {name!r} (jsonschema treats it as an annotation)")
     return got
+
+
+def string_lang(pattern: str | None = None, min_length: int | None = None,
+                max_length: int | None = None, format: str | None = None) -> Lang:
+    """The language of a string schema's ``pattern`` ∩ ``minLength``/``maxLength`` ∩ ``format``
+    (each optional).  Raises ``LangError`` naming the keyword that cannot be built; an unknown
+    ``format`` raises too (check ``is_known_format`` first to treat it as an annotation)."""
+    lang = Lang.any_string()
+    if min_length is not None or max_length is not None:
+        lang = Lang.length(min_length or 0, max_length)
+    if pattern is not None:
+        lang = _product(lang, Lang.regex(pattern), True, "pattern")
+    if format is not None:
+        lang = _product(lang, Lang.format(format), True, "format")
+    return lang
 
 
 # --------------------------------------------------------------------------- GBNF emission
@@ -1361,6 +1516,25 @@ def _gbnf_cp(c: int) -> str:
 
 
 def _gbnf_class(cs) -> str:
+    """A GBNF class for the code points of cs, negated (``[^...]``, listing the surrogates too,
+    which no UTF-8 text holds) when that is shorter."""
+    pos = _gbnf_class_body(cs)
+    comp = []
+    prev = 0
+    for lo, hi in cs:
+        if lo > prev:
+            comp.append((prev, lo - 1))
+        prev = hi + 1
+    if prev <= MAXCP:
+        comp.append((prev, MAXCP))
+    comp = _plain_ranges(comp + [(SUR_LO, SUR_HI)])
+    neg = _gbnf_class_body(comp) if comp else None
+    if neg is not None and len(neg) < len(pos):
+        return "[^" + neg + "]"
+    return "[" + pos + "]"
+
+
+def _gbnf_class_body(cs) -> str:
     parts = []
     for lo, hi in cs:
         if lo == hi:
@@ -1369,7 +1543,7 @@ def _gbnf_class(cs) -> str:
             parts.append(_gbnf_cp(lo) + _gbnf_cp(hi))
         else:
             parts.append(_gbnf_cp(lo) + "-" + _gbnf_cp(hi))
-    return "[" + "".join(parts) + "]"
+    return "".join(parts)
 
 
 def _hex_digit_class(values) -> str:
