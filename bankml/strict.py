@@ -104,6 +104,7 @@ _MAX_TERMS = 1024        # alternatives one schema node may distribute into (any
 _MAX_ENUM_OBJECT_KEYS = 8
 _MAX_PATTERN_REGIONS = 6  # patternProperties regexes of one object (2^n key regions)
 _MAX_STATES = 20000       # states of one object/array/number automaton
+_MAX_DEPTH = 512          # nesting of the schema document (bankml.schema.MAX_JSON_DEPTH)
 _MAX_ANY_ORDER = 8        # objects of up to this many listed keys take them in any order (module docstring)
 _ANY_ORDER_BUDGET = 4096  # ... while the any-order objects of one grammar have at most this many key sets
 
@@ -601,13 +602,17 @@ class _Compiler:
                           "the grammar grows past %d bytes" % self.max_bytes)
 
     # --- the document: pointers, bases, $id and $anchor, $ref ---
-    def _index(self, node, pointer, base):
-        stack = [(node, pointer, base)]
+    def _index(self, node, pointer, base, depth=0):
+        stack = [(node, pointer, base, depth)]
         while stack:
-            node, pointer, base = stack.pop()
+            node, pointer, base, depth = stack.pop()
+            if depth > _MAX_DEPTH:
+                # every node's pointer is kept: past this, pointers alone would cost depth^2 bytes
+                raise _Refuse("SchemaLimits.max_depth", pointer[:200] + "...",
+                              "the schema nests deeper than %d levels" % _MAX_DEPTH)
             if isinstance(node, list):
                 for i, x in enumerate(node):
-                    stack.append((x, "%s/%d" % (pointer, i), base))
+                    stack.append((x, "%s/%d" % (pointer, i), base, depth + 1))
                 continue
             if not isinstance(node, dict) or id(node) in self.ptr:
                 continue
@@ -631,7 +636,7 @@ class _Compiler:
                 if k in ("enum", "const", "default", "examples", "required", "example"):
                     continue
                 if isinstance(v, (dict, list)):
-                    stack.append((v, "%s/%s" % (pointer, _esc_ptr(k)), base))
+                    stack.append((v, "%s/%s" % (pointer, _esc_ptr(k)), base, depth + 1))
 
     def resolve(self, ref, where):
         pointer = self.p(where) + "/$ref"
@@ -2267,6 +2272,8 @@ def strict_schema_to_grammar(schema, *, lenient=(), limits=None):
         except ValueError as e:
             raise SchemaError("strict JSON schema conversion failed:\nthe schema is not JSON: %s" % e, "#",
                               keyword="schema") from None
+    if limits is None:
+        from .schema import DEFAULT_LIMITS as limits  # the same bounds as the llama.cpp port: 30 s, 8 MB
     try:
         c = _Compiler(schema, lenient, limits)
         if schema is True or schema is False or isinstance(schema, dict):

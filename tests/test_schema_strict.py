@@ -294,8 +294,14 @@ def test_limits():
     for _ in range(5000):
         node["items"] = {}
         node = node["items"]
-    with pytest.raises(SchemaError):
-        strict_schema_to_grammar(deep)
+    for convert in (strict_schema_to_grammar, lambda x: json_schema_to_grammar(x, mode="strict")):
+        with pytest.raises(SchemaError) as info:
+            convert(deep)
+        assert info.value.keyword == "SchemaLimits.max_depth"
+    shared = {"type": "integer"}
+    for _ in range(40):  # 2^40 paths through shared sub-dicts: read once each
+        shared = {"anyOf": [shared, shared]}
+    assert accepts(strict_schema_to_grammar(shared), "5")
 
 
 def test_modes_of_json_schema_to_grammar():
