@@ -104,6 +104,7 @@ _MAX_TERMS = 1024        # alternatives one schema node may distribute into (any
 _MAX_ENUM_OBJECT_KEYS = 8
 _MAX_PATTERN_REGIONS = 6  # patternProperties regexes of one object (2^n key regions)
 _MAX_STATES = 20000       # states of one object/array/number automaton
+_MAX_REPETITION = 2000    # bankml.parser.MAX_REPETITION_THRESHOLD (llama.cpp's)
 _MAX_DEPTH = 512          # nesting of the schema document (bankml.schema.MAX_JSON_DEPTH)
 _MAX_ANY_ORDER = 8        # objects of up to this many listed keys take them in any order (module docstring)
 _ANY_ORDER_BUDGET = 4096  # ... while the any-order objects of one grammar have at most this many key sets
@@ -1438,7 +1439,7 @@ class _Compiler:
                 return None
             return self.alts([self.str_literal(s) for s in vals])
         if not st.needs_lang() and not st.exclude:
-            inner = self.chars(st.min, st.max)
+            inner = self.chars(st.min, st.max, pointer)
             return '"\\"" ' + (inner + " " if inner else "") + '"\\""'
         key = (st.min, st.max, tuple(st.patterns), tuple(st.notpatterns), tuple(st.formats), tuple(st.notformats),
                frozenset(st.exclude))
@@ -1593,12 +1594,10 @@ class _Compiler:
 
         return node("")
 
-    def chars(self, lo, hi):
+    def chars(self, lo, hi, pointer="#"):
         if hi is not None and hi == 0:
             return None
-        if hi is None:
-            return "char{%d,}" % lo if lo else "char*"
-        return "char{%d,%d}" % (lo, hi)
+        return self.repeat("char", lo, hi, "maxLength", pointer)
 
     # --- rules for conjunctions of schemas ---
     @staticmethod
@@ -1883,16 +1882,31 @@ class _Compiler:
 
         return '"[" space ' + seq(0, True)
 
-    def rep(self, item, a, b):
+    def rep(self, item, a, b, keyword="maxItems", pointer="#"):
         """item repeated a..b times (b None: unbounded) as GBNF, or "" for exactly zero."""
         if b is not None and b == 0:
             return ""
-        name = self.add_rule("item", item)
+        return self.repeat(self.add_rule("item", item), a, b, keyword, pointer)
+
+    def repeat(self, name, a, b, keyword, pointer):
+        """The rule name repeated a..b times (b None: unbounded). The GBNF parser refuses a minimum past
+        MAX_REPETITION (llama.cpp's 2000) and reads a maximum past it as no maximum: a larger maximum is
+        spelled as blocks of 1000 (counts 1000j + t: j < k full blocks then up to 999, or k blocks then up to
+        the remainder); a larger minimum is refused naming the keyword."""
+        if a > _MAX_REPETITION:
+            self.refuse(keyword.replace("max", "min"), pointer, "a minimum count past %d" % _MAX_REPETITION)
         if b is None:
             return "%s*" % name if a == 0 else "%s{%d,}" % (name, a)
-        if a == b:
-            return "%s{%d}" % (name, a)
-        return "%s{%d,%d}" % (name, a, b)
+        if b <= _MAX_REPETITION:
+            return "%s{%d}" % (name, a) if a == b else "%s{%d,%d}" % (name, a, b)
+        k, r = divmod(b - a, 1000)
+        if k > _MAX_REPETITION:
+            self.refuse(keyword, pointer, "a maximum count past %d" % (_MAX_REPETITION * 1000))
+        block = self.add_rule("block", "%s{1000}" % name)
+        fewer = (block + "{0,%d} " % (k - 1) if k > 1 else "") + name + "{0,999}"
+        full = block + ("{%d}" % k if k > 1 else "") + (" %s{0,%d}" % (name, r) if r else "")
+        tail = self.add_rule("upto", fewer + " | " + full)
+        return ("%s{%d} " % (name, a) if a else "") + tail
 
     def array_contains(self, m, term, pos, rest, rest_conj, lo, hi, ptr):
         c, cmin, cmax, cptr = m["contains"][0]
@@ -2071,6 +2085,12 @@ class _Compiler:
         keys = [k for k, _ in items]
         counted = bool(minp or maxp is not None)
         ecap = max(minp, (maxp + 1) if maxp is not None else 0) if counted else 1
+        if n == 0:
+            tail = self.extras_tail(extra, 0, True, minp, maxp)
+            return None if tail is None else '"{" space ' + tail
+        if ecap > 256:
+            self.refuse("maxProperties" if maxp is not None and maxp >= 256 else "minProperties", ptr,
+                        "property counts past 256 beside listed properties")
         memo = {}
 
         def state(mask, e):
@@ -2136,11 +2156,11 @@ class _Compiler:
             return '"}"' if a == 0 else None
         if first:
             if a == 0:
-                more = self.rep('"," space ' + extra, 0, None if b is None else b - 1)
+                more = self.rep('"," space ' + extra, 0, None if b is None else b - 1, "maxProperties")
                 return "( " + extra + (" " + more if more else "") + ' )? "}"'
-            more = self.rep('"," space ' + extra, a - 1, None if b is None else b - 1)
+            more = self.rep('"," space ' + extra, a - 1, None if b is None else b - 1, "maxProperties")
             return extra + (" " + more if more else "") + ' "}"'
-        more = self.rep('"," space ' + extra, a, b)
+        more = self.rep('"," space ' + extra, a, b, "maxProperties")
         return (more + " " if more else "") + '"}"'
 
     def extra_kv(self, term, names, pnames, ptr):

@@ -197,6 +197,10 @@ CASES = [
     (True, [1, "a", None, {"a": [1]}]),
     ({"type": "object", "properties": {"a": False}}, [{}, {"a": 1}, {"b": 1}]),
     ({"type": "string", "format": "unknown-format", "maxLength": 2}, ["ab", "abc"]),
+    # counts past the GBNF parser's 2000 repetitions (it would read a larger maximum as none)
+    ({"type": "string", "minLength": 1500, "maxLength": 3000}, ["a" * 1499, "a" * 1500, "a" * 2999, "a" * 3000, "a" * 3001]),
+    ({"type": "array", "maxItems": 2100}, [[1] * 2100, [1] * 2101, [], [1] * 1000]),
+    ({"type": "object", "maxProperties": 2050}, [{str(i): 1 for i in range(2050)}, {str(i): 1 for i in range(2051)}]),
     ({"type": "object", "properties": {k: {"type": "integer"} for k in "abcdefghij"}, "required": ["a", "j"]},
      [{"a": 1, "j": 2}, {"a": 1, "b": 2, "j": 3}, {"a": 1}, {"a": 1, "j": 2, "z": 3}]),
 ]
