@@ -1425,6 +1425,8 @@ class _Compiler:
                 lang = lang & part
         except sl.LangError as e:
             k = getattr(e, "keyword", None) or kw
+            if k == "allOf":  # the language module's name for an intersection: here, the string's keywords
+                k = kw
             self.refuse(k, kp, "%s: %s" % (k, getattr(e, "reason", e)))
         return lang
 
