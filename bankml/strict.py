@@ -152,6 +152,14 @@ def _equal(a, b):
     return a == b
 
 
+def _spellings(x):
+    """The parsed values jsonschema-equal to the enum value x that an instance may hold: an integral number as
+    an int and as a float (their types differ: draft 4 counts 1.0 as no integer)."""
+    if _is_num(x) and math.isfinite(x) and float(x).is_integer() and abs(x) < 2 ** 63:
+        return [int(x), float(x)]
+    return [x]
+
+
 def _json_type(v, draft):
     if v is None:
         return "null"
@@ -1148,7 +1156,7 @@ class _Compiler:
             return True
         for m, t, other in ((m1, t1, t2), (m2, t2, t1)):
             if m["enum"] is not None:
-                vals = [x for x in m["enum"] if self.valid_term(x, t)]
+                vals = [y for x in m["enum"] for y in _spellings(x) if self.valid_term(y, t)]
                 if not any(self.valid_term(x, other) for x in vals):
                     return True
         if common == {"object"} and depth < 4:
@@ -1641,9 +1649,7 @@ class _Compiler:
         self.tick(ptr)
         types = m["types"]
         if m["enum"] is not None:
-            vals = [x for x in m["enum"] if self.valid_term(x, term) or (
-                _is_num(x) and float(x).is_integer() and abs(x) < 2 ** 63 and (
-                    self.valid_term(int(x), term) or self.valid_term(float(x), term)))]
+            vals = [x for x in m["enum"] if any(self.valid_term(y, term) for y in _spellings(x))]
             return self.alts([self.number_value(x, ptr, types) if _is_num(x) else self.value_expr(x, ptr)
                               for x in vals])
         nv = m["notvalues"]

@@ -134,6 +134,8 @@ CASES = [
     ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "number", "not": {"type": "integer"},
       "enum": [1, 2.5]}, [1, 1.0, 2.5, 2]),
     ({"type": "integer", "enum": [1.0, 2.5, 3]}, [1, 1.0, 2.5, 3, 3.0]),
+    ({"$schema": "http://json-schema.org/draft-04/schema#",
+      "oneOf": [{"type": "integer", "enum": [1.0]}, {"type": "integer"}]}, [1, 1.0, 2, "a"]),
     ({"type": "string", "not": {"enum": ["ab", "abc"]}, "minLength": 2, "maxLength": 3},
      ["a", "ab", "abc", "abd", "ac", "zzz", "abcd", "é😀", "\n\t"]),
     ({"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 3, "contains": {"const": True}},
