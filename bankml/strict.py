@@ -737,7 +737,7 @@ class _Compiler:
         if "not" in s and "not" in v:
             self.check_schema(s["not"], ptr + "/not")
             parts.append(self.negate(s["not"]))
-        if "if" in s and "if" in v:
+        if "if" in s and "if" in v and ("then" in s or "else" in s):  # if alone validates nothing
             self.check_schema(s["if"], ptr + "/if")
             then = s.get("then", True)
             els = s.get("else", True)
@@ -870,6 +870,8 @@ class _Compiler:
                 self.check_schema(val, kp)
                 alts.extend(self.expand(val))
             elif kk == "if":
+                if "then" not in s and "else" not in s:
+                    continue
                 then = s.get("then", True)
                 els = s.get("else", True)
                 alts.extend(self.product([self.expand(val), self.negate(then)], kp))
