@@ -320,7 +320,7 @@ class _Bound:
         self.texts = texts  # "all", or "int" (integer texts only) or "float" (texts with fraction/exponent)
         self.neg = value < 0
         self.zero = value == 0
-        a = abs(value)
+        a = value.copy_abs()  # abs() would round to the context's 28 digits
         with localcontext() as ctx:
             ctx.prec = 1000
             s = format(a, "f")
@@ -330,7 +330,9 @@ class _Bound:
         if self.zero:
             self.mb, self.f = "", 0
         else:
-            t = a.normalize().as_tuple()
+            with localcontext() as ctx:
+                ctx.prec = 1000  # normalize() rounds to the context's precision too
+                t = a.normalize().as_tuple()
             ds = "".join(map(str, t.digits))
             self.f = len(ds) - 1 + t.exponent
             self.mb = ds.rstrip("0")
@@ -340,7 +342,8 @@ class _Bound:
     # the state: (n, cmp) of the integer part against ib; (decided, j) of fraction digits against fb;
     # (decided, j) of mantissa digits against mb; (esign, k, cmp) of the exponent against |f|
     def start(self):
-        return ((0, 0), None, (None, 0), None)
+        # an integer-texts-only comparison needs no mantissa comparator (exponent texts are not its business)
+        return ((0, 0), None, None if self.texts == "int" else (None, 0), None)
 
     def int_digit(self, st, d):
         (n, c), fc, mc, ec = st
@@ -373,19 +376,27 @@ class _Bound:
         return (None, min(j + 1, len(ref)))
 
     def dot(self, st):
+        if st is None:
+            return None
         ic, _, mc, ec = st
         r = self._ires(ic)
         return (ic, (r if r != 0 else None, 0), mc, ec)
 
     def frac_digit(self, st, d):
+        if st is None:
+            return None
         ic, fc, mc, ec = st
         return (ic, self._seq(fc, d, self.fb), None if mc is None else self._seq(mc, d, self.mb), ec)
 
     def exp_start(self, st, sign):
+        if st is None:
+            return None
         ic, fc, mc, _ = st
         return (ic, fc, mc, (sign, 0, 0))
 
     def exp_digit(self, st, d):
+        if st is None:
+            return None
         ic, fc, mc, (s, k, c) = st
         if k == 0 and d == 0:
             return st
@@ -449,6 +460,10 @@ def _number_dfa(integer_only, bounds, modulus, zero_fraction_only, no_exponent=F
         nx = step1(state[:5], ch)
         if nx is None:
             return None
+        if nx[0] in ("D", "X") and any(b.texts == "int" for b in bounds):
+            # past the integer part, comparisons kept for integer texts only are settled: forget them so that
+            # their states do not multiply the automaton's
+            nx = nx[:4] + (tuple(None if b.texts == "int" else st for b, st in zip(bounds, nx[4])),)
         fnz, eneg, enz = state[5]
         phase = nx[0]
         if phase == "F" and ch != "0" and ch in "123456789":
