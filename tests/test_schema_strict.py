@@ -126,6 +126,10 @@ CASES = [
     ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "number", "minimum": 0,
       "exclusiveMinimum": True, "maximum": 0.5}, [0, 0.5, 0.25, 1e-05, 0.51, -0.0, 5e-324, 1]),
     ({"type": "integer", "multipleOf": 3, "minimum": -10, "maximum": 10}, list(range(-13, 14))),
+    # float bounds past 2^53 and past Decimal's 28 digits: an int instance compared with the exact binary value
+    ({"type": "number", "maximum": 3.0392182203157212e+186},
+     [int(3.0392182203157212e+186), int(3.0392182203157212e+186) + 1, 3.0392182203157212e+186, 3.04e186, -1]),
+    ({"type": "number", "minimum": -1.7976931348623157e308}, [-int(1.7976931348623157e308) - 1, -1.7976931348623157e308, 0]),
     ({"type": "number", "multipleOf": 5}, [0, 5, 5.0, 10.5, -15, 7, 1e3]),
     ({"enum": [1, "a", {"x": 1, "y": [True, None]}, [1, 2]]},
      [1, 1.0, "a", "b", {"y": [True, None], "x": 1}, {"x": 1}, 2, True, [1, 2], [1.0, 2], [2, 1]]),
