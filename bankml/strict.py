@@ -104,6 +104,9 @@ _MAX_TERMS = 1024        # alternatives one schema node may distribute into (any
 _MAX_ENUM_OBJECT_KEYS = 8
 _MAX_PATTERN_REGIONS = 6  # patternProperties regexes of one object (2^n key regions)
 _MAX_STATES = 20000       # states of one object/array/number automaton
+# matches nothing: a class of every code point, negated (the parser reads an empty class "[]" as matching
+# the empty string)
+_NEVER = "[^\\x00-\\U0010FFFF]"
 _MAX_REPETITION = 2000    # bankml.parser.MAX_REPETITION_THRESHOLD (llama.cpp's)
 _MAX_DEPTH = 512          # nesting of the schema document (bankml.schema.MAX_JSON_DEPTH)
 _MAX_ANY_ORDER = 8        # objects of up to this many listed keys take them in any order (module docstring)
@@ -1654,7 +1657,7 @@ class _Compiler:
         self.conj_rules[key] = name  # before the body: recursive schemas refer to it
         body = self.alts([self.term_expr(t) for t in terms])
         if body is None:
-            body = "[]"  # no instance (reached through recursion): a class of no character
+            body = _NEVER  # no instance (reached through recursion)
         self.set_rule(name, body)
         return name
 
@@ -1971,7 +1974,7 @@ class _Compiler:
                     alts.append(sep + yes + " space " + seq(i + 1, min(n + 1, ccap), False))
                 if no is not None:
                     alts.append(sep + no + " space " + seq(i + 1, n, False))
-            self.set_rule(name, " | ".join(alts) if alts else "[]")
+            self.set_rule(name, " | ".join(alts) if alts else _NEVER)
             return name
 
         return '"[" space ' + seq(0, 0, True)
@@ -2140,7 +2143,7 @@ class _Compiler:
                         alts.append(sep + kv[i] + " " + state(mask | 1 << i, e))
                 if extra is not None:
                     alts.append(sep + extra + " " + state(mask, min(e + 1, ecap)))
-            self.set_rule(name, " | ".join(alts) if alts else "[]")
+            self.set_rule(name, " | ".join(alts) if alts else _NEVER)
             return name
 
         return '"{" space ' + state(0, 0)
@@ -2168,7 +2171,7 @@ class _Compiler:
             for b, i in enumerate(req):
                 if not mask >> b & 1:
                     alts.append(sep + kv[i] + " " + state(mask | 1 << b, False))
-            self.set_rule(name, " | ".join(alts) if alts else "[]")
+            self.set_rule(name, " | ".join(alts) if alts else _NEVER)
             return name
 
         return '"{" space ' + state(0, True)
@@ -2331,7 +2334,7 @@ def strict_schema_to_grammar(schema, *, lenient=(), limits=None):
     except RecursionError:
         raise SchemaError("strict JSON schema conversion failed:\nthe schema nests too deeply",
                           "#", keyword="SchemaLimits") from None
-    lines = ["root ::= " + (root if root is not None else "[]") + " space"]
+    lines = ["root ::= " + (root if root is not None else _NEVER) + " space"]
     for name, body in c.rules.items():
         lines.append("%s ::= %s" % (name, body))
     lines.append("space ::= " + SPACE_RULE)

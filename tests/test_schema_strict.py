@@ -202,6 +202,10 @@ CASES = [
     ({"type": ["integer", "null"], "not": {"const": 3}}, [1, 3, None, 3.0, "3"]),
     (True, [1, "a", None, {"a": [1]}]),
     ({"type": "object", "properties": {"a": False}}, [{}, {"a": 1}, {"b": 1}]),
+    # no instance on a path: the grammar's "never" must match nothing (the parser reads "[]" as empty)
+    ({"type": "array", "prefixItems": [{"type": "integer", "minimum": 0, "maximum": -1}], "contains": True},
+     [[], [1], 1]),
+    (False, [1, None, {}]),
     ({"type": "string", "format": "unknown-format", "maxLength": 2}, ["ab", "abc"]),
     # counts past the GBNF parser's 2000 repetitions (it would read a larger maximum as none)
     ({"type": "string", "minLength": 1500, "maxLength": 3000}, ["a" * 1499, "a" * 1500, "a" * 2999, "a" * 3000, "a" * 3001]),
