@@ -458,7 +458,7 @@ def test_format_refusals():
     assert not is_known_format("no-such-format")
 
 
-@pytest.mark.parametrize("fmt", ["date", "ipv4", "time"])
+@pytest.mark.parametrize("fmt", ["date", "ipv4", "time", "date-time", "uuid", "duration"])
 def test_format_gbnf_end_to_end(fmt):
     lang = Lang.format(fmt)
     rules = rules_for(lang)
