@@ -67,7 +67,9 @@ Note the bare ``FormatChecker()`` (class-level registry) checks ``time`` with th
 ``strptime('%H:%M:%S')`` checker instead; ``Lang.format("time", draft3_time=True)`` builds that
 one.  Every other name raises ``LangError("format", ...)``: ``jsonschema`` itself treats formats
 it has no checker for as annotations, so a caller may treat the refusal of an *unknown* name
-(``is_known_format(name)`` is False) as "no constraint", but must not do so for a known one.
+(``is_known_format(name)`` is False) as "no constraint", but must not do so for a known one —
+unless the draft's checker does not assert it (``draft_checks_format(draft, name)``: e.g. draft 4
+has no ``date``, ``uuid`` or ``duration`` checker).
 
 JSON string encoding policy of :func:`string_gbnf` — *every* JSON encoding of every character:
 raw (anything but ``"``, ``\\`` and U+0000..U+001F, written as UTF-8), the short escapes
@@ -91,8 +93,8 @@ except ImportError:  # pragma: no cover - Python <= 3.10
     import sre_parse as _sre_parse  # type: ignore[no-redef]
     import sre_constants as _sre_c  # type: ignore[no-redef]
 
-__all__ = ["LangError", "Lang", "string_gbnf", "string_lang", "is_known_format", "MAX_STATES",
-           "KNOWN_FORMATS"]
+__all__ = ["LangError", "Lang", "string_gbnf", "string_lang", "is_known_format", "draft_checks_format",
+           "MAX_STATES", "KNOWN_FORMATS", "FORMAT_DRAFTS"]
 
 #: Most DFA states any one construction may create (subset, product, preimage).
 MAX_STATES = 8000
@@ -1176,6 +1178,26 @@ KNOWN_FORMATS = frozenset((
     # known to jsonschema, not built here (LangError): too large, not regular, or not modelled
     "idn-hostname", "relative-json-pointer", "regex", "uri-template", "color",
 ))
+
+
+_D4_ON = ("draft4", "draft6", "draft7", "draft2019-09", "draft2020-12")
+#: Which drafts' format checkers (``jsonschema``'s ``DraftNValidator.FORMAT_CHECKER``) assert each
+#: format name (draft 3 is not listed: its checker has other names).  Elsewhere jsonschema treats
+#: the name as an annotation.
+FORMAT_DRAFTS = {
+    "email": _D4_ON, "idn-email": _D4_ON, "ipv4": _D4_ON, "ipv6": _D4_ON, "hostname": _D4_ON,
+    "uri": _D4_ON, "date-time": _D4_ON, "regex": _D4_ON,
+    "uri-reference": _D4_ON[1:], "json-pointer": _D4_ON[1:], "uri-template": _D4_ON[1:],
+    "idn-hostname": _D4_ON[2:], "iri": _D4_ON[2:], "iri-reference": _D4_ON[2:], "date": _D4_ON[2:],
+    "time": _D4_ON[2:], "relative-json-pointer": _D4_ON[2:],
+    "duration": _D4_ON[3:], "uuid": _D4_ON[3:],
+}
+
+
+def draft_checks_format(draft: str, name: str) -> bool:
+    """True when jsonschema's checker for ``draft`` ("draft4" ... "draft2020-12") asserts the
+    format ``name``; False means the keyword is only an annotation there."""
+    return draft in FORMAT_DRAFTS.get(name, ())
 
 
 def is_known_format(name: str) -> bool:

@@ -523,3 +523,14 @@ def test_string_lang_intersects_the_keywords():
     with pytest.raises(LangError) as e:
         string_lang(pattern="(a)\\1")
     assert e.value.keyword == "pattern"
+
+
+def test_format_drafts_table_is_jsonschemas():
+    from bankml._strict_lang import FORMAT_DRAFTS, draft_checks_format
+    validators = {"draft4": jsonschema.Draft4Validator, "draft6": jsonschema.Draft6Validator,
+                  "draft7": jsonschema.Draft7Validator, "draft2019-09": jsonschema.Draft201909Validator,
+                  "draft2020-12": jsonschema.Draft202012Validator}
+    names = set(FORMAT_DRAFTS) | {n for v in validators.values() for n in v.FORMAT_CHECKER.checkers}
+    for draft, v in validators.items():
+        for name in names:
+            assert draft_checks_format(draft, name) == (name in v.FORMAT_CHECKER.checkers), (draft, name)
