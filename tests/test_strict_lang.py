@@ -208,8 +208,8 @@ def json_text(s, rnd):
     return text
 
 
-def rules_for(lang):
-    expr, rules = string_gbnf(lang, "str")
+def rules_for(lang, admit_surrogates=False):
+    expr, rules = string_gbnf(lang, "str", admit_surrogates=admit_surrogates)
     assert all(k.startswith("str-") and re.fullmatch(r"[a-zA-Z0-9-]+", k) for k in rules)
     text = "root ::= " + expr + "\n" + "".join(f"{k} ::= {v}\n" for k, v in rules.items())
     return Rules.parse(text)
@@ -534,3 +534,17 @@ def test_format_drafts_table_is_jsonschemas():
     for draft, v in validators.items():
         for name in names:
             assert draft_checks_format(draft, name) == (name in v.FORMAT_CHECKER.checkers), (draft, name)
+
+
+@pytest.mark.parametrize("pattern", [r"^[^a]*$", r"^[\u0100-\U00010000]{1,3}$", r"\S", ""])
+def test_gbnf_admitting_surrogates_differs_only_on_invalid_utf8(pattern):
+    lang = Lang.regex(pattern)
+    exact, fast = rules_for(lang), rules_for(lang, admit_surrogates=True)
+    rnd = random.Random(pattern)
+    for s in ["", "b", "é", "\u0100\uffff", "😀", "\U00010000", "a", '"x"']:
+        for text in (json.dumps(s, ensure_ascii=False), json_text(s, rnd)):
+            assert grammar_accepts(exact, text) == grammar_accepts(fast, text) == lang.matches(s)
+    # CESU-8 bytes of U+D800: not UTF-8; only the fast grammar takes them (where the class is wide)
+    g = Grammar(exact)
+    with pytest.raises(GrammarError):
+        g.accept_bytes(b'"\xed\xa0\x80')
