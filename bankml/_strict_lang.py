@@ -44,8 +44,8 @@ is Python's: literals and all escapes; classes with ranges and negation; ``\\d \
 Unicode-aware (or ASCII under ``(?a)``), their code-point sets taken from ``re`` itself by one
 scan of the alphabet (cached); ``.`` (no ``\\n`` unless ``(?s)``); anchors ``^ $ \\A \\Z`` and
 ``(?m)`` line anchors, anywhere in the pattern, with Python's meaning (``$`` also before a final
-``\\n``); word boundaries ``\\b \\B`` (``\\B`` never matches in the empty string, as in
-Python 3.11); groups of all capturing/non-capturing/named kinds; alternation; greedy and lazy
+``\\n``); word boundaries ``\\b \\B`` (whether ``\\B`` matches in the empty string is asked of the
+running ``re``: not up to 3.13); groups of all capturing/non-capturing/named kinds; alternation; greedy and lazy
 quantifiers (laziness does not change what ``re.search`` finds); inline and scoped flags
 ``i m s x a u`` — ``(?i)`` is exact because each case-folded class is computed by ``re`` itself
 over the alphabet.  Refused (``LangError("pattern", ...)``): lookahead, lookbehind,
@@ -752,6 +752,7 @@ _P_BOS, _P_W, _P_NL, _P_O = range(4)
 # Character kinds seen by requirements: newline, word, other.
 _K_NL, _K_W, _K_O = range(3)
 _DONE, _DEAD = -1, -2
+_NWB_MATCHES_EMPTY = re.search(r"\B", "") is not None
 
 
 def _req_step(r: int, k: int) -> int:
@@ -1011,7 +1012,9 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
                 elif a == _A_WB:
                     add = _R_NN if prev == _P_W else _R_NW
                 else:  # _A_NWB
-                    add = _R_NNC if prev == _P_BOS else (_R_NW if prev == _P_W else _R_NN)
+                    # Python < 3.14: \\B never matches inside the empty string (ask re itself).
+                    add = (_R_NNC if prev == _P_BOS and not _NWB_MATCHES_EMPTY
+                           else (_R_NW if prev == _P_W else _R_NN))
                 if add is not None:
                     nr = _req_simplify(reqs | {add})
                     if nr is None:
