@@ -548,3 +548,19 @@ def test_gbnf_admitting_surrogates_differs_only_on_invalid_utf8(pattern):
     g = Grammar(exact)
     with pytest.raises(GrammarError):
         g.accept_bytes(b'"\xed\xa0\x80')
+
+
+def test_dates_exhaustively_over_years_and_days():
+    """Every year's Feb 29 (and a sweep of month/day pairs) against the checkers: leap-year rules
+    are where a hand-written calendar pattern goes wrong."""
+    date, date_time = Lang.format("date"), Lang.format("date-time")
+    for y in range(10000):
+        s = "%04d-02-29" % y
+        assert date.matches(s) == oracle("date", s), s
+        t = s + "T00:00:00Z"
+        assert date_time.matches(t) == oracle("date-time", t), t
+    for y in (1, 1900, 2000, 2023, 2024, 9999):
+        for m in range(0, 14):
+            for d in range(0, 33):
+                s = "%04d-%02d-%02d" % (y, m, d)
+                assert date.matches(s) == oracle("date", s), s
