@@ -53,7 +53,9 @@ backreferences, conditionals ``(?(1)..)``, atomic groups and possessive quantifi
 pattern ``re.compile`` rejects.
 
 Formats — ``Lang.format(name)`` follows the checkers of ``jsonschema`` 4.x with its format
-extras installed, as ``Draft202012Validator.FORMAT_CHECKER`` (and ``Draft201909``/``Draft7``)
+extras installed (``jsonschema[format]``: uri/iri through ``rfc3987``, which jsonschema prefers
+to ``rfc3986-validator``; date-time through ``rfc3339-validator``; duration through
+``isoduration``), as ``Draft202012Validator.FORMAT_CHECKER`` (and ``Draft201909``/``Draft7``)
 applies them: ``date``, ``time``, ``date-time``, ``duration``, ``email``, ``idn-email``,
 ``ipv4``, ``ipv6``, ``uri``, ``uri-reference``, ``iri``, ``iri-reference``, ``json-pointer``,
 ``uuid``; each is the language of what the checker actually accepts (``email`` is "contains
