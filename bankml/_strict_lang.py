@@ -8,9 +8,12 @@ What this module owns (the "strict" schema compiler's regular-language core):
 
   - ``Lang.regex(pattern)`` — the strings ``s`` with ``re.search(pattern, s)`` (JSON Schema's
     ``pattern`` as the ``jsonschema`` package checks it: Python ``re`` semantics, unanchored).
-  - ``Lang.literal(s)``, ``Lang.any_string()``, ``Lang.empty()``,
+  - ``Lang.literal(s)``, ``Lang.any_string()``, ``Lang.empty()``, ``Lang.chars(ranges)`` (one
+    character in inclusive code-point ranges),
     ``Lang.length(min_len, max_len)`` (``len()`` in code points, ``max_len=None`` = no maximum).
-  - ``Lang.format(name)`` — the strings the ``jsonschema`` format checker accepts for ``name``.
+  - ``Lang.format(name, draft3_time=False)`` — the strings the ``jsonschema`` format checker
+    accepts for ``name``.
+  - Builders that can refuse take ``keyword=`` (the keyword a ``LangError`` names).
   - ``a & b``, ``a | b``, ``a - b``, ``a.complement()``, ``a.concat(b)``.
   - Queries: ``is_empty()``, ``is_universal()``, ``is_finite()``, ``matches(s)``, ``n_states``, ``a == b``
     (language equality: canonical minimal DFAs compare equal), ``example()``.
@@ -18,8 +21,11 @@ What this module owns (the "strict" schema compiler's regular-language core):
 * :func:`string_lang` ``(pattern=None, min_length=None, max_length=None, format=None)`` — a
   string schema's keywords intersected, each refusal naming its keyword.
 
-* :func:`string_gbnf` — GBNF for the whole quoted JSON text of a string whose decoded value is
-  in a ``Lang``.
+* :func:`string_gbnf` ``(lang, name, admit_surrogates=False) -> (expression, rules)`` — GBNF
+  for the whole quoted JSON text of a string whose decoded value is in a ``Lang``.
+
+* :func:`is_known_format`, :func:`draft_checks_format`, ``FORMAT_DRAFTS`` — which format names
+  jsonschema checks, and in which drafts.
 
 * :class:`LangError` (``keyword``, ``reason``) — raised for whatever cannot be built exactly or
   within the bounds: ``MAX_STATES`` DFA states per construction (fixed format constructions may
