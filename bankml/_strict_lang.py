@@ -11,7 +11,7 @@ What this module owns (the "strict" schema compiler's regular-language core):
   - ``Lang.literal(s)``, ``Lang.any_string()``, ``Lang.empty()``, ``Lang.chars(ranges)`` (one
     character in inclusive code-point ranges),
     ``Lang.length(min_len, max_len)`` (``len()`` in code points, ``max_len=None`` = no maximum).
-  - ``Lang.format(name, draft3_time=False)`` — the strings the ``jsonschema`` format checker
+  - ``Lang.format(name, bare_checker=False)`` — the strings the ``jsonschema`` format checker
     accepts for ``name``.
   - Builders that can refuse take ``keyword=`` (the keyword a ``LangError`` names).
   - ``a & b``, ``a | b``, ``a - b``, ``a.complement()``, ``a.concat(b)``.
@@ -70,10 +70,10 @@ applies them: ``date``, ``time``, ``date-time``, ``duration``, ``email``, ``idn-
 ``int(..., 16)``'s whitespace, sign, ``0x`` and underscores — with '-' at 8, 13, 18, 23; that one
 is exact but large: 6,938 states).  ``hostname`` is refused: exact, it needs 23,813 states
 before its case preimage (labels of <= 63 inside <= 253 characters); so are ``idn-hostname``, ``regex`` (not
-regular), ``relative-json-pointer``, ``uri-template`` and ``color``.
+regular), ``relative-json-pointer``, ``uri-template`` (and ``color`` but with ``bare_checker``).
 Note the bare ``FormatChecker()`` (class-level registry) checks ``time`` with the draft-3
-``strptime('%H:%M:%S')`` checker instead; ``Lang.format("time", draft3_time=True)`` builds that
-one.  Every other name raises ``LangError("format", ...)``: ``jsonschema`` itself treats formats
+``strptime('%H:%M:%S')`` checker instead, and checks draft 3's ``color`` (CSS3 keywords or
+``#rgb``/``#rrggbb``); ``Lang.format(name, bare_checker=True)`` builds those.  Every other name raises ``LangError("format", ...)``: ``jsonschema`` itself treats formats
 it has no checker for as annotations, so a caller may treat the refusal of an *unknown* name
 (``is_known_format(name)`` is False) as "no constraint", but must not do so for a known one —
 unless the draft's checker does not assert it (``draft_checks_format(draft, name)``: e.g. draft 4
@@ -319,9 +319,12 @@ class Lang:
         return _regex_lang(pattern, keyword)
 
     @staticmethod
-    def format(name: str, draft3_time: bool = False) -> "Lang":
-        """The strings the ``jsonschema`` format checker accepts for ``name`` (see module doc)."""
-        return _format_lang(name, draft3_time)
+    def format(name: str, bare_checker: bool = False, draft3_time: bool = False) -> "Lang":
+        """The strings the ``jsonschema`` format checker accepts for ``name`` (see module doc):
+        ``Draft202012Validator.FORMAT_CHECKER``'s, or with ``bare_checker`` the class-level
+        ``FormatChecker()``'s, which differs in ``time`` (strptime) and checks ``color`` too.
+        (``draft3_time`` is the older name of ``bare_checker``.)"""
+        return _format_lang(name, bare_checker or draft3_time)
 
     # ------------------------------------------------------------ algebra
     def __and__(self, other: "Lang") -> "Lang":
@@ -1457,22 +1460,55 @@ def _draft3_time_lang() -> Lang:
     return rx
 
 
+# The CSS3 colour keywords (CSS Color Module Level 3, section 4.3), the names webcolors' default
+# spec knows: the draft-3 "color" checker looks the lower-cased instance up among them.
+_CSS3_COLOR_NAMES = """
+aliceblue antiquewhite aqua aquamarine azure beige bisque black blanchedalmond blue blueviolet brown
+burlywood cadetblue chartreuse chocolate coral cornflowerblue cornsilk crimson cyan darkblue darkcyan
+darkgoldenrod darkgray darkgreen darkgrey darkkhaki darkmagenta darkolivegreen darkorange darkorchid
+darkred darksalmon darkseagreen darkslateblue darkslategray darkslategrey darkturquoise darkviolet
+deeppink deepskyblue dimgray dimgrey dodgerblue firebrick floralwhite forestgreen fuchsia gainsboro
+ghostwhite gold goldenrod gray green greenyellow grey honeydew hotpink indianred indigo ivory khaki
+lavender lavenderblush lawngreen lemonchiffon lightblue lightcoral lightcyan lightgoldenrodyellow
+lightgray lightgreen lightgrey lightpink lightsalmon lightseagreen lightskyblue lightslategray
+lightslategrey lightsteelblue lightyellow lime limegreen linen magenta maroon mediumaquamarine
+mediumblue mediumorchid mediumpurple mediumseagreen mediumslateblue mediumspringgreen
+mediumturquoise mediumvioletred midnightblue mintcream mistyrose moccasin navajowhite navy oldlace
+olive olivedrab orange orangered orchid palegoldenrod palegreen paleturquoise palevioletred
+papayawhip peachpuff peru pink plum powderblue purple red rosybrown royalblue saddlebrown salmon
+sandybrown seagreen seashell sienna silver skyblue slateblue slategray slategrey snow springgreen
+steelblue tan teal thistle tomato turquoise violet wheat white whitesmoke yellow yellowgreen
+""".split()
+
+
+def _color_lang() -> Lang:
+    """The bare FormatChecker()'s draft-3 "color": webcolors.name_to_hex(s) (s.lower() among the
+    CSS3 keywords) or else normalize_hex(s.lower()) (^#(3 or 6 hex digits)$, so a final '\\n'
+    passes)."""
+    names = Lang.empty()
+    for n in _CSS3_COLOR_NAMES:
+        names = names | Lang.literal(n)
+    hexes = _full(r"#(?:[a-fA-F0-9]{3}|[a-fA-F0-9]{6})\n?")
+    return _preimage_map(names | hexes, _case_map("lower"), "format")
+
+
 _FORMAT_CACHE: dict = {}
 
 
-def _format_lang(name: str, draft3_time: bool) -> Lang:
-    key = (name, bool(draft3_time and name == "time"))
+def _format_lang(name: str, bare_checker: bool) -> Lang:
+    bare_checker = bool(bare_checker and name in ("time", "color"))
+    key = (name, bare_checker)
     got = _FORMAT_CACHE.get(key)
     if got is None:
         _LOCAL.scale = _FORMAT_SCALE
         try:
-            got = _FORMAT_CACHE[key] = _build_format(name, draft3_time)
+            got = _FORMAT_CACHE[key] = _build_format(name, bare_checker)
         finally:
             _LOCAL.scale = 1
     return got
 
 
-def _build_format(name: str, draft3_time: bool) -> Lang:
+def _build_format(name: str, bare_checker: bool) -> Lang:
     if name in ("email", "idn-email"):
         got = Lang.regex("@", "format")
     elif name == "date":
@@ -1480,8 +1516,10 @@ def _build_format(name: str, draft3_time: bool) -> Lang:
     elif name == "date-time":
         # validate_rfc3339(s.upper()): ^...$ so a final '\n' passes too.
         got = _preimage_map(_full(r"%sT%s\n?" % (_DATE, _TIME)), _case_map("upper"), "format")
-    elif name == "time" and draft3_time:
+    elif name == "time" and bare_checker:
         got = _draft3_time_lang()
+    elif name == "color" and bare_checker:
+        got = _color_lang()
     elif name == "time":
         got = _preimage_map(_full(_TIME + r"\n?"), _case_map("upper"), "format")
     elif name == "ipv4":
@@ -1507,6 +1545,10 @@ def _build_format(name: str, draft3_time: bool) -> Lang:
         # jsonpointer.JsonPointer: no '~' but '~0'/'~1' (its search of (~[^01]|~$), where $ also
         # matches before a final '\n'), and empty or starting with '/'.
         got = Lang.regex(r"(~[^01]|~$)", "format").complement() & Lang.regex(r"\A(?:/|\Z)", "format")
+    elif name == "color":
+        raise LangError("format", "'color' is checked only by the bare FormatChecker() (draft 3's "
+                                  "checker; an annotation in later drafts): Lang.format('color', "
+                                  "bare_checker=True) builds it")
     elif name in KNOWN_FORMATS:
         raise LangError("format", f"format {name!r} is not built exactly (not regular, or its "
                                   "checker is not modelled)")

@@ -461,8 +461,18 @@ def test_draft3_time_of_the_class_level_checker():
         assert lang.matches(s) == FC_CLASS.conforms(s, "time"), s
 
 
+def test_color_of_the_class_level_checker():
+    pytest.importorskip("webcolors")
+    lang = Lang.format("color", bare_checker=True)
+    rnd = random.Random(8)
+    base = ["red", "RED", "#fff", "#FFF", "#ffff", "#fff\n", "red\n", "\u212ahaki", "grey", "Gray", "#12345g", "",
+            "\u0130ndigo", "indigo", "lightgoldenrodyellow", "#A0b1C2"]
+    for s in base + [m for b in base for m in mutations(b, rnd, alphabet="abcdefgrKk#0F\n\u212a", n=20)]:
+        assert lang.matches(s) == FC_CLASS.conforms(s, "color"), s
+
+
 def test_format_refusals():
-    for fmt in ["hostname", "idn-hostname", "relative-json-pointer", "regex", "uri-template"]:
+    for fmt in ["hostname", "idn-hostname", "relative-json-pointer", "regex", "uri-template", "color"]:
         with pytest.raises(LangError) as e:
             Lang.format(fmt)
         assert e.value.keyword == "format" and is_known_format(fmt)
