@@ -563,7 +563,8 @@ def _hopcroft(states, trans, acc, live) -> dict:
             if live[t]:
                 per_t.setdefault(t, []).append((lo, hi))
         for t, ranges in per_t.items():
-            rev.setdefault(t, []).append((s, tuple(ranges)))
+            # canonical (adjacent ranges joined) so equal character sets compare equal
+            rev.setdefault(t, []).append((s, _merge_ranges(ranges)))
     block_of = {}
     members: list[set] = []
     for flag in (True, False):
@@ -621,30 +622,85 @@ def _hopcroft(states, trans, acc, live) -> dict:
     return block_of
 
 
+def _atomize(lang: Lang):
+    """The alphabet partition of one DFA: its elementary intervals (between all row boundaries,
+    surrogates left out) grouped into atoms — the intervals every state treats alike.
+
+    Returns (intervals, atom of each interval, per-state dict atom -> target, atom count)."""
+    pts = {0, MAXCP + 1, SUR_LO, SUR_HI + 1}
+    for row in lang._trans:
+        for lo, hi, _ in row:
+            pts.add(lo)
+            pts.add(hi + 1)
+    pts = sorted(pts)
+    intervals = [(pts[k], pts[k + 1] - 1) for k in range(len(pts) - 1) if not SUR_LO <= pts[k] <= SUR_HI]
+    starts = [lo for lo, _ in intervals]
+    sigs: list[list] = [[] for _ in intervals]
+    for st, row in enumerate(lang._trans):
+        for lo, hi, t in row:
+            k = bisect.bisect_left(starts, lo)
+            while k < len(intervals) and intervals[k][0] <= hi:
+                sigs[k].append((st, t))
+                k += 1
+    atom_of: dict = {}
+    interval_atom = []
+    rows: list[dict] = [{} for _ in lang._trans]
+    for sig in sigs:
+        key = tuple(sig)
+        at = atom_of.get(key)
+        if at is None:
+            at = atom_of[key] = len(atom_of)
+            for st, t in sig:
+                rows[st][at] = t
+        interval_atom.append(at)
+    return intervals, interval_atom, rows, len(atom_of)
+
+
 def _product(a: Lang, b: Lang, both: bool, keyword: str | None = None) -> Lang:
-    """Intersection (both=True) or union of two DFAs by the product construction."""
+    """Intersection (both=True) or union of two DFAs by the product construction.
+
+    Runs over the joint alphabet partition (pairs of the two DFAs' atoms that meet), so a Unicode
+    class of hundreds of ranges costs once, not once per state; the minimized result is expanded
+    back to code-point ranges."""
     if keyword is None:
         keyword = "allOf" if both else "anyOf"
+    ia, aa, rows_a, _ = _atomize(a)
+    ib, ab, rows_b, _ = _atomize(b)
+    # Joint atoms: sweep the two interval lists (both cover the alphabet without surrogates).
+    joint: dict = {}
+    joint_ranges: list[list] = []
+    joint_pair: list = []
+    i = j = 0
+    while i < len(ia) and j < len(ib):
+        lo = max(ia[i][0], ib[j][0])
+        hi = min(ia[i][1], ib[j][1])
+        if lo <= hi:
+            key = (aa[i], ab[j])
+            at = joint.get(key)
+            if at is None:
+                at = joint[key] = len(joint_ranges)
+                joint_ranges.append([])
+                joint_pair.append(key)
+            rs = joint_ranges[at]
+            if rs and rs[-1][1] + 1 == lo:
+                rs[-1] = (rs[-1][0], hi)
+            else:
+                rs.append((lo, hi))
+        if ia[i][1] <= ib[j][1]:
+            i += 1
+        else:
+            j += 1
     index = {(0, 0): 0}
     pairs = [(0, 0)]
     trans = []
     acc = []
     for p, q in pairs:
-        ra = a._trans[p] if p >= 0 else ()
-        rb = b._trans[q] if q >= 0 else ()
+        ra = rows_a[p] if p >= 0 else {}
+        rb = rows_b[q] if q >= 0 else {}
         row = []
-        # Two-pointer sweep of the two rows, each completed with -1 (reject) in its gaps.
-        fa, fb = _full_row(ra), _full_row(rb)
-        i = j = 0
-        while i < len(fa) and j < len(fb):
-            alo, ahi, ta = fa[i]
-            blo, bhi, tb = fb[j]
-            lo = alo if alo > blo else blo
-            hi = ahi if ahi < bhi else bhi
-            if ahi <= bhi:
-                i += 1
-            if bhi <= ahi:
-                j += 1
+        for at, (xa, xb) in enumerate(joint_pair):
+            ta = ra.get(xa, -1)
+            tb = rb.get(xb, -1)
             if both and (ta < 0 or tb < 0):
                 continue
             if ta < 0 and tb < 0:
@@ -656,15 +712,33 @@ def _product(a: Lang, b: Lang, both: bool, keyword: str | None = None) -> Lang:
                 pairs.append(key)
                 if len(pairs) > _state_limit():
                     raise LangError(keyword, f"the product automaton exceeds {_state_limit()} states")
-            if row and row[-1][2] == t and row[-1][1] + 1 == lo:
-                row[-1] = (row[-1][0], hi, t)
-            else:
-                row.append((lo, hi, t))
+            row.append((at, at, t))
         trans.append(row)
         fa = p >= 0 and a._acc[p]
         fb = q >= 0 and b._acc[q]
         acc.append((fa and fb) if both else (fa or fb))
-    return _finish(trans, acc, keyword)
+    small = _finish(trans, acc, keyword)  # minimal over joint atoms, so over code points too
+    return _expand_atoms(small, joint_ranges)
+
+
+def _expand_atoms(small: Lang, atom_ranges) -> Lang:
+    """A DFA over atom ids turned back into code-point ranges, canonically numbered."""
+    rows = []
+    for row in small._trans:
+        out = []
+        for a0, a1, t in row:
+            for at in range(a0, a1 + 1):
+                for lo, hi in atom_ranges[at]:
+                    out.append((lo, hi, t))
+        out.sort()
+        merged = []
+        for lo, hi, t in out:
+            if merged and merged[-1][2] == t and merged[-1][1] + 1 == lo:
+                merged[-1] = (merged[-1][0], hi, t)
+            else:
+                merged.append((lo, hi, t))
+        rows.append(merged)
+    return _canonical(rows, small._acc)
 
 
 def _subset(start_key, step_rows, close, accepting, keyword: str) -> Lang:
