@@ -338,19 +338,19 @@ class Lang:
 
     def complement(self, keyword: str = "not") -> "Lang":
         """Every string over the alphabet that is not in this language."""
+        # Over the DFA's own alphabet partition: completed with a sink, acceptance flipped.
+        intervals, interval_atom, rows, n_atoms = _atomize(self)
+        atom_ranges: list[list] = [[] for _ in range(n_atoms)]
+        for (lo, hi), at in zip(intervals, interval_atom):
+            atom_ranges[at].append((lo, hi))
         n = len(self._trans)
         sink = n
         trans = []
-        for s in range(n):
-            row = list(self._trans[s])
-            covered = _norm((lo, hi) for lo, hi, _ in row)
-            for lo, hi in _cs_neg(covered):
-                row.append((lo, hi, sink))
-            row.sort()
-            trans.append(row)
-        trans.append([(lo, hi, sink) for lo, hi in UNIVERSE])
-        acc = [not a for a in self._acc] + [True]
-        return _finish(trans, acc, keyword)
+        for st in range(n):
+            trans.append([(at, at, rows[st].get(at, sink)) for at in range(n_atoms)])
+        trans.append([(at, at, sink) for at in range(n_atoms)])
+        acc = [not x for x in self._acc] + [True]
+        return _expand_atoms(_finish(trans, acc, keyword), atom_ranges)
 
     def concat(self, other: "Lang", keyword: str = "pattern") -> "Lang":
         """The strings ``xy`` with ``x`` in self and ``y`` in other (via subset construction)."""
