@@ -208,8 +208,8 @@ def json_text(s, rnd):
     return text
 
 
-def rules_for(lang):
-    expr, rules = string_gbnf(lang, "str")
+def rules_for(lang, admit_surrogates=False):
+    expr, rules = string_gbnf(lang, "str", admit_surrogates=admit_surrogates)
     assert all(k.startswith("str-") and re.fullmatch(r"[a-zA-Z0-9-]+", k) for k in rules)
     text = "root ::= " + expr + "\n" + "".join(f"{k} ::= {v}\n" for k, v in rules.items())
     return Rules.parse(text)
@@ -305,6 +305,15 @@ def test_gbnf_masks_with_a_real_vocabulary():
 
 def oracle(fmt, s):
     return FC_2020.conforms(s, fmt)
+
+
+def require_checker(fmt):
+    """Skip unless jsonschema checks fmt the way bankml models it (the [format] extras installed;
+    uri/iri through rfc3987, as jsonschema prefers when it is importable)."""
+    if fmt not in FC_2020.checkers:
+        pytest.skip(f"jsonschema has no {fmt!r} checker here (install jsonschema[format])")
+    if fmt in ("uri", "uri-reference", "iri", "iri-reference"):
+        pytest.importorskip("rfc3987")
 
 
 FORMAT_ALPHABETS = {
@@ -406,6 +415,7 @@ FORMATS = ["date", "date-time", "time", "duration", "email", "idn-email", "ipv4"
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_format_examples(fmt):
+    require_checker(fmt)
     lang = Lang.format(fmt)
     assert is_known_format(fmt)
     for s in FORMAT_EXAMPLES[fmt]:
@@ -418,6 +428,7 @@ def test_format_examples(fmt):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_format_generated_and_mutated(fmt):
+    require_checker(fmt)
     lang = Lang.format(fmt)
     strategy = format_strategy(fmt)
 
@@ -434,6 +445,8 @@ def test_format_generated_and_mutated(fmt):
 
 def test_format_accepts_as_many_as_it_should():
     """Guard against a vacuous pass: generated valid instances are mostly accepted."""
+    for fmt in ("date", "date-time", "ipv6", "uuid", "uri", "duration", "time"):
+        require_checker(fmt)
     for fmt, good in [("date", "2024-02-29"), ("date-time", "2024-02-29T01:02:03.5Z"), ("ipv6", "::ffff:1.2.3.4"),
                       ("uuid", str(uuidlib.UUID(int=12345))), ("uri", "https://x.org/a?b#c"),
                       ("duration", "P3Y6M4DT12H30M5S"), ("time", "01:02:03+05:00")]:
@@ -448,8 +461,18 @@ def test_draft3_time_of_the_class_level_checker():
         assert lang.matches(s) == FC_CLASS.conforms(s, "time"), s
 
 
+def test_color_of_the_class_level_checker():
+    pytest.importorskip("webcolors")
+    lang = Lang.format("color", bare_checker=True)
+    rnd = random.Random(8)
+    base = ["red", "RED", "#fff", "#FFF", "#ffff", "#fff\n", "red\n", "\u212ahaki", "grey", "Gray", "#12345g", "",
+            "\u0130ndigo", "indigo", "lightgoldenrodyellow", "#A0b1C2"]
+    for s in base + [m for b in base for m in mutations(b, rnd, alphabet="abcdefgrKk#0F\n\u212a", n=20)]:
+        assert lang.matches(s) == FC_CLASS.conforms(s, "color"), s
+
+
 def test_format_refusals():
-    for fmt in ["hostname", "idn-hostname", "relative-json-pointer", "regex", "uri-template"]:
+    for fmt in ["hostname", "idn-hostname", "relative-json-pointer", "regex", "uri-template", "color"]:
         with pytest.raises(LangError) as e:
             Lang.format(fmt)
         assert e.value.keyword == "format" and is_known_format(fmt)
@@ -458,8 +481,9 @@ def test_format_refusals():
     assert not is_known_format("no-such-format")
 
 
-@pytest.mark.parametrize("fmt", ["date", "ipv4", "time"])
+@pytest.mark.parametrize("fmt", ["date", "ipv4", "time", "date-time", "uuid", "duration"])
 def test_format_gbnf_end_to_end(fmt):
+    require_checker(fmt)
     lang = Lang.format(fmt)
     rules = rules_for(lang)
     rnd = random.Random(fmt)
@@ -505,6 +529,7 @@ def test_hostile_inputs_end_in_lang_error(expr):
 def test_duration_datetime_branch_is_never_accepted():
     """A number-only run before 'T' sends isoduration to arrow's datetime parser; the language
     assumes that never yields a string ending in a designator letter: check many such strings."""
+    require_checker("duration")
     lang = Lang.format("duration")
     rnd = random.Random(11)
     for _ in range(3000):
@@ -523,3 +548,45 @@ def test_string_lang_intersects_the_keywords():
     with pytest.raises(LangError) as e:
         string_lang(pattern="(a)\\1")
     assert e.value.keyword == "pattern"
+
+
+def test_format_drafts_table_is_jsonschemas():
+    from bankml._strict_lang import FORMAT_DRAFTS, draft_checks_format
+    validators = {"draft4": jsonschema.Draft4Validator, "draft6": jsonschema.Draft6Validator,
+                  "draft7": jsonschema.Draft7Validator, "draft2019-09": jsonschema.Draft201909Validator,
+                  "draft2020-12": jsonschema.Draft202012Validator}
+    names = set(FORMAT_DRAFTS) | {n for v in validators.values() for n in v.FORMAT_CHECKER.checkers}
+    for draft, v in validators.items():
+        for name in names:
+            assert draft_checks_format(draft, name) == (name in v.FORMAT_CHECKER.checkers), (draft, name)
+
+
+@pytest.mark.parametrize("pattern", [r"^[^a]*$", r"^[\u0100-\U00010000]{1,3}$", r"\S", ""])
+def test_gbnf_admitting_surrogates_differs_only_on_invalid_utf8(pattern):
+    lang = Lang.regex(pattern)
+    exact, fast = rules_for(lang), rules_for(lang, admit_surrogates=True)
+    rnd = random.Random(pattern)
+    for s in ["", "b", "é", "\u0100\uffff", "😀", "\U00010000", "a", '"x"']:
+        for text in (json.dumps(s, ensure_ascii=False), json_text(s, rnd)):
+            assert grammar_accepts(exact, text) == grammar_accepts(fast, text) == lang.matches(s)
+    # CESU-8 bytes of U+D800: not UTF-8; only the fast grammar takes them (where the class is wide)
+    g = Grammar(exact)
+    with pytest.raises(GrammarError):
+        g.accept_bytes(b'"\xed\xa0\x80')
+
+
+def test_dates_exhaustively_over_years_and_days():
+    """Every year's Feb 29 (and a sweep of month/day pairs) against the checkers: leap-year rules
+    are where a hand-written calendar pattern goes wrong."""
+    require_checker("date-time")
+    date, date_time = Lang.format("date"), Lang.format("date-time")
+    for y in range(10000):
+        s = "%04d-02-29" % y
+        assert date.matches(s) == oracle("date", s), s
+        t = s + "T00:00:00Z"
+        assert date_time.matches(t) == oracle("date-time", t), t
+    for y in (1, 1900, 2000, 2023, 2024, 9999):
+        for m in range(0, 14):
+            for d in range(0, 33):
+                s = "%04d-%02d-%02d" % (y, m, d)
+                assert date.matches(s) == oracle("date", s), s
