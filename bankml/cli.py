@@ -77,9 +77,13 @@ def cmd_convert(args):
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        grammar, warnings = json_schema_to_grammar(text)
+        if args.strict:
+            grammar, warnings = json_schema_to_grammar(text, mode="strict", lenient=tuple(args.lenient or ()))
+        else:
+            grammar, warnings = json_schema_to_grammar(text)
     except SchemaError as err:
-        print(f"{args.schema}: error at {err.pointer}: {err}", file=sys.stderr)
+        keyword = f" (keyword {err.keyword})" if getattr(err, "keyword", None) else ""
+        print(f"{args.schema}: error at {err.pointer}{keyword}: {err}", file=sys.stderr)
         return 1
     if warnings:
         # llama.cpp's wording: one line for all of them
@@ -353,6 +357,10 @@ def build_parser():
     check.set_defaults(run=cmd_check)
     convert = sub.add_parser("convert", help="print llama.cpp's GBNF grammar for a JSON schema (file, or - for stdin)")
     convert.add_argument("schema")
+    convert.add_argument("--strict", action="store_true",
+                         help="strict mode: exactly what jsonschema accepts, or refuse naming the keyword")
+    convert.add_argument("--lenient", action="append", metavar="KEYWORD",
+                         help="with --strict: treat KEYWORD as an annotation instead of refusing it (repeatable)")
     convert.set_defaults(run=cmd_convert)
     mask = sub.add_parser("mask", help="the tokens a grammar allows next, over a GGUF vocabulary")
     mask.add_argument("grammar")

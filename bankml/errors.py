@@ -29,10 +29,13 @@ class SchemaError(ValueError):
 
     The message is llama.cpp's (``"JSON schema conversion failed:\\n..."``); ``pointer`` is the JSON pointer
     of the offending node as llama.cpp writes it in that message (``"#"``, ``"#/properties/a"``, ...).
+    ``keyword`` is the schema keyword that strict mode (bankml.strict) refused or the limit it ran past
+    (``"pattern"``, ``"uniqueItems"``, ``"SchemaLimits.max_seconds"``); None for llama.cpp's refusals.
     """
 
-    def __init__(self, message, pointer="#"):
+    def __init__(self, message, pointer="#", keyword=None):
         self.pointer = pointer
+        self.keyword = keyword
         super().__init__(message)
 
 

@@ -15,6 +15,8 @@ What each engine is given, as its users give it:
   (its context: the vocabulary tables and a new context; by default nothing is built ahead: each segment
   entry is built on first use); ``--engines bankml-bg`` adds bankml with 30 ms of segment cache built in
   a background thread the constructor starts and does not wait for (``precompute=0.03``);
+  ``--engines bankml-strict`` adds bankml with ``json_schema_to_grammar(schema, mode="strict")`` (every schema
+  compiled exactly or refused, bankml.strict) in place of the llama.cpp port;
 * llguidance: ``LLMatcher.grammar_from_json_schema`` + ``LLMatcher`` (defaults: flexible whitespace);
 * XGrammar: ``GrammarCompiler.compile_json_schema`` (defaults) + ``GrammarMatcher``;
 * libllama (the oracle, on the first ``--libllama`` schemas): the pinned llama.cpp's GBNF of the schema
@@ -56,6 +58,7 @@ ROOT = HERE.parent
 PROJECT_DIR = HERE / "data" / "maskbench"
 SLOW_MASK_US = 1000.0
 BANKML_BUILD_AHEAD = "bankml-bg"   # --engines name of bankml building its segment cache ahead (precompute=0.03)
+BANKML_STRICT = "bankml-strict"    # --engines name of bankml with its strict converter (bankml.strict)
 
 
 # --- the workload -------------------------------------------------------------------------------
@@ -110,7 +113,10 @@ def _compile(eng, schema):
     if eng.name in ("bankml", "libllama"):
         from bankml import Grammar, Rules, json_schema_to_grammar
 
-        text, _ = json_schema_to_grammar(schema)  # a dict: no text cache on this path
+        if getattr(eng, "strict", False):
+            text, _ = json_schema_to_grammar(schema, mode="strict")
+        else:
+            text, _ = json_schema_to_grammar(schema)  # a dict: no text cache on this path
         t1 = clock()
         phases["convert"] = (t1 - t0) / 1e3
         if eng.name == "bankml":
@@ -240,6 +246,10 @@ def worker(engine_name, vocab_name, conn):
         # precompute=0.03); the default builds nothing ahead)
         eng = walks.engine("bankml", vocab_name)
         eng.grammar_kwargs = {"precompute": 0.03}
+        engine_name = "bankml"
+    elif engine_name == BANKML_STRICT:
+        eng = walks.engine("bankml", vocab_name)
+        eng.strict = True
         engine_name = "bankml"
     else:
         eng = walks.engine(engine_name, vocab_name)
@@ -469,7 +479,7 @@ def main(argv=None):
     else:
         cases = project_files()
     engines = [e for e in args.engines.split(",") if e]
-    missing = [e for e in engines if e not in walks.available_engines() + [BANKML_BUILD_AHEAD]]
+    missing = [e for e in engines if e not in walks.available_engines() + [BANKML_BUILD_AHEAD, BANKML_STRICT]]
     if missing:
         print(f"not installed, left out: {', '.join(missing)}", file=sys.stderr)
         engines = [e for e in engines if e not in missing]
