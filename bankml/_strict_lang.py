@@ -200,6 +200,18 @@ def _cs_diff(a, b) -> tuple:
     return _cs_inter(a, _cs_neg(b))
 
 
+def _clip(lo: int, hi: int, cs) -> list:
+    """The parts of cs (sorted disjoint ranges) inside [lo, hi], found by bisection."""
+    out = []
+    i = bisect.bisect_right(cs, (lo, MAXCP + 1)) - 1
+    if i < 0 or cs[i][1] < lo:
+        i += 1
+    while i < len(cs) and cs[i][0] <= hi:
+        out.append((max(cs[i][0], lo), min(cs[i][1], hi)))
+        i += 1
+    return out
+
+
 def _cs_has(cs, c: int) -> bool:
     i = bisect.bisect_right(cs, (c, MAXCP + 1)) - 1
     return i >= 0 and cs[i][0] <= c <= cs[i][1]
@@ -525,6 +537,8 @@ def _canonical(trans, acc) -> Lang:
 
 
 def _merge_ranges(ranges) -> tuple:
+    if len(ranges) == 1:
+        return tuple(ranges)
     out = []
     for lo, hi in sorted(ranges):
         if out and out[-1][1] + 1 == lo:
@@ -795,7 +809,7 @@ def _preimage_map(d: Lang, fmap: dict, keyword: str) -> Lang:
     """{s : f(s) in d} for a per-character map f: chars absent from ``fmap`` map to themselves,
     ``fmap[c]`` is the string (maybe longer than one char) that code point c maps to."""
     exc = sorted(fmap)
-    exc_ranges = _norm((c, c) for c in exc)
+    keep = _cs_neg(_norm((c, c) for c in exc))  # the characters that map to themselves
     trans = []
     sink = len(d._trans)
 
@@ -813,7 +827,7 @@ def _preimage_map(d: Lang, fmap: dict, keyword: str) -> Lang:
         row = []
         # identity part: d's edges minus the exception characters
         for lo, hi, t in d._trans[q]:
-            for a, b in _cs_diff(((lo, hi),), exc_ranges):
+            for a, b in _clip(lo, hi, keep):
                 row.append((a, b, t))
         for c in exc:
             t = run(q, fmap[c])
@@ -1331,7 +1345,7 @@ def _preimage_replace(d: Lang, needle: str) -> Lang:
     """{s : s.replace(needle, "") in d} — str.replace's leftmost, non-overlapping deletion,
     run as a transducer whose state is the pending prefix of ``needle``."""
     specials = sorted(set(needle))
-    sp_ranges = _norm((ord(c), ord(c)) for c in specials)
+    others = _cs_neg(_norm((ord(c), ord(c)) for c in specials))
 
     def run(q, text):
         for ch in text:
@@ -1378,7 +1392,7 @@ def _preimage_replace(d: Lang, needle: str) -> Lang:
         q1 = run(q, buf)  # any other character flushes the pending prefix and passes
         if q1 >= 0:
             for lo, hi, t in d._trans[q1]:
-                for a, b in _cs_diff(((lo, hi),), sp_ranges):
+                for a, b in _clip(lo, hi, others):
                     row.append((a, b, target(("", t))))
         row.sort()
         trans.append(row)
