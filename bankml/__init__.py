@@ -15,7 +15,7 @@ from bankml.engine._hash import mask_hash
 from bankml.engine.vocab import Vocab
 from bankml.errors import GrammarError, RequestError, SchemaError
 from bankml.sampling._sampler import Rng, Sampler, SamplerParams
-from bankml.schema.converter import json_schema_to_grammar, json_schema_to_rules
+from bankml.schema.grammar import json_schema_to_grammar, json_schema_to_rules
 
 __all__ = [
     "Grammar",

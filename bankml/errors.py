@@ -29,7 +29,7 @@ class SchemaError(ValueError):
 
     The message is llama.cpp's (``"JSON schema conversion failed:\\n..."``); ``pointer`` is the JSON pointer
     of the offending node as llama.cpp writes it in that message (``"#"``, ``"#/properties/a"``, ...).
-    ``keyword`` is the schema keyword that strict mode (bankml.strict) refused or the limit it ran past
+    ``keyword`` is the schema keyword that strict mode (bankml.schema.strict) refused or the limit it ran past
     (``"pattern"``, ``"uniqueItems"``, ``"SchemaLimits.max_seconds"``); None for llama.cpp's refusals.
     """
 

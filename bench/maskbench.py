@@ -16,7 +16,7 @@ What each engine is given, as its users give it:
   entry is built on first use); ``--engines bankml-bg`` adds bankml with 30 ms of segment cache built in
   a background thread the constructor starts and does not wait for (``precompute=0.03``);
   ``--engines bankml-strict`` adds bankml with ``json_schema_to_grammar(schema, mode="strict")`` (every schema
-  compiled exactly or refused, bankml.strict) in place of the llama.cpp port;
+  compiled exactly or refused, bankml.schema.strict) in place of the llama.cpp port;
 * llguidance: ``LLMatcher.grammar_from_json_schema`` + ``LLMatcher`` (defaults: flexible whitespace);
 * XGrammar: ``GrammarCompiler.compile_json_schema`` (defaults) + ``GrammarMatcher``;
 * libllama (the oracle, on the first ``--libllama`` schemas): the pinned llama.cpp's GBNF of the schema
@@ -58,7 +58,7 @@ ROOT = HERE.parent
 PROJECT_DIR = HERE / "data" / "maskbench"
 SLOW_MASK_US = 1000.0
 BANKML_BUILD_AHEAD = "bankml-bg"   # --engines name of bankml building its segment cache ahead (precompute=0.03)
-BANKML_STRICT = "bankml-strict"    # --engines name of bankml with its strict converter (bankml.strict)
+BANKML_STRICT = "bankml-strict"    # --engines name of bankml with its strict converter (bankml.schema.strict)
 
 
 # --- the workload -------------------------------------------------------------------------------

@@ -1639,14 +1639,9 @@ class _Converter:
 _RECURSION_HEADROOM = 20000
 
 
-def json_schema_to_grammar(schema, limits=None, *, mode="llama.cpp", lenient=()):
+def json_schema_to_grammar(schema, limits=None):
     """Convert a JSON schema (a dict, or JSON text) to GBNF, as llama.cpp's
     ``json_schema_to_grammar(schema, force_gbnf=true)`` does.
-
-    ``mode="strict"`` compiles it with bankml.strict instead: exactly what jsonschema accepts, or a SchemaError
-    naming the keyword and its pointer (``lenient``: keywords strict mode may treat as annotations; see
-    ``bankml.strict.strict_schema_to_grammar``). Its warnings list is always empty. The default mode,
-    ``"llama.cpp"``, is unchanged.
 
     Returns ``(grammar, warnings)``: the grammar text, byte for byte llama.cpp's, and the parts llama.cpp
     converted only loosely (unsupported patterns, which accept any string), in its wording. Raises
@@ -1654,8 +1649,6 @@ def json_schema_to_grammar(schema, limits=None, *, mode="llama.cpp", lenient=())
     offending node, and for a schema whose conversion would pass ``limits`` (a ``SchemaLimits``, default
     ``DEFAULT_LIMITS``; llama.cpp has no bound there), naming the limit.
     """
-    if mode != "llama.cpp":
-        return _strict_grammar(schema, limits, mode, lenient), []
     _raise_recursion_limit()
     try:
         if (limits is None and isinstance(schema, (str, bytes)) and len(schema) <= _CACHED_TEXT_MAX):
@@ -1667,18 +1660,6 @@ def json_schema_to_grammar(schema, limits=None, *, mode="llama.cpp", lenient=())
 
 
 _CACHED_TEXT_MAX = 65536  # schema texts up to this size are cached (256 of them)
-
-
-def _strict_grammar(schema, limits, mode, lenient):
-    if mode != "strict":
-        raise ValueError("mode must be 'llama.cpp' or 'strict', not %r" % (mode,))
-    from .strict import strict_schema_to_grammar
-
-    _raise_recursion_limit()
-    try:
-        return strict_schema_to_grammar(schema, lenient=lenient, limits=limits)
-    finally:
-        _restore_recursion_limit()
 
 
 @functools.lru_cache(maxsize=256)
@@ -1743,16 +1724,15 @@ def _convert_here(doc, limits):
     return _t(conv.format_grammar()), [_t(w) for w in conv.warnings]
 
 
-def json_schema_to_rules(schema, vocab=None, limits=None, *, mode="llama.cpp", lenient=()):
-    """Convert a JSON schema and parse the grammar, as llama.cpp does before it samples with it
-    (``mode``/``lenient``: as json_schema_to_grammar's).
+def json_schema_to_rules(schema, vocab=None, limits=None):
+    """Convert a JSON schema and parse the grammar, as llama.cpp does before it samples with it.
 
     Returns ``(rules, grammar, warnings)``. A schema that converts to a grammar llama.cpp's GBNF parser then
     refuses (``minItems``/``minLength`` past its 2000-repetition cap, for instance) raises SchemaError here,
     with the parser's reason; ``__cause__`` is the GrammarError.
     """
 
-    grammar, warnings = json_schema_to_grammar(schema, limits, mode=mode, lenient=lenient)
+    grammar, warnings = json_schema_to_grammar(schema, limits)
     try:
         rules = Rules.parse(grammar, vocab=vocab)
     except GrammarError as e:

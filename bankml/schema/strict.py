@@ -14,7 +14,7 @@ Policies (what "exactly" means for texts, since a grammar sees text and jsonsche
   the short escapes ``\\" \\\\ \\/ \\b \\f \\n \\r \\t``, ``\\uXXXX`` (hex of either case) and surrogate
   pairs for code points past U+FFFF; lone surrogates (``json.loads`` would give an unpaired surrogate) are not
   accepted. Every spelling decodes to one code point, so lengths, key exclusions, enums and patterns are
-  exact on the decoded string (bankml._strict_lang's ``string_gbnf`` has the same policy).
+  exact on the decoded string (bankml.schema.strict_lang's ``string_gbnf`` has the same policy).
 * **Object keys**: each key at most once. An object schema of up to 8 listed keys (``properties``, and names
   that are only ``required`` or in dependencies) takes its members in any order, other keys
   (``additionalProperties``/``patternProperties``) anywhere among them: one rule per set of keys written,
@@ -27,7 +27,8 @@ Policies (what "exactly" means for texts, since a grammar sees text and jsonsche
   are rejected there.
 * **Numbers**: ``type: integer`` takes integer texts (``-?(0|[1-9][0-9]*)``) and, from draft 6 on (where
   jsonschema counts 1.0 as an integer), the same with an all-zero fraction (``5.0``, as ``json.dumps`` writes
-  an integral float); no exponent (``json.dumps(1e16)`` is ``1e+16``: rejected, though draft 6+ accepts it). ``type: number`` takes every JSON number text;
+  an integral float); no exponent (``json.dumps(1e16)`` is ``1e+16``: rejected, though draft 6+ accepts it).
+  ``type: number`` takes every JSON number text;
   when bounds or ``multipleOf`` apply, exponent forms need a normalised mantissa (``1.5e+20``, ``1e-05``, as
   ``json.dumps`` writes floats): ``0.5e1`` is rejected. Bounds compare the text's exact decimal value with the
   bound's (a float bound as its shortest repr), digit by digit: exact for every text ``json.dumps`` writes.
@@ -41,6 +42,7 @@ Policies (what "exactly" means for texts, since a grammar sees text and jsonsche
 ``lenient`` names keywords strict mode may treat as annotations instead of refusing them (``{"format",
 "pattern", "uniqueItems", "multipleOf", "contains"}``): that is an explicit opt-out of exactness for them.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,14 +52,11 @@ import time
 import urllib.parse
 import uuid
 from decimal import Decimal, localcontext
-from fractions import Fraction
 
-from .errors import SchemaError
-
-try:  # the regular-language algebra over code points for strings (pattern, format); optional until it lands
-    from . import _strict_lang as _sl
-except ImportError:  # pragma: no cover - depends on the build
-    _sl = None
+from bankml.errors import SchemaError
+from bankml.schema import jsondepth
+from bankml.schema import strict_lang as _sl
+from bankml.schema.converter import DEFAULT_LIMITS
 
 __all__ = ["strict_schema_to_grammar", "LENIENT_KEYWORDS"]
 
@@ -65,51 +64,124 @@ LENIENT_KEYWORDS = frozenset({"format", "pattern", "uniqueItems", "multipleOf", 
 
 SPACE_RULE = '| " " | "\\n"{1,2} [ \\t]{0,20}'
 # one code point of a JSON string, in any of its spellings (see the module docstring)
-CHAR_RULE = ('[^"\\\\\\x00-\\x1F] | "\\\\" ( ["\\\\/bfnrt] | "u" ( [0-9a-cA-CefEF] hex hex hex | [dD] [0-7] hex hex'
-             ' | [dD] [89abAB] hex hex "\\\\u" [dD] [c-fC-F] hex hex ) )')
+CHAR_RULE = (
+    '[^"\\\\\\x00-\\x1F] | "\\\\" ( ["\\\\/bfnrt] | "u" ( [0-9a-cA-CefEF] hex hex hex | [dD] [0-7] hex hex'
+    ' | [dD] [89abAB] hex hex "\\\\u" [dD] [c-fC-F] hex hex ) )'
+)
 NUMBER_RULE = '"-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?'
 INTEGER_RULE = '"-"? ( "0" | [1-9] [0-9]* )'
 
 _ALL_TYPES = frozenset({"null", "boolean", "int", "frac", "string", "array", "object"})
-_TYPE_NAMES = {"null": {"null"}, "boolean": {"boolean"}, "integer": {"int"}, "number": {"int", "frac"},
-               "string": {"string"}, "array": {"array"}, "object": {"object"}}
+_TYPE_NAMES = {
+    "null": {"null"},
+    "boolean": {"boolean"},
+    "integer": {"int"},
+    "number": {"int", "frac"},
+    "string": {"string"},
+    "array": {"array"},
+    "object": {"object"},
+}
 
 # formats jsonschema's Draft 2020-12 FORMAT_CHECKER checks (MaskBench validates every draft with it); any other
 # format name is an annotation to jsonschema, so strict mode ignores it too
-_CHECKED_FORMATS = frozenset({"date", "date-time", "duration", "email", "hostname", "idn-email", "idn-hostname",
-                              "ipv4", "ipv6", "iri", "iri-reference", "json-pointer", "regex",
-                              "relative-json-pointer", "time", "uri", "uri-reference", "uri-template", "uuid"})
+_CHECKED_FORMATS = frozenset(
+    {
+        "date",
+        "date-time",
+        "duration",
+        "email",
+        "hostname",
+        "idn-email",
+        "idn-hostname",
+        "ipv4",
+        "ipv6",
+        "iri",
+        "iri-reference",
+        "json-pointer",
+        "regex",
+        "relative-json-pointer",
+        "time",
+        "uri",
+        "uri-reference",
+        "uri-template",
+        "uuid",
+    }
+)
 
-_COMMON = {"type", "enum", "multipleOf", "maximum", "minimum", "maxLength", "minLength", "pattern", "format",
-           "items", "additionalItems", "maxItems", "minItems", "uniqueItems", "maxProperties", "minProperties",
-           "required", "properties", "patternProperties", "additionalProperties", "allOf", "anyOf", "oneOf",
-           "not", "$ref"}
+_COMMON = {
+    "type",
+    "enum",
+    "multipleOf",
+    "maximum",
+    "minimum",
+    "maxLength",
+    "minLength",
+    "pattern",
+    "format",
+    "items",
+    "additionalItems",
+    "maxItems",
+    "minItems",
+    "uniqueItems",
+    "maxProperties",
+    "minProperties",
+    "required",
+    "properties",
+    "patternProperties",
+    "additionalProperties",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "$ref",
+}
 # the validation keywords of each draft, as jsonschema's validators know them (then/else, minContains and
 # maxContains are read by "if" and "contains")
 _VOCAB = {
     4: _COMMON | {"dependencies"},
     6: _COMMON | {"dependencies", "const", "contains", "exclusiveMaximum", "exclusiveMinimum", "propertyNames"},
-    7: _COMMON | {"dependencies", "const", "contains", "exclusiveMaximum", "exclusiveMinimum", "propertyNames",
-                  "if"},
-    2019: _COMMON | {"const", "contains", "exclusiveMaximum", "exclusiveMinimum", "propertyNames", "if",
-                     "dependentRequired", "dependentSchemas", "$recursiveRef", "unevaluatedItems",
-                     "unevaluatedProperties"},
-    2020: (_COMMON - {"additionalItems"}) | {"const", "contains", "exclusiveMaximum", "exclusiveMinimum",
-                                             "propertyNames", "if", "dependentRequired", "dependentSchemas",
-                                             "prefixItems", "$dynamicRef", "unevaluatedItems",
-                                             "unevaluatedProperties"},
+    7: _COMMON | {"dependencies", "const", "contains", "exclusiveMaximum", "exclusiveMinimum", "propertyNames", "if"},
+    2019: _COMMON
+    | {
+        "const",
+        "contains",
+        "exclusiveMaximum",
+        "exclusiveMinimum",
+        "propertyNames",
+        "if",
+        "dependentRequired",
+        "dependentSchemas",
+        "$recursiveRef",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+    },
+    2020: (_COMMON - {"additionalItems"})
+    | {
+        "const",
+        "contains",
+        "exclusiveMaximum",
+        "exclusiveMinimum",
+        "propertyNames",
+        "if",
+        "dependentRequired",
+        "dependentSchemas",
+        "prefixItems",
+        "$dynamicRef",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+    },
 }
 _ALWAYS_REFUSED = {"$recursiveRef", "$dynamicRef", "unevaluatedItems", "unevaluatedProperties"}
-_MAX_TERMS = 1024        # alternatives one schema node may distribute into (anyOf/oneOf/if over allOf)
+_MAX_TERMS = 1024  # alternatives one schema node may distribute into (anyOf/oneOf/if over allOf)
 _MAX_ENUM_OBJECT_KEYS = 8
 _MAX_PATTERN_REGIONS = 6  # patternProperties regexes of one object (2^n key regions)
-_MAX_STATES = 20000       # states of one object/array/number automaton
+_MAX_STATES = 20000  # states of one object/array/number automaton
 # matches nothing: a class of every code point, negated (the parser reads an empty class "[]" as matching
 # the empty string)
 _NEVER = "[^\\x00-\\U0010FFFF]"
-_MAX_REPETITION = 2000    # bankml.parser.MAX_REPETITION_THRESHOLD (llama.cpp's)
-_MAX_DEPTH = 512          # nesting of the schema document (bankml.schema.MAX_JSON_DEPTH)
-_MAX_ANY_ORDER = 8        # objects of up to this many listed keys take them in any order (module docstring)
+_MAX_REPETITION = 2000  # bankml.parser.MAX_REPETITION_THRESHOLD (llama.cpp's)
+_MAX_DEPTH = 512  # nesting of the schema document (bankml.schema.MAX_JSON_DEPTH)
+_MAX_ANY_ORDER = 8  # objects of up to this many listed keys take them in any order (module docstring)
 _ANY_ORDER_BUDGET = 4096  # ... while the any-order objects of one grammar have at most this many key sets
 
 
@@ -117,8 +189,14 @@ def _draft_of(schema):
     uri = schema.get("$schema") if isinstance(schema, dict) else None
     if not isinstance(uri, str):
         return 2020
-    for tag, d in (("draft-03", 3), ("draft-04", 4), ("draft-06", 6), ("draft-07", 7), ("2019-09", 2019),
-                   ("2020-12", 2020)):
+    for tag, d in (
+        ("draft-03", 3),
+        ("draft-04", 4),
+        ("draft-06", 6),
+        ("draft-07", 7),
+        ("2019-09", 2019),
+        ("2020-12", 2020),
+    ):
         if tag in uri:
             return d
     return 2020
@@ -135,6 +213,7 @@ class _Refuse(Exception):
 
 
 # --- jsonschema's equality and type tests --------------------------------------------------------
+
 
 def _is_num(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -158,7 +237,7 @@ def _equal(a, b):
 def _spellings(x):
     """The parsed values jsonschema-equal to the enum value x that an instance may hold: an integral number as
     an int and as a float (their types differ: draft 4 counts 1.0 as no integer)."""
-    if _is_num(x) and math.isfinite(x) and float(x).is_integer() and abs(x) < 2 ** 63:
+    if _is_num(x) and math.isfinite(x) and float(x).is_integer() and abs(x) < 2**63:
         return [int(x), float(x)]
     return [x]
 
@@ -185,6 +264,7 @@ def _json_type(v, draft):
 class _Dec(Decimal):
     """A float bound's shortest repr, carrying the float's exact binary value (``exact``): Python compares an
     int instance with the exact value, a float instance (its text the shortest repr) as the repr."""
+
     exact = None
 
 
@@ -206,6 +286,7 @@ def _dec(v):
 
 
 # --- GBNF text helpers ----------------------------------------------------------------------------
+
 
 def _lit(s):
     """A GBNF literal of the text s."""
@@ -262,8 +343,7 @@ def _char_class_text(cps, negate):
     return "[" + ("^" if negate else "") + "".join(parts) + "]"
 
 
-_SHORT_ESC = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
-              "\t": "\\t"}
+_SHORT_ESC = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def _hex_spell(v):
@@ -290,6 +370,7 @@ def _spell_char(ch):
 class _StrC:
     """The constraints on one JSON string, as an intersection: length range, regexes (and negated ones),
     formats (and negated), a finite set it must belong to (or None) and a finite set it must avoid."""
+
     __slots__ = ("min", "max", "patterns", "notpatterns", "formats", "notformats", "include", "exclude")
 
     def __init__(self):
@@ -311,6 +392,7 @@ class _StrC:
 
 
 # --- numbers: a digit-wise automaton over the number's text ---------------------------------------
+
 
 def _sgn(x):
     return (x > 0) - (x < 0)
@@ -528,8 +610,7 @@ def _number_dfa(integer_only, bounds, modulus, zero_fraction_only, no_exponent=F
             return False
         return all(b.result(s, phase, xneg) for b, s in zip(bounds, bs))
 
-    start = ("S", False, 0, None if modulus is None else 0, tuple(b.start() for b in bounds),
-             (False, False, False))
+    start = ("S", False, 0, None if modulus is None else 0, tuple(b.start() for b in bounds), (False, False, False))
     states = {start: 0}
     order = [start]
     trans = []
@@ -555,6 +636,7 @@ def _number_dfa(integer_only, bounds, modulus, zero_fraction_only, no_exponent=F
 
 # --- the compiler ---------------------------------------------------------------------------------
 
+
 class _Compiler:
     def __init__(self, schema, lenient, limits):
         self.root = schema
@@ -567,13 +649,13 @@ class _Compiler:
             self.deadline = time.monotonic() + limits.max_seconds
         self.max_bytes = limits.max_grammar_bytes if limits is not None else 8 * 1024 * 1024
         self.max_nodes = limits.max_nodes if limits is not None else 1_000_000
-        self.ptr = {}       # id(dict) -> JSON pointer
-        self.base = {}      # id(dict) -> base URI
-        self.ids = {}       # resource URI -> node
-        self.anchors = {}   # (resource URI, anchor) -> node
-        self.keep = []      # synthetic dicts (their ids must stay unique)
-        self.syn = set()    # ids of synthetic dicts
-        self.rules = {}     # name -> body
+        self.ptr = {}  # id(dict) -> JSON pointer
+        self.base = {}  # id(dict) -> base URI
+        self.ids = {}  # resource URI -> node
+        self.anchors = {}  # (resource URI, anchor) -> node
+        self.keep = []  # synthetic dicts (their ids must stay unique)
+        self.syn = set()  # ids of synthetic dicts
+        self.rules = {}  # name -> body
         self.body_names = {}
         self.counter = 0
         self.conj_rules = {}
@@ -591,8 +673,9 @@ class _Compiler:
     def tick(self, pointer):
         self.nodes += 1
         if self.nodes > self.max_nodes:
-            raise _Refuse("SchemaLimits.max_nodes", pointer,
-                          "the schema expands to more than %d nodes" % self.max_nodes)
+            raise _Refuse(
+                "SchemaLimits.max_nodes", pointer, "the schema expands to more than %d nodes" % self.max_nodes
+            )
         if self.deadline is not None and self.nodes & 63 == 0 and time.monotonic() > self.deadline:
             raise _Refuse("SchemaLimits.max_seconds", pointer, "the conversion takes longer than its time budget")
 
@@ -625,8 +708,7 @@ class _Compiler:
         self.rules[name] = body
         self.bytes += len(name) + len(body) + 5
         if self.bytes > self.max_bytes:
-            raise _Refuse("SchemaLimits.max_grammar_bytes", "#",
-                          "the grammar grows past %d bytes" % self.max_bytes)
+            raise _Refuse("SchemaLimits.max_grammar_bytes", "#", "the grammar grows past %d bytes" % self.max_bytes)
 
     # --- the document: pointers, bases, $id and $anchor, $ref ---
     def _index(self, node, pointer, base, depth=0):
@@ -635,8 +717,11 @@ class _Compiler:
             node, pointer, base, depth = stack.pop()
             if depth > _MAX_DEPTH:
                 # every node's pointer is kept: past this, pointers alone would cost depth^2 bytes
-                raise _Refuse("SchemaLimits.max_depth", pointer[:200] + "...",
-                              "the schema nests deeper than %d levels" % _MAX_DEPTH)
+                raise _Refuse(
+                    "SchemaLimits.max_depth",
+                    pointer[:200] + "...",
+                    "the schema nests deeper than %d levels" % _MAX_DEPTH,
+                )
             if isinstance(node, list):
                 for i, x in enumerate(node):
                     stack.append((x, "%s/%d" % (pointer, i), base, depth + 1))
@@ -761,8 +846,14 @@ class _Compiler:
             els = s.get("else", True)
             self.check_schema(then, ptr + "/then")
             self.check_schema(els, ptr + "/else")
-            parts.append(self.union([self.product([self.expand(s["if"]), self.expand(then)], ptr),
-                                     self.product([self.negate(s["if"]), self.expand(els)], ptr)]))
+            parts.append(
+                self.union(
+                    [
+                        self.product([self.expand(s["if"]), self.expand(then)], ptr),
+                        self.product([self.negate(s["if"]), self.expand(els)], ptr),
+                    ]
+                )
+            )
         return self.product(parts, ptr)
 
     def sublist(self, s, k):
@@ -800,8 +891,7 @@ class _Compiler:
                         nt.append(t)
             terms = nt
             if len(terms) > _MAX_TERMS:
-                self.refuse("anyOf", ptr, "allOf/anyOf/oneOf/if distribute into more than %d alternatives"
-                            % _MAX_TERMS)
+                self.refuse("anyOf", ptr, "allOf/anyOf/oneOf/if distribute into more than %d alternatives" % _MAX_TERMS)
         # drop terms whose keywords contradict (no instance), so they do not multiply further up
         return [t for t in terms if self.merge(t) is not None]
 
@@ -824,8 +914,12 @@ class _Compiler:
             try:
                 negs = [self.negate(live[j][0]) for j in overlap[i]]
             except _Refuse as e:
-                raise _Refuse("oneOf", ptr, "oneOf branches that are not provably disjoint, one of which strict "
-                              "mode cannot negate (%s: %s)" % (e.keyword, e.reason)) from None
+                raise _Refuse(
+                    "oneOf",
+                    ptr,
+                    "oneOf branches that are not provably disjoint, one of which strict "
+                    "mode cannot negate (%s: %s)" % (e.keyword, e.reason),
+                ) from None
             out.append(self.product([terms] + negs, ptr))
         return self.union(out)
 
@@ -908,12 +1002,19 @@ class _Compiler:
                 # the instances that fail a keyword are of the keyword's type (it passes every other type):
                 # not (x >= b) is a number x < b; not (x > b) a number x <= b
                 for lo, b, excl in self.bounds_of(s, kk, val, kp):
-                    alts.append(syn({"$strict-types": frozenset({"int", "frac"}),
-                                     "$strict-bound": [(not lo, b, not excl)]}, k))
+                    alts.append(
+                        syn({"$strict-types": frozenset({"int", "frac"}), "$strict-bound": [(not lo, b, not excl)]}, k)
+                    )
             elif kk in ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"):
                 n = self.count(s, kk, kp)
-                t = {"minLength": "string", "maxLength": "string", "minItems": "array", "maxItems": "array",
-                     "minProperties": "object", "maxProperties": "object"}[kk]
+                t = {
+                    "minLength": "string",
+                    "maxLength": "string",
+                    "minItems": "array",
+                    "maxItems": "array",
+                    "minProperties": "object",
+                    "maxProperties": "object",
+                }[kk]
                 if kk.startswith("min"):
                     if n > 0:
                         alts.append(syn({"$strict-types": frozenset({t}), "max" + kk[3:]: n - 1}, k))
@@ -938,16 +1039,19 @@ class _Compiler:
                 if not isinstance(val, dict):
                     self.refuse("properties", kp, "properties must be an object")
                 if ("additionalProperties" in s and "additionalProperties" in v) or (
-                        "patternProperties" in s and "patternProperties" in v):
-                    self.refuse("not", kp, "the negation of properties beside additionalProperties or "
-                                "patternProperties")
+                    "patternProperties" in s and "patternProperties" in v
+                ):
+                    self.refuse(
+                        "not", kp, "the negation of properties beside additionalProperties or patternProperties"
+                    )
                 for name, sub in val.items():
                     self.check_schema(sub, kp + "/" + _esc_ptr(name))
                     if sub is True:
                         continue
                     neg = self.synth({"$strict-not": sub}, kp + "/" + _esc_ptr(name))
-                    alts.append(syn({"$strict-types": frozenset({"object"}), "required": [name],
-                                     "properties": {name: neg}}, k))
+                    alts.append(
+                        syn({"$strict-types": frozenset({"object"}), "required": [name], "properties": {name: neg}}, k)
+                    )
             elif kk in ("dependentRequired", "dependencies"):
                 if not isinstance(val, dict):
                     self.refuse(kk, kp, "%s must be an object" % kk)
@@ -955,16 +1059,16 @@ class _Compiler:
                     if not isinstance(bs, list):
                         self.refuse(kk, kp, "the negation of a schema dependency")
                     for b in bs:
-                        alts.append(syn({"$strict-types": frozenset({"object"}), "required": [a],
-                                         "properties": {b: False}}, k))
+                        alts.append(
+                            syn({"$strict-types": frozenset({"object"}), "required": [a], "properties": {b: False}}, k)
+                        )
             elif kk in ("additionalProperties", "patternProperties"):
                 if "properties" in s and "properties" in v:
                     continue  # refused above with properties
                 self.refuse("not", kp, "the negation of %s" % kk)
             elif kk in ("uniqueItems",) and val is False:
                 continue
-            elif kk == "items" and isinstance(val, (dict, bool)) and not (
-                    "prefixItems" in s and "prefixItems" in v):
+            elif kk == "items" and isinstance(val, (dict, bool)) and not ("prefixItems" in s and "prefixItems" in v):
                 # an item that fails the items schema: an array that contains one
                 if val is True:
                     continue
@@ -976,8 +1080,17 @@ class _Compiler:
                 self.check_schema(val, kp)
                 neg = self.synth({"$strict-not": val}, kp)
                 alts.append(syn({"$strict-types": frozenset({"array"}), "items": neg}, k))
-            elif kk in ("multipleOf", "items", "prefixItems", "additionalItems", "contains", "uniqueItems",
-                        "propertyNames", "dependentSchemas", "$strict-notformat"):
+            elif kk in (
+                "multipleOf",
+                "items",
+                "prefixItems",
+                "additionalItems",
+                "contains",
+                "uniqueItems",
+                "propertyNames",
+                "dependentSchemas",
+                "$strict-notformat",
+            ):
                 self.refuse("not", kp, "the negation of %s" % kk)
             else:
                 self.refuse("not", kp, "the negation of %s" % kk)
@@ -1034,9 +1147,21 @@ class _Compiler:
         return m
 
     def _merge(self, term):
-        m = {"types": set(_ALL_TYPES), "enum": None, "notvalues": [], "bounds": [], "mult": [],
-             "str": _StrC(), "minI": 0, "maxI": None, "contains": [], "unique": None,
-             "minP": 0, "maxP": None, "dicts": term}
+        m = {
+            "types": set(_ALL_TYPES),
+            "enum": None,
+            "notvalues": [],
+            "bounds": [],
+            "mult": [],
+            "str": _StrC(),
+            "minI": 0,
+            "maxI": None,
+            "contains": [],
+            "unique": None,
+            "minP": 0,
+            "maxP": None,
+            "dicts": term,
+        }
         st = m["str"]
         for d in term:
             ptr = self.p(d)
@@ -1070,8 +1195,11 @@ class _Compiler:
                     if not _is_num(val) or val <= 0:
                         self.refuse(k, kp, "multipleOf must be a positive number")
                     if isinstance(val, float) and not val.is_integer():
-                        self.refuse("multipleOf", kp, "a multipleOf that is not an integer (jsonschema divides "
-                                    "floats: not a regular language)")
+                        self.refuse(
+                            "multipleOf",
+                            kp,
+                            "a multipleOf that is not an integer (jsonschema divides floats: not a regular language)",
+                        )
                     m["mult"].append(int(val))
                 elif k == "minLength":
                     st.min = max(st.min, self.count(d, k, kp))
@@ -1126,12 +1254,29 @@ class _Compiler:
                         self.refuse(k, kp, "%s must be an object" % k)
                     for a, x in val.items():
                         if not (isinstance(x, list) and k == "dependencies") and x is not True and x != {}:
-                            self.refuse(k, kp + "/" + _esc_ptr(a), "schema dependencies are not supported "
-                                        "in strict mode")
-                elif k in ("required", "properties", "patternProperties", "additionalProperties",
-                           "propertyNames", "dependentRequired", "dependencies", "items", "prefixItems",
-                           "additionalItems", "$ref", "allOf", "anyOf", "oneOf", "not", "if",
-                           "$strict-not", "$strict-any"):
+                            self.refuse(
+                                k, kp + "/" + _esc_ptr(a), "schema dependencies are not supported in strict mode"
+                            )
+                elif k in (
+                    "required",
+                    "properties",
+                    "patternProperties",
+                    "additionalProperties",
+                    "propertyNames",
+                    "dependentRequired",
+                    "dependencies",
+                    "items",
+                    "prefixItems",
+                    "additionalItems",
+                    "$ref",
+                    "allOf",
+                    "anyOf",
+                    "oneOf",
+                    "not",
+                    "if",
+                    "$strict-not",
+                    "$strict-any",
+                ):
                     pass  # read where the object/array rules are built, or expanded into the term
                 elif k in ("$recursiveRef", "$dynamicRef", "unevaluatedItems", "unevaluatedProperties"):
                     self.refuse(k, kp, "%s is not supported in strict mode" % k)
@@ -1151,8 +1296,11 @@ class _Compiler:
         if m["enum"] is not None:
             vals = []
             for x in m["enum"]:
-                if self.enum_type_ok(x, types) and not any(_equal(x, y) for y in m["notvalues"]) \
-                        and not any(_equal(x, y) for y in vals):
+                if (
+                    self.enum_type_ok(x, types)
+                    and not any(_equal(x, y) for y in m["notvalues"])
+                    and not any(_equal(x, y) for y in vals)
+                ):
                     vals.append(x)
             if not vals:
                 return None
@@ -1197,7 +1345,8 @@ class _Compiler:
             lo1, hi1 = self.range_of(m1)
             lo2, hi2 = self.range_of(m2)
             if (hi1 is not None and lo2 is not None and self.below(hi1, lo2)) or (
-                    hi2 is not None and lo1 is not None and self.below(hi2, lo1)):
+                hi2 is not None and lo1 is not None and self.below(hi2, lo1)
+            ):
                 return True
         return False
 
@@ -1412,8 +1561,7 @@ class _Compiler:
     # --- strings ---
     def lang_mod(self, keyword, pointer):
         if _sl is None:
-            self.refuse(keyword, pointer, "%s needs bankml's string-language module (not in this build)"
-                        % keyword)
+            self.refuse(keyword, pointer, "%s needs bankml's string-language module (not in this build)" % keyword)
         return _sl
 
     def format_lang(self, f, pointer):
@@ -1425,8 +1573,13 @@ class _Compiler:
 
     def str_lang(self, st, pointer):
         """The Lang of a _StrC (through the string-language module)."""
-        kw = (st.patterns and "pattern") or (st.formats and "format") or (st.notpatterns and "not") or (
-            st.notformats and "not") or "additionalProperties"
+        kw = (
+            (st.patterns and "pattern")
+            or (st.formats and "format")
+            or (st.notpatterns and "not")
+            or (st.notformats and "not")
+            or "additionalProperties"
+        )
         kp = (st.patterns or st.formats or st.notpatterns or st.notformats or [(None, pointer)])[0][1]
         sl = self.lang_mod(kw, kp)
         parts = []  # intersected smallest-first would be better; the product of two is bounded by their sizes
@@ -1471,8 +1624,15 @@ class _Compiler:
         if not st.needs_lang() and not st.exclude:
             inner = self.chars(st.min, st.max, pointer)
             return '"\\"" ' + (inner + " " if inner else "") + '"\\""'
-        key = (st.min, st.max, tuple(st.patterns), tuple(st.notpatterns), tuple(st.formats), tuple(st.notformats),
-               frozenset(st.exclude))
+        key = (
+            st.min,
+            st.max,
+            tuple(st.patterns),
+            tuple(st.notpatterns),
+            tuple(st.formats),
+            tuple(st.notformats),
+            frozenset(st.exclude),
+        )
         cache = self.__dict__.setdefault("string_cache", {})
         if key in cache:
             return cache[key]
@@ -1482,8 +1642,15 @@ class _Compiler:
             cache[key] = self.excluding_string(st.min, st.max, st.exclude)
             return cache[key]
         # across conversions: the constraint's strings only (no pointers) name it
-        gkey = (st.min, st.max, tuple(p for p, _ in st.patterns), tuple(p for p, _ in st.notpatterns),
-                tuple(f for f, _ in st.formats), tuple(f for f, _ in st.notformats), frozenset(st.exclude))
+        gkey = (
+            st.min,
+            st.max,
+            tuple(p for p, _ in st.patterns),
+            tuple(p for p, _ in st.notpatterns),
+            tuple(f for f, _ in st.formats),
+            tuple(f for f, _ in st.notformats),
+            frozenset(st.exclude),
+        )
         if gkey not in _GBNF_CACHE:
             try:
                 lang = self.str_lang(st, pointer)
@@ -1670,8 +1837,9 @@ class _Compiler:
         types = m["types"]
         if m["enum"] is not None:
             vals = [x for x in m["enum"] if any(self.valid_term(y, term) for y in _spellings(x))]
-            return self.alts([self.number_value(x, ptr, types) if _is_num(x) else self.value_expr(x, ptr)
-                              for x in vals])
+            return self.alts(
+                [self.number_value(x, ptr, types) if _is_num(x) else self.value_expr(x, ptr) for x in vals]
+            )
         nv = m["notvalues"]
         out = []
         if "null" in types and not any(x is None for x in nv):
@@ -1745,8 +1913,9 @@ class _Compiler:
     def object_value(self, x, ptr):
         keys = list(x)
         if len(keys) > _MAX_ENUM_OBJECT_KEYS:
-            self.refuse("enum", ptr, "an object const/enum value of more than %d keys (every key order)"
-                        % _MAX_ENUM_OBJECT_KEYS)
+            self.refuse(
+                "enum", ptr, "an object const/enum value of more than %d keys (every key order)" % _MAX_ENUM_OBJECT_KEYS
+            )
         if not keys:
             return '"{" space "}"'
         kv = [self.str_literal(k) + ' space ":" space ' + self.value_expr(x[k], ptr) + " space" for k in keys]
@@ -1809,9 +1978,14 @@ class _Compiler:
             modulus = None
             if not bounds and frac_only is None:
                 return int_rule if integer_only else '"-"? ( "0" | [1-9] [0-9]* ) ( "." "0"+ )?'
-        trans, acc = _number_dfa(integer_only and not zero_frac, bounds, modulus,
-                                 zero_fraction_only=integral or zero_frac, no_exponent=integer_only or integral,
-                                 frac_only=frac_only)
+        trans, acc = _number_dfa(
+            integer_only and not zero_frac,
+            bounds,
+            modulus,
+            zero_fraction_only=integral or zero_frac,
+            no_exponent=integer_only or integral,
+            frac_only=frac_only,
+        )
         return self.dfa_rules(trans, acc, "num")
 
     def dfa_rules(self, trans, acc, prefix):
@@ -1995,7 +2169,7 @@ class _Compiler:
             props = d.get("properties") if "properties" in v else None
             if props is not None and not isinstance(props, dict):
                 self.refuse("properties", self.p(d) + "/properties", "properties must be an object")
-            for k in (props or {}):
+            for k in props or {}:
                 add(k)
         required = self.required_of(term)
         deps = self.deps_of(term)
@@ -2047,8 +2221,13 @@ class _Compiler:
             self.any_order_states += 1 << n
             return self.object_any_order(items, kv, required, deps, extra, minp, maxp, ptr)
         req = [i for i, (k, _) in enumerate(items) if k in required]
-        if not deps and not minp and maxp is None and len(req) <= _MAX_ANY_ORDER and (
-                self.any_order_states + (1 << len(req)) <= _ANY_ORDER_BUDGET):
+        if (
+            not deps
+            and not minp
+            and maxp is None
+            and len(req) <= _MAX_ANY_ORDER
+            and (self.any_order_states + (1 << len(req)) <= _ANY_ORDER_BUDGET)
+        ):
             self.any_order_states += 1 << len(req)
             return self.object_any_order_repeating(items, kv, req, extra)
         memo = {}
@@ -2085,8 +2264,13 @@ class _Compiler:
                     else:
                         ok = False
                 if ok:
-                    nxt = seq(i + 1, min(c + 1, cap) if counted else 0, False,
-                              seenk | {k} if k in track else seenk, frozenset(nob))
+                    nxt = seq(
+                        i + 1,
+                        min(c + 1, cap) if counted else 0,
+                        False,
+                        seenk | {k} if k in track else seenk,
+                        frozenset(nob),
+                    )
                     if nxt is not None:
                         alts.append(sep + kv[i] + " " + nxt)
             # skip item i
@@ -2117,8 +2301,11 @@ class _Compiler:
             tail = self.extras_tail(extra, 0, True, minp, maxp)
             return None if tail is None else '"{" space ' + tail
         if ecap > 256:
-            self.refuse("maxProperties" if maxp is not None and maxp >= 256 else "minProperties", ptr,
-                        "property counts past 256 beside listed properties")
+            self.refuse(
+                "maxProperties" if maxp is not None and maxp >= 256 else "minProperties",
+                ptr,
+                "property counts past 256 beside listed properties",
+            )
         memo = {}
 
         def state(mask, e):
@@ -2134,8 +2321,7 @@ class _Compiler:
             have = {keys[i] for i in range(n) if mask >> i & 1}
             count = len(have) + e
             alts = []
-            if required <= have and all(set(deps.get(k, ())) <= have for k in have) and (
-                    not counted or count >= minp):
+            if required <= have and all(set(deps.get(k, ())) <= have for k in have) and (not counted or count >= minp):
                 alts.append('"}"')
             if maxp is None or count < maxp:
                 for i in range(n):
@@ -2206,8 +2392,11 @@ class _Compiler:
                     self.check_schema(sub, kp)
                     pats.append((pat, sub, d, kp))
         if len(pats) > _MAX_PATTERN_REGIONS:
-            self.refuse("patternProperties", pats[0][3], "more than %d patternProperties regexes on one object"
-                        % _MAX_PATTERN_REGIONS)
+            self.refuse(
+                "patternProperties",
+                pats[0][3],
+                "more than %d patternProperties regexes on one object" % _MAX_PATTERN_REGIONS,
+            )
         # the key constraints of propertyNames
         keyc = _StrC()
         keyc.exclude = set(names)
@@ -2222,8 +2411,11 @@ class _Compiler:
             conj = [sub for _, sub, _, _ in matched]
             for d in term:
                 v = _VOCAB[2020] if id(d) in self.syn else self.vocab
-                if "additionalProperties" in d and "additionalProperties" in v and not any(
-                        md is d for _, _, md, _ in matched):
+                if (
+                    "additionalProperties" in d
+                    and "additionalProperties" in v
+                    and not any(md is d for _, _, md, _ in matched)
+                ):
                     self.check_schema(d["additionalProperties"], self.p(d) + "/additionalProperties")
                     conj.append(d["additionalProperties"])
             val = self.rule(conj, ptr + "/additionalProperties")
@@ -2232,8 +2424,9 @@ class _Compiler:
             kc = keyc.copy()
             for i, (pat, _, _, kp) in enumerate(pats):
                 (kc.patterns if mask >> i & 1 else kc.notpatterns).append((pat, kp))
-            key = self.string_expr(kc, pats[0][3] if pats else ptr,
-                                   keyword="patternProperties" if pats else "additionalProperties")
+            key = self.string_expr(
+                kc, pats[0][3] if pats else ptr, keyword="patternProperties" if pats else "additionalProperties"
+            )
             if key is None:
                 continue
             alts.append(key + ' space ":" space ' + val + " space")
@@ -2299,8 +2492,10 @@ def _renamed(hit, name):
     """A cached string_gbnf (made under the placeholder name) under the rule name prefix ``name``."""
     expr, rules = hit
     # rule names are the placeholder then "-...": nothing else in GBNF text spells it
-    return (expr.replace(_PLACEHOLDER, name),
-            {k.replace(_PLACEHOLDER, name, 1): v.replace(_PLACEHOLDER, name) for k, v in rules.items()})
+    return (
+        expr.replace(_PLACEHOLDER, name),
+        {k.replace(_PLACEHOLDER, name, 1): v.replace(_PLACEHOLDER, name) for k, v in rules.items()},
+    )
 
 
 def strict_schema_to_grammar(schema, *, lenient=(), limits=None):
@@ -2316,12 +2511,13 @@ def strict_schema_to_grammar(schema, *, lenient=(), limits=None):
         raise ValueError("lenient takes %s; not %s" % (", ".join(sorted(LENIENT_KEYWORDS)), ", ".join(sorted(bad))))
     if isinstance(schema, (str, bytes)):
         try:
-            schema = json.loads(schema)
+            schema = jsondepth.loads(schema)  # nesting bounded before the decoder recurses
         except ValueError as e:
-            raise SchemaError("strict JSON schema conversion failed:\nthe schema is not JSON: %s" % e, "#",
-                              keyword="schema") from None
+            raise SchemaError(
+                "strict JSON schema conversion failed:\nthe schema is not JSON: %s" % e, "#", keyword="schema"
+            ) from None
     if limits is None:
-        from .schema import DEFAULT_LIMITS as limits  # the same bounds as the llama.cpp port: 30 s, 8 MB
+        limits = DEFAULT_LIMITS  # the same bounds as the llama.cpp port: 30 s, 8 MB
     try:
         c = _Compiler(schema, lenient, limits)
         if schema is True or schema is False or isinstance(schema, dict):
@@ -2329,11 +2525,15 @@ def strict_schema_to_grammar(schema, *, lenient=(), limits=None):
         else:
             c.refuse("schema", "#", "a schema must be an object or a boolean")
     except _Refuse as e:
-        raise SchemaError("strict JSON schema conversion failed:\n%s (keyword %s at %s)"
-                          % (e.reason, e.keyword, e.pointer), e.pointer, keyword=e.keyword) from None
+        raise SchemaError(
+            "strict JSON schema conversion failed:\n%s (keyword %s at %s)" % (e.reason, e.keyword, e.pointer),
+            e.pointer,
+            keyword=e.keyword,
+        ) from None
     except RecursionError:
-        raise SchemaError("strict JSON schema conversion failed:\nthe schema nests too deeply",
-                          "#", keyword="SchemaLimits") from None
+        raise SchemaError(
+            "strict JSON schema conversion failed:\nthe schema nests too deeply", "#", keyword="SchemaLimits"
+        ) from None
     lines = ["root ::= " + (root if root is not None else _NEVER) + " space"]
     for name, body in c.rules.items():
         lines.append("%s ::= %s" % (name, body))
@@ -2347,9 +2547,11 @@ def strict_schema_to_grammar(schema, *, lenient=(), limits=None):
 
 
 # any JSON value (the schema `true`), in the canonical string spelling
-_VALUE_RULES = "\n".join([
-    'value ::= object | array | string | number | "true" | "false" | "null"',
-    'object ::= "{" space ( string space ":" space value space ( "," space string space ":" space value space )* )? "}"',
-    'array ::= "[" space ( value space ( "," space value space )* )? "]"',
-    'string ::= "\\"" char* "\\""',
-])
+_VALUE_RULES = "\n".join(
+    [
+        'value ::= object | array | string | number | "true" | "false" | "null"',
+        'object ::= "{" space ( string space ":" space value space ( "," space string space ":" space value space )* )? "}"',
+        'array ::= "[" space ( value space ( "," space value space )* )? "]"',
+        'string ::= "\\"" char* "\\""',
+    ]
+)

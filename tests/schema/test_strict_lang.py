@@ -1,9 +1,10 @@
-"""bankml._strict_lang: regular languages of JSON-Schema strings, checked against their oracles.
+"""bankml.schema.strict_lang: regular languages of JSON-Schema strings, checked against their oracles.
 
 The oracles are Python's ``re.search`` (``pattern``), ``len()`` (``minLength``/``maxLength``) and
 the ``jsonschema`` format checkers themselves; the GBNF is checked end to end through bankml's
 parser and matcher on JSON texts written in every encoding JSON allows.
 """
+
 import json
 import random
 import re
@@ -19,16 +20,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bankml import Grammar, GrammarError, Rules, Vocab
-from bankml._strict_lang import Lang, LangError, is_known_format, string_gbnf
+from bankml.schema.strict_lang import Lang, LangError, is_known_format, string_gbnf
 
 jsonschema = pytest.importorskip("jsonschema")
 FC_2020 = jsonschema.Draft202012Validator.FORMAT_CHECKER
 FC_CLASS = jsonschema.FormatChecker()
 
-SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 
-ALPHABET = list("ab1_- \n\t\"\\/@.:éK\u212aß😀")
+ALPHABET = list('ab1_- \n\t"\\/@.:éK\u212aß😀')
 
 
 def search(p, s):
@@ -59,14 +64,37 @@ def mutations(s, rnd, alphabet=ALPHABET, n=6):
 # ----------------------------------------------------------------------------------- algebra
 
 PATTERNS = [
-    r"^[a-z0-9_-]{3,16}$", r"^\d{3}-\d{4}$", r"^(\([0-9]{3}\))?[0-9]{3}-[0-9]{4}$",
-    r"^[A-Z][a-z]+(?: [A-Z][a-z]+)*$", r"^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\.[a-zA-Z]{2,}$",
+    r"^[a-z0-9_-]{3,16}$",
+    r"^\d{3}-\d{4}$",
+    r"^(\([0-9]{3}\))?[0-9]{3}-[0-9]{4}$",
+    r"^[A-Z][a-z]+(?: [A-Z][a-z]+)*$",
+    r"^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\.[a-zA-Z]{2,}$",
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
     r"(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$",
-    r"^#?([a-fA-F0-9]{6}|[a-fA-F0-9]{3})$", r"^https?://", r"\.json$", r"^\S+$", r"^[^\s@]+@[^\s@]+$",
-    r"^\+?[1-9]\d{1,14}$", r"^[A-Z]{2}$", r"^(?!)", r"ab|ba", r"\bword\b", r"\Bx", r"(?m)^a$",
-    r"(?i)^[a-k]+$", r"(?s)a.b", r"a.b", r"^$", r"\Aa\Z", r"(?a)^\w+$", r"^\w+$", r"x*?y+?",
-    r"(?x) a  b # comment", r"[\u00e9-\u00ff]{2}", r"\U0001F600", r"[^\x00-\x7f]",
+    r"^#?([a-fA-F0-9]{6}|[a-fA-F0-9]{3})$",
+    r"^https?://",
+    r"\.json$",
+    r"^\S+$",
+    r"^[^\s@]+@[^\s@]+$",
+    r"^\+?[1-9]\d{1,14}$",
+    r"^[A-Z]{2}$",
+    r"^(?!)",
+    r"ab|ba",
+    r"\bword\b",
+    r"\Bx",
+    r"(?m)^a$",
+    r"(?i)^[a-k]+$",
+    r"(?s)a.b",
+    r"a.b",
+    r"^$",
+    r"\Aa\Z",
+    r"(?a)^\w+$",
+    r"^\w+$",
+    r"x*?y+?",
+    r"(?x) a  b # comment",
+    r"[\u00e9-\u00ff]{2}",
+    r"\U0001F600",
+    r"[^\x00-\x7f]",
 ]
 
 
@@ -126,9 +154,16 @@ def test_length_counts_code_points():
 
 
 def test_refusals_name_the_feature():
-    for p, word in [(r"a(?=b)", "lookahead"), (r"(?<=a)b", "lookbehind"), (r"(a)\1", "backreference"),
-                    (r"(a)?(?(1)b|c)", "conditional"), (r"(?>a)", "atomic"), (r"a*+", "possessive"),
-                    (r"(", "rejects"), (r"a{2,1}", "rejects")]:
+    for p, word in [
+        (r"a(?=b)", "lookahead"),
+        (r"(?<=a)b", "lookbehind"),
+        (r"(a)\1", "backreference"),
+        (r"(a)?(?(1)b|c)", "conditional"),
+        (r"(?>a)", "atomic"),
+        (r"a*+", "possessive"),
+        (r"(", "rejects"),
+        (r"a{2,1}", "rejects"),
+    ]:
         with pytest.raises(LangError) as e:
             Lang.regex(p)
         assert e.value.keyword == "pattern" and word in e.value.reason, (p, e.value.reason)
@@ -145,10 +180,12 @@ def regexes():
     leaf = st.sampled_from(ATOMS) | st.sampled_from(ANCHORS)
 
     def extend(inner):
-        return (st.lists(inner, min_size=1, max_size=3).map("".join)
-                | st.tuples(inner, inner).map(lambda t: "(?:%s|%s)" % t)
-                | st.tuples(inner, st.sampled_from(QUANTS)).map(lambda t: "(?:%s)%s" % t)
-                | inner.map(lambda x: "(%s)" % x))
+        return (
+            st.lists(inner, min_size=1, max_size=3).map("".join)
+            | st.tuples(inner, inner).map(lambda t: "(?:%s|%s)" % t)
+            | st.tuples(inner, st.sampled_from(QUANTS)).map(lambda t: "(?:%s)%s" % t)
+            | inner.map(lambda x: "(%s)" % x)
+        )
 
     body = st.recursive(leaf, extend, max_leaves=6)
     return st.tuples(st.sampled_from(["", "(?i)", "(?m)", "(?s)", "(?a)"]), body).map("".join)
@@ -170,11 +207,11 @@ BOUNDS = [(0, None), (0, 5), (3, 8), (4, 4), (10, 40)]
 def test_patterns_with_length_bounds(pattern, bounds, data):
     lo, hi = bounds
     lang = Lang.regex(pattern) & Lang.length(lo, hi)
-    rnd = random.Random(data.draw(st.integers(0, 10 ** 6)))
+    rnd = random.Random(data.draw(st.integers(0, 10**6)))
     for _ in range(8):
         s = data.draw(st.from_regex(pattern))
         for t in [s] + mutations(s, rnd):
-            want = search(pattern, t) and lo <= len(t) <= (hi if hi is not None else 10 ** 9)
+            want = search(pattern, t) and lo <= len(t) <= (hi if hi is not None else 10**9)
             assert lang.matches(t) == want, (pattern, bounds, t)
 
 
@@ -225,8 +262,13 @@ def grammar_accepts(rules, text: str) -> bool:
 
 
 GBNF_CASES = [
-    (r"^[a-z0-9_-]{3,16}$", 0, None), (r"^\d{3}-\d{4}$", 0, None), (r"^\S+$", 0, 6),
-    (r"é|😀|\"|\\|/", 0, None), (r"^[^a]*$", 2, 4), (r"(?i)^k+$", 0, None), (r"\n$", 0, None),
+    (r"^[a-z0-9_-]{3,16}$", 0, None),
+    (r"^\d{3}-\d{4}$", 0, None),
+    (r"^\S+$", 0, 6),
+    (r"é|😀|\"|\\|/", 0, None),
+    (r"^[^a]*$", 2, 4),
+    (r"(?i)^k+$", 0, None),
+    (r"\n$", 0, None),
 ]
 
 
@@ -240,7 +282,7 @@ def test_gbnf_accepts_exactly_the_json_texts(pattern, lo, hi):
         strings += mutations(s, rnd, n=3)
     for s in strings:
         want = lang.matches(s)
-        assert want == (search(pattern, s) and lo <= len(s) <= (hi or 10 ** 9))
+        assert want == (search(pattern, s) and lo <= len(s) <= (hi or 10**9))
         texts = {json.dumps(s), json.dumps(s, ensure_ascii=False)} | {json_text(s, rnd) for _ in range(3)}
         for text in texts:
             assert grammar_accepts(rules, text) == want, (pattern, s, text)
@@ -248,8 +290,18 @@ def test_gbnf_accepts_exactly_the_json_texts(pattern, lo, hi):
 
 def test_gbnf_rejects_malformed_escapes_and_lone_surrogates():
     rules = rules_for(Lang.any_string())
-    for text in ['"\\x41"', '"\\u12"', '"\\ud800"', '"\\udc00"', '"\\ud83d\\u0041"', '"\\U0001F600"',
-                 '"\x01"', '"a', '"\\"', '"\\a"']:
+    for text in [
+        '"\\x41"',
+        '"\\u12"',
+        '"\\ud800"',
+        '"\\udc00"',
+        '"\\ud83d\\u0041"',
+        '"\\U0001F600"',
+        '"\x01"',
+        '"a',
+        '"\\"',
+        '"\\a"',
+    ]:
         assert not grammar_accepts(rules, text), text
     for text in ['"\\ud83d\\ude00"', '"\\uD83D\\uDE00"', '"\\u0000"', '"\x7f"', '"\u2028"']:
         assert grammar_accepts(rules, text), text
@@ -258,8 +310,9 @@ def test_gbnf_rejects_malformed_escapes_and_lone_surrogates():
 
 
 @SETTINGS
-@given(regexes(), st.lists(st.text(alphabet="ab1 é\nK\"\\😀", max_size=5), min_size=10, max_size=10),
-       st.integers(0, 1000))
+@given(
+    regexes(), st.lists(st.text(alphabet='ab1 é\nK"\\😀', max_size=5), min_size=10, max_size=10), st.integers(0, 1000)
+)
 def test_gbnf_random_patterns(pattern, strings, seed):
     lang = Lang.regex(pattern)
     rules = rules_for(lang)
@@ -281,7 +334,7 @@ def test_gbnf_masks_with_a_real_vocabulary():
         g.accept_bytes(prefix)
         mask = np.zeros(width, dtype=np.int32)
         g.fill_next_token_bitmask(mask)
-        bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[:len(vocab)].astype(bool)
+        bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[: len(vocab)].astype(bool)
         assert bits.any()
         ids = list(range(len(vocab)))
         for tid in rnd.sample(ids, 400) + [int(i) for i in np.flatnonzero(bits)[:50]]:
@@ -302,6 +355,7 @@ def test_gbnf_masks_with_a_real_vocabulary():
 
 
 # ----------------------------------------------------------------------------------- formats
+
 
 def oracle(fmt, s):
     return FC_2020.conforms(s, fmt)
@@ -334,31 +388,101 @@ FORMAT_ALPHABETS = {
 }
 
 FORMAT_EXAMPLES = {
-    "date": ["2020-02-29", "2019-02-29", "1900-02-29", "2000-02-29", "0000-01-01", "0001-01-01", "2020-13-01",
-             "2020-04-31", "2020-04-30\n", "٢٠٢٠-01-01"],
-    "date-time": ["2020-02-29T12:00:00Z", "2020-02-29t12:00:00z", "2020-02-29T12:00:00.5+01:00",
-                  "2020-02-29T12:00:00Z\n", "2019-02-29T12:00:00Z", "2020-02-29T24:00:00Z",
-                  "0000-01-01T00:00:00Z", "2020-01-01 00:00:00Z", "2020-01-01T00:00:60Z"],
+    "date": [
+        "2020-02-29",
+        "2019-02-29",
+        "1900-02-29",
+        "2000-02-29",
+        "0000-01-01",
+        "0001-01-01",
+        "2020-13-01",
+        "2020-04-31",
+        "2020-04-30\n",
+        "٢٠٢٠-01-01",
+    ],
+    "date-time": [
+        "2020-02-29T12:00:00Z",
+        "2020-02-29t12:00:00z",
+        "2020-02-29T12:00:00.5+01:00",
+        "2020-02-29T12:00:00Z\n",
+        "2019-02-29T12:00:00Z",
+        "2020-02-29T24:00:00Z",
+        "0000-01-01T00:00:00Z",
+        "2020-01-01 00:00:00Z",
+        "2020-01-01T00:00:60Z",
+    ],
     "time": ["12:00:00Z", "12:00:00z", "12:00:00", "23:59:60Z", "12:00:00.123-05:30\n", "24:00:00Z"],
-    "duration": ["P1D", "PT1H", "P1Y2M3DT4H5M6S", "P1W", "P0D1W", "P1D1W", "P", "PT", "P1DT", "-P1D", "P1.5D",
-                 "P1,5D", "P1D5T1H", "P5T1H", "P,T1H", "P1E3D", "PT1H1H", "P1M1Y", "P0.0e5Y2W", "+PT0S"],
+    "duration": [
+        "P1D",
+        "PT1H",
+        "P1Y2M3DT4H5M6S",
+        "P1W",
+        "P0D1W",
+        "P1D1W",
+        "P",
+        "PT",
+        "P1DT",
+        "-P1D",
+        "P1.5D",
+        "P1,5D",
+        "P1D5T1H",
+        "P5T1H",
+        "P,T1H",
+        "P1E3D",
+        "PT1H1H",
+        "P1M1Y",
+        "P0.0e5Y2W",
+        "+PT0S",
+    ],
     "email": ["a@b", "ab", "", "@"],
     "idn-email": ["é@x", "x"],
     "ipv4": ["1.2.3.4", "01.2.3.4", "256.1.1.1", "1.2.3", "1.2.3.4\n", "0.0.0.0", "255.255.255.255"],
-    "ipv6": ["::", "::1", "1::", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7::", "::1.2.3.4", "1::2:3:4:5:6:7:8", ":::",
-             "fe80::1%eth0", "1:2:3:4:5:6:1.2.3.4", "::ffff:01.2.3.4", "::1\n", "1:2:3:4:5:6:7:8:9"],
-    "uri": ["http://a/b?c#d", "a:", "1a:b", "http://[::1]/", "http://[::01.2.3.4]/", "//a", "http://a b",
-            "mailto:x@y.z\n", "urn:isbn:1", "http://[v1.x]/", "http://é"],
+    "ipv6": [
+        "::",
+        "::1",
+        "1::",
+        "1:2:3:4:5:6:7:8",
+        "1:2:3:4:5:6:7::",
+        "::1.2.3.4",
+        "1::2:3:4:5:6:7:8",
+        ":::",
+        "fe80::1%eth0",
+        "1:2:3:4:5:6:1.2.3.4",
+        "::ffff:01.2.3.4",
+        "::1\n",
+        "1:2:3:4:5:6:7:8:9",
+    ],
+    "uri": [
+        "http://a/b?c#d",
+        "a:",
+        "1a:b",
+        "http://[::1]/",
+        "http://[::01.2.3.4]/",
+        "//a",
+        "http://a b",
+        "mailto:x@y.z\n",
+        "urn:isbn:1",
+        "http://[v1.x]/",
+        "http://é",
+    ],
     "uri-reference": ["//a", "a/b", "#f", "?q", "a:b:c", "", "%zz", "%41", ":a", "a b"],
     "iri": ["http://é.com/ü?q=\ue000#f", "http://a/\ue000", "a:", "http://[::1]/é", "http://a b", "x:\ufdd0"],
-    "iri-reference": ["é/ü", "//é", "#\ue000", "?\ue000", "\U000E1000", "\U000E0FFF", ""],
+    "iri-reference": ["é/ü", "//é", "#\ue000", "?\ue000", "\U000e1000", "\U000e0fff", ""],
     "json-pointer": ["", "/", "/a~0", "~", "/~2", "/a~", "a", "/a~\n", "/a\n", "/~1/x~"],
-    "uuid": ["12345678-1234-1234-1234-123456789abc", "12345678-1234-1234-1234-123456789ABC",
-             "12345678123412341234123456789abc", "{12345678-1234-1234-1234-123456789abc}",
-             "urn:uuid:12345678-1234-1234-1234-123456789abc", "12345678-1234-1234-1234-1234567_89ab",
-             "1234567--1234-1234-1234-123456789abc", "12345678-1234-1234-1234-123456789abcd",
-             "0x345678-1234-1234-1234-123456789abc", "+2345678-1234-1234-1234-123456789abc",
-             " 2345678-1234-1234-1234-123456789abc", "12345678-1234-1234-1234-12345678٩abc"],
+    "uuid": [
+        "12345678-1234-1234-1234-123456789abc",
+        "12345678-1234-1234-1234-123456789ABC",
+        "12345678123412341234123456789abc",
+        "{12345678-1234-1234-1234-123456789abc}",
+        "urn:uuid:12345678-1234-1234-1234-123456789abc",
+        "12345678-1234-1234-1234-1234567_89ab",
+        "1234567--1234-1234-1234-123456789abc",
+        "12345678-1234-1234-1234-123456789abcd",
+        "0x345678-1234-1234-1234-123456789abc",
+        "+2345678-1234-1234-1234-123456789abc",
+        " 2345678-1234-1234-1234-123456789abc",
+        "12345678-1234-1234-1234-12345678٩abc",
+    ],
 }
 
 
@@ -366,7 +490,7 @@ def format_strategy(fmt):
     loose = {
         "date": r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}\n?\Z",
         "date-time": r"\A[0-9]{4}-[01][0-9]-[0-3][0-9][Tt][0-2][0-9]:[0-5][0-9]:[0-6][0-9](\.[0-9]{1,3})?"
-                     r"([Zz]|[+-][0-2][0-9]:[0-5][0-9])\n?\Z",
+        r"([Zz]|[+-][0-2][0-9]:[0-5][0-9])\n?\Z",
         "time": r"\A[0-2][0-9]:[0-5][0-9]:[0-6][0-9](\.[0-9]{1,3})?([Zz]|[+-][0-2][0-9]:[0-5][0-9])?\n?\Z",
         "duration": r"\A[+-]?P([0-9.,eE+-]{0,3}[YMWD]){0,3}(T([0-9.,eE]{0,3}[HMS]){0,3})?\Z",
         "email": r"\A[a-z@.]{0,6}\Z",
@@ -374,16 +498,17 @@ def format_strategy(fmt):
         "ipv4": r"\A[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\Z",
         "ipv6": r"\A([0-9a-f]{0,4}:){2,8}([0-9a-f]{0,4}|[0-9]{1,3}(\.[0-9]{1,3}){3})\Z",
         "uri": r"\A[a-z][a-z0-9+.-]{0,4}:(//[a-z0-9.@:\[\]]{0,8})?(/[a-z0-9%._~!$&'()*+,;=:@-]{0,6}){0,3}"
-               r"(\?[a-z0-9=&/?]{0,5})?(#[a-z0-9/?]{0,4})?\Z",
+        r"(\?[a-z0-9=&/?]{0,5})?(#[a-z0-9/?]{0,4})?\Z",
         "iri": r"\A[a-z][a-z0-9+.-]{0,4}:(//[a-zé0-9.@:\[\]]{0,8})?(/[a-zü0-9%._~!$&'()*+,;=:@-]{0,6}){0,3}"
-               r"(\?[a-z0-9=&/?\ue000]{0,5})?(#[a-z0-9/?]{0,4})?\Z",
+        r"(\?[a-z0-9=&/?\ue000]{0,5})?(#[a-z0-9/?]{0,4})?\Z",
         "iri-reference": r"\A([a-z]{1,3}:)?(//[a-zé0-9.@:]{0,6})?(/?[a-z0-9%.:@\u00e0-\u00ff-]{0,5}){0,3}"
-                         r"(\?[a-z=&\ue000]{0,4})?(#[a-z]{0,3})?\Z",
+        r"(\?[a-z=&\ue000]{0,4})?(#[a-z]{0,3})?\Z",
         "json-pointer": r"\A(/([a-z]|~[0-2])*){0,3}~?\n?\Z",
         "uri-reference": r"\A([a-z]{1,3}:)?(//[a-z0-9.@:]{0,6})?(/?[a-z0-9%.:@-]{0,5}){0,3}(\?[a-z=&]{0,4})?"
-                         r"(#[a-z]{0,3})?\Z",
+        r"(#[a-z]{0,3})?\Z",
     }
     if fmt == "uuid":
+
         def dress(t):
             u, how = t
             s = str(u)
@@ -396,6 +521,7 @@ def format_strategy(fmt):
             if how & 8:
                 s = s[:30] + "_" + s[30:-1]
             return s
+
         return st.tuples(st.uuids(), st.integers(0, 15)).map(dress)
     if fmt == "date-time":
         return st.datetimes(timezones=st.just(timezone.utc)).map(lambda d: d.isoformat()) | st.from_regex(loose[fmt])
@@ -404,13 +530,28 @@ def format_strategy(fmt):
     if fmt == "ipv4":
         return st.ip_addresses(v=4).map(str) | st.from_regex(loose[fmt])
     if fmt == "ipv6":
-        return (st.ip_addresses(v=6).map(str) | st.ip_addresses(v=6).map(lambda a: a.exploded)
-                | st.from_regex(loose[fmt]))
+        return (
+            st.ip_addresses(v=6).map(str) | st.ip_addresses(v=6).map(lambda a: a.exploded) | st.from_regex(loose[fmt])
+        )
     return st.from_regex(loose[fmt])
 
 
-FORMATS = ["date", "date-time", "time", "duration", "email", "idn-email", "ipv4", "ipv6", "uri",
-           "uri-reference", "iri", "iri-reference", "json-pointer", "uuid"]
+FORMATS = [
+    "date",
+    "date-time",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "json-pointer",
+    "uuid",
+]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -432,9 +573,13 @@ def test_format_generated_and_mutated(fmt):
     lang = Lang.format(fmt)
     strategy = format_strategy(fmt)
 
-    @settings(max_examples=150, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-    @given(strategy, st.integers(0, 10 ** 6))
+    @settings(
+        max_examples=150,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    @given(strategy, st.integers(0, 10**6))
     def check(s, seed):
         rnd = random.Random(seed)
         for t in [s] + mutations(s, rnd, alphabet=FORMAT_ALPHABETS[fmt], n=8):
@@ -447,9 +592,15 @@ def test_format_accepts_as_many_as_it_should():
     """Guard against a vacuous pass: generated valid instances are mostly accepted."""
     for fmt in ("date", "date-time", "ipv6", "uuid", "uri", "duration", "time"):
         require_checker(fmt)
-    for fmt, good in [("date", "2024-02-29"), ("date-time", "2024-02-29T01:02:03.5Z"), ("ipv6", "::ffff:1.2.3.4"),
-                      ("uuid", str(uuidlib.UUID(int=12345))), ("uri", "https://x.org/a?b#c"),
-                      ("duration", "P3Y6M4DT12H30M5S"), ("time", "01:02:03+05:00")]:
+    for fmt, good in [
+        ("date", "2024-02-29"),
+        ("date-time", "2024-02-29T01:02:03.5Z"),
+        ("ipv6", "::ffff:1.2.3.4"),
+        ("uuid", str(uuidlib.UUID(int=12345))),
+        ("uri", "https://x.org/a?b#c"),
+        ("duration", "P3Y6M4DT12H30M5S"),
+        ("time", "01:02:03+05:00"),
+    ]:
         assert oracle(fmt, good) and Lang.format(fmt).matches(good)
 
 
@@ -465,8 +616,24 @@ def test_color_of_the_class_level_checker():
     pytest.importorskip("webcolors")
     lang = Lang.format("color", bare_checker=True)
     rnd = random.Random(8)
-    base = ["red", "RED", "#fff", "#FFF", "#ffff", "#fff\n", "red\n", "\u212ahaki", "grey", "Gray", "#12345g", "",
-            "\u0130ndigo", "indigo", "lightgoldenrodyellow", "#A0b1C2"]
+    base = [
+        "red",
+        "RED",
+        "#fff",
+        "#FFF",
+        "#ffff",
+        "#fff\n",
+        "red\n",
+        "\u212ahaki",
+        "grey",
+        "Gray",
+        "#12345g",
+        "",
+        "\u0130ndigo",
+        "indigo",
+        "lightgoldenrodyellow",
+        "#A0b1C2",
+    ]
     for s in base + [m for b in base for m in mutations(b, rnd, alphabet="abcdefgrKk#0F\n\u212a", n=20)]:
         assert lang.matches(s) == FC_CLASS.conforms(s, "color"), s
 
@@ -512,7 +679,7 @@ def test_hostile_inputs_end_in_lang_error(expr):
     code = textwrap.dedent(f"""
         import random, sys
         sys.path.insert(0, ".")
-        from bankml._strict_lang import Lang, LangError
+        from bankml.schema.strict_lang import Lang, LangError
         try:
             {expr}
         except LangError as e:
@@ -540,7 +707,8 @@ def test_duration_datetime_branch_is_never_accepted():
 
 
 def test_string_lang_intersects_the_keywords():
-    from bankml._strict_lang import string_lang
+    from bankml.schema.strict_lang import string_lang
+
     lang = string_lang(pattern=r"^[0-9.]+$", max_length=9, format="ipv4")
     assert lang.matches("1.2.3.4") and not lang.matches("10.20.30.40") and not lang.matches("1.2.3")
     assert string_lang(pattern=r"^\d+$", format="ipv4").is_empty()
@@ -551,10 +719,15 @@ def test_string_lang_intersects_the_keywords():
 
 
 def test_format_drafts_table_is_jsonschemas():
-    from bankml._strict_lang import FORMAT_DRAFTS, draft_checks_format
-    validators = {"draft4": jsonschema.Draft4Validator, "draft6": jsonschema.Draft6Validator,
-                  "draft7": jsonschema.Draft7Validator, "draft2019-09": jsonschema.Draft201909Validator,
-                  "draft2020-12": jsonschema.Draft202012Validator}
+    from bankml.schema.strict_lang import FORMAT_DRAFTS, draft_checks_format
+
+    validators = {
+        "draft4": jsonschema.Draft4Validator,
+        "draft6": jsonschema.Draft6Validator,
+        "draft7": jsonschema.Draft7Validator,
+        "draft2019-09": jsonschema.Draft201909Validator,
+        "draft2020-12": jsonschema.Draft202012Validator,
+    }
     names = set(FORMAT_DRAFTS) | {n for v in validators.values() for n in v.FORMAT_CHECKER.checkers}
     for draft, v in validators.items():
         for name in names:

@@ -1,4 +1,4 @@
-"""Strict mode (bankml.strict): every schema compiled exactly or refused with a SchemaError naming the keyword
+"""Strict mode (bankml.schema.strict): every schema compiled exactly or refused with a SchemaError naming the keyword
 and its JSON pointer. jsonschema (the validator of the schema's ``$schema``, 2020-12 by default, with the 2020-12
 FormatChecker as MaskBench uses it) is the oracle: on every instance the grammar's verdict must be its verdict.
 
@@ -6,6 +6,7 @@ Instances are serialised as MaskBench does (``json.dumps(data, ensure_ascii=Fals
 (``Grammar.accept_bytes``, then the end state must be complete); a sample is also walked token by token over
 the llama-bpe vocabulary (a greedy split by its pieces), the token allowed by the mask before it is accepted.
 """
+
 import collections
 import json
 import pathlib
@@ -18,15 +19,15 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from bankml import Grammar, Rules, json_schema_to_grammar, json_schema_to_rules  # noqa: E402
+from bankml.engine.vocab import Vocab  # noqa: E402
 from bankml.errors import GrammarError, SchemaError  # noqa: E402
 from bankml.schema import SchemaLimits  # noqa: E402
-from bankml.strict import strict_schema_to_grammar  # noqa: E402
-from bankml.vocab import Vocab  # noqa: E402
+from bankml.schema.strict import strict_schema_to_grammar  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 TINY = Vocab([b"x"], [])
 FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
-REFUSALS = collections.Counter()   # keyword -> schemas refused, over the property tests (printed at the end)
+REFUSALS = collections.Counter()  # keyword -> schemas refused, over the property tests (printed at the end)
 VERDICTS = collections.Counter()
 
 
@@ -68,13 +69,13 @@ def greedy_tokens(data):
     ids, i = [], 0
     while i < len(data):
         for n in range(min(longest, len(data) - i), 0, -1):
-            t = by_piece.get(data[i:i + n])
+            t = by_piece.get(data[i : i + n])
             if t is not None:
                 ids.append(t)
                 i += n
                 break
         else:
-            raise AssertionError("no piece for byte %r" % data[i:i + 1])
+            raise AssertionError("no piece for byte %r" % data[i : i + 1])
     return ids
 
 
@@ -110,86 +111,240 @@ def check_instances(schema, values):
         got = accepts(gbnf, text)
         VERDICTS["valid" if expected else "invalid"] += 1
         assert got == expected, "schema %s\ninstance %s: jsonschema says %s, the grammar %s" % (
-            json.dumps(schema), text, expected, got)
+            json.dumps(schema),
+            text,
+            expected,
+            got,
+        )
     return gbnf
 
 
 # --- examples by keyword ----------------------------------------------------------------------------
 
 CASES = [
-    ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 3, "maximum": 120},
-                                       "b": {"type": "string", "maxLength": 3}}, "required": ["a"]},
-     [{"a": 3}, {"a": 2}, {"a": 120, "b": "xyz"}, {"b": "x", "a": 7}, {"a": 121}, {"a": 5, "b": "abcd"}, {"b": "x"},
-      {"a": 5, "c": [1, 2]}, {}, {"a": 1.5}, {"a": 5.0}, [], "x"]),
-    ({"type": "number", "minimum": -1.5, "exclusiveMaximum": 1e20},
-     [-1.5, -1.6, 0, 1e19, 1e20, 1.5e20, 99999999999999999999, 10 ** 20, 0.00001, -0.0, -1.4999, 1.25e-7]),
-    ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "number", "minimum": 0,
-      "exclusiveMinimum": True, "maximum": 0.5}, [0, 0.5, 0.25, 1e-05, 0.51, -0.0, 5e-324, 1]),
+    (
+        {
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer", "minimum": 3, "maximum": 120},
+                "b": {"type": "string", "maxLength": 3},
+            },
+            "required": ["a"],
+        },
+        [
+            {"a": 3},
+            {"a": 2},
+            {"a": 120, "b": "xyz"},
+            {"b": "x", "a": 7},
+            {"a": 121},
+            {"a": 5, "b": "abcd"},
+            {"b": "x"},
+            {"a": 5, "c": [1, 2]},
+            {},
+            {"a": 1.5},
+            {"a": 5.0},
+            [],
+            "x",
+        ],
+    ),
+    (
+        {"type": "number", "minimum": -1.5, "exclusiveMaximum": 1e20},
+        [-1.5, -1.6, 0, 1e19, 1e20, 1.5e20, 99999999999999999999, 10**20, 0.00001, -0.0, -1.4999, 1.25e-7],
+    ),
+    (
+        {
+            "$schema": "http://json-schema.org/draft-04/schema#",
+            "type": "number",
+            "minimum": 0,
+            "exclusiveMinimum": True,
+            "maximum": 0.5,
+        },
+        [0, 0.5, 0.25, 1e-05, 0.51, -0.0, 5e-324, 1],
+    ),
     ({"type": "integer", "multipleOf": 3, "minimum": -10, "maximum": 10}, list(range(-13, 14))),
     # float bounds past 2^53 and past Decimal's 28 digits: an int instance compared with the exact binary value
-    ({"type": "number", "maximum": 3.0392182203157212e+186},
-     [int(3.0392182203157212e+186), int(3.0392182203157212e+186) + 1, 3.0392182203157212e+186, 3.04e186, -1]),
-    ({"type": "number", "minimum": -1.7976931348623157e308}, [-int(1.7976931348623157e308) - 1, -1.7976931348623157e308, 0]),
+    (
+        {"type": "number", "maximum": 3.0392182203157212e186},
+        [int(3.0392182203157212e186), int(3.0392182203157212e186) + 1, 3.0392182203157212e186, 3.04e186, -1],
+    ),
+    (
+        {"type": "number", "minimum": -1.7976931348623157e308},
+        [-int(1.7976931348623157e308) - 1, -1.7976931348623157e308, 0],
+    ),
     ({"type": "number", "multipleOf": 5}, [0, 5, 5.0, 10.5, -15, 7, 1e3]),
-    ({"enum": [1, "a", {"x": 1, "y": [True, None]}, [1, 2]]},
-     [1, 1.0, "a", "b", {"y": [True, None], "x": 1}, {"x": 1}, 2, True, [1, 2], [1.0, 2], [2, 1]]),
+    (
+        {"enum": [1, "a", {"x": 1, "y": [True, None]}, [1, 2]]},
+        [1, 1.0, "a", "b", {"y": [True, None], "x": 1}, {"x": 1}, 2, True, [1, 2], [1.0, 2], [2, 1]],
+    ),
     ({"const": 0}, [0, 0.0, -0.0, False, 1, "0"]),
     ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer", "enum": [1.0, 2.5]}, [1, 1.0, 2.5, 2]),
-    ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "number", "not": {"type": "integer"},
-      "enum": [1, 2.5]}, [1, 1.0, 2.5, 2]),
+    (
+        {
+            "$schema": "http://json-schema.org/draft-04/schema#",
+            "type": "number",
+            "not": {"type": "integer"},
+            "enum": [1, 2.5],
+        },
+        [1, 1.0, 2.5, 2],
+    ),
     ({"type": "integer", "enum": [1.0, 2.5, 3]}, [1, 1.0, 2.5, 3, 3.0]),
-    ({"$schema": "http://json-schema.org/draft-04/schema#",
-      "oneOf": [{"type": "integer", "enum": [1.0]}, {"type": "integer"}]}, [1, 1.0, 2, "a"]),
-    ({"type": "string", "not": {"enum": ["ab", "abc"]}, "minLength": 2, "maxLength": 3},
-     ["a", "ab", "abc", "abd", "ac", "zzz", "abcd", "é😀", "\n\t"]),
-    ({"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 3, "contains": {"const": True}},
-     [[], [True], [False], [False, True], [1], [True] * 4, [False, False, True]]),
-    ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False},
-     [[], [1], [1, "a"], [1, "a", 2], ["a"], [1, 2]]),
-    ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
-      "items": [{"type": "integer"}], "additionalItems": {"type": "string"}}, [[], [1], [1, "a", "b"], [1, 2], ["a"]]),
-    ({"type": "array", "contains": {"type": "integer"}, "minContains": 2, "maxContains": 3},
-     [[], [1], [1, 2], [1, "a", 2, 3], [1, 2, 3, 4], ["a", "b"]]),
-    ({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}, "x": {"type": "integer"}}, "required": ["k"]},
-                {"type": "object", "properties": {"k": {"const": "b"}, "x": {"type": "string"}}, "required": ["k"]}]},
-     [{"k": "a", "x": 1}, {"k": "a", "x": "s"}, {"k": "b", "x": "s"}, {"k": "c"}, {}, {"x": 1, "k": "a"}]),
+    (
+        {
+            "$schema": "http://json-schema.org/draft-04/schema#",
+            "oneOf": [{"type": "integer", "enum": [1.0]}, {"type": "integer"}],
+        },
+        [1, 1.0, 2, "a"],
+    ),
+    (
+        {"type": "string", "not": {"enum": ["ab", "abc"]}, "minLength": 2, "maxLength": 3},
+        ["a", "ab", "abc", "abd", "ac", "zzz", "abcd", "é😀", "\n\t"],
+    ),
+    (
+        {"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 3, "contains": {"const": True}},
+        [[], [True], [False], [False, True], [1], [True] * 4, [False, False, True]],
+    ),
+    (
+        {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False},
+        [[], [1], [1, "a"], [1, "a", 2], ["a"], [1, 2]],
+    ),
+    (
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "array",
+            "items": [{"type": "integer"}],
+            "additionalItems": {"type": "string"},
+        },
+        [[], [1], [1, "a", "b"], [1, 2], ["a"]],
+    ),
+    (
+        {"type": "array", "contains": {"type": "integer"}, "minContains": 2, "maxContains": 3},
+        [[], [1], [1, 2], [1, "a", 2, 3], [1, 2, 3, 4], ["a", "b"]],
+    ),
+    (
+        {
+            "oneOf": [
+                {"type": "object", "properties": {"k": {"const": "a"}, "x": {"type": "integer"}}, "required": ["k"]},
+                {"type": "object", "properties": {"k": {"const": "b"}, "x": {"type": "string"}}, "required": ["k"]},
+            ]
+        },
+        [{"k": "a", "x": 1}, {"k": "a", "x": "s"}, {"k": "b", "x": "s"}, {"k": "c"}, {}, {"x": 1, "k": "a"}],
+    ),
     ({"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]}, ["a", 1, None, 1.5, True]),
     ({"oneOf": [{"required": ["a"]}, {"required": ["b"]}]}, [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2}, 3]),
     ({"oneOf": [{"type": "integer"}, {"minimum": 2}]}, [0, 1, 2, 3, 2.5, 1.5, "a"]),
-    ({"oneOf": [{"type": "array", "items": {"type": "integer"}}, {"maxItems": 2}]},
-     [[], [1], [1, 2, 3], ["a"], ["a", "b", "c"], [1, "a"], 5]),
-    ({"oneOf": [{"properties": {"t": {"enum": ["x"]}, "v": {"type": "string"}}},
-                {"properties": {"t": {"enum": ["y", "z"]}, "v": {"type": ["string", "null"]}}}]},
-     [{}, {"t": "x"}, {"t": "y", "v": None}, {"t": "x", "v": "s"}, {"v": "s"}, {"v": None}, {"t": "q"}]),
-    ({"if": {"properties": {"t": {"const": 1}}}, "then": {"required": ["a"]}, "else": {"required": ["b"]}},
-     [{"t": 1, "a": 1}, {"t": 1, "b": 1}, {"t": 2, "b": 1}, {"b": 1}, {}, 5]),
-    ({"type": "object", "dependentRequired": {"b": ["a"]}, "properties": {"a": {}, "b": {}},
-      "minProperties": 1, "maxProperties": 2},
-     [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 1}, {"b": 1, "a": 1}, {"a": 1, "b": 1, "c": 1}, {"c": 1}, {"c": 1, "b": 2}]),
-    ({"$schema": "http://json-schema.org/draft-07/schema#", "dependencies": {"b": ["a"]}},
-     [{}, {"b": 1}, {"a": 1, "b": 2}, 3]),
-    ({"type": "object", "properties": {"a": {"type": "integer"}, "ab": {"type": "string"}},
-      "additionalProperties": {"type": "boolean"}},
-     [{"a": 1}, {"a": "x"}, {"ab": "x"}, {"abc": True}, {"abc": 1}, {"b": True}, {"": True}, {"": 1}, {"\n": True},
-      {"é": 1}, {"😀": True}, {"😀": 1}]),
-    ({"type": "object", "patternProperties": {"^x-": {"type": "integer"}, "y$": {"type": "string"}},
-      "additionalProperties": False, "properties": {"x-a": {"const": 1}}},
-     [{}, {"x-a": 1}, {"x-a": 2}, {"x-b": 2}, {"x-y": 2}, {"x-y": "s"}, {"ay": "s"}, {"ay": 1}, {"b": 1}]),
-    ({"type": "object", "propertyNames": {"pattern": "^[a-z]+$", "maxLength": 3}, "properties": {"abcd": {}}},
-     [{}, {"abc": 1}, {"abcd": 1}, {"ABC": 1}, {"ab1": 2}]),
+    (
+        {"oneOf": [{"type": "array", "items": {"type": "integer"}}, {"maxItems": 2}]},
+        [[], [1], [1, 2, 3], ["a"], ["a", "b", "c"], [1, "a"], 5],
+    ),
+    (
+        {
+            "oneOf": [
+                {"properties": {"t": {"enum": ["x"]}, "v": {"type": "string"}}},
+                {"properties": {"t": {"enum": ["y", "z"]}, "v": {"type": ["string", "null"]}}},
+            ]
+        },
+        [{}, {"t": "x"}, {"t": "y", "v": None}, {"t": "x", "v": "s"}, {"v": "s"}, {"v": None}, {"t": "q"}],
+    ),
+    (
+        {"if": {"properties": {"t": {"const": 1}}}, "then": {"required": ["a"]}, "else": {"required": ["b"]}},
+        [{"t": 1, "a": 1}, {"t": 1, "b": 1}, {"t": 2, "b": 1}, {"b": 1}, {}, 5],
+    ),
+    (
+        {
+            "type": "object",
+            "dependentRequired": {"b": ["a"]},
+            "properties": {"a": {}, "b": {}},
+            "minProperties": 1,
+            "maxProperties": 2,
+        },
+        [
+            {},
+            {"a": 1},
+            {"b": 1},
+            {"a": 1, "b": 1},
+            {"b": 1, "a": 1},
+            {"a": 1, "b": 1, "c": 1},
+            {"c": 1},
+            {"c": 1, "b": 2},
+        ],
+    ),
+    (
+        {"$schema": "http://json-schema.org/draft-07/schema#", "dependencies": {"b": ["a"]}},
+        [{}, {"b": 1}, {"a": 1, "b": 2}, 3],
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "ab": {"type": "string"}},
+            "additionalProperties": {"type": "boolean"},
+        },
+        [
+            {"a": 1},
+            {"a": "x"},
+            {"ab": "x"},
+            {"abc": True},
+            {"abc": 1},
+            {"b": True},
+            {"": True},
+            {"": 1},
+            {"\n": True},
+            {"é": 1},
+            {"😀": True},
+            {"😀": 1},
+        ],
+    ),
+    (
+        {
+            "type": "object",
+            "patternProperties": {"^x-": {"type": "integer"}, "y$": {"type": "string"}},
+            "additionalProperties": False,
+            "properties": {"x-a": {"const": 1}},
+        },
+        [{}, {"x-a": 1}, {"x-a": 2}, {"x-b": 2}, {"x-y": 2}, {"x-y": "s"}, {"ay": "s"}, {"ay": 1}, {"b": 1}],
+    ),
+    (
+        {"type": "object", "propertyNames": {"pattern": "^[a-z]+$", "maxLength": 3}, "properties": {"abcd": {}}},
+        [{}, {"abc": 1}, {"abcd": 1}, {"ABC": 1}, {"ab1": 2}],
+    ),
     ({"type": "string", "pattern": "^[0-9]{3}-x$", "minLength": 5}, ["123-x", "12-x", "1234-x", "123-x\n"]),
-    ({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
-                                                         "next": {"$ref": "#/$defs/node"}},
-                         "additionalProperties": False}}, "$ref": "#/$defs/node"},
-     [{}, {"v": 1}, {"v": 1, "next": {"v": 2, "next": {}}}, {"next": {"v": "x"}}, {"w": 1}]),
-    ({"type": "object", "properties": {"child": {"$ref": "#"}, "n": {"type": "integer"}}, "required": ["n"]},
-     [{"n": 1}, {"n": 1, "child": {"n": 2}}, {"n": 1, "child": {}}, {}]),
-    ({"$id": "https://example.com/root.json", "$defs": {"a": {"$anchor": "pos", "minimum": 0}},
-      "properties": {"x": {"$ref": "#pos"}, "y": {"$ref": "root.json#/$defs/a"}}},
-     [{"x": 1}, {"x": -1}, {"y": -1}, {"y": 0.5}]),
-    ({"allOf": [{"properties": {"a": {"type": "integer"}}}, {"properties": {"a": {"minimum": 5}}, "required": ["a"]}]},
-     [{"a": 5}, {"a": 4}, {}, {"a": "x"}, {"a": 6, "b": 1}]),
-    ({"anyOf": [{"type": "string", "maxLength": 1}, {"type": "integer", "maximum": 0}]}, ["", "a", "ab", 0, 1, -5, None]),
+    (
+        {
+            "$defs": {
+                "node": {
+                    "type": "object",
+                    "properties": {"v": {"type": "integer"}, "next": {"$ref": "#/$defs/node"}},
+                    "additionalProperties": False,
+                }
+            },
+            "$ref": "#/$defs/node",
+        },
+        [{}, {"v": 1}, {"v": 1, "next": {"v": 2, "next": {}}}, {"next": {"v": "x"}}, {"w": 1}],
+    ),
+    (
+        {"type": "object", "properties": {"child": {"$ref": "#"}, "n": {"type": "integer"}}, "required": ["n"]},
+        [{"n": 1}, {"n": 1, "child": {"n": 2}}, {"n": 1, "child": {}}, {}],
+    ),
+    (
+        {
+            "$id": "https://example.com/root.json",
+            "$defs": {"a": {"$anchor": "pos", "minimum": 0}},
+            "properties": {"x": {"$ref": "#pos"}, "y": {"$ref": "root.json#/$defs/a"}},
+        },
+        [{"x": 1}, {"x": -1}, {"y": -1}, {"y": 0.5}],
+    ),
+    (
+        {
+            "allOf": [
+                {"properties": {"a": {"type": "integer"}}},
+                {"properties": {"a": {"minimum": 5}}, "required": ["a"]},
+            ]
+        },
+        [{"a": 5}, {"a": 4}, {}, {"a": "x"}, {"a": 6, "b": 1}],
+    ),
+    (
+        {"anyOf": [{"type": "string", "maxLength": 1}, {"type": "integer", "maximum": 0}]},
+        ["", "a", "ab", 0, 1, -5, None],
+    ),
     ({"not": {"type": ["string", "object"]}}, ["a", {}, 1, None, [], True]),
     ({"not": {"minLength": 2}}, ["", "a", "ab", 1, None]),
     ({"not": {"required": ["a"]}}, [{}, {"a": 1}, {"b": 1}, 3, "a"]),
@@ -203,16 +358,23 @@ CASES = [
     (True, [1, "a", None, {"a": [1]}]),
     ({"type": "object", "properties": {"a": False}}, [{}, {"a": 1}, {"b": 1}]),
     # no instance on a path: the grammar's "never" must match nothing (the parser reads "[]" as empty)
-    ({"type": "array", "prefixItems": [{"type": "integer", "minimum": 0, "maximum": -1}], "contains": True},
-     [[], [1], 1]),
+    (
+        {"type": "array", "prefixItems": [{"type": "integer", "minimum": 0, "maximum": -1}], "contains": True},
+        [[], [1], 1],
+    ),
     (False, [1, None, {}]),
     ({"type": "string", "format": "unknown-format", "maxLength": 2}, ["ab", "abc"]),
     # counts past the GBNF parser's 2000 repetitions (it would read a larger maximum as none)
-    ({"type": "string", "minLength": 1500, "maxLength": 3000}, ["a" * 1499, "a" * 1500, "a" * 2999, "a" * 3000, "a" * 3001]),
+    (
+        {"type": "string", "minLength": 1500, "maxLength": 3000},
+        ["a" * 1499, "a" * 1500, "a" * 2999, "a" * 3000, "a" * 3001],
+    ),
     ({"type": "array", "maxItems": 2100}, [[1] * 2100, [1] * 2101, [], [1] * 1000]),
     ({"type": "object", "maxProperties": 2050}, [{str(i): 1 for i in range(2050)}, {str(i): 1 for i in range(2051)}]),
-    ({"type": "object", "properties": {k: {"type": "integer"} for k in "abcdefghij"}, "required": ["a", "j"]},
-     [{"a": 1, "j": 2}, {"a": 1, "b": 2, "j": 3}, {"a": 1}, {"a": 1, "j": 2, "z": 3}]),
+    (
+        {"type": "object", "properties": {k: {"type": "integer"} for k in "abcdefghij"}, "required": ["a", "j"]},
+        [{"a": 1, "j": 2}, {"a": 1, "b": 2, "j": 3}, {"a": 1}, {"a": 1, "j": 2, "z": 3}],
+    ),
 ]
 
 
@@ -221,8 +383,9 @@ def test_key_order_policy():
     few = strict_schema_to_grammar({"properties": {k: {} for k in "abc"}, "required": ["c"]})
     assert accepts(few, '{"c": 1, "a": 2}') and accepts(few, '{"b": 1, "z": 0, "c": 2}')
     assert not accepts(few, '{"c": 1, "c": 2}') and not accepts(few, '{"a": 1}')
-    many = strict_schema_to_grammar({"properties": {k: {"type": "integer"} for k in "abcdefghij"},
-                                     "required": ["b", "c"]})
+    many = strict_schema_to_grammar(
+        {"properties": {k: {"type": "integer"} for k in "abcdefghij"}, "required": ["b", "c"]}
+    )
     assert accepts(many, '{"b": 1, "j": 2, "c": 3}') and accepts(many, '{"j": 1, "c": 2, "b": 3}')
     assert not accepts(many, '{"j": 1, "c": 2}') and not accepts(many, '{"j": "x", "c": 2, "b": 3}')
     assert accepts(many, '{"j": 1, "c": 2, "b": 3, "j": 4}')  # a repeated optional key: every value passes
@@ -240,11 +403,22 @@ def test_cases(schema, values):
 def test_escaped_spellings():
     """Keys and strings in other JSON spellings (\\u escapes, \\/, surrogate pairs) decode to the same value:
     verdicts follow the decoded value."""
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "s": {"enum": ["x/😀"]}},
-              "additionalProperties": {"type": "boolean"}}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "s": {"enum": ["x/😀"]}},
+        "additionalProperties": {"type": "boolean"},
+    }
     gbnf = strict_schema_to_grammar(schema)
-    for text in ['{"\\u0061": 1}', '{"\\u0061": true}', '{"\\u0062": true}', '{"\\u0062": 1}',
-                 '{"s": "x\\/\\ud83d\\ude00"}', '{"s": "\\u0078/😀"}', '{"s": "x/\\ud83d"}', '{"\\/": true}']:
+    for text in [
+        '{"\\u0061": 1}',
+        '{"\\u0061": true}',
+        '{"\\u0062": true}',
+        '{"\\u0062": 1}',
+        '{"s": "x\\/\\ud83d\\ude00"}',
+        '{"s": "\\u0078/😀"}',
+        '{"s": "x/\\ud83d"}',
+        '{"\\/": true}',
+    ]:
         try:
             value = json.loads(text)
         except ValueError:
@@ -351,17 +525,21 @@ def test_cli_convert_strict(tmp_path, capsys):
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
 small_dec = st.decimals(min_value=-1000, max_value=1000, places=3, allow_nan=False).map(float)
-bound = st.one_of(st.integers(-10 ** 6, 10 ** 6), small_dec, finite)
-number = st.one_of(st.integers(-10 ** 7, 10 ** 7), small_dec, finite, st.integers(-(10 ** 25), 10 ** 25))
+bound = st.one_of(st.integers(-(10**6), 10**6), small_dec, finite)
+number = st.one_of(st.integers(-(10**7), 10**7), small_dec, finite, st.integers(-(10**25), 10**25))
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(kind=st.sampled_from(["number", "integer"]),
-       bounds=st.dictionaries(st.sampled_from(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]),
-                              bound, max_size=2),
-       mult=st.one_of(st.none(), st.integers(1, 12)),
-       values=st.lists(number, min_size=4, max_size=12))
+@settings(
+    max_examples=150, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    kind=st.sampled_from(["number", "integer"]),
+    bounds=st.dictionaries(
+        st.sampled_from(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]), bound, max_size=2
+    ),
+    mult=st.one_of(st.none(), st.integers(1, 12)),
+    values=st.lists(number, min_size=4, max_size=12),
+)
 def test_numbers_exact(kind, bounds, mult, values):
     schema = dict(bounds, type=kind)
     if mult is not None:
@@ -372,8 +550,11 @@ def test_numbers_exact(kind, bounds, mult, values):
         if isinstance(b, float) and b == b:
             near += [int(b) if abs(b) < 1e300 else 0]
     # the policy: no exponent texts (json.dumps(1e16) == "1e+16") for integers or beside multipleOf
-    vals = [v for v in values + near
-            if isinstance(v, int) or (kind == "number" and mult is None) or abs(v) < 1e16 or "e" not in repr(v)]
+    vals = [
+        v
+        for v in values + near
+        if isinstance(v, int) or (kind == "number" and mult is None) or abs(v) < 1e16 or "e" not in repr(v)
+    ]
     check_instances(schema, vals)
 
 
@@ -386,16 +567,27 @@ NAMES = ["a", "b", "c", "id", "x-y", "é"]
 def schemas(depth):
     scalar = st.one_of(
         st.builds(lambda t: {"type": t}, st.sampled_from(["null", "boolean", "integer", "number", "string"])),
-        st.builds(lambda lo, hi: {"type": "integer", "minimum": lo, "maximum": hi}, st.integers(-20, 20),
-                  st.integers(-20, 40)),
-        st.builds(lambda lo, ex: {"type": "number", "exclusiveMinimum": lo, "maximum": ex},
-                  st.sampled_from([-1.5, 0, 0.25, 3]), st.sampled_from([0.5, 10, 1e3])),
+        st.builds(
+            lambda lo, hi: {"type": "integer", "minimum": lo, "maximum": hi}, st.integers(-20, 20), st.integers(-20, 40)
+        ),
+        st.builds(
+            lambda lo, ex: {"type": "number", "exclusiveMinimum": lo, "maximum": ex},
+            st.sampled_from([-1.5, 0, 0.25, 3]),
+            st.sampled_from([0.5, 10, 1e3]),
+        ),
         st.builds(lambda m: {"type": "integer", "multipleOf": m}, st.integers(2, 7)),
-        st.builds(lambda lo, hi: {"type": "string", "minLength": lo, "maxLength": hi}, st.integers(0, 3),
-                  st.integers(0, 6)),
+        st.builds(
+            lambda lo, hi: {"type": "string", "minLength": lo, "maxLength": hi}, st.integers(0, 3), st.integers(0, 6)
+        ),
         st.builds(lambda p: {"type": "string", "pattern": p}, st.sampled_from(PATTERNS)),
-        st.builds(lambda vs: {"enum": vs}, st.lists(st.one_of(st.integers(-3, 3), st.sampled_from(["a", "b", ""]),
-                                                              st.booleans(), st.none()), min_size=1, max_size=4)),
+        st.builds(
+            lambda vs: {"enum": vs},
+            st.lists(
+                st.one_of(st.integers(-3, 3), st.sampled_from(["a", "b", ""]), st.booleans(), st.none()),
+                min_size=1,
+                max_size=4,
+            ),
+        ),
         st.builds(lambda v: {"const": v}, st.one_of(st.integers(-2, 2), st.sampled_from(["a", "ab"]))),
         st.just(True),
     )
@@ -418,11 +610,14 @@ def schemas(depth):
         return s
 
     objects = st.builds(
-        obj, st.dictionaries(st.sampled_from(NAMES), sub, max_size=4), st.lists(st.sampled_from(NAMES), max_size=2,
-                                                                                 unique=True),
-        st.one_of(st.none(), st.booleans(), sub), st.one_of(st.none(), st.integers(0, 2)),
+        obj,
+        st.dictionaries(st.sampled_from(NAMES), sub, max_size=4),
+        st.lists(st.sampled_from(NAMES), max_size=2, unique=True),
+        st.one_of(st.none(), st.booleans(), sub),
+        st.one_of(st.none(), st.integers(0, 2)),
         st.one_of(st.none(), st.integers(1, 4)),
-        st.dictionaries(st.sampled_from(["^x", "[0-9]"]), sub, max_size=1))
+        st.dictionaries(st.sampled_from(["^x", "[0-9]"]), sub, max_size=1),
+    )
 
     def arr(items, lo, hi, prefix, contains):
         s = {"type": "array"}
@@ -438,9 +633,14 @@ def schemas(depth):
             s["contains"] = contains
         return s
 
-    arrays = st.builds(arr, st.one_of(st.none(), sub, st.just(False)), st.one_of(st.none(), st.integers(0, 2)),
-                       st.one_of(st.none(), st.integers(0, 4)), st.lists(sub, max_size=2),
-                       st.one_of(st.none(), sub))
+    arrays = st.builds(
+        arr,
+        st.one_of(st.none(), sub, st.just(False)),
+        st.one_of(st.none(), st.integers(0, 2)),
+        st.one_of(st.none(), st.integers(0, 4)),
+        st.lists(sub, max_size=2),
+        st.one_of(st.none(), sub),
+    )
     combos = st.one_of(
         st.builds(lambda xs: {"anyOf": xs}, st.lists(sub, min_size=1, max_size=3)),
         st.builds(lambda xs: {"allOf": xs}, st.lists(sub, min_size=1, max_size=2)),
@@ -453,9 +653,14 @@ def schemas(depth):
 
 def root_schemas(depth):
     """schemas(depth), and a root with $defs that a $ref names (refs resolve against the root only)."""
-    return st.one_of(schemas(depth), st.builds(
-        lambda x, y: {"$defs": {"d": x}, "anyOf": [{"$ref": "#/$defs/d"}, y]}, schemas(depth - 1),
-        schemas(depth - 1)))
+    return st.one_of(
+        schemas(depth),
+        st.builds(
+            lambda x, y: {"$defs": {"d": x}, "anyOf": [{"$ref": "#/$defs/d"}, y]},
+            schemas(depth - 1),
+            schemas(depth - 1),
+        ),
+    )
 
 
 def candidates(schema, draw, depth=0):
@@ -481,8 +686,9 @@ def candidates(schema, draw, depth=0):
     if t == "array":
         n = draw(st.integers(schema.get("minItems", 0), schema.get("minItems", 0) + 3))
         prefix = schema.get("prefixItems", [])
-        return [candidates(prefix[i] if i < len(prefix) else schema.get("items", True), draw, depth + 1)
-                for i in range(n)]
+        return [
+            candidates(prefix[i] if i < len(prefix) else schema.get("items", True), draw, depth + 1) for i in range(n)
+        ]
     if t == "integer":
         lo, hi = schema.get("minimum", -30), schema.get("maximum", 30)
         return draw(st.integers(min(lo, hi) - 1, max(lo, hi) + 1))
@@ -517,20 +723,35 @@ def mutate(value, draw):
     return draw(st.sampled_from([1, "a", None, [], {}]))
 
 
-@settings(max_examples=250, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=250,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(schema=root_schemas(2), data=st.data())
 def test_random_schemas(schema, data):
     values = []
     for _ in range(5):
         v = candidates(schema, data.draw)
         values += [v, mutate(v, data.draw)]
-    values += data.draw(st.lists(st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=3),
-                                           st.lists(st.integers(0, 2), max_size=2),
-                                           st.dictionaries(st.sampled_from(NAMES), st.integers(0, 2), max_size=2)),
-                                 max_size=3))
-    values = [v for v in values if not (isinstance(v, float) and v.is_integer() and abs(v) >= 1e16
-                                        and _under_integer(schema))]
+    values += data.draw(
+        st.lists(
+            st.one_of(
+                st.none(),
+                st.booleans(),
+                st.integers(-5, 5),
+                st.text(max_size=3),
+                st.lists(st.integers(0, 2), max_size=2),
+                st.dictionaries(st.sampled_from(NAMES), st.integers(0, 2), max_size=2),
+            ),
+            max_size=3,
+        )
+    )
+    values = [
+        v for v in values if not (isinstance(v, float) and v.is_integer() and abs(v) >= 1e16 and _under_integer(schema))
+    ]
     gbnf = check_instances(schema, values)
     if gbnf is not None and data.draw(st.integers(0, 9)) == 0:
         rules = Rules.parse(gbnf, vocab=real_vocab()[0])
@@ -540,7 +761,7 @@ def test_random_schemas(schema, data):
 
 def _under_integer(schema):
     """True when the schema says "integer" somewhere: an integral float of 1e16 or more is written "1e+16", a
-    text strict mode's integer policy rejects though draft 6+ jsonschema accepts it (bankml.strict's docstring)."""
+    text strict mode's integer policy rejects though draft 6+ jsonschema accepts it (bankml.schema.strict's docstring)."""
     return '"integer"' in json.dumps(schema)
 
 

@@ -73,7 +73,8 @@ before its case preimage (labels of <= 63 inside <= 253 characters); so are ``id
 regular), ``relative-json-pointer``, ``uri-template`` (and ``color`` but with ``bare_checker``).
 Note the bare ``FormatChecker()`` (class-level registry) checks ``time`` with the draft-3
 ``strptime('%H:%M:%S')`` checker instead, and checks draft 3's ``color`` (CSS3 keywords or
-``#rgb``/``#rrggbb``); ``Lang.format(name, bare_checker=True)`` builds those.  Every other name raises ``LangError("format", ...)``: ``jsonschema`` itself treats formats
+``#rgb``/``#rrggbb``); ``Lang.format(name, bare_checker=True)`` builds those.  Every other name raises
+``LangError("format", ...)``: ``jsonschema`` itself treats formats
 it has no checker for as annotations, so a caller may treat the refusal of an *unknown* name
 (``is_known_format(name)`` is False) as "no constraint", but must not do so for a known one —
 unless the draft's checker does not assert it (``draft_checks_format(draft, name)``: e.g. draft 4
@@ -86,23 +87,33 @@ raw (anything but ``"``, ``\\`` and U+0000..U+001F, written as UTF-8), the short
 therefore exactly the JSON texts whose decoded value is in the ``Lang`` (lone surrogates, which
 ``json.loads`` would decode to an unpaired surrogate, are never accepted).
 """
+
 from __future__ import annotations
 
 import bisect
-from array import array
 import re
 import sys
 import threading
+from array import array
 
 try:  # Python >= 3.11
-    import re._parser as _sre_parse
     import re._constants as _sre_c
+    import re._parser as _sre_parse
 except ImportError:  # pragma: no cover - Python <= 3.10
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
     import sre_constants as _sre_c  # type: ignore[no-redef]
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
 
-__all__ = ["LangError", "Lang", "string_gbnf", "string_lang", "is_known_format", "draft_checks_format",
-           "MAX_STATES", "KNOWN_FORMATS", "FORMAT_DRAFTS"]
+__all__ = [
+    "LangError",
+    "Lang",
+    "string_gbnf",
+    "string_lang",
+    "is_known_format",
+    "draft_checks_format",
+    "MAX_STATES",
+    "KNOWN_FORMATS",
+    "FORMAT_DRAFTS",
+]
 
 #: Most DFA states any one construction may create (subset, product, preimage).
 MAX_STATES = 8000
@@ -141,6 +152,7 @@ class LangError(Exception):
 
 # --------------------------------------------------------------------------- character sets
 # A charset is a tuple of disjoint, non-adjacent, sorted inclusive ranges of scalar values.
+
 
 def _norm(ranges) -> tuple:
     """Sort, clip to the alphabet, merge overlapping/adjacent ranges."""
@@ -245,8 +257,7 @@ def _scan_class(fragment: str, flags: int) -> tuple:
     got = _SCAN_CACHE.get(key)
     if got is None:
         rx = re.compile("(?:%s)+" % fragment, flags)
-        got = _norm((_pos_to_cp(m.start()), _pos_to_cp(m.end() - 1))
-                    for m in rx.finditer(_all_text()))
+        got = _norm((_pos_to_cp(m.start()), _pos_to_cp(m.end() - 1)) for m in rx.finditer(_all_text()))
         # A run crossing the surrogate gap maps to one range spanning it: _norm split it.
         _SCAN_CACHE[key] = got
     return got
@@ -257,6 +268,7 @@ def _category(name: str, ascii_only: bool) -> tuple:
 
 
 # --------------------------------------------------------------------------- the DFA
+
 
 class Lang:
     """An immutable regular language over code points, held as a canonical minimal DFA.
@@ -464,6 +476,7 @@ class Lang:
 
 # --------------------------------------------------------------------------- DFA machinery
 
+
 def _finish(trans, acc, keyword: str) -> Lang:
     """Trim (reachable and co-reachable states only), minimize (Moore refinement), renumber."""
     n = len(trans)
@@ -532,8 +545,7 @@ def _canonical(trans, acc) -> Lang:
             if t not in num:
                 num[t] = len(order)
                 order.append(t)
-    return Lang([tuple((lo, hi, num[t]) for lo, hi, t in trans[s]) for s in order],
-                [acc[s] for s in order])
+    return Lang([tuple((lo, hi, num[t]) for lo, hi, t in trans[s]) for s in order], [acc[s] for s in order])
 
 
 def _merge_ranges(ranges) -> tuple:
@@ -890,9 +902,9 @@ class _Nfa:
     """Thompson-style NFA built backwards from the continuation (node ids are ints)."""
 
     def __init__(self, keyword: str):
-        self.kind: list[int] = []   # 0 char, 1 split, 2 assert, 3 final
-        self.arg: list = []         # charset / None / assertion kind
-        self.nxt: list = []         # next node / list of nodes
+        self.kind: list[int] = []  # 0 char, 1 split, 2 assert, 3 final
+        self.arg: list = []  # charset / None / assertion kind
+        self.nxt: list = []  # next node / list of nodes
         self.keyword = keyword
         self.budget = MAX_NFA_NODES
         self.interned: dict = {}
@@ -930,9 +942,12 @@ def _fragment_of_items(items) -> str:
 
 
 _CATEGORY_ESC = {
-    _sre_c.CATEGORY_DIGIT: "\\d", _sre_c.CATEGORY_NOT_DIGIT: "\\D",
-    _sre_c.CATEGORY_SPACE: "\\s", _sre_c.CATEGORY_NOT_SPACE: "\\S",
-    _sre_c.CATEGORY_WORD: "\\w", _sre_c.CATEGORY_NOT_WORD: "\\W",
+    _sre_c.CATEGORY_DIGIT: "\\d",
+    _sre_c.CATEGORY_NOT_DIGIT: "\\D",
+    _sre_c.CATEGORY_SPACE: "\\s",
+    _sre_c.CATEGORY_NOT_SPACE: "\\S",
+    _sre_c.CATEGORY_WORD: "\\w",
+    _sre_c.CATEGORY_NOT_WORD: "\\W",
 }
 
 
@@ -1112,8 +1127,7 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
                     add = _R_NN if prev == _P_W else _R_NW
                 else:  # _A_NWB
                     # Python < 3.14: \\B never matches inside the empty string (ask re itself).
-                    add = (_R_NNC if prev == _P_BOS and not _NWB_MATCHES_EMPTY
-                           else (_R_NW if prev == _P_W else _R_NN))
+                    add = _R_NNC if prev == _P_BOS and not _NWB_MATCHES_EMPTY else (_R_NW if prev == _P_W else _R_NN)
                 if add is not None:
                     nr = _req_simplify(reqs | {add})
                     if nr is None:
@@ -1244,8 +1258,7 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
         edges[0] += len(row)
         if edges[0] > MAX_EDGES:
             raise LangError(keyword, f"the pattern's automaton exceeds {MAX_EDGES} transitions")
-        acc.append(any(nfa.kind[node] == 3 and all(_REQ_EOS_OK[r] for r in reqs)
-                       for node, reqs in threads))
+        acc.append(any(nfa.kind[node] == 3 and all(_REQ_EOS_OK[r] for r in reqs) for node, reqs in threads))
     small = _finish(trans, acc, keyword)  # minimal over atoms, so minimal over code points too
     rows = []
     total = 0
@@ -1271,15 +1284,34 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
 
 # --------------------------------------------------------------------------- formats
 # Each language below is what the jsonschema checker (jsonschema/_format.py with its extras)
-# accepts, derived from what that code actually does; tests/test_strict_lang.py checks each one
+# accepts, derived from what that code actually does; tests/schema/test_strict_lang.py checks each one
 # against the checker itself on generated and mutated strings.
 
-KNOWN_FORMATS = frozenset((
-    "date", "time", "date-time", "duration", "email", "idn-email", "hostname", "ipv4", "ipv6",
-    "uri", "uri-reference", "iri", "iri-reference", "json-pointer", "uuid",
-    # known to jsonschema, not built here (LangError): too large, not regular, or not modelled
-    "idn-hostname", "relative-json-pointer", "regex", "uri-template", "color",
-))
+KNOWN_FORMATS = frozenset(
+    (
+        "date",
+        "time",
+        "date-time",
+        "duration",
+        "email",
+        "idn-email",
+        "hostname",
+        "ipv4",
+        "ipv6",
+        "uri",
+        "uri-reference",
+        "iri",
+        "iri-reference",
+        "json-pointer",
+        "uuid",
+        # known to jsonschema, not built here (LangError): too large, not regular, or not modelled
+        "idn-hostname",
+        "relative-json-pointer",
+        "regex",
+        "uri-template",
+        "color",
+    )
+)
 
 
 _D4_ON = ("draft4", "draft6", "draft7", "draft2019-09", "draft2020-12")
@@ -1287,12 +1319,25 @@ _D4_ON = ("draft4", "draft6", "draft7", "draft2019-09", "draft2020-12")
 #: format name (draft 3 is not listed: its checker has other names).  Elsewhere jsonschema treats
 #: the name as an annotation.
 FORMAT_DRAFTS = {
-    "email": _D4_ON, "idn-email": _D4_ON, "ipv4": _D4_ON, "ipv6": _D4_ON, "hostname": _D4_ON,
-    "uri": _D4_ON, "date-time": _D4_ON, "regex": _D4_ON,
-    "uri-reference": _D4_ON[1:], "json-pointer": _D4_ON[1:], "uri-template": _D4_ON[1:],
-    "idn-hostname": _D4_ON[2:], "iri": _D4_ON[2:], "iri-reference": _D4_ON[2:], "date": _D4_ON[2:],
-    "time": _D4_ON[2:], "relative-json-pointer": _D4_ON[2:],
-    "duration": _D4_ON[3:], "uuid": _D4_ON[3:],
+    "email": _D4_ON,
+    "idn-email": _D4_ON,
+    "ipv4": _D4_ON,
+    "ipv6": _D4_ON,
+    "hostname": _D4_ON,
+    "uri": _D4_ON,
+    "date-time": _D4_ON,
+    "regex": _D4_ON,
+    "uri-reference": _D4_ON[1:],
+    "json-pointer": _D4_ON[1:],
+    "uri-template": _D4_ON[1:],
+    "idn-hostname": _D4_ON[2:],
+    "iri": _D4_ON[2:],
+    "iri-reference": _D4_ON[2:],
+    "date": _D4_ON[2:],
+    "time": _D4_ON[2:],
+    "relative-json-pointer": _D4_ON[2:],
+    "duration": _D4_ON[3:],
+    "uuid": _D4_ON[3:],
 }
 
 
@@ -1325,7 +1370,7 @@ def _case_map(kind: str) -> dict:
         conv = str.upper if kind == "upper" else str.lower
         # Most 256-character blocks map to themselves: compare whole blocks first (in C).
         for start in range(0, len(text), 256):
-            block = text[start:start + 256]
+            block = text[start : start + 256]
             if conv(block) == block:
                 continue
             for i, ch in enumerate(block):
@@ -1415,13 +1460,17 @@ def _preimage_strip(d: Lang, chars: str) -> Lang:
 
 _YEAR_NZ = r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
 _LEAP = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
-_MONTH_DAY = (r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])"
-              r"|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)")
+_MONTH_DAY = (
+    r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])"
+    r"|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)"
+)
 # A real calendar date, years 0001-9999 (date.fromisoformat and calendar.monthrange agree).
 _DATE = r"(?:%s-%s|%s-02-29)" % (_YEAR_NZ, _MONTH_DAY, _LEAP)
 # rfc3339_validator's time part (re.ASCII, so [0-9]).
-_TIME = (r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?"
-         r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])")
+_TIME = (
+    r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?"
+    r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+)
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
 _IPV4 = r"(?:%s\.){3}%s" % (_OCTET, _OCTET)
 
@@ -1450,9 +1499,15 @@ def _uri_patterns(iri: bool = False) -> tuple[str, str]:
     jsonschema's uri/iri checker — writes them; note its dec-octet accepts leading zeros
     inside IP literals.  Returns (absolute form, reference form)."""
     # RFC 3987 ucschar and iprivate, as rfc3987 lists them.
-    ucs = ("\\xA0-\\uD7FF\\uF900-\\uFDCF\\uFDF0-\\uFFEF" + "".join(
-        "\\U%08X-\\U%08X" % (p << 16, (p << 16) + 0xFFFD) for p in range(1, 14))
-        + "\\U000E1000-\\U000EFFFD") if iri else ""
+    ucs = (
+        (
+            "\\xA0-\\uD7FF\\uF900-\\uFDCF\\uFDF0-\\uFFEF"
+            + "".join("\\U%08X-\\U%08X" % (p << 16, (p << 16) + 0xFFFD) for p in range(1, 14))
+            + "\\U000E1000-\\U000EFFFD"
+        )
+        if iri
+        else ""
+    )
     private = "\\uE000-\\uF8FF\\U000F0000-\\U000FFFFD\\U00100000-\\U0010FFFD"
     pct = "%[0-9A-Fa-f]{2}"
     unres_sub = "A-Za-z0-9._~!$&'()*+,;=\\-" + ucs
@@ -1464,17 +1519,19 @@ def _uri_patterns(iri: bool = False) -> tuple[str, str]:
     ipv4 = "(?:%s\\.){3}%s" % (dec_octet, dec_octet)
     h16 = "[0-9A-Fa-f]{1,4}"
     ls32 = "(?:%s:%s|%s)" % (h16, h16, ipv4)
-    v6 = "|".join([
-        "(?:%s:){6}%s" % (h16, ls32),
-        "::(?:%s:){5}%s" % (h16, ls32),
-        "(?:%s)?::(?:%s:){4}%s" % (h16, h16, ls32),
-        "(?:(?:%s:)?%s)?::(?:%s:){3}%s" % (h16, h16, h16, ls32),
-        "(?:(?:%s:){0,2}%s)?::(?:%s:){2}%s" % (h16, h16, h16, ls32),
-        "(?:(?:%s:){0,3}%s)?::%s:%s" % (h16, h16, h16, ls32),
-        "(?:(?:%s:){0,4}%s)?::%s" % (h16, h16, ls32),
-        "(?:(?:%s:){0,5}%s)?::%s" % (h16, h16, h16),
-        "(?:(?:%s:){0,6}%s)?::" % (h16, h16),
-    ])
+    v6 = "|".join(
+        [
+            "(?:%s:){6}%s" % (h16, ls32),
+            "::(?:%s:){5}%s" % (h16, ls32),
+            "(?:%s)?::(?:%s:){4}%s" % (h16, h16, ls32),
+            "(?:(?:%s:)?%s)?::(?:%s:){3}%s" % (h16, h16, h16, ls32),
+            "(?:(?:%s:){0,2}%s)?::(?:%s:){2}%s" % (h16, h16, h16, ls32),
+            "(?:(?:%s:){0,3}%s)?::%s:%s" % (h16, h16, h16, ls32),
+            "(?:(?:%s:){0,4}%s)?::%s" % (h16, h16, ls32),
+            "(?:(?:%s:){0,5}%s)?::%s" % (h16, h16, h16),
+            "(?:(?:%s:){0,6}%s)?::" % (h16, h16),
+        ]
+    )
     # IPvFuture keeps the ASCII unreserved set even in IRIs (rfc3987 shares the rule).
     ipvfuture = "v[0-9A-Fa-f]+\\.[A-Za-z0-9._~!$&'()*+,;=\\-:]+"
     host = "(?:\\[(?:%s|%s)\\]|%s|%s)" % (v6, ipvfuture, ipv4, reg_name)
@@ -1503,14 +1560,12 @@ def _duration_lang() -> Lang:
     zero = r"[+-]?(?:0+(?:[.,]0*)?|[.,]0+)(?:[eE][+-]?[0-9]+)?"
     # Designators in order (parse_designator pops the ones it passes); W only after zero values
     # (the parser compares the DateDuration so far with an all-zero one).
-    date_ne = ("(?:{d}Y(?:{d}M)?(?:{d}D)?|{d}M(?:{d}D)?|{d}D|(?:{z}Y)?(?:{z}M)?(?:{z}D)?{d}W)"
-               .format(d=dec, z=zero))
+    date_ne = "(?:{d}Y(?:{d}M)?(?:{d}D)?|{d}M(?:{d}D)?|{d}D|(?:{z}Y)?(?:{z}M)?(?:{z}D)?{d}W)".format(d=dec, z=zero)
     time_ne = "(?:{d}H(?:{d}M)?(?:{d}S)?|{d}M(?:{d}S)?|{d}S)".format(d=dec)
     # After the last date designator, number characters before 'T' are collected and dropped;
     # with no designator at all a run without ',' sends the string to arrow's datetime parser,
     # which never yields a value ending in a designator letter (so: rejected).
-    body = ("(?:{dn}|{dn}{n}*T{tn}|(?:{n}*,{n}*)?T{tn})"
-            .format(dn=date_ne, n=num, tn=time_ne))
+    body = "(?:{dn}|{dn}{n}*T{tn}|(?:{n}*,{n}*)?T{tn})".format(dn=date_ne, n=num, tn=time_ne)
     return _full(r"[+-]?P" + body)
 
 
@@ -1619,8 +1674,11 @@ def _build_format(name: str, bare_checker: bool) -> Lang:
         try:
             got = _hostname_lang()
         except LangError:
-            raise LangError("format", "hostname: labels of at most 63 characters inside a name of at "
-                                      f"most 253 need far more than {MAX_STATES} DFA states") from None
+            raise LangError(
+                "format",
+                "hostname: labels of at most 63 characters inside a name of at "
+                f"most 253 need far more than {MAX_STATES} DFA states",
+            ) from None
     elif name == "duration":
         got = _duration_lang()
     elif name == "uuid":
@@ -1634,19 +1692,22 @@ def _build_format(name: str, bare_checker: bool) -> Lang:
         # matches before a final '\n'), and empty or starting with '/'.
         got = Lang.regex(r"(~[^01]|~$)", "format").complement() & Lang.regex(r"\A(?:/|\Z)", "format")
     elif name == "color":
-        raise LangError("format", "'color' is checked only by the bare FormatChecker() (draft 3's "
-                                  "checker; an annotation in later drafts): Lang.format('color', "
-                                  "bare_checker=True) builds it")
+        raise LangError(
+            "format",
+            "'color' is checked only by the bare FormatChecker() (draft 3's "
+            "checker; an annotation in later drafts): Lang.format('color', "
+            "bare_checker=True) builds it",
+        )
     elif name in KNOWN_FORMATS:
-        raise LangError("format", f"format {name!r} is not built exactly (not regular, or its "
-                                  "checker is not modelled)")
+        raise LangError("format", f"format {name!r} is not built exactly (not regular, or its checker is not modelled)")
     else:
         raise LangError("format", f"unknown format {name!r} (jsonschema treats it as an annotation)")
     return got
 
 
-def string_lang(pattern: str | None = None, min_length: int | None = None,
-                max_length: int | None = None, format: str | None = None) -> Lang:
+def string_lang(
+    pattern: str | None = None, min_length: int | None = None, max_length: int | None = None, format: str | None = None
+) -> Lang:
     """The language of a string schema's ``pattern`` ∩ ``minLength``/``maxLength`` ∩ ``format``
     (each optional).  Raises ``LangError`` naming the keyword that cannot be built; an unknown
     ``format`` raises too (check ``is_known_format`` first to treat it as an annotation)."""
@@ -1779,7 +1840,7 @@ def _hex_expr(ranges: tuple, k: int, memo: dict) -> str | None:
     got = memo.get(key)
     if got is not None:
         return got
-    size = 16 ** k
+    size = 16**k
     if ranges == ((0, size - 1),):
         out = " ".join([_HEX_FULL] * k)
     else:
@@ -1825,7 +1886,7 @@ def _charset_alts(cs, memo: dict, admit_surrogates: bool = False) -> list[str]:
         alts.append(_gbnf_class(raw, admit_surrogates))
     short = sorted(_SHORT_ESC[c] for c in _SHORT_ESC if _cs_has(cs, c))
     if short:
-        body = "".join("\\\\" if ch == "\\" else ("\\\"" if ch == '"' else ch) for ch in short)
+        body = "".join("\\\\" if ch == "\\" else ('\\"' if ch == '"' else ch) for ch in short)
         alts.append('"\\\\" [' + body + "]" if len(short) > 1 else '"\\\\' + body + '"')
     bmp = _cs_inter(cs, ((0, 0xFFFF),))
     if bmp:
@@ -1847,8 +1908,7 @@ def _charset_alts(cs, memo: dict, admit_surrogates: bool = False) -> list[str]:
             order.append(lk)
         lows[lk].append((0xD800 + h, 0xD800 + h))
     for lk in order:
-        alts.append('"\\\\u" ' + _hex_expr(_plain_ranges(lows[lk]), 4, memo)
-                    + ' "\\\\u" ' + _hex_expr(lk, 4, memo))
+        alts.append('"\\\\u" ' + _hex_expr(_plain_ranges(lows[lk]), 4, memo) + ' "\\\\u" ' + _hex_expr(lk, 4, memo))
     return alts
 
 
