@@ -82,7 +82,7 @@ def test_faulting_tiles_turn_amx_off_in_the_process_and_its_children():
                 return b"AMX_INT8 = 1"
         policy = _decide(L(), flags, probe_fn=lambda: _cpu.PROBE_SIGNAL + signal.SIGILL)
         grandchild = subprocess.run([sys.executable, "-c",
-                                     "from bankml import _cpu; print(_cpu.amx_request_refused())"],
+                                     "from bankml.serve import _cpu; print(_cpu.amx_request_refused())"],
                                     capture_output=True, text=True).stdout.strip()
         print(json.dumps({"state": policy.state, "extra": policy.use_extra_bufts, "note": policy.note,
                           "refused": _cpu.amx_request_refused(), "grandchild": grandchild}))
