@@ -10,7 +10,7 @@ import pytest
 from bankml import json_schema_to_grammar
 from bankml.cli import main
 
-from .test_e2e_tools import ID, KWARGS_FLAGS, _template_file, _tools_of, reference
+from .serve.test_e2e_tools import ID, KWARGS_FLAGS, _template_file, _tools_of, reference
 
 
 def _write(tmp_path, text, name="schema.json"):

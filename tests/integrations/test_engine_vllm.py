@@ -293,10 +293,10 @@ def vllm_run(tmp_path_factory):
     engines_support.smollm2_hf_dir()
     env = dict(os.environ, BANKML_VLLM_TRACE=str(trace), VLLM_CPU_KVCACHE_SPACE="1")
     env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+        [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]
         + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     )
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engines_vllm_run.py")
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "engines_vllm_run.py")
     proc = subprocess.run([sys.executable, script, str(answers)], env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(answers, encoding="utf-8") as f:

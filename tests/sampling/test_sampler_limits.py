@@ -23,7 +23,7 @@ from bankml.sampling._sampler import (
 )
 from bankml.sampling.params import SamplerParams
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QWEN2 = os.path.join(ROOT, "tests", "data", "ggml-vocab-qwen2.gguf")
 INT32_MAX = 2**31 - 1
 LIMIT_AS = 4 << 30
