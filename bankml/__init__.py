@@ -14,7 +14,8 @@ from bankml.engine._grammar import DEFAULT_MAX_STACKS, Grammar, MatchContext, Ru
 from bankml.engine._hash import mask_hash
 from bankml.engine.vocab import Vocab
 from bankml.errors import GrammarError, RequestError, SchemaError
-from bankml.sampling._sampler import Rng, Sampler, SamplerParams
+from bankml.sampling._sampler import Rng, Sampler
+from bankml.sampling.params import SamplerParams
 from bankml.schema.grammar import json_schema_to_grammar, json_schema_to_rules
 
 __all__ = [

@@ -16,7 +16,7 @@ from bankml.engine._grammar import Grammar, Rules
 from bankml.engine._hash import mask_hash
 from bankml.engine.vocab import Vocab
 from bankml.errors import GrammarError, SchemaError
-from bankml.sampling._sampler import SamplerParams
+from bankml.sampling.params import SamplerParams
 from bankml.sampling.replay import replay
 from bankml.schema.grammar import json_schema_to_grammar
 from bankml.serve.runtime import Model, ModelError, chat_model_options

@@ -22,7 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import llama_cpp as ll  # noqa: E402
 
-from bankml.sampling._sampler import Sampler, SamplerParams  # noqa: E402
+from bankml.sampling._sampler import Sampler
+from bankml.sampling.params import SamplerParams  # noqa: E402
 from tests.sampling.test_sampler_oracle import OracleChain, SizedVocab  # noqa: E402
 
 N_VOCAB = 151936

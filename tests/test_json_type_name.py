@@ -5,7 +5,7 @@ import pytest
 
 from bankml.errors import json_type_name
 from bankml.sampling import logprobs
-from bankml.sampling._sampler import SamplerParams
+from bankml.sampling.params import SamplerParams
 from bankml.serve import app as server
 
 JSON_VALUES = [

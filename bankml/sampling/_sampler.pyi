@@ -7,14 +7,8 @@ import numpy as np
 import numpy.typing as npt
 
 from bankml.errors import GrammarError
-
-LLAMA_DEFAULT_SEED: int
-DEFAULT_SAMPLERS: str
-DEFAULT_DRY_SEQUENCE_BREAKERS: tuple[str, ...]
-REASONING_BUDGET_IDLE: str
-REASONING_BUDGET_COUNTING: str
-REASONING_BUDGET_FORCING: str
-REASONING_BUDGET_DONE: str
+from bankml.sampling.params import SamplerParams
+from bankml.sampling.reasoning_budget import ReasoningBudget
 
 class SamplingError(RuntimeError): ...
 class NoAllowedTokenError(SamplingError, GrammarError): ...
@@ -30,42 +24,6 @@ class Rng:
     def discrete(self, weights: Sequence[float]) -> int: ...
     def discard(self, n: int) -> None: ...
     def clone(self) -> Rng: ...
-
-class SamplerParams:
-    """llama-server's sampling parameters, with its names and defaults (fields as llama.cpp stores them)."""
-
-    seed: int
-    samplers: tuple[str, ...]
-    dry_sequence_breakers: tuple[str, ...]
-    logit_bias: tuple[Any, ...]
-    def __init__(self, **kwargs: Any) -> None: ...
-    def __getattr__(self, name: str) -> Any: ...  # the numeric fields (temperature, top_k, ...)
-    @classmethod
-    def from_server(cls, fields: dict[str, Any], n_ctx: int | None = None, vocab: Any = None) -> SamplerParams: ...
-    def replace(self, **changes: Any) -> SamplerParams: ...
-    def as_dict(self) -> dict[str, Any]: ...
-
-class ReasoningBudget:
-    """llama-server's reasoning budget (common_reasoning_budget_init)."""
-
-    def __init__(
-        self,
-        vocab: Any,
-        start: Iterable[Sequence[int]],
-        end: Iterable[Sequence[int]],
-        forced: Iterable[int],
-        budget: int,
-        initial_state: str = ...,
-    ) -> None: ...
-    @property
-    def end_match(self) -> Any: ...
-    @property
-    def forced_token(self) -> int | None: ...
-    def accept(self, token: int) -> None: ...
-    def apply(self, logits: npt.NDArray[np.float32]) -> Any: ...
-    def force(self) -> Any: ...
-    def reset(self) -> None: ...
-    def clone(self) -> ReasoningBudget: ...
 
 class Sampler:
     """llama-server's sampling (common_sampler_init + common_sampler_sample with grammar_first=false)."""

@@ -14,7 +14,8 @@ import numpy as np
 
 from bankml.engine._grammar import Grammar, Rules
 from bankml.engine.vocab import Vocab
-from bankml.sampling._sampler import Sampler, SamplerParams
+from bankml.sampling._sampler import Sampler
+from bankml.sampling.params import SamplerParams
 
 FORMAT = "bankml-run"
 VERSION = 1

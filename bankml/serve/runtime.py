@@ -45,8 +45,10 @@ from bankml.chat.template import (
 from bankml.engine._grammar import Grammar, Rules
 from bankml.engine.vocab import Vocab
 from bankml.errors import json_type_name
-from bankml.sampling._sampler import ReasoningBudget, Sampler, SamplerParams
+from bankml.sampling._sampler import Sampler
 from bankml.sampling.logprobs import ProbRequest, token_record
+from bankml.sampling.params import SamplerParams
+from bankml.sampling.reasoning_budget import ReasoningBudget
 from bankml.serve.cpu import default_threads, prepare_model_loading
 
 __all__ = ["ContextSizeError", "DEFAULT_MODEL_PACKAGE", "Job", "Model", "ModelError", "Result",

@@ -22,7 +22,8 @@ import pytest
 
 from bankml.chat.constraint import RequestError
 from bankml.sampling import logprobs as lp
-from bankml.sampling._sampler import Sampler, SamplerParams, token_logarithm, token_probabilities
+from bankml.sampling._sampler import Sampler, token_logarithm, token_probabilities
+from bankml.sampling.params import SamplerParams
 
 from ..oracle.record_logprobs import VOLATILE, digest_long_lists
 from ..oracle.record_server import kernels_fingerprint

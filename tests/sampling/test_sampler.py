@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from bankml import Grammar, Vocab
-from bankml.sampling._sampler import DEFAULT_SAMPLERS, LLAMA_DEFAULT_SEED, Rng, Sampler, SamplerParams, SamplingError
+from bankml.sampling._sampler import Rng, Sampler, SamplingError
+from bankml.sampling.params import DEFAULT_SAMPLERS, LLAMA_DEFAULT_SEED, SamplerParams
 
 
 class SizedVocab:

@@ -17,11 +17,11 @@ from bankml.sampling._sampler import (
     DRY_MAX_SEQ_LEN,
     NoAllowedTokenError,
     Sampler,
-    SamplerParams,
     SamplingError,
     _dry_breaker_bytes,
     _dry_breakers,
 )
+from bankml.sampling.params import SamplerParams
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QWEN2 = os.path.join(ROOT, "tests", "data", "ggml-vocab-qwen2.gguf")
@@ -63,7 +63,8 @@ def test_int32_max_history_works_with_bounded_memory(fields):
     rc, out, err = run_bounded(f"""
         import numpy as np
         from bankml import Vocab
-        from bankml.sampling._sampler import Sampler, SamplerParams
+        from bankml.sampling._sampler import Sampler
+        from bankml.sampling.params import SamplerParams
         vocab = Vocab([b"a", b"b", b":", b"c d", b"\\n"], [4])
         sampler = Sampler(SamplerParams(seed=7, {fields}), vocab)
         logits = np.array([3, 2, 1, 0.5, -1], dtype=np.float32)
@@ -235,7 +236,8 @@ def test_fifty_long_breakers_finish_in_a_bounded_child():
         """
         import numpy as np
         from bankml import Vocab
-        from bankml.sampling._sampler import Sampler, SamplerParams
+        from bankml.sampling._sampler import Sampler
+        from bankml.sampling.params import SamplerParams
         rng = np.random.default_rng(5)
         breakers = ["".join(rng.choice(list("abcdefghij \\n:"), 400)) for _ in range(50)]
         vocab = Vocab.from_gguf("tests/data/ggml-vocab-qwen2.gguf").with_tokenizer(lambda t, a, p: list(t))
@@ -275,7 +277,8 @@ def test_infill_on_every_candidate_of_the_real_vocabulary_finishes_in_a_bounded_
         """
         import numpy as np
         from bankml import Vocab
-        from bankml.sampling._sampler import Sampler, SamplerParams
+        from bankml.sampling._sampler import Sampler
+        from bankml.sampling.params import SamplerParams
         vocab = Vocab.from_gguf("tests/data/ggml-vocab-qwen2.gguf")
         rng = np.random.default_rng(2)
         sampler = Sampler(SamplerParams(seed=1, samplers="infill;temperature"), vocab)

@@ -25,7 +25,8 @@ import pytest
 from bankml import Grammar, Rules
 from bankml.engine.vocab import ATTR_CONTROL, ATTR_UNKNOWN
 from bankml.integrations.adapters import hf_tokenizer, llama_cpp_tokenizer
-from bankml.sampling._sampler import DEFAULT_SAMPLERS, Sampler, SamplerParams
+from bankml.sampling._sampler import Sampler
+from bankml.sampling.params import DEFAULT_SAMPLERS, SamplerParams
 
 from ..oracle import libllama
 from ..oracle_support import DATA, ORACLE_STATS, load_pair, vocab_path
@@ -750,7 +751,7 @@ def budget_oracle(qwen2):
 def test_reasoning_budget_draws_match_libllama(qwen2, budget_oracle, set_index):
     """A Sampler with a ReasoningBudget against libllama's chain with the pinned common_reasoning_budget sampler
     applied first (the forced token alone above -inf), accepting every drawn token into both: the same draws."""
-    from bankml.sampling._sampler import ReasoningBudget
+    from bankml.sampling.reasoning_budget import ReasoningBudget
 
     vocab, oracle_vocab = qwen2
     tags, oracle_budget = budget_oracle

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from bankml.integrations.adapters import llama_cpp_tokenizer
-from bankml.sampling._sampler import ReasoningBudget, Sampler, SamplerParams, _utf8_is_complete
+from bankml.sampling._sampler import Sampler
+from bankml.sampling.params import SamplerParams
+from bankml.sampling.reasoning_budget import ReasoningBudget, _utf8_is_complete
 
 from ..oracle_support import ORACLE_STATS, load_bankml_vocab, vocab_path
 

@@ -10,7 +10,8 @@ import pytest
 
 from bankml import Vocab
 from bankml.chat.constraint import RequestError
-from bankml.sampling._sampler import DEFAULT_SAMPLERS, Sampler, SamplerParams
+from bankml.sampling._sampler import Sampler
+from bankml.sampling.params import DEFAULT_SAMPLERS, SamplerParams
 from bankml.serve.runtime import sampler_params_from_request
 
 INT32_MAX = 2**31 - 1
