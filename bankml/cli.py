@@ -10,6 +10,8 @@ import time
 
 import numpy as np
 
+from .server_flags import KV_CACHE_TYPES, flash_attn_name
+
 
 class InputError(ValueError):
     """A file the command cannot read as UTF-8 text: the message says which and why."""
@@ -138,9 +140,27 @@ def _generation_args(p):
     p.add_argument("--no-repack", "-nr", action="store_true",
                    help="load the weights without ggml's extra buffer types (weight repacking, AMX), as "
                         "llama-server's --no-repack")
-    p.add_argument("--ctx-size", "-c", type=int, default=2048)
-    p.add_argument("--batch-size", "-b", type=int, default=2048)
-    p.add_argument("--ubatch-size", "-ub", type=int, default=512)
+    p.add_argument("--ctx-size", "-c", type=int, default=2048,
+                   help="size of the prompt context (0: the model's training context)")
+    p.add_argument("--batch-size", "-b", type=int, default=2048, help="logical maximum batch size (default: 2048)")
+    p.add_argument("--ubatch-size", "-ub", type=int, default=512, help="physical maximum batch size (default: 512)")
+    p.add_argument("-fa", "--flash-attn", default=None, metavar="[on|off|auto]",
+                   help="set Flash Attention use ('on', 'off', or 'auto'; default: 'auto' for serve, as "
+                        "llama-server, 'off' for generate, as llama-cpp-python); it changes the logits")
+    p.add_argument("-ctk", "--cache-type-k", default="f16", metavar="TYPE",
+                   help="KV cache data type for K, one of " + ", ".join(KV_CACHE_TYPES) + " (default: f16)")
+    p.add_argument("-ctv", "--cache-type-v", default="f16", metavar="TYPE",
+                   help="KV cache data type for V, one of " + ", ".join(KV_CACHE_TYPES) + " (default: f16)")
+
+
+def context_options(args, flash_attn_default):
+    """Model(...) keyword arguments from the context flags (a ValueError with llama-server's message)."""
+    fa = args.flash_attn if args.flash_attn is not None else flash_attn_default
+    flash_attn_name(fa)
+    for name in (args.cache_type_k, args.cache_type_v):
+        if name not in KV_CACHE_TYPES:
+            raise ValueError(f"Unsupported cache type: {name}")
+    return {"flash_attn": fa, "cache_type_k": args.cache_type_k, "cache_type_v": args.cache_type_v}
 
 
 def _sampling_args(p):
@@ -212,6 +232,7 @@ def cmd_generate(args):
         if args.tool_choice != "auto" and tools is None:
             raise ValueError("--tool-choice needs --tools FILE.json")
         options = chat_model_options(args)
+        options.update(context_options(args, "off"))
         params = SamplerParams(seed=args.seed, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                min_p=args.min_p, typical_p=args.typical_p, repeat_penalty=args.repeat_penalty,
                                repeat_last_n=args.repeat_last_n, presence_penalty=args.presence_penalty,
@@ -318,6 +339,25 @@ def cmd_serve(args):
         return 2
 
 
+class _InOrder(argparse.Action):
+    """Appends (kind, value) to one list shared by several options, in command-line order."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        items = list(getattr(namespace, self.dest, None) or [])
+        items.append((self.const, values))
+        setattr(namespace, self.dest, items)
+
+
+def _auth_args(p):
+    """llama-server's API key options (bankml.server_auth)."""
+    p.add_argument("--api-key", action=_InOrder, dest="api_key_sources", const="key", metavar="KEY",
+                   help="API key to use for authentication, multiple keys can be provided as a comma-separated "
+                        "list, or the option repeated (default: none; env LLAMA_API_KEY)")
+    p.add_argument("--api-key-file", action=_InOrder, dest="api_key_sources", const="file", metavar="FNAME",
+                   help="path to file containing API keys, one per line; lines starting with a hash are treated "
+                        "as comments (default: none; env LLAMA_ARG_API_KEY_FILE)")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="bankml", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -346,10 +386,17 @@ def build_parser():
     serve = sub.add_parser("serve", help="an OpenAI- and Ollama-compatible HTTP server")
     _generation_args(serve)
     _chat_args(serve)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--parallel", "-np", type=int, default=2, help="generations served at once (one context each)")
-    serve.add_argument("--alias", help="the model name /v1/models reports (default: the file name)")
+    serve.set_defaults(ctx_size=0)   # llama-server's -c 0: the model's training context
+    serve.add_argument("--host", default="127.0.0.1", help="IP address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
+    serve.add_argument("--parallel", "-np", type=int, default=-1,
+                       help="number of server slots, generations served at once, one context each (default: -1, "
+                            "-1 = auto: 4, as llama-server)")
+    serve.add_argument("--alias", "-a", help="the model name the API reports (default: the file name)")
+    serve.add_argument("--jinja", action="store_true",
+                       help="use the jinja template engine for chat (always on in bankml, as llama-server's default)")
+    serve.add_argument("--no-warmup", action="store_true",
+                       help="accepted for llama-server's command lines: bankml runs no warmup decode either way")
     serve.add_argument("--max-body-bytes", type=int, default=None,
                        help="largest request body accepted (default 8 MiB); past it a 400, before any work")
     serve.add_argument("--max-messages", type=int, default=None, help="most chat messages per request (default 4096)")
@@ -362,6 +409,13 @@ def build_parser():
                             "finish_reason length (default 600)")
     serve.add_argument("--max-preparing", type=int, default=None,
                        help="requests prepared at once (default 8); more wait, then get a 503")
+    _auth_args(serve)
+    serve.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
+                       help="expose slots monitoring endpoint (default: enabled; --no-slots)")
+    serve.add_argument("--metrics", action="store_true",
+                       help="enable prometheus compatible metrics endpoint (default: disabled)")
+    serve.add_argument("--props", action="store_true",
+                       help="enable changing global properties via POST /props (default: disabled)")
     serve.set_defaults(run=cmd_serve)
     check = sub.add_parser("check", help="parse a GBNF grammar as llama.cpp does; report the rules or the error")
     check.add_argument("grammar")

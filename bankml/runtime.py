@@ -34,6 +34,7 @@ from .constraint import Constraint, RequestError
 from .cpu import default_threads, prepare_model_loading
 from .errors import json_type_name
 from .logprobs import ProbRequest, token_record
+from .server_flags import flash_attn_name, flash_attn_type, kv_cache_type
 from .vocab import Vocab
 
 __all__ = ["ContextSizeError", "DEFAULT_MODEL_PACKAGE", "Job", "Model", "ModelError", "Result",
@@ -294,8 +295,9 @@ class _Slot:
         p.n_seq_max = 1
         p.n_threads = model.n_threads
         p.n_threads_batch = model.n_threads_batch
-        p.flash_attn_type = (L.LLAMA_FLASH_ATTN_TYPE_ENABLED if model.flash_attn
-                             else L.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        p.flash_attn_type = flash_attn_type(L, model.flash_attn)   # "auto": libllama resolves it, as llama-server
+        p.type_k = kv_cache_type(L, model.cache_type_k)
+        p.type_v = kv_cache_type(L, model.cache_type_v)
         p.no_perf = True
         self.ctx = L.llama_init_from_model(model._model, p)
         if not self.ctx:
@@ -344,12 +346,16 @@ class Model:
     ``n_threads_batch`` (the prompt's threads) to ``n_threads``. ``no_repack`` loads the weights without ggml's
     extra buffer types, as llama-server's ``--no-repack``. Before the first model of the process is loaded,
     ``bankml.cpu.prepare_model_loading`` checks that ggml's AMX kernels can run here (see that module).
+    ``flash_attn`` (False: llama-cpp-python's default) also takes llama-server's ``-fa`` values ``"on"``, ``"off"``,
+    ``"auto"``; ``cache_type_k``/``cache_type_v`` its ``-ctk``/``-ctv`` names; ``n_ctx`` 0 is the model's
+    training context (bankml.server_flags).
     """
 
     def __init__(self, path=None, *, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=None,
                  n_threads_batch=None, n_parallel=1, flash_attn=False, grammar_cache=64, verbose=False,
                  no_repack=False, chat_template_file=None, reasoning="auto", reasoning_format="deepseek",
-                 reasoning_budget=-1, reasoning_budget_message="", chat_template_kwargs=None):
+                 reasoning_budget=-1, reasoning_budget_message="", chat_template_kwargs=None,
+                 cache_type_k="f16", cache_type_v="f16"):
         L = self._L = _llama()
         self.path = os.fspath(path) if path is not None else default_model_path()
         if not os.path.isfile(self.path):
@@ -361,7 +367,12 @@ class Model:
         self.n_threads = int(n_threads) if n_threads is not None and n_threads > 0 else default_threads()
         self.n_threads_batch = (int(n_threads_batch) if n_threads_batch is not None and n_threads_batch > 0
                                 else self.n_threads)
-        self.flash_attn = bool(flash_attn)
+        # False/True, or llama-server's -fa value ("on", "off", "auto": bankml.server_flags)
+        fa = flash_attn_name(flash_attn)
+        self.flash_attn = "auto" if fa == "auto" else fa == "on"
+        self.cache_type_k, self.cache_type_v = str(cache_type_k), str(cache_type_v)
+        kv_cache_type(L, self.cache_type_k)
+        kv_cache_type(L, self.cache_type_v)
         _quiet(L, verbose)
         self.amx = prepare_model_loading(L)
         L.llama_backend_init()
@@ -371,6 +382,8 @@ class Model:
         self._model = L.llama_model_load_from_file(self.path.encode("utf-8"), mp)
         if not self._model:
             raise ModelError(f"llama.cpp cannot load {self.path}")
+        if self.n_ctx <= 0:   # as llama.cpp's -c 0: the model's training context
+            self.n_ctx = int(L.llama_model_n_ctx_train(self._model))
         self._lvocab = L.llama_model_get_vocab(self._model)
         self.n_vocab = L.llama_vocab_n_tokens(self._lvocab)
         self.vocab = Vocab.from_gguf(self.path)
@@ -585,7 +598,8 @@ class Model:
     def chat(self, messages, constraint=None, params=None, max_tokens=-1, stop=(), thinking=None, *, cancel=None,
              deadline=None, chat_template_kwargs=None, reasoning_format=None, reasoning_effort=None,
              reasoning_budget=None, reasoning_budget_message=None, add_generation_prompt=True,
-             continue_final_message=None, now=None, tools=None, tool_choice="auto", parallel_tool_calls=None):
+             continue_final_message=None, now=None, tools=None, tool_choice="auto", parallel_tool_calls=None,
+             render_only=False):
         """A Job for chat messages, as /v1/chat/completions, through bankml.chat: llama.cpp's prompt, the
         chat grammar of a response format prefilled with the generation prompt, the template's parser, the
         reasoning budget.
@@ -661,6 +675,8 @@ class Model:
                               parallel_tool_calls=parallel_tool_calls)
         except (ChatRequestError, TemplateError) as e:
             raise RequestError(str(e)) from None
+        if render_only:   # llama-server's /apply-template: the prompt, nothing prepared for generation
+            return out.prompt
         _check_cancel(cancel)
         # for_constraint's rule: a response format gets the chat grammar, prefilled with the generation prompt;
         # a GBNF grammar, a non-object top-level schema or none get the constraint's own grammar. With tools
@@ -922,6 +938,7 @@ class Job:
             if slot is None:   # cancelled while waiting: nothing computed
                 self._cancelled_result()
                 return
+        self.slot_index = slot.index   # which slot served it (llama-server's /slots)
         try:
             yield from self._generate(slot)
         finally:

@@ -8,7 +8,10 @@
   ``tool_calls`` and ``role: "tool"`` results; the answer is parsed by the template's parser into content,
   reasoning_content and ``tool_calls`` (``finish_reason: "tool_calls"``), streamed as llama-server's deltas.
 * ``POST /v1/completions``: a raw prompt (no template), ``grammar`` / ``json_schema``.
-* ``GET /v1/models``, ``GET /health``.
+* ``GET /v1/models``, ``GET /health``, ``GET /v1/health``.
+* llama-server's extra endpoints (``bankml.server_endpoints``): ``POST /apply-template``, ``/tokenize``,
+  ``/detokenize``, ``GET /props``, ``/slots``, ``/metrics`` (with ``--metrics``).
+* ``--api-key`` / ``--api-key-file``: every route but the public ones asks for a key (``bankml.server_auth``).
 * ``POST /api/chat``, ``POST /api/generate`` (Ollama: ``format``, ``options``, ``tools`` with
   ``message.tool_calls[].function.arguments`` as an object, NDJSON streaming, default ``stream: true``),
   ``GET /api/tags``, ``GET /api/version``.
@@ -32,6 +35,7 @@ from datetime import datetime, timezone
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -40,6 +44,8 @@ from . import _jsondepth
 from . import logprobs as _logprobs
 from . import request_fields as _fields
 from . import schema as _schema
+from .server_auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
+from .server_endpoints import EndpointOptions, Endpoints
 from .constraint import Constraint, RequestError, from_ollama_text, from_openai_text
 from .errors import GrammarError, SchemaError, json_type_name
 from .chat_peg import ChatParseError
@@ -292,6 +298,9 @@ class _App:
     def _finished(self, runner):
         with self._lock:
             self._runners.discard(runner)
+        metrics = getattr(self, "metrics", None)
+        if metrics is not None:
+            metrics.finished(runner.job, self.model.n_batch)
 
     def busy(self):
         """Whether a generation runs or a request is being prepared."""
@@ -448,13 +457,28 @@ class _App:
 
     def _usage(self, result):
         n_prompt, n_gen = len(result.prompt_tokens), len(result.tokens)
-        return {"completion_tokens": n_gen, "prompt_tokens": n_prompt, "total_tokens": n_prompt + n_gen}
+        # prompt_tokens_details as llama-server's: bankml has no prompt cache, every prompt is evaluated anew
+        return {"completion_tokens": n_gen, "prompt_tokens": n_prompt, "total_tokens": n_prompt + n_gen,
+                "prompt_tokens_details": {"cached_tokens": 0}}
 
     def _timings(self, result):
         t = result.timings
         return {"prompt_n": t["prompt_n"], "prompt_ms": t["prompt_ms"], "predicted_n": t["predicted_n"],
                 "predicted_ms": t["predicted_ms"], "predicted_per_second": t["predicted_per_second"],
                 "sampling_us_per_token": t["sample_us_per_token"], "redraws": t["redraws"]}
+
+    def refusal_of(self, exc):
+        """The error (a ``_Refusal``) for an exception of a request's preparation; None: the client is gone."""
+        return None if isinstance(exc, _Gone) else _refusal(exc)
+
+    def render_prompt(self, body, raw, cancel):
+        """The prompt a chat request renders to (llama-server's /apply-template): its messages, tools and chat
+        fields through the chat layer, nothing generated."""
+        _check_sizes(body, self.limits)
+        constraint = from_openai_text(body, raw)
+        check_messages(body.get("messages"))
+        return self.model.chat(body.get("messages"), constraint, cancel=cancel, render_only=True,
+                               **chat_request_options(body), **chat_tool_options(body))
 
     # -- OpenAI
 
@@ -952,10 +976,13 @@ async def _server_error(request, exc):
     return _error(f"{type(exc).__name__}: {exc}", 500, "server_error")
 
 
-def create_app(model, alias=None, limits=None):
+def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None):
     """The Starlette application serving ``model`` (a bankml.runtime.Model) within ``limits`` (a
-    ``ServerLimits``; the defaults without)."""
+    ``ServerLimits``; the defaults without); with ``api_keys``, every route but the public ones asks for one
+    (bankml.server_auth); ``endpoints`` (a bankml.server_endpoints.EndpointOptions) turns /slots, /metrics and
+    POST /props on or off."""
     app = _App(model, alias, limits)
+    extra = Endpoints(app, app.render_prompt, endpoints, build_info=_FINGERPRINT)
     routes = [
         Route("/v1/chat/completions", app.chat_completions, methods=["POST"]),
         Route("/chat/completions", app.chat_completions, methods=["POST"]),
@@ -964,12 +991,14 @@ def create_app(model, alias=None, limits=None):
         Route("/v1/models", app.models, methods=["GET"]),
         Route("/models", app.models, methods=["GET"]),
         Route("/health", app.health, methods=["GET"]),
+        Route("/v1/health", app.health, methods=["GET"]),
         Route("/api/chat", app.ollama_chat, methods=["POST"]),
         Route("/api/generate", app.ollama_generate, methods=["POST"]),
         Route("/api/tags", app.ollama_tags, methods=["GET"]),
         Route("/api/version", app.ollama_version, methods=["GET"]),
-    ]
-    starlette = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _server_error})
+    ] + extra.routes()
+    starlette = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _server_error},
+                          middleware=[Middleware(ApiKeyMiddleware, keys=list(api_keys or ()))])
     starlette.state.bankml = app
     return starlette
 
@@ -993,20 +1022,31 @@ def serve(args):
     cancel every generation (each stops after its current token) and exit within a few seconds."""
     import uvicorn
 
-    from .cli import chat_model_options
+    from .cli import chat_model_options, context_options
     from .runtime import Model
     try:
         options = chat_model_options(args)
+        options.update(context_options(args, "auto"))   # llama-server's default -fa auto
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.chat_template_file is not None and not os.path.isfile(args.chat_template_file):
         print(f"error: {args.chat_template_file}: no such file", file=sys.stderr)
         return 2
+    try:
+        api_keys = api_keys_from_args(args)
+    except ApiKeyError as err:
+        print(str(err), file=sys.stderr)
+        return 2
+    if args.parallel == 0:
+        print("error: invalid value for n_parallel", file=sys.stderr)
+        return 2
     model = Model(args.model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
-                  n_threads=args.threads, n_threads_batch=args.threads_batch, n_parallel=args.parallel,
+                  n_threads=args.threads, n_threads_batch=args.threads_batch,
+                  n_parallel=4 if args.parallel < 0 else args.parallel,   # -1: auto, 4 slots as llama-server
                   no_repack=args.no_repack, **options)
-    starlette = create_app(model, args.alias, limits_from_args(args))
+    starlette = create_app(model, args.alias, limits_from_args(args), api_keys=api_keys,
+                           endpoints=EndpointOptions(slots=args.slots, metrics=args.metrics, props=args.props))
     app = starlette.state.bankml
 
     class _Server(uvicorn.Server):

@@ -187,6 +187,7 @@ def test_bankml_serve_process_with_chat_template_file():
     cmd = [sys.executable, "-m", "bankml", "serve", "--host", "127.0.0.1", "--port", str(port), "--parallel", "1",
            "-t", str(s["n_threads"]), "-tb", str(s["n_threads_batch"]), "-c", str(s["n_ctx"]),
            "-b", str(s["n_batch"]), "-ub", str(s["n_ubatch"]), "--reasoning", "off",
+           "-fa", "on" if s.get("flash_attn") else "off",   # the recordings' (serve's default is llama-server's auto)
            "--chat-template-file", str(template_text(record["template"])[1])]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -1,0 +1,52 @@
+# Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+"""The values of llama-server's context flags (``common/arg.cpp``), as bankml's Model takes them.
+
+* ``-fa, --flash-attn [on|off|auto]`` (default ``auto``): ``on``/``enabled``/``true``/``1`` and
+  ``off``/``disabled``/``false``/``0`` (llama.cpp's ``is_truthy``/``is_falsey``), ``auto`` (``is_autoy``: also
+  ``-1``). ``auto`` is handed to libllama as ``LLAMA_FLASH_ATTN_TYPE_AUTO``, which resolves it when the context is
+  created exactly as in llama-server (same library): on for the CPU, where every layer's attention runs on a
+  device that supports it. Flash attention changes the logits (not by much, but enough to change an argmax).
+  ``bankml.runtime.Model``'s own default stays ``False`` (llama-cpp-python's ``Llama(flash_attn=False)``); the
+  ``bankml serve`` command's default is llama-server's ``auto``.
+* ``-ctk, --cache-type-k`` / ``-ctv, --cache-type-v`` (default ``f16``): the KV cache's ggml type, one of
+  ``f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1`` (``kv_cache_types``). A type other than f16 changes the
+  logits.
+"""
+
+__all__ = ["FLASH_ATTN_VALUES", "KV_CACHE_TYPES", "flash_attn_type", "flash_attn_name", "kv_cache_type"]
+
+# get_all_kv_cache_types(): the names llama-server accepts, in its order
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+_TRUTHY = ("on", "enabled", "true", "1")
+_FALSEY = ("off", "disabled", "false", "0")
+_AUTOY = ("auto", "-1")
+FLASH_ATTN_VALUES = _TRUTHY + _FALSEY + _AUTOY
+
+
+def flash_attn_name(value):
+    """``"on"``, ``"off"`` or ``"auto"`` for a flag value or a bool; ValueError (llama-server's message) else."""
+    if value is True:
+        return "on"
+    if value is False or value is None:
+        return "off"
+    text = str(value)
+    if text in _TRUTHY:
+        return "on"
+    if text in _FALSEY:
+        return "off"
+    if text in _AUTOY:
+        return "auto"
+    raise ValueError(f"error: unknown value for --flash-attn: '{text}'")
+
+
+def flash_attn_type(L, value):
+    """The ``llama_flash_attn_type`` of a value (``L``: the llama_cpp module)."""
+    return {"on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED, "off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+            "auto": L.LLAMA_FLASH_ATTN_TYPE_AUTO}[flash_attn_name(value)]
+
+
+def kv_cache_type(L, name):
+    """The ggml type id of a KV cache type name (``kv_cache_type_from_str``); ValueError for another name."""
+    if name not in KV_CACHE_TYPES:
+        raise ValueError(f"Unsupported cache type: {name}")
+    return getattr(L, "GGML_TYPE_" + name.upper())
