@@ -182,8 +182,9 @@ def _chat_args(p):
     p.add_argument("--chat-template-file", help="a Jinja chat template replacing the model's (llama-server's flag)")
     p.add_argument("-rea", "--reasoning", default="auto", choices=["on", "off", "auto"],
                    help="thinking in the chat: on, off, or auto (the template decides; llama-server's default)")
-    p.add_argument("--reasoning-format", default="deepseek", choices=["none", "deepseek", "auto"],
-                   help="deepseek (default): the reasoning goes to reasoning_content; none: it stays in the content")
+    p.add_argument("--reasoning-format", default="auto", choices=["none", "deepseek", "auto"],
+                   help="auto (default, as llama-server) and deepseek: the reasoning goes to reasoning_content; "
+                        "none: it stays in the content")
     p.add_argument("--reasoning-budget", type=int, default=-1,
                    help="token budget for thinking: -1 unlimited, 0 immediate end, N > 0 a budget (default -1)")
     p.add_argument("--reasoning-budget-message", default="",

