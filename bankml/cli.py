@@ -5,12 +5,13 @@ Owns argument parsing and printing only; everything it does goes through the pub
 """
 import argparse
 import json
+import os
 import sys
 import time
 
 import numpy as np
 
-from .server_flags import KV_CACHE_TYPES, flash_attn_name
+from .server_flags import KV_CACHE_TYPES, env_defaults, flash_attn_name
 
 
 class InputError(ValueError):
@@ -328,6 +329,9 @@ def _load_json(path):
 
 def cmd_serve(args):
     from .runtime import ModelError
+    if getattr(args, "env_error", None):
+        print(args.env_error, file=sys.stderr)
+        return 2
     try:
         from .server import serve
     except ImportError as err:
@@ -417,6 +421,11 @@ def build_parser():
                        help="enable prometheus compatible metrics endpoint (default: disabled)")
     serve.add_argument("--props", action="store_true",
                        help="enable changing global properties via POST /props (default: disabled)")
+    # llama-server's LLAMA_ARG_* environment variables, under the command line (which overrides them)
+    try:
+        serve.set_defaults(**env_defaults(os.environ))
+    except ValueError as err:
+        serve.set_defaults(env_error=str(err))
     serve.set_defaults(run=cmd_serve)
     check = sub.add_parser("check", help="parse a GBNF grammar as llama.cpp does; report the rules or the error")
     check.add_argument("grammar")

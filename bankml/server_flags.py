@@ -50,3 +50,55 @@ def kv_cache_type(L, name):
     if name not in KV_CACHE_TYPES:
         raise ValueError(f"Unsupported cache type: {name}")
     return getattr(L, "GGML_TYPE_" + name.upper())
+
+
+# llama-server's environment variables for the options bankml serve shares (common/arg.cpp's set_env), read
+# before the command line, which overrides them: (variable, argparse dest, kind)
+ENV_OPTIONS = (
+    ("LLAMA_ARG_MODEL", "model", "str"), ("LLAMA_ARG_THREADS", "threads", "int"),
+    ("LLAMA_ARG_CTX_SIZE", "ctx_size", "int"), ("LLAMA_ARG_BATCH", "batch_size", "int"),
+    ("LLAMA_ARG_UBATCH", "ubatch_size", "int"), ("LLAMA_ARG_FLASH_ATTN", "flash_attn", "str"),
+    ("LLAMA_ARG_CACHE_TYPE_K", "cache_type_k", "str"), ("LLAMA_ARG_CACHE_TYPE_V", "cache_type_v", "str"),
+    ("LLAMA_ARG_N_PARALLEL", "parallel", "int"), ("LLAMA_ARG_ALIAS", "alias", "str"),
+    ("LLAMA_ARG_HOST", "host", "str"), ("LLAMA_ARG_PORT", "port", "int"),
+    ("LLAMA_ARG_ENDPOINT_METRICS", "metrics", "flag"), ("LLAMA_ARG_ENDPOINT_PROPS", "props", "flag"),
+    ("LLAMA_ARG_ENDPOINT_SLOTS", "slots", "bool"), ("LLAMA_ARG_REPACK", "no_repack", "not-bool"),
+    ("LLAMA_ARG_CHAT_TEMPLATE_FILE", "chat_template_file", "str"), ("LLAMA_ARG_REASONING", "reasoning", "str"),
+    ("LLAMA_ARG_THINK", "reasoning_format", "str"), ("LLAMA_ARG_THINK_BUDGET", "reasoning_budget", "int"),
+    ("LLAMA_ARG_THINK_BUDGET_MESSAGE", "reasoning_budget_message", "str"),
+    ("LLAMA_ARG_CHAT_TEMPLATE_KWARGS", "chat_template_kwargs", "str"),
+)
+
+
+def _bool_value(text):
+    if text in _TRUTHY:
+        return True
+    if text in _FALSEY:
+        return False
+    raise ValueError("invalid boolean value")
+
+
+def env_defaults(environ):
+    """``bankml serve``'s defaults from llama-server's environment variables present in ``environ``; a ValueError
+    with llama-server's message for a value it would refuse. A variable set to an empty string counts as unset."""
+    out = {}
+    for var, dest, kind in ENV_OPTIONS:
+        text = environ.get(var)
+        if not text:
+            continue
+        try:
+            if kind == "int":
+                out[dest] = int(text.strip())
+            elif kind == "flag":   # a void option: set when the value is truthy
+                if text in _TRUTHY:
+                    out[dest] = True
+            elif kind == "bool":
+                out[dest] = _bool_value(text)
+            elif kind == "not-bool":
+                out[dest] = not _bool_value(text)
+            else:
+                out[dest] = text
+        except ValueError as err:
+            msg = "stoi" if kind == "int" else str(err)
+            raise ValueError(f"error while handling environment variable \"{var}\": {msg}") from None
+    return out

@@ -56,7 +56,7 @@ def test_parse_csv_row_as_llama_cpp():
     assert parse_csv_row("a,,b,") == ["a", "", "b", ""]
 
 
-def test_api_key_file_and_environment(tmp_path):
+def test_api_key_file_and_environment(tmp_path, clean_env):
     keys = tmp_path / "keys.txt"
     keys.write_bytes(b"# comment\nkey-one\n\nkey two\r\n#not-a-key\nlast")
     assert read_api_key_file(keys) == ["key-one", "key two\r", "last"]   # std::getline keeps the \r
@@ -94,7 +94,33 @@ def test_flag_values_as_llama_server():
         kv_cache_type(llama_cpp, "q4_k")
 
 
-def test_serve_defaults_are_llama_servers():
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("LLAMA_ARG_") or name == "LLAMA_API_KEY":
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_llama_server_environment_variables(clean_env):
+    for var, value in {"LLAMA_ARG_FLASH_ATTN": "off", "LLAMA_ARG_N_PARALLEL": "2", "LLAMA_ARG_CTX_SIZE": "512",
+                       "LLAMA_ARG_ENDPOINT_SLOTS": "false", "LLAMA_ARG_ENDPOINT_METRICS": "1",
+                       "LLAMA_ARG_CACHE_TYPE_K": "q8_0", "LLAMA_ARG_REPACK": "off", "LLAMA_ARG_PORT": "9000",
+                       "LLAMA_ARG_ALIAS": "m"}.items():
+        clean_env.setenv(var, value)
+    args = cli.build_parser().parse_args(["serve"])
+    assert (args.flash_attn, args.parallel, args.ctx_size, args.slots, args.metrics, args.cache_type_k,
+            args.no_repack, args.port, args.alias) == ("off", 2, 512, False, True, "q8_0", True, 9000, "m")
+    args = cli.build_parser().parse_args(["serve", "-fa", "auto", "-np", "1", "--slots", "--port", "1"])
+    assert (args.flash_attn, args.parallel, args.slots, args.port) == ("auto", 1, True, 1)   # the command line wins
+    clean_env.setenv("LLAMA_ARG_ENDPOINT_SLOTS", "maybe")
+    out = subprocess.run([sys.executable, "-m", "bankml", "serve"], capture_output=True, text=True, cwd=REPO,
+                         env=_env(keep_llama_env=True), timeout=120)
+    assert out.returncode == 2
+    assert 'environment variable "LLAMA_ARG_ENDPOINT_SLOTS": invalid boolean value' in out.stderr
+
+
+def test_serve_defaults_are_llama_servers(clean_env):
     args = cli.build_parser().parse_args(["serve"])
     assert (args.ctx_size, args.batch_size, args.ubatch_size, args.parallel) == (0, 2048, 512, -1)
     assert cli.context_options(args, "auto") == {"flash_attn": "auto", "cache_type_k": "f16",
@@ -151,11 +177,15 @@ def test_bad_key_file_refused_before_loading(tmp_path):
 # the servers
 
 
-def _env():
+def _env(keep_llama_env=False):
+    """The subprocesses' environment: this worktree's bankml first; llama-server's LLAMA_* variables removed
+    (the servers start as the recordings' did) unless kept."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    for name in ("LLAMA_API_KEY", "LLAMA_ARG_API_KEY_FILE"):
-        env.pop(name, None)
+    if not keep_llama_env:
+        for name in list(env):
+            if name.startswith("LLAMA_ARG_") or name == "LLAMA_API_KEY":
+                del env[name]
     return env
 
 
