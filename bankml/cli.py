@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from .server_flags import KV_CACHE_TYPES, env_defaults, flash_attn_name
+from .server_flags import KV_CACHE_TYPES, context_options, env_defaults
 
 
 class InputError(ValueError):
@@ -153,15 +153,6 @@ def _generation_args(p):
     p.add_argument("-ctv", "--cache-type-v", default="f16", metavar="TYPE",
                    help="KV cache data type for V, one of " + ", ".join(KV_CACHE_TYPES) + " (default: f16)")
 
-
-def context_options(args, flash_attn_default):
-    """Model(...) keyword arguments from the context flags (a ValueError with llama-server's message)."""
-    fa = args.flash_attn if args.flash_attn is not None else flash_attn_default
-    flash_attn_name(fa)
-    for name in (args.cache_type_k, args.cache_type_v):
-        if name not in KV_CACHE_TYPES:
-            raise ValueError(f"Unsupported cache type: {name}")
-    return {"flash_attn": fa, "cache_type_k": args.cache_type_k, "cache_type_v": args.cache_type_v}
 
 
 def _sampling_args(p):

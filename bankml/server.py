@@ -44,12 +44,13 @@ from . import _jsondepth
 from . import logprobs as _logprobs
 from . import request_fields as _fields
 from . import schema as _schema
-from .server_auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
-from .server_endpoints import EndpointOptions, Endpoints
 from .constraint import Constraint, RequestError, from_ollama_text, from_openai_text
 from .errors import GrammarError, SchemaError, json_type_name
 from .chat_peg import ChatParseError
 from .runtime import ContextSizeError, ModelError, check_messages, sampler_params_from_request
+from .server_auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
+from .server_endpoints import EndpointOptions, Endpoints
+from .server_flags import context_options
 
 __all__ = ["ServerLimits", "create_app", "serve"]
 
@@ -1022,7 +1023,7 @@ def serve(args):
     cancel every generation (each stops after its current token) and exit within a few seconds."""
     import uvicorn
 
-    from .cli import chat_model_options, context_options
+    from .cli import chat_model_options
     from .runtime import Model
     try:
         options = chat_model_options(args)

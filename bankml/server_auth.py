@@ -19,8 +19,14 @@ import hmac
 import json
 import os
 
-__all__ = ["ApiKeyError", "ApiKeyMiddleware", "PUBLIC_PATHS", "api_keys_from_args", "parse_csv_row",
-           "read_api_key_file"]
+__all__ = [
+    "PUBLIC_PATHS",
+    "ApiKeyError",
+    "ApiKeyMiddleware",
+    "api_keys_from_args",
+    "parse_csv_row",
+    "read_api_key_file",
+]
 
 PUBLIC_PATHS = frozenset(("/health", "/v1/health", "/"))
 _BODY = json.dumps({"error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}},
@@ -99,8 +105,7 @@ def _header(scope, name):
 def key_accepted(keys, authorization, x_api_key=""):
     """Whether a request's headers carry one of ``keys``."""
     given = authorization or x_api_key
-    if given.startswith("Bearer "):
-        given = given[len("Bearer "):]
+    given = given.removeprefix("Bearer ")
     given = given.encode("utf-8", "surrogateescape")
     accepted = False
     for key in keys:   # every key compared, in constant time

@@ -274,8 +274,8 @@ class Metrics:
                     ("prompt_seconds_total", "Total time spent processing prompts", self.prompt_us / 1e6),
                     ("tokens_predicted_total", "Number of generation tokens processed", self.predict_count),
                     ("tokens_predicted_seconds_total", "Total time spent generating tokens", self.predict_us / 1e6),
-                    ("n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding and "
-                                       "multimodal decoding", self.n_decode),
+                    ("n_decode_total", ("Total number of llama_decode() calls, excluding speculative decoding and "
+                                        "multimodal decoding"), self.n_decode),
                     ("n_tokens_max", "Largest observed sequence length (prompt + generation)", self.n_tokens_max),
                     ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", 0),
                     ("spec_decode_num_accepted_tokens_total",
@@ -298,7 +298,7 @@ class Metrics:
 
 def _number(value):
     """A value as C++'s ``ostream << double`` writes it (``%g``, 6 significant digits)."""
-    return "%g" % float(value)
+    return f"{float(value):g}"
 
 
 def metrics_text(snapshot):
@@ -355,8 +355,7 @@ class Endpoints:
         app = self.app
         try:
             raw = await app._read(request)
-            body = await app._prepare(request, lambda cancel: (lambda b: make(b, raw, cancel))(app._parse(raw)),
-                                      len(raw))
+            body = await app._prepare(request, lambda cancel: make(app._parse(raw), raw, cancel), len(raw))
             return JSONResponse(body)
         except Exception as e:  # noqa: BLE001 - answered with llama-server's error object
             refusal = getattr(app, "refusal_of", None)
@@ -389,9 +388,8 @@ class Endpoints:
         if not self.options.slots:
             return _not_supported("This server does not support slots endpoint. Start it with `--slots`")
         out = slots_body(self.app)
-        if request.query_params.get("fail_on_no_slot"):
-            if all(item["is_processing"] for item in out):
-                return _error("no slot available", 503, "unavailable_error")
+        if request.query_params.get("fail_on_no_slot") and all(item["is_processing"] for item in out):
+            return _error("no slot available", 503, "unavailable_error")
         return JSONResponse(out)
 
     async def metrics(self, request):

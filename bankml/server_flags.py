@@ -13,7 +13,8 @@
   logits.
 """
 
-__all__ = ["FLASH_ATTN_VALUES", "KV_CACHE_TYPES", "flash_attn_type", "flash_attn_name", "kv_cache_type"]
+__all__ = ["ENV_OPTIONS", "FLASH_ATTN_VALUES", "KV_CACHE_TYPES", "context_options", "env_defaults",
+           "flash_attn_name", "flash_attn_type", "kv_cache_type"]
 
 # get_all_kv_cache_types(): the names llama-server accepts, in its order
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -102,3 +103,13 @@ def env_defaults(environ):
             msg = "stoi" if kind == "int" else str(err)
             raise ValueError(f"error while handling environment variable \"{var}\": {msg}") from None
     return out
+
+
+def context_options(args, flash_attn_default):
+    """Model(...) keyword arguments from the context flags (a ValueError with llama-server's message)."""
+    fa = args.flash_attn if args.flash_attn is not None else flash_attn_default
+    flash_attn_name(fa)
+    for name in (args.cache_type_k, args.cache_type_v):
+        if name not in KV_CACHE_TYPES:
+            raise ValueError(f"Unsupported cache type: {name}")
+    return {"flash_attn": fa, "cache_type_k": args.cache_type_k, "cache_type_v": args.cache_type_v}

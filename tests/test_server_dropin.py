@@ -22,7 +22,13 @@ import openai
 import pytest
 
 from bankml import cli
-from bankml.server_auth import api_keys_from_args, key_accepted, parse_csv_row, read_api_key_file, ApiKeyError
+from bankml.server_auth import (
+    ApiKeyError,
+    api_keys_from_args,
+    key_accepted,
+    parse_csv_row,
+    read_api_key_file,
+)
 from bankml.server_endpoints import Metrics, metrics_text
 from bankml.server_flags import flash_attn_name, kv_cache_type
 

@@ -41,7 +41,14 @@ import time
 
 from .build_converter import cache_dir
 from .build_server import build_server
-from .record_server import ALIAS, MODEL_NAME, _free_port, _sha256, kernels_fingerprint, model_path
+from .record_server import (
+    ALIAS,
+    MODEL_NAME,
+    _free_port,
+    _sha256,
+    kernels_fingerprint,
+    model_path,
+)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "tests" / "data" / "server_dropin_recordings.json"
