@@ -499,6 +499,7 @@ class _App:
         job = self.model.chat(messages, constraint, params, n_predict, stop, cancel=cancel,
                               deadline=self._deadline(), **chat_request_options(body), **chat_tool_options(body))
         job.probs = probs
+        job.stream_requested = stream   # for /slots' view of the task
         return body, job, (stream, include_usage, return_tokens)
 
     def _probs(self, body, endpoint, n_predict):
@@ -620,6 +621,7 @@ class _App:
         job = self.model.complete(prompt, constraint, params, n_predict, stop, cancel=cancel,
                                   deadline=self._deadline())
         job.probs = probs
+        job.stream_requested = stream   # for /slots' view of the task
         return body, job, (stream, return_tokens)
 
     async def completions(self, request):

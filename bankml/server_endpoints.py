@@ -146,6 +146,23 @@ def default_generation_params(params):
     return out
 
 
+def task_params(job):
+    """``task_params::to_json(true)`` of a finished job: its sampler settings, token limit, stream and
+    probabilities fields, and for a chat job the chat layer's format, reasoning format and generation prompt."""
+    out = default_generation_params(job.params)
+    out["max_tokens"] = out["n_predict"] = int(job.max_tokens)
+    out["stream"] = bool(getattr(job, "stream_requested", False))
+    probs = getattr(job, "probs", None)
+    out["n_probs"] = int(probs.n_probs) if probs is not None else 0
+    out["post_sampling_probs"] = bool(probs.post_sampling) if probs is not None else False
+    prompt = getattr(job, "chat_prompt", None)
+    if job.chat and prompt is not None:
+        out["chat_format"] = prompt.format or out["chat_format"]
+        out["reasoning_format"] = getattr(job, "reasoning_format", None) or job.model.reasoning_format
+        out["generation_prompt"] = prompt.generation_prompt or ""
+    return out
+
+
 def model_ftype(model):
     """llama_ftype_name(llama_model_ftype(model)), e.g. ``"Q4_1"``."""
     L = model._L
@@ -251,8 +268,13 @@ class Metrics:
             self.n_decode += decodes
             self.n_busy_slots += decodes
             self.n_tokens_max = max(self.n_tokens_max, n_prompt + n_gen)
-            self._tasks[slot_index] = {"id_task": self._next_task, "n_prompt_tokens": n_prompt,
-                                       "n_prompt_tokens_processed": n_prompt, "n_prompt_tokens_cache": 0}
+            # an idle slot's view of its last task, as server_slot::to_json(true) gives it after release():
+            # the tokens in its cache (the prompt and every generated token but the last, which is never
+            # decoded), the statistics and next-token state reset, the task's parameters
+            self._tasks[slot_index] = {
+                "id_task": self._next_task, "n_prompt_tokens": n_prompt + max(n_gen - 1, 0),
+                "n_prompt_tokens_processed": 0, "n_prompt_tokens_cache": 0, "params": task_params(job),
+                "next_token": [{"has_next_token": False, "has_new_line": False, "n_remain": -1, "n_decoded": 0}]}
             self._next_task += 1
 
     def slot_task(self, i):

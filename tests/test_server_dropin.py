@@ -325,7 +325,27 @@ def test_metrics_equal_llama_server_fresh_and_count_a_request(endpoints_server):
     assert float(values["llamacpp:requests_processing"]) == 0
     slots = httpx.get(endpoints_server + "/slots", headers=headers).json()
     used = [s for s in slots if "id_task" in s]
-    assert len(used) == 1 and used[0]["n_prompt_tokens"] == usage["prompt_tokens"]
+    # the tokens in the slot's cache: the prompt and every generated token but the last
+    assert len(used) == 1 and used[0]["n_prompt_tokens"] == usage["total_tokens"] - 1
+
+
+def test_slots_after_a_chat_as_llama_server(endpoints_server):
+    (chat,) = _exchanges("endpoints", ["chat-for-slots"])
+    (slots,) = _exchanges("endpoints", ["slots-after-chat"])
+    status, _, answer = _ask(endpoints_server, chat)
+    assert status == 200 and answer["choices"][0]["message"] == chat["answer"]["choices"][0]["message"]
+    status, _, got = _ask(endpoints_server, slots)
+    assert status == slots["status"] == 200
+    (want,) = [s for s in slots["answer"] if "id_task" in s]
+    (mine,) = [s for s in got if "id_task" in s and s["params"]["seed"] == 11]
+    # equal but the slot's id (bankml takes the first free slot, llama-server the one whose cache is most alike)
+    # and the task id (llama-server counts every task, /slots and /metrics ones included)
+    assert list(mine) == list(want)
+    assert {k: v for k, v in mine.items() if k not in ("id", "id_task")} == \
+        {k: v for k, v in want.items() if k not in ("id", "id_task")}
+    assert [s for s in slots["answer"] if "id_task" not in s] == \
+        [dict(id=s["id"], n_ctx=8192, speculative=False, is_processing=False) for s in slots["answer"]
+         if "id_task" not in s]
 
 
 # after the fresh-state comparisons above: these generate

@@ -106,6 +106,11 @@ ENDPOINTS = [
     ("apply-template-multi-turn", "POST", "/apply-template", GOOD,
      {"messages": HELLO + [{"role": "assistant", "content": "Hello there!"},
                            {"role": "user", "content": "Again, in French."}]}),
+    # a slot's view of its last task (after the fresh-state requests above)
+    ("chat-for-slots", "POST", "/v1/chat/completions", GOOD,
+     {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8, "temperature": 0, "top_k": 5,
+      "seed": 11, "cache_prompt": False}),
+    ("slots-after-chat", "GET", "/slots", GOOD, None),
 ]
 # cache_prompt false: the prompt evaluated from an empty cache, as bankml evaluates every prompt (with llama-server's
 # default, a request reusing the cached prefix of an earlier prompt can get other logits: the first recording of
