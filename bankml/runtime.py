@@ -620,6 +620,8 @@ class Model:
         Result's message holds ``tool_calls`` (ids as llama-server makes them) and its finish reason is
         ``"tool_calls"`` when the answer ended with calls.
 
+        ``render_only`` returns the rendered prompt text instead of a Job (llama-server's ``/apply-template``).
+
         ``cancel`` (a threading.Event) set stops the preparation at its next step (``Cancelled``) and the
         generation after its current token; ``deadline`` (a ``time.monotonic()`` value) ends the job's
         wait for a slot (ModelError) and its generation (``finish_reason: "length"``)."""
