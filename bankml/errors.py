@@ -1,5 +1,6 @@
 """The exceptions bankml raises, and the JSON type names their messages print. llama.cpp's aborts and throws
 become these; nothing reaches abort()."""
+
 import numbers
 
 

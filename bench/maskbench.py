@@ -41,6 +41,7 @@ Engines run in worker processes (one per engine, single-threaded), the schemas r
 that machine noise falls on all of them alike; a schema that passes ``--timeout`` seconds is a timeout and
 its worker restarts. Nothing here is asserted: it prints tables (and ``--out FILE`` keeps every number).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,11 +58,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 PROJECT_DIR = HERE / "data" / "maskbench"
 SLOW_MASK_US = 1000.0
-BANKML_BUILD_AHEAD = "bankml-bg"   # --engines name of bankml building its segment cache ahead (precompute=0.03)
-BANKML_STRICT = "bankml-strict"    # --engines name of bankml with its strict converter (bankml.schema.strict)
+BANKML_BUILD_AHEAD = "bankml-bg"  # --engines name of bankml building its segment cache ahead (precompute=0.03)
+BANKML_STRICT = "bankml-strict"  # --engines name of bankml with its strict converter (bankml.schema.strict)
 
 
 # --- the workload -------------------------------------------------------------------------------
+
 
 def project_files():
     """The project's MaskBench-shaped cases: bench/data/maskbench/*.json (hand-made, with invalid
@@ -71,8 +73,12 @@ def project_files():
         cases.append((path.name, json.loads(path.read_text(encoding="utf-8"))))
     entries = json.loads((HERE / "data" / "schemas.json").read_text(encoding="utf-8"))["schemas"]
     for e in entries:
-        cases.append(("schemas.json:" + e["name"],
-                      {"schema": e["schema"], "tests": [{"valid": True, "data": json.loads(e["instance"])}]}))
+        cases.append(
+            (
+                "schemas.json:" + e["name"],
+                {"schema": e["schema"], "tests": [{"valid": True, "data": json.loads(e["instance"])}]},
+            )
+        )
     return cases
 
 
@@ -83,8 +89,10 @@ def folder_files(folder, limit, seed, names=None):
         by_name = {p.name: p for p in paths}
         missing = [n for n in names if n not in by_name]
         if missing:
-            print(f"not in {folder}, left out: {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}",
-                  file=sys.stderr)
+            print(
+                f"not in {folder}, left out: {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}",
+                file=sys.stderr,
+            )
         paths = [by_name[n] for n in dict.fromkeys(names) if n in by_name]
     else:
         random.Random(seed).shuffle(paths)
@@ -104,6 +112,7 @@ def instance_text(data) -> bytes:
 
 
 # --- the workers --------------------------------------------------------------------------------
+
 
 def _compile(eng, schema):
     """(compiled, first matcher, phases in µs) of the schema for engine ``eng`` (walks.Engine)."""
@@ -204,30 +213,40 @@ def run_schema(eng, schema, tests, hashes):
     eng.fill(matcher, out)
     ttfm_us, ttfm_cpu = (wall() - w0) / 1e3, (cpu() - c0) / 1e3
     first_mask = ttfm_us - compile_us
-    result = {"status": "ok", "compile_us": compile_us, "compile_cpu_us": compile_cpu, "ttfm_us": ttfm_us,
-              "ttfm_cpu_us": ttfm_cpu, "phases": dict(phases, first_mask=first_mask), "tests": []}
+    result = {
+        "status": "ok",
+        "compile_us": compile_us,
+        "compile_cpu_us": compile_cpu,
+        "ttfm_us": ttfm_us,
+        "ttfm_cpu_us": ttfm_cpu,
+        "phases": dict(phases, first_mask=first_mask),
+        "tests": [],
+    }
     for passno in ("cold", "warm", "warm again"):
         for k, test in enumerate(tests):
             first = passno == "cold" and k == 0
             m = matcher if first else _new_matcher(eng, compiled)
             try:
-                ok, masks, accept_us, digests = _walk(eng, m, test["tokens"], out, hashes and passno == "cold",
-                                                      first_done=first)
+                ok, masks, accept_us, digests = _walk(
+                    eng, m, test["tokens"], out, hashes and passno == "cold", first_done=first
+                )
                 error = None
             except Exception as e:
                 ok, masks, accept_us, digests, error = False, [], 0.0, [], "%s: %s" % (type(e).__name__, e)
             if first:
                 masks.insert(0, (first_mask, ttfm_cpu - compile_cpu, 0))
             if passno == "cold":
-                result["tests"].append({"accepted": ok, "cold": masks, "accept_us": accept_us, "hashes": digests,
-                                        "error": error})
+                result["tests"].append(
+                    {"accepted": ok, "cold": masks, "accept_us": accept_us, "hashes": digests, "error": error}
+                )
             elif passno == "warm":
                 result["tests"][k]["warm"] = masks
             else:
                 # each warm mask the faster of its two passes (wall and CPU clock alike)
                 before = result["tests"][k]["warm"]
-                result["tests"][k]["warm"] = [(min(a[0], b[0]), min(a[1], b[1]), a[2])
-                                              for a, b in zip(before, masks)] + before[len(masks):]
+                result["tests"][k]["warm"] = [
+                    (min(a[0], b[0]), min(a[1], b[1]), a[2]) for a, b in zip(before, masks)
+                ] + before[len(masks) :]
     if eng.name == "bankml":
         # bankml-bg: the background build goes on after the walk when the walk was shorter than its budget;
         # waited for here, so that it never runs beside the next engine's job (a no-op when none was started)
@@ -306,6 +325,7 @@ class Worker:
 
 # --- statistics ---------------------------------------------------------------------------------
 
+
 def pct(values, q):
     if not values:
         return float("nan")
@@ -329,13 +349,15 @@ def times_row(e, rs, clock):
     warm = [m[clock] for r in rs for t in r["tests"] for m in t.get("warm", [])]
     cv = [m[clock] for m in cold]
     nan = float("nan")
-    cells = [" / ".join(fmt(pct(comp, q), 2) for q in (50, 90, 99)) + f" / {fmt(max(comp, default=nan), 2)}",
-             " / ".join(fmt(pct(ttfm, q), 2) for q in (50, 75, 99)) + f" / {fmt(max(ttfm, default=nan), 2)}",
-             f"{fmt(pct(cv, 50))} / {fmt(pct(cv, 99))} / {fmt(max(cv, default=nan))}"
-             + (f" ({fmt(max((m[1] for m in cold), default=nan))})" if clock == 0 else "")
-             + f" / {fmt(sum(cv) / len(cv) if cv else nan)}",
-             f"{fmt(pct(warm, 50))} / {fmt(pct(warm, 99))} / {fmt(max(warm, default=nan))} / "
-             f"{fmt(sum(warm) / len(warm) if warm else nan)}"]
+    cells = [
+        " / ".join(fmt(pct(comp, q), 2) for q in (50, 90, 99)) + f" / {fmt(max(comp, default=nan), 2)}",
+        " / ".join(fmt(pct(ttfm, q), 2) for q in (50, 75, 99)) + f" / {fmt(max(ttfm, default=nan), 2)}",
+        f"{fmt(pct(cv, 50))} / {fmt(pct(cv, 99))} / {fmt(max(cv, default=nan))}"
+        + (f" ({fmt(max((m[1] for m in cold), default=nan))})" if clock == 0 else "")
+        + f" / {fmt(sum(cv) / len(cv) if cv else nan)}",
+        f"{fmt(pct(warm, 50))} / {fmt(pct(warm, 99))} / {fmt(max(warm, default=nan))} / "
+        f"{fmt(sum(warm) / len(warm) if warm else nan)}",
+    ]
     return f"| {e} | " + " | ".join(cells) + f" | {sum(1 for v in cv if v > SLOW_MASK_US)} of {len(cv)} |"
 
 
@@ -348,12 +370,16 @@ def summarise(cases, results, engines, oracle_names):
     valid_of = {name: [t["valid"] for t in case["tests"]] for name, case in cases}
 
     add("### Coverage\n")
-    add("| engine | version | schemas | compiled | compile errors | timeouts | crashes | instances | "
-        "valid rejected | invalid accepted | schemas passing |")
+    add(
+        "| engine | version | schemas | compiled | compile errors | timeouts | crashes | instances | "
+        "valid rejected | invalid accepted | schemas passing |"
+    )
     add("|---|---|---|---|---|---|---|---|---|---|---|")
     for e in engines:
         rs = results[e]
-        counts = {s: sum(1 for r in rs.values() if r["status"] == s) for s in ("ok", "compile_error", "timeout", "crash")}
+        counts = {
+            s: sum(1 for r in rs.values() if r["status"] == s) for s in ("ok", "compile_error", "timeout", "crash")
+        }
         inst = rejected = accepted_bad = passing = 0
         for name, r in rs.items():
             if r["status"] != "ok":
@@ -368,15 +394,22 @@ def summarise(cases, results, engines, oracle_names):
                     accepted_bad += 1
                     good = False
             passing += good
-        add(f"| {e} | {versions[e]} | {len(rs)} | {counts['ok']} | {counts['compile_error']} | {counts['timeout']} | "
-            f"{counts['crash']} | {inst} | {rejected} | {accepted_bad} | {passing} |")
+        add(
+            f"| {e} | {versions[e]} | {len(rs)} | {counts['ok']} | {counts['compile_error']} | {counts['timeout']} | "
+            f"{counts['crash']} | {inst} | {rejected} | {accepted_bad} | {passing} |"
+        )
 
-    for label, names_of in (("each engine on the schemas it compiled", lambda e: ok_sets[e]),
-                            (f"the {len(common)} schemas every engine compiled", lambda e: common)):
+    for label, names_of in (
+        ("each engine on the schemas it compiled", lambda e: ok_sets[e]),
+        (f"the {len(common)} schemas every engine compiled", lambda e: common),
+    ):
         for clock, title in ((0, f"Times: {label}"), (1, f"The same, on the thread's CPU clock ({label})")):
             add(f"\n### {title}\n")
-            add("| engine | compile ms p50 / p90 / p99 / max | TTFM ms p50 / p75 / p99 / max | cold mask µs p50 / p99 / max"
-                + (" (CPU max)" if clock == 0 else "") + " / mean | warm mask µs p50 / p99 / max / mean | masks > 1 ms cold |")
+            add(
+                "| engine | compile ms p50 / p90 / p99 / max | TTFM ms p50 / p75 / p99 / max | cold mask µs p50 / p99 / max"
+                + (" (CPU max)" if clock == 0 else "")
+                + " / mean | warm mask µs p50 / p99 / max / mean | masks > 1 ms cold |"
+            )
             add("|---|---|---|---|---|---|")
             for e in timed:
                 add(times_row(e, [results[e][n] for n in names_of(e)], clock))
@@ -388,8 +421,10 @@ def summarise(cases, results, engines, oracle_names):
         add("|---|---|---|---|---|")
         for phase in ("convert", "parse", "context", "first_mask"):
             v = [r["phases"][phase] / 1e3 for r in rs]
-            add(f"| {phase} | {fmt(pct(v, 50), 3)} | {fmt(pct(v, 90), 3)} | {fmt(pct(v, 99), 3)} | "
-                f"{fmt(max(v, default=float('nan')), 3)} |")
+            add(
+                f"| {phase} | {fmt(pct(v, 50), 3)} | {fmt(pct(v, 90), 3)} | {fmt(pct(v, 99), 3)} | "
+                f"{fmt(max(v, default=float('nan')), 3)} |"
+            )
 
     if "libllama" in engines and "bankml" in engines:
         agree = total = masks_same = masks_total = 0
@@ -408,11 +443,14 @@ def summarise(cases, results, engines, oracle_names):
                 same = sum(1 for x, y in zip(ta["hashes"][:n], tb["hashes"][:n]) if x == y)
                 masks_same += same
                 if same != max(len(ta["hashes"]), len(tb["hashes"])) or ta["accepted"] != tb["accepted"]:
-                    differ.append(f"{name} test {k}: {same} of {masks_total} masks, verdicts "
-                                  f"{ta['accepted']}/{tb['accepted']}")
+                    differ.append(
+                        f"{name} test {k}: {same} of {masks_total} masks, verdicts {ta['accepted']}/{tb['accepted']}"
+                    )
         add(f"\n### Against libllama ({len(oracle_names)} schemas)\n")
-        add(f"* verdicts equal on **{agree:,} of {total:,}** instances; whole-vocabulary masks identical: "
-            f"**{masks_same:,} of {masks_total:,}**")
+        add(
+            f"* verdicts equal on **{agree:,} of {total:,}** instances; whole-vocabulary masks identical: "
+            f"**{masks_same:,} of {masks_total:,}**"
+        )
         for d in differ[:20]:
             add(f"* differs: {d}")
 
@@ -434,8 +472,9 @@ def summarise(cases, results, engines, oracle_names):
     add("| engine | compile | TTFM | schema |")
     add("|---|---|---|---|")
     for e in timed:
-        rs = sorted(((r["compile_us"], r["ttfm_us"], n) for n, r in results[e].items() if r["status"] == "ok"),
-                    reverse=True)[:5]
+        rs = sorted(
+            ((r["compile_us"], r["ttfm_us"], n) for n, r in results[e].items() if r["status"] == "ok"), reverse=True
+        )[:5]
         for c, t, n in rs:
             add(f"| {e} | {fmt(c / 1e3, 2)} | {fmt(t / 1e3, 2)} | {n} |")
     return "\n".join(lines)
@@ -455,6 +494,7 @@ def tokens_text(name, k, i):
 
 
 # --- main ---------------------------------------------------------------------------------------
+
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -483,7 +523,7 @@ def main(argv=None):
     if missing:
         print(f"not installed, left out: {', '.join(missing)}", file=sys.stderr)
         engines = [e for e in engines if e not in missing]
-    oracle_names = [n for n, _ in cases[:args.libllama]] if args.libllama else []
+    oracle_names = [n for n, _ in cases[: args.libllama]] if args.libllama else []
     all_engines = engines + (["libllama"] if oracle_names and "libllama" not in engines else [])
 
     oracle = walks.oracle_vocab(args.vocab)
@@ -513,25 +553,30 @@ def main(argv=None):
             if (n + 1) % 25 == 0:
                 print(f"{n + 1}/{len(cases)} schemas, {time.time() - started:.0f} s", file=sys.stderr)
                 if args.out:  # what is done so far survives an interrupted run
-                    save(args.out, cases[:n + 1], results)
+                    save(args.out, cases[: n + 1], results)
     finally:
         for w in workers.values():
             w.close()
 
     shown = [e for e in all_engines]
-    print(f"## bench/maskbench.py: {len(cases)} schemas"
-          + (f" drawn from {args.folder} (seed {args.seed})" if args.folder else " (the project's cases)")
-          + f", vocabulary {args.vocab}, {sum(len(t) for t in jobs.values())} instances, "
-          f"{time.time() - started:.0f} s\n")
+    print(
+        f"## bench/maskbench.py: {len(cases)} schemas"
+        + (f" drawn from {args.folder} (seed {args.seed})" if args.folder else " (the project's cases)")
+        + f", vocabulary {args.vocab}, {sum(len(t) for t in jobs.values())} instances, "
+        f"{time.time() - started:.0f} s\n"
+    )
     print(summarise(cases, results, shown, oracle_names))
     if args.out:
         save(args.out, cases, results)
 
 
 def save(path, cases, results):
-    pathlib.Path(path).write_text(json.dumps(
-        {"argv": sys.argv[1:], "names": [n for n, _ in cases], "versions": versions,
-         "results": results}, default=str))
+    pathlib.Path(path).write_text(
+        json.dumps(
+            {"argv": sys.argv[1:], "names": [n for n, _ in cases], "versions": versions, "results": results},
+            default=str,
+        )
+    )
 
 
 if __name__ == "__main__":

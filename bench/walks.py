@@ -16,6 +16,7 @@ summary script (``summary.py``) share:
 It must not time anything nor print: the callers do.
 XGrammar and llguidance are optional; :func:`available_engines` names those that import.
 """
+
 from __future__ import annotations
 
 import functools
@@ -129,6 +130,7 @@ def representative_positions(text: bytes, ends: list[int]) -> dict[str, int]:
 
 # --- vocabularies and the walk -----------------------------------------------------------------
 
+
 @functools.lru_cache(maxsize=None)
 def bankml_vocab(name: str) -> Vocab:
     return Vocab.from_gguf(VOCAB_FILES[name])
@@ -183,6 +185,7 @@ def known_difference_ids(vocab_name: str) -> np.ndarray:
 
 # --- engines ------------------------------------------------------------------------------------
 
+
 def available_engines() -> list[str]:
     return [e for e in ENGINES if e not in OPTIONAL_MODULES or importlib.util.find_spec(OPTIONAL_MODULES[e])]
 
@@ -213,10 +216,12 @@ def bankml_build() -> str:
 
     parts = [bankml.__version__]
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "bankml"], cwd=ROOT, capture_output=True,
-                               text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "bankml"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
         parts.append(f"git {head}{'+dirty' if dirty else ''}")
     except (OSError, subprocess.CalledProcessError):
         pass
@@ -443,7 +448,9 @@ class LlguidanceEngine(Engine):
 
     def accept(self, matcher, token):
         if not matcher.consume_token(token) or matcher.is_error():
-            raise RuntimeError(f"llguidance rejected token {token} ({self.vocab.piece(token)!r}): {matcher.get_error()}")
+            raise RuntimeError(
+                f"llguidance rejected token {token} ({self.vocab.piece(token)!r}): {matcher.get_error()}"
+            )
 
     def clone(self, matcher):
         return matcher.deep_copy()

@@ -18,6 +18,7 @@ stops at a nesting depth of ``_COMPILED_MAX_DEPTH`` (far past any real schema) a
 SchemaDocument or the build_grammar() is redone from the start by this same file run as plain Python, whose
 RecursionError handling is the reference: the result is the same either way.
 """
+
 import functools
 import itertools
 import json
@@ -35,9 +36,20 @@ from bankml.engine._grammar import Rules
 from bankml.errors import GrammarError, SchemaError
 from bankml.schema import jsondepth as _jsondepth
 
-__all__ = ["json_schema_to_grammar", "json_schema_to_rules", "gbnf_format_literal", "load_schema", "SchemaError",
-           "SchemaDocument", "GrammarBuilder", "build_grammar", "SchemaLimits", "DEFAULT_LIMITS", "budget",
-           "MAX_JSON_DEPTH"]
+__all__ = [
+    "json_schema_to_grammar",
+    "json_schema_to_rules",
+    "gbnf_format_literal",
+    "load_schema",
+    "SchemaError",
+    "SchemaDocument",
+    "GrammarBuilder",
+    "build_grammar",
+    "SchemaLimits",
+    "DEFAULT_LIMITS",
+    "budget",
+    "MAX_JSON_DEPTH",
+]
 
 MAX_JSON_DEPTH = 512
 
@@ -60,6 +72,7 @@ class SchemaLimits:
       the converter redo the same rules exponentially often while the grammar stays small);
     * ``max_seconds``: wall-clock time of one conversion (None: no time limit).
     """
+
     max_nodes: int = 1_000_000
     max_grammar_bytes: int = 8 * 1024 * 1024
     max_work_bytes: int = 64 * 1024 * 1024
@@ -105,6 +118,7 @@ def _count_bound(v):
 
 class _Meter:
     """The counts of one conversion against its SchemaLimits, and its deadline."""
+
     def __init__(self, limits):
         self.limits = limits = limits or DEFAULT_LIMITS
         self.max_nodes = _count_bound(limits.max_nodes)
@@ -123,8 +137,12 @@ class _Meter:
     def node(self, pointer):
         self.nodes += 1
         if self.nodes > self.max_nodes:
-            raise _LimitExceeded(_limit_message(
-                "the schema expands to more than %d nodes (SchemaLimits.max_nodes)" % self.limits.max_nodes), pointer)
+            raise _LimitExceeded(
+                _limit_message(
+                    "the schema expands to more than %d nodes (SchemaLimits.max_nodes)" % self.limits.max_nodes
+                ),
+                pointer,
+            )
         self.ticks += 1
         if self.ticks & 255 == 0:
             self.clock(pointer)
@@ -132,24 +150,37 @@ class _Meter:
     def work(self, n, pointer):
         self.work_bytes += n
         if self.work_bytes > self.max_work_bytes:
-            raise _LimitExceeded(_limit_message(
-                "converting the schema builds more than %d bytes of rules and node paths (SchemaLimits.max_work_bytes)"
-                % self.limits.max_work_bytes), pointer)
+            raise _LimitExceeded(
+                _limit_message(
+                    "converting the schema builds more than %d bytes of rules and node paths (SchemaLimits.max_work_bytes)"
+                    % self.limits.max_work_bytes
+                ),
+                pointer,
+            )
 
     def output(self, n, pointer):
         self.grammar_bytes += n
         if self.grammar_bytes > self.max_grammar_bytes:
-            raise _LimitExceeded(_limit_message(
-                "the grammar grows past %d bytes (SchemaLimits.max_grammar_bytes)"
-                % self.limits.max_grammar_bytes), pointer)
+            raise _LimitExceeded(
+                _limit_message(
+                    "the grammar grows past %d bytes (SchemaLimits.max_grammar_bytes)" % self.limits.max_grammar_bytes
+                ),
+                pointer,
+            )
 
     def clock(self, pointer):
         if self.cancel is not None and self.cancel.is_set():
             raise _LimitExceeded(_PREFIX + "the conversion was cancelled", pointer)
         if self.deadline is not None and time.monotonic() > self.deadline:
-            raise _LimitExceeded(_limit_message(
-                "the conversion takes longer than its time budget (SchemaLimits.max_seconds = %s, or the "
-                "request's)" % self.limits.max_seconds), pointer)
+            raise _LimitExceeded(
+                _limit_message(
+                    "the conversion takes longer than its time budget (SchemaLimits.max_seconds = %s, or the "
+                    "request's)" % self.limits.max_seconds
+                ),
+                pointer,
+            )
+
+
 _PREFIX = "JSON schema conversion failed:\n"
 
 _INT_MAX = 2**31 - 1
@@ -190,8 +221,10 @@ def _python_module():
     if _PYTHON_MODULE is None:
         import importlib.util
         import os
+
         spec = importlib.util.spec_from_file_location(
-            __package__ + "._converter_python", os.path.join(os.path.dirname(__file__), "converter.py"))
+            __package__ + "._converter_python", os.path.join(os.path.dirname(__file__), "converter.py")
+        )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         # its nodes are this module's (their attributes are public), so a SchemaDocument's nodes from either
@@ -336,15 +369,23 @@ def load_schema(schema, limits=None):
         try:
             schema = bytes(schema).decode("utf-8")
         except UnicodeDecodeError as e:
-            raise SchemaError(_PREFIX + "JSON schema error at #: invalid UTF-8 in the schema text (%s)" % e,
-                              "#") from None
+            raise SchemaError(
+                _PREFIX + "JSON schema error at #: invalid UTF-8 in the schema text (%s)" % e, "#"
+            ) from None
     if isinstance(schema, str):
         try:
-            value = _jsondepth.loads(schema, MAX_JSON_DEPTH, object_pairs_hook=_pairs, parse_float=_parse_float, parse_int=_parse_int,
-                               parse_constant=_parse_constant)
+            value = _jsondepth.loads(
+                schema,
+                MAX_JSON_DEPTH,
+                object_pairs_hook=_pairs,
+                parse_float=_parse_float,
+                parse_int=_parse_int,
+                parse_constant=_parse_constant,
+            )
         except RecursionError:
-            raise SchemaError(_PREFIX + "JSON schema error at #: nesting deeper than %d" % MAX_JSON_DEPTH,
-                              "#") from None
+            raise SchemaError(
+                _PREFIX + "JSON schema error at #: nesting deeper than %d" % MAX_JSON_DEPTH, "#"
+            ) from None
         except (ValueError, _JsonReadError) as e:
             raise SchemaError(_PREFIX + "JSON schema error at #: invalid JSON: %s" % e, "#") from None
         return _check_tree_guarded(value, limits)
@@ -377,11 +418,11 @@ def _diy_normalize(f, e):
 def _cached_power(k):
     """10^k as (f, e): f the 64-bit significand, rounded to nearest, 2^63 <= f < 2^64."""
     if k >= 0:
-        v = 10 ** k
+        v = 10**k
         e = v.bit_length() - 64
         f = (v + (1 << (e - 1))) >> e if e > 0 else v << -e
     else:
-        d = 10 ** -k
+        d = 10**-k
         e = -(64 + (d.bit_length() - 1))  # 2^63 <= 2^-e / d < 2^64 for this e, or one less
         f = ((1 << -e) + d // 2) // d
         if f >= 1 << 64:
@@ -781,7 +822,8 @@ class _Builder:
 
             type_name = typ if type(typ) is str else ""
             has_properties = "properties" in schema or (
-                "additionalProperties" in schema and schema["additionalProperties"] is not True)
+                "additionalProperties" in schema and schema["additionalProperties"] is not True
+            )
 
             if type_name == "":
                 if has_properties:
@@ -790,8 +832,12 @@ class _Builder:
                     return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
                 if "items" in schema or "prefixItems" in schema:
                     return self.build_array(schema, path)
-                if ("pattern" in schema or "minLength" in schema or "maxLength" in schema
-                        or self.get_format(schema, path) != FORMAT_NONE):
+                if (
+                    "pattern" in schema
+                    or "minLength" in schema
+                    or "maxLength" in schema
+                    or self.get_format(schema, path) != FORMAT_NONE
+                ):
                     return self.build_string(schema, path)
                 return _Node(ANY, path)
             if type_name == "object":
@@ -833,9 +879,15 @@ def _build_repetition(item_rule, min_items, max_items, separator_rule=""):
         if min_items == 0 and not has_max:
             return item_rule + "*"
         return item_rule + "{" + str(min_items) + "," + (str(max_items) if has_max else "") + "}"
-    result = item_rule + " " + _build_repetition("(" + separator_rule + " " + item_rule + ")",
-                                                 0 if min_items == 0 else min_items - 1,
-                                                 max_items - 1 if has_max else max_items)
+    result = (
+        item_rule
+        + " "
+        + _build_repetition(
+            "(" + separator_rule + " " + item_rule + ")",
+            0 if min_items == 0 else min_items - 1,
+            max_items - 1 if has_max else max_items,
+        )
+    )
     if min_items == 0:
         result = "(" + result + ")?"
     return result
@@ -893,8 +945,8 @@ def _build_min_max_int(min_value, max_value, out, decimals_left=16, top_level=Tr
                 out.append(" ")
             sub_len = len(frm) - i - 1
             if sub_len > 0:
-                from_sub = frm[i + 1:]
-                to_sub = to[i + 1:]
+                from_sub = frm[i + 1 :]
+                to_sub = to[i + 1 :]
                 sub_zeros = "0" * sub_len
                 sub_nines = "9" * sub_len
                 to_reached = False
@@ -1017,16 +1069,24 @@ PRIMITIVE_RULES = {
     "boolean": ('("true" | "false")', ()),
     "decimal-part": ("[0-9]{1,16}", ()),
     "integral-part": ("[0] | [1-9] [0-9]{0,15}", ()),
-    "number": ('("-"? integral-part) ("." decimal-part)? ([eE] [-+]? integral-part)?',
-               ("integral-part", "decimal-part")),
+    "number": (
+        '("-"? integral-part) ("." decimal-part)? ([eE] [-+]? integral-part)?',
+        ("integral-part", "decimal-part"),
+    ),
     "integer": ('("-"? integral-part)', ("integral-part",)),
-    "value": ("object | array | string | number | boolean | null",
-              ("object", "array", "string", "number", "boolean", "null")),
-    "object": ('"{" space ( string ":" space value ("," space string ":" space value)* )? space "}"',
-               ("string", "value")),
+    "value": (
+        "object | array | string | number | boolean | null",
+        ("object", "array", "string", "number", "boolean", "null"),
+    ),
+    "object": (
+        '"{" space ( string ":" space value ("," space string ":" space value)* )? space "}"',
+        ("string", "value"),
+    ),
     "array": ('"[" space ( value ("," space value)* )? space "]"', ("value",)),
-    "uuid": ('"\\"" [0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" '
-             '[0-9a-fA-F]{12} "\\""', ()),
+    "uuid": (
+        '"\\"" [0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12} "\\""',
+        (),
+    ),
     "char": ('[^"\\\\\\x7F\\x00-\\x1F] | [\\\\] (["\\\\bfnrt] | "u" [0-9a-fA-F]{4})', ()),
     "string": ('"\\"" char* "\\""', ("char",)),
     "null": ('"null"', ()),
@@ -1034,8 +1094,11 @@ PRIMITIVE_RULES = {
 
 STRING_FORMAT_RULES = {
     "date": ('[0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [1-2] [0-9] | "3" [0-1] )', ()),
-    "time": ('([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{3} )? '
-             '( "Z" | ( "+" | "-" ) ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )', ()),
+    "time": (
+        '([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{3} )? '
+        '( "Z" | ( "+" | "-" ) ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )',
+        (),
+    ),
     "date-time": ('date "T" time', ("date", "time")),
     "date-string": ('"\\"" date "\\""', ("date",)),
     "time-string": ('"\\"" time "\\""', ("time",)),
@@ -1053,7 +1116,7 @@ def _escape_rule_name(name):
     `c` a Py_UCS4: converter.pxd) tells, and only the others take the regex (a regex pass on every name was
     1.9 ms of o9882's 5.8; a check by str methods cost 0.8 ms more than this loop)."""
     for c in name:
-        if not (('a' <= c <= 'z') or ('A' <= c <= 'Z') or ('0' <= c <= '9') or c == '-'):
+        if not (("a" <= c <= "z") or ("A" <= c <= "Z") or ("0" <= c <= "9") or c == "-"):
             return _INVALID_RULE_CHARS_RE.sub("-", name)
     return name
 
@@ -1127,7 +1190,7 @@ class _Converter:
         self.warnings = []
         self.error_pointer = None
         self.meter = meter or _Meter(None)
-        self.pointer = "#"   # the node being visited: where a limit is reported
+        self.pointer = "#"  # the node being visited: where a limit is reported
         self.depth = 0
         self.meter.output(len("space ::= \n") + len(SPACE_RULE), "#")
 
@@ -1159,8 +1222,10 @@ class _Converter:
         self.errors.append(message)
 
     def generate_union_rule(self, name, alt_schemas):
-        return " | ".join(self.visit(alt, name + ("alternative-" if name == "" else "-") + str(i))
-                          for i, alt in enumerate(alt_schemas))
+        return " | ".join(
+            self.visit(alt, name + ("alternative-" if name == "" else "-") + str(i))
+            for i, alt in enumerate(alt_schemas)
+        )
 
     def visit_pattern(self, pattern, name, node):
         # add_rule() only ever appends keys (an existing rule is never changed), so the rules as they were
@@ -1252,8 +1317,8 @@ class _Converter:
                         if sub_pattern[i] == "\\":
                             n = _gbnf_escape_length(sub_pattern, i)
                             if n == 0:
-                                raise _Unsupported("unsupported escape in character class: " + sub_pattern[i:i + 2])
-                            sq.append(sub_pattern[i:i + n])
+                                raise _Unsupported("unsupported escape in character class: " + sub_pattern[i : i + 2])
+                            sq.append(sub_pattern[i : i + n])
                             i += n
                         else:
                             sq.append(sub_pattern[i])
@@ -1275,7 +1340,7 @@ class _Converter:
                     j = sub_pattern.find("}", i + 1)
                     if j < 0:
                         raise _Unsupported("unterminated curly brackets")
-                    inner = sub_pattern[i + 1:j]
+                    inner = sub_pattern[i + 1 : j]
                     state["i"] = j + 1
                     nums = inner.split(",")
                     min_times = 0
@@ -1308,8 +1373,10 @@ class _Converter:
                             sub_id = self.add_rule(name + "-" + str(len(sub_rule_ids)), sub)
                             sub_rule_ids[sub] = sub_id
                         sub = sub_id
-                    seq[-1] = (_build_repetition('"' + sub + '"' if sub_is_literal else sub, min_times, max_times, ""),
-                               False)
+                    seq[-1] = (
+                        _build_repetition('"' + sub + '"' if sub_is_literal else sub, min_times, max_times, ""),
+                        False,
+                    )
                 else:
                     literal = []
                     while i < length:
@@ -1324,15 +1391,18 @@ class _Converter:
                             else:
                                 n = _gbnf_escape_length(sub_pattern, i)
                                 if n == 0:
-                                    raise _Unsupported("unsupported escape: " + sub_pattern[i:i + 2])
-                                literal.append(sub_pattern[i:i + n])
+                                    raise _Unsupported("unsupported escape: " + sub_pattern[i : i + 2])
+                                literal.append(sub_pattern[i : i + n])
                                 i += n
                         elif ch == '"':
                             literal.append('\\"')
                             i += 1
                         elif ch not in _NON_LITERAL_SET and (
-                                i == length - 1 or not literal or sub_pattern[i + 1] == "."
-                                or sub_pattern[i + 1] not in _NON_LITERAL_SET):
+                            i == length - 1
+                            or not literal
+                            or sub_pattern[i + 1] == "."
+                            or sub_pattern[i + 1] not in _NON_LITERAL_SET
+                        ):
                             literal.append(ch)
                             i += 1
                         else:
@@ -1395,7 +1465,7 @@ class _Converter:
     def resolve_ref(self, node):
         ref = _b(node.ref)
         pos = ref.find("#")
-        fragment = ref[pos + 1:] if pos >= 0 else ref
+        fragment = ref[pos + 1 :] if pos >= 0 else ref
         ref_name = "ref" + _escape_rule_name(fragment)
         if ref_name not in self.rules and ref not in self.refs_being_resolved:
             if node.target is None:
@@ -1416,8 +1486,8 @@ class _Converter:
             bname = _b(prop_name)
             prop_rule_name = self.visit(prop_schema, prefix + bname)
             prop_kv_rule_names[bname] = self.add_rule(
-                prefix + bname + "-kv",
-                _format_literal(_b(_dump(prop_name))) + ' space ":" space ' + prop_rule_name)
+                prefix + bname + "-kv", _format_literal(_b(_dump(prop_name))) + ' space ":" space ' + prop_rule_name
+            )
             if prop_name in required:
                 required_props.append(bname)
             else:
@@ -1510,8 +1580,11 @@ class _Converter:
                 seen = set()
                 while comp.kind == REF and comp.target is not None:
                     if id(comp) in seen:
-                        raise _ConversionError("JSON schema conversion failed:\nallOf reaches a cycle of $refs "
-                                               "that refer only to each other (" + comp.ref + ")", comp.path)
+                        raise _ConversionError(
+                            "JSON schema conversion failed:\nallOf reaches a cycle of $refs "
+                            "that refer only to each other (" + comp.ref + ")",
+                            comp.path,
+                        )
                     seen.add(id(comp))
                     comp = comp.target
                 if comp.kind != REF:
@@ -1567,13 +1640,17 @@ class _Converter:
             if kind == CONST:
                 return self.add_rule(rule_name, _generate_constant_rule(node.value))
             if kind == ENUM:
-                return self.add_rule(rule_name, "(" + " | ".join([_generate_constant_rule(v) for v in node.values]) + ")")
+                return self.add_rule(
+                    rule_name, "(" + " | ".join([_generate_constant_rule(v) for v in node.values]) + ")"
+                )
             if kind == OBJECT:
                 if not node.properties and node.additional is not None and node.additional.kind == ANY:
                     return self.add_rule(rule_name, self.add_primitive("object", PRIMITIVE_RULES["object"]))
                 required = {p for p, _s, req in node.properties if req}
-                return self.add_rule(rule_name, self.build_object_rule(
-                    [(p, s) for p, s, _r in node.properties], required, name, node.additional))
+                return self.add_rule(
+                    rule_name,
+                    self.build_object_rule([(p, s) for p, s, _r in node.properties], required, name, node.additional),
+                )
             if kind == TUPLE:
                 parts = ['"[" space ']
                 for i, item in enumerate(node.items):
@@ -1587,8 +1664,12 @@ class _Converter:
                     return self.visit_primitive(rule_name, "array")
                 item_rule_name = self.visit(node.items, sub_name + "item")
                 max_items = _INT_MAX if node.max_items < 0 else node.max_items
-                return self.add_rule(rule_name, '"[" space ' + _build_repetition(
-                    item_rule_name, node.min_items, max_items, '"," space') + ' space "]"')
+                return self.add_rule(
+                    rule_name,
+                    '"[" space '
+                    + _build_repetition(item_rule_name, node.min_items, max_items, '"," space')
+                    + ' space "]"',
+                )
             if kind == STRING:
                 if node.pattern:
                     return self.visit_pattern(_b(node.pattern), rule_name, node)
@@ -1600,8 +1681,9 @@ class _Converter:
                 if node.min_length > 0 or node.max_length >= 0:
                     char_rule = self.add_primitive("char", PRIMITIVE_RULES["char"])
                     max_len = _INT_MAX if node.max_length < 0 else node.max_length
-                    return self.add_rule(rule_name, '"\\"" ' + _build_repetition(char_rule, node.min_length, max_len)
-                                         + ' "\\""')
+                    return self.add_rule(
+                        rule_name, '"\\"" ' + _build_repetition(char_rule, node.min_length, max_len) + ' "\\""'
+                    )
                 return self.visit_primitive(rule_name, "string")
             if kind == INTEGER:
                 if node.minimum == _INT64_MIN and node.maximum == _INT64_MAX:
@@ -1651,7 +1733,7 @@ def json_schema_to_grammar(schema, limits=None):
     """
     _raise_recursion_limit()
     try:
-        if (limits is None and isinstance(schema, (str, bytes)) and len(schema) <= _CACHED_TEXT_MAX):
+        if limits is None and isinstance(schema, (str, bytes)) and len(schema) <= _CACHED_TEXT_MAX:
             grammar, warnings = _convert_text(schema)
             return grammar, list(warnings)
         return _convert(load_schema(schema, limits), limits)
@@ -1712,9 +1794,11 @@ def _convert_here(doc, limits):
     except (_ConversionError, _LimitExceeded) as e:
         raise SchemaError(_t(e.message), e.pointer) from None
     except RecursionError:
-        raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply (through $ref or "
-                          "nesting) to convert, or recurses through allOf (where llama.cpp overflows its stack)",
-                          "#") from None
+        raise SchemaError(
+            "JSON schema conversion failed:\nthe schema nests too deeply (through $ref or "
+            "nesting) to convert, or recurses through allOf (where llama.cpp overflows its stack)",
+            "#",
+        ) from None
     finally:
         # the $ref nodes of a recursive schema make cycles: cut, the tree goes as soon as it is dropped
         for ref in builder.pending:
@@ -1736,8 +1820,9 @@ def json_schema_to_rules(schema, vocab=None, limits=None):
     try:
         rules = Rules.parse(grammar, vocab=vocab)
     except GrammarError as e:
-        raise SchemaError(_PREFIX + "the grammar converted from the schema is refused by the GBNF parser: "
-                          + str(e), "#") from e
+        raise SchemaError(
+            _PREFIX + "the grammar converted from the schema is refused by the GBNF parser: " + str(e), "#"
+        ) from e
     return rules, grammar, warnings
 
 
@@ -1801,9 +1886,11 @@ def build_grammar(callback, dotall=False, limits=None):
     except (_ConversionError, _LimitExceeded) as e:
         raise SchemaError(_t(e.message), e.pointer) from None
     except RecursionError:
-        raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply (through $ref or "
-                          "nesting) to convert, or recurses through allOf (where llama.cpp overflows its stack)",
-                          "#") from None
+        raise SchemaError(
+            "JSON schema conversion failed:\nthe schema nests too deeply (through $ref or "
+            "nesting) to convert, or recurses through allOf (where llama.cpp overflows its stack)",
+            "#",
+        ) from None
     finally:
         _restore_recursion_limit()
     if conv.errors:

