@@ -35,7 +35,7 @@ from bankml.serve.flags import flash_attn_name, kv_cache_type
 
 from ..oracle_support import smollm2_path
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 RECORDINGS = json.loads((REPO / "tests" / "data" / "server_dropin_recordings.json").read_text())
 RUNS = RECORDINGS["runs"]
 ALIAS = "SmolLM2-135M-Instruct"
