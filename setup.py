@@ -11,6 +11,8 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 DEBUG = os.environ.get("BANKML_DEBUG", "") not in ("", "0")
+# Cython and the C++ compiler run on every core this process may use
+JOBS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 directives = {
     "language_level": 3,
@@ -60,5 +62,8 @@ setup(
         ],
         compiler_directives=directives,
         annotate=False,
+        nthreads=JOBS,
     ),
+    # the extensions compile side by side (pip install -e runs build_ext with these options)
+    options={"build_ext": {"parallel": JOBS}},
 )

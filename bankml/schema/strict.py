@@ -22,9 +22,10 @@ Policies (what "exactly" means for texts, since a grammar sees text and jsonsche
   first, get them). Past that (2^n rules would be too many), when no minProperties, maxProperties or
   dependency counts keys and there are at most 8 required keys, members come in any order with one rule per
   set of required keys written, and an optional key may come again (``json.loads`` keeps the last value;
-  every value must pass, so the verdict on texts without repeated keys is jsonschema's). Otherwise the listed
-  keys come in schema order, each optional one skippable, then the other keys in any order; other key orders
-  are rejected there.
+  every value must pass, so the verdict on texts without repeated keys is jsonschema's). Otherwise the object
+  is refused (keyword ``properties``: a grammar of one key order would reject valid texts); with
+  ``lenient=["properties"]`` the listed keys come in schema order there, each optional one skippable, then the
+  other keys in any order.
 * **Numbers**: ``type: integer`` takes integer texts (``-?(0|[1-9][0-9]*)``) and, from draft 6 on (where
   jsonschema counts 1.0 as an integer), the same with an all-zero fraction (``5.0``, as ``json.dumps`` writes
   an integral float); no exponent (``json.dumps(1e16)`` is ``1e+16``: rejected, though draft 6+ accepts it).
@@ -40,7 +41,8 @@ Policies (what "exactly" means for texts, since a grammar sees text and jsonsche
   ``format`` names jsonschema's FormatChecker does not check.
 
 ``lenient`` names keywords strict mode may treat as annotations instead of refusing them (``{"format",
-"pattern", "uniqueItems", "multipleOf", "contains"}``): that is an explicit opt-out of exactness for them.
+"pattern", "uniqueItems", "multipleOf", "contains"}``), and ``"properties"`` takes the keys of an object too
+large for every key order in the schema's order: that is an explicit opt-out of exactness for them.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from bankml.schema.converter import DEFAULT_LIMITS
 
 __all__ = ["strict_schema_to_grammar", "LENIENT_KEYWORDS"]
 
-LENIENT_KEYWORDS = frozenset({"format", "pattern", "uniqueItems", "multipleOf", "contains"})
+LENIENT_KEYWORDS = frozenset({"format", "pattern", "uniqueItems", "multipleOf", "contains", "properties"})
 
 SPACE_RULE = '| " " | "\\n"{1,2} [ \\t]{0,20}'
 # one code point of a JSON string, in any of its spellings (see the module docstring)
@@ -2230,6 +2232,16 @@ class _Compiler:
         ):
             self.any_order_states += 1 << len(req)
             return self.object_any_order_repeating(items, kv, req, extra)
+        if "properties" not in self.lenient and (n > 1 or extra is not None):
+            # JSON objects are unordered: a grammar of one key order would reject valid texts
+            self.refuse(
+                "properties",
+                ptr,
+                "%d listed keys (%d required) cannot be taken in every order (at most %d listed keys, or %d required "
+                "keys without minProperties, maxProperties or dependencies, and %d key sets per grammar); "
+                "lenient=['properties'] takes them in the schema's order"
+                % (n, len(req), _MAX_ANY_ORDER, _MAX_ANY_ORDER, _ANY_ORDER_BUDGET),
+            )
         memo = {}
         states = [0]
 

@@ -379,7 +379,8 @@ CASES = [
 
 
 def test_key_order_policy():
-    """Up to 8 listed keys: any order, each key once. Past 8: schema order (the module docstring's policy)."""
+    """Up to 8 listed keys: any order, each key once. Past 8: any order of the required keys, optional ones
+    repeatable; past that, refused (lenient "properties": schema order). The module docstring's policy."""
     few = strict_schema_to_grammar({"properties": {k: {} for k in "abc"}, "required": ["c"]})
     assert accepts(few, '{"c": 1, "a": 2}') and accepts(few, '{"b": 1, "z": 0, "c": 2}')
     assert not accepts(few, '{"c": 1, "c": 2}') and not accepts(few, '{"a": 1}')
@@ -389,7 +390,16 @@ def test_key_order_policy():
     assert accepts(many, '{"b": 1, "j": 2, "c": 3}') and accepts(many, '{"j": 1, "c": 2, "b": 3}')
     assert not accepts(many, '{"j": 1, "c": 2}') and not accepts(many, '{"j": "x", "c": 2, "b": 3}')
     assert accepts(many, '{"j": 1, "c": 2, "b": 3, "j": 4}')  # a repeated optional key: every value passes
-    counted = strict_schema_to_grammar({"properties": {k: {} for k in "abcdefghij"}, "maxProperties": 3})
+    # past that, every key order cannot be built: refused, or schema order by the user's explicit leniency
+    counted_schema = {"properties": {k: {} for k in "abcdefghij"}, "maxProperties": 3}
+    with pytest.raises(SchemaError, match="cannot be taken in every order") as refusal:
+        strict_schema_to_grammar(counted_schema)
+    assert refusal.value.keyword == "properties" and refusal.value.pointer == "#"
+    required = {"type": "object", "properties": {k: {} for k in "abcdefghij"}, "required": list("abcdefghij")}
+    with pytest.raises(SchemaError, match="10 listed keys [(]10 required[)]") as refusal:
+        strict_schema_to_grammar({"properties": {"x": required}})
+    assert refusal.value.keyword == "properties" and refusal.value.pointer == "#/properties/x"
+    counted = strict_schema_to_grammar(counted_schema, lenient={"properties"})
     assert accepts(counted, '{"a": 1, "j": 2}') and not accepts(counted, '{"j": 1, "a": 2}')
 
 
