@@ -1878,6 +1878,28 @@ def _plain_ranges(cs) -> tuple:
     return tuple((a, b) for a, b in out)
 
 
+# The GBNF of a character set, shared by every conversion of the process: the same sets (any character but
+# '"', a pattern's classes, a format's) come back in schema after schema. Both caches are bounded: past their
+# size they start again empty.
+_CHARSET_GBNF: dict = {}
+_HEX_MEMO: dict = {}
+_CHARSET_CACHE_MAX = 4096
+_HEX_MEMO_MAX = 200_000
+
+
+def _charset_gbnf(cs, admit_surrogates: bool = False) -> str:
+    """The alternatives of ``_charset_alts`` joined into one rule body, from the process-wide cache."""
+    key = (cs, admit_surrogates)
+    got = _CHARSET_GBNF.get(key)
+    if got is None:
+        if len(_CHARSET_GBNF) >= _CHARSET_CACHE_MAX:
+            _CHARSET_GBNF.clear()
+        if len(_HEX_MEMO) >= _HEX_MEMO_MAX:
+            _HEX_MEMO.clear()
+        got = _CHARSET_GBNF[key] = " | ".join(_charset_alts(cs, _HEX_MEMO, admit_surrogates))
+    return got
+
+
 def _charset_alts(cs, memo: dict, admit_surrogates: bool = False) -> list[str]:
     """Every JSON encoding of one character of ``cs``, as GBNF alternatives."""
     alts = []
@@ -1949,7 +1971,7 @@ def string_gbnf(lang: Lang, name: str, admit_surrogates: bool = False) -> tuple[
         ref = cs_rule.get(cs)
         if ref is None:
             ref = cs_rule[cs] = f"{name}-c{len(cs_rule)}"
-            rules[ref] = " | ".join(_charset_alts(cs, memo, admit_surrogates))
+            rules[ref] = _charset_gbnf(cs, admit_surrogates)
         return ref
 
     n = lang.n_states
@@ -1978,21 +2000,23 @@ def string_gbnf(lang: Lang, name: str, admit_surrogates: bool = False) -> tuple[
             alts.append('"\\""')
         return alts
 
+    todo = [t for t in range(n - 1, -1, -1) if named[t]]  # every named state gets its rule, 0 first
+
     def target(t: int, depth: int) -> str:
         if named[t] or depth >= _MAX_INLINE:
-            named[t] = True
+            if not named[t]:
+                named[t] = True
+                todo.append(t)
             return f"{name}-s{t}"
         alts = body(t, depth + 1)
         return alts[0] if len(alts) == 1 else "( " + " | ".join(alts) + " )"
 
     done = set()
-    todo = [0]
     while todo:
         s = todo.pop()
         if s in done:
             continue
         done.add(s)
         rules[f"{name}-s{s}"] = " | ".join(body(s, 0))
-        todo.extend(t for t in range(n) if named[t] and t not in done)
     # Rules for states later forced to be named by the depth cap are emitted by the loop above.
     return '"\\"" ' + f"{name}-s0", rules
