@@ -2537,14 +2537,15 @@ def _compile(schema, lenient, limits, pointer="#"):
 
 
 def _at_pointer(schema, pointer):
-    """The node of ``schema`` at the JSON pointer ``pointer`` (``#``, ``#/properties/a~1b``...)."""
+    """The node of ``schema`` at the JSON pointer ``pointer`` (``#``, ``#/properties/a~1b``...: ``~0``/``~1``
+    escapes only, no percent-encoding, so a property name with ``%`` is spelled as it is)."""
     if pointer == "#":
         return schema
     if not pointer.startswith("#/"):
         raise _Refuse("schema", pointer, "not a JSON pointer into the schema")
     node = schema
     for part in pointer[2:].split("/"):
-        part = urllib.parse.unquote(part).replace("~1", "/").replace("~0", "~")
+        part = part.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and part in node:
             node = node[part]
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
