@@ -236,6 +236,14 @@ def _chat_args(p):
         help="text forced before the end-of-thinking tag when the budget runs out",
     )
     p.add_argument(
+        "--json-schema-mode",
+        default="llama.cpp",
+        choices=["llama.cpp", "strict"],
+        help="how request JSON schemas (response_format, json_schema, Ollama format, tool parameters) become "
+        "grammars: llama.cpp (default, llama-server's grammars byte for byte) or strict (exactly what "
+        "jsonschema accepts; a schema it cannot enforce is refused naming the keyword and pointer)",
+    )
+    p.add_argument(
         "--chat-template-kwargs",
         default=None,
         help="a JSON object of extra template variables, e.g. '{\"enable_thinking\": false}'",
@@ -307,7 +315,8 @@ def cmd_generate(args):
                 [{"role": "user", "content": prompt}], constraint, params, args.n_predict, args.stop, **extra
             )
     except SchemaError as err:
-        print(f"error at {err.pointer}: {err}", file=sys.stderr)
+        keyword = f" (keyword {err.keyword})" if getattr(err, "keyword", None) else ""
+        print(f"error at {err.pointer}{keyword}: {err}", file=sys.stderr)
         return 1
     except GrammarError as err:
         print(f"{args.grammar}:{err.line or 0}:{err.column or 0}: error: {err.reason}", file=sys.stderr)

@@ -11,7 +11,7 @@ llama.cpp's ``tagged_peg_parser`` (not lenient). Private to bankml; ``bankml.cha
 import json
 
 from bankml.chat import peg
-from bankml.chat.chat_peg import function_parameters, function_tools, tool_parameters
+from bankml.chat.chat_peg import function_parameters, function_tools, parameter_source, tool_parameters
 from bankml.chat.diff import (
     _C_SPACE,
     ARG_FIRST,
@@ -832,7 +832,15 @@ def _build_tag_tagged(p, t, inp, reasoning_parser):
             else:
                 close = p.tool_arg_close(p.literal(a.value_suffix))
                 value = (
-                    p.tool_arg_json_value(p.schema(p.json(), "tool-%s-arg-%s-schema" % (name, pname), None, node=node))
+                    p.tool_arg_json_value(
+                        p.schema(
+                            p.json(),
+                            "tool-%s-arg-%s-schema" % (name, pname),
+                            None,
+                            node=node,
+                            source=parameter_source(func, pname),
+                        )
+                    )
                     + close
                 )
             open_ = p.tool_arg_open(a.name_prefix + p.tool_arg_name(p.literal(pname)) + a.name_suffix)

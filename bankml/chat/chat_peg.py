@@ -812,6 +812,13 @@ def function_parameters(function):
     return list(root.properties or [])
 
 
+def parameter_source(function, name):
+    """``(document, pointer)`` of a function tool's parameter ``name`` (one of ``function_parameters``): the
+    tool's parameters schema and ``#/properties/<name>``, what strict mode compiles for the parameter's value
+    (``bankml.chat.peg_builder``'s ``schema(..., node=node, source=...)``)."""
+    return tool_parameters(function), "#/properties/" + name.replace("~", "~0").replace("/", "~1")
+
+
 def find_by_tag(ctx, parent, tag, max_depth=3):
     """common_peg_ast_arena::find_by_tag: the first descendant (depth-first, ``max_depth`` levels) with ``tag``."""
     for cid in parent.children:

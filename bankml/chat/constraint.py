@@ -24,7 +24,8 @@ from typing import Any, Optional
 from bankml.chat import templates
 from bankml.chat.template import ChatRequestError, ChatTemplate
 from bankml.errors import RequestError, SchemaError
-from bankml.schema.converter import gbnf_format_literal, json_schema_to_grammar, load_schema
+from bankml.schema.converter import gbnf_format_literal, load_schema
+from bankml.schema.grammar import check_mode, json_schema_to_grammar
 
 __all__ = [
     "Constraint",
@@ -70,22 +71,26 @@ class Constraint:
         """True when llama-server parses the answer as a JSON value (the JSON-mode content rule)."""
         return self.kind in ("json_object", "json_schema") and self.chat
 
-    def to_grammar(self, template=None, thinking=False):
+    def to_grammar(self, template=None, thinking=False, json_schema_mode="llama.cpp"):
         """``(grammar, generation_prompt)`` llama-server samples with: ``grammar`` is None when unconstrained.
 
         With a ``template`` (see ``chat_template``), a JSON constraint gets the chat grammar (``chat_grammar``)
         and ``generation_prompt`` is that template's; without one, the schema's bare grammar (what
-        ``/completion`` uses) and ``generation_prompt`` None.
+        ``/completion`` uses) and ``generation_prompt`` None. ``json_schema_mode="strict"`` compiles the schema
+        (a ``json_schema`` constraint's; JSON mode's ``{"type": "object"}`` stays llama.cpp's) with bankml's
+        strict compiler (``bankml.schema.grammar``): exactly what jsonschema accepts, or SchemaError naming
+        the keyword and pointer.
         """
+        mode = check_mode(json_schema_mode) if self.kind == "json_schema" else "llama.cpp"
         prompt = generation_prompt(template, thinking) if template is not None else None
         if self.kind == "none":
             return None, prompt
         if self.kind == "gbnf":
             return self.grammar, prompt
         if self.chat and template is not None:
-            return chat_grammar(self.schema, template, thinking)
+            return chat_grammar(self.schema, template, thinking, mode)
         try:
-            return json_schema_to_grammar(_schema_text(self.schema))[0], prompt
+            return json_schema_to_grammar(_schema_text(self.schema), mode=mode)[0], prompt
         except SchemaError as e:
             if self.chat:
                 raise
@@ -352,9 +357,11 @@ def chat_template(template):
 _PROBE = [{"role": "user", "content": "x"}]
 
 
-def _apply(template, schema, thinking):
+def _apply(template, schema, thinking, json_schema_mode="llama.cpp"):
     try:
-        return chat_template(template).apply(_PROBE, json_schema=schema, enable_thinking=bool(thinking))
+        return chat_template(template).apply(
+            _PROBE, json_schema=schema, enable_thinking=bool(thinking), json_schema_mode=json_schema_mode
+        )
     except ChatRequestError as e:
         raise RequestError(str(e)) from None
 
@@ -455,7 +462,7 @@ def _optspace(tag):
     return parts
 
 
-def chat_grammar(schema, template, thinking=False):
+def chat_grammar(schema, template, thinking=False, json_schema_mode="llama.cpp"):
     """``(grammar, generation_prompt)`` llama-server builds for a ``response_format`` schema (a JSON object)
     with ``template`` (see ``chat_template``), from ``bankml.chat.template``: for the auto-parser's templates the schema's
     rules under ``response-format-schema``, ``response-format``, the JSON rules of the parser, and ``root``: the
@@ -464,13 +471,15 @@ def chat_grammar(schema, template, thinking=False):
 
     Raises SchemaError for a schema llama.cpp refuses, with llama-server's message (the auto-parser's
     ``Unable to generate parser for this template. Automatic parser generation failed: `` before the
-    converter's); ValueError for a template whose chat grammar bankml does not build yet."""
+    converter's); ValueError for a template whose chat grammar bankml does not build yet.
+    ``json_schema_mode="strict"``: the schema's rules are strict mode's (``bankml.schema.strict``), under
+    ``response-format-schema`` as well, in the same wrapping; a schema it refuses raises its SchemaError."""
     if not isinstance(schema, dict) or not schema:
         raise ValueError(
             "chat_grammar needs a non-empty JSON schema object (llama-server sends {} as "
             '{"type": "object"} and builds no chat grammar for other values)'
         )
-    out = _apply(template, schema, thinking)
+    out = _apply(template, schema, thinking, json_schema_mode)
     if out.grammar is None:
         raise ValueError(f"bankml does not build the chat grammar of this template's handler ({out.handler}) yet")
     return out.grammar, out.generation_prompt

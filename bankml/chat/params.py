@@ -9,6 +9,7 @@ modes of a prefilled assistant message, a message's rendered content, the chat p
 from bankml.chat.chat_peg import Mapper, peg_parse
 from bankml.errors import SchemaError
 from bankml.schema.converter import build_grammar
+from bankml.schema.grammar import StrictGrammarBuilder, check_mode
 
 CONTINUATION_NONE, CONTINUATION_AUTO, CONTINUATION_REASONING, CONTINUATION_CONTENT = range(4)
 
@@ -44,9 +45,12 @@ class ChatParser:
 UNWRAPPED_SCHEMA_ERRORS = ("JSON schema error at ", "At least one of min_value or max_value must be set")
 
 
-def arena_grammar(arena, lazy=False):
+def arena_grammar(arena, lazy=False, json_schema_mode="llama.cpp"):
     """build_grammar(parser.build_grammar(builder, lazy)): the GBNF of an arena (SchemaError from the
-    converter)."""
+    converter). ``json_schema_mode="strict"``: the arena's schemas (a response format's, tools' parameters)
+    are compiled by strict mode (``bankml.schema.grammar.StrictGrammarBuilder``) inside the same wrapping."""
+    if check_mode(json_schema_mode) == "strict":
+        return build_grammar(lambda builder: arena.build_grammar(StrictGrammarBuilder(builder), lazy))
     return build_grammar(lambda builder: arena.build_grammar(builder, lazy))
 
 
@@ -55,4 +59,4 @@ def schema_error(e, head):
     wrapped = "JSON schema conversion failed:\n"
     if message.startswith(wrapped) and message[len(wrapped) :].startswith(UNWRAPPED_SCHEMA_ERRORS):
         message = message[len(wrapped) :]
-    return SchemaError(head + message, e.pointer)
+    return SchemaError(head + message, e.pointer, keyword=e.keyword)

@@ -15,6 +15,7 @@ Positions are byte offsets into the UTF-8 input; texts are bytes.
 
 from bankml.chat._peg import INCOMPLETE, INVALID, OK, utf8_at
 from bankml.schema.converter import gbnf_format_literal
+from bankml.schema.grammar import StrictGrammarBuilder
 from bankml.schema.queries import may_be_string
 
 FAIL, SUCCESS, NEED = 0, 1, 2
@@ -487,13 +488,14 @@ class Until(_P):
 
 class Schema(_P):
     """common_peg_schema_parser: parses as its child; the grammar is the schema's (``node`` a
-    bankml.schema.converter node, or None)."""
+    bankml.schema.converter node, or None). ``source``: ``(document, pointer)``, the JSON schema the node was
+    read from and the node's JSON pointer in it, which strict mode compiles (None: no schema)."""
 
-    __slots__ = ("child", "name", "node", "raw")
+    __slots__ = ("child", "name", "node", "raw", "source")
     kind = "schema"
 
-    def __init__(self, child, name, node, raw):
-        self.child, self.name, self.node, self.raw = child, name, node, raw
+    def __init__(self, child, name, node, raw, source=None):
+        self.child, self.name, self.node, self.raw, self.source = child, name, node, raw, source
 
     def parse(self, a, ctx, pos):
         return a.parsers[self.child].parse(a, ctx, pos)
@@ -691,6 +693,8 @@ class Arena:
             if isinstance(p, Schema):
                 if delegates(p):
                     return to_gbnf(p.child)
+                if isinstance(builder, StrictGrammarBuilder):
+                    return builder.add_schema(p.name, p.node, p.source)
                 return builder.add_schema(p.name, p.node)
             if isinstance(p, (Rule, Ref)):
                 return p.name

@@ -168,12 +168,15 @@ class Builder:
             raise RuntimeError("ac parser requires at least one delimiter")
         return self.add(Ac(p.id, delimiters))
 
-    def schema(self, p, name, schema, raw=False, node=None):
+    def schema(self, p, name, schema, raw=False, node=None, source=None):
         """The schema parser: ``schema`` a JSON schema (read into a bankml.schema.converter document here, as
-        common_chat_schema_from_json) unless ``node`` (a node of a document) is given."""
+        common_chat_schema_from_json) unless ``node`` (a node of a document) is given; then ``source`` is
+        ``(document, pointer)``: the schema document the node belongs to and its JSON pointer there (what
+        strict mode compiles: ``bankml.chat.chat_peg.parameter_source``)."""
         if node is None:
             node = SchemaDocument(schema).root
-        return self.add(Schema(p.id, name, node, raw))
+            source = (schema, "#")
+        return self.add(Schema(p.id, name, node, raw, source))
 
     def rule(self, name, p, trigger=False):
         """``p`` a parser, or a function building one (then the rule may recurse, and a rule of that name

@@ -47,6 +47,7 @@ from bankml.chat.params import (
 )
 from bankml.errors import SchemaError, json_type_name
 from bankml.schema import jsondepth as _jsondepth
+from bankml.schema.grammar import check_mode
 
 __all__ = ["ChatTemplate", "ChatPrompt", "ChatRequestError", "TemplateError", "parse_messages", "CHATML_TEMPLATE"]
 
@@ -283,6 +284,7 @@ class ChatPrompt:
     """What ``ChatTemplate.apply`` returns, with common_chat_params' field names: the prompt, the generation
     prompt (what the template adds for ``add_generation_prompt``; the grammar and the parser start with it),
     and what the template analysis gives (thinking tags, preserved tokens, stops, message delimiters).
+    ``json_schema_mode`` is the mode the grammar's schemas were compiled in (``bankml.schema.MODES``).
     ``handler`` names llama.cpp's hand-written handler when the template has one (those fields are then
     not derived yet and are None)."""
 
@@ -301,6 +303,7 @@ class ChatPrompt:
     grammar_triggers: Optional[list] = None
     parser: Optional["ChatParser"] = None
     caps: dict = field(default_factory=dict)
+    json_schema_mode: str = "llama.cpp"
 
 
 class ChatTemplate:
@@ -482,13 +485,17 @@ class ChatTemplate:
         now=None,
         tool_choice="auto",
         parallel_tool_calls=False,
+        json_schema_mode="llama.cpp",
     ):
         """What llama.cpp's common_chat_templates_apply gives for this request (``now``: POSIX time for
         ``strftime_now`` / ``datetime`` / ``date_string``, default the wall clock). ``chat_template_kwargs``
         maps names to JSON texts, as llama-server holds them; ``continue_final_message`` is True, "content"
         or "reasoning_content" (llama-server's field); ``json_schema`` the response format's schema (a dict
         or its JSON text), which some templates render and which gives the grammar; ``reasoning_format``
-        llama-server's (its default ``deepseek`` extracts the reasoning; ``none`` leaves it in the content)."""
+        llama-server's (its default ``deepseek`` extracts the reasoning; ``none`` leaves it in the content).
+        ``json_schema_mode``: ``"strict"`` compiles the grammar's schemas (the response format's, the tools'
+        parameters') with bankml's strict compiler inside the same wrapping; the default is llama.cpp's."""
+        check_mode(json_schema_mode)
         if tool_choice not in ("auto", "none", "required"):
             raise ChatRequestError("Invalid tool_choice: %s" % tool_choice)
         rendered, tools_json, extra, add_gen, continuation, continue_msg = self.prepare(
@@ -516,10 +523,11 @@ class ChatTemplate:
                 reasoning_format,
                 tool_choice,
                 parallel_tool_calls,
+                json_schema_mode,
             )
         prompt = self.render(rendered, tools_json, add_gen, enable_thinking, extra, now)
         gen = self.generation_prompt(rendered, tools_json, enable_thinking, extra, now)
-        out = ChatPrompt(prompt, gen, handler=self.handler, caps=self.caps.to_dict())
+        out = ChatPrompt(prompt, gen, handler=self.handler, caps=self.caps.to_dict(), json_schema_mode=json_schema_mode)
         a = self.analysis
         parser_gen = gen
         if has_continuation:
@@ -561,7 +569,7 @@ class ChatTemplate:
             arena = build_auto_parser(a, parser_gen, extracting, json_schema, inp if with_tools else None)
             if include_grammar:
                 out.grammar_lazy = not json_mode and tool_choice == "auto"
-                out.grammar = arena_grammar(arena, out.grammar_lazy)
+                out.grammar = arena_grammar(arena, out.grammar_lazy, json_schema_mode)
                 out.grammar_triggers = []
                 if out.grammar_lazy:
                     out.grammar_triggers = [[TRIGGER_WORD, trigger]]
@@ -595,6 +603,7 @@ class ChatTemplate:
         reasoning_format,
         tool_choice="auto",
         parallel_tool_calls=False,
+        json_schema_mode="llama.cpp",
     ):
         """llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context they rewrite before
         rendering here, then the handler of ``bankml.chat.families`` (continuation prompt, tags, tokens, parser,
@@ -644,7 +653,7 @@ class ChatTemplate:
             if pos >= 0:
                 prompt = prompt[:pos] + "<|end|>" + prompt[pos + len("<|return|>") :]
         gen = self.generation_prompt(msgs, tools_json, enable_thinking, ctx, now, override=is_override)
-        out = ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict())
+        out = ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict(), json_schema_mode=json_schema_mode)
         families.apply(
             out,
             families.Inputs(

@@ -7,8 +7,10 @@ request use it. What SGLang asks for, and what bankml gives:
 
 * ``ebnf``: GBNF text (bankml parses llama.cpp's GBNF, which is what SGLang's EBNF field carries for
   XGrammar too, rule ``root``);
-* ``json``: a JSON schema through bankml's port of llama.cpp's converter (``response_format`` json_object
-  arrives as the schema ``{"type": "object"}``: llama-server's JSON mode);
+* ``json``: a JSON schema through bankml's strict compiler (exactly what jsonschema accepts, or the request
+  is refused naming the keyword and JSON pointer), or through bankml's port of llama.cpp's converter when
+  the server's environment has ``BANKML_JSON_SCHEMA_MODE=llama.cpp`` (``bankml.integrations.spec``);
+  ``response_format`` json_object arrives as the schema ``{"type": "object"}`` (any object either way);
 * ``regex``: through the converter's pattern translation (``bankml.integrations.spec.regex_to_grammar``);
 * ``structural_tag``: refused with a clear error (llama.cpp has no structural tags).
 

@@ -3,8 +3,12 @@
 A serving engine's constraint request, turned into bankml Rules as llama-server would build them.
 
 * ``"grammar"`` / ``"ebnf"``: GBNF text (root rule ``root``).
-* ``"json"``: a JSON schema (dict or JSON text) through bankml's port of llama.cpp's converter
-  (``json_schema_to_grammar``: what llama-server's ``json_schema`` field samples with).
+* ``"json"``: a JSON schema (dict or JSON text) through bankml's strict compiler by default
+  (``bankml.schema.strict``: exactly the JSON texts jsonschema accepts, or the schema is refused naming the
+  keyword and pointer; what users of these engines compare with XGrammar and llguidance), or, with
+  ``json_schema_mode="llama.cpp"`` (``Compiler``'s argument, or ``BANKML_JSON_SCHEMA_MODE=llama.cpp`` in the
+  engine's environment), through bankml's port of llama.cpp's converter (what llama-server's ``json_schema``
+  field samples with, byte for byte).
 * ``"json_object"``: llama-server's JSON mode on a bare grammar (``response_format: {"type": "json_object"}``
   without a chat template, i.e. the converter's grammar for ``{"type": "object"}``).
 * ``"regex"``: a regular expression through the converter's ``pattern`` translation (llama.cpp's
@@ -19,15 +23,30 @@ This module owns no engine: it must not import vLLM or SGLang.
 
 import collections
 import json
+import os
 import threading
 
 from bankml.engine._grammar import Grammar, Rules
 from bankml.errors import GrammarError, SchemaError
-from bankml.schema.converter import _Converter, _Invalid, _Unsupported, json_schema_to_grammar
+from bankml.schema.converter import _Converter, _Invalid, _Unsupported
+from bankml.schema.grammar import MODES, json_schema_to_grammar
 
-__all__ = ["KINDS", "Compiler", "SpecError", "grammar_text", "regex_to_grammar"]
+__all__ = [
+    "DEFAULT_JSON_SCHEMA_MODE",
+    "JSON_SCHEMA_MODE_ENV",
+    "KINDS",
+    "Compiler",
+    "SpecError",
+    "grammar_text",
+    "resolve_json_schema_mode",
+    "regex_to_grammar",
+]
 
 KINDS = ("grammar", "ebnf", "json", "json_object", "regex")
+
+# the engines' default for "json" constraints, and the environment variable that overrides it
+DEFAULT_JSON_SCHEMA_MODE = "strict"
+JSON_SCHEMA_MODE_ENV = "BANKML_JSON_SCHEMA_MODE"
 
 
 class SpecError(ValueError):
@@ -60,21 +79,39 @@ def regex_to_grammar(pattern):
     return conv.format_grammar()
 
 
-def grammar_text(kind, spec):
-    """The GBNF text for a constraint of ``kind`` (one of KINDS) and ``spec``; SpecError if refused."""
+def resolve_json_schema_mode(mode=None):
+    """The mode of ``"json"`` constraints: ``mode`` when given, else ``BANKML_JSON_SCHEMA_MODE`` from the
+    environment, else ``"strict"``; SpecError for a name outside ``bankml.schema.MODES``."""
+    if mode is None:
+        mode = os.environ.get(JSON_SCHEMA_MODE_ENV) or DEFAULT_JSON_SCHEMA_MODE
+    if mode not in MODES:
+        raise SpecError(
+            f"unknown JSON schema mode {mode!r} (from {JSON_SCHEMA_MODE_ENV}?): expected one of {', '.join(MODES)}"
+        )
+    return mode
+
+
+def grammar_text(kind, spec, json_schema_mode=None):
+    """The GBNF text for a constraint of ``kind`` (one of KINDS) and ``spec``; SpecError if refused. A
+    ``"json"`` schema is compiled in ``json_schema_mode`` (None: ``resolve_json_schema_mode()``'s default, strict);
+    ``"json_object"`` is llama-server's JSON mode in either."""
     if kind in ("grammar", "ebnf"):
         if not isinstance(spec, (str, bytes)):
             raise SpecError(f"a GBNF grammar must be text, got {type(spec).__name__}")
         return spec if isinstance(spec, str) else bytes(spec).decode("utf-8")
     if kind in ("json", "json_object"):
+        mode = "llama.cpp"
         if kind == "json_object":
             spec = {"type": "object"}
-        elif isinstance(spec, (bytes, bytearray)):
-            spec = bytes(spec).decode("utf-8")
+        else:
+            mode = resolve_json_schema_mode(json_schema_mode)
+            if isinstance(spec, (bytes, bytearray)):
+                spec = bytes(spec).decode("utf-8")
         try:
-            return json_schema_to_grammar(spec)[0]
+            return json_schema_to_grammar(spec, mode=mode)[0]
         except SchemaError as e:
-            raise SpecError(f"{e} (at {e.pointer})") from None
+            # strict mode's message names the keyword and pointer already
+            raise SpecError(str(e) if e.keyword else f"{e} (at {e.pointer})") from None
     if kind == "regex":
         return regex_to_grammar(spec)
     raise SpecError(f"unknown constraint kind {kind!r}: expected one of {', '.join(KINDS)}")
@@ -94,10 +131,13 @@ class Compiler:
     """Rules per constraint over one Vocab, compiled once and kept (LRU, ``max_entries``).
 
     ``matcher(kind, spec)`` is a fresh Grammar for one request (a clone of the cached template: clones share
-    the template's MatchContext). Thread-safe: engines compile on worker threads.
+    the template's MatchContext). Thread-safe: engines compile on worker threads. ``json_schema_mode``:
+    how ``"json"`` schemas are compiled (None: ``resolve_json_schema_mode()``, read once here: strict unless the
+    environment says ``BANKML_JSON_SCHEMA_MODE=llama.cpp``).
     """
 
-    def __init__(self, vocab, max_entries=256, max_rollback=None):
+    def __init__(self, vocab, max_entries=256, max_rollback=None, json_schema_mode=None):
+        self.json_schema_mode = resolve_json_schema_mode(json_schema_mode)
         self.vocab = vocab
         self.max_entries = max_entries
         self.max_rollback = max_rollback
@@ -106,7 +146,7 @@ class Compiler:
         self.compiled = 0
 
     def rules(self, kind, spec):
-        text = grammar_text(kind, spec)
+        text = grammar_text(kind, spec, self.json_schema_mode)
         try:
             return Rules.parse(text, "root", self.vocab)
         except GrammarError as e:

@@ -2,8 +2,9 @@
 
 * ``BankmlLogitsProcessor``: a V1 custom logits processor (``vllm.v1.sample.logits_processor.LogitsProcessor``)
   that constrains each request that asks for it through ``SamplingParams.extra_args`` (``vllm_xargs`` over
-  HTTP): ``bankml_grammar`` (GBNF text), ``bankml_json_schema`` (a JSON schema, dict or text: llama.cpp's
-  converter), ``bankml_json_object`` (true: llama-server's JSON mode) or ``bankml_regex``. Load it with
+  HTTP): ``bankml_grammar`` (GBNF text), ``bankml_json_schema`` (a JSON schema, dict or text: bankml's
+  strict compiler, or llama.cpp's converter with ``BANKML_JSON_SCHEMA_MODE=llama.cpp``; see
+  ``bankml.integrations.spec``), ``bankml_json_object`` (true: llama-server's JSON mode) or ``bankml_regex``. Load it with
   ``LLM(..., logits_processors=[BankmlLogitsProcessor])``, ``vllm serve --logits-processors
   bankml.integrations.vllm:BankmlLogitsProcessor``, or install bankml (its ``vllm.logits_processors`` entry point
   loads it into every engine). The masks are computed on the worker, per step, from the tokens vLLM sampled.
@@ -11,6 +12,11 @@
   ``StructuredOutputGrammar`` (``vllm/v1/structured_output/backend_types.py``), for the structured-output
   manager (which fills masks on the scheduler, accepts the draft tokens of speculative decoding, then rolls
   back). vLLM 0.32's manager hard-codes its backends; ``install_backend(manager)`` puts bankml's in place.
+
+JSON schemas (``bankml_json_schema``, ``response_format`` json_schema, guided JSON) are compiled strictly by
+default: exactly what jsonschema accepts, or the request is refused naming the keyword and JSON pointer, as
+XGrammar and llguidance are compared. ``BANKML_JSON_SCHEMA_MODE=llama.cpp`` in the engine's environment gives
+llama-server's grammars instead (``bankml.integrations.spec``).
 
 The vocabulary is the model's: its GGUF file when the model is one (``Vocab.from_gguf``: libllama's pieces
 and end-of-generation set), the GGUF named by ``additional_config={"bankml_vocab": PATH}`` or the

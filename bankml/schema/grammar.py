@@ -7,17 +7,83 @@ rules (``json_schema_to_rules``), in either mode.
   or a SchemaError naming the keyword and its JSON pointer; ``lenient`` names the keywords strict mode may
   treat as annotations instead of refusing them. Its warnings list is always empty.
 
+``StrictGrammarBuilder`` gives the strict mode to grammars built of several parts (the chat layer's, where a
+response format's or a tool's parameters' schema sits inside the template's wrapping): it stands for the
+converter's ``GrammarBuilder`` and compiles each schema strictly under its own rule name prefix.
+
 Owns the choice of mode only; must not import the chat layer.
 """
+
+import re
 
 from bankml.engine._grammar import Rules
 from bankml.errors import GrammarError, SchemaError
 from bankml.schema import converter
-from bankml.schema.strict import strict_schema_to_grammar
+from bankml.schema.strict import strict_schema_rules, strict_schema_to_grammar
 
-__all__ = ["MODES", "json_schema_to_grammar", "json_schema_to_rules"]
+__all__ = ["MODES", "StrictGrammarBuilder", "check_mode", "json_schema_to_grammar", "json_schema_to_rules"]
 
 MODES = ("llama.cpp", "strict")
+
+_INVALID_RULE_CHARS = re.compile(r"[^a-zA-Z0-9-]+")
+
+
+def check_mode(mode):
+    """``mode`` if it is one of MODES; ValueError otherwise."""
+    if mode not in MODES:
+        raise ValueError("json_schema_mode must be 'llama.cpp' or 'strict', not %r" % (mode,))
+    return mode
+
+
+class StrictGrammarBuilder:
+    """A ``bankml.schema.converter.GrammarBuilder`` (``builder``) whose schemas strict mode compiles: what a
+    ``build_grammar`` callback adds rules with when the grammar's JSON schemas are to be exact.
+
+    ``add_rule`` is the converter builder's. ``add_schema(name, node, source)`` takes the schema's
+    ``source``: ``(document, pointer)``, the JSON schema document (a dict, a bool or JSON text) and the JSON
+    pointer of the node in it (``"#"`` for the whole document); ``node`` (the converter's reading) is not
+    used. The schema's rule is ``name`` (its characters outside ``[a-zA-Z0-9-]`` made ``-``, as the
+    converter names rules; a second, different schema under a taken name gets ``name0``, ``name1``...), its
+    other rules ``name-...`` (``strict_schema_rules``). A schema strict mode refuses raises its SchemaError
+    (keyword and pointer)."""
+
+    strict = True
+
+    def __init__(self, builder, lenient=(), limits=None):
+        self._builder = builder
+        self.lenient = tuple(lenient)
+        self.limits = limits
+        self._names = {}  # rule name -> (document, pointer) compiled under it (the document kept alive)
+
+    def add_rule(self, name, rule):
+        return self._builder.add_rule(name, rule)
+
+    def add_schema(self, name, node=None, source=None):
+        if source is None:
+            if not isinstance(node, (dict, bool, str, bytes)):
+                raise ValueError("strict mode needs the schema itself (source=(document, pointer))")
+            source = (node, "#")
+        document, pointer = source
+        base = _INVALID_RULE_CHARS.sub("-", name) or "schema"
+        rule_name, i = base, 0
+        while rule_name in self._names:
+            known, known_pointer = self._names[rule_name]
+            if known is document and known_pointer == pointer:
+                return rule_name
+            rule_name, i = base + str(i), i + 1
+        rules = strict_schema_rules(document, rule_name, pointer=pointer, lenient=self.lenient, limits=self.limits)
+        self._names[rule_name] = (document, pointer)
+        for rule, body in rules.items():
+            got = self._builder.add_rule(rule, body)
+            if got != rule:
+                # the converter renamed it (the name holds another rule): references to it would be wrong
+                raise SchemaError(
+                    "strict JSON schema conversion failed:\nthe rule name %s is taken in the grammar (keyword "
+                    "schema at %s)" % (rule, pointer),
+                    pointer,
+                    keyword="schema",
+                )
+        return rule_name
 
 
 def json_schema_to_grammar(schema, limits=None, *, mode="llama.cpp", lenient=()):

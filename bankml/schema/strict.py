@@ -60,7 +60,7 @@ from bankml.schema import jsondepth
 from bankml.schema import strict_lang as _sl
 from bankml.schema.converter import DEFAULT_LIMITS
 
-__all__ = ["strict_schema_to_grammar", "LENIENT_KEYWORDS"]
+__all__ = ["LENIENT_KEYWORDS", "strict_schema_rules", "strict_schema_to_grammar"]
 
 LENIENT_KEYWORDS = frozenset({"format", "pattern", "uniqueItems", "multipleOf", "contains", "properties"})
 
@@ -2510,14 +2510,10 @@ def _renamed(hit, name):
     )
 
 
-def strict_schema_to_grammar(schema, *, lenient=(), limits=None):
-    """Compile a JSON schema (a dict, a bool, or JSON text) to GBNF whose root rule ``root`` accepts exactly
-    the JSON texts (spelled as the module docstring says) of the instances jsonschema accepts.
-
-    ``lenient``: keywords to treat as annotations instead of refusing them where strict mode cannot enforce
-    them (see LENIENT_KEYWORDS). ``limits``: a ``bankml.schema.SchemaLimits`` (size, nodes, seconds).
-    Raises ``SchemaError`` with ``keyword`` and ``pointer`` set for every schema it refuses.
-    """
+def _compile(schema, lenient, limits, pointer="#"):
+    """``(root expression, {name: body})``: the expression of the instances of the schema node at ``pointer``
+    (a JSON pointer into ``schema``, the document its ``$ref``s resolve in) and every rule it may use, the fixed
+    ones (``space``, ``char``, ``value``...) last. Raises SchemaError as strict_schema_to_grammar does."""
     bad = set(lenient) - LENIENT_KEYWORDS
     if bad:
         raise ValueError("lenient takes %s; not %s" % (", ".join(sorted(LENIENT_KEYWORDS)), ", ".join(sorted(bad))))
@@ -2532,10 +2528,11 @@ def strict_schema_to_grammar(schema, *, lenient=(), limits=None):
         limits = DEFAULT_LIMITS  # the same bounds as the llama.cpp port: 30 s, 8 MB
     try:
         c = _Compiler(schema, lenient, limits)
-        if schema is True or schema is False or isinstance(schema, dict):
-            root = c.rule([schema], "#")
+        node = _at_pointer(schema, pointer)
+        if node is True or node is False or isinstance(node, dict):
+            root = c.rule([node], pointer)
         else:
-            c.refuse("schema", "#", "a schema must be an object or a boolean")
+            c.refuse("schema", pointer, "a schema must be an object or a boolean")
     except _Refuse as e:
         raise SchemaError(
             "strict JSON schema conversion failed:\n%s (keyword %s at %s)" % (e.reason, e.keyword, e.pointer),
@@ -2546,16 +2543,76 @@ def strict_schema_to_grammar(schema, *, lenient=(), limits=None):
         raise SchemaError(
             "strict JSON schema conversion failed:\nthe schema nests too deeply", "#", keyword="SchemaLimits"
         ) from None
-    lines = ["root ::= " + (root if root is not None else _NEVER) + " space"]
-    for name, body in c.rules.items():
+    rules = dict(c.rules)
+    rules.update(_FIXED_RULES)
+    return (root if root is not None else _NEVER), rules
+
+
+def _at_pointer(schema, pointer):
+    """The node of ``schema`` at the JSON pointer ``pointer`` (``#``, ``#/properties/a~1b``...: ``~0``/``~1``
+    escapes only, no percent-encoding, so a property name with ``%`` is spelled as it is)."""
+    if pointer == "#":
+        return schema
+    if not pointer.startswith("#/"):
+        raise _Refuse("schema", pointer, "not a JSON pointer into the schema")
+    node = schema
+    for part in pointer[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise _Refuse("schema", pointer, "no schema at this pointer")
+    return node
+
+
+def strict_schema_to_grammar(schema, *, lenient=(), limits=None):
+    """Compile a JSON schema (a dict, a bool, or JSON text) to GBNF whose root rule ``root`` accepts exactly
+    the JSON texts (spelled as the module docstring says) of the instances jsonschema accepts.
+
+    ``lenient``: keywords to treat as annotations instead of refusing them where strict mode cannot enforce
+    them (see LENIENT_KEYWORDS). ``limits``: a ``bankml.schema.SchemaLimits`` (size, nodes, seconds).
+    Raises ``SchemaError`` with ``keyword`` and ``pointer`` set for every schema it refuses.
+    """
+    root, rules = _compile(schema, lenient, limits)
+    lines = ["root ::= " + root + " space"]
+    for name, body in rules.items():
         lines.append("%s ::= %s" % (name, body))
-    lines.append("space ::= " + SPACE_RULE)
-    lines.append("char ::= " + CHAR_RULE)
-    lines.append("hex ::= [0-9a-fA-F]")
-    lines.append("number ::= " + NUMBER_RULE)
-    lines.append("integer ::= " + INTEGER_RULE)
-    lines.append(_VALUE_RULES)
     return "\n".join(lines) + "\n"
+
+
+# a GBNF rule body's tokens: literals and character classes (their escapes inside), repetition bounds, names
+_GBNF_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|\{[^}]*\}|[a-zA-Z0-9-]+|\s+|.', re.S)
+
+
+def strict_schema_rules(schema, name, *, pointer="#", lenient=(), limits=None):
+    """The strict rules of one schema, to embed in a bigger grammar: ``{rule name: body}`` where ``name``
+    (a GBNF rule name) is the rule of the schema node at ``pointer`` (default the whole ``schema``; a pointer
+    such as ``#/properties/a`` compiles one property, its ``$ref``s resolved in the whole document) followed
+    by ``space``, as strict_schema_to_grammar's ``root``, and every other rule it reaches is named
+    ``name + "-" + its own name``: no clash with another schema's rules under another name, nor with
+    llama.cpp's converter rules (``space``, ``string``, ``value``... differ there). Raises SchemaError
+    naming the keyword and pointer, as strict_schema_to_grammar does."""
+    if not re.fullmatch(r"[a-zA-Z0-9-]+", name):
+        raise ValueError("bad GBNF rule name %r" % (name,))
+    root, rules = _compile(schema, lenient, limits, pointer)
+    prefix = name + "-"
+    out = {}
+    pending = [(name, root + " space")]
+    seen = {name}
+    while pending:
+        rule, body = pending.pop()
+        parts = []
+        for token in _GBNF_TOKEN.findall(body):
+            if token in rules:
+                if token not in seen:
+                    seen.add(token)
+                    pending.append((prefix + token, rules[token]))
+                token = prefix + token
+            parts.append(token)
+        out[rule] = "".join(parts)
+    return out
 
 
 # any JSON value (the schema `true`), in the canonical string spelling
@@ -2567,3 +2624,13 @@ _VALUE_RULES = "\n".join(
         'string ::= "\\"" char* "\\""',
     ]
 )
+
+# the rules every compiled grammar may refer to by these names (after the compiled ones, in this order)
+_FIXED_RULES = {
+    "space": SPACE_RULE,
+    "char": CHAR_RULE,
+    "hex": "[0-9a-fA-F]",
+    "number": NUMBER_RULE,
+    "integer": INTEGER_RULE,
+}
+_FIXED_RULES.update(line.split(" ::= ", 1) for line in _VALUE_RULES.split("\n"))

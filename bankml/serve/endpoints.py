@@ -229,7 +229,7 @@ def props_body(app, options, default_params, build_info):
     for fn in (L.llama_vocab_bos, L.llama_vocab_eos):
         tok = fn(model._lvocab)
         tokens.append(model.piece(tok, special=True).decode("utf-8", "replace") if 0 <= tok < model.n_vocab else "")
-    return {
+    body = {
         "default_generation_settings": {"params": default_generation_params(default_params), "n_ctx": model.n_ctx},
         "total_slots": model.n_parallel,
         "model_alias": app.alias,
@@ -250,6 +250,11 @@ def props_body(app, options, default_params, build_info):
         "is_sleeping": False,
         "cors_proxy_enabled": False,
     }
+    mode = getattr(model, "json_schema_mode", "llama.cpp")
+    if mode != "llama.cpp":
+        # bankml's own setting, reported only when it is not the default (the default answer stays llama-server's)
+        body["json_schema_mode"] = mode
+    return body
 
 
 def layer_source(model):

@@ -50,6 +50,7 @@ from bankml.sampling._sampler import Sampler
 from bankml.sampling.logprobs import ProbRequest, token_record
 from bankml.sampling.params import SamplerParams
 from bankml.sampling.reasoning_budget import ReasoningBudget
+from bankml.schema.grammar import check_mode
 from bankml.serve.cpu import default_threads, prepare_model_loading
 from bankml.serve.flags import flash_attn_name, flash_attn_type, kv_cache_type
 
@@ -88,6 +89,7 @@ def chat_model_options(args):
         "reasoning_budget": args.reasoning_budget,
         "reasoning_budget_message": args.reasoning_budget_message,
         "chat_template_kwargs": kwargs,
+        "json_schema_mode": getattr(args, "json_schema_mode", "llama.cpp"),
     }
 
 
@@ -430,7 +432,10 @@ class Model:
     ``bankml.serve.cpu.prepare_model_loading`` checks that ggml's AMX kernels can run here (see that module).
     ``flash_attn`` (False: llama-cpp-python's default) also takes llama-server's ``-fa`` values ``"on"``, ``"off"``,
     ``"auto"``; ``cache_type_k``/``cache_type_v`` its ``-ctk``/``-ctv`` names; ``n_ctx`` 0 is the model's
-    training context (bankml.serve.flags).
+    training context (bankml.serve.flags). ``json_schema_mode`` (``"llama.cpp"``, the default: llama-server's
+    grammars byte for byte; or ``"strict"``) is how every request's JSON schema becomes a grammar: the
+    response format's, the top-level ``json_schema``'s, Ollama's ``format``'s and the tools' parameters'
+    (``bankml.schema.grammar``; JSON mode without a schema stays llama.cpp's).
     """
 
     def __init__(
@@ -455,7 +460,9 @@ class Model:
         chat_template_kwargs=None,
         cache_type_k="f16",
         cache_type_v="f16",
+        json_schema_mode="llama.cpp",
     ):
+        self.json_schema_mode = check_mode(json_schema_mode)
         L = self._L = _llama()
         self.path = os.fspath(path) if path is not None else default_model_path()
         if not os.path.isfile(self.path):
@@ -818,6 +825,7 @@ class Model:
                 tools=tools or None,
                 tool_choice=tool_choice,
                 parallel_tool_calls=parallel_tool_calls,
+                json_schema_mode=self._schema_mode(constraint, with_tools),
             )
         except (ChatRequestError, TemplateError) as e:
             raise RequestError(str(e)) from None
@@ -836,7 +844,7 @@ class Model:
             if out.grammar_lazy:
                 lazy = out.grammar_triggers or []
         else:
-            grammar, grammar_prefill = constraint.to_grammar(None)[0], False
+            grammar, grammar_prefill = constraint.to_grammar(None, json_schema_mode=self.json_schema_mode)[0], False
         budget = None
         if out.thinking_end_tags and out.thinking_start_tag:
             n = -1 if reasoning_budget is None else reasoning_budget
@@ -875,6 +883,13 @@ class Model:
             continuing=continuing,
         )
 
+    def _schema_mode(self, constraint, with_tools):
+        """The mode of the chat grammar's schemas: the model's, except for JSON mode without a schema and
+        without tools (the template's ``{"type": "object"}`` stays llama.cpp's grammar)."""
+        if constraint.kind == "json_object" and not with_tools:
+            return "llama.cpp"
+        return self.json_schema_mode
+
     def complete(self, prompt, constraint=None, params=None, max_tokens=-1, stop=(), *, cancel=None, deadline=None):
         """A Job for a raw prompt, as /v1/completions: no template, the bare grammar, the raw text.
         ``cancel`` and ``deadline`` as for ``chat``."""
@@ -882,7 +897,7 @@ class Model:
             raise RequestError("'prompt' must be a string")
         constraint = constraint or Constraint()
         _check_cancel(cancel)
-        grammar_text = constraint.to_grammar(None)[0]
+        grammar_text = constraint.to_grammar(None, json_schema_mode=self.json_schema_mode)[0]
         return Job(
             self,
             prompt,

@@ -22,7 +22,7 @@ from bankml import Grammar, Rules, json_schema_to_grammar, json_schema_to_rules 
 from bankml.engine.vocab import Vocab  # noqa: E402
 from bankml.errors import GrammarError, SchemaError  # noqa: E402
 from bankml.schema import SchemaLimits  # noqa: E402
-from bankml.schema.strict import strict_schema_to_grammar  # noqa: E402
+from bankml.schema.strict import strict_schema_rules, strict_schema_to_grammar  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 TINY = Vocab([b"x"], [])
@@ -800,3 +800,37 @@ def test_maskbench_files(path):
         assert oracle(schema, t["data"]) == t["valid"], "the file's label disagrees with jsonschema"
         assert accepts(gbnf, text) == t["valid"], text
         assert accepts_tokens(rules, text) == t["valid"], text
+
+
+# -- strict_schema_rules: the rules to embed in a bigger grammar
+
+
+def test_strict_schema_rules_prefix_pointer_and_refusal():
+    schema = {
+        "type": "object",
+        "properties": {"a/b~c%20": {"$ref": "#/$defs/small"}, "s": {"type": "string", "maxLength": 2}},
+        "$defs": {"small": {"type": "integer", "maximum": 3}},
+    }
+    rules = strict_schema_rules(schema, "tool-x-schema")
+    assert rules["tool-x-schema"].endswith(" tool-x-schema-space")
+    assert all(name == "tool-x-schema" or name.startswith("tool-x-schema-") for name in rules)
+    # embedded beside rules of the same local names (space, string, value...) of another grammar
+    other = {"space": '" "', "string": '"s"', "value": '"v"', "root": "tool-x-schema"}
+    gbnf = "\n".join("%s ::= %s" % kv for kv in {**other, **rules}.items()) + "\n"
+    whole = strict_schema_to_grammar(schema)
+    for text in ['{"a/b~c%20": 3}', '{"a/b~c%20": 4}', '{"s": "xyz"}', '{"s": "xy", "z": [1]}', "{}"]:
+        assert accepts(gbnf, text) == accepts(whole, text) == oracle(schema, json.loads(text)), text
+    # one node of the document (a tool's parameter), its $ref resolved in the whole document
+    one = strict_schema_rules(schema, "p", pointer="#/properties/a~1b~0c%20")
+    gbnf = "root ::= p\n" + "\n".join("%s ::= %s" % kv for kv in one.items()) + "\n"
+    assert accepts(gbnf, "3") and not accepts(gbnf, "4") and not accepts(gbnf, '"x"')
+    with pytest.raises(SchemaError) as e:
+        strict_schema_rules(schema, "p", pointer="#/properties/missing")
+    assert e.value.keyword == "schema" and e.value.pointer == "#/properties/missing"
+    with pytest.raises(SchemaError) as e:
+        strict_schema_rules(
+            {"properties": {"t": {"uniqueItems": True, "type": "array"}}}, "p", pointer="#/properties/t"
+        )
+    assert e.value.keyword == "uniqueItems" and e.value.pointer == "#/properties/t/uniqueItems"
+    with pytest.raises(ValueError, match="rule name"):
+        strict_schema_rules(schema, "bad name")

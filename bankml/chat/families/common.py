@@ -67,7 +67,8 @@ class Inputs:
 
 def finish(out, fn, include_grammar, lazy, triggers, head=""):
     """Builds the arena (``fn(builder)`` gives the root), and when ``include_grammar`` its grammar, as the
-    handlers end: data.parser, data.grammar_lazy, data.grammar, data.grammar_triggers."""
+    handlers end: data.parser, data.grammar_lazy, data.grammar, data.grammar_triggers. The grammar's schemas
+    are compiled in ``out.json_schema_mode``."""
     try:
         arena = build_chat_peg_parser(fn)
         if isinstance(include_grammar, list):  # a flag the builder function may clear
@@ -75,7 +76,7 @@ def finish(out, fn, include_grammar, lazy, triggers, head=""):
         out.grammar, out.grammar_lazy, out.grammar_triggers = "", False, []
         if include_grammar:
             out.grammar_lazy = lazy
-            out.grammar = arena_grammar(arena, lazy)
+            out.grammar = arena_grammar(arena, lazy, out.json_schema_mode)
             out.grammar_triggers = [list(t) for t in triggers]
     except SchemaError as e:
         raise schema_error(e, head) from None

@@ -4,7 +4,7 @@ common/parsers/deepseek.cpp (DeepSeek V3.2 and V4): ``<think>`` reasoning, DSML 
 (``<｜DSML｜function_calls>`` / ``tool_calls`` in V4), the fenced response format (the tool-result order and the
 response format in the context are done by bankml.chat.template)."""
 
-from bankml.chat.chat_peg import function_parameters
+from bankml.chat.chat_peg import function_parameters, parameter_source
 from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
 from bankml.schema.queries import may_be_string
 
@@ -52,7 +52,13 @@ def apply(out, inp):
                         value = p.tool_arg_string_value(p.until(param_end))
                     else:
                         value = p.tool_arg_json_value(
-                            p.schema(p.json(), "tool-%s-arg-%s-schema" % (name, pname), None, node=node)
+                            p.schema(
+                                p.json(),
+                                "tool-%s-arg-%s-schema" % (name, pname),
+                                None,
+                                node=node,
+                                source=parameter_source(fn_, pname),
+                            )
                         )
                     attr = p.literal('" string="%s">' % ("true" if is_string else "false"))
                     aname = p.tool_arg_name(p.literal(pname))

@@ -3,7 +3,7 @@
 common/parsers/ling3.cpp (Ling 3.0 / Bailing V3): ``<role>X</role>`` sections, ``<think>`` reasoning that a
 tool call may end, ``<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>`` calls."""
 
-from bankml.chat.chat_peg import function_parameters
+from bankml.chat.chat_peg import function_parameters, parameter_source
 from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
 from bankml.schema.queries import TYPE_STRING, value_types
 
@@ -72,13 +72,23 @@ def apply(out, inp):
                 value = p.eps()
                 if TYPE_STRING not in types:
                     value = (
-                        p.tool_arg_json_value(p.schema(p.json(), rule_name + "-schema", None, node=node)) + arg_close
+                        p.tool_arg_json_value(
+                            p.schema(
+                                p.json(), rule_name + "-schema", None, node=node, source=parameter_source(fn_, pname)
+                            )
+                        )
+                        + arg_close
                     )
                 elif types == {TYPE_STRING}:
                     value = arg_string
                 else:
                     typed = p.atomic(
-                        p.tool_arg_json_value(p.schema(p.json(), rule_name + "-schema", None, node=node)) + arg_close
+                        p.tool_arg_json_value(
+                            p.schema(
+                                p.json(), rule_name + "-schema", None, node=node, source=parameter_source(fn_, pname)
+                            )
+                        )
+                        + arg_close
                     )
                     value = p.gbnf(typed | arg_string, "ling3-arg-string")
                 lit_val = p.literal(ARG_VAL)

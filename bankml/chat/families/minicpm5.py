@@ -3,7 +3,7 @@
 common/parsers/minicpm5.cpp: ``<think>`` reasoning, ``<function name="f"><param name="a">v</param></function>``
 tool calls."""
 
-from bankml.chat.chat_peg import function_parameters
+from bankml.chat.chat_peg import function_parameters, parameter_source
 from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
 from bankml.schema.queries import may_be_string
 
@@ -56,7 +56,13 @@ def apply(out, inp):
                         c = p.tool_arg_close(p.literal("</param>"))
                         value = (
                             p.tool_arg_json_value(
-                                p.schema(p.json(), "tool-%s-arg-%s-schema" % (name, pname), None, node=node)
+                                p.schema(
+                                    p.json(),
+                                    "tool-%s-arg-%s-schema" % (name, pname),
+                                    None,
+                                    node=node,
+                                    source=parameter_source(fn_, pname),
+                                )
                             )
                             + c
                         )

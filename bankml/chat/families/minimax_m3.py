@@ -3,6 +3,8 @@
 common/parsers/minimax-m3.cpp: ``<mm:think>`` reasoning, ``]<]minimax[>[``-prefixed XML tool calls whose
 argument values are expanded recursively (format ``peg-minimax-m3``, its own mapper)."""
 
+import re
+
 from bankml.chat.chat_peg import TOOL_ARG_ARRAY, TOOL_ARG_ITEM, TOOL_ARG_OBJECT, MinimaxM3Mapper, tool_parameters
 from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
 from bankml.schema import converter as s
@@ -10,6 +12,7 @@ from bankml.schema.queries import may_be_string
 
 NS, THINK_START, THINK_END = "]<]minimax[>[", "<mm:think>", "</mm:think>"
 FC_START, FC_END, INVOKE_END = NS + "<tool_call>", NS + "</tool_call>", NS + "</invoke>"
+_TYPE_ALTERNATIVE = re.compile(r"/type/[0-9]+$")
 
 
 def apply(out, inp):
@@ -62,7 +65,8 @@ def apply(out, inp):
         for tool in inp.tools:
             fn_ = tool["function"]
             name = fn_["name"]
-            root = s.SchemaDocument(tool_parameters(fn_)).root
+            params = tool_parameters(fn_)
+            root = s.SchemaDocument(params).root
 
             def element_of(tag, node, rule_name):
                 close = NS + "</" + tag + ">"
@@ -89,7 +93,11 @@ def apply(out, inp):
                     item = p.rule(rule_name + "-item", p.tag(TOOL_ARG_ITEM, p.literal(NS + "<item>") + item_value))
                     sp = p.space()
                     return p.tag(TOOL_ARG_ARRAY, p.repeat(p.space() + item, 0, -1)) + sp + close_tag
-                return p.tool_arg_json_value(p.schema(p.json(), rule_name + "-schema", None, node=node)) + close_tag
+                # strict mode compiles the node at its place in the tool's parameters (the converter's path; an
+                # alternative of a list of types is no schema of its own: its schema is the whole one)
+                pointer = _TYPE_ALTERNATIVE.sub("", node.path)
+                schema = p.schema(p.json(), rule_name + "-schema", None, node=node, source=(params, pointer))
+                return p.tool_arg_json_value(schema) + close_tag
 
             def members_of(obj, prefix):
                 required, optional = [], []

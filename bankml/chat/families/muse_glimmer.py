@@ -3,7 +3,7 @@
 common/parsers/muse-glimmer.cpp: ``<|start|>assistant to=<recipient><|message|>...`` messages ended by
 ``<|eom|>`` / ``<|eot|>``; reasoning to ``self``, the answer to ``user``, ATEM tool calls to a tool."""
 
-from bankml.chat.chat_peg import function_parameters
+from bankml.chat.chat_peg import function_parameters, parameter_source
 from bankml.chat.families.common import TRIGGER_PATTERN, defaults, finish
 from bankml.schema.queries import may_be_string
 
@@ -76,7 +76,13 @@ def apply(out, inp):
                         close = p.tool_arg_close(p.literal("</atem:parameter>"))
                         value = (
                             p.tool_arg_json_value(
-                                p.schema(p.json(), "tool-%s-arg-%s-schema" % (name, pname), None, node=node)
+                                p.schema(
+                                    p.json(),
+                                    "tool-%s-arg-%s-schema" % (name, pname),
+                                    None,
+                                    node=node,
+                                    source=parameter_source(fn_, pname),
+                                )
                             )
                             + close
                         )

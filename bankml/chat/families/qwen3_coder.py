@@ -3,7 +3,7 @@
 common/parsers/qwen3-coder.cpp (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5): ``<think>`` reasoning that
 a tool call may end, ``<tool_call><function=name><parameter=a>...`` XML calls."""
 
-from bankml.chat.chat_peg import function_parameters
+from bankml.chat.chat_peg import function_parameters, parameter_source
 from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
 from bankml.schema.queries import (
     TYPE_ARRAY,
@@ -78,7 +78,15 @@ def apply(out, inp):
                     value = p.eps()
                     if TYPE_STRING not in types:
                         value = (
-                            p.tool_arg_json_value(p.schema(p.json(), rule_name + "-schema", None, node=node))
+                            p.tool_arg_json_value(
+                                p.schema(
+                                    p.json(),
+                                    rule_name + "-schema",
+                                    None,
+                                    node=node,
+                                    source=parameter_source(fn_, pname),
+                                )
+                            )
                             + arg_close
                         )
                     elif types == {TYPE_STRING}:
