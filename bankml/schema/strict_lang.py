@@ -1964,7 +1964,6 @@ def string_gbnf(lang: Lang, name: str, admit_surrogates: bool = False) -> tuple[
     if lang.is_empty():
         rules[name + "-none"] = "[^\\u0000-\\U0010FFFF]"
         return name + "-none", rules
-    memo: dict = {}
     cs_rule: dict = {}
 
     def charset_ref(cs) -> str:
