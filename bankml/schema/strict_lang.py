@@ -96,6 +96,8 @@ import sys
 import threading
 from array import array
 
+from bankml.schema import format_data
+
 try:  # Python >= 3.11
     import re._constants as _sre_c
     import re._parser as _sre_parse
@@ -1643,12 +1645,34 @@ def _format_lang(name: str, bare_checker: bool) -> Lang:
     key = (name, bare_checker)
     got = _FORMAT_CACHE.get(key)
     if got is None:
-        _LOCAL.scale = _FORMAT_SCALE
-        try:
-            got = _FORMAT_CACHE[key] = _build_format(name, bare_checker)
-        finally:
-            _LOCAL.scale = 1
+        shipped = format_data.load(name, bare_checker) if key in _SHIPPED else None
+        if shipped is not None:
+            got = _FORMAT_CACHE[key] = Lang(*shipped)  # built by build_format_lang, checked by the tests
+        else:
+            got = _FORMAT_CACHE[key] = build_format_lang(name, bare_checker)
     return got
+
+
+_SHIPPED = frozenset(format_data.FORMATS)
+
+
+def build_format_lang(name: str, bare_checker: bool = False) -> Lang:
+    """A format's language built now from the checker's reading (the slow way; bankml.schema.format_data
+    ships the result)."""
+    _LOCAL.scale = _FORMAT_SCALE
+    try:
+        return _build_format(name, bare_checker)
+    finally:
+        _LOCAL.scale = 1
+
+
+def write_format_data() -> None:
+    """Rebuild bankml/schema/formats.npz from build_format_lang."""
+    langs = {}
+    for name, bare in format_data.FORMATS:
+        lang = build_format_lang(name, bare)
+        langs[(name, bare)] = (lang._trans, lang._acc)
+    format_data.write(langs)
 
 
 def _build_format(name: str, bare_checker: bool) -> Lang:
