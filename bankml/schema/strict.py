@@ -536,6 +536,10 @@ class _Bound:
         return self.accept(r)
 
 
+_NUMBER_DFAS: dict = {}  # number automata by their bounds (Compiler.number_expr), bounded
+_NUMBER_DFAS_MAX = 1024
+
+
 def _number_dfa(integer_only, bounds, modulus, zero_fraction_only, no_exponent=False, frac_only=None):
     """The DFA (transitions, accepting) of number texts whose value satisfies every bound and is divisible by
     modulus (an int or None). ``frac_only``: only texts of non-integral values, 4 (draft 4: every text with a
@@ -1980,14 +1984,32 @@ class _Compiler:
             modulus = None
             if not bounds and frac_only is None:
                 return int_rule if integer_only else '"-"? ( "0" | [1-9] [0-9]* ) ( "." "0"+ )?'
-        trans, acc = _number_dfa(
-            integer_only and not zero_frac,
-            bounds,
+        # the automaton depends on these alone: shared by every schema of the process with the same numbers
+        key = (
+            integer_only,
+            zero_frac,
+            integral,
+            frac_only,
             modulus,
-            zero_fraction_only=integral or zero_frac,
-            no_exponent=integer_only or integral,
-            frac_only=frac_only,
+            tuple(
+                (lower, type(b).__name__, repr(b), repr(getattr(b, "exact", None)), excl)
+                for lower, b, excl in m["bounds"]
+            ),
+            tuple(repr(_dec(x)) for x in m["notvalues"] if _is_num(x)),
         )
+        got = _NUMBER_DFAS.get(key)
+        if got is None:
+            if len(_NUMBER_DFAS) >= _NUMBER_DFAS_MAX:
+                _NUMBER_DFAS.clear()
+            got = _NUMBER_DFAS[key] = _number_dfa(
+                integer_only and not zero_frac,
+                bounds,
+                modulus,
+                zero_fraction_only=integral or zero_frac,
+                no_exponent=integer_only or integral,
+                frac_only=frac_only,
+            )
+        trans, acc = got
         return self.dfa_rules(trans, acc, "num")
 
     def dfa_rules(self, trans, acc, prefix):
