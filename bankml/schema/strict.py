@@ -53,6 +53,7 @@ import re
 import time
 import urllib.parse
 import uuid
+import warnings
 from decimal import Decimal, localcontext
 
 from bankml.errors import SchemaError
@@ -1218,7 +1219,10 @@ class _Compiler:
                     if not isinstance(val, str):
                         self.refuse(k, kp, "pattern must be a string")
                     try:
-                        re.compile(val)
+                        with warnings.catch_warnings():
+                            # "possible nested set" and the like: Python's notes on future syntax, not the schema's
+                            warnings.simplefilter("ignore", FutureWarning)
+                            re.compile(val)
                     except re.error as e:
                         self.refuse("pattern", kp, "a pattern Python's re refuses: %s" % e)
                     st.patterns.append((val, kp))
