@@ -22,7 +22,7 @@ from bankml.sampling.params import SamplerParams
 from bankml.sampling.replay import replay
 from bankml.schema.grammar import json_schema_to_grammar
 from bankml.serve.flags import KV_CACHE_TYPES, context_options, env_defaults
-from bankml.serve.runtime import Model, ModelError, chat_model_options
+from bankml.serve.runtime import Model, ModelError, chat_model_options, model_load_options
 
 
 class InputError(ValueError):
@@ -285,16 +285,7 @@ def cmd_generate(args):
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        model = Model(
-            args.model,
-            n_ctx=args.ctx_size,
-            n_batch=args.batch_size,
-            n_ubatch=args.ubatch_size,
-            n_threads=args.threads,
-            n_threads_batch=args.threads_batch,
-            no_repack=args.no_repack,
-            **options,
-        )
+        model = Model(args.model, **model_load_options(args), **options)
     except (ModelError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

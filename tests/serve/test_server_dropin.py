@@ -7,16 +7,12 @@ flags), as subprocesses on a loopback port, stopped when the module ends. Equal 
 the few values that cannot be equal are listed in ``PROPS_DIFFERENCES`` and asserted as what they are.
 """
 
-import contextlib
 import json
 import os
 import pathlib
 import re
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 
 import httpx
 import openai
@@ -34,6 +30,7 @@ from bankml.serve.endpoints import Metrics, metrics_text
 from bankml.serve.flags import flash_attn_name, kv_cache_type
 
 from ..oracle_support import smollm2_path
+from .serve_support import running_serve
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RECORDINGS = json.loads((REPO / "tests" / "data" / "server_dropin_recordings.json").read_text())
@@ -284,60 +281,9 @@ def _env(keep_llama_env=False):
     return env
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
 def _serve(flags):
-    port = _free_port()
-    log = tempfile.NamedTemporaryFile("w+", prefix="bankml-dropin-", suffix=".log", delete=False)
-    cmd = [
-        sys.executable,
-        "-m",
-        "bankml",
-        "serve",
-        "-m",
-        str(smollm2_path()),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "-t",
-        "2",
-        "--jinja",
-        "-a",
-        ALIAS,
-    ] + list(flags)
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=_env())
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                pytest.fail(f"bankml serve exited with {proc.returncode}:\n{log.read()}")
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                log.seek(0)
-                pytest.fail(f"bankml serve did not answer /health:\n{log.read()}")
-            time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        os.unlink(log.name)
+    args = ["-m", str(smollm2_path()), "-t", "2", "--jinja", "-a", ALIAS, *flags]
+    return running_serve(args, log_prefix="bankml-dropin-", cwd=REPO, env=_env(), start_timeout=300, stop_timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,55 @@
+"""`bankml serve` as a child process for the tests that talk to it over HTTP."""
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+import pytest
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_serve(args, *, log_prefix="bankml-serve-", cwd=None, env=None, start_timeout=180, stop_timeout=20):
+    """``python -m bankml serve ARGS`` on a free loopback port: yields its base URL once ``/health`` answers 200;
+    fails the test with the server's log when it exits or does not answer within ``start_timeout`` seconds;
+    terminates it (killed after ``stop_timeout``) at the end."""
+    port = free_port()
+    log = tempfile.NamedTemporaryFile("w+", prefix=log_prefix, suffix=".log", delete=False)
+    cmd = [sys.executable, "-m", "bankml", "serve", "--host", "127.0.0.1", "--port", str(port), *args]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + start_timeout
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                pytest.fail(f"bankml serve exited with {proc.returncode}:\n{log.read()}")
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                log.seek(0)
+                pytest.fail(f"bankml serve did not answer /health:\n{log.read()}")
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(stop_timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        os.unlink(log.name)
