@@ -749,13 +749,19 @@ def _product(a: Lang, b: Lang, both: bool, keyword: str | None = None) -> Lang:
     return _expand_atoms(small, joint_ranges)
 
 
-def _expand_atoms(small: Lang, atom_ranges) -> Lang:
-    """A DFA over atom ids turned back into code-point ranges, canonically numbered."""
+def _expand_atoms(small: Lang, atom_ranges, keyword: str | None = None) -> Lang:
+    """A DFA over atom ids turned back into code-point ranges, canonically numbered. With ``keyword``, more
+    than MAX_EDGES range transitions is a LangError naming it."""
     rows = []
+    total = 0
     for row in small._trans:
         out = []
         for a0, a1, t in row:
             for at in range(a0, a1 + 1):
+                if keyword is not None:
+                    total += len(atom_ranges[at])
+                    if total > MAX_EDGES:
+                        raise LangError(keyword, f"the pattern's automaton exceeds {MAX_EDGES} range transitions")
                 for lo, hi in atom_ranges[at]:
                     out.append((lo, hi, t))
         out.sort()
@@ -1262,26 +1268,7 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
             raise LangError(keyword, f"the pattern's automaton exceeds {MAX_EDGES} transitions")
         acc.append(any(nfa.kind[node] == 3 and all(_REQ_EOS_OK[r] for r in reqs) for node, reqs in threads))
     small = _finish(trans, acc, keyword)  # minimal over atoms, so minimal over code points too
-    rows = []
-    total = 0
-    for row in small._trans:
-        out = []
-        for a0, a1, t in row:
-            for a in range(a0, a1 + 1):
-                total += len(atom_ranges[a])
-                if total > MAX_EDGES:
-                    raise LangError(keyword, f"the pattern's automaton exceeds {MAX_EDGES} range transitions")
-                for lo, hi in atom_ranges[a]:
-                    out.append((lo, hi, t))
-        out.sort()
-        merged = []
-        for lo, hi, t in out:
-            if merged and merged[-1][2] == t and merged[-1][1] + 1 == lo:
-                merged[-1] = (merged[-1][0], hi, t)
-            else:
-                merged.append((lo, hi, t))
-        rows.append(merged)
-    return _canonical(rows, small._acc)
+    return _expand_atoms(small, atom_ranges, keyword)
 
 
 # --------------------------------------------------------------------------- formats
