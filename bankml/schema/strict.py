@@ -803,17 +803,29 @@ class _Compiler:
         if s is False:
             return []
         self.check_schema(s, "#")
-        key = id(s)
-        if key in self.expand_cache:
-            return self.expand_cache[key]
-        if key in self.active:
-            self.refuse("$ref", self.p(s), "a reference cycle that does not descend into the instance")
-        self.active.add(key)
+        return self.once(
+            self.expand_cache,
+            id(s),
+            self._expand,
+            s,
+            "$ref",
+            "a reference cycle that does not descend into the instance",
+        )
+
+    def once(self, cache, key, build, s, keyword, cycle):
+        """``build(s)`` computed once per ``key`` (cached in ``cache``); a call of it for the same ``key`` from
+        within itself is a cycle the instance does not descend through: refused naming ``keyword``."""
+        if key in cache:
+            return cache[key]
+        mark = (build.__name__, key)
+        if mark in self.active:
+            self.refuse(keyword, self.p(s), cycle)
+        self.active.add(mark)
         try:
-            res = self._expand(s)
+            res = build(s)
         finally:
-            self.active.discard(key)
-        self.expand_cache[key] = res
+            self.active.discard(mark)
+        cache[key] = res
         return res
 
     def _expand(self, s):
@@ -936,18 +948,7 @@ class _Compiler:
             return []
         if s is False:
             return [()]
-        key = id(s)
-        if key in self.negate_cache:
-            return self.negate_cache[key]
-        if ("neg", key) in self.active:
-            self.refuse("not", self.p(s), "a negated reference cycle")
-        self.active.add(("neg", key))
-        try:
-            res = self._negate(s)
-        finally:
-            self.active.discard(("neg", key))
-        self.negate_cache[key] = res
-        return res
+        return self.once(self.negate_cache, id(s), self._negate, s, "not", "a negated reference cycle")
 
     def _negate(self, s):
         ptr = self.p(s)
