@@ -433,16 +433,20 @@ class Lang:
                 stack.pop()
         return True
 
-    def matches(self, s: str) -> bool:
-        state = 0
+    def run(self, state: int, s: str) -> int:
+        """The state reached from ``state`` by reading ``s``; -1 once a character has no transition (and from -1)."""
         for ch in s:
+            if state < 0:
+                return -1
             row = self._trans[state]
             c = ord(ch)
             i = bisect.bisect_right(row, (c, MAXCP + 1, 1 << 62)) - 1
-            if i < 0 or not (row[i][0] <= c <= row[i][1]):
-                return False
-            state = row[i][2]
-        return self._acc[state]
+            state = row[i][2] if i >= 0 and row[i][0] <= c <= row[i][1] else -1
+        return state
+
+    def matches(self, s: str) -> bool:
+        state = self.run(0, s)
+        return state >= 0 and self._acc[state]
 
     def example(self) -> str | None:
         """A shortest string of the language (smallest code points first), or None if empty."""
@@ -833,15 +837,7 @@ def _preimage_map(d: Lang, fmap: dict, keyword: str) -> Lang:
     trans = []
     sink = len(d._trans)
 
-    def run(q, s):
-        for ch in s:
-            if q < 0:
-                return -1
-            row = d._trans[q]
-            c = ord(ch)
-            i = bisect.bisect_right(row, (c, MAXCP + 1, 1 << 62)) - 1
-            q = row[i][2] if i >= 0 and row[i][0] <= c <= row[i][1] else -1
-        return q
+    run = d.run
 
     for q in range(len(d._trans)):
         row = []
@@ -1381,15 +1377,7 @@ def _preimage_replace(d: Lang, needle: str) -> Lang:
     specials = sorted(set(needle))
     others = _cs_neg(_norm((ord(c), ord(c)) for c in specials))
 
-    def run(q, text):
-        for ch in text:
-            if q < 0:
-                return -1
-            row = d._trans[q]
-            c = ord(ch)
-            k = bisect.bisect_right(row, (c, MAXCP + 1, 1 << 62)) - 1
-            q = row[k][2] if k >= 0 and row[k][0] <= c <= row[k][1] else -1
-        return q
+    run = d.run
 
     def feed(buf, ch):
         s = buf + ch
