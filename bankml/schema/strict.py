@@ -140,39 +140,14 @@ _COMMON = {
 }
 # the validation keywords of each draft, as jsonschema's validators know them (then/else, minContains and
 # maxContains are read by "if" and "contains")
+_DRAFT6 = {"const", "contains", "exclusiveMaximum", "exclusiveMinimum", "propertyNames"}  # added by draft 6
+_DRAFT2019 = _DRAFT6 | {"if", "dependentRequired", "dependentSchemas", "unevaluatedItems", "unevaluatedProperties"}
 _VOCAB = {
     4: _COMMON | {"dependencies"},
-    6: _COMMON | {"dependencies", "const", "contains", "exclusiveMaximum", "exclusiveMinimum", "propertyNames"},
-    7: _COMMON | {"dependencies", "const", "contains", "exclusiveMaximum", "exclusiveMinimum", "propertyNames", "if"},
-    2019: _COMMON
-    | {
-        "const",
-        "contains",
-        "exclusiveMaximum",
-        "exclusiveMinimum",
-        "propertyNames",
-        "if",
-        "dependentRequired",
-        "dependentSchemas",
-        "$recursiveRef",
-        "unevaluatedItems",
-        "unevaluatedProperties",
-    },
-    2020: (_COMMON - {"additionalItems"})
-    | {
-        "const",
-        "contains",
-        "exclusiveMaximum",
-        "exclusiveMinimum",
-        "propertyNames",
-        "if",
-        "dependentRequired",
-        "dependentSchemas",
-        "prefixItems",
-        "$dynamicRef",
-        "unevaluatedItems",
-        "unevaluatedProperties",
-    },
+    6: _COMMON | {"dependencies"} | _DRAFT6,
+    7: _COMMON | {"dependencies", "if"} | _DRAFT6,
+    2019: _COMMON | _DRAFT2019 | {"$recursiveRef"},
+    2020: (_COMMON - {"additionalItems"}) | _DRAFT2019 | {"prefixItems", "$dynamicRef"},
 }
 _ALWAYS_REFUSED = {"$recursiveRef", "$dynamicRef", "unevaluatedItems", "unevaluatedProperties"}
 _MAX_TERMS = 1024  # alternatives one schema node may distribute into (anyOf/oneOf/if over allOf)
