@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from bankml.chat.constraint import Constraint, RequestError
+from bankml.chat.params import TOOL_CHOICES
 from bankml.chat.template import ChatParseError
 from bankml.engine._grammar import Grammar, Rules
 from bankml.engine._hash import mask_hash
@@ -457,7 +458,7 @@ def build_parser():
     generate.add_argument(
         "--tool-choice",
         default="auto",
-        choices=["auto", "none", "required"],
+        choices=list(TOOL_CHOICES),
         help="llama-server's tool_choice (default auto)",
     )
     generate.add_argument(

@@ -18,6 +18,17 @@ class ChatRequestError(ValueError):
     """A request llama-server refuses before rendering (bad messages, tools, kwargs); llama.cpp's message."""
 
 
+#: the tool choices llama.cpp knows (common_chat_tool_choice_parse_oaicompat)
+TOOL_CHOICES = ("auto", "none", "required")
+
+
+def check_tool_choice(tool_choice):
+    """ChatRequestError with llama.cpp's message for a tool choice it does not know (a string other than
+    TOOL_CHOICES); the one place the serve layer and the chat layer check it."""
+    if isinstance(tool_choice, str) and tool_choice not in TOOL_CHOICES:
+        raise ChatRequestError("Invalid tool_choice: " + tool_choice)
+
+
 def render_content(msg):
     if msg["content"] and msg["content_parts"]:
         raise ChatRequestError("Cannot specify both content and content_parts")

@@ -39,9 +39,11 @@ from bankml.chat.params import (
     CONTINUATION_CONTENT,
     CONTINUATION_NONE,
     CONTINUATION_REASONING,
+    TOOL_CHOICES,
     ChatParser,
     ChatRequestError,
     arena_grammar,
+    check_tool_choice,
     render_content,
     schema_error,
 )
@@ -496,8 +498,9 @@ class ChatTemplate:
         ``json_schema_mode``: ``"strict"`` compiles the grammar's schemas (the response format's, the tools'
         parameters') with bankml's strict compiler inside the same wrapping; the default is llama.cpp's."""
         check_mode(json_schema_mode)
-        if tool_choice not in ("auto", "none", "required"):
-            raise ChatRequestError("Invalid tool_choice: %s" % tool_choice)
+        check_tool_choice(tool_choice)
+        if tool_choice not in TOOL_CHOICES:
+            raise ChatRequestError("Invalid tool_choice: %s" % (tool_choice,))
         rendered, tools_json, extra, add_gen, continuation, continue_msg = self.prepare(
             messages, tools, add_generation_prompt, continue_final_message, enable_thinking, chat_template_kwargs, now
         )

@@ -8,16 +8,28 @@ request's sampler fields as ``params_from_json_cmpl`` reads them (``tools/server
 
 import math
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 
 from bankml.errors import json_type_name
 
-__all__ = ["DEFAULT_DRY_SEQUENCE_BREAKERS", "DEFAULT_SAMPLERS", "INT32_MAX", "LLAMA_DEFAULT_SEED", "SamplerParams"]
+__all__ = [
+    "DEFAULT_DRY_SEQUENCE_BREAKERS",
+    "DEFAULT_SAMPLERS",
+    "INT32_MAX",
+    "LLAMA_DEFAULT_SEED",
+    "OLLAMA_SAMPLER_OPTIONS",
+    "SAMPLER_FIELDS",
+    "Field",
+    "SamplerParams",
+]
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 DEFAULT_SAMPLERS = "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature"
 FLT_MAX_VALUE = float(np.finfo(np.float32).max)
+INT32_MAX = 2**31 - 1
+DEFAULT_DRY_SEQUENCE_BREAKERS = ("\n", ":", '"', "*")
 
 
 def _as_seed(seed, name):
@@ -74,66 +86,66 @@ _SAMPLER_CHARS = {
     "a": "adaptive_p",
 }
 
-INT32_MAX = 2**31 - 1
 
-# name -> (default, kind, low, high); kind "int" or "float"; bounds are llama-server's limits
-_NUMERIC_FIELDS = {
-    "temperature": (0.8, "float", 0.0, math.inf),
-    "dynatemp_range": (0.0, "float", None, None),
-    "dynatemp_exponent": (1.0, "float", None, None),
-    "top_k": (40, "int", 0, INT32_MAX),
-    "top_p": (0.95, "float", 0.0, 1.0),
-    "min_p": (0.05, "float", 0.0, 1.0),
-    "typical_p": (1.0, "float", None, None),
-    "top_n_sigma": (-1.0, "float", None, None),
-    "xtc_probability": (0.0, "float", 0.0, 1.0),
-    "xtc_threshold": (0.1, "float", 0.0, 1.0),
-    "repeat_last_n": (64, "int", 0, INT32_MAX),
-    "repeat_penalty": (1.0, "float", None, None),
-    "frequency_penalty": (0.0, "float", None, None),
-    "presence_penalty": (0.0, "float", None, None),
-    "dry_multiplier": (0.0, "float", None, None),
-    "dry_base": (1.75, "float", None, None),
-    "dry_allowed_length": (2, "int", 0, INT32_MAX),
-    "dry_penalty_last_n": (64, "int", 0, INT32_MAX),
-    "mirostat": (0, "int", 0, 2),
-    "mirostat_tau": (5.0, "float", None, None),
-    "mirostat_eta": (0.1, "float", None, None),
-    "min_keep": (0, "int", 0, INT32_MAX),
-    "adaptive_target": (-1.0, "float", None, 1.0),
-    "adaptive_decay": (0.9, "float", 0.0, float(np.float32(0.99))),
-}
-DEFAULT_DRY_SEQUENCE_BREAKERS = ("\n", ":", '"', "*")
+class Field(NamedTuple):
+    """One sampler field of a request, declared once: everything else (SamplerParams' slots and checks,
+    ``from_server``'s reading, the server's field tables, Ollama's option names, ``/props``) derives from
+    ``SAMPLER_FIELDS``."""
 
-# llama-server's limits per field (server-schema.cpp): ("clamp" | "hard", low, high, kind); fields it gives no
-# limits are clamped to the type's range (field_num's defaults, numeric_limits<T>::lowest() and max())
+    name: str  # llama-server's name (server-schema.cpp's params_from_json_cmpl) and SamplerParams' attribute
+    kind: str  # "int" | "float" (numbers), or "seed" | "samplers" | "breakers" | "bias" (read by their own rules)
+    default: object = None
+    low: float | None = None  # SamplerParams' own bounds (its constructor refuses values outside them)
+    high: float | None = None
+    server: tuple | None = None  # llama-server's limit: ("clamp" | "hard", low, high), (None, None, None): none
+    ollama: str | None = None  # the name in Ollama's options (api.Options), None: not an Ollama option
+    props: bool = True  # in /props' default_generation_settings among the sampler settings (in this order)
+
+
 _FLOAT_LOWEST = -FLT_MAX_VALUE
-_SERVER_LIMITS = {
-    "top_k": ("clamp", 0, INT32_MAX, "int"),
-    "top_p": ("clamp", 0.0, 1.0, "float"),
-    "min_p": ("clamp", 0.0, 1.0, "float"),
-    "top_n_sigma": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
-    "xtc_probability": ("clamp", 0.0, 1.0, "float"),
-    "xtc_threshold": ("clamp", 0.0, 1.0, "float"),
-    "typical_p": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
-    "temperature": ("clamp", 0.0, math.inf, "float"),
-    "dynatemp_range": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
-    "dynatemp_exponent": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
-    "repeat_last_n": ("hard", 0, INT32_MAX, "int"),
-    "repeat_penalty": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
-    "frequency_penalty": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
-    "presence_penalty": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
-    "dry_multiplier": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
-    "dry_base": (None, None, None, "float"),  # its handler: below 1 becomes the default 1.75
-    "dry_allowed_length": ("hard", 0, INT32_MAX, "int"),
-    "dry_penalty_last_n": ("hard", 0, INT32_MAX, "int"),
-    "mirostat": ("clamp", 0, 2, "int"),
-    "mirostat_tau": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
-    "mirostat_eta": ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE, "float"),
-    "adaptive_target": ("clamp", _FLOAT_LOWEST, 1.0, "float"),
-    "adaptive_decay": ("hard", 0.0, float(np.float32(0.99)), "float"),
-    "min_keep": ("hard", 0, INT32_MAX, "int"),
-}
+_ANY_FLOAT = ("clamp", _FLOAT_LOWEST, FLT_MAX_VALUE)  # field_num's default: the float range
+_ANY_INT = ("hard", 0, INT32_MAX)
+
+#: Every sampler field, in the order of llama-server's ``task_params::to_json`` (the /props order). Bounds are
+#: llama-server's limits (server-schema.cpp); fields it gives no limits are clamped to the type's range
+#: (field_num's defaults, numeric_limits<T>::lowest() and max()).
+SAMPLER_FIELDS = (
+    Field("seed", "seed", LLAMA_DEFAULT_SEED, ollama="seed"),
+    Field("temperature", "float", 0.8, 0.0, math.inf, ("clamp", 0.0, math.inf), ollama="temperature"),
+    Field("dynatemp_range", "float", 0.0, server=_ANY_FLOAT),
+    Field("dynatemp_exponent", "float", 1.0, server=_ANY_FLOAT),
+    Field("top_k", "int", 40, 0, INT32_MAX, ("clamp", 0, INT32_MAX), ollama="top_k"),
+    Field("top_p", "float", 0.95, 0.0, 1.0, ("clamp", 0.0, 1.0), ollama="top_p"),
+    Field("min_p", "float", 0.05, 0.0, 1.0, ("clamp", 0.0, 1.0), ollama="min_p"),
+    Field("top_n_sigma", "float", -1.0, server=_ANY_FLOAT),
+    Field("xtc_probability", "float", 0.0, 0.0, 1.0, ("clamp", 0.0, 1.0)),
+    Field("xtc_threshold", "float", 0.1, 0.0, 1.0, ("clamp", 0.0, 1.0)),
+    Field("typical_p", "float", 1.0, server=_ANY_FLOAT, ollama="typical_p"),
+    Field("repeat_last_n", "int", 64, 0, INT32_MAX, _ANY_INT, ollama="repeat_last_n"),
+    Field("repeat_penalty", "float", 1.0, server=_ANY_FLOAT, ollama="repeat_penalty"),
+    Field("presence_penalty", "float", 0.0, server=_ANY_FLOAT, ollama="presence_penalty"),
+    Field("frequency_penalty", "float", 0.0, server=_ANY_FLOAT, ollama="frequency_penalty"),
+    Field("dry_multiplier", "float", 0.0, server=_ANY_FLOAT),
+    Field("dry_base", "float", 1.75, server=(None, None, None)),  # its handler: below 1 becomes the default 1.75
+    Field("dry_allowed_length", "int", 2, 0, INT32_MAX, _ANY_INT),
+    Field("dry_penalty_last_n", "int", 64, 0, INT32_MAX, _ANY_INT),
+    Field("mirostat", "int", 0, 0, 2, ("clamp", 0, 2), ollama="mirostat"),
+    Field("mirostat_tau", "float", 5.0, server=_ANY_FLOAT, ollama="mirostat_tau"),
+    Field("mirostat_eta", "float", 0.1, server=_ANY_FLOAT, ollama="mirostat_eta"),
+    Field("adaptive_target", "float", -1.0, None, 1.0, ("clamp", _FLOAT_LOWEST, 1.0)),
+    Field("adaptive_decay", "float", 0.9, 0.0, float(np.float32(0.99)), ("hard", 0.0, float(np.float32(0.99)))),
+    Field("min_keep", "int", 0, 0, INT32_MAX, _ANY_INT, props=False),
+    Field("samplers", "samplers", DEFAULT_SAMPLERS, props=False),
+    Field("dry_sequence_breakers", "breakers", DEFAULT_DRY_SEQUENCE_BREAKERS, props=False),
+    Field("logit_bias", "bias", (), props=False),
+)
+#: Ollama's option name -> the field's name
+OLLAMA_SAMPLER_OPTIONS = {f.ollama: f.name for f in SAMPLER_FIELDS if f.ollama is not None}
+
+# name -> (default, kind, low, high) of the numeric fields, and name -> (mode, low, high, kind) of the
+# llama-server limits ``from_server`` applies: both read off SAMPLER_FIELDS
+_NUMERIC_FIELDS = {f.name: (f.default, f.kind, f.low, f.high) for f in SAMPLER_FIELDS if f.kind in ("int", "float")}
+_SERVER_LIMITS = {f.name: (*f.server, f.kind) for f in SAMPLER_FIELDS if f.server is not None}
 
 
 def _server_number(name, value, mode, low, high, kind):

@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from bankml.errors import RequestError, json_type_name
-from bankml.sampling.params import SamplerParams
+from bankml.sampling.params import SAMPLER_FIELDS, SamplerParams
 
 __all__ = [
     "EndpointOptions",
@@ -61,33 +61,8 @@ _TASK_DEFAULTS = {
     "backend_sampling": False,
     "lora": [],
 }
-# task_params::to_json(only_metrics=true)'s order of the sampler fields
-_SAMPLER_ORDER = (
-    "seed",
-    "temperature",
-    "dynatemp_range",
-    "dynatemp_exponent",
-    "top_k",
-    "top_p",
-    "min_p",
-    "top_n_sigma",
-    "xtc_probability",
-    "xtc_threshold",
-    "typical_p",
-    "repeat_last_n",
-    "repeat_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "dry_multiplier",
-    "dry_base",
-    "dry_allowed_length",
-    "dry_penalty_last_n",
-    "mirostat",
-    "mirostat_tau",
-    "mirostat_eta",
-    "adaptive_target",
-    "adaptive_decay",
-)
+# task_params::to_json(only_metrics=true)'s sampler fields, in its order
+_SAMPLER_ORDER = tuple(f.name for f in SAMPLER_FIELDS if f.props)
 
 
 class EndpointOptions:

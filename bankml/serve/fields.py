@@ -11,7 +11,9 @@ accepted. Fields neither server knows are accepted, as llama-server accepts them
 (field -> ``HONOURED`` | ``ACCEPTED`` | a predicate ``value -> refused?`` with the reason).
 """
 
+from bankml.chat.params import ChatRequestError, check_tool_choice
 from bankml.errors import RequestError
+from bankml.sampling.params import OLLAMA_SAMPLER_OPTIONS, SAMPLER_FIELDS
 
 __all__ = ["ACCEPTED", "FIELDS", "HONOURED", "OLLAMA_OPTIONS", "check"]
 
@@ -52,6 +54,8 @@ LOGPROBS = Refuse(
 
 # the fields common to the OpenAI endpoints and llama-server's native parameters (server-schema.cpp)
 _COMMON = {
+    # the sampler fields, declared in bankml.sampling.params
+    **{f.name: HONOURED for f in SAMPLER_FIELDS},
     "model": ACCEPTED,
     "stream": HONOURED,
     "stream_options": HONOURED,
@@ -60,34 +64,6 @@ _COMMON = {
     "max_tokens": HONOURED,
     "max_completion_tokens": HONOURED,
     "stop": HONOURED,
-    "seed": HONOURED,
-    "temperature": HONOURED,
-    "dynatemp_range": HONOURED,
-    "dynatemp_exponent": HONOURED,
-    "top_k": HONOURED,
-    "top_p": HONOURED,
-    "min_p": HONOURED,
-    "typical_p": HONOURED,
-    "top_n_sigma": HONOURED,
-    "xtc_probability": HONOURED,
-    "xtc_threshold": HONOURED,
-    "repeat_last_n": HONOURED,
-    "repeat_penalty": HONOURED,
-    "frequency_penalty": HONOURED,
-    "presence_penalty": HONOURED,
-    "dry_multiplier": HONOURED,
-    "dry_base": HONOURED,
-    "dry_allowed_length": HONOURED,
-    "dry_penalty_last_n": HONOURED,
-    "dry_sequence_breakers": HONOURED,
-    "mirostat": HONOURED,
-    "mirostat_tau": HONOURED,
-    "mirostat_eta": HONOURED,
-    "adaptive_target": HONOURED,
-    "adaptive_decay": HONOURED,
-    "min_keep": HONOURED,
-    "samplers": HONOURED,
-    "logit_bias": HONOURED,
     "json_schema": HONOURED,
     "grammar": HONOURED,
     "response_format": HONOURED,
@@ -244,22 +220,10 @@ OLLAMA_GENERATE = {
     "steps": Refuse("image generation is not supported by bankml: 'steps'"),
 }
 
-# Ollama's api.Options: the sampling options bankml honours (runtime._OLLAMA_OPTIONS), those with no bearing on
+# Ollama's api.Options: the sampling options bankml honours (bankml.sampling.params), those with no bearing on
 # the answer (where and how the model is loaded), and the rest
 OLLAMA_OPTIONS = {
-    "temperature": HONOURED,
-    "top_k": HONOURED,
-    "top_p": HONOURED,
-    "min_p": HONOURED,
-    "typical_p": HONOURED,
-    "repeat_last_n": HONOURED,
-    "repeat_penalty": HONOURED,
-    "presence_penalty": HONOURED,
-    "frequency_penalty": HONOURED,
-    "seed": HONOURED,
-    "mirostat": HONOURED,
-    "mirostat_tau": HONOURED,
-    "mirostat_eta": HONOURED,
+    **{name: HONOURED for name in OLLAMA_SAMPLER_OPTIONS},
     "num_predict": HONOURED,
     "stop": HONOURED,
     "num_gpu": ACCEPTED,
@@ -301,13 +265,11 @@ def check(body, endpoint, n_ctx=None):
         and body["tools"]
     ):
         raise RequestError("logprobs is not supported with tools + stream")  # oaicompat_chat_params_parse
-    tool_choice = body.get("tool_choice")
-    if (
-        endpoint == "/v1/chat/completions"
-        and isinstance(tool_choice, str)
-        and tool_choice not in ("auto", "none", "required")
-    ):
-        raise RequestError("Invalid tool_choice: " + tool_choice)  # common_chat_tool_choice_parse_oaicompat
+    if endpoint == "/v1/chat/completions":
+        try:
+            check_tool_choice(body.get("tool_choice"))
+        except ChatRequestError as e:
+            raise RequestError(str(e)) from None
     for name, value in body.items():
         rule = table.get(name)
         if isinstance(rule, Refuse) and rule.refuses(value):

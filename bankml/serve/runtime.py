@@ -30,6 +30,7 @@ from typing import Any, List
 import numpy as np
 
 from bankml.chat.constraint import Constraint, RequestError
+from bankml.chat.params import check_tool_choice
 from bankml.chat.template import (
     CONTINUATION_NONE,
     ChatParseError,
@@ -48,7 +49,7 @@ from bankml.engine.vocab import Vocab
 from bankml.errors import json_type_name
 from bankml.sampling._sampler import Sampler
 from bankml.sampling.logprobs import ProbRequest, token_record
-from bankml.sampling.params import SamplerParams
+from bankml.sampling.params import OLLAMA_SAMPLER_OPTIONS, SAMPLER_FIELDS, SamplerParams
 from bankml.sampling.reasoning_budget import ReasoningBudget
 from bankml.schema.grammar import check_mode
 from bankml.serve.cpu import default_threads, prepare_model_loading
@@ -181,54 +182,6 @@ def _llama():
 
 # -- llama-server's request fields -> SamplerParams
 
-# field name in the request -> SamplerParams name (llama-server's params_from_json_cmpl, server-schema.cpp)
-_SAMPLER_FIELDS = {
-    "temperature": "temperature",
-    "dynatemp_range": "dynatemp_range",
-    "dynatemp_exponent": "dynatemp_exponent",
-    "top_k": "top_k",
-    "top_p": "top_p",
-    "min_p": "min_p",
-    "typical_p": "typical_p",
-    "top_n_sigma": "top_n_sigma",
-    "xtc_probability": "xtc_probability",
-    "xtc_threshold": "xtc_threshold",
-    "repeat_last_n": "repeat_last_n",
-    "repeat_penalty": "repeat_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "presence_penalty": "presence_penalty",
-    "dry_multiplier": "dry_multiplier",
-    "dry_base": "dry_base",
-    "dry_allowed_length": "dry_allowed_length",
-    "dry_penalty_last_n": "dry_penalty_last_n",
-    "dry_sequence_breakers": "dry_sequence_breakers",
-    "mirostat": "mirostat",
-    "mirostat_tau": "mirostat_tau",
-    "mirostat_eta": "mirostat_eta",
-    "min_keep": "min_keep",
-    "seed": "seed",
-    "samplers": "samplers",
-    "adaptive_target": "adaptive_target",
-    "adaptive_decay": "adaptive_decay",
-}
-
-# Ollama's options -> llama-server names (Ollama's api.Options)
-_OLLAMA_OPTIONS = {
-    "temperature": "temperature",
-    "top_k": "top_k",
-    "top_p": "top_p",
-    "min_p": "min_p",
-    "typical_p": "typical_p",
-    "repeat_last_n": "repeat_last_n",
-    "repeat_penalty": "repeat_penalty",
-    "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "seed": "seed",
-    "mirostat": "mirostat",
-    "mirostat_tau": "mirostat_tau",
-    "mirostat_eta": "mirostat_eta",
-}
-
 
 def sampler_params_from_request(req, n_ctx=None, ollama=False, vocab=None):
     """``(SamplerParams, n_predict, stop)`` from a request's fields (llama-server's names; with ``ollama``,
@@ -242,13 +195,15 @@ def sampler_params_from_request(req, n_ctx=None, ollama=False, vocab=None):
         opts = req.get("options") or {}
         if not isinstance(opts, dict):
             raise RequestError("'options' must be an object")
-        fields = {_OLLAMA_OPTIONS[k]: v for k, v in opts.items() if k in _OLLAMA_OPTIONS and v is not None}
+        fields = {
+            OLLAMA_SAMPLER_OPTIONS[k]: v for k, v in opts.items() if k in OLLAMA_SAMPLER_OPTIONS and v is not None
+        }
         if fields.get("repeat_last_n") == -1 and not isinstance(fields["repeat_last_n"], bool):
             fields["repeat_last_n"] = int(n_ctx) if n_ctx else 2**31 - 1
         n_predict = opts.get("num_predict", -1)
         stop = opts.get("stop", [])
     else:
-        fields = {name: req[key] for key, name in _SAMPLER_FIELDS.items() if req.get(key) is not None}
+        fields = {f.name: req[f.name] for f in SAMPLER_FIELDS if f.name != "logit_bias" and req.get(f.name) is not None}
         n_predict = -1
         for key in ("max_tokens", "max_completion_tokens", "n_predict"):
             if req.get(key) is not None:
@@ -806,8 +761,10 @@ class Model:
                 'Field \'tool_choice\': only "auto", "none" or "required" are supported (a '
                 'named function is not: llama-server would answer as for "auto")'
             )
-        if tool_choice not in ("auto", "none", "required"):
-            raise RequestError("Invalid tool_choice: " + tool_choice)  # common_chat_tool_choice_parse_oaicompat
+        try:
+            check_tool_choice(tool_choice)
+        except ChatRequestError as e:
+            raise RequestError(str(e)) from None
         if parallel_tool_calls is None:
             parallel_tool_calls = bool(layer.caps.supports_parallel_tool_calls)
         elif not isinstance(parallel_tool_calls, bool):
