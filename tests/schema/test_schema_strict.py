@@ -11,10 +11,8 @@ import collections
 import json
 import pathlib
 
+import jsonschema  # noqa: E402 - the oracle
 import pytest
-
-jsonschema = pytest.importorskip("jsonschema")
-hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 

@@ -5,6 +5,7 @@ the ``jsonschema`` format checkers themselves; the GBNF is checked end to end th
 parser and matcher on JSON texts written in every encoding JSON allows.
 """
 
+import importlib
 import json
 import random
 import re
@@ -14,6 +15,7 @@ import textwrap
 import uuid as uuidlib
 from datetime import timezone
 
+import jsonschema  # the oracle (the test extra installs it)
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +24,6 @@ from hypothesis import strategies as st
 from bankml import Grammar, GrammarError, Rules, Vocab
 from bankml.schema.strict_lang import Lang, LangError, is_known_format, string_gbnf
 
-jsonschema = pytest.importorskip("jsonschema")
 FC_2020 = jsonschema.Draft202012Validator.FORMAT_CHECKER
 FC_CLASS = jsonschema.FormatChecker()
 
@@ -362,12 +363,11 @@ def oracle(fmt, s):
 
 
 def require_checker(fmt):
-    """Skip unless jsonschema checks fmt the way bankml models it (the [format] extras installed;
-    uri/iri through rfc3987, as jsonschema prefers when it is importable)."""
-    if fmt not in FC_2020.checkers:
-        pytest.skip(f"jsonschema has no {fmt!r} checker here (install jsonschema[format])")
+    """Fail unless jsonschema checks fmt the way bankml models it (the [format] extras installed;
+    uri/iri through rfc3987, as jsonschema prefers when it is importable): the oracle must be there."""
+    assert fmt in FC_2020.checkers, f"jsonschema has no {fmt!r} checker here (install jsonschema[format])"
     if fmt in ("uri", "uri-reference", "iri", "iri-reference"):
-        pytest.importorskip("rfc3987")
+        importlib.import_module("rfc3987")
 
 
 FORMAT_ALPHABETS = {
@@ -613,7 +613,7 @@ def test_draft3_time_of_the_class_level_checker():
 
 
 def test_color_of_the_class_level_checker():
-    pytest.importorskip("webcolors")
+    importlib.import_module("webcolors")  # the oracle's color names: jsonschema[format] installs it
     lang = Lang.format("color", bare_checker=True)
     rnd = random.Random(8)
     base = [
