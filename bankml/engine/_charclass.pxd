@@ -4,7 +4,7 @@
 #
 # A class is CHAR / CHAR_NOT / CHAR_ANY followed by CHAR_ALT and CHAR_RNG_UPPER elements: each
 # alternative is one code point, a range (value, then RNG_UPPER's value), or any code point (CHAR_ANY).
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libcpp.algorithm cimport sort
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
@@ -140,6 +140,18 @@ cdef inline const grammar_element* class_end(const grammar_element* pos) noexcep
             return pos
 
 
+cdef inline size_t class_alternatives(const grammar_element* pos, const grammar_element** end) noexcept nogil:
+    """The number of alternatives of the class at pos; *end is the element past it."""
+    cdef uint32_t first, last
+    cdef size_t n = 0
+    while True:
+        pos = class_next_range(pos, &first, &last)
+        n += 1
+        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
+            end[0] = pos
+            return n
+
+
 cdef inline bint class_constant_from(const grammar_element* pos, uint32_t low, bint* member) noexcept nogil:
     """Whether membership in the character class at pos is the same for every code point >= low."""
     cdef bint is_positive_char = is_positive_class(pos)
@@ -209,3 +221,16 @@ cdef inline void class_intervals(const grammar_element* pos, vector[pair[uint32_
         if scratch[j].second + 1 > cursor:
             cursor = scratch[j].second + 1
     intervals.push_back(pair[uint32_t, uint32_t](cursor, MAX_CODE_POINT))
+
+
+cdef inline int64_t first_interval_reaching(const uint32_t* bounds, int64_t lo, int64_t hi, uint32_t cp) noexcept nogil:
+    """The first interval j in [lo, hi) of bounds (intervals [bounds[2j], bounds[2j + 1]], sorted and disjoint)
+    whose upper bound is at least cp; hi when none is."""
+    cdef int64_t mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if bounds[2 * mid + 1] < cp:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

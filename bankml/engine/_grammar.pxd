@@ -161,11 +161,16 @@ cdef class StackSets:
     cdef zero_array[uint64_t] element_ascii        # 2 words per element position: the ASCII members of its class
     cdef zero_array[uint8_t] element_flags         # per element position: ELEMENT_* bits, filled on first use
     cdef vector[uint32_t] viable_bounds            # (first, last) code point pairs
+    cdef zero_array[int64_t] element_long          # per element position: 0 unknown, -1 a short class (match_char),
+                                                   # else 1 + where its intervals start in class_bounds
+    cdef vector[uint32_t] class_bounds             # per long class: count, its end's position, (first, last) pairs
 
     cdef int32_t intern_set(self, vector[node_t]& nodes) except -2 nogil
     cdef int32_t step_set(self, int32_t set_id, uint32_t cp) except -2 nogil
     cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil
     cdef int element_info(self, position_t pos) except -1 nogil
+    cdef int index_class(self, position_t pos) except -1 nogil
+    cdef int class_takes(self, position_t pos, uint32_t cp, const grammar_element** after) except -1 nogil
     cdef int compute_loop(self, int32_t set_id) except -1 nogil
     cdef int summarize_tops(self, int32_t set_id) except -1 nogil
     cdef uint8_t partial_mode_of(self, int32_t set_id) except 0 nogil

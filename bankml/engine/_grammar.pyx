@@ -48,7 +48,7 @@ from bankml.engine._bits cimport (clear_masked_counted, clear_position_range, cl
                            range_has_marks, set_position, set_position_range, set_token_bit, clear_token_bit,
                            words_hash)
 from bankml.engine._charclass cimport (MAX_CODE_POINT, class_accepts_all_partials, class_ascii_bits, class_constant_from,
-                                class_intervals,
+                                class_alternatives, class_intervals, first_interval_reaching,
                                 is_end_of_sequence, is_token_element, match_char, match_partial_char, match_token,
                                 partial_char_range)
 from bankml.engine._rules cimport make_rules, rules_nullable_of
@@ -154,6 +154,10 @@ cdef enum:
     ELEMENT_CONSTANT_ABOVE = 2   # membership is the same for every code point >= 0x80
     ELEMENT_MEMBER_ABOVE = 4     # ... and those code points are members
     ELEMENT_ALL_PARTIALS = 8     # match_partial_char holds for every partial character that can complete
+
+# StackSets.index_class: a class of more alternatives than this is matched through its sorted intervals
+cdef enum:
+    LONG_CLASS = 16
 
 
 # SegmentCache.union_continuations: an entry's continuations are walked at once under this many stacks below

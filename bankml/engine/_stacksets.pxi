@@ -14,6 +14,7 @@ cdef class StackSets:
         self.set_start.push_back(0)
         self.element_ascii.assign_zeros(2 * pool.rules.elements.size())
         self.element_flags.assign_zeros(pool.rules.elements.size())
+        self.element_long.assign_zeros(pool.rules.elements.size())
 
     cdef void reserve_headroom(self) noexcept nogil:
         self.transitions.reserve(self.transitions.size() * 3 // 2 + 1024)
@@ -92,7 +93,7 @@ cdef class StackSets:
                 if is_bottom(stack):
                     continue
                 top = &elements[self.pool.nodes[stack].element]
-                if not is_token_element(top) and match_char(top, cp, &after):
+                if not is_token_element(top) and self.class_takes(self.pool.nodes[stack].element, cp, &after):
                     matches |= (<uint64_t>1) << (k - first)
             if matches == 0:
                 return NO_SET
@@ -109,7 +110,7 @@ cdef class StackSets:
             top = &elements[self.pool.nodes[stack].element]
             if is_token_element(top):
                 continue
-            if match_char(top, cp, &after):
+            if self.class_takes(self.pool.nodes[stack].element, cp, &after):
                 next_stack = self.pool.nodes[stack].parent
                 if not is_end_of_sequence(after):
                     next_stack = self.pool.push(next_stack, <position_t>(after - elements))
@@ -128,6 +129,52 @@ cdef class StackSets:
         result = self.step_set(set_id, cp)
         self.transitions[key] = result
         return result
+
+    cdef int index_class(self, position_t pos) except -1 nogil:
+        """Index the character class at pos once: a class of more than LONG_CLASS alternatives (a Unicode class
+        such as Python's \\w has hundreds) gets the code points match_char takes as sorted disjoint intervals
+        in class_bounds, so class_takes decides it by a binary search rather than a scan of every alternative."""
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
+        cdef const grammar_element* at
+        cdef vector[pair[uint32_t, uint32_t]] intervals, scratch
+        cdef size_t j, start, top
+        if class_alternatives(&elements[pos], &at) <= LONG_CLASS:
+            self.element_long[pos] = -1
+            return 0
+        class_intervals(&elements[pos], intervals, scratch)
+        sort(intervals.begin(), intervals.end())
+        start = self.class_bounds.size()
+        self.class_bounds.push_back(0)
+        self.class_bounds.push_back(<uint32_t>(at - elements))
+        for j in range(intervals.size()):
+            top = self.class_bounds.size() - 1
+            if top > start + 1 and (
+                    self.class_bounds[top] == MAX_CODE_POINT or intervals[j].first <= self.class_bounds[top] + 1):
+                if intervals[j].second > self.class_bounds[top]:
+                    self.class_bounds[top] = intervals[j].second
+                continue
+            self.class_bounds.push_back(intervals[j].first)
+            self.class_bounds.push_back(intervals[j].second)
+            self.class_bounds[start] += 1
+        self.element_long[pos] = <int64_t>start + 1
+        return 0
+
+    cdef int class_takes(self, position_t pos, uint32_t cp, const grammar_element** after) except -1 nogil:
+        """match_char at element position pos: the same answer and *after, through the class's intervals when
+        it is long (index_class)."""
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
+        cdef int64_t at = self.element_long[pos]
+        cdef int64_t j
+        cdef const uint32_t* bounds
+        if at == 0:
+            self.index_class(pos)
+            at = self.element_long[pos]
+        if at < 0:
+            return match_char(&elements[pos], cp, after)
+        bounds = self.class_bounds.data() + at - 1
+        after[0] = &elements[bounds[1]]
+        j = first_interval_reaching(bounds + 2, 0, <int64_t>bounds[0], cp)
+        return j < <int64_t>bounds[0] and bounds[2 + 2 * j] <= cp
 
     cdef int element_info(self, position_t pos) except -1 nogil:
         """Summarize the character class at pos once: its ASCII members, and whether membership is

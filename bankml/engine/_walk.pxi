@@ -67,7 +67,7 @@ cdef class TrieWalk:
         self.pool.charge(1)
         cdef int64_t first_longer = lo + trie.nodes[node].n_ending
         cdef int64_t hi = trie.nodes[node].token_hi
-        cdef int64_t position, k, i, range_end
+        cdef int64_t position, k, i, range_end, viable_first, viable_end
         cdef int32_t first_child, last_child
         cdef bint use_blocks, accepted
         cdef node_t stack
@@ -148,10 +148,22 @@ cdef class TrieWalk:
             last_child = trie.nodes[node].first_non_ascii
         use_blocks = (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN) and (
             self.sets.summaries[set_id].class_ascii[0] or self.sets.summaries[set_id].class_ascii[1] or (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII))
-        k = self.sets.summaries[set_id].viable_start
-        while k < self.sets.summaries[set_id].viable_start + 2 * self.sets.summaries[set_id].viable_count:
-            # the children whose code point lies in [viable_bounds[k], viable_bounds[k + 1]]
-            i = lower_bound(trie.child_cp + first_child, trie.child_cp + last_child,
+        # The viable intervals and the children are both sorted: walk them together. An interval below the next
+        # child is skipped by a binary search over the intervals, so a set with hundreds of them (a Unicode
+        # class such as Python's \w) costs per node what its children need, not what its intervals number.
+        viable_first = self.sets.summaries[set_id].viable_start
+        viable_end = viable_first + 2 * self.sets.summaries[set_id].viable_count
+        k = viable_first
+        i = first_child
+        while k < viable_end and i < last_child:
+            if self.sets.viable_bounds[k + 1] < trie.child_cp[i]:
+                k = viable_first + 2 * first_interval_reaching(self.sets.viable_bounds.data() + viable_first,
+                                                               (k - viable_first) >> 1,
+                                                               (viable_end - viable_first) >> 1, trie.child_cp[i])
+                continue
+            # the children whose code point lies in [viable_bounds[k], viable_bounds[k + 1]] (those before i lie
+            # below it: they were below the intervals already passed)
+            i = lower_bound(trie.child_cp + i, trie.child_cp + last_child,
                             self.sets.viable_bounds[k]) - trie.child_cp
             range_end = upper_bound(trie.child_cp + i, trie.child_cp + last_child,
                                     self.sets.viable_bounds[k + 1]) - trie.child_cp
