@@ -54,6 +54,12 @@ class Constraint:
     ``response-format`` wrapper, ``chat_grammar``) — True for every schema it gets as a JSON object — or
     converts a top-level ``json_schema`` that is not an object directly (``bankml.json_schema_to_grammar``,
     errors prefixed ``Field 'json_schema': "json_schema": ``). ``source`` names the request field it came from.
+
+    ``fallback`` is what llama-server samples with when the chat template builds no grammar for the response
+    format (the handlers of GigaChat 3, Functionary v3.2, Kimi K2 / K3 and Ling 3): it then sets no ``grammar``
+    from the template, and the request's own top-level ``json_schema`` (converted bare) or ``grammar`` fields
+    decide (``server-common.cpp`` copies them, ``server-schema.cpp`` reads them). None: no grammar at all,
+    llama-server's answer to a ``response_format`` alone.
     """
 
     kind: str = "none"
@@ -61,6 +67,7 @@ class Constraint:
     grammar: Optional[str] = None
     chat: bool = True
     source: Optional[str] = None
+    fallback: Optional["Constraint"] = None
 
     def __post_init__(self):
         if self.kind not in _KINDS:
@@ -157,7 +164,8 @@ def from_openai(req):
         json_object = True
     if isinstance(json_schema, dict):
         # the chat template turns it into the response-format grammar; a user grammar is then dropped
-        return Constraint("json_object" if json_object else "json_schema", json_schema, None, True, source)
+        kind = "json_object" if json_object else "json_schema"
+        return Constraint(kind, json_schema, None, True, source, _without_chat_grammar(req))
     # no chat grammar: the /completion field handler converts a top-level json_schema directly when the
     # request has no "grammar" key at all; otherwise it takes the grammar
     top = req.get("json_schema")
@@ -168,6 +176,21 @@ def from_openai(req):
     if grammar:
         return Constraint("gbnf", None, grammar, True, "grammar")
     return Constraint()
+
+
+def _without_chat_grammar(req):
+    """The request's own constraint where the chat template builds no response-format grammar: llama-server's
+    field handler converts a top-level ``json_schema`` (bare, ``{}`` or null as any object) when the request
+    has no ``grammar`` key, else takes a non-empty ``grammar`` string; None when neither gives a grammar."""
+    if "json_schema" in req and "grammar" not in req:
+        top = req["json_schema"]
+        if top is None or (isinstance(top, dict) and not top):
+            top = {"type": "object"}
+        return Constraint("json_schema", top, None, False, "json_schema")
+    grammar = req.get("grammar")
+    if isinstance(grammar, str) and grammar:
+        return Constraint("gbnf", None, grammar, True, "grammar")
+    return None
 
 
 def _read_body(body):

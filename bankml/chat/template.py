@@ -415,7 +415,12 @@ class ChatTemplate:
         """The messages and variables llama.cpp renders for a request: (messages_json, tools_json, extra_context,
         add_generation_prompt, continuation, continue_msg)."""
         msgs = parse_messages(messages)
+        # the continued message is the request's own, untrimmed (common_chat_templates_apply_jinja trims a
+        # copy of the messages for StepFun's rendering and takes continue_msg from inputs.messages)
+        last = msgs[-1] if msgs else None
         if "You have access to the following functions in JSONSchema format" in self.source:
+            if last is not None:
+                last = dict(last, content_parts=[dict(p) for p in last["content_parts"]])
             for m in msgs:
                 m["content"], m["reasoning_content"] = _trim(m["content"]), _trim(m["reasoning_content"])
                 for p in m["content_parts"]:
@@ -427,7 +432,7 @@ class ChatTemplate:
         if continuation != CONTINUATION_NONE:
             add_generation_prompt = False
             if msgs:
-                continue_msg = msgs[-1]
+                continue_msg = last
                 rendered = rendered[:-1]
             if continuation == CONTINUATION_AUTO and msgs:
                 continuation = CONTINUATION_CONTENT
@@ -917,6 +922,23 @@ def chat_message(parser, raw, parsed=None):
     return out
 
 
+def answer_message(parser, raw, tools=False, initial=None, streamed=None):
+    """The assistant message llama-server answers a finished generation with: task_result_state's message after
+    the final update (``update_chat_msg`` with ``is_partial`` false, which keeps the message it holds when the
+    parse gives an empty one), then ``chat_message``'s shape (the raw text as content when that message is
+    empty). ``streamed``: the answer's ChatStream when it was streamed (llama-server parses partial answers
+    only then); a non-streamed answer is parsed once, whole, from ``initial`` (a continued message's parse of
+    no output, else empty), so a broken call that partial parses took for a call is answered as text. Raises
+    ChatParseError where llama.cpp refuses the final parse."""
+    state = streamed
+    if state is None:
+        state = ChatStream(parser, tools=tools, initial=initial)
+        state.finish(raw)
+    elif not state.finished:
+        state.finish()  # its final parse was refused: raised again here
+    return chat_message(parser, raw, state.message)
+
+
 def preserved_token_ids(preserved_tokens, tokenize):
     """The ids of a ChatPrompt's ``preserved_tokens`` that are one token of the vocabulary (llama-server's
     preserved_tokens field): a generated one is sent with its special text. ``tokenize(text)`` tokenizes with
@@ -996,10 +1018,13 @@ class ChatStream:
     keeps the (reasoning, content) diffs in ``diffs``; ``finish()`` does the final, non-partial parse.
     With ``tools`` the diffs are ``msg_diffs_with_tools``' (reasoning, content, tool call index, name,
     arguments, id) and the calls get their ids as llama-server's ``set_tool_call_ids``; ``initial`` is the
-    message the stream starts from (a continued message's parse of no output, task_result_state)."""
+    message the stream starts from (a continued message's parse of no output, task_result_state).
+    ``strict``: a partial parse that llama.cpp refuses raises ChatParseError, as llama-server's streamed
+    update does (the stream then ends with an error event); otherwise it sends nothing and the stream goes on."""
 
-    def __init__(self, parser, tools=False, initial=None):
+    def __init__(self, parser, tools=False, initial=None, strict=False):
         self.parser = parser
+        self.strict = strict
         self._data = bytearray()
         self.message = initial if initial is not None else ChatMessage()
         self.diffs = []
@@ -1017,7 +1042,7 @@ class ChatStream:
         try:
             msg = self.parser.parse(bytes(self._data), partial)
         except ChatParseError:
-            if partial:
+            if partial and not self.strict:
                 return ""
             raise
         if msg.empty():
@@ -1043,7 +1068,12 @@ class ChatStream:
         self._data += piece.encode("utf-8", "surrogatepass") if isinstance(piece, str) else bytes(piece)
         return self._update(partial=True)
 
-    def finish(self):
+    def finish(self, piece=b""):
+        """The final, non-partial parse (of the text pushed so far and ``piece``). A non-streamed answer is a
+        stream with no partial parse: llama-server updates a task's message only at its final result, so a
+        final parse that holds nothing leaves the task's initial message (task_result_state::update_chat_msg)."""
+        if piece:
+            self._data += piece.encode("utf-8", "surrogatepass") if isinstance(piece, str) else bytes(piece)
         return self._update(partial=False)
 
 
@@ -1114,16 +1144,24 @@ class ChatJob:
         )
 
 
-def for_constraint(template, messages, constraint, thinking=False, now=None):
+def for_constraint(template, messages, constraint, thinking=False, now=None, bare_schema_fallback=False):
     """llama-server's chat path for a ``bankml.chat.constraint.Constraint``: a response format (JSON mode, a schema
     object) gets the chat grammar prefilled with the generation prompt (common_grammar_needs_prefill); a GBNF
     grammar, a top-level schema that is not an object or no constraint get the constraint's own grammar, not
-    prefilled, and the content parser. A template whose handler builds no grammar for a response format
-    (GigaChat 3, Functionary v3.2, Kimi K2 / K3, Ling 3: their chat grammar is empty) gets the constraint's
-    own grammar too, so the answer stays constrained."""
+    prefilled, and the content parser.
+
+    A template whose handler builds no grammar for a response format (GigaChat 3, Functionary v3.2, Kimi K2 /
+    K3, Ling 3: their chat grammar is empty) gets what llama-server samples with then: the request's own
+    top-level ``json_schema`` or ``grammar`` (``constraint.fallback``), and no grammar for a response format
+    alone. ``bare_schema_fallback=True`` (an opt-in that leaves llama-server's answers) constrains those
+    templates with the schema's bare grammar instead."""
     schema = constraint.schema if constraint.is_json else None
     out = template.apply(messages, json_schema=schema, enable_thinking=thinking, now=now)
     if out.parser is not None and schema is not None and out.grammar:
         return ChatJob(out.prompt, out.grammar, out.generation_prompt, out.parser, out.additional_stops, out)
-    grammar = constraint.to_grammar(None)[0]
+    if schema is not None and not bare_schema_fallback:
+        fallback = constraint.fallback
+        grammar = fallback.to_grammar(None)[0] if fallback is not None else None
+    else:
+        grammar = constraint.to_grammar(None)[0]
     return ChatJob(out.prompt, grammar, None, out.parser, out.additional_stops or [], out)

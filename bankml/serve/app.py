@@ -855,6 +855,7 @@ class _App:
                     messages.append({"role": "system", "content": body["system"]})
                 messages.append({"role": "user", "content": prompt})
                 job = self.model.chat(messages, constraint, params, n_predict, stop, **kw)
+        job.stream_requested = stream
         return body, job, stream
 
     async def _respond_ollama_chat(self, request, body, job, stream):

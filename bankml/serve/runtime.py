@@ -40,7 +40,7 @@ from bankml.chat.template import (
     TemplateError,
     _dump,
     _parse_continuation,
-    chat_message,
+    answer_message,
     lazy_grammar_triggers,
     preserved_token_ids,
 )
@@ -807,8 +807,17 @@ class Model:
         # (tool_choice not "none"), the chat layer's tool-call grammar: prefilled when eager
         # (common_grammar_needs_prefill), lazy with the template's triggers under "auto"
         lazy = None
-        if out.parser is not None and constraint.is_json:
+        if out.parser is not None and constraint.is_json and out.grammar:
             grammar, grammar_prefill = out.grammar, True
+        elif out.parser is not None and constraint.is_json:
+            # the five handlers that build no response-format grammar (GigaChat 3, Functionary v3.2, Kimi K2 /
+            # K3, Ling 3): llama-server sets no chat grammar, and the request's own top-level json_schema or
+            # grammar decide (Constraint.fallback); a response_format alone leaves the answer unconstrained
+            fallback = constraint.fallback
+            grammar_prefill = False
+            grammar = None
+            if fallback is not None:
+                grammar = fallback.to_grammar(None, json_schema_mode=self.json_schema_mode)[0]
         elif with_tools and out.parser is not None and out.grammar:
             grammar, grammar_prefill = out.grammar, not out.grammar_lazy
             if out.grammar_lazy:
@@ -1007,6 +1016,10 @@ class Job:
         continuing=False,
     ):
         self.model = model
+        # whether the client streams the answer: llama-server parses partial answers only when it streams, and
+        # a non-streamed answer's message comes from its final parse alone (set by the server per request;
+        # None: run() is non-streamed, stream() streamed)
+        self.stream_requested = None
         self.chat_prompt = chat_prompt  # bankml.chat.template's ChatPrompt of a chat job (None for raw prompts)
         self.parser = parser  # bankml.chat.template's parser; False: the raw text is the content
         self.prompt = prompt
@@ -1103,13 +1116,18 @@ class Job:
         self.cancelled.set()
 
     def run(self, slot=None):
-        """Generate to the end; the Result."""
-        for _ in self.stream(slot):
+        """Generate to the end; the Result (the answer parsed as a non-streamed one, unless ``stream_requested``)."""
+        for _ in self._stream(slot, bool(self.stream_requested)):
             pass
         return self.result
 
     def stream(self, slot=None):
-        """Generate, yielding an Event per token; ``self.result`` holds the Result once exhausted."""
+        """Generate, yielding an Event per token; ``self.result`` holds the Result once exhausted. The answer is
+        parsed as a streamed one (its partial parses), unless ``stream_requested`` is False: the server runs
+        every request through here and says which it is."""
+        return self._stream(slot, self.stream_requested is not False)
+
+    def _stream(self, slot, streamed):
         model = self.model
         own = slot is None
         if own:
@@ -1123,18 +1141,20 @@ class Job:
                 return
         self.slot_index = slot.index  # which slot served it (llama-server's /slots)
         try:
-            yield from self._generate(slot)
+            yield from self._generate(slot, streamed)
         finally:
             if own:
                 model.release(slot)
 
-    def _generate(self, slot):
+    def _generate(self, slot, streamed):
         model = self.model
         vocab = model.vocab
         sampler = self.sampler
         content = None
-        if self.parser:
-            content = ChatStream(self.parser, tools=self.tools, initial=self.initial_message)
+        if self.parser and streamed:
+            # llama-server parses partial answers only when it streams them, and a partial parse it refuses (or
+            # a message diff it cannot make) ends the stream with an error
+            content = ChatStream(self.parser, tools=self.tools, initial=self.initial_message, strict=True)
         json_mode = self.chat and self.constraint.is_json
         if self.cancelled.is_set():
             self._cancelled_result()
@@ -1242,11 +1262,10 @@ class Job:
         text = generated.decode("utf-8", "replace")
         message = {}
         if self.parser and finish != "cancelled":
-            if self.tools:
-                # the stream's final parse (its tool call ids); a refused one is raised again here
-                message = chat_message(self.parser, text, content.message if content.finished else None)
-            else:
-                message = chat_message(self.parser, text)
+            # llama-server parses partial answers only when it streams: a non-streamed answer's message comes
+            # from its final parse alone (a broken call is then answered as text, not as the call a partial
+            # parse on the way took it for)
+            message = answer_message(self.parser, text, self.tools, self.initial_message, content)
             answer = message["content"]
             if message.get("tool_calls") and finish == "stop":
                 finish = "tool_calls"  # to_json_oaicompat_chat: a stop (eos or word) with calls
