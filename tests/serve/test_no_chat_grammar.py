@@ -47,7 +47,7 @@ def test_the_server_source_rules():
     other fields copied, the json_schema handler that runs only without a grammar key."""
     common = _server_source("server-common.cpp")
     assert re.search(r'if \(!chat_params\.grammar\.empty\(\)\) \{\s*llama_params\["grammar"\]', common)
-    assert "if (!llama_params.contains(item.key()) || item.key() == \"n_predict\")" in common
+    assert 'if (!llama_params.contains(item.key()) || item.key() == "n_predict")' in common
     schema = _server_source("server-schema.cpp")
     assert 'if (data.contains("json_schema") && !data.contains("grammar"))' in schema
 
