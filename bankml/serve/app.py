@@ -594,11 +594,10 @@ class _App:
                         object="chat.completion.chunk",
                         choices=[{"finish_reason": None, "index": 0, "delta": {"role": "assistant", "content": None}}],
                     )
-                    # with logprobs, chunks follow llama-server's partial results: the role delta comes with
-                    # the first token's, and the token's logprobs ride on the last delta of its partial result
-                    role_pending = bool(job.probs)
-                    if not role_pending:
-                        yield _sse(first)
+                    # chunks follow llama-server's partial results: the role delta comes with the first token's
+                    # (none when that token's text is not whole UTF-8: to_json_oaicompat_chat's n_decoded == 1),
+                    # and a token's logprobs ride on the last delta of its partial result
+                    role_pending = True
                     try:
                         async for event in runner:
                             chunks = []
@@ -711,8 +710,8 @@ class _App:
                 try:
                     try:
                         async for event in runner:
-                            # with logprobs, one chunk per partial result, as llama-server sends them
-                            if event.text or (job.probs and event.partial):
+                            # one chunk per partial result, empty text included, as llama-server sends them
+                            if event.partial:
                                 yield _sse(
                                     dict(
                                         base,

@@ -1241,7 +1241,9 @@ class Job:
                 delta = send
                 diffs = [("", send)] if send else []
                 n_partial_diffs = len(diffs)
-            if send or delta or diffs or not has_next or (partial and self.probs):
+            # llama-server sends a partial result for every token whose text is whole UTF-8 (send_partial_response),
+            # empty text included: the chunks of a stream follow them
+            if send or delta or diffs or not has_next or partial:
                 yield Event(
                     token,
                     send,

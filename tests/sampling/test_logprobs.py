@@ -263,3 +263,61 @@ def test_http_logprobs_equal_llama_servers(client, records, name):
         for c in (cs if isinstance(cs, list) else [cs])
     )
     ORACLE_STATS["llama-server logprob entries identical (bankml serve)"] += n
+
+
+# --- the shape of a stream, without logprobs ------------------------------------------------------------------
+
+STREAMED = [r["name"] for r in RECORDS if r["request"].get("stream")]
+PROB_FIELDS = ("logprobs", "top_logprobs", "n_probs", "post_sampling_probs")
+
+
+def _without_probs(chunk, endpoint):
+    """A recorded chunk as llama-server sends it without logprobs: the completions chunk's ``logprobs`` null
+    (to_json_oaicompat's default), the chat chunk's absent; the rest (which chunks, in which order, their
+    text and deltas) does not depend on them (send_partial_response is the same)."""
+    if chunk == "[DONE]" or not chunk.get("choices"):
+        return chunk
+    choices = []
+    for c in chunk["choices"]:
+        c = dict(c)
+        if endpoint == CHAT:
+            c.pop("logprobs", None)
+        else:
+            c["logprobs"] = None
+        choices.append(c)
+    return dict(chunk, choices=choices)
+
+
+@pytest.mark.parametrize("name", STREAMED)
+def test_stream_chunks_without_logprobs_are_llama_servers(client, records, name):
+    """Issue 29: a stream without logprobs is chunked as llama-server chunks it: one chunk per partial result
+    (a completion's empty text included, a chat's message diffs), the chat role delta with the first token's
+    partial result and none when that token is not whole UTF-8 (the recorded emoji stream has none)."""
+    record = _record(records, name)
+    request = {k: v for k, v in record["request"].items() if k not in PROB_FIELDS}
+    response = client.post(record["endpoint"], json=request)
+    assert response.status_code == 200, response.text
+    got = [c if c == "[DONE]" else _strip(c) for c in sse_chunks(response.text)]
+    want = [_without_probs(c, record["endpoint"]) for c in record["response"]]
+    assert _text(_choices(got)) == _text(_choices(want))
+    ORACLE_STATS["llama-server stream chunks identical without logprobs (bankml serve)"] += len(want)
+
+
+def test_stream_shapes_covered():
+    """The recordings hold what the shape turns on: a chat stream whose first token is not whole UTF-8 (no role
+    delta), and completions streams with empty-text chunks before the last."""
+    streams = {r["name"]: r for r in RECORDS if r["request"].get("stream")}
+    no_role = [
+        n
+        for n, r in streams.items()
+        if r["endpoint"] == CHAT and not any("role" in c["choices"][0]["delta"] for c in r["response"][:1])
+    ]
+    assert no_role == ["stream/chat/emoji/greedy/top2"]
+    empty = sum(
+        1
+        for r in streams.values()
+        if r["endpoint"] != CHAT
+        for c in r["response"][:-2]
+        if c != "[DONE]" and c["choices"] and c["choices"][0]["text"] == ""
+    )
+    assert empty == 4
