@@ -317,6 +317,8 @@ def cmd_generate(args):
         print(f"error: {err}", file=sys.stderr)
         return 1
     out = sys.stdout
+    # parsed as llama-server parses a streamed answer only with --stream (unstreamed: once, whole)
+    job.stream_requested = bool(args.stream)
     try:
         for event in job.stream():
             if args.stream and event.content:
