@@ -332,4 +332,5 @@ def test_live_oracle_gives_the_recording():
                     continue
                 assert ans["ok"], (name, rname, ans.get("error"))
                 assert ans["generation_prompt"] == want["generation_prompt"], (name, rname)
+                assert ans["parses"] == want["parses"], (name, rname)
                 assert ans["streams"] == [oracle_malformed.unpack(r) for r in want["streams"]], (name, rname)
