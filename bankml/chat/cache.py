@@ -1,0 +1,119 @@
+"""Bounded caches, by content, of what ``ChatTemplate.apply`` derives from a template, its tools and its options
+and not from the messages: the tools as the template renders them (each tool's JSON text computed once), and
+the request's chat parameters (the PEG arena, the grammar text, its triggers, the tags and tokens). Agents
+send the same long tool list with every turn; with these caches a turn renders its messages and reuses the rest.
+
+A key is built from JSON texts (``json_key``: the value's exact content, key order included) and plain values,
+so equal requests share an entry and a request that differs in anything the result depends on gets its own.
+Each cache is a least-recently-used map bounded in entries and in weight (about the bytes it holds). What a hit
+returns is immutable (texts, tuples, the arena, which nothing changes once built) or a fresh copy, so a caller
+that changes what it got cannot change a later answer. It must not import ``template`` or ``families``.
+"""
+
+import json
+import threading
+from collections import OrderedDict
+
+__all__ = ["LRUCache", "json_key", "clear", "stats", "TOOLS", "PARAMS"]
+
+
+class LRUCache:
+    """A thread-safe least-recently-used map holding at most ``max_entries`` entries and ``max_weight`` total
+    weight (each ``put`` says its entry's weight); the least recently used entries go first. An entry heavier
+    than ``max_weight`` is not kept."""
+
+    def __init__(self, max_entries, max_weight):
+        if max_entries < 0 or max_weight < 0:
+            raise ValueError("cache bounds must be >= 0, got %r and %r" % (max_entries, max_weight))
+        self.max_entries, self.max_weight = max_entries, max_weight
+        self._data = OrderedDict()
+        self._weight = 0
+        self._lock = threading.Lock()
+        self.hits = self.misses = self.evictions = 0
+
+    def get(self, key):
+        """The value for ``key`` (now the most recently used), or None."""
+        with self._lock:
+            item = self._data.get(key)
+            if item is None:
+                self.misses += 1
+                return None
+            self._data.move_to_end(key)
+            self.hits += 1
+            return item[0]
+
+    def put(self, key, value, weight=1):
+        with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self._weight -= old[1]
+            if weight > self.max_weight or self.max_entries == 0:
+                return
+            self._data[key] = (value, weight)
+            self._weight += weight
+            while len(self._data) > self.max_entries or self._weight > self.max_weight:
+                _, (_, w) = self._data.popitem(last=False)
+                self._weight -= w
+                self.evictions += 1
+
+    def clear(self):
+        with self._lock:
+            self._data.clear()
+            self._weight = 0
+
+    def resize(self, max_entries=None, max_weight=None):
+        """New bounds (None keeps one); entries beyond them go, least recently used first."""
+        with self._lock:
+            if max_entries is not None:
+                self.max_entries = max_entries
+            if max_weight is not None:
+                self.max_weight = max_weight
+            while self._data and (len(self._data) > self.max_entries or self._weight > self.max_weight):
+                _, (_, w) = self._data.popitem(last=False)
+                self._weight -= w
+                self.evictions += 1
+
+    def __len__(self):
+        return len(self._data)
+
+    @property
+    def weight(self):
+        return self._weight
+
+    def stats(self):
+        return {
+            "entries": len(self._data),
+            "weight": self._weight,
+            "max_entries": self.max_entries,
+            "max_weight": self.max_weight,
+            "hits": self.hits,
+            "misses": self.misses,
+            "evictions": self.evictions,
+        }
+
+
+def json_key(value):
+    """The exact JSON text of a request value (key order kept, ``1``, ``1.0`` and ``true`` apart), or None when
+    the value is not JSON (then the request is not cached). ``None`` and empty values have their own texts."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+# the tools of a request, by their JSON text: (tools as llama.cpp passes them, the same made of JSONDict /
+# JSONList for rendering); weight: the length of the text
+TOOLS = LRUCache(max_entries=64, max_weight=64 << 20)
+# the chat parameters apply derives from a template, the tools and the options; weight: the tools' and the
+# grammar's text lengths plus 400 per parser of the arena (about what a parser object holds)
+PARAMS = LRUCache(max_entries=64, max_weight=256 << 20)
+
+
+def clear():
+    """Empties every chat cache."""
+    TOOLS.clear()
+    PARAMS.clear()
+
+
+def stats():
+    return {"tools": TOOLS.stats(), "params": PARAMS.stats()}
