@@ -11,7 +11,9 @@ input values the template touched. Private to bankml; ``bankml.chat.template`` o
 """
 
 import inspect
+import json
 import math
+import re
 import time
 from json.encoder import encode_basestring
 
@@ -69,18 +71,37 @@ class JSONList(list):
     __slots__ = ("json_texts",)
 
 
-def memo_json(value):
-    """A copy of a JSON value whose objects and arrays are ``JSONDict`` / ``JSONList`` (scalars are shared)."""
+def memo_json(value, depth=4):
+    """A copy of a JSON value whose objects and arrays down to ``depth`` levels are ``JSONDict`` / ``JSONList``
+    (deeper values are shared): for tools, the list, each tool, its function and its parameters, what templates
+    print with ``tojson``."""
+    if depth == 0:
+        return value
     if isinstance(value, dict):
         out = JSONDict()
         for k, v in value.items():
-            out[k] = memo_json(v)
+            out[k] = memo_json(v, depth - 1)
     elif isinstance(value, (list, tuple)):
-        out = JSONList([memo_json(v) for v in value])
+        out = JSONList([memo_json(v, depth - 1) for v in value])
     else:
         return value
     out.json_texts = {}
     return out
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_FLOAT = re.compile(r"[0-9][.eE]|Infinity|NaN")
+
+
+def prime_tojson(items):
+    """Gives each ``JSONDict`` of ``items`` (values read from JSON text: string keys, no other types) its
+    ``tojson`` text with the default separators, from Python's C JSON encoder, which writes such a value as
+    ``to_json`` does except for floats (``%g`` there): a value with a float is left to ``to_json``."""
+    for item in items:
+        if type(item) is JSONDict:
+            text = json.dumps(item, ensure_ascii=False, separators=(", ", ": "))
+            if _JSON_FLOAT.search(_JSON_STRING.sub("", text)) is None:
+                item.json_texts[(", ", ": ")] = text
 
 
 def to_json(value, indent=-1, item_sep=None, key_sep=": ", level=0):

@@ -223,7 +223,7 @@ class Sequence(_P):
     kind = "sequence"
 
     def __init__(self, children):
-        self.children = list(children)
+        self.children = children  # a list of its own (the builder makes one per parser)
 
     def parse(self, a, ctx, start):
         pos, nodes, invalid = start, [], []
@@ -247,7 +247,7 @@ class Choice(_P):
     kind = "choice"
 
     def __init__(self, children):
-        self.children = list(children)
+        self.children = children  # a list of its own (the builder makes one per parser)
 
     def parse(self, a, ctx, start):
         parsers = a.parsers
@@ -579,6 +579,7 @@ class Ac(_P):
 
 
 _ONE_CHILD = (Repetition, And, Not, Tag, Atomic, Gbnf, Ac, Rule, Schema)
+_ONE_CHILD_SET = frozenset(_ONE_CHILD)
 
 
 class Arena:
@@ -602,11 +603,49 @@ class Arena:
         return self.get_rule(p.name) if isinstance(p, Ref) else pid
 
     def resolve_refs(self):
-        for p in self.parsers:
-            if isinstance(p, (Sequence, Choice)):
-                p.children = [self._resolve(c) for c in p.children]
-            elif isinstance(p, _ONE_CHILD):
-                p.child = self._resolve(p.child)
+        parsers, rules = self.parsers, self.rules
+        target, dangling = {}, False
+        for pid, p in enumerate(parsers):
+            if p.__class__ is Ref:
+                rid = rules.get(p.name)
+                if rid is None:
+                    dangling = True  # an error only where it is used: _resolve raises there
+                else:
+                    target[pid] = rid
+        if dangling:
+            resolve = self._resolve
+            for p in parsers:
+                cls = p.__class__
+                if cls is Sequence or cls is Choice:
+                    p.children = [resolve(c) for c in p.children]
+                elif cls in _ONE_CHILD_SET:
+                    p.child = resolve(p.child)
+        elif target:
+            # no ref can fail: only the parsers reachable from the root and the rules are ever used (to parse,
+            # for the grammar), so only they are rewritten; the chains ``a | b | c ...`` leave behind a parser
+            # per step holding every earlier alternative, which rewriting would make quadratic in the tools
+            get, ref_ids = target.get, target.keys()
+            stack = [pid for pid in rules.values()]
+            if self.root is not None:
+                stack.append(self.root)
+            seen = set()
+            while stack:
+                pid = stack.pop()
+                if pid in seen:
+                    continue
+                seen.add(pid)
+                p = parsers[pid]
+                cls = p.__class__
+                if cls is Sequence or cls is Choice:
+                    children = p.children
+                    if not ref_ids.isdisjoint(children):
+                        children = p.children = [get(c, c) for c in children]
+                    stack.extend(children)
+                elif cls in _ONE_CHILD_SET:
+                    child = p.child = get(p.child, p.child)
+                    stack.append(child)
+                elif cls is Ref:
+                    stack.append(target[pid])
         if self.root is not None:
             self.root = self._resolve(self.root)
 
@@ -628,12 +667,11 @@ class Arena:
         def effective(pid):
             while True:
                 p = parsers[pid]
-                if isinstance(p, (Tag, Atomic)):
-                    pid = p.child
-                elif isinstance(p, Schema) and delegates(p):
+                cls = p.__class__
+                if cls is Tag or cls is Atomic or (cls is Schema and delegates(p)):
                     pid = p.child
                 else:
-                    return p
+                    return cls
 
         def rep(body, lo, hi):
             if lo == 0 and hi == 1:
@@ -648,13 +686,12 @@ class Arena:
                 return body if lo == 1 else body + "{%d}" % lo
             return body + "{%d,%d}" % (lo, hi)
 
+        literal_gbnf = {}
+
         def to_gbnf(pid):
             p = parsers[pid]
-            if isinstance(p, (Epsilon, Start, End, And, Not)):
-                return ""
-            if isinstance(p, Literal):
-                return gbnf_format_literal(p.literal.decode("utf-8", "surrogateescape"))
-            if isinstance(p, Sequence):
+            cls = p.__class__
+            if cls is Sequence:
                 s = ""
                 for c in p.children:
                     g = to_gbnf(c)
@@ -662,49 +699,63 @@ class Arena:
                         continue
                     if s:
                         s += " "
-                    s += "(" + g + ")" if isinstance(effective(c), (Choice, Sequence)) else g
+                    k = parsers[c].__class__
+                    if k is Tag or k is Atomic or k is Schema:
+                        k = effective(c)
+                    s += "(" + g + ")" if k is Choice or k is Sequence else g
                 return s
-            if isinstance(p, Choice):
+            if cls is Choice:
                 s = ""
                 for c in p.children:
                     if s:
                         s += " | "
                     g = to_gbnf(c)
-                    s += "(" + g + ")" if isinstance(effective(c), Choice) else g
+                    k = parsers[c].__class__
+                    if k is Tag or k is Atomic or k is Schema:
+                        k = effective(c)
+                    s += "(" + g + ")" if k is Choice else g
                 return s
-            if isinstance(p, Repetition):
+            if cls is Tag or cls is Atomic:
+                return to_gbnf(p.child)
+            if cls is Literal:
+                g = literal_gbnf.get(p.literal)
+                if g is None:
+                    g = literal_gbnf[p.literal] = gbnf_format_literal(p.literal.decode("utf-8", "surrogateescape"))
+                return g
+            if cls is Rule or cls is Ref:
+                return p.name
+            if cls is Epsilon or cls is Start or cls is End or cls is And or cls is Not:
+                return ""
+            if cls is Repetition:
                 g = to_gbnf(p.child)
-                if isinstance(effective(p.child), (Choice, Sequence)):
+                k = effective(p.child)
+                if k is Choice or k is Sequence:
                     g = "(" + g + ")"
                 return rep(g, p.min_count, p.max_count)
-            if isinstance(p, Any):
+            if cls is Any:
                 return "."
-            if isinstance(p, Space):
+            if cls is Space:
                 return "space"
-            if isinstance(p, Chars):
+            if cls is Chars:
                 return rep(p.pattern, p.min_count, p.max_count)
-            if isinstance(p, String):
+            if cls is String:
                 d = p.delimiter
                 return "( [^" + d + '\\\\] | "\\\\" ( [' + d + '\\\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )*'
-            if isinstance(p, Until):
+            if cls is Until:
                 if not p.delimiters:
                     return ".*"
                 return excluding_grammar(builder, "until-%d" % pid, p.delimiters)
-            if isinstance(p, Schema):
+            if cls is Schema:
                 if delegates(p):
                     return to_gbnf(p.child)
                 if isinstance(builder, StrictGrammarBuilder):
                     return builder.add_schema(p.name, p.node, p.source)
                 return builder.add_schema(p.name, p.node)
-            if isinstance(p, (Rule, Ref)):
-                return p.name
-            if isinstance(p, (Tag, Atomic)):
-                return to_gbnf(p.child)
-            if isinstance(p, Gbnf):
+            if cls is Gbnf:
                 return p.grammar
-            if isinstance(p, Ac):
+            if cls is Ac:
                 return including_grammar(builder, "ac-%d" % pid, p.delimiters)
-            raise TypeError(type(p).__name__)
+            raise TypeError(cls.__name__)
 
         if lazy:
             reachable = set()
@@ -724,21 +775,23 @@ class Arena:
             builder.add_rule("root", to_gbnf(self.root))
 
     def _reachable(self, pid):
-        reachable, visited = set(), set()
+        reachable = set()
+        parsers, get_rule = self.parsers, self.get_rule
         stack = [pid]
+        pop, push, extend = stack.pop, stack.append, stack.extend
         while stack:
-            p = self.parsers[stack.pop()]
-            if isinstance(p, (Sequence, Choice)):
-                stack.extend(reversed(p.children))
-            elif isinstance(p, Rule):
-                if p.name not in visited:
-                    visited.add(p.name)
+            p = parsers[pop()]
+            cls = p.__class__
+            if cls is Sequence or cls is Choice:
+                extend(p.children)
+            elif cls is Rule:
+                if p.name not in reachable:
                     reachable.add(p.name)
-                    stack.append(p.child)
-            elif isinstance(p, Ref):
-                stack.append(self.get_rule(p.name))
-            elif isinstance(p, _ONE_CHILD):
-                stack.append(p.child)
+                    push(p.child)
+            elif cls is Ref:
+                push(get_rule(p.name))
+            elif cls in _ONE_CHILD_SET:
+                push(p.child)
         return reachable
 
 

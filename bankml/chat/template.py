@@ -34,7 +34,7 @@ from bankml.chat.analysis import Analysis
 from bankml.chat.analysis_tools import build_tool_parser
 from bankml.chat.chat_peg import ChatMessage, ChatParseError, build_chat_peg_parser
 from bankml.chat.families import TRIGGER_PATTERN, TRIGGER_PATTERN_FULL, TRIGGER_TOKEN, TRIGGER_WORD, Inputs
-from bankml.chat.jinja import Program, TemplateError, caps_get, memo_json, preserve_reasoning
+from bankml.chat.jinja import Program, TemplateError, caps_get, memo_json, preserve_reasoning, prime_tojson
 from bankml.chat.params import (
     CONTINUATION_AUTO,
     CONTINUATION_CONTENT,
@@ -1143,8 +1143,11 @@ def _cached_tools(tools):
     hit = cache.TOOLS.get(key)
     if hit is not None:
         return hit[0], hit[1], key
-    tools_json = _tools_json(json.loads(key))
-    entry = (tools_json, memo_json(tools_json))
+    with cache.gc_paused():
+        tools_json = _tools_json(json.loads(key))
+        tools_render = memo_json(tools_json)
+        prime_tojson(tools_render)
+        entry = (tools_json, tools_render)
     cache.TOOLS.put(key, entry, weight=len(key))
     return entry[0], entry[1], key
 
@@ -1189,7 +1192,8 @@ def _derived(out, key, derive):
     its result for ``key`` from ``bankml.chat.cache.PARAMS``: immutable copies are kept, fresh lists and a fresh
     parser (over the same arena, which nothing changes once built) are given."""
     if key is None:
-        derive(out)
+        with cache.gc_paused():
+            derive(out)
         return
     hit = cache.PARAMS.get(key)
     if hit is not None:
@@ -1200,7 +1204,8 @@ def _derived(out, key, derive):
         out.parser = copy.copy(parser)
         return
     before = out.prompt
-    derive(out)
+    with cache.gc_paused():
+        derive(out)
     if not out.prompt.startswith(before):
         return
     parser = copy.copy(out.parser)
