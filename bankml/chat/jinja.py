@@ -89,19 +89,27 @@ def memo_json(value, depth=4):
     return out
 
 
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _JSON_FLOAT = re.compile(r"[0-9][.eE]|Infinity|NaN")
 
 
-def prime_tojson(items):
+def json_has_float(text):
+    """Whether a text of Python's JSON encoder holds a float (its strings taken out, a number with a point or
+    an exponent, or a non-finite one, is left)."""
+    return _JSON_FLOAT.search(_JSON_STRING.sub("", text)) is not None
+
+
+def prime_tojson(items, text=None):
     """Gives each ``JSONDict`` of ``items`` (values read from JSON text: string keys, no other types) its
     ``tojson`` text with the default separators, from Python's C JSON encoder, which writes such a value as
-    ``to_json`` does except for floats (``%g`` there): a value with a float is left to ``to_json``."""
+    ``to_json`` does except for floats (``%g`` there): a value with a float is left to ``to_json``. ``text``:
+    the items' JSON text, when known (one float check for all of them)."""
+    check_each = text is None or json_has_float(text)
     for item in items:
         if type(item) is JSONDict:
-            text = json.dumps(item, ensure_ascii=False, separators=(", ", ": "))
-            if _JSON_FLOAT.search(_JSON_STRING.sub("", text)) is None:
-                item.json_texts[(", ", ": ")] = text
+            out = json.dumps(item, ensure_ascii=False, separators=(", ", ": "), check_circular=False)
+            if not check_each or not json_has_float(out):
+                item.json_texts[(", ", ": ")] = out
 
 
 def to_json(value, indent=-1, item_sep=None, key_sep=": ", level=0):

@@ -691,6 +691,10 @@ class Arena:
         def to_gbnf(pid):
             p = parsers[pid]
             cls = p.__class__
+            while cls is Tag or cls is Atomic:  # they print as their child
+                pid = p.child
+                p = parsers[pid]
+                cls = p.__class__
             if cls is Sequence:
                 s = ""
                 for c in p.children:
@@ -715,8 +719,6 @@ class Arena:
                         k = effective(c)
                     s += "(" + g + ")" if k is Choice else g
                 return s
-            if cls is Tag or cls is Atomic:
-                return to_gbnf(p.child)
             if cls is Literal:
                 g = literal_gbnf.get(p.literal)
                 if g is None:

@@ -1146,7 +1146,7 @@ def _cached_tools(tools):
     with cache.gc_paused():
         tools_json = _tools_json(json.loads(key))
         tools_render = memo_json(tools_json)
-        prime_tojson(tools_render)
+        prime_tojson(tools_render, key)
         entry = (tools_json, tools_render)
     cache.TOOLS.put(key, entry, weight=len(key))
     return entry[0], entry[1], key
@@ -1212,7 +1212,7 @@ def _derived(out, key, derive):
     fields = tuple((name, _frozen(getattr(out, name))) for name in _DERIVED_FIELDS)
     weight = len(key[1] or "") + len(out.grammar or "")
     if parser is not None:
-        weight += 400 * len(parser.arena.parsers)
+        weight += 200 * len(parser.arena.parsers)
     cache.PARAMS.put(key, (fields, out.prompt[len(before) :], parser), weight)
 
 
