@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE))
 
 import walks  # noqa: E402
 
-from bankml import Grammar, Rules  # noqa: E402
+from bankml import Rules  # noqa: E402
 from bankml.chat import cache  # noqa: E402
 from bankml.chat.template import ChatTemplate  # noqa: E402
 
@@ -107,11 +107,18 @@ def renamed(tools, run):
     ]
 
 
+SLOW_MS = 5000.0  # a run this slow is not repeated
+SKIP_MS = 60000.0  # an engine whose compile took this long is not run on more tools
+
+
 def best(fn, repeat, setup=None):
-    """(result, fastest wall ms, fastest thread CPU ms) of ``repeat`` runs of fn(setup(i))."""
+    """(result, fastest wall ms, fastest thread CPU ms) of ``repeat`` runs of fn(setup(i)) (one when it takes
+    SLOW_MS or more)."""
     wall = cpu = None
     result = None
     for i in range(repeat):
+        if wall is not None and wall >= SLOW_MS:
+            break
         arg = setup(i) if setup else None
         w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         result = fn(arg)
@@ -122,24 +129,29 @@ def best(fn, repeat, setup=None):
     return result, wall, cpu
 
 
-def engine_pair(eng, compile_fn, repeat):
-    """Compile and first mask of an engine (walks.Engine) for ``compile_fn() -> compiled``."""
+def engine_pair(eng, compile_fn, repeat, matcher_fn=None):
+    """Compile (``compile_fn()``, then the engine's first matcher) and the first mask of that matcher, each run
+    on a fresh compile; the fastest of each."""
     out = eng.new_mask()
-    compiled, c_wall, c_cpu = best(lambda _: compile_fn(), repeat)
-    matcher = eng.matcher(compiled[0] if isinstance(compiled, tuple) else compiled)
+    compiles, cpus, masks = [], [], []
+    for _ in range(repeat):
+        w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        compiled = compile_fn()
+        matcher = (matcher_fn or eng.matcher)(compiled)
+        c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
+        if hasattr(matcher, "is_error") and matcher.is_error():
+            raise RuntimeError(matcher.get_error())
+        eng.fill(matcher, out)
+        w2 = time.perf_counter_ns()
+        compiles.append((w1 - w0) / 1e6)
+        cpus.append((c1 - c0) / 1e6)
+        masks.append((w2 - w1) / 1e6)
+        if compiles[-1] >= SLOW_MS:
+            break
+    return {"compile_ms": min(compiles), "compile_cpu_ms": min(cpus), "first_mask_ms": min(masks)}
 
-    def first_mask(_):
-        m = eng.matcher(compiled[0] if isinstance(compiled, tuple) else compiled)
-        w0 = time.perf_counter_ns()
-        eng.fill(m, out)
-        return (time.perf_counter_ns() - w0) / 1e6
 
-    masks = [first_mask(None) for _ in range(repeat)]
-    del matcher
-    return {"compile_ms": c_wall, "compile_cpu_ms": c_cpu, "first_mask_ms": min(masks)}
-
-
-def run_size(tmpl, tools, n, repeat, engines, vocab_name):
+def run_size(tmpl, tools, n, repeat, engines, vocab_name, skipped):
     row = {"tools": n}
     tools = tools[:n]
 
@@ -153,20 +165,27 @@ def run_size(tmpl, tools, n, repeat, engines, vocab_name):
     row["grammar_bytes"] = len(text.encode("utf-8"))
     row["grammar_rules"] = text.count("::=")
     for name in engines:
+        if skipped.get(name):
+            row[name] = {"error": "skipped: %.0f s to compile %d tools" % skipped[name]}
+            continue
         try:
             eng = walks.engine("xgrammar" if name == "xgrammar-stag" else name, vocab_name)
             if name == "bankml":
-                compile_fn = lambda: (lambda rules: (rules, Grammar(rules, eng.vocab)))(
-                    Rules.parse(text, vocab=eng.vocab)
-                )  # noqa: E731
-                row[name] = engine_pair(eng, compile_fn, repeat)
+                # bankml's first matcher builds the (rules, vocabulary) context: engine_pair times it as compile
+                row[name] = engine_pair(eng, lambda: Rules.parse(text, vocab=eng.vocab), repeat)
             elif name == "xgrammar":
                 gbnf = xgrammar_ebnf(text)
                 row[name] = engine_pair(
                     eng, lambda: eng.compiler.compile_grammar(eng.xgr.Grammar.from_ebnf(gbnf)), repeat
                 )
             elif name == "llguidance":
-                row[name] = engine_pair(eng, lambda: eng.compile(text), repeat)
+                # grammar_from reads the GBNF; the LLMatcher (engine_pair's first matcher) compiles it
+                row[name] = engine_pair(
+                    eng,
+                    lambda: eng.llg.grammar_from("gbnf", text),
+                    repeat,
+                    lambda grammar: eng.llg.LLMatcher(eng.tokenizer, grammar, log_level=0),
+                )
             elif name == "xgrammar-stag":
                 import xgrammar.builtin_structural_tag as bst
 
@@ -177,6 +196,8 @@ def run_size(tmpl, tools, n, repeat, engines, vocab_name):
                 row[name] = engine_pair(eng, compile_stag, repeat)
         except Exception as e:  # an engine that refuses the grammar is reported, not fatal
             row[name] = {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:160] if str(e) else "")}
+        if row[name].get("compile_ms", 0) >= SKIP_MS:
+            skipped[name] = (row[name]["compile_ms"] / 1e3, n)
     return row
 
 
@@ -193,7 +214,7 @@ def cell(row, engine, field):
     if r is None:
         return "–"
     if "error" in r:
-        return "error"
+        return "skipped" if r["error"].startswith("skipped") else "error"
     return fmt(r[field])
 
 
@@ -239,10 +260,10 @@ def main(argv=None):
         walks.engine("xgrammar" if name == "xgrammar-stag" else name, args.vocab)
     tmpl.apply(MESSAGES, tools=tools[:1], tool_choice="required", now=0)
     load_before = os.getloadavg()
-    rows = []
+    rows, skipped = [], {}
     for n in sizes:
         repeat = args.repeat if n <= 128 else max(2, args.repeat // 2)
-        rows.append(run_size(tmpl, tools, n, repeat, engines, args.vocab))
+        rows.append(run_size(tmpl, tools, n, repeat, engines, args.vocab, skipped))
         print("%d tools done" % n, file=sys.stderr, flush=True)
     load_after = os.getloadavg()
     print(

@@ -587,6 +587,9 @@ class Arena:
 
     def __init__(self):
         self.parsers, self.rules, self.root = [], {}, None
+        # rule (or root) parser id -> the rule parser ids its body reaches without another rule between, made
+        # by resolve_refs; None: not known (the grammar then walks the parsers)
+        self.rule_edges = None
 
     def get_rule(self, name):
         try:
@@ -620,34 +623,74 @@ class Arena:
                     p.children = [resolve(c) for c in p.children]
                 elif cls in _ONE_CHILD_SET:
                     p.child = resolve(p.child)
-        elif target:
-            # no ref can fail: only the parsers reachable from the root and the rules are ever used (to parse,
-            # for the grammar), so only they are rewritten; the chains ``a | b | c ...`` leave behind a parser
-            # per step holding every earlier alternative, which rewriting would make quadratic in the tools
-            get, ref_ids = target.get, target.keys()
-            stack = [pid for pid in rules.values()]
             if self.root is not None:
-                stack.append(self.root)
-            seen = set()
+                self.root = self._resolve(self.root)
+            self.rule_edges = None
+            return
+        # no ref can fail: only the parsers reachable from the root and the rules are ever used (to parse, for
+        # the grammar), so only they are rewritten, each rule's body walked once; the chains ``a | b | c ...``
+        # leave behind a parser per step holding every earlier alternative, which rewriting would make
+        # quadratic in the tools. The walk notes which rules each body reaches (rule_edges, for the grammar).
+        if self.root is not None:
+            self.root = self._resolve(self.root)
+        get, ref_ids = target.get, target.keys()
+        done = set()
+        edges = {}
+        starts = list(rules.values())
+        if self.root is not None and parsers[self.root].__class__ is not Rule:
+            starts.append(self.root)
+        for start in starts:
+            p = parsers[start]
+            if p.__class__ is Rule:
+                child = p.child = get(p.child, p.child)
+                stack = [child]
+            else:
+                stack = [start]
+            direct, visited = set(), set()
             while stack:
                 pid = stack.pop()
-                if pid in seen:
+                if pid in visited:
                     continue
-                seen.add(pid)
+                visited.add(pid)
                 p = parsers[pid]
                 cls = p.__class__
                 if cls is Sequence or cls is Choice:
-                    children = p.children
-                    if not ref_ids.isdisjoint(children):
-                        children = p.children = [get(c, c) for c in children]
-                    stack.extend(children)
+                    if pid not in done:
+                        done.add(pid)
+                        if not ref_ids.isdisjoint(p.children):
+                            p.children = [get(c, c) for c in p.children]
+                    stack.extend(p.children)
+                elif cls is Rule:
+                    direct.add(pid)
                 elif cls in _ONE_CHILD_SET:
-                    child = p.child = get(p.child, p.child)
-                    stack.append(child)
+                    if pid not in done:
+                        done.add(pid)
+                        p.child = get(p.child, p.child)
+                    stack.append(p.child)
                 elif cls is Ref:
                     stack.append(target[pid])
-        if self.root is not None:
-            self.root = self._resolve(self.root)
+            edges[start] = tuple(direct)
+        self.rule_edges = edges
+
+    def _reachable_rules(self, starts):
+        """The names of the rules reachable from ``starts`` (rule or root parser ids), over rule_edges; None
+        when a rule is not in them."""
+        parsers, edges = self.parsers, self.rule_edges
+        names, seen = set(), set()
+        stack = list(starts)
+        while stack:
+            rid = stack.pop()
+            if rid in seen:
+                continue
+            seen.add(rid)
+            p = parsers[rid]
+            if p.__class__ is Rule:
+                names.add(p.name)
+            nxt = edges.get(rid)
+            if nxt is None:
+                return None
+            stack.extend(nxt)
+        return names
 
     def parse(self, ctx, start=0, pid=None):
         if pid is None:
@@ -759,7 +802,15 @@ class Arena:
                 return including_grammar(builder, "ac-%d" % pid, p.delimiters)
             raise TypeError(cls.__name__)
 
-        if lazy:
+        reachable = None
+        if self.rule_edges is not None:
+            if lazy:
+                reachable = self._reachable_rules([rid for rid in self.rules.values() if parsers[rid].trigger])
+            elif self.root is not None:
+                reachable = self._reachable_rules([self.root])
+        if reachable is not None:
+            pass
+        elif lazy:
             reachable = set()
             for name, rid in self.rules.items():
                 if parsers[rid].trigger:
