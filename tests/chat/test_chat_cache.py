@@ -131,6 +131,11 @@ def _parses(out, outputs):
     return got
 
 
+def test_the_matrix():
+    # the counts docs/modules/chat.md gives
+    assert len(TEMPLATES) == 70 and len(REQUESTS) == 16
+
+
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_hit_equals_miss(name):
     tmpl = _template(name)
