@@ -12,10 +12,11 @@ that changes what it got cannot change a later answer. It must not import ``temp
 
 import gc
 import json
+import pickle
 import threading
 from collections import OrderedDict
 
-__all__ = ["LRUCache", "json_key", "clear", "stats", "gc_paused", "TOOLS", "PARAMS"]
+__all__ = ["LRUCache", "json_key", "object_key", "clear", "stats", "gc_paused", "TOOLS", "PARAMS"]
 
 
 class LRUCache:
@@ -137,6 +138,16 @@ def json_key(value):
         # a cycle is a RecursionError here (the encoder's cycle check, off, doubles its time)
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), check_circular=False)
     except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def object_key(value):
+    """The pickle of a request value (its exact structure, shared parts written once, so that a schema of
+    shared sub-objects stays as small as it is where its JSON text would be exponential), or None when it
+    cannot be pickled. ``pickle.loads`` of it is the cache's own faithful copy."""
+    try:
+        return pickle.dumps(value, protocol=5)
+    except (TypeError, ValueError, AttributeError, RecursionError, pickle.PicklingError):
         return None
 
 

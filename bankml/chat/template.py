@@ -24,6 +24,7 @@ Typical use, without a model::
 
 import copy
 import json
+import pickle
 import re
 import time
 from dataclasses import dataclass, field
@@ -542,7 +543,7 @@ class ChatTemplate:
         )
         # the derived parameters are cached unless they depend on a prefilled message or on values that are
         # not JSON; the cache keeps its own copy of the schema (the request's may change afterwards)
-        schema_key = cache.json_key(json_schema)
+        schema_key = cache.object_key(json_schema)
         key = None
         if not has_continuation and tools_key is not _UNCACHED and schema_key is not None:
             key = (
@@ -1153,9 +1154,9 @@ def _cached_tools(tools):
 
 
 def _private_schema(json_schema, schema_key):
-    """The cache's own copy of a response format's schema (from its JSON text)."""
+    """The cache's own copy of a response format's schema (from its pickle: the same structure)."""
     if isinstance(json_schema, (dict, list)):
-        return json.loads(schema_key)
+        return pickle.loads(schema_key)
     return json_schema
 
 
@@ -1210,7 +1211,7 @@ def _derived(out, key, derive):
         return
     parser = copy.copy(out.parser)
     fields = tuple((name, _frozen(getattr(out, name))) for name in _DERIVED_FIELDS)
-    weight = len(key[1] or "") + len(out.grammar or "")
+    weight = len(key[1] or "") + len(key[2] or b"") + len(out.grammar or "")
     if parser is not None:
         weight += 200 * len(parser.arena.parsers)
     cache.PARAMS.put(key, (fields, out.prompt[len(before) :], parser), weight)
