@@ -5,7 +5,8 @@ chat parser and stream), ``jinja`` (the Jinja port), ``analysis`` and ``analysis
 analysis of a template: reasoning, content and tool-call markers), ``peg``/``_peg``/``peg_builder`` (the PEG
 arena, its executor and builder), ``chat_peg`` (the chat parser builder and mappers), ``families/`` (the
 hand-written handlers of model families), ``constraint`` (a request's constraint: JSON mode, schemas,
-grammars), ``content`` (the JSON content rule) and ``templates`` (templates known by name).
+grammars), ``content`` (the JSON content rule), ``templates`` (templates known by name) and ``cache`` (what
+``apply`` derives from a template, its tools and options, kept by content).
 
 Must not import: ``serve`` or ``integrations``. It builds on ``schema``, ``sampling`` (none today) and
 ``engine``.

@@ -11,8 +11,11 @@ input values the template touched. Private to bankml; ``bankml.chat.template`` o
 """
 
 import inspect
+import json
 import math
+import re
 import time
+from json.encoder import encode_basestring
 
 import jinja2
 import jinja2.ext
@@ -49,37 +52,76 @@ def _json_float(value):
     return "%g" % value
 
 
-def _json_string(s):
-    out = ['"']
-    for c in s:
-        if c == '"':
-            out.append('\\"')
-        elif c == "\\":
-            out.append("\\\\")
-        elif c == "\b":
-            out.append("\\b")
-        elif c == "\f":
-            out.append("\\f")
-        elif c == "\n":
-            out.append("\\n")
-        elif c == "\r":
-            out.append("\\r")
-        elif c == "\t":
-            out.append("\\t")
-        elif ord(c) < 0x20:
-            out.append("\\u%04x" % ord(c))
-        else:
-            out.append(c)
-    out.append('"')
-    return "".join(out)
+# nlohmann's string escaping (quote, backslash, \b \f \n \r \t, other controls as \u00xx, the rest as it
+# is) is exactly what Python's json escapes with ensure_ascii=False; its C function does it
+_json_string = encode_basestring
+
+
+class JSONDict(dict):
+    """A JSON object that remembers its ``to_json`` texts (per indent and separators): the tools that the chat
+    layer caches by content (``bankml.chat.cache``) are made of these, so a template's ``tool | tojson`` is
+    computed once per tool, not on every render. The sandbox refuses a template's mutation of it."""
+
+    __slots__ = ("json_texts",)
+
+
+class JSONList(list):
+    """A JSON array that remembers its ``to_json`` texts (see ``JSONDict``)."""
+
+    __slots__ = ("json_texts",)
+
+
+def memo_json(value, depth=4):
+    """A copy of a JSON value whose objects and arrays down to ``depth`` levels are ``JSONDict`` / ``JSONList``
+    (deeper values are shared): for tools, the list, each tool, its function and its parameters, what templates
+    print with ``tojson``."""
+    if depth == 0:
+        return value
+    if isinstance(value, dict):
+        out = JSONDict()
+        for k, v in value.items():
+            out[k] = memo_json(v, depth - 1)
+    elif isinstance(value, (list, tuple)):
+        out = JSONList([memo_json(v, depth - 1) for v in value])
+    else:
+        return value
+    out.json_texts = {}
+    return out
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_JSON_FLOAT = re.compile(r"[0-9][.eE]|Infinity|NaN")
+
+
+def json_has_float(text):
+    """Whether a text of Python's JSON encoder holds a float (its strings taken out, a number with a point or
+    an exponent, or a non-finite one, is left)."""
+    return _JSON_FLOAT.search(_JSON_STRING.sub("", text)) is not None
+
+
+def prime_tojson(items, text=None):
+    """Gives each ``JSONDict`` of ``items`` (values read from JSON text: string keys, no other types) its
+    ``tojson`` text with the default separators, from Python's C JSON encoder, which writes such a value as
+    ``to_json`` does except for floats (``%g`` there): a value with a float is left to ``to_json``. ``text``:
+    the items' JSON text, when known (one float check for all of them)."""
+    check_each = text is None or json_has_float(text)
+    for item in items:
+        if type(item) is JSONDict:
+            out = json.dumps(item, ensure_ascii=False, separators=(", ", ": "), check_circular=False)
+            if not check_each or not json_has_float(out):
+                item.json_texts[(", ", ": ")] = out
 
 
 def to_json(value, indent=-1, item_sep=None, key_sep=": ", level=0):
     """llama.cpp's value_to_json (common/jinja/value.cpp): objects in insertion order, no escaping beyond JSON's."""
     if item_sep is None:
         item_sep = ", " if indent < 0 else ","
-    pad = lambda lvl: " " * (lvl * indent) if indent > 0 else ""
-    newline = "\n" if indent >= 0 else ""
+    if indent < 0:
+        return _to_json_flat(value, item_sep, key_sep)
+    return _to_json_indented(value, indent, item_sep, key_sep, level)
+
+
+def _to_json_scalar(value):
     if value is None or isinstance(value, jinja2.Undefined):
         return "null"
     if isinstance(value, bool):
@@ -88,22 +130,61 @@ def to_json(value, indent=-1, item_sep=None, key_sep=": ", level=0):
         return str(value)
     if isinstance(value, float):
         return _json_float(value)
+    return "null"
+
+
+def _to_json_flat(value, item_sep, key_sep):
+    """to_json without indentation: one line (the common case, kept apart for speed)."""
+    cls = type(value)
+    if cls is str:
+        return _json_string(value)
+    if cls is JSONDict or cls is JSONList:
+        key = (item_sep, key_sep)
+        text = value.json_texts.get(key)
+        if text is None:
+            text = value.json_texts[key] = _to_json_flat_container(value, item_sep, key_sep)
+        return text
+    if isinstance(value, str):
+        return _json_string(value)
+    if isinstance(value, (list, tuple, dict)):
+        return _to_json_flat_container(value, item_sep, key_sep)
+    return _to_json_scalar(value)
+
+
+def _to_json_flat_container(value, item_sep, key_sep):
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        return (
+            "{"
+            + item_sep.join(
+                [_json_string(str(k)) + key_sep + _to_json_flat(v, item_sep, key_sep) for k, v in value.items()]
+            )
+            + "}"
+        )
+    if not value:
+        return "[]"
+    return "[" + item_sep.join([_to_json_flat(v, item_sep, key_sep) for v in value]) + "]"
+
+
+def _to_json_indented(value, indent, item_sep, key_sep, level):
+    pad = lambda lvl: " " * (lvl * indent) if indent > 0 else ""
     if isinstance(value, str):
         return _json_string(value)
     if isinstance(value, (list, tuple)):
         if not value:
             return "[]"
-        parts = [pad(level + 1) + to_json(v, indent, item_sep, key_sep, level + 1) for v in value]
-        return "[" + newline + (item_sep + newline).join(parts) + newline + pad(level) + "]"
+        parts = [pad(level + 1) + _to_json_indented(v, indent, item_sep, key_sep, level + 1) for v in value]
+        return "[\n" + (item_sep + "\n").join(parts) + "\n" + pad(level) + "]"
     if isinstance(value, dict):
         if not value:
             return "{}"
         parts = [
-            pad(level + 1) + _json_string(str(k)) + key_sep + to_json(v, indent, item_sep, key_sep, level + 1)
+            pad(level + 1) + _json_string(str(k)) + key_sep + _to_json_indented(v, indent, item_sep, key_sep, level + 1)
             for k, v in value.items()
         ]
-        return "{" + newline + (item_sep + newline).join(parts) + newline + pad(level) + "}"
-    return "null"
+        return "{\n" + (item_sep + "\n").join(parts) + "\n" + pad(level) + "}"
+    return _to_json_scalar(value)
 
 
 def _ensure_ascii(text):

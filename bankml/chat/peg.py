@@ -223,7 +223,7 @@ class Sequence(_P):
     kind = "sequence"
 
     def __init__(self, children):
-        self.children = list(children)
+        self.children = children  # a list of its own (the builder makes one per parser)
 
     def parse(self, a, ctx, start):
         pos, nodes, invalid = start, [], []
@@ -247,7 +247,7 @@ class Choice(_P):
     kind = "choice"
 
     def __init__(self, children):
-        self.children = list(children)
+        self.children = children  # a list of its own (the builder makes one per parser)
 
     def parse(self, a, ctx, start):
         parsers = a.parsers
@@ -579,6 +579,7 @@ class Ac(_P):
 
 
 _ONE_CHILD = (Repetition, And, Not, Tag, Atomic, Gbnf, Ac, Rule, Schema)
+_ONE_CHILD_SET = frozenset(_ONE_CHILD)
 
 
 class Arena:
@@ -586,6 +587,9 @@ class Arena:
 
     def __init__(self):
         self.parsers, self.rules, self.root = [], {}, None
+        # rule (or root) parser id -> the rule parser ids its body reaches without another rule between, made
+        # by resolve_refs; None: not known (the grammar then walks the parsers)
+        self.rule_edges = None
 
     def get_rule(self, name):
         try:
@@ -602,13 +606,91 @@ class Arena:
         return self.get_rule(p.name) if isinstance(p, Ref) else pid
 
     def resolve_refs(self):
-        for p in self.parsers:
-            if isinstance(p, (Sequence, Choice)):
-                p.children = [self._resolve(c) for c in p.children]
-            elif isinstance(p, _ONE_CHILD):
-                p.child = self._resolve(p.child)
+        parsers, rules = self.parsers, self.rules
+        target, dangling = {}, False
+        for pid, p in enumerate(parsers):
+            if p.__class__ is Ref:
+                rid = rules.get(p.name)
+                if rid is None:
+                    dangling = True  # an error only where it is used: _resolve raises there
+                else:
+                    target[pid] = rid
+        if dangling:
+            resolve = self._resolve
+            for p in parsers:
+                cls = p.__class__
+                if cls is Sequence or cls is Choice:
+                    p.children = [resolve(c) for c in p.children]
+                elif cls in _ONE_CHILD_SET:
+                    p.child = resolve(p.child)
+            if self.root is not None:
+                self.root = self._resolve(self.root)
+            self.rule_edges = None
+            return
+        # no ref can fail: only the parsers reachable from the root and the rules are ever used (to parse, for
+        # the grammar), so only they are rewritten, each rule's body walked once; the chains ``a | b | c ...``
+        # leave behind a parser per step holding every earlier alternative, which rewriting would make
+        # quadratic in the tools. The walk notes which rules each body reaches (rule_edges, for the grammar).
         if self.root is not None:
             self.root = self._resolve(self.root)
+        get, ref_ids = target.get, target.keys()
+        done = set()
+        edges = {}
+        starts = list(rules.values())
+        if self.root is not None and parsers[self.root].__class__ is not Rule:
+            starts.append(self.root)
+        for start in starts:
+            p = parsers[start]
+            if p.__class__ is Rule:
+                child = p.child = get(p.child, p.child)
+                stack = [child]
+            else:
+                stack = [start]
+            direct, visited = set(), set()
+            while stack:
+                pid = stack.pop()
+                if pid in visited:
+                    continue
+                visited.add(pid)
+                p = parsers[pid]
+                cls = p.__class__
+                if cls is Sequence or cls is Choice:
+                    if pid not in done:
+                        done.add(pid)
+                        if not ref_ids.isdisjoint(p.children):
+                            p.children = [get(c, c) for c in p.children]
+                    stack.extend(p.children)
+                elif cls is Rule:
+                    direct.add(pid)
+                elif cls in _ONE_CHILD_SET:
+                    if pid not in done:
+                        done.add(pid)
+                        p.child = get(p.child, p.child)
+                    stack.append(p.child)
+                elif cls is Ref:
+                    stack.append(target[pid])
+            edges[start] = tuple(direct)
+        self.rule_edges = edges
+
+    def _reachable_rules(self, starts):
+        """The names of the rules reachable from ``starts`` (rule or root parser ids), over rule_edges; None
+        when a rule is not in them."""
+        parsers, edges = self.parsers, self.rule_edges
+        names, seen = set(), set()
+        stack = list(starts)
+        while stack:
+            rid = stack.pop()
+            if rid in seen:
+                continue
+            seen.add(rid)
+            p = parsers[rid]
+            if p.__class__ is Rule:
+                names.add(p.name)
+            nxt = edges.get(rid)
+            if nxt is None:
+                return None
+            stack.extend(nxt)
+        return names
 
     def parse(self, ctx, start=0, pid=None):
         if pid is None:
@@ -628,12 +710,11 @@ class Arena:
         def effective(pid):
             while True:
                 p = parsers[pid]
-                if isinstance(p, (Tag, Atomic)):
-                    pid = p.child
-                elif isinstance(p, Schema) and delegates(p):
+                cls = p.__class__
+                if cls is Tag or cls is Atomic or (cls is Schema and delegates(p)):
                     pid = p.child
                 else:
-                    return p
+                    return cls
 
         def rep(body, lo, hi):
             if lo == 0 and hi == 1:
@@ -648,13 +729,16 @@ class Arena:
                 return body if lo == 1 else body + "{%d}" % lo
             return body + "{%d,%d}" % (lo, hi)
 
+        literal_gbnf = {}
+
         def to_gbnf(pid):
             p = parsers[pid]
-            if isinstance(p, (Epsilon, Start, End, And, Not)):
-                return ""
-            if isinstance(p, Literal):
-                return gbnf_format_literal(p.literal.decode("utf-8", "surrogateescape"))
-            if isinstance(p, Sequence):
+            cls = p.__class__
+            while cls is Tag or cls is Atomic:  # they print as their child
+                pid = p.child
+                p = parsers[pid]
+                cls = p.__class__
+            if cls is Sequence:
                 s = ""
                 for c in p.children:
                     g = to_gbnf(c)
@@ -662,51 +746,71 @@ class Arena:
                         continue
                     if s:
                         s += " "
-                    s += "(" + g + ")" if isinstance(effective(c), (Choice, Sequence)) else g
+                    k = parsers[c].__class__
+                    if k is Tag or k is Atomic or k is Schema:
+                        k = effective(c)
+                    s += "(" + g + ")" if k is Choice or k is Sequence else g
                 return s
-            if isinstance(p, Choice):
+            if cls is Choice:
                 s = ""
                 for c in p.children:
                     if s:
                         s += " | "
                     g = to_gbnf(c)
-                    s += "(" + g + ")" if isinstance(effective(c), Choice) else g
+                    k = parsers[c].__class__
+                    if k is Tag or k is Atomic or k is Schema:
+                        k = effective(c)
+                    s += "(" + g + ")" if k is Choice else g
                 return s
-            if isinstance(p, Repetition):
+            if cls is Literal:
+                g = literal_gbnf.get(p.literal)
+                if g is None:
+                    g = literal_gbnf[p.literal] = gbnf_format_literal(p.literal.decode("utf-8", "surrogateescape"))
+                return g
+            if cls is Rule or cls is Ref:
+                return p.name
+            if cls is Epsilon or cls is Start or cls is End or cls is And or cls is Not:
+                return ""
+            if cls is Repetition:
                 g = to_gbnf(p.child)
-                if isinstance(effective(p.child), (Choice, Sequence)):
+                k = effective(p.child)
+                if k is Choice or k is Sequence:
                     g = "(" + g + ")"
                 return rep(g, p.min_count, p.max_count)
-            if isinstance(p, Any):
+            if cls is Any:
                 return "."
-            if isinstance(p, Space):
+            if cls is Space:
                 return "space"
-            if isinstance(p, Chars):
+            if cls is Chars:
                 return rep(p.pattern, p.min_count, p.max_count)
-            if isinstance(p, String):
+            if cls is String:
                 d = p.delimiter
                 return "( [^" + d + '\\\\] | "\\\\" ( [' + d + '\\\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )*'
-            if isinstance(p, Until):
+            if cls is Until:
                 if not p.delimiters:
                     return ".*"
                 return excluding_grammar(builder, "until-%d" % pid, p.delimiters)
-            if isinstance(p, Schema):
+            if cls is Schema:
                 if delegates(p):
                     return to_gbnf(p.child)
                 if isinstance(builder, StrictGrammarBuilder):
                     return builder.add_schema(p.name, p.node, p.source)
                 return builder.add_schema(p.name, p.node)
-            if isinstance(p, (Rule, Ref)):
-                return p.name
-            if isinstance(p, (Tag, Atomic)):
-                return to_gbnf(p.child)
-            if isinstance(p, Gbnf):
+            if cls is Gbnf:
                 return p.grammar
-            if isinstance(p, Ac):
+            if cls is Ac:
                 return including_grammar(builder, "ac-%d" % pid, p.delimiters)
-            raise TypeError(type(p).__name__)
+            raise TypeError(cls.__name__)
 
-        if lazy:
+        reachable = None
+        if self.rule_edges is not None:
+            if lazy:
+                reachable = self._reachable_rules([rid for rid in self.rules.values() if parsers[rid].trigger])
+            elif self.root is not None:
+                reachable = self._reachable_rules([self.root])
+        if reachable is not None:
+            pass
+        elif lazy:
             reachable = set()
             for name, rid in self.rules.items():
                 if parsers[rid].trigger:
@@ -724,21 +828,23 @@ class Arena:
             builder.add_rule("root", to_gbnf(self.root))
 
     def _reachable(self, pid):
-        reachable, visited = set(), set()
+        reachable = set()
+        parsers, get_rule = self.parsers, self.get_rule
         stack = [pid]
+        pop, push, extend = stack.pop, stack.append, stack.extend
         while stack:
-            p = self.parsers[stack.pop()]
-            if isinstance(p, (Sequence, Choice)):
-                stack.extend(reversed(p.children))
-            elif isinstance(p, Rule):
-                if p.name not in visited:
-                    visited.add(p.name)
+            p = parsers[pop()]
+            cls = p.__class__
+            if cls is Sequence or cls is Choice:
+                extend(p.children)
+            elif cls is Rule:
+                if p.name not in reachable:
                     reachable.add(p.name)
-                    stack.append(p.child)
-            elif isinstance(p, Ref):
-                stack.append(self.get_rule(p.name))
-            elif isinstance(p, _ONE_CHILD):
-                stack.append(p.child)
+                    push(p.child)
+            elif cls is Ref:
+                push(get_rule(p.name))
+            elif cls in _ONE_CHILD_SET:
+                push(p.child)
         return reachable
 
 

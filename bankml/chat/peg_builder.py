@@ -39,7 +39,7 @@ _INVALID_RULE_CHARS = re.compile(r"[^a-zA-Z0-9-]+")
 
 
 def _lit(b, x):
-    return x if isinstance(x, P) else b.literal(x)
+    return x if x.__class__ is P else b.literal(x)
 
 
 class P:
@@ -52,16 +52,20 @@ class P:
         self.id, self.b = id_, builder
 
     def __add__(self, other):
-        return self.b.sequence([self, _lit(self.b, other)])
+        b = self.b
+        return b._join(Sequence, self.id, (other if other.__class__ is P else b.literal(other)).id)
 
     def __radd__(self, other):
-        return self.b.sequence([self.b.literal(other), self])
+        b = self.b
+        return b._join(Sequence, b.literal(other).id, self.id)
 
     def __or__(self, other):
-        return self.b.choice([self, _lit(self.b, other)])
+        b = self.b
+        return b._join(Choice, self.id, (other if other.__class__ is P else b.literal(other)).id)
 
     def __ror__(self, other):
-        return self.b.choice([self.b.literal(other), self])
+        b = self.b
+        return b._join(Choice, b.literal(other).id, self.id)
 
     def __lshift__(self, other):
         other = _lit(self.b, other)
@@ -77,9 +81,23 @@ class Builder:
 
     def __init__(self):
         self.arena = Arena()
+        self._parsers = self.arena.parsers
 
     def add(self, parser):
-        return P(self.arena.add_parser(parser), self)
+        parsers = self._parsers
+        parsers.append(parser)
+        return P(len(parsers) - 1, self)
+
+    def _join(self, kind, left, right):
+        """A two-operand sequence or choice (``kind``), flattened as ``sequence`` / ``choice`` flatten."""
+        parsers = self._parsers
+        a, b = parsers[left], parsers[right]
+        if a.__class__ is kind:
+            flat = a.children + b.children if b.__class__ is kind else a.children + [right]
+        else:
+            flat = [left] + b.children if b.__class__ is kind else [left, right]
+        parsers.append(kind(flat))
+        return P(len(parsers) - 1, self)
 
     def eps(self):
         return self.add(Epsilon())
@@ -94,21 +112,26 @@ class Builder:
         return self.add(Literal(text.encode("utf-8") if isinstance(text, str) else bytes(text)))
 
     def _ids(self, parsers):
-        return [p.id if isinstance(p, P) else p for p in parsers]
+        return [p.id if p.__class__ is P else p for p in parsers]
+
+    def _flat(self, kind, parsers):
+        arena_parsers = self._parsers
+        flat = []
+        for p in parsers:
+            pid = p.id if p.__class__ is P else p
+            q = arena_parsers[pid]
+            if q.__class__ is kind:
+                flat += q.children
+            else:
+                flat.append(pid)
+        arena_parsers.append(kind(flat))
+        return P(len(arena_parsers) - 1, self)
 
     def sequence(self, parsers=()):
-        flat = []
-        for pid in self._ids(parsers):
-            p = self.arena.parsers[pid]
-            flat += p.children if isinstance(p, Sequence) else [pid]
-        return self.add(Sequence(flat))
+        return self._flat(Sequence, parsers)
 
     def choice(self, parsers=()):
-        flat = []
-        for pid in self._ids(parsers):
-            p = self.arena.parsers[pid]
-            flat += p.children if isinstance(p, Choice) else [pid]
-        return self.add(Choice(flat))
+        return self._flat(Choice, parsers)
 
     def repeat(self, p, lo, hi=None):
         return self.add(Repetition(p.id, lo, lo if hi is None else hi))
@@ -183,7 +206,7 @@ class Builder:
         already made is reused)."""
         clean = _INVALID_RULE_CHARS.sub("-", name)
         a = self.arena
-        if isinstance(p, P):
+        if p.__class__ is P:
             rid = a.add_parser(Rule(clean, p.id, trigger))
             a.rules[clean] = rid
             return self.ref(clean)

@@ -22,18 +22,20 @@ Typical use, without a model::
     out.prompt, out.generation_prompt
 """
 
+import copy
 import json
+import pickle
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from bankml.chat import families
+from bankml.chat import cache, families
 from bankml.chat.analysis import Analysis
 from bankml.chat.analysis_tools import build_tool_parser
 from bankml.chat.chat_peg import ChatMessage, ChatParseError, build_chat_peg_parser
 from bankml.chat.families import TRIGGER_PATTERN, TRIGGER_PATTERN_FULL, TRIGGER_TOKEN, TRIGGER_WORD, Inputs
-from bankml.chat.jinja import Program, TemplateError, caps_get, preserve_reasoning
+from bankml.chat.jinja import Program, TemplateError, caps_get, memo_json, preserve_reasoning, prime_tojson
 from bankml.chat.params import (
     CONTINUATION_AUTO,
     CONTINUATION_CONTENT,
@@ -218,6 +220,22 @@ def _normalize(messages, caps):
     return out
 
 
+def _common_prefix_length(a, b):
+    """The length of the longest common prefix of two strings, by slice comparisons (C loops, not a Python one
+    per character): halving the differing range keeps the total compared length linear."""
+    limit = min(len(a), len(b))
+    if a[:limit] == b[:limit]:
+        return limit
+    lo, hi = 0, limit  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def _trim(text):
     """llama.cpp's trim_whitespace (the C locale's isspace)."""
     return text.strip(" \t\n\v\f\r")
@@ -336,6 +354,8 @@ class ChatTemplate:
         self.caps = caps_get(self.program)
         self.handler = specialized_handler(source)
         self._analysis = None
+        # what the derived parameters depend on in the template (the analysis renders it with bos / eos)
+        self._cache_key = (source, bos_token, eos_token, bool(add_bos), bool(add_eos))
 
     @property
     def analysis(self):
@@ -394,11 +414,19 @@ class ChatTemplate:
         difference of the two renders."""
         without = self.render(messages, tools, False, enable_thinking, extra_context, now, override=override)
         with_ = self.render(messages, tools, True, enable_thinking, extra_context, now, override=override)
-        n = 0
-        limit = min(len(without), len(with_))
-        while n < limit and without[n] == with_[n]:
-            n += 1
+        n = _common_prefix_length(without, with_)
         return with_[n:]
+
+    def prompt_and_generation_prompt(
+        self, messages, tools, add_generation_prompt, enable_thinking=True, extra_context=None, now=None, override=False
+    ):
+        """``(render(..., add_generation_prompt), generation_prompt(...))`` from two renders, not three: the prompt
+        is one of the two renders the generation prompt compares (both at the same ``now``)."""
+        stamp = time.time() if now is None else now
+        without = self.render(messages, tools, False, enable_thinking, extra_context, stamp, override=override)
+        with_ = self.render(messages, tools, True, enable_thinking, extra_context, stamp, override=override)
+        n = _common_prefix_length(without, with_)
+        return (with_ if add_generation_prompt else without), with_[n:]
 
     # -- the request (common_chat_templates_apply_jinja up to the parser generation) ------------------------
 
@@ -506,9 +534,10 @@ class ChatTemplate:
         check_tool_choice(tool_choice)
         if tool_choice not in TOOL_CHOICES:
             raise ChatRequestError("Invalid tool_choice: %s" % (tool_choice,))
-        rendered, tools_json, extra, add_gen, continuation, continue_msg = self.prepare(
-            messages, tools, add_generation_prompt, continue_final_message, enable_thinking, chat_template_kwargs, now
+        rendered, _, extra, add_gen, continuation, continue_msg = self.prepare(
+            messages, None, add_generation_prompt, continue_final_message, enable_thinking, chat_template_kwargs, now
         )
+        tools_json, tools_render, tools_key = _cached_tools(tools)
         if isinstance(json_schema, str):
             try:
                 json_schema = _jsondepth.loads(json_schema) if json_schema else None
@@ -517,10 +546,29 @@ class ChatTemplate:
         has_continuation = (
             continuation != CONTINUATION_NONE and continue_msg is not None and not _msg_empty(continue_msg)
         )
+        # the derived parameters are cached unless they depend on a prefilled message or on values that are
+        # not JSON; the cache keeps its own copy of the schema (the request's may change afterwards)
+        schema_key = cache.object_key(json_schema)
+        key = None
+        if not has_continuation and tools_key is not _UNCACHED and schema_key is not None:
+            key = (
+                self._cache_key,
+                tools_key,
+                schema_key,
+                reasoning_format,
+                tool_choice,
+                bool(parallel_tool_calls),
+                enable_thinking,
+                add_gen,
+                continuation,
+                json_schema_mode,
+            )
+            json_schema = _private_schema(json_schema, schema_key)
         if self.handler is not None:
             return self._apply_handler(
                 rendered,
                 tools_json,
+                tools_render,
                 add_gen,
                 enable_thinking,
                 extra,
@@ -532,9 +580,9 @@ class ChatTemplate:
                 tool_choice,
                 parallel_tool_calls,
                 json_schema_mode,
+                key,
             )
-        prompt = self.render(rendered, tools_json, add_gen, enable_thinking, extra, now)
-        gen = self.generation_prompt(rendered, tools_json, enable_thinking, extra, now)
+        prompt, gen = self.prompt_and_generation_prompt(rendered, tools_render, add_gen, enable_thinking, extra, now)
         out = ChatPrompt(prompt, gen, handler=self.handler, caps=self.caps.to_dict(), json_schema_mode=json_schema_mode)
         a = self.analysis
         parser_gen = gen
@@ -551,8 +599,6 @@ class ChatTemplate:
             out.generation_prompt = gen
         out.format = "peg-native"
         extracting = reasoning_format != "none" and a.reasoning.mode != "NONE"
-        json_mode = isinstance(json_schema, dict) and bool(json_schema)
-        head = "Unable to generate parser for this template. Automatic parser generation failed: "
         inp = Inputs(
             None,
             self.source,
@@ -566,6 +612,28 @@ class ChatTemplate:
             enable_thinking,
             add_gen,
         )
+
+        def derive(out):
+            self._derive_auto(out, a, parser_gen, extracting, json_schema, inp, json_schema_mode)
+
+        _derived(out, None if key is None else key + ("auto", parser_gen), derive)
+        out.supports_thinking = a.reasoning.mode != "NONE"
+        out.thinking_start_tag = _trim(a.reasoning.start) if out.supports_thinking else ""
+        end = _trim(a.reasoning.end)
+        out.thinking_end_tags = [end] if out.supports_thinking and end else []
+        out.preserved_tokens = list(a.preserved_tokens)
+        out.additional_stops = list(a.additional_stops)
+        out.delimiters = ([["assistant", a.assistant_start]] if a.assistant_start else []) + (
+            [["user", a.user_start]] if a.user_start else []
+        )
+        return out
+
+    def _derive_auto(self, out, a, parser_gen, extracting, json_schema, inp, json_schema_mode):
+        """The auto-parser's part of apply that the messages do not change (given the generation prompt): the
+        arena, its grammar, the lazy flag and triggers, and the parser."""
+        json_mode = isinstance(json_schema, dict) and bool(json_schema)
+        head = "Unable to generate parser for this template. Automatic parser generation failed: "
+        tool_choice = inp.tool_choice
         tf = a.tools.format
         has_tools = tf.mode != "NONE" and inp.has_tools
         trigger = tf.section_start or tf.per_call_start
@@ -586,21 +654,12 @@ class ChatTemplate:
         except SchemaError as e:
             raise schema_error(e, head) from None
         out.parser = ChatParser(arena, out.generation_prompt)
-        out.supports_thinking = a.reasoning.mode != "NONE"
-        out.thinking_start_tag = _trim(a.reasoning.start) if out.supports_thinking else ""
-        end = _trim(a.reasoning.end)
-        out.thinking_end_tags = [end] if out.supports_thinking and end else []
-        out.preserved_tokens = list(a.preserved_tokens)
-        out.additional_stops = list(a.additional_stops)
-        out.delimiters = ([["assistant", a.assistant_start]] if a.assistant_start else []) + (
-            [["user", a.user_start]] if a.user_start else []
-        )
-        return out
 
     def _apply_handler(
         self,
         rendered,
         tools_json,
+        tools_render,
         add_gen,
         enable_thinking,
         extra,
@@ -612,10 +671,12 @@ class ChatTemplate:
         tool_choice="auto",
         parallel_tool_calls=False,
         json_schema_mode="llama.cpp",
+        key=None,
     ):
         """llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context they rewrite before
         rendering here, then the handler of ``bankml.chat.families`` (continuation prompt, tags, tokens, parser,
-        grammar)."""
+        grammar), cached under ``key`` (None: not cached) with the generation prompt and what of the prompt
+        the handler reads."""
         h, src = self.handler, self.source
         override, context = None, None
         if h in ("gpt-oss", "lfm2", "lfm2.5"):
@@ -655,29 +716,30 @@ class ChatTemplate:
             ctx.update(context)
         is_override = override is not None
         msgs = override if is_override else rendered
-        prompt = self.render(msgs, tools_json, add_gen, enable_thinking, ctx, now, override=is_override)
+        prompt, gen = self.prompt_and_generation_prompt(
+            msgs, tools_render, add_gen, enable_thinking, ctx, now, override=is_override
+        )
         if h == "gpt-oss" and not add_gen:
             pos = prompt.rfind("<|return|>")
             if pos >= 0:
                 prompt = prompt[:pos] + "<|end|>" + prompt[pos + len("<|return|>") :]
-        gen = self.generation_prompt(msgs, tools_json, enable_thinking, ctx, now, override=is_override)
         out = ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict(), json_schema_mode=json_schema_mode)
-        families.apply(
-            out,
-            families.Inputs(
-                h,
-                src,
-                json_schema,
-                reasoning_format,
-                continuation,
-                continue_msg,
-                tools_json,
-                tool_choice,
-                bool(parallel_tool_calls),
-                enable_thinking=enable_thinking,
-                add_generation_prompt=add_gen,
-            ),
+        inp = families.Inputs(
+            h,
+            src,
+            json_schema,
+            reasoning_format,
+            continuation,
+            continue_msg,
+            tools_json,
+            tool_choice,
+            bool(parallel_tool_calls),
+            enable_thinking=enable_thinking,
+            add_generation_prompt=add_gen,
         )
+        if key is not None:
+            key = key + (h, gen, families.prompt_key(h, prompt))
+        _derived(out, key, lambda out: families.apply(out, inp))
         return out
 
 
@@ -1092,6 +1154,97 @@ def _as_text(content):
     if not isinstance(content, str):
         raise ChatRequestError("[json.exception.type_error.302] type must be string, but is " + json_type_name(content))
     return content
+
+
+_UNCACHED = object()  # the tools_key of tools that are not JSON (their request is not cached)
+
+
+def _cached_tools(tools):
+    """``(tools_json, tools_render, tools_key)``: the request's tools as llama.cpp passes them (``_tools_json``),
+    the same made of ``JSONDict`` / ``JSONList`` for the template (each tool's JSON text computed once), and their
+    JSON text (None: no tools; ``_UNCACHED``: not JSON). Both are cached by that text and built from its parse,
+    so they are the cache's own (a caller changing its tools afterwards changes nothing) and a hit is built
+    from exactly what a miss is."""
+    if not tools:
+        return None, None, None
+    key = cache.json_key(tools)
+    if key is None:
+        tools_json = _tools_json(tools)
+        return tools_json, tools_json, _UNCACHED
+    hit = cache.TOOLS.get(key)
+    if hit is not None:
+        return hit[0], hit[1], key
+    with cache.gc_paused():
+        tools_json = _tools_json(json.loads(key))
+        tools_render = memo_json(tools_json)
+        prime_tojson(tools_render, key)
+        entry = (tools_json, tools_render)
+    cache.TOOLS.put(key, entry, weight=len(key))
+    return entry[0], entry[1], key
+
+
+def _private_schema(json_schema, schema_key):
+    """The cache's own copy of a response format's schema (from its pickle: the same structure)."""
+    if isinstance(json_schema, (dict, list)):
+        return pickle.loads(schema_key)
+    return json_schema
+
+
+# the ChatPrompt fields a handler or the auto-parser derives (besides the prompt's suffix and the parser)
+_DERIVED_FIELDS = (
+    "format",
+    "supports_thinking",
+    "thinking_start_tag",
+    "thinking_end_tags",
+    "preserved_tokens",
+    "additional_stops",
+    "delimiters",
+    "grammar",
+    "grammar_lazy",
+    "grammar_triggers",
+    "generation_prompt",
+)
+
+
+def _frozen(value):
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _thawed(value):
+    if isinstance(value, tuple):
+        return [_thawed(v) for v in value]
+    return value
+
+
+def _derived(out, key, derive):
+    """``derive(out)`` (which sets the derived fields of the ChatPrompt ``out`` and may append to its prompt), or
+    its result for ``key`` from ``bankml.chat.cache.PARAMS``: immutable copies are kept, fresh lists and a fresh
+    parser (over the same arena, which nothing changes once built) are given."""
+    if key is None:
+        with cache.gc_paused():
+            derive(out)
+        return
+    hit = cache.PARAMS.get(key)
+    if hit is not None:
+        fields, suffix, parser = hit
+        for name, value in fields:
+            setattr(out, name, _thawed(value))
+        out.prompt += suffix
+        out.parser = copy.copy(parser)
+        return
+    before = out.prompt
+    with cache.gc_paused():
+        derive(out)
+    if not out.prompt.startswith(before):
+        return
+    parser = copy.copy(out.parser)
+    fields = tuple((name, _frozen(getattr(out, name))) for name in _DERIVED_FIELDS)
+    weight = len(key[1] or "") + len(key[2] or b"") + len(out.grammar or "")
+    if parser is not None:
+        weight += 200 * len(parser.arena.parsers)
+    cache.PARAMS.put(key, (fields, out.prompt[len(before) :], parser), weight)
 
 
 def _tools_json(tools):

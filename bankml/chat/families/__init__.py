@@ -46,6 +46,7 @@ __all__ = [
     "defaults",
     "finish",
     "ported",
+    "prompt_key",
 ]
 
 # handler name -> its module (the ported ones)
@@ -71,6 +72,14 @@ HANDLERS = {
 
 def ported(handler):
     return handler in HANDLERS
+
+
+def prompt_key(handler, prompt):
+    """What of the rendered prompt a handler reads (``bankml.chat.template`` keys its cache of the handler's
+    results on it): Gemma 4 whether the prompt ends a turn, the others nothing."""
+    if handler == "gemma4":
+        return prompt.endswith("<turn|>\n")
+    return None
 
 
 def apply(out, inp):
