@@ -188,16 +188,17 @@ def fill_next_token_bitmasks(grammars, bitmask, max_workers=None, indices=None):
     cdef mask_row* row
     cdef BatchPool pool = None
     cdef int threads
-    cdef list entered = []
+    cdef vector[PyObject*] locks
+    cdef size_t entered = 0, k
+    array = _batch_bitmask(bitmask)
+    width = array.shape[1]
     for g in matchers:   # (TypeError for anything else)
         if g.decoded is None:
             raise ValueError("this Grammar has no vocabulary; give Grammar(rules, vocab) to compute masks")
-    array = _batch_bitmask(bitmask)
-    width = array.shape[1]
-    for g in matchers:
         if (g.decoded.n_vocab + 31) // 32 != width:
             raise ValueError(f"Invalid bitmask: expected rows of {(g.decoded.n_vocab + 31) // 32} int32 words "
                              f"for a vocabulary of {g.decoded.n_vocab} tokens, got {width}")
+        locks.push_back(<PyObject*>g)
     rows = _batch_rows(indices, n, array.shape[0], "bitmask row")
     if n == 0:
         return bitmask
@@ -208,11 +209,14 @@ def fill_next_token_bitmasks(grammars, bitmask, max_workers=None, indices=None):
     stride = array.strides[0]
     row_of = <const int64_t*>cnp.PyArray_DATA(rows)
     job.resize(n)
-    # each matcher's lock, in one order (two batches sharing matchers never wait on each other in a cycle)
-    for g in sorted(set(matchers), key=id):
-        g.enter()
-        entered.append(g)
+    # each matcher's lock once, in address order (two batches sharing matchers never wait on each other in a
+    # cycle); the list holds the matchers, so the borrowed pointers stay valid
+    sort(locks.begin(), locks.end())
+    locks.erase(unique(locks.begin(), locks.end()), locks.end())
     try:
+        while entered < locks.size():
+            (<Grammar>locks[entered]).enter()
+            entered += 1
         for i in range(n):
             g = matchers[i]
             row = &job[i]
@@ -244,8 +248,8 @@ def fill_next_token_bitmasks(grammars, bitmask, max_workers=None, indices=None):
             if job[i].status != 0:
                 (<Grammar>matchers[i]).fill_next_token_bitmask(array, row_of[i])
     finally:
-        for g in entered:
-            g.leave()
+        for k in range(entered):
+            (<Grammar>locks[k]).leave()
     return bitmask
 
 

@@ -206,8 +206,9 @@ class BankmlLogitsProcessor(LogitsProcessor):
     (``spec.Compiler``), so requests with the same schema share one mask cache.
 
     ``BANKML_VLLM_TRACE=PATH`` in the engine's environment appends one JSON line per constrained row and step
-    to PATH: the constraint, the output tokens so far and the SHA-256 of the mask row (the bytes of the
-    int32 words), so that a test can replay the tokens through bankml and compare every mask.
+    to PATH: the constraint, the output tokens so far, whether the row was held to end-of-generation tokens
+    and the SHA-256 of the mask row (the bytes of the int32 words), so that a test can replay the tokens
+    through libllama's grammar (the oracle) and compare every mask.
     """
 
     def __init__(self, vllm_config, device, is_pin_memory):
@@ -295,6 +296,7 @@ class BankmlLogitsProcessor(LogitsProcessor):
                         "kind": kind,
                         "spec": spec,
                         "tokens": list(row.output_ids[: row.seen]),
+                        "held": row.done or row.dead,
                         "mask_sha256": hashlib.sha256(words[k].tobytes()).hexdigest(),
                     }
                 )
