@@ -26,46 +26,46 @@ public:
     batch_pool(const batch_pool&) = delete;
     batch_pool& operator=(const batch_pool&) = delete;
 
-    // task(job, i) for every i in [0, n_items): on the calling thread and on pool threads 0..helpers-1
-    // (each must have entered work() or be about to), returning when all are done.
+    // task(job, i) for every i in [0, n_items): on the calling thread and on those of pool threads
+    // 0..helpers-1 that wake while rows are left, returning when all are done. The caller never waits for a
+    // helper that has not woken (on a loaded machine it may not be scheduled for milliseconds): it takes the
+    // rows itself, closes the batch and waits only for helpers that are inside it.
     void run(batch_task task, void* job, std::int64_t n_items, int helpers) {
         std::lock_guard<std::mutex> serial(run_lock_);
-        if (helpers > 0) {
+        {
             std::lock_guard<std::mutex> guard(lock_);
             task_ = task;
             job_ = job;
             n_items_ = n_items;
             next_.store(0, std::memory_order_relaxed);
             helpers_ = helpers;
-            pending_ = helpers;
+            open_ = helpers > 0;
+            active_ = 0;
             ++generation_;
-        } else {
-            task_ = task;
-            job_ = job;
-            n_items_ = n_items;
-            next_.store(0, std::memory_order_relaxed);
         }
         if (helpers > 0) wake_.notify_all();
         drain();
         if (helpers > 0) {
             std::unique_lock<std::mutex> guard(lock_);
-            done_.wait(guard, [this] { return pending_ == 0; });
+            open_ = false;
+            done_.wait(guard, [this] { return active_ == 0; });
         }
     }
 
     // A pool thread's life: wait for a batch it takes part in, take rows until none is left; until stop().
     void work(int index) {
         std::unique_lock<std::mutex> guard(lock_);
-        std::uint64_t seen = 0;   // a thread that enters late still joins the batch under way
+        std::uint64_t seen = 0;
         for (;;) {
             wake_.wait(guard, [&] { return stopping_ || generation_ != seen; });
             if (stopping_) return;
             seen = generation_;
-            if (index >= helpers_) continue;
+            if (index >= helpers_ || !open_) continue;   // not asked, or the caller finished without it
+            ++active_;
             guard.unlock();
             drain();
             guard.lock();
-            if (--pending_ == 0) done_.notify_one();
+            if (--active_ == 0) done_.notify_one();
         }
     }
 
@@ -95,7 +95,8 @@ private:
     std::int64_t n_items_ = 0;
     std::atomic<std::int64_t> next_{0};
     int helpers_ = 0;
-    int pending_ = 0;
+    int active_ = 0;        // helpers inside the open batch
+    bool open_ = false;     // helpers may still join the batch
     bool stopping_ = false;
 };
 
