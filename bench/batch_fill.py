@@ -16,7 +16,10 @@ the states round robin over the grammars (batch 256 = ~8 states of each of ~30 g
   schemas), one call per batch.
 
 Scaling = time on 1 thread / time on 2 threads, from one run. The load average is recorded before and
-after: on a shared machine the second core is not always free, and the figures say so.
+after: on a shared machine the second core is not always free, and the wall-clock figures say so. So the
+warm rows also report the CPU time of the busiest thread (the calling thread or a mask thread, per-thread
+CPU clocks): 1-thread CPU / busiest-thread CPU on 2 threads is the scaling the split of the work allows when
+both threads have a core (it leaves out waking a thread and waiting for one).
 """
 
 import argparse
@@ -25,6 +28,7 @@ import json
 import os
 import pathlib
 import sys
+import threading
 import time
 
 import numpy as np
@@ -90,19 +94,30 @@ def batch_of(per_grammar, n):
     return out
 
 
+def thread_clocks():
+    """CPU clocks of the calling thread and of bankml's mask threads (time.pthread_getcpuclockid)."""
+    helpers = [t for t in threading.enumerate() if t.name.startswith("bankml-mask-")]
+    return [time.CLOCK_THREAD_CPUTIME_ID] + [time.pthread_getcpuclockid(t.ident) for t in helpers]
+
+
 def timed(states, bitmask, threads, seconds, repeats):
-    best = float("inf")
-    calls = 1
+    """(best wall seconds per call, CPU seconds per call of the busiest thread in the run with the best
+    busiest-thread figure); the second does not count time the threads waited for a core."""
+    best = best_cpu = float("inf")
     t0 = time.perf_counter()
     fill_next_token_bitmasks(states, bitmask, max_workers=threads)
     first = time.perf_counter() - t0
     calls = max(1, int(seconds / max(first, 1e-6)))
+    clocks = thread_clocks()
     for _ in range(repeats):
+        c0 = [time.clock_gettime(c) for c in clocks]
         t0 = time.perf_counter()
         for _ in range(calls):
             fill_next_token_bitmasks(states, bitmask, max_workers=threads)
         best = min(best, (time.perf_counter() - t0) / calls)
-    return best
+        busiest = max(time.clock_gettime(c) - c0[k] for k, c in enumerate(clocks))
+        best_cpu = min(best_cpu, busiest / calls)
+    return best, best_cpu
 
 
 def main():
@@ -142,9 +157,12 @@ def main():
         bitmask = np.zeros((n, width), dtype=np.int32)
         entry = {"batch": n}
         for threads in thread_counts:
-            entry[f"ms_{threads}t"] = timed(states, bitmask, threads, args.seconds, args.repeats) * 1e3
+            wall, cpu = timed(states, bitmask, threads, args.seconds, args.repeats)
+            entry[f"ms_{threads}t"] = wall * 1e3
+            entry[f"busiest_thread_cpu_ms_{threads}t"] = cpu * 1e3
         if 1 in thread_counts and 2 in thread_counts:
             entry["scaling_2t"] = entry["ms_1t"] / entry["ms_2t"]
+            entry["cpu_scaling_2t"] = entry["busiest_thread_cpu_ms_1t"] / entry["busiest_thread_cpu_ms_2t"]
         entry["masks_per_s_1t"] = n / entry["ms_1t"] * 1e3 if "ms_1t" in entry else None
         report["warm"].append(entry)
         print("warm", json.dumps(entry), file=sys.stderr)
