@@ -157,6 +157,13 @@ def test_logits_processor_masks_each_row_through_batch_changes(vocab):
             outputs[0].append(walks[0][step])
         proc.update_state(None)
         check(order)
+    # a request that goes on after an end-of-generation token is held to those tokens, without a mask
+    outputs[2].append(sorted(vocab.eog_ids)[0])
+    proc.update_state(None)
+    logits = torch.from_numpy(rng.standard_normal((len(order), len(vocab))).astype(np.float32))
+    proc.apply(logits)
+    assert proc.rows[0].done or proc.rows[0].dead
+    assert sorted(torch.nonzero(torch.isfinite(logits[0])).flatten().tolist()) == sorted(vocab.eog_ids)
     assert proc.compiler.compiled == 2
 
 
