@@ -7,6 +7,7 @@ Used by tests/integrations/test_engine_vllm.py (in a child process: vLLM starts 
 import json
 import os
 import sys
+from importlib.metadata import entry_points
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,6 +39,12 @@ def main(out_path):
 
     gguf = engines_support.smollm2_gguf()
     eog = list(Vocab.from_gguf(gguf).eog_ids)
+    # installed bankml registers the processor under vLLM's entry point, and every engine loads it from there;
+    # naming it as well would load it twice (every row masked twice)
+    registered = any(
+        ep.value == "bankml.integrations.vllm:BankmlLogitsProcessor"
+        for ep in entry_points(group="vllm.logits_processors")
+    )
     llm = LLM(
         model=engines_support.smollm2_hf_dir(),
         enforce_eager=True,
@@ -45,7 +52,7 @@ def main(out_path):
         max_model_len=512,
         max_num_seqs=8,
         seed=0,
-        logits_processors=[BankmlLogitsProcessor],
+        logits_processors=[] if registered else [BankmlLogitsProcessor],
         additional_config={"bankml_vocab": gguf},
     )
     tokenizer = llm.get_tokenizer()

@@ -3,12 +3,14 @@
 # _rules.pxd's; character classes are _charclass.pxd's, bit sets _bits.pxd's.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp.map cimport map as cpp_map
+from bankml.engine._batchpool cimport batch_pool, batch_task
 from bankml.engine._flatmap cimport flat_map
 from bankml.engine._zeroarray cimport zero_array
 from libcpp.unordered_set cimport unordered_set
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 from cpython.pythread cimport PyThread_type_lock
+from cpython.ref cimport PyObject
 cimport numpy as cnp
 cimport cython
 
@@ -418,3 +420,39 @@ cdef class Grammar:
     cdef void leave(self) noexcept
     cdef int accept_step(self, token_t token) except -1
     cdef bint try_accept(self, token_t token) except -1
+
+
+# One row of a batch fill (_batch.pxi): what a pool thread needs to fill it without the GIL.
+cdef struct mask_row:
+    PyObject* ctx                  # the matcher's MatchContext (borrowed: the batch's list of matchers holds it)
+    const vector[node_t]* stacks   # the matcher's stacks (unchanged: the batch holds the matcher's lock)
+    uint32_t* out                  # its bitmask row
+    const token_t* candidates      # ROW_PARTIAL: the continuation candidates (DecodedVocab's cached array)
+    int64_t n_candidates
+    vocab_view vocab               # ROW_PARTIAL
+    partial_utf8 partial           # ROW_PARTIAL: the open character
+    int64_t n_vocab
+    int kind                       # ROW_* (_batch.pxi)
+    int status                     # 0 written; else answered after the batch, with the GIL
+
+
+# A batch of logits rows to mask (apply_token_bitmask_inplace): row k of masks onto logits row logit_rows[k].
+cdef struct apply_job:
+    float* logits
+    int64_t logit_stride           # floats from one logits row to the next
+    const int64_t* logit_rows
+    int64_t n_columns
+    const uint32_t* masks
+    int64_t mask_stride            # words from one bitmask row to the next
+    int64_t width                  # words per bitmask row
+
+
+# the process's pool of mask threads: the calling thread and `threads` of these fill a batch's rows
+@cython.final
+cdef class BatchPool:
+    cdef batch_pool* pool
+    cdef readonly int pid          # the process that made it (a forked child makes its own)
+    cdef list threads
+
+    cdef int grow(self, int helpers) except -1
+    cdef void run(self, batch_task task, void* job, int64_t n_items, int helpers) noexcept nogil

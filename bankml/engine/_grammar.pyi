@@ -118,5 +118,14 @@ class Grammar:
     def reset(self) -> None: ...
 
 def fill_next_token_bitmasks(
-    grammars: Sequence[Grammar], bitmask: npt.NDArray[np.int32], max_workers: int | None = None
-) -> npt.NDArray[np.int32]: ...
+    grammars: Sequence[Grammar],
+    bitmask: Any,
+    max_workers: int | None = None,
+    indices: Sequence[int] | npt.NDArray[np.integer[Any]] | None = None,
+) -> Any: ...
+def apply_token_bitmask_inplace(
+    logits: Any,
+    bitmask: Any,
+    indices: Sequence[int] | npt.NDArray[np.integer[Any]] | None = None,
+    max_workers: int | None = None,
+) -> Any: ...

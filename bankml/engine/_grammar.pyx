@@ -14,8 +14,9 @@ of id: _stacks.pxi (StackPool: node ids), _stacksets.pxi (StackSets: set ids),
 _walk.pxi (TrieWalk: trie positions), _segments.pxi (SegmentCache: entry ids),
 _maskcache.pxi (MaskCache: mask slots), _context.pxi (MatchContext, their composition
 under one lock), _precompute.pxi (the build ahead of use), _rollback.pxi
-(RollbackRing: ring slots) and _matcher.pxi (Grammar). This file holds the bounds and
-sentinels they share and the module-level helpers. It must not parse text (_rules and
+(RollbackRing: ring slots), _matcher.pxi (Grammar) and _batch.pxi (a batch's rows in one
+call: BatchPool and its threads). This file holds the bounds and sentinels they share and
+the module-level helpers. It must not parse text (_rules and
 its _gbnf.pxi do) nor read vocabulary files (vocab.py does).
 """
 import bisect
@@ -30,6 +31,8 @@ import numpy as np
 cimport numpy as cnp
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.exc cimport PyErr_Clear
+from cpython.ref cimport PyObject
 from cpython.pythread cimport (PyThread_acquire_lock, PyThread_allocate_lock, PyThread_free_lock,
                                PyThread_get_thread_ident, PyThread_release_lock)
 from libc.math cimport INFINITY
@@ -214,6 +217,7 @@ include "_context.pxi"
 include "_precompute.pxi"
 include "_rollback.pxi"
 include "_matcher.pxi"
+include "_batch.pxi"
 
 
 def _context_for(Rules rules, vocab, size_t max_stacks, double precompute):
@@ -383,40 +387,6 @@ def _check_logits(logits, expected):
             f"Invalid logits: expected writable C-contiguous float32 of shape ({expected},), got "
             f"{getattr(logits, 'dtype', type(logits).__name__)} of shape {getattr(logits, 'shape', None)}"
             + ("" if not isinstance(logits, np.ndarray) or logits.flags.c_contiguous else ", not contiguous"))
-
-
-_batch_pool = None
-
-
-def fill_next_token_bitmasks(grammars, bitmask, max_workers=None):
-    """Fill row i of a (len(grammars), (n_vocab + 31) // 32) int32 bitmask for grammars[i], across threads.
-
-    Each mask runs without the GIL, so rows fill in parallel (matchers that share a
-    MatchContext take turns on its lock). Returns the bitmask.
-    """
-    global _batch_pool
-    grammars = list(grammars)
-    array = _bitmask_array(bitmask)
-    if not isinstance(array, np.ndarray) or array.ndim != 2 or array.shape[0] < len(grammars):
-        raise ValueError(f"Invalid bitmask: expected int32 of shape ({len(grammars)}, width), got "
-                         f"{getattr(bitmask, 'dtype', type(bitmask).__name__)} of shape {getattr(bitmask, 'shape', None)}")
-    for grammar in grammars:
-        if not isinstance(grammar, Grammar):
-            raise TypeError(f"expected Grammar matchers, got {type(grammar).__name__}")
-    if len(grammars) <= 1 or max_workers == 1:
-        for index, grammar in enumerate(grammars):
-            grammar.fill_next_token_bitmask(bitmask, index)
-        return bitmask
-    if _batch_pool is None:
-        import concurrent.futures
-        import os
-        _batch_pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers or os.cpu_count() or 2,
-                                                            thread_name_prefix="bankml-mask")
-    futures = [_batch_pool.submit(grammar.fill_next_token_bitmask, bitmask, index)
-               for index, grammar in enumerate(grammars)]
-    for future in futures:
-        future.result()
-    return bitmask
 
 
 def _flat_map_replay(ops):

@@ -43,7 +43,7 @@ from vllm.v1.structured_output.backend_types import (
     StructuredOutputOptions,
 )
 
-from bankml.engine._grammar import Rules
+from bankml.engine._grammar import Rules, apply_token_bitmask_inplace, fill_next_token_bitmasks
 from bankml.engine.vocab import Vocab
 from bankml.errors import GrammarError
 from bankml.integrations.adapters import vocab_from_hf_tokenizer
@@ -55,6 +55,7 @@ __all__ = [
     "BankmlBackend",
     "BankmlGrammar",
     "BankmlLogitsProcessor",
+    "apply_bitmask",
     "engine_vocab",
     "install_backend",
     "request_spec",
@@ -133,14 +134,31 @@ def _as_numpy(bitmask):
     return bitmask
 
 
-def _unpack(bitmask, n_columns):
-    """(rows, width) int32 bitmask -> (rows, n_columns) bool, bit set = allowed; columns past the bitmask False."""
-    bits = np.unpackbits(np.ascontiguousarray(bitmask).view(np.uint8), axis=1, bitorder="little").astype(bool)
-    if bits.shape[1] >= n_columns:
-        return bits[:, :n_columns]
-    out = np.zeros((bits.shape[0], n_columns), dtype=bool)
-    out[:, : bits.shape[1]] = bits
-    return out
+def apply_bitmask(logits, bitmask, indices):
+    """Set ``logits[indices[k], t]`` to -inf wherever bit t of ``bitmask[k]`` is clear, in place, as vLLM applies
+    XGrammar's bitmask (``apply_token_bitmask_inplace``); logits columns past the bitmask's width * 32 too.
+
+    ``bitmask``: int32 (k, width) on the CPU. CPU float32 logits (vLLM's CPU sampler) are masked by bankml's
+    kernel without the GIL, across the cores; other CPU dtypes through a float32 copy (as vLLM does for
+    XGrammar's CPU kernel); logits on another device with torch ops there (the bitmask copied once).
+    """
+    if logits.device.type == "cpu":
+        if logits.dtype == torch.float32 and logits.stride(-1) == 1:
+            apply_token_bitmask_inplace(logits, bitmask, indices=indices)
+        else:
+            values = logits.to(torch.float32).contiguous()
+            apply_token_bitmask_inplace(values, bitmask, indices=indices)
+            logits.copy_(values)
+        return logits
+    masks = bitmask.to(logits.device, non_blocking=True)
+    rows = torch.as_tensor(indices, dtype=torch.long).to(logits.device, non_blocking=True)
+    shifts = torch.arange(32, dtype=torch.int32, device=logits.device)
+    allowed = ((masks.unsqueeze(-1) >> shifts) & 1).bool().flatten(1)
+    columns = logits.shape[-1]
+    if allowed.shape[1] < columns:
+        allowed = torch.nn.functional.pad(allowed, (0, columns - allowed.shape[1]), value=False)
+    logits[rows] = logits[rows].masked_fill(~allowed[:, :columns], float("-inf"))
+    return logits
 
 
 class _Row:
@@ -179,12 +197,6 @@ class _Row:
             if self.vocab.is_eog(int(token)):
                 self.done = True
 
-    def fill(self, bitmask, index, eog_words):
-        if self.done or self.dead:
-            bitmask[index] = eog_words
-        else:
-            self.grammar.fill_next_token_bitmask(bitmask, index)
-
 
 class BankmlLogitsProcessor(LogitsProcessor):
     """vLLM V1 logits processor: bankml's grammar per request, from ``SamplingParams.extra_args``.
@@ -194,8 +206,9 @@ class BankmlLogitsProcessor(LogitsProcessor):
     (``spec.Compiler``), so requests with the same schema share one mask cache.
 
     ``BANKML_VLLM_TRACE=PATH`` in the engine's environment appends one JSON line per constrained row and step
-    to PATH: the constraint, the output tokens so far and the SHA-256 of the mask row (the bytes of the
-    int32 words), so that a test can replay the tokens through bankml and compare every mask.
+    to PATH: the constraint, the output tokens so far, whether the row was held to end-of-generation tokens
+    and the SHA-256 of the mask row (the bytes of the int32 words), so that a test can replay the tokens
+    through libllama's grammar (the oracle) and compare every mask.
     """
 
     def __init__(self, vllm_config, device, is_pin_memory):
@@ -206,12 +219,17 @@ class BankmlLogitsProcessor(LogitsProcessor):
         self.device = torch.device(device)
         self.rows = {}
         max_rows = max(1, int(getattr(vllm_config.scheduler_config, "max_num_seqs", 1) or 1))
-        self._bitmask = np.zeros((max_rows, self.width), dtype=np.int32)
+        # vLLM's bitmask layout, on the CPU (pinned when the logits live elsewhere: one copy per step)
+        self._pin = bool(is_pin_memory) and self.device.type != "cpu"
+        self._bitmask = self._allocate(max_rows)
         eog = np.zeros(self.width * 32, dtype=bool)
         eog[list(self.vocab.eog_ids)] = True
         self._eog_words = np.packbits(eog, bitorder="little").view(np.int32)
         trace = os.environ.get("BANKML_VLLM_TRACE")
         self._trace = open(trace, "a", encoding="utf-8") if trace else None
+
+    def _allocate(self, rows):
+        return torch.zeros((rows, self.width), dtype=torch.int32, pin_memory=self._pin)
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams):
@@ -236,42 +254,55 @@ class BankmlLogitsProcessor(LogitsProcessor):
 
     def update_state(self, batch_update: "BatchUpdate | None"):
         process_dict_updates(self.rows, batch_update, self._new_row)
-        for row in self.rows.values():
-            row.advance()
 
     def apply(self, logits):
+        """The constrained rows' masks in one ``fill_next_token_bitmasks`` call (without the GIL, across the
+        cores) into vLLM's int32 bitmask layout, then applied to the logits in place. A row whose request
+        accepted an end-of-generation token, or sampled a token its grammar rejects, is held to the
+        end-of-generation tokens without computing a mask."""
         if not self.rows:
             return logits
         if logits.shape[-1] < self.n_vocab:
             raise ValueError(f"the logits have {logits.shape[-1]} columns, fewer than the vocabulary's {self.n_vocab}")
-        indices = sorted(self.rows)
-        if len(indices) > self._bitmask.shape[0]:
-            self._bitmask = np.zeros((len(indices), self.width), dtype=np.int32)
-        bitmask = self._bitmask[: len(indices)]
+        live, grammars, held = [], [], []
+        for index, row in self.rows.items():
+            row.advance()
+            if row.done or row.dead:
+                held.append(index)
+            else:
+                live.append(index)
+                grammars.append(row.grammar)
+        n = len(live) + len(held)
+        if n > self._bitmask.shape[0]:
+            self._bitmask = self._allocate(n)
+        bitmask = self._bitmask[:n]
+        words = bitmask.numpy()
+        fill_next_token_bitmasks(grammars, words)
+        if held:
+            words[len(live) :] = self._eog_words
+        indices = live + held
+        if self._trace is not None:
+            self._write_trace(indices, words)
+        apply_bitmask(logits, bitmask, indices)
+        return logits
+
+    def _write_trace(self, indices, words):
         for k, index in enumerate(indices):
             row = self.rows[index]
-            row.advance()
-            row.fill(bitmask, k, self._eog_words)
-        if self._trace is not None:
-            for k, index in enumerate(indices):
-                row = self.rows[index]
-                kind, spec = row.spec
-                self._trace.write(
-                    json.dumps(
-                        {
-                            "kind": kind,
-                            "spec": spec,
-                            "tokens": list(row.output_ids[: row.seen]),
-                            "mask_sha256": hashlib.sha256(bitmask[k].tobytes()).hexdigest(),
-                        }
-                    )
-                    + "\n"
+            kind, spec = row.spec
+            self._trace.write(
+                json.dumps(
+                    {
+                        "kind": kind,
+                        "spec": spec,
+                        "tokens": list(row.output_ids[: row.seen]),
+                        "held": row.done or row.dead,
+                        "mask_sha256": hashlib.sha256(words[k].tobytes()).hexdigest(),
+                    }
                 )
-            self._trace.flush()
-        allowed = torch.from_numpy(_unpack(bitmask, logits.shape[-1])).to(logits.device)
-        rows = torch.tensor(indices, dtype=torch.long, device=logits.device)
-        logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
-        return logits
+                + "\n"
+            )
+        self._trace.flush()
 
 
 # -- StructuredOutputBackend / StructuredOutputGrammar

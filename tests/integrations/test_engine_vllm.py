@@ -4,6 +4,7 @@ driven by vLLM's own StructuredOutputManager (speculative decoding included), an
 Skipped where vLLM is not importable (bankml's default test environment); run in vLLM's environment with
 ``python -m pytest -m vllm tests/integrations/test_engine_vllm.py``."""
 
+import collections
 import json
 import os
 import subprocess
@@ -156,6 +157,13 @@ def test_logits_processor_masks_each_row_through_batch_changes(vocab):
             outputs[0].append(walks[0][step])
         proc.update_state(None)
         check(order)
+    # a request that goes on after an end-of-generation token is held to those tokens, without a mask
+    outputs[2].append(sorted(vocab.eog_ids)[0])
+    proc.update_state(None)
+    logits = torch.from_numpy(rng.standard_normal((len(order), len(vocab))).astype(np.float32))
+    proc.apply(logits)
+    assert proc.rows[0].done or proc.rows[0].dead
+    assert sorted(torch.nonzero(torch.isfinite(logits[0])).flatten().tolist()) == sorted(vocab.eog_ids)
     assert proc.compiler.compiled == 2
 
 
@@ -334,20 +342,56 @@ def test_vllm_answers_validate(vllm_run, vocab):
             assert vocab.is_eog(a["tokens"][-1])
 
 
-def test_vllm_masks_equal_bankml_replay(vllm_run, vocab):
-    """Every mask the processor applied inside vLLM equals the mask bankml's own Grammar computes for the
-    same tokens, and every token vLLM sampled under a constraint is one that mask allows."""
+def oracle_words(mask, width):
+    """libllama's allowed-token mask (bool per token) as bankml's int32 bitmask row."""
+    bits = np.zeros(width * 32, dtype=bool)
+    bits[: mask.shape[0]] = mask
+    return np.packbits(bits, bitorder="little").view(np.int32)
+
+
+def test_vllm_masks_equal_libllama(vllm_run, vocab):
+    """Every mask the processor applied inside vLLM equals libllama's grammar sampler's mask (the pinned
+    llama.cpp, the oracle) for the same GBNF and the same tokens, and every token vLLM sampled under a
+    constraint is one that mask allows. The number compared is exactly one mask per constrained token."""
+    from bankml.integrations.spec import grammar_text
     from bankml.integrations.vllm import request_spec
 
+    from ..oracle.libllama import OracleGrammar
+    from ..oracle_support import ORACLE_STATS, load_oracle_vocab
+
     answers, steps = vllm_run
-    assert steps
-    replayed = 0
-    seen = set()
+    oracle_vocab = load_oracle_vocab("smollm2")
+    assert len(oracle_vocab) == len(vocab)
+    width = (len(vocab) + 31) // 32
+    key = lambda kind, spec, tokens: (kind, json.dumps(spec, sort_keys=True), tuple(tokens))  # noqa: E731
+    wanted = collections.defaultdict(set)  # (kind, spec) -> token prefixes the processor masked
     for step in steps:
-        row = reference_row(vocab, step["kind"], step["spec"], step["tokens"])
-        assert engines_support.mask_sha256(row) == step["mask_sha256"], step["tokens"]
-        seen.add((step["kind"], json.dumps(step["spec"], sort_keys=True), tuple(step["tokens"])))
-        replayed += 1
+        assert not step["held"], "a row was held to end-of-generation tokens: a sampled token was rejected"
+        wanted[key(step["kind"], step["spec"], ())[:2]].add(tuple(step["tokens"]))
+    # libllama walks each traced token sequence once, its mask taken at every traced prefix on the way
+    oracle = {}
+    for (kind, spec_text), prefixes in wanted.items():
+        spec = json.loads(spec_text)
+        text = grammar_text(kind, spec)
+        for longest in sorted(prefixes, key=len, reverse=True):
+            if key(kind, spec, longest) in oracle:
+                continue
+            g = OracleGrammar(oracle_vocab, text)
+            for i in range(len(longest) + 1):
+                if longest[:i] in prefixes:
+                    oracle[key(kind, spec, longest[:i])] = engines_support.mask_sha256(
+                        oracle_words(g.allowed_mask(), width)
+                    )
+                if i < len(longest):
+                    g.accept(int(longest[i]))  # (raises if libllama's grammar rejects it)
+            g.close()
+    compared = 0
+    for step in steps:
+        assert oracle[key(step["kind"], step["spec"], step["tokens"])] == step["mask_sha256"], step["tokens"]
+        compared += 1
+    # every token a constrained request sampled was masked first, at exactly its prefix, by a mask libllama
+    # allows it in
+    constrained_tokens = 0
     for a in answers:
         if not a["extra_args"]:
             continue
@@ -356,12 +400,14 @@ def test_vllm_masks_equal_bankml_replay(vllm_run, vocab):
             extra_args = a["extra_args"]
 
         kind, spec = request_spec(P)
-        g = reference(vocab, kind, spec)
+        g = OracleGrammar(oracle_vocab, grammar_text(kind, spec))
         for i, token in enumerate(a["tokens"]):
-            # the processor masked this very prefix (several requests may share a constraint and prefix)
-            assert (kind, json.dumps(spec, sort_keys=True), tuple(a["tokens"][:i])) in seen
-            assert g.allows(token), (a["name"], i, token)
+            assert key(kind, spec, a["tokens"][:i]) in oracle, (a["name"], i)
+            assert g.is_allowed(token), (a["name"], i, token)
             g.accept(token)
-    # every traced mask was replayed, and the run traced the masks of every constrained request (167 on
-    # SmolLM2 with these requests; a run that traced fewer masks lost rows)
-    assert replayed == len(steps) >= 150, replayed
+            constrained_tokens += 1
+        g.close()
+    ORACLE_STATS["vLLM run: traced masks identical to libllama's"] += compared
+    # one mask per constrained token and step: a run that lost a row, or masked one twice, fails here
+    assert compared == len(steps) == constrained_tokens, (compared, len(steps), constrained_tokens)
+    assert compared >= 150, compared
