@@ -138,7 +138,7 @@ cdef int32_t RUN_UNBOUNDED = 1 << 30
 cdef enum:
     SHARED_PARTIAL_VALUE = 1 << 21
 
-# The element_flags bits (ELEMENT_*) are _stacksets.pxd's; the entry sentinels (NO_ENTRY, CACHE_FULL) and
+# The element_flags bits (ELEMENT_*) and LONG_CLASS are _stacksets.pxd's; the entry sentinels (NO_ENTRY, CACHE_FULL) and
 # UNION_MIN_BELOW _segments.pxd's.
 
 # A walk's max_pops for a segment that is the whole stack: nothing lies below it, so no longer segment
