@@ -21,27 +21,11 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import llama_cpp as ll  # noqa: E402
+from sampler_configs import CONFIGS, N_VOCAB  # noqa: E402
 
 from bankml.sampling._sampler import Sampler
 from bankml.sampling.params import SamplerParams  # noqa: E402
 from tests.sampling.test_sampler_oracle import OracleChain, SizedVocab  # noqa: E402
-
-N_VOCAB = 151936
-CONFIGS = {
-    "server-defaults": {},
-    "greedy": {"temperature": 0.0},
-    "top-p-only": {"top_k": 0, "top_p": 0.9, "min_p": 0.0},
-    "typical-xtc-penalties": {
-        "typical_p": 0.9,
-        "xtc_probability": 0.5,
-        "xtc_threshold": 0.1,
-        "repeat_penalty": 1.1,
-        "frequency_penalty": 0.2,
-        "top_k": 0,
-    },
-    "dynatemp-top-n-sigma": {"dynatemp_range": 0.5, "top_n_sigma": 1.5, "top_k": 0},
-    "mirostat-v2": {"mirostat": 2},
-}
 
 
 @pytest.fixture(scope="module")

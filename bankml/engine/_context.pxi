@@ -2,7 +2,7 @@
 # MatchContext: what the matchers of one (Rules, Vocab) pair share, as a composition of the engine's parts
 # (StackPool, StackSets, TrieWalk, SegmentCache, MaskCache) under one lock, with the locked entry points
 # Grammar calls. Owns the lock and the mask counters; every id belongs to one of its parts.
-# Declarations: _grammar.pxd.
+# Declarations: _context.pxd (included by _grammar.pxd).
 
 
 cdef class MatchContext:

@@ -91,10 +91,6 @@ DEFAULT_MAX_ROLLBACK = 200
 # The most bytes jump_forward() returns (a grammar such as `root ::= "a" root` forces text forever).
 DEFAULT_MAX_JUMP_FORWARD_BYTES = 4096
 
-# history_flags bits: what a rolled-back state had besides its stacks and partial character
-cdef enum:
-    HISTORY_AWAITING = 1        # the lazy grammar was waiting for its trigger
-    HISTORY_EOG = 2             # an end-of-generation token had been accepted
 # The background build lets other threads have the GIL every this many steps of its Python planning.
 cdef int PLANNING_STEPS_PER_YIELD = 256
 cdef size_t MAX_NODES = 1 << 24
@@ -137,13 +133,7 @@ cdef int64_t NO_WORK_LIMIT = 0x7FFFFFFFFFFFFFFF
 cdef int32_t LOOP_TEST_MIN_NODES = 4
 
 
-# The conventions of the set summaries (set_summary in _grammar.pxd). A set id is an int32 >= 0; NO_SET
-# (-1) is "no set": the transition no stack survives, a successor or run end that does not exist. Methods
-# that return a set id or an entry id raise with -2 (`except -2`), those that return a status -1.
-cdef enum:
-    NO_SET = -1
-    RUN_UNKNOWN = -1         # run_length before compute_run
-    VIABLE_UNKNOWN = -1      # viable_start before compute_viable
+# The conventions of the set summaries (NO_SET, RUN_UNKNOWN, VIABLE_UNKNOWN) are _stacksets.pxd's.
 # run_length of a run that never ends (it reaches a set that loops)
 cdef int32_t RUN_UNBOUNDED = 1 << 30
 
@@ -151,27 +141,9 @@ cdef int32_t RUN_UNBOUNDED = 1 << 30
 cdef enum:
     SHARED_PARTIAL_VALUE = 1 << 21
 
-# element_flags bits: what compute_loop needs to know about a character class, computed once
-cdef enum:
-    ELEMENT_KNOWN = 1
-    ELEMENT_CONSTANT_ABOVE = 2   # membership is the same for every code point >= 0x80
-    ELEMENT_MEMBER_ABOVE = 4     # ... and those code points are members
-    ELEMENT_ALL_PARTIALS = 8     # match_partial_char holds for every partial character that can complete
+# The element_flags bits (ELEMENT_*) and LONG_CLASS are _stacksets.pxd's; the entry sentinels (NO_ENTRY, CACHE_FULL) and
+# UNION_MIN_BELOW _segments.pxd's.
 
-# StackSets.index_class: a class of more alternatives than this is matched through its sorted intervals
-cdef enum:
-    LONG_CLASS = 16
-
-
-# SegmentCache.union_continuations: an entry's continuations are walked at once under this many stacks below
-cdef enum:
-    UNION_MIN_BELOW = 8
-
-# Entry ids are int32 >= 0; NO_ENTRY: a segment (or continuation) that pops out too often to keep;
-# CACHE_FULL: the segment cache is at its bound (build_frames).
-cdef enum:
-    NO_ENTRY = -1
-    CACHE_FULL = -2
 # A walk's max_pops for a segment that is the whole stack: nothing lies below it, so no longer segment
 # would pop out less.
 cdef size_t POPS_UNBOUNDED = <size_t>-1

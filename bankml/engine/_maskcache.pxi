@@ -1,7 +1,7 @@
 # Included by _grammar.pyx (one extension, so the hot calls stay within one C translation unit).
 # The mask cache: whole-vocabulary masks of stack sets (and of a set with an open UTF-8 character), kept in
 # fixed-size chunks drawn from a process-wide pool. Owns mask slots.
-# Declarations: _grammar.pxd.
+# Declarations: _maskcache.pxd (included by _grammar.pxd).
 
 # Mask-cache chunks of contexts that are gone, kept for the next contexts: memory the process has
 # already touched, so storing a mask in a new context costs a copy and no page faults (a server

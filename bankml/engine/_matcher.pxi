@@ -3,7 +3,7 @@
 # (apply, allowed_ids, fill_next_token_bitmask, allows), the accept API and the engines' matcher API
 # (rollback, accept_tokens, validate_tokens, is_terminated, jump-forward, fork). It reaches the context
 # only through MatchContext's locked entry points. Owns no ids.
-# Declarations: _grammar.pxd.
+# Declarations: _matcher.pxd (included by _grammar.pxd).
 
 
 cdef class Grammar:

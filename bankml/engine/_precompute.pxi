@@ -4,7 +4,7 @@
 # the background thread that runs it, and the analyses of the rules it reads (nullability, the closure of
 # tail references, llama.cpp's repetition chains and their canonical positions). Owns no ids: it asks
 # the context to build entries (MatchContext.build_frames, under the lock).
-# Declarations: _grammar.pxd.
+# Declarations: _precompute.pxd (included by _grammar.pxd).
 
 # The background builds running now. A fork waits for them (each is bounded by its budget) so that a child
 # never starts with a context lock held by a thread it does not have.

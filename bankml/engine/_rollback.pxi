@@ -2,7 +2,7 @@
 # `capacity` accepted steps (stack ids stay valid for the context's life, so a state is a few integers),
 # and the transaction accept_tokens / validate_tokens run in (the entries a transaction overwrote are
 # kept until it commits or is undone). Owns ring slots.
-# Declarations: _grammar.pxd.
+# Declarations: _rollback.pxd (included by _grammar.pxd).
 
 
 cdef class RollbackRing:

@@ -2,7 +2,7 @@
 # The segment cache: per top segment of a stack, the tokens accepted whatever lies below it and the trie
 # nodes where a path pops out of it (continuations), finished against the real stack at run time. Owns
 # entry ids.
-# Declarations: _grammar.pxd.
+# Declarations: _segments.pxd (included by _grammar.pxd).
 
 
 cdef class SegmentScratch:

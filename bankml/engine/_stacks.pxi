@@ -2,7 +2,7 @@
 # The stack-node pool and llama.cpp's reference path over it: hash-consed persistent stacks (a stack
 # is one node id), advance_stack, accept_chr, accept_token, reject_candidates(_for_stack), and the work
 # budgets every expansion counts against. Owns node ids.
-# Declarations: _grammar.pxd.
+# Declarations: _stacks.pxd (included by _grammar.pxd).
 
 
 cdef class StackPool:

@@ -2,7 +2,7 @@
 # Interned stack sets and what the fast path knows about each: its transitions by a code point (memoized
 # by match pattern), its set_summary (uniform successor and class, runs, viable intervals, partial mode),
 # and the per-element class summaries they are computed from. Owns set ids.
-# Declarations: _grammar.pxd.
+# Declarations: _stacksets.pxd (included by _grammar.pxd).
 
 
 cdef class StackSets:

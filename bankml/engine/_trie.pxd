@@ -1,6 +1,7 @@
 # Declarations of the vocabulary trie (_trie.pyx).
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp.vector cimport vector
+cimport cython
 
 from bankml.engine._typedefs cimport offset_t
 
@@ -96,31 +97,24 @@ cdef class DecodedVocab:
     cdef vocab_view view(self)
 
 
+# The finished trie: what the walk reads (view()), nothing else. The per-node arrays are packed in trie_node
+# lines; the rest are per child, per block of children, per depth and per position.
 cdef class VocabTrie:
     cdef readonly int64_t n_vocab
+    # positions: tokens in code-point order
     cdef vector[token_t] token_at
     cdef vector[int32_t] position_of
     cdef vector[partial_utf8] end_partial
-    cdef vector[uint32_t] node_cp
-    cdef vector[int32_t] node_end
-    cdef vector[int32_t] token_lo
-    cdef vector[int32_t] token_hi
-    cdef vector[int32_t] n_ending
-    cdef vector[uint64_t] below_ascii
-    cdef vector[uint8_t] below_flags
-    cdef vector[int32_t] child_start
+    # children, each node's in code-point order, and summaries of groups of them
     cdef vector[int32_t] children
     cdef vector[uint32_t] child_cp
-    cdef vector[int32_t] first_non_ascii
     cdef vector[uint64_t] non_ascii_ascii
     cdef vector[uint8_t] non_ascii_flags
+    cdef vector[int32_t] non_ascii_depth
     cdef vector[uint64_t] block_ascii
     cdef vector[uint8_t] block_flags
-    cdef vector[int32_t] below_depth
     cdef vector[int32_t] block_depth
-    cdef vector[int32_t] non_ascii_depth
-    cdef vector[int32_t] node_depth
-    cdef vector[uint8_t] child_flags
+    # per-depth indexes for the walk along a run
     cdef vector[int32_t] level_start
     cdef vector[int32_t] level_nodes
     cdef vector[int32_t] ascii_level_start
@@ -128,11 +122,38 @@ cdef class VocabTrie:
     cdef vector[int32_t] unclean_start
     cdef vector[int32_t] unclean_nodes
     cdef vector[uint64_t] longer_bits
+    # the nodes
     cdef vector[uint8_t] packed_nodes      # the trie_node array, 64-byte aligned inside
     cdef const trie_node* packed
     cdef int64_t n_nodes_built
     cdef object _token_words
 
     cdef trie_view view(self)
-    cdef int32_t _add_node(self, uint32_t cp, int32_t position)
-    cdef void _close_node(self, vector[int32_t]& path, int32_t position)
+
+
+# Builds a VocabTrie (VocabTrie.__cinit__ runs one): owns the per-node columns of the construction, in
+# preorder, which the trie keeps only packed (trie_node); they go with the builder.
+@cython.final
+cdef class TrieBuilder:
+    cdef vector[uint32_t] node_cp
+    cdef vector[int32_t] node_end
+    cdef vector[int32_t] token_lo
+    cdef vector[int32_t] token_hi
+    cdef vector[int32_t] n_ending
+    cdef vector[uint64_t] below_ascii
+    cdef vector[uint8_t] below_flags
+    cdef vector[uint8_t] child_flags
+    cdef vector[int32_t] below_depth
+    cdef vector[int32_t] child_start
+    cdef vector[int32_t] first_non_ascii
+    cdef vector[int32_t] node_depth
+
+    cdef int build(self, VocabTrie trie, DecodedVocab decoded) except -1
+    cdef int insert_tokens(self, VocabTrie trie, DecodedVocab decoded) except -1
+    cdef int list_children(self, VocabTrie trie) except -1
+    cdef int summarize_blocks(self, VocabTrie trie) except -1
+    cdef int index_levels(self, VocabTrie trie) except -1
+    cdef int mark_longer(self, VocabTrie trie) except -1
+    cdef int pack(self, VocabTrie trie) except -1
+    cdef int32_t add_node(self, uint32_t cp, int32_t position)
+    cdef void close_node(self, vector[int32_t]& path, int32_t position)

@@ -3,7 +3,7 @@
 # position_bits, taking whole subtrees and blocks where the set's class allows, and subtrees along a run of
 # sets with one class (take_run: length-limited strings) visiting only where paths leave it; a walk's mode
 # is the walk_state it is given. Owns trie positions (position_bits).
-# Declarations: _grammar.pxd.
+# Declarations: _walk.pxd (included by _grammar.pxd).
 
 
 # take_run: subtrees smaller than TAKE_RUN_MIN_NODES are walked node by node, and so are those with fewer than

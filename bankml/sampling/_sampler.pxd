@@ -153,33 +153,30 @@ cdef struct logit_bias_entry:
     float bias
 
 
-# One sampler of the chain with its parameters and state (the fields its type does not use stay unset).
+# One sampler of the chain: its type and its context, as llama.cpp's llama_sampler is an interface and a ctx.
+# The context is the type's struct below (new_ctx makes it; chain_clone copies and chain_free frees it through
+# the type's row of the SAMPLERS table, _sampler.pyx): each holds the fields of llama.cpp's
+# llama_sampler_<type> context, parameters and state.
 cdef struct chain_stage:
     sampler_type type
-    int32_t k                      # top-k
-    float p                        # top-p, min-p, typical, XTC probability
-    float threshold                # XTC
-    size_t min_keep
-    float temp                     # temp, temp-ext
-    float delta
-    float exponent
-    float n                        # top-n-sigma
+    void* ctx
+
+
+cdef struct logit_bias_ctx:               # llama_sampler_logit_bias
+    vector[logit_bias_entry] biases
+    vector[logit_bias_entry] to_search
+
+
+cdef struct penalties_ctx:                # llama_sampler_penalties
     int32_t penalty_last_n
     float penalty_repeat
     float penalty_freq
     float penalty_present
     token_ring prev
     unordered_map[token_t, int] token_count
-    vector[logit_bias_entry] biases
-    vector[logit_bias_entry] to_search
-    uint32_t seed                  # dist, XTC, mirostat: each owns a generator
-    uint32_t seed_cur
-    mt19937 rng
-    int32_t n_vocab                # mirostat
-    int32_t m
-    float tau
-    float eta
-    float mu
+
+
+cdef struct dry_ctx:                      # llama_sampler_dry
     float dry_multiplier
     float dry_base
     int32_t dry_allowed_length
@@ -188,17 +185,71 @@ cdef struct chain_stage:
     vector[int] dry_repeat_count
     unordered_map[token_t, int] dry_max_token_repeat
     token_ring last_tokens
-    float adaptive_target          # adaptive-p
+
+
+cdef struct top_n_sigma_ctx:              # llama_sampler_top_n_sigma
+    float n
+
+
+cdef struct top_k_ctx:                    # llama_sampler_top_k
+    int32_t k
+
+
+cdef struct p_ctx:                        # llama_sampler_top_p, _min_p and _typical: the same two fields
+    float p
+    size_t min_keep
+
+
+cdef struct xtc_ctx:                      # llama_sampler_xtc
+    float p                               # the probability
+    float threshold
+    size_t min_keep
+    uint32_t seed
+    uint32_t seed_cur
+    mt19937 rng
+
+
+cdef struct temp_ctx:                     # llama_sampler_temp_ext (temp reads temp only)
+    float temp
+    float delta
+    float exponent
+
+
+cdef struct dist_ctx:                     # llama_sampler_dist
+    uint32_t seed
+    uint32_t seed_cur
+    mt19937 rng
+
+
+cdef struct mirostat_ctx:                 # llama_sampler_mirostat (v2 reads neither n_vocab nor m)
+    int32_t n_vocab
+    int32_t m
+    float tau
+    float eta
+    float mu
+    uint32_t seed
+    uint32_t seed_cur
+    mt19937 rng
+
+
+cdef struct adaptive_p_ctx:               # llama_sampler_adaptive_p
+    float adaptive_target
     float adaptive_decay
     float weighted_sum
     float total_weight
     vector[float] original_probs
     token_t pending_token_id
     int32_t pending_token_idx
-    const unsigned char* infill_pieces   # infill: every piece in one buffer (owned by the Sampler's vocabulary data)
-    const int64_t* infill_offsets        # piece t is infill_pieces[infill_offsets[t]:infill_offsets[t + 1]]
-    const unsigned char* infill_flags    # per token: INFILL_EOG, INFILL_NO_TEXT (token_to_piece(special=false) is empty)
-    token_t infill_eot                   # token_eot, else token_eos; -1 if the vocabulary has neither
+    uint32_t seed
+    uint32_t seed_cur
+    mt19937 rng
+
+
+cdef struct infill_ctx:                   # llama_sampler_infill
+    const unsigned char* infill_pieces    # every piece in one buffer (owned by the Sampler's vocabulary data)
+    const int64_t* infill_offsets         # piece t is infill_pieces[infill_offsets[t]:infill_offsets[t + 1]]
+    const unsigned char* infill_flags     # per token: INFILL_EOG, INFILL_NO_TEXT (token_to_piece(special=false) is empty)
+    token_t infill_eot                    # token_eot, else token_eos; -1 if the vocabulary has neither
 
 
 cdef uint32_t get_rng_seed(uint32_t seed) noexcept nogil
@@ -206,6 +257,8 @@ cdef int chain_apply(vector[chain_stage]& chain, llama_token_data_array* cur_p,
                      vector[llama_token_data]& buf_sort) except -1 nogil
 cdef int chain_accept(vector[chain_stage]& chain, token_t token) except -1 nogil
 cdef void chain_reset(vector[chain_stage]& chain) noexcept nogil
+cdef int chain_clone(const vector[chain_stage]& chain, vector[chain_stage]& copy) except -1
+cdef void chain_free(vector[chain_stage]& chain) noexcept nogil
 
 
 cdef class Rng:

@@ -266,7 +266,7 @@ cdef int llama_sampler_top_k_impl(llama_token_data_array* cur_p, int32_t k,
     return 0
 
 
-cdef int apply_top_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& buf_sort,
+cdef int apply_top_p(p_ctx& st, llama_token_data_array* cur_p, vector[llama_token_data]& buf_sort,
                       vector[llama_token_data]& tmp) except -1 nogil:
     cdef size_t k, i, last_idx
     cdef llama_token_data* pdata
@@ -301,7 +301,7 @@ cdef int apply_top_p(chain_stage& st, llama_token_data_array* cur_p, vector[llam
     return 0
 
 
-cdef int apply_min_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+cdef int apply_min_p(p_ctx& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
     cdef bint min_p_applied = False
     cdef float max_logit, min_logit
     cdef size_t i, n_kept
@@ -339,7 +339,7 @@ cdef int apply_min_p(chain_stage& st, llama_token_data_array* cur_p, vector[llam
     return 0
 
 
-cdef int apply_typical(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+cdef int apply_typical(p_ctx& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
     cdef float entropy, cum_sum
     cdef vector[float] shifted_scores
     cdef vector[size_t] indices
@@ -376,7 +376,7 @@ cdef int apply_typical(chain_stage& st, llama_token_data_array* cur_p, vector[ll
     return 0
 
 
-cdef int apply_temp_ext(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+cdef int apply_temp_ext(temp_ctx& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
     cdef float min_temp, max_temp, max_entropy, entropy, prob, normalized_entropy, dyn_temp
     cdef double max_l_double, cum_sum_double, p
     cdef size_t i
@@ -410,7 +410,7 @@ cdef int apply_temp_ext(chain_stage& st, llama_token_data_array* cur_p, vector[l
     return 0
 
 
-cdef int apply_xtc(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+cdef int apply_xtc(xtc_ctx& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
     cdef uniform_real_distribution[float] distribution = uniform_real_distribution[float](0.0, 1.0)
     cdef float chance
     cdef int pos_last
@@ -433,7 +433,7 @@ cdef int apply_xtc(chain_stage& st, llama_token_data_array* cur_p, vector[llama_
     return 0
 
 
-cdef void apply_penalties(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+cdef void apply_penalties(penalties_ctx& st, llama_token_data_array* cur_p) noexcept nogil:
     cdef size_t i
     cdef int count
     cdef unordered_map[token_t, int].iterator it
@@ -450,7 +450,7 @@ cdef void apply_penalties(chain_stage& st, llama_token_data_array* cur_p) noexce
     cur_p.sorted = False
 
 
-cdef void apply_top_n_sigma(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+cdef void apply_top_n_sigma(top_n_sigma_ctx& st, llama_token_data_array* cur_p) noexcept nogil:
     cdef float max_value, logits_sum, mean, acc, std_value
     cdef size_t i, valid_count
     if st.n <= 0 or cur_p.size <= 1:
@@ -476,7 +476,7 @@ cdef void apply_top_n_sigma(chain_stage& st, llama_token_data_array* cur_p) noex
             cur_p.data[i].logit = -INFINITY
 
 
-cdef int apply_logit_bias(chain_stage& st, llama_token_data_array* cur_p) except -1 nogil:
+cdef int apply_logit_bias(logit_bias_ctx& st, llama_token_data_array* cur_p) except -1 nogil:
     cdef size_t i, j
     cdef token_t token
     if st.biases.empty():
@@ -498,7 +498,7 @@ cdef int apply_logit_bias(chain_stage& st, llama_token_data_array* cur_p) except
     return 0
 
 
-cdef void apply_dist(chain_stage& st, llama_token_data_array* cur_p) noexcept nogil:
+cdef void apply_dist(dist_ctx& st, llama_token_data_array* cur_p) noexcept nogil:
     cdef uniform_real_distribution[double] dist = uniform_real_distribution[double](0.0, 1.0)
     cdef float max_l, p
     cdef double sum_cum, rnd, sum_run, sum_tgt
@@ -548,7 +548,7 @@ cdef int llama_sample_dist(llama_token_data_array* cur_p, mt19937& rng) except -
     return _discrete_draw(weights.data(), weights.size(), rng)
 
 
-cdef int apply_mirostat(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+cdef int apply_mirostat(mirostat_ctx& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
     cdef float s_hat, sum_ti_bi, sum_ti_sq, t_i, b_i, epsilon_hat, k, observed_surprise, e
     cdef size_t i
     cdef int idx, k_int
@@ -577,7 +577,7 @@ cdef int apply_mirostat(chain_stage& st, llama_token_data_array* cur_p, vector[l
     return 0
 
 
-cdef int apply_mirostat_v2(chain_stage& st, llama_token_data_array* cur_p,
+cdef int apply_mirostat_v2(mirostat_ctx& st, llama_token_data_array* cur_p,
                            vector[llama_token_data]& tmp) except -1 nogil:
     cdef size_t i
     cdef int idx
@@ -617,7 +617,7 @@ cdef inline float clamp_float(float v, float low, float high) noexcept nogil:
     return v
 
 
-cdef int apply_adaptive_p(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+cdef int apply_adaptive_p(adaptive_p_ctx& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
     cdef float target, adapted_target, dist
     cdef size_t i
     cdef int idx
@@ -646,14 +646,14 @@ cdef int apply_adaptive_p(chain_stage& st, llama_token_data_array* cur_p, vector
     return 0
 
 
-cdef void adaptive_p_reset(chain_stage& st) noexcept nogil:
+cdef void adaptive_p_reset(adaptive_p_ctx& st) noexcept nogil:
     st.weighted_sum = st.adaptive_target / (<float>1 - st.adaptive_decay)
     st.total_weight = <float>1 / (<float>1 - st.adaptive_decay)
     st.pending_token_id = -1
     st.pending_token_idx = -1
 
 
-cdef int apply_dry(chain_stage& st, llama_token_data_array* cur_p) except -1 nogil:
+cdef int apply_dry(dry_ctx& st, llama_token_data_array* cur_p) except -1 nogil:
     cdef int last_n_repeat, rep_limit, i, longest_match, seq_len, offset, last, rt, lt, k, n, p, right_part_len
     cdef int repeat_len, max_exponent, repeat_exp, ii
     cdef bint match, is_single_token_breaker
@@ -810,11 +810,11 @@ cdef unsigned char INFILL_NO_TEXT = 2
 cdef size_t INFILL_DIRECT_MAX = 256
 
 
-cdef inline bint infill_is_eog(const chain_stage& st, token_t token) noexcept nogil:
+cdef inline bint infill_is_eog(const infill_ctx& st, token_t token) noexcept nogil:
     return (st.infill_flags[token] & INFILL_EOG) != 0
 
 
-cdef inline int64_t infill_piece(const chain_stage& st, token_t token, const unsigned char** ptr) noexcept nogil:
+cdef inline int64_t infill_piece(const infill_ctx& st, token_t token, const unsigned char** ptr) noexcept nogil:
     ptr[0] = st.infill_pieces + st.infill_offsets[token]
     if st.infill_flags[token] & INFILL_NO_TEXT:
         return 0
@@ -832,7 +832,7 @@ cdef inline void infill_merge(llama_token_data* data, size_t i0, size_t i1) noex
     data[src].p = 0
 
 
-cdef int infill_combine(const chain_stage& st, llama_token_data_array* cur_p) except -1 nogil:
+cdef int infill_combine(const infill_ctx& st, llama_token_data_array* cur_p) except -1 nogil:
     cdef size_t i0, i1, n = cur_p.size, k
     cdef llama_token_data* data = cur_p.data
     cdef const unsigned char* p0
@@ -889,7 +889,7 @@ cdef int infill_combine(const chain_stage& st, llama_token_data_array* cur_p) ex
     return 0
 
 
-cdef int apply_infill(chain_stage& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
+cdef int apply_infill(infill_ctx& st, llama_token_data_array* cur_p, vector[llama_token_data]& tmp) except -1 nogil:
     cdef float p_txt_sum = 0, p_eog_sum = 0, p_sum, thold
     cdef size_t i, size_org, n_non_eog = 0
     cdef bint is_eog
@@ -958,25 +958,47 @@ cdef int apply_infill(chain_stage& st, llama_token_data_array* cur_p, vector[lla
 
 # --- the chain ----------------------------------------------------------------------------
 
-# llama.cpp's llama_sampler_i, one row per sampler type: what the chain calls on a stage to transform the
-# candidates (apply), to see the drawn token (accept), to start over (reset) and after a stage was copied
-# (clone: the state a copy must not share). NULL where the sampler has nothing to do. Adding a sampler is its
-# row here plus its parameters in Sampler.__init__.
+# llama.cpp's llama_sampler_i, one row per sampler type: what the chain calls on a stage's context to transform
+# the candidates (apply), to see the drawn token (accept), to start over (reset), to copy it (clone: a new
+# context, without the state a copy must not share) and to free it (free). NULL where the sampler has nothing
+# to do. Adding a sampler is its context struct (_sampler.pxd), its row here and its parameters in Sampler._add.
+
+cdef extern from * nogil:
+    """
+    #include <new>
+
+    /* A stage's context on the heap, made, copied and freed as its own type (nullptr when out of memory). */
+    template <class T> static T * bankml_ctx_new(const T & value) noexcept {
+        try { return new T(value); } catch (...) { return nullptr; }
+    }
+    template <class T> static void * bankml_ctx_clone(const void * ctx) noexcept {
+        try { return new T(*static_cast<const T *>(ctx)); } catch (...) { return nullptr; }
+    }
+    template <class T> static void bankml_ctx_free(void * ctx) noexcept {
+        delete static_cast<T *>(ctx);
+    }
+    """
+    T* bankml_ctx_new[T](const T& value) noexcept
+    void* bankml_ctx_clone[T](const void* ctx) noexcept
+    void bankml_ctx_free[T](void* ctx) noexcept
+
 
 cdef struct stage_scratch:
     vector[llama_token_data]* tmp       # reused by every stage of one chain_apply
     vector[llama_token_data]* buf_sort  # top-p's bucket sort buffer, kept by the Sampler
 
-ctypedef int (*stage_apply_fn)(chain_stage*, llama_token_data_array*, stage_scratch*) except -1 nogil
-ctypedef void (*stage_fn)(chain_stage*) noexcept nogil
-ctypedef void (*stage_accept_fn)(chain_stage*, token_t) noexcept nogil
+ctypedef int (*stage_apply_fn)(void*, llama_token_data_array*, stage_scratch*) except -1 nogil
+ctypedef void (*stage_fn)(void*) noexcept nogil
+ctypedef void (*stage_accept_fn)(void*, token_t) noexcept nogil
+ctypedef void* (*stage_clone_fn)(const void*) noexcept nogil
 
 cdef struct sampler_iface:
     const char* name                    # llama_sampler_i.name, as chain_names gives it
     stage_apply_fn apply
     stage_accept_fn accept
     stage_fn reset
-    stage_fn clone
+    stage_clone_fn clone
+    stage_fn free
 
 cdef enum:
     N_SAMPLER_TYPES = SAMPLER_MIROSTAT_V2 + 1
@@ -984,60 +1006,61 @@ cdef enum:
 cdef sampler_iface SAMPLERS[N_SAMPLER_TYPES]
 
 
-cdef int _logit_bias(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    return apply_logit_bias(st[0], cur_p)
+cdef int _logit_bias(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_logit_bias((<logit_bias_ctx*>ctx)[0], cur_p)
 
-cdef int _penalties(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    apply_penalties(st[0], cur_p)
+cdef int _penalties(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    apply_penalties((<penalties_ctx*>ctx)[0], cur_p)
     return 0
 
-cdef int _dry(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    return apply_dry(st[0], cur_p)
+cdef int _dry(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_dry((<dry_ctx*>ctx)[0], cur_p)
 
-cdef int _top_n_sigma(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    apply_top_n_sigma(st[0], cur_p)
+cdef int _top_n_sigma(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    apply_top_n_sigma((<top_n_sigma_ctx*>ctx)[0], cur_p)
     return 0
 
-cdef int _top_k(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    return llama_sampler_top_k_impl(cur_p, st.k, sc.tmp[0])
+cdef int _top_k(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return llama_sampler_top_k_impl(cur_p, (<top_k_ctx*>ctx).k, sc.tmp[0])
 
-cdef int _typical(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    return apply_typical(st[0], cur_p, sc.tmp[0])
+cdef int _typical(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_typical((<p_ctx*>ctx)[0], cur_p, sc.tmp[0])
 
-cdef int _top_p(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    return apply_top_p(st[0], cur_p, sc.buf_sort[0], sc.tmp[0])
+cdef int _top_p(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_top_p((<p_ctx*>ctx)[0], cur_p, sc.buf_sort[0], sc.tmp[0])
 
-cdef int _min_p(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    return apply_min_p(st[0], cur_p, sc.tmp[0])
+cdef int _min_p(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_min_p((<p_ctx*>ctx)[0], cur_p, sc.tmp[0])
 
-cdef int _xtc(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    return apply_xtc(st[0], cur_p, sc.tmp[0])
+cdef int _xtc(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_xtc((<xtc_ctx*>ctx)[0], cur_p, sc.tmp[0])
 
-cdef int _temp_ext(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    return apply_temp_ext(st[0], cur_p, sc.tmp[0])
+cdef int _temp_ext(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_temp_ext((<temp_ctx*>ctx)[0], cur_p, sc.tmp[0])
 
-cdef int _temp(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    llama_sampler_temp_impl(cur_p, st.temp)
+cdef int _temp(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    llama_sampler_temp_impl(cur_p, (<temp_ctx*>ctx).temp)
     return 0
 
-cdef int _dist(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    apply_dist(st[0], cur_p)
+cdef int _dist(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    apply_dist((<dist_ctx*>ctx)[0], cur_p)
     return 0
 
-cdef int _mirostat(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    return apply_mirostat(st[0], cur_p, sc.tmp[0])
+cdef int _mirostat(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_mirostat((<mirostat_ctx*>ctx)[0], cur_p, sc.tmp[0])
 
-cdef int _mirostat_v2(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    return apply_mirostat_v2(st[0], cur_p, sc.tmp[0])
+cdef int _mirostat_v2(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_mirostat_v2((<mirostat_ctx*>ctx)[0], cur_p, sc.tmp[0])
 
-cdef int _adaptive_p(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    return apply_adaptive_p(st[0], cur_p, sc.tmp[0])
+cdef int _adaptive_p(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_adaptive_p((<adaptive_p_ctx*>ctx)[0], cur_p, sc.tmp[0])
 
-cdef int _infill(chain_stage* st, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
-    return apply_infill(st[0], cur_p, sc.tmp[0])
+cdef int _infill(void* ctx, llama_token_data_array* cur_p, stage_scratch* sc) except -1 nogil:
+    return apply_infill((<infill_ctx*>ctx)[0], cur_p, sc.tmp[0])
 
 
-cdef void _penalties_accept(chain_stage* st, token_t token) noexcept nogil:
+cdef void _penalties_accept(void* ctx, token_t token) noexcept nogil:
+    cdef penalties_ctx* st = <penalties_ctx*>ctx
     cdef token_t old
     if st.penalty_last_n == 0:
         return
@@ -1049,10 +1072,11 @@ cdef void _penalties_accept(chain_stage* st, token_t token) noexcept nogil:
             st.token_count.erase(old)
     ring_push_back(st.prev, token)
 
-cdef void _dry_accept(chain_stage* st, token_t token) noexcept nogil:
-    ring_push_back(st.last_tokens, token)
+cdef void _dry_accept(void* ctx, token_t token) noexcept nogil:
+    ring_push_back((<dry_ctx*>ctx).last_tokens, token)
 
-cdef void _adaptive_p_accept(chain_stage* st, token_t token) noexcept nogil:
+cdef void _adaptive_p_accept(void* ctx, token_t token) noexcept nogil:
+    cdef adaptive_p_ctx* st = <adaptive_p_ctx*>ctx
     if st.pending_token_id == token and st.pending_token_idx >= 0:
         st.weighted_sum = st.original_probs[st.pending_token_idx] + st.adaptive_decay * st.weighted_sum
         st.total_weight = <float>1 + st.adaptive_decay * st.total_weight
@@ -1060,59 +1084,96 @@ cdef void _adaptive_p_accept(chain_stage* st, token_t token) noexcept nogil:
     st.pending_token_idx = -1
 
 
-cdef void _reseed(chain_stage* st) noexcept nogil:
+# the contexts that own a generator (seed, seed_cur, rng, as llama.cpp's do)
+ctypedef fused seeded_ctx:
+    xtc_ctx
+    dist_ctx
+    mirostat_ctx
+    adaptive_p_ctx
+
+
+cdef inline void seed_rng(seeded_ctx& st, uint32_t seed) noexcept nogil:
+    st.seed = seed
+    st.seed_cur = get_rng_seed(seed)
+    st.rng.seed(st.seed_cur)
+
+
+cdef inline void reseed(seeded_ctx& st) noexcept nogil:
     st.seed_cur = get_rng_seed(st.seed)
     st.rng.seed(st.seed_cur)
 
-cdef void _penalties_reset(chain_stage* st) noexcept nogil:
-    ring_clear(st.prev)
-    st.token_count.clear()
 
-cdef void _dry_reset(chain_stage* st) noexcept nogil:
+cdef void _penalties_reset(void* ctx) noexcept nogil:
+    ring_clear((<penalties_ctx*>ctx).prev)
+    (<penalties_ctx*>ctx).token_count.clear()
+
+cdef void _dry_reset(void* ctx) noexcept nogil:
+    cdef dry_ctx* st = <dry_ctx*>ctx
     ring_clear(st.last_tokens)
     st.dry_repeat_count.clear()
     st.dry_max_token_repeat.clear()
 
-cdef void _mirostat_reset(chain_stage* st) noexcept nogil:
-    st.mu = <float>2 * st.tau
-    _reseed(st)
+cdef void _xtc_reset(void* ctx) noexcept nogil:
+    reseed((<xtc_ctx*>ctx)[0])
 
-cdef void _adaptive_p_reset(chain_stage* st) noexcept nogil:
-    adaptive_p_reset(st[0])
-    _reseed(st)
+cdef void _dist_reset(void* ctx) noexcept nogil:
+    reseed((<dist_ctx*>ctx)[0])
+
+cdef void _mirostat_reset(void* ctx) noexcept nogil:
+    cdef mirostat_ctx* st = <mirostat_ctx*>ctx
+    st.mu = <float>2 * st.tau
+    reseed(st[0])
+
+cdef void _adaptive_p_reset(void* ctx) noexcept nogil:
+    adaptive_p_reset((<adaptive_p_ctx*>ctx)[0])
+    reseed((<adaptive_p_ctx*>ctx)[0])
+
+
+cdef void* _adaptive_p_clone(const void* ctx) noexcept nogil:
+    # llama_sampler_adaptive_p_clone copies the moving average and the pending token, not the generator: the
+    # clone's is seeded afresh from the seed
+    cdef void* copy = bankml_ctx_clone[adaptive_p_ctx](ctx)
+    if copy != NULL:
+        reseed((<adaptive_p_ctx*>copy)[0])
+    return copy
 
 
 cdef void _row(sampler_type t, const char* name, stage_apply_fn apply, stage_accept_fn accept, stage_fn reset,
-               stage_fn clone) noexcept:
+               stage_clone_fn clone, stage_fn free) noexcept:
     SAMPLERS[<int>t].name = name
     SAMPLERS[<int>t].apply = apply
     SAMPLERS[<int>t].accept = accept
     SAMPLERS[<int>t].reset = reset
     SAMPLERS[<int>t].clone = clone
+    SAMPLERS[<int>t].free = free
 
 
 cdef void _init_samplers() noexcept:
     cdef int i
     for i in range(N_SAMPLER_TYPES):
-        _row(<sampler_type>i, NULL, NULL, NULL, NULL, NULL)
-    _row(SAMPLER_LOGIT_BIAS, "logit-bias", _logit_bias, NULL, NULL, NULL)
-    _row(SAMPLER_PENALTIES, "penalties", _penalties, _penalties_accept, _penalties_reset, NULL)
-    _row(SAMPLER_DRY, "dry", _dry, _dry_accept, _dry_reset, NULL)
-    _row(SAMPLER_TOP_N_SIGMA, "top-n-sigma", _top_n_sigma, NULL, NULL, NULL)
-    _row(SAMPLER_TOP_K, "top-k", _top_k, NULL, NULL, NULL)
-    _row(SAMPLER_TYPICAL_P, "typical", _typical, NULL, NULL, NULL)
-    _row(SAMPLER_TOP_P, "top-p", _top_p, NULL, NULL, NULL)
-    _row(SAMPLER_MIN_P, "min-p", _min_p, NULL, NULL, NULL)
-    _row(SAMPLER_XTC, "xtc", _xtc, NULL, _reseed, NULL)
-    _row(SAMPLER_TEMPERATURE, "temp-ext", _temp_ext, NULL, NULL, NULL)
-    _row(SAMPLER_TEMP, "temp", _temp, NULL, NULL, NULL)
-    _row(SAMPLER_DIST, "dist", _dist, NULL, _reseed, NULL)
-    _row(SAMPLER_MIROSTAT, "mirostat", _mirostat, NULL, _mirostat_reset, NULL)
-    _row(SAMPLER_MIROSTAT_V2, "mirostat-v2", _mirostat_v2, NULL, _mirostat_reset, NULL)
-    # llama_sampler_adaptive_p_clone copies the moving average and the pending token, not the generator: the
-    # clone's is seeded afresh from the seed
-    _row(SAMPLER_ADAPTIVE_P, "adaptive-p", _adaptive_p, _adaptive_p_accept, _adaptive_p_reset, _reseed)
-    _row(SAMPLER_INFILL, "infill", _infill, NULL, NULL, NULL)
+        _row(<sampler_type>i, NULL, NULL, NULL, NULL, NULL, NULL)
+    _row(SAMPLER_LOGIT_BIAS, "logit-bias", _logit_bias, NULL, NULL,
+         bankml_ctx_clone[logit_bias_ctx], bankml_ctx_free[logit_bias_ctx])
+    _row(SAMPLER_PENALTIES, "penalties", _penalties, _penalties_accept, _penalties_reset,
+         bankml_ctx_clone[penalties_ctx], bankml_ctx_free[penalties_ctx])
+    _row(SAMPLER_DRY, "dry", _dry, _dry_accept, _dry_reset, bankml_ctx_clone[dry_ctx], bankml_ctx_free[dry_ctx])
+    _row(SAMPLER_TOP_N_SIGMA, "top-n-sigma", _top_n_sigma, NULL, NULL,
+         bankml_ctx_clone[top_n_sigma_ctx], bankml_ctx_free[top_n_sigma_ctx])
+    _row(SAMPLER_TOP_K, "top-k", _top_k, NULL, NULL, bankml_ctx_clone[top_k_ctx], bankml_ctx_free[top_k_ctx])
+    _row(SAMPLER_TYPICAL_P, "typical", _typical, NULL, NULL, bankml_ctx_clone[p_ctx], bankml_ctx_free[p_ctx])
+    _row(SAMPLER_TOP_P, "top-p", _top_p, NULL, NULL, bankml_ctx_clone[p_ctx], bankml_ctx_free[p_ctx])
+    _row(SAMPLER_MIN_P, "min-p", _min_p, NULL, NULL, bankml_ctx_clone[p_ctx], bankml_ctx_free[p_ctx])
+    _row(SAMPLER_XTC, "xtc", _xtc, NULL, _xtc_reset, bankml_ctx_clone[xtc_ctx], bankml_ctx_free[xtc_ctx])
+    _row(SAMPLER_TEMPERATURE, "temp-ext", _temp_ext, NULL, NULL, bankml_ctx_clone[temp_ctx], bankml_ctx_free[temp_ctx])
+    _row(SAMPLER_TEMP, "temp", _temp, NULL, NULL, bankml_ctx_clone[temp_ctx], bankml_ctx_free[temp_ctx])
+    _row(SAMPLER_DIST, "dist", _dist, NULL, _dist_reset, bankml_ctx_clone[dist_ctx], bankml_ctx_free[dist_ctx])
+    _row(SAMPLER_MIROSTAT, "mirostat", _mirostat, NULL, _mirostat_reset,
+         bankml_ctx_clone[mirostat_ctx], bankml_ctx_free[mirostat_ctx])
+    _row(SAMPLER_MIROSTAT_V2, "mirostat-v2", _mirostat_v2, NULL, _mirostat_reset,
+         bankml_ctx_clone[mirostat_ctx], bankml_ctx_free[mirostat_ctx])
+    _row(SAMPLER_ADAPTIVE_P, "adaptive-p", _adaptive_p, _adaptive_p_accept, _adaptive_p_reset,
+         _adaptive_p_clone, bankml_ctx_free[adaptive_p_ctx])
+    _row(SAMPLER_INFILL, "infill", _infill, NULL, NULL, bankml_ctx_clone[infill_ctx], bankml_ctx_free[infill_ctx])
 
 
 _init_samplers()
@@ -1126,7 +1187,7 @@ cdef int chain_apply(vector[chain_stage]& chain, llama_token_data_array* cur_p,
     sc.tmp = &tmp
     sc.buf_sort = &buf_sort
     for s in range(chain.size()):
-        SAMPLERS[<int>chain[s].type].apply(&chain[s], cur_p, &sc)
+        SAMPLERS[<int>chain[s].type].apply(chain[s].ctx, cur_p, &sc)
     return 0
 
 
@@ -1136,7 +1197,7 @@ cdef int chain_accept(vector[chain_stage]& chain, token_t token) except -1 nogil
     for s in range(chain.size()):
         accept = SAMPLERS[<int>chain[s].type].accept
         if accept != NULL:
-            accept(&chain[s], token)
+            accept(chain[s].ctx, token)
     return 0
 
 
@@ -1146,31 +1207,43 @@ cdef void chain_reset(vector[chain_stage]& chain) noexcept nogil:
     for s in range(chain.size()):
         reset = SAMPLERS[<int>chain[s].type].reset
         if reset != NULL:
-            reset(&chain[s])
+            reset(chain[s].ctx)
 
 
-cdef void chain_cloned(vector[chain_stage]& chain) noexcept nogil:
+cdef int chain_clone(const vector[chain_stage]& chain, vector[chain_stage]& copy) except -1:
+    """copy (empty) gets a stage per stage of chain, each with a context of its own (llama_sampler_clone)."""
     cdef size_t s
-    cdef stage_fn clone
-    for s in range(chain.size()):
-        clone = SAMPLERS[<int>chain[s].type].clone
-        if clone != NULL:
-            clone(&chain[s])
-
-
-# --- the sampler ------------------------------------------------------------------------------
-
-cdef chain_stage new_stage(sampler_type type):
     cdef chain_stage st
+    copy.reserve(chain.size())
+    for s in range(chain.size()):
+        st.type = chain[s].type
+        st.ctx = SAMPLERS[<int>st.type].clone(chain[s].ctx)
+        if st.ctx == NULL:
+            raise MemoryError()
+        copy.push_back(st)
+    return 0
+
+
+cdef void chain_free(vector[chain_stage]& chain) noexcept nogil:
+    cdef size_t s
+    for s in range(chain.size()):
+        SAMPLERS[<int>chain[s].type].free(chain[s].ctx)
+    chain.clear()
+
+
+cdef int push_stage(vector[chain_stage]& chain, sampler_type type, void* ctx) except -1:
+    """Append a stage that owns ctx (a context bankml_ctx_new made: NULL when it ran out of memory)."""
+    cdef chain_stage st
+    if ctx == NULL:
+        raise MemoryError()
     st.type = type
-    st.min_keep = 0
-    return st
-
-
-cdef void seed_stage(chain_stage& st, uint32_t seed) noexcept nogil:
-    st.seed = seed
-    st.seed_cur = get_rng_seed(seed)
-    st.rng.seed(st.seed_cur)
+    st.ctx = ctx
+    try:
+        chain.push_back(st)
+    except MemoryError:
+        SAMPLERS[<int>type].free(ctx)
+        raise
+    return 0
 
 
 # llama_sampler_init_dry's limits: a breaker is cut to its first MAX_CHAR_LEN bytes, a tail's tokenization to
@@ -1407,7 +1480,11 @@ cdef class Sampler:
     """
 
     def __init__(self, params, vocab, grammar=None, reasoning_budget=None):
-        cdef chain_stage st
+        cdef logit_bias_ctx logit_bias
+        cdef adaptive_p_ctx adaptive_p
+        cdef dist_ctx dist
+        cdef temp_ctx temp_stage
+        cdef mirostat_ctx mirostat
         cdef logit_bias_entry entry
         cdef float temp
         if params is None:
@@ -1424,49 +1501,58 @@ cdef class Sampler:
         if grammar is not None and getattr(grammar, "vocab", vocab) is not None \
                 and len(grammar.vocab) != self.n_vocab:
             raise ValueError("Invalid grammar: its vocabulary is not the sampler's")
-        self.chain.clear()
+        chain_free(self.chain)
         temp = params.temperature
         if params.logit_bias:
-            st = new_stage(SAMPLER_LOGIT_BIAS)
             for token, bias in params.logit_bias:
                 if not 0 <= token < self.n_vocab:
                     raise ValueError(f"Invalid logit_bias: token {token} is outside [0, {self.n_vocab})")
                 entry.token = token
                 entry.bias = bias
-                st.biases.push_back(entry)
-            self.chain.push_back(st)
+                logit_bias.biases.push_back(entry)
+            push_stage(self.chain, SAMPLER_LOGIT_BIAS, bankml_ctx_new[logit_bias_ctx](logit_bias))
         if params.mirostat == 0:
             for name in params.samplers:
                 if name != "adaptive_p":
                     self._add(name)
             if "adaptive_p" in params.samplers:
                 # like dist and mirostat it selects the token, so common_sampler_init puts it last, in dist's place
-                st = new_stage(SAMPLER_ADAPTIVE_P)
-                st.adaptive_target = params.adaptive_target
-                st.adaptive_decay = clamp_float(params.adaptive_decay, 0, <float>0.99)
-                adaptive_p_reset(st)
-                seed_stage(st, params.seed)
+                adaptive_p.adaptive_target = params.adaptive_target
+                adaptive_p.adaptive_decay = clamp_float(params.adaptive_decay, 0, <float>0.99)
+                adaptive_p_reset(adaptive_p)
+                seed_rng(adaptive_p, <uint32_t>params.seed)
+                push_stage(self.chain, SAMPLER_ADAPTIVE_P, bankml_ctx_new[adaptive_p_ctx](adaptive_p))
             else:
-                st = new_stage(SAMPLER_DIST)
-                seed_stage(st, params.seed)
-            self.chain.push_back(st)
+                seed_rng(dist, <uint32_t>params.seed)
+                push_stage(self.chain, SAMPLER_DIST, bankml_ctx_new[dist_ctx](dist))
         else:
             if temp != 1:
-                st = new_stage(SAMPLER_TEMP)
-                st.temp = temp
-                self.chain.push_back(st)
-            st = new_stage(SAMPLER_MIROSTAT if params.mirostat == 1 else SAMPLER_MIROSTAT_V2)
-            st.n_vocab = <int32_t>self.n_vocab
-            st.m = 100
-            st.tau = params.mirostat_tau
-            st.eta = params.mirostat_eta
-            st.mu = <float>2 * st.tau
-            seed_stage(st, params.seed)
-            self.chain.push_back(st)
+                temp_stage.temp = temp
+                temp_stage.delta = 0
+                temp_stage.exponent = 1
+                push_stage(self.chain, SAMPLER_TEMP, bankml_ctx_new[temp_ctx](temp_stage))
+            mirostat.n_vocab = <int32_t>self.n_vocab
+            mirostat.m = 100
+            mirostat.tau = params.mirostat_tau
+            mirostat.eta = params.mirostat_eta
+            mirostat.mu = <float>2 * mirostat.tau
+            seed_rng(mirostat, <uint32_t>params.seed)
+            push_stage(self.chain, SAMPLER_MIROSTAT if params.mirostat == 1 else SAMPLER_MIROSTAT_V2,
+                       bankml_ctx_new[mirostat_ctx](mirostat))
         self.cur.resize(self.n_vocab)
 
+    def __dealloc__(self):
+        chain_free(self.chain)
+
     def _add(self, name):
-        cdef chain_stage st
+        cdef penalties_ctx penalties
+        cdef dry_ctx dry
+        cdef top_n_sigma_ctx top_n_sigma
+        cdef top_k_ctx top_k
+        cdef p_ctx cutoff
+        cdef xtc_ctx xtc
+        cdef temp_ctx temperature
+        cdef infill_ctx infill
         cdef const unsigned char* pieces_buf
         cdef const int64_t[::1] offsets_view
         cdef const unsigned char[::1] flags_view
@@ -1475,79 +1561,78 @@ cdef class Sampler:
         if name == "penalties":
             if p.repeat_last_n == 0 or (p.repeat_penalty == 1 and p.frequency_penalty == 0 and p.presence_penalty == 0):
                 return
-            st = new_stage(SAMPLER_PENALTIES)
-            st.penalty_last_n = p.repeat_last_n
-            st.penalty_repeat = p.repeat_penalty
-            st.penalty_freq = p.frequency_penalty
-            st.penalty_present = p.presence_penalty
-            ring_init(st.prev, p.repeat_last_n)
+            penalties.penalty_last_n = p.repeat_last_n
+            penalties.penalty_repeat = p.repeat_penalty
+            penalties.penalty_freq = p.frequency_penalty
+            penalties.penalty_present = p.presence_penalty
+            ring_init(penalties.prev, p.repeat_last_n)
+            push_stage(self.chain, SAMPLER_PENALTIES, bankml_ctx_new[penalties_ctx](penalties))
         elif name == "dry":
             if not (p.dry_multiplier != 0 and p.dry_base >= 1 and p.dry_penalty_last_n != 0):
                 return
-            st = new_stage(SAMPLER_DRY)
-            st.dry_multiplier = p.dry_multiplier
-            st.dry_base = p.dry_base
-            st.dry_allowed_length = p.dry_allowed_length
-            st.dry_penalty_last_n = p.dry_penalty_last_n
+            dry.dry_multiplier = p.dry_multiplier
+            dry.dry_base = p.dry_base
+            dry.dry_allowed_length = p.dry_allowed_length
+            dry.dry_penalty_last_n = p.dry_penalty_last_n
             for head, tails in _dry_breakers(self.vocab, p.dry_sequence_breakers).items():
-                st.dry_processed_breakers[head] = tails     # (copied: the cached lists stay unchanged)
-            ring_init(st.last_tokens, p.dry_penalty_last_n)
+                dry.dry_processed_breakers[head] = tails     # (copied: the cached lists stay unchanged)
+            ring_init(dry.last_tokens, p.dry_penalty_last_n)
+            push_stage(self.chain, SAMPLER_DRY, bankml_ctx_new[dry_ctx](dry))
         elif name == "top_n_sigma":
             if p.top_n_sigma <= 0:
                 return
-            st = new_stage(SAMPLER_TOP_N_SIGMA)
-            st.n = p.top_n_sigma
+            top_n_sigma.n = p.top_n_sigma
+            push_stage(self.chain, SAMPLER_TOP_N_SIGMA, bankml_ctx_new[top_n_sigma_ctx](top_n_sigma))
         elif name == "top_k":
-            st = new_stage(SAMPLER_TOP_K)
-            st.k = p.top_k
+            top_k.k = p.top_k
+            push_stage(self.chain, SAMPLER_TOP_K, bankml_ctx_new[top_k_ctx](top_k))
         elif name == "typ_p":
             if p.typical_p >= 1:
                 return
-            st = new_stage(SAMPLER_TYPICAL_P)
-            st.p = p.typical_p
-            st.min_keep = min_keep
+            cutoff.p = p.typical_p
+            cutoff.min_keep = min_keep
+            push_stage(self.chain, SAMPLER_TYPICAL_P, bankml_ctx_new[p_ctx](cutoff))
         elif name == "top_p":
             if p.top_p >= 1:
                 return
-            st = new_stage(SAMPLER_TOP_P)
-            st.p = p.top_p
-            st.min_keep = min_keep
+            cutoff.p = p.top_p
+            cutoff.min_keep = min_keep
+            push_stage(self.chain, SAMPLER_TOP_P, bankml_ctx_new[p_ctx](cutoff))
         elif name == "min_p":
             if p.min_p <= 0:
                 return
-            st = new_stage(SAMPLER_MIN_P)
-            st.p = p.min_p
-            st.min_keep = min_keep
+            cutoff.p = p.min_p
+            cutoff.min_keep = min_keep
+            push_stage(self.chain, SAMPLER_MIN_P, bankml_ctx_new[p_ctx](cutoff))
         elif name == "xtc":
             if p.xtc_probability <= 0 or p.xtc_threshold > 0.5:
                 return
-            st = new_stage(SAMPLER_XTC)
-            st.p = p.xtc_probability
-            st.threshold = p.xtc_threshold
-            st.min_keep = min_keep
-            seed_stage(st, p.seed)
+            xtc.p = p.xtc_probability
+            xtc.threshold = p.xtc_threshold
+            xtc.min_keep = min_keep
+            seed_rng(xtc, <uint32_t>p.seed)
+            push_stage(self.chain, SAMPLER_XTC, bankml_ctx_new[xtc_ctx](xtc))
         elif name == "temperature":
             if p.temperature == 1 and p.dynatemp_range <= 0:
                 return
-            st = new_stage(SAMPLER_TEMPERATURE)
-            st.temp = p.temperature
-            st.delta = p.dynatemp_range
-            st.exponent = p.dynatemp_exponent
+            temperature.temp = p.temperature
+            temperature.delta = p.dynatemp_range
+            temperature.exponent = p.dynatemp_exponent
+            push_stage(self.chain, SAMPLER_TEMPERATURE, bankml_ctx_new[temp_ctx](temperature))
         elif name == "infill":
-            st = new_stage(SAMPLER_INFILL)
             if self.infill_data is None:
                 self.infill_data = _infill_data(self.vocab, self.n_vocab)
             buf, offsets, flags, eot = self.infill_data
             pieces_buf = buf
             offsets_view = offsets
             flags_view = flags
-            st.infill_pieces = pieces_buf
-            st.infill_offsets = &offsets_view[0]
-            st.infill_flags = &flags_view[0]
-            st.infill_eot = eot
+            infill.infill_pieces = pieces_buf
+            infill.infill_offsets = &offsets_view[0]
+            infill.infill_flags = &flags_view[0]
+            infill.infill_eot = eot
+            push_stage(self.chain, SAMPLER_INFILL, bankml_ctx_new[infill_ctx](infill))
         else:  # pragma: no cover - SamplerParams only lets the names above through
             raise ValueError(f"Invalid samplers: {name!r}")
-        self.chain.push_back(st)
 
     cdef int set_logits(self, const float* logits) except -1 nogil:
         cdef int64_t i
@@ -1703,8 +1788,7 @@ cdef class Sampler:
         other.grammar = self.grammar.clone() if self.grammar is not None else None
         other.reasoning_budget = self.reasoning_budget.clone() if self.reasoning_budget is not None else None
         other.n_vocab = self.n_vocab
-        other.chain = self.chain
-        chain_cloned(other.chain)
+        chain_clone(self.chain, other.chain)
         other.infill_data = self.infill_data
         other.cur.resize(self.n_vocab)
         other.n_redraws = self.n_redraws
