@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
-import subprocess
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from ab_support import interleaved_rounds, ratio_row  # noqa: E402
 
 
 def child(build: str, vocab_name: str, repeats: int) -> None:
@@ -77,18 +78,6 @@ def child(build: str, vocab_name: str, repeats: int) -> None:
     json.dump(results, sys.stdout)
 
 
-def percentile(values, q):
-    values = sorted(values)
-    k = (len(values) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
-
-
-def stats(values):
-    return {"p50": percentile(values, 0.5), "mean": sum(values) / len(values), "p99": percentile(values, 0.99)}
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--a", help="tree of build A (the base)")
@@ -103,28 +92,15 @@ def main(argv=None):
         return 0
     if not (args.a and args.b):
         parser.error("--a and --b are required")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
-    best = {"A": None, "B": None}
-    for r in range(args.rounds):
-        order = ("A", "B") if r % 2 == 0 else ("B", "A")
-        for label in order:
-            build = args.a if label == "A" else args.b
-            done = subprocess.run(
-                [sys.executable, __file__, "--child", build, "--vocab", args.vocab, "--repeats", str(args.repeats)],
-                capture_output=True,
-                text=True,
-                env=env,
-            )
-            if done.returncode:
-                raise SystemExit(f"child {label} failed:\n{done.stderr[-4000:]}")
-            got = json.loads(done.stdout)
-            if best[label] is None:
-                best[label] = got
-            else:
-                for key, value in got.items():
-                    for phase in ("cold", "warm"):
-                        best[label][key][phase] = [min(x, y) for x, y in zip(best[label][key][phase], value[phase])]
-            print(f"round {r + 1}/{args.rounds}: {label} done", file=sys.stderr, flush=True)
+
+    def merge(best, got, label, r):
+        for key, value in got.items():
+            for phase in ("cold", "warm"):
+                best[key][phase] = [min(x, y) for x, y in zip(best[key][phase], value[phase])]
+
+    best = interleaved_rounds(
+        __file__, args.a, args.b, args.rounds, ["--vocab", args.vocab, "--repeats", str(args.repeats)], merge
+    )
     a, b = best["A"], best["B"]
     for key in a:
         if a[key]["masks"] != b[key]["masks"]:
@@ -134,13 +110,10 @@ def main(argv=None):
     print("|---|---|---|---|---|---|---|")
     for workload, keys in (("22 schemas", [k for k in a if k.startswith("schema:")]), ("json.gbnf", ["json"])):
         for phase in ("cold", "warm"):
-            sa = stats([x for k in keys for x in a[k][phase]])
-            sb = stats([x for k in keys for x in b[k][phase]])
             print(
-                f"| {workload} | {phase} | {sa['p50']:.1f} / {sa['mean']:.1f} / {sa['p99']:.1f} "
-                f"| {sb['p50']:.1f} / {sb['mean']:.1f} / {sb['p99']:.1f} | "
-                + " | ".join(f"{sb[m] / sa[m]:.3f}" for m in ("p50", "mean", "p99"))
-                + " |"
+                ratio_row(
+                    [workload, phase], [x for k in keys for x in a[k][phase]], [x for k in keys for x in b[k][phase]]
+                )
             )
     return 0
 

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
-import subprocess
 import sys
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from ab_support import interleaved_rounds, ratio_row  # noqa: E402
+
 WARMUP_DRAWS = 5
 
 
@@ -69,18 +71,6 @@ def child(build: str, draws: int) -> None:
     json.dump(results, sys.stdout)
 
 
-def percentile(values, q):
-    values = sorted(values)
-    k = (len(values) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
-
-
-def stats(values):
-    return {"p50": percentile(values, 0.5), "mean": sum(values) / len(values), "p99": percentile(values, 0.99)}
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--a", help="tree of build A (the base)")
@@ -94,29 +84,14 @@ def main(argv=None):
         return 0
     if not (args.a and args.b):
         parser.error("--a and --b are required")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
-    best = {"A": None, "B": None}
-    for r in range(args.rounds):
-        order = ("A", "B") if r % 2 == 0 else ("B", "A")
-        for label in order:
-            build = args.a if label == "A" else args.b
-            done = subprocess.run(
-                [sys.executable, __file__, "--child", build, "--draws", str(args.draws)],
-                capture_output=True,
-                text=True,
-                env=env,
-            )
-            if done.returncode:
-                raise SystemExit(f"child {label} failed:\n{done.stderr[-4000:]}")
-            got = json.loads(done.stdout)
-            if best[label] is None:
-                best[label] = got
-            else:
-                for key, value in got.items():
-                    if value["tokens"] != best[label][key]["tokens"]:
-                        raise SystemExit(f"{key}: build {label} drew other tokens in round {r + 1}")
-                    best[label][key]["times"] = [min(x, y) for x, y in zip(best[label][key]["times"], value["times"])]
-            print(f"round {r + 1}/{args.rounds}: {label} done", file=sys.stderr, flush=True)
+
+    def merge(best, got, label, r):
+        for key, value in got.items():
+            if value["tokens"] != best[key]["tokens"]:
+                raise SystemExit(f"{key}: build {label} drew other tokens in round {r + 1}")
+            best[key]["times"] = [min(x, y) for x, y in zip(best[key]["times"], value["times"])]
+
+    best = interleaved_rounds(__file__, args.a, args.b, args.rounds, ["--draws", str(args.draws)], merge)
     a, b = best["A"], best["B"]
     for key in a:
         if a[key]["tokens"] != b[key]["tokens"]:
@@ -125,13 +100,7 @@ def main(argv=None):
     print("| configuration | A p50 / mean / p99 | B p50 / mean / p99 | B/A p50 | B/A mean | B/A p99 |")
     print("|---|---|---|---|---|---|")
     for key in a:
-        sa, sb = stats(a[key]["times"]), stats(b[key]["times"])
-        print(
-            f"| {key} | {sa['p50']:.1f} / {sa['mean']:.1f} / {sa['p99']:.1f} "
-            f"| {sb['p50']:.1f} / {sb['mean']:.1f} / {sb['p99']:.1f} | "
-            + " | ".join(f"{sb[m] / sa[m]:.3f}" for m in ("p50", "mean", "p99"))
-            + " |"
-        )
+        print(ratio_row([key], a[key]["times"], b[key]["times"]))
     return 0
 
 
