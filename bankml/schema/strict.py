@@ -1582,10 +1582,7 @@ class _Compiler:
             for f, kp in st.notformats:
                 parts.append(_cached_lang("format", f).complement())
             if st.exclude:
-                ex = None
-                for s in sorted(st.exclude):
-                    ex = sl.Lang.literal(s) if ex is None else ex | sl.Lang.literal(s)
-                parts.append(ex.complement())
+                parts.append(sl.Lang.literals(st.exclude).complement())
             # no product with the universal language: it only costs time
             lang = parts[0] if parts else sl.Lang.any_string()
             for part in parts[1:]:

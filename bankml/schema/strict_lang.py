@@ -179,6 +179,17 @@ def _norm(ranges) -> tuple:
     return tuple((a, b) for a, b in out)
 
 
+def _norm_sorted(ranges: list) -> tuple:
+    """``_norm`` for ranges that are usually normal already (a DFA row's ranges to one target): checked in one
+    pass, normalized only when they are not."""
+    prev = -2
+    for lo, hi in ranges:
+        if lo <= prev + 1 or lo > hi or (lo <= SUR_HI and hi >= SUR_LO):
+            return _norm(ranges)
+        prev = hi
+    return tuple(ranges)
+
+
 def _cs_neg(cs) -> tuple:
     out = []
     prev = 0
@@ -310,6 +321,30 @@ class Lang:
             trans.append(((c, c, i + 1),))
         trans.append(())
         return Lang(trans, [False] * len(s) + [True])
+
+    @staticmethod
+    def literals(strings) -> "Lang":
+        """Exactly the given strings: their trie, minimized once (a union of literals one ``|`` at a time
+        costs a product per string). Strings holding a surrogate are left out, as ``literal`` leaves them."""
+        trans: list[dict] = [{}]
+        acc = [False]
+        for s in strings:
+            if any(SUR_LO <= ord(ch) <= SUR_HI for ch in s):
+                continue
+            node = 0
+            for ch in s:
+                c = ord(ch)
+                nxt = trans[node].get(c)
+                if nxt is None:
+                    nxt = trans[node][c] = len(trans)
+                    trans.append({})
+                    acc.append(False)
+                node = nxt
+            acc[node] = True
+        if not any(acc):
+            return Lang.empty()
+        rows = [[(c, c, t) for c, t in sorted(row.items())] for row in trans]
+        return _finish(rows, acc, "enum")
 
     @staticmethod
     def chars(ranges) -> "Lang":
@@ -1913,21 +1948,32 @@ def _charset_alts(cs, memo: dict, admit_surrogates: bool = False) -> list[str]:
     if bmp:
         alts.append('"\\\\u" ' + _hex_expr(_plain_ranges(bmp), 4, memo))
     # Above U+FFFF: surrogate pairs; group high surrogates that take the same low ones.
-    by_low: dict = {}
-    order = []
+    # A high surrogate whose whole block of 1,024 is in the set takes every low one: such blocks are kept as
+    # runs (h0, h1), so a wide range costs two partial blocks, not one entry per block.
+    partial: dict = {}  # high surrogate index -> low ranges
+    runs = []  # (first, last) high surrogate indexes of whole blocks
     for lo, hi in _cs_inter(cs, ((0x10000, MAXCP),)):
         h0, h1 = (lo - 0x10000) >> 10, (hi - 0x10000) >> 10
-        for h in range(h0, h1 + 1):
+        f0 = h0 if (lo - 0x10000) & 0x3FF == 0 else h0 + 1
+        f1 = h1 if (hi - 0x10000) & 0x3FF == 0x3FF else h1 - 1
+        for h in (h0, h1) if h0 != h1 else (h0,):
+            if f0 <= h <= f1:
+                continue
             a = max(lo, 0x10000 + (h << 10)) - 0x10000 - (h << 10)
             b = min(hi, 0x10000 + (h << 10) + 0x3FF) - 0x10000 - (h << 10)
-            by_low.setdefault(h, []).append((0xDC00 + a, 0xDC00 + b))
+            partial.setdefault(h, []).append((0xDC00 + a, 0xDC00 + b))
+        if f0 <= f1:
+            runs.append((f0, f1))
+    entries = [(h, h, _plain_ranges(r)) for h, r in partial.items()]
+    entries += [(a, b, ((0xDC00, 0xDFFF),)) for a, b in runs]
+    entries.sort()
     lows: dict = {}
-    for h in sorted(by_low):
-        lk = _plain_ranges(by_low[h])
+    order = []
+    for h0, h1, lk in entries:
         if lk not in lows:
             lows[lk] = []
             order.append(lk)
-        lows[lk].append((0xD800 + h, 0xD800 + h))
+        lows[lk].append((0xD800 + h0, 0xD800 + h1))
     for lk in order:
         alts.append('"\\\\u" ' + _hex_expr(_plain_ranges(lows[lk]), 4, memo) + ' "\\\\u" ' + _hex_expr(lk, 4, memo))
     return alts
@@ -1984,7 +2030,7 @@ def string_gbnf(lang: Lang, name: str, admit_surrogates: bool = False) -> tuple[
                 by_t[t] = []
                 order.append(t)
             by_t[t].append((lo, hi))
-        groups.append([(t, _norm(by_t[t])) for t in order])
+        groups.append([(t, _norm_sorted(by_t[t])) for t in order])
         for t in order:
             refs[t] += 1
     named = [refs[s] != 1 for s in range(n)]
