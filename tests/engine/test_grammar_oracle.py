@@ -64,6 +64,17 @@ def single_byte_tokens(vocab):
     return _SINGLE_BYTE_TOKENS[id(vocab)][1]
 
 
+_PIECE_LENGTHS = {}
+
+
+def piece_lengths(vocab):
+    """Each token's piece length in bytes, as an array (once per vocabulary, not a Python loop per step)."""
+    if id(vocab) not in _PIECE_LENGTHS:
+        lengths = np.fromiter((len(p) for p in vocab.pieces), dtype=np.int64, count=len(vocab))
+        _PIECE_LENGTHS[id(vocab)] = (vocab, lengths)
+    return _PIECE_LENGTHS[id(vocab)][1]
+
+
 def allows(allowed, token):
     """Whether ``token`` is among the ``allowed`` ids (an array; no set of up to n_vocab ids built per step)."""
     return bool(np.any(allowed == token))
@@ -190,8 +201,7 @@ def test_random_walk(case):
             break
         # Half the draws favour short pieces, which keeps walks inside structure instead of long free text.
         if step % 2:
-            lengths = np.fromiter((len(vocab.piece(int(t))) for t in choices), dtype=np.int64, count=choices.size)
-            short = choices[lengths <= 2]
+            short = choices[piece_lengths(vocab)[choices] <= 2]
             if short.size:
                 choices = short
         token = int(rng.choice(choices))

@@ -30,7 +30,7 @@ from bankml import Grammar, GrammarError, Rules, mask_hash
 
 from ..oracle import libllama
 from ..oracle_support import ORACLE_STATS, load_pair
-from .test_grammar_oracle import WALKS, allows, describe, document_text, make_pair
+from .test_grammar_oracle import WALKS, allows, describe, document_text, make_pair, piece_lengths
 
 pytestmark = pytest.mark.oracle
 
@@ -83,7 +83,7 @@ def rollback_walk(ours, theirs, vocab, tokens, seed, label, lazy=False):
     on_document = True
     rollbacks = 0
     depth = [0]  # what bankml's ring holds: rollback_depth must say the same
-    piece_length = np.fromiter((len(p) for p in vocab.pieces), dtype=np.int64, count=len(vocab))
+    piece_length = piece_lengths(vocab)
 
     def take(token):
         """Accept on both sides (bankml through accept_tokens or accept, alternately)."""
