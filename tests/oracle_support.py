@@ -11,6 +11,8 @@ import pathlib
 
 DATA = pathlib.Path(__file__).parent / "data"
 VOCAB_NAMES = ("qwen2", "llama3", "smollm2")
+# BANKML_ORACLE_LIVE=1: every oracle comparison that the gate samples or replays from a recording runs live
+ORACLE_LIVE = os.environ.get("BANKML_ORACLE_LIVE", "") not in ("", "0")
 ORACLE_STATS = collections.Counter()
 
 

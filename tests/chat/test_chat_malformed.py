@@ -36,7 +36,7 @@ from bankml.chat.template import (
 from ..oracle import build_chat_malformed as oracle_malformed
 from ..oracle import build_chat_tools as oracle_tools
 from ..oracle.build_converter import OracleUnavailable
-from ..oracle_support import ORACLE_STATS, OraclePieces, chat_template
+from ..oracle_support import ORACLE_LIVE, ORACLE_STATS, OraclePieces, chat_template
 from .test_chat_tools import _diff, _parse
 
 DATA = pathlib.Path(__file__).parent.parent / "data" / "chat_malformed_oracle.json.gz"
@@ -299,7 +299,8 @@ def test_recording_covers_the_issue():
 @pytest.mark.oracle
 def test_live_oracle_gives_the_recording():
     """The pinned llama.cpp run now gives the recorded answers: the same reasoning outputs derived from the
-    templates' renders, and the same message (or exception) at every prefix of every stream."""
+    templates' renders, and the same message (or exception) at every prefix of every stream. Every third
+    template in the gate (about a third of the time), all of them with BANKML_ORACLE_LIVE=1."""
     try:
         exe = oracle_tools.build()
         tdir = oracle_tools.templates_dir()
@@ -307,7 +308,9 @@ def test_live_oracle_gives_the_recording():
         pytest.fail("the pinned llama.cpp chat tools oracle could not be built: %s" % e)
     requests, keys = [], []
     renders = []
-    for name in TEMPLATES:
+    live = TEMPLATES if ORACLE_LIVE else TEMPLATES[::3]
+    ORACLE_STATS["chat templates whose malformed-call parses ran live"] += len(live)
+    for name in live:
         rec = RECORDED["templates"][name]
         assert (tdir / name).read_text(encoding="utf-8") == rec["source"]
         renders += [dict(r, template=str(tdir / name)) for _, r in oracle_malformed.render_requests(rec["source"])]
@@ -319,7 +322,7 @@ def test_live_oracle_gives_the_recording():
     with OraclePieces(oracle_tools.run, requests, exe) as pieces:
         _, answers = oracle_tools.run(renders, exe)
         k = len(oracle_malformed.REASONING_RENDERS) + 1
-        for i, name in enumerate(TEMPLATES):
+        for i, name in enumerate(live):
             rec = RECORDED["templates"][name]
             names = [r for r, _ in oracle_malformed.render_requests(rec["source"])]
             derived = oracle_malformed.reasoning_outputs(dict(zip(names, answers[i * k : (i + 1) * k])))

@@ -10,6 +10,7 @@ count and FNV-1a hash; then both accept the same token.
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -20,13 +21,30 @@ import pytest
 from bankml import Grammar, GrammarError, Rules, mask_hash
 
 from ..oracle import libllama
-from ..oracle_support import DATA, ORACLE_STATS, VOCAB_NAMES, chat_turn_tokens, load_pair
+from ..oracle.mask_recording import RECORD, Recording, fingerprint
+from ..oracle_support import DATA, ORACLE_STATS, VOCAB_NAMES, chat_turn_tokens, load_pair, vocab_path
 
 pytestmark = pytest.mark.oracle
 
 GRAMMARS = DATA / "grammars"
 WALKS = json.loads((DATA / "oracle_walks.json").read_text(encoding="utf-8"))["walks"]
 RANDOM_WALK_STEPS = int(os.environ.get("BANKML_ORACLE_RANDOM_STEPS", "24"))
+# libllama's masks of the Qwen2 and Llama 3 walks come from the recording (tests/oracle/mask_recording.py)
+ORACLE_INPUTS = [
+    DATA / "oracle_walks.json",
+    *sorted(GRAMMARS.iterdir()),
+    pathlib.Path(libllama.__file__),
+    vocab_path("qwen2"),
+    vocab_path("llama3"),
+]
+RECORDING = Recording("grammar", fingerprint(__file__, ORACLE_INPUTS, {"random steps": RANDOM_WALK_STEPS}))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _write_recording():
+    yield
+    if RECORD:
+        RECORDING.write()
 
 
 def grammar_text(name, vocab, oracle_vocab):
@@ -84,11 +102,15 @@ def describe(vocab, ids):
     return ", ".join(f"{int(i)}={vocab.piece(int(i))!r}" for i in ids[:8])
 
 
-def compare_masks(ours, theirs, vocab, where):
+def compare_masks(ours, theirs, src, vocab, where):
+    """bankml's mask against libllama's (``src``: its digest, live or recorded); returns the allowed ids."""
     mine = ours.allowed_ids()
-    reference = theirs.allowed_ids()
     ORACLE_STATS["masks compared"] += 1
-    if mask_hash(mine) != mask_hash(reference):
+    got = (int(mine.size), *mask_hash(mine))
+    if got != src.digest(theirs):
+        reference = theirs.allowed_ids()  # live: the message names the tokens
+        if not src.live and (int(reference.size), *mask_hash(reference)) == got:
+            pytest.fail(f"{where}: libllama gives bankml's mask, the recording another: {RECORDING.path.name} is stale")
         ORACLE_STATS["masks different"] += 1
         only_ours = np.setdiff1d(mine, reference)
         only_theirs = np.setdiff1d(reference, mine)
@@ -115,22 +137,24 @@ def make_pair(walk, vocab, oracle_vocab):
     return ours, theirs
 
 
-def walk_tokens(walk, vocab, oracle_vocab, tokens, label, stop_where_rejected=False):
+def walk_tokens(walk, vocab, oracle_vocab, tokens, label, src, stop_where_rejected=False):
     """Walk both matchers through tokens; returns bankml's matcher, or None if the walk stopped early."""
     ours, theirs = make_pair(walk, vocab, oracle_vocab)
     for step, token in enumerate(tokens):
-        allowed = compare_masks(ours, theirs, vocab, f"{label} step {step}")
+        allowed = compare_masks(ours, theirs, src, vocab, f"{label} step {step}")
         if not ours.awaiting_trigger and not allows(allowed, token):
             if stop_where_rejected:
                 # Both engines agree (the masks matched) that this byte cannot come next: llama.cpp
                 # rejects a partial UTF-8 byte whose completions meet a negated class's exclusions.
                 ORACLE_STATS["byte walks stopped where both reject"] += 1
+                src.finish()
                 return None
             pytest.fail(f"{label} step {step}: the document's token {token}={vocab.piece(token)!r} is not allowed")
         ours.accept(token)
         theirs.accept_unchecked(token)
         ORACLE_STATS["tokens accepted"] += 1
-    compare_masks(ours, theirs, vocab, f"{label} end")
+    compare_masks(ours, theirs, src, vocab, f"{label} end")
+    src.finish()
     return ours
 
 
@@ -156,7 +180,8 @@ def test_tokenized_walk(case):
     walk = WALKS[index]
     document = document_text(walk["documents"][doc_index], vocab)
     tokens = oracle_vocab.tokenize(document.encode("utf-8"), add_special=False, parse_special=True)
-    final = walk_tokens(walk, vocab, oracle_vocab, tokens, f"{case_id(case)} tokenized")
+    label = f"{case_id(case)} tokenized"
+    final = walk_tokens(walk, vocab, oracle_vocab, tokens, label, RECORDING.source(label, vocab_name))
     if not walk.get("lazy"):
         assert final.complete
 
@@ -170,9 +195,9 @@ def test_byte_walk(case):
     table = single_byte_tokens(vocab)
     missing = sorted(set(document) - set(table))
     assert not missing, f"{vocab_name} has no single-byte token for bytes {missing}"
-    final = walk_tokens(
-        walk, vocab, oracle_vocab, [table[b] for b in document], f"{case_id(case)} bytes", stop_where_rejected=True
-    )
+    label = f"{case_id(case)} bytes"
+    src = RECORDING.source(label, vocab_name)
+    final = walk_tokens(walk, vocab, oracle_vocab, [table[b] for b in document], label, src, stop_where_rejected=True)
     if final is not None and not walk.get("lazy"):
         assert final.complete
 
@@ -192,10 +217,11 @@ def test_random_walk(case):
     vocab_name, index, seed = case
     vocab, oracle_vocab = load_pair(vocab_name)
     ours, theirs = make_pair(WALKS[index], vocab, oracle_vocab)
+    src = RECORDING.source(f"{vocab_name}-{index} random seed {seed}", vocab_name)
     rng = np.random.default_rng(seed * 1000 + index)
     eog = np.asarray(vocab.eog_mask, dtype=bool)
     for step in range(RANDOM_WALK_STEPS):
-        allowed = compare_masks(ours, theirs, vocab, f"{vocab_name} random seed {seed} step {step}")
+        allowed = compare_masks(ours, theirs, src, vocab, f"{vocab_name} random seed {seed} step {step}")
         choices = allowed[~eog[allowed]]
         if choices.size == 0:
             break
@@ -216,6 +242,7 @@ def test_random_walk(case):
         ours.accept(token)
         theirs.accept_unchecked(token)
         ORACLE_STATS["tokens accepted"] += 1
+    src.finish()
 
 
 # -- accept errors ---------------------------------------------------------------

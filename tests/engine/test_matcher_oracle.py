@@ -29,8 +29,10 @@ import pytest
 from bankml import Grammar, GrammarError, Rules, mask_hash
 
 from ..oracle import libllama
+from ..oracle.mask_recording import RECORD, Recording, fingerprint
 from ..oracle_support import ORACLE_STATS, load_pair
-from .test_grammar_oracle import WALKS, allows, describe, document_text, make_pair, piece_lengths
+from . import test_grammar_oracle
+from .test_grammar_oracle import ORACLE_INPUTS, WALKS, allows, describe, document_text, make_pair, piece_lengths
 
 pytestmark = pytest.mark.oracle
 
@@ -40,16 +42,41 @@ BENCH = pathlib.Path(__file__).resolve().parent.parent.parent / "bench" / "data"
 SCHEMAS = {e["name"]: e for e in json.loads((BENCH / "schemas.json").read_text(encoding="utf-8"))["schemas"]}
 SCHEMA_GRAMMARS = json.loads((BENCH / "schema_grammars.json").read_text(encoding="utf-8"))["grammars"]
 VOCABS = ("smollm2", "qwen2")
+# libllama's masks of the Qwen2 walks come from the recording (tests/oracle/mask_recording.py)
+RECORDING = Recording(
+    "matcher",
+    fingerprint(
+        __file__,
+        [
+            pathlib.Path(test_grammar_oracle.__file__),
+            *ORACLE_INPUTS,
+            BENCH / "schemas.json",
+            BENCH / "schema_grammars.json",
+        ],
+        {"steps": STEPS, "max rollback": MAX_ROLLBACK},
+    ),
+)
 
 
-def compare(ours, theirs, batch, row, vocab, where):
-    """bankml's mask (filled into batch[row]) against libllama's; returns the allowed ids."""
+@pytest.fixture(scope="module", autouse=True)
+def _write_recording():
+    yield
+    if RECORD:
+        RECORDING.write()
+
+
+def compare(ours, theirs, src, batch, row, vocab, where):
+    """bankml's mask (filled into batch[row]) against libllama's (``src``: its digest, live or recorded); returns
+    the allowed ids."""
     ours.fill_next_token_bitmask(batch, row)
     bits = np.unpackbits(batch[row].view(np.uint8), bitorder="little")[: len(vocab)]
     mine = np.flatnonzero(bits).astype(np.int32)
-    reference = theirs.allowed_ids()
     ORACLE_STATS["matcher masks compared (accept/rollback walks)"] += 1
-    if mask_hash(mine) != mask_hash(reference):
+    got = (int(mine.size), *mask_hash(mine))
+    if got != src.digest(theirs):
+        reference = theirs.allowed_ids()  # live: the message names the tokens
+        if not src.live and (int(reference.size), *mask_hash(reference)) == got:
+            pytest.fail(f"{where}: libllama gives bankml's mask, the recording another: {RECORDING.path.name} is stale")
         ORACLE_STATS["matcher masks different"] += 1
         pytest.fail(
             f"{where}: bankml allows {len(mine)} tokens, libllama {len(reference)}; "
@@ -74,7 +101,7 @@ def check_jump_forward(ours, allowed, vocab):
     return forced
 
 
-def rollback_walk(ours, theirs, vocab, tokens, seed, label, lazy=False):
+def rollback_walk(ours, theirs, src, vocab, tokens, seed, label, lazy=False):
     rng = np.random.default_rng(seed)
     eog = np.asarray(vocab.eog_mask, dtype=bool)
     batch = np.zeros((3, (len(vocab) + 31) // 32), dtype=np.int32)
@@ -118,7 +145,7 @@ def rollback_walk(ours, theirs, vocab, tokens, seed, label, lazy=False):
 
     for step in range(STEPS):
         where = f"{label} step {step} ({len(accepted)} accepted, {rollbacks} rollbacks)"
-        allowed = compare(ours, oracle_states[-1], batch, step % 3, vocab, where)
+        allowed = compare(ours, oracle_states[-1], src, batch, step % 3, vocab, where)
         if not (lazy and ours.awaiting_trigger):
             check_jump_forward(ours, allowed, vocab)
         assert ours.rollback_depth == depth[0]
@@ -132,7 +159,7 @@ def rollback_walk(ours, theirs, vocab, tokens, seed, label, lazy=False):
             depth[0] -= k
             rollbacks += 1
             ORACLE_STATS["matcher rollbacks"] += 1
-            allowed = compare(ours, oracle_states[-1], batch, step % 3, vocab, where + " after rollback")
+            allowed = compare(ours, oracle_states[-1], src, batch, step % 3, vocab, where + " after rollback")
             if lazy and ours.awaiting_trigger:
                 # waiting for the trigger: only the document's own tokens are safe for libllama
                 on_document = accepted == list(tokens[: len(accepted)])
@@ -184,7 +211,7 @@ def rollback_walk(ours, theirs, vocab, tokens, seed, label, lazy=False):
             ORACLE_STATS["matcher jump-forward token runs accepted"] += 1
             for i, t in enumerate(forced_tokens):
                 if i:
-                    allowed = compare(ours, oracle_states[-1], batch, 0, vocab, where + f" jump-forward {i}")
+                    allowed = compare(ours, oracle_states[-1], src, batch, 0, vocab, where + f" jump-forward {i}")
                 assert allows(allowed, t), f"{where}: jump-forward token {t}={vocab.piece(t)!r} not allowed"
                 take(t)
             continue
@@ -192,7 +219,8 @@ def rollback_walk(ours, theirs, vocab, tokens, seed, label, lazy=False):
         if token is None:
             break
         take(token)
-    compare(ours, oracle_states[-1], batch, 0, vocab, f"{label} end")
+    compare(ours, oracle_states[-1], src, batch, 0, vocab, f"{label} end")
+    src.finish()
 
 
 GRAMMAR_CASES = [(vocab_name, index) for vocab_name in VOCABS for index in range(len(WALKS))]
@@ -207,9 +235,9 @@ def test_rollback_walk_grammars(case):
     tokens = oracle_vocab.tokenize(document.encode("utf-8"), add_special=False, parse_special=True)
     ours, theirs = make_pair(walk, vocab, oracle_vocab)
     ours = _with_rollback(ours)
-    rollback_walk(
-        ours, theirs, vocab, tokens, 7000 + index, f"{vocab_name} {walk['grammar']}", lazy=bool(walk.get("lazy"))
-    )
+    label = f"{vocab_name} {walk['grammar']} {index}"
+    src = RECORDING.source(label, vocab_name)
+    rollback_walk(ours, theirs, src, vocab, tokens, 7000 + index, label, lazy=bool(walk.get("lazy")))
 
 
 SCHEMA_CASES = [(vocab_name, name) for vocab_name in VOCABS for name in SCHEMAS]
@@ -223,7 +251,9 @@ def test_rollback_walk_schemas(case):
     tokens = oracle_vocab.tokenize(SCHEMAS[name]["instance"].encode("utf-8"), add_special=False, parse_special=True)
     ours = Grammar(Rules.parse(text, vocab=vocab), vocab, max_rollback=MAX_ROLLBACK)
     theirs = libllama.OracleGrammar(oracle_vocab, text)
-    rollback_walk(ours, theirs, vocab, tokens, zlib.crc32(f"{vocab_name} {name}".encode()), f"{vocab_name} {name}")
+    label = f"{vocab_name} {name}"
+    src = RECORDING.source(label, vocab_name)
+    rollback_walk(ours, theirs, src, vocab, tokens, zlib.crc32(label.encode()), label)
 
 
 def _with_rollback(grammar):

@@ -599,6 +599,20 @@ def kernels_fingerprint():
     }
 
 
+def kernels_key(fingerprint=None):
+    """A short name for a kernels fingerprint (this machine's by default): the suffix of its recordings' file."""
+    fp = kernels_fingerprint() if fingerprint is None else fingerprint
+    return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def machine_recording(path):
+    """The recording to read for ``path`` (``x.json``): ``x.<kernels key>.json`` where this machine's kernels
+    have one of their own (``--machine`` of the recorders), else ``path`` itself."""
+    path = pathlib.Path(path)
+    own = path.with_name("%s.%s.json" % (path.stem, kernels_key()))
+    return own if own.exists() else path
+
+
 class Server:
     """A llama-server process on 127.0.0.1, stopped on exit."""
 
@@ -1063,6 +1077,12 @@ def main(argv=None):
     ap.add_argument("--check", action="store_true", help="only check bit identity against the saved recording")
     ap.add_argument("--repeat", action="store_true", help="send every request twice and compare")
     ap.add_argument("--only", help="record only the requests whose name contains this (prints, writes no file)")
+    ap.add_argument(
+        "--machine",
+        action="store_true",
+        help="write this machine's kernels' own recording (server_recordings.<kernels key>.json), which the tests "
+        "read on machines with these kernels",
+    )
     args = ap.parse_args(argv)
     if args.check:
         results = check_bit_identity(json.loads(OUTPUT.read_text(encoding="utf-8"))["recordings"])
@@ -1088,8 +1108,9 @@ def main(argv=None):
             "note": BIT_IDENTITY_NOTE,
             "results": results,
         }
-        OUTPUT.write_text(_dump(out) + "\n", encoding="utf-8")
-        print("[record_server] wrote %s (%d recordings)" % (OUTPUT, len(out["recordings"])), file=sys.stderr)
+        path = OUTPUT.with_name("%s.%s.json" % (OUTPUT.stem, kernels_key(out["kernels"]))) if args.machine else OUTPUT
+        path.write_text(_dump(out) + "\n", encoding="utf-8")
+        print("[record_server] wrote %s (%d recordings)" % (path, len(out["recordings"])), file=sys.stderr)
     for p in problems:
         print("[record_server] PROBLEM: " + p, file=sys.stderr)
     return 1 if problems else 0

@@ -5,6 +5,7 @@ thinking on for the templates with a reasoning block, ``reasoning_format``, ``th
 Run by hand (builds the server first if needed, see ``build_server.py``)::
 
     python -m tests.oracle.record_server_templates     # record into tests/data/server_recordings_templates.json
+    python -m tests.oracle.record_server_templates --machine   # this machine's kernels' own file
 
 Each template gets its own llama-server process, started with ``record_server.SERVER_FLAGS`` (so ``--reasoning
 off``: thinking is turned on per request with ``chat_template_kwargs``, as a client does) plus
@@ -35,6 +36,7 @@ from .record_server import (
     _sha256,
     _validate,
     kernels_fingerprint,
+    kernels_key,
     model_path,
     server_flags,
 )
@@ -391,10 +393,14 @@ def record():
     return out, problems
 
 
-def main():
+def main(argv=None):
+    # --machine: this machine's kernels' own recording (server_recordings_templates.<kernels key>.json), which the
+    # tests read on machines with these kernels
+    machine = "--machine" in (sys.argv[1:] if argv is None else argv)
     out, problems = record()
-    OUTPUT.write_text(_dump(out) + "\n", encoding="utf-8")
-    print("[record_server_templates] wrote %s (%d recordings)" % (OUTPUT, len(out["recordings"])), file=sys.stderr)
+    path = OUTPUT.with_name("%s.%s.json" % (OUTPUT.stem, kernels_key(out["kernels"]))) if machine else OUTPUT
+    path.write_text(_dump(out) + "\n", encoding="utf-8")
+    print("[record_server_templates] wrote %s (%d recordings)" % (path, len(out["recordings"])), file=sys.stderr)
     for p in problems:
         print("[record_server_templates] PROBLEM: " + p, file=sys.stderr)
     return 1 if problems else 0

@@ -4,6 +4,7 @@ tool-capable chat templates given by ``--chat-template-file``.
 Run by hand (a minute or two on 2 cores; it builds the server first if needed, see ``build_server.py``)::
 
     python -m tests.oracle.record_tools            # record into tests/data/server_tool_recordings.json
+    python -m tests.oracle.record_tools --machine  # this machine's kernels' own file (.<kernels key>.json)
     python -m tests.oracle.record_tools --only X   # print the requests whose name contains X, write nothing
 
 The server is ``record_server.py``'s (same flags: one slot, 2 threads, ``-c 2048 -b 2048 -ub 512 -fa off``, no
@@ -460,13 +461,20 @@ def record(only=None):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", help="record only the requests whose name contains this (prints, writes no file)")
+    ap.add_argument(
+        "--machine",
+        action="store_true",
+        help="write this machine's kernels' own recording (server_tool_recordings.<kernels key>.json), which the "
+        "tests read on machines with these kernels",
+    )
     args = ap.parse_args(argv)
     out = record(only=args.only)
     if args.only:
         print(rs._dump(out["recordings"]))
         return 0
-    OUTPUT.write_text(rs._dump(out) + "\n", encoding="utf-8")
-    print("[record_tools] wrote %s (%d recordings)" % (OUTPUT, len(out["recordings"])), file=sys.stderr)
+    path = OUTPUT.with_name("%s.%s.json" % (OUTPUT.stem, rs.kernels_key(out["kernels"]))) if args.machine else OUTPUT
+    path.write_text(rs._dump(out) + "\n", encoding="utf-8")
+    print("[record_tools] wrote %s (%d recordings)" % (path, len(out["recordings"])), file=sys.stderr)
     return 0
 
 

@@ -27,10 +27,11 @@ import pathlib
 
 import pytest
 
-from ..oracle.record_server import kernels_fingerprint
+from ..oracle.record_server import kernels_fingerprint, machine_recording
 from ..oracle_support import ORACLE_STATS, recorded_job, recorded_model, sse_chunks
 
-DATA = pathlib.Path(__file__).resolve().parent.parent / "data" / "server_recordings.json"
+# the recording of this machine's kernels where there is one (the recorder's --machine), else the shipped one
+DATA = machine_recording(pathlib.Path(__file__).resolve().parent.parent / "data" / "server_recordings.json")
 RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
 RECORDS = RECORDING["recordings"]
 # the recordings hold where ggml runs the kernels they were made with; elsewhere llama-server answers live

@@ -26,11 +26,12 @@ from bankml.chat.constraint import from_openai_text
 from bankml.serve.app import chat_request_options
 from bankml.serve.runtime import sampler_params_from_request
 
-from ..oracle.record_server import kernels_fingerprint
+from ..oracle.record_server import kernels_fingerprint, machine_recording
 from ..oracle.record_server_templates import REQUESTS, TEMPLATE_REQUESTS, template_text
 from ..oracle_support import ORACLE_STATS, recorded_model, sse_chunks
 
-DATA = pathlib.Path(__file__).resolve().parent.parent / "data" / "server_recordings_templates.json"
+# the recording of this machine's kernels where there is one (the recorder's --machine), else the shipped one
+DATA = machine_recording(pathlib.Path(__file__).resolve().parent.parent / "data" / "server_recordings_templates.json")
 RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
 RECORDS = RECORDING["recordings"]
 RECORDINGS_HOLD = RECORDING.get("kernels") == kernels_fingerprint() and os.environ.get("BANKML_E2E_LIVE", "") in (

@@ -22,11 +22,12 @@ import re
 
 import pytest
 
-from ..oracle.record_server import kernels_fingerprint
+from ..oracle.record_server import kernels_fingerprint, machine_recording
 from ..oracle.record_tools import REQUESTS, TEMPLATES, assemble, reproducible, short, template_kwargs_flags
 from ..oracle_support import ORACLE_STATS, recorded_model, sse_chunks
 
-DATA = pathlib.Path(__file__).resolve().parent.parent / "data" / "server_tool_recordings.json"
+# the recording of this machine's kernels where there is one (record_tools --machine), else the shipped one
+DATA = machine_recording(pathlib.Path(__file__).resolve().parent.parent / "data" / "server_tool_recordings.json")
 RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
 RECORDS = RECORDING["recordings"]
 NAMES = [r["name"] for r in RECORDS]
