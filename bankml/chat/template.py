@@ -9,11 +9,10 @@ rendering, the extra variables it gives the template (``datetime``, ``date_strin
 prompt (the text the template adds for ``add_generation_prompt``, which the grammar and the parser start
 with). The rendering itself is ``bankml.chat.jinja``'s.
 
-It does not own (yet) what llama.cpp derives from the template's structure -- the differential analysis of
-``common/chat-diff-analyzer.cpp`` and the specialised handlers of ``common/parsers/`` that give the format,
-the thinking tags, the grammar, its triggers, the preserved tokens and the parser; see
-``docs/modules/chat.md``. Tools are read and rendered (``tools`` reach the template as llama.cpp passes them)
-so that the next step only adds the grammar and parsing of tool calls.
+It runs the generic pipeline; what is one model family's (the detection of its templates, the message rewrites
+before rendering, the handler of ``common/parsers/`` and its mapper) is that family's module of
+``bankml.chat.families``, and the differential analysis of ``common/chat-diff-analyzer.cpp`` is
+``bankml.chat.analysis``; see ``docs/modules/chat.md``.
 
 Typical use, without a model::
 
