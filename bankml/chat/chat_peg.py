@@ -832,12 +832,11 @@ def find_by_tag(ctx, parent, tag, max_depth=3):
     return None
 
 
-TOOL_ARG_OBJECT, TOOL_ARG_ARRAY, TOOL_ARG_ITEM = "tool-arg-object", "tool-arg-array", "tool-arg-item"
-
-
-class MinimaxM3Mapper(Mapper):
-    """common_chat_peg_minimax_m3_mapper: arguments rebuilt as JSON from the XML-expanded values; reasoning is
-    kept as parsed (this mapper does not drop whitespace-only reasoning)."""
+class TreeMapper(Mapper):
+    """What the mappers that walk the AST themselves share (``common_chat_peg_minimax_m3_mapper``,
+    ``common_chat_peg_gemma4_mapper``, each in its family's module of ``bankml.chat.families``): ``from_ast``
+    visits each top node with ``_visit``, and the reasoning is kept as parsed (whitespace-only reasoning is
+    not dropped)."""
 
     def from_ast(self, ctx, result):
         self.ctx = ctx
@@ -850,107 +849,4 @@ class MinimaxM3Mapper(Mapper):
         )
 
     def _visit(self, node):
-        if node.tag == REASONING:
-            self.reasoning.append(node.sanitized_text())
-            return
-        if node.tag == CONTENT:
-            self.content.append(node.sanitized_text())
-            return
-        if node.tag == TOOL:
-            name = find_by_tag(self.ctx, node, TOOL_NAME)
-            if name is not None:
-                self.tool_calls.append(ChatToolCall(_txt(name.text), self._container(node, True, not node.is_partial)))
-            return
-        for cid in node.children:
-            self._visit(self.ctx.ast[cid])
-
-    def _collect(self, node, tag, out):
-        for cid in node.children:
-            child = self.ctx.ast[cid]
-            if child.tag == tag:
-                out.append(child)
-            else:
-                self._collect(child, tag, out)
-
-    def _value_of(self, node):
-        for cid in node.children:
-            child = self.ctx.ast[cid]
-            if child.tag in (TOOL_ARG_VALUE, TOOL_ARG_STRING_VALUE, TOOL_ARG_OBJECT, TOOL_ARG_ARRAY):
-                return child
-        return None
-
-    def _member(self, node):
-        name = find_by_tag(self.ctx, node, TOOL_ARG_NAME)
-        if name is None:
-            return ""
-        return _dump(_txt(name.text)) + ":" + self._value(self._value_of(node), not node.is_partial)
-
-    def _container(self, node, is_object, closed):
-        entries = []
-        self._collect(node, TOOL_ARG if is_object else TOOL_ARG_ITEM, entries)
-        parts = []
-        for entry in entries:
-            text = self._member(entry) if is_object else self._value(self._value_of(entry), not entry.is_partial)
-            if text:
-                parts.append(text)
-        result = ("{" if is_object else "[") + ",".join(parts)
-        return result + (("}" if is_object else "]") if closed else "")
-
-    def _value(self, node, closed):
-        if node is None:
-            return ""
-        if node.tag == TOOL_ARG_OBJECT:
-            return self._container(node, True, closed)
-        if node.tag == TOOL_ARG_ARRAY:
-            return self._container(node, False, closed)
-        if node.tag == TOOL_ARG_STRING_VALUE:
-            return '"' + _dump(_txt(node.text))[1:-1] + ('"' if closed else "")
-        return _txt(node.text)
-
-
-class Gemma4Mapper(MinimaxM3Mapper):
-    """common_chat_peg_gemma4_mapper: tool arguments from Gemma 4's own value syntax (rules ``gemma4-*``)."""
-
-    def _visit(self, node):
-        if node.tag == REASONING:
-            self.reasoning.append(node.sanitized_text())
-            return
-        if node.tag == CONTENT:
-            self.content.append(node.sanitized_text())
-            return
-        if node.tag == TOOL:
-            name = find_by_tag(self.ctx, node, TOOL_NAME)
-            args = find_by_tag(self.ctx, node, TOOL_ARGS)
-            if name is not None and args is not None and not name.is_partial:
-                arguments = self._json(self.ctx.ast[args.children[0]]) if args.children else ""
-                self.tool_calls.append(ChatToolCall(_txt(name.text), arguments))
-            return
-        for cid in node.children:
-            self._visit(self.ctx.ast[cid])
-
-    def _json(self, node):
-        if not node.text:
-            return ""
-        rule, kids = node.rule, [self.ctx.ast[c] for c in node.children]
-        if rule in ("gemma4-number", "gemma4-bool", "gemma4-null", "gemma4-dict-key-name"):
-            return _txt(node.text)
-        if rule == "gemma4-string-content":
-            return _dump(_txt(node.text))[1:-1]
-        if rule == "gemma4-string":
-            out = '"'
-            if kids:
-                out += self._json(kids[0]) + ("" if node.is_partial else '"')
-            return out
-        if rule in ("gemma4-array", "gemma4-dict"):
-            open_, close = ("[", "]") if rule == "gemma4-array" else ("{", "}")
-            return open_ + ",".join(self._json(k) for k in kids) + ("" if node.is_partial else close)
-        if rule == "gemma4-dict-key":
-            out = '"'
-            if kids:
-                out += _dump(self._json(kids[0]))[1:-1]
-            return out + ("" if node.is_partial else '":')
-        if rule == "gemma4-dict-kv":
-            return "".join(self._json(k) for k in kids)
-        if rule == "gemma4-value":
-            return self._json(kids[0]) if kids else ""
-        return ""
+        raise NotImplementedError

@@ -9,11 +9,10 @@ rendering, the extra variables it gives the template (``datetime``, ``date_strin
 prompt (the text the template adds for ``add_generation_prompt``, which the grammar and the parser start
 with). The rendering itself is ``bankml.chat.jinja``'s.
 
-It does not own (yet) what llama.cpp derives from the template's structure -- the differential analysis of
-``common/chat-diff-analyzer.cpp`` and the specialised handlers of ``common/parsers/`` that give the format,
-the thinking tags, the grammar, its triggers, the preserved tokens and the parser; see
-``docs/modules/chat.md``. Tools are read and rendered (``tools`` reach the template as llama.cpp passes them)
-so that the next step only adds the grammar and parsing of tool calls.
+It runs the generic pipeline; what is one model family's (the detection of its templates, the message rewrites
+before rendering, the handler of ``common/parsers/`` and its mapper) is that family's module of
+``bankml.chat.families``, and the differential analysis of ``common/chat-diff-analyzer.cpp`` is
+``bankml.chat.analysis``; see ``docs/modules/chat.md``.
 
 Typical use, without a model::
 
@@ -251,54 +250,6 @@ def _parse_continuation(value):
     return CONTINUATION_NONE
 
 
-def specialized_handler(source):
-    """The name of the hand-written handler (common/parsers/) llama.cpp picks for this template source, in
-    common_chat_try_specialized_template's order, or None when the differential analysis builds the parser."""
-    has = source.__contains__
-    if has("[SYSTEM_PROMPT]") and has("[TOOL_CALLS]") and has("[ARGS]") and not has("[CALL_ID]"):
-        return "ministral-3"
-    if has("<|channel|>"):
-        return "gpt-oss"
-    if has("<atem:function_calls>") and has("<|eom|>"):
-        return "muse-glimmer"
-    if has(">>>all") and has(">>>${recipient}"):
-        return "functionary-v3-2"
-    if has("<|tool_calls_section_begin|>") and has("<|tool_call_begin|>"):
-        return "kimi-k2"
-    if has("<|open|>") and has("<|close|>") and has("<|end_of_msg|>"):
-        return "kimi-k3"
-    if has("<role>ASSISTANT</role>") and has("<arg_key>"):
-        return "ling3"
-    if has("<|START_TEXT|>") and has("<|START_ACTION|>"):
-        return "cohere2moe"
-    if _is_lfm2(source):
-        return "lfm2"
-    if has("List of tools: [") and not has("<|tool_list_start|>"):
-        return "lfm2.5"
-    if has("<|role_sep|>") and has("<|message_sep|>") and not has("<|function_call|>"):
-        return "gigachat-v3"
-    if has("]<]minimax[>[") and has("<tool_call>") and has("<invoke name="):
-        return "minimax-m3"
-    if has("dsml_token") and has("DSML") and (has("function_calls") or has("tool_calls")):
-        return "deepseek-v3.2"
-    if has("'<|tool_call>call:'"):
-        return "gemma4"
-    if has("Tool usage guidelines:") and has('<function name="') and has('<param name="'):
-        return "minicpm5"
-    if (
-        has("<tool_call>")
-        and has("<function=")
-        and has("<parameter=")
-        and not has("'<tool_call><function=' ~ tool_call.name ~ '>'")
-    ):
-        return "qwen3-coder"
-    return None
-
-
-def _is_lfm2(source):
-    return "<|tool_list_start|>" in source and "<|tool_list_end|>" in source
-
-
 @dataclass
 class ChatPrompt:
     """What ``ChatTemplate.apply`` returns, with common_chat_params' field names: the prompt, the generation
@@ -352,7 +303,7 @@ class ChatTemplate:
         self.add_bos, self.add_eos = add_bos, add_eos
         self.program = Program(source)
         self.caps = caps_get(self.program)
-        self.handler = specialized_handler(source)
+        self.handler = families.detect(source)
         self._analysis = None
         # what the derived parameters depend on in the template (the analysis renders it with bos / eos)
         self._cache_key = (source, bos_token, eos_token, bool(add_bos), bool(add_eos))
@@ -564,24 +515,21 @@ class ChatTemplate:
                 json_schema_mode,
             )
             json_schema = _private_schema(json_schema, schema_key)
+        inp = Inputs(
+            self.handler,
+            self.source,
+            json_schema,
+            reasoning_format,
+            continuation,
+            continue_msg if has_continuation else None,
+            tools_json,
+            tool_choice,
+            bool(parallel_tool_calls),
+            enable_thinking,
+            add_gen,
+        )
         if self.handler is not None:
-            return self._apply_handler(
-                rendered,
-                tools_json,
-                tools_render,
-                add_gen,
-                enable_thinking,
-                extra,
-                now,
-                continuation,
-                continue_msg if has_continuation else None,
-                json_schema,
-                reasoning_format,
-                tool_choice,
-                parallel_tool_calls,
-                json_schema_mode,
-                key,
-            )
+            return self._apply_handler(inp, rendered, tools_render, extra, now, json_schema_mode, key)
         prompt, gen = self.prompt_and_generation_prompt(rendered, tools_render, add_gen, enable_thinking, extra, now)
         out = ChatPrompt(prompt, gen, handler=self.handler, caps=self.caps.to_dict(), json_schema_mode=json_schema_mode)
         a = self.analysis
@@ -599,19 +547,6 @@ class ChatTemplate:
             out.generation_prompt = gen
         out.format = "peg-native"
         extracting = reasoning_format != "none" and a.reasoning.mode != "NONE"
-        inp = Inputs(
-            None,
-            self.source,
-            json_schema,
-            reasoning_format,
-            continuation,
-            continue_msg,
-            tools_json,
-            tool_choice,
-            bool(parallel_tool_calls),
-            enable_thinking,
-            add_gen,
-        )
 
         def derive(out):
             self._derive_auto(out, a, parser_gen, extracting, json_schema, inp, json_schema_mode)
@@ -655,200 +590,25 @@ class ChatTemplate:
             raise schema_error(e, head) from None
         out.parser = ChatParser(arena, out.generation_prompt)
 
-    def _apply_handler(
-        self,
-        rendered,
-        tools_json,
-        tools_render,
-        add_gen,
-        enable_thinking,
-        extra,
-        now,
-        continuation,
-        continue_msg,
-        json_schema,
-        reasoning_format,
-        tool_choice="auto",
-        parallel_tool_calls=False,
-        json_schema_mode="llama.cpp",
-        key=None,
-    ):
-        """llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context they rewrite before
-        rendering here, then the handler of ``bankml.chat.families`` (continuation prompt, tags, tokens, parser,
-        grammar), cached under ``key`` (None: not cached) with the generation prompt and what of the prompt
-        the handler reads."""
-        h, src = self.handler, self.source
-        override, context = None, None
-        if h in ("gpt-oss", "lfm2", "lfm2.5"):
-            override = []
-            for m in rendered:
-                m = dict(m)
-                if isinstance(m.get("reasoning_content"), str):
-                    m["thinking"] = m["reasoning_content"]
-                    if h == "gpt-oss" and isinstance(m.get("tool_calls"), list) and m["tool_calls"]:
-                        m.pop("content", None)
-                override.append(m)
-        elif h == "ministral-3":
-            override = []
-            for m in rendered:
-                if m.get("role") not in ("system", "assistant"):
-                    override.append(m)
-                    continue
-                blocks = []
-                if isinstance(m.get("reasoning_content"), str):
-                    blocks.append({"type": "thinking", "thinking": m["reasoning_content"]})
-                if "content" in m:
-                    if isinstance(m["content"], str):
-                        blocks.append({"type": "text", "text": m["content"]})
-                    elif isinstance(m["content"], list):
-                        blocks.extend(m["content"])
-                m = dict(m, content=blocks)
-                m.pop("reasoning_content", None)
-                override.append(m)
-        elif h == "gemma4" and "{#- OpenAI Chat Completions:" not in src:
-            rendered = _gemma4_tool_responses(rendered)
-        elif h == "deepseek-v3.2" and "function_calls" not in src:
-            override = _deepseek_v4_sort_tool_results(rendered)
-            if isinstance(json_schema, dict):
-                context = {"response_format": json_schema}
+    def _apply_handler(self, inp, rendered, tools_render, extra, now, json_schema_mode="llama.cpp", key=None):
+        """llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context the family rewrites
+        before rendering (``bankml.chat.families``), the prompt it fixes after, then its handler (continuation
+        prompt, tags, tokens, parser, grammar), cached under ``key`` (None: not cached) with the generation
+        prompt and what of the prompt the handler reads."""
+        h = inp.handler
+        msgs, is_override, context = families.rewrite(rendered, inp)
         ctx = dict(extra)
         if context:
             ctx.update(context)
-        is_override = override is not None
-        msgs = override if is_override else rendered
         prompt, gen = self.prompt_and_generation_prompt(
-            msgs, tools_render, add_gen, enable_thinking, ctx, now, override=is_override
+            msgs, tools_render, inp.add_generation_prompt, inp.enable_thinking, ctx, now, override=is_override
         )
-        if h == "gpt-oss" and not add_gen:
-            pos = prompt.rfind("<|return|>")
-            if pos >= 0:
-                prompt = prompt[:pos] + "<|end|>" + prompt[pos + len("<|return|>") :]
+        prompt = families.fix_prompt(prompt, inp)
         out = ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict(), json_schema_mode=json_schema_mode)
-        inp = families.Inputs(
-            h,
-            src,
-            json_schema,
-            reasoning_format,
-            continuation,
-            continue_msg,
-            tools_json,
-            tool_choice,
-            bool(parallel_tool_calls),
-            enable_thinking=enable_thinking,
-            add_generation_prompt=add_gen,
-        )
         if key is not None:
             key = key + (h, gen, families.prompt_key(h, prompt))
         _derived(out, key, lambda out: families.apply(out, inp))
         return out
-
-
-def _gemma4_has_content(msg):
-    content = msg.get("content")
-    return isinstance(content, (str, list)) and bool(content)
-
-
-def _gemma4_has_tool_calls(msg):
-    return isinstance(msg.get("tool_calls"), list) and bool(msg["tool_calls"])
-
-
-def _strict_json(text):
-    """nlohmann's json::parse: NaN and Infinity are not JSON."""
-
-    def refuse(name):
-        raise ValueError(name)
-
-    return _jsondepth.loads(text, parse_constant=refuse)
-
-
-def _gemma4_tool_responses(messages):
-    """workaround::convert_tool_responses_gemma4 (common/parsers/gemma4.cpp), applied to the older Gemma 4
-    templates: each assistant turn with tool calls, the tool results after it and a final assistant answer
-    (text, no calls) become one assistant message with ``tool_responses`` (each ``{"name", "response"}``, the
-    response parsed as JSON where it is JSON, the name taken from the call at the same position or else the
-    ``tool_call_id``). The first assistant message's own content is not kept, as llama.cpp does."""
-    out = []
-    i, n = 0, len(messages)
-    while i < n:
-        msg = messages[i]
-        if msg.get("role", "") != "assistant" or not _gemma4_has_tool_calls(msg):
-            out.append(msg)
-            i += 1
-            continue
-        reasoning = msg["reasoning_content"] if isinstance(msg.get("reasoning_content"), str) else None
-        calls = list(msg["tool_calls"])
-        responses = []
-        i += 1
-        while i < n and messages[i].get("role", "") == "tool":
-            cur = messages[i]
-            response = None
-            if "content" in cur:
-                response = cur["content"]
-                if isinstance(response, str):
-                    try:
-                        response = _strict_json(response)
-                    except ValueError:
-                        pass
-            name = ""
-            k = len(responses)
-            if k < len(calls) and isinstance(calls[k], dict) and "function" in calls[k]:
-                fn = calls[k]["function"]
-                name = fn.get("name", "") if isinstance(fn, dict) else ""
-            if not name:
-                name = cur.get("tool_call_id", "")
-            responses.append({"name": name, "response": response})
-            i += 1
-        content = None
-        if i < n and messages[i].get("role", "") == "assistant":
-            nxt = messages[i]
-            if not _gemma4_has_tool_calls(nxt) and _gemma4_has_content(nxt):
-                content = nxt["content"]
-                i += 1
-        built = {"role": "assistant", "tool_calls": calls}
-        if responses:
-            built["tool_responses"] = responses
-        if content is not None:
-            built["content"] = content
-        if reasoning is not None:
-            built["reasoning_content"] = reasoning
-        out.append(built)
-    return out
-
-
-def _deepseek_v4_sort_tool_results(messages):
-    """DeepSeek V4 renders a run of tool results in the order of the preceding assistant's tool calls."""
-    adjusted = [dict(m) for m in messages]
-    call_order = {}
-    i = 0
-    while i < len(adjusted):
-        msg = adjusted[i]
-        role = msg.get("role", "")
-        if role == "assistant" and isinstance(msg.get("tool_calls"), list) and msg["tool_calls"]:
-            call_order = {}
-            for idx, call in enumerate(msg["tool_calls"]):
-                if call.get("id"):
-                    call_order[call["id"]] = idx
-            i += 1
-            continue
-        if role not in ("user", "tool"):
-            i += 1
-            continue
-        positions, end = [], i
-        while end < len(adjusted):
-            r = adjusted[end].get("role", "")
-            if r == "tool":
-                positions.append(end)
-            elif r != "user":
-                break
-            end += 1
-        if len(positions) > 1 and call_order:
-            results = sorted(
-                (adjusted[p] for p in positions), key=lambda m: call_order.get(m.get("tool_call_id", ""), 0)
-            )
-            for k, p in enumerate(positions):
-                adjusted[p] = results[k]
-        i = end
-    return adjusted
 
 
 def _string_diff(last, current):

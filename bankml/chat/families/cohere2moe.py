@@ -3,7 +3,7 @@
 common/parsers/cohere2moe.cpp (Cohere2 MoE / North Code): a marker-wrapped turn, the thinking block, then
 ``<|START_TEXT|>`` content or ``<|START_ACTION|>[...]`` JSON tool calls."""
 
-from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
+from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
 
 TURN_START, TURN_END = "<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>"
 CHATBOT, USER, SYSTEM = "<|CHATBOT_TOKEN|>", "<|USER_TOKEN|>", "<|SYSTEM_TOKEN|>"
@@ -12,6 +12,11 @@ TEXT_START, TEXT_END = "<|START_TEXT|>", "<|END_TEXT|>"
 ACTION_START, ACTION_END = "<|START_ACTION|>", "<|END_ACTION|>"
 RESULT_START, RESULT_END = "<|START_TOOL_RESULT|>", "<|END_TOOL_RESULT|>"
 GEN_PREFIX = TURN_START + CHATBOT
+
+
+def detect(source):
+    """``<|START_TEXT|>`` is this template's alone (the older Command-R templates use ``<|START_RESPONSE|>``)."""
+    return "cohere2moe" if TEXT_START in source and ACTION_START in source else None
 
 
 def apply(out, inp):
@@ -86,3 +91,6 @@ def apply(out, inp):
 
     lazy = not inp.has_response_format and inp.tool_choice == "auto"
     finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, ACTION_START)])
+
+
+FAMILY = Family(("cohere2moe",), detect, apply)

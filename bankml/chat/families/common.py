@@ -1,9 +1,13 @@
 """Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
 
 What every hand-written handler of ``bankml.chat.families`` shares: the trigger kinds, the handlers' inputs
-(``autoparser::generation_params``), the defaults of ``common_chat_params`` and ``finish``, which builds a
-handler's arena, grammar and parser. Must not import ``bankml.chat.template`` or a family module.
+(``autoparser::generation_params``), ``Family`` (what a family module declares: its detection, message rewrites,
+prompt fix and handler), the defaults of ``common_chat_params`` and ``finish``, which builds a handler's arena,
+grammar and parser. Must not import ``bankml.chat.template`` or a family module.
 """
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from bankml.chat.chat_peg import build_chat_peg_parser
 from bankml.chat.params import CONTINUATION_CONTENT, ChatParser, arena_grammar, render_content, schema_error
@@ -63,6 +67,45 @@ class Inputs:
 
     def render_content(self):
         return self._render(self.continue_msg)
+
+
+def keep_messages(messages, inp):
+    """A family's ``rewrite`` when it renders the messages as the generic pipeline prepared them."""
+    return messages, False, None
+
+
+def keep_prompt(prompt, inp):
+    """A family's ``fix_prompt`` when it keeps the rendered prompt."""
+    return prompt
+
+
+def no_prompt_key(prompt):
+    """A family's ``prompt_key`` when its handler reads nothing of the rendered prompt."""
+    return None
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family's chat knowledge, as its module declares it (``FAMILY``):
+
+    * ``names``: the handler names it gives (LFM2's module gives two);
+    * ``detect(source)``: the handler name for a template source, or None (its branch of llama.cpp's
+      ``common_chat_try_specialized_template``; ``bankml.chat.families.FAMILIES`` keeps their order);
+    * ``rewrite(messages, inp)``: the messages (JSON form) rewritten before rendering, as the C++ handler
+      does, ``(messages, override, context)``: ``override`` renders them as they are (the handler's
+      ``messages_override``), ``context`` adds variables (or None);
+    * ``fix_prompt(prompt, inp)``: the rendered prompt as the handler keeps it;
+    * ``prompt_key(prompt)``: what of the rendered prompt ``apply`` reads (part of the cache key);
+    * ``apply(out, inp)``: the handler (``common_chat_params_init_<name>``) completing the ``ChatPrompt``.
+
+    Its mapper, when it has its own, is set on the parser by ``apply``."""
+
+    names: tuple
+    detect: Callable[[str], Optional[str]]
+    apply: Callable[[Any, Inputs], None]
+    rewrite: Callable[[list, Inputs], tuple] = keep_messages
+    fix_prompt: Callable[[str, Inputs], str] = keep_prompt
+    prompt_key: Callable[[str], Any] = no_prompt_key
 
 
 def finish(out, fn, include_grammar, lazy, triggers, head=""):

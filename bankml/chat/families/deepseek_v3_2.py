@@ -1,15 +1,68 @@
 """Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
 
 common/parsers/deepseek.cpp (DeepSeek V3.2 and V4): ``<think>`` reasoning, DSML tool calls
-(``<｜DSML｜function_calls>`` / ``tool_calls`` in V4), the fenced response format (the tool-result order and the
-response format in the context are done by bankml.chat.template)."""
+(``<｜DSML｜function_calls>`` / ``tool_calls`` in V4), the fenced response format; V4's messages are rendered with
+the tool results in call order and the response format in the context."""
 
 from bankml.chat.chat_peg import function_parameters, parameter_source
-from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
+from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
 from bankml.schema.queries import may_be_string
 
 DSML, THINK_START, THINK_END = "｜DSML｜", "<think>", "</think>"
 GEN_PROMPT, TC_SEPARATOR = "<｜Assistant｜>", "\n\n"
+
+
+def detect(source):
+    """The template assigns ``dsml_token`` (V3.2 names the call block ``function_calls``, V4 ``tool_calls``)."""
+    has = source.__contains__
+    if has("dsml_token") and has("DSML") and (has("function_calls") or has("tool_calls")):
+        return "deepseek-v3.2"
+    return None
+
+
+def rewrite(messages, inp):
+    """V4 (no ``function_calls`` in the template): the messages rendered as they are, each run of tool results
+    in the order of the calls before it, and the response format's schema as ``response_format``."""
+    if "function_calls" in inp.source:
+        return messages, False, None
+    context = {"response_format": inp.json_schema} if isinstance(inp.json_schema, dict) else None
+    return _sort_tool_results(messages), True, context
+
+
+def _sort_tool_results(messages):
+    """DeepSeek V4 renders a run of tool results in the order of the preceding assistant's tool calls."""
+    adjusted = [dict(m) for m in messages]
+    call_order = {}
+    i = 0
+    while i < len(adjusted):
+        msg = adjusted[i]
+        role = msg.get("role", "")
+        if role == "assistant" and isinstance(msg.get("tool_calls"), list) and msg["tool_calls"]:
+            call_order = {}
+            for idx, call in enumerate(msg["tool_calls"]):
+                if call.get("id"):
+                    call_order[call["id"]] = idx
+            i += 1
+            continue
+        if role not in ("user", "tool"):
+            i += 1
+            continue
+        positions, end = [], i
+        while end < len(adjusted):
+            r = adjusted[end].get("role", "")
+            if r == "tool":
+                positions.append(end)
+            elif r != "user":
+                break
+            end += 1
+        if len(positions) > 1 and call_order:
+            results = sorted(
+                (adjusted[p] for p in positions), key=lambda m: call_order.get(m.get("tool_call_id", ""), 0)
+            )
+            for k, p in enumerate(positions):
+                adjusted[p] = results[k]
+        i = end
+    return adjusted
 
 
 def apply(out, inp):
@@ -122,3 +175,6 @@ def apply(out, inp):
     finish(
         out, fn, has_response_format or has_tool_calls, inp.has_tools and not require_tools, [(TRIGGER_WORD, fc_start)]
     )
+
+
+FAMILY = Family(("deepseek-v3.2",), detect, apply, rewrite=rewrite)

@@ -3,9 +3,13 @@
 common/parsers/functionary-v3-2.cpp: recipients ``>>>all\\n{content}`` / ``>>>name\\n{json arguments}``."""
 
 from bankml.chat.chat_peg import tool_parameters
-from bankml.chat.families.common import TRIGGER_PATTERN, defaults, finish
+from bankml.chat.families.common import TRIGGER_PATTERN, Family, defaults, finish
 
 GEN = "<|start_header_id|>assistant<|end_header_id|>\n\n>>>"
+
+
+def detect(source):
+    return "functionary-v3-2" if ">>>all" in source and ">>>${recipient}" in source else None
 
 
 def apply(out, inp):
@@ -50,3 +54,6 @@ def apply(out, inp):
         return generation_prompt + ret
 
     finish(out, fn, inp.tool_calls_enabled, inp.tool_choice == "auto", [(TRIGGER_PATTERN, ">>>(?!all)")])
+
+
+FAMILY = Family(("functionary-v3-2",), detect, apply)

@@ -3,8 +3,109 @@
 common/parsers/gemma4.cpp: ``<|channel>thought ... <channel|>`` reasoning, ``<|tool_call>call:name{...}<tool_call|>``
 calls in Gemma 4's value syntax (format ``peg-gemma4``, its own mapper)."""
 
-from bankml.chat.chat_peg import Gemma4Mapper
-from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
+from bankml.chat.chat_peg import (
+    CONTENT,
+    REASONING,
+    TOOL,
+    TOOL_ARGS,
+    TOOL_NAME,
+    ChatToolCall,
+    TreeMapper,
+    _dump,
+    _txt,
+    find_by_tag,
+)
+from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
+from bankml.schema import jsondepth
+
+
+def detect(source):
+    return "gemma4" if "'<|tool_call>call:'" in source else None
+
+
+def rewrite(messages, inp):
+    """The older Gemma 4 templates (without the "OpenAI Chat Completions" comment) get their tool results folded
+    into the assistant messages (``_tool_responses``); the messages are then prepared as any."""
+    if "{#- OpenAI Chat Completions:" not in inp.source:
+        return _tool_responses(messages), False, None
+    return messages, False, None
+
+
+def prompt_key(prompt):
+    """What of the rendered prompt ``apply`` reads: whether it ends a turn."""
+    return prompt.endswith("<turn|>\n")
+
+
+def _has_content(msg):
+    content = msg.get("content")
+    return isinstance(content, (str, list)) and bool(content)
+
+
+def _has_tool_calls(msg):
+    return isinstance(msg.get("tool_calls"), list) and bool(msg["tool_calls"])
+
+
+def _strict_json(text):
+    """nlohmann's json::parse: NaN and Infinity are not JSON."""
+
+    def refuse(name):
+        raise ValueError(name)
+
+    return jsondepth.loads(text, parse_constant=refuse)
+
+
+def _tool_responses(messages):
+    """workaround::convert_tool_responses_gemma4 (common/parsers/gemma4.cpp), applied to the older Gemma 4
+    templates: each assistant turn with tool calls, the tool results after it and a final assistant answer
+    (text, no calls) become one assistant message with ``tool_responses`` (each ``{"name", "response"}``, the
+    response parsed as JSON where it is JSON, the name taken from the call at the same position or else the
+    ``tool_call_id``). The first assistant message's own content is not kept, as llama.cpp does."""
+    out = []
+    i, n = 0, len(messages)
+    while i < n:
+        msg = messages[i]
+        if msg.get("role", "") != "assistant" or not _has_tool_calls(msg):
+            out.append(msg)
+            i += 1
+            continue
+        reasoning = msg["reasoning_content"] if isinstance(msg.get("reasoning_content"), str) else None
+        calls = list(msg["tool_calls"])
+        responses = []
+        i += 1
+        while i < n and messages[i].get("role", "") == "tool":
+            cur = messages[i]
+            response = None
+            if "content" in cur:
+                response = cur["content"]
+                if isinstance(response, str):
+                    try:
+                        response = _strict_json(response)
+                    except ValueError:
+                        pass
+            name = ""
+            k = len(responses)
+            if k < len(calls) and isinstance(calls[k], dict) and "function" in calls[k]:
+                fn = calls[k]["function"]
+                name = fn.get("name", "") if isinstance(fn, dict) else ""
+            if not name:
+                name = cur.get("tool_call_id", "")
+            responses.append({"name": name, "response": response})
+            i += 1
+        content = None
+        if i < n and messages[i].get("role", "") == "assistant":
+            nxt = messages[i]
+            if not _has_tool_calls(nxt) and _has_content(nxt):
+                content = nxt["content"]
+                i += 1
+        built = {"role": "assistant", "tool_calls": calls}
+        if responses:
+            built["tool_responses"] = responses
+        if content is not None:
+            built["content"] = content
+        if reasoning is not None:
+            built["reasoning_content"] = reasoning
+        out.append(built)
+    return out
 
 
 def apply(out, inp):
@@ -122,3 +223,54 @@ def apply(out, inp):
     finish(out, fn, has_response_format or inp.tool_calls_enabled, lazy, [(TRIGGER_WORD, "<|tool_call>")])
     out.parser.format = "peg-gemma4"
     out.parser.mapper = Gemma4Mapper
+
+
+class Gemma4Mapper(TreeMapper):
+    """common_chat_peg_gemma4_mapper: tool arguments from Gemma 4's own value syntax (rules ``gemma4-*``)."""
+
+    def _visit(self, node):
+        if node.tag == REASONING:
+            self.reasoning.append(node.sanitized_text())
+            return
+        if node.tag == CONTENT:
+            self.content.append(node.sanitized_text())
+            return
+        if node.tag == TOOL:
+            name = find_by_tag(self.ctx, node, TOOL_NAME)
+            args = find_by_tag(self.ctx, node, TOOL_ARGS)
+            if name is not None and args is not None and not name.is_partial:
+                arguments = self._json(self.ctx.ast[args.children[0]]) if args.children else ""
+                self.tool_calls.append(ChatToolCall(_txt(name.text), arguments))
+            return
+        for cid in node.children:
+            self._visit(self.ctx.ast[cid])
+
+    def _json(self, node):
+        if not node.text:
+            return ""
+        rule, kids = node.rule, [self.ctx.ast[c] for c in node.children]
+        if rule in ("gemma4-number", "gemma4-bool", "gemma4-null", "gemma4-dict-key-name"):
+            return _txt(node.text)
+        if rule == "gemma4-string-content":
+            return _dump(_txt(node.text))[1:-1]
+        if rule == "gemma4-string":
+            out = '"'
+            if kids:
+                out += self._json(kids[0]) + ("" if node.is_partial else '"')
+            return out
+        if rule in ("gemma4-array", "gemma4-dict"):
+            open_, close = ("[", "]") if rule == "gemma4-array" else ("{", "}")
+            return open_ + ",".join(self._json(k) for k in kids) + ("" if node.is_partial else close)
+        if rule == "gemma4-dict-key":
+            out = '"'
+            if kids:
+                out += _dump(self._json(kids[0]))[1:-1]
+            return out + ("" if node.is_partial else '":')
+        if rule == "gemma4-dict-kv":
+            return "".join(self._json(k) for k in kids)
+        if rule == "gemma4-value":
+            return self._json(kids[0]) if kids else ""
+        return ""
+
+
+FAMILY = Family(("gemma4",), detect, apply, rewrite=rewrite, prompt_key=prompt_key)

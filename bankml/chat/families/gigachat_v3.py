@@ -3,9 +3,14 @@
 common/parsers/gigachat-v3.cpp."""
 
 from bankml.chat.chat_peg import tool_parameters
-from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
+from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
 
 TOOL_CALL_START_PREFIX = "<|message_sep|>\n\nfunction call<|role_sep|>\n"
+
+
+def detect(source):
+    has = source.__contains__
+    return "gigachat-v3" if has("<|role_sep|>") and has("<|message_sep|>") and not has("<|function_call|>") else None
 
 
 def apply(out, inp):
@@ -40,3 +45,6 @@ def apply(out, inp):
 
     lazy = inp.has_tools and inp.tool_choice == "auto"
     finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, TOOL_CALL_START_PREFIX)])
+
+
+FAMILY = Family(("gigachat-v3",), detect, apply)

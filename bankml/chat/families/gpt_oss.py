@@ -2,10 +2,10 @@
 
 common/parsers/gpt-oss.cpp (harmony): ``<|start|>assistant<|channel|>analysis|commentary|final<|message|>...``
 messages; tool calls ``to=functions.NAME`` in the role or the channel header (the message rewrite and the
-``<|return|>`` fix are done by bankml.chat.template)."""
+``<|return|>`` fix before the handler, as gpt-oss.cpp does them)."""
 
 from bankml.chat.chat_peg import tool_parameters
-from bankml.chat.families.common import TRIGGER_PATTERN, defaults, finish
+from bankml.chat.families.common import TRIGGER_PATTERN, Family, defaults, finish
 
 TRIGGERS = [
     "^\\s+to$",
@@ -13,6 +13,33 @@ TRIGGERS = [
     "<\\|start\\|>assistant(\\s+to)",
     "<\\|start\\|>assistant(<\\|channel\\|>(?:commentary|analysis)\\s+to)",
 ]
+
+
+def detect(source):
+    return "gpt-oss" if "<|channel|>" in source else None
+
+
+def rewrite(messages, inp):
+    """The messages rendered as they are, each one's reasoning also as ``thinking``; an assistant message with
+    tool calls loses its content."""
+    override = []
+    for m in messages:
+        m = dict(m)
+        if isinstance(m.get("reasoning_content"), str):
+            m["thinking"] = m["reasoning_content"]
+            if isinstance(m.get("tool_calls"), list) and m["tool_calls"]:
+                m.pop("content", None)
+        override.append(m)
+    return override, True, None
+
+
+def fix_prompt(prompt, inp):
+    """Without a generation prompt, the last ``<|return|>`` ends the turn as ``<|end|>``."""
+    if not inp.add_generation_prompt:
+        pos = prompt.rfind("<|return|>")
+        if pos >= 0:
+            prompt = prompt[:pos] + "<|end|>" + prompt[pos + len("<|return|>") :]
+    return prompt
 
 
 def apply(out, inp):
@@ -82,3 +109,6 @@ def apply(out, inp):
 
     lazy = not (has_response_format or (inp.has_tools and inp.tool_choice == "required"))
     finish(out, fn, include_grammar, lazy, [(TRIGGER_PATTERN, t) for t in TRIGGERS])
+
+
+FAMILY = Family(("gpt-oss",), detect, apply, rewrite=rewrite, fix_prompt=fix_prompt)

@@ -4,12 +4,16 @@ common/parsers/kimi-k2.cpp: ``<think>`` reasoning, ``<|tool_calls_section_begin|
 ``<|tool_call_begin|>functions.<name>:<n><|tool_call_argument_begin|>{...}<|tool_call_end|>`` calls."""
 
 from bankml.chat.chat_peg import tool_parameters
-from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
+from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
 
 SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 CALL_BEGIN, ARGS_BEGIN, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
 THINK_START, THINK_END = "<think>", "</think>"
 GEN_PROMPT = "<|im_assistant|>assistant<|im_middle|>"
+
+
+def detect(source):
+    return "kimi-k2" if SECTION_BEGIN in source and CALL_BEGIN in source else None
 
 
 def apply(out, inp):
@@ -56,3 +60,6 @@ def apply(out, inp):
         return generation_prompt + reasoning + content_before_tools + tool_calls + end
 
     finish(out, fn, inp.tool_calls_enabled, inp.tool_choice == "auto", [(TRIGGER_WORD, CALL_BEGIN)])
+
+
+FAMILY = Family(("kimi-k2",), detect, apply)

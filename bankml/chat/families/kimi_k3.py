@@ -4,7 +4,7 @@ common/parsers/kimi-k3.cpp: the XTML tagged format (``<|open|>t ...<|sep|>`` / `
 response and tools sections."""
 
 from bankml.chat.chat_peg import tool_parameters
-from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
+from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
 
 SEP = "<|sep|>"
 MSG_START = '<|open|>message role="assistant"<|sep|>'
@@ -14,6 +14,12 @@ TOOLS_START, TOOLS_END = "<|open|>tools<|sep|>", "<|close|>tools<|sep|>"
 CALL_START, CALL_END = '<|open|>call tool="', "<|close|>call<|sep|>"
 ARG_START, ARG_END = '<|open|>argument key="', "<|close|>argument<|sep|>"
 MSG_END, EOM_TOKEN = "<|close|>message<|sep|>", "<|end_of_msg|>"
+
+
+def detect(source):
+    """The ``<|open|>`` / ``<|close|>`` / ``<|end_of_msg|>`` markers are Kimi K3's alone."""
+    has = source.__contains__
+    return "kimi-k3" if has("<|open|>") and has("<|close|>") and has(EOM_TOKEN) else None
 
 
 def apply(out, inp):
@@ -88,3 +94,6 @@ def apply(out, inp):
         return start + reasoning + response + tools + trailer + end
 
     finish(out, fn, inp.tool_calls_enabled, inp.tool_choice != "required", [(TRIGGER_WORD, TOOLS_START)])
+
+
+FAMILY = Family(("kimi-k3",), detect, apply)

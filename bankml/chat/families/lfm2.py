@@ -3,12 +3,32 @@
 common/parsers/lfm2.cpp (LFM2 and LFM2.5): optional ``<think>`` reasoning, Python-style tool calls in
 ``<|tool_call_start|>[...]<|tool_call_end|>``."""
 
-from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
+from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
 
 TOOL_CALL_START, TOOL_CALL_END = "<|tool_call_start|>", "<|tool_call_end|>"
 TOOL_LIST_START, TOOL_LIST_END = "<|tool_list_start|>", "<|tool_list_end|>"
 THINK_START, THINK_END = "<think>", "</think>"
 GEN_PROMPT = "<|im_start|>assistant\n"
+
+
+def detect(source):
+    """LFM2 (is_lfm2_template: the tool-list tokens), then LFM2.5 (a plain ``List of tools: [`` without them)."""
+    if TOOL_LIST_START in source and TOOL_LIST_END in source:
+        return "lfm2"
+    if "List of tools: [" in source and TOOL_LIST_START not in source:
+        return "lfm2.5"
+    return None
+
+
+def rewrite(messages, inp):
+    """The messages rendered as they are, each one's reasoning also as ``thinking``."""
+    override = []
+    for m in messages:
+        m = dict(m)
+        if isinstance(m.get("reasoning_content"), str):
+            m["thinking"] = m["reasoning_content"]
+        override.append(m)
+    return override, True, None
 
 
 def apply(out, inp):
@@ -47,3 +67,6 @@ def apply(out, inp):
 
     lazy = not (has_response_format or (inp.has_tools and inp.tool_choice == "required"))
     finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, TOOL_CALL_START)])
+
+
+FAMILY = Family(("lfm2", "lfm2.5"), detect, apply, rewrite=rewrite)

@@ -4,13 +4,18 @@ common/parsers/ling3.cpp (Ling 3.0 / Bailing V3): ``<role>X</role>`` sections, `
 tool call may end, ``<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>`` calls."""
 
 from bankml.chat.chat_peg import function_parameters, parameter_source
-from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
+from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
 from bankml.schema.queries import TYPE_STRING, value_types
 
 ROLE, THINK_START, THINK_END = "<role>ASSISTANT</role>", "<think>", "</think>"
 CALL_START, CALL_END = "<tool_call>", "</tool_call>"
 ARG_KEY, ARG_KEY_END, ARG_VAL, ARG_VAL_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
 ROLE_END = "<|role_end|>"
+
+
+def detect(source):
+    """Ling 3.0 / Bailing V3: ``<role>`` sections are this family's alone among the tagged-argument templates."""
+    return "ling3" if ROLE in source and ARG_KEY in source else None
 
 
 def apply(out, inp):
@@ -117,3 +122,6 @@ def apply(out, inp):
         return opener + reasoning + content + tools + tail + end
 
     finish(out, fn, inp.tool_calls_enabled, inp.tool_choice != "required", [(TRIGGER_WORD, CALL_START)])
+
+
+FAMILY = Family(("ling3",), detect, apply)

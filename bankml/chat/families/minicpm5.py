@@ -4,8 +4,13 @@ common/parsers/minicpm5.cpp: ``<think>`` reasoning, ``<function name="f"><param 
 tool calls."""
 
 from bankml.chat.chat_peg import function_parameters, parameter_source
-from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
+from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
 from bankml.schema.queries import may_be_string
+
+
+def detect(source):
+    has = source.__contains__
+    return "minicpm5" if has("Tool usage guidelines:") and has('<function name="') and has('<param name="') else None
 
 
 def apply(out, inp):
@@ -88,3 +93,6 @@ def apply(out, inp):
 
     lazy = not (inp.has_response_format or (inp.has_tools and inp.tool_choice == "required"))
     finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, "<function")])
+
+
+FAMILY = Family(("minicpm5",), detect, apply)

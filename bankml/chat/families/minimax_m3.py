@@ -5,14 +5,37 @@ argument values are expanded recursively (format ``peg-minimax-m3``, its own map
 
 import re
 
-from bankml.chat.chat_peg import TOOL_ARG_ARRAY, TOOL_ARG_ITEM, TOOL_ARG_OBJECT, MinimaxM3Mapper, tool_parameters
-from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
+from bankml.chat.chat_peg import (
+    CONTENT,
+    REASONING,
+    TOOL,
+    TOOL_ARG,
+    TOOL_ARG_NAME,
+    TOOL_ARG_STRING_VALUE,
+    TOOL_ARG_VALUE,
+    TOOL_NAME,
+    ChatToolCall,
+    TreeMapper,
+    _dump,
+    _txt,
+    find_by_tag,
+    tool_parameters,
+)
+from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
 from bankml.schema import converter as s
 from bankml.schema.queries import may_be_string
 
 NS, THINK_START, THINK_END = "]<]minimax[>[", "<mm:think>", "</mm:think>"
 FC_START, FC_END, INVOKE_END = NS + "<tool_call>", NS + "</tool_call>", NS + "</invoke>"
 _TYPE_ALTERNATIVE = re.compile(r"/type/[0-9]+$")
+# the mapper's tags (common_chat_peg_minimax_m3_mapper's)
+TOOL_ARG_OBJECT, TOOL_ARG_ARRAY, TOOL_ARG_ITEM = "tool-arg-object", "tool-arg-array", "tool-arg-item"
+
+
+def detect(source):
+    """The namespace token ``]<]minimax[>[`` collides with the auto-parser's markup delimiters."""
+    has = source.__contains__
+    return "minimax-m3" if has(NS) and has("<tool_call>") and has("<invoke name=") else None
 
 
 def apply(out, inp):
@@ -133,3 +156,69 @@ def apply(out, inp):
     finish(out, fn, has_response_format or inp.tool_calls_enabled, lazy, [(TRIGGER_WORD, FC_START)])
     out.parser.format = "peg-minimax-m3"
     out.parser.mapper = MinimaxM3Mapper
+
+
+class MinimaxM3Mapper(TreeMapper):
+    """common_chat_peg_minimax_m3_mapper: arguments rebuilt as JSON from the XML-expanded values; reasoning is
+    kept as parsed (this mapper does not drop whitespace-only reasoning)."""
+
+    def _visit(self, node):
+        if node.tag == REASONING:
+            self.reasoning.append(node.sanitized_text())
+            return
+        if node.tag == CONTENT:
+            self.content.append(node.sanitized_text())
+            return
+        if node.tag == TOOL:
+            name = find_by_tag(self.ctx, node, TOOL_NAME)
+            if name is not None:
+                self.tool_calls.append(ChatToolCall(_txt(name.text), self._container(node, True, not node.is_partial)))
+            return
+        for cid in node.children:
+            self._visit(self.ctx.ast[cid])
+
+    def _collect(self, node, tag, out):
+        for cid in node.children:
+            child = self.ctx.ast[cid]
+            if child.tag == tag:
+                out.append(child)
+            else:
+                self._collect(child, tag, out)
+
+    def _value_of(self, node):
+        for cid in node.children:
+            child = self.ctx.ast[cid]
+            if child.tag in (TOOL_ARG_VALUE, TOOL_ARG_STRING_VALUE, TOOL_ARG_OBJECT, TOOL_ARG_ARRAY):
+                return child
+        return None
+
+    def _member(self, node):
+        name = find_by_tag(self.ctx, node, TOOL_ARG_NAME)
+        if name is None:
+            return ""
+        return _dump(_txt(name.text)) + ":" + self._value(self._value_of(node), not node.is_partial)
+
+    def _container(self, node, is_object, closed):
+        entries = []
+        self._collect(node, TOOL_ARG if is_object else TOOL_ARG_ITEM, entries)
+        parts = []
+        for entry in entries:
+            text = self._member(entry) if is_object else self._value(self._value_of(entry), not entry.is_partial)
+            if text:
+                parts.append(text)
+        result = ("{" if is_object else "[") + ",".join(parts)
+        return result + (("}" if is_object else "]") if closed else "")
+
+    def _value(self, node, closed):
+        if node is None:
+            return ""
+        if node.tag == TOOL_ARG_OBJECT:
+            return self._container(node, True, closed)
+        if node.tag == TOOL_ARG_ARRAY:
+            return self._container(node, False, closed)
+        if node.tag == TOOL_ARG_STRING_VALUE:
+            return '"' + _dump(_txt(node.text))[1:-1] + ('"' if closed else "")
+        return _txt(node.text)
+
+
+FAMILY = Family(("minimax-m3",), detect, apply)

@@ -4,7 +4,37 @@ common/parsers/ministral3.cpp (Ministral 3, Devstral): ``[THINK]...[/THINK]`` re
 ``[TOOL_CALLS]name[ARGS]{...}`` calls (the messages' reasoning and text blocks are rewritten by bankml.chat.template)."""
 
 from bankml.chat.chat_peg import tool_parameters
-from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
+from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
+
+
+def detect(source):
+    """Ministral / Magistral Large 3 (Mistral Small 3.2, which has ``[CALL_ID]``, is not)."""
+    has = source.__contains__
+    if has("[SYSTEM_PROMPT]") and has("[TOOL_CALLS]") and has("[ARGS]") and not has("[CALL_ID]"):
+        return "ministral-3"
+    return None
+
+
+def rewrite(messages, inp):
+    """The messages rendered as they are, a system or assistant message's reasoning and content as content
+    blocks (``{"type": "thinking"}`` first, then the text or the parts)."""
+    override = []
+    for m in messages:
+        if m.get("role") not in ("system", "assistant"):
+            override.append(m)
+            continue
+        blocks = []
+        if isinstance(m.get("reasoning_content"), str):
+            blocks.append({"type": "thinking", "thinking": m["reasoning_content"]})
+        if "content" in m:
+            if isinstance(m["content"], str):
+                blocks.append({"type": "text", "text": m["content"]})
+            elif isinstance(m["content"], list):
+                blocks.extend(m["content"])
+        m = dict(m, content=blocks)
+        m.pop("reasoning_content", None)
+        override.append(m)
+    return override, True, None
 
 
 def apply(out, inp):
@@ -46,3 +76,6 @@ def apply(out, inp):
 
     lazy = inp.has_tools and inp.tool_choice == "auto"
     finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, "[TOOL_CALLS]")])
+
+
+FAMILY = Family(("ministral-3",), detect, apply, rewrite=rewrite)

@@ -4,10 +4,14 @@ common/parsers/muse-glimmer.cpp: ``<|start|>assistant to=<recipient><|message|>.
 ``<|eom|>`` / ``<|eot|>``; reasoning to ``self``, the answer to ``user``, ATEM tool calls to a tool."""
 
 from bankml.chat.chat_peg import function_parameters, parameter_source
-from bankml.chat.families.common import TRIGGER_PATTERN, defaults, finish
+from bankml.chat.families.common import TRIGGER_PATTERN, Family, defaults, finish
 from bankml.schema.queries import may_be_string
 
 TRIGGER = "(?:^|<\\|start\\|>assistant)( to=(?!self<\\|message\\|>)(?!user<\\|message\\|>)[^<]*?<\\|message\\|>)"
+
+
+def detect(source):
+    return "muse-glimmer" if "<atem:function_calls>" in source and "<|eom|>" in source else None
 
 
 def apply(out, inp):
@@ -120,3 +124,6 @@ def apply(out, inp):
 
     lazy = not (has_response_format or (inp.has_tools and inp.tool_choice == "required"))
     finish(out, fn, include_grammar, lazy, [(TRIGGER_PATTERN, TRIGGER)])
+
+
+FAMILY = Family(("muse-glimmer",), detect, apply)

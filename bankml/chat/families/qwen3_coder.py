@@ -4,7 +4,7 @@ common/parsers/qwen3-coder.cpp (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3
 a tool call may end, ``<tool_call><function=name><parameter=a>...`` XML calls."""
 
 from bankml.chat.chat_peg import function_parameters, parameter_source
-from bankml.chat.families.common import TRIGGER_WORD, defaults, finish
+from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
 from bankml.schema.queries import (
     TYPE_ARRAY,
     TYPE_BOOLEAN,
@@ -17,6 +17,20 @@ from bankml.schema.queries import (
 )
 
 GEN_PREFIX = "<|im_start|>assistant\n"
+
+
+def detect(source):
+    """Qwen3-Coder's XML calls (also Nemotron Nano 3, Qwen 3.5, StepFun 3.5 Flash), not the templates that put
+    no newline between the tags."""
+    has = source.__contains__
+    if (
+        has("<tool_call>")
+        and has("<function=")
+        and has("<parameter=")
+        and not has("'<tool_call><function=' ~ tool_call.name ~ '>'")
+    ):
+        return "qwen3-coder"
+    return None
 
 
 def apply(out, inp):
@@ -135,3 +149,6 @@ def apply(out, inp):
     )
     if not lazy:
         out.grammar_triggers = []
+
+
+FAMILY = Family(("qwen3-coder",), detect, apply)
