@@ -82,6 +82,13 @@ class Builder:
     def __init__(self):
         self.arena = Arena()
         self._parsers = self.arena.parsers
+        # what ``build`` needs instead of walking the arena to resolve refs: the names of the refs made (one
+        # missing from the rules: resolve as llama.cpp does, which reports it), the names of the rules being
+        # built by a function (a reference to one is a ref, resolved later), and whether a rule id already
+        # handed out was replaced by another of the same name (then every use is rewritten to the last one)
+        self._ref_names = set()
+        self._building = set()
+        self._replaced = False
 
     def add(self, parser):
         parsers = self._parsers
@@ -158,6 +165,7 @@ class Builder:
         return self.add(Chars(classes, lo, hi))
 
     def ref(self, name):
+        self._ref_names.add(name)
         return self.add(Ref(name))
 
     def space(self):
@@ -203,20 +211,43 @@ class Builder:
 
     def rule(self, name, p, trigger=False):
         """``p`` a parser, or a function building one (then the rule may recurse, and a rule of that name
-        already made is reused)."""
-        clean = _INVALID_RULE_CHARS.sub("-", name)
+        already made is reused). Like llama.cpp this adds a rule parser and returns a new ref parser to it, but
+        the parser given back stands for the rule itself (the ref resolved now, as ``resolve_refs`` would at
+        the end), except within the function building that rule (the ref is resolved when the arena is)."""
+        clean = name if name.isascii() and name.replace("-", "a").isalnum() else _INVALID_RULE_CHARS.sub("-", name)
         a = self.arena
+        rules = a.rules
+        parsers = self._parsers
         if p.__class__ is P:
-            rid = a.add_parser(Rule(clean, p.id, trigger))
-            a.rules[clean] = rid
-            return self.ref(clean)
-        if clean in a.rules:
-            return self.ref(clean)
+            if clean in rules:
+                self._replaced = True
+            parsers.append(Rule(clean, p.id, trigger))
+            rid = rules[clean] = len(parsers) - 1
+            self._ref_names.add(clean)
+            parsers.append(Ref(clean))
+            return P(rid, self)
+        rid = rules.get(clean)
+        if rid is not None:
+            if clean in self._building:
+                return self.ref(clean)
+            self._ref_names.add(clean)
+            parsers.append(Ref(clean))
+            return P(rid, self)
         placeholder = self.any()
-        a.rules[clean] = a.add_parser(Rule(clean, placeholder.id, trigger))
-        built = p()
-        a.rules[clean] = a.add_parser(Rule(clean, built.id, trigger))
-        return self.ref(clean)
+        parsers.append(Rule(clean, placeholder.id, trigger))
+        placeholder_rid = rules[clean] = len(parsers) - 1
+        self._building.add(clean)
+        try:
+            built = p()
+        finally:
+            self._building.discard(clean)
+        if rules[clean] != placeholder_rid:
+            self._replaced = True
+        parsers.append(Rule(clean, built.id, trigger))
+        rid = rules[clean] = len(parsers) - 1
+        self._ref_names.add(clean)
+        parsers.append(Ref(clean))
+        return P(rid, self)
 
     def trigger_rule(self, name, p):
         return self.rule(name, p, True)
@@ -225,8 +256,13 @@ class Builder:
         self.arena.root = p.id
 
     def build(self):
-        self.arena.resolve_refs()
-        return self.arena
+        a = self.arena
+        if not self._ref_names.issubset(a.rules):
+            a.resolve_refs()  # a ref to no rule: llama.cpp's resolution, which reports it where it is used
+        elif self._replaced:
+            a.redirect_replaced_rules()
+        a.root = a.resolved(a.root)
+        return a
 
     # strings, JSON, Python values
 
