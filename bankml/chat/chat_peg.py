@@ -9,7 +9,8 @@ AST of a parse into the message (content, reasoning, tool calls) as ``common_cha
 import json
 
 from bankml.chat import peg
-from bankml.chat.peg_builder import Builder
+from bankml.chat.peg import Choice, Epsilon, Sequence
+from bankml.chat.peg_builder import _INVALID_RULE_CHARS, Builder, P
 from bankml.schema import converter as s
 from bankml.schema.converter import _raise_recursion_limit, _restore_recursion_limit
 
@@ -173,10 +174,44 @@ class ChatBuilder(Builder):
         return self.zero_or_more(self.choice([p, chunk]))
 
     def permute(self, rule_prefix, parsers):
+        """common_chat_peg_builder::permute: every order of ``parsers`` (up to MAX_PERMUTE), a rule per set of
+        the parsers left, ``alternatives | (p + rest)`` for each of them. The parsers are made here directly,
+        the same ones in the same order as those operators make them (the ids, so the grammar, are llama.cpp's)."""
         if not parsers:
             return self.eps()
         if len(parsers) == 1 or len(parsers) > MAX_PERMUTE:
             return self.sequence(parsers)
+        if any(p.__class__ is not P for p in parsers):
+            return self._permute_text(rule_prefix, parsers)
+        arena = self._parsers
+        ids = [(1 << i, p.id) for i, p in enumerate(parsers)]
+        # p + rest: rest (a rule or an epsilon) is no sequence, so the sequence is p's children or p, then rest
+        heads = {pid: arena[pid].children if arena[pid].__class__ is Sequence else [pid] for _, pid in ids}
+        prefix = _INVALID_RULE_CHARS.sub("-", rule_prefix)  # a rule name sanitized once ("-" is kept as it is)
+        rules = {}
+
+        def remaining_of(remaining):
+            if remaining == 0:
+                arena.append(Epsilon())
+                return len(arena) - 1
+            rid = rules.get(remaining)
+            if rid is not None:
+                return rid
+            arena.append(Choice([]))
+            alternatives = []
+            for bit, pid in ids:
+                if remaining & bit:
+                    rest = remaining_of(remaining & ~bit)
+                    arena.append(Sequence(heads[pid] + [rest]))
+                    alternatives = alternatives + [len(arena) - 1]
+                    arena.append(Choice(alternatives))
+            rid = rules[remaining] = self.rule("%s-%d" % (prefix, remaining), P(len(arena) - 1, self)).id
+            return rid
+
+        return P(remaining_of((1 << len(parsers)) - 1), self)
+
+    def _permute_text(self, rule_prefix, parsers):
+        """permute with texts among the parsers (a literal made at each use, as ``+`` makes it)."""
         rules = {}
 
         def remaining_of(remaining):

@@ -708,29 +708,40 @@ class Arena:
                 pid = p.child
                 p = parsers[pid]
                 cls = p.__class__
-            if cls is Sequence:
+            if cls is Sequence or cls is Choice:
+                # the children that print as a literal or a rule name are written here (most of them), the
+                # others by to_gbnf; ``k``: the class the child prints as (through tags, atomics, schemas)
                 s = ""
+                seq = cls is Sequence
                 for c in p.children:
-                    g = to_gbnf(c)
-                    if not g:
-                        continue
-                    if s:
-                        s += " "
-                    k = parsers[c].__class__
-                    if k is Tag or k is Atomic or k is Schema:
-                        k = effective(c)
-                    s += "(" + g + ")" if k is Choice or k is Sequence else g
-                return s
-            if cls is Choice:
-                s = ""
-                for c in p.children:
-                    if s:
+                    q = parsers[c]
+                    k = q.__class__
+                    while k is Tag or k is Atomic:
+                        q = parsers[q.child]
+                        k = q.__class__
+                    if k is Literal:
+                        g = literal_gbnf.get(q.literal)
+                        if g is None:
+                            g = literal_gbnf[q.literal] = gbnf_format_literal(
+                                q.literal.decode("utf-8", "surrogateescape")
+                            )
+                    elif k is Rule or k is Ref:
+                        g = q.name
+                        reached.append(g)
+                    else:
+                        g = to_gbnf(c)
+                        if k is Schema:
+                            k = effective(c)
+                        if k is Choice or (seq and k is Sequence):
+                            g = "(" + g + ")" if g or not seq else g
+                    if seq:
+                        if not g:
+                            continue
+                        if s:
+                            s += " "
+                    elif s:
                         s += " | "
-                    g = to_gbnf(c)
-                    k = parsers[c].__class__
-                    if k is Tag or k is Atomic or k is Schema:
-                        k = effective(c)
-                    s += "(" + g + ")" if k is Choice else g
+                    s += g
                 return s
             if cls is Literal:
                 g = literal_gbnf.get(p.literal)

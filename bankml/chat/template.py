@@ -1174,10 +1174,20 @@ def _cached_tools(tools):
     hit = cache.TOOLS.get(key)
     if hit is not None:
         return hit[0], hit[1], key
+    floats, constants = [], []
+
+    def parse_float(text):  # what json.loads does with a number with a point or an exponent, noted
+        floats.append(text)
+        return float(text)
+
     with cache.gc_paused():
-        tools_json = _tools_json(json.loads(key))
+        parsed = json.loads(key, parse_float=parse_float, parse_constant=constants.append)
+        if constants:  # NaN or an infinity: read again as json.loads does (a float too)
+            parsed = json.loads(key)
+            floats += constants
+        tools_json = _tools_json(parsed)
         tools_render = memo_json(tools_json)
-        prime_tojson(tools_render, key)
+        prime_tojson(tools_render, floats=bool(floats))
         entry = (tools_json, tools_render)
     cache.TOOLS.put(key, entry, weight=len(key))
     return entry[0], entry[1], key
