@@ -129,16 +129,16 @@ class ChatBuilder(Builder):
         return self.tag(TOOL, p)
 
     def tool_open(self, p):
-        return self.atomic(self.tag(TOOL_OPEN, p))
+        return self.atomic_tag(TOOL_OPEN, p)
 
     def tool_close(self, p):
-        return self.atomic(self.tag(TOOL_CLOSE, p))
+        return self.atomic_tag(TOOL_CLOSE, p)
 
     def tool_id(self, p):
-        return self.atomic(self.tag(TOOL_ID, p))
+        return self.atomic_tag(TOOL_ID, p)
 
     def tool_name(self, p):
-        return self.atomic(self.tag(TOOL_NAME, p))
+        return self.atomic_tag(TOOL_NAME, p)
 
     def tool_args(self, p):
         return self.tag(TOOL_ARGS, p)
@@ -147,13 +147,13 @@ class ChatBuilder(Builder):
         return self.tag(TOOL_ARG, p)
 
     def tool_arg_open(self, p):
-        return self.atomic(self.tag(TOOL_ARG_OPEN, p))
+        return self.atomic_tag(TOOL_ARG_OPEN, p)
 
     def tool_arg_close(self, p):
-        return self.atomic(self.tag(TOOL_ARG_CLOSE, p))
+        return self.atomic_tag(TOOL_ARG_CLOSE, p)
 
     def tool_arg_name(self, p):
-        return self.atomic(self.tag(TOOL_ARG_NAME, p))
+        return self.atomic_tag(TOOL_ARG_NAME, p)
 
     def tool_arg_value(self, p):
         return self.tag(TOOL_ARG_VALUE, p)
@@ -205,7 +205,7 @@ class ChatBuilder(Builder):
                     arena.append(Sequence(heads[pid] + [rest]))
                     alternatives = alternatives + [len(arena) - 1]
                     arena.append(Choice(alternatives))
-            rid = rules[remaining] = self.rule("%s-%d" % (prefix, remaining), P(len(arena) - 1, self)).id
+            rid = rules[remaining] = self.rule_id("%s-%d" % (prefix, remaining), len(arena) - 1)
             return rid
 
         return P(remaining_of((1 << len(parsers)) - 1), self)

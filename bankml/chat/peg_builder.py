@@ -89,6 +89,11 @@ class Builder:
         self._ref_names = set()
         self._building = set()
         self._replaced = False
+        # parsers that hold nothing of their own but a value are shared by the ids that have the same one (one
+        # object: fewer to allocate, and for the garbage collector to walk once the arena is kept)
+        self._epsilon = Epsilon()
+        self._literals = {}
+        self._refs = {}
 
     def add(self, parser):
         parsers = self._parsers
@@ -107,7 +112,9 @@ class Builder:
         return P(len(parsers) - 1, self)
 
     def eps(self):
-        return self.add(Epsilon())
+        parsers = self._parsers
+        parsers.append(self._epsilon)
+        return P(len(parsers) - 1, self)
 
     def start(self):
         return self.add(Start())
@@ -116,7 +123,16 @@ class Builder:
         return self.add(End())
 
     def literal(self, text):
-        return self.add(Literal(text.encode("utf-8") if isinstance(text, str) else bytes(text)))
+        cls = text.__class__
+        if cls is str or cls is bytes:
+            lit = self._literals.get(text)
+            if lit is None:
+                lit = self._literals[text] = Literal(text.encode("utf-8") if cls is str else text)
+        else:
+            lit = Literal(text.encode("utf-8") if isinstance(text, str) else bytes(text))
+        parsers = self._parsers
+        parsers.append(lit)
+        return P(len(parsers) - 1, self)
 
     def _ids(self, parsers):
         return [p.id if p.__class__ is P else p for p in parsers]
@@ -165,8 +181,16 @@ class Builder:
         return self.add(Chars(classes, lo, hi))
 
     def ref(self, name):
-        self._ref_names.add(name)
-        return self.add(Ref(name))
+        parsers = self._parsers
+        parsers.append(self._ref(name))
+        return P(len(parsers) - 1, self)
+
+    def _ref(self, name):
+        ref = self._refs.get(name)
+        if ref is None:
+            self._ref_names.add(name)
+            ref = self._refs[name] = Ref(name)
+        return ref
 
     def space(self):
         return self.add(Space())
@@ -184,10 +208,21 @@ class Builder:
         return self.add(String(delimiter))
 
     def atomic(self, p):
-        return self.add(Atomic(p.id))
+        parsers = self._parsers
+        parsers.append(Atomic(p.id))
+        return P(len(parsers) - 1, self)
 
     def tag(self, tag, p):
-        return self.add(Tag(p.id, tag))
+        parsers = self._parsers
+        parsers.append(Tag(p.id, tag))
+        return P(len(parsers) - 1, self)
+
+    def atomic_tag(self, tag, p):
+        """``atomic(tag(tag, p))``."""
+        parsers = self._parsers
+        parsers.append(Tag(p.id, tag))
+        parsers.append(Atomic(len(parsers) - 1))
+        return P(len(parsers) - 1, self)
 
     def gbnf(self, p, grammar):
         return self.add(Gbnf(p.id, grammar))
@@ -219,19 +254,12 @@ class Builder:
         rules = a.rules
         parsers = self._parsers
         if p.__class__ is P:
-            if clean in rules:
-                self._replaced = True
-            parsers.append(Rule(clean, p.id, trigger))
-            rid = rules[clean] = len(parsers) - 1
-            self._ref_names.add(clean)
-            parsers.append(Ref(clean))
-            return P(rid, self)
+            return P(self.rule_id(clean, p.id, trigger), self)
         rid = rules.get(clean)
         if rid is not None:
             if clean in self._building:
                 return self.ref(clean)
-            self._ref_names.add(clean)
-            parsers.append(Ref(clean))
+            parsers.append(self._ref(clean))
             return P(rid, self)
         placeholder = self.any()
         parsers.append(Rule(clean, placeholder.id, trigger))
@@ -245,9 +273,18 @@ class Builder:
             self._replaced = True
         parsers.append(Rule(clean, built.id, trigger))
         rid = rules[clean] = len(parsers) - 1
-        self._ref_names.add(clean)
-        parsers.append(Ref(clean))
+        parsers.append(self._ref(clean))
         return P(rid, self)
+
+    def rule_id(self, clean, body, trigger=False):
+        """``rule(clean, body)`` for a name that needs no cleaning and a body id: the rule's id."""
+        rules, parsers = self.arena.rules, self._parsers
+        if clean in rules:
+            self._replaced = True
+        parsers.append(Rule(clean, body, trigger))
+        rid = rules[clean] = len(parsers) - 1
+        parsers.append(self._ref(clean))
+        return rid
 
     def trigger_rule(self, name, p):
         return self.rule(name, p, True)
