@@ -9,7 +9,7 @@ AST of a parse into the message (content, reasoning, tool calls) as ``common_cha
 import json
 
 from bankml.chat import peg
-from bankml.chat.peg import Choice, Epsilon, Sequence
+from bankml.chat.peg import Choice, Sequence
 from bankml.chat.peg_builder import _INVALID_RULE_CHARS, Builder, P
 from bankml.schema import converter as s
 from bankml.schema.converter import _raise_recursion_limit, _restore_recursion_limit
@@ -189,10 +189,11 @@ class ChatBuilder(Builder):
         heads = {pid: arena[pid].children if arena[pid].__class__ is Sequence else [pid] for _, pid in ids}
         prefix = _INVALID_RULE_CHARS.sub("-", rule_prefix)  # a rule name sanitized once ("-" is kept as it is)
         rules = {}
+        epsilon = self._epsilon
 
         def remaining_of(remaining):
             if remaining == 0:
-                arena.append(Epsilon())
+                arena.append(epsilon)
                 return len(arena) - 1
             rid = rules.get(remaining)
             if rid is not None:
