@@ -9,8 +9,8 @@ AST of a parse into the message (content, reasoning, tool calls) as ``common_cha
 import json
 
 from bankml.chat import peg
-from bankml.chat.peg import Choice, Sequence
-from bankml.chat.peg_builder import _INVALID_RULE_CHARS, Builder, P
+from bankml.chat.peg import Choice, Rule, Sequence
+from bankml.chat.peg_builder import Builder, P, clean_rule_name
 from bankml.schema import converter as s
 from bankml.schema.converter import _raise_recursion_limit, _restore_recursion_limit
 
@@ -187,7 +187,11 @@ class ChatBuilder(Builder):
         ids = [(1 << i, p.id) for i, p in enumerate(parsers)]
         # p + rest: rest (a rule or an epsilon) is no sequence, so the sequence is p's children or p, then rest
         heads = {pid: arena[pid].children if arena[pid].__class__ is Sequence else [pid] for _, pid in ids}
-        prefix = _INVALID_RULE_CHARS.sub("-", rule_prefix)  # a rule name sanitized once ("-" is kept as it is)
+        # when every parser is a rule, each rule's GBNF is known here: "a rest-a | b rest-b ..." (the names)
+        names = {pid: arena[pid].name for _, pid in ids if arena[pid].__class__ is Rule}
+        if len(names) < len(ids):
+            names = None
+        prefix = clean_rule_name(rule_prefix)  # cleaned once ("-" is kept as it is: "<prefix>-<n>" is clean)
         rules = {}
         epsilon = self._epsilon
 
@@ -200,13 +204,23 @@ class ChatBuilder(Builder):
                 return rid
             arena.append(Choice([]))
             alternatives = []
+            texts, reached = [], []
             for bit, pid in ids:
                 if remaining & bit:
                     rest = remaining_of(remaining & ~bit)
                     arena.append(Sequence(heads[pid] + [rest]))
                     alternatives = alternatives + [len(arena) - 1]
                     arena.append(Choice(alternatives))
-            rid = rules[remaining] = self.rule_id("%s-%d" % (prefix, remaining), len(arena) - 1)
+                    if names is not None:
+                        reached.append(names[pid])
+                        if remaining & ~bit:
+                            rest_name = arena[rest].name
+                            reached.append(rest_name)
+                            texts.append(names[pid] + " " + rest_name)
+                        else:
+                            texts.append(names[pid])
+            gbnf = None if names is None else (" | ".join(texts), tuple(reached))
+            rid = rules[remaining] = self.rule_id("%s-%d" % (prefix, remaining), len(arena) - 1, gbnf=gbnf)
             return rid
 
         return P(remaining_of((1 << len(parsers)) - 1), self)

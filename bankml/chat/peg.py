@@ -502,11 +502,14 @@ class Schema(_P):
 
 
 class Rule(_P):
-    __slots__ = ("name", "child", "trigger")
+    """A rule; ``gbnf``: None, or what ``Arena.build_grammar`` gives its body, ``(text, names of the rules it
+    reaches)``, when its builder knows it (a body of rules only, which no ref resolution changes)."""
+
+    __slots__ = ("name", "child", "trigger", "gbnf")
     kind = "rule"
 
-    def __init__(self, name, child, trigger):
-        self.name, self.child, self.trigger = name, child, trigger
+    def __init__(self, name, child, trigger, gbnf=None):
+        self.name, self.child, self.trigger, self.gbnf = name, child, trigger, gbnf
 
     def parse(self, a, ctx, pos):
         r = a.parsers[self.child].parse(a, ctx, pos)
@@ -821,6 +824,11 @@ class Arena:
             rid = rules.get(name)
             if rid is None:
                 raise RuntimeError("Rule not found: " + name)
+            known = parsers[rid].gbnf
+            if known is not None:
+                texts[name] = known[0]
+                pending += known[1]
+                continue
             reached.clear()
             state[0] = False
             text = to_gbnf(parsers[rid].child)

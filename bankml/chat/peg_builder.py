@@ -38,6 +38,18 @@ from bankml.schema.converter import SchemaDocument
 _INVALID_RULE_CHARS = re.compile(r"[^a-zA-Z0-9-]+")
 
 
+def clean_rule_name(name):
+    """A rule name with each run of characters other than ``[a-zA-Z0-9-]`` made one ``-``."""
+    if name.isascii():
+        if name.replace("-", "a").isalnum():
+            return name
+        if "__" not in name:  # each underscore a run of its own unless a character beside it is also replaced
+            dashed = name.replace("_", "-")
+            if dashed.replace("-", "a").isalnum():
+                return dashed
+    return _INVALID_RULE_CHARS.sub("-", name)
+
+
 def _lit(b, x):
     return x if x.__class__ is P else b.literal(x)
 
@@ -249,7 +261,7 @@ class Builder:
         already made is reused). Like llama.cpp this adds a rule parser and returns a new ref parser to it, but
         the parser given back stands for the rule itself (the ref resolved now, as ``resolve_refs`` would at
         the end), except within the function building that rule (the ref is resolved when the arena is)."""
-        clean = name if name.isascii() and name.replace("-", "a").isalnum() else _INVALID_RULE_CHARS.sub("-", name)
+        clean = clean_rule_name(name)
         a = self.arena
         rules = a.rules
         parsers = self._parsers
@@ -276,12 +288,13 @@ class Builder:
         parsers.append(self._ref(clean))
         return P(rid, self)
 
-    def rule_id(self, clean, body, trigger=False):
-        """``rule(clean, body)`` for a name that needs no cleaning and a body id: the rule's id."""
+    def rule_id(self, clean, body, trigger=False, gbnf=None):
+        """``rule(clean, body)`` for a name that needs no cleaning and a body id: the rule's id (``gbnf``: the
+        body's GBNF and the rules it names, when known)."""
         rules, parsers = self.arena.rules, self._parsers
         if clean in rules:
             self._replaced = True
-        parsers.append(Rule(clean, body, trigger))
+        parsers.append(Rule(clean, body, trigger, gbnf))
         rid = rules[clean] = len(parsers) - 1
         parsers.append(self._ref(clean))
         return rid
