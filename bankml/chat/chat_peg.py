@@ -164,6 +164,14 @@ class ChatBuilder(Builder):
     def tool_arg_json_value(self, p):
         return self.tag(TOOL_ARG_VALUE, p)
 
+    def tool_open_named(self, prefix, name, suffix):
+        """``tool_open(prefix + tool_name(literal(name)) + suffix)``."""
+        return self.atomic_tag_around(TOOL_OPEN, prefix, TOOL_NAME, name, suffix)
+
+    def tool_arg_open_named(self, prefix, name, suffix):
+        """``tool_arg_open(prefix + tool_arg_name(literal(name)) + suffix)``."""
+        return self.atomic_tag_around(TOOL_ARG_OPEN, prefix, TOOL_ARG_NAME, name, suffix)
+
     def tag_with_safe_content(self, tag_name, marker, p):
         if not marker:
             return self.zero_or_more(self.choice([p, self.rule(tag_name, self.content(self.any()))]))
@@ -186,13 +194,13 @@ class ChatBuilder(Builder):
         arena = self._parsers
         ids = [(1 << i, p.id) for i, p in enumerate(parsers)]
         # p + rest: rest (a rule or an epsilon) is no sequence, so the sequence is p's children or p, then rest
-        heads = {pid: arena[pid].children if arena[pid].__class__ is Sequence else [pid] for _, pid in ids}
-        # when every parser is a rule, each rule's GBNF is known here: "a rest-a | b rest-b ..." (the names)
-        names = {pid: arena[pid].name for _, pid in ids if arena[pid].__class__ is Rule}
-        if len(names) < len(ids):
-            names = None
+        heads = {pid: arena[pid].children if arena[pid].__class__ is Sequence else (pid,) for _, pid in ids}
+        # when every parser is a rule, each rule's GBNF is known here: "a rest-a | b rest-b ..." (names only)
+        names = [arena[pid].name if arena[pid].__class__ is Rule else None for _, pid in ids]
+        known = None not in names
+        order = [(bit, pid, name) for (bit, pid), name in zip(ids, names)]
         prefix = clean_rule_name(rule_prefix)  # cleaned once ("-" is kept as it is: "<prefix>-<n>" is clean)
-        rules = {}
+        rules, rule_names = {}, {}
         epsilon = self._epsilon
 
         def remaining_of(remaining):
@@ -202,25 +210,23 @@ class ChatBuilder(Builder):
             rid = rules.get(remaining)
             if rid is not None:
                 return rid
-            arena.append(Choice([]))
-            alternatives = []
-            texts, reached = [], []
-            for bit, pid in ids:
+            arena.append(Choice(()))
+            alternatives, texts = (), []
+            for bit, pid, name in order:
                 if remaining & bit:
-                    rest = remaining_of(remaining & ~bit)
-                    arena.append(Sequence(heads[pid] + [rest]))
-                    alternatives = alternatives + [len(arena) - 1]
+                    left = remaining & ~bit
+                    rest = remaining_of(left)
+                    arena.append(Sequence(heads[pid] + (rest,)))
+                    alternatives = alternatives + (len(arena) - 1,)
                     arena.append(Choice(alternatives))
-                    if names is not None:
-                        reached.append(names[pid])
-                        if remaining & ~bit:
-                            rest_name = arena[rest].name
-                            reached.append(rest_name)
-                            texts.append(names[pid] + " " + rest_name)
-                        else:
-                            texts.append(names[pid])
-            gbnf = None if names is None else (" | ".join(texts), tuple(reached))
-            rid = rules[remaining] = self.rule_id("%s-%d" % (prefix, remaining), len(arena) - 1, gbnf=gbnf)
+                    if known:
+                        texts.append(name + " " + rule_names[left] if left else name)
+            gbnf = None
+            if known:
+                text = " | ".join(texts)
+                gbnf = (text, text.replace(" | ", " ").split(" "))
+            rule_name = rule_names[remaining] = "%s-%d" % (prefix, remaining)
+            rid = rules[remaining] = self.rule_id(rule_name, len(arena) - 1, gbnf=gbnf)
             return rid
 
         return P(remaining_of((1 << len(parsers)) - 1), self)

@@ -223,7 +223,9 @@ class Sequence(_P):
     kind = "sequence"
 
     def __init__(self, children):
-        self.children = children  # a list of its own (the builder makes one per parser)
+        # a tuple of ids (of ints only, so that the garbage collector stops tracking it once it has seen it: an
+        # arena is kept, and each object it tracks costs each of its collections)
+        self.children = children
 
     def parse(self, a, ctx, start):
         pos, nodes, invalid = start, [], []
@@ -247,7 +249,7 @@ class Choice(_P):
     kind = "choice"
 
     def __init__(self, children):
-        self.children = children  # a list of its own (the builder makes one per parser)
+        self.children = children  # a tuple of ids, as Sequence's
 
     def parse(self, a, ctx, start):
         parsers = a.parsers
@@ -616,7 +618,7 @@ class Arena:
         for p in self.parsers:
             cls = p.__class__
             if cls is Sequence or cls is Choice:
-                p.children = [resolve(c) for c in p.children]
+                p.children = tuple([resolve(c) for c in p.children])
             elif cls in _ONE_CHILD_SET:
                 p.child = resolve(p.child)
         self.root = resolve(self.root)
@@ -633,7 +635,7 @@ class Arena:
         for p in parsers:
             cls = p.__class__
             if cls is Sequence or cls is Choice:
-                p.children = [current(c) for c in p.children]
+                p.children = tuple([current(c) for c in p.children])
             elif cls in _ONE_CHILD_SET:
                 p.child = current(p.child)
         if self.root is not None:

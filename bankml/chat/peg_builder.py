@@ -117,9 +117,9 @@ class Builder:
         parsers = self._parsers
         a, b = parsers[left], parsers[right]
         if a.__class__ is kind:
-            flat = a.children + b.children if b.__class__ is kind else a.children + [right]
+            flat = a.children + b.children if b.__class__ is kind else a.children + (right,)
         else:
-            flat = [left] + b.children if b.__class__ is kind else [left, right]
+            flat = (left,) + b.children if b.__class__ is kind else (left, right)
         parsers.append(kind(flat))
         return P(len(parsers) - 1, self)
 
@@ -135,16 +135,18 @@ class Builder:
         return self.add(End())
 
     def literal(self, text):
+        parsers = self._parsers
+        parsers.append(self._literal(text))
+        return P(len(parsers) - 1, self)
+
+    def _literal(self, text):
         cls = text.__class__
         if cls is str or cls is bytes:
             lit = self._literals.get(text)
             if lit is None:
                 lit = self._literals[text] = Literal(text.encode("utf-8") if cls is str else text)
-        else:
-            lit = Literal(text.encode("utf-8") if isinstance(text, str) else bytes(text))
-        parsers = self._parsers
-        parsers.append(lit)
-        return P(len(parsers) - 1, self)
+            return lit
+        return Literal(text.encode("utf-8") if isinstance(text, str) else bytes(text))
 
     def _ids(self, parsers):
         return [p.id if p.__class__ is P else p for p in parsers]
@@ -159,7 +161,7 @@ class Builder:
                 flat += q.children
             else:
                 flat.append(pid)
-        arena_parsers.append(kind(flat))
+        arena_parsers.append(kind(tuple(flat)))
         return P(len(arena_parsers) - 1, self)
 
     def sequence(self, parsers=()):
@@ -235,6 +237,24 @@ class Builder:
         parsers.append(Tag(p.id, tag))
         parsers.append(Atomic(len(parsers) - 1))
         return P(len(parsers) - 1, self)
+
+    def atomic_tag_around(self, tag, prefix, inner_tag, text, suffix):
+        """``atomic_tag(tag, prefix + atomic_tag(inner_tag, literal(text)) + suffix)`` (``prefix`` and ``suffix``
+        texts), its parsers made in one step, the same ones in the same order as those operators make them:
+        an XML-like opening tag with a tagged name, such as ``<parameter=`` name ``>``."""
+        parsers = self._parsers
+        literal = self._literal
+        n = len(parsers)
+        parsers.append(literal(text))
+        parsers.append(Tag(n, inner_tag))
+        parsers.append(Atomic(n + 1))
+        parsers.append(literal(prefix))
+        parsers.append(Sequence((n + 3, n + 2)))
+        parsers.append(literal(suffix))
+        parsers.append(Sequence((n + 3, n + 2, n + 5)))
+        parsers.append(Tag(n + 6, tag))
+        parsers.append(Atomic(n + 7))
+        return P(n + 8, self)
 
     def gbnf(self, p, grammar):
         return self.add(Gbnf(p.id, grammar))
