@@ -229,7 +229,10 @@ class ChatBuilder(Builder):
             rid = rules[remaining] = self.rule_id(rule_name, len(arena) - 1, gbnf=gbnf)
             return rid
 
-        return P(remaining_of((1 << len(parsers)) - 1), self)
+        try:
+            return P(remaining_of((1 << len(parsers)) - 1), self)
+        finally:
+            remaining_of = None  # a recursive closure is a cycle: freed now, not by the collector
 
     def _permute_text(self, rule_prefix, parsers):
         """permute with texts among the parsers (a literal made at each use, as ``+`` makes it)."""

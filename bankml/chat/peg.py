@@ -804,50 +804,53 @@ class Arena:
                 return including_grammar(builder, "ac-%d" % pid, p.delimiters)
             raise TypeError(cls.__name__)
 
-        # the first walk: from the root (or the trigger rules), each reachable rule's body once
-        texts = {}  # rule name -> its GBNF (None: walked again when added)
-        if lazy:
-            pending = [p.name for p in map(parsers.__getitem__, rules.values()) if p.trigger]
-            root_text = None
-        else:
-            pending = []
-            if self.root is not None:
-                root = parsers[self.root]
-                if root.__class__ is Rule or root.__class__ is Ref:
-                    pending.append(root.name)
-                root_text = to_gbnf(self.root)
-                if state[0]:
-                    root_text = None
+        try:
+            # the first walk: from the root (or the trigger rules), each reachable rule's body once
+            texts = {}  # rule name -> its GBNF (None: walked again when added)
+            if lazy:
+                pending = [p.name for p in map(parsers.__getitem__, rules.values()) if p.trigger]
+                root_text = None
+            else:
+                pending = []
+                if self.root is not None:
+                    root = parsers[self.root]
+                    if root.__class__ is Rule or root.__class__ is Ref:
+                        pending.append(root.name)
+                    root_text = to_gbnf(self.root)
+                    if state[0]:
+                        root_text = None
+                    pending += reached
+            while pending:
+                name = pending.pop()
+                if name in texts:
+                    continue
+                rid = rules.get(name)
+                if rid is None:
+                    raise RuntimeError("Rule not found: " + name)
+                known = parsers[rid].gbnf
+                if known is not None:
+                    texts[name] = known[0]
+                    pending += known[1]
+                    continue
+                reached.clear()
+                state[0] = False
+                text = to_gbnf(parsers[rid].child)
+                texts[name] = None if state[0] else text
                 pending += reached
-        while pending:
-            name = pending.pop()
-            if name in texts:
-                continue
-            rid = rules.get(name)
-            if rid is None:
-                raise RuntimeError("Rule not found: " + name)
-            known = parsers[rid].gbnf
-            if known is not None:
-                texts[name] = known[0]
-                pending += known[1]
-                continue
-            reached.clear()
-            state[0] = False
-            text = to_gbnf(parsers[rid].child)
-            texts[name] = None if state[0] else text
-            pending += reached
-        # the second walk: the builder's calls, in order
-        state[1] = True
-        for name, rid in rules.items():
-            if name in texts:
-                p = parsers[rid]
-                text = texts[name]
-                builder.add_rule(p.name, to_gbnf(p.child) if text is None else text)
-        if lazy:
-            names = sorted(parsers[rid].name for rid in rules.values() if parsers[rid].trigger)
-            builder.add_rule("root", " | ".join(names))
-        elif self.root is not None:
-            builder.add_rule("root", to_gbnf(self.root) if root_text is None else root_text)
+            # the second walk: the builder's calls, in order
+            state[1] = True
+            for name, rid in rules.items():
+                if name in texts:
+                    p = parsers[rid]
+                    text = texts[name]
+                    builder.add_rule(p.name, to_gbnf(p.child) if text is None else text)
+            if lazy:
+                names = sorted(parsers[rid].name for rid in rules.values() if parsers[rid].trigger)
+                builder.add_rule("root", " | ".join(names))
+            elif self.root is not None:
+                builder.add_rule("root", to_gbnf(self.root) if root_text is None else root_text)
+        finally:
+            to_gbnf = None  # a recursive closure is a cycle: freed now, not by the collector
 
 
 # -- GBNF of an Aho-Corasick automaton (gbnf_ac_grammar) -----------------------------------------------------
