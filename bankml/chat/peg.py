@@ -623,6 +623,24 @@ class Arena:
                 p.child = resolve(p.child)
         self.root = resolve(self.root)
 
+    def resolve_span(self, start, end):
+        """``resolve_refs`` for the parsers of ids ``start`` to ``end`` (their uses of refs; every ref names a
+        rule)."""
+        parsers, rules = self.parsers, self.rules
+        for pid in range(start, end):
+            p = parsers[pid]
+            cls = p.__class__
+            if cls is Sequence or cls is Choice:
+                kids = p.children
+                for c in kids:
+                    if parsers[c].__class__ is Ref:
+                        p.children = tuple([rules[parsers[c].name] if parsers[c].__class__ is Ref else c for c in kids])
+                        break
+            elif cls in _ONE_CHILD_SET:
+                q = parsers[p.child]
+                if q.__class__ is Ref:
+                    p.child = rules[q.name]
+
     def redirect_replaced_rules(self):
         """Every use of a rule parser whose name was given to a later rule becomes that later rule (what
         resolving refs to the name does)."""

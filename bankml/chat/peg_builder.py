@@ -101,6 +101,12 @@ class Builder:
         self._ref_names = set()
         self._building = set()
         self._replaced = False
+        # where refs were handed out, to resolve their uses in ``build`` (they parse as their rule, but through
+        # one more call per use): the first id after an explicit ``ref``, and the ids made while a recursive
+        # rule, referred to inside its own function, was built
+        self._refs_from = None
+        self._ref_spans = []
+        self._inner_refs = 0
         # parsers that hold nothing of their own but a value are shared by the ids that have the same one (one
         # object: fewer to allocate, and for the garbage collector to walk once the arena is kept)
         self._epsilon = Epsilon()
@@ -197,6 +203,8 @@ class Builder:
     def ref(self, name):
         parsers = self._parsers
         parsers.append(self._ref(name))
+        if self._refs_from is None:
+            self._refs_from = len(parsers)
         return P(len(parsers) - 1, self)
 
     def _ref(self, name):
@@ -289,18 +297,22 @@ class Builder:
             return P(self.rule_id(clean, p.id, trigger), self)
         rid = rules.get(clean)
         if rid is not None:
-            if clean in self._building:
-                return self.ref(clean)
             parsers.append(self._ref(clean))
+            if clean in self._building:
+                self._inner_refs += 1
+                return P(len(parsers) - 1, self)
             return P(rid, self)
         placeholder = self.any()
         parsers.append(Rule(clean, placeholder.id, trigger))
         placeholder_rid = rules[clean] = len(parsers) - 1
         self._building.add(clean)
+        inner, start = self._inner_refs, len(parsers)
         try:
             built = p()
         finally:
             self._building.discard(clean)
+        if self._inner_refs != inner:
+            self._ref_spans.append((start, len(parsers)))
         if rules[clean] != placeholder_rid:
             self._replaced = True
         parsers.append(Rule(clean, built.id, trigger))
@@ -329,8 +341,14 @@ class Builder:
         a = self.arena
         if not self._ref_names.issubset(a.rules):
             a.resolve_refs()  # a ref to no rule: llama.cpp's resolution, which reports it where it is used
-        elif self._replaced:
-            a.redirect_replaced_rules()
+        else:
+            if self._replaced:
+                a.redirect_replaced_rules()
+            spans = self._ref_spans
+            if self._refs_from is not None:
+                spans = spans + [(self._refs_from, len(a.parsers))]
+            for start, end in spans:
+                a.resolve_span(start, end)
         a.root = a.resolved(a.root)
         return a
 
