@@ -9,7 +9,8 @@ AST of a parse into the message (content, reasoning, tool calls) as ``common_cha
 import json
 
 from bankml.chat import peg
-from bankml.chat.peg_builder import Builder
+from bankml.chat.peg import Choice, Rule, Sequence
+from bankml.chat.peg_builder import Builder, P, clean_rule_name
 from bankml.schema import converter as s
 from bankml.schema.converter import _raise_recursion_limit, _restore_recursion_limit
 
@@ -128,16 +129,16 @@ class ChatBuilder(Builder):
         return self.tag(TOOL, p)
 
     def tool_open(self, p):
-        return self.atomic(self.tag(TOOL_OPEN, p))
+        return self.atomic_tag(TOOL_OPEN, p)
 
     def tool_close(self, p):
-        return self.atomic(self.tag(TOOL_CLOSE, p))
+        return self.atomic_tag(TOOL_CLOSE, p)
 
     def tool_id(self, p):
-        return self.atomic(self.tag(TOOL_ID, p))
+        return self.atomic_tag(TOOL_ID, p)
 
     def tool_name(self, p):
-        return self.atomic(self.tag(TOOL_NAME, p))
+        return self.atomic_tag(TOOL_NAME, p)
 
     def tool_args(self, p):
         return self.tag(TOOL_ARGS, p)
@@ -146,13 +147,13 @@ class ChatBuilder(Builder):
         return self.tag(TOOL_ARG, p)
 
     def tool_arg_open(self, p):
-        return self.atomic(self.tag(TOOL_ARG_OPEN, p))
+        return self.atomic_tag(TOOL_ARG_OPEN, p)
 
     def tool_arg_close(self, p):
-        return self.atomic(self.tag(TOOL_ARG_CLOSE, p))
+        return self.atomic_tag(TOOL_ARG_CLOSE, p)
 
     def tool_arg_name(self, p):
-        return self.atomic(self.tag(TOOL_ARG_NAME, p))
+        return self.atomic_tag(TOOL_ARG_NAME, p)
 
     def tool_arg_value(self, p):
         return self.tag(TOOL_ARG_VALUE, p)
@@ -162,6 +163,14 @@ class ChatBuilder(Builder):
 
     def tool_arg_json_value(self, p):
         return self.tag(TOOL_ARG_VALUE, p)
+
+    def tool_open_named(self, prefix, name, suffix):
+        """``tool_open(prefix + tool_name(literal(name)) + suffix)``."""
+        return self.atomic_tag_around(TOOL_OPEN, prefix, TOOL_NAME, name, suffix)
+
+    def tool_arg_open_named(self, prefix, name, suffix):
+        """``tool_arg_open(prefix + tool_arg_name(literal(name)) + suffix)``."""
+        return self.atomic_tag_around(TOOL_ARG_OPEN, prefix, TOOL_ARG_NAME, name, suffix)
 
     def tag_with_safe_content(self, tag_name, marker, p):
         if not marker:
@@ -173,10 +182,60 @@ class ChatBuilder(Builder):
         return self.zero_or_more(self.choice([p, chunk]))
 
     def permute(self, rule_prefix, parsers):
+        """common_chat_peg_builder::permute: every order of ``parsers`` (up to MAX_PERMUTE), a rule per set of
+        the parsers left, ``alternatives | (p + rest)`` for each of them. The parsers are made here directly,
+        the same ones in the same order as those operators make them (the ids, so the grammar, are llama.cpp's)."""
         if not parsers:
             return self.eps()
         if len(parsers) == 1 or len(parsers) > MAX_PERMUTE:
             return self.sequence(parsers)
+        if any(p.__class__ is not P for p in parsers):
+            return self._permute_text(rule_prefix, parsers)
+        arena = self._parsers
+        ids = [(1 << i, p.id) for i, p in enumerate(parsers)]
+        # p + rest: rest (a rule or an epsilon) is no sequence, so the sequence is p's children or p, then rest
+        heads = {pid: arena[pid].children if arena[pid].__class__ is Sequence else (pid,) for _, pid in ids}
+        # when every parser is a rule, each rule's GBNF is known here: "a rest-a | b rest-b ..." (names only)
+        names = [arena[pid].name if arena[pid].__class__ is Rule else None for _, pid in ids]
+        known = None not in names
+        order = [(bit, pid, name) for (bit, pid), name in zip(ids, names)]
+        prefix = clean_rule_name(rule_prefix)  # cleaned once ("-" is kept as it is: "<prefix>-<n>" is clean)
+        rules, rule_names = {}, {}
+        epsilon = self._epsilon
+
+        def remaining_of(remaining):
+            if remaining == 0:
+                arena.append(epsilon)
+                return len(arena) - 1
+            rid = rules.get(remaining)
+            if rid is not None:
+                return rid
+            arena.append(Choice(()))
+            alternatives, texts = (), []
+            for bit, pid, name in order:
+                if remaining & bit:
+                    left = remaining & ~bit
+                    rest = remaining_of(left)
+                    arena.append(Sequence(heads[pid] + (rest,)))
+                    alternatives = alternatives + (len(arena) - 1,)
+                    arena.append(Choice(alternatives))
+                    if known:
+                        texts.append(name + " " + rule_names[left] if left else name)
+            gbnf = None
+            if known:
+                text = " | ".join(texts)
+                gbnf = (text, text.replace(" | ", " ").split(" "))
+            rule_name = rule_names[remaining] = "%s-%d" % (prefix, remaining)
+            rid = rules[remaining] = self.rule_id(rule_name, len(arena) - 1, gbnf=gbnf)
+            return rid
+
+        try:
+            return P(remaining_of((1 << len(parsers)) - 1), self)
+        finally:
+            remaining_of = None  # a recursive closure is a cycle: freed now, not by the collector
+
+    def _permute_text(self, rule_prefix, parsers):
+        """permute with texts among the parsers (a literal made at each use, as ``+`` makes it)."""
         rules = {}
 
         def remaining_of(remaining):

@@ -99,16 +99,27 @@ def json_has_float(text):
     return _JSON_FLOAT.search(_JSON_STRING.sub("", text)) is not None
 
 
-def prime_tojson(items, text=None):
+_TOJSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": "), check_circular=False)
+
+
+def tojson_text(value):
+    """The text ``prime_tojson`` gives a JSON value: Python's C encoder with the default separators."""
+    return _TOJSON_ENCODER.encode(value)
+
+
+def prime_tojson(items, text=None, floats=None, texts=None):
     """Gives each ``JSONDict`` of ``items`` (values read from JSON text: string keys, no other types) its
     ``tojson`` text with the default separators, from Python's C JSON encoder, which writes such a value as
     ``to_json`` does except for floats (``%g`` there): a value with a float is left to ``to_json``. ``text``:
-    the items' JSON text, when known (one float check for all of them)."""
-    check_each = text is None or json_has_float(text)
-    for item in items:
+    the items' JSON text, when known (one float check for all of them); ``floats``: whether the items hold a
+    float, when known (False: no check at all); ``texts``: each item's ``tojson_text``, when known."""
+    if floats is None:
+        floats = text is None or json_has_float(text)
+    encode = _TOJSON_ENCODER.encode
+    for i, item in enumerate(items):
         if type(item) is JSONDict:
-            out = json.dumps(item, ensure_ascii=False, separators=(", ", ": "), check_circular=False)
-            if not check_each or not json_has_float(out):
+            out = encode(item) if texts is None else texts[i]
+            if not floats or not json_has_float(out):
                 item.json_texts[(", ", ": ")] = out
 
 

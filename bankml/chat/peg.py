@@ -223,7 +223,9 @@ class Sequence(_P):
     kind = "sequence"
 
     def __init__(self, children):
-        self.children = children  # a list of its own (the builder makes one per parser)
+        # a tuple of ids (of ints only, so that the garbage collector stops tracking it once it has seen it: an
+        # arena is kept, and each object it tracks costs each of its collections)
+        self.children = children
 
     def parse(self, a, ctx, start):
         pos, nodes, invalid = start, [], []
@@ -247,7 +249,7 @@ class Choice(_P):
     kind = "choice"
 
     def __init__(self, children):
-        self.children = children  # a list of its own (the builder makes one per parser)
+        self.children = children  # a tuple of ids, as Sequence's
 
     def parse(self, a, ctx, start):
         parsers = a.parsers
@@ -502,11 +504,14 @@ class Schema(_P):
 
 
 class Rule(_P):
-    __slots__ = ("name", "child", "trigger")
+    """A rule; ``gbnf``: None, or what ``Arena.build_grammar`` gives its body, ``(text, names of the rules it
+    reaches)``, when its builder knows it (a body of rules only, which no ref resolution changes)."""
+
+    __slots__ = ("name", "child", "trigger", "gbnf")
     kind = "rule"
 
-    def __init__(self, name, child, trigger):
-        self.name, self.child, self.trigger = name, child, trigger
+    def __init__(self, name, child, trigger, gbnf=None):
+        self.name, self.child, self.trigger, self.gbnf = name, child, trigger, gbnf
 
     def parse(self, a, ctx, pos):
         r = a.parsers[self.child].parse(a, ctx, pos)
@@ -587,9 +592,6 @@ class Arena:
 
     def __init__(self):
         self.parsers, self.rules, self.root = [], {}, None
-        # rule (or root) parser id -> the rule parser ids its body reaches without another rule between, made
-        # by resolve_refs; None: not known (the grammar then walks the parsers)
-        self.rule_edges = None
 
     def get_rule(self, name):
         try:
@@ -601,96 +603,61 @@ class Arena:
         self.parsers.append(parser)
         return len(self.parsers) - 1
 
-    def _resolve(self, pid):
+    def resolved(self, pid):
+        """The id of the rule a ref parser ``pid`` names (RuntimeError when there is none), else ``pid``."""
+        if pid is None:
+            return None
         p = self.parsers[pid]
-        return self.get_rule(p.name) if isinstance(p, Ref) else pid
+        return self.get_rule(p.name) if p.__class__ is Ref else pid
 
     def resolve_refs(self):
-        parsers, rules = self.parsers, self.rules
-        target, dangling = {}, False
-        for pid, p in enumerate(parsers):
-            if p.__class__ is Ref:
-                rid = rules.get(p.name)
-                if rid is None:
-                    dangling = True  # an error only where it is used: _resolve raises there
-                else:
-                    target[pid] = rid
-        if dangling:
-            resolve = self._resolve
-            for p in parsers:
-                cls = p.__class__
-                if cls is Sequence or cls is Choice:
-                    p.children = [resolve(c) for c in p.children]
-                elif cls in _ONE_CHILD_SET:
-                    p.child = resolve(p.child)
-            if self.root is not None:
-                self.root = self._resolve(self.root)
-            self.rule_edges = None
-            return
-        # no ref can fail: only the parsers reachable from the root and the rules are ever used (to parse, for
-        # the grammar), so only they are rewritten, each rule's body walked once; the chains ``a | b | c ...``
-        # leave behind a parser per step holding every earlier alternative, which rewriting would make
-        # quadratic in the tools. The walk notes which rules each body reaches (rule_edges, for the grammar).
-        if self.root is not None:
-            self.root = self._resolve(self.root)
-        get, ref_ids = target.get, target.keys()
-        done = set()
-        edges = {}
-        starts = list(rules.values())
-        if self.root is not None and parsers[self.root].__class__ is not Rule:
-            starts.append(self.root)
-        for start in starts:
-            p = parsers[start]
-            if p.__class__ is Rule:
-                child = p.child = get(p.child, p.child)
-                stack = [child]
-            else:
-                stack = [start]
-            direct, visited = set(), set()
-            while stack:
-                pid = stack.pop()
-                if pid in visited:
-                    continue
-                visited.add(pid)
-                p = parsers[pid]
-                cls = p.__class__
-                if cls is Sequence or cls is Choice:
-                    if pid not in done:
-                        done.add(pid)
-                        if not ref_ids.isdisjoint(p.children):
-                            p.children = [get(c, c) for c in p.children]
-                    stack.extend(p.children)
-                elif cls is Rule:
-                    direct.add(pid)
-                elif cls in _ONE_CHILD_SET:
-                    if pid not in done:
-                        done.add(pid)
-                        p.child = get(p.child, p.child)
-                    stack.append(p.child)
-                elif cls is Ref:
-                    stack.append(target[pid])
-            edges[start] = tuple(direct)
-        self.rule_edges = edges
+        """common_peg_arena::resolve_refs: every use of a ref parser becomes the rule it names (RuntimeError
+        for a ref to no rule). A ref parser may also be left where it is: it parses as its rule does, and the
+        grammar writes it as its name (``bankml.chat.peg_builder.Builder`` resolves its refs as it goes)."""
+        resolve = self.resolved
+        for p in self.parsers:
+            cls = p.__class__
+            if cls is Sequence or cls is Choice:
+                p.children = tuple([resolve(c) for c in p.children])
+            elif cls in _ONE_CHILD_SET:
+                p.child = resolve(p.child)
+        self.root = resolve(self.root)
 
-    def _reachable_rules(self, starts):
-        """The names of the rules reachable from ``starts`` (rule or root parser ids), over rule_edges; None
-        when a rule is not in them."""
-        parsers, edges = self.parsers, self.rule_edges
-        names, seen = set(), set()
-        stack = list(starts)
-        while stack:
-            rid = stack.pop()
-            if rid in seen:
-                continue
-            seen.add(rid)
-            p = parsers[rid]
-            if p.__class__ is Rule:
-                names.add(p.name)
-            nxt = edges.get(rid)
-            if nxt is None:
-                return None
-            stack.extend(nxt)
-        return names
+    def resolve_span(self, start, end):
+        """``resolve_refs`` for the parsers of ids ``start`` to ``end`` (their uses of refs; every ref names a
+        rule)."""
+        parsers, rules = self.parsers, self.rules
+        for pid in range(start, end):
+            p = parsers[pid]
+            cls = p.__class__
+            if cls is Sequence or cls is Choice:
+                kids = p.children
+                for c in kids:
+                    if parsers[c].__class__ is Ref:
+                        p.children = tuple([rules[parsers[c].name] if parsers[c].__class__ is Ref else c for c in kids])
+                        break
+            elif cls in _ONE_CHILD_SET:
+                q = parsers[p.child]
+                if q.__class__ is Ref:
+                    p.child = rules[q.name]
+
+    def redirect_replaced_rules(self):
+        """Every use of a rule parser whose name was given to a later rule becomes that later rule (what
+        resolving refs to the name does)."""
+        parsers, rules = self.parsers, self.rules
+
+        def current(pid):
+            p = parsers[pid]
+            return rules.get(p.name, pid) if p.__class__ is Rule else pid
+
+        for p in parsers:
+            cls = p.__class__
+            if cls is Sequence or cls is Choice:
+                p.children = tuple([current(c) for c in p.children])
+            elif cls in _ONE_CHILD_SET:
+                p.child = current(p.child)
+        if self.root is not None:
+            self.root = current(self.root)
 
     def parse(self, ctx, start=0, pid=None):
         if pid is None:
@@ -701,8 +668,21 @@ class Arena:
 
     def build_grammar(self, builder, lazy=False):
         """common_peg_arena::build_grammar: adds the GBNF of the reachable rules (from the trigger rules when
-        ``lazy``) and ``root`` to ``builder`` (a bankml.schema.converter GrammarBuilder)."""
-        parsers = self.parsers
+        ``lazy``) and ``root`` to ``builder`` (a bankml.schema.converter GrammarBuilder).
+
+        A rule is reachable through every child (the parsers that print nothing or something else, lookaheads,
+        raw GBNF, schemas, included the rules of their children). One walk of each reachable rule's body
+        gives both its GBNF and the rules it reaches; a body that adds rules to ``builder`` (schemas, the
+        automata of ``until`` and ``ac``) is walked again when its rule is added, so that the builder sees its
+        calls in llama.cpp's order (reachable rules in the order they were made, each body left to right,
+        then the root)."""
+        parsers, rules = self.parsers, self.rules
+        strict = isinstance(builder, StrictGrammarBuilder)
+        literal_gbnf = {}
+        # per body walk: the names of the rules it reaches, and whether it adds rules to the builder (then
+        # its text is not kept); ``emit``: the builder is called (the second walk), else only noted
+        reached = []
+        state = [False, False]  # [adds rules, emit]
 
         def delegates(s):
             return s.node is None or (s.raw and may_be_string(s.node))
@@ -729,7 +709,20 @@ class Arena:
                 return body if lo == 1 else body + "{%d}" % lo
             return body + "{%d,%d}" % (lo, hi)
 
-        literal_gbnf = {}
+        def reach(pid):
+            """Notes the rules reachable from a child that prints nothing of them (first walk only)."""
+            if state[1]:
+                return
+            stack = [pid]
+            while stack:
+                p = parsers[stack.pop()]
+                cls = p.__class__
+                if cls is Sequence or cls is Choice:
+                    stack.extend(p.children)
+                elif cls is Rule or cls is Ref:
+                    reached.append(p.name)
+                elif cls in _ONE_CHILD_SET:
+                    stack.append(p.child)
 
         def to_gbnf(pid):
             p = parsers[pid]
@@ -738,29 +731,40 @@ class Arena:
                 pid = p.child
                 p = parsers[pid]
                 cls = p.__class__
-            if cls is Sequence:
+            if cls is Sequence or cls is Choice:
+                # the children that print as a literal or a rule name are written here (most of them), the
+                # others by to_gbnf; ``k``: the class the child prints as (through tags, atomics, schemas)
                 s = ""
+                seq = cls is Sequence
                 for c in p.children:
-                    g = to_gbnf(c)
-                    if not g:
-                        continue
-                    if s:
-                        s += " "
-                    k = parsers[c].__class__
-                    if k is Tag or k is Atomic or k is Schema:
-                        k = effective(c)
-                    s += "(" + g + ")" if k is Choice or k is Sequence else g
-                return s
-            if cls is Choice:
-                s = ""
-                for c in p.children:
-                    if s:
+                    q = parsers[c]
+                    k = q.__class__
+                    while k is Tag or k is Atomic:
+                        q = parsers[q.child]
+                        k = q.__class__
+                    if k is Literal:
+                        g = literal_gbnf.get(q.literal)
+                        if g is None:
+                            g = literal_gbnf[q.literal] = gbnf_format_literal(
+                                q.literal.decode("utf-8", "surrogateescape")
+                            )
+                    elif k is Rule or k is Ref:
+                        g = q.name
+                        reached.append(g)
+                    else:
+                        g = to_gbnf(c)
+                        if k is Schema:
+                            k = effective(c)
+                        if k is Choice or (seq and k is Sequence):
+                            g = "(" + g + ")" if g or not seq else g
+                    if seq:
+                        if not g:
+                            continue
+                        if s:
+                            s += " "
+                    elif s:
                         s += " | "
-                    g = to_gbnf(c)
-                    k = parsers[c].__class__
-                    if k is Tag or k is Atomic or k is Schema:
-                        k = effective(c)
-                    s += "(" + g + ")" if k is Choice else g
+                    s += g
                 return s
             if cls is Literal:
                 g = literal_gbnf.get(p.literal)
@@ -768,8 +772,9 @@ class Arena:
                     g = literal_gbnf[p.literal] = gbnf_format_literal(p.literal.decode("utf-8", "surrogateescape"))
                 return g
             if cls is Rule or cls is Ref:
+                reached.append(p.name)
                 return p.name
-            if cls is Epsilon or cls is Start or cls is End or cls is And or cls is Not:
+            if cls is Epsilon or cls is Start or cls is End:
                 return ""
             if cls is Repetition:
                 g = to_gbnf(p.child)
@@ -786,66 +791,84 @@ class Arena:
             if cls is String:
                 d = p.delimiter
                 return "( [^" + d + '\\\\] | "\\\\" ( [' + d + '\\\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )*'
+            if cls is And or cls is Not:
+                reach(p.child)
+                return ""
             if cls is Until:
                 if not p.delimiters:
                     return ".*"
+                state[0] = True
+                if not state[1]:
+                    return "until"
                 return excluding_grammar(builder, "until-%d" % pid, p.delimiters)
             if cls is Schema:
                 if delegates(p):
                     return to_gbnf(p.child)
-                if isinstance(builder, StrictGrammarBuilder):
+                reach(p.child)
+                state[0] = True
+                if not state[1]:
+                    return "schema"
+                if strict:
                     return builder.add_schema(p.name, p.node, p.source)
                 return builder.add_schema(p.name, p.node)
             if cls is Gbnf:
+                reach(p.child)
                 return p.grammar
             if cls is Ac:
+                reach(p.child)
+                state[0] = True
+                if not state[1]:
+                    return "ac"
                 return including_grammar(builder, "ac-%d" % pid, p.delimiters)
             raise TypeError(cls.__name__)
 
-        reachable = None
-        if self.rule_edges is not None:
+        try:
+            # the first walk: from the root (or the trigger rules), each reachable rule's body once
+            texts = {}  # rule name -> its GBNF (None: walked again when added)
             if lazy:
-                reachable = self._reachable_rules([rid for rid in self.rules.values() if parsers[rid].trigger])
+                pending = [p.name for p in map(parsers.__getitem__, rules.values()) if p.trigger]
+                root_text = None
+            else:
+                pending = []
+                if self.root is not None:
+                    root = parsers[self.root]
+                    if root.__class__ is Rule or root.__class__ is Ref:
+                        pending.append(root.name)
+                    root_text = to_gbnf(self.root)
+                    if state[0]:
+                        root_text = None
+                    pending += reached
+            while pending:
+                name = pending.pop()
+                if name in texts:
+                    continue
+                rid = rules.get(name)
+                if rid is None:
+                    raise RuntimeError("Rule not found: " + name)
+                known = parsers[rid].gbnf
+                if known is not None:
+                    texts[name] = known[0]
+                    pending += known[1]
+                    continue
+                reached.clear()
+                state[0] = False
+                text = to_gbnf(parsers[rid].child)
+                texts[name] = None if state[0] else text
+                pending += reached
+            # the second walk: the builder's calls, in order
+            state[1] = True
+            for name, rid in rules.items():
+                if name in texts:
+                    p = parsers[rid]
+                    text = texts[name]
+                    builder.add_rule(p.name, to_gbnf(p.child) if text is None else text)
+            if lazy:
+                names = sorted(parsers[rid].name for rid in rules.values() if parsers[rid].trigger)
+                builder.add_rule("root", " | ".join(names))
             elif self.root is not None:
-                reachable = self._reachable_rules([self.root])
-        if reachable is not None:
-            pass
-        elif lazy:
-            reachable = set()
-            for name, rid in self.rules.items():
-                if parsers[rid].trigger:
-                    reachable.add(name)
-                    reachable |= self._reachable(rid)
-        else:
-            reachable = self._reachable(self.root)
-        for name, rid in self.rules.items():
-            if name in reachable:
-                builder.add_rule(parsers[rid].name, to_gbnf(parsers[rid].child))
-        if lazy:
-            names = sorted(parsers[rid].name for rid in self.rules.values() if parsers[rid].trigger)
-            builder.add_rule("root", " | ".join(names))
-        elif self.root is not None:
-            builder.add_rule("root", to_gbnf(self.root))
-
-    def _reachable(self, pid):
-        reachable = set()
-        parsers, get_rule = self.parsers, self.get_rule
-        stack = [pid]
-        pop, push, extend = stack.pop, stack.append, stack.extend
-        while stack:
-            p = parsers[pop()]
-            cls = p.__class__
-            if cls is Sequence or cls is Choice:
-                extend(p.children)
-            elif cls is Rule:
-                if p.name not in reachable:
-                    reachable.add(p.name)
-                    push(p.child)
-            elif cls is Ref:
-                push(get_rule(p.name))
-            elif cls in _ONE_CHILD_SET:
-                push(p.child)
-        return reachable
+                builder.add_rule("root", to_gbnf(self.root) if root_text is None else root_text)
+        finally:
+            to_gbnf = None  # a recursive closure is a cycle: freed now, not by the collector
 
 
 # -- GBNF of an Aho-Corasick automaton (gbnf_ac_grammar) -----------------------------------------------------

@@ -38,6 +38,18 @@ from bankml.schema.converter import SchemaDocument
 _INVALID_RULE_CHARS = re.compile(r"[^a-zA-Z0-9-]+")
 
 
+def clean_rule_name(name):
+    """A rule name with each run of characters other than ``[a-zA-Z0-9-]`` made one ``-``."""
+    if name.isascii():
+        if name.replace("-", "a").isalnum():
+            return name
+        if "__" not in name:  # each underscore a run of its own unless a character beside it is also replaced
+            dashed = name.replace("_", "-")
+            if dashed.replace("-", "a").isalnum():
+                return dashed
+    return _INVALID_RULE_CHARS.sub("-", name)
+
+
 def _lit(b, x):
     return x if x.__class__ is P else b.literal(x)
 
@@ -82,6 +94,24 @@ class Builder:
     def __init__(self):
         self.arena = Arena()
         self._parsers = self.arena.parsers
+        # what ``build`` needs instead of walking the arena to resolve refs: the names of the refs made (one
+        # missing from the rules: resolve as llama.cpp does, which reports it), the names of the rules being
+        # built by a function (a reference to one is a ref, resolved later), and whether a rule id already
+        # handed out was replaced by another of the same name (then every use is rewritten to the last one)
+        self._ref_names = set()
+        self._building = set()
+        self._replaced = False
+        # where refs were handed out, to resolve their uses in ``build`` (they parse as their rule, but through
+        # one more call per use): the first id after an explicit ``ref``, and the ids made while a recursive
+        # rule, referred to inside its own function, was built
+        self._refs_from = None
+        self._ref_spans = []
+        self._inner_refs = 0
+        # parsers that hold nothing of their own but a value are shared by the ids that have the same one (one
+        # object: fewer to allocate, and for the garbage collector to walk once the arena is kept)
+        self._epsilon = Epsilon()
+        self._literals = {}
+        self._refs = {}
 
     def add(self, parser):
         parsers = self._parsers
@@ -93,14 +123,16 @@ class Builder:
         parsers = self._parsers
         a, b = parsers[left], parsers[right]
         if a.__class__ is kind:
-            flat = a.children + b.children if b.__class__ is kind else a.children + [right]
+            flat = a.children + b.children if b.__class__ is kind else a.children + (right,)
         else:
-            flat = [left] + b.children if b.__class__ is kind else [left, right]
+            flat = (left,) + b.children if b.__class__ is kind else (left, right)
         parsers.append(kind(flat))
         return P(len(parsers) - 1, self)
 
     def eps(self):
-        return self.add(Epsilon())
+        parsers = self._parsers
+        parsers.append(self._epsilon)
+        return P(len(parsers) - 1, self)
 
     def start(self):
         return self.add(Start())
@@ -109,7 +141,18 @@ class Builder:
         return self.add(End())
 
     def literal(self, text):
-        return self.add(Literal(text.encode("utf-8") if isinstance(text, str) else bytes(text)))
+        parsers = self._parsers
+        parsers.append(self._literal(text))
+        return P(len(parsers) - 1, self)
+
+    def _literal(self, text):
+        cls = text.__class__
+        if cls is str or cls is bytes:
+            lit = self._literals.get(text)
+            if lit is None:
+                lit = self._literals[text] = Literal(text.encode("utf-8") if cls is str else text)
+            return lit
+        return Literal(text.encode("utf-8") if isinstance(text, str) else bytes(text))
 
     def _ids(self, parsers):
         return [p.id if p.__class__ is P else p for p in parsers]
@@ -124,7 +167,7 @@ class Builder:
                 flat += q.children
             else:
                 flat.append(pid)
-        arena_parsers.append(kind(flat))
+        arena_parsers.append(kind(tuple(flat)))
         return P(len(arena_parsers) - 1, self)
 
     def sequence(self, parsers=()):
@@ -158,7 +201,18 @@ class Builder:
         return self.add(Chars(classes, lo, hi))
 
     def ref(self, name):
-        return self.add(Ref(name))
+        parsers = self._parsers
+        parsers.append(self._ref(name))
+        if self._refs_from is None:
+            self._refs_from = len(parsers)
+        return P(len(parsers) - 1, self)
+
+    def _ref(self, name):
+        ref = self._refs.get(name)
+        if ref is None:
+            self._ref_names.add(name)
+            ref = self._refs[name] = Ref(name)
+        return ref
 
     def space(self):
         return self.add(Space())
@@ -176,10 +230,39 @@ class Builder:
         return self.add(String(delimiter))
 
     def atomic(self, p):
-        return self.add(Atomic(p.id))
+        parsers = self._parsers
+        parsers.append(Atomic(p.id))
+        return P(len(parsers) - 1, self)
 
     def tag(self, tag, p):
-        return self.add(Tag(p.id, tag))
+        parsers = self._parsers
+        parsers.append(Tag(p.id, tag))
+        return P(len(parsers) - 1, self)
+
+    def atomic_tag(self, tag, p):
+        """``atomic(tag(tag, p))``."""
+        parsers = self._parsers
+        parsers.append(Tag(p.id, tag))
+        parsers.append(Atomic(len(parsers) - 1))
+        return P(len(parsers) - 1, self)
+
+    def atomic_tag_around(self, tag, prefix, inner_tag, text, suffix):
+        """``atomic_tag(tag, prefix + atomic_tag(inner_tag, literal(text)) + suffix)`` (``prefix`` and ``suffix``
+        texts), its parsers made in one step, the same ones in the same order as those operators make them:
+        an XML-like opening tag with a tagged name, such as ``<parameter=`` name ``>``."""
+        parsers = self._parsers
+        literal = self._literal
+        n = len(parsers)
+        parsers.append(literal(text))
+        parsers.append(Tag(n, inner_tag))
+        parsers.append(Atomic(n + 1))
+        parsers.append(literal(prefix))
+        parsers.append(Sequence((n + 3, n + 2)))
+        parsers.append(literal(suffix))
+        parsers.append(Sequence((n + 3, n + 2, n + 5)))
+        parsers.append(Tag(n + 6, tag))
+        parsers.append(Atomic(n + 7))
+        return P(n + 8, self)
 
     def gbnf(self, p, grammar):
         return self.add(Gbnf(p.id, grammar))
@@ -203,20 +286,50 @@ class Builder:
 
     def rule(self, name, p, trigger=False):
         """``p`` a parser, or a function building one (then the rule may recurse, and a rule of that name
-        already made is reused)."""
-        clean = _INVALID_RULE_CHARS.sub("-", name)
+        already made is reused). Like llama.cpp this adds a rule parser and returns a new ref parser to it, but
+        the parser given back stands for the rule itself (the ref resolved now, as ``resolve_refs`` would at
+        the end), except within the function building that rule (the ref is resolved when the arena is)."""
+        clean = clean_rule_name(name)
         a = self.arena
+        rules = a.rules
+        parsers = self._parsers
         if p.__class__ is P:
-            rid = a.add_parser(Rule(clean, p.id, trigger))
-            a.rules[clean] = rid
-            return self.ref(clean)
-        if clean in a.rules:
-            return self.ref(clean)
+            return P(self.rule_id(clean, p.id, trigger), self)
+        rid = rules.get(clean)
+        if rid is not None:
+            parsers.append(self._ref(clean))
+            if clean in self._building:
+                self._inner_refs += 1
+                return P(len(parsers) - 1, self)
+            return P(rid, self)
         placeholder = self.any()
-        a.rules[clean] = a.add_parser(Rule(clean, placeholder.id, trigger))
-        built = p()
-        a.rules[clean] = a.add_parser(Rule(clean, built.id, trigger))
-        return self.ref(clean)
+        parsers.append(Rule(clean, placeholder.id, trigger))
+        placeholder_rid = rules[clean] = len(parsers) - 1
+        self._building.add(clean)
+        inner, start = self._inner_refs, len(parsers)
+        try:
+            built = p()
+        finally:
+            self._building.discard(clean)
+        if self._inner_refs != inner:
+            self._ref_spans.append((start, len(parsers)))
+        if rules[clean] != placeholder_rid:
+            self._replaced = True
+        parsers.append(Rule(clean, built.id, trigger))
+        rid = rules[clean] = len(parsers) - 1
+        parsers.append(self._ref(clean))
+        return P(rid, self)
+
+    def rule_id(self, clean, body, trigger=False, gbnf=None):
+        """``rule(clean, body)`` for a name that needs no cleaning and a body id: the rule's id (``gbnf``: the
+        body's GBNF and the rules it names, when known)."""
+        rules, parsers = self.arena.rules, self._parsers
+        if clean in rules:
+            self._replaced = True
+        parsers.append(Rule(clean, body, trigger, gbnf))
+        rid = rules[clean] = len(parsers) - 1
+        parsers.append(self._ref(clean))
+        return rid
 
     def trigger_rule(self, name, p):
         return self.rule(name, p, True)
@@ -225,8 +338,19 @@ class Builder:
         self.arena.root = p.id
 
     def build(self):
-        self.arena.resolve_refs()
-        return self.arena
+        a = self.arena
+        if not self._ref_names.issubset(a.rules):
+            a.resolve_refs()  # a ref to no rule: llama.cpp's resolution, which reports it where it is used
+        else:
+            if self._replaced:
+                a.redirect_replaced_rules()
+            spans = self._ref_spans
+            if self._refs_from is not None:
+                spans = spans + [(self._refs_from, len(a.parsers))]
+            for start, end in spans:
+                a.resolve_span(start, end)
+        a.root = a.resolved(a.root)
+        return a
 
     # strings, JSON, Python values
 

@@ -34,7 +34,7 @@ from bankml.chat.analysis import Analysis
 from bankml.chat.analysis_tools import build_tool_parser
 from bankml.chat.chat_peg import ChatMessage, ChatParseError, build_chat_peg_parser
 from bankml.chat.families import TRIGGER_PATTERN, TRIGGER_PATTERN_FULL, TRIGGER_TOKEN, TRIGGER_WORD, Inputs
-from bankml.chat.jinja import Program, TemplateError, caps_get, memo_json, preserve_reasoning, prime_tojson
+from bankml.chat.jinja import Program, TemplateError, caps_get, memo_json, preserve_reasoning, prime_tojson, tojson_text
 from bankml.chat.params import (
     CONTINUATION_AUTO,
     CONTINUATION_CONTENT,
@@ -922,22 +922,40 @@ _UNCACHED = object()  # the tools_key of tools that are not JSON (their request 
 def _cached_tools(tools):
     """``(tools_json, tools_render, tools_key)``: the request's tools as llama.cpp passes them (``_tools_json``),
     the same made of ``JSONDict`` / ``JSONList`` for the template (each tool's JSON text computed once), and their
-    JSON text (None: no tools; ``_UNCACHED``: not JSON). Both are cached by that text and built from its parse,
-    so they are the cache's own (a caller changing its tools afterwards changes nothing) and a hit is built
-    from exactly what a miss is."""
+    JSON text (None: no tools; ``_UNCACHED``: not JSON). The key is the ``tojson`` text of ``_tools_json``'s
+    tools (all that the answer depends on), ``[`` and each tool's ``tojson`` text joined by ``, ``; both values
+    are cached by it and built from its parse, so they are the cache's own (a caller changing its tools
+    afterwards changes nothing) and a hit is built from exactly what a miss is."""
     if not tools:
         return None, None, None
-    key = cache.json_key(tools)
-    if key is None:
-        tools_json = _tools_json(tools)
+    tools_json = _tools_json(tools)
+    try:
+        key = tojson_text(tools_json)
+    except (TypeError, ValueError, RecursionError):
         return tools_json, tools_json, _UNCACHED
     hit = cache.TOOLS.get(key)
     if hit is not None:
         return hit[0], hit[1], key
+    floats, constants = [], []
+
+    def parse_float(text):  # what json.loads does with a number with a point or an exponent, noted
+        floats.append(text)
+        return float(text)
+
+    decode = json.JSONDecoder(parse_float=parse_float, parse_constant=constants.append).raw_decode
     with cache.gc_paused():
-        tools_json = _tools_json(json.loads(key))
+        # each tool read from its own text in the key, which is its tojson text
+        tools_json, texts, pos = [], [], 1
+        for _ in range(len(tools)):
+            tool, end = decode(key, pos)
+            tools_json.append(tool)
+            texts.append(key[pos:end])
+            pos = end + 2
+        if constants:  # NaN or an infinity: read again as json.loads does (a float too)
+            tools_json = json.loads(key)
+            floats += constants
         tools_render = memo_json(tools_json)
-        prime_tojson(tools_render, key)
+        prime_tojson(tools_render, floats=bool(floats), texts=texts)
         entry = (tools_json, tools_render)
     cache.TOOLS.put(key, entry, weight=len(key))
     return entry[0], entry[1], key

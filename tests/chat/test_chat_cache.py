@@ -196,10 +196,17 @@ def test_a_request_that_differs_gets_its_own_entry():
     assert cache.PARAMS.hits == 0 and len(cache.PARAMS) == 6
     for name, out in changed.items():
         assert (out.grammar, out.grammar_lazy) != (base.grammar, base.grammar_lazy), name
-    # key order is content too: the template prints the tools as they are written
-    reordered = [dict(reversed(list(TOOLS[0].items())))] + TOOLS[1:]
+    # key order is content too: the template prints the tools' parameters as they are written
+    reordered = copy.deepcopy(TOOLS)
+    params = reordered[0]["function"]["parameters"]
+    params["properties"] = dict(reversed(list(params["properties"].items())))
     tmpl.apply(USER, tools=reordered, tool_choice="required", now=0)
     assert cache.TOOLS.hits == 4  # the four requests above with the same tools; not the reordered ones
+    # but not what llama.cpp's parse of the tools drops or puts in its own order (the tool's keys, a field
+    # of the tool other than its function's name, description and parameters): the same answer, one entry
+    same = [dict(reversed(list(TOOLS[0].items())), strict=True)] + TOOLS[1:]
+    assert tmpl.apply(USER, tools=same, tool_choice="required", now=0).grammar == base.grammar
+    assert cache.TOOLS.hits == 5
 
 
 def test_changing_what_was_returned_or_passed_changes_no_later_answer():

@@ -87,7 +87,7 @@ def apply(out, inp):
                 required, optional = [], []
                 for pname, node, is_required in function_parameters(fn_):
                     rule_name = "tool-%s-arg-%s" % (name, pname)
-                    arg_open = p.tool_arg_open("<parameter=" + p.tool_arg_name(p.literal(pname)) + ">\n")
+                    arg_open = p.tool_arg_open_named("<parameter=", pname, ">\n")
                     types = value_types(node)
                     value = p.eps()
                     if TYPE_STRING not in types:
@@ -127,7 +127,7 @@ def apply(out, inp):
                     args = args + p.zero_or_more(p.choice(optional))
                 close = p.tool_close(p.literal("</function>\n"))
                 targs = p.tool_args(args)
-                open_ = p.tool_open("<function=" + p.tool_name(p.literal(name)) + ">\n")
+                open_ = p.tool_open_named("<function=", name, ">\n")
                 tool_choice = tool_choice | p.rule("tool-" + name, p.tool(open_ + targs + close))
             min_calls = 1 if inp.tool_choice == "required" else 0
             sp = p.space()  # GCC builds the right operand of + first
