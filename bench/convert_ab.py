@@ -8,11 +8,12 @@ DIR is a folder of MaskBench files (``{"schema": ..., "tests": [...]}``, the ``m
 guidance-ai/jsonschemabench). The baseline is ``bankml/schema/converter.py`` at ``--baseline`` (``git show``), loaded as a
 plain-Python module (over this tree's other ``bankml.schema`` modules, which it imports from the split of the converter
 into limits, jsontext, reader and converter on), or with ``--baseline-so`` a compiled converter extension (one copied
-from an earlier build: compiled against compiled); the current one is ``bankml.schema.converter`` as imported (the
-compiled extensions once built). Files
-are drawn as ``bench/frontend.py`` draws them. Timing: each schema is converted from its parsed dict (no text
-cache), baseline and current alternately, ``--repeat`` times each, the fastest kept, on the thread's CPU clock;
-prints p50 / p90 / p99 / max of both and their ratio, then the ``--slowest`` schemas (by the baseline's time)
+from an earlier build, with the converter.py of its commit beside it for its deep-nesting fallback: compiled
+against compiled); the current one is ``bankml.schema.converter`` as imported (the
+compiled extensions once built). Files are drawn as ``bench/frontend.py`` draws them. Timing: each schema is
+converted from its parsed dict (no text cache), baseline and current alternately, ``--repeat`` times each, the
+fastest kept, on the thread's CPU clock; prints p50 / p90 / p99 / max and the mean of both and their ratio
+(baseline / current), then the ``--slowest`` schemas (by the baseline's time)
 one by one and the drawn schemas whose grammar is 300 KB or more, and the load average before and after.
 
 ``--check`` converts every schema of DIR, ``bench/data/maskbench/`` and ``bench/data/schemas.json`` with both,
@@ -160,6 +161,8 @@ def main(argv=None):
             f"  {'max' if q == 100 else 'p%d' % q:>4}  baseline {o / 1e3:8.3f} ms   current {n / 1e3:8.3f} ms   "
             f"{o / n:5.2f}x"
         )
+    o, n = sum(r[1] for r in sample) / len(sample), sum(r[2] for r in sample) / len(sample)
+    print(f"  mean  baseline {o / 1e3:8.3f} ms   current {n / 1e3:8.3f} ms   {o / n:5.2f}x")
     print(
         f"the {args.slowest} slowest for the baseline, --include files too (ms; grammars refused past a SchemaLimits bound marked *):"
     )
