@@ -1,4 +1,5 @@
 # Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+# Ports semantics of nlohmann/json (llama.cpp's vendor/nlohmann/json.hpp), MIT License, Copyright (c) 2013-2025 Niels Lohmann.
 # cython: boundscheck=True, wraparound=True
 """JSON values as llama.cpp's nlohmann::ordered_json holds them: read (``load_schema``) and written (``_dump``).
 
@@ -24,8 +25,7 @@ __all__ = ["MAX_JSON_DEPTH", "load_schema"]
 
 MAX_JSON_DEPTH = 512
 
-# the integer ranges of nlohmann's number_integer_t (int64) and number_unsigned_t (uint64), and C++'s int
-_INT_MAX = 2**31 - 1
+# the integer ranges of nlohmann's number_integer_t (int64) and number_unsigned_t (uint64)
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _UINT64_MAX = 2**64 - 1

@@ -1,4 +1,3 @@
-# Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
 # cython: boundscheck=True, wraparound=True
 """What one schema conversion may cost, and the stack it may use.
 

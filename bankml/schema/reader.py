@@ -28,7 +28,7 @@ from bankml.schema.limits import (
 
 __all__ = ["SchemaDocument"]
 
-_INT_MAX = 2**31 - 1
+_INT_MAX = 2**31 - 1  # C++'s int (std::stoi, get<int>(), llama.cpp's unbounded counts)
 
 
 def _wrap64(v):
