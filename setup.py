@@ -40,9 +40,13 @@ def extension(name, extra_args=(), source=None):
     )
 
 
-# bankml/schema/converter.py is plain Python, compiled as it is for speed (its own directive line keeps Python's indexing,
-# which it relies on); Python imports the extension before the .py beside it
-SCHEMA = extension("schema.converter", source="bankml/schema/converter.py")
+# bankml/schema/{limits,jsontext,reader,converter}.py are plain Python, compiled as they are for speed (each .pxd
+# declares its cdef classes and cpdef functions, cimported across the four; each file's own directive line keeps
+# Python's indexing, which it relies on); Python imports an extension before the .py beside it
+SCHEMA = [
+    extension(f"schema.{name}", source=f"bankml/schema/{name}.py")
+    for name in ("limits", "jsontext", "reader", "converter")
+]
 
 # Functions start on a 64-byte line in the two hot extensions: a hot loop's speed depends on where its code
 # falls, so code added elsewhere in the module must not move it. Measured: Sampler.set_logits, the same
@@ -64,7 +68,7 @@ setup(
             extension("engine._hash"),
             extension("sampling._sampler", SAMPLER_ARGS),
             extension("serve._cpu"),
-            SCHEMA,
+            *SCHEMA,
         ],
         compiler_directives=directives,
         annotate=False,

@@ -26,7 +26,7 @@ class GrammarError(ValueError):
 
 class SchemaError(ValueError):
     """A JSON schema that llama.cpp's converter refuses (or that bankml refuses before converting: text that
-    is not JSON, nesting deeper than bankml.schema.converter.MAX_JSON_DEPTH).
+    is not JSON, nesting deeper than bankml.schema.jsontext.MAX_JSON_DEPTH).
 
     The message is llama.cpp's (``"JSON schema conversion failed:\\n..."``); ``pointer`` is the JSON pointer
     of the offending node as llama.cpp writes it in that message (``"#"``, ``"#/properties/a"``, ...).

@@ -2,13 +2,18 @@
 
     python bench/convert_ab.py DIR [--baseline 4d8060f] [--n 1000] [--seed 0] [--repeat 5] [--slowest 10]
     python bench/convert_ab.py DIR --check       # differential: every file of DIR and of bench/data
+    python bench/convert_ab.py DIR --baseline-so OLD/converter.cpython-311-x86_64-linux-gnu.so
 
 DIR is a folder of MaskBench files (``{"schema": ..., "tests": [...]}``, the ``maskbench/data/`` folder of
 guidance-ai/jsonschemabench). The baseline is ``bankml/schema/converter.py`` at ``--baseline`` (``git show``), loaded as a
-plain-Python module; the current one is ``bankml.schema.converter`` as imported (the compiled extension once built). Files
-are drawn as ``bench/frontend.py`` draws them. Timing: each schema is converted from its parsed dict (no text
-cache), baseline and current alternately, ``--repeat`` times each, the fastest kept, on the thread's CPU clock;
-prints p50 / p90 / p99 / max of both and their ratio, then the ``--slowest`` schemas (by the baseline's time)
+plain-Python module (over this tree's other ``bankml.schema`` modules, which it imports from the split of the converter
+into limits, jsontext, reader and converter on), or with ``--baseline-so`` a compiled converter extension (one copied
+from an earlier build, with the converter.py of its commit beside it for its deep-nesting fallback: compiled
+against compiled); the current one is ``bankml.schema.converter`` as imported (the
+compiled extensions once built). Files are drawn as ``bench/frontend.py`` draws them. Timing: each schema is
+converted from its parsed dict (no text cache), baseline and current alternately, ``--repeat`` times each, the
+fastest kept, on the thread's CPU clock; prints p50 / p90 / p99 / max and the mean of both and their ratio
+(baseline / current), then the ``--slowest`` schemas (by the baseline's time)
 one by one and the drawn schemas whose grammar is 300 KB or more, and the load average before and after.
 
 ``--check`` converts every schema of DIR, ``bench/data/maskbench/`` and ``bench/data/schemas.json`` with both,
@@ -17,6 +22,7 @@ warnings, or the SchemaError's message and pointer. Exits 1 on any difference.
 """
 
 import argparse
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -46,6 +52,17 @@ def load_baseline(rev):
     path = pathlib.Path(tempfile.mkdtemp(prefix="bankml-baseline-")) / "baseline_schema.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("baseline_schema", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_baseline_so(path):
+    """A compiled converter extension from another build, imported beside this tree's under another name (its init
+    function is found by the name's last part, ``converter``); what it imports (``bankml.errors``, the rules parser,
+    ``bankml.schema.jsondepth``) comes from this tree."""
+    loader = importlib.machinery.ExtensionFileLoader("baseline_schema.converter", str(path))
+    spec = importlib.util.spec_from_file_location("baseline_schema.converter", str(path), loader=loader)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -103,6 +120,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--slowest", type=int, default=10)
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--baseline-so", help="a compiled converter extension as the baseline (instead of --baseline)")
     ap.add_argument(
         "--include",
         nargs="*",
@@ -110,8 +128,12 @@ def main(argv=None):
         help="more files of DIR, timed and listed among the slowest but left out of the percentiles",
     )
     args = ap.parse_args(argv)
-    baseline = load_baseline(args.baseline)
-    print(f"baseline: bankml/schema/converter.py at {args.baseline} (plain Python); current: {current.__file__}")
+    if args.baseline_so:
+        baseline = load_baseline_so(args.baseline_so)
+        print(f"baseline: {args.baseline_so} (compiled); current: {current.__file__}")
+    else:
+        baseline = load_baseline(args.baseline)
+        print(f"baseline: bankml/schema/converter.py at {args.baseline} (plain Python); current: {current.__file__}")
     current._raise_recursion_limit()
     baseline._raise_recursion_limit()
     if args.check:
@@ -139,6 +161,8 @@ def main(argv=None):
             f"  {'max' if q == 100 else 'p%d' % q:>4}  baseline {o / 1e3:8.3f} ms   current {n / 1e3:8.3f} ms   "
             f"{o / n:5.2f}x"
         )
+    o, n = sum(r[1] for r in sample) / len(sample), sum(r[2] for r in sample) / len(sample)
+    print(f"  mean  baseline {o / 1e3:8.3f} ms   current {n / 1e3:8.3f} ms   {o / n:5.2f}x")
     print(
         f"the {args.slowest} slowest for the baseline, --include files too (ms; grammars refused past a SchemaLimits bound marked *):"
     )

@@ -16,7 +16,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bankml.schema.converter import json_schema_to_grammar, load_schema  # noqa: E402
+from bankml.schema.converter import json_schema_to_grammar  # noqa: E402
+from bankml.schema.jsontext import load_schema  # noqa: E402
 from tests.oracle.build_converter import Converter  # noqa: E402
 
 

@@ -11,8 +11,8 @@ import json
 from bankml.chat import peg
 from bankml.chat.peg import Choice, Rule, Sequence
 from bankml.chat.peg_builder import Builder, P, clean_rule_name
-from bankml.schema import converter as s
-from bankml.schema.converter import _raise_recursion_limit, _restore_recursion_limit
+from bankml.schema import reader as s
+from bankml.schema.limits import _raise_recursion_limit, _restore_recursion_limit
 
 REASONING_BLOCK, REASONING, CONTENT = "reasoning-block", "reasoning", "content"
 TOOL, TOOL_OPEN, TOOL_CLOSE, TOOL_ID, TOOL_NAME, TOOL_ARGS = (
@@ -863,7 +863,7 @@ def peg_parse(arena, generation_prompt, raw, partial, format_name="peg-native", 
 
 
 def function_parameters(function):
-    """foreach_parameter: [(name, node, required)] of a function tool's parameters (a bankml.schema.converter document's
+    """foreach_parameter: [(name, node, required)] of a function tool's parameters (a bankml.schema.reader document's
     root object), empty when the parameters are not an object schema."""
     root = s.SchemaDocument(tool_parameters(function)).root
     if root.kind != s.OBJECT:

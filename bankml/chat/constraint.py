@@ -24,8 +24,9 @@ from typing import Any, Optional
 from bankml.chat import templates
 from bankml.chat.template import ChatRequestError, ChatTemplate
 from bankml.errors import RequestError, SchemaError
-from bankml.schema.converter import gbnf_format_literal, load_schema
+from bankml.schema.converter import gbnf_format_literal
 from bankml.schema.grammar import check_mode, json_schema_to_grammar
+from bankml.schema.jsontext import load_schema
 
 __all__ = [
     "Constraint",
@@ -205,7 +206,7 @@ _OPENAI_CONSTRAINT_FIELDS = ("response_format", "json_schema", "grammar")
 
 def from_openai_text(req, body):
     """``from_openai`` reading the request from its raw JSON text ``body`` (str or bytes) with llama.cpp's
-    JSON reader (``bankml.schema.converter.load_schema``): ``2.0`` stays a float, integers stay integers, keys keep
+    JSON reader (``bankml.schema.jsontext.load_schema``): ``2.0`` stays a float, integers stay integers, keys keep
     their order, the last duplicate wins. ``req`` (the same request already parsed, or None) is used only
     when ``body`` is None.
 

@@ -490,7 +490,7 @@ class Until(_P):
 
 class Schema(_P):
     """common_peg_schema_parser: parses as its child; the grammar is the schema's (``node`` a
-    bankml.schema.converter node, or None). ``source``: ``(document, pointer)``, the JSON schema the node was
+    bankml.schema.reader node, or None). ``source``: ``(document, pointer)``, the JSON schema the node was
     read from and the node's JSON pointer in it, which strict mode compiles (None: no schema)."""
 
     __slots__ = ("child", "name", "node", "raw", "source")

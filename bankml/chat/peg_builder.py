@@ -31,7 +31,7 @@ from bankml.chat.peg import (
     Tag,
     Until,
 )
-from bankml.schema.converter import SchemaDocument
+from bankml.schema.reader import SchemaDocument
 
 # -- the builder ---------------------------------------------------------------------------------------------
 
@@ -275,7 +275,7 @@ class Builder:
         return self.add(Ac(p.id, delimiters))
 
     def schema(self, p, name, schema, raw=False, node=None, source=None):
-        """The schema parser: ``schema`` a JSON schema (read into a bankml.schema.converter document here, as
+        """The schema parser: ``schema`` a JSON schema (read into a bankml.schema.reader document here, as
         common_chat_schema_from_json) unless ``node`` (a node of a document) is given; then ``source`` is
         ``(document, pointer)``: the schema document the node belongs to and its JSON pointer there (what
         strict mode compiles: ``bankml.chat.chat_peg.parameter_source``)."""

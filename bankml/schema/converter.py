@@ -2,236 +2,78 @@
 # cython: boundscheck=True, wraparound=True
 """JSON schema to GBNF, as llama.cpp converts it.
 
-The reference is the llama.cpp vendored by llama-cpp-python 0.3.36: ``common/json-schema.cpp`` (the schema
-reader, which refuses what it cannot convert) and ``common/json-schema-to-grammar.cpp`` (the converter), called
-as ``json_schema_to_grammar(schema, /* force_gbnf = */ true)``. The output is the same text, byte for byte.
+The reference is the llama.cpp vendored by llama-cpp-python 0.3.36: ``common/json-schema-to-grammar.cpp`` (the
+converter), called as ``json_schema_to_grammar(schema, /* force_gbnf = */ true)``, on the schema as
+``common/json-schema.cpp`` reads it (``bankml.schema.reader``) from the JSON as nlohmann reads it
+(``bankml.schema.jsontext``). The output is the same text, byte for byte.
 
 llama.cpp works on the bytes of the UTF-8 text. To keep that behaviour (a pattern can, for instance, split a
 multi-byte character between two literals), the converter below works on "byte strings": Python ``str``
 objects whose characters are the UTF-8 bytes (latin-1 decoded). They are turned back into text at the end;
 bytes that are not valid UTF-8 come back as surrogate escapes (``errors="surrogateescape"``).
 
-setup.py compiles this file with Cython as it is (plain Python; ``converter.pxd`` makes its classes cdef classes
-and its hot functions cpdef; the directive line above keeps Python's indexing: negative indices and
+setup.py compiles this file with Cython as it is (plain Python; ``converter.pxd`` makes ``_Converter`` a cdef
+class and the hot functions cpdef; the directive line above keeps Python's indexing: negative indices and
 IndexError). The compiled code recurses on the C stack, which Python's recursion limit does not bound, so it
-stops at a nesting depth of ``_COMPILED_MAX_DEPTH`` (far past any real schema) and the conversion, the
-SchemaDocument or the build_grammar() is redone from the start by this same file run as plain Python, whose
-RecursionError handling is the reference: the result is the same either way.
+stops at a nesting depth of ``_COMPILED_MAX_DEPTH`` (``bankml.schema.limits``; far past any real schema) and the
+conversion or the build_grammar() is redone from the start by this same file run as plain Python, with the
+reader run as plain Python too, whose RecursionError handling is the reference: the result is the same either way.
 """
 
 import functools
 import itertools
-import json
-import math
 import re
-import struct
-import sys
-import threading
-import time
 import types
-from contextlib import contextmanager
-from dataclasses import dataclass
 
 from bankml.engine._grammar import Rules
 from bankml.errors import GrammarError, SchemaError
-from bankml.schema import jsondepth as _jsondepth
+from bankml.schema.jsontext import _INT64_MAX, _INT64_MIN, _dump, load_schema
+from bankml.schema.limits import (
+    _COMPILED_MAX_DEPTH,
+    _PREFIX,
+    _LimitExceeded,
+    _Meter,
+    _plain_module,
+    _raise_recursion_limit,
+    _restore_recursion_limit,
+    _TooDeep,
+)
+from bankml.schema.reader import (
+    _INT_MAX,
+    ALL_OF,
+    ANY,
+    ANY_OF,
+    ARRAY,
+    BOOLEAN,
+    CONST,
+    ENUM,
+    FORMAT_DATE,
+    FORMAT_NONE,
+    FORMAT_TIME,
+    FORMAT_UUID,
+    INTEGER,
+    NULL,
+    NUMBER,
+    OBJECT,
+    REF,
+    STRING,
+    TUPLE,
+    SchemaDocument,
+    _Builder,
+    _Fail,
+    _Node,
+    _stoi,
+    _wrap64,
+)
+from bankml.schema.reader import _python_module as _reader_python_module
 
 __all__ = [
     "json_schema_to_grammar",
     "json_schema_to_rules",
     "gbnf_format_literal",
-    "load_schema",
-    "SchemaError",
-    "SchemaDocument",
     "GrammarBuilder",
     "build_grammar",
-    "SchemaLimits",
-    "DEFAULT_LIMITS",
-    "budget",
-    "MAX_JSON_DEPTH",
 ]
-
-MAX_JSON_DEPTH = 512
-
-
-@dataclass(frozen=True)
-class SchemaLimits:
-    """What one conversion may cost; past any of these it stops with a SchemaError naming the limit.
-
-    llama.cpp's converter has no such bounds: a schema whose objects take their properties through
-    ``allOf``/``$ref`` from the level below doubles the grammar per level (a 2 KB schema of 16 levels gives a
-    19 MB grammar, 19 levels hundreds of MB), and a Python tree that shares sub-dicts (``x = {"anyOf": [x, x]}``
-    40 times) expands to 2^40 nodes. Every count is checked while the tree is read and the rules are built,
-    so the refusal comes before the cost. The defaults are far above any schema of the parity tables (the
-    largest grammar there is well under 1 MB).
-
-    * ``max_nodes``: JSON values in the schema tree (counted expanded, as llama.cpp's reader copies shared
-      sub-trees), and schema nodes the reader builds from it (``"type": [...]`` lists copy the schema per type);
-    * ``max_grammar_bytes``: the grammar text (rule names and bodies);
-    * ``max_work_bytes``: rule text built, counting rules built again and found identical (a schema can make
-      the converter redo the same rules exponentially often while the grammar stays small);
-    * ``max_seconds``: wall-clock time of one conversion (None: no time limit).
-    """
-
-    max_nodes: int = 1_000_000
-    max_grammar_bytes: int = 8 * 1024 * 1024
-    max_work_bytes: int = 64 * 1024 * 1024
-    max_seconds: float = 30.0
-
-
-DEFAULT_LIMITS = SchemaLimits()
-
-_BUDGET = threading.local()
-
-
-@contextmanager
-def budget(deadline=None, cancel=None):
-    """Within the block, conversions on this thread also stop at ``deadline`` (a ``time.monotonic()`` value)
-    or once ``cancel`` (a ``threading.Event``) is set, with a SchemaError. The server runs a request's
-    preparation inside its time budget this way, and cancels it when the client goes away."""
-    saved = getattr(_BUDGET, "value", None)
-    _BUDGET.value = (deadline, cancel)
-    try:
-        yield
-    finally:
-        _BUDGET.value = saved
-
-
-class _LimitExceeded(Exception):
-    def __init__(self, message, pointer="#"):
-        super().__init__(message)
-        self.message = message
-        self.pointer = pointer
-
-
-def _limit_message(what):
-    return _PREFIX + what + "; bankml refuses it (llama.cpp has no such bound and would build it whole)"
-
-
-def _count_bound(v):
-    """A limit as the int a count is compared with: a count (an int) is above v exactly when it is above
-    floor(v); a limit no count can reach (or NaN, which no count is above) becomes sys.maxsize."""
-    if v != v or v >= sys.maxsize:
-        return sys.maxsize
-    return math.floor(v)
-
-
-class _Meter:
-    """The counts of one conversion against its SchemaLimits, and its deadline."""
-
-    def __init__(self, limits):
-        self.limits = limits = limits or DEFAULT_LIMITS
-        self.max_nodes = _count_bound(limits.max_nodes)
-        self.max_grammar_bytes = _count_bound(limits.max_grammar_bytes)
-        self.max_work_bytes = _count_bound(limits.max_work_bytes)
-        self.nodes = 0
-        self.grammar_bytes = 0
-        self.work_bytes = 0
-        self.ticks = 0
-        deadline = None if limits.max_seconds is None else time.monotonic() + limits.max_seconds
-        outer, self.cancel = getattr(_BUDGET, "value", None) or (None, None)
-        if outer is not None and (deadline is None or outer < deadline):
-            deadline = outer
-        self.deadline = deadline
-
-    def node(self, pointer):
-        self.nodes += 1
-        if self.nodes > self.max_nodes:
-            raise _LimitExceeded(
-                _limit_message(
-                    "the schema expands to more than %d nodes (SchemaLimits.max_nodes)" % self.limits.max_nodes
-                ),
-                pointer,
-            )
-        self.ticks += 1
-        if self.ticks & 255 == 0:
-            self.clock(pointer)
-
-    def work(self, n, pointer):
-        self.work_bytes += n
-        if self.work_bytes > self.max_work_bytes:
-            raise _LimitExceeded(
-                _limit_message(
-                    "converting the schema builds more than %d bytes of rules and node paths (SchemaLimits.max_work_bytes)"
-                    % self.limits.max_work_bytes
-                ),
-                pointer,
-            )
-
-    def output(self, n, pointer):
-        self.grammar_bytes += n
-        if self.grammar_bytes > self.max_grammar_bytes:
-            raise _LimitExceeded(
-                _limit_message(
-                    "the grammar grows past %d bytes (SchemaLimits.max_grammar_bytes)" % self.limits.max_grammar_bytes
-                ),
-                pointer,
-            )
-
-    def clock(self, pointer):
-        if self.cancel is not None and self.cancel.is_set():
-            raise _LimitExceeded(_PREFIX + "the conversion was cancelled", pointer)
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise _LimitExceeded(
-                _limit_message(
-                    "the conversion takes longer than its time budget (SchemaLimits.max_seconds = %s, or the "
-                    "request's)" % self.limits.max_seconds
-                ),
-                pointer,
-            )
-
-
-_PREFIX = "JSON schema conversion failed:\n"
-
-_INT_MAX = 2**31 - 1
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
-_UINT64_MAX = 2**64 - 1
-
-
-def _wrap64(v):
-    v &= 0xFFFFFFFFFFFFFFFF
-    return v - 2**64 if v >= 2**63 else v
-
-
-def _wrap32(v):
-    v &= 0xFFFFFFFF
-    return v - 2**32 if v >= 2**31 else v
-
-
-# Compiled, a function is a Cython function, not a Python one
-_COMPILED = not isinstance(_wrap32, types.FunctionType)
-# Nesting of schema nodes (building or visiting them) and of the key-exclusion trie past which the compiled
-# module hands the conversion to the plain-Python one. A level takes 1-2.5 KB of C stack compiled: 400 levels
-# fit in a 1 MB thread stack (Linux gives threads 8 MB). Of the 11,305 MaskBench schemas, the deepest converted
-# one nests 36 levels; only four that end past a SchemaLimits bound go deeper (646 to 3,665 levels)
-_COMPILED_MAX_DEPTH = 400
-
-
-class _TooDeep(Exception):
-    """Raised by the compiled module only, past _COMPILED_MAX_DEPTH."""
-
-
-_PYTHON_MODULE = None
-
-
-def _python_module():
-    """This file run as plain Python (bankml.schema._converter_python), where deep recursion ends in RecursionError."""
-    global _PYTHON_MODULE
-    if _PYTHON_MODULE is None:
-        import importlib.util
-        import os
-
-        spec = importlib.util.spec_from_file_location(
-            __package__ + "._converter_python", os.path.join(os.path.dirname(__file__), "converter.py")
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        # its nodes are this module's (their attributes are public), so a SchemaDocument's nodes from either
-        # go into a GrammarBuilder of either
-        module._Node = _Node
-        _PYTHON_MODULE = module
-    return _PYTHON_MODULE
 
 
 def _b(s):
@@ -246,621 +88,6 @@ def _t(s):
     if type(s) is str and s.isascii():
         return s
     return s.encode("latin-1").decode("utf-8", "surrogateescape")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# JSON values as nlohmann::ordered_json holds them
-
-
-def _is_int(v):
-    return type(v) is int
-
-
-def _is_number(v):
-    return type(v) is int or type(v) is float
-
-
-class _JsonReadError(Exception):
-    pass
-
-
-def _parse_int(s):
-    v = int(s)
-    if _INT64_MIN <= v <= _UINT64_MAX:
-        return v
-    # nlohmann falls back to a double for an integer too large for 64 bits
-    return _parse_float(s)
-
-
-def _parse_float(s):
-    v = float(s)
-    if math.isinf(v):
-        raise _JsonReadError("number overflow parsing '%s'" % s)
-    return v
-
-
-def _parse_constant(s):
-    raise _JsonReadError("invalid literal %s" % s)
-
-
-def _pairs(pairs):
-    # the last duplicate key wins, in the position of the first (ordered_json's operator[])
-    d = {}
-    for k, v in pairs:
-        d[k] = v
-    return d
-
-
-def _check_tree(value, depth=1, meter=None):
-    """A tree as llama.cpp's reader would hold it: JSON types only (a tuple becomes a list, an integer past 64
-    bits a float), no container nested deeper than MAX_JSON_DEPTH, no lone surrogate in a string. The tree
-    is returned as is when it already is so (the common case), else copied where it differs."""
-    t = type(value)
-    if meter is not None:
-        meter.node("#")
-    if t is str:
-        if not value.isascii():
-            _check_string(value)
-        return value
-    if t is dict or t is list or t is tuple or isinstance(value, (dict, list, tuple)):
-        if depth > MAX_JSON_DEPTH:
-            raise SchemaError(_PREFIX + "JSON schema error at #: nesting deeper than %d" % MAX_JSON_DEPTH, "#")
-        if isinstance(value, dict):
-            out = value if t is dict else dict(value)
-            copied = out is not value
-            for k, x in out.items():
-                if type(k) is not str:
-                    raise SchemaError(_PREFIX + "JSON schema error at #: object key %r is not a string" % (k,), "#")
-                if not k.isascii():
-                    _check_string(k)
-                y = _check_tree(x, depth + 1, meter)
-                if y is not x:
-                    if not copied:
-                        out = dict(out)
-                        copied = True
-                    out[k] = y
-            return out
-        out = value if t is list else list(value)
-        copied = out is not value
-        for i, x in enumerate(out):
-            y = _check_tree(x, depth + 1, meter)
-            if y is not x:
-                if not copied:
-                    out = list(out)
-                    copied = True
-                out[i] = y
-        return out
-    if value is None or t is bool:
-        return value
-    if t is int:
-        return value if _INT64_MIN <= value <= _UINT64_MAX else float(value)
-    if t is float:
-        if math.isnan(value) or math.isinf(value):
-            raise SchemaError(_PREFIX + "JSON schema error at #: %r is not a JSON number" % value, "#")
-        return value
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, int):
-        return _check_tree(int(value), depth, meter)
-    if isinstance(value, float):
-        return _check_tree(float(value), depth, meter)
-    if isinstance(value, str):
-        return _check_tree(str(value), depth, meter)
-    raise SchemaError(_PREFIX + "JSON schema error at #: %s is not a JSON value" % t.__name__, "#")
-
-
-_SURROGATE_RE = re.compile("[\ud800-\udfff]")
-
-
-def _check_string(s):
-    if _SURROGATE_RE.search(s):
-        raise SchemaError(_PREFIX + "JSON schema error at #: a string holds a lone UTF-16 surrogate", "#")
-
-
-def load_schema(schema, limits=None):
-    """A schema as llama.cpp's JSON reader holds it: from JSON text (str or bytes) or from Python objects.
-
-    Integers keep being integers and numbers with a fraction or an exponent are floats (``2.0`` stays a
-    float), object keys keep their order, the last of duplicate keys wins, nesting deeper than
-    ``MAX_JSON_DEPTH`` is refused, and so is a tree of more than ``limits.max_nodes`` values (counted
-    expanded: a Python tree sharing sub-dicts counts each use). Raises SchemaError for text that is not JSON.
-    """
-    if isinstance(schema, (bytes, bytearray)):
-        try:
-            schema = bytes(schema).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise SchemaError(
-                _PREFIX + "JSON schema error at #: invalid UTF-8 in the schema text (%s)" % e, "#"
-            ) from None
-    if isinstance(schema, str):
-        try:
-            value = _jsondepth.loads(
-                schema,
-                MAX_JSON_DEPTH,
-                object_pairs_hook=_pairs,
-                parse_float=_parse_float,
-                parse_int=_parse_int,
-                parse_constant=_parse_constant,
-            )
-        except RecursionError:
-            raise SchemaError(
-                _PREFIX + "JSON schema error at #: nesting deeper than %d" % MAX_JSON_DEPTH, "#"
-            ) from None
-        except (ValueError, _JsonReadError) as e:
-            raise SchemaError(_PREFIX + "JSON schema error at #: invalid JSON: %s" % e, "#") from None
-        return _check_tree_guarded(value, limits)
-    return _check_tree_guarded(schema, limits)
-
-
-def _check_tree_guarded(value, limits=None):
-    try:
-        return _check_tree(value, 1, _Meter(limits))
-    except _LimitExceeded as e:
-        raise SchemaError(e.message, e.pointer) from None
-    except RecursionError:
-        raise SchemaError(_PREFIX + "JSON schema error at #: the schema nests too deeply for the stack", "#") from None
-
-
-# nlohmann's dtoa is Grisu2 (Loitsch), which does not always give the shortest digits, nor the same digits as
-# Python's repr(): the steps below follow it, on Python integers
-
-
-def _diy_mul(xf, xe, yf, ye):
-    # the upper 64 bits of the 128-bit product, rounded half up
-    return (xf * yf + (1 << 63)) >> 64, xe + ye + 64
-
-
-def _diy_normalize(f, e):
-    shift = 64 - f.bit_length()
-    return f << shift, e - shift
-
-
-def _cached_power(k):
-    """10^k as (f, e): f the 64-bit significand, rounded to nearest, 2^63 <= f < 2^64."""
-    if k >= 0:
-        v = 10**k
-        e = v.bit_length() - 64
-        f = (v + (1 << (e - 1))) >> e if e > 0 else v << -e
-    else:
-        d = 10**-k
-        e = -(64 + (d.bit_length() - 1))  # 2^63 <= 2^-e / d < 2^64 for this e, or one less
-        f = ((1 << -e) + d // 2) // d
-        if f >= 1 << 64:
-            e += 1
-            f = ((1 << -e) + d // 2) // d
-        elif f < 1 << 63:
-            e -= 1
-            f = ((1 << -e) + d // 2) // d
-    if f == 1 << 64:  # rounding carried out
-        f >>= 1
-        e += 1
-    return f, e
-
-
-_CACHED_POWERS: dict = {}
-
-
-def _cached_power_for_binary_exponent(e):
-    f = -60 - e - 1
-    q = f * 78913
-    k = (q // 262144 if q >= 0 else -((-q) // 262144)) + (1 if f > 0 else 0)
-    index = (300 + k + 7) // 8
-    dec = -300 + 8 * index
-    if dec not in _CACHED_POWERS:
-        _CACHED_POWERS[dec] = _cached_power(dec)
-    cf, ce = _CACHED_POWERS[dec]
-    return cf, ce, dec
-
-
-def _grisu2(value):
-    """(digits, decimal_exponent) of a positive finite double, as nlohmann's grisu2() gives them."""
-    bits = struct.unpack("<Q", struct.pack("<d", value))[0]
-    E = bits >> 52
-    F = bits & ((1 << 52) - 1)
-    if E == 0:
-        vf, ve = F, 1 - 1075
-    else:
-        vf, ve = F + (1 << 52), E - 1075
-    lower_closer = F == 0 and E > 1
-    mpf, mpe = 2 * vf + 1, ve - 1
-    if lower_closer:
-        mmf, mme = 4 * vf - 1, ve - 2
-    else:
-        mmf, mme = 2 * vf - 1, ve - 1
-    wpf, wpe = _diy_normalize(mpf, mpe)
-    wmf, wme = mmf << (mme - wpe), wpe
-    wf, we = _diy_normalize(vf, ve)
-
-    cf, ce, dec = _cached_power_for_binary_exponent(wpe)
-    w_f, w_e = _diy_mul(wf, we, cf, ce)
-    lo_f, _ = _diy_mul(wmf, wme, cf, ce)
-    hi_f, hi_e = _diy_mul(wpf, wpe, cf, ce)
-    m_minus = lo_f + 1
-    m_plus = hi_f - 1
-    decimal_exponent = -dec
-
-    delta = m_plus - m_minus
-    dist = m_plus - w_f
-    one_e = -hi_e
-    one_f = 1 << one_e
-    p1 = m_plus >> one_e
-    p2 = m_plus & (one_f - 1)
-    digits = []
-    k = len(str(p1)) if p1 > 0 else 1
-    pow10 = 10 ** (k - 1)
-    n = k
-    while n > 0:
-        d, p1 = divmod(p1, pow10)
-        digits.append(d)
-        n -= 1
-        rest = (p1 << one_e) + p2
-        if rest <= delta:
-            decimal_exponent += n
-            return _grisu2_round(digits, dist, delta, rest, pow10 << one_e), decimal_exponent
-        pow10 //= 10
-    m = 0
-    while True:
-        p2 *= 10
-        digits.append(p2 >> one_e)
-        p2 &= one_f - 1
-        m += 1
-        delta *= 10
-        dist *= 10
-        if p2 <= delta:
-            break
-    decimal_exponent -= m
-    return _grisu2_round(digits, dist, delta, p2, one_f), decimal_exponent
-
-
-def _grisu2_round(digits, dist, delta, rest, ten_k):
-    while rest < dist and delta - rest >= ten_k and (rest + ten_k < dist or dist - rest > rest + ten_k - dist):
-        digits[-1] -= 1
-        rest += ten_k
-    return "".join(map(str, digits))
-
-
-def _dump_float(x):
-    """nlohmann's dump() of a double: Grisu2 digits in its format_buffer() layout."""
-    if x == 0:
-        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
-    sign = "-" if x < 0 else ""
-    digits, exp10 = _grisu2(abs(x))
-    k = len(digits)
-    n = k + exp10
-    if k <= n <= 15:
-        s = digits + "0" * (n - k) + ".0"
-    elif 0 < n <= 15:
-        s = digits[:n] + "." + digits[n:]
-    elif -4 < n <= 0:
-        s = "0." + "0" * (-n) + digits
-    else:
-        e = n - 1
-        s = digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + ("-" if e < 0 else "+") + "%02d" % abs(e)
-    return sign + s
-
-
-# json's own string encoder without ensure_ascii: escapes '"', '\\' and the control characters (\\b \\f \\n
-# \\r \\t, else \\u00xx in lower case), as nlohmann's dump() does; DEL and non-ASCII stay as they are
-_encode_string = json.encoder.encode_basestring
-
-
-def _dump(v):
-    """nlohmann's dump(): compact, non-ASCII kept as is."""
-    if v is None:
-        return "null"
-    if v is True:
-        return "true"
-    if v is False:
-        return "false"
-    t = type(v)
-    if t is int:
-        return str(v)
-    if t is float:
-        if math.isnan(v) or math.isinf(v):
-            return "null"
-        return _dump_float(v)
-    if t is str:
-        return _encode_string(v)
-    if t is list:
-        return "[" + ",".join([_dump(x) for x in v]) + "]"
-    return "{" + ",".join([_encode_string(k) + ":" + _dump(x) for k, x in v.items()]) + "}"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The schema reader (common/json-schema.cpp)
-
-ANY, REF, ANY_OF, ALL_OF, CONST, ENUM, NULL, BOOLEAN, NUMBER, INTEGER, STRING, ARRAY, TUPLE, OBJECT = range(14)
-FORMAT_NONE, FORMAT_UUID, FORMAT_DATE, FORMAT_TIME, FORMAT_DATE_TIME = range(5)
-
-
-class _Node:
-    # compiled, a cdef class whose attributes converter.pxd declares
-    def __init__(self, kind, path):
-        self.kind = kind
-        self.path = path
-
-
-class _Fail(Exception):
-    def __init__(self, message, pointer):
-        super().__init__(message)
-        self.message = message
-        self.pointer = pointer
-
-
-def _fail(path, msg):
-    raise _Fail("JSON schema error at " + path + ": " + msg, path)
-
-
-def _stoull(s):
-    """std::stoull's reading of an array index; None where it throws."""
-    m = re.match(r"[ \t\n\v\f\r]*([+-]?)([0-9]+)", s)
-    if not m:
-        return None
-    v = int(m.group(2))
-    if v > _UINT64_MAX:
-        return None
-    if m.group(1) == "-":
-        v = (-v) & _UINT64_MAX
-    return v
-
-
-def _stoi(s):
-    """std::stoi; None where it throws."""
-    m = re.match(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", s)
-    if not m:
-        return None
-    v = int(m.group(1))
-    if v < -(2**31) or v > _INT_MAX:
-        return None
-    return v
-
-
-class _Builder:
-    def __init__(self, root, meter=None):
-        self.root = root
-        self.refs = {}
-        self.pending = []
-        self.meter = meter or _Meter(None)
-        self.depth = 0
-
-    def build(self):
-        node = self.build_node(self.root, "#")
-        for ref in self.pending:
-            ref.target = self.refs[ref.ref]
-        return node
-
-    @staticmethod
-    def get_count(schema, key, path, default):
-        if key not in schema:
-            return default
-        v = schema[key]
-        if not _is_int(v) or _wrap32(v) < 0:
-            _fail(path, key + " must be a non-negative integer")
-        return _wrap32(v)
-
-    @staticmethod
-    def get_bound(schema, key, path, round_up):
-        v = schema[key]
-        if _is_int(v):
-            return _wrap64(v)
-        if not _is_number(v):
-            _fail(path, key + " must be a number")
-        d = math.ceil(v) if round_up else math.floor(v)
-        if d < _INT64_MIN or d > _INT64_MAX:
-            return _INT64_MIN  # what x86-64's conversion gives for a double out of range
-        return d
-
-    @staticmethod
-    def get_format(schema, path):
-        if "format" not in schema:
-            return FORMAT_NONE
-        v = schema["format"]
-        if type(v) is not str:
-            _fail(path, "format must be a string")
-        if v == "date":
-            return FORMAT_DATE
-        if v == "time":
-            return FORMAT_TIME
-        if v == "date-time":
-            return FORMAT_DATE_TIME
-        if v == "uuid" or (len(v) == 5 and v.startswith("uuid") and "1" <= v[4] <= "5"):
-            return FORMAT_UUID
-        return FORMAT_NONE
-
-    def resolve_ref(self, ref, path):
-        target = self.root
-        tokens = ref[1:].split("/")
-        for sel in tokens[1:]:
-            if isinstance(target, dict) and sel in target:
-                target = target[sel]
-            elif isinstance(target, list):
-                idx = _stoull(sel)
-                if idx is None:
-                    idx = len(target)
-                if idx >= len(target):
-                    _fail(path, "cannot resolve $ref " + ref + ", " + sel + " is out of range")
-                target = target[idx]
-            else:
-                _fail(path, "cannot resolve $ref " + ref + ", " + sel + " not found")
-        return target
-
-    def build_ref(self, value, path):
-        if type(value) is not str:
-            _fail(path, "$ref must be a string")
-        ref = value
-        if not ref.startswith("#/"):
-            _fail(path, "unsupported $ref " + ref + ", only references into the same document are supported")
-        if ref not in self.refs:
-            self.refs[ref] = None
-            self.refs[ref] = self.build_node(self.resolve_ref(ref, path), ref)
-        node = _Node(REF, path)
-        node.ref = ref
-        node.target = None
-        self.pending.append(node)
-        return node
-
-    def build_alternatives(self, kind, alts, path):
-        if type(alts) is not list:
-            _fail(path, "must be an array of schemas")
-        if not alts:
-            _fail(path, "must not be empty")
-        node = _Node(kind, path)
-        node.children = [self.build_node(alt, path + "/" + str(i)) for i, alt in enumerate(alts)]
-        return node
-
-    def build_object(self, schema, path):
-        node = _Node(OBJECT, path)
-        required = set()
-        if type(schema.get("required")) is list:
-            for name in schema["required"]:
-                if type(name) is str:
-                    required.add(name)
-        node.properties = []
-        if "properties" in schema:
-            props = schema["properties"]
-            if type(props) is not dict:
-                _fail(path, "properties must be an object")
-            for name, prop in props.items():
-                node.properties.append((name, self.build_node(prop, path + "/properties/" + name), name in required))
-        node.additional = None
-        if "additionalProperties" in schema:
-            additional = schema["additionalProperties"]
-            if type(additional) is bool:
-                if additional:
-                    node.additional = _Node(ANY, path + "/additionalProperties")
-            elif type(additional) is dict:
-                node.additional = self.build_node(additional, path + "/additionalProperties")
-            else:
-                _fail(path, "additionalProperties must be a boolean or a schema")
-        elif "properties" not in schema:
-            node.additional = _Node(ANY, path)
-        return node
-
-    def build_array(self, schema, path):
-        node = _Node(ARRAY, path)
-        if "items" in schema or "prefixItems" in schema:
-            key = "items" if "items" in schema else "prefixItems"
-            items = schema[key]
-            if type(items) is list:
-                tup = _Node(TUPLE, path)
-                tup.items = [self.build_node(item, path + "/" + key + "/" + str(i)) for i, item in enumerate(items)]
-                return tup
-            node.items = self.build_node(items, path + "/" + key)
-        else:
-            node.items = _Node(ANY, path)
-        node.min_items = self.get_count(schema, "minItems", path, 0)
-        node.max_items = self.get_count(schema, "maxItems", path, -1)
-        return node
-
-    def build_string(self, schema, path):
-        node = _Node(STRING, path)
-        node.pattern = ""
-        if "pattern" in schema:
-            pattern = schema["pattern"]
-            if type(pattern) is not str:
-                _fail(path, "pattern must be a string")
-            node.pattern = pattern
-        node.format = self.get_format(schema, path)
-        node.min_length = self.get_count(schema, "minLength", path, 0)
-        node.max_length = self.get_count(schema, "maxLength", path, -1)
-        return node
-
-    def build_integer(self, schema, path):
-        node = _Node(INTEGER, path)
-        node.minimum = _INT64_MIN
-        node.maximum = _INT64_MAX
-        if "minimum" in schema:
-            node.minimum = self.get_bound(schema, "minimum", path, True)
-        elif "exclusiveMinimum" in schema:
-            node.minimum = _wrap64(self.get_bound(schema, "exclusiveMinimum", path, False) + 1)
-        if "maximum" in schema:
-            node.maximum = self.get_bound(schema, "maximum", path, False)
-        elif "exclusiveMaximum" in schema:
-            node.maximum = _wrap64(self.get_bound(schema, "exclusiveMaximum", path, True) - 1)
-        return node
-
-    def build_node(self, schema, path):
-        self.depth += 1
-        try:
-            if _COMPILED and self.depth > _COMPILED_MAX_DEPTH:
-                raise _TooDeep()
-            # a node keeps its JSON pointer: "type" lists that copy a schema per type make these grow with depth
-            self.meter.node(path)
-            self.meter.work(len(path), path)
-            if type(schema) is not dict:
-                _fail(path, "schema must be an object")
-            if "$ref" in schema:
-                return self.build_ref(schema["$ref"], path)
-            if "oneOf" in schema or "anyOf" in schema:
-                key = "oneOf" if "oneOf" in schema else "anyOf"
-                return self.build_alternatives(ANY_OF, schema[key], path + "/" + key)
-
-            typ = schema.get("type")
-            if type(typ) is list:
-                if not typ:
-                    _fail(path, "type must not be empty")
-                node = _Node(ANY_OF, path)
-                node.children = []
-                for i, t in enumerate(typ):
-                    alt = dict(schema)
-                    alt["type"] = t
-                    node.children.append(self.build_node(alt, path + "/type/" + str(i)))
-                return node
-            if "const" in schema:
-                node = _Node(CONST, path)
-                node.value = schema["const"]
-                return node
-            if "enum" in schema:
-                values = schema["enum"]
-                if type(values) is not list or not values:
-                    _fail(path, "enum must be a non-empty array")
-                node = _Node(ENUM, path)
-                node.values = list(values)
-                return node
-            if typ is not None and type(typ) is not str:
-                _fail(path, "type must be a string or an array of strings")
-
-            type_name = typ if type(typ) is str else ""
-            has_properties = "properties" in schema or (
-                "additionalProperties" in schema and schema["additionalProperties"] is not True
-            )
-
-            if type_name == "":
-                if has_properties:
-                    return self.build_object(schema, path)
-                if "allOf" in schema:
-                    return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
-                if "items" in schema or "prefixItems" in schema:
-                    return self.build_array(schema, path)
-                if (
-                    "pattern" in schema
-                    or "minLength" in schema
-                    or "maxLength" in schema
-                    or self.get_format(schema, path) != FORMAT_NONE
-                ):
-                    return self.build_string(schema, path)
-                return _Node(ANY, path)
-            if type_name == "object":
-                if not has_properties and "allOf" in schema:
-                    return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
-                return self.build_object(schema, path)
-            if type_name == "string":
-                if "allOf" in schema:
-                    return self.build_alternatives(ALL_OF, schema["allOf"], path + "/allOf")
-                return self.build_string(schema, path)
-            if type_name == "array":
-                return self.build_array(schema, path)
-            if type_name == "integer":
-                return self.build_integer(schema, path)
-            if type_name == "number":
-                return _Node(NUMBER, path)
-            if type_name == "boolean":
-                return _Node(BOOLEAN, path)
-            if type_name == "null":
-                return _Node(NULL, path)
-            _fail(path, "unrecognized type " + type_name)
-        finally:
-            self.depth -= 1
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -902,6 +129,10 @@ class _ConversionError(Exception):
 
 def _neg64(v):
     return _wrap64(-v)
+
+
+# Compiled, a function is a Cython function, not a Python one
+_COMPILED = not isinstance(_neg64, types.FunctionType)
 
 
 def _build_min_max_int(min_value, max_value, out, decimals_left=16, top_level=True):
@@ -1718,9 +949,6 @@ class _Converter:
         return "".join(parts)
 
 
-_RECURSION_HEADROOM = 20000
-
-
 def json_schema_to_grammar(schema, limits=None):
     """Convert a JSON schema (a dict, or JSON text) to GBNF, as llama.cpp's
     ``json_schema_to_grammar(schema, force_gbnf=true)`` does.
@@ -1748,29 +976,6 @@ _CACHED_TEXT_MAX = 65536  # schema texts up to this size are cached (256 of them
 def _convert_text(text):
     grammar, warnings = _convert(load_schema(text))
     return grammar, tuple(warnings)
-
-
-_RECURSION_LOCK = threading.Lock()
-_RECURSION_USERS = 0
-_RECURSION_SAVED = None
-
-
-def _raise_recursion_limit():
-    global _RECURSION_USERS, _RECURSION_SAVED
-    with _RECURSION_LOCK:
-        if _RECURSION_USERS == 0:
-            _RECURSION_SAVED = sys.getrecursionlimit()
-            if _RECURSION_SAVED < _RECURSION_HEADROOM:
-                sys.setrecursionlimit(_RECURSION_HEADROOM)
-        _RECURSION_USERS += 1
-
-
-def _restore_recursion_limit():
-    global _RECURSION_USERS
-    with _RECURSION_LOCK:
-        _RECURSION_USERS -= 1
-        if _RECURSION_USERS == 0 and _RECURSION_SAVED < _RECURSION_HEADROOM:
-            sys.setrecursionlimit(_RECURSION_SAVED)
 
 
 def _convert(doc, limits=None):
@@ -1826,32 +1031,6 @@ def json_schema_to_rules(schema, vocab=None, limits=None):
     return rules, grammar, warnings
 
 
-class SchemaDocument:
-    """A schema read as llama.cpp's ``common_chat_schema_from_json`` reads it: ``root`` is the tree's root
-    node. Raises SchemaError as json_schema_to_grammar() does for a schema llama.cpp refuses, and for one
-    past ``limits.max_nodes``.
-
-    Nodes are opaque to callers except for what ``build_grammar`` needs: ``node.properties`` (for an object
-    node) is the list of ``(name, node, required)`` in schema order.
-    """
-
-    def __init__(self, schema, limits=None):
-        doc = load_schema(schema, limits)
-        _raise_recursion_limit()
-        try:
-            self.root = _Builder(doc, _Meter(limits)).build()
-        except _TooDeep:
-            self.root = _python_module().SchemaDocument(schema, limits).root
-        except _Fail as e:
-            raise SchemaError("JSON schema conversion failed:\n" + e.message, e.pointer) from None
-        except _LimitExceeded as e:
-            raise SchemaError(_t(e.message), e.pointer) from None
-        except RecursionError:
-            raise SchemaError("JSON schema conversion failed:\nthe schema nests too deeply to read", "#") from None
-        finally:
-            _restore_recursion_limit()
-
-
 class GrammarBuilder:
     """llama.cpp's ``common_grammar_builder``: what a ``build_grammar`` callback adds rules with."""
 
@@ -1896,3 +1075,15 @@ def build_grammar(callback, dotall=False, limits=None):
     if conv.errors:
         raise SchemaError(_t("JSON schema conversion failed:\n" + "\n".join(conv.errors)), conv.error_pointer or "#")
     return _t(conv.format_grammar())
+
+
+_PYTHON_MODULE = None
+
+
+def _python_module():
+    """This file run as plain Python (bankml.schema._converter_python), where deep recursion ends in RecursionError;
+    it reads schemas with the reader run as plain Python too (whose nodes are the compiled ones)."""
+    global _PYTHON_MODULE
+    if _PYTHON_MODULE is None:
+        _PYTHON_MODULE = _plain_module("_converter_python", "converter.py", _Builder=_reader_python_module()._Builder)
+    return _PYTHON_MODULE

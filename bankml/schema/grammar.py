@@ -19,6 +19,7 @@ import re
 from bankml.engine._grammar import Rules
 from bankml.errors import GrammarError, SchemaError
 from bankml.schema import converter
+from bankml.schema import limits as _limits
 from bankml.schema.strict import strict_schema_rules, strict_schema_to_grammar
 
 __all__ = ["MODES", "StrictGrammarBuilder", "check_mode", "json_schema_to_grammar", "json_schema_to_rules"]
@@ -97,11 +98,11 @@ def json_schema_to_grammar(schema, limits=None, *, mode="llama.cpp", lenient=())
         return converter.json_schema_to_grammar(schema, limits)
     if mode != "strict":
         raise ValueError("mode must be 'llama.cpp' or 'strict', not %r" % (mode,))
-    converter._raise_recursion_limit()
+    _limits._raise_recursion_limit()
     try:
         return strict_schema_to_grammar(schema, lenient=lenient, limits=limits), []
     finally:
-        converter._restore_recursion_limit()
+        _limits._restore_recursion_limit()
 
 
 def json_schema_to_rules(schema, vocab=None, limits=None, *, mode="llama.cpp", lenient=()):
@@ -115,6 +116,6 @@ def json_schema_to_rules(schema, vocab=None, limits=None, *, mode="llama.cpp", l
         rules = Rules.parse(grammar, vocab=vocab)
     except GrammarError as e:
         raise SchemaError(
-            converter._PREFIX + "the grammar converted from the schema is refused by the GBNF parser: " + str(e), "#"
+            _limits._PREFIX + "the grammar converted from the schema is refused by the GBNF parser: " + str(e), "#"
         ) from e
     return rules, grammar, warnings

@@ -1,12 +1,12 @@
 """Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
 
-Questions about the nodes of a schema document (``bankml.schema.converter.SchemaDocument``) that the chat
+Questions about the nodes of a schema document (``bankml.schema.reader.SchemaDocument``) that the chat
 layer asks: ``common_chat_schema::may_be_string`` and ``value_types`` (``common/json-schema.cpp``). Owns
 nothing else; must not import the chat layer.
 """
 
 from bankml.errors import json_type_name
-from bankml.schema import converter as s
+from bankml.schema import reader as s
 
 __all__ = [
     "may_be_string",

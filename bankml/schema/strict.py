@@ -59,7 +59,7 @@ from decimal import Decimal, localcontext
 from bankml.errors import SchemaError
 from bankml.schema import jsondepth
 from bankml.schema import strict_lang as _sl
-from bankml.schema.converter import DEFAULT_LIMITS
+from bankml.schema.limits import DEFAULT_LIMITS
 
 __all__ = ["LENIENT_KEYWORDS", "strict_schema_rules", "strict_schema_to_grammar"]
 

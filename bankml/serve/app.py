@@ -45,8 +45,8 @@ from bankml.chat.chat_peg import ChatParseError
 from bankml.chat.constraint import RequestError, from_ollama_text, from_openai_text
 from bankml.errors import GrammarError, SchemaError, json_type_name
 from bankml.sampling import logprobs as _logprobs
-from bankml.schema import converter as _schema
 from bankml.schema import jsondepth as _jsondepth
+from bankml.schema import limits as _schema_limits
 from bankml.serve import fields as _fields
 from bankml.serve.auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
 from bankml.serve.endpoints import EndpointOptions, Endpoints
@@ -408,7 +408,7 @@ class _App:
 
         def work():
             try:
-                with _schema.budget(deadline, cancel):
+                with _schema_limits.budget(deadline, cancel):
                     value = make(cancel)
                 ok = True
             except BaseException as e:  # noqa: BLE001 - answered as an error object

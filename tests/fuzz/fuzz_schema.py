@@ -1,7 +1,7 @@
 """Fuzzing the JSON schema converter: strategies, the properties, and a long-running harness.
 
 Properties (each example ends in a grammar or a ``SchemaError``, never another exception, a hang or a
-blow-up; the conversion limits of ``bankml.schema.converter.SchemaLimits`` keep every example bounded):
+blow-up; the conversion limits of ``bankml.schema.limits.SchemaLimits`` keep every example bounded):
 
 * ``check_convert(schema)``: ``json_schema_to_grammar`` gives a grammar (str) and warnings, or SchemaError;
   the same schema as JSON text gives the same answer; a grammar it gives is one llama.cpp's GBNF parser

@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bankml.chat.template import ChatRequestError, ChatTemplate
+from bankml.errors import SchemaError
 from bankml.schema import jsondepth as _jsondepth
-from bankml.schema.converter import SchemaError, load_schema
 from bankml.schema.jsondepth import MAX_DEPTH, NestingError, loads, nested_deeper_than
+from bankml.schema.jsontext import load_schema
 
 
 def depth(value):

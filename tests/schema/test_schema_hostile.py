@@ -7,7 +7,11 @@ import time
 import pytest
 
 from bankml import GrammarError, Rules, SchemaError, json_schema_to_grammar, json_schema_to_rules
-from bankml.schema.converter import MAX_JSON_DEPTH, gbnf_format_literal, load_schema
+from bankml.schema import converter, reader
+from bankml.schema.converter import build_grammar, gbnf_format_literal
+from bankml.schema.jsontext import MAX_JSON_DEPTH, load_schema
+from bankml.schema.limits import _COMPILED_MAX_DEPTH
+from bankml.schema.reader import INTEGER, SchemaDocument
 
 
 def _timed(fn, *args, limit=10.0):
@@ -136,6 +140,54 @@ def test_long_ref_chains():
             _timed(json_schema_to_grammar, _ref_chain(50000, wrap))
 
 
+def _nested_arrays(levels, leaf):
+    schema = leaf
+    for _ in range(levels):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+def _nested_arrays_grammar(levels):
+    """The grammar of _nested_arrays(levels, {"type": "integer"}), written out: one rule a level."""
+    names = ["root"] + ["-".join(["item"] * k) for k in range(1, levels)] + ["integer"]
+    rules = {
+        name: '"[" space (%s ("," space %s)*)? space "]"' % (inner, inner) for name, inner in zip(names, names[1:])
+    }
+    rules["integer"] = '("-"? integral-part)'
+    rules["integral-part"] = "[0] | [1-9] [0-9]{0,15}"
+    rules["space"] = '| " " | "\\n"{1,2} [ \\t]{0,20}'
+    return "".join("%s ::= %s\n" % (name, rules[name]) for name in sorted(rules))
+
+
+@pytest.mark.parametrize("levels", [3, _COMPILED_MAX_DEPTH + 50])
+def test_nesting_past_the_compiled_depth(levels):
+    # past _COMPILED_MAX_DEPTH levels the compiled reader and converter stop, and the conversion, the document or the
+    # build_grammar() is redone by their sources run as plain Python (the reader's nodes and errors shared): the
+    # same answers, and the same refusal with its pointer
+    schema = _nested_arrays(levels, {"type": "integer"})
+    assert json_schema_to_grammar(schema) == (_nested_arrays_grammar(levels), [])
+    assert build_grammar(lambda builder: builder.add_schema("root", schema)) == _nested_arrays_grammar(levels)
+    node = SchemaDocument(schema).root
+    assert build_grammar(lambda builder: builder.add_schema("root", node)) == _nested_arrays_grammar(levels)
+    for _ in range(levels):
+        node = node.items
+    assert node.kind == INTEGER
+    bogus = _nested_arrays(levels, {"type": "bogus"})
+    for call in (
+        json_schema_to_grammar,
+        SchemaDocument,
+        lambda s: build_grammar(lambda builder: builder.add_schema("root", s)),
+    ):
+        with pytest.raises(SchemaError, match="unrecognized type bogus") as info:
+            call(bogus)
+        assert info.value.pointer == "#" + "/items" * levels
+    if converter._COMPILED and levels > _COMPILED_MAX_DEPTH:
+        # the plain-Python modules were used, and the converter's reads with the plain reader
+        assert reader._PYTHON_MODULE is not None and converter._PYTHON_MODULE is not None
+        assert converter._PYTHON_MODULE._Builder is reader._PYTHON_MODULE._Builder
+        assert not converter._PYTHON_MODULE._COMPILED and not reader._PYTHON_MODULE._COMPILED
+
+
 def test_huge_counts():
     grammar, _ = _timed(json_schema_to_grammar, {"type": "string", "maxLength": 10**9})
     assert "char{0,1000000000}" in grammar
@@ -213,7 +265,7 @@ def test_schema_as_text_and_dict_agree():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# conversions that grow exponentially: refused by bankml.schema.converter.SchemaLimits while they are built, in a child
+# conversions that grow exponentially: refused by bankml.schema.limits.SchemaLimits while they are built, in a child
 # process with a time and a memory limit (llama.cpp's converter has no bound and builds them whole)
 
 _EXPONENTIAL = r"""
@@ -302,7 +354,7 @@ def test_exponential_growth_below_the_limits_converts():
 
 
 def test_limits_are_configurable_and_named():
-    from bankml.schema.converter import SchemaLimits, budget
+    from bankml.schema.limits import SchemaLimits, budget
 
     schema = {"type": "object", "properties": {"p%d" % i: {"type": "string"} for i in range(50)}}
     grammar, _ = json_schema_to_grammar(schema)

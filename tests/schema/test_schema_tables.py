@@ -89,7 +89,8 @@ def test_integration_schema(case):
 
 def test_build_grammar_sub_schema_ref():
     # the test file's "sub-schema $ref" check: build_grammar() on a property node of a parsed document
-    from bankml.schema.converter import SchemaDocument, build_grammar
+    from bankml.schema.converter import build_grammar
+    from bankml.schema.reader import SchemaDocument
 
     doc = SchemaDocument(
         {
@@ -134,7 +135,8 @@ def test_build_grammar_rules_and_dotall():
 
 @pytest.mark.parametrize("case", [c for c in CASES if c["status"] == "SUCCESS"], ids=lambda c: c["name"])
 def test_build_grammar_root_is_json_schema_to_grammar(case):
-    from bankml.schema.converter import SchemaDocument, build_grammar
+    from bankml.schema.converter import build_grammar
+    from bankml.schema.reader import SchemaDocument
 
     doc = SchemaDocument(case["schema"])
     assert build_grammar(lambda b: b.add_schema("root", doc.root)) == case["grammar"]

@@ -22,7 +22,7 @@ from bankml.chat.chat_peg import (
     tool_parameters,
 )
 from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
-from bankml.schema import converter as s
+from bankml.schema import reader as s
 from bankml.schema.queries import may_be_string
 
 NS, THINK_START, THINK_END = "]<]minimax[>[", "<mm:think>", "</mm:think>"
