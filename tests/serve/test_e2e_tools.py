@@ -102,6 +102,12 @@ def test_tool_recording_is_consistent(name):
         assert r["error"]["message"] and r["token_ids"] is None
         return
     tools = {t["function"]["name"]: t["function"]["parameters"] for t in req["tools"]}
+    if req.get("stream") and r.get("error"):
+        # streamed, then refused unstreamed (llama-server parses the whole answer once and refuses what its
+        # format does not match, as it can on some machines' kernels): the stream as it came, no token ids
+        assert r["twin_response"]["error"] == r["error"] and r["error"]["code"] == 500 and r["token_ids"] is None
+        assert r["tool_calls"] == assemble(r["tool_call_deltas"])
+        return
     assert len(r["token_ids"]) <= req["max_tokens"]
     assert r["finish_reason"] in ("stop", "length", "tool_calls")
     if r["finish_reason"] != "length":
