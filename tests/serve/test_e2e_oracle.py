@@ -18,7 +18,9 @@ and whether ggml's AMX kernels run (``bankml.serve.cpu``). The recording file na
 (``kernels``: ``tests.oracle.record_server.kernels_fingerprint()``); on a machine with the same fingerprint the
 recordings are the reference, and two requests are answered live as well, which must give them. Elsewhere every
 request is answered live by the pinned llama-server, built and run on this machine (``build_server.py``), and
-bankml is compared with that (``BANKML_E2E_LIVE=1`` forces this everywhere).
+bankml is compared with that (``BANKML_E2E_LIVE=1`` forces this everywhere). A machine's kernels can have a
+recording of their own beside the shipped one (``server_recordings.<kernels key>.json``, written by
+``record_server --machine``), which is read where its fingerprint is this machine's.
 """
 
 import json
