@@ -26,7 +26,7 @@ import json
 import pathlib
 import sys
 
-from .record_server import SCHEMAS, recording_header, running_server
+from .record_server import SCHEMAS, kernels_key, recording_header, running_server
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "tests" / "data" / "server_logprobs_recordings.json"
@@ -380,19 +380,26 @@ def main(argv=None):
         nargs="+",
         help="record only these requests and merge them into the file (same server build and kernels)",
     )
+    ap.add_argument(
+        "--machine",
+        action="store_true",
+        help="write this machine's kernels' own recording (server_logprobs_recordings.<kernels key>.json), which "
+        "the tests read on machines with these kernels",
+    )
     args = ap.parse_args(argv)
     data = record(set(args.only) if args.only else None)
+    path = OUTPUT.with_name("%s.%s.json" % (OUTPUT.stem, kernels_key(data["kernels"]))) if args.machine else OUTPUT
     if args.only:
-        old = json.loads(OUTPUT.read_text(encoding="utf-8"))
+        old = json.loads(path.read_text(encoding="utf-8"))
         if (old["kernels"], old["build_info"]) != (data["kernels"], data["build_info"]):
             raise SystemExit("the file was recorded with another server build or other kernels: record all")
         new = {r["name"]: r for r in data["recordings"]}
         kept = {r["name"]: r for r in old["recordings"]}
         kept.update(new)
         data["recordings"] = [kept[name] for name, _, _ in REQUESTS if name in kept]
-    OUTPUT.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
     print(
-        f"[record_logprobs] wrote {OUTPUT} ({len(data['recordings'])} recordings, {OUTPUT.stat().st_size} bytes)",
+        f"[record_logprobs] wrote {path} ({len(data['recordings'])} recordings, {path.stat().st_size} bytes)",
         file=sys.stderr,
     )
     return 0

@@ -26,10 +26,11 @@ from bankml.sampling._sampler import Sampler, token_logarithm, token_probabiliti
 from bankml.sampling.params import SamplerParams
 
 from ..oracle.record_logprobs import VOLATILE, digest_long_lists
-from ..oracle.record_server import kernels_fingerprint
+from ..oracle.record_server import kernels_fingerprint, machine_recording
 from ..oracle_support import ORACLE_STATS, recorded_job, recorded_model, sse_chunks
 
-DATA = pathlib.Path(__file__).resolve().parent.parent / "data" / "server_logprobs_recordings.json"
+# the recording of this machine's kernels where there is one (record_logprobs --machine), else the shipped one
+DATA = machine_recording(pathlib.Path(__file__).resolve().parent.parent / "data" / "server_logprobs_recordings.json")
 RECORDING = json.loads(DATA.read_text(encoding="utf-8"))
 RECORDS = RECORDING["recordings"]
 RECORDINGS_HOLD = RECORDING.get("kernels") == kernels_fingerprint() and os.environ.get("BANKML_E2E_LIVE", "") in (
