@@ -11,7 +11,6 @@ accepted. Fields neither server knows are accepted, as llama-server accepts them
 (field -> ``HONOURED`` | ``ACCEPTED`` | a predicate ``value -> refused?`` with the reason).
 """
 
-from bankml.chat.params import ChatRequestError, check_tool_choice
 from bankml.errors import RequestError
 from bankml.sampling.params import OLLAMA_SAMPLER_OPTIONS, SAMPLER_FIELDS
 
@@ -148,8 +147,9 @@ CHAT.update(
         "continue_final_message": HONOURED,
         "tools": HONOURED,
         # a tool_choice that is a string must be one llama.cpp knows (common_chat_tool_choice_parse_oaicompat);
-        # one that names a function (an object) is refused by Model.chat (llama-server would read it as "auto")
-        "tool_choice": HONOURED,  # checked in check(): llama.cpp's message for an unknown choice
+        # one that names a function (an object) is refused (llama-server would read it as "auto"): both are
+        # read by bankml.serve.openai.chat_options
+        "tool_choice": HONOURED,
         "parallel_tool_calls": HONOURED,
         "functions": Refuse(
             "function calls are not supported by bankml yet: 'functions' must be empty or absent", _nonempty
@@ -265,11 +265,6 @@ def check(body, endpoint, n_ctx=None):
         and body["tools"]
     ):
         raise RequestError("logprobs is not supported with tools + stream")  # oaicompat_chat_params_parse
-    if endpoint == "/v1/chat/completions":
-        try:
-            check_tool_choice(body.get("tool_choice"))
-        except ChatRequestError as e:
-            raise RequestError(str(e)) from None
     for name, value in body.items():
         rule = table.get(name)
         if isinstance(rule, Refuse) and rule.refuses(value):
