@@ -27,6 +27,7 @@ slot.
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -73,8 +74,6 @@ def _malloc_trim():
     global _TRIM
     if _TRIM is None:
         try:
-            import ctypes
-
             _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
         except (OSError, AttributeError):
             _TRIM = False
@@ -352,10 +351,6 @@ class _App:
     def _deadline(self):
         return time.monotonic() + self.limits.request_seconds
 
-    def _sampler_vocab(self):
-        # the model's vocabulary with libllama's tokenizer: logit_bias text keys and ids as llama-server reads them
-        return getattr(self.model, "_sampler_vocab", None)
-
     async def _handle(self, request, read, respond, ollama_shape=False):
         """The frame of every generation endpoint: read and check the body into a Request (``read``, a reader of
         bankml.serve.openai or bankml.serve.ollama) and prepare its Job off the event loop, then ``respond`` —
@@ -417,7 +412,7 @@ class _App:
         """What a request body is read against: the limits, the model's sizes, whether it has a template, and
         its vocabulary with libllama's tokenizer (logit_bias text keys and ids as llama-server reads them)."""
         m = self.model
-        return ReadContext(self.limits, m.n_ctx, m.n_vocab, bool(m.chat_template), getattr(m, "_sampler_vocab", None))
+        return ReadContext(self.limits, m.n_ctx, m.n_vocab, bool(m.chat_template), m.sampler_vocab)
 
     def _build(self, read, raw, cancel):
         """The request of a body (``read``: a reader of bankml.serve.openai or bankml.serve.ollama, every field

@@ -462,7 +462,8 @@ class Model:
         if reasoning != "auto":
             self.chat_template_kwargs["enable_thinking"] = "true" if reasoning == "on" else "false"
         self.name = os.path.basename(self.path)
-        self._sampler_vocab = _SamplerVocab(self.vocab, self.tokenize)
+        # the vocabulary with libllama's tokenizer: the sampler's (DRY breakers) and logit_bias' text keys
+        self.sampler_vocab = _SamplerVocab(self.vocab, self.tokenize)
         self._pieces = {}
         self.rules_cache = RulesCache(self.vocab, grammar_cache)
         self._max_piece_bytes = None
@@ -1042,7 +1043,7 @@ class Job:
             if start and ends:
                 budget = ReasoningBudget(model.vocab, [start], ends, forced, 2**31 - 1 if n < 0 else n)
         self.reasoning_budget = budget
-        self.sampler = Sampler(self.params, model._sampler_vocab, grammar, reasoning_budget=budget)
+        self.sampler = Sampler(self.params, model.sampler_vocab, grammar, reasoning_budget=budget)
         # llama-server's init_sampler: the prompt enters the penalty/DRY histories (not the grammar)
         self.sampler.accept_prompt(self.prompt_tokens)
         self.prefill_tokens = []
