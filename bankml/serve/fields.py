@@ -11,6 +11,7 @@ accepted. Fields neither server knows are accepted, as llama-server accepts them
 (field -> ``HONOURED`` | ``ACCEPTED`` | a predicate ``value -> refused?`` with the reason).
 """
 
+from bankml.chat.params import ChatRequestError, check_tool_choice
 from bankml.errors import RequestError
 from bankml.sampling.params import OLLAMA_SAMPLER_OPTIONS, SAMPLER_FIELDS
 
@@ -147,8 +148,8 @@ CHAT.update(
         "continue_final_message": HONOURED,
         "tools": HONOURED,
         # a tool_choice that is a string must be one llama.cpp knows (common_chat_tool_choice_parse_oaicompat);
-        # one that names a function (an object) is refused (llama-server would read it as "auto"): both are
-        # read by bankml.serve.openai.chat_options
+        # one that names a function (an object) is refused (llama-server would read it as "auto"); checked in
+        # check() (an unknown string, first) and read by bankml.serve.openai.chat_options
         "tool_choice": HONOURED,
         "parallel_tool_calls": HONOURED,
         "functions": Refuse(
@@ -265,6 +266,13 @@ def check(body, endpoint, n_ctx=None):
         and body["tools"]
     ):
         raise RequestError("logprobs is not supported with tools + stream")  # oaicompat_chat_params_parse
+    if endpoint == "/v1/chat/completions":
+        # as llama-server's oaicompat_chat_params_parse, a tool choice llama.cpp does not know is refused before
+        # the other fields are read (params_from_json_cmpl)
+        try:
+            check_tool_choice(body.get("tool_choice"))
+        except ChatRequestError as e:
+            raise RequestError(str(e)) from None
     for name, value in body.items():
         rule = table.get(name)
         if isinstance(rule, Refuse) and rule.refuses(value):

@@ -51,7 +51,7 @@ def read_chat(raw, context=None):
     context = context or ReadContext()
     body = read_body(raw)
     check_sizes(body, context.limits)
-    fields.check(body, CHAT)
+    fields.check(body, CHAT)  # a tool choice llama.cpp does not know is refused there, first
     stream = bool_field(body, "stream", False)
     # llama-server's field_nested: stream_options that is not an object is ignored
     include_usage = bool_field(body.get("stream_options"), "include_usage", False)
@@ -166,6 +166,13 @@ def sampler_fields(body, n_ctx=None, vocab=None):
     return sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab)
 
 
+def _check_tool_choice(tool_choice):
+    try:
+        check_tool_choice(tool_choice)
+    except ChatRequestError as e:
+        raise RequestError(str(e)) from None
+
+
 def _probs(body, endpoint, n_predict, context):
     # logprobs / top_logprobs / n_probs / post_sampling_probs, as llama-server reads them (bankml.sampling.logprobs)
     probs = logprobs.read_request(body, endpoint)
@@ -218,10 +225,8 @@ def chat_options(body):
             'Field \'tool_choice\': only "auto", "none" or "required" are supported (a '
             'named function is not: llama-server would answer as for "auto")'
         )
-    try:
-        check_tool_choice(tool_choice)
-    except ChatRequestError as e:
-        raise RequestError(str(e)) from None
+    # a no-op for /v1/chat/completions (fields.check refused an unknown one first); /apply-template's
+    _check_tool_choice(tool_choice)
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
         raise RequestError(

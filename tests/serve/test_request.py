@@ -115,6 +115,13 @@ def test_a_refused_chat_body_is_refused_without_a_model(fields, message):
     assert message in str(e.value)
 
 
+def test_an_unknown_tool_choice_is_refused_first():
+    # as llama-server's oaicompat_chat_params_parse, before params_from_json_cmpl reads the other fields
+    for fields in [{"temperature": "hot"}, {"stream": "y"}, {"n": 2}, {"messages": []}, {"chat_template_kwargs": []}]:
+        with pytest.raises(RequestError, match="^Invalid tool_choice: bogus$"):
+            _chat(tool_choice="bogus", **fields)
+
+
 def test_the_servers_limits():
     context = ReadContext(limits=ServerLimits(max_stop=1, max_messages=1, max_grammar_bytes=4))
     for body, message in [
