@@ -6,7 +6,7 @@ import pytest
 from bankml.errors import json_type_name
 from bankml.sampling import logprobs
 from bankml.sampling.params import SamplerParams
-from bankml.serve import app as server
+from bankml.serve import openai as serve_openai
 
 JSON_VALUES = [
     (None, "null"),
@@ -68,7 +68,7 @@ def test_python_values_json_has_no_type_for():
             "Field 'post_sampling_probs': [json.exception.type_error.302] type must be boolean, but is array",
         ),
         (
-            lambda: server.chat_request_options({"thinking_budget_tokens": "8"}),
+            lambda: serve_openai.chat_options({"thinking_budget_tokens": "8"}),
             "Field 'thinking_budget_tokens': [json.exception.type_error.302] type must be number, but is string",
         ),
         (lambda: SamplerParams.from_server({"seed": "1"}), "Field 'seed': type must be number, but is string"),

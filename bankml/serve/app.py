@@ -16,7 +16,10 @@
   ``message.tool_calls[].function.arguments`` as an object, NDJSON streaming, default ``stream: true``),
   ``GET /api/tags``, ``GET /api/version``.
 
-A bad body, schema or grammar gets a 400 with llama-server's error object before any token is computed.
+The app does HTTP and streaming only: a body is read, off the event loop, into one typed
+``bankml.serve.request.Request`` by ``bankml.serve.openai`` or ``bankml.serve.ollama`` (every field checked there),
+the runtime makes a Job of it (``Model.prepare``), and the app sends the answer or its stream. A bad body, schema
+or grammar gets a 400 with llama-server's error object before any slot is taken or token computed.
 Each request is generated on one of ``--parallel`` contexts (slots) of one model, so concurrent requests
 never share state; a client that disconnects cancels its generation after the current token and frees the
 slot.
@@ -24,6 +27,7 @@ slot.
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -31,7 +35,6 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from starlette.applications import Starlette
@@ -42,23 +45,21 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from bankml.chat.chat_peg import ChatParseError
-from bankml.chat.constraint import RequestError, from_ollama_text, from_openai_text
-from bankml.errors import GrammarError, SchemaError, json_type_name
+from bankml.errors import GrammarError, RequestError, SchemaError
 from bankml.sampling import logprobs as _logprobs
 from bankml.schema import jsondepth as _jsondepth
 from bankml.schema import limits as _schema_limits
-from bankml.serve import fields as _fields
+from bankml.serve import ollama, openai
 from bankml.serve.auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
 from bankml.serve.endpoints import EndpointOptions, Endpoints
 from bankml.serve.flags import context_options
+from bankml.serve.request import ReadContext, ServerLimits, read_body
 from bankml.serve.runtime import (
     ContextSizeError,
     Model,
     ModelError,
     chat_model_options,
-    check_messages,
     model_load_options,
-    sampler_params_from_request,
 )
 
 __all__ = ["ServerLimits", "create_app", "serve"]
@@ -67,46 +68,12 @@ _FINGERPRINT = "bankml-0.1.0"
 _DRAIN_BYTES = 64 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class ServerLimits:
-    """What one request may ask of the server; past a limit it gets a 400 (503 for a server too busy to
-    prepare it) before any token is tokenized or computed. llama-server has none of these (its HTTP layer
-    reads any body; it tokenizes before it compares the prompt with the context).
-
-    * ``max_body_bytes``: the request body (``Content-Length`` first, then as it is read);
-    * ``max_messages``: chat messages; ``max_grammar_bytes``: a GBNF ``grammar`` field;
-    * ``max_stop`` / ``max_stop_bytes``: stop strings (each is searched for after every token);
-    * ``max_samplers``: entries of ``samplers`` (each costs a pass over the candidates per token);
-    * ``max_dry_breakers`` / ``max_dry_breaker_bytes``: DRY sequence breakers (each is tokenized per request);
-    * ``prepare_seconds``: reading, checking, converting and tokenizing one request (its schema conversion
-      stops at this deadline too);
-    * ``request_seconds``: a whole request, waiting for a slot included; a generation still running then
-      stops with ``finish_reason: "length"``, as llama-server's ``t_max_predict_ms`` stops one;
-    * ``max_preparing``: requests prepared at once (each on its own thread); more wait for a turn within
-      their ``prepare_seconds``, then get a 503.
-    """
-
-    max_body_bytes: int = 8 * 1024 * 1024
-    max_messages: int = 4096
-    max_grammar_bytes: int = 1024 * 1024
-    max_stop: int = 64
-    max_stop_bytes: int = 4096
-    max_samplers: int = 64
-    max_dry_breakers: int = 64
-    max_dry_breaker_bytes: int = 1024
-    prepare_seconds: float = 30.0
-    request_seconds: float = 600.0
-    max_preparing: int = 8
-
-
 def _malloc_trim():
     """Give freed heap memory back to the system (glibc): a large request's transient objects otherwise stay
     resident in the allocator's per-thread arenas, and resident memory drifts with the mix of requests."""
     global _TRIM
     if _TRIM is None:
         try:
-            import ctypes
-
             _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
         except (OSError, AttributeError):
             _TRIM = False
@@ -160,63 +127,6 @@ def _refusal(exc):
     if isinstance(exc, ValueError):
         return _Refusal(str(exc))
     return _Refusal(f"{type(exc).__name__}: {exc}", 500, "server_error")
-
-
-def _bool_field(obj, name, default):
-    """llama-server's ``field_bool``: absent or null gives the default, anything but a boolean is refused."""
-    if not isinstance(obj, dict) or obj.get(name) is None:
-        return default
-    value = obj[name]
-    if not isinstance(value, bool):
-        raise RequestError(
-            f"Field '{name}': [json.exception.type_error.302] type must be boolean, but is {json_type_name(value)}"
-        )
-    return value
-
-
-def _check_sizes(body, limits, ollama=False):
-    """The field size limits, before the fields are read for their meaning."""
-    if not ollama:
-        grammar = body.get("grammar")
-        if isinstance(grammar, str) and len(grammar) > limits.max_grammar_bytes:
-            raise RequestError(
-                f"Field 'grammar': {len(grammar)} characters, past the server's limit of "
-                f"{limits.max_grammar_bytes} (--max-grammar-bytes)"
-            )
-        samplers = body.get("samplers")
-        if isinstance(samplers, (str, list)) and len(samplers) > limits.max_samplers:
-            raise RequestError(
-                f"Field 'samplers': {len(samplers)} entries, past the server's limit of {limits.max_samplers}"
-            )
-        if isinstance(samplers, list) and any(isinstance(x, str) and len(x) > 64 for x in samplers):
-            raise RequestError("Field 'samplers': a sampler name longer than 64 characters")
-        breakers = body.get("dry_sequence_breakers")
-        if isinstance(breakers, list):
-            if len(breakers) > limits.max_dry_breakers:
-                raise RequestError(
-                    f"Field 'dry_sequence_breakers': {len(breakers)} breakers, past the server's "
-                    f"limit of {limits.max_dry_breakers}"
-                )
-            if any(isinstance(x, str) and len(x) > limits.max_dry_breaker_bytes for x in breakers):
-                raise RequestError(
-                    f"Field 'dry_sequence_breakers': a breaker longer than {limits.max_dry_breaker_bytes} characters"
-                )
-        stop = body.get("stop")
-    else:
-        options = body.get("options")
-        stop = options.get("stop") if isinstance(options, dict) else None
-    if isinstance(stop, list):
-        if len(stop) > limits.max_stop:
-            raise RequestError(f"Field 'stop': {len(stop)} stop strings, past the server's limit of {limits.max_stop}")
-        if any(isinstance(x, str) and len(x) > limits.max_stop_bytes for x in stop):
-            raise RequestError(f"Field 'stop': a stop string longer than {limits.max_stop_bytes} characters")
-    elif isinstance(stop, str) and len(stop) > limits.max_stop_bytes:
-        raise RequestError(f"Field 'stop': a stop string longer than {limits.max_stop_bytes} characters")
-    messages = body.get("messages")
-    if isinstance(messages, list) and len(messages) > limits.max_messages:
-        raise RequestError(
-            f"{len(messages)} messages, past the server's limit of {limits.max_messages} (--max-messages)"
-        )
 
 
 class _Runner:
@@ -441,22 +351,19 @@ class _App:
     def _deadline(self):
         return time.monotonic() + self.limits.request_seconds
 
-    def _sampler_vocab(self):
-        # the model's vocabulary with libllama's tokenizer: logit_bias text keys and ids as llama-server reads them
-        return getattr(self.model, "_sampler_vocab", None)
-
-    async def _handle(self, request, build, respond, ollama=False):
-        """The frame of every generation endpoint: read, check and prepare the request off the event loop
-        (``build(raw, cancel)`` returns ``(body, job, options)``), then ``respond`` — every failure answered
-        with the error object, never a plain-text 500, and no slot taken before the request is valid."""
-        err = _ollama_error if ollama else _error
+    async def _handle(self, request, read, respond, ollama_shape=False):
+        """The frame of every generation endpoint: read and check the body into a Request (``read``, a reader of
+        bankml.serve.openai or bankml.serve.ollama) and prepare its Job off the event loop, then ``respond`` —
+        every failure answered with the error object, never a plain-text 500, and no slot taken before the
+        request is valid."""
+        err = _ollama_error if ollama_shape else _error
         job = None
         try:
             if self.closing:
                 raise _Refusal("the server is shutting down", 503, "unavailable_error")
             raw = await self._read(request)
-            body, job, options = await self._prepare(request, lambda cancel: build(raw, cancel), len(raw))
-            return await respond(request, body, job, options)
+            req, job = await self._prepare(request, lambda cancel: self._build(read, raw, cancel), len(raw))
+            return await respond(request, req, job)
         except _Gone:
             if job is not None:
                 job.cancel()
@@ -465,20 +372,10 @@ class _App:
             if job is not None:
                 job.cancel()
             r = _refusal(e)
-            return err(r.message, r.code) if ollama else err(r.message, r.code, r.kind)
+            return err(r.message, r.code) if ollama_shape else err(r.message, r.code, r.kind)
 
     def _parse(self, raw):
-        try:
-            body = _jsondepth.loads(raw)  # nesting bounded before the decoder recurses
-        except RecursionError:
-            raise RequestError(
-                f"Invalid JSON body: nesting too deep (more than {_jsondepth.MAX_DEPTH} levels)"
-            ) from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise RequestError(f"Invalid JSON body: {e}") from None
-        if not isinstance(body, dict):
-            raise RequestError("the request body must be a JSON object")
-        return body
+        return read_body(raw)
 
     def _usage(self, result):
         n_prompt, n_gen = len(result.prompt_tokens), len(result.tokens)
@@ -509,53 +406,21 @@ class _App:
     def render_prompt(self, body, raw, cancel):
         """The prompt a chat request renders to (llama-server's /apply-template): its messages, tools and chat
         fields through the chat layer, nothing generated."""
-        _check_sizes(body, self.limits)
-        constraint = from_openai_text(body, raw)
-        check_messages(body.get("messages"))
-        return self.model.chat(
-            body.get("messages"),
-            constraint,
-            cancel=cancel,
-            render_only=True,
-            **chat_request_options(body),
-            **chat_tool_options(body),
-        )
+        return self.model.render(openai.read_template(body, raw, self._context()), cancel=cancel)
+
+    def _context(self):
+        """What a request body is read against: the limits, the model's sizes, whether it has a template, and
+        its vocabulary with libllama's tokenizer (logit_bias text keys and ids as llama-server reads them)."""
+        m = self.model
+        return ReadContext(self.limits, m.n_ctx, m.n_vocab, bool(m.chat_template), m.sampler_vocab)
+
+    def _build(self, read, raw, cancel):
+        """The request of a body (``read``: a reader of bankml.serve.openai or bankml.serve.ollama, every field
+        checked) and its Job, prepared before any slot is taken."""
+        request = read(raw, self._context())
+        return request, self.model.prepare(request, cancel=cancel, deadline=self._deadline())
 
     # -- OpenAI
-
-    def _build_chat(self, raw, cancel):
-        body = self._parse(raw)
-        _check_sizes(body, self.limits)
-        _fields.check(body, "/v1/chat/completions")
-        stream = _bool_field(body, "stream", False)
-        # llama-server's field_nested: stream_options that is not an object is ignored
-        include_usage = _bool_field(body.get("stream_options"), "include_usage", False)
-        return_tokens = _bool_field(body, "return_tokens", False)
-        constraint = from_openai_text(body, raw)
-        messages = body.get("messages")
-        check_messages(messages)  # the shape; the chat layer reads them whole (reasoning_content, parts, ...)
-        params, n_predict, stop = sampler_params_from_request(body, vocab=self._sampler_vocab())
-        probs = self._probs(body, "/v1/chat/completions", n_predict)
-        job = self.model.chat(
-            messages,
-            constraint,
-            params,
-            n_predict,
-            stop,
-            cancel=cancel,
-            deadline=self._deadline(),
-            **chat_request_options(body),
-            **chat_tool_options(body),
-        )
-        job.probs = probs
-        job.stream_requested = stream  # for /slots' view of the task
-        return body, job, (stream, include_usage, return_tokens)
-
-    def _probs(self, body, endpoint, n_predict):
-        # logprobs / top_logprobs / n_probs / post_sampling_probs, as llama-server reads them (bankml.sampling.logprobs)
-        probs = _logprobs.read_request(body, endpoint)
-        _logprobs.check_size(probs, self.model.n_vocab, n_predict, self.model.n_ctx)
-        return probs
 
     def _final_probs(self, job, result):
         # send_final_response without streaming: the records, those of the stop word's tokens dropped
@@ -572,16 +437,16 @@ class _App:
         return {"content": _logprobs.probs_to_json([record], job.probs.post_sampling)}
 
     async def chat_completions(self, request):
-        return await self._handle(request, self._build_chat, self._respond_chat)
+        return await self._handle(request, openai.read_chat, self._respond_chat)
 
-    async def _respond_chat(self, request, body, job, options):
-        stream, include_usage, return_tokens = options
+    async def _respond_chat(self, request, req, job):
+        stream, include_usage, return_tokens = req.stream, req.include_usage, req.return_tokens
         cid = "chatcmpl-" + uuid.uuid4().hex
         created = int(time.time())
         base = {
             "created": created,
             "id": cid,
-            "model": body.get("model") or self.alias,
+            "model": req.model or self.alias,
             "system_fingerprint": _FINGERPRINT,
         }
         runner = _Runner(job, asyncio.get_running_loop(), self).start()
@@ -672,35 +537,16 @@ class _App:
             out["tokens"] = result.tokens
         return JSONResponse(out)
 
-    def _build_completion(self, raw, cancel):
-        body = self._parse(raw)
-        _check_sizes(body, self.limits)
-        _fields.check(body, "/v1/completions")
-        stream = _bool_field(body, "stream", False)
-        return_tokens = _bool_field(body, "return_tokens", False)
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if not isinstance(prompt, str):
-            raise RequestError("'prompt' must be a string")
-        constraint = from_openai_text(body, raw)  # no template: the bare grammar (Model.complete)
-        params, n_predict, stop = sampler_params_from_request(body, vocab=self._sampler_vocab())
-        probs = self._probs(body, "/v1/completions", n_predict)
-        job = self.model.complete(prompt, constraint, params, n_predict, stop, cancel=cancel, deadline=self._deadline())
-        job.probs = probs
-        job.stream_requested = stream  # for /slots' view of the task
-        return body, job, (stream, return_tokens)
-
     async def completions(self, request):
-        return await self._handle(request, self._build_completion, self._respond_completion)
+        return await self._handle(request, openai.read_completion, self._respond_completion)
 
-    async def _respond_completion(self, request, body, job, options):
-        stream, return_tokens = options
+    async def _respond_completion(self, request, req, job):
+        stream, return_tokens = req.stream, req.return_tokens
         cid = "cmpl-" + uuid.uuid4().hex
         base = {
             "created": int(time.time()),
             "id": cid,
-            "model": body.get("model") or self.alias,
+            "model": req.model or self.alias,
             "system_fingerprint": _FINGERPRINT,
         }
         runner = _Runner(job, asyncio.get_running_loop(), self).start()
@@ -800,71 +646,14 @@ class _App:
     # -- Ollama
 
     async def ollama_chat(self, request):
-        return await self._handle(
-            request, lambda raw, cancel: self._build_ollama(raw, cancel, True), self._respond_ollama_chat, ollama=True
-        )
+        return await self._handle(request, ollama.read_chat, self._respond_ollama, ollama_shape=True)
 
     async def ollama_generate(self, request):
-        return await self._handle(
-            request,
-            lambda raw, cancel: self._build_ollama(raw, cancel, False),
-            self._respond_ollama_generate,
-            ollama=True,
-        )
+        return await self._handle(request, ollama.read_generate, self._respond_ollama, ollama_shape=True)
 
-    def _build_ollama(self, raw, cancel, chat):
-        body = self._parse(raw)
-        _check_sizes(body, self.limits, ollama=True)
-        _fields.check(body, "/api/chat" if chat else "/api/generate", self.model.n_ctx)
-        stream = body.get("stream", True)
-        if stream is None:
-            stream = True
-        if not isinstance(stream, bool):
-            # Ollama's Go decoder
-            raise RequestError(
-                f"json: cannot unmarshal {json_type_name(stream)} into Go struct field "
-                f"{'ChatRequest' if chat else 'GenerateRequest'}.stream of type bool"
-            )
-        constraint = from_ollama_text(body, raw)
-        params, n_predict, stop = sampler_params_from_request(body, ollama=True, vocab=self._sampler_vocab())
-        kw = {"cancel": cancel, "deadline": self._deadline()}
-        kw.update(_ollama_think(body.get("think"), chat))
-        if chat:
-            messages = _ollama_messages(body.get("messages"))
-            tools = body.get("tools")
-            if tools is not None and not isinstance(tools, list):
-                raise RequestError(
-                    f"json: cannot unmarshal {json_type_name(tools)} into Go struct field "
-                    "ChatRequest.tools of type api.Tools"
-                )
-            job = self.model.chat(messages, constraint, params, n_predict, stop, tools=tools or None, **kw)
-        else:
-            prompt = body.get("prompt", "")
-            if not isinstance(prompt, str):
-                raise RequestError("'prompt' must be a string")
-            if body.get("raw") or not self.model.chat_template:
-                if body.get("think") is not None:
-                    raise RequestError("'think' needs the chat template: it cannot be used with 'raw'")
-                job = self.model.complete(
-                    prompt, constraint, params, n_predict, stop, cancel=kw["cancel"], deadline=kw["deadline"]
-                )
-            else:
-                messages = []
-                if isinstance(body.get("system"), str):
-                    messages.append({"role": "system", "content": body["system"]})
-                messages.append({"role": "user", "content": prompt})
-                job = self.model.chat(messages, constraint, params, n_predict, stop, **kw)
-        job.stream_requested = stream
-        return body, job, stream
-
-    async def _respond_ollama_chat(self, request, body, job, stream):
-        return await self._respond_ollama(request, body, job, stream, True)
-
-    async def _respond_ollama_generate(self, request, body, job, stream):
-        return await self._respond_ollama(request, body, job, stream, False)
-
-    async def _respond_ollama(self, request, body, job, stream, chat):
-        name = body.get("model") or self.alias
+    async def _respond_ollama(self, request, req, job):
+        stream, chat = req.stream, req.endpoint == ollama.CHAT
+        name = req.model or self.alias
         runner = _Runner(job, asyncio.get_running_loop(), self).start()
         started = time.perf_counter_ns()
 
@@ -991,109 +780,6 @@ def _diff_delta(diff):
     return delta
 
 
-def chat_tool_options(body):
-    """Model.chat's tool arguments from an OpenAI chat request (oaicompat_chat_params_parse): ``tools`` (an
-    empty or absent array: none), ``tool_choice`` (absent or null: ``"auto"``), ``parallel_tool_calls``
-    (absent or null: what the template supports). With tools, a ``grammar`` field is refused."""
-    tools = body.get("tools")
-    tool_choice = body.get("tool_choice")
-    if tools is not None and not isinstance(tools, list):
-        raise RequestError("Failed to parse tools: Expected 'tools' to be an array, got " + json.dumps(tools))
-    if tools and tool_choice != "none" and "grammar" in body:
-        raise RequestError("Cannot use custom grammar constraints with tools.")
-    return {
-        "tools": tools or None,
-        "tool_choice": "auto" if tool_choice is None else tool_choice,
-        "parallel_tool_calls": body.get("parallel_tool_calls"),
-    }
-
-
-def chat_request_options(body):
-    """Model.chat's keyword arguments from an OpenAI chat request's chat fields (as llama-server's
-    oaicompat_chat_params_parse reads them)."""
-    out = {}
-    if "chat_template_kwargs" in body:
-        out["chat_template_kwargs"] = body["chat_template_kwargs"] if body["chat_template_kwargs"] is not None else {}
-    if "reasoning_format" in body:
-        out["reasoning_format"] = body["reasoning_format"]
-    if body.get("reasoning_effort") is not None:
-        out["reasoning_effort"] = body["reasoning_effort"]
-    budget = body.get("reasoning_budget_tokens", body.get("thinking_budget_tokens"))
-    if budget is not None:
-        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget != int(budget):
-            raise RequestError(
-                "Field 'thinking_budget_tokens': [json.exception.type_error.302] type must be number, "
-                f"but is {json_type_name(budget)}"
-            )
-        out["reasoning_budget"] = int(budget)
-    if body.get("reasoning_budget_message") is not None:
-        out["reasoning_budget_message"] = body["reasoning_budget_message"]
-    add_gen = _bool_field(body, "add_generation_prompt", True)
-    if "continue_final_message" in body or not add_gen:
-        out["add_generation_prompt"] = add_gen
-    if "continue_final_message" in body:
-        out["continue_final_message"] = body["continue_final_message"]
-    return out
-
-
-def _ollama_think(think, chat):
-    """Ollama's ``think``, as a client of llama-server asks for it: true/false set the template kwarg
-    ``enable_thinking`` (which also turns the chat layer's thinking on or off); a level ("high", "medium",
-    "low") turns it on with that ``reasoning_effort``; absent, the server's default."""
-    if think is None:
-        return {}
-    if isinstance(think, bool):
-        return {"chat_template_kwargs": {"enable_thinking": think}}
-    if isinstance(think, str) and think in ("high", "medium", "low"):
-        return {"chat_template_kwargs": {"enable_thinking": True}, "reasoning_effort": think}
-    raise RequestError(f'invalid think value: {json.dumps(think)} (must be "high", "medium", "low", true, or false)')
-
-
-def _ollama_messages(messages):
-    """Ollama's messages as the chat layer takes them: ``thinking`` in history is the reasoning; an assistant's
-    ``tool_calls`` (arguments as an object) become OpenAI's (arguments as JSON text), a tool result's
-    ``tool_name`` the message's ``name``; images are refused."""
-    check_messages(messages)
-    out = []
-    for i, m in enumerate(messages):
-        if m.get("images"):
-            raise RequestError(f"messages[{i}]: images are not supported by bankml: 'images' must be empty")
-        msg = {"role": m["role"], "content": m.get("content") if m.get("content") is not None else ""}
-        if isinstance(m.get("thinking"), str) and m["thinking"]:
-            msg["reasoning_content"] = m["thinking"]
-        calls = m.get("tool_calls")
-        if calls:
-            if not isinstance(calls, list):
-                raise RequestError(f"messages[{i}]: 'tool_calls' must be an array")
-            msg["tool_calls"] = []
-            for call in calls:
-                fn = call.get("function") if isinstance(call, dict) else None
-                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                    raise RequestError(f"messages[{i}]: each tool call needs a 'function' with a string 'name'")
-                args = fn.get("arguments", {})
-                msg["tool_calls"].append(
-                    {
-                        "type": "function",
-                        "function": {
-                            "name": fn["name"],
-                            "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
-                        },
-                    }
-                )
-                if isinstance(call.get("id"), str) and call["id"]:
-                    msg["tool_calls"][-1]["id"] = call["id"]
-            if not msg["content"]:
-                msg["content"] = None  # an assistant turn of calls only, as OpenAI clients send it
-        if m.get("tool_name") is not None:
-            if not isinstance(m["tool_name"], str):
-                raise RequestError(f"messages[{i}]: 'tool_name' must be a string")
-            msg["name"] = m["tool_name"]
-        if isinstance(m.get("tool_call_id"), str) and m["tool_call_id"]:
-            msg["tool_call_id"] = m["tool_call_id"]
-        out.append(msg)
-    return out
-
-
 def _ollama_tool_calls(message):
     """An answer's tool calls in Ollama's shape (the ``ollama`` client's ``Message.ToolCall``):
     ``{"function": {"name", "arguments": object}}``. A call whose arguments are not a whole JSON object (an
@@ -1112,8 +798,6 @@ def _ollama_tool_calls(message):
 
 def _file_size(path):
     try:
-        import os
-
         return os.path.getsize(path)
     except OSError:
         return 0

@@ -242,7 +242,7 @@ def slots_body(app):
     """The answer of ``GET /slots``: one object per slot, ``id``, ``n_ctx``, ``speculative``, ``is_processing``,
     and, for a slot that has served a request, what bankml knows of its last task (see Metrics.slot_task)."""
     model = app.model
-    free = {slot.index for slot in list(model._slots.queue)}
+    free = model.slots.free_indices()
     out = []
     for i in range(model.n_parallel):
         item = {"id": i, "n_ctx": model.n_ctx, "speculative": False, "is_processing": i not in free}
@@ -471,7 +471,7 @@ class Endpoints:
         if not self.options.metrics:
             return _not_supported("This server does not support metrics endpoint. Start it with `--metrics`")
         model = self.app.model
-        busy = model.n_parallel - model._slots.qsize()
+        busy = model.slots.n_busy()
         running = len(getattr(self.app, "_runners", ()))
         text = metrics_text(self.app.metrics.snapshot(busy, max(running - busy, 0)))
         return Response(

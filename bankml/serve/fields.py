@@ -148,8 +148,9 @@ CHAT.update(
         "continue_final_message": HONOURED,
         "tools": HONOURED,
         # a tool_choice that is a string must be one llama.cpp knows (common_chat_tool_choice_parse_oaicompat);
-        # one that names a function (an object) is refused by Model.chat (llama-server would read it as "auto")
-        "tool_choice": HONOURED,  # checked in check(): llama.cpp's message for an unknown choice
+        # one that names a function (an object) is refused (llama-server would read it as "auto"); checked in
+        # check() (an unknown string, first) and read by bankml.serve.openai.chat_options
+        "tool_choice": HONOURED,
         "parallel_tool_calls": HONOURED,
         "functions": Refuse(
             "function calls are not supported by bankml yet: 'functions' must be empty or absent", _nonempty
@@ -266,6 +267,8 @@ def check(body, endpoint, n_ctx=None):
     ):
         raise RequestError("logprobs is not supported with tools + stream")  # oaicompat_chat_params_parse
     if endpoint == "/v1/chat/completions":
+        # as llama-server's oaicompat_chat_params_parse, a tool choice llama.cpp does not know is refused before
+        # the other fields are read (params_from_json_cmpl)
         try:
             check_tool_choice(body.get("tool_choice"))
         except ChatRequestError as e:

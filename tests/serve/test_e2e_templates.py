@@ -23,8 +23,7 @@ import pathlib
 import pytest
 
 from bankml.chat.constraint import from_openai_text
-from bankml.serve.app import chat_request_options
-from bankml.serve.runtime import sampler_params_from_request
+from bankml.serve.openai import chat_options, sampler_fields
 
 from ..oracle.record_server import kernels_fingerprint, machine_recording
 from ..oracle.record_server_templates import REQUESTS, TEMPLATE_REQUESTS, template_text
@@ -114,9 +113,9 @@ def test_same_answer_as_llama_server(models, name, request):
     record = _record(name, request)
     model = _model(models, record["template"])
     req = record["request"]
-    params, n_predict, stop = sampler_params_from_request(req)
+    params, n_predict, stop = sampler_fields(req)
     job = model.chat(
-        req["messages"], from_openai_text(req, json.dumps(req)), params, n_predict, stop, **chat_request_options(req)
+        req["messages"], from_openai_text(req, json.dumps(req)), params, n_predict, stop, **chat_options(req).kwargs()
     )
     assert job.prompt == record["prompt"]
     assert job.prompt_tokens == record["prompt_token_ids"]

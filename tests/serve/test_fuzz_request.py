@@ -1,6 +1,6 @@
 """Property tests of request resolution and the content parser (hypothesis, a fixed example budget):
 ``from_openai`` / ``from_ollama_text`` give a Constraint or a RequestError (and its grammar or a
-SchemaError), ``sampler_params_from_request`` params or a RequestError, the content parser two strings or a
+SchemaError), ``openai.sampler_fields`` / ``ollama.sampler_options`` params or a RequestError, the content parser two strings or a
 ContentError, its incremental scanner the same deltas as a full reparse — never another exception.
 The corpus of tests/fuzz/corpus/{request,content} is replayed. The long harness:
 ``python -m tests.fuzz.fuzz_request --minutes 5``."""

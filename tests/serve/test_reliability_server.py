@@ -17,7 +17,7 @@ import signal
 import httpx
 import pytest
 
-from bankml.serve.app import ServerLimits
+from bankml.serve.request import ServerLimits
 
 from ..oracle_support import smollm2_path
 

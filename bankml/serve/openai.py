@@ -1,0 +1,247 @@
+"""Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+
+An OpenAI body (``/v1/chat/completions``, ``/v1/completions``, llama-server's ``/apply-template``) read into one
+``bankml.serve.request.Request``, as the pinned llama-server reads it (``oaicompat_chat_params_parse`` and
+``oaicompat_completion_params_parse`` in ``tools/server/server-common.cpp``, the native fields of
+``tools/server/server-schema.cpp``): the size limits, every field's treatment (``bankml.serve.fields``), the
+transport flags, the constraint (``bankml.chat.constraint``), the messages' shape, the sampler fields, the
+log-probabilities and the chat fields. Everything is checked here, before a slot is taken or a prompt
+tokenized; a refused request raises RequestError with llama-server's message.
+
+Must not import: ``bankml.serve.runtime``, ``app`` or ``ollama``.
+"""
+
+import json
+
+from bankml.chat.constraint import from_openai_text
+from bankml.chat.params import ChatRequestError, check_tool_choice
+from bankml.errors import RequestError, json_type_name
+from bankml.sampling import logprobs
+from bankml.sampling.params import SAMPLER_FIELDS
+from bankml.serve import fields
+from bankml.serve.request import (
+    ChatOptions,
+    ReadContext,
+    Request,
+    bool_field,
+    check_message_count,
+    check_messages,
+    check_stop_sizes,
+    read_body,
+    reasoning_format_from_name,
+    sampler_params,
+)
+
+__all__ = [
+    "CHAT",
+    "COMPLETIONS",
+    "chat_options",
+    "read_chat",
+    "read_completion",
+    "read_template",
+    "sampler_fields",
+]
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+
+
+def read_chat(raw, context=None):
+    """The Request of a ``/v1/chat/completions`` body (``raw``: its bytes or text)."""
+    context = context or ReadContext()
+    body = read_body(raw)
+    check_sizes(body, context.limits)
+    fields.check(body, CHAT)  # a tool choice llama.cpp does not know is refused there, first
+    stream = bool_field(body, "stream", False)
+    # llama-server's field_nested: stream_options that is not an object is ignored
+    include_usage = bool_field(body.get("stream_options"), "include_usage", False)
+    return_tokens = bool_field(body, "return_tokens", False)
+    constraint = from_openai_text(body, raw)
+    messages = body.get("messages")
+    check_messages(messages)  # the shape; the chat layer reads them whole (reasoning_content, parts, ...)
+    params, n_predict, stop = sampler_fields(body, vocab=context.vocab)
+    probs = _probs(body, CHAT, n_predict, context)
+    return Request(
+        CHAT,
+        constraint,
+        params,
+        n_predict,
+        tuple(stop),
+        messages=messages,
+        chat=chat_options(body),
+        stream=stream,
+        include_usage=include_usage,
+        return_tokens=return_tokens,
+        probs=probs,
+        model=body.get("model"),
+    )
+
+
+def read_completion(raw, context=None):
+    """The Request of a ``/v1/completions`` body: a raw prompt, no template."""
+    context = context or ReadContext()
+    body = read_body(raw)
+    check_sizes(body, context.limits)
+    fields.check(body, COMPLETIONS)
+    stream = bool_field(body, "stream", False)
+    return_tokens = bool_field(body, "return_tokens", False)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise RequestError("'prompt' must be a string")
+    constraint = from_openai_text(body, raw)  # no template: the bare grammar (Model.complete)
+    params, n_predict, stop = sampler_fields(body, vocab=context.vocab)
+    probs = _probs(body, COMPLETIONS, n_predict, context)
+    return Request(
+        COMPLETIONS,
+        constraint,
+        params,
+        n_predict,
+        tuple(stop),
+        prompt=prompt,
+        stream=stream,
+        return_tokens=return_tokens,
+        probs=probs,
+        model=body.get("model"),
+    )
+
+
+def read_template(body, raw, context=None):
+    """The Request of an ``/apply-template`` body (already read as JSON): the messages, the constraint, the
+    tools and the chat fields, as ``/v1/chat/completions`` renders them; nothing for a generation."""
+    context = context or ReadContext()
+    check_sizes(body, context.limits)
+    constraint = from_openai_text(body, raw)
+    messages = body.get("messages")
+    check_messages(messages)
+    return Request(
+        "/apply-template", constraint, None, messages=messages, chat=chat_options(body), model=body.get("model")
+    )
+
+
+def check_sizes(body, limits):
+    """The field size limits, before the fields are read for their meaning."""
+    grammar = body.get("grammar")
+    if isinstance(grammar, str) and len(grammar) > limits.max_grammar_bytes:
+        raise RequestError(
+            f"Field 'grammar': {len(grammar)} characters, past the server's limit of "
+            f"{limits.max_grammar_bytes} (--max-grammar-bytes)"
+        )
+    samplers = body.get("samplers")
+    if isinstance(samplers, (str, list)) and len(samplers) > limits.max_samplers:
+        raise RequestError(
+            f"Field 'samplers': {len(samplers)} entries, past the server's limit of {limits.max_samplers}"
+        )
+    if isinstance(samplers, list) and any(isinstance(x, str) and len(x) > 64 for x in samplers):
+        raise RequestError("Field 'samplers': a sampler name longer than 64 characters")
+    breakers = body.get("dry_sequence_breakers")
+    if isinstance(breakers, list):
+        if len(breakers) > limits.max_dry_breakers:
+            raise RequestError(
+                f"Field 'dry_sequence_breakers': {len(breakers)} breakers, past the server's "
+                f"limit of {limits.max_dry_breakers}"
+            )
+        if any(isinstance(x, str) and len(x) > limits.max_dry_breaker_bytes for x in breakers):
+            raise RequestError(
+                f"Field 'dry_sequence_breakers': a breaker longer than {limits.max_dry_breaker_bytes} characters"
+            )
+    check_stop_sizes(body.get("stop"), limits)
+    check_message_count(body.get("messages"), limits)
+
+
+def sampler_fields(body, n_ctx=None, vocab=None):
+    """``(SamplerParams, n_predict, stop)`` from an OpenAI body's sampler fields, named as llama-server names
+    them (``bankml.sampling.params.SAMPLER_FIELDS``), its maximum tokens (``n_predict``, then its aliases
+    ``max_tokens`` and ``max_completion_tokens``: as llama-server, the last present wins) and ``stop``.
+    ``logit_bias`` is read with ``vocab`` as llama-server reads it: ids outside it and malformed entries are
+    skipped, text keys tokenized."""
+    values = {f.name: body[f.name] for f in SAMPLER_FIELDS if f.name != "logit_bias" and body.get(f.name) is not None}
+    n_predict = -1
+    for key in ("max_tokens", "max_completion_tokens", "n_predict"):
+        if body.get(key) is not None:
+            n_predict = body[key]
+    if body.get("logit_bias") is not None:
+        values["logit_bias"] = body["logit_bias"]
+    return sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab)
+
+
+def _check_tool_choice(tool_choice):
+    try:
+        check_tool_choice(tool_choice)
+    except ChatRequestError as e:
+        raise RequestError(str(e)) from None
+
+
+def _probs(body, endpoint, n_predict, context):
+    # logprobs / top_logprobs / n_probs / post_sampling_probs, as llama-server reads them (bankml.sampling.logprobs)
+    probs = logprobs.read_request(body, endpoint)
+    logprobs.check_size(probs, context.n_vocab, n_predict, context.n_ctx)
+    return probs
+
+
+def chat_options(body):
+    """The ChatOptions of an OpenAI chat body, as llama-server's oaicompat_chat_params_parse reads its fields:
+    the reasoning budget, the generation prompt and continuation, ``tools`` (an empty or absent array: none; with
+    tools, a ``grammar`` field is refused), ``tool_choice`` (absent or null: ``"auto"``; a named function is
+    refused), ``parallel_tool_calls`` (absent or null: what the template supports), ``chat_template_kwargs``,
+    ``reasoning_effort`` and ``reasoning_format``."""
+    budget = body.get("reasoning_budget_tokens", body.get("thinking_budget_tokens"))
+    if budget is not None:
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget != int(budget):
+            raise RequestError(
+                "Field 'thinking_budget_tokens': [json.exception.type_error.302] type must be number, "
+                f"but is {json_type_name(budget)}"
+            )
+        budget = int(budget)
+    add_generation_prompt = bool_field(body, "add_generation_prompt", True)
+    tools = body.get("tools")
+    tool_choice = body.get("tool_choice")
+    if tools is not None and not isinstance(tools, list):
+        raise RequestError("Failed to parse tools: Expected 'tools' to be an array, got " + json.dumps(tools))
+    if tools and tool_choice != "none" and "grammar" in body:
+        raise RequestError("Cannot use custom grammar constraints with tools.")
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise RequestError(
+            "Field 'chat_template_kwargs': [json.exception.type_error.302] type must be "
+            f"object, but is {json_type_name(kwargs)}"
+        )
+    effort = body.get("reasoning_effort")
+    if effort is not None and not isinstance(effort, str):
+        raise RequestError(
+            "Field 'reasoning_effort': [json.exception.type_error.302] type must be string, "
+            f"but is {json_type_name(effort)}"
+        )
+    reasoning_format = body.get("reasoning_format")
+    if reasoning_format is not None:
+        reasoning_format = reasoning_format_from_name(reasoning_format)
+    if tool_choice is None:
+        tool_choice = "auto"
+    if not isinstance(tool_choice, str):
+        # llama-server reads a tool_choice that is not a string as "auto" (json_value's fallback): a named
+        # function would be ignored, so bankml refuses it
+        raise RequestError(
+            'Field \'tool_choice\': only "auto", "none" or "required" are supported (a '
+            'named function is not: llama-server would answer as for "auto")'
+        )
+    # a no-op for /v1/chat/completions (fields.check refused an unknown one first); /apply-template's
+    _check_tool_choice(tool_choice)
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise RequestError(
+            "Field 'parallel_tool_calls': [json.exception.type_error.302] type must be boolean, "
+            f"but is {json_type_name(parallel)}"
+        )
+    return ChatOptions(
+        chat_template_kwargs=kwargs,
+        reasoning_format=reasoning_format,
+        reasoning_effort=effort,
+        reasoning_budget=budget,
+        reasoning_budget_message=body.get("reasoning_budget_message"),
+        add_generation_prompt=add_generation_prompt,
+        continue_final_message=body.get("continue_final_message"),
+        tools=tools or None,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel,
+    )

@@ -1,0 +1,249 @@
+"""Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
+
+One request to ``bankml serve``, typed: what ``bankml.serve.openai`` and ``bankml.serve.ollama`` read from a
+body, every field checked (``bankml.serve.fields``), before any slot is taken or any prompt tokenized. The
+runtime (``Model.prepare``) makes a Job of it; the HTTP app streams and shapes the answer.
+
+Owns: ``Request`` and ``ChatOptions`` (the typed request), ``ServerLimits`` (what one request may ask of the
+server), ``ReadContext`` (what a body is read against: the limits and the model's sizes), and the readings
+both wire formats share: the JSON body, llama-server's ``field_bool``, the stop strings, the maximum tokens
+and the sampler fields' tail (``SamplerParams.from_server``), ``common_reasoning_format_from_name``.
+
+Must not import: ``bankml.serve.runtime`` (which imports this module), ``app``, ``openai`` or ``ollama``.
+"""
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional, Tuple
+
+from bankml.chat.constraint import Constraint
+from bankml.errors import RequestError, json_type_name
+from bankml.sampling.logprobs import ProbRequest
+from bankml.sampling.params import SamplerParams
+from bankml.schema import jsondepth
+
+__all__ = [
+    "ChatOptions",
+    "ReadContext",
+    "Request",
+    "ServerLimits",
+    "bool_field",
+    "check_message_count",
+    "check_messages",
+    "check_stop_sizes",
+    "read_body",
+    "reasoning_format_from_name",
+    "sampler_params",
+]
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one request may ask of the server; past a limit it gets a 400 (503 for a server too busy to
+    prepare it) before any token is tokenized or computed. llama-server has none of these (its HTTP layer
+    reads any body; it tokenizes before it compares the prompt with the context).
+
+    * ``max_body_bytes``: the request body (``Content-Length`` first, then as it is read);
+    * ``max_messages``: chat messages; ``max_grammar_bytes``: a GBNF ``grammar`` field;
+    * ``max_stop`` / ``max_stop_bytes``: stop strings (each is searched for after every token);
+    * ``max_samplers``: entries of ``samplers`` (each costs a pass over the candidates per token);
+    * ``max_dry_breakers`` / ``max_dry_breaker_bytes``: DRY sequence breakers (each is tokenized per request);
+    * ``prepare_seconds``: reading, checking, converting and tokenizing one request (its schema conversion
+      stops at this deadline too);
+    * ``request_seconds``: a whole request, waiting for a slot included; a generation still running then
+      stops with ``finish_reason: "length"``, as llama-server's ``t_max_predict_ms`` stops one;
+    * ``max_preparing``: requests prepared at once (each on its own thread); more wait for a turn within
+      their ``prepare_seconds``, then get a 503.
+    """
+
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_messages: int = 4096
+    max_grammar_bytes: int = 1024 * 1024
+    max_stop: int = 64
+    max_stop_bytes: int = 4096
+    max_samplers: int = 64
+    max_dry_breakers: int = 64
+    max_dry_breaker_bytes: int = 1024
+    prepare_seconds: float = 30.0
+    request_seconds: float = 600.0
+    max_preparing: int = 8
+
+
+@dataclass(frozen=True)
+class ReadContext:
+    """What a body is read against: the server's ``limits``, the model's context and vocabulary sizes (Ollama's
+    ``num_ctx`` equal to the context is accepted; the log-probabilities' size bound), whether it has a chat
+    template (Ollama's ``/api/generate`` is raw without one) and the vocabulary that reads ``logit_bias``'
+    text keys with libllama's tokenizer (None: text keys are skipped)."""
+
+    limits: ServerLimits = field(default_factory=ServerLimits)
+    n_ctx: Optional[int] = None
+    n_vocab: int = 0
+    chat_template: bool = True
+    vocab: Any = None
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """A chat request's fields for the chat layer (``Model.chat``'s keyword arguments), as llama-server's
+    ``oaicompat_chat_params_parse`` reads them: None where the server's option decides."""
+
+    chat_template_kwargs: Optional[dict] = None
+    reasoning_format: Optional[str] = None  # "deepseek" or "none" (common_reasoning_format_from_name)
+    reasoning_effort: Optional[str] = None
+    reasoning_budget: Optional[int] = None  # thinking_budget_tokens / reasoning_budget_tokens
+    reasoning_budget_message: Any = None  # a string; checked where the template has thinking tags
+    add_generation_prompt: bool = True
+    continue_final_message: Any = None  # True, "content", "reasoning_content" (the chat layer reads it)
+    tools: Optional[list] = None  # OpenAI's function tools (None: none)
+    tool_choice: str = "auto"
+    parallel_tool_calls: Optional[bool] = None  # None: what the template supports
+
+    def kwargs(self):
+        """``Model.chat``'s keyword arguments."""
+        return {
+            "chat_template_kwargs": self.chat_template_kwargs,
+            "reasoning_format": self.reasoning_format,
+            "reasoning_effort": self.reasoning_effort,
+            "reasoning_budget": self.reasoning_budget,
+            "reasoning_budget_message": self.reasoning_budget_message,
+            "add_generation_prompt": self.add_generation_prompt,
+            "continue_final_message": self.continue_final_message,
+            "tools": self.tools,
+            "tool_choice": self.tool_choice,
+            "parallel_tool_calls": self.parallel_tool_calls,
+        }
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request, read and checked: a chat (``messages``, through the template with ``chat``) or a raw prompt
+    (``prompt``, no template), its ``constraint``, sampler ``params``, ``n_predict`` (-1: until the end or the
+    context) and ``stop`` strings; how the answer is sent (``stream``, ``include_usage``, ``return_tokens``), the
+    token log-probabilities asked for (``probs``) and the ``model`` name the body gave (None: the server's)."""
+
+    endpoint: str
+    constraint: Constraint
+    params: Optional[SamplerParams]  # None: the defaults (an /apply-template request has none)
+    n_predict: int = -1
+    stop: Tuple[str, ...] = ()
+    messages: Optional[list] = None
+    prompt: Optional[str] = None
+    chat: ChatOptions = field(default_factory=ChatOptions)
+    stream: bool = False
+    include_usage: bool = False
+    return_tokens: bool = False
+    probs: ProbRequest = field(default_factory=ProbRequest)
+    model: Optional[str] = None
+
+    @property
+    def is_chat(self):
+        return self.messages is not None
+
+
+def read_body(raw):
+    """The JSON object of a request body (``RequestError`` for anything else); its nesting is bounded before
+    the decoder recurses (``bankml.schema.jsondepth``)."""
+    try:
+        body = jsondepth.loads(raw)
+    except RecursionError:
+        raise RequestError(f"Invalid JSON body: nesting too deep (more than {jsondepth.MAX_DEPTH} levels)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RequestError(f"Invalid JSON body: {e}") from None
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
+    return body
+
+
+def bool_field(obj, name, default):
+    """llama-server's ``field_bool``: absent or null gives the default, anything but a boolean is refused."""
+    if not isinstance(obj, dict) or obj.get(name) is None:
+        return default
+    value = obj[name]
+    if not isinstance(value, bool):
+        raise RequestError(
+            f"Field '{name}': [json.exception.type_error.302] type must be boolean, but is {json_type_name(value)}"
+        )
+    return value
+
+
+def check_stop_sizes(stop, limits):
+    """The stop strings within ``max_stop`` and ``max_stop_bytes`` (their meaning is read later)."""
+    if isinstance(stop, list):
+        if len(stop) > limits.max_stop:
+            raise RequestError(f"Field 'stop': {len(stop)} stop strings, past the server's limit of {limits.max_stop}")
+        if any(isinstance(x, str) and len(x) > limits.max_stop_bytes for x in stop):
+            raise RequestError(f"Field 'stop': a stop string longer than {limits.max_stop_bytes} characters")
+    elif isinstance(stop, str) and len(stop) > limits.max_stop_bytes:
+        raise RequestError(f"Field 'stop': a stop string longer than {limits.max_stop_bytes} characters")
+
+
+def check_message_count(messages, limits):
+    if isinstance(messages, list) and len(messages) > limits.max_messages:
+        raise RequestError(
+            f"{len(messages)} messages, past the server's limit of {limits.max_messages} (--max-messages)"
+        )
+
+
+def _message_text(content):
+    # OpenAI content parts: the text parts joined (llama-server concatenates them)
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise RequestError('unsupported content part: only {"type": "text", "text": ...} is accepted')
+            parts.append(part["text"])
+        return "\n".join(parts)
+    raise RequestError("message content must be a string or an array of text parts")
+
+
+def check_messages(messages):
+    """The messages' shape (a non-empty array of objects with a string ``role`` and text content); their
+    ``role`` / ``content`` pairs with the content's text parts joined."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("'messages' must be a non-empty array")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise RequestError(f"messages[{i}]: each message needs a string 'role'")
+        out.append({"role": m["role"], "content": _message_text(m.get("content"))})
+    return out
+
+
+def sampler_params(fields, n_predict, stop, n_ctx=None, vocab=None):
+    """``(SamplerParams, n_predict, stop)`` from the sampler fields both wire formats name as llama-server does
+    (``fields``), the maximum tokens and the stop strings: read as ``SamplerParams.from_server`` reads them
+    (clamped where llama-server clamps, RequestError where it answers 400)."""
+    if stop is None:
+        stop = []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise RequestError("'stop' must be a string or an array of strings")
+    if isinstance(n_predict, bool) or not isinstance(n_predict, (int, float)) or n_predict != int(n_predict):
+        raise RequestError("'max_tokens' must be an integer")
+    try:
+        params = SamplerParams.from_server(fields, n_ctx, vocab=vocab)
+    except (ValueError, TypeError) as e:
+        raise RequestError(str(e)) from None
+    return params, int(n_predict), [s for s in stop if s]
+
+
+def reasoning_format_from_name(name):
+    """common_reasoning_format_from_name; bankml models ``none`` and ``deepseek`` (``auto`` parses as deepseek)."""
+    if not isinstance(name, str):
+        raise RequestError(
+            "Field 'reasoning_format': [json.exception.type_error.302] type must be string, but is "
+            f"{json_type_name(name)}"
+        )
+    if name in ("deepseek", "auto"):
+        return "deepseek"
+    if name == "none":
+        return "none"
+    if name == "deepseek-legacy":
+        raise RequestError("reasoning_format 'deepseek-legacy' is not supported by bankml yet")
+    raise RequestError("Unknown reasoning format: " + name)
