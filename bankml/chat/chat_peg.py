@@ -908,4 +908,13 @@ class TreeMapper(Mapper):
         )
 
     def _visit(self, node):
+        """Reasoning and content text are kept as parsed; every other node goes to ``_visit_other``."""
+        if node.tag == REASONING:
+            self.reasoning.append(node.sanitized_text())
+        elif node.tag == CONTENT:
+            self.content.append(node.sanitized_text())
+        else:
+            self._visit_other(node)
+
+    def _visit_other(self, node):
         raise NotImplementedError

@@ -4,8 +4,6 @@ common/parsers/gemma4.cpp: ``<|channel>thought ... <channel|>`` reasoning, ``<|t
 calls in Gemma 4's value syntax (format ``peg-gemma4``, its own mapper)."""
 
 from bankml.chat.chat_peg import (
-    CONTENT,
-    REASONING,
     TOOL,
     TOOL_ARGS,
     TOOL_NAME,
@@ -228,13 +226,7 @@ def apply(out, inp):
 class Gemma4Mapper(TreeMapper):
     """common_chat_peg_gemma4_mapper: tool arguments from Gemma 4's own value syntax (rules ``gemma4-*``)."""
 
-    def _visit(self, node):
-        if node.tag == REASONING:
-            self.reasoning.append(node.sanitized_text())
-            return
-        if node.tag == CONTENT:
-            self.content.append(node.sanitized_text())
-            return
+    def _visit_other(self, node):
         if node.tag == TOOL:
             name = find_by_tag(self.ctx, node, TOOL_NAME)
             args = find_by_tag(self.ctx, node, TOOL_ARGS)

@@ -6,8 +6,6 @@ argument values are expanded recursively (format ``peg-minimax-m3``, its own map
 import re
 
 from bankml.chat.chat_peg import (
-    CONTENT,
-    REASONING,
     TOOL,
     TOOL_ARG,
     TOOL_ARG_NAME,
@@ -162,13 +160,7 @@ class MinimaxM3Mapper(TreeMapper):
     """common_chat_peg_minimax_m3_mapper: arguments rebuilt as JSON from the XML-expanded values; reasoning is
     kept as parsed (this mapper does not drop whitespace-only reasoning)."""
 
-    def _visit(self, node):
-        if node.tag == REASONING:
-            self.reasoning.append(node.sanitized_text())
-            return
-        if node.tag == CONTENT:
-            self.content.append(node.sanitized_text())
-            return
+    def _visit_other(self, node):
         if node.tag == TOOL:
             name = find_by_tag(self.ctx, node, TOOL_NAME)
             if name is not None:
