@@ -26,7 +26,7 @@ import json
 import pathlib
 import sys
 
-from .record_server import SCHEMAS, kernels_key, recording_header, running_server
+from .record_server import SCHEMAS, machine_path, recording_header, running_server
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "tests" / "data" / "server_logprobs_recordings.json"
@@ -388,7 +388,7 @@ def main(argv=None):
     )
     args = ap.parse_args(argv)
     data = record(set(args.only) if args.only else None)
-    path = OUTPUT.with_name("%s.%s.json" % (OUTPUT.stem, kernels_key(data["kernels"]))) if args.machine else OUTPUT
+    path = machine_path(OUTPUT, data["kernels"]) if args.machine else OUTPUT
     if args.only:
         old = json.loads(path.read_text(encoding="utf-8"))
         if (old["kernels"], old["build_info"]) != (data["kernels"], data["build_info"]):

@@ -608,9 +608,14 @@ def kernels_key(fingerprint=None):
 def machine_recording(path):
     """The recording to read for ``path`` (``x.json``): ``x.<kernels key>.json`` where this machine's kernels
     have one of their own (``--machine`` of the recorders), else ``path`` itself."""
+    own = machine_path(path)
+    return own if own.exists() else pathlib.Path(path)
+
+
+def machine_path(path, fingerprint=None):
+    """Where a recorder's ``--machine`` writes ``path``'s recording for these kernels (this machine's by default)."""
     path = pathlib.Path(path)
-    own = path.with_name("%s.%s.json" % (path.stem, kernels_key()))
-    return own if own.exists() else path
+    return path.with_name("%s.%s.json" % (path.stem, kernels_key(fingerprint)))
 
 
 class Server:
@@ -1108,7 +1113,7 @@ def main(argv=None):
             "note": BIT_IDENTITY_NOTE,
             "results": results,
         }
-        path = OUTPUT.with_name("%s.%s.json" % (OUTPUT.stem, kernels_key(out["kernels"]))) if args.machine else OUTPUT
+        path = machine_path(OUTPUT, out["kernels"]) if args.machine else OUTPUT
         path.write_text(_dump(out) + "\n", encoding="utf-8")
         print("[record_server] wrote %s (%d recordings)" % (path, len(out["recordings"])), file=sys.stderr)
     for p in problems:

@@ -36,7 +36,7 @@ from .record_server import (
     _sha256,
     _validate,
     kernels_fingerprint,
-    kernels_key,
+    machine_path,
     model_path,
     server_flags,
 )
@@ -398,7 +398,7 @@ def main(argv=None):
     # tests read on machines with these kernels
     machine = "--machine" in (sys.argv[1:] if argv is None else argv)
     out, problems = record()
-    path = OUTPUT.with_name("%s.%s.json" % (OUTPUT.stem, kernels_key(out["kernels"]))) if machine else OUTPUT
+    path = machine_path(OUTPUT, out["kernels"]) if machine else OUTPUT
     path.write_text(_dump(out) + "\n", encoding="utf-8")
     print("[record_server_templates] wrote %s (%d recordings)" % (path, len(out["recordings"])), file=sys.stderr)
     for p in problems:

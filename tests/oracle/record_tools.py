@@ -472,7 +472,7 @@ def main(argv=None):
     if args.only:
         print(rs._dump(out["recordings"]))
         return 0
-    path = OUTPUT.with_name("%s.%s.json" % (OUTPUT.stem, rs.kernels_key(out["kernels"]))) if args.machine else OUTPUT
+    path = rs.machine_path(OUTPUT, out["kernels"]) if args.machine else OUTPUT
     path.write_text(rs._dump(out) + "\n", encoding="utf-8")
     print("[record_tools] wrote %s (%d recordings)" % (path, len(out["recordings"])), file=sys.stderr)
     return 0
