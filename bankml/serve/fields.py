@@ -15,10 +15,29 @@ from bankml.chat.params import ChatRequestError, check_tool_choice
 from bankml.errors import RequestError
 from bankml.sampling.params import OLLAMA_SAMPLER_OPTIONS, SAMPLER_FIELDS
 
-__all__ = ["ACCEPTED", "FIELDS", "HONOURED", "OLLAMA_OPTIONS", "check"]
+__all__ = ["ACCEPTED", "FIELDS", "HONOURED", "OLLAMA_NAMES", "OLLAMA_OPTIONS", "WIRE_NAMES", "check", "read_field"]
 
 HONOURED = "honoured"
 ACCEPTED = "accepted (no bearing on the answer)"
+
+
+#: The fields read under several wire names: llama-server's name -> the names read, in the order it reads them, the
+#: last present winning (``oaicompat_chat_params_parse`` copies ``max_completion_tokens`` into ``max_tokens``'s
+#: place, and ``params_from_json_cmpl`` reads ``n_predict`` over ``max_tokens``). The sampler fields have one name
+#: each (``bankml.sampling.params.SAMPLER_FIELDS``).
+WIRE_NAMES = {"n_predict": ("max_tokens", "max_completion_tokens", "n_predict")}
+#: Ollama's names of the fields that are no sampler field, in its ``options`` (the sampler fields' Ollama names are
+#: ``SAMPLER_FIELDS``' ``ollama``)
+OLLAMA_NAMES = {"n_predict": "num_predict", "stop": "stop"}
+
+
+def read_field(body, name, default):
+    """The value of field ``name`` in ``body`` under its wire names (WIRE_NAMES), or ``default``."""
+    value = default
+    for key in WIRE_NAMES.get(name, (name,)):
+        if body.get(key) is not None:
+            value = body[key]
+    return value
 
 
 class Refuse:
@@ -60,9 +79,7 @@ _COMMON = {
     "stream": HONOURED,
     "stream_options": HONOURED,
     "return_tokens": HONOURED,
-    "n_predict": HONOURED,
-    "max_tokens": HONOURED,
-    "max_completion_tokens": HONOURED,
+    **{name: HONOURED for name in WIRE_NAMES["n_predict"]},
     "stop": HONOURED,
     "json_schema": HONOURED,
     "grammar": HONOURED,
@@ -225,8 +242,7 @@ OLLAMA_GENERATE = {
 # the answer (where and how the model is loaded), and the rest
 OLLAMA_OPTIONS = {
     **{name: HONOURED for name in OLLAMA_SAMPLER_OPTIONS},
-    "num_predict": HONOURED,
-    "stop": HONOURED,
+    **{name: HONOURED for name in OLLAMA_NAMES.values()},
     "num_gpu": ACCEPTED,
     "main_gpu": ACCEPTED,
     "use_mmap": ACCEPTED,

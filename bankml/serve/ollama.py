@@ -103,7 +103,8 @@ def sampler_options(body, n_ctx=None, vocab=None):
     values = {OLLAMA_SAMPLER_OPTIONS[k]: v for k, v in options.items() if k in OLLAMA_SAMPLER_OPTIONS and v is not None}
     if values.get("repeat_last_n") == -1 and not isinstance(values["repeat_last_n"], bool):
         values["repeat_last_n"] = int(n_ctx) if n_ctx else 2**31 - 1
-    return sampler_params(values, options.get("num_predict", -1), options.get("stop", []), n_ctx, vocab)
+    n_predict = options.get(fields.OLLAMA_NAMES["n_predict"], -1)
+    return sampler_params(values, n_predict, options.get(fields.OLLAMA_NAMES["stop"], []), n_ctx, vocab)
 
 
 def think_options(think):

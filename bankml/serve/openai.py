@@ -152,15 +152,12 @@ def check_sizes(body, limits):
 
 def sampler_fields(body, n_ctx=None, vocab=None):
     """``(SamplerParams, n_predict, stop)`` from an OpenAI body's sampler fields, named as llama-server names
-    them (``bankml.sampling.params.SAMPLER_FIELDS``), its maximum tokens (``n_predict``, then its aliases
-    ``max_tokens`` and ``max_completion_tokens``: as llama-server, the last present wins) and ``stop``.
+    them (``bankml.sampling.params.SAMPLER_FIELDS``), its maximum tokens (``n_predict`` under its wire names,
+    ``bankml.serve.fields.WIRE_NAMES``) and ``stop``.
     ``logit_bias`` is read with ``vocab`` as llama-server reads it: ids outside it and malformed entries are
     skipped, text keys tokenized."""
     values = {f.name: body[f.name] for f in SAMPLER_FIELDS if f.name != "logit_bias" and body.get(f.name) is not None}
-    n_predict = -1
-    for key in ("max_tokens", "max_completion_tokens", "n_predict"):
-        if body.get(key) is not None:
-            n_predict = body[key]
+    n_predict = fields.read_field(body, "n_predict", -1)
     if body.get("logit_bias") is not None:
         values["logit_bias"] = body["logit_bias"]
     return sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab)
