@@ -1,8 +1,13 @@
-"""Run a reproducer in a child process under a time and an address-space limit.
+"""Run a reproducer in a child process under a hang guard and an address-space limit.
 
-A hang or a blow-up then fails the test with a clear message (the child is killed at the time limit; an
+A hang or a blow-up then fails the test with a clear message (the child is killed at the hang guard; an
 allocation past the memory limit raises MemoryError in it, or kills it), instead of taking the test run
 with it. The child imports the same bankml as the test (its package directory goes first on PYTHONPATH).
+
+``HANG_SECONDS`` is a hang guard, not a speed check: the tests assert no wall-clock time (how fast a thing is
+is measured in bench/, side by side), so the guard is set far above what any of these children takes on a
+loaded machine (a few seconds), and a child that reaches it is stuck. Every child-process test of the suite
+uses it (tests/engine/test_reliability_engine.py, tests/sampling/test_sampler_limits.py).
 """
 
 import os
@@ -13,7 +18,7 @@ import textwrap
 
 import bankml
 
-TIME_LIMIT = 10.0
+HANG_SECONDS = 120.0
 MEMORY_LIMIT = 4 * 1024**3
 
 
@@ -24,7 +29,7 @@ def _limit(memory):
     return apply
 
 
-def run_bounded(code, timeout=TIME_LIMIT, memory=MEMORY_LIMIT):
+def run_bounded(code, timeout=HANG_SECONDS, memory=MEMORY_LIMIT):
     """Run ``code`` (Python source) in a child; its stdout, stripped. Fails (AssertionError) when the child
     does not finish within ``timeout`` seconds or exits non-zero (a MemoryError, a signal)."""
     env = dict(os.environ)

@@ -23,10 +23,11 @@ import pytest
 from bankml import Grammar, GrammarError, Rules, Vocab
 from bankml.engine import parser as gbnf_parser
 
+from ..bounded import HANG_SECONDS
 from ..oracle_support import load_bankml_vocab
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
-CHILD_SECONDS = 10
+CHILD_SECONDS = HANG_SECONDS  # a hang guard, not a speed check (tests/bounded.py)
 CHILD_MEMORY = 4 << 30
 
 # the reproducers of issue 11 (also kept in tests/fuzz/corpus/)
@@ -211,8 +212,7 @@ def test_deep_stack_reference_budget_is_a_clear_error():
             print("allowed", len(g.allowed_ids()))
         except GrammarError as err:
             print("refused:", err.reason)
-    """,
-        seconds=20,
+    """
     )
     assert "REFERENCE_WORK_BUDGET" in out, out
 
@@ -621,8 +621,7 @@ def test_fork_while_the_cache_is_built_in_the_background():
             os._exit(0 if ok else 3)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status), sum(int(g.allowed_ids().size) > 0 for g in grammars))
-    """,
-        timeout=120,
+    """
     )
     assert out == "0 6", out
 

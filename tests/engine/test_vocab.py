@@ -13,7 +13,6 @@ import importlib.util
 import os
 import pickle
 import random
-import time
 
 import gguf  # a dependency of bankml; writes the synthetic GGUF files
 import numpy as np
@@ -154,10 +153,8 @@ def test_pickle_roundtrip_handmade():
 
 def test_pickle_roundtrip_gguf():
     v = ours(QWEN2)
-    t = time.perf_counter()
     blob = pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
     w = pickle.loads(blob)
-    assert time.perf_counter() - t < 5
     assert w == v
     assert w.eog_ids == v.eog_ids and w.info == v.info
     assert not w.token_attrs.flags.writeable and not w.eog_mask.flags.writeable
@@ -515,20 +512,6 @@ def test_oracle_token_for_text_normal_terminals(libllama, name):
                 found[p] = exp
             assert mine.token_for_text(p) is None
     assert found == KNOWN_NORMAL_TERMINALS[name]
-
-
-@pytest.mark.oracle
-@pytest.mark.parametrize("name", _name_ids())
-def test_oracle_load_time(libllama, name):
-    """Not a benchmark: a guard that loading stays in the same range as libllama's."""
-    path = VOCABS[name][0]()
-    t = time.perf_counter()
-    Vocab.from_gguf(path)
-    t_ours = time.perf_counter() - t
-    t = time.perf_counter()
-    libllama.load_vocab(path, cached=False).close()
-    t_ref = time.perf_counter() - t
-    assert t_ours < max(5 * t_ref, 2.0), f"{name}: bankml {t_ours:.3f}s vs libllama {t_ref:.3f}s"
 
 
 # ---------------------------------------------------------------------------

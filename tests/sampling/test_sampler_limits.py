@@ -23,13 +23,15 @@ from bankml.sampling._sampler import (
 )
 from bankml.sampling.params import SamplerParams
 
+from ..bounded import HANG_SECONDS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QWEN2 = os.path.join(ROOT, "tests", "data", "ggml-vocab-qwen2.gguf")
 INT32_MAX = 2**31 - 1
 LIMIT_AS = 4 << 30
 
 
-def run_bounded(code, timeout=10):
+def run_bounded(code, timeout=HANG_SECONDS):
     """Run ``code`` in a child Python with a 4 GiB address-space limit; its (returncode, stdout, stderr)."""
     prelude = "import resource\nresource.setrlimit(resource.RLIMIT_AS, (%d, %d))\n" % (LIMIT_AS, LIMIT_AS)
     env = dict(os.environ)
@@ -244,7 +246,6 @@ def test_fifty_long_breakers_finish_in_a_bounded_child():
         sampler = Sampler(SamplerParams(seed=1, dry_multiplier=0.8, dry_sequence_breakers=breakers), vocab)
         print("ok", sampler.sample(np.zeros(len(vocab), dtype=np.float32)) >= 0)
         """,
-        timeout=20,
     )
     assert rc == 0, err
     assert out.startswith("ok True"), out
@@ -291,7 +292,6 @@ def test_infill_on_every_candidate_of_the_real_vocabulary_finishes_in_a_bounded_
             tokens.append(token)
         print("ok", all(0 <= t < len(vocab) for t in tokens), sampler.chain_names)
         """,
-        timeout=20,
     )
     assert rc == 0, err
     assert out.startswith("ok True ('infill', 'temp-ext', 'dist')"), out
