@@ -329,6 +329,67 @@ def _hex_spell(v):
     return " ".join("[" + c + c.upper() + "]" if c.isalpha() else _lit(c) for c in "%04x" % v)
 
 
+_HEX_DIGITS = "0123456789abcdef"
+_HEX_STEPS = {}
+
+
+def _hex_class(hs):
+    """The character class of the hex digits hs (lowercase), either case."""
+    cps = set()
+    for h in hs:
+        cps.add(ord(h))
+        cps.add(ord(h.upper()))
+    return _char_class(cps)
+
+
+def _hex_except_steps(ex):
+    """The rules of ``Compiler.hex_except`` for ex (a frozenset of 4-digit lowercase hex strings), once per
+    process: ``(steps, root)``. Each step is one rule's body, in the order the trie's nodes are finished, as
+    parts: text, or the index of an earlier step (that rule's name once made). ``root`` is None (no code
+    point), "" (none excluded) or the index of the step of the root's rule. The compiler makes the rules in
+    this order with ``add_rule`` (one rule per distinct body), so the grammar is the one the trie walk would
+    write: the walk is done once per set of excluded code points instead of once per trie node asking."""
+    got = _HEX_STEPS.get(ex)
+    if got is not None:
+        return got
+    prefixes = {e[:i] for e in ex for i in range(1, 5)}
+    steps = []
+
+    def node(prefix):
+        depth = len(prefix)
+        if depth == 4:
+            return None if prefix in ex else ""
+        free, alts = [], []
+        for h in _HEX_DIGITS:
+            p = prefix + h
+            if len(p) == 2 and p[0] == "d" and h in "89abcdef":
+                continue  # U+D800-U+DFFF: only as surrogate pairs
+            if p == "d" or p in prefixes:
+                sub = node(p)
+                if sub is not None:
+                    alts.append([_hex_class(h)] if sub == "" else [_hex_class(h) + " ", sub])
+            else:
+                free.append(h)
+        if free:
+            alts.append([_hex_class(free) + " hex" * (3 - depth)])
+        if not alts:
+            return None
+        parts = []
+        for i, alt in enumerate(alts):
+            if i:
+                parts.append(" | ")
+            parts.extend(alt)
+        steps.append(tuple(parts))
+        return len(steps) - 1
+
+    root = node("")
+    got = (tuple(steps), root)
+    if len(_HEX_STEPS) > 4096:
+        _HEX_STEPS.clear()
+    _HEX_STEPS[ex] = got
+    return got
+
+
 def _spell_char(ch):
     """GBNF of every spelling of one code point inside a JSON string (module docstring)."""
     o = ord(ch)
@@ -1740,39 +1801,13 @@ class _Compiler:
 
     def hex_except(self, ex):
         """GBNF of the 4 hex digits (either case) of a code point that is no surrogate and not in ex (a set of
-        4-digit lowercase hex strings): a trie over the excluded digits."""
-
-        prefixes = {e[:i] for e in ex for i in range(1, 5)}
-
-        def cls(hs):
-            cps = set()
-            for h in hs:
-                cps.add(ord(h))
-                cps.add(ord(h.upper()))
-            return _char_class(cps)
-
-        def node(prefix):
-            depth = len(prefix)
-            if depth == 4:
-                return None if prefix in ex else ""
-            free, alts = [], []
-            for h in "0123456789abcdef":
-                p = prefix + h
-                if len(p) == 2 and p[0] == "d" and h in "89abcdef":
-                    continue  # U+D800-U+DFFF: only as surrogate pairs
-                if p == "d" or p in prefixes:
-                    sub = node(p)
-                    if sub is not None:
-                        alts.append(cls(h) + (" " + sub if sub else ""))
-                else:
-                    free.append(h)
-            if free:
-                alts.append(cls(free) + " hex" * (3 - depth))
-            if not alts:
-                return None
-            return self.add_rule("hex-except", " | ".join(alts))
-
-        return node("")
+        4-digit lowercase hex strings): a trie over the excluded digits (``_hex_except_steps``, its rules made
+        here in the order it gives)."""
+        steps, root = _hex_except_steps(frozenset(ex))
+        names = []
+        for parts in steps:
+            names.append(self.add_rule("hex-except", "".join(x if x.__class__ is str else names[x] for x in parts)))
+        return root if root is None or root.__class__ is str else names[root]
 
     def chars(self, lo, hi, pointer="#"):
         if hi is not None and hi == 0:
@@ -2318,6 +2353,18 @@ class _Compiler:
                 "property counts past 256 beside listed properties",
             )
         memo = {}
+        # the keys as bits of the mask: which must be written before "}" (required, and what a written key's
+        # dependentRequired names); a key named there that is not listed can never be written, so no "}"
+        bit = {k: 1 << i for i, k in enumerate(keys)}  # the listed keys are distinct (object_expr's names)
+        closable = all(k in bit for k in required)
+        need = sum(bit[k] for k in required if k in bit)
+        dep_masks = []  # (the key's bit, the bits it needs, or -1 when it needs a key that is not listed)
+        for k in keys:
+            ds = set(deps.get(k, ()))
+            if ds:
+                dep_masks.append((bit[k], sum(bit[d] for d in ds) if ds <= bit.keys() else -1))
+        opening = [kv[i] + " " for i in range(n)]
+        following = ['"," space ' + kv[i] + " " for i in range(n)]
 
         def state(mask, e):
             if not counted and mask:
@@ -2328,18 +2375,22 @@ class _Compiler:
             name = self.new_name("obj")
             memo[key] = name
             first = mask == 0 and e == 0
-            sep = "" if first else '"," space '
-            have = {keys[i] for i in range(n) if mask >> i & 1}
-            count = len(have) + e
+            count = mask.bit_count() + e
             alts = []
-            if required <= have and all(set(deps.get(k, ())) <= have for k in have) and (not counted or count >= minp):
+            if (
+                closable
+                and mask & need == need
+                and all(d != -1 and mask & d == d for b, d in dep_masks if mask & b)
+                and (not counted or count >= minp)
+            ):
                 alts.append('"}"')
             if maxp is None or count < maxp:
+                pre = opening if first else following
                 for i in range(n):
                     if not mask >> i & 1:
-                        alts.append(sep + kv[i] + " " + state(mask | 1 << i, e))
+                        alts.append(pre[i] + state(mask | 1 << i, e))
                 if extra is not None:
-                    alts.append(sep + extra + " " + state(mask, min(e + 1, ecap)))
+                    alts.append(("" if first else '"," space ') + extra + " " + state(mask, min(e + 1, ecap)))
             self.set_rule(name, " | ".join(alts) if alts else _NEVER)
             return name
 
