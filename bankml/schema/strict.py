@@ -57,7 +57,7 @@ import warnings
 from decimal import Decimal, localcontext
 
 from bankml.errors import SchemaError
-from bankml.schema import jsondepth
+from bankml.schema import format_data, jsondepth
 from bankml.schema import strict_lang as _sl
 from bankml.schema.limits import DEFAULT_LIMITS
 
@@ -1375,8 +1375,10 @@ class _Compiler:
                 if not any(self.valid_term(x, other) for x in vals):
                     return True
         if common == {"object"} and depth < 4:
-            r1, r2 = self.required_of(t1), self.required_of(t2)
-            for k in r1 & r2:
+            # sorted: the keys' order decides which check (and which refusal inside it) comes first, and a
+            # set of strings iterates in the order of the process's string hashes (PYTHONHASHSEED)
+            r1, r2 = sorted(self.required_of(t1)), sorted(self.required_of(t2))
+            for k in sorted(set(r1) & set(r2)):
                 c1, c2 = self.value_conj(t1, k), self.value_conj(t2, k)
                 e1 = self.product([self.expand(x) for x in c1], "#")
                 e2 = self.product([self.expand(x) for x in c2], "#")
@@ -1695,6 +1697,11 @@ class _Compiler:
             tuple(f for f, _ in st.notformats),
             frozenset(st.exclude),
         )
+        if gkey not in _GBNF_CACHE and gkey[:4] == (0, None, (), ()) and len(gkey[4]) == 1 and not gkey[5]:
+            if not gkey[6]:  # a format and nothing else: its GBNF as shipped, where the file has it
+                shipped = _shipped_format_gbnf(gkey[4][0])
+                if shipped is not None:
+                    _cache_put(_GBNF_CACHE, gkey, shipped)
         if gkey not in _GBNF_CACHE:
             try:
                 lang = self.str_lang(st, pointer)
@@ -2548,6 +2555,30 @@ def _cached_lang(kind, arg):
         lang = _sl.Lang.regex(arg) if kind == "regex" else _sl.Lang.format(arg)
         _cache_put(_LANG_CACHE, key, lang)
     return lang
+
+
+def _shipped_format_gbnf(name):
+    """A format's GBNF from bankml.schema.format_data's file, under _PLACEHOLDER as string_expr caches it: what
+    ``string_gbnf(Lang.format(name), _PLACEHOLDER)`` gives (tests/schema/test_format_data.py checks it)."""
+    hit = format_data.load_gbnf(name)
+    if hit is None:
+        return None
+    expr, rules = hit
+    shipped = format_data.GBNF_NAME
+    return (
+        expr.replace(shipped, _PLACEHOLDER),
+        {k.replace(shipped, _PLACEHOLDER, 1): v.replace(shipped, _PLACEHOLDER) for k, v in rules.items()},
+    )
+
+
+def write_format_gbnf():
+    """Rebuild bankml/schema/formats-gbnf.json.gz: string_gbnf of each shipped format's language (the formats
+    format_data ships for the 2020-12 checker), under format_data.GBNF_NAME."""
+    entries = {}
+    for name, bare in format_data.FORMATS:
+        if not bare:
+            entries[name] = _sl.string_gbnf(_sl.Lang.format(name), format_data.GBNF_NAME)
+    format_data.write_gbnf(entries)
 
 
 def _renamed(hit, name):

@@ -1,11 +1,14 @@
-"""The shipped format languages (bankml/schema/formats.npz) are the ones strict_lang builds now, and strict mode
-uses them. ``python tests/schema/test_format_data.py --write`` rebuilds the file after a format changes."""
+"""The shipped format languages (bankml/schema/formats.npz) and their GBNF (formats-gbnf.json.gz) are the ones
+strict_lang builds now, and strict mode uses them. ``python tests/schema/test_format_data.py --write`` rebuilds
+both files after a format changes."""
 
 import sys
 
 import pytest
 
-from bankml.schema import format_data, strict_lang
+from bankml.schema import format_data, strict, strict_lang
+
+GBNF_FORMATS = [n for n, bare in format_data.FORMATS if not bare]
 
 
 @pytest.mark.parametrize(
@@ -37,8 +40,53 @@ def test_a_format_the_file_lacks_is_built(monkeypatch):
     )
 
 
+@pytest.mark.parametrize("name", GBNF_FORMATS)
+def test_shipped_gbnf_equals_the_built_one(name):
+    shipped = format_data.load_gbnf(name)
+    assert shipped is not None, f"formats-gbnf.json.gz lacks {name}: python tests/schema/test_format_data.py --write"
+    built = strict_lang.build_format_lang(name)
+
+    def ordered(gbnf):  # the rules' order is the grammar's: compared too
+        return gbnf[0], list(gbnf[1].items())
+
+    assert ordered(shipped) == ordered(strict_lang.string_gbnf(built, format_data.GBNF_NAME))
+    # the reader renames the rules by replacing the name in the text: that gives string_gbnf's output under the
+    # new name, so the name stands nowhere in the rules but as their names
+    assert ordered(strict._shipped_format_gbnf(name)) == ordered(strict_lang.string_gbnf(built, strict._PLACEHOLDER))
+
+
+def test_strict_mode_takes_a_bare_format_from_the_gbnf_file(monkeypatch):
+    monkeypatch.setattr(strict, "_GBNF_CACHE", {})
+
+    def refuse(*args):
+        raise AssertionError("string_gbnf called for a format the file holds")
+
+    monkeypatch.setattr(strict_lang, "string_gbnf", refuse)
+    grammar = strict.strict_schema_to_grammar({"type": "string", "format": "uuid"})
+    assert len(grammar) > 200_000
+    # a format beside other keywords is a language of its own: written now
+    with pytest.raises(AssertionError, match="string_gbnf called"):
+        strict.strict_schema_to_grammar({"type": "string", "format": "date", "maxLength": 12})
+
+
+def test_the_gbnf_file_missing_writes_the_format_now(monkeypatch):
+    path = format_data.GBNF_PATH
+    monkeypatch.setattr(strict, "_GBNF_CACHE", {})
+    monkeypatch.setattr(format_data, "_GBNF", None)
+    monkeypatch.setattr(format_data, "GBNF_PATH", path.with_name("missing.json.gz"))
+    assert format_data.load_gbnf("uuid") is None
+    written_now = strict.strict_schema_to_grammar({"type": "string", "format": "date"})
+    monkeypatch.setattr(strict, "_GBNF_CACHE", {})
+    monkeypatch.setattr(format_data, "_GBNF", None)
+    monkeypatch.setattr(format_data, "GBNF_PATH", path)
+    assert format_data.load_gbnf("date") is not None
+    assert strict.strict_schema_to_grammar({"type": "string", "format": "date"}) == written_now
+
+
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         raise SystemExit("usage: python tests/schema/test_format_data.py --write")
     strict_lang.write_format_data()
     print(f"wrote {format_data.PATH} ({format_data.PATH.stat().st_size:,} bytes)", file=sys.stderr)
+    strict.write_format_gbnf()
+    print(f"wrote {format_data.GBNF_PATH} ({format_data.GBNF_PATH.stat().st_size:,} bytes)", file=sys.stderr)

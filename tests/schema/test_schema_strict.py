@@ -832,3 +832,47 @@ def test_strict_schema_rules_prefix_pointer_and_refusal():
     assert e.value.keyword == "uniqueItems" and e.value.pointer == "#/properties/t/uniqueItems"
     with pytest.raises(ValueError, match="rule name"):
         strict_schema_rules(schema, "bad name")
+
+
+# two oneOf branches, objects with the same five required keys: "b" proves them disjoint (its enums differ), the
+# others lead back into the oneOf being expanded (a $ref cycle refusal). Which key is checked first decided the
+# outcome while the keys were taken in a set's order: refused under most PYTHONHASHSEED values, converted under
+# 2 and 6. The outcome must be the same in every process.
+_SEED_SCHEMA = {
+    "$defs": {
+        "e": {
+            "oneOf": [
+                {
+                    "type": "object",
+                    "properties": {**{k: {"$ref": "#/$defs/e"} for k in "aceg"}, "b": {"enum": [v]}},
+                    "required": [*"aceg", "b"],
+                }
+                for v in ("x", "y")
+            ]
+        }
+    },
+    "$ref": "#/$defs/e",
+}
+
+
+def test_strict_outcome_does_not_depend_on_the_hash_seed():
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from bankml import SchemaError, json_schema_to_grammar\n"
+        "try:\n"
+        "    print('grammar', len(json_schema_to_grammar(json.loads(sys.argv[1]), mode='strict')[0]))\n"
+        "except SchemaError as e:\n"
+        "    print('refused', e.keyword, e.pointer)\n"
+    )
+    outcomes = set()
+    for seed in ("0", "2", "5", "6"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        done = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(_SEED_SCHEMA)], capture_output=True, text=True, env=env, check=True
+        )
+        outcomes.add(done.stdout.strip())
+    assert len(outcomes) == 1, outcomes
