@@ -293,6 +293,7 @@ def _class_char(o):
     return "\\U%08X" % o
 
 
+_UNMERGED = object()  # Compiler.merged: not merged yet (a merge may be None)
 _CLASS_CACHE = {}
 
 
@@ -704,6 +705,7 @@ class _Compiler:
         self.conj_rules = {}
         self.expand_cache = {}
         self.negate_cache = {}
+        self.merged = {}  # id(dict) -> merge((dict,)): the atoms valid() checks values against
         self.active = set()
         self.nodes = 0
         self.bytes = 0
@@ -1465,17 +1467,20 @@ class _Compiler:
         if s is False:
             return False
         terms = self.expand(s)
+        xt = _json_type(x, self.draft)  # once per value: a big enum meets every atom of every term
         for t in terms:
-            if all(self.valid_atomic(x, d, depth) for d in t):
+            if all(self.valid_atomic(x, d, depth, xt) for d in t):
                 return True
         return False
 
-    def valid_atomic(self, x, d, depth):
-        """x against the leaf keywords of d (its combinators are already expanded into the term)."""
-        m = self.merge((d,))
+    def valid_atomic(self, x, d, depth, t):
+        """x (of JSON type t, ``_json_type``) against the leaf keywords of d (its combinators are already
+        expanded into the term)."""
+        m = self.merged.get(id(d), _UNMERGED)  # merge((d,)), found without building its key
+        if m is _UNMERGED:
+            m = self.merged[id(d)] = self.merge((d,))
         if m is None:
             return False
-        t = _json_type(x, self.draft)
         if t not in m["types"]:
             return False
         if m["enum"] is not None and not any(_equal(x, y) for y in m["enum"]):
