@@ -239,9 +239,9 @@ def test_tool_recordings_are_live(live, name):
         assert id_ok(cid, live[name])
 
 
-# recordings whose answer bankml serve does not give (none: every one of the 20 is answered identically, token
-# ids, content, tool calls, finish reason, stream deltas and llama-server's 500s); one that came to differ would
-# be listed here with its measured reason and ``xfail(strict=True)``
+# recordings whose answer bankml serve does not give (none: every one of the 40, on 12 templates, is answered
+# identically, token ids, content, reasoning, tool calls, finish reason, stream deltas and llama-server's 500s);
+# one that came to differ would be listed here with its measured reason and ``xfail(strict=True)``
 KNOWN_SERVE_DIFF = {}  # name -> the measured reason
 
 
