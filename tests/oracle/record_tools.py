@@ -17,10 +17,10 @@ and Llama 3.1's (JSON native), which get the ten ``REQUESTS``; GLM 4.6 (tag with
 auto-parser), Qwen3-Coder (the same from its handler), gpt-oss (harmony) and the hand-written handlers of
 Functionary v3.2, Kimi K2, DeepSeek V3.2, Ministral 3, LFM2.5, MiniMax M3 and Gemma 4, which get two of the
 ``FORMAT_REQUESTS`` (tools required: continuing an assistant message that opens a call, streamed and not; where
-the handler continues a prefill as text, the unstreamed one writes the call from the generation prompt). Every request carries ``record_server``'s ``COMMON`` fields (``verbose``,
-``return_tokens``, ``cache_prompt: false``). ``--templates`` records some templates again and merges them into
-the existing file (the others' records stay; a record made on kernels other than the file's carries its own
-``kernels``).
+the handler continues a prefill as text, the unstreamed one writes the call from the generation prompt). Every
+request carries ``record_server``'s ``COMMON`` fields (``verbose``, ``return_tokens``, ``cache_prompt: false``).
+``--templates`` records some templates again and merges them into the existing file (the others' records stay;
+a record made on kernels other than the file's carries its own ``kernels``).
 
 Llama 3.1's template writes the day's date into the system message (``date_string``, which llama.cpp's
 ``common_chat_extra_context`` sets from the wall clock), so an answer recorded one day would not be the answer of
@@ -169,8 +169,8 @@ def _user(text, prefill=None):
     return messages
 
 
-# (name, body(template), what the request is for); every request is sent to the server of each template in
-# TEMPLATES and its recording is named "<template short name>/<name>"
+# (name, body(template), what the request is for); every request is sent to the server of each template in FULL
+# and its recording is named "<template short name>/<name>"
 REQUESTS = [
     (
         "auto/text/greedy",
