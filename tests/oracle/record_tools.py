@@ -311,12 +311,29 @@ FORMAT_REQUESTS = [
 TEXT_PREFILL = ("openai-gpt-oss-120b.jinja", "meetkai-functionary-medium-v3.2.jinja")
 
 
+# a message shape llama-server refuses before rendering (common_chat_msgs_parse_oaicompat): an assistant message
+# with reasoning and neither content nor calls, as a harmony client might prefill the analysis channel (no
+# generation: it costs the test nothing)
+REASONING_ONLY = (
+    "required/prefill-reasoning-only",
+    lambda t: dict(
+        messages=_user("What is the weather in Berlin?", {"reasoning_content": "I call get_weather."}),
+        tools=[WEATHER],
+        tool_choice="required",
+        max_tokens=48,
+        **GREEDY,
+    ),
+    "an assistant message with reasoning alone: refused",
+)
+
+
 def requests_of(template):
     """The requests sent to the server of ``template``: (name, body(template), purpose)."""
     if template in FULL:
         return REQUESTS
     skip = "required/prefill/greedy" if template in TEXT_PREFILL else "required/seed4"
-    return [r for r in FORMAT_REQUESTS if r[0] != skip]
+    extra = [REASONING_ONLY] if template == "openai-gpt-oss-120b.jinja" else []
+    return [r for r in FORMAT_REQUESTS if r[0] != skip] + extra
 
 
 def short(template):
