@@ -327,12 +327,25 @@ REASONING_ONLY = (
 )
 
 
+# another one: a tool message without content (a result sent as ``output``, as another API has it)
+TOOL_WITHOUT_CONTENT = (
+    "refused/tool-result-without-content",
+    lambda t: dict(
+        messages=SECOND_TURN[:2] + [{"role": "tool", "tool_call_id": CALL_ID, "output": "21 C, sunny"}],
+        tools=[WEATHER],
+        max_tokens=32,
+        **GREEDY,
+    ),
+    "a tool message without content: refused",
+)
+
+
 def requests_of(template):
     """The requests sent to the server of ``template``: (name, body(template), purpose)."""
     if template in FULL:
         return REQUESTS
     skip = "required/prefill/greedy" if template in TEXT_PREFILL else "required/seed4"
-    extra = [REASONING_ONLY] if template == "openai-gpt-oss-120b.jinja" else []
+    extra = [REASONING_ONLY, TOOL_WITHOUT_CONTENT] if template == "openai-gpt-oss-120b.jinja" else []
     return [r for r in FORMAT_REQUESTS if r[0] != skip] + extra
 
 

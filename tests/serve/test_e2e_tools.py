@@ -11,11 +11,11 @@ none``; and two requests each, tools required and a prefill continued streamed a
 continues a prefill as text, gpt-oss's analysis channel and Functionary's ``all``, the unstreamed one writes the
 call from the generation prompt, sampled), on tag with tagged arguments (GLM 4.6, auto-parser; Qwen3-Coder, its
 handler), gpt-oss harmony and the hand-written handlers of Functionary v3.2, Kimi K2, DeepSeek V3.2, Ministral 3,
-LFM2.5, MiniMax M3 and Gemma 4; and on gpt-oss a prefill of reasoning alone, a message shape llama-server
-refuses (HTTP 400): 41 requests in all. llama-server's refusals (HTTP 500 when its parser refuses the output,
-400 for a message it does not take) are recorded as they came. Every server ran with its clock at
-``record_tools.CLOCK`` (gpt-oss's template writes the date) and ``TEMPLATE_KWARGS``; bankml renders at the same
-time with the same kwargs.
+LFM2.5, MiniMax M3 and Gemma 4; and on gpt-oss two message shapes llama-server refuses (HTTP 400), a prefill
+of reasoning alone and a tool result without content: 42 requests in all. llama-server's refusals (HTTP 500
+when its parser refuses the output, 400 for a message it does not take) are recorded as they came. Every
+server ran with its clock at ``record_tools.CLOCK`` (gpt-oss's template writes the date) and
+``TEMPLATE_KWARGS``; bankml renders at the same time with the same kwargs.
 
 Which answer is the reference, per request: the names are the shipped file's (its records must be exactly
 ``record_tools``' templates and requests). A record holds on this machine when it was made with this machine's
@@ -240,7 +240,7 @@ def test_tool_recordings_are_live(live, name):
         assert id_ok(cid, live[name])
 
 
-# recordings whose answer bankml serve does not give (none: every one of the 41, on 12 templates, is answered
+# recordings whose answer bankml serve does not give (none: every one of the 42, on 12 templates, is answered
 # identically, token ids, content, reasoning, tool calls, finish reason, stream deltas and llama-server's 400
 # and 500s);
 # one that came to differ would be listed here with its measured reason and ``xfail(strict=True)``
