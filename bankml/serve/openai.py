@@ -26,6 +26,7 @@ from bankml.serve.request import (
     bool_field,
     check_message_count,
     check_messages,
+    check_oaicompat_messages,
     check_stop_sizes,
     read_body,
     reasoning_format_from_name,
@@ -59,6 +60,7 @@ def read_chat(raw, context=None):
     constraint = from_openai_text(body, raw)
     messages = body.get("messages")
     check_messages(messages)  # the shape; the chat layer reads them whole (reasoning_content, parts, ...)
+    check_oaicompat_messages(messages)
     params, n_predict, stop = sampler_fields(body, vocab=context.vocab)
     probs = _probs(body, CHAT, n_predict, context)
     return Request(
@@ -115,6 +117,7 @@ def read_template(body, raw, context=None):
     constraint = from_openai_text(body, raw)
     messages = body.get("messages")
     check_messages(messages)
+    check_oaicompat_messages(messages)
     return Request(
         "/apply-template", constraint, None, messages=messages, chat=chat_options(body), model=body.get("model")
     )

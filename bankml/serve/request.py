@@ -30,6 +30,7 @@ __all__ = [
     "bool_field",
     "check_message_count",
     "check_messages",
+    "check_oaicompat_messages",
     "check_stop_sizes",
     "read_body",
     "reasoning_format_from_name",
@@ -212,6 +213,18 @@ def check_messages(messages):
             raise RequestError(f"messages[{i}]: each message needs a string 'role'")
         out.append({"role": m["role"], "content": _message_text(m.get("content"))})
     return out
+
+
+def check_oaicompat_messages(messages):
+    """llama-server's checks of each message before rendering (oaicompat_chat_params_parse), with its messages:
+    a message other than the assistant's has a ``content``, an assistant message a ``content`` or
+    ``tool_calls`` (RequestError, a 400). ``messages`` passed ``check_messages``."""
+    for m in messages:
+        role = m.get("role")
+        if role != "assistant" and "content" not in m:
+            raise RequestError("All non-assistant messages must contain 'content'")
+        if role == "assistant" and "content" not in m and "tool_calls" not in m:
+            raise RequestError("Assistant message must contain either 'content' or 'tool_calls'!")
 
 
 def sampler_params(fields, n_predict, stop, n_ctx=None, vocab=None):

@@ -683,6 +683,11 @@ class Model:
             enable = bool(thinking)
         # oaicompat_chat_params_parse: the continuation rules
         continuing = _parse_continuation(continue_final_message) != CONTINUATION_NONE
+        # the request's own continue_final_message (server-schema.cpp sets chat_parser_params.is_continuation
+        # from the body's field alone): only then does the answer start from the prefill's parse; a final
+        # assistant message continued by --prefill-assistant starts from an empty message, so the prefill's
+        # parsed content and reasoning are the stream's first delta
+        asked_continuation = continuing
         if not continuing and messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
             if len(messages) >= 2 and isinstance(messages[-2], dict) and messages[-2].get("role") == "assistant":
                 raise RequestError("Cannot have 2 or more assistant messages at the end of the list.")
@@ -789,7 +794,7 @@ class Model:
             grammar_triggers=lazy,
             preserved=out.preserved_tokens or (),
             tools=with_tools,
-            continuing=continuing,
+            continuing=asked_continuation,
         )
 
     def _schema_mode(self, constraint, with_tools):
@@ -1026,8 +1031,8 @@ class Job:
         self.grammar = grammar
         self.initial_message = None
         if continuing and parser:
-            # task_result_state: a continued message's stream starts from the parse of no output, so that the
-            # prefill is not sent again
+            # task_result_state: a message continued at the request's ``continue_final_message`` starts from the
+            # parse of no output, so that the prefill is not sent again
             try:
                 self.initial_message = parser.parse(b"", partial=True)
             except ChatParseError as e:
@@ -1217,8 +1222,9 @@ class Job:
         if self.parser and finish != "cancelled":
             # llama-server parses partial answers only when it streams: a non-streamed answer's message comes
             # from its final parse alone (a broken call is then answered as text, not as the call a partial
-            # parse on the way took it for)
-            message = answer_message(self.parser, text, self.tools, self.initial_message, content)
+            # parse on the way took it for); the bytes are parsed, as llama-server parses its generated text: an
+            # unfinished UTF-8 character at the end (cut by the token limit) is not part of the message
+            message = answer_message(self.parser, bytes(generated), self.tools, self.initial_message, content)
             answer = message["content"]
             if message.get("tool_calls") and finish == "stop":
                 finish = "tool_calls"  # to_json_oaicompat_chat: a stop (eos or word) with calls

@@ -99,7 +99,7 @@ HONOURED_BY = {
     "add_generation_prompt": "test_chat_fields_are_honoured",
     "continue_final_message": "test_chat_fields_are_honoured",
     "tool_choice": "tests/serve/test_e2e_tools.py (required/*, none/*), test_tool_requests_llama_server_refuses",
-    "tools": "tests/serve/test_e2e_tools.py::test_bankml_serve_answers_like_llama_server (20 recorded tool requests), "
+    "tools": "tests/serve/test_e2e_tools.py::test_bankml_serve_answers_like_llama_server (42 recorded tool requests), "
     "tests/serve/test_e2e_tools.py::test_ollama_client_second_turn_is_llama_server_s",
     "parallel_tool_calls": "tests/serve/test_e2e_tools.py (required/parallel/prefill/seed3: two and three calls)",
     "think": "test_ollama_think_is_llama_server_s_reasoning",
