@@ -293,7 +293,7 @@ def _class_char(o):
     return "\\U%08X" % o
 
 
-_UNMERGED = object()  # Compiler.merged: not merged yet (a merge may be None)
+_UNMERGED = object()  # _Compiler.merge_cache: not merged yet (a merge may be None)
 _CLASS_CACHE = {}
 
 
@@ -705,7 +705,7 @@ class _Compiler:
         self.conj_rules = {}
         self.expand_cache = {}
         self.negate_cache = {}
-        self.merged = {}  # id(dict) -> merge((dict,)): the atoms valid() checks values against
+        self.merge_cache = {}  # id(dict), or the frozenset of a term's dict ids -> merge(term)
         self.active = set()
         self.nodes = 0
         self.bytes = 0
@@ -1184,12 +1184,11 @@ class _Compiler:
 
     def merge(self, term):
         """The per-type constraints of a term, or None when no instance satisfies it."""
-        key = frozenset(map(id, term))
-        cache = self.__dict__.setdefault("merge_cache", {})
-        if key in cache:
-            return cache[key]
-        m = self._merge(term)
-        cache[key] = m
+        # a one-dict term (each atom valid() checks a value against) keyed by the dict's id, without a set
+        key = id(term[0]) if len(term) == 1 else frozenset(map(id, term))
+        m = self.merge_cache.get(key, _UNMERGED)
+        if m is _UNMERGED:
+            m = self.merge_cache[key] = self._merge(term)
         return m
 
     def _merge(self, term):
@@ -1476,9 +1475,9 @@ class _Compiler:
     def valid_atomic(self, x, d, depth, t):
         """x (of JSON type t, ``_json_type``) against the leaf keywords of d (its combinators are already
         expanded into the term)."""
-        m = self.merged.get(id(d), _UNMERGED)  # merge((d,)), found without building its key
+        m = self.merge_cache.get(id(d), _UNMERGED)  # merge((d,))'s entry, looked up inline: the hot loop of enums
         if m is _UNMERGED:
-            m = self.merged[id(d)] = self.merge((d,))
+            m = self.merge((d,))
         if m is None:
             return False
         if t not in m["types"]:
@@ -1702,11 +1701,16 @@ class _Compiler:
             tuple(f for f, _ in st.notformats),
             frozenset(st.exclude),
         )
-        if gkey not in _GBNF_CACHE and gkey[:4] == (0, None, (), ()) and len(gkey[4]) == 1 and not gkey[5]:
-            if not gkey[6]:  # a format and nothing else: its GBNF as shipped, where the file has it
-                shipped = _shipped_format_gbnf(gkey[4][0])
-                if shipped is not None:
-                    _cache_put(_GBNF_CACHE, gkey, shipped)
+        if (
+            gkey not in _GBNF_CACHE
+            and gkey[:4] == (0, None, (), ())
+            and len(gkey[4]) == 1
+            and gkey[5:] == ((), frozenset())
+        ):
+            # a format and nothing else: its GBNF as shipped, where the file has it
+            shipped = _shipped_format_gbnf(gkey[4][0])
+            if shipped is not None:
+                _cache_put(_GBNF_CACHE, gkey, shipped)
         if gkey not in _GBNF_CACHE:
             try:
                 lang = self.str_lang(st, pointer)
@@ -2568,12 +2572,7 @@ def _shipped_format_gbnf(name):
     hit = format_data.load_gbnf(name)
     if hit is None:
         return None
-    expr, rules = hit
-    shipped = format_data.GBNF_NAME
-    return (
-        expr.replace(shipped, _PLACEHOLDER),
-        {k.replace(shipped, _PLACEHOLDER, 1): v.replace(shipped, _PLACEHOLDER) for k, v in rules.items()},
-    )
+    return _renamed(hit, _PLACEHOLDER, format_data.GBNF_NAME)
 
 
 def write_format_gbnf():
@@ -2586,13 +2585,14 @@ def write_format_gbnf():
     format_data.write_gbnf(entries)
 
 
-def _renamed(hit, name):
-    """A cached string_gbnf (made under the placeholder name) under the rule name prefix ``name``."""
+def _renamed(hit, name, old=_PLACEHOLDER):
+    """A string_gbnf result made under the rule name prefix ``old`` (the cache's placeholder, or the shipped
+    formats' name) under the prefix ``name``."""
     expr, rules = hit
-    # rule names are the placeholder then "-...": nothing else in GBNF text spells it
+    # rule names are the prefix then "-...": nothing else in GBNF text spells it
     return (
-        expr.replace(_PLACEHOLDER, name),
-        {k.replace(_PLACEHOLDER, name, 1): v.replace(_PLACEHOLDER, name) for k, v in rules.items()},
+        expr.replace(old, name),
+        {k.replace(old, name, 1): v.replace(old, name) for k, v in rules.items()},
     )
 
 
