@@ -9,7 +9,10 @@ the llama-bpe vocabulary (a greedy split by its pieces), the token allowed by th
 
 import collections
 import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import jsonschema  # noqa: E402 - the oracle
 import pytest
@@ -21,6 +24,8 @@ from bankml.engine.vocab import Vocab  # noqa: E402
 from bankml.errors import GrammarError, SchemaError  # noqa: E402
 from bankml.schema import SchemaLimits  # noqa: E402
 from bankml.schema.strict import strict_schema_rules, strict_schema_to_grammar  # noqa: E402
+
+from ..bounded import HANG_SECONDS  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 TINY = Vocab([b"x"], [])
@@ -856,10 +861,6 @@ _SEED_SCHEMA = {
 
 
 def test_strict_outcome_does_not_depend_on_the_hash_seed():
-    import os
-    import subprocess
-    import sys
-
     code = (
         "import json, sys\n"
         "from bankml import SchemaError, json_schema_to_grammar\n"
@@ -872,7 +873,12 @@ def test_strict_outcome_does_not_depend_on_the_hash_seed():
     for seed in ("0", "2", "5", "6"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
         done = subprocess.run(
-            [sys.executable, "-c", code, json.dumps(_SEED_SCHEMA)], capture_output=True, text=True, env=env, check=True
+            [sys.executable, "-c", code, json.dumps(_SEED_SCHEMA)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+            timeout=HANG_SECONDS,
         )
         outcomes.add(done.stdout.strip())
     assert len(outcomes) == 1, outcomes
