@@ -20,7 +20,7 @@ Policies (what "exactly" means for texts, since a grammar sees text and jsonsche
   (``additionalProperties``/``patternProperties``) anywhere among them: one rule per set of keys written,
   while the grammar's any-order objects have at most 4096 such sets in all (objects built first, outermost
   first, get them). Past that (2^n rules would be too many), when no minProperties, maxProperties or
-  dependency counts keys and there are at most 8 required keys, members come in any order with one rule per
+  dependency counts keys and there are at most 12 required keys, members come in any order with one rule per
   set of required keys written, and an optional key may come again (``json.loads`` keeps the last value;
   every value must pass, so the verdict on texts without repeated keys is jsonschema's). Otherwise the object
   is refused (keyword ``properties``: a grammar of one key order would reject valid texts); with
@@ -160,6 +160,7 @@ _NEVER = "[^\\x00-\\U0010FFFF]"
 _MAX_REPETITION = 2000  # bankml.parser.MAX_REPETITION_THRESHOLD (llama.cpp's)
 _MAX_DEPTH = 512  # nesting of the schema document (bankml.schema.MAX_JSON_DEPTH)
 _MAX_ANY_ORDER = 8  # objects of up to this many listed keys take them in any order (module docstring)
+_MAX_REQUIRED_ANY_ORDER = 12  # ... or this many required keys, the optional ones free to come again
 _ANY_ORDER_BUDGET = 4096  # ... while the any-order objects of one grammar have at most this many key sets
 
 
@@ -1711,6 +1712,28 @@ class _Compiler:
             shipped = _shipped_format_gbnf(gkey[4][0])
             if shipped is not None:
                 _cache_put(_GBNF_CACHE, gkey, shipped)
+        run = _pattern_run(st) if gkey not in _GBNF_CACHE else None
+        if run is not None:
+            # one pattern whose strings are the runs of one character class: the length bounds as a repetition
+            # of that class, not as a product automaton of one state per length (same language)
+            cs, a, b, nl = run
+            cls = self.add_rule("strc", _sl._charset_gbnf(cs))
+            alts = []
+            for extra in (0, 1) if nl else (0,):  # the run alone, then the run and its newline (one more char)
+                lo = max(a, st.min - extra)
+                hi = b if st.max is None else st.max - extra if b is None else min(b, st.max - extra)
+                if hi is not None and lo > hi:
+                    continue
+                parts = [] if hi == 0 else [self.repeat(cls, lo, hi, "maxLength", pointer)]
+                if extra:
+                    parts.append(self.add_rule("strc", _sl._charset_gbnf(((10, 10),))))
+                alts.append(" ".join(parts))
+            if not alts:
+                cache[key] = None
+                return None
+            body = alts[0] if len(alts) == 1 else "( " + " | ".join(x or '""' for x in alts) + " )"
+            cache[key] = '"\\"" ' + (body + " " if body else "") + '"\\""'
+            return cache[key]
         if gkey not in _GBNF_CACHE:
             try:
                 lang = self.str_lang(st, pointer)
@@ -2277,7 +2300,7 @@ class _Compiler:
             not deps
             and not minp
             and maxp is None
-            and len(req) <= _MAX_ANY_ORDER
+            and len(req) <= _MAX_REQUIRED_ANY_ORDER
             and (self.any_order_states + (1 << len(req)) <= _ANY_ORDER_BUDGET)
         ):
             self.any_order_states += 1 << len(req)
@@ -2290,7 +2313,7 @@ class _Compiler:
                 "%d listed keys (%d required) cannot be taken in every order (at most %d listed keys, or %d required "
                 "keys without minProperties, maxProperties or dependencies, and %d key sets per grammar); "
                 "lenient=['properties'] takes them in the schema's order"
-                % (n, len(req), _MAX_ANY_ORDER, _MAX_ANY_ORDER, _ANY_ORDER_BUDGET),
+                % (n, len(req), _MAX_ANY_ORDER, _MAX_REQUIRED_ANY_ORDER, _ANY_ORDER_BUDGET),
             )
         memo = {}
         states = [0]
@@ -2564,6 +2587,63 @@ def _cached_lang(kind, arg):
         lang = _sl.Lang.regex(arg) if kind == "regex" else _sl.Lang.format(arg)
         _cache_put(_LANG_CACHE, key, lang)
     return lang
+
+
+def _pattern_run(st):
+    """(cs, a, b, nl) when st's one constraint besides its length is one pattern whose strings are exactly those
+    of a..b characters (b None: no bound) of the character set cs, each followed or not by one newline when nl
+    (Python's ``$`` matches before a final newline): ``^[\\w.-]+$``, ``^\\d{4}$``. Else None."""
+    if len(st.patterns) != 1 or st.notpatterns or st.formats or st.notformats or st.exclude:
+        return None
+    try:
+        lang = _cached_lang("regex", st.patterns[0][0])
+    except _sl.LangError:
+        return None  # the general path refuses it, naming the keyword
+    trans, acc = lang._trans, lang._acc
+    # the state a final newline leads to: accepting, nothing after it
+    final = {t for row in trans for lo, hi, t in row if lo == hi == 10 and not trans[t] and acc[t]}
+    if len(final) > 1:
+        return None
+    nl_to = final.pop() if final else -1
+    chain = []
+    cs = None
+    s, loops = 0, False
+    while True:
+        chain.append(s)
+        row = [(lo, hi, t) for lo, hi, t in trans[s] if t != nl_to]
+        if acc[s] != (len(row) < len(trans[s])) and nl_to >= 0:
+            return None  # the newline must follow exactly the accepted runs
+        if len(row) + 1 < len(trans[s]):
+            return None
+        if not row:
+            break
+        target = row[0][2]
+        ranges = []
+        for lo, hi, t in row:
+            if t != target:
+                return None
+            if ranges and ranges[-1][1] + 1 == lo:
+                ranges[-1] = (ranges[-1][0], hi)
+            else:
+                ranges.append((lo, hi))
+        ranges = tuple(ranges)
+        if cs is None:
+            cs = ranges
+        elif ranges != cs:
+            return None
+        if target == s:
+            loops = True
+            break
+        if target in chain:
+            return None
+        s = target
+    if cs is None or len(chain) + (nl_to >= 0) != len(trans):
+        return None
+    accepting = [acc[x] for x in chain]
+    first = accepting.index(True) if True in accepting else None
+    if first is None or not all(accepting[first:]):
+        return None
+    return cs, first, None if loops else len(chain) - 1, nl_to >= 0
 
 
 def _shipped_format_gbnf(name):

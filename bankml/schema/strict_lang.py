@@ -92,9 +92,9 @@ from __future__ import annotations
 
 import bisect
 import re
-import sys
 import threading
-from array import array
+
+import numpy as np
 
 from bankml.schema import format_data
 
@@ -249,10 +249,7 @@ def _all_text() -> str:
     """Every scalar value once, in order (a 1.1M-char string): `re` scans it to get exact sets."""
     global _ALL_TEXT
     if _ALL_TEXT is None:
-        cps = array("I", range(SUR_LO))
-        cps.extend(range(SUR_HI + 1, MAXCP + 1))
-        if sys.byteorder != "little":  # pragma: no cover
-            cps.byteswap()
+        cps = np.concatenate((np.arange(SUR_LO, dtype="<u4"), np.arange(SUR_HI + 1, MAXCP + 1, dtype="<u4")))
         _ALL_TEXT = cps.tobytes().decode("utf-32-le")
     return _ALL_TEXT
 
@@ -1879,14 +1876,19 @@ def _hex_expr(ranges: tuple, k: int, memo: dict) -> str | None:
         out = " ".join([_HEX_FULL] * k)
     else:
         step = size // 16
+        # the ranges split at the leading digit's boundaries, relative to their digit's base, in one pass
+        buckets: dict = {}
+        for lo, hi in ranges:
+            d, d1 = lo // step, hi // step
+            while d < d1:
+                buckets.setdefault(d, []).append((lo - d * step, step - 1))
+                d += 1
+                lo = d * step
+            buckets.setdefault(d, []).append((lo - d * step, hi - d * step))
         groups: dict = {}
         order = []
-        for d in range(16):
-            base = d * step
-            sub = _cs_inter(ranges, ((base, base + step - 1),))
-            if not sub:
-                continue
-            rel = tuple((lo - base, hi - base) for lo, hi in sub)
+        for d, sub in buckets.items():
+            rel = tuple(sub)
             e = _hex_expr(rel, k - 1, memo) if k > 1 else ""
             if e not in groups:
                 groups[e] = []
