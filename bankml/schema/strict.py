@@ -294,6 +294,7 @@ def _class_char(o):
     return "\\U%08X" % o
 
 
+_SCALARS = (str, int, float, bool, type(None))  # values valid() remembers its verdicts on
 _UNMERGED = object()  # _Compiler.merge_cache: not merged yet (a merge may be None)
 _CLASS_CACHE = {}
 
@@ -706,6 +707,7 @@ class _Compiler:
         self.conj_rules = {}
         self.expand_cache = {}
         self.negate_cache = {}
+        self.valid_memo = {}  # (class, scalar value, id(schema)) -> valid(value, schema) at depth 0
         self.merge_cache = {}  # id(dict), or the frozenset of a term's dict ids -> merge(term)
         self.active = set()
         self.nodes = 0
@@ -1466,12 +1468,21 @@ class _Compiler:
             return True
         if s is False:
             return False
+        memo = None
+        if depth == 0 and x.__class__ in _SCALARS:
+            # an enum's values meet the same schema once per term of every node that holds it (a oneOf of many
+            # branches: the same value against the same dict thousands of times); the class keeps 1, 1.0, True
+            # apart (their JSON types differ)
+            memo = (x.__class__, x, id(s))
+            got = self.valid_memo.get(memo)
+            if got is not None:
+                return got
         terms = self.expand(s)
         xt = _json_type(x, self.draft)  # once per value: a big enum meets every atom of every term
-        for t in terms:
-            if all(self.valid_atomic(x, d, depth, xt) for d in t):
-                return True
-        return False
+        out = any(all(self.valid_atomic(x, d, depth, xt) for d in t) for t in terms)
+        if memo is not None:
+            self.valid_memo[memo] = out
+        return out
 
     def valid_atomic(self, x, d, depth, t):
         """x (of JSON type t, ``_json_type``) against the leaf keywords of d (its combinators are already
