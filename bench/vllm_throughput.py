@@ -20,7 +20,9 @@ Time to first token (``ttft_s``, median and p90 over the level's requests) is vL
 with stats on, so the engines are built with ``disable_log_stats=False`` (vLLM's stat logger then prints a
 line every ``VLLM_LOG_STATS_INTERVAL`` seconds, in every mode alike). ``ttft_from_batch_start_s`` adds the
 wait between the ``LLM.generate`` call and the request's arrival (the frontend processes the level's
-prompts one after another before the first step).
+prompts one after another before the first step). Both include the prefill, which vLLM's prefix cache
+shortens for a prompt seen before (the warm-up's two, then each level's): ``prompt_tokens`` and
+``prompt_tokens_cached`` say how much of it was cached.
 
 The grammar's share of step time (``grammar_share``) is the time spent in grammar code during the level
 divided by the wall time of the engine core's steps (``EngineCore.step``: schedule, the worker's forward
@@ -155,6 +157,10 @@ def main():
                 "wall_s": wall,
                 "tokens_per_s": tokens / wall,
                 "json_parsed": parsed,
+                # prefix-cache hits shorten the prefill, so the time to first token: a level repeats the prompts
+                # of the warm-up (schemas 0 and 1) and of the levels before it
+                "prompt_tokens": sum(len(o.prompt_token_ids or ()) for o in outputs),
+                "prompt_tokens_cached": sum(o.num_cached_tokens or 0 for o in outputs),
                 "ttft_s": _median_p90([m.first_token_latency for m in stats]),
                 "ttft_from_batch_start_s": _median_p90(
                     [m.arrival_time - submitted + m.first_token_latency for m in stats]
