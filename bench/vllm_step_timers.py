@@ -16,7 +16,9 @@ directory on ``sys.path`` (which spawned children inherit), and ``install`` wrap
 
 Each wrapper adds its nanoseconds and one call to two int64 slots of a file mapped shared by every process
 (the file named by ``BANKML_BENCH_TIMERS``; nothing is installed without it). A slot has one writing thread,
-except the compile slots, written under a lock. Outside the bench nothing imports this module.
+except the compile slots, written under a lock. Without speculative decoding, as the bench runs: with drafts,
+``grammar_bitmask`` calls ``accept_tokens`` itself (and rolls back), which would be counted twice. Outside the
+bench nothing imports this module.
 """
 
 import ctypes
