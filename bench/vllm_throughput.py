@@ -10,22 +10,56 @@ engine per mode (``max_num_seqs`` = the largest concurrency), the modes one afte
 run. At concurrency c, c chat requests go to ``LLM.generate`` together (so c run at once), each asking for
 a JSON object of one of the 22 schemas of bench/data/schemas.json (round robin), constrained by that schema:
 through ``extra_args={"bankml_json_schema": ...}`` for bankml, ``StructuredOutputsParams(json=...)`` for
-the backends. Reported per mode and concurrency: output tokens, wall seconds, tokens/s, and the share of
-answers that parse as JSON. The bankml processor, installed with bankml, is loaded in every mode (vLLM's
-entry point) and idle where no request asks for it.
+the backends. Reported per mode and concurrency: output tokens, wall seconds, tokens/s, the share of
+answers that parse as JSON, time to first token and the grammar's share of step time. The bankml processor,
+installed with bankml, is loaded in every mode (vLLM's entry point) and idle where no request asks for it.
+
+Time to first token (``ttft_s``, median and p90 over the level's requests) is vLLM's own per-request figure,
+``RequestOutput.metrics.first_token_latency``: the frontend's wall clock from the request's arrival (when
+``LLM.generate`` hands it to the engine) to the output step that carried its first token. vLLM records it only
+with stats on, so the engines are built with ``disable_log_stats=False`` (vLLM's stat logger then prints a
+line every ``VLLM_LOG_STATS_INTERVAL`` seconds, in every mode alike). ``ttft_from_batch_start_s`` adds the
+wait between the ``LLM.generate`` call and the request's arrival (the frontend processes the level's
+prompts one after another before the first step). Both include the prefill, which vLLM's prefix cache
+shortens for a prompt seen before (the warm-up's two, then each level's): ``prompt_tokens`` and
+``prompt_tokens_cached`` say how much of it was cached.
+
+The grammar's share of step time (``grammar_share``) is the time spent in grammar code during the level
+divided by the wall time of the engine core's steps (``EngineCore.step``: schedule, the worker's forward
+pass and sampling, the scheduler's update). Grammar code is, for bankml, ``BankmlLogitsProcessor.apply``
+(matchers advanced, masks filled and applied) and ``update_state`` (requests added, grammars compiled on a
+cache miss), in the worker; for the backends, ``StructuredOutputManager.grammar_bitmask`` (masks filled, in
+the engine core while the worker runs the forward pass: it overlaps the step's model time),
+``apply_grammar_bitmask`` (masks applied to the logits, in the worker) and the grammars' ``accept_tokens``
+(in the scheduler's update). The share counts the mode's own parts (for no constraint, all of them: the idle
+bankml processor); ``grammar_parts_s`` gives every part that ran. The backends compile grammars in a thread
+outside the step; that time is reported apart (``backend_compile_s``) and left out of the share. The timers
+are wrappers that vLLM's own processes install through a general plugin (bench/vllm_step_timers.py); where
+they did not load, the share is null.
 """
 
 import argparse
 import json
 import os
 import pathlib
+import shutil
 import sys
 import time
+
+import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import vllm_step_timers  # noqa: E402  (bench/, beside this script)
+
 from tests import engines_support  # noqa: E402
+
+
+def _median_p90(values):
+    if not values:
+        return None
+    return {"median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
 
 
 def main():
@@ -42,6 +76,10 @@ def main():
 
     from bankml import Vocab
     from bankml.integrations.vllm import BankmlLogitsProcessor
+
+    timers = vllm_step_timers.Timers()  # before the first engine starts its processes
+    plugin = vllm_step_timers.plugin_path()
+    sys.path.insert(0, plugin)  # vLLM's processes inherit sys.path and load the plugin there
 
     levels = [int(c) for c in args.concurrency.split(",")]
     schemas = json.loads((ROOT / "bench" / "data" / "schemas.json").read_text())["schemas"]
@@ -61,6 +99,7 @@ def main():
             max_model_len=2048,
             max_num_seqs=max(levels),
             seed=0,
+            disable_log_stats=False,  # RequestOutput.metrics (time to first token) is filled only with stats on
             logits_processors=[] if registered else [BankmlLogitsProcessor],
             additional_config={"bankml_vocab": gguf},
             structured_outputs_config={"backend": mode if mode in ("xgrammar", "guidance") else "auto"},
@@ -88,12 +127,22 @@ def main():
             return prompt, SamplingParams(max_tokens=args.max_tokens, temperature=0.0, stop_token_ids=eog, **kwargs)
 
         entry = {"mode": mode, "engine_start_s": start_s, "levels": []}
+        if mode == "bankml":
+            counted = vllm_step_timers.BANKML
+        elif mode in ("xgrammar", "guidance"):
+            counted = vllm_step_timers.BACKEND
+        else:  # no constraint: what the idle processor and the manager cost
+            counted = vllm_step_timers.GRAMMAR
         llm.generate(*zip(*[request(i) for i in range(2)]), use_tqdm=False)  # warm-up
         for c in levels:
             prompts, params = zip(*[request(i) for i in range(c)])
+            before = timers.snapshot()
+            submitted = time.time()  # the clock of RequestStateStats.arrival_time
             t0 = time.perf_counter()
             outputs = llm.generate(list(prompts), list(params), use_tqdm=False)
             wall = time.perf_counter() - t0
+            after = timers.snapshot()
+            stats = [o.metrics for o in outputs if o.metrics is not None and o.metrics.first_token_latency > 0]
             tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
             parsed = 0
             for o in outputs:
@@ -108,6 +157,15 @@ def main():
                 "wall_s": wall,
                 "tokens_per_s": tokens / wall,
                 "json_parsed": parsed,
+                # prefix-cache hits shorten the prefill, so the time to first token: a level repeats the prompts
+                # of the warm-up (schemas 0 and 1) and of the levels before it
+                "prompt_tokens": sum(len(o.prompt_token_ids or ()) for o in outputs),
+                "prompt_tokens_cached": sum(o.num_cached_tokens or 0 for o in outputs),
+                "ttft_s": _median_p90([m.first_token_latency for m in stats]),
+                "ttft_from_batch_start_s": _median_p90(
+                    [m.arrival_time - submitted + m.first_token_latency for m in stats]
+                ),
+                **timers.level(before, after, counted),
                 "load_average": os.getloadavg(),
             }
             entry["levels"].append(level)
@@ -115,6 +173,8 @@ def main():
         report["modes"].append(entry)
         del llm
     report["load_average_after"] = os.getloadavg()
+    timers.close()
+    shutil.rmtree(plugin)
     text = json.dumps(report, indent=1)
     if args.out:
         pathlib.Path(args.out).write_text(text)

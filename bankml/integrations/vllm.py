@@ -164,15 +164,15 @@ def apply_bitmask(logits, bitmask, indices):
 class _Row:
     """One request's matcher and how far it has read the request's output tokens."""
 
-    __slots__ = ("grammar", "output_ids", "seen", "done", "dead", "vocab", "spec")
+    __slots__ = ("grammar", "output_ids", "seen", "done", "dead", "eog_ids", "spec")
 
-    def __init__(self, grammar, output_ids, vocab):
+    def __init__(self, grammar, output_ids, eog_ids):
         self.grammar = grammar
         self.output_ids = output_ids  # vLLM's live list: it grows as the request generates
         self.seen = 0
         self.done = False  # an end-of-generation token was accepted
         self.dead = False  # a token the grammar rejects was sampled
-        self.vocab = vocab
+        self.eog_ids = eog_ids  # the vocabulary's end-of-generation ids, a frozenset of ints
         self.spec = None
 
     def advance(self):
@@ -194,7 +194,7 @@ class _Row:
                     e,
                 )
                 continue
-            if self.vocab.is_eog(int(token)):
+            if token in self.eog_ids:
                 self.done = True
 
 
@@ -221,15 +221,20 @@ class BankmlLogitsProcessor(LogitsProcessor):
         max_rows = max(1, int(getattr(vllm_config.scheduler_config, "max_num_seqs", 1) or 1))
         # vLLM's bitmask layout, on the CPU (pinned when the logits live elsewhere: one copy per step)
         self._pin = bool(is_pin_memory) and self.device.type != "cpu"
-        self._bitmask = self._allocate(max_rows)
+        self._allocate(max_rows)
         eog = np.zeros(self.width * 32, dtype=bool)
         eog[list(self.vocab.eog_ids)] = True
         self._eog_words = np.packbits(eog, bitorder="little").view(np.int32)
+        self._eog_ids = frozenset(int(t) for t in self.vocab.eog_ids)
         trace = os.environ.get("BANKML_VLLM_TRACE")
         self._trace = open(trace, "a", encoding="utf-8") if trace else None
 
     def _allocate(self, rows):
-        return torch.zeros((rows, self.width), dtype=torch.int32, pin_memory=self._pin)
+        self._bitmask = torch.zeros((rows, self.width), dtype=torch.int32, pin_memory=self._pin)
+        # the same memory as numpy, sliced per step: a torch slice and .numpy() cost more than the mask itself
+        # when the forward pass has just evicted the caches
+        self._words = self._bitmask.numpy()
+        self._in_order = list(range(rows))
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams):
@@ -248,7 +253,7 @@ class BankmlLogitsProcessor(LogitsProcessor):
         spec = request_spec(params)
         if spec is None:
             return None
-        row = _Row(self.compiler.matcher(*spec), output_ids, self.vocab)
+        row = _Row(self.compiler.matcher(*spec), output_ids, self._eog_ids)
         row.spec = spec
         return row
 
@@ -273,17 +278,23 @@ class BankmlLogitsProcessor(LogitsProcessor):
                 live.append(index)
                 grammars.append(row.grammar)
         n = len(live) + len(held)
-        if n > self._bitmask.shape[0]:
-            self._bitmask = self._allocate(n)
-        bitmask = self._bitmask[:n]
-        words = bitmask.numpy()
+        if n > self._words.shape[0]:
+            self._allocate(n)
+        words = self._words[:n]
         fill_next_token_bitmasks(grammars, words)
         if held:
             words[len(live) :] = self._eog_words
         indices = live + held
         if self._trace is not None:
             self._write_trace(indices, words)
-        apply_bitmask(logits, bitmask, indices)
+        if logits.dtype is torch.float32 and self.device.type == "cpu" and logits.stride(-1) == 1:
+            # vLLM's CPU sampler: bankml's kernel straight on the numpy words; rows that are the batch in order
+            # (every request constrained) need no index list, whose checks cost more than one row's mask
+            if n == logits.shape[0] and indices == self._in_order[:n]:
+                indices = None
+            apply_token_bitmask_inplace(logits, words, indices=indices)
+        else:
+            apply_bitmask(logits, self._bitmask[:n], indices)
         return logits
 
     def _write_trace(self, indices, words):
