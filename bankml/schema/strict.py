@@ -213,6 +213,41 @@ def _equal(a, b):
     return a == b
 
 
+def _vkey(v):
+    """A hashable key that two JSON values share exactly when ``_equal`` says they are equal, or None for a value
+    holding a NaN (json.loads reads ``NaN``), which ``_equal`` finds equal to nothing, itself included."""
+    if isinstance(v, str):
+        return ("s", v)
+    if isinstance(v, bool):
+        return ("b", v)
+    if isinstance(v, (int, float)):
+        return None if v != v else ("n", v)  # 1 and 1.0 (and 0.0, -0.0) are equal with equal hashes
+    if v is None:
+        return ("z",)
+    if isinstance(v, list):
+        keys = tuple(_vkey(x) for x in v)
+        return None if None in keys else ("l", keys)
+    if isinstance(v, dict):
+        items = []
+        for k, x in v.items():
+            kx = _vkey(x)
+            if kx is None:
+                return None
+            items.append((k, kx))
+        return ("d", frozenset(items))
+    return None
+
+
+def _vkeys(values):
+    """The keys of values (those that have one: a NaN-holding value equals nothing)."""
+    out = set()
+    for v in values:
+        k = _vkey(v)
+        if k is not None:
+            out.add(k)
+    return out
+
+
 def _spellings(x):
     """The parsed values jsonschema-equal to the enum value x that an instance may hold: an integral number as
     an int and as a float (their types differ: draft 4 counts 1.0 as no integer)."""
@@ -1232,7 +1267,8 @@ class _Compiler:
                     if m["enum"] is None:
                         m["enum"] = list(vals)
                     else:
-                        m["enum"] = [x for x in m["enum"] if any(_equal(x, y) for y in vals)]
+                        keys = _vkeys(vals)  # hashed: enums of thousands of values met each other pairwise
+                        m["enum"] = [x for x in m["enum"] if _vkey(x) in keys]
                 elif k == "$strict-notvalues":
                     m["notvalues"].extend(val)
                 elif k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$strict-bound"):
@@ -1346,12 +1382,12 @@ class _Compiler:
             return None
         if m["enum"] is not None:
             vals = []
+            seen = _vkeys(m["notvalues"])  # the excluded values, then each value kept: no value twice
             for x in m["enum"]:
-                if (
-                    self.enum_type_ok(x, types)
-                    and not any(_equal(x, y) for y in m["notvalues"])
-                    and not any(_equal(x, y) for y in vals)
-                ):
+                k = _vkey(x)
+                if self.enum_type_ok(x, types) and (k is None or k not in seen):
+                    if k is not None:
+                        seen.add(k)
                     vals.append(x)
             if not vals:
                 return None
@@ -1494,8 +1530,12 @@ class _Compiler:
             return False
         if t not in m["types"]:
             return False
-        if m["enum"] is not None and not any(_equal(x, y) for y in m["enum"]):
-            return False
+        if m["enum"] is not None:
+            ek = m.get("enum_keys")
+            if ek is None or ek[0] is not m["enum"]:
+                ek = m["enum_keys"] = (m["enum"], _vkeys(m["enum"]))
+            if _vkey(x) not in ek[1]:  # a NaN-holding x has no key: it equals no enum value
+                return False
         if any(_equal(x, y) for y in m["notvalues"]):
             return False
         if t in ("int", "frac"):

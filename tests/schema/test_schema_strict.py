@@ -933,3 +933,54 @@ def test_pattern_class_runs(pattern, bounds):
     for s in RUN_STRINGS:
         spelled = json.dumps(s)  # ASCII escapes (\n, \u0663): the same decoded value, the same verdict
         assert accepts(gbnf, spelled) == oracle(schema, s), (schema, spelled)
+
+
+def test_value_keys_match_jsonschema_equality():
+    """Enums are intersected, deduplicated and searched through hashed keys (``_vkey``): two values share a key
+    exactly when jsonschema's equality holds (1 == 1.0, True != 1, key order irrelevant, NaN equal to nothing)."""
+    from jsonschema._utils import equal
+
+    from bankml.schema.strict import _equal, _vkey
+
+    nan = float("nan")
+    values = [
+        0,
+        0.0,
+        -0.0,
+        1,
+        1.0,
+        True,
+        False,
+        None,
+        "1",
+        "",
+        2**53,
+        2**53 + 1,
+        float(2**53),
+        1e308,
+        float("inf"),
+        nan,
+        [1],
+        [1.0],
+        [True],
+        [1, 2],
+        [2, 1],
+        [],
+        {},
+        {"a": 1},
+        {"a": 1.0},
+        {"a": True},
+        {"b": 1},
+        {"a": 1, "b": [1, {"c": None}]},
+        {"b": [1.0, {"c": None}], "a": 1.0},
+        [nan],
+        {"a": nan},
+        ["a"],
+        "a",
+    ]
+    for a in values:
+        for b in values:
+            same = _vkey(a) is not None and _vkey(a) == _vkey(b)
+            assert same == _equal(a, b), (a, b)
+            if "nan" not in json.dumps([a, b]).lower():  # no NaN can be generated: jsonschema's own equality
+                assert same == equal(a, b), (a, b)
