@@ -1382,16 +1382,18 @@ class _Compiler:
             return None
         if m["enum"] is not None:
             vals = []
-            seen = _vkeys(m["notvalues"])  # the excluded values, then each value kept: no value twice
+            excluded = _vkeys(m["notvalues"])
+            kept = set()  # the keys of the values kept: no value twice, and valid_atomic's membership test
             for x in m["enum"]:
                 k = _vkey(x)
-                if self.enum_type_ok(x, types) and (k is None or k not in seen):
+                if self.enum_type_ok(x, types) and (k is None or (k not in excluded and k not in kept)):
                     if k is not None:
-                        seen.add(k)
+                        kept.add(k)
                     vals.append(x)
             if not vals:
                 return None
             m["enum"] = vals
+            m["enum_keys"] = kept
         return m
 
     def enum_type_ok(self, x, types):
@@ -1530,12 +1532,8 @@ class _Compiler:
             return False
         if t not in m["types"]:
             return False
-        if m["enum"] is not None:
-            ek = m.get("enum_keys")
-            if ek is None or ek[0] is not m["enum"]:
-                ek = m["enum_keys"] = (m["enum"], _vkeys(m["enum"]))
-            if _vkey(x) not in ek[1]:  # a NaN-holding x has no key: it equals no enum value
-                return False
+        if m["enum"] is not None and _vkey(x) not in m["enum_keys"]:  # a NaN-holding x has no key: equals none
+            return False
         if any(_equal(x, y) for y in m["notvalues"]):
             return False
         if t in ("int", "frac"):
@@ -1763,7 +1761,7 @@ class _Compiler:
             shipped = _shipped_format_gbnf(gkey[4][0])
             if shipped is not None:
                 _cache_put(_GBNF_CACHE, gkey, shipped)
-        run = _pattern_run(st) if gkey not in _GBNF_CACHE else None
+        run = _pattern_run(st)
         if run is not None:
             # one pattern whose strings are the runs of one character class: the length bounds as a repetition
             # of that class, not as a product automaton of one state per length (same language)
@@ -1777,7 +1775,7 @@ class _Compiler:
                     continue
                 parts = [] if hi == 0 else [self.repeat(cls, lo, hi, "maxLength", pointer)]
                 if extra:
-                    parts.append(self.add_rule("strc", _sl._charset_gbnf(((10, 10),))))
+                    parts.append(self.spell("\n"))
                 alts.append(" ".join(parts))
             if not alts:
                 cache[key] = None
