@@ -238,6 +238,20 @@ def _vkey(v):
     return None
 
 
+def _same(x, y):
+    """x == y, but a boolean equals only a boolean (Python finds 0 == False and 1 == True): the values of two
+    schemas, compared as jsonschema reads them."""
+    if x is y:
+        return True
+    if isinstance(x, bool) or isinstance(y, bool):
+        return x.__class__ is y.__class__ and x == y
+    if isinstance(x, dict):
+        return isinstance(y, dict) and x.keys() == y.keys() and all(_same(v, y[k]) for k, v in x.items())
+    if isinstance(x, (list, tuple)):
+        return x.__class__ is y.__class__ and len(x) == len(y) and all(_same(a, b) for a, b in zip(x, y))
+    return x == y
+
+
 def _vkeys(values):
     """The keys of values (those that have one: a NaN-holding value equals nothing)."""
     out = set()
@@ -949,7 +963,41 @@ class _Compiler:
                     ]
                 )
             )
+        for k, a, x, kp in self.schema_deps(s, v):
+            # a schema dependency: an object holding the key a satisfies x too; the instances split into those
+            # (the key present, x) and the rest (not an object, or an object without a), as jsonschema reads it
+            has = self.has_key(a, kp)
+            parts.append(self.union([self.product([[(has,)], self.expand(x)], kp), self.negate(has)]))
         return self.product(parts, ptr)
+
+    def schema_deps(self, s, v):
+        """(keyword, key, schema, pointer) of each schema dependency of s (``dependentSchemas``, and the schema form
+        of draft 4-7's ``dependencies``; its array form is ``deps_of``'s); one that constrains nothing is left out."""
+        out = []
+        for k in ("dependentSchemas", "dependencies"):
+            val = s.get(k)
+            if val is None or k not in v:
+                continue
+            if not isinstance(val, dict):
+                self.refuse(k, self.p(s) + "/" + k, "%s must be an object" % k)
+            for a, x in val.items():
+                kp = self.p(s) + "/" + k + "/" + _esc_ptr(a)
+                if isinstance(x, list):
+                    if k == "dependentSchemas":
+                        self.refuse(k, kp, "a dependentSchemas value must be a schema")
+                    continue
+                self.check_schema(x, kp)
+                if x is True or x == {}:
+                    continue
+                out.append((k, a, x, kp))
+        return out
+
+    def has_key(self, a, pointer):
+        """The synthetic schema of the objects that hold the key a."""
+        cache = self.__dict__.setdefault("has_key_cache", {})
+        if a not in cache:
+            cache[a] = self.synth({"$strict-types": frozenset({"object"}), "required": [a]}, pointer)
+        return cache[a]
 
     def sublist(self, s, k):
         subs = s[k]
@@ -979,7 +1027,9 @@ class _Compiler:
             seen = set()
             for a in terms:
                 for b in part:
-                    t = a + tuple(x for x in b if x not in a)
+                    # a dict equal to one the term holds adds nothing; Python's == finds {"enum": [0]} equal to
+                    # {"enum": [false]}, so equal ones are compared again with JSON's types (_same)
+                    t = a + tuple(x for x in b if x not in a or not any(y == x and self.same(x, y) for y in a))
                     key = frozenset(map(id, t))
                     if key not in seen:
                         seen.add(key)
@@ -990,15 +1040,27 @@ class _Compiler:
         # drop terms whose keywords contradict (no instance), so they do not multiply further up
         return [t for t in terms if self.merge(t) is not None]
 
+    def same(self, x, y):
+        """Two schema dicts equal as JSON (a boolean is no number) and read with the same vocabulary."""
+        return (id(x) in self.syn) == (id(y) in self.syn) and _same(x, y)
+
     def one_of(self, s):
         ptr = self.p(s) + "/oneOf"
         subs = self.sublist(s, "oneOf")
         branches = [(x, self.expand(x)) for x in subs]
         live = [(x, b) for x, b in branches if b]
+        # the branches are met only beside s's own type (s's term is in every product oneOf's terms join): two
+        # branches that overlap only where it fails (a number, under "type": "object") are disjoint here. Only
+        # the type: s's other keywords may lead back to s through $ref while s is being expanded
+        v = self.vocab if id(s) not in self.syn else _VOCAB[2020]
+        within = [b for _, b in live]
+        if "type" in s and "type" in v:
+            ctx = self.synth({"$strict-types": self.types_of(s["type"], self.p(s) + "/type")}, self.p(s))
+            within = [[(ctx,) + t for t in b] for b in within]
         overlap = {i: [] for i in range(len(live))}
         for i in range(len(live)):
             for j in range(i + 1, len(live)):
-                if not all(self.disjoint(t1, t2, 0) for t1 in live[i][1] for t2 in live[j][1]):
+                if not all(self.disjoint(t1, t2, 0) for t1 in within[i] for t2 in within[j]):
                     overlap[i].append(j)
                     overlap[j].append(i)
         if not any(overlap.values()):
@@ -1122,12 +1184,16 @@ class _Compiler:
             elif kk == "properties":
                 if not isinstance(val, dict):
                     self.refuse("properties", kp, "properties must be an object")
-                if ("additionalProperties" in s and "additionalProperties" in v) or (
-                    "patternProperties" in s and "patternProperties" in v
+                ap = s.get("additionalProperties", True) if "additionalProperties" in v else True
+                if ("patternProperties" in s and "patternProperties" in v) or not (
+                    ap is True or ap is False or ap == {}
                 ):
                     self.refuse(
                         "not", kp, "the negation of properties beside additionalProperties or patternProperties"
                     )
+                if ap is False:
+                    # a closed object fails on a key it does not list, too
+                    alts.append(syn({"$strict-types": frozenset({"object"}), "$strict-outside": list(val)}, k))
                 for name, sub in val.items():
                     self.check_schema(sub, kp + "/" + _esc_ptr(name))
                     if sub is True:
@@ -1141,14 +1207,26 @@ class _Compiler:
                     self.refuse(kk, kp, "%s must be an object" % kk)
                 for a, bs in val.items():
                     if not isinstance(bs, list):
-                        self.refuse(kk, kp, "the negation of a schema dependency")
+                        continue  # a schema dependency: below
                     for b in bs:
                         alts.append(
                             syn({"$strict-types": frozenset({"object"}), "required": [a], "properties": {b: False}}, k)
                         )
+            elif kk == "dependentSchemas":
+                pass  # below
             elif kk in ("additionalProperties", "patternProperties"):
                 if "properties" in s and "properties" in v:
-                    continue  # refused above with properties
+                    continue  # with properties, above
+                if kk == "additionalProperties" and (val is True or val == {}):
+                    continue  # every object passes it
+                if (
+                    kk == "additionalProperties"
+                    and val is False
+                    and not ("patternProperties" in s and "patternProperties" in v)
+                ):
+                    # the object with no key passes it: the others fail
+                    alts.append(syn({"$strict-types": frozenset({"object"}), "$strict-outside": []}, k))
+                    continue
                 self.refuse("not", kp, "the negation of %s" % kk)
             elif kk in ("uniqueItems",) and val is False:
                 continue
@@ -1172,12 +1250,14 @@ class _Compiler:
                 "contains",
                 "uniqueItems",
                 "propertyNames",
-                "dependentSchemas",
                 "$strict-notformat",
             ):
                 self.refuse("not", kp, "the negation of %s" % kk)
             else:
                 self.refuse("not", kp, "the negation of %s" % kk)
+        for k, a, x, kp in self.schema_deps(s, v):
+            # failing a schema dependency: an object that holds the key and fails its schema
+            alts.extend(self.product([[(self.has_key(a, kp),)], self.negate(x)], kp))
         return self.union([alts])
 
     # --- merging one term (a conjunction of atomic dicts) into per-type constraints ---
@@ -1243,6 +1323,7 @@ class _Compiler:
             "unique": None,
             "minP": 0,
             "maxP": None,
+            "outside": [],  # $strict-outside: (keys, pointer), the object holds a key outside keys
             "dicts": term,
         }
         st = m["str"]
@@ -1310,6 +1391,8 @@ class _Compiler:
                         st.formats.append((val, kp))
                 elif k == "$strict-notformat":
                     st.notformats.append((val, kp))
+                elif k == "$strict-outside":
+                    m["outside"].append((frozenset(val), ptr))
                 elif k == "minItems":
                     m["minI"] = max(m["minI"], self.count(d, k, kp))
                 elif k == "maxItems":
@@ -1335,15 +1418,9 @@ class _Compiler:
                             hi = self.count(d, "maxContains", ptr + "/maxContains")
                     m["contains"].append((val, lo, hi, kp))
                 elif k in ("dependentSchemas", "dependencies"):
-                    # a schema dependency applies a whole schema when a key is present: with the keys in a
-                    # fixed order that is a product of the object's automaton with the schema's; not built
+                    # the array form is read by deps_of; the schema form was expanded into the term (schema_deps)
                     if not isinstance(val, dict):
                         self.refuse(k, kp, "%s must be an object" % k)
-                    for a, x in val.items():
-                        if not (isinstance(x, list) and k == "dependencies") and x is not True and x != {}:
-                            self.refuse(
-                                k, kp + "/" + _esc_ptr(a), "schema dependencies are not supported in strict mode"
-                            )
                 elif k in (
                     "required",
                     "properties",
@@ -1583,6 +1660,9 @@ class _Compiler:
         elif t == "object":
             if len(x) < m["minP"] or (m["maxP"] is not None and len(x) > m["maxP"]):
                 return False
+            for keys, _ in m["outside"]:
+                if all(k in keys for k in x):
+                    return False
             if not self.required_of((d,)) <= set(x):
                 return False
             for a, bs in self.deps_of((d,)).items():
@@ -2308,6 +2388,12 @@ class _Compiler:
             add(a)
             for b in bs:
                 add(b)
+        outside = {keys for keys, _ in m["outside"]}
+        if len(outside) > 1:
+            self.refuse("not", m["outside"][0][1], "two negated closed objects met in one object")
+        outside = outside.pop() if outside else None
+        for k in sorted(outside or ()):
+            add(k)  # listed: every key the term leaves unlisted is then outside them
         pnames = self.prop_names(term)
         items = []
         for k in names:
@@ -2343,7 +2429,14 @@ class _Compiler:
         kv = [self.add_rule("kv", self.str_literal(k) + ' space ":" space ' + r + " space") for k, r in items]
         if n <= _MAX_ANY_ORDER and self.any_order_states + (1 << n) <= _ANY_ORDER_BUDGET:
             self.any_order_states += 1 << n
-            return self.object_any_order(items, kv, required, deps, extra, minp, maxp, ptr)
+            return self.object_any_order(items, kv, required, deps, extra, minp, maxp, ptr, outside)
+        if outside is not None:
+            self.refuse(
+                "not",
+                m["outside"][0][1],
+                "a negated closed object beside %d listed keys (at most %d, and %d key sets per grammar)"
+                % (n, _MAX_ANY_ORDER, _ANY_ORDER_BUDGET),
+            )
         req = [i for i, (k, _) in enumerate(items) if k in required]
         if (
             not deps
@@ -2424,16 +2517,19 @@ class _Compiler:
             return None
         return '"{" space ' + body
 
-    def object_any_order(self, items, kv, required, deps, extra, minp, maxp, ptr):
+    def object_any_order(self, items, kv, required, deps, extra, minp, maxp, ptr, outside=None):
         """The members in any order, each listed key at most once, extra keys anywhere: one rule per set of
-        listed keys written so far (and count of extra members, capped where min/maxProperties need it)."""
+        listed keys written so far (and count of extra members, capped where min/maxProperties need it).
+        outside: a set of keys (all listed) of which the object must hold one outside it (a negated closed
+        object): a listed key not in it, or an extra member."""
         n = len(items)
         keys = [k for k, _ in items]
-        counted = bool(minp or maxp is not None)
-        ecap = max(minp, (maxp + 1) if maxp is not None else 0) if counted else 1
+        counted = bool(minp or maxp is not None or outside is not None)
+        ecap = max(minp, (maxp + 1) if maxp is not None else 0, 1) if counted else 1
         if n == 0:
-            tail = self.extras_tail(extra, 0, True, minp, maxp)
+            tail = self.extras_tail(extra, 0, True, max(minp, 1) if outside is not None else minp, maxp)
             return None if tail is None else '"{" space ' + tail
+        witness = 0 if outside is None else sum(1 << i for i, k in enumerate(keys) if k not in outside)
         if ecap > 256:
             self.refuse(
                 "maxProperties" if maxp is not None and maxp >= 256 else "minProperties",
@@ -2470,6 +2566,7 @@ class _Compiler:
                 and mask & need == need
                 and all(d != -1 and mask & d == d for b, d in dep_masks if mask & b)
                 and (not counted or count >= minp)
+                and (outside is None or mask & witness or e > 0)
             ):
                 alts.append('"}"')
             if maxp is None or count < maxp:

@@ -275,6 +275,77 @@ CASES = [
         {"$schema": "http://json-schema.org/draft-07/schema#", "dependencies": {"b": ["a"]}},
         [{}, {"b": 1}, {"a": 1, "b": 2}, 3],
     ),
+    # schema dependencies: the key present, the whole schema applies (to objects only)
+    (
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+            "dependencies": {"a": {"required": ["b"]}, "c": False, "d": ["a"]},
+        },
+        [{}, {"a": 1}, {"a": 1, "b": "x"}, {"b": "x", "a": 1}, {"c": 1}, {"b": 2}, {"d": 1, "a": 1, "b": ""}, 3, []],
+    ),
+    (
+        {
+            "type": ["object", "integer"],
+            "dependentSchemas": {
+                "a": {"properties": {"b": {"const": 1}}, "required": ["b"]},
+                "b": {"maxProperties": 2},
+            },
+        },
+        [{}, {"a": 0}, {"a": 0, "b": 1}, {"a": 0, "b": 2}, {"b": 5, "c": 1}, {"a": 0, "b": 1, "c": 1}, 7, "s"],
+    ),
+    (
+        {"not": {"dependentSchemas": {"a": {"required": ["b"]}}}},
+        [{}, {"a": 1}, {"a": 1, "b": 2}, {"b": 1}, 3, None],
+    ),
+    # schemas equal under Python's == but not as JSON (0 == False): neither is dropped from a conjunction
+    ({"allOf": [{"enum": [0]}, {"enum": [False]}]}, [0, False, 0.0, 1, True, None]),
+    ({"oneOf": [{"enum": [False]}, True, {"enum": [0]}]}, [0, False, 1, "x"]),
+    (
+        {"allOf": [{"const": [1, {"a": True}]}, {"const": [True, {"a": 1}]}]},
+        [[1, {"a": True}], [True, {"a": 1}], [1, {"a": 1}]],
+    ),
+    # negated closed objects: failing on a key the object does not list
+    (
+        {"not": {"properties": {"a": {"type": "integer"}}, "additionalProperties": False}},
+        [{}, {"a": 1}, {"a": "x"}, {"b": 1}, {"a": 1, "b": 2}, 3, []],
+    ),
+    ({"type": "object", "not": {"additionalProperties": False}}, [{}, {"a": 1}, {"a": 1, "b": 2}]),
+    (
+        {
+            "oneOf": [
+                {"properties": {"a": {"type": "integer"}}, "additionalProperties": False, "minProperties": 1},
+                {"properties": {"a": {"type": "string"}, "b": {}}, "additionalProperties": False},
+            ]
+        },
+        [{}, {"a": 1}, {"a": "x"}, {"b": 1}, {"a": 1, "b": 2}, {"a": "x", "b": 2}, {"c": 1}, 3, "s"],
+    ),
+    # oneOf beside "type": "object": branches that overlap only on non-objects are disjoint there (no negation)
+    (
+        {
+            "type": "object",
+            "oneOf": [
+                {"properties": {"a": {}, "mode": {"enum": ["custom"]}}, "additionalProperties": False},
+                {
+                    "properties": {"mode": {"enum": ["reference"]}, "id": {"type": "string"}},
+                    "required": ["id", "mode"],
+                    "additionalProperties": False,
+                },
+            ],
+        },
+        [
+            {},
+            {"a": 1},
+            {"mode": "custom"},
+            {"mode": "reference", "id": "x"},
+            {"id": "x", "mode": "reference"},
+            {"mode": "reference"},
+            {"id": "x", "mode": "custom"},
+            {"a": 1, "id": "x", "mode": "reference"},
+            5,
+            "s",
+        ],
+    ),
     (
         {
             "type": "object",
@@ -453,7 +524,7 @@ REFUSED = [
     ({"type": "array", "uniqueItems": True}, "uniqueItems", "#/uniqueItems"),
     ({"properties": {"a": {"$ref": "https://example.com/x.json"}}}, "$ref", "#/properties/a/$ref"),
     ({"type": "number", "multipleOf": 0.1}, "multipleOf", "#/multipleOf"),
-    ({"oneOf": [{"properties": {"a": {}}, "additionalProperties": False}, {"required": ["a"]}]}, "oneOf", "#/oneOf"),
+    ({"oneOf": [{"propertyNames": {"maxLength": 1}}, {"required": ["a"]}]}, "oneOf", "#/oneOf"),
     ({"$defs": {"a": {"$dynamicAnchor": "x"}}, "$dynamicRef": "#x"}, "$dynamicRef", "#/$dynamicRef"),
     ({"unevaluatedProperties": False}, "unevaluatedProperties", "#/unevaluatedProperties"),
     ({"type": "string", "pattern": "(?=a)b"}, "pattern", "#/pattern"),
@@ -614,10 +685,12 @@ def schemas(depth):
         return scalar
     sub = schemas(depth - 1)
 
-    def obj(props, req, add, minp, maxp, pp):
+    def obj(props, req, add, minp, maxp, pp, deps):
         s = {"type": "object", "properties": props}
         if req:
             s["required"] = req
+        if deps:
+            s["dependentSchemas"] = deps
         if add is not None:
             s["additionalProperties"] = add
         if minp is not None:
@@ -636,6 +709,7 @@ def schemas(depth):
         st.one_of(st.none(), st.integers(0, 2)),
         st.one_of(st.none(), st.integers(1, 4)),
         st.dictionaries(st.sampled_from(["^x", "[0-9]"]), sub, max_size=1),
+        st.dictionaries(st.sampled_from(NAMES), sub, max_size=2),
     )
 
     def arr(items, lo, hi, prefix, contains):
