@@ -1184,16 +1184,6 @@ class _Compiler:
             elif kk == "properties":
                 if not isinstance(val, dict):
                     self.refuse("properties", kp, "properties must be an object")
-                ap = s.get("additionalProperties", True) if "additionalProperties" in v else True
-                if ("patternProperties" in s and "patternProperties" in v) or not (
-                    ap is True or ap is False or ap == {}
-                ):
-                    self.refuse(
-                        "not", kp, "the negation of properties beside additionalProperties or patternProperties"
-                    )
-                if ap is False:
-                    # a closed object fails on a key it does not list, too
-                    alts.append(syn({"$strict-types": frozenset({"object"}), "$strict-outside": list(val)}, k))
                 for name, sub in val.items():
                     self.check_schema(sub, kp + "/" + _esc_ptr(name))
                     if sub is True:
@@ -1214,20 +1204,39 @@ class _Compiler:
                         )
             elif kk == "dependentSchemas":
                 pass  # below
-            elif kk in ("additionalProperties", "patternProperties"):
-                if "properties" in s and "properties" in v:
-                    continue  # with properties, above
-                if kk == "additionalProperties" and (val is True or val == {}):
-                    continue  # every object passes it
-                if (
-                    kk == "additionalProperties"
-                    and val is False
-                    and not ("patternProperties" in s and "patternProperties" in v)
-                ):
-                    # the object with no key passes it: the others fail
-                    alts.append(syn({"$strict-types": frozenset({"object"}), "$strict-outside": []}, k))
+            elif kk == "patternProperties":
+                # a key matching a regex whose value fails the regex's schema (listed keys too)
+                if not isinstance(val, dict):
+                    self.refuse("patternProperties", kp, "patternProperties must be an object")
+                for pat, sub in val.items():
+                    pp = kp + "/" + _esc_ptr(pat)
+                    self.check_schema(sub, pp)
+                    if sub is True:
+                        continue
+                    some = {
+                        "exclude": frozenset(),
+                        "patterns": ((pat, pp),),
+                        "notpatterns": (),
+                        "value": self.not_of(sub, pp),
+                    }
+                    alts.append(syn({"$strict-types": frozenset({"object"}), "$strict-some": some}, k))
+            elif kk == "additionalProperties":
+                # a key neither listed nor matching a patternProperties regex whose value fails it
+                self.check_schema(val, kp)
+                if val is True or val == {}:
                     continue
-                self.refuse("not", kp, "the negation of %s" % kk)
+                listed = s.get("properties") if "properties" in v else None
+                pats = s.get("patternProperties") if "patternProperties" in v else None
+                some = {
+                    "exclude": frozenset(listed) if isinstance(listed, dict) else frozenset(),
+                    "patterns": (),
+                    "notpatterns": tuple(
+                        (pat, ptr + "/patternProperties/" + _esc_ptr(pat))
+                        for pat in (pats if isinstance(pats, dict) else ())
+                    ),
+                    "value": True if val is False else self.not_of(val, kp),
+                }
+                alts.append(syn({"$strict-types": frozenset({"object"}), "$strict-some": some}, k))
             elif kk in ("uniqueItems",) and val is False:
                 continue
             elif kk == "items" and isinstance(val, (dict, bool)) and not ("prefixItems" in s and "prefixItems" in v):
@@ -1323,7 +1332,7 @@ class _Compiler:
             "unique": None,
             "minP": 0,
             "maxP": None,
-            "outside": [],  # $strict-outside: (keys, pointer), the object holds a key outside keys
+            "some": [],  # $strict-some: (member constraint, pointer): the object holds such a member (_some_ok)
             "dicts": term,
         }
         st = m["str"]
@@ -1391,8 +1400,9 @@ class _Compiler:
                         st.formats.append((val, kp))
                 elif k == "$strict-notformat":
                     st.notformats.append((val, kp))
-                elif k == "$strict-outside":
-                    m["outside"].append((frozenset(val), ptr))
+                elif k == "$strict-some":
+                    if not any(_same(x, val) for x, _ in m["some"]):  # the same constraint twice: once
+                        m["some"].append((val, ptr))
                 elif k == "minItems":
                     m["minI"] = max(m["minI"], self.count(d, k, kp))
                 elif k == "maxItems":
@@ -1660,8 +1670,8 @@ class _Compiler:
         elif t == "object":
             if len(x) < m["minP"] or (m["maxP"] is not None and len(x) > m["maxP"]):
                 return False
-            for keys, _ in m["outside"]:
-                if all(k in keys for k in x):
+            for some, _ in m["some"]:
+                if not any(self.key_ok(some, k) and self.valid(val, some["value"], depth + 1) for k, val in x.items()):
                     return False
             if not self.required_of((d,)) <= set(x):
                 return False
@@ -2388,12 +2398,8 @@ class _Compiler:
             add(a)
             for b in bs:
                 add(b)
-        outside = {keys for keys, _ in m["outside"]}
-        if len(outside) > 1:
-            self.refuse("not", m["outside"][0][1], "two negated closed objects met in one object")
-        outside = outside.pop() if outside else None
-        for k in sorted(outside or ()):
-            add(k)  # listed: every key the term leaves unlisted is then outside them
+        if len(m["some"]) > 1:
+            self.refuse("not", m["some"][1][1], "two negated object keywords met in one object")
         pnames = self.prop_names(term)
         items = []
         for k in names:
@@ -2413,6 +2419,25 @@ class _Compiler:
                 if a in required:
                     return None
         extra = self.extra_kv(term, names, pnames, ptr)
+        witness = None
+        if m["some"]:
+            # a negated object keyword: the object must hold a member it names (_some_ok), a listed one or an
+            # extra one; each such member gets a second rule, whose value satisfies the member's schema too
+            some = m["some"][0][0]
+            wit_kv = []
+            for k, _ in items:
+                wr = None
+                if self.key_ok(some, k):
+                    wr = self.rule(self.value_conj(term, k) + [some["value"]], ptr + "/properties/" + _esc_ptr(k))
+                wit_kv.append(
+                    None
+                    if wr is None
+                    else self.add_rule("kv", self.str_literal(k) + ' space ":" space ' + wr + " space")
+                )
+            wit_extra = self.extra_kv(term, names, pnames, ptr, some)
+            if wit_extra is None and all(x is None for x in wit_kv):
+                return None
+            witness = (wit_kv, wit_extra)
         minp, maxp = m["minP"], m["maxP"]
         counted = bool(minp or maxp is not None)
         cap = max(minp, (maxp + 1) if maxp is not None else 0) if counted else 0
@@ -2427,14 +2452,15 @@ class _Compiler:
                         track.add(b)
         # one rule per member: the automaton's states name it instead of repeating the key's spellings
         kv = [self.add_rule("kv", self.str_literal(k) + ' space ":" space ' + r + " space") for k, r in items]
-        if n <= _MAX_ANY_ORDER and self.any_order_states + (1 << n) <= _ANY_ORDER_BUDGET:
-            self.any_order_states += 1 << n
-            return self.object_any_order(items, kv, required, deps, extra, minp, maxp, ptr, outside)
-        if outside is not None:
+        sets = 1 << (n + (witness is not None))  # a witness doubles the states: written or not
+        if n <= _MAX_ANY_ORDER and self.any_order_states + sets <= _ANY_ORDER_BUDGET:
+            self.any_order_states += sets
+            return self.object_any_order(items, kv, required, deps, extra, minp, maxp, ptr, witness)
+        if witness is not None:
             self.refuse(
                 "not",
-                m["outside"][0][1],
-                "a negated closed object beside %d listed keys (at most %d, and %d key sets per grammar)"
+                m["some"][0][1],
+                "a negated object keyword beside %d listed keys (at most %d, and %d key sets per grammar)"
                 % (n, _MAX_ANY_ORDER, _ANY_ORDER_BUDGET),
             )
         req = [i for i, (k, _) in enumerate(items) if k in required]
@@ -2517,19 +2543,19 @@ class _Compiler:
             return None
         return '"{" space ' + body
 
-    def object_any_order(self, items, kv, required, deps, extra, minp, maxp, ptr, outside=None):
+    def object_any_order(self, items, kv, required, deps, extra, minp, maxp, ptr, witness=None):
         """The members in any order, each listed key at most once, extra keys anywhere: one rule per set of
         listed keys written so far (and count of extra members, capped where min/maxProperties need it).
-        outside: a set of keys (all listed) of which the object must hold one outside it (a negated closed
-        object): a listed key not in it, or an extra member."""
+        witness: (per listed member its witness rule or None, the witness extra member or None) when the
+        object must hold a witness (a negated object keyword): the states then also tell whether one came."""
         n = len(items)
         keys = [k for k, _ in items]
-        counted = bool(minp or maxp is not None or outside is not None)
-        ecap = max(minp, (maxp + 1) if maxp is not None else 0, 1) if counted else 1
-        if n == 0:
-            tail = self.extras_tail(extra, 0, True, max(minp, 1) if outside is not None else minp, maxp)
+        counted = bool(minp or maxp is not None)
+        ecap = max(minp, (maxp + 1) if maxp is not None else 0) if counted else 1
+        if n == 0 and witness is None:
+            tail = self.extras_tail(extra, 0, True, minp, maxp)
             return None if tail is None else '"{" space ' + tail
-        witness = 0 if outside is None else sum(1 << i for i, k in enumerate(keys) if k not in outside)
+        wit_kv, wit_extra = witness if witness is not None else ([None] * n, None)
         if ecap > 256:
             self.refuse(
                 "maxProperties" if maxp is not None and maxp >= 256 else "minProperties",
@@ -2549,11 +2575,13 @@ class _Compiler:
                 dep_masks.append((bit[k], sum(bit[d] for d in ds) if ds <= bit.keys() else -1))
         opening = [kv[i] + " " for i in range(n)]
         following = ['"," space ' + kv[i] + " " for i in range(n)]
+        w_opening = [None if x is None else x + " " for x in wit_kv]
+        w_following = [None if x is None else '"," space ' + x + " " for x in wit_kv]
 
-        def state(mask, e):
+        def state(mask, e, w):
             if not counted and mask:
                 e = 0  # uncounted, e only tells whether something was written: mask says so already
-            key = (mask, e)
+            key = (mask, e, w)
             if key in memo:
                 return memo[key]
             name = self.new_name("obj")
@@ -2566,20 +2594,26 @@ class _Compiler:
                 and mask & need == need
                 and all(d != -1 and mask & d == d for b, d in dep_masks if mask & b)
                 and (not counted or count >= minp)
-                and (outside is None or mask & witness or e > 0)
+                and w
             ):
                 alts.append('"}"')
             if maxp is None or count < maxp:
                 pre = opening if first else following
+                w_pre = w_opening if first else w_following
+                sep = "" if first else '"," space '
                 for i in range(n):
                     if not mask >> i & 1:
-                        alts.append(pre[i] + state(mask | 1 << i, e))
+                        alts.append(pre[i] + state(mask | 1 << i, e, w))
+                        if not w and w_pre[i] is not None:
+                            alts.append(w_pre[i] + state(mask | 1 << i, e, True))
                 if extra is not None:
-                    alts.append(("" if first else '"," space ') + extra + " " + state(mask, min(e + 1, ecap)))
+                    alts.append(sep + extra + " " + state(mask, min(e + 1, ecap), w))
+                if not w and wit_extra is not None:
+                    alts.append(sep + wit_extra + " " + state(mask, min(e + 1, ecap), True))
             self.set_rule(name, " | ".join(alts) if alts else _NEVER)
             return name
 
-        return '"{" space ' + state(0, 0)
+        return '"{" space ' + state(0, 0, witness is None)
 
     def object_any_order_repeating(self, items, kv, req, extra):
         """Members in any order where the optional keys are too many for one rule per set of keys: one rule per
@@ -2624,9 +2658,10 @@ class _Compiler:
         more = self.rep('"," space ' + extra, a, b, "maxProperties")
         return (more + " " if more else "") + '"}"'
 
-    def extra_kv(self, term, names, pnames, ptr):
+    def extra_kv(self, term, names, pnames, ptr, some=None):
         """The GBNF of one extra member (key, colon, value, trailing space), or None when no extra key may
-        come. Keys are split into regions by which patternProperties regexes they match."""
+        come. Keys are split into regions by which patternProperties regexes they match. some (a member
+        constraint of $strict-some): only the extra members it names (the witness rule)."""
         pats = []
         for d in term:
             v = _VOCAB[2020] if id(d) in self.syn else self.vocab
@@ -2655,7 +2690,7 @@ class _Compiler:
         nreg = 1 << len(pats)
         for mask in range(nreg):
             matched = [pats[i] for i in range(len(pats)) if mask >> i & 1]
-            conj = [sub for _, sub, _, _ in matched]
+            conj = [sub for _, sub, _, _ in matched] + ([some["value"]] if some is not None else [])
             for d in term:
                 v = _VOCAB[2020] if id(d) in self.syn else self.vocab
                 if (
@@ -2671,6 +2706,10 @@ class _Compiler:
             kc = keyc.copy()
             for i, (pat, _, _, kp) in enumerate(pats):
                 (kc.patterns if mask >> i & 1 else kc.notpatterns).append((pat, kp))
+            if some is not None:
+                kc.exclude |= set(some["exclude"])
+                kc.patterns += some["patterns"]
+                kc.notpatterns += some["notpatterns"]
             key = self.string_expr(
                 kc, pats[0][3] if pats else ptr, keyword="patternProperties" if pats else "additionalProperties"
             )
@@ -2680,6 +2719,18 @@ class _Compiler:
         if not alts:
             return None
         return self.add_rule("extra", " | ".join(alts))
+
+    def key_ok(self, some, k):
+        """Whether the key k is one a $strict-some member constraint names (the value aside)."""
+        return (
+            k not in some["exclude"]
+            and all(re.search(p, k) is not None for p, _ in some["patterns"])
+            and not any(re.search(p, k) is not None for p, _ in some["notpatterns"])
+        )
+
+    def not_of(self, sub, pointer):
+        """The synthetic schema of the values that fail sub."""
+        return self.synth({"$strict-not": sub}, pointer)
 
     def names_constraint(self, pn, keyc, ptr):
         """keyc narrowed by the propertyNames schema pn (a string schema), or None when no key passes."""

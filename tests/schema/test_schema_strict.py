@@ -311,6 +311,30 @@ CASES = [
         [{}, {"a": 1}, {"a": "x"}, {"b": 1}, {"a": 1, "b": 2}, 3, []],
     ),
     ({"type": "object", "not": {"additionalProperties": False}}, [{}, {"a": 1}, {"a": 1, "b": 2}]),
+    # negated patternProperties / additionalProperties: a member the keyword names whose value fails it
+    (
+        {"not": {"properties": {"xa": {"type": "string"}}, "patternProperties": {"^x": {"type": "integer"}}}},
+        [{}, {"xa": 1}, {"xa": "s"}, {"xb": 1}, {"xb": "s"}, {"a": "s"}, {"a": 1, "xb": True}, 3],
+    ),
+    (
+        {
+            "not": {
+                "properties": {"a": {"type": "integer"}},
+                "patternProperties": {"b": {"type": "string"}},
+                "additionalProperties": {"type": "boolean"},
+            }
+        },
+        [{}, {"a": 1}, {"a": "s"}, {"b": "s"}, {"ab": 1}, {"c": True}, {"c": 1}, {"a": 1, "c": 1}, {"cb": "s"}, []],
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"a": {}, "xb": {}},
+            "not": {"patternProperties": {"^x": {"type": "integer"}}},
+            "maxProperties": 2,
+        },
+        [{}, {"xb": 1}, {"xb": "s"}, {"a": 1, "xb": "s"}, {"xc": "s"}, {"a": 1, "xb": 1, "xc": "s"}],
+    ),
     (
         {
             "oneOf": [
