@@ -162,6 +162,7 @@ _MAX_DEPTH = 512  # nesting of the schema document (bankml.schema.MAX_JSON_DEPTH
 _MAX_ANY_ORDER = 8  # objects of up to this many listed keys take them in any order (module docstring)
 _MAX_REQUIRED_ANY_ORDER = 12  # ... or this many required keys, the optional ones free to come again
 _ANY_ORDER_BUDGET = 4096  # ... while the any-order objects of one grammar have at most this many key sets
+_MAX_WITNESSES = 3  # negated object keywords met in one object (each doubles its states)
 
 
 def _draft_of(schema):
@@ -1204,6 +1205,15 @@ class _Compiler:
                         )
             elif kk == "dependentSchemas":
                 pass  # below
+            elif kk == "propertyNames":
+                # a key that fails the names' schema: one member constraint per term of its negation
+                self.check_schema(val, kp)
+                for t in self.negate(val):
+                    nm = self.merge(t)
+                    if nm is None or "string" not in nm["types"]:
+                        continue  # keys are strings
+                    some = {"exclude": frozenset(), "patterns": (), "notpatterns": (), "names": t, "value": True}
+                    alts.append(syn({"$strict-types": frozenset({"object"}), "$strict-some": some}, k))
             elif kk == "patternProperties":
                 # a key matching a regex whose value fails the regex's schema (listed keys too)
                 if not isinstance(val, dict):
@@ -1258,7 +1268,6 @@ class _Compiler:
                 "additionalItems",
                 "contains",
                 "uniqueItems",
-                "propertyNames",
                 "$strict-notformat",
             ):
                 self.refuse("not", kp, "the negation of %s" % kk)
@@ -2398,8 +2407,10 @@ class _Compiler:
             add(a)
             for b in bs:
                 add(b)
-        if len(m["some"]) > 1:
-            self.refuse("not", m["some"][1][1], "two negated object keywords met in one object")
+        if len(m["some"]) > _MAX_WITNESSES:
+            self.refuse(
+                "not", m["some"][-1][1], "more than %d negated object keywords met in one object" % _MAX_WITNESSES
+            )
         pnames = self.prop_names(term)
         items = []
         for k in names:
@@ -2421,23 +2432,34 @@ class _Compiler:
         extra = self.extra_kv(term, names, pnames, ptr)
         witness = None
         if m["some"]:
-            # a negated object keyword: the object must hold a member it names (_some_ok), a listed one or an
-            # extra one; each such member gets a second rule, whose value satisfies the member's schema too
-            some = m["some"][0][0]
-            wit_kv = []
-            for k, _ in items:
-                wr = None
-                if self.key_ok(some, k):
-                    wr = self.rule(self.value_conj(term, k) + [some["value"]], ptr + "/properties/" + _esc_ptr(k))
-                wit_kv.append(
-                    None
-                    if wr is None
-                    else self.add_rule("kv", self.str_literal(k) + ' space ":" space ' + wr + " space")
-                )
-            wit_extra = self.extra_kv(term, names, pnames, ptr, some)
-            if wit_extra is None and all(x is None for x in wit_kv):
-                return None
-            witness = (wit_kv, wit_extra)
+            # negated object keywords: the object must hold, for each, a member it names (key_ok and its value),
+            # a listed one or an extra one. Per set S of them, the members that witness all of S get a rule of
+            # their own (the value satisfies S's schemas too): {S: (per listed member its rule or None, the
+            # extra members' rule or None)}
+            somes = [x for x, _ in m["some"]]
+            witness = {}
+            covered = 0
+            for wset in range(1, 1 << len(somes)):
+                chosen = [somes[j] for j in range(len(somes)) if wset >> j & 1]
+                wit_kv = []
+                for k, _ in items:
+                    wr = None
+                    if all(self.key_ok(x, k) for x in chosen):
+                        wr = self.rule(
+                            self.value_conj(term, k) + [x["value"] for x in chosen],
+                            ptr + "/properties/" + _esc_ptr(k),
+                        )
+                    wit_kv.append(
+                        None
+                        if wr is None
+                        else self.add_rule("kv", self.str_literal(k) + ' space ":" space ' + wr + " space")
+                    )
+                wit_extra = self.extra_kv(term, names, pnames, ptr, chosen)
+                if wit_extra is not None or any(x is not None for x in wit_kv):
+                    witness[wset] = (wit_kv, wit_extra)
+                    covered |= wset
+            if covered != (1 << len(somes)) - 1:
+                return None  # a negated keyword no member can witness
         minp, maxp = m["minP"], m["maxP"]
         counted = bool(minp or maxp is not None)
         cap = max(minp, (maxp + 1) if maxp is not None else 0) if counted else 0
@@ -2452,7 +2474,7 @@ class _Compiler:
                         track.add(b)
         # one rule per member: the automaton's states name it instead of repeating the key's spellings
         kv = [self.add_rule("kv", self.str_literal(k) + ' space ":" space ' + r + " space") for k, r in items]
-        sets = 1 << (n + (witness is not None))  # a witness doubles the states: written or not
+        sets = 1 << (n + len(m["some"]))  # each negated keyword doubles the states: witnessed or not
         if n <= _MAX_ANY_ORDER and self.any_order_states + sets <= _ANY_ORDER_BUDGET:
             self.any_order_states += sets
             return self.object_any_order(items, kv, required, deps, extra, minp, maxp, ptr, witness)
@@ -2546,8 +2568,8 @@ class _Compiler:
     def object_any_order(self, items, kv, required, deps, extra, minp, maxp, ptr, witness=None):
         """The members in any order, each listed key at most once, extra keys anywhere: one rule per set of
         listed keys written so far (and count of extra members, capped where min/maxProperties need it).
-        witness: (per listed member its witness rule or None, the witness extra member or None) when the
-        object must hold a witness (a negated object keyword): the states then also tell whether one came."""
+        witness: object_expr's witness rules by set of negated object keywords, when the object must hold a
+        witness of each: the states then also tell which have one."""
         n = len(items)
         keys = [k for k, _ in items]
         counted = bool(minp or maxp is not None)
@@ -2555,7 +2577,9 @@ class _Compiler:
         if n == 0 and witness is None:
             tail = self.extras_tail(extra, 0, True, minp, maxp)
             return None if tail is None else '"{" space ' + tail
-        wit_kv, wit_extra = witness if witness is not None else ([None] * n, None)
+        witness = witness or {}
+        full = max(witness, default=0).bit_length()
+        full = (1 << full) - 1  # every keyword witnessed
         if ecap > 256:
             self.refuse(
                 "maxProperties" if maxp is not None and maxp >= 256 else "minProperties",
@@ -2575,8 +2599,6 @@ class _Compiler:
                 dep_masks.append((bit[k], sum(bit[d] for d in ds) if ds <= bit.keys() else -1))
         opening = [kv[i] + " " for i in range(n)]
         following = ['"," space ' + kv[i] + " " for i in range(n)]
-        w_opening = [None if x is None else x + " " for x in wit_kv]
-        w_following = [None if x is None else '"," space ' + x + " " for x in wit_kv]
 
         def state(mask, e, w):
             if not counted and mask:
@@ -2594,26 +2616,29 @@ class _Compiler:
                 and mask & need == need
                 and all(d != -1 and mask & d == d for b, d in dep_masks if mask & b)
                 and (not counted or count >= minp)
-                and w
+                and w == full
             ):
                 alts.append('"}"')
             if maxp is None or count < maxp:
                 pre = opening if first else following
-                w_pre = w_opening if first else w_following
                 sep = "" if first else '"," space '
+                # a member witnessing keywords already witnessed adds nothing: only sets of the others
+                wsets = [(ws, r) for ws, r in witness.items() if not ws & w]
                 for i in range(n):
                     if not mask >> i & 1:
                         alts.append(pre[i] + state(mask | 1 << i, e, w))
-                        if not w and w_pre[i] is not None:
-                            alts.append(w_pre[i] + state(mask | 1 << i, e, True))
+                        for ws, (wit_kv, _) in wsets:
+                            if wit_kv[i] is not None:
+                                alts.append(sep + wit_kv[i] + " " + state(mask | 1 << i, e, w | ws))
                 if extra is not None:
                     alts.append(sep + extra + " " + state(mask, min(e + 1, ecap), w))
-                if not w and wit_extra is not None:
-                    alts.append(sep + wit_extra + " " + state(mask, min(e + 1, ecap), True))
+                for ws, (_, wit_extra) in wsets:
+                    if wit_extra is not None:
+                        alts.append(sep + wit_extra + " " + state(mask, min(e + 1, ecap), w | ws))
             self.set_rule(name, " | ".join(alts) if alts else _NEVER)
             return name
 
-        return '"{" space ' + state(0, 0, witness is None)
+        return '"{" space ' + state(0, 0, 0)
 
     def object_any_order_repeating(self, items, kv, req, extra):
         """Members in any order where the optional keys are too many for one rule per set of keys: one rule per
@@ -2658,10 +2683,10 @@ class _Compiler:
         more = self.rep('"," space ' + extra, a, b, "maxProperties")
         return (more + " " if more else "") + '"}"'
 
-    def extra_kv(self, term, names, pnames, ptr, some=None):
+    def extra_kv(self, term, names, pnames, ptr, somes=()):
         """The GBNF of one extra member (key, colon, value, trailing space), or None when no extra key may
-        come. Keys are split into regions by which patternProperties regexes they match. some (a member
-        constraint of $strict-some): only the extra members it names (the witness rule)."""
+        come. Keys are split into regions by which patternProperties regexes they match. somes (member
+        constraints of $strict-some): only the extra members that each names (a witness rule)."""
         pats = []
         for d in term:
             v = _VOCAB[2020] if id(d) in self.syn else self.vocab
@@ -2690,7 +2715,7 @@ class _Compiler:
         nreg = 1 << len(pats)
         for mask in range(nreg):
             matched = [pats[i] for i in range(len(pats)) if mask >> i & 1]
-            conj = [sub for _, sub, _, _ in matched] + ([some["value"]] if some is not None else [])
+            conj = [sub for _, sub, _, _ in matched] + [x["value"] for x in somes]
             for d in term:
                 v = _VOCAB[2020] if id(d) in self.syn else self.vocab
                 if (
@@ -2706,10 +2731,16 @@ class _Compiler:
             kc = keyc.copy()
             for i, (pat, _, _, kp) in enumerate(pats):
                 (kc.patterns if mask >> i & 1 else kc.notpatterns).append((pat, kp))
-            if some is not None:
+            for some in somes:
                 kc.exclude |= set(some["exclude"])
                 kc.patterns += some["patterns"]
                 kc.notpatterns += some["notpatterns"]
+                if some.get("names") is not None:
+                    kc = self.narrow_names(kc, some["names"])
+                    if kc is None:
+                        break
+            if kc is None:
+                continue
             key = self.string_expr(
                 kc, pats[0][3] if pats else ptr, keyword="patternProperties" if pats else "additionalProperties"
             )
@@ -2726,6 +2757,7 @@ class _Compiler:
             k not in some["exclude"]
             and all(re.search(p, k) is not None for p, _ in some["patterns"])
             and not any(re.search(p, k) is not None for p, _ in some["notpatterns"])
+            and (some.get("names") is None or self.valid_term(k, some["names"]))
         )
 
     def not_of(self, sub, pointer):
@@ -2745,7 +2777,13 @@ class _Compiler:
             return None
         if len(live) > 1:
             self.refuse("propertyNames", self.p(pn), "propertyNames with alternatives")
-        t, m = live[0]
+        return self.narrow_names(keyc, live[0][0])
+
+    def narrow_names(self, keyc, t):
+        """keyc narrowed by the string constraints of the term t, or None when no string passes it."""
+        m = self.merge(t)
+        if m is None or "string" not in m["types"]:
+            return None
         st = m["str"]
         kc = keyc.copy()
         kc.min = max(kc.min, st.min)

@@ -311,6 +311,15 @@ CASES = [
         [{}, {"a": 1}, {"a": "x"}, {"b": 1}, {"a": 1, "b": 2}, 3, []],
     ),
     ({"type": "object", "not": {"additionalProperties": False}}, [{}, {"a": 1}, {"a": 1, "b": 2}]),
+    # negated propertyNames: a key that fails the names' schema
+    (
+        {"not": {"propertyNames": {"pattern": "^x", "maxLength": 2}}},
+        [{}, {"xa": 1}, {"a": 1}, {"xyz": 1}, {"xa": 1, "b": 2}, 5],
+    ),
+    (
+        {"oneOf": [{"propertyNames": {"maxLength": 1}}, {"required": ["ab"]}]},
+        [{}, {"a": 1}, {"ab": 1}, {"ab": 1, "c": 2}, {"abc": 1}, 5],
+    ),
     # negated patternProperties / additionalProperties: a member the keyword names whose value fails it
     (
         {"not": {"properties": {"xa": {"type": "string"}}, "patternProperties": {"^x": {"type": "integer"}}}},
@@ -548,7 +557,7 @@ REFUSED = [
     ({"type": "array", "uniqueItems": True}, "uniqueItems", "#/uniqueItems"),
     ({"properties": {"a": {"$ref": "https://example.com/x.json"}}}, "$ref", "#/properties/a/$ref"),
     ({"type": "number", "multipleOf": 0.1}, "multipleOf", "#/multipleOf"),
-    ({"oneOf": [{"propertyNames": {"maxLength": 1}}, {"required": ["a"]}]}, "oneOf", "#/oneOf"),
+    ({"oneOf": [{"multipleOf": 2}, {"minimum": 0}]}, "oneOf", "#/oneOf"),
     ({"$defs": {"a": {"$dynamicAnchor": "x"}}, "$dynamicRef": "#x"}, "$dynamicRef", "#/$dynamicRef"),
     ({"unevaluatedProperties": False}, "unevaluatedProperties", "#/unevaluatedProperties"),
     ({"type": "string", "pattern": "(?=a)b"}, "pattern", "#/pattern"),
@@ -709,12 +718,14 @@ def schemas(depth):
         return scalar
     sub = schemas(depth - 1)
 
-    def obj(props, req, add, minp, maxp, pp, deps):
+    def obj(props, req, add, minp, maxp, pp, deps, names):
         s = {"type": "object", "properties": props}
         if req:
             s["required"] = req
         if deps:
             s["dependentSchemas"] = deps
+        if names is not None:
+            s["propertyNames"] = names
         if add is not None:
             s["additionalProperties"] = add
         if minp is not None:
@@ -734,6 +745,7 @@ def schemas(depth):
         st.one_of(st.none(), st.integers(1, 4)),
         st.dictionaries(st.sampled_from(["^x", "[0-9]"]), sub, max_size=1),
         st.dictionaries(st.sampled_from(NAMES), sub, max_size=2),
+        st.one_of(st.none(), st.sampled_from([{"maxLength": 1}, {"pattern": "^x"}, {"enum": ["a", "b", "x-y"]}])),
     )
 
     def arr(items, lo, hi, prefix, contains):
