@@ -158,6 +158,7 @@ _MAX_STATES = 20000  # states of one object/array/number automaton
 # the empty string)
 _NEVER = "[^\\x00-\\U0010FFFF]"
 _MAX_REPETITION = 2000  # bankml.parser.MAX_REPETITION_THRESHOLD (llama.cpp's)
+_ENGINE_MAX_GRAMMAR_BYTES = 4 << 20  # bankml.engine.parser.MAX_GRAMMAR_BYTES
 _MAX_DEPTH = 512  # nesting of the schema document (bankml.schema.MAX_JSON_DEPTH)
 _MAX_ANY_ORDER = 8  # objects of up to this many listed keys take them in any order (module docstring)
 _MAX_REQUIRED_ANY_ORDER = 12  # ... or this many required keys, the optional ones free to come again
@@ -743,7 +744,8 @@ class _Compiler:
         self.deadline = None
         if limits is not None and limits.max_seconds is not None:
             self.deadline = time.monotonic() + limits.max_seconds
-        self.max_bytes = limits.max_grammar_bytes if limits is not None else 8 * 1024 * 1024
+        # no more than the engine takes (a longer grammar would be refused there, by a GrammarError)
+        self.max_bytes = min(limits.max_grammar_bytes if limits is not None else 8 << 20, _ENGINE_MAX_GRAMMAR_BYTES)
         self.max_nodes = limits.max_nodes if limits is not None else 1_000_000
         self.ptr = {}  # id(dict) -> JSON pointer
         self.base = {}  # id(dict) -> base URI
@@ -804,7 +806,7 @@ class _Compiler:
 
     def set_rule(self, name, body):
         self.rules[name] = body
-        self.bytes += len(name) + len(body) + 5
+        self.bytes += len(name) + len(body) + 6  # " ::= " and the newline
         if self.bytes > self.max_bytes:
             raise _Refuse("SchemaLimits.max_grammar_bytes", "#", "the grammar grows past %d bytes" % self.max_bytes)
 

@@ -615,6 +615,18 @@ def test_limits():
     assert accepts(strict_schema_to_grammar(shared), "5")
 
 
+def test_grammar_bytes_capped_at_the_engines_limit():
+    """Strict mode refuses (a SchemaError naming the limit) a grammar the engine would refuse for its size."""
+    from bankml.engine import parser
+    from bankml.schema import strict
+
+    assert strict._ENGINE_MAX_GRAMMAR_BYTES == parser.MAX_GRAMMAR_BYTES
+    wide = {"enum": ["%06d-abcdefghijklmnopqrstuvwxyzabcdefgh" % i for i in range(30000)]}  # 5 MB of GBNF
+    with pytest.raises(SchemaError) as info:
+        strict_schema_to_grammar(wide, limits=SchemaLimits(max_grammar_bytes=1 << 30))
+    assert info.value.keyword == "SchemaLimits.max_grammar_bytes"
+
+
 def test_modes_of_json_schema_to_grammar():
     schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 1}}}
     default, warnings = json_schema_to_grammar(schema)
