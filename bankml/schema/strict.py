@@ -47,6 +47,7 @@ large for every key order in the schema's order: that is an explicit opt-out of 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -238,6 +239,15 @@ def _vkey(v):
             items.append((k, kx))
         return ("d", frozenset(items))
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _regex(pattern):
+    """re.compile(pattern) without Python's FutureWarnings on its syntax ("possible nested set"): notes on
+    future syntax, not the schema's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return re.compile(pattern)
 
 
 def _same(x, y):
@@ -631,11 +641,16 @@ _NUMBER_DFAS: dict = {}  # number automata by their bounds (Compiler.number_expr
 _NUMBER_DFAS_MAX = 1024
 
 
-def _number_dfa(integer_only, bounds, modulus, zero_fraction_only, no_exponent=False, frac_only=None):
+def _number_dfa(
+    integer_only, bounds, modulus, zero_fraction_only, no_exponent=False, frac_only=None, must=None, notmods=()
+):
     """The DFA (transitions, accepting) of number texts whose value satisfies every bound and is divisible by
     modulus (an int or None). ``frac_only``: only texts of non-integral values, 4 (draft 4: every text with a
     fraction or exponent, a Python float) or 6 (a nonzero fraction digit, or a negative nonzero exponent).
-    States are tuples; the alphabet is "-0123456789.eE+"."""
+    ``notmods`` (negated multipleOf): the value is a multiple of none of these; modulus is then only the
+    remainder kept (a multiple of each, and of ``must``, the divisor it must have, or None). A value with a
+    fraction is a multiple of no integer; an exponent text is taken only with a negative exponent (a value
+    below 1), as ``frac_only`` 6 takes it. States are tuples; the alphabet is "-0123456789.eE+"."""
     alphabet = "-0123456789.eE+"
 
     def step(state, ch):
@@ -674,7 +689,13 @@ def _number_dfa(integer_only, bounds, modulus, zero_fraction_only, no_exponent=F
             return None
         if ch in "eE":
             # exponents only after a normalised mantissa, and never with multipleOf (module docstring)
-            if phase in ("I", "F") and nint == 1 and not integer_only and modulus is None and not no_exponent:
+            if (
+                phase in ("I", "F")
+                and nint == 1
+                and not integer_only
+                and (modulus is None or (notmods and must is None))
+                and not no_exponent
+            ):
                 bs2 = tuple(b.exp_start(b.dot(s) if phase == "I" else s, 1) for b, s in zip(bounds, bs))
                 return ("X", xneg, nint, mod, bs2)
             return None
@@ -703,7 +724,15 @@ def _number_dfa(integer_only, bounds, modulus, zero_fraction_only, no_exponent=F
             return False
         if frac_only == 6 and not ((phase == "F" and fnz) or (phase == "E" and eneg and enz)):
             return False
-        if mod is not None and mod != 0:
+        if notmods:
+            if phase == "E" and not (eneg and enz):
+                return False  # a positive exponent: maybe an integer, maybe a multiple (not taken)
+            if phase in ("Z", "I") or (phase == "F" and not fnz):  # an integral value
+                if (must is not None and mod % must) or any(mod % q == 0 for q in notmods):
+                    return False
+            elif must is not None:
+                return False
+        elif mod is not None and mod != 0:
             return False
         return all(b.result(s, phase, xneg) for b, s in zip(bounds, bs))
 
@@ -1263,6 +1292,15 @@ class _Compiler:
                 self.check_schema(val, kp)
                 neg = self.synth({"$strict-not": val}, kp)
                 alts.append(syn({"$strict-types": frozenset({"array"}), "items": neg}, k))
+            elif kk == "multipleOf" and "multipleOf" not in self.lenient:
+                # a number that is no multiple: an integer of a nonzero remainder, or a value with a fraction
+                if not _is_num(val) or val <= 0:
+                    self.refuse(kk, kp, "multipleOf must be a positive number")
+                if isinstance(val, float) and not val.is_integer():
+                    self.refuse("not", kp, "the negation of a multipleOf that is not an integer")
+                alts.append(syn({"$strict-types": frozenset({"int", "frac"}), "$strict-notmult": int(val)}, k))
+            elif kk == "$strict-notmult":
+                alts.append(syn({"$strict-types": frozenset({"int", "frac"}), "multipleOf": val}, k))
             elif kk in (
                 "multipleOf",
                 "items",
@@ -1336,6 +1374,7 @@ class _Compiler:
             "notvalues": [],
             "bounds": [],
             "mult": [],
+            "notmult": [],  # $strict-notmult: divisors the number must not be a multiple of
             "str": _StrC(),
             "minI": 0,
             "maxI": None,
@@ -1386,6 +1425,8 @@ class _Compiler:
                             "a multipleOf that is not an integer (jsonschema divides floats: not a regular language)",
                         )
                     m["mult"].append(int(val))
+                elif k == "$strict-notmult":
+                    m["notmult"].append(val)
                 elif k == "minLength":
                     st.min = max(st.min, self.count(d, k, kp))
                 elif k == "maxLength":
@@ -1647,6 +1688,9 @@ class _Compiler:
                 if isinstance(x, float) and not x.is_integer():
                     return False
                 if int(x) % q:
+                    return False
+            for q in m["notmult"]:
+                if not (isinstance(x, float) and not x.is_integer()) and not int(x) % q:
                     return False
         elif t == "string":
             st = m["str"]
@@ -2178,6 +2222,8 @@ class _Compiler:
         modulus = None
         for q in m["mult"]:
             modulus = q if modulus is None else modulus * q // math.gcd(modulus, q)
+        if m["notmult"]:
+            return self.number_notmult(m, integer_only, zero_frac, frac_only, bounds, modulus)
         if not bounds and modulus is None and frac_only is None:
             return int_rule if integer_only else "number"
         integral = modulus is not None  # a multiple of an integer: no fraction but zeros, no exponent
@@ -2209,6 +2255,46 @@ class _Compiler:
                 zero_fraction_only=integral or zero_frac,
                 no_exponent=integer_only or integral,
                 frac_only=frac_only,
+            )
+        trans, acc = got
+        return self.dfa_rules(trans, acc, "num")
+
+    def number_notmult(self, m, integer_only, zero_frac, frac_only, bounds, must):
+        """number_expr's automaton beside a negated multipleOf: no multiple of any m["notmult"] divisor (and a
+        multiple of must, the multipleOf divisors' lcm, or None)."""
+        nots = tuple(sorted(set(m["notmult"])))
+        if must is not None and any(must % q == 0 for q in nots):
+            return None  # every multiple of must is a multiple of one of them
+        modulus = must or 1
+        for q in nots:
+            modulus = modulus * q // math.gcd(modulus, q)
+        integral = must is not None
+        key = (
+            "notmult",
+            integer_only,
+            zero_frac,
+            frac_only,
+            must,
+            nots,
+            tuple(
+                (lower, type(b).__name__, repr(b), repr(getattr(b, "exact", None)), excl)
+                for lower, b, excl in m["bounds"]
+            ),
+            tuple(repr(_dec(x)) for x in m["notvalues"] if _is_num(x)),
+        )
+        got = _NUMBER_DFAS.get(key)
+        if got is None:
+            if len(_NUMBER_DFAS) >= _NUMBER_DFAS_MAX:
+                _NUMBER_DFAS.clear()
+            got = _NUMBER_DFAS[key] = _number_dfa(
+                integer_only and not zero_frac,
+                bounds,
+                modulus,
+                zero_fraction_only=integral or zero_frac,
+                no_exponent=integer_only or integral,
+                frac_only=frac_only,
+                must=must,
+                notmods=nots,
             )
         trans, acc = got
         return self.dfa_rules(trans, acc, "num")
@@ -2757,8 +2843,8 @@ class _Compiler:
         """Whether the key k is one a $strict-some member constraint names (the value aside)."""
         return (
             k not in some["exclude"]
-            and all(re.search(p, k) is not None for p, _ in some["patterns"])
-            and not any(re.search(p, k) is not None for p, _ in some["notpatterns"])
+            and all(_regex(p).search(k) is not None for p, _ in some["patterns"])
+            and not any(_regex(p).search(k) is not None for p, _ in some["notpatterns"])
             and (some.get("names") is None or self.valid_term(k, some["names"]))
         )
 
@@ -2821,7 +2907,9 @@ def _cached_lang(kind, arg):
     key = (kind, arg)
     lang = _LANG_CACHE.get(key)
     if lang is None:
-        lang = _sl.Lang.regex(arg) if kind == "regex" else _sl.Lang.format(arg)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # Python's notes on future regex syntax
+            lang = _sl.Lang.regex(arg) if kind == "regex" else _sl.Lang.format(arg)
         _cache_put(_LANG_CACHE, key, lang)
     return lang
 

@@ -311,6 +311,14 @@ CASES = [
         [{}, {"a": 1}, {"a": "x"}, {"b": 1}, {"a": 1, "b": 2}, 3, []],
     ),
     ({"type": "object", "not": {"additionalProperties": False}}, [{}, {"a": 1}, {"a": 1, "b": 2}]),
+    # negated multipleOf: an integer of a nonzero remainder, or a value with a fraction (exponent texts only below 1)
+    ({"not": {"multipleOf": 3}}, [0, 1, 3, -3, 4, 4.0, 6.0, 4.5, -0.5, 1e-05, "s", None]),
+    ({"type": "number", "multipleOf": 2, "not": {"multipleOf": 4}}, [0, 2, 4, 6, 6.0, 8.0, 3, 2.5, -2, -12]),
+    (
+        {"$schema": "http://json-schema.org/draft-04/schema#", "minimum": -7, "not": {"multipleOf": 2}},
+        [-8, -7, -6, 0, 1, 2.0, 3.0, 2.5, 1e-05],
+    ),
+    ({"oneOf": [{"multipleOf": 2}, {"multipleOf": 3}]}, [0, 2, 3, 4, 6, 9, 12, 5, 1.5, "x"]),
     # negated propertyNames: a key that fails the names' schema
     (
         {"not": {"propertyNames": {"pattern": "^x", "maxLength": 2}}},
@@ -557,7 +565,7 @@ REFUSED = [
     ({"type": "array", "uniqueItems": True}, "uniqueItems", "#/uniqueItems"),
     ({"properties": {"a": {"$ref": "https://example.com/x.json"}}}, "$ref", "#/properties/a/$ref"),
     ({"type": "number", "multipleOf": 0.1}, "multipleOf", "#/multipleOf"),
-    ({"oneOf": [{"multipleOf": 2}, {"minimum": 0}]}, "oneOf", "#/oneOf"),
+    ({"oneOf": [{"uniqueItems": True}, {"maxItems": 3}]}, "oneOf", "#/oneOf"),
     ({"$defs": {"a": {"$dynamicAnchor": "x"}}, "$dynamicRef": "#x"}, "$dynamicRef", "#/$dynamicRef"),
     ({"unevaluatedProperties": False}, "unevaluatedProperties", "#/unevaluatedProperties"),
     ({"type": "string", "pattern": "(?=a)b"}, "pattern", "#/pattern"),
