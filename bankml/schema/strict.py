@@ -2231,51 +2231,19 @@ class _Compiler:
             modulus = None
             if not bounds and frac_only is None:
                 return int_rule if integer_only else '"-"? ( "0" | [1-9] [0-9]* ) ( "." "0"+ )?'
-        # the automaton depends on these alone: shared by every schema of the process with the same numbers
+        return self.number_rules(m, bounds, integer_only, zero_frac, integral, frac_only, modulus)
+
+    def number_rules(self, m, bounds, integer_only, zero_frac, integral, frac_only, modulus, must=None, notmods=()):
+        """The rules of _number_dfa's automaton. It depends on these alone: shared by every schema of the process
+        with the same numbers."""
         key = (
             integer_only,
             zero_frac,
             integral,
             frac_only,
             modulus,
-            tuple(
-                (lower, type(b).__name__, repr(b), repr(getattr(b, "exact", None)), excl)
-                for lower, b, excl in m["bounds"]
-            ),
-            tuple(repr(_dec(x)) for x in m["notvalues"] if _is_num(x)),
-        )
-        got = _NUMBER_DFAS.get(key)
-        if got is None:
-            if len(_NUMBER_DFAS) >= _NUMBER_DFAS_MAX:
-                _NUMBER_DFAS.clear()
-            got = _NUMBER_DFAS[key] = _number_dfa(
-                integer_only and not zero_frac,
-                bounds,
-                modulus,
-                zero_fraction_only=integral or zero_frac,
-                no_exponent=integer_only or integral,
-                frac_only=frac_only,
-            )
-        trans, acc = got
-        return self.dfa_rules(trans, acc, "num")
-
-    def number_notmult(self, m, integer_only, zero_frac, frac_only, bounds, must):
-        """number_expr's automaton beside a negated multipleOf: no multiple of any m["notmult"] divisor (and a
-        multiple of must, the multipleOf divisors' lcm, or None)."""
-        nots = tuple(sorted(set(m["notmult"])))
-        if must is not None and any(must % q == 0 for q in nots):
-            return None  # every multiple of must is a multiple of one of them
-        modulus = must or 1
-        for q in nots:
-            modulus = modulus * q // math.gcd(modulus, q)
-        integral = must is not None
-        key = (
-            "notmult",
-            integer_only,
-            zero_frac,
-            frac_only,
             must,
-            nots,
+            notmods,
             tuple(
                 (lower, type(b).__name__, repr(b), repr(getattr(b, "exact", None)), excl)
                 for lower, b, excl in m["bounds"]
@@ -2294,10 +2262,21 @@ class _Compiler:
                 no_exponent=integer_only or integral,
                 frac_only=frac_only,
                 must=must,
-                notmods=nots,
+                notmods=notmods,
             )
         trans, acc = got
         return self.dfa_rules(trans, acc, "num")
+
+    def number_notmult(self, m, integer_only, zero_frac, frac_only, bounds, must):
+        """number_expr's automaton beside a negated multipleOf: no multiple of any m["notmult"] divisor (and a
+        multiple of must, the multipleOf divisors' lcm, or None)."""
+        nots = tuple(sorted(set(m["notmult"])))
+        if must is not None and any(must % q == 0 for q in nots):
+            return None  # every multiple of must is a multiple of one of them
+        modulus = must or 1
+        for q in nots:
+            modulus = modulus * q // math.gcd(modulus, q)
+        return self.number_rules(m, bounds, integer_only, zero_frac, must is not None, frac_only, modulus, must, nots)
 
     def dfa_rules(self, trans, acc, prefix):
         n = len(trans)
