@@ -165,6 +165,7 @@ _MAX_ANY_ORDER = 8  # objects of up to this many listed keys take them in any or
 _MAX_REQUIRED_ANY_ORDER = 12  # ... or this many required keys, the optional ones free to come again
 _ANY_ORDER_BUDGET = 4096  # ... while the any-order objects of one grammar have at most this many key sets
 _MAX_WITNESSES = 3  # negated object keywords met in one object (each doubles its states)
+_MAX_CONTAINS = 3  # contains schemas of one array (its items split 2^n ways)
 
 
 def _draft_of(schema):
@@ -2318,8 +2319,8 @@ class _Compiler:
         if m["unique"] is not None:
             if m["maxI"] is None or m["maxI"] > 1:
                 self.refuse("uniqueItems", m["unique"], "uniqueItems over items that are not a small finite set")
-        if len(m["contains"]) > 1:
-            self.refuse("contains", m["contains"][1][3], "more than one contains on one array")
+        if len(m["contains"]) > _MAX_CONTAINS:
+            self.refuse("contains", m["contains"][-1][3], "more than %d contains on one array" % _MAX_CONTAINS)
         lo, hi = m["minI"], m["maxI"]
         plen = 0
         for d in term:
@@ -2401,47 +2402,61 @@ class _Compiler:
         return ("%s{%d} " % (name, a) if a else "") + tail
 
     def array_contains(self, m, term, pos, rest, rest_conj, lo, hi, ptr):
-        c, cmin, cmax, cptr = m["contains"][0]
+        """The array of item counts lo..hi whose items each contains schema counts within its bounds: per
+        position, one rule per set of the contains schemas the item satisfies (and fails the others), the
+        states counting items per contains schema (capped where its bounds stop telling counts apart)."""
+        cs = m["contains"]
         plen = len(pos)
-        neg_c = self.synth({"$strict-not": c}, cptr)
+        negs = [self.synth({"$strict-not": c}, cptr) for c, _, _, cptr in cs]
+        cptr0 = cs[0][3]
 
         def split(i):
+            """{set of contains schemas the item satisfies (bits): its rule} at position i."""
             conj = self.item_conj(term, i)
             if i < plen and pos[i] is None:
-                return None, None
-            return self.rule(conj + [c], cptr), self.rule(conj + [neg_c], cptr)
+                return {}
+            out = {}
+            for ws in reversed(range(1 << len(cs))):  # (one schema: its items first, then the others)
+                parts = [cs[j][0] if ws >> j & 1 else negs[j] for j in range(len(cs))]
+                r = self.rule(conj + parts, cs[0][3] if len(cs) == 1 else ptr + "/contains")
+                if r is not None:
+                    out[ws] = r
+            return out
 
         icap = max(plen, lo, (hi + 1) if hi is not None else 0)
-        ccap = max(cmin, (cmax + 1) if cmax is not None else 0)
-        if (icap + 1) * (ccap + 1) > _MAX_STATES:
-            self.refuse("contains", cptr, "contains with counts that need more than %d states" % _MAX_STATES)
+        caps = [max(cmin, (cmax + 1) if cmax is not None else 0) for _, cmin, cmax, _ in cs]
+        states = icap + 1
+        for cap in caps:
+            states *= cap + 1
+        if states > _MAX_STATES:
+            self.refuse("contains", cptr0, "contains with counts that need more than %d states" % _MAX_STATES)
         splits = {}
         memo = {}
 
-        def seq(i, n, first):
-            i_key = min(i, icap)
-            key = (i_key, min(n, ccap), first)
+        def seq(i, ns, first):
+            ns = tuple(min(n, cap) for n, cap in zip(ns, caps))
+            key = (min(i, icap), ns, first)
             if key in memo:
                 return memo[key]
             name = self.new_name("arr")
             memo[key] = name
             alts = []
-            if i >= lo and n >= cmin:
+            if i >= lo and all(n >= cmin for n, (_, cmin, _, _) in zip(ns, cs)):
                 alts.append('"]"')
             if hi is None or i < hi:
                 j = min(i, plen)
                 if j not in splits:
                     splits[j] = split(j)
-                yes, no = splits[j]
                 sep = "" if first else '"," space '
-                if yes is not None and (cmax is None or n < cmax):
-                    alts.append(sep + yes + " space " + seq(i + 1, min(n + 1, ccap), False))
-                if no is not None:
-                    alts.append(sep + no + " space " + seq(i + 1, n, False))
+                # the item that satisfies every contains schema first, as the one-schema automaton had it
+                for ws, r in sorted(splits[j].items(), reverse=True):
+                    nxt = tuple(n + (ws >> k & 1) for k, n in enumerate(ns))
+                    if all(cmax is None or n <= cmax for n, (_, _, cmax, _) in zip(nxt, cs)):
+                        alts.append(sep + r + " space " + seq(i + 1, nxt, False))
             self.set_rule(name, " | ".join(alts) if alts else _NEVER)
             return name
 
-        return '"[" space ' + seq(0, 0, True)
+        return '"[" space ' + seq(0, (0,) * len(cs), True)
 
     # --- objects ---
     def object_expr(self, m, term, ptr):

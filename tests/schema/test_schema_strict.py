@@ -319,6 +319,15 @@ CASES = [
         [-8, -7, -6, 0, 1, 2.0, 3.0, 2.5, 1e-05],
     ),
     ({"oneOf": [{"multipleOf": 2}, {"multipleOf": 3}]}, [0, 2, 3, 4, 6, 9, 12, 5, 1.5, "x"]),
+    # several contains schemas on one array: items split by which of them they satisfy, one counter each
+    (
+        {"allOf": [{"contains": {"const": 1}, "minContains": 2}, {"contains": {"type": "string"}, "maxContains": 1}]},
+        [[], [1], [1, 1], [1, 1, "s"], [1, "s", 1, "t"], ["s", 1, 2, 1], [2, 2], 5],
+    ),
+    (
+        {"type": "array", "not": {"contains": {"const": 1}}, "contains": {"const": 2}},
+        [[], [2], [1, 2], [2, 3, 2], [3]],
+    ),
     # negated propertyNames: a key that fails the names' schema
     (
         {"not": {"propertyNames": {"pattern": "^x", "maxLength": 2}}},
