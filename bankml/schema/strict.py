@@ -166,6 +166,7 @@ _MAX_REQUIRED_ANY_ORDER = 12  # ... or this many required keys, the optional one
 _ANY_ORDER_BUDGET = 4096  # ... while the any-order objects of one grammar have at most this many key sets
 _MAX_WITNESSES = 3  # negated object keywords met in one object (each doubles its states)
 _MAX_CONTAINS = 3  # contains schemas of one array (its items split 2^n ways)
+_MAX_UNIQUE_VALUES = 8  # uniqueItems: the distinct values an item may take (one rule per set of them)
 
 
 def _draft_of(schema):
@@ -2318,7 +2319,7 @@ class _Compiler:
     def array_expr(self, m, term, ptr):
         if m["unique"] is not None:
             if m["maxI"] is None or m["maxI"] > 1:
-                self.refuse("uniqueItems", m["unique"], "uniqueItems over items that are not a small finite set")
+                return self.array_unique(m, term, ptr)
         if len(m["contains"]) > _MAX_CONTAINS:
             self.refuse("contains", m["contains"][-1][3], "more than %d contains on one array" % _MAX_CONTAINS)
         lo, hi = m["minI"], m["maxI"]
@@ -2374,6 +2375,57 @@ class _Compiler:
             return name
 
         return '"[" space ' + seq(0, True)
+
+    def array_unique(self, m, term, ptr):
+        """uniqueItems over a finite item language of at most _MAX_UNIQUE_VALUES values (an enum, const,
+        booleans and null): the items in any order, each value at most once, one rule per set of values
+        written. Refused otherwise."""
+        if m["contains"] or any(self.items_of(d)[0] for d in term):
+            self.refuse("uniqueItems", m["unique"], "uniqueItems beside prefixItems or contains")
+        values = {}  # value key -> (value, [texts])
+        for t in self.product([self.expand(x) for x in self.item_conj(term, 0)], ptr + "/items"):
+            mt = self.merge(t)
+            if mt is None:
+                continue
+            if mt["enum"] is not None:
+                cands = mt["enum"]
+            elif mt["types"] <= {"null", "boolean"}:
+                cands = [x for x in (None, True, False) if _json_type(x, self.draft) in mt["types"]]
+            else:
+                self.refuse("uniqueItems", m["unique"], "uniqueItems over items that are not a small finite set")
+            for x in cands:
+                key = _vkey(x)
+                if key is None or not any(self.valid_term(y, t) for y in _spellings(x)):
+                    continue
+                text = self.number_value(x, ptr, mt["types"]) if _is_num(x) else self.value_expr(x, ptr)
+                if text is not None:
+                    values.setdefault(key, (x, []))[1].append(text)
+        if len(values) > _MAX_UNIQUE_VALUES:
+            self.refuse(
+                "uniqueItems",
+                m["unique"],
+                "uniqueItems over %d distinct item values (at most %d)" % (len(values), _MAX_UNIQUE_VALUES),
+            )
+        items = [self.add_rule("uitem", " | ".join(dict.fromkeys(texts))) for _, texts in values.values()]
+        lo, hi = m["minI"], m["maxI"]
+        memo = {}
+
+        def state(mask):
+            if mask in memo:
+                return memo[mask]
+            name = self.new_name("uarr")
+            memo[mask] = name
+            count = mask.bit_count()
+            alts = ['"]"'] if count >= lo else []
+            if hi is None or count < hi:
+                sep = "" if mask == 0 else '"," space '
+                for i, item in enumerate(items):
+                    if not mask >> i & 1:
+                        alts.append(sep + item + " space " + state(mask | 1 << i))
+            self.set_rule(name, " | ".join(alts) if alts else _NEVER)
+            return name
+
+        return '"[" space ' + state(0)
 
     def rep(self, item, a, b, keyword="maxItems", pointer="#"):
         """item repeated a..b times (b None: unbounded) as GBNF, or "" for exactly zero."""

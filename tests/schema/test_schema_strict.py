@@ -319,6 +319,24 @@ CASES = [
         [-8, -7, -6, 0, 1, 2.0, 3.0, 2.5, 1e-05],
     ),
     ({"oneOf": [{"multipleOf": 2}, {"multipleOf": 3}]}, [0, 2, 3, 4, 6, 9, 12, 5, 1.5, "x"]),
+    # uniqueItems over a small finite item language: each value at most once, in any order (1 == 1.0, true != 1)
+    (
+        {"type": "array", "uniqueItems": True, "items": {"enum": [1, 1.0, 2, True, None]}, "maxItems": 3},
+        [[], [1], [1, 1.0], [1, True], [True, 1, None], [2, 2], [None, 2, 1, True], [3], [1.0, 2.0]],
+    ),
+    (
+        {
+            "uniqueItems": True,
+            "items": {"anyOf": [{"const": [1, 2]}, {"const": {"a": 1, "b": 2}}, {"type": "boolean"}]},
+        },
+        [
+            [[1, 2], {"b": 2, "a": 1}],
+            [{"a": 1, "b": 2}, {"b": 2, "a": 1}],
+            [True, False, [1, 2]],
+            [[2, 1]],
+            [True, True],
+        ],
+    ),
     # several contains schemas on one array: items split by which of them they satisfy, one counter each
     (
         {"allOf": [{"contains": {"const": 1}, "minContains": 2}, {"contains": {"type": "string"}, "maxContains": 1}]},
