@@ -1254,6 +1254,7 @@ class _Compiler:
                 for pat, sub in val.items():
                     pp = kp + "/" + _esc_ptr(pat)
                     self.check_schema(sub, pp)
+                    self.key_regex(pat, pp)
                     if sub is True:
                         continue
                     some = {
@@ -1274,7 +1275,7 @@ class _Compiler:
                     "exclude": frozenset(listed) if isinstance(listed, dict) else frozenset(),
                     "patterns": (),
                     "notpatterns": tuple(
-                        (pat, ptr + "/patternProperties/" + _esc_ptr(pat))
+                        (pat, self.key_regex(pat, ptr + "/patternProperties/" + _esc_ptr(pat)))
                         for pat in (pats if isinstance(pats, dict) else ())
                     ),
                     "value": True if val is False else self.not_of(val, kp),
@@ -2893,6 +2894,15 @@ class _Compiler:
             and not any(_regex(p).search(k) is not None for p, _ in some["notpatterns"])
             and (some.get("names") is None or self.valid_term(k, some["names"]))
         )
+
+    def key_regex(self, pat, pointer):
+        """pointer, once the patternProperties regex pat is one Python's re reads (key_ok searches with it);
+        refused naming patternProperties otherwise."""
+        try:
+            _regex(pat)
+        except (re.error, TypeError, RecursionError, OverflowError) as e:
+            self.refuse("patternProperties", pointer, "a pattern Python's re refuses: %s" % e)
+        return pointer
 
     def not_of(self, sub, pointer):
         """The synthetic schema of the values that fail sub."""

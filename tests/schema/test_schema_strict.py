@@ -593,6 +593,8 @@ REFUSED = [
     ({"properties": {"a": {"$ref": "https://example.com/x.json"}}}, "$ref", "#/properties/a/$ref"),
     ({"type": "number", "multipleOf": 0.1}, "multipleOf", "#/multipleOf"),
     ({"oneOf": [{"uniqueItems": True}, {"maxItems": 3}]}, "oneOf", "#/oneOf"),
+    ({"not": {"patternProperties": {"(": {"type": "integer"}}}}, "patternProperties", "#/not/patternProperties/("),
+    ({"not": {"additionalProperties": False, "patternProperties": {"\\p{L}": {}}}}, "patternProperties", None),
     ({"$defs": {"a": {"$dynamicAnchor": "x"}}, "$dynamicRef": "#x"}, "$dynamicRef", "#/$dynamicRef"),
     ({"unevaluatedProperties": False}, "unevaluatedProperties", "#/unevaluatedProperties"),
     ({"type": "string", "pattern": "(?=a)b"}, "pattern", "#/pattern"),
