@@ -1203,6 +1203,12 @@ class _Compiler:
             elif kk == "pattern":
                 if "pattern" in self.lenient:
                     continue
+                if not isinstance(val, str):
+                    self.refuse("pattern", kp, "pattern must be a string")
+                try:
+                    _regex(val)  # the validator searches with it (valid_atomic, key_ok)
+                except (re.error, RecursionError, OverflowError) as e:
+                    self.refuse("pattern", kp, "a pattern Python's re refuses: %s" % e)
                 alts.append(syn({"$strict-types": frozenset({"string"}), "$strict-notpattern": val}, k))
             elif kk == "$strict-notpattern":
                 alts.append(syn({"$strict-types": frozenset({"string"}), "pattern": val}, k))

@@ -594,6 +594,8 @@ REFUSED = [
     ({"type": "number", "multipleOf": 0.1}, "multipleOf", "#/multipleOf"),
     ({"oneOf": [{"uniqueItems": True}, {"maxItems": 3}]}, "oneOf", "#/oneOf"),
     ({"not": {"patternProperties": {"(": {"type": "integer"}}}}, "patternProperties", "#/not/patternProperties/("),
+    ({"enum": ["a"], "not": {"pattern": "("}}, "pattern", "#/not/pattern"),
+    ({"properties": {"(": {}}, "not": {"propertyNames": {"pattern": "("}}}, "pattern", "#/not/propertyNames/pattern"),
     ({"not": {"additionalProperties": False, "patternProperties": {"\\p{L}": {}}}}, "patternProperties", None),
     ({"$defs": {"a": {"$dynamicAnchor": "x"}}, "$dynamicRef": "#x"}, "$dynamicRef", "#/$dynamicRef"),
     ({"unevaluatedProperties": False}, "unevaluatedProperties", "#/unevaluatedProperties"),
