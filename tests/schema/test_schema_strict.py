@@ -666,6 +666,53 @@ def test_grammar_bytes_capped_at_the_engines_limit():
     assert info.value.keyword == "SchemaLimits.max_grammar_bytes"
 
 
+def test_odd_keyword_values_raise_only_schema_errors():
+    """Schemas of odd values where the keywords negation, dependencies, contains and uniqueItems meet (wrong types,
+    regexes Python's re refuses, zero and fractional divisors): every one compiles or is a SchemaError."""
+    import random
+
+    atoms = [5, "x", None, True, False, [], {}, [1, 2], {"type": "integer"}, {"const": 1}, {"enum": []}]
+    atoms += [{"enum": ["a", 1]}, {"const": {"a": "b"}}, {"enum": ["a"], "not": {"pattern": "("}}]
+    atoms += [{"pattern": "("}, {"multipleOf": 0}, {"multipleOf": 2.5}, {"minimum": "a"}]
+    keys = ["dependencies", "dependentSchemas", "propertyNames", "patternProperties", "additionalProperties"]
+    keys += ["properties", "uniqueItems", "contains", "items", "multipleOf", "not", "oneOf", "allOf"]
+    keys += ["minContains", "maxContains", "maxItems"]
+    rnd = random.Random(7)
+
+    def gen(depth):
+        if depth == 0:
+            return rnd.choice(atoms)
+        s = {}
+        for _ in range(rnd.randint(1, 3)):
+            k = rnd.choice(keys)
+            if k in ("dependencies", "dependentSchemas", "patternProperties", "properties"):
+                s[k] = {rnd.choice(["a", "b", "(", "^x"]): gen(depth - 1) for _ in range(rnd.randint(0, 2))}
+            elif k in ("oneOf", "allOf"):
+                s[k] = [gen(depth - 1) for _ in range(rnd.randint(0, 3))]
+            elif k == "uniqueItems":
+                s[k] = rnd.choice([True, False, 1, "x"])
+            elif k in ("minContains", "maxContains", "maxItems"):
+                s[k] = rnd.choice([0, 1, 2, -1, 1.5, "x"])
+            elif k == "multipleOf":
+                s[k] = rnd.choice([1, 2, 3, 0, -2, 2.5, True, "x"])
+            else:
+                s[k] = gen(depth - 1)
+        if rnd.random() < 0.3:
+            s["$schema"] = rnd.choice(
+                ["http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-07/schema#"]
+            )
+        return s
+
+    compiled = refused = 0
+    for _ in range(2000):
+        try:
+            strict_schema_to_grammar(gen(3))
+            compiled += 1
+        except SchemaError:
+            refused += 1
+    assert compiled > 100 and refused > 100, (compiled, refused)
+
+
 def test_modes_of_json_schema_to_grammar():
     schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 1}}}
     default, warnings = json_schema_to_grammar(schema)
