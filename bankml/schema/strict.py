@@ -252,6 +252,13 @@ def _regex(pattern):
         return re.compile(pattern)
 
 
+def _member(exclude=frozenset(), patterns=(), notpatterns=(), names=None, value=True):
+    """A $strict-some member constraint: a key not in exclude, matching every regex of patterns and none of
+    notpatterns ((regex, pointer) pairs) and satisfying the term names (or None), whose value satisfies the schema
+    value (_Compiler.key_ok, extra_kv)."""
+    return {"exclude": exclude, "patterns": patterns, "notpatterns": notpatterns, "names": names, "value": value}
+
+
 def _same(x, y):
     """x == y, but a boolean equals only a boolean (Python finds 0 == False and 1 == True): the values of two
     schemas, compared as jsonschema reads them."""
@@ -1205,10 +1212,7 @@ class _Compiler:
                     continue
                 if not isinstance(val, str):
                     self.refuse("pattern", kp, "pattern must be a string")
-                try:
-                    _regex(val)  # the validator searches with it (valid_atomic, key_ok)
-                except (re.error, RecursionError, OverflowError) as e:
-                    self.refuse("pattern", kp, "a pattern Python's re refuses: %s" % e)
+                self.regex(val, "pattern", kp)  # the validator searches with it (valid_atomic)
                 alts.append(syn({"$strict-types": frozenset({"string"}), "$strict-notpattern": val}, k))
             elif kk == "$strict-notpattern":
                 alts.append(syn({"$strict-types": frozenset({"string"}), "pattern": val}, k))
@@ -1251,7 +1255,7 @@ class _Compiler:
                     nm = self.merge(t)
                     if nm is None or "string" not in nm["types"]:
                         continue  # keys are strings
-                    some = {"exclude": frozenset(), "patterns": (), "notpatterns": (), "names": t, "value": True}
+                    some = _member(names=t)
                     alts.append(syn({"$strict-types": frozenset({"object"}), "$strict-some": some}, k))
             elif kk == "patternProperties":
                 # a key matching a regex whose value fails the regex's schema (listed keys too)
@@ -1260,15 +1264,10 @@ class _Compiler:
                 for pat, sub in val.items():
                     pp = kp + "/" + _esc_ptr(pat)
                     self.check_schema(sub, pp)
-                    self.key_regex(pat, pp)
+                    self.regex(pat, "patternProperties", pp)
                     if sub is True:
                         continue
-                    some = {
-                        "exclude": frozenset(),
-                        "patterns": ((pat, pp),),
-                        "notpatterns": (),
-                        "value": self.not_of(sub, pp),
-                    }
+                    some = _member(patterns=((pat, pp),), value=self.not_of(sub, pp))
                     alts.append(syn({"$strict-types": frozenset({"object"}), "$strict-some": some}, k))
             elif kk == "additionalProperties":
                 # a key neither listed nor matching a patternProperties regex whose value fails it
@@ -1277,15 +1276,16 @@ class _Compiler:
                     continue
                 listed = s.get("properties") if "properties" in v else None
                 pats = s.get("patternProperties") if "patternProperties" in v else None
-                some = {
-                    "exclude": frozenset(listed) if isinstance(listed, dict) else frozenset(),
-                    "patterns": (),
-                    "notpatterns": tuple(
-                        (pat, self.key_regex(pat, ptr + "/patternProperties/" + _esc_ptr(pat)))
-                        for pat in (pats if isinstance(pats, dict) else ())
-                    ),
-                    "value": True if val is False else self.not_of(val, kp),
-                }
+                notpatterns = []
+                for pat in pats if isinstance(pats, dict) else ():
+                    pp = ptr + "/patternProperties/" + _esc_ptr(pat)
+                    self.regex(pat, "patternProperties", pp)
+                    notpatterns.append((pat, pp))
+                some = _member(
+                    exclude=frozenset(listed) if isinstance(listed, dict) else frozenset(),
+                    notpatterns=tuple(notpatterns),
+                    value=True if val is False else self.not_of(val, kp),
+                )
                 alts.append(syn({"$strict-types": frozenset({"object"}), "$strict-some": some}, k))
             elif kk in ("uniqueItems",) and val is False:
                 continue
@@ -1446,13 +1446,7 @@ class _Compiler:
                         continue
                     if not isinstance(val, str):
                         self.refuse(k, kp, "pattern must be a string")
-                    try:
-                        with warnings.catch_warnings():
-                            # "possible nested set" and the like: Python's notes on future syntax, not the schema's
-                            warnings.simplefilter("ignore", FutureWarning)
-                            re.compile(val)
-                    except re.error as e:
-                        self.refuse("pattern", kp, "a pattern Python's re refuses: %s" % e)
+                    self.regex(val, "pattern", kp)
                     st.patterns.append((val, kp))
                 elif k == "$strict-notpattern":
                     st.notpatterns.append((val, kp))
@@ -2389,7 +2383,7 @@ class _Compiler:
         written. Refused otherwise."""
         if m["contains"] or any(self.items_of(d)[0] for d in term):
             self.refuse("uniqueItems", m["unique"], "uniqueItems beside prefixItems or contains")
-        values = {}  # value key -> (value, [texts])
+        values = {}  # value key -> the texts of its spellings
         for t in self.product([self.expand(x) for x in self.item_conj(term, 0)], ptr + "/items"):
             mt = self.merge(t)
             if mt is None:
@@ -2406,14 +2400,14 @@ class _Compiler:
                     continue
                 text = self.number_value(x, ptr, mt["types"]) if _is_num(x) else self.value_expr(x, ptr)
                 if text is not None:
-                    values.setdefault(key, (x, []))[1].append(text)
+                    values.setdefault(key, []).append(text)
         if len(values) > _MAX_UNIQUE_VALUES:
             self.refuse(
                 "uniqueItems",
                 m["unique"],
                 "uniqueItems over %d distinct item values (at most %d)" % (len(values), _MAX_UNIQUE_VALUES),
             )
-        items = [self.add_rule("uitem", " | ".join(dict.fromkeys(texts))) for _, texts in values.values()]
+        items = [self.add_rule("uitem", " | ".join(dict.fromkeys(texts))) for texts in values.values()]
         lo, hi = m["minI"], m["maxI"]
         memo = {}
 
@@ -2876,7 +2870,7 @@ class _Compiler:
                 kc.exclude |= set(some["exclude"])
                 kc.patterns += some["patterns"]
                 kc.notpatterns += some["notpatterns"]
-                if some.get("names") is not None:
+                if some["names"] is not None:
                     kc = self.narrow_names(kc, some["names"])
                     if kc is None:
                         break
@@ -2898,17 +2892,16 @@ class _Compiler:
             k not in some["exclude"]
             and all(_regex(p).search(k) is not None for p, _ in some["patterns"])
             and not any(_regex(p).search(k) is not None for p, _ in some["notpatterns"])
-            and (some.get("names") is None or self.valid_term(k, some["names"]))
+            and (some["names"] is None or self.valid_term(k, some["names"]))
         )
 
-    def key_regex(self, pat, pointer):
-        """pointer, once the patternProperties regex pat is one Python's re reads (key_ok searches with it);
-        refused naming patternProperties otherwise."""
+    def regex(self, pat, keyword, pointer):
+        """The compiled regex pat (the validator searches with it: valid_atomic, key_ok), or a refusal naming
+        keyword when Python's re refuses it (a syntax error, a repetition count past its limit)."""
         try:
-            _regex(pat)
-        except (re.error, TypeError, RecursionError, OverflowError) as e:
-            self.refuse("patternProperties", pointer, "a pattern Python's re refuses: %s" % e)
-        return pointer
+            return _regex(pat)
+        except (re.error, RecursionError, OverflowError) as e:
+            self.refuse(keyword, pointer, "a pattern Python's re refuses: %s" % e)
 
     def not_of(self, sub, pointer):
         """The synthetic schema of the values that fail sub."""

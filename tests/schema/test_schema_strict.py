@@ -595,6 +595,7 @@ REFUSED = [
     ({"oneOf": [{"uniqueItems": True}, {"maxItems": 3}]}, "oneOf", "#/oneOf"),
     ({"not": {"patternProperties": {"(": {"type": "integer"}}}}, "patternProperties", "#/not/patternProperties/("),
     ({"enum": ["a"], "not": {"pattern": "("}}, "pattern", "#/not/pattern"),
+    ({"type": "string", "pattern": "a{4294967296}"}, "pattern", "#/pattern"),  # re: OverflowError
     ({"properties": {"(": {}}, "not": {"propertyNames": {"pattern": "("}}}, "pattern", "#/not/propertyNames/pattern"),
     ({"not": {"additionalProperties": False, "patternProperties": {"\\p{L}": {}}}}, "patternProperties", None),
     ({"$defs": {"a": {"$dynamicAnchor": "x"}}, "$dynamicRef": "#x"}, "$dynamicRef", "#/$dynamicRef"),
