@@ -2471,7 +2471,7 @@ class _Compiler:
             out = {}
             for ws in reversed(range(1 << len(cs))):  # (one schema: its items first, then the others)
                 parts = [cs[j][0] if ws >> j & 1 else negs[j] for j in range(len(cs))]
-                r = self.rule(conj + parts, cs[0][3] if len(cs) == 1 else ptr + "/contains")
+                r = self.rule(conj + parts, cptr0 if len(cs) == 1 else ptr + "/contains")
                 if r is not None:
                     out[ws] = r
             return out
@@ -2584,11 +2584,7 @@ class _Compiler:
                             self.value_conj(term, k) + [x["value"] for x in chosen],
                             ptr + "/properties/" + _esc_ptr(k),
                         )
-                    wit_kv.append(
-                        None
-                        if wr is None
-                        else self.add_rule("kv", self.str_literal(k) + ' space ":" space ' + wr + " space")
-                    )
+                    wit_kv.append(None if wr is None else self.member_rule(k, wr))
                 wit_extra = self.extra_kv(term, names, pnames, ptr, chosen)
                 if wit_extra is not None or any(x is not None for x in wit_kv):
                     witness[wset] = (wit_kv, wit_extra)
@@ -2608,7 +2604,7 @@ class _Compiler:
                     if b in index and index[b] < index[a]:
                         track.add(b)
         # one rule per member: the automaton's states name it instead of repeating the key's spellings
-        kv = [self.add_rule("kv", self.str_literal(k) + ' space ":" space ' + r + " space") for k, r in items]
+        kv = [self.member_rule(k, r) for k, r in items]
         sets = 1 << (n + len(m["some"]))  # each negated keyword doubles the states: witnessed or not
         if n <= _MAX_ANY_ORDER and self.any_order_states + sets <= _ANY_ORDER_BUDGET:
             self.any_order_states += sets
@@ -2700,6 +2696,10 @@ class _Compiler:
             return None
         return '"{" space ' + body
 
+    def member_rule(self, k, value_rule):
+        """The rule of one member: the key k in every spelling, the colon, a value of value_rule."""
+        return self.add_rule("kv", self.str_literal(k) + ' space ":" space ' + value_rule + " space")
+
     def object_any_order(self, items, kv, required, deps, extra, minp, maxp, ptr, witness=None):
         """The members in any order, each listed key at most once, extra keys anywhere: one rule per set of
         listed keys written so far (and count of extra members, capped where min/maxProperties need it).
@@ -2713,8 +2713,9 @@ class _Compiler:
             tail = self.extras_tail(extra, 0, True, minp, maxp)
             return None if tail is None else '"{" space ' + tail
         witness = witness or {}
-        full = max(witness, default=0).bit_length()
-        full = (1 << full) - 1  # every keyword witnessed
+        full = 0  # every keyword witnessed (object_expr built a witness set for each)
+        for ws in witness:
+            full |= ws
         if ecap > 256:
             self.refuse(
                 "maxProperties" if maxp is not None and maxp >= 256 else "minProperties",
