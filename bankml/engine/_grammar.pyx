@@ -45,7 +45,8 @@ from libcpp.vector cimport vector
 
 from bankml.engine._typedefs cimport element_value_t, node_t, offset_t, position_t, token_t
 from bankml.engine._utf8 cimport decode_utf8, partial_utf8
-from bankml.engine._trie cimport CHILD_BLOCK, SUBTREE_NON_ASCII, SUBTREE_OVERLONG_END, SUBTREE_PARTIAL_END
+from bankml.engine._trie cimport (CHILD_BLOCK, SUBTREE_NON_ASCII, SUBTREE_ODD, SUBTREE_OVERLONG_END, SUBTREE_PARTIAL_END,
+                                  is_odd_code_point)
 from bankml.engine._bits cimport (clear_masked_counted, clear_position_range, clear_range_counted, clz64, ctz64, drain_words,
                            has_position, next_set_position, next_unset_position, popcount64, position_drain, prefetch,
                            range_has_marks, set_position, set_position_range, set_token_bit, clear_token_bit,

@@ -29,6 +29,18 @@ cdef enum:
     ELEMENT_CONSTANT_ABOVE = 2   # membership is the same for every code point >= 0x80
     ELEMENT_MEMBER_ABOVE = 4     # ... and those code points are members
     ELEMENT_ALL_PARTIALS = 8     # match_partial_char holds for every partial character that can complete
+    ELEMENT_TEXT_KNOWN = 16      # the two bits below are computed (element_text_info)
+    ELEMENT_CONSTANT_TEXT = 32   # membership is the same for every text code point >= 0x80 (TEXT_ABOVE)
+    ELEMENT_MEMBER_TEXT = 64     # ... and those code points are members
+
+# The code points >= 0x80 that Unicode text holds: [0x80, 0xD7FF] and [0xE000, 0x10FFFF] (no surrogates). A token
+# decoding to any other (SUBTREE_ODD) is never taken whole by a family.
+cdef enum:
+    TEXT_LOW_END = 0xD7FF
+    TEXT_HIGH_START = 0xE000
+    TEXT_MAX = 0x10FFFF
+    MAX_FAMILY = 64              # sets one compute_family explores before it gives up
+    MAX_FAMILY_ROUNDS = 8        # ... and the times it starts again with a narrower class
 
 # StackSets.index_class: a class of more alternatives than this is matched through its sorted intervals
 cdef enum:
@@ -45,6 +57,8 @@ cdef struct set_summary:
     int32_t run_end             # the set after that run, or NO_SET
     uint8_t flags               # SET_* bits
     uint8_t partial_mode        # PARTIAL_* for set_accepts_partial
+    uint64_t total_ascii[2]     # (TOTAL_KNOWN) ASCII code points of the set's family class (compute_family)
+    uint8_t total_flags         # TOTAL_* bits
 
 
 cdef enum:
@@ -55,6 +69,14 @@ cdef enum:
     SET_RUN_IMPURE = 16         # (with run_length) a set of its run holds SEGMENT_BASE or a token terminal on top
     SET_ABOVE_KNOWN = 32        # SET_ABOVE_CONSTANT is computed (summarize_tops)
     SET_ABOVE_CONSTANT = 64     # every class on top takes all code points >= 0x80 alike (each all or none)
+
+# set_summary.total_flags: the set's family (compute_family), sets closed under the code points of one class, each
+# taking every one of them: every string of them is viable from the set, so a trie subtree of only such code
+# points is accepted whole.
+cdef enum:
+    TOTAL_KNOWN = 1             # total_ascii and the bits below are computed
+    TOTAL_TEXT = 2              # every text code point >= 0x80 is in the class
+    TOTAL_PARTIALS = 4          # every set of the family takes every partial character that can still complete
 
 # set_summary.partial_mode: whether a set takes characters left unfinished by a token
 cdef enum:
@@ -77,6 +99,8 @@ cdef class StackSets:
     cdef flat_map[uint64_t, pair[uint64_t, int32_t]] pattern_transitions  # hash(set, matching stacks) -> (matching stacks, set)
     cdef vector[set_summary] summaries             # per set id
     cdef vector[int32_t] run_chain                 # scratch of compute_run
+    cdef vector[int32_t] family                    # scratch of compute_family
+    cdef vector[uint32_t] text_reps                # scratch of text_steps: a code point per group of text ones
     cdef int32_t max_token_depth                   # the most code points any token takes
     cdef zero_array[uint64_t] element_ascii        # 2 words per element position: the ASCII members of its class
     cdef zero_array[uint8_t] element_flags         # per element position: ELEMENT_* bits, filled on first use
@@ -100,5 +124,10 @@ cdef class StackSets:
                             int32_t depth) except -1 nogil
     cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil
     cdef int compute_run(self, int32_t set_id) except -1 nogil
+    cdef int element_text_info(self, position_t pos) except -1 nogil
+    cdef int compute_family(self, int32_t set_id) except -1 nogil
+    cdef int no_family(self, int32_t set_id) except -1 nogil
+    cdef bint text_steps(self, int32_t x) except -1 nogil
+    cdef bint family_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags) noexcept nogil
     cdef int compute_viable(self, int32_t set_id) except -1 nogil
     cdef void reserve_headroom(self) noexcept nogil

@@ -67,6 +67,9 @@ cdef class StackSets:
         summary.run_end = NO_SET
         summary.flags = 0
         summary.partial_mode = PARTIAL_UNKNOWN
+        summary.total_ascii[0] = 0
+        summary.total_ascii[1] = 0
+        summary.total_flags = 0
         # sorted ids: SEGMENT_BASE (1) comes first or right after EMPTY_STACK (0)
         if (nodes.size() > 0 and nodes[0] == SEGMENT_BASE) or (nodes.size() > 1 and nodes[1] == SEGMENT_BASE):
             summary.flags = SET_HAS_BASE
@@ -217,19 +220,34 @@ cdef class StackSets:
         cdef bint constant, member_above = False
         cdef int64_t k
         cdef node_t stack
+        cdef position_t top
+        cdef bint known
         self.summaries[set_id].flags |= SET_CLASS_KNOWN
+        # (what the tops' classes say of unfinished characters and code points >= 0x80: summarize_tops, once;
+        # it also reads each top's ASCII bits, which the grouping below needs)
+        if self.partial_mode_of(set_id) == PARTIAL_ALL:
+            self.summaries[set_id].flags |= SET_ALL_PARTIALS
+        constant = self.constant_above(set_id)
+        # The tops, one per distinct (ASCII bits, member above 0x80): the grouping reads nothing else of them, so
+        # many stacks under one literal (a class's \uXXXX spellings all start with a backslash) count once.
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             stack = self.set_nodes[k]
             if is_bottom(stack) or is_token_element(&self.pool.rules.elements[self.pool.nodes[stack].element]):
                 continue
+            top = self.pool.nodes[stack].element
+            known = False
+            for j in range(n_tops):
+                if self.element_ascii[2 * tops[j]] == self.element_ascii[2 * top] and \
+                        self.element_ascii[2 * tops[j] + 1] == self.element_ascii[2 * top + 1] and \
+                        (self.element_flags[tops[j]] & ELEMENT_MEMBER_ABOVE) == (self.element_flags[top] & ELEMENT_MEMBER_ABOVE):
+                    known = True
+                    break
+            if known:
+                continue
             if n_tops == 64:
-                return 0  # too many stacks to group by: no class, the walk goes node by node
-            tops[n_tops] = self.pool.nodes[stack].element
+                return 0  # too many distinct tops to group by: no class, the walk goes node by node
+            tops[n_tops] = top
             n_tops += 1
-        # (what the tops' classes say of unfinished characters and code points >= 0x80: summarize_tops, once)
-        if self.partial_mode_of(set_id) == PARTIAL_ALL:
-            self.summaries[set_id].flags |= SET_ALL_PARTIALS
-        constant = self.constant_above(set_id)
         # The ASCII code points grouped by the tops that match them: the union of the tops' classes split by
         # each class in turn (partition refinement on bit words), each part one group.
         for j in range(n_tops):
@@ -436,6 +454,268 @@ cdef class StackSets:
             if impure:
                 self.summaries[c].flags |= SET_RUN_IMPURE
         return 0
+
+    cdef int element_text_info(self, position_t pos) except -1 nogil:
+        """Whether the class at pos takes every text code point >= 0x80 alike (ELEMENT_CONSTANT_TEXT) and takes
+        them (ELEMENT_MEMBER_TEXT): as element_info's ABOVE bits, but over [0x80, 0xD7FF] and [0xE000, 0x10FFFF]
+        only, so a string's class that leaves out the surrogates (as strict mode's do) still counts as taking them
+        all."""
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
+        cdef vector[pair[uint32_t, uint32_t]] intervals, scratch
+        cdef uint32_t cursor_low = 0x80, cursor_high = TEXT_HIGH_START
+        cdef bint touched = False
+        cdef size_t j
+        cdef uint8_t flags = ELEMENT_TEXT_KNOWN
+        if self.element_flags[pos] & ELEMENT_TEXT_KNOWN:
+            return 0
+        class_intervals(&elements[pos], intervals, scratch)
+        sort(intervals.begin(), intervals.end())
+        # sweep the sorted intervals: how far from its start each text range is covered without a gap
+        for j in range(intervals.size()):
+            if intervals[j].second < 0x80 or (TEXT_LOW_END < intervals[j].first and intervals[j].second < TEXT_HIGH_START) \
+                    or intervals[j].first > TEXT_MAX:
+                continue
+            touched = True
+            if cursor_low <= TEXT_LOW_END and intervals[j].first <= cursor_low and intervals[j].second >= cursor_low:
+                cursor_low = TEXT_LOW_END + 1 if intervals[j].second >= TEXT_LOW_END else intervals[j].second + 1
+            if cursor_high <= TEXT_MAX and intervals[j].first <= cursor_high and intervals[j].second >= cursor_high:
+                cursor_high = TEXT_MAX + 1 if intervals[j].second >= TEXT_MAX else intervals[j].second + 1
+        if cursor_low > TEXT_LOW_END and cursor_high > TEXT_MAX:
+            flags |= ELEMENT_CONSTANT_TEXT | ELEMENT_MEMBER_TEXT
+        elif not touched:
+            flags |= ELEMENT_CONSTANT_TEXT
+        self.element_flags[pos] |= flags
+        return 0
+
+    cdef int compute_family(self, int32_t set_id) except -1 nogil:
+        """The set's family and its class (total_ascii, TOTAL_TEXT): sets closed under the class's code points,
+        each taking every one of them, so every string of them is viable from any of them.
+
+        A search pattern's automaton (`.*console.*` inside a string) changes set on nearly every code point, so
+        neither a loop nor a run takes a subtree whole there; yet every one of its states takes every character
+        but the quote and the backslash. The class starts as what the set takes (the ASCII code points its tops
+        take; the text code points >= 0x80 when each top takes all of them alike and one takes them), and the
+        family is explored breadth first: each member is stepped once per group of the class's code points that
+        match the same tops (the step depends only on which), so every successor on the class is a member. A
+        member that does not take the whole class (the set after the closing quote, or after a backslash), or
+        that holds SEGMENT_BASE, drops from the class the group that led to it, and the exploration starts
+        again (transitions are memoized). No class left, more than MAX_FAMILY members, or more than
+        MAX_FAMILY_ROUNDS rounds: no family (an empty class). The members get the same class: it is closed for
+        each of them."""
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
+        cdef uint64_t part_lo[128]
+        cdef uint64_t part_hi[128]
+        cdef uint64_t reach_lo[MAX_FAMILY]
+        cdef uint64_t reach_hi[MAX_FAMILY]
+        cdef bint reach_text[MAX_FAMILY]
+        cdef uint64_t class_lo = ~(<uint64_t>0), class_hi = ~(<uint64_t>0), union_lo, union_hi, lo, hi
+        cdef bint text = True, partials, text_covered, found, restart
+        cdef int32_t n_parts, n_before, p, x, y, j, round_
+        cdef size_t i
+        cdef int64_t k
+        cdef node_t stack
+        cdef position_t top
+        for round_ in range(MAX_FAMILY_ROUNDS):
+            self.family.clear()
+            self.family.push_back(set_id)
+            partials = True
+            restart = False
+            i = 0
+            while i < self.family.size() and not restart:
+                x = self.family[i]
+                union_lo = 0
+                union_hi = 0
+                for k in range(self.set_start[x], self.set_start[x + 1]):
+                    stack = self.set_nodes[k]
+                    if is_bottom(stack) or is_token_element(&elements[self.pool.nodes[stack].element]):
+                        continue
+                    top = self.pool.nodes[stack].element
+                    self.element_info(top)
+                    union_lo |= self.element_ascii[2 * top]
+                    union_hi |= self.element_ascii[2 * top + 1]
+                text_covered = text and self.text_steps(x)
+                if i == 0:
+                    # the set itself: the class is at most what it takes
+                    if self.summaries[x].flags & SET_HAS_BASE:
+                        return self.no_family(set_id)
+                    class_lo &= union_lo
+                    class_hi &= union_hi
+                    text = text_covered
+                elif (self.summaries[x].flags & SET_HAS_BASE) or (class_lo & ~union_lo) or (class_hi & ~union_hi) \
+                        or (text and not text_covered):
+                    # a member short of the class: the code points that led to it leave the class
+                    class_lo &= ~reach_lo[i]
+                    class_hi &= ~reach_hi[i]
+                    if reach_text[i]:
+                        text = False
+                    restart = True
+                    break
+                if not (class_lo | class_hi) and not text:
+                    return self.no_family(set_id)
+                if partials and self.partial_mode_of(x) != PARTIAL_ALL:
+                    partials = False
+                # the class's ASCII code points grouped by the tops that take them (partition refinement, as in
+                # compute_loop), each group stepped once
+                n_parts = 0
+                if class_lo | class_hi:
+                    part_lo[0] = class_lo
+                    part_hi[0] = class_hi
+                    n_parts = 1
+                for k in range(self.set_start[x], self.set_start[x + 1]):
+                    stack = self.set_nodes[k]
+                    if is_bottom(stack) or is_token_element(&elements[self.pool.nodes[stack].element]):
+                        continue
+                    top = self.pool.nodes[stack].element
+                    lo = self.element_ascii[2 * top]
+                    hi = self.element_ascii[2 * top + 1]
+                    n_before = n_parts
+                    for p in range(n_before):
+                        if ((part_lo[p] & lo) | (part_hi[p] & hi)) and ((part_lo[p] & ~lo) | (part_hi[p] & ~hi)):
+                            part_lo[n_parts] = part_lo[p] & ~lo
+                            part_hi[n_parts] = part_hi[p] & ~hi
+                            n_parts += 1
+                            part_lo[p] &= lo
+                            part_hi[p] &= hi
+                for p in range(n_parts + (<int32_t>self.text_reps.size() if text else 0)):
+                    if p < n_parts:
+                        y = self.transition(x, <uint32_t>(ctz64(part_lo[p]) if part_lo[p] else 64 + ctz64(part_hi[p])))
+                    else:
+                        # the text code points >= 0x80 that match the same tops as this one (text_steps)
+                        y = self.transition(x, self.text_reps[p - n_parts])
+                    if y < 0:
+                        # (a code point a top takes leaves no stack: the group leaves the class)
+                        if p < n_parts:
+                            class_lo &= ~part_lo[p]
+                            class_hi &= ~part_hi[p]
+                        else:
+                            text = False
+                        restart = True
+                        break
+                    found = False
+                    for j in range(<int32_t>self.family.size()):
+                        if self.family[j] == y:
+                            found = True
+                            break
+                    if not found:
+                        if <int32_t>self.family.size() >= MAX_FAMILY:
+                            return self.no_family(set_id)
+                        reach_lo[self.family.size()] = part_lo[p] if p < n_parts else 0
+                        reach_hi[self.family.size()] = part_hi[p] if p < n_parts else 0
+                        reach_text[self.family.size()] = p >= n_parts
+                        self.family.push_back(y)
+                i += 1
+            if restart:
+                continue
+            for i in range(self.family.size()):
+                x = self.family[i]
+                if not (self.summaries[x].total_flags & TOTAL_KNOWN):
+                    self.summaries[x].total_ascii[0] = class_lo
+                    self.summaries[x].total_ascii[1] = class_hi
+                    self.summaries[x].total_flags = TOTAL_KNOWN | (TOTAL_TEXT if text else 0) | \
+                        (TOTAL_PARTIALS if partials else 0)
+            return 0
+        return self.no_family(set_id)
+
+    cdef bint text_steps(self, int32_t x) except -1 nogil:
+        """Whether the set's tops take every text code point >= 0x80 between them; if so, text_reps gets one code
+        point per group of them that match the same tops (the step depends only on which): 0x80 alone when each
+        top takes all of them alike, else one per distinct match among the pieces the tops' interval bounds cut
+        the text range into. False also past 64 distinct tops or 64 groups."""
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
+        cdef position_t tops[64]
+        cdef uint64_t signatures[64]
+        cdef vector[pair[uint32_t, uint32_t]] intervals, scratch
+        cdef vector[uint32_t] bounds
+        cdef const grammar_element* after
+        cdef int32_t n_tops = 0, n_signatures = 0, t, s
+        cdef bint constant = True, member = False, seen
+        cdef int64_t k
+        cdef size_t j
+        cdef node_t stack
+        cdef position_t top
+        cdef uint32_t cp
+        cdef uint64_t signature
+        self.text_reps.clear()
+        for k in range(self.set_start[x], self.set_start[x + 1]):
+            stack = self.set_nodes[k]
+            if is_bottom(stack) or is_token_element(&elements[self.pool.nodes[stack].element]):
+                continue
+            top = self.pool.nodes[stack].element
+            seen = False
+            for t in range(n_tops):
+                if tops[t] == top:
+                    seen = True
+                    break
+            if seen:
+                continue
+            if n_tops == 64:
+                return False
+            tops[n_tops] = top
+            n_tops += 1
+            self.element_text_info(top)
+            if not (self.element_flags[top] & ELEMENT_CONSTANT_TEXT):
+                constant = False
+            elif self.element_flags[top] & ELEMENT_MEMBER_TEXT:
+                member = True
+        if constant:
+            if member:
+                self.text_reps.push_back(0x80)   # every text code point matches the same tops as 0x80
+            return member
+        # the text range cut at every bound of every top's intervals: within a piece, each top takes all or none
+        bounds.push_back(0x80)
+        bounds.push_back(TEXT_LOW_END + 1)
+        bounds.push_back(TEXT_HIGH_START)
+        bounds.push_back(TEXT_MAX + 1)
+        for t in range(n_tops):
+            intervals.clear()
+            class_intervals(&elements[tops[t]], intervals, scratch)
+            for j in range(intervals.size()):
+                if 0x80 < intervals[j].first <= TEXT_MAX:
+                    bounds.push_back(intervals[j].first)
+                if 0x80 <= intervals[j].second < TEXT_MAX:
+                    bounds.push_back(intervals[j].second + 1)
+        sort(bounds.begin(), bounds.end())
+        for j in range(bounds.size()):
+            cp = bounds[j]
+            if cp > TEXT_MAX or (j > 0 and bounds[j - 1] == cp) or (TEXT_LOW_END < cp < TEXT_HIGH_START):
+                continue
+            signature = 0
+            for t in range(n_tops):
+                if self.class_takes(tops[t], cp, &after):
+                    signature |= (<uint64_t>1) << t
+            if signature == 0:
+                return False   # a text code point no top takes
+            seen = False
+            for s in range(n_signatures):
+                if signatures[s] == signature:
+                    seen = True
+                    break
+            if not seen:
+                if n_signatures == 64:
+                    return False
+                signatures[n_signatures] = signature
+                n_signatures += 1
+                self.text_reps.push_back(cp)
+        return True
+
+    cdef int no_family(self, int32_t set_id) except -1 nogil:
+        self.summaries[set_id].total_ascii[0] = 0
+        self.summaries[set_id].total_ascii[1] = 0
+        self.summaries[set_id].total_flags = TOTAL_KNOWN
+        return 0
+
+    cdef bint family_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags) noexcept nogil:
+        """Whether every token of a subtree with this summary (its code points' ASCII bits and SUBTREE_* flags, the
+        edges into it included) is accepted from the set by its family (compute_family, done)."""
+        if flags & (SUBTREE_OVERLONG_END | SUBTREE_ODD):
+            return False
+        if (ascii_lo & ~self.summaries[set_id].total_ascii[0]) or (ascii_hi & ~self.summaries[set_id].total_ascii[1]):
+            return False
+        if (flags & SUBTREE_NON_ASCII) and not (self.summaries[set_id].total_flags & TOTAL_TEXT):
+            return False
+        if (flags & SUBTREE_PARTIAL_END) and not (self.summaries[set_id].total_flags & TOTAL_PARTIALS):
+            return False
+        return True
 
     cdef int compute_viable(self, int32_t set_id) except -1 nogil:
         """The code points some stack of the set can take next, as sorted disjoint intervals."""

@@ -17,6 +17,13 @@ cdef enum:
     SUBTREE_NON_ASCII = 1      # a code point >= 0x80 lies below the node
     SUBTREE_PARTIAL_END = 2    # a token at or below the node ends inside a UTF-8 sequence that can still complete
     SUBTREE_OVERLONG_END = 4   # a token at or below the node ends on a 0xC0/0xC1 lead byte (never completes)
+    SUBTREE_ODD = 8            # a code point no text holds lies below (a surrogate, or past U+10FFFF: bytes that
+                               # decode_utf8 reads without checking)
+
+
+cdef inline bint is_odd_code_point(uint32_t cp) noexcept nogil:
+    """A code point a token can decode to that no Unicode text holds: SUBTREE_ODD."""
+    return (0xD800 <= cp <= 0xDFFF) or cp > 0x10FFFF
 
 
 # The fields of a node the walk reads on every visit, packed in one 64-byte line (trie_view.nodes; the

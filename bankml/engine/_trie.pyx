@@ -239,6 +239,8 @@ cdef class TrieBuilder:
                     ascii_lo |= self.below_ascii[2 * child]
                     ascii_hi |= self.below_ascii[2 * child + 1]
                     flags |= self.below_flags[child] | SUBTREE_NON_ASCII
+                    if is_odd_code_point(self.node_cp[child]):
+                        flags |= SUBTREE_ODD
                 trie.children.push_back(child)
                 trie.child_cp.push_back(self.node_cp[child])
                 child = self.node_end[child]
@@ -275,6 +277,8 @@ cdef class TrieBuilder:
                     ascii_hi |= (<uint64_t>1) << (self.node_cp[child] - 64)
                 else:
                     flags |= SUBTREE_NON_ASCII
+                    if is_odd_code_point(self.node_cp[child]):
+                        flags |= SUBTREE_ODD
             trie.block_ascii.push_back(ascii_lo)
             trie.block_ascii.push_back(ascii_hi)
             trie.block_flags.push_back(flags)
@@ -432,6 +436,9 @@ cdef class TrieBuilder:
         else:
             self.below_flags[parent] |= SUBTREE_NON_ASCII
             self.child_flags[parent] |= SUBTREE_NON_ASCII
+            if is_odd_code_point(cp):
+                self.below_flags[parent] |= SUBTREE_ODD
+                self.child_flags[parent] |= SUBTREE_ODD
 
 
 cdef class VocabTrie:

@@ -64,6 +64,7 @@ cdef class TrieWalk:
     cdef void clear_marks(self) noexcept nogil
     cdef void drain_subtree(self, const trie_view* trie, int32_t node, vector[token_t]* tokens,
                             uint32_t* out) noexcept nogil
+    cdef bint family_takes_child(self, const trie_view* trie, int32_t child, int32_t set_id) noexcept nogil
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
     cdef bint take_run(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
     cdef int scan_run_exceptions(self, const trie_view* trie, int32_t child, const uint64_t* outside,

@@ -69,7 +69,7 @@ cdef class TrieWalk:
         cdef int64_t hi = trie.nodes[node].token_hi
         cdef int64_t position, k, i, range_end, viable_first, viable_end
         cdef int32_t first_child, last_child
-        cdef bint use_blocks, accepted
+        cdef bint use_blocks, accepted, family
         cdef node_t stack
         cdef int64_t run_end
         cdef partial_utf8 partial
@@ -138,11 +138,20 @@ cdef class TrieWalk:
             self.sets.compute_viable(set_id)
         if last_child - first_child >= 8 and not (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN):
             self.sets.compute_loop(set_id)
+        # A family (compute_family: sets closed under one class, each taking all of it) takes whole every child
+        # whose subtree holds only the class's code points.
+        if not (self.sets.summaries[set_id].total_flags & TOTAL_KNOWN) and last_child - first_child >= 8:
+            self.sets.compute_family(set_id)
+        family = (self.sets.summaries[set_id].total_flags & TOTAL_KNOWN) and (
+            self.sets.summaries[set_id].total_ascii[0] or self.sets.summaries[set_id].total_ascii[1]
+            or (self.sets.summaries[set_id].total_flags & TOTAL_TEXT))
         # The non-ASCII children sort last; when the set loops on every one of them, take them all at once.
-        if (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN) and (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII) and \
-                trie.nodes[node].first_non_ascii < last_child and \
-                self.sets.chain_accepts(set_id, trie.non_ascii_ascii[2 * node], trie.non_ascii_ascii[2 * node + 1],
-                                   trie.non_ascii_flags[node], trie.non_ascii_depth[node]):
+        if trie.nodes[node].first_non_ascii < last_child and (
+                ((self.sets.summaries[set_id].flags & SET_CLASS_KNOWN) and (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII) and
+                 self.sets.chain_accepts(set_id, trie.non_ascii_ascii[2 * node], trie.non_ascii_ascii[2 * node + 1],
+                                         trie.non_ascii_flags[node], trie.non_ascii_depth[node]))
+                or (family and self.sets.family_accepts(set_id, trie.non_ascii_ascii[2 * node],
+                                                        trie.non_ascii_ascii[2 * node + 1], trie.non_ascii_flags[node]))):
             set_position_range(bits, trie.nodes[trie.children[trie.nodes[node].first_non_ascii]].token_lo, hi)
             self.n_marked += hi - trie.nodes[trie.children[trie.nodes[node].first_non_ascii]].token_lo
             last_child = trie.nodes[node].first_non_ascii
@@ -169,15 +178,23 @@ cdef class TrieWalk:
                                     self.sets.viable_bounds[k + 1]) - trie.child_cp
             while i < range_end:
                 # A whole block of children whose code points, and everything below them,
-                # lead back to the set is taken at once.
-                if use_blocks and i % CHILD_BLOCK == 0 and i + CHILD_BLOCK <= range_end and self.sets.chain_accepts(
-                        set_id, trie.block_ascii[2 * (i // CHILD_BLOCK)],
-                        trie.block_ascii[2 * (i // CHILD_BLOCK) + 1], trie.block_flags[i // CHILD_BLOCK],
-                        trie.block_depth[i // CHILD_BLOCK]):
+                # lead back to the set (or stay in its family's class) is taken at once.
+                if i % CHILD_BLOCK == 0 and i + CHILD_BLOCK <= range_end and (
+                        (family and self.sets.family_accepts(
+                            set_id, trie.block_ascii[2 * (i // CHILD_BLOCK)], trie.block_ascii[2 * (i // CHILD_BLOCK) + 1],
+                            trie.block_flags[i // CHILD_BLOCK]))
+                        or (use_blocks and self.sets.chain_accepts(
+                            set_id, trie.block_ascii[2 * (i // CHILD_BLOCK)],
+                            trie.block_ascii[2 * (i // CHILD_BLOCK) + 1], trie.block_flags[i // CHILD_BLOCK],
+                            trie.block_depth[i // CHILD_BLOCK]))):
                     set_position_range(bits, trie.nodes[trie.children[i]].token_lo,
                                        trie.nodes[trie.children[i + CHILD_BLOCK - 1]].token_hi)
                     self.n_marked += trie.nodes[trie.children[i + CHILD_BLOCK - 1]].token_hi - trie.nodes[trie.children[i]].token_lo
                     i += CHILD_BLOCK
+                elif family and self.family_takes_child(trie, trie.children[i], set_id):
+                    set_position_range(bits, trie.nodes[trie.children[i]].token_lo, trie.nodes[trie.children[i]].token_hi)
+                    self.n_marked += trie.nodes[trie.children[i]].token_hi - trie.nodes[trie.children[i]].token_lo
+                    i += 1
                 else:
                     # (the next children's records asked for now: a cold mask meets the trie out of cache,
                     # a miss per child visited)
@@ -191,6 +208,21 @@ cdef class TrieWalk:
                     i += 1
             k += 2
         return 0
+
+    cdef bint family_takes_child(self, const trie_view* trie, int32_t child, int32_t set_id) noexcept nogil:
+        """Whether the set's family takes every token at or below child (its edge's code point included)."""
+        cdef uint32_t cp = trie.nodes[child].node_cp
+        cdef uint64_t lo = trie.nodes[child].below_ascii[0], hi = trie.nodes[child].below_ascii[1]
+        cdef uint8_t flags = trie.nodes[child].below_flags
+        if cp < 64:
+            lo |= (<uint64_t>1) << cp
+        elif cp < 128:
+            hi |= (<uint64_t>1) << (cp - 64)
+        else:
+            flags |= SUBTREE_NON_ASCII
+            if is_odd_code_point(cp):
+                flags |= SUBTREE_ODD
+        return self.sets.family_accepts(set_id, lo, hi, flags)
 
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil:
         cdef uint64_t* bits = self.position_bits.data()

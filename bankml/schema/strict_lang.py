@@ -1942,13 +1942,18 @@ def _charset_alts(cs, memo: dict, admit_surrogates: bool = False) -> list[str]:
     raw = _cs_inter(cs, _RAW_OK)
     if raw:
         alts.append(_gbnf_class(raw, admit_surrogates))
+    # The escapes after one backslash, and the \u ones after one "u": a character set of many surrogate-pair
+    # groups (Python's \w) would otherwise put as many stacks on a backslash, each of them stepped on every
+    # character (the language is the same).
     short = sorted(_SHORT_ESC[c] for c in _SHORT_ESC if _cs_has(cs, c))
+    short_expr = None
     if short:
         body = "".join("\\\\" if ch == "\\" else ('\\"' if ch == '"' else ch) for ch in short)
-        alts.append('"\\\\" [' + body + "]" if len(short) > 1 else '"\\\\' + body + '"')
+        short_expr = "[" + body + "]" if len(short) > 1 else '"' + body + '"'
+    u_alts = []
     bmp = _cs_inter(cs, ((0, 0xFFFF),))
     if bmp:
-        alts.append('"\\\\u" ' + _hex_expr(_plain_ranges(bmp), 4, memo))
+        u_alts.append(_hex_expr(_plain_ranges(bmp), 4, memo))
     # Above U+FFFF: surrogate pairs; group high surrogates that take the same low ones.
     # A high surrogate whose whole block of 1,024 is in the set takes every low one: such blocks are kept as
     # runs (h0, h1), so a wide range costs two partial blocks, not one entry per block.
@@ -1977,7 +1982,16 @@ def _charset_alts(cs, memo: dict, admit_surrogates: bool = False) -> list[str]:
             order.append(lk)
         lows[lk].append((0xD800 + h0, 0xD800 + h1))
     for lk in order:
-        alts.append('"\\\\u" ' + _hex_expr(_plain_ranges(lows[lk]), 4, memo) + ' "\\\\u" ' + _hex_expr(lk, 4, memo))
+        u_alts.append(_hex_expr(_plain_ranges(lows[lk]), 4, memo) + ' "\\\\u" ' + _hex_expr(lk, 4, memo))
+    if len(u_alts) + (short_expr is not None) <= 1:
+        if short_expr is not None:
+            alts.append('"\\\\' + short_expr[1:] if short_expr[0] == '"' else '"\\\\" ' + short_expr)
+        for u in u_alts:
+            alts.append('"\\\\u" ' + u)
+        return alts
+    after_u = u_alts[0] if len(u_alts) == 1 else "( " + " | ".join(u_alts) + " )"
+    escapes = ([short_expr] if short_expr is not None else []) + (['"u" ' + after_u] if u_alts else [])
+    alts.append('"\\\\" ' + (escapes[0] if len(escapes) == 1 else "( " + " | ".join(escapes) + " )"))
     return alts
 
 
