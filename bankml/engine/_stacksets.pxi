@@ -494,12 +494,14 @@ cdef class StackSets:
         A search pattern's automaton (`.*console.*` inside a string) changes set on nearly every code point, so
         neither a loop nor a run takes a subtree whole there; yet every one of its states takes every character
         but the quote and the backslash. The class starts as what the set takes (the ASCII code points its tops
-        take; the text code points >= 0x80 when each top takes all of them alike and one takes them), and the
+        take; the text code points >= 0x80 when the tops take every one of them between them), and the
         family is explored breadth first: each member is stepped once per group of the class's code points that
         match the same tops (the step depends only on which), so every successor on the class is a member. A
         member that does not take the whole class (the set after the closing quote, or after a backslash), or
-        that holds SEGMENT_BASE, drops from the class the group that led to it, and the exploration starts
-        again (transitions are memoized). No class left, more than MAX_FAMILY members, or more than
+        that holds SEGMENT_BASE (a segment walk must record where paths pop out: the continuation walks from the
+        real stack below find the family instead), drops from the class the group that led to it, and the
+        exploration starts again (transitions are memoized). The class's text code points >= 0x80 are
+        all of them or none (text_steps). No class left, more than MAX_FAMILY members, or more than
         MAX_FAMILY_ROUNDS rounds: no family (an empty class). The members get the same class: it is closed for
         each of them."""
         cdef const grammar_element* elements = self.pool.rules.elements.data()
@@ -699,6 +701,8 @@ cdef class StackSets:
         return True
 
     cdef int no_family(self, int32_t set_id) except -1 nogil:
+        """No family for the set. The members explored keep theirs unknown: one may have a family of its own (the
+        string's set when the set before the quote failed)."""
         self.summaries[set_id].total_ascii[0] = 0
         self.summaries[set_id].total_ascii[1] = 0
         self.summaries[set_id].total_flags = TOTAL_KNOWN
