@@ -100,6 +100,7 @@ cdef class StackSets:
     cdef vector[set_summary] summaries             # per set id
     cdef vector[int32_t] run_chain                 # scratch of compute_run
     cdef vector[int32_t] family                    # scratch of compute_family
+    cdef vector[position_t] family_tops            # scratch of collect_tops: a set's distinct class tops
     cdef vector[uint32_t] text_reps                # scratch of text_steps: a code point per group of text ones
     cdef int32_t max_token_depth                   # the most code points any token takes
     cdef zero_array[uint64_t] element_ascii        # 2 words per element position: the ASCII members of its class
@@ -127,7 +128,8 @@ cdef class StackSets:
     cdef int element_text_info(self, position_t pos) except -1 nogil
     cdef int compute_family(self, int32_t set_id) except -1 nogil
     cdef int no_family(self, int32_t set_id) except -1 nogil
-    cdef bint text_steps(self, int32_t x) except -1 nogil
+    cdef int collect_tops(self, int32_t x) except -1 nogil
+    cdef bint text_steps(self) except -1 nogil
     cdef bint family_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags) noexcept nogil
     cdef int compute_viable(self, int32_t set_id) except -1 nogil
     cdef void reserve_headroom(self) noexcept nogil

@@ -5,6 +5,24 @@
 # Declarations: _stacksets.pxd (included by _grammar.pxd).
 
 
+cdef inline int32_t split_parts(uint64_t* part_lo, uint64_t* part_hi, int32_t n_parts, uint64_t lo,
+                                uint64_t hi) noexcept nogil:
+    """Partition refinement on two bit words per part: split every part that the class (lo, hi) cuts into the code
+    points it takes and the others (those go to new parts at the end). Returns the new number of parts."""
+    cdef int32_t p, n_before = n_parts
+    cdef uint64_t in_lo, in_hi
+    for p in range(n_before):
+        in_lo = part_lo[p] & lo
+        in_hi = part_hi[p] & hi
+        if (in_lo | in_hi) and ((part_lo[p] & ~lo) | (part_hi[p] & ~hi)):
+            part_lo[n_parts] = part_lo[p] & ~lo
+            part_hi[n_parts] = part_hi[p] & ~hi
+            n_parts += 1
+            part_lo[p] = in_lo
+            part_hi[p] = in_hi
+    return n_parts
+
+
 cdef class StackSets:
     """Interned stack sets (set ids), their transitions and one set_summary each."""
 
@@ -214,9 +232,9 @@ cdef class StackSets:
         cdef position_t tops[64]
         cdef uint64_t part_lo[128]
         cdef uint64_t part_hi[128]
-        cdef int32_t n_tops = 0, n_parts = 0, n_before, best = -1, successor = -1, p, j, count, best_count = 0
+        cdef int32_t n_tops = 0, n_parts = 0, best = -1, successor = -1, p, j, count, best_count = 0
         cdef int32_t last_cp, best_last = 0
-        cdef uint64_t ascii_lo = 0, ascii_hi = 0, lo, hi, in_lo, in_hi
+        cdef uint64_t ascii_lo = 0, ascii_hi = 0
         cdef bint constant, member_above = False
         cdef int64_t k
         cdef node_t stack
@@ -260,18 +278,8 @@ cdef class StackSets:
             part_hi[0] = ascii_hi
             n_parts = 1
         for j in range(n_tops):
-            lo = self.element_ascii[2 * tops[j]]
-            hi = self.element_ascii[2 * tops[j] + 1]
-            n_before = n_parts
-            for p in range(n_before):
-                in_lo = part_lo[p] & lo
-                in_hi = part_hi[p] & hi
-                if (in_lo | in_hi) and ((part_lo[p] & ~lo) | (part_hi[p] & ~hi)):
-                    part_lo[n_parts] = part_lo[p] & ~lo
-                    part_hi[n_parts] = part_hi[p] & ~hi
-                    n_parts += 1
-                    part_lo[p] = in_lo
-                    part_hi[p] = in_hi
+            n_parts = split_parts(part_lo, part_hi, n_parts, self.element_ascii[2 * tops[j]],
+                                  self.element_ascii[2 * tops[j] + 1])
         # The largest group; of equal ones, the one whose last code point comes first (the group a scan by
         # code point would have seen reach that size first).
         for p in range(n_parts):
@@ -504,19 +512,15 @@ cdef class StackSets:
         all of them or none (text_steps). No class left, more than MAX_FAMILY members, or more than
         MAX_FAMILY_ROUNDS rounds: no family (an empty class). The members get the same class: it is closed for
         each of them."""
-        cdef const grammar_element* elements = self.pool.rules.elements.data()
         cdef uint64_t part_lo[128]
         cdef uint64_t part_hi[128]
         cdef uint64_t reach_lo[MAX_FAMILY]
         cdef uint64_t reach_hi[MAX_FAMILY]
         cdef bint reach_text[MAX_FAMILY]
-        cdef uint64_t class_lo = ~(<uint64_t>0), class_hi = ~(<uint64_t>0), union_lo, union_hi, lo, hi
+        cdef uint64_t class_lo = ~(<uint64_t>0), class_hi = ~(<uint64_t>0), union_lo, union_hi
         cdef bint text = True, partials, text_covered, found, restart
-        cdef int32_t n_parts, n_before, p, x, y, j, round_
-        cdef size_t i
-        cdef int64_t k
-        cdef node_t stack
-        cdef position_t top
+        cdef int32_t n_parts, p, x, y, j, round_
+        cdef size_t i, t
         for round_ in range(MAX_FAMILY_ROUNDS):
             self.family.clear()
             self.family.push_back(set_id)
@@ -525,17 +529,13 @@ cdef class StackSets:
             i = 0
             while i < self.family.size() and not restart:
                 x = self.family[i]
+                self.collect_tops(x)
                 union_lo = 0
                 union_hi = 0
-                for k in range(self.set_start[x], self.set_start[x + 1]):
-                    stack = self.set_nodes[k]
-                    if is_bottom(stack) or is_token_element(&elements[self.pool.nodes[stack].element]):
-                        continue
-                    top = self.pool.nodes[stack].element
-                    self.element_info(top)
-                    union_lo |= self.element_ascii[2 * top]
-                    union_hi |= self.element_ascii[2 * top + 1]
-                text_covered = text and self.text_steps(x)
+                for t in range(self.family_tops.size()):
+                    union_lo |= self.element_ascii[2 * self.family_tops[t]]
+                    union_hi |= self.element_ascii[2 * self.family_tops[t] + 1]
+                text_covered = text and self.text_steps()
                 if i == 0:
                     # the set itself: the class is at most what it takes
                     if self.summaries[x].flags & SET_HAS_BASE:
@@ -563,21 +563,9 @@ cdef class StackSets:
                     part_lo[0] = class_lo
                     part_hi[0] = class_hi
                     n_parts = 1
-                for k in range(self.set_start[x], self.set_start[x + 1]):
-                    stack = self.set_nodes[k]
-                    if is_bottom(stack) or is_token_element(&elements[self.pool.nodes[stack].element]):
-                        continue
-                    top = self.pool.nodes[stack].element
-                    lo = self.element_ascii[2 * top]
-                    hi = self.element_ascii[2 * top + 1]
-                    n_before = n_parts
-                    for p in range(n_before):
-                        if ((part_lo[p] & lo) | (part_hi[p] & hi)) and ((part_lo[p] & ~lo) | (part_hi[p] & ~hi)):
-                            part_lo[n_parts] = part_lo[p] & ~lo
-                            part_hi[n_parts] = part_hi[p] & ~hi
-                            n_parts += 1
-                            part_lo[p] &= lo
-                            part_hi[p] &= hi
+                for t in range(self.family_tops.size()):
+                    n_parts = split_parts(part_lo, part_hi, n_parts, self.element_ascii[2 * self.family_tops[t]],
+                                          self.element_ascii[2 * self.family_tops[t] + 1])
                 for p in range(n_parts + (<int32_t>self.text_reps.size() if text else 0)):
                     if p < n_parts:
                         y = self.transition(x, <uint32_t>(ctz64(part_lo[p]) if part_lo[p] else 64 + ctz64(part_hi[p])))
@@ -618,42 +606,45 @@ cdef class StackSets:
             return 0
         return self.no_family(set_id)
 
-    cdef bint text_steps(self, int32_t x) except -1 nogil:
-        """Whether the set's tops take every text code point >= 0x80 between them; if so, text_reps gets one code
-        point per group of them that match the same tops (the step depends only on which): 0x80 alone when each
-        top takes all of them alike, else one per distinct match among the pieces the tops' interval bounds cut
-        the text range into. False also past 64 distinct tops or 64 groups."""
+    cdef int collect_tops(self, int32_t x) except -1 nogil:
+        """family_tops: the distinct character classes on top of the set's stacks (element positions), each
+        summarized (element_info)."""
         cdef const grammar_element* elements = self.pool.rules.elements.data()
-        cdef position_t tops[64]
-        cdef uint64_t signatures[64]
-        cdef vector[pair[uint32_t, uint32_t]] intervals, scratch
-        cdef vector[uint32_t] bounds
-        cdef const grammar_element* after
-        cdef int32_t n_tops = 0, n_signatures = 0, t, s
-        cdef bint constant = True, member = False, seen
         cdef int64_t k
-        cdef size_t j
         cdef node_t stack
         cdef position_t top
-        cdef uint32_t cp
-        cdef uint64_t signature
-        self.text_reps.clear()
+        self.family_tops.clear()
         for k in range(self.set_start[x], self.set_start[x + 1]):
             stack = self.set_nodes[k]
             if is_bottom(stack) or is_token_element(&elements[self.pool.nodes[stack].element]):
                 continue
             top = self.pool.nodes[stack].element
-            seen = False
-            for t in range(n_tops):
-                if tops[t] == top:
-                    seen = True
-                    break
-            if seen:
-                continue
-            if n_tops == 64:
-                return False
-            tops[n_tops] = top
-            n_tops += 1
+            if find(self.family_tops.begin(), self.family_tops.end(), top) == self.family_tops.end():
+                self.element_info(top)
+                self.family_tops.push_back(top)
+        return 0
+
+    cdef bint text_steps(self) except -1 nogil:
+        """Whether the tops of collect_tops take every text code point >= 0x80 between them; if so, text_reps gets
+        one code point per group of them that match the same tops (the step depends only on which): 0x80 alone
+        when each top takes all of them alike, else one per distinct match among the pieces the tops' interval
+        bounds cut the text range into. False also past 64 distinct tops or 64 groups."""
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
+        cdef uint64_t signatures[64]
+        cdef vector[pair[uint32_t, uint32_t]] intervals, scratch
+        cdef vector[uint32_t] bounds
+        cdef const grammar_element* after
+        cdef int32_t n_tops = <int32_t>self.family_tops.size(), n_signatures = 0, t, s
+        cdef bint constant = True, member = False, seen
+        cdef size_t j
+        cdef position_t top
+        cdef uint32_t cp
+        cdef uint64_t signature
+        self.text_reps.clear()
+        if n_tops > 64:
+            return False
+        for t in range(n_tops):
+            top = self.family_tops[t]
             self.element_text_info(top)
             if not (self.element_flags[top] & ELEMENT_CONSTANT_TEXT):
                 constant = False
@@ -670,7 +661,7 @@ cdef class StackSets:
         bounds.push_back(TEXT_MAX + 1)
         for t in range(n_tops):
             intervals.clear()
-            class_intervals(&elements[tops[t]], intervals, scratch)
+            class_intervals(&elements[self.family_tops[t]], intervals, scratch)
             for j in range(intervals.size()):
                 if 0x80 < intervals[j].first <= TEXT_MAX:
                     bounds.push_back(intervals[j].first)
@@ -683,7 +674,7 @@ cdef class StackSets:
                 continue
             signature = 0
             for t in range(n_tops):
-                if self.class_takes(tops[t], cp, &after):
+                if self.class_takes(self.family_tops[t], cp, &after):
                     signature |= (<uint64_t>1) << t
             if signature == 0:
                 return False   # a text code point no top takes
