@@ -19,10 +19,12 @@ Policies (what "exactly" means for texts, since a grammar sees text and jsonsche
   that are only ``required`` or in dependencies) takes its members in any order, other keys
   (``additionalProperties``/``patternProperties``) anywhere among them: one rule per set of keys written,
   while the grammar's any-order objects have at most 4096 such sets in all (objects built first, outermost
-  first, get them). Past that (2^n rules would be too many), when no minProperties, maxProperties or
-  dependency counts keys and there are at most 12 required keys, members come in any order with one rule per
-  set of required keys written, and an optional key may come again (``json.loads`` keeps the last value;
-  every value must pass, so the verdict on texts without repeated keys is jsonschema's). Otherwise the object
+  first, get them), and at most 512 of them go to objects the next form would also take. Past that (2^n
+  rules would be too many: Kubernetes schemas spent the 4096 and wrote 750 KB of GBNF), when no
+  minProperties, maxProperties or dependency counts keys and there are at most 12 required keys, members come
+  in any order with one rule per set of required keys written, and an optional key may come again
+  (``json.loads`` keeps the last value; every value must pass, so the verdict on texts without repeated keys
+  is jsonschema's). Otherwise the object
   is refused (keyword ``properties``: a grammar of one key order would reject valid texts); with
   ``lenient=["properties"]`` the listed keys come in schema order there, each optional one skippable, then the
   other keys in any order.
@@ -47,10 +49,13 @@ large for every key order in the schema's order: that is an explicit opt-out of 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import json
 import math
 import re
+import threading
 import time
 import urllib.parse
 import uuid
@@ -164,6 +169,7 @@ _MAX_DEPTH = 512  # nesting of the schema document (bankml.schema.MAX_JSON_DEPTH
 _MAX_ANY_ORDER = 8  # objects of up to this many listed keys take them in any order (module docstring)
 _MAX_REQUIRED_ANY_ORDER = 12  # ... or this many required keys, the optional ones free to come again
 _ANY_ORDER_BUDGET = 4096  # ... while the any-order objects of one grammar have at most this many key sets
+_EXACT_ORDER_BUDGET = 512  # ... of which at most this many go to objects that could repeat optional keys instead
 _MAX_WITNESSES = 3  # negated object keywords met in one object (each doubles its states)
 _MAX_CONTAINS = 3  # contains schemas of one array (its items split 2^n ways)
 _MAX_UNIQUE_VALUES = 8  # uniqueItems: the distinct values an item may take (one rule per set of them)
@@ -549,7 +555,7 @@ class _Bound:
                 c = _sgn(d - int(self.ib[n]))
             n += 1
         else:
-            n = len(self.ib) + 1
+            n, c = len(self.ib) + 1, 0  # more digits than B's integer part: c is read no more
         if mc is not None:
             mc = self._seq(mc, d, self.mb) if n == 1 and d != 0 else None
         return ((n, c), fc, mc, ec)
@@ -569,7 +575,7 @@ class _Bound:
             return sc
         bd = int(ref[j]) if j < len(ref) else 0
         if d != bd:
-            return (_sgn(d - bd), j)
+            return (_sgn(d - bd), 0)  # decided: j is read no more
         return (None, min(j + 1, len(ref)))
 
     def dot(self, st):
@@ -602,7 +608,7 @@ class _Bound:
                 c = _sgn(d - int(self.fd[k]))
             k += 1
         else:
-            k = len(self.fd) + 1
+            k, c = len(self.fd) + 1, 0  # more exponent digits than |f| has: c is read no more
         return (ic, fc, mc, (s, k, c))
 
     @staticmethod
@@ -660,41 +666,66 @@ def _number_dfa(
     remainder kept (a multiple of each, and of ``must``, the divisor it must have, or None). A value with a
     fraction is a multiple of no integer; an exponent text is taken only with a negative exponent (a value
     below 1), as ``frac_only`` 6 takes it. States are tuples; the alphabet is "-0123456789.eE+"."""
-    alphabet = "-0123456789.eE+"
+    # The comparisons' states, a tuple per bound, are interned: an automaton state holds the small number of
+    # its tuple, so that hashing states and moves costs no walk of nested tuples. They move alike in many
+    # automaton states (which differ in sign, remainder, flags): each move computed once.
+    comps: list = []
+    comp_ids: dict = {}
+    moves: dict = {}
+    int_only = tuple(b.texts == "int" for b in bounds)
+    settle = any(int_only)
+    # the flags (nonzero fraction digit, negative exponent, nonzero exponent digit) are read by acceptance only
+    # for frac_only 6 and beside notmods: elsewhere kept False, so that they do not multiply the states
+    flags = frac_only == 6 or bool(notmods)
+
+    def intern(bs):
+        got = comp_ids.get(bs)
+        if got is None:
+            got = comp_ids[bs] = len(comps)
+            comps.append(bs)
+        return got
+
+    def move(kind, ci, d):
+        key = (kind, ci, d)
+        got = moves.get(key)
+        if got is None:
+            bs = comps[ci]
+            if kind == 0:
+                nb = tuple(b.int_digit(s, d) for b, s in zip(bounds, bs))
+            elif kind == 1:
+                nb = tuple(b.frac_digit(s, d) for b, s in zip(bounds, bs))
+            elif kind == 2:
+                nb = tuple(b.exp_digit(s, d) for b, s in zip(bounds, bs))
+            elif kind == 3:
+                nb = tuple(b.exp_start(s, d) for b, s in zip(bounds, bs))
+            elif kind == 4:
+                nb = tuple(b.dot(s) for b, s in zip(bounds, bs))
+            else:
+                nb = tuple(b.exp_start(b.dot(s) if d else s, 1) for b, s in zip(bounds, bs))
+            if settle and kind in (4, 5):
+                # past the integer part (".", or "e" after the integer part), comparisons kept for integer texts
+                # only are settled: forget them so that their states do not multiply the automaton's
+                nb = tuple(None if io else x for io, x in zip(int_only, nb))
+            got = moves[key] = intern(nb)
+        return got
 
     def step(state, ch):
-        nx = step1(state[:5], ch)
-        if nx is None:
-            return None
-        if nx[0] in ("D", "X") and any(b.texts == "int" for b in bounds):
-            # past the integer part, comparisons kept for integer texts only are settled: forget them so that
-            # their states do not multiply the automaton's
-            nx = nx[:4] + (tuple(None if b.texts == "int" else st for b, st in zip(bounds, nx[4])),)
-        fnz, eneg, enz = state[5]
-        phase = nx[0]
-        if phase == "F" and ch != "0" and ch in "123456789":
-            fnz = True
-        if phase == "XS" and ch == "-":
-            eneg = True
-        if phase == "E" and ch in "123456789":
-            enz = True
-        return nx + ((fnz, eneg, enz),)
-
-    def step1(state, ch):
-        phase, xneg, nint, mod, bs = state
+        """The state after ch, or None. A state: (phase, negative, integer digits 0/1/2, remainder or None,
+        comparisons' number, nonzero fraction digit seen, negative exponent, nonzero exponent digit seen)."""
+        phase, xneg, nint, mod, ci, fnz, eneg, enz = state
         if ch == "-":
             if phase == "S":
-                return ("M", True, 0, mod, bs)
+                return ("M", True, 0, mod, ci, fnz, eneg, enz)
             if phase == "X":
-                return ("XS", xneg, nint, mod, tuple(b.exp_start(s, -1) for b, s in zip(bounds, bs)))
+                return ("XS", xneg, nint, mod, move(3, ci, -1), fnz, flags, enz)
             return None
         if ch == "+":
             if phase == "X":
-                return ("XS", xneg, nint, mod, tuple(b.exp_start(s, 1) for b, s in zip(bounds, bs)))
+                return ("XS", xneg, nint, mod, move(3, ci, 1), fnz, eneg, enz)
             return None
         if ch == ".":
             if phase in ("Z", "I") and not integer_only:
-                return ("D", xneg, nint, mod, tuple(b.dot(s) for b, s in zip(bounds, bs)))
+                return ("D", xneg, nint, mod, move(4, ci, 0), fnz, eneg, enz)
             return None
         if ch in "eE":
             # exponents only after a normalised mantissa, and never with multipleOf (module docstring)
@@ -705,28 +736,28 @@ def _number_dfa(
                 and (modulus is None or (notmods and must is None))
                 and not no_exponent
             ):
-                bs2 = tuple(b.exp_start(b.dot(s) if phase == "I" else s, 1) for b, s in zip(bounds, bs))
-                return ("X", xneg, nint, mod, bs2)
+                # past the mantissa nint is read no more
+                return ("X", xneg, 0, mod, move(5, ci, phase == "I"), fnz, eneg, enz)
             return None
         d = ord(ch) - 48
         if phase in ("S", "M"):
             nmod = None if mod is None else d % modulus
-            nb = tuple(b.int_digit(s, d) for b, s in zip(bounds, bs))
             # nint: 1 after a first digit that can start a normalised mantissa, 0 after "0"
-            return ("Z" if d == 0 else "I", xneg, 0 if d == 0 else 1, nmod, nb)
+            return ("Z" if d == 0 else "I", xneg, 0 if d == 0 else 1, nmod, move(0, ci, d), fnz, eneg, enz)
         if phase == "I":
             nmod = None if mod is None else (mod * 10 + d) % modulus
-            return ("I", xneg, min(nint + 1, 2), nmod, tuple(b.int_digit(s, d) for b, s in zip(bounds, bs)))
+            return ("I", xneg, min(nint + 1, 2), nmod, move(0, ci, d), fnz, eneg, enz)
         if phase in ("D", "F"):
             if zero_fraction_only and d != 0:
                 return None
-            return ("F", xneg, nint, mod, tuple(b.frac_digit(s, d) for b, s in zip(bounds, bs)))
+            return ("F", xneg, nint, mod, move(1, ci, d), fnz or (flags and d != 0), eneg, enz)
         if phase in ("X", "XS", "E"):
-            return ("E", xneg, nint, mod, tuple(b.exp_digit(s, d) for b, s in zip(bounds, bs)))
+            return ("E", xneg, nint, mod, move(2, ci, d), fnz, eneg, enz or (flags and d != 0))
         return None
 
     def accepting(state):
-        phase, xneg, nint, mod, bs, (fnz, eneg, enz) = state
+        phase, xneg, nint, mod, ci, fnz, eneg, enz = state
+        bs = comps[ci]
         if phase not in ("Z", "I", "F", "E"):
             return False
         if frac_only == 4 and phase not in ("F", "E"):
@@ -745,16 +776,29 @@ def _number_dfa(
             return False
         return all(b.result(s, phase, xneg) for b, s in zip(bounds, bs))
 
-    start = ("S", False, 0, None if modulus is None else 0, tuple(b.start() for b in bounds), (False, False, False))
+    start = ("S", False, 0, None if modulus is None else 0, intern(tuple(b.start() for b in bounds)), False, False, False)
     states = {start: 0}
     order = [start]
     trans = []
     i = 0
+    # the characters step can take in each phase (the others lead nowhere), in the alphabet's order
+    chars = {"S": "-0123456789", "Z": ".", "I": "0123456789.eE", "F": "0123456789eE", "X": "-0123456789+"}
+    kinds = {"S": 0, "M": 0, "I": 0, "D": 1, "F": 1, "X": 2, "XS": 2, "E": 2}  # move's kind for a digit
     while i < len(order):
         st = order[i]
         row = {}
-        for ch in alphabet:
-            nx = step(st, ch)
+        # without a remainder, a digit acts through the comparisons' move and whether it is 0 alone: digits
+        # alike in both lead to the same state, computed once
+        kind = kinds.get(st[0]) if st[3] is None else None
+        alike = {}
+        for ch in chars.get(st[0], "0123456789"):
+            if kind is not None and "0" <= ch <= "9":
+                key = (move(kind, st[4], ord(ch) - 48), ch == "0")
+                nx = alike.get(key, alike)
+                if nx is alike:
+                    nx = alike[key] = step(st, ch)
+            else:
+                nx = step(st, ch)
             if nx is None:
                 continue
             if nx not in states:
@@ -766,7 +810,9 @@ def _number_dfa(
         trans.append(row)
         i += 1
     acc = [accepting(s) for s in order]
-    return trans, acc
+    # minimized (the comparisons keep more than the language needs: 560 states for "maximum": 512, 32 after)
+    small = _sl._finish([sorted((ord(c), ord(c), t) for c, t in row.items()) for row in trans], acc, "minimum")
+    return [{chr(c): t for lo, hi, t in row for c in range(lo, hi + 1)} for row in small._trans], list(small._acc)
 
 
 # --- the compiler ---------------------------------------------------------------------------------
@@ -803,6 +849,7 @@ class _Compiler:
         self.nodes = 0
         self.bytes = 0
         self.any_order_states = 0
+        self.exact_order_states = 0  # key sets of objects taking the exact form where the repeating one would do
         if self.draft == 3:
             raise _Refuse("$schema", "#", "draft-03 schemas are not supported")
         self._index(schema, "#", "")
@@ -1988,34 +2035,42 @@ class _Compiler:
             return None
         if hi == 0 and "" in exclude:
             return None
-        memo = {}
-
-        by_prefix = {}
+        # the trie: a node is [children by code point, whether the string ending here is excluded]
+        root = [{}, False]
         for x in exclude:
-            for i in range(len(x)):
-                by_prefix.setdefault(x[:i], set()).add(x[i])
+            t = root
+            for c in x:
+                nxt = t[0].get(c)
+                if nxt is None:
+                    nxt = t[0][c] = [{}, False]
+                t = nxt
+            t[1] = True
+        spells = self.__dict__.setdefault("spell_cache", {})
+        tails = {}  # the free tail after leaving at a depth
+        quote = '"\\""'
 
-        def node(prefix, depth):
-            key = (prefix, depth)
-            if key in memo:
-                return memo[key]
-            children = sorted(by_prefix.get(prefix, ()))
+        def node(t, depth):
+            # each trie node is met once (its depth is its prefix's length)
+            kids, excluded = t
             alts = []
-            if depth >= lo and prefix not in exclude:
-                alts.append('"\\""')
+            if depth >= lo and not excluded:
+                alts.append(quote)
             if hi is None or depth < hi:
+                children = sorted(kids)
                 for c in children:
-                    sub = node(prefix + c, depth + 1)
+                    sub = node(kids[c], depth + 1)
                     if sub is not None:
-                        alts.append(self.spell(c) + " " + sub)
-                tail = self.chars(max(0, lo - depth - 1), None if hi is None else hi - depth - 1)
-                alts.append(self.char_except(children) + " " + (tail + " " if tail else "") + '"\\""')
-            name = self.add_rule("key", " | ".join(alts)) if alts else None
-            memo[key] = name
-            return name
+                        sp = spells.get(c)
+                        alts.append((sp if sp is not None else self.spell(c)) + " " + sub)
+                tail = tails.get(depth)
+                if tail is None:
+                    tail = self.chars(max(0, lo - depth - 1), None if hi is None else hi - depth - 1)
+                    tail = tails[depth] = (tail + " " if tail else "") + quote
+                alts.append(self.char_except(children) + " " + tail)
+            return self.add_rule("key", " | ".join(alts)) if alts else None
 
-        start = node("", 0)
-        return None if start is None else '"\\"" ' + start
+        start = node(root, 0)
+        return None if start is None else quote + " " + start
 
     def char_except(self, cs):
         """GBNF of one string code point, in any spelling, other than those of cs (BMP code points)."""
@@ -2606,9 +2661,24 @@ class _Compiler:
         # one rule per member: the automaton's states name it instead of repeating the key's spellings
         kv = [self.member_rule(k, r) for k, r in items]
         sets = 1 << (n + len(m["some"]))  # each negated keyword doubles the states: witnessed or not
+        req = [i for i, (k, _) in enumerate(items) if k in required]
+        # the repeating form (optional keys may come again) fits: no count or dependency tells keys apart
+        repeats = (
+            witness is None
+            and not deps
+            and not minp
+            and maxp is None
+            and len(req) <= _MAX_REQUIRED_ANY_ORDER
+            and (self.any_order_states + (1 << len(req)) <= _ANY_ORDER_BUDGET)
+        )
         if n <= _MAX_ANY_ORDER and self.any_order_states + sets <= _ANY_ORDER_BUDGET:
-            self.any_order_states += sets
-            return self.object_any_order(items, kv, required, deps, extra, minp, maxp, ptr, witness)
+            # exact where the repeating form would not do, or would be as large (no optional key), and for the
+            # first _EXACT_ORDER_BUDGET key sets of the others: 2^n rules an object, the cost of big schemas
+            if not repeats or len(req) == n or self.exact_order_states + sets <= _EXACT_ORDER_BUDGET:
+                if repeats and len(req) < n:
+                    self.exact_order_states += sets
+                self.any_order_states += sets
+                return self.object_any_order(items, kv, required, deps, extra, minp, maxp, ptr, witness)
         if witness is not None:
             self.refuse(
                 "not",
@@ -2616,14 +2686,7 @@ class _Compiler:
                 "a negated object keyword beside %d listed keys (at most %d, and %d key sets per grammar)"
                 % (n, _MAX_ANY_ORDER, _ANY_ORDER_BUDGET),
             )
-        req = [i for i, (k, _) in enumerate(items) if k in required]
-        if (
-            not deps
-            and not minp
-            and maxp is None
-            and len(req) <= _MAX_REQUIRED_ANY_ORDER
-            and (self.any_order_states + (1 << len(req)) <= _ANY_ORDER_BUDGET)
-        ):
+        if repeats:
             self.any_order_states += 1 << len(req)
             return self.object_any_order_repeating(items, kv, req, extra)
         if "properties" not in self.lenient and (n > 1 or extra is not None):
@@ -3057,10 +3120,40 @@ def _renamed(hit, name, old=_PLACEHOLDER):
     )
 
 
+_GC_LOCK = threading.Lock()
+_GC_PAUSES = [0, False]  # conversions running, whether the collector was enabled when the first began
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Python's cyclic collector off while conversions run. A conversion allocates hundreds of thousands of
+    short-lived tuples, dicts and strings, all freed by reference counting; with the collector on, the young
+    collections it triggers promote the compiler's live tables, and the full collections that follow scan the
+    whole process heap (12-30 ms each in a bench worker, landing in whichever schema's conversion ran: a 1.6 ms
+    conversion measured 32 ms). The collector is enabled again when the last conversion ends, if it was."""
+    with _GC_LOCK:
+        if _GC_PAUSES[0] == 0:
+            _GC_PAUSES[1] = gc.isenabled()
+            gc.disable()
+        _GC_PAUSES[0] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC_PAUSES[0] -= 1
+            if _GC_PAUSES[0] == 0 and _GC_PAUSES[1]:
+                gc.enable()
+
+
 def _compile(schema, lenient, limits, pointer="#"):
     """``(root expression, {name: body})``: the expression of the instances of the schema node at ``pointer``
     (a JSON pointer into ``schema``, the document its ``$ref``s resolve in) and every rule it may use, the fixed
     ones (``space``, ``char``, ``value``...) last. Raises SchemaError as strict_schema_to_grammar does."""
+    with _gc_paused():
+        return _compile_unpaused(schema, lenient, limits, pointer)
+
+
+def _compile_unpaused(schema, lenient, limits, pointer):
     bad = set(lenient) - LENIENT_KEYWORDS
     if bad:
         raise ValueError("lenient takes %s; not %s" % (", ".join(sorted(LENIENT_KEYWORDS)), ", ".join(sorted(bad))))

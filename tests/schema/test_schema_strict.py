@@ -551,6 +551,44 @@ def test_key_order_policy():
     assert accepts(counted, '{"a": 1, "j": 2}') and not accepts(counted, '{"j": 1, "a": 2}')
 
 
+def test_exact_key_order_budget():
+    """Objects the repeating form also takes get the exact one (each key once) for their first 512 key sets of
+    the grammar; later ones repeat optional keys. Objects only the exact form takes still get it past that."""
+    keys = "abcdef"  # 64 key sets an object: eight exact, then repeating
+    defs = {"o%d" % i: {"type": "object", "properties": {k: {"type": "integer"} for k in keys}} for i in range(10)}
+    schema = {"$defs": defs, "type": "object", "properties": {"p%d" % i: {"$ref": "#/$defs/o%d" % i} for i in range(10)}}
+    # the outer object (10 listed keys) repeats; its members are built in order, o0 first
+    schema["properties"]["q"] = {"type": "object", "properties": {k: {} for k in keys}, "maxProperties": 6}
+    gbnf = strict_schema_to_grammar(schema)
+    first, last = '{"p0": {"a": 1, "a": 2}}', '{"p9": {"a": 1, "a": 2}}'
+    assert not accepts(gbnf, first)  # exact: each key once
+    assert accepts(gbnf, last) and jsonschema.Draft202012Validator(schema).is_valid(json.loads(last))
+    assert not accepts(gbnf, '{"p9": {"a": 1, "a": "x"}}')  # every value still passes
+    # maxProperties counts keys: only the exact form takes it, and it does past the 512
+    assert accepts(gbnf, '{"q": {"f": 1, "a": 2}}') and not accepts(gbnf, '{"q": {"a": 1, "a": 2}}')
+    many = {k: 1 for k in keys}
+    for i in (0, 9):
+        assert accepts(gbnf, json.dumps({"p%d" % i: dict(reversed(list(many.items())))}))
+
+
+@pytest.mark.parametrize(
+    "value,accept,states",
+    [("512", "le", 40), ("128", "ge", 24), ("0.3", "ge", 24), ("-2.25", "lt", 40), ("1e3", "gt", 40)],
+)
+def test_number_automaton_is_minimal(value, accept, states):
+    """The number automaton is minimized before its rules are written ("maximum": 512 explored 560 states and
+    wrote a rule for each; 32 are the language's): no two states are equivalent."""
+    from decimal import Decimal
+
+    from bankml.schema import strict_lang
+    from bankml.schema.strict import _Bound, _number_dfa
+
+    test = {"le": lambda r: r <= 0, "ge": lambda r: r >= 0, "lt": lambda r: r < 0, "gt": lambda r: r > 0}[accept]
+    trans, acc = _number_dfa(False, [_Bound(Decimal(value), test)], None, False)
+    rows = [sorted((ord(c), ord(c), t) for c, t in row.items()) for row in trans]
+    assert len(strict_lang._finish(rows, acc, "x")._trans) == len(trans) <= states
+
+
 @pytest.mark.parametrize("schema,values", CASES, ids=[json.dumps(s)[:60] for s, _ in CASES])
 def test_cases(schema, values):
     gbnf, err = compile_or_refusal(schema)
