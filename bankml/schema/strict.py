@@ -776,7 +776,16 @@ def _number_dfa(
             return False
         return all(b.result(s, phase, xneg) for b, s in zip(bounds, bs))
 
-    start = ("S", False, 0, None if modulus is None else 0, intern(tuple(b.start() for b in bounds)), False, False, False)
+    start = (
+        "S",
+        False,
+        0,
+        None if modulus is None else 0,
+        intern(tuple(b.start() for b in bounds)),
+        False,
+        False,
+        False,
+    )
     states = {start: 0}
     order = [start]
     trans = []

@@ -556,7 +556,11 @@ def test_exact_key_order_budget():
     the grammar; later ones repeat optional keys. Objects only the exact form takes still get it past that."""
     keys = "abcdef"  # 64 key sets an object: eight exact, then repeating
     defs = {"o%d" % i: {"type": "object", "properties": {k: {"type": "integer"} for k in keys}} for i in range(10)}
-    schema = {"$defs": defs, "type": "object", "properties": {"p%d" % i: {"$ref": "#/$defs/o%d" % i} for i in range(10)}}
+    schema = {
+        "$defs": defs,
+        "type": "object",
+        "properties": {"p%d" % i: {"$ref": "#/$defs/o%d" % i} for i in range(10)},
+    }
     # the outer object (10 listed keys) repeats; its members are built in order, o0 first
     schema["properties"]["q"] = {"type": "object", "properties": {k: {} for k in keys}, "maxProperties": 6}
     gbnf = strict_schema_to_grammar(schema)
