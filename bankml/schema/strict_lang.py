@@ -96,7 +96,7 @@ import threading
 
 import numpy as np
 
-from bankml.schema import format_data
+from bankml.schema import format_data, unicode_categories
 
 try:  # Python >= 3.11
     import re._constants as _sre_c
@@ -274,7 +274,16 @@ def _scan_class(fragment: str, flags: int) -> tuple:
 
 
 def _category(name: str, ascii_only: bool) -> tuple:
-    return _scan_class("\\" + name, re.ASCII if ascii_only else 0)
+    """The code points of ``\\<name>`` (d, s, w or their negations): the table shipped for this Python's Unicode
+    database (bankml.schema.unicode_categories), else a scan."""
+    key = ("\\" + name, re.ASCII if ascii_only else 0)
+    got = _SCAN_CACHE.get(key)
+    if got is None:
+        ranges = unicode_categories.shipped(name.lower(), ascii_only)
+        if ranges is None:
+            return _scan_class(*key)
+        got = _SCAN_CACHE[key] = _norm(ranges) if name.islower() else _cs_neg(_norm(ranges))
+    return got
 
 
 # --------------------------------------------------------------------------- the DFA

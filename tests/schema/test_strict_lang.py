@@ -763,3 +763,25 @@ def test_dates_exhaustively_over_years_and_days():
             for d in range(0, 33):
                 s = "%04d-%02d-%02d" % (y, m, d)
                 assert date.matches(s) == oracle("date", s), s
+
+
+@pytest.mark.parametrize("letter", ["d", "s", "w"])
+@pytest.mark.parametrize("ascii_only", [False, True])
+def test_shipped_categories_equal_a_scan(letter, ascii_only):
+    """The shipped \\d \\s \\w tables (bankml/schema/categories.json.gz) hold this Python's Unicode database and
+    equal a scan of every scalar value by Python's re, negations included (strict_lang's _category reads them)."""
+    import unicodedata
+
+    from bankml.schema import strict_lang, unicode_categories
+
+    shipped = unicode_categories.shipped(letter, ascii_only)
+    assert shipped is not None, "no table for Unicode %s: run bankml/schema/unicode_categories.py --write" % (
+        unicodedata.unidata_version
+    )
+    flags = re.ASCII if ascii_only else 0
+    for name in (letter, letter.upper()):
+        strict_lang._SCAN_CACHE.pop(("\\" + name, flags), None)
+        scanned = strict_lang._scan_class("\\" + name, flags)
+        strict_lang._SCAN_CACHE.pop(("\\" + name, flags), None)
+        assert strict_lang._category(name, ascii_only) == scanned
+    assert [list(r) for r in shipped] == unicode_categories.scan(letter, ascii_only)
