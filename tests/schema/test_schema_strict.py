@@ -1235,3 +1235,35 @@ def test_value_keys_match_jsonschema_equality():
             assert same == _equal(a, b), (a, b)
             if "nan" not in json.dumps([a, b]).lower():  # no NaN can be generated: jsonschema's own equality
                 assert same == equal(a, b), (a, b)
+
+
+def test_conversion_pauses_the_cyclic_collector_and_restores_it():
+    """The collector is off during a conversion, on again after it if it was on, and left off if the caller
+    had turned it off (strict._gc_paused)."""
+    import gc
+
+    from bankml.schema import strict
+
+    seen = []
+    real = strict._Compiler.__init__
+
+    def spy(self, *a, **k):
+        seen.append(gc.isenabled())
+        real(self, *a, **k)
+
+    was = gc.isenabled()
+    strict._Compiler.__init__ = spy
+    try:
+        gc.enable()
+        strict_schema_to_grammar({"type": "integer"})
+        assert seen == [False] and gc.isenabled()
+        gc.disable()
+        strict_schema_to_grammar({"type": "integer"})
+        assert seen == [False, False] and not gc.isenabled()
+        gc.enable()
+        with pytest.raises(SchemaError):
+            strict_schema_to_grammar({"type": "array", "uniqueItems": True})
+        assert gc.isenabled()
+    finally:
+        strict._Compiler.__init__ = real
+        (gc.enable if was else gc.disable)()
