@@ -97,6 +97,7 @@ cdef class StackSets:
     cdef vector[int32_t] set_hash_next             # the previous set with the same hash, or -1
     cdef flat_map[uint64_t, int32_t] transitions   # (set << 32 | code point) -> set, or -1 (no stack survives)
     cdef flat_map[uint64_t, pair[uint64_t, int32_t]] pattern_transitions  # hash(set, matching stacks) -> (matching stacks, set)
+    cdef flat_map[uint64_t, uint8_t] partial_memo  # (long class's position, unfinished character) -> match_partial_char
     cdef vector[set_summary] summaries             # per set id
     cdef vector[int32_t] run_chain                 # scratch of compute_run
     cdef vector[int32_t] family                    # scratch of compute_family

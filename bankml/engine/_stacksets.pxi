@@ -348,8 +348,11 @@ cdef class StackSets:
         cdef const grammar_element* elements = self.pool.rules.elements.data()
         cdef const grammar_element* top
         cdef node_t stack
+        cdef position_t pos
         cdef int64_t k
-        cdef uint8_t mode
+        cdef uint8_t mode, taken
+        cdef uint64_t key
+        cdef flat_map[uint64_t, uint8_t].iterator it
         if partial.n_remain < 0 or (partial.n_remain == 1 and partial.value < 2):
             return False   # invalid, or an overlong 2-byte lead: match_partial_char never holds
         mode = self.partial_mode_of(set_id)
@@ -361,8 +364,26 @@ cdef class StackSets:
             stack = self.set_nodes[k]
             if is_bottom(stack):
                 continue
-            top = &elements[self.pool.nodes[stack].element]
-            if not is_token_element(top) and match_partial_char(top, partial):
+            pos = self.pool.nodes[stack].element
+            top = &elements[pos]
+            if is_token_element(top):
+                continue
+            # A long class (index_class: a Unicode class of hundreds of ranges, as strict mode's patterns write)
+            # is scanned range by range by match_partial_char, for each of the hundreds of unfinished characters
+            # that byte tokens end in, in every new set: its answers are remembered per class position.
+            if self.element_long[pos] == 0:
+                self.index_class(pos)
+            if self.element_long[pos] > 0:
+                key = (<uint64_t>pos << 32) | (<uint64_t>(partial.n_remain & 3) << 24) | (partial.value & 0xFFFFFF)
+                it = self.partial_memo.find(key)
+                if it != self.partial_memo.end():
+                    taken = deref(it).second
+                else:
+                    taken = match_partial_char(top, partial)
+                    self.partial_memo[key] = taken
+                if taken:
+                    return True
+            elif match_partial_char(top, partial):
                 return True
         return False
 

@@ -867,3 +867,36 @@ def test_family_walk_takes_search_strings_whole_llama3():
     before = g.context.visited_nodes
     assert np.array_equal(g.allowed_ids(), g.allowed_ids(reference=True))
     assert g.context.visited_nodes - before < 5000
+
+
+LONG_CLASS_SCHEMAS = [
+    {"type": "string", "pattern": "^[A-Fa-f\\d]{4,12}$"},
+    {"type": "string", "pattern": "^\\w{2,9}$"},
+]
+LONG_CLASS_DOCUMENTS = ['"5f\u0663a7b9c"', '"ab\u4e2d\u00e9\u65e5x"']
+# Pieces ending inside a character (a 2-byte lead, 2 of 3 bytes, 2 of 4), alone and after a letter.
+PARTIAL_PIECES = [b"\xd9", b"a\xd9", b"\xe4\xb8", b"b\xe4\xb8", b"\xf0\x9f", b"\xe6"]
+
+
+def test_fast_path_equals_reference_long_class_partials(random_vocabs):
+    """Unfinished characters against long classes (Unicode classes of many ranges, indexed): set_accepts_partial
+    remembers match_partial_char per class position and unfinished character. Every mask equals the reference
+    path's, on Llama 3 (thousands of byte tokens) and on the random vocabularies with pieces that end inside a
+    character."""
+    from bankml import json_schema_to_grammar
+
+    vocabs = [(Vocab.from_gguf(DATA / "ggml-vocab-llama-bpe.gguf"), "llama3")]
+    for vocab_seed, vocab in zip(VOCAB_SEEDS, random_vocabs):
+        pieces = [vocab.pieces[i] for i in range(vocab.n_vocab)] + PARTIAL_PIECES
+        vocabs.append((Vocab(pieces, list(vocab.eog_ids)), f"vocabulary seed {vocab_seed}"))
+    checker = Checker()
+    for vocab, label in vocabs:
+        for schema, document in zip(LONG_CLASS_SCHEMAS, LONG_CLASS_DOCUMENTS):
+            text, _ = json_schema_to_grammar(schema, mode="strict")
+            g, *twins = three_ways(text, vocab)()
+            for i, ch in enumerate(document):
+                checker.compare(g, f"{label}, {schema['pattern']!r}, before {document[:i]!r}", twins)
+                for m in (g, *twins):
+                    m.accept_bytes(ch.encode("utf-8"))
+            assert g.complete
+    assert checker.states >= len(vocabs) * sum(len(d) for d in LONG_CLASS_DOCUMENTS)
