@@ -831,10 +831,11 @@ SEARCH_DOCUMENTS = ['"hello console 中😀 x"', '"ab 12-34 日本 é"', '"x \\"
 ODD_PIECES = [b"\xed\xa0\x80", b"a\xed\xa0\x80", b"\xf4\x90\x80\x80", b"b\xf4\x90\x80\x80c"]
 
 
-def search_walk(vocab, checker, label):
+def search_walk(vocab, checker, label, schemas=SEARCH_SCHEMAS, documents=SEARCH_DOCUMENTS):
+    """Each strict schema's string fed code point by code point, every mask compared three ways."""
     from bankml import json_schema_to_grammar
 
-    for schema, document in zip(SEARCH_SCHEMAS, SEARCH_DOCUMENTS):
+    for schema, document in zip(schemas, documents):
         text, _ = json_schema_to_grammar(schema, mode="strict")
         g, *twins = three_ways(text, vocab)()
         for i, ch in enumerate(document):
@@ -883,20 +884,11 @@ def test_fast_path_equals_reference_long_class_partials(random_vocabs):
     remembers match_partial_char per class position and unfinished character. Every mask equals the reference
     path's, on Llama 3 (thousands of byte tokens) and on the random vocabularies with pieces that end inside a
     character."""
-    from bankml import json_schema_to_grammar
-
     vocabs = [(Vocab.from_gguf(DATA / "ggml-vocab-llama-bpe.gguf"), "llama3")]
     for vocab_seed, vocab in zip(VOCAB_SEEDS, random_vocabs):
         pieces = [vocab.pieces[i] for i in range(vocab.n_vocab)] + PARTIAL_PIECES
         vocabs.append((Vocab(pieces, list(vocab.eog_ids)), f"vocabulary seed {vocab_seed}"))
     checker = Checker()
     for vocab, label in vocabs:
-        for schema, document in zip(LONG_CLASS_SCHEMAS, LONG_CLASS_DOCUMENTS):
-            text, _ = json_schema_to_grammar(schema, mode="strict")
-            g, *twins = three_ways(text, vocab)()
-            for i, ch in enumerate(document):
-                checker.compare(g, f"{label}, {schema['pattern']!r}, before {document[:i]!r}", twins)
-                for m in (g, *twins):
-                    m.accept_bytes(ch.encode("utf-8"))
-            assert g.complete
+        search_walk(vocab, checker, label, LONG_CLASS_SCHEMAS, LONG_CLASS_DOCUMENTS)
     assert checker.states >= len(vocabs) * sum(len(d) for d in LONG_CLASS_DOCUMENTS)
