@@ -115,7 +115,7 @@ cdef class StackSets:
     cdef int32_t step_set(self, int32_t set_id, uint32_t cp) except -2 nogil
     cdef int32_t transition(self, int32_t set_id, uint32_t cp) except -2 nogil
     cdef int element_info(self, position_t pos) except -1 nogil
-    cdef int index_class(self, position_t pos) except -1 nogil
+    cdef int64_t index_class(self, position_t pos) except -2 nogil
     cdef int class_takes(self, position_t pos, uint32_t cp, const grammar_element** after) except -1 nogil
     cdef int compute_loop(self, int32_t set_id) except -1 nogil
     cdef int summarize_tops(self, int32_t set_id) except -1 nogil

@@ -151,17 +151,20 @@ cdef class StackSets:
         self.transitions[key] = result
         return result
 
-    cdef int index_class(self, position_t pos) except -1 nogil:
-        """Index the character class at pos once: a class of more than LONG_CLASS alternatives (a Unicode class
-        such as Python's \\w has hundreds) gets the code points match_char takes as sorted disjoint intervals
-        in class_bounds, so class_takes decides it by a binary search rather than a scan of every alternative."""
+    cdef int64_t index_class(self, position_t pos) except -2 nogil:
+        """The class at pos's entry in element_long (-1 a short class, else 1 + where its intervals start in
+        class_bounds), indexed on first use: a class of more than LONG_CLASS alternatives (a Unicode class such as
+        Python's \\w has hundreds) gets the code points match_char takes as sorted disjoint intervals in
+        class_bounds, so class_takes decides it by a binary search rather than a scan of every alternative."""
         cdef const grammar_element* elements = self.pool.rules.elements.data()
         cdef const grammar_element* at
         cdef vector[pair[uint32_t, uint32_t]] intervals, scratch
         cdef size_t j, start, top
+        if self.element_long[pos] != 0:
+            return self.element_long[pos]
         if class_alternatives(&elements[pos], &at) <= LONG_CLASS:
             self.element_long[pos] = -1
-            return 0
+            return -1
         class_intervals(&elements[pos], intervals, scratch)
         sort(intervals.begin(), intervals.end())
         start = self.class_bounds.size()
@@ -178,18 +181,15 @@ cdef class StackSets:
             self.class_bounds.push_back(intervals[j].second)
             self.class_bounds[start] += 1
         self.element_long[pos] = <int64_t>start + 1
-        return 0
+        return self.element_long[pos]
 
     cdef int class_takes(self, position_t pos, uint32_t cp, const grammar_element** after) except -1 nogil:
         """match_char at element position pos: the same answer and *after, through the class's intervals when
         it is long (index_class)."""
         cdef const grammar_element* elements = self.pool.rules.elements.data()
-        cdef int64_t at = self.element_long[pos]
+        cdef int64_t at = self.index_class(pos)
         cdef int64_t j
         cdef const uint32_t* bounds
-        if at == 0:
-            self.index_class(pos)
-            at = self.element_long[pos]
         if at < 0:
             return match_char(&elements[pos], cp, after)
         bounds = self.class_bounds.data() + at - 1
@@ -371,9 +371,7 @@ cdef class StackSets:
             # A long class (index_class: a Unicode class of hundreds of ranges, as strict mode's patterns write)
             # is scanned range by range by match_partial_char, for each of the hundreds of unfinished characters
             # that byte tokens end in, in every new set: its answers are remembered per class position.
-            if self.element_long[pos] == 0:
-                self.index_class(pos)
-            if self.element_long[pos] > 0:
+            if self.index_class(pos) > 0:
                 key = (<uint64_t>pos << 32) | (<uint64_t>(partial.n_remain & 3) << 24) | (partial.value & 0xFFFFFF)
                 it = self.partial_memo.find(key)
                 if it != self.partial_memo.end():
