@@ -59,7 +59,7 @@ def shipped(letter: str, ascii_only: bool):
         try:
             with gzip.open(PATH, "rt", encoding="utf-8") as f:
                 _TABLES = json.load(f)
-        except OSError:
+        except (OSError, EOFError, ValueError):  # missing, truncated or unreadable: the classes are scanned
             _TABLES = {}
     got = _TABLES.get(unicodedata.unidata_version)
     if got is None:

@@ -785,3 +785,16 @@ def test_shipped_categories_equal_a_scan(letter, ascii_only):
         strict_lang._SCAN_CACHE.pop(("\\" + name, flags), None)
         assert strict_lang._category(name, ascii_only) == scanned
     assert [list(r) for r in shipped] == unicode_categories.scan(letter, ascii_only)
+
+
+def test_unreadable_category_table_falls_back_to_a_scan(tmp_path, monkeypatch):
+    """A missing or truncated categories.json.gz is no error: no table is shipped, the classes are scanned."""
+    from bankml.schema import unicode_categories
+
+    for content in (None, b"\x1f\x8b\x08\x00"):
+        path = tmp_path / "categories.json.gz"
+        if content is not None:
+            path.write_bytes(content)
+        monkeypatch.setattr(unicode_categories, "PATH", path)
+        monkeypatch.setattr(unicode_categories, "_TABLES", None)
+        assert unicode_categories.shipped("d", False) is None
