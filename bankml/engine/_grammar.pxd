@@ -21,7 +21,7 @@ cimport cython
 from bankml.engine._typedefs cimport element_value_t, node_t, offset_t, position_t, token_t
 from bankml.engine._utf8 cimport partial_utf8
 from bankml.engine._trie cimport DecodedVocab, VocabTrie, trie_view, vocab_view
-from bankml.engine._elements cimport (LLAMA_GRETYPE_ALT, LLAMA_GRETYPE_CHAR, LLAMA_GRETYPE_CHAR_ANY,
+from bankml.engine._elements cimport (LLAMA_GRETYPE_ALT, LLAMA_GRETYPE_CHAR, LLAMA_GRETYPE_CHAR_ALT, LLAMA_GRETYPE_CHAR_ANY,
                                       LLAMA_GRETYPE_CHAR_NOT, LLAMA_GRETYPE_END, LLAMA_GRETYPE_RULE_REF,
                                       LLAMA_GRETYPE_TOKEN, LLAMA_GRETYPE_TOKEN_NOT, grammar_element)
 from bankml.engine._rules cimport Rules

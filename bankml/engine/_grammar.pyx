@@ -52,7 +52,8 @@ from bankml.engine._bits cimport (clear_masked_counted, clear_position_range, cl
                            range_has_marks, set_position, set_position_range, set_token_bit, clear_token_bit,
                            words_hash)
 from bankml.engine._charclass cimport (MAX_CODE_POINT, class_accepts_all_partials, class_ascii_bits, class_constant_from,
-                                class_alternatives, class_intervals, first_interval_reaching,
+                                class_alternatives, class_intervals, class_next_range, first_interval_reaching,
+                                is_positive_class,
                                 is_end_of_sequence, is_token_element, match_char, match_partial_char, match_token,
                                 partial_char_range)
 from bankml.engine._rules cimport make_rules, rules_nullable_of

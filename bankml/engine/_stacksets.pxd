@@ -55,6 +55,7 @@ cdef struct set_summary:
     int32_t successor           # the set most code points lead to (itself in a loop), or NO_SET
     int32_t run_length          # sets in a row along the successors with this set's class, RUN_UNKNOWN before
     int32_t run_end             # the set after that run, or NO_SET
+    position_t class_above      # (SET_CLASS_ABOVE) the one class on top that takes code points >= 0x80
     uint8_t flags               # SET_* bits
     uint8_t partial_mode        # PARTIAL_* for set_accepts_partial
     uint64_t total_ascii[2]     # (TOTAL_KNOWN) ASCII code points of the set's family class (compute_family)
@@ -69,6 +70,8 @@ cdef enum:
     SET_RUN_IMPURE = 16         # (with run_length) a set of its run holds SEGMENT_BASE or a token terminal on top
     SET_ABOVE_KNOWN = 32        # SET_ABOVE_CONSTANT is computed (summarize_tops)
     SET_ABOVE_CONSTANT = 64     # every class on top takes all code points >= 0x80 alike (each all or none)
+    SET_CLASS_ABOVE = 128       # the code points >= 0x80 that class_above takes lead to the successor (the other
+                                # classes on top take none)
 
 # set_summary.total_flags: the set's family (compute_family), sets closed under the code points of one class, each
 # taking every one of them: every string of them is viable from the set, so a trie subtree of only such code
@@ -123,7 +126,9 @@ cdef class StackSets:
     cdef bint set_accepts_partial(self, int32_t set_id, partial_utf8 partial) except -1 nogil
     cdef bint constant_above(self, int32_t set_id) except -1 nogil
     cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
-                            int32_t depth) except -1 nogil
+                            int32_t depth, const uint32_t* span) except -1 nogil
+    cdef bint class_covers(self, position_t pos, uint32_t low, uint32_t high) except -1 nogil
+    cdef int find_class_above(self, int32_t set_id, int32_t successor) except -1 nogil
     cdef bint same_class(self, int32_t a, int32_t b) noexcept nogil
     cdef int compute_run(self, int32_t set_id) except -1 nogil
     cdef int element_text_info(self, position_t pos) except -1 nogil

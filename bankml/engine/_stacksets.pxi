@@ -83,6 +83,7 @@ cdef class StackSets:
         summary.successor = NO_SET
         summary.run_length = RUN_UNKNOWN
         summary.run_end = NO_SET
+        summary.class_above = 0
         summary.flags = 0
         summary.partial_mode = PARTIAL_UNKNOWN
         summary.total_ascii[0] = 0
@@ -308,7 +309,111 @@ cdef class StackSets:
             # every code point >= 0x80 matches the same stacks, so 0x80 stands for them all
             if self.transition(set_id, 0x80) == successor:
                 self.summaries[set_id].flags |= SET_CLASS_NON_ASCII
+        elif not constant:
+            self.find_class_above(set_id, successor)
         return 0
+
+    cdef int find_class_above(self, int32_t set_id, int32_t successor) except -1 nogil:
+        """SET_CLASS_ABOVE: when one class on top (one element position) takes code points >= 0x80 and the others
+        take none, each of those code points matches the same stacks (the ones under that class), so one of them
+        stands for them all: if it leads to the successor, they all do, and a subtree whose code points >= 0x80 lie
+        in one span the class takes (class_covers) stays in the class there. Strict mode's string classes (the
+        surrogates left out, Unicode classes such as Python's \\w) are never constant above 0x80, so without this
+        a loop over them took no non-ASCII subtree whole."""
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
+        cdef const grammar_element* pos
+        cdef int64_t k, at, j
+        cdef int64_t above = -1
+        cdef node_t stack
+        cdef position_t top
+        cdef uint8_t flags
+        cdef uint32_t first, last, rep = 0x80
+        cdef bint moved, positive, found = False
+        cdef const uint32_t* bounds
+        for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
+            stack = self.set_nodes[k]
+            if is_bottom(stack) or is_token_element(&elements[self.pool.nodes[stack].element]):
+                continue
+            top = self.pool.nodes[stack].element
+            self.element_info(top)
+            flags = self.element_flags[top]
+            if (flags & ELEMENT_CONSTANT_ABOVE) and not (flags & ELEMENT_MEMBER_ABOVE):
+                continue   # takes no code point >= 0x80
+            if above < 0:
+                above = top
+            elif above != top:
+                return 0
+        if above < 0:
+            return 0
+        # a code point >= 0x80 the class takes
+        at = self.index_class(<position_t>above)
+        if at > 0:
+            bounds = self.class_bounds.data() + at - 1
+            j = first_interval_reaching(bounds + 2, 0, <int64_t>bounds[0], 0x80)
+            if j >= <int64_t>bounds[0]:
+                return 0
+            rep = bounds[2 + 2 * j] if bounds[2 + 2 * j] > 0x80 else 0x80
+        else:
+            positive = is_positive_class(&elements[above])
+            if positive:
+                pos = &elements[above]
+                while True:
+                    pos = class_next_range(pos, &first, &last)
+                    if last >= 0x80 and first <= last:
+                        if not found or (first if first > 0x80 else 0x80) < rep:
+                            rep = first if first > 0x80 else 0x80
+                            found = True
+                    if pos.type != LLAMA_GRETYPE_CHAR_ALT:
+                        break
+                if not found:
+                    return 0
+            else:
+                # the least code point >= 0x80 outside every excluded range
+                moved = True
+                while moved:
+                    moved = False
+                    pos = &elements[above]
+                    while True:
+                        pos = class_next_range(pos, &first, &last)
+                        if first <= rep <= last:
+                            if last == MAX_CODE_POINT:
+                                return 0
+                            rep = last + 1
+                            moved = True
+                        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
+                            break
+        if self.transition(set_id, rep) == successor:
+            self.summaries[set_id].flags |= SET_CLASS_ABOVE
+            self.summaries[set_id].class_above = <position_t>above
+        return 0
+
+    cdef bint class_covers(self, position_t pos, uint32_t low, uint32_t high) except -1 nogil:
+        """Whether the class at pos takes every code point in [low, high]. A long class answers from its intervals
+        (index_class); a short one by its alternatives, where a positive class must hold the span in one of them
+        (False when only several together do: the walk then goes node by node, as before)."""
+        cdef const grammar_element* elements = self.pool.rules.elements.data()
+        cdef const grammar_element* at_pos
+        cdef int64_t at = self.index_class(pos)
+        cdef int64_t j
+        cdef const uint32_t* bounds
+        cdef uint32_t first, last
+        cdef bint positive
+        if at > 0:
+            bounds = self.class_bounds.data() + at - 1
+            j = first_interval_reaching(bounds + 2, 0, <int64_t>bounds[0], low)
+            return j < <int64_t>bounds[0] and bounds[2 + 2 * j] <= low and high <= bounds[3 + 2 * j]
+        positive = is_positive_class(&elements[pos])
+        at_pos = &elements[pos]
+        while True:
+            at_pos = class_next_range(at_pos, &first, &last)
+            if positive:
+                if first <= low and high <= last:
+                    return True
+            elif first <= high and low <= last:
+                return False   # an excluded range meets the span
+            if at_pos.type != LLAMA_GRETYPE_CHAR_ALT:
+                break
+        return not positive
 
     cdef int summarize_tops(self, int32_t set_id) except -1 nogil:
         """Read the classes on top of the set's stacks once, for what both partial_mode_of and
@@ -393,11 +498,14 @@ cdef class StackSets:
         return (self.summaries[set_id].flags & SET_ABOVE_CONSTANT) != 0
 
     cdef bint chain_accepts(self, int32_t set_id, uint64_t ascii_lo, uint64_t ascii_hi, uint8_t flags,
-                            int32_t depth) except -1 nogil:
+                            int32_t depth, const uint32_t* span) except -1 nogil:
         """Whether every token of a subtree with this summary is accepted from the set: following the
         successors for as many code points as the deepest token takes, every code point stays in the
-        class of the set it meets, and every partial character it ends in is one that set takes."""
+        class of the set it meets, and every partial character it ends in is one that set takes. span: the
+        least and greatest code point >= 0x80 of the subtree (NULL: not known), for a set whose class takes
+        only some of them (SET_CLASS_ABOVE)."""
         cdef int32_t d = 0, successor
+        cdef bint stepwise
         if flags & SUBTREE_OVERLONG_END:
             return False
         while True:
@@ -409,11 +517,21 @@ cdef class StackSets:
                 return True
             successor = self.summaries[set_id].successor
             if successor < 0 or (ascii_lo & ~self.summaries[set_id].class_ascii[0]) != 0 \
-                    or (ascii_hi & ~self.summaries[set_id].class_ascii[1]) != 0 \
-                    or ((flags & SUBTREE_NON_ASCII) and not (self.summaries[set_id].flags & SET_CLASS_NON_ASCII)):
+                    or (ascii_hi & ~self.summaries[set_id].class_ascii[1]) != 0:
                 return False
+            stepwise = False
+            if (flags & SUBTREE_NON_ASCII) and not (self.summaries[set_id].flags & SET_CLASS_NON_ASCII):
+                if span == NULL or not (self.summaries[set_id].flags & SET_CLASS_ABOVE) or span[0] > span[1] \
+                        or not self.class_covers(self.summaries[set_id].class_above, span[0], span[1]):
+                    return False
+                # (the sets of a run share their ASCII class, not this class's position: stepped one by one)
+                stepwise = True
             if successor == set_id:
                 return True  # a loop: every deeper code point meets this same set
+            if stepwise:
+                d += 1
+                set_id = successor
+                continue
             # The next sets along the chain (a bounded repetition) often have this very class: the checks
             # just made hold for all of them, so jump past the run instead of stepping set by set.
             if self.summaries[set_id].run_length == RUN_UNKNOWN:

@@ -21,6 +21,24 @@ cdef enum:
                                # decode_utf8 reads without checking)
 
 
+# A span of code points >= 0x80 (least, greatest) that holds none starts at NO_SPAN_LOW (and 0): every code point
+# widens it.
+cdef extern from *:
+    """
+    static const uint32_t bankml_no_span_low = 0xFFFFFFFFu;
+    """
+    const uint32_t NO_SPAN_LOW "bankml_no_span_low"
+
+
+cdef inline void widen_span(uint32_t* span, uint32_t low, uint32_t high) noexcept nogil:
+    """Widen the span (2 values) to hold [low, high] (nothing when low > high)."""
+    if low <= high:
+        if low < span[0]:
+            span[0] = low
+        if high > span[1]:
+            span[1] = high
+
+
 cdef inline bint is_odd_code_point(uint32_t cp) noexcept nogil:
     """A code point a token can decode to that no Unicode text holds: SUBTREE_ODD."""
     return (0xD800 <= cp <= 0xDFFF) or cp > 0x10FFFF
@@ -65,6 +83,9 @@ cdef struct trie_view:
     const uint8_t* block_flags         # k*CHILD_BLOCK ...): 2 words of ASCII code points at or below them, and flags
     const int32_t* block_depth         # the most code points a token takes from a block's children down (theirs included)
     const int32_t* non_ascii_depth     # the same over the node's non-ASCII children
+    const uint32_t* below_span         # 2 per node: the least and greatest code point >= 0x80 strictly below it
+    const uint32_t* non_ascii_span     # 2 per node: the same over its non-ASCII children (theirs included)
+    const uint32_t* block_span         # 2 per block: the same over the block's children (theirs included)
     const int32_t* level_start         # the nodes at depth d that have children or a token ending inside a
     const int32_t* level_nodes         # character at them: level_nodes[level_start[d]:level_start[d + 1]], in order
     int32_t n_levels                   # depths indexed (level_start has n_levels + 1 entries)
@@ -121,6 +142,10 @@ cdef class VocabTrie:
     cdef vector[uint64_t] block_ascii
     cdef vector[uint8_t] block_flags
     cdef vector[int32_t] block_depth
+    # the span of the code points >= 0x80 below a node, its non-ASCII children, a block (NO_SPAN: none)
+    cdef vector[uint32_t] below_span
+    cdef vector[uint32_t] non_ascii_span
+    cdef vector[uint32_t] block_span
     # per-depth indexes for the walk along a run
     cdef vector[int32_t] level_start
     cdef vector[int32_t] level_nodes
@@ -151,6 +176,7 @@ cdef class TrieBuilder:
     cdef vector[uint8_t] below_flags
     cdef vector[uint8_t] child_flags
     cdef vector[int32_t] below_depth
+    cdef vector[uint32_t] below_span
     cdef vector[int32_t] child_start
     cdef vector[int32_t] first_non_ascii
     cdef vector[int32_t] node_depth

@@ -223,8 +223,11 @@ cdef class TrieBuilder:
         cdef int32_t node, child, depth
         cdef uint64_t ascii_lo, ascii_hi
         cdef uint8_t flags
+        cdef uint32_t span[2]
         for node in range(n_nodes):
             self.child_start.push_back(<int32_t>trie.children.size())
+            span[0] = NO_SPAN_LOW
+            span[1] = 0
             self.first_non_ascii.push_back(-1)
             ascii_lo = 0
             ascii_hi = 0
@@ -241,6 +244,8 @@ cdef class TrieBuilder:
                     flags |= self.below_flags[child] | SUBTREE_NON_ASCII
                     if is_odd_code_point(self.node_cp[child]):
                         flags |= SUBTREE_ODD
+                    widen_span(span, self.node_cp[child], self.node_cp[child])
+                    widen_span(span, self.below_span[2 * child], self.below_span[2 * child + 1])
                 trie.children.push_back(child)
                 trie.child_cp.push_back(self.node_cp[child])
                 child = self.node_end[child]
@@ -250,6 +255,9 @@ cdef class TrieBuilder:
             trie.non_ascii_ascii.push_back(ascii_hi)
             trie.non_ascii_flags.push_back(flags)
             trie.non_ascii_depth.push_back(depth)
+            trie.non_ascii_span.push_back(span[0])
+            trie.non_ascii_span.push_back(span[1])
+        trie.below_span = self.below_span
         self.child_start.push_back(<int32_t>trie.children.size())
         return 0
 
@@ -260,29 +268,36 @@ cdef class TrieBuilder:
         cdef int32_t child, depth
         cdef uint64_t ascii_lo, ascii_hi
         cdef uint8_t flags
+        cdef uint32_t span[2]
         for block in range((<int64_t>trie.children.size() + CHILD_BLOCK - 1) // CHILD_BLOCK):
             ascii_lo = 0
             ascii_hi = 0
             flags = 0
             depth = 0
+            span[0] = NO_SPAN_LOW
+            span[1] = 0
             for index in range(block * CHILD_BLOCK, min((block + 1) * CHILD_BLOCK, <int64_t>trie.children.size())):
                 child = trie.children[index]
                 depth = max(depth, self.below_depth[child] + 1)
                 ascii_lo |= self.below_ascii[2 * child]
                 ascii_hi |= self.below_ascii[2 * child + 1]
                 flags |= self.below_flags[child]
+                widen_span(span, self.below_span[2 * child], self.below_span[2 * child + 1])
                 if self.node_cp[child] < 64:
                     ascii_lo |= (<uint64_t>1) << self.node_cp[child]
                 elif self.node_cp[child] < 128:
                     ascii_hi |= (<uint64_t>1) << (self.node_cp[child] - 64)
                 else:
                     flags |= SUBTREE_NON_ASCII
+                    widen_span(span, self.node_cp[child], self.node_cp[child])
                     if is_odd_code_point(self.node_cp[child]):
                         flags |= SUBTREE_ODD
             trie.block_ascii.push_back(ascii_lo)
             trie.block_ascii.push_back(ascii_hi)
             trie.block_flags.push_back(flags)
             trie.block_depth.push_back(depth)
+            trie.block_span.push_back(span[0])
+            trie.block_span.push_back(span[1])
         return 0
 
     cdef int index_levels(self, VocabTrie trie) except -1:
@@ -411,6 +426,8 @@ cdef class TrieBuilder:
         self.below_flags.push_back(0)
         self.child_flags.push_back(0)
         self.below_depth.push_back(0)
+        self.below_span.push_back(NO_SPAN_LOW)
+        self.below_span.push_back(0)
         return <int32_t>(self.node_cp.size() - 1)
 
     cdef void close_node(self, vector[int32_t]& path, int32_t position):
@@ -429,11 +446,13 @@ cdef class TrieBuilder:
         self.below_ascii[2 * parent + 1] |= self.below_ascii[2 * node + 1]
         self.below_flags[parent] |= self.below_flags[node]
         self.child_flags[parent] |= self.below_flags[node]
+        widen_span(&self.below_span[2 * parent], self.below_span[2 * node], self.below_span[2 * node + 1])
         if cp < 64:
             self.below_ascii[2 * parent] |= (<uint64_t>1) << cp
         elif cp < 128:
             self.below_ascii[2 * parent + 1] |= (<uint64_t>1) << (cp - 64)
         else:
+            widen_span(&self.below_span[2 * parent], cp, cp)
             self.below_flags[parent] |= SUBTREE_NON_ASCII
             self.child_flags[parent] |= SUBTREE_NON_ASCII
             if is_odd_code_point(cp):
@@ -473,6 +492,9 @@ cdef class VocabTrie:
         v.block_flags = self.block_flags.data()
         v.block_depth = self.block_depth.data()
         v.non_ascii_depth = self.non_ascii_depth.data()
+        v.below_span = self.below_span.data()
+        v.non_ascii_span = self.non_ascii_span.data()
+        v.block_span = self.block_span.data()
         v.level_start = self.level_start.data()
         v.level_nodes = self.level_nodes.data()
         v.n_levels = <int32_t>self.level_start.size() - 1
@@ -519,6 +541,7 @@ cdef class VocabTrie:
                 + self.children.size() * 4 + self.child_cp.size() * 4
                 + self.non_ascii_ascii.size() * 8 + self.non_ascii_flags.size() + self.non_ascii_depth.size() * 4
                 + self.block_ascii.size() * 8 + self.block_flags.size() + self.block_depth.size() * 4
+                + (self.below_span.size() + self.non_ascii_span.size() + self.block_span.size()) * 4
                 + self.level_nodes.size() * 4 + self.level_start.size() * 4
                 + self.ascii_level_nodes.size() * 4 + self.ascii_level_start.size() * 4
                 + self.unclean_nodes.size() * 4 + self.unclean_start.size() * 4 + self.longer_bits.size() * 8

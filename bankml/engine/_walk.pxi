@@ -156,16 +156,19 @@ cdef class TrieWalk:
             or (self.sets.summaries[set_id].total_flags & TOTAL_TEXT))
         # The non-ASCII children sort last; when the set loops on every one of them, take them all at once.
         if trie.nodes[node].first_non_ascii < last_child and (
-                ((self.sets.summaries[set_id].flags & SET_CLASS_KNOWN) and (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII) and
+                ((self.sets.summaries[set_id].flags & SET_CLASS_KNOWN)
+                 and (self.sets.summaries[set_id].flags & (SET_CLASS_NON_ASCII | SET_CLASS_ABOVE)) and
                  self.sets.chain_accepts(set_id, trie.non_ascii_ascii[2 * node], trie.non_ascii_ascii[2 * node + 1],
-                                         trie.non_ascii_flags[node], trie.non_ascii_depth[node]))
+                                         trie.non_ascii_flags[node], trie.non_ascii_depth[node],
+                                         &trie.non_ascii_span[2 * node]))
                 or (family and self.sets.family_accepts(set_id, trie.non_ascii_ascii[2 * node],
                                                         trie.non_ascii_ascii[2 * node + 1], trie.non_ascii_flags[node]))):
             set_position_range(bits, trie.nodes[trie.children[trie.nodes[node].first_non_ascii]].token_lo, hi)
             self.n_marked += hi - trie.nodes[trie.children[trie.nodes[node].first_non_ascii]].token_lo
             last_child = trie.nodes[node].first_non_ascii
         use_blocks = (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN) and (
-            self.sets.summaries[set_id].class_ascii[0] or self.sets.summaries[set_id].class_ascii[1] or (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII))
+            self.sets.summaries[set_id].class_ascii[0] or self.sets.summaries[set_id].class_ascii[1]
+            or (self.sets.summaries[set_id].flags & (SET_CLASS_NON_ASCII | SET_CLASS_ABOVE)))
         # The viable intervals and the children are both sorted: walk them together. An interval below the next
         # child is skipped by a binary search over the intervals, so a set with hundreds of them (a Unicode
         # class such as Python's \w) costs per node what its children need, not what its intervals number.
@@ -195,7 +198,7 @@ cdef class TrieWalk:
                         or (use_blocks and self.sets.chain_accepts(
                             set_id, trie.block_ascii[2 * (i // CHILD_BLOCK)],
                             trie.block_ascii[2 * (i // CHILD_BLOCK) + 1], trie.block_flags[i // CHILD_BLOCK],
-                            trie.block_depth[i // CHILD_BLOCK]))):
+                            trie.block_depth[i // CHILD_BLOCK], &trie.block_span[2 * (i // CHILD_BLOCK)]))):
                     set_position_range(bits, trie.nodes[trie.children[i]].token_lo,
                                        trie.nodes[trie.children[i + CHILD_BLOCK - 1]].token_hi)
                     self.n_marked += trie.nodes[trie.children[i + CHILD_BLOCK - 1]].token_hi - trie.nodes[trie.children[i]].token_lo
@@ -242,6 +245,11 @@ cdef class TrieWalk:
                 or (64 <= cp < 128 and (self.sets.summaries[set_id].class_ascii[1] >> (cp - 64)) & 1)
                 or (cp >= 128 and (self.sets.summaries[set_id].flags & SET_CLASS_NON_ASCII))):
             next_set = self.sets.summaries[set_id].successor
+        elif cp >= 128 and (self.sets.summaries[set_id].flags & SET_CLASS_ABOVE):
+            # only class_above takes code points >= 0x80, and those it takes lead to the successor
+            if not self.sets.class_covers(self.sets.summaries[set_id].class_above, cp, cp):
+                return 0
+            next_set = self.sets.summaries[set_id].successor
         else:
             next_set = self.sets.transition(set_id, cp)
             if next_set < 0:
@@ -249,7 +257,8 @@ cdef class TrieWalk:
         if not (trie.nodes[child].below_flags & SUBTREE_OVERLONG_END) and (
                 (self.sets.summaries[next_set].flags & SET_CLASS_KNOWN) or trie.nodes[child].node_end - child >= LOOP_TEST_MIN_NODES):
             if self.sets.chain_accepts(next_set, trie.nodes[child].below_ascii[0], trie.nodes[child].below_ascii[1],
-                                  trie.nodes[child].below_flags, trie.nodes[child].below_depth):
+                                  trie.nodes[child].below_flags, trie.nodes[child].below_depth,
+                                  &trie.below_span[2 * child]):
                 set_position_range(bits, trie.nodes[child].token_lo, trie.nodes[child].token_hi)
                 self.n_marked += trie.nodes[child].token_hi - trie.nodes[child].token_lo
                 return 0
