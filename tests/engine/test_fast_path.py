@@ -900,12 +900,26 @@ def test_fast_path_equals_reference_long_class_partials(random_vocabs):
 CLASS_ABOVE_SCHEMAS = [
     {"type": "object", "properties": {"w": {"type": "string", "pattern": "^[\\w.:-]+$"}}, "required": ["w"]},
     {"type": "object", "properties": {"t": {"type": "string", "pattern": "^[^:\\s]+:[^:\\s]+$"}}, "required": ["t"]},
-    {"type": "object", "properties": {"r": {"type": "string", "pattern": "^[\u0430-\u044f\u0451]{2,}$"}}, "required": ["r"]},
+    {
+        "type": "object",
+        "properties": {"r": {"type": "string", "pattern": "^[\u0430-\u044f\u0451]{2,}$"}},
+        "required": ["r"],
+    },
 ]
-CLASS_ABOVE_DOCUMENTS = ['{"w": "ab\u4e2d\u00e9.x\u65e5\u672c"}', '{"t": "\u4e2d\u00e9:x\u65e5"}', '{"r": "\u043f\u0451\u0436"}']
+CLASS_ABOVE_DOCUMENTS = [
+    '{"w": "ab\u4e2d\u00e9.x\u65e5\u672c"}',
+    '{"t": "\u4e2d\u00e9:x\u65e5"}',
+    '{"r": "\u043f\u0451\u0436"}',
+]
 STRADDLING_PIECES = [
-    "\u4e2d\u00a0".encode(), "\u00e9\u3000".encode(), "\u4e2d\u6587".encode(), "\u0436\u00b7".encode(),
-    "\u0436\u0451".encode(), "ab\u4e2d:".encode(), "\u65e5\uff0c".encode(), "\u00e9\u00e8".encode(),
+    "\u4e2d\u00a0".encode(),
+    "\u00e9\u3000".encode(),
+    "\u4e2d\u6587".encode(),
+    "\u0436\u00b7".encode(),
+    "\u0436\u0451".encode(),
+    "ab\u4e2d:".encode(),
+    "\u65e5\uff0c".encode(),
+    "\u00e9\u00e8".encode(),
 ]
 
 
