@@ -142,7 +142,7 @@ cdef class VocabTrie:
     cdef vector[uint64_t] block_ascii
     cdef vector[uint8_t] block_flags
     cdef vector[int32_t] block_depth
-    # the span of the code points >= 0x80 below a node, its non-ASCII children, a block (NO_SPAN: none)
+    # the span of the code points >= 0x80 below a node, its non-ASCII children, a block ((NO_SPAN_LOW, 0): none)
     cdef vector[uint32_t] below_span
     cdef vector[uint32_t] non_ascii_span
     cdef vector[uint32_t] block_span

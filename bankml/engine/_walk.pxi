@@ -154,7 +154,8 @@ cdef class TrieWalk:
         family = (self.sets.summaries[set_id].total_flags & TOTAL_KNOWN) and (
             self.sets.summaries[set_id].total_ascii[0] or self.sets.summaries[set_id].total_ascii[1]
             or (self.sets.summaries[set_id].total_flags & TOTAL_TEXT))
-        # The non-ASCII children sort last; when the set loops on every one of them, take them all at once.
+        # The non-ASCII children sort last; when the set's chain takes every one of them (all code points >= 0x80, or
+        # those of the interval of its class above ASCII that holds the children's span), take them all at once.
         if trie.nodes[node].first_non_ascii < last_child and (
                 ((self.sets.summaries[set_id].flags & SET_CLASS_KNOWN)
                  and (self.sets.summaries[set_id].flags & (SET_CLASS_NON_ASCII | SET_CLASS_ABOVE)) and
