@@ -84,6 +84,11 @@ cdef class MatchContext:
         return self.walk.visited_nodes
 
     @property
+    def subtree_replays(self):
+        """Subtrees whose walk from a set was replayed from a record (TrieWalk.visit_recorded)."""
+        return self.walk.subtree_replays
+
+    @property
     def run_takes(self):
         """Subtrees the walk took whole along a bounded run (a length-limited string)."""
         return self.walk.run_takes

@@ -7,6 +7,7 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libcpp.vector cimport vector
 cimport cython
 
+from bankml.engine._flatmap cimport flat_map
 from bankml.engine._trie cimport VocabTrie, trie_view
 from bankml.engine._typedefs cimport token_t
 
@@ -30,6 +31,17 @@ cdef struct run_exception:
     int32_t node_end            # its subtree's nodes [node, node_end)
     int32_t depth               # code points from the root
     uint32_t cp                 # its code point
+
+
+# What trie_visit did below a big subtree from one set: the marks it added and the pops it recorded
+# (TrieWalk.visit_recorded replays them when the same subtree meets the same set again).
+cdef struct subtree_record:
+    int64_t words_start         # subtree_word_at / subtree_words[words_start:words_start + n_words]
+    int64_t n_words
+    int64_t pops_start          # subtree_pops[pops_start:pops_start + n_pops]
+    int64_t n_pops
+    int64_t pop_nodes
+    int64_t n_marked
 
 
 cdef struct run_exception_list:
@@ -59,6 +71,13 @@ cdef class TrieWalk:
     cdef vector[run_exception] run_lists_items     # ... their items
     cdef vector[uint64_t] run_cover                # scratch of take_run, a bit per trie node: below an exception
                                                    # (all 0 between calls; bits, not bytes: it stays in cache)
+    cdef flat_map[uint64_t, int32_t] subtree_memo  # (child, set, collecting pops) -> its subtree_record
+    cdef vector[subtree_record] subtree_records
+    cdef vector[int64_t] subtree_word_at            # the records' marks: position_bits word index ...
+    cdef vector[uint64_t] subtree_words             # ... and the bits the visit set there
+    cdef vector[int32_t] subtree_pops               # the records' pops
+    cdef vector[uint64_t] subtree_before            # scratch: the words before a recorded visit
+    cdef readonly int64_t subtree_replays
 
     cdef void ensure_position_bits(self) noexcept nogil
     cdef void clear_marks(self) noexcept nogil
@@ -66,6 +85,7 @@ cdef class TrieWalk:
                             uint32_t* out) noexcept nogil
     cdef bint family_takes_child(self, const trie_view* trie, int32_t child, int32_t set_id) noexcept nogil
     cdef int visit_child(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
+    cdef int visit_recorded(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
     cdef bint take_run(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil
     cdef int scan_run_exceptions(self, const trie_view* trie, int32_t child, const uint64_t* outside,
                                  int32_t top_depth) except -1 nogil

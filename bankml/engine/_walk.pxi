@@ -17,6 +17,13 @@ cdef enum:
 
 # take_run keeps the exceptions below subtrees of RUN_LIST_MIN_NODES nodes or more (run_exception_list), at most
 # MAX_RUN_LISTS lists and MAX_RUN_LIST_ITEMS exceptions in all (32 bytes each) per context.
+# visit_recorded: subtrees of SUBTREE_RECORD_MIN_NODES nodes or more, at most SUBTREE_RECORD_MAX_WORDS position words
+# each and SUBTREE_RECORD_TOTAL_WORDS in all per context.
+cdef enum:
+    SUBTREE_RECORD_MIN_NODES = 4096
+    SUBTREE_RECORD_MAX_WORDS = 4096
+    SUBTREE_RECORD_TOTAL_WORDS = 1 << 20
+
 cdef enum:
     RUN_LIST_MIN_NODES = 4096
     MAX_RUN_LISTS = 64
@@ -263,7 +270,69 @@ cdef class TrieWalk:
                 set_position_range(bits, trie.nodes[child].token_lo, trie.nodes[child].token_hi)
                 self.n_marked += trie.nodes[child].token_hi - trie.nodes[child].token_lo
                 return 0
+        if trie.nodes[child].node_end - child >= SUBTREE_RECORD_MIN_NODES:
+            return self.visit_recorded(trie, child, next_set, walk)
         self.trie_visit(trie, child, next_set, walk)
+        return 0
+
+    cdef int visit_recorded(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil:
+        """trie_visit of a big subtree from a set, remembered: the marks it adds depend on the subtree and the set
+        alone, and so do the nodes where its paths pop out, so the same subtree met again from the same set (the
+        free tail of every node of a key-exclusion trie is one set, met under each first code point) replays
+        them instead of walking. A visit that stopped part way (too many pops) is not remembered."""
+        cdef uint64_t key = (<uint64_t>child << 21 | <uint64_t>set_id) << 1 | (1 if walk.collect_pops else 0)
+        cdef uint64_t* bits = self.position_bits.data()
+        cdef int64_t w0 = trie.nodes[child].token_lo >> 6
+        cdef int64_t w1 = (trie.nodes[child].token_hi + 63) >> 6
+        cdef int64_t i, base, pops0 = 0, pop_nodes0 = walk.pop_nodes, marked0 = self.n_marked
+        cdef uint64_t added
+        cdef subtree_record record
+        cdef flat_map[uint64_t, int32_t].iterator it = self.subtree_memo.find(key)
+        if it != self.subtree_memo.end():
+            record = self.subtree_records[deref(it).second]
+            for i in range(record.words_start, record.words_start + record.n_words):
+                bits[self.subtree_word_at[i]] |= self.subtree_words[i]
+            self.n_marked += record.n_marked
+            self.subtree_replays += 1
+            if record.n_pops:
+                for i in range(record.pops_start, record.pops_start + record.n_pops):
+                    walk.pops.push_back(self.subtree_pops[i])
+                walk.pop_nodes += record.pop_nodes
+                if walk.pops.size() > walk.max_pops or \
+                        <uint64_t>walk.pop_nodes > <uint64_t>walk.max_pops * CONTINUATION_NODES_PER_NODE:
+                    walk.aborted = True
+            return 0
+        if w1 - w0 > SUBTREE_RECORD_MAX_WORDS or <int64_t>self.subtree_words.size() + (w1 - w0) > SUBTREE_RECORD_TOTAL_WORDS:
+            self.trie_visit(trie, child, set_id, walk)
+            return 0
+        # (a stack of snapshots: the visit below records the big subtrees inside this one in turn)
+        base = <int64_t>self.subtree_before.size()
+        self.subtree_before.insert(self.subtree_before.end(), bits + w0, bits + w1)
+        if walk.collect_pops:
+            pops0 = <int64_t>walk.pops.size()
+        self.trie_visit(trie, child, set_id, walk)
+        if walk.aborted:
+            self.subtree_before.resize(base)
+            return 0
+        bits = self.position_bits.data()
+        record.words_start = <int64_t>self.subtree_words.size()
+        for i in range(w0, w1):
+            added = bits[i] & ~self.subtree_before[base + i - w0]
+            if added:
+                self.subtree_word_at.push_back(i)
+                self.subtree_words.push_back(added)
+        self.subtree_before.resize(base)
+        record.n_words = <int64_t>self.subtree_words.size() - record.words_start
+        record.pops_start = <int64_t>self.subtree_pops.size()
+        record.n_pops = 0
+        if walk.collect_pops:
+            record.n_pops = <int64_t>walk.pops.size() - pops0
+            for i in range(pops0, <int64_t>walk.pops.size()):
+                self.subtree_pops.push_back(deref(walk.pops)[i])
+        record.pop_nodes = walk.pop_nodes - pop_nodes0
+        record.n_marked = self.n_marked - marked0
+        self.subtree_memo[key] = <int32_t>self.subtree_records.size()
+        self.subtree_records.push_back(record)
         return 0
 
     cdef bint take_run(self, const trie_view* trie, int32_t child, int32_t set_id, walk_state* walk) except -1 nogil:

@@ -2074,7 +2074,7 @@ class _Compiler:
                 tail = tails.get(depth)
                 if tail is None:
                     tail = self.chars(max(0, lo - depth - 1), None if hi is None else hi - depth - 1)
-                    tail = tails[depth] = (tail + " " if tail else "") + quote
+                    tail = tails[depth] = self.add_rule("key-tail", (tail + " " if tail else "") + quote)
                 alts.append(self.char_except(children) + " " + tail)
             return self.add_rule("key", " | ".join(alts)) if alts else None
 

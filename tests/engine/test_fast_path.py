@@ -946,3 +946,41 @@ def test_fast_path_equals_reference_classes_above_ascii(random_vocabs):
         before = g.context.visited_nodes
         assert np.array_equal(g.allowed_ids(), g.allowed_ids(reference=True))
         assert g.context.visited_nodes - before < 3000
+
+
+# Objects whose extra keys are any string but the listed names: strict mode writes the names' exclusion as a trie whose
+# every node leaves into one shared free tail (`key-tail`), so the walks from that tail under each first code point
+# are the same walks again, replayed from their records (TrieWalk.visit_recorded).
+EXTRA_KEY_SCHEMAS = [
+    {"type": "object", "properties": {"identifier": {"type": "integer"}, "mode": {"type": "string"}, "name": {}}},
+    {"type": "object", "properties": {"id": {"type": "string"}, "idx": {"type": "string"}}, "maxProperties": 3},
+]
+EXTRA_KEY_DOCUMENTS = [
+    '{"identifier": 1, "ide": "x", "mo\\u0064e": "a", "nam": 2, "\\"q": [], "name": null}',
+    '{"idx": "a", "i\\u0064": "b", "i": "\\u4e2d"}',
+]
+
+
+def test_fast_path_equals_reference_recorded_subtrees(random_vocabs):
+    """A big subtree walked from a set is recorded (its marks and pops) and replayed when the same subtree meets the
+    same set again. Every mask along keys of extra-key objects, byte by byte, equals the reference path's on
+    Llama 3 and the random vocabularies, and on Llama 3 the walks do replay records."""
+    from bankml import json_schema_to_grammar
+
+    llama3 = Vocab.from_gguf(DATA / "ggml-vocab-llama-bpe.gguf")
+    vocabs = [(llama3, "llama3")] + [(v, f"vocabulary seed {s}") for s, v in zip(VOCAB_SEEDS, random_vocabs)]
+    checker = Checker()
+    replays = 0
+    for vocab, label in vocabs:
+        for schema, document in zip(EXTRA_KEY_SCHEMAS, EXTRA_KEY_DOCUMENTS):
+            text, _ = json_schema_to_grammar(schema, mode="strict")
+            g, *twins = three_ways(text, vocab)()
+            for i, ch in enumerate(document):
+                checker.compare(g, f"{label}, {schema}, before {document[:i]!r}", twins)
+                for m in (g, *twins):
+                    m.accept_bytes(ch.encode("utf-8"))
+            assert g.complete
+            if vocab is llama3:
+                replays += g.context.subtree_replays
+    assert checker.states >= len(vocabs) * sum(len(d) for d in EXTRA_KEY_DOCUMENTS)
+    assert replays > 0
