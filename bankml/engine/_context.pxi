@@ -56,7 +56,9 @@ cdef class MatchContext:
                 + self.sets.pattern_transitions.size() * 40 + self.masks.memory_bytes()
                 + self.walk.position_bits.size() * 8 + self.segments.segment_bytes
                 + self.segments.segment_lengths.size() * 4 + self.segments.segment_nodes.size() * 40
-                + self.segments.context_sets.size() * 24)
+                + self.segments.context_sets.size() * 24
+                + self.walk.subtree_memo.size() * 16 + self.walk.subtree_records.size() * 48
+                + self.walk.subtree_words.size() * 16 + self.walk.subtree_pops.size() * 4)
 
     @property
     def segment_bytes(self):

@@ -18,11 +18,14 @@ cdef enum:
 # take_run keeps the exceptions below subtrees of RUN_LIST_MIN_NODES nodes or more (run_exception_list), at most
 # MAX_RUN_LISTS lists and MAX_RUN_LIST_ITEMS exceptions in all (32 bytes each) per context.
 # visit_recorded: subtrees of SUBTREE_RECORD_MIN_NODES nodes or more, at most SUBTREE_RECORD_MAX_WORDS position words
-# each and SUBTREE_RECORD_TOTAL_WORDS in all per context.
+# each; per context at most SUBTREE_RECORDS records, SUBTREE_RECORD_TOTAL_WORDS words and SUBTREE_RECORD_TOTAL_POPS
+# pops in all (about 17 MB).
 cdef enum:
     SUBTREE_RECORD_MIN_NODES = 4096
     SUBTREE_RECORD_MAX_WORDS = 4096
     SUBTREE_RECORD_TOTAL_WORDS = 1 << 20
+    SUBTREE_RECORD_TOTAL_POPS = 1 << 18
+    SUBTREE_RECORDS = 1 << 16
 
 cdef enum:
     RUN_LIST_MIN_NODES = 4096
@@ -302,7 +305,8 @@ cdef class TrieWalk:
                         <uint64_t>walk.pop_nodes > <uint64_t>walk.max_pops * CONTINUATION_NODES_PER_NODE:
                     walk.aborted = True
             return 0
-        if w1 - w0 > SUBTREE_RECORD_MAX_WORDS or <int64_t>self.subtree_words.size() + (w1 - w0) > SUBTREE_RECORD_TOTAL_WORDS:
+        if w1 - w0 > SUBTREE_RECORD_MAX_WORDS or <int64_t>self.subtree_words.size() + (w1 - w0) > SUBTREE_RECORD_TOTAL_WORDS \
+                or <int64_t>self.subtree_records.size() >= SUBTREE_RECORDS:
             self.trie_visit(trie, child, set_id, walk)
             return 0
         # (a stack of snapshots: the visit below records the big subtrees inside this one in turn)
@@ -311,7 +315,8 @@ cdef class TrieWalk:
         if walk.collect_pops:
             pops0 = <int64_t>walk.pops.size()
         self.trie_visit(trie, child, set_id, walk)
-        if walk.aborted:
+        if walk.aborted or (walk.collect_pops and <int64_t>self.subtree_pops.size() + <int64_t>walk.pops.size() - pops0
+                            > SUBTREE_RECORD_TOTAL_POPS):
             self.subtree_before.resize(base)
             return 0
         bits = self.position_bits.data()
