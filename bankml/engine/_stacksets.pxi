@@ -321,15 +321,15 @@ cdef class StackSets:
         surrogates left out, Unicode classes such as Python's \\w) are never constant above 0x80, so without this
         a loop over them took no non-ASCII subtree whole."""
         cdef const grammar_element* elements = self.pool.rules.elements.data()
-        cdef const grammar_element* pos
         cdef int64_t k, at, j
         cdef int64_t above = -1
         cdef node_t stack
         cdef position_t top
         cdef uint8_t flags
-        cdef uint32_t first, last, rep = 0x80
-        cdef bint moved, positive, found = False
+        cdef uint32_t rep = 0x80
+        cdef bint found = False
         cdef const uint32_t* bounds
+        cdef vector[pair[uint32_t, uint32_t]] intervals, scratch
         for k in range(self.set_start[set_id], self.set_start[set_id + 1]):
             stack = self.set_nodes[k]
             if is_bottom(stack) or is_token_element(&elements[self.pool.nodes[stack].element]):
@@ -345,7 +345,7 @@ cdef class StackSets:
                 return 0
         if above < 0:
             return 0
-        # a code point >= 0x80 the class takes
+        # the least code point >= 0x80 the class takes
         at = self.index_class(<position_t>above)
         if at > 0:
             bounds = self.class_bounds.data() + at - 1
@@ -354,34 +354,13 @@ cdef class StackSets:
                 return 0
             rep = bounds[2 + 2 * j] if bounds[2 + 2 * j] > 0x80 else 0x80
         else:
-            positive = is_positive_class(&elements[above])
-            if positive:
-                pos = &elements[above]
-                while True:
-                    pos = class_next_range(pos, &first, &last)
-                    if last >= 0x80 and first <= last:
-                        if not found or (first if first > 0x80 else 0x80) < rep:
-                            rep = first if first > 0x80 else 0x80
-                            found = True
-                    if pos.type != LLAMA_GRETYPE_CHAR_ALT:
-                        break
-                if not found:
-                    return 0
-            else:
-                # the least code point >= 0x80 outside every excluded range
-                moved = True
-                while moved:
-                    moved = False
-                    pos = &elements[above]
-                    while True:
-                        pos = class_next_range(pos, &first, &last)
-                        if first <= rep <= last:
-                            if last == MAX_CODE_POINT:
-                                return 0
-                            rep = last + 1
-                            moved = True
-                        if pos.type != LLAMA_GRETYPE_CHAR_ALT:
-                            break
+            class_intervals(&elements[above], intervals, scratch)
+            for j in range(<int64_t>intervals.size()):
+                if intervals[j].second >= 0x80 and (not found or intervals[j].first < rep):
+                    rep = intervals[j].first if intervals[j].first > 0x80 else 0x80
+                    found = True
+            if not found:
+                return 0
         if self.transition(set_id, rep) == successor:
             self.summaries[set_id].flags |= SET_CLASS_ABOVE
             self.summaries[set_id].class_above = <position_t>above

@@ -17,6 +17,11 @@ cdef enum:
 
 # take_run keeps the exceptions below subtrees of RUN_LIST_MIN_NODES nodes or more (run_exception_list), at most
 # MAX_RUN_LISTS lists and MAX_RUN_LIST_ITEMS exceptions in all (32 bytes each) per context.
+cdef enum:
+    RUN_LIST_MIN_NODES = 4096
+    MAX_RUN_LISTS = 64
+    MAX_RUN_LIST_ITEMS = 1 << 17
+
 # visit_recorded: subtrees of SUBTREE_RECORD_MIN_NODES nodes or more, at most SUBTREE_RECORD_MAX_WORDS position words
 # each; per context at most SUBTREE_RECORDS records, SUBTREE_RECORD_TOTAL_WORDS words and SUBTREE_RECORD_TOTAL_POPS
 # pops in all (about 17 MB).
@@ -26,11 +31,6 @@ cdef enum:
     SUBTREE_RECORD_TOTAL_WORDS = 1 << 20
     SUBTREE_RECORD_TOTAL_POPS = 1 << 18
     SUBTREE_RECORDS = 1 << 16
-
-cdef enum:
-    RUN_LIST_MIN_NODES = 4096
-    MAX_RUN_LISTS = 64
-    MAX_RUN_LIST_ITEMS = 1 << 17
 
 
 cdef class TrieWalk:
@@ -251,6 +251,7 @@ cdef class TrieWalk:
         cdef uint64_t* bits = self.position_bits.data()
         cdef uint32_t cp = trie.nodes[child].node_cp
         cdef int32_t next_set
+        cdef const grammar_element* after
         if (self.sets.summaries[set_id].flags & SET_CLASS_KNOWN) and self.sets.summaries[set_id].successor >= 0 and (
                 (cp < 64 and (self.sets.summaries[set_id].class_ascii[0] >> cp) & 1)
                 or (64 <= cp < 128 and (self.sets.summaries[set_id].class_ascii[1] >> (cp - 64)) & 1)
@@ -258,7 +259,7 @@ cdef class TrieWalk:
             next_set = self.sets.summaries[set_id].successor
         elif cp >= 128 and (self.sets.summaries[set_id].flags & SET_CLASS_ABOVE):
             # only class_above takes code points >= 0x80, and those it takes lead to the successor
-            if not self.sets.class_covers(self.sets.summaries[set_id].class_above, cp, cp):
+            if not self.sets.class_takes(self.sets.summaries[set_id].class_above, cp, &after):
                 return 0
             next_set = self.sets.summaries[set_id].successor
         else:
@@ -283,6 +284,7 @@ cdef class TrieWalk:
         alone, and so do the nodes where its paths pop out, so the same subtree met again from the same set (the
         free tail of every node of a key-exclusion trie is one set, met under each first code point) replays
         them instead of walking. A visit that stopped part way (too many pops) is not remembered."""
+        # (set ids stay below MAX_SETS = 2^20, so 21 bits hold one)
         cdef uint64_t key = (<uint64_t>child << 21 | <uint64_t>set_id) << 1 | (1 if walk.collect_pops else 0)
         cdef uint64_t* bits = self.position_bits.data()
         cdef int64_t w0 = trie.nodes[child].token_lo >> 6
