@@ -1,3 +1,4 @@
+# cython: boundscheck=True, wraparound=True, cdivision=False, annotation_typing=False
 """Strict JSON Schema -> GBNF: every schema is compiled exactly, or refused with a SchemaError that names the
 keyword (``SchemaError.keyword``) and the JSON pointer of the schema node (``SchemaError.pointer``).
 
@@ -57,6 +58,7 @@ import math
 import re
 import threading
 import time
+import types
 import urllib.parse
 import uuid
 import warnings
@@ -65,7 +67,8 @@ from decimal import Decimal, localcontext
 from bankml.errors import SchemaError
 from bankml.schema import format_data, jsondepth
 from bankml.schema import strict_lang as _sl
-from bankml.schema.limits import DEFAULT_LIMITS
+from bankml.schema._cstack import check_stack as _check_stack
+from bankml.schema.limits import DEFAULT_LIMITS, _plain_module, _TooDeep
 
 __all__ = ["LENIENT_KEYWORDS", "strict_schema_rules", "strict_schema_to_grammar"]
 
@@ -211,6 +214,7 @@ def _is_num(v):
 
 def _equal(a, b):
     """jsonschema's ``_utils.equal``: 1 == 1.0, True != 1, key order irrelevant."""
+    _check_stack()
     if isinstance(a, str) or isinstance(b, str):
         return a == b
     if isinstance(a, list) and isinstance(b, list):
@@ -227,6 +231,7 @@ def _equal(a, b):
 def _vkey(v):
     """A hashable key that two JSON values share exactly when ``_equal`` says they are equal, or None for a value
     holding a NaN (json.loads reads ``NaN``), which ``_equal`` finds equal to nothing, itself included."""
+    _check_stack()
     if isinstance(v, str):
         return ("s", v)
     if isinstance(v, bool):
@@ -268,6 +273,7 @@ def _member(exclude=frozenset(), patterns=(), notpatterns=(), names=None, value=
 def _same(x, y):
     """x == y, but a boolean equals only a boolean (Python finds 0 == False and 1 == True): the values of two
     schemas, compared as jsonschema reads them."""
+    _check_stack()
     if x is y:
         return True
     if isinstance(x, bool) or isinstance(y, bool):
@@ -462,6 +468,8 @@ def _hex_except_steps(ex):
         return len(steps) - 1
 
     root = node("")
+    # a recursive closure refers to itself: freed now, not by the collector
+    node = None  # noqa: F841
     got = (tuple(steps), root)
     if len(_HEX_STEPS) > 4096:
         _HEX_STEPS.clear()
@@ -1007,6 +1015,12 @@ class _Compiler:
         mark = (build.__name__, key)
         if mark in self.active:
             self.refuse(keyword, self.p(s), cycle)
+        if len(self.active) >= _MAX_DEPTH:
+            # builds nest as $ref chains, allOf and not do: bounded as nesting is (each level costs more work
+            # the deeper it is, so a 3,000-level chain took 22 s before compiled code reached its stack's end)
+            raise _Refuse(
+                "SchemaLimits.max_depth", self.p(s), "the schema's references nest deeper than %d levels" % _MAX_DEPTH
+            )
         self.active.add(mark)
         try:
             res = build(s)
@@ -1016,6 +1030,7 @@ class _Compiler:
         return res
 
     def _expand(self, s):
+        _check_stack()
         ptr = self.p(s)
         self.tick(ptr)
         synthetic = id(s) in self.syn
@@ -1186,6 +1201,7 @@ class _Compiler:
         return self.once(self.negate_cache, id(s), self._negate, s, "not", "a negated reference cycle")
 
     def _negate(self, s):
+        _check_stack()
         ptr = self.p(s)
         self.tick(ptr)
         synthetic = id(s) in self.syn
@@ -1199,6 +1215,7 @@ class _Compiler:
         alts = []
 
         def syn(d, k):
+            _check_stack()
             return (self.synth(d, ptr + "/" + _esc_ptr(k)),)
 
         others = lambda types: _ALL_TYPES - types  # noqa: E731
@@ -1603,6 +1620,7 @@ class _Compiler:
 
     # --- disjointness (for oneOf) ---
     def disjoint(self, t1, t2, depth):
+        _check_stack()
         m1, m2 = self.merge(t1), self.merge(t2)
         if m1 is None or m2 is None:
             return True
@@ -1698,6 +1716,7 @@ class _Compiler:
         return all(self.valid(x, d) for d in term)
 
     def valid(self, x, s, depth=0):
+        _check_stack()
         if depth > 200:
             self.refuse("$ref", self.p(s), "validating a const/enum value recursed too deeply")
         if s is True:
@@ -1972,7 +1991,7 @@ class _Compiler:
             cs, a, b, nl = run
             cls = self.add_rule("strc", _sl._charset_gbnf(cs))
             alts = []
-            for extra in (0, 1) if nl else (0,):  # the run alone, then the run and its newline (one more char)
+            for extra in range(2 if nl else 1):  # the run alone, then the run and its newline (one more char)
                 lo = max(a, st.min - extra)
                 hi = b if st.max is None else st.max - extra if b is None else min(b, st.max - extra)
                 if hi is not None and lo > hi:
@@ -2060,6 +2079,7 @@ class _Compiler:
 
         def node(t, depth):
             # each trie node is met once (its depth is its prefix's length)
+            _check_stack()
             kids, excluded = t
             alts = []
             if depth >= lo and not excluded:
@@ -2079,6 +2099,8 @@ class _Compiler:
             return self.add_rule("key", " | ".join(alts)) if alts else None
 
         start = node(root, 0)
+        # a recursive closure refers to itself: freed now, not by the collector
+        node = None  # noqa: F841
         return None if start is None else quote + " " + start
 
     def char_except(self, cs):
@@ -2124,6 +2146,7 @@ class _Compiler:
 
     def rule(self, conj, pointer="#"):
         """The name of the rule of the values satisfying every schema of conj, or None when none does."""
+        _check_stack()
         for s in conj:
             if s is False:
                 return None
@@ -2184,6 +2207,7 @@ class _Compiler:
 
     # --- const/enum values ---
     def value_expr(self, x, ptr):
+        _check_stack()
         if x is None:
             return '"null"'
         if x is True:
@@ -2241,6 +2265,7 @@ class _Compiler:
 
         def rest(mask):
             # the members not yet written (bits of mask), each after a comma
+            _check_stack()
             if mask == 0:
                 return '"}"'
             if mask in memo:
@@ -2251,7 +2276,10 @@ class _Compiler:
             return name
 
         full = (1 << len(keys)) - 1
-        return '"{" space ' + self.alts([kv[i] + " " + rest(full & ~(1 << i)) for i in range(len(keys))])
+        out = '"{" space ' + self.alts([kv[i] + " " + rest(full & ~(1 << i)) for i in range(len(keys))])
+        # a recursive closure refers to itself: freed now, not by the collector
+        rest = None  # noqa: F841
+        return out
 
     # --- numbers ---
     def number_expr(self, m, ptr):
@@ -2410,6 +2438,7 @@ class _Compiler:
 
         def seq(i, first):
             # the items from position i on ("," before each but the first), then "]"
+            _check_stack()
             key = (i, first)
             if key in memo:
                 return memo[key]
@@ -2439,7 +2468,10 @@ class _Compiler:
             memo[key] = name
             return name
 
-        return '"[" space ' + seq(0, True)
+        out = '"[" space ' + seq(0, True)
+        # a recursive closure refers to itself: freed now, not by the collector
+        seq = None  # noqa: F841
+        return out
 
     def array_unique(self, m, term, ptr):
         """uniqueItems over a finite item language of at most _MAX_UNIQUE_VALUES values (an enum, const,
@@ -2476,6 +2508,7 @@ class _Compiler:
         memo = {}
 
         def state(mask):
+            _check_stack()
             if mask in memo:
                 return memo[mask]
             name = self.new_name("uarr")
@@ -2490,7 +2523,10 @@ class _Compiler:
             self.set_rule(name, " | ".join(alts) if alts else _NEVER)
             return name
 
-        return '"[" space ' + state(0)
+        out = '"[" space ' + state(0)
+        # a recursive closure refers to itself: freed now, not by the collector
+        state = None  # noqa: F841
+        return out
 
     def rep(self, item, a, b, keyword="maxItems", pointer="#"):
         """item repeated a..b times (b None: unbounded) as GBNF, or "" for exactly zero."""
@@ -2529,6 +2565,7 @@ class _Compiler:
 
         def split(i):
             """{set of contains schemas the item satisfies (bits): its rule} at position i."""
+            _check_stack()
             conj = self.item_conj(term, i)
             if i < plen and pos[i] is None:
                 return {}
@@ -2551,6 +2588,7 @@ class _Compiler:
         memo = {}
 
         def seq(i, ns, first):
+            _check_stack()
             ns = tuple(min(n, cap) for n, cap in zip(ns, caps))
             key = (min(i, icap), ns, first)
             if key in memo:
@@ -2573,7 +2611,10 @@ class _Compiler:
             self.set_rule(name, " | ".join(alts) if alts else _NEVER)
             return name
 
-        return '"[" space ' + seq(0, (0,) * len(cs), True)
+        out = '"[" space ' + seq(0, (0,) * len(cs), True)
+        # closures that refer to themselves: freed now, not by the collector
+        seq = split = None  # noqa: F811, F841
+        return out
 
     # --- objects ---
     def object_expr(self, m, term, ptr):
@@ -2582,6 +2623,7 @@ class _Compiler:
         seen = set()
 
         def add(k):
+            _check_stack()
             if isinstance(k, str) and k not in seen:
                 seen.add(k)
                 names.append(k)
@@ -2712,6 +2754,7 @@ class _Compiler:
         states = [0]
 
         def seq(i, c, first, seenk, oblig):
+            _check_stack()
             key = (i, c, first, seenk, oblig)
             if key in memo:
                 return memo[key]
@@ -2809,6 +2852,7 @@ class _Compiler:
         following = ['"," space ' + kv[i] + " " for i in range(n)]
 
         def state(mask, e, w):
+            _check_stack()
             if not counted and mask:
                 e = 0  # uncounted, e only tells whether something was written: mask says so already
             key = (mask, e, w)
@@ -2846,7 +2890,10 @@ class _Compiler:
             self.set_rule(name, " | ".join(alts) if alts else _NEVER)
             return name
 
-        return '"{" space ' + state(0, 0, 0)
+        out = '"{" space ' + state(0, 0, 0)
+        # a recursive closure refers to itself: freed now, not by the collector
+        state = None  # noqa: F841
+        return out
 
     def object_any_order_repeating(self, items, kv, req, extra):
         """Members in any order where the optional keys are too many for one rule per set of keys: one rule per
@@ -2859,6 +2906,7 @@ class _Compiler:
         full = (1 << len(req)) - 1
 
         def state(mask, first):
+            _check_stack()
             key = (mask, first)
             if key in memo:
                 return memo[key]
@@ -2874,7 +2922,10 @@ class _Compiler:
             self.set_rule(name, " | ".join(alts) if alts else _NEVER)
             return name
 
-        return '"{" space ' + state(0, True)
+        out = '"{" space ' + state(0, True)
+        # a recursive closure refers to itself: freed now, not by the collector
+        state = None  # noqa: F841
+        return out
 
     def extras_tail(self, extra, c, first, minp, maxp):
         """The extra keys after the listed ones, then "}": c members so far."""
@@ -3159,7 +3210,28 @@ def _compile(schema, lenient, limits, pointer="#"):
     (a JSON pointer into ``schema``, the document its ``$ref``s resolve in) and every rule it may use, the fixed
     ones (``space``, ``char``, ``value``...) last. Raises SchemaError as strict_schema_to_grammar does."""
     with _gc_paused():
-        return _compile_unpaused(schema, lenient, limits, pointer)
+        try:
+            return _compile_unpaused(schema, lenient, limits, pointer)
+        except _TooDeep:
+            if not _COMPILED:
+                raise SchemaError(_TOO_DEEP, "#", keyword="SchemaLimits") from None
+    # compiled, the recursion ran low on C stack: done again from the start as plain Python (module docstring)
+    return _python_module()._compile(schema, lenient, limits, pointer)
+
+
+_TOO_DEEP = "strict JSON schema conversion failed:\nthe schema nests too deeply"
+
+# Compiled, a function is a Cython function, not a Python one
+_COMPILED = not isinstance(_compile, types.FunctionType)
+_PYTHON_MODULE = None
+
+
+def _python_module():
+    """This file run as plain Python (bankml.schema._strict_python), where deep recursion ends in RecursionError."""
+    global _PYTHON_MODULE
+    if _PYTHON_MODULE is None:
+        _PYTHON_MODULE = _plain_module("_strict_python", "strict.py", _gc_paused=_gc_paused)
+    return _PYTHON_MODULE
 
 
 def _compile_unpaused(schema, lenient, limits, pointer):
@@ -3189,9 +3261,7 @@ def _compile_unpaused(schema, lenient, limits, pointer):
             keyword=e.keyword,
         ) from None
     except RecursionError:
-        raise SchemaError(
-            "strict JSON schema conversion failed:\nthe schema nests too deeply", "#", keyword="SchemaLimits"
-        ) from None
+        raise SchemaError(_TOO_DEEP, "#", keyword="SchemaLimits") from None
     rules = dict(c.rules)
     rules.update(_FIXED_RULES)
     return (root if root is not None else _NEVER), rules

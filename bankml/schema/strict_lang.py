@@ -1,3 +1,4 @@
+# cython: boundscheck=True, wraparound=True, cdivision=False, annotation_typing=False
 """Regular languages of JSON-Schema strings, exact, as minimal DFAs over code points, and their GBNF.
 
 What this module owns (the "strict" schema compiler's regular-language core):
@@ -97,6 +98,8 @@ import threading
 import numpy as np
 
 from bankml.schema import format_data, unicode_categories
+from bankml.schema._cstack import check_stack as _check_stack
+from bankml.schema.limits import _TooDeep
 
 try:  # Python >= 3.11
     import re._constants as _sre_c
@@ -1050,6 +1053,7 @@ class _RegexBuilder:
         return cont
 
     def item(self, op, av, flags: int, cont: int) -> int:
+        _check_stack()
         c = _sre_c
         nfa = self.nfa
         if op in (c.LITERAL, c.NOT_LITERAL, c.ANY, c.IN):
@@ -1130,7 +1134,7 @@ def _regex_lang(pattern: str, keyword: str = "pattern") -> Lang:
     final = nfa.new(3, None, None)
     try:
         start = b.seq(parsed.data, flags, final)
-    except RecursionError:
+    except (RecursionError, _TooDeep):
         raise LangError(keyword, "the pattern nests too deeply") from None
     word = _category("w", bool(b.word_flags and next(iter(b.word_flags)))) if b.uses_wb else ()
 
@@ -2088,4 +2092,6 @@ def string_gbnf(lang: Lang, name: str, admit_surrogates: bool = False) -> tuple[
         done.add(s)
         rules[f"{name}-s{s}"] = " | ".join(body(s, 0))
     # Rules for states later forced to be named by the depth cap are emitted by the loop above.
+    # body and target call each other: freed now (with the tables they hold), not by the collector
+    body = target = charset_ref = None  # noqa: F811, F841
     return '"\\"" ' + f"{name}-s0", rules

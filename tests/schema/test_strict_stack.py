@@ -1,0 +1,278 @@
+"""The strict compiler and its string languages are compiled by Cython, where recursion runs on the C stack and
+Python's recursion limit does not bound it (``bankml.schema._cstack``). These tests hold that:
+
+* every recursion of ``strict.py`` and ``strict_lang.py`` passes through a function that checks the C stack
+  first, or is one of the few bounded ones named here (read from the sources with ``ast``, a call graph by
+  name, which over-approximates: a name calls every function of that name);
+* hostile schemas that recurse deep (a long ``$ref`` chain, a deep ``const``, a long excluded key, deeply
+  nested pattern groups, deep ``not``) end in a SchemaError or a grammar, never a crash, in this process's
+  main thread and in a thread with a small stack.
+"""
+
+import ast
+import collections
+import json
+import pathlib
+import threading
+
+import pytest
+
+from bankml.errors import SchemaError
+from bankml.schema import strict as strict_mod
+from bankml.schema.strict import strict_schema_to_grammar
+from bankml.schema.strict_lang import Lang, LangError
+
+from .test_schema_strict import accepts, oracle
+
+SCHEMA_DIR = pathlib.Path(strict_mod.__file__).resolve().parent
+SOURCES = ("strict.py", "strict_lang.py")
+
+# recursions bounded by construction, so they need no check: (file, function) -> why
+BOUNDED = {
+    ("strict.py", "_hex_except_steps.node"): "one level per hex digit: 4",
+    ("strict_lang.py", "_hex_expr"): "one level per hex digit: 4",
+    ("strict_lang.py", "string_gbnf.body"): "inlining stops at _MAX_INLINE levels",
+    ("strict_lang.py", "string_gbnf.target"): "inlining stops at _MAX_INLINE levels",
+    ("strict_lang.py", "string_gbnf.charset_ref"): "a name, not a call back into the walk",
+    ("strict_lang.py", "_charset_gbnf"): "a name shared with string_gbnf's helpers, not a call back",
+    ("strict_lang.py", "_charset_alts"): "a name shared with string_gbnf's helpers, not a call back",
+    ("strict.py", "_Refuse.__init__"): "super().__init__, the base class's",
+    ("strict_lang.py", "LangError.__init__"): "super().__init__, the base class's",
+    ("strict.py", "_Compiler.search"): "calls re's search, not itself",
+    ("strict.py", "_compile"): "calls the plain-Python module's _compile, once",
+}
+BOUNDED_PREFIXES = {
+    # the fixed formats build each other once, by name (date-time uses date and time...)
+    ("strict_lang.py", "Lang.format"),
+    ("strict_lang.py", "_build_format"),
+    ("strict_lang.py", "_format_lang"),
+    ("strict_lang.py", "build_format_lang"),
+    ("strict_lang.py", "_duration_lang"),
+    ("strict_lang.py", "_uuid_lang"),
+}
+
+
+def _call_graph(filename):
+    """({qualified function: names it uses}, {qualified function: checks the stack first})."""
+    tree = ast.parse((SCHEMA_DIR / filename).read_text())
+    uses, checks, by_name = {}, {}, collections.defaultdict(set)
+
+    def visit(node, scope):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef):
+                full = f"{scope}.{child.name}" if scope else child.name
+                by_name[child.name].add(full)
+                names = set()
+                for sub in ast.walk(child):
+                    if isinstance(sub, ast.Name):
+                        names.add(sub.id)
+                    elif isinstance(sub, ast.Attribute):
+                        names.add(sub.attr)
+                uses[full] = names
+                body = [s for s in child.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+                checks[full] = bool(body) and ast.unparse(body[0]) == "_check_stack()"
+                visit(child, full)
+            elif isinstance(child, ast.ClassDef):
+                visit(child, child.name)
+            else:
+                visit(child, scope)
+
+    visit(tree, "")
+    graph = {f: {g for n in names for g in by_name.get(n, ())} for f, names in uses.items()}
+    return graph, checks
+
+
+def _cycles(graph):
+    """The strongly connected components of graph that hold a cycle (Tarjan's, iteratively)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in graph:
+                    continue
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(graph[w])))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1 or v in graph[v]:
+                    out.append(sorted(comp))
+    return out
+
+
+@pytest.mark.parametrize("filename", SOURCES)
+def test_every_recursion_checks_the_stack(filename):
+    graph, checks = _call_graph(filename)
+    exempt = {f for (file, f) in BOUNDED if file == filename} | {
+        f for (file, f) in BOUNDED_PREFIXES if file == filename
+    }
+    # a checking or exempt function breaks every cycle through it
+    rest = {
+        f: {g for g in gs if not checks[g] and g not in exempt}
+        for f, gs in graph.items()
+        if not checks[f] and f not in exempt
+    }
+    assert _cycles(rest) == []
+    assert any(checks.values())
+
+
+def test_call_graph_finds_recursion():
+    """The check above can fail: without the stack checks, strict.py's compiler recursion is found."""
+    graph, _ = _call_graph("strict.py")
+    cycles = _cycles(graph)
+    assert any("_Compiler.rule" in c for c in cycles)
+    assert any("_Compiler.excluding_string.node" in c for c in cycles)
+
+
+def _ref_chain(n):
+    defs = {f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}]} for i in range(n)}
+    defs[f"d{n}"] = {"type": "integer"}
+    return {"$defs": defs, "$ref": "#/$defs/d0"}
+
+
+def _deep_const(n):
+    v = 1
+    for _ in range(n):
+        v = [v]
+    return {"const": v}
+
+
+def _deep_not(n):
+    s = {"type": "integer"}
+    for _ in range(n):
+        s = {"not": s}
+    return s
+
+
+HOSTILE = {
+    "ref chain": lambda n: _ref_chain(n),
+    "const": lambda n: _deep_const(n),
+    "not": lambda n: _deep_not(n),
+    "excluded key": lambda n: {"type": "object", "properties": {"k" * n: {"type": "integer"}}},
+    "pattern groups": lambda n: {"type": "string", "pattern": "(" * n + "a" + ")" * n},
+}
+
+
+def _convert(schema):
+    try:
+        return strict_schema_to_grammar(schema)
+    except SchemaError as e:
+        assert e.keyword and e.pointer
+        return e
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+@pytest.mark.parametrize("n", [50, 3000, 60000])
+def test_deep_schemas_end_cleanly(kind, n):
+    got = _convert(HOSTILE[kind](n))
+    assert isinstance(got, (str, SchemaError))
+    if n == 50 and kind != "const":
+        assert isinstance(got, str)  # shallow: compiled, not refused
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+def test_deep_schemas_end_cleanly_in_a_small_thread(kind):
+    """A 512 KB thread stack: the compiled recursion hands over to plain Python (or refuses) before it runs out."""
+    got = _in_thread(lambda: _convert(HOSTILE[kind](3000)))
+    assert isinstance(got, (str, SchemaError))
+
+
+def _in_thread(fn, stack=512 * 1024):
+    results = []
+
+    def run():
+        try:
+            results.append(fn())
+        except Exception as e:  # handed to the caller
+            results.append(e)
+
+    old = threading.stack_size()
+    threading.stack_size(stack)
+    try:
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(old)
+    assert len(results) == 1
+    if isinstance(results[0], Exception) and not isinstance(results[0], SchemaError):
+        raise results[0]
+    return results[0]
+
+
+def test_a_deep_chain_gives_the_exact_language():
+    """A chain of 150 references converts compiled, and in a small thread as plain Python past the compiled
+    recursion's reach: the grammar's verdicts are jsonschema's either way. Longer chains are refused by the
+    nesting bound, quickly."""
+    schema = _ref_chain(150)
+    for small in (False, True):
+        got = _in_thread(lambda: strict_schema_to_grammar(schema)) if small else strict_schema_to_grammar(schema)
+        for text in ("5", '"x"', "5.5", "-12"):
+            assert accepts(got, text) is oracle(schema, json.loads(text)), (small, text)
+    assert strict_mod._PYTHON_MODULE is not None or not strict_mod._COMPILED  # the small thread's took over
+    with pytest.raises(SchemaError) as e:
+        strict_schema_to_grammar(_ref_chain(3000))
+    assert e.value.keyword == "SchemaLimits.max_depth"
+
+
+@pytest.mark.parametrize("n", [3000, 100000])
+def test_pattern_nesting_is_refused_not_crashed(n):
+    pattern = "(" * n + "a" + ")" * n
+    with pytest.raises(LangError, match="nests too deeply|re rejects"):
+        _in_thread(lambda: Lang.regex(pattern))
+
+
+def test_conversions_leave_no_cyclic_garbage():
+    """The recursive closures (key tries, array items, any-order objects, unique items, const objects, contains,
+    a pattern's rules) are let go when their walk ends: a conversion's tables are freed by reference counting,
+    not left for the cyclic collector (whose pass over them cost a fifth of a Kubernetes schema's conversion)."""
+    import gc
+
+    schemas = [
+        {"type": "object", "properties": {k: {"type": "string"} for k in ("alpha", "beta", "gamma")}},
+        {"type": "object", "properties": {f"k{i}": {"type": "integer"} for i in range(12)}, "required": ["k1"]},
+        {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": {"type": "boolean"}},
+        {"type": "array", "items": {"enum": [1, 2, 3]}, "uniqueItems": True},
+        {"const": {"a": 1, "b": [2, 3]}},
+        {"type": "array", "contains": {"type": "integer"}, "minContains": 2, "maxItems": 4},
+        {"type": "string", "pattern": "^[a-z]+-[0-9]{2,4}$", "maxLength": 12},
+    ]
+    for schema in schemas:
+        strict_schema_to_grammar(schema)  # the process caches filled first
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for schema in schemas:
+            strict_mod._LANG_CACHE.clear()
+            strict_mod._GBNF_CACHE.clear()
+            strict_mod._HEX_STEPS.clear()
+            strict_schema_to_grammar(schema)
+            assert gc.collect() == 0, schema
+    finally:
+        if was:
+            gc.enable()
