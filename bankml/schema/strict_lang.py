@@ -1669,7 +1669,15 @@ def _format_lang(name: str, bare_checker: bool) -> Lang:
         if shipped is not None:
             got = _FORMAT_CACHE[key] = Lang(*shipped)  # built by build_format_lang, checked by the tests
         else:
-            got = _FORMAT_CACHE[key] = build_format_lang(name, bare_checker)
+            try:
+                got = build_format_lang(name, bare_checker)
+            except LangError as e:
+                # a format that cannot be built fails the same way every time: remembered (hostname took
+                # 40 ms to reach the state bound, in every schema that has it)
+                got = (e.keyword, e.reason)
+            _FORMAT_CACHE[key] = got
+    if isinstance(got, tuple):
+        raise LangError(*got)
     return got
 
 
