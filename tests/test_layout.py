@@ -10,6 +10,8 @@ import re
 
 import pytest
 
+from .graphs import cycles
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "bankml"
 
@@ -130,32 +132,7 @@ def test_no_function_level_imports():
 
 def test_no_import_circles():
     graph = {m: {t for _, t, top in edges if t != m and t in GRAPH} for m, edges in GRAPH.items()}
-    index, low, on_stack, stack, circles = {}, {}, set(), [], []
-
-    def visit(v):  # Tarjan's strongly connected components
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                circles.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
+    circles = cycles(graph)
     assert not circles, circles
 
 

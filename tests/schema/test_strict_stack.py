@@ -22,6 +22,7 @@ from bankml.schema import strict as strict_mod
 from bankml.schema.strict import strict_schema_to_grammar
 from bankml.schema.strict_lang import Lang, LangError
 
+from ..graphs import cycles
 from .test_schema_strict import accepts, oracle
 
 SCHEMA_DIR = pathlib.Path(strict_mod.__file__).resolve().parent
@@ -82,48 +83,6 @@ def _call_graph(filename):
     return graph, checks
 
 
-def _cycles(graph):
-    """The strongly connected components of graph that hold a cycle (Tarjan's, iteratively)."""
-    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
-    for root in graph:
-        if root in index:
-            continue
-        work = [(root, iter(graph[root]))]
-        index[root] = low[root] = counter[0]
-        counter[0] += 1
-        stack.append(root)
-        on.add(root)
-        while work:
-            v, it = work[-1]
-            w = next(it, None)
-            if w is not None:
-                if w not in graph:
-                    continue
-                if w not in index:
-                    index[w] = low[w] = counter[0]
-                    counter[0] += 1
-                    stack.append(w)
-                    on.add(w)
-                    work.append((w, iter(graph[w])))
-                elif w in on:
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1 or v in graph[v]:
-                    out.append(sorted(comp))
-    return out
-
-
 @pytest.mark.parametrize("filename", SOURCES)
 def test_every_recursion_checks_the_stack(filename):
     graph, checks = _call_graph(filename)
@@ -136,16 +95,16 @@ def test_every_recursion_checks_the_stack(filename):
         for f, gs in graph.items()
         if not checks[f] and f not in exempt
     }
-    assert _cycles(rest) == []
+    assert cycles(rest) == []
     assert any(checks.values())
 
 
 def test_call_graph_finds_recursion():
     """The check above can fail: without the stack checks, strict.py's compiler recursion is found."""
     graph, _ = _call_graph("strict.py")
-    cycles = _cycles(graph)
-    assert any("_Compiler.rule" in c for c in cycles)
-    assert any("_Compiler.excluding_string.node" in c for c in cycles)
+    found = cycles(graph)
+    assert any("_Compiler.rule" in c for c in found)
+    assert any("_Compiler.excluding_string.node" in c for c in found)
 
 
 def _ref_chain(n):
