@@ -1908,25 +1908,21 @@ class _Compiler:
         )
         kp = (st.patterns or st.formats or st.notpatterns or st.notformats or [(None, pointer)])[0][1]
         sl = self.lang_mod(kw, kp)
-        parts = []  # intersected smallest-first would be better; the product of two is bounded by their sizes
-
+        parts = []  # (language, negated), intersected in one product (strict_lang.intersect_all)
         try:
             if st.min > 0 or st.max is not None:
-                parts.append(sl.Lang.length(st.min, st.max))
+                parts.append((sl.Lang.length(st.min, st.max), False))
             for p, kp in st.patterns:
-                parts.append(_cached_lang("regex", p))
+                parts.append((_cached_lang("regex", p), False))
             for p, kp in st.notpatterns:
-                parts.append(_cached_lang("regex", p).complement())
+                parts.append((_cached_lang("regex", p), True))
             for f, kp in st.formats:
-                parts.append(_cached_lang("format", f))
+                parts.append((_cached_lang("format", f), False))
             for f, kp in st.notformats:
-                parts.append(_cached_lang("format", f).complement())
+                parts.append((_cached_lang("format", f), True))
             if st.exclude:
-                parts.append(sl.Lang.literals(st.exclude).complement())
-            # no product with the universal language: it only costs time
-            lang = parts[0] if parts else sl.Lang.any_string()
-            for part in parts[1:]:
-                lang = lang & part
+                parts.append((sl.Lang.literals(st.exclude), True))
+            lang = sl.intersect_all(parts)
         except sl.LangError as e:
             k = getattr(e, "keyword", None) or kw
             if k == "allOf":  # the language module's name for an intersection: here, the string's keywords

@@ -113,6 +113,7 @@ __all__ = [
     "Lang",
     "string_gbnf",
     "string_lang",
+    "intersect_all",
     "is_known_format",
     "draft_checks_format",
     "MAX_STATES",
@@ -795,6 +796,98 @@ def _product(a: Lang, b: Lang, both: bool, keyword: str | None = None) -> Lang:
         acc.append((fa and fb) if both else (fa or fb))
     small = _finish(trans, acc, keyword)  # minimal over joint atoms, so over code points too
     return _expand_atoms(small, joint_ranges)
+
+
+_SINK = -2  # a complemented language's component past its DFA's end: every string from here on is in it
+
+
+def intersect_all(parts, keyword: str = "allOf") -> Lang:
+    """The intersection of ``parts``, pairs ``(lang, negated)`` (``negated``: the complement of ``lang``), as one
+    product over the joint alphabet partition of them all, minimized and expanded back to code points once: the
+    same language (so the same canonical DFA) as ``a & b & c.complement() ...`` in the order given, without an
+    intermediate automaton per operation. A product past the state bound is done again pairwise in that order
+    (whose minimized steps may stay under the bound, or raise as they did)."""
+    if not parts:
+        return Lang.any_string()
+    if len(parts) == 2 and not parts[0][1] and not parts[1][1]:
+        return _product(parts[0][0], parts[1][0], both=True, keyword=keyword)
+    if len(parts) > 1:
+        try:
+            return _product_all(parts, keyword)
+        except LangError:
+            pass
+    lang = None
+    for part, neg in parts:
+        part = part.complement() if neg else part
+        lang = part if lang is None else _product(lang, part, both=True, keyword=keyword)
+    return lang
+
+
+def _product_all(parts, keyword: str) -> Lang:
+    atomized = [_atomize(lang) for lang, _ in parts]
+    # joint atoms: the elementary intervals between every part's boundaries, grouped by their atoms' tuple
+    cuts = sorted({lo for ivs, _, _, _ in atomized for lo, _ in ivs} | {SUR_LO})  # no interval spans the surrogates
+    pos = [0] * len(parts)
+    joint: dict = {}
+    joint_ranges: list[list] = []
+    joint_atoms: list = []
+    for k, lo in enumerate(cuts):
+        hi = cuts[k + 1] - 1 if k + 1 < len(cuts) else MAXCP
+        if SUR_LO <= lo <= SUR_HI:
+            continue  # no part's intervals cover the surrogates
+        key = []
+        for i, (ivs, iatom, _, _) in enumerate(atomized):
+            j = pos[i]
+            while ivs[j][1] < lo:
+                j += 1
+            pos[i] = j
+            key.append(iatom[j])
+        key = tuple(key)
+        at = joint.get(key)
+        if at is None:
+            at = joint[key] = len(joint_ranges)
+            joint_ranges.append([])
+            joint_atoms.append(key)
+        rs = joint_ranges[at]
+        if rs and rs[-1][1] + 1 == lo:
+            rs[-1] = (rs[-1][0], hi)
+        else:
+            rs.append((lo, hi))
+    rows = [rows for _, _, rows, _ in atomized]
+    negs = [neg for _, neg in parts]
+    accs = [lang._acc for lang, _ in parts]
+    start = (0,) * len(parts)
+    index = {start: 0}
+    tuples = [start]
+    trans = []
+    acc = []
+    limit = _state_limit()
+    for state in tuples:
+        row = []
+        for at, atoms in enumerate(joint_atoms):
+            nxt = []
+            for s, a, part_rows, neg in zip(state, atoms, rows, negs):
+                if s == _SINK:
+                    nxt.append(_SINK)
+                    continue
+                t = part_rows[s].get(a, -1)
+                if t < 0:
+                    if not neg:
+                        break  # this part rejects every string through here
+                    t = _SINK
+                nxt.append(t)
+            else:
+                key = tuple(nxt)
+                t = index.get(key)
+                if t is None:
+                    t = index[key] = len(tuples)
+                    tuples.append(key)
+                    if len(tuples) > limit:
+                        raise LangError(keyword, f"the product automaton exceeds {limit} states")
+                row.append((at, at, t))
+        trans.append(row)
+        acc.append(all((s == _SINK or not a[s]) if neg else a[s] for s, a, neg in zip(state, accs, negs)))
+    return _expand_atoms(_finish(trans, acc, keyword), joint_ranges)
 
 
 def _expand_atoms(small: Lang, atom_ranges, keyword: str | None = None) -> Lang:

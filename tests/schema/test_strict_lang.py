@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bankml import Grammar, GrammarError, Rules, Vocab
-from bankml.schema.strict_lang import Lang, LangError, is_known_format, string_gbnf
+from bankml.schema.strict_lang import Lang, LangError, intersect_all, is_known_format, string_gbnf
 
 FC_2020 = jsonschema.Draft202012Validator.FORMAT_CHECKER
 FC_CLASS = jsonschema.FormatChecker()
@@ -198,6 +198,56 @@ def test_random_patterns_match_re(pattern, strings):
     lang = Lang.regex(pattern)
     for s in strings:
         assert lang.matches(s) == search(pattern, s), (pattern, s)
+
+
+@SETTINGS
+@given(
+    st.lists(st.tuples(regexes(), st.booleans()), min_size=2, max_size=4), st.sampled_from([None, (0, 4), (2, None)])
+)
+def test_intersect_all_is_the_pairwise_intersection(parts, bounds):
+    """One product over every part (``intersect_all``) gives the canonical DFA of the pairwise products and
+    complements in the same order, identical tables: the strict compiler's string keywords meet there."""
+    langs = [(Lang.regex(p), neg) for p, neg in parts]
+    if bounds is not None:
+        langs.insert(0, (Lang.length(*bounds), False))
+    want = None
+    for lang, neg in langs:
+        lang = lang.complement() if neg else lang
+        want = lang if want is None else want & lang
+    got = intersect_all(langs)
+    assert got == want and got._trans == want._trans and got._acc == want._acc
+
+
+@pytest.mark.parametrize(
+    "limit", [12, 25, 30, 40, 200]
+)  # 30: past the bound for the one product, not for the pairwise ones
+def test_intersect_all_past_the_state_bound_goes_pairwise(monkeypatch, limit):
+    """A product past the state bound is done again pairwise, in order: the same language, or the same refusal
+    as the pairwise products give (the strict compiler's verdicts do not depend on the one product)."""
+    from bankml.schema import strict_lang
+
+    parts = [
+        (Lang.length(0, 9), False),
+        (Lang.regex(r"\A[a-c0-9]*\Z"), False),
+        (Lang.regex("ab"), True),
+        (Lang.literals(["a1", "b22", "c333"]), True),
+    ]
+    monkeypatch.setattr(strict_lang, "MAX_STATES", limit)
+
+    def outcome(fn):
+        try:
+            return fn()
+        except LangError as e:
+            return str(e)
+
+    def pairwise():
+        lang = None
+        for part, neg in parts:
+            part = part.complement() if neg else part
+            lang = part if lang is None else lang & part
+        return lang
+
+    assert outcome(lambda: intersect_all(parts)) == outcome(pairwise)
 
 
 BOUNDS = [(0, None), (0, 5), (3, 8), (4, 4), (10, 40)]
