@@ -2803,6 +2803,8 @@ class _Compiler:
             return name
 
         body = seq(0, 0, True, frozenset(), frozenset())
+        # a recursive closure refers to itself: freed now, not by the collector
+        seq = None  # noqa: F841
         if body is None:
             return None
         return '"{" space ' + body
