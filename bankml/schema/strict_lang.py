@@ -733,6 +733,20 @@ def _atomize(lang: Lang):
     return intervals, interval_atom, rows, len(atom_of)
 
 
+def _joint_add(joint: dict, joint_ranges: list, joint_keys: list, key: tuple, lo: int, hi: int) -> None:
+    """The code points lo..hi go to the joint atom of the parts' atoms ``key`` (a new atom when it is new)."""
+    at = joint.get(key)
+    if at is None:
+        at = joint[key] = len(joint_ranges)
+        joint_ranges.append([])
+        joint_keys.append(key)
+    rs = joint_ranges[at]
+    if rs and rs[-1][1] + 1 == lo:
+        rs[-1] = (rs[-1][0], hi)
+    else:
+        rs.append((lo, hi))
+
+
 def _product(a: Lang, b: Lang, both: bool, keyword: str | None = None) -> Lang:
     """Intersection (both=True) or union of two DFAs by the product construction.
 
@@ -752,17 +766,7 @@ def _product(a: Lang, b: Lang, both: bool, keyword: str | None = None) -> Lang:
         lo = max(ia[i][0], ib[j][0])
         hi = min(ia[i][1], ib[j][1])
         if lo <= hi:
-            key = (aa[i], ab[j])
-            at = joint.get(key)
-            if at is None:
-                at = joint[key] = len(joint_ranges)
-                joint_ranges.append([])
-                joint_pair.append(key)
-            rs = joint_ranges[at]
-            if rs and rs[-1][1] + 1 == lo:
-                rs[-1] = (rs[-1][0], hi)
-            else:
-                rs.append((lo, hi))
+            _joint_add(joint, joint_ranges, joint_pair, (aa[i], ab[j]), lo, hi)
         if ia[i][1] <= ib[j][1]:
             i += 1
         else:
@@ -842,17 +846,7 @@ def _product_all(parts, keyword: str) -> Lang:
                 j += 1
             pos[i] = j
             key.append(iatom[j])
-        key = tuple(key)
-        at = joint.get(key)
-        if at is None:
-            at = joint[key] = len(joint_ranges)
-            joint_ranges.append([])
-            joint_atoms.append(key)
-        rs = joint_ranges[at]
-        if rs and rs[-1][1] + 1 == lo:
-            rs[-1] = (rs[-1][0], hi)
-        else:
-            rs.append((lo, hi))
+        _joint_add(joint, joint_ranges, joint_atoms, tuple(key), lo, hi)
     rows = [rows for _, _, rows, _ in atomized]
     negs = [neg for _, neg in parts]
     accs = [lang._acc for lang, _ in parts]
