@@ -126,6 +126,35 @@ def check_instances(schema, values):
 
 CASES = [
     (
+        # two objects whose key tries share the chains of their names' rests ("ersion" below "apiV", and "ind"
+        # below "k" in one and "kk" in the other), written once per conversion: extra keys that equal a listed
+        # name, or stop or go on one character short of or past it, in either object
+        {
+            "type": "object",
+            "properties": {
+                "x": {"type": "object", "properties": {"apiVersion": {"type": "integer"}, "kind": {"type": "string"}}},
+                "y": {
+                    "type": "object",
+                    "properties": {
+                        "apiVersion": {"type": "boolean"},
+                        "api": {"type": "integer"},
+                        "kkind": {"type": "null"},
+                    },
+                },
+            },
+        },
+        [
+            {"x": {"apiVersion": 1, "kind": "k"}, "y": {"apiVersion": True, "api": 2, "kkind": None}},
+            {"x": {"apiVersion": "1"}},
+            {"x": {"apiVersio": "1", "apiVersionn": "2", "kin": 3, "kindd": 4, "api": "5"}},
+            {"x": {"kind": 5}},
+            {"y": {"apiVersion": 1}},
+            {"y": {"api": "a"}},
+            {"y": {"apiVersio": 1, "kkin": 2, "kkindd": 3, "kind": 4, "ap": 5}},
+            {"y": {"kkind": 1}},
+        ],
+    ),
+    (
         {
             "type": "object",
             "properties": {
