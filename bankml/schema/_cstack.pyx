@@ -50,11 +50,6 @@ cdef extern from *:
 STACK_MARGIN = 256 * 1024
 
 
-def stack_left():
-    """Bytes of C stack left below the caller's frame in this thread."""
-    return bankml_stack_left()
-
-
 def check_stack():
     """Raise ``_TooDeep`` when less than STACK_MARGIN bytes of this thread's C stack are left."""
     if bankml_stack_left() < STACK_MARGIN:

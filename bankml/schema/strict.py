@@ -2083,8 +2083,9 @@ class _Compiler:
             # each trie node is met once (its depth is its prefix's length)
             _check_stack()
             kids, excluded, passing, first = t
-            if chains is not None and passing == 1:
-                got = chains.get(first[depth:])
+            rest = first[depth:] if chains is not None and passing == 1 else None
+            if rest is not None:
+                got = chains.get(rest)
                 if got is not None:
                     return got
             alts = []
@@ -2103,8 +2104,8 @@ class _Compiler:
                     tail = tails[depth] = self.add_rule("key-tail", (tail + " " if tail else "") + quote)
                 alts.append(self.char_except(children) + " " + tail)
             name = self.add_rule("key", " | ".join(alts)) if alts else None
-            if chains is not None and passing == 1:
-                chains[first[depth:]] = name
+            if rest is not None:
+                chains[rest] = name
             return name
 
         start = node(root, 0)
@@ -3226,7 +3227,7 @@ def _compile(schema, lenient, limits, pointer="#"):
         except _TooDeep:
             if not _COMPILED:
                 raise SchemaError(_TOO_DEEP, "#", keyword="SchemaLimits") from None
-    # compiled, the recursion ran low on C stack: done again from the start as plain Python (module docstring)
+    # compiled, the recursion ran low on C stack: done again from the start as plain Python (bankml.schema._cstack)
     return _python_module()._compile(schema, lenient, limits, pointer)
 
 

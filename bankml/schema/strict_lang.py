@@ -847,7 +847,7 @@ def _product_all(parts, keyword: str) -> Lang:
             pos[i] = j
             key.append(iatom[j])
         _joint_add(joint, joint_ranges, joint_atoms, tuple(key), lo, hi)
-    rows = [rows for _, _, rows, _ in atomized]
+    rows = [part_rows for _, _, part_rows, _ in atomized]
     negs = [neg for _, neg in parts]
     accs = [lang._acc for lang, _ in parts]
     start = (0,) * len(parts)
