@@ -5,8 +5,9 @@ Python's recursion limit does not bound it (``bankml.schema._cstack``). These te
   first, or is one of the few bounded ones named here (read from the sources with ``ast``, a call graph by
   name, which over-approximates: a name calls every function of that name);
 * hostile schemas that recurse deep (a long ``$ref`` chain, a deep ``const``, a long excluded key, deeply
-  nested pattern groups, deep ``not``) end in a SchemaError or a grammar, never a crash, in this process's
-  main thread and in a thread with a small stack.
+  nested pattern groups, deep ``not``) end in a SchemaError or a grammar, never a crash or a hang, in a child
+  process under ``tests/bounded.py``'s hang guard and memory limit, in its main thread and in a thread with a
+  small stack.
 """
 
 import ast
@@ -20,8 +21,8 @@ import pytest
 from bankml.errors import SchemaError
 from bankml.schema import strict as strict_mod
 from bankml.schema.strict import strict_schema_to_grammar
-from bankml.schema.strict_lang import Lang, LangError
 
+from ..bounded import run_bounded
 from ..graphs import cycles
 from .test_schema_strict import accepts, oracle
 
@@ -144,20 +145,34 @@ def _convert(schema):
         return e
 
 
-@pytest.mark.parametrize("kind", sorted(HOSTILE))
-@pytest.mark.parametrize("n", [50, 3000, 60000])
-def test_deep_schemas_end_cleanly(kind, n):
-    got = _convert(HOSTILE[kind](n))
-    assert isinstance(got, (str, SchemaError))
-    if n == 50 and kind != "const":
-        assert isinstance(got, str)  # shallow: compiled, not refused
+def _outcomes(kind):
+    """What converting HOSTILE[kind] at each depth gives, in the main thread and in a 512 KB thread: "grammar",
+    "refused" (a SchemaError naming keyword and pointer) or the unexpected exception's name."""
+    out = {}
+    for n, small in ((50, False), (3000, False), (60000, False), (3000, True)):
+        schema = HOSTILE[kind](n)
+        try:
+            got = _in_thread(lambda: _convert(schema)) if small else _convert(schema)
+        except Exception as e:  # reported, and the test fails on it
+            got = e
+        label = "grammar" if isinstance(got, str) else "refused" if isinstance(got, SchemaError) else repr(got)
+        out["%d%s" % (n, " small" if small else "")] = label
+    return out
 
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
-def test_deep_schemas_end_cleanly_in_a_small_thread(kind):
-    """A 512 KB thread stack: the compiled recursion hands over to plain Python (or refuses) before it runs out."""
-    got = _in_thread(lambda: _convert(HOSTILE[kind](3000)))
-    assert isinstance(got, (str, SchemaError))
+def test_deep_schemas_end_cleanly(kind):
+    """In a child process under the hang guard and memory limit (a crash or a hang fails the test, not the run):
+    every depth ends in a grammar or a refusal, in the main thread and in a thread of a 512 KB stack (where the
+    compiled recursion hands over to plain Python, or refuses, before the stack runs out)."""
+    got = json.loads(
+        run_bounded(
+            "import json\nfrom tests.schema.test_strict_stack import _outcomes\nprint(json.dumps(_outcomes(%r)))" % kind
+        )
+    )
+    assert set(got.values()) <= {"grammar", "refused"}, got
+    if kind != "const":
+        assert got["50"] == "grammar", got  # shallow: compiled, not refused
 
 
 def _in_thread(fn, stack=512 * 1024):
@@ -210,9 +225,18 @@ def test_a_deep_chain_gives_the_exact_language(monkeypatch):
 
 @pytest.mark.parametrize("n", [3000, 100000])
 def test_pattern_nesting_is_refused_not_crashed(n):
-    pattern = "(" * n + "a" + ")" * n
-    with pytest.raises(LangError, match="nests too deeply|re rejects"):
-        _in_thread(lambda: Lang.regex(pattern))
+    """Nested groups in a 512 KB thread, in a child under the hang guard: a LangError, never a crash."""
+    out = run_bounded(
+        f"""
+        from bankml.schema.strict_lang import Lang, LangError
+        from tests.schema.test_strict_stack import _in_thread
+        try:
+            _in_thread(lambda: Lang.regex("(" * {n} + "a" + ")" * {n}))
+        except LangError as e:
+            print(e)
+        """
+    )
+    assert "nests too deeply" in out or "re rejects" in out, out
 
 
 def test_conversions_leave_no_cyclic_garbage():
