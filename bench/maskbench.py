@@ -37,6 +37,13 @@ then accepted (timed apart). An instance is accepted when every token is allowed
   3,243 µs of CPU once, and 6 µs wall with 223 µs of CPU another time; bench/summary.py's warm is the
   fastest of 3 walks for the same reason). A cold mask happens once and is taken as measured.
 
+Python's cyclic garbage collector runs (``gc.collect()``) before each schema's compile, outside the timed spans,
+for every engine alike: the previous schema's records (a tuple per mask) otherwise build up until a full
+collection of the worker's heap (10-15 ms with a vocabulary loaded) lands in whichever timed span allocates next
+(Github_hard---o90712's conversion read 30 ms in the bench and takes 11 ms; timeit turns the collector off for
+the same reason). Not before each walk: a collection touches the whole heap, and the warm masks after it read
+cold caches (warm p99 4 -> 21 µs).
+
 Engines run in worker processes (one per engine, single-threaded), the schemas round-robin between them so
 that machine noise falls on all of them alike; a schema that passes ``--timeout`` seconds is a timeout and
 its worker restarts. Nothing here is asserted: it prints tables (and ``--out FILE`` keeps every number).
@@ -45,6 +52,7 @@ its worker restarts. Nothing here is asserted: it prints tables (and ``--out FIL
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import multiprocessing
 import os
@@ -204,6 +212,7 @@ def _walk(eng, matcher, tokens, out, hashes, first_done=False):
 def run_schema(eng, schema, tests, hashes):
     wall, cpu = time.perf_counter_ns, time.thread_time_ns
     out = eng.new_mask()
+    gc.collect()  # the harness's garbage collected outside the timed span (see the module docstring)
     w0, c0 = wall(), cpu()
     try:
         compiled, matcher, phases = _compile(eng, schema)
