@@ -37,6 +37,12 @@ import torch
 from vllm.sampling_params import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
+
+try:  # Model Runner V2's processor interface (vLLM 0.32): the same class serves both model runners
+    from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as LogitsProcessorV2
+    from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcRequestState
+except ImportError:  # a vLLM without it
+    LogitsProcessorV2 = LogitsProcRequestState = None
 from vllm.v1.structured_output.backend_types import (
     StructuredOutputBackend,
     StructuredOutputGrammar,
@@ -198,8 +204,27 @@ class _Row:
                 self.done = True
 
 
-class BankmlLogitsProcessor(LogitsProcessor):
-    """vLLM V1 logits processor: bankml's grammar per request, from ``SamplingParams.extra_args``.
+_PROCESSOR_BASES = (LogitsProcessor,) if LogitsProcessorV2 is None else (LogitsProcessor, LogitsProcessorV2)
+
+
+class BankmlLogitsProcessor(*_PROCESSOR_BASES):
+    """vLLM logits processor: bankml's grammar per request, from ``SamplingParams.extra_args``.
+
+    One class for both of vLLM 0.32's model runners, a subclass of both processor interfaces: vLLM loads the
+    installed entry point into every engine, and Model Runner V2 (the default on GPUs with Triton) refuses a
+    plugin that is not a V2 processor, so a V1-only class would stop every V2 engine on the machine from
+    starting. The constructor's arguments say which runner built it:
+
+    * V1 (``vllm_config, device, is_pin_memory``): ``update_state`` follows vLLM's ``BatchUpdate``s (a reference
+      to each request's live output-token list) and ``apply(logits)`` masks the batch's rows.
+    * V2 (``vllm_config, req_states``): ``add_request(slot, params)`` starts a request's matcher in its slot, and
+      ``apply(logits, ctx)`` first reads the tokens each constrained slot committed since the last step from
+      ``req_states`` (``all_token_ids`` from ``prompt_len`` to ``total_len``), then masks each of its logits
+      rows. Under speculative decoding a request has a row per draft position: row k's mask is the grammar's
+      after the committed tokens and the first k draft tokens (``ctx.input_ids`` of the rows after the
+      request's first, as vLLM's bad-words stage reads them), each a clone of the one before, so that
+      verification never sees a draft the grammar refused. Rows after a draft the grammar refuses, or after an
+      end-of-generation draft, are held to the end-of-generation tokens: the verifier rejects them anyway.
 
     Not argmax-invariant (it changes greedy picks), so vLLM runs it for greedy and random sampling alike.
     Requests without a ``bankml_*`` key are left alone. Compiled grammars are cached per constraint
@@ -211,7 +236,13 @@ class BankmlLogitsProcessor(LogitsProcessor):
     through libllama's grammar (the oracle) and compare every mask.
     """
 
-    def __init__(self, vllm_config, device, is_pin_memory):
+    def __init__(self, vllm_config, device, is_pin_memory=False):
+        self._req_states = None
+        if LogitsProcRequestState is not None and isinstance(device, LogitsProcRequestState):
+            # Model Runner V2: (vllm_config, req_states)
+            self._req_states = device
+            device = self._req_states.device
+            is_pin_memory = False
         self.vocab = engine_vocab(vllm_config)
         self.compiler = Compiler(self.vocab)
         self.n_vocab = len(self.vocab)
@@ -260,15 +291,30 @@ class BankmlLogitsProcessor(LogitsProcessor):
     def update_state(self, batch_update: "BatchUpdate | None"):
         process_dict_updates(self.rows, batch_update, self._new_row)
 
-    def apply(self, logits):
+    def add_request(self, req_idx, sampling_params):
+        """Model Runner V2: a request enters slot ``req_idx`` (a recycled slot's previous matcher is dropped).
+        Returns whether bankml constrains it."""
+        spec = request_spec(sampling_params)
+        if spec is None:
+            self.rows.pop(req_idx, None)
+            return False
+        row = _Row(self.compiler.matcher(*spec), [], self._eog_ids)
+        row.spec = spec
+        self.rows[req_idx] = row
+        return True
+
+    def apply(self, logits, ctx=None):
         """The constrained rows' masks in one ``fill_next_token_bitmasks`` call (without the GIL, across the
         cores) into vLLM's int32 bitmask layout, then applied to the logits in place. A row whose request
         accepted an end-of-generation token, or sampled a token its grammar rejects, is held to the
-        end-of-generation tokens without computing a mask."""
+        end-of-generation tokens without computing a mask. ``ctx``: Model Runner V2's ``LogitsContext``
+        (the class docstring); V1 passes none."""
         if not self.rows:
             return logits
         if logits.shape[-1] < self.n_vocab:
             raise ValueError(f"the logits have {logits.shape[-1]} columns, fewer than the vocabulary's {self.n_vocab}")
+        if ctx is not None:
+            return self._apply_v2(logits, ctx)
         live, grammars, held = [], [], []
         for index, row in self.rows.items():
             row.advance()
@@ -277,6 +323,72 @@ class BankmlLogitsProcessor(LogitsProcessor):
             else:
                 live.append(index)
                 grammars.append(row.grammar)
+        traced = None
+        if self._trace is not None:
+            traced = [self.rows[i] for i in live + held]
+            traced = [(row.spec, list(row.output_ids[: row.seen]), row.done or row.dead) for row in traced]
+        return self._mask(logits, grammars, live, held, traced)
+
+    def _apply_v2(self, logits, ctx):
+        rows = self.rows
+        batch = [int(slot) for slot in ctx.idx_mapping_np if int(slot) in rows]
+        if not batch:
+            return logits
+        states = self._req_states
+        total_len = states.total_len.gpu
+        totals = total_len[torch.as_tensor(batch, dtype=torch.long, device=total_len.device)].tolist()
+        for slot, total in zip(batch, totals):
+            row = rows[slot]
+            have = int(states.prompt_len.np[slot]) + len(row.output_ids)
+            if total > have:
+                row.output_ids.extend(states.all_token_ids.gpu[slot, have:total].tolist())
+            row.advance()
+        slots = ctx.expanded_idx_mapping.tolist()
+        local = ctx.expanded_local_pos.tolist()
+        drafts = None
+        live, grammars, held, traced = [], [], [], []
+        before = {}  # slot -> (the grammar of its previous row, None where held; the drafts before it)
+        for index, (slot, k) in enumerate(zip(slots, local)):
+            row = rows.get(slot)
+            if row is None:
+                continue
+            if k == 0:
+                grammar = None if row.done or row.dead else row.grammar
+                taken = ()
+            else:
+                if drafts is None:
+                    drafts = ctx.input_ids.tolist()
+                grammar, taken = before.get(slot, (None, ()))
+                draft = int(drafts[index])
+                if grammar is not None:
+                    if draft in self._eog_ids or not 0 <= draft < self.n_vocab or not grammar.allows(draft):
+                        # the request would end at that draft, or the row before masks it out: verification
+                        # rejects it (llama.cpp's accept takes some tokens its mask refuses, such as a lone
+                        # UTF-8 continuation byte: the mask is what decides)
+                        grammar = None
+                    else:
+                        grammar = grammar.clone()
+                        try:
+                            grammar.accept(draft)
+                        except GrammarError:
+                            grammar = None
+                taken = taken + (draft,)
+            before[slot] = grammar, taken
+            if grammar is None:
+                held.append(index)
+            else:
+                live.append(index)
+                grammars.append(grammar)
+            if self._trace is not None:
+                traced.append((row.spec, list(row.output_ids[: row.seen]) + list(taken), grammar is None, index))
+        if not live and not held:
+            return logits
+        if traced:
+            order = {index: k for k, index in enumerate(live + held)}
+            traced = [entry[:3] for entry in sorted(traced, key=lambda entry: order[entry[3]])]
+        return self._mask(logits, grammars, live, held, traced or None)
+
+    def _mask(self, logits, grammars, live, held, traced):
         n = len(live) + len(held)
         if n > self._words.shape[0]:
             self._allocate(n)
@@ -285,8 +397,8 @@ class BankmlLogitsProcessor(LogitsProcessor):
         if held:
             words[len(live) :] = self._eog_words
         indices = live + held
-        if self._trace is not None:
-            self._write_trace(indices, words)
+        if traced is not None:
+            self._write_trace(traced, words)
         if logits.dtype is torch.float32 and self.device.type == "cpu" and logits.stride(-1) == 1:
             # vLLM's CPU sampler: bankml's kernel straight on the numpy words; rows that are the batch in order
             # (every request constrained) need no index list, whose checks cost more than one row's mask
@@ -297,17 +409,16 @@ class BankmlLogitsProcessor(LogitsProcessor):
             apply_bitmask(logits, self._bitmask[:n], indices)
         return logits
 
-    def _write_trace(self, indices, words):
-        for k, index in enumerate(indices):
-            row = self.rows[index]
-            kind, spec = row.spec
+    def _write_trace(self, traced, words):
+        """``traced``: per mask row, (the constraint, the tokens its mask follows, whether it was held)."""
+        for k, ((kind, spec), tokens, held) in enumerate(traced):
             self._trace.write(
                 json.dumps(
                     {
                         "kind": kind,
                         "spec": spec,
-                        "tokens": list(row.output_ids[: row.seen]),
-                        "held": row.done or row.dead,
+                        "tokens": tokens,
+                        "held": held,
                         "mask_sha256": hashlib.sha256(words[k].tobytes()).hexdigest(),
                     }
                 )

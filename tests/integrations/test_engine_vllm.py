@@ -167,6 +167,170 @@ def test_logits_processor_masks_each_row_through_batch_changes(vocab):
     assert proc.compiler.compiled == 2
 
 
+# -- the same processor under Model Runner V2 (its interface, with vLLM's own request state)
+
+
+def test_processor_is_a_model_runner_v2_processor_too():
+    """vLLM loads the installed entry point into every engine; Model Runner V2 (the default on GPUs with
+    Triton) refuses an entry-point class that is not a V2 processor, which would stop every V2 engine on
+    the machine from starting. Its own loader must take bankml's."""
+    from vllm.v1.sample.logits_processor import LogitsProcessor as V1
+    from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor as V2
+    from vllm.v1.worker.gpu.sample.logits_processor.loader import _load_v2_logitsprocs
+
+    from bankml.integrations.vllm import BankmlLogitsProcessor
+
+    assert issubclass(BankmlLogitsProcessor, V1) and issubclass(BankmlLogitsProcessor, V2)
+    loaded = _load_v2_logitsprocs(["bankml.integrations.vllm:BankmlLogitsProcessor"])
+    assert loaded[-1] is BankmlLogitsProcessor
+
+
+def test_processor_under_model_runner_v2_masks_each_draft_row(vocab, monkeypatch):
+    """Model Runner V2's interface: requests enter slots (add_request); each step the committed tokens are in
+    the request state (all_token_ids, prompt_len..total_len) and, under speculative decoding, a request has a
+    logits row per draft position, its drafts in the rows' input_ids. Row k's mask must be the grammar's after
+    the committed tokens and the first k drafts (the reference: a fresh Grammar fed those tokens); rows after a
+    refused draft are held to end-of-generation tokens; unconstrained rows are untouched.
+
+    vLLM on this CPU does not run Model Runner V2 ("Model Runner V2 requires Triton", vllm/config/vllm.py), and
+    its RequestState's pinned buffers need an accelerator; the state is built with vLLM's own fallback for
+    platforms without pinned memory (buffer_utils.NonUvaBuffer)."""
+    from vllm import SamplingParams
+    from vllm.v1.worker.gpu import buffer_utils
+    from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext, LogitsProcRequestState
+    from vllm.v1.worker.gpu.states import RequestState
+
+    monkeypatch.setattr(buffer_utils, "is_uva_available", lambda: False)
+
+    from bankml.integrations.vllm import BankmlLogitsProcessor
+
+    n_drafts = 3
+    states = RequestState(
+        max_num_reqs=4,
+        max_model_len=256,
+        max_num_batched_tokens=256,
+        num_speculative_steps=n_drafts,
+        vocab_size=len(vocab),
+        device=torch.device("cpu"),
+    )
+    proc = BankmlLogitsProcessor(
+        engine_config(speculative_tokens=n_drafts), LogitsProcRequestState.from_request_state(states)
+    )
+    specs = {0: ("json", SCHEMA), 1: None, 3: ("grammar", YES_NO)}
+    extra = {0: {"bankml_json_schema": SCHEMA}, 1: None, 3: {"bankml_grammar": YES_NO}}
+    prompt = [1, 2, 3, 4, 5]
+    committed = {slot: [] for slot in specs}
+    for slot in specs:
+        # what the model runner does for a new request (RequestState.add_request then apply_staged_writes),
+        # its staged writes done directly: they are a Triton kernel there
+        states.prompt_len.np[slot] = len(prompt)
+        states.all_token_ids.gpu[slot, : len(prompt)] = torch.tensor(prompt, dtype=torch.int32)
+        states.total_len.gpu[slot] = len(prompt)
+        assert proc.add_request(slot, SamplingParams(extra_args=extra[slot])) is (specs[slot] is not None)
+    walks = {0: walk(vocab, "json", SCHEMA, 40, 3), 1: [], 3: walk(vocab, "grammar", YES_NO, 6, 4)}
+    eog = sorted(vocab.eog_ids)
+    rng = np.random.default_rng(5)
+    eog_only = np.zeros(len(vocab), dtype=bool)
+    eog_only[eog] = True
+    checked = {"rows": 0, "drafts": 0, "held": 0}
+
+    def step(order):
+        slots, local, inputs, expected = [], [], [], []
+        for slot in order:
+            done = committed[slot]
+            ahead = walks[slot][len(done) : len(done) + n_drafts] if specs[slot] else []
+            drafts = list(ahead)
+            if specs[slot] and drafts and rng.random() < 0.5:  # a guess the grammar refuses
+                k = int(rng.integers(len(drafts)))
+                row = reference_row(vocab, *specs[slot], done + drafts[:k])
+                drafts[k] = next(
+                    int(t) for t in rng.permutation(len(vocab)) if not engines_support.allowed(row, int(t))
+                )
+            drafts += [int(t) for t in rng.integers(len(vocab), size=n_drafts - len(drafts))] if not specs[slot] else []
+            last = done[-1] if done else prompt[-1]
+            for k in range(len(drafts) + 1):
+                slots.append(slot)
+                local.append(k)
+                inputs.append(last if k == 0 else drafts[k - 1])
+                if specs[slot] is None:
+                    expected.append(None)
+                    continue
+                prefix = drafts[:k]
+                ok = True
+                g = reference(vocab, *specs[slot], done)
+                for t in prefix:
+                    if vocab.is_eog(t) or not g.allows(t):
+                        ok = False
+                        break
+                    g.accept(t)
+                expected.append(g if ok else "held")
+        logits = torch.from_numpy(rng.standard_normal((len(slots), len(vocab))).astype(np.float32))
+        before = logits.clone()
+        ctx = LogitsContext(
+            expanded_idx_mapping=torch.tensor(slots, dtype=torch.int32),
+            idx_mapping=torch.tensor(order, dtype=torch.int32),
+            idx_mapping_np=np.array(order, dtype=np.int32),
+            expanded_local_pos=torch.tensor(local, dtype=torch.int32),
+            input_ids=torch.tensor(inputs, dtype=torch.int32),
+            pos=torch.zeros(len(slots), dtype=torch.int64),
+            seq_lens_upper_bound_np=np.zeros(len(order), dtype=np.int32),
+        )
+        out = proc.apply(logits, ctx)
+        for index, want in enumerate(expected):
+            if want is None:
+                assert torch.equal(out[index], before[index]), f"an unconstrained row changed ({index})"
+                continue
+            if want == "held":
+                keep = eog_only
+                checked["held"] += 1
+            else:
+                row = np.zeros((len(vocab) + 31) // 32, dtype=np.int32)
+                want.fill_next_token_bitmask(row)
+                keep = np.unpackbits(row.view(np.uint8), bitorder="little")[: len(vocab)].astype(bool)
+                checked["drafts" if local[index] else "rows"] += 1
+            got = torch.isfinite(out[index]).numpy()
+            assert np.array_equal(got, keep), f"row {index}: slot {slots[index]}, draft position {local[index]}"
+            assert torch.equal(out[index][torch.from_numpy(keep)], before[index][torch.from_numpy(keep)])
+
+    def commit(slot, tokens):
+        n = len(prompt) + len(committed[slot])
+        states.all_token_ids.gpu[slot, n : n + len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
+        states.total_len.gpu[slot] = n + len(tokens)
+        committed[slot] += tokens
+
+    order = [0, 1, 3]
+    for _ in range(12):
+        step(order)
+        # the verifier commits one to three tokens per request (the valid drafts and a bonus token)
+        for slot in order:
+            left = walks[slot][len(committed[slot]) :] if specs[slot] else [int(rng.integers(len(vocab)))]
+            if left:
+                commit(slot, left[: int(rng.integers(1, 4))])
+    # the batch is reordered, and a slot is recycled for an unconstrained request
+    order = [3, 0]
+    step(order)
+    assert proc.add_request(3, SamplingParams()) is False
+    specs[3] = None
+    step([0, 3])
+    # a committed end-of-generation token holds the request's rows to those tokens
+    commit(0, [eog[0]])
+    logits = torch.zeros((2, len(vocab)), dtype=torch.float32)
+    ctx = LogitsContext(
+        expanded_idx_mapping=torch.tensor([0, 0], dtype=torch.int32),
+        idx_mapping=torch.tensor([0], dtype=torch.int32),
+        idx_mapping_np=np.array([0], dtype=np.int32),
+        expanded_local_pos=torch.tensor([0, 1], dtype=torch.int32),
+        input_ids=torch.tensor([eog[0], 5], dtype=torch.int32),
+        pos=torch.zeros(2, dtype=torch.int64),
+        seq_lens_upper_bound_np=np.zeros(1, dtype=np.int32),
+    )
+    proc.apply(logits, ctx)
+    assert proc.rows[0].done or proc.rows[0].dead
+    for index in range(2):
+        assert sorted(torch.nonzero(torch.isfinite(logits[index])).flatten().tolist()) == eog
+    assert checked["rows"] >= 20 and checked["drafts"] >= 20 and checked["held"] >= 5, checked
+
+
 # -- StructuredOutputBackend / StructuredOutputGrammar under vLLM's manager
 
 
