@@ -3,7 +3,7 @@ processor, vLLM's own ``xgrammar`` and ``guidance`` structured-output backends, 
 (docs/modules/engines.md, docs/PERFORMANCE.md).
 
     PYTHONPATH=. VLLM_CPU_KVCACHE_SPACE=2 python bench/vllm_throughput.py [--out FILE.json]
-        [--concurrency 1,8,32,64] [--max-tokens 200] [--modes none,xgrammar,guidance,bankml]
+        [--concurrency 1,8,32,64] [--max-tokens 200] [--modes none,xgrammar,guidance,bankml] [--interleave ROUNDS]
 
 SmolLM2-135M-Instruct (converted from the shipped GGUF, ``tests/engines_support.smollm2_hf_dir``), greedy, one
 engine per mode (``max_num_seqs`` = the largest concurrency), the modes one after another in one process
@@ -13,6 +13,15 @@ through ``extra_args={"bankml_json_schema": ...}`` for bankml, ``StructuredOutpu
 the backends. Reported per mode and concurrency: output tokens, wall seconds, tokens/s, the share of
 answers that parse as JSON, time to first token and the grammar's share of step time. The bankml processor,
 installed with bankml, is loaded in every mode (vLLM's entry point) and idle where no request asks for it.
+
+``--interleave ROUNDS``: one engine per backend instead of one per mode. The engine built with the ``xgrammar``
+backend serves XGrammar's requests, bankml's (its processor is in every engine) and unconstrained ones in turn at
+each level, ROUNDS times, the order of the three rotated each round; then the same with ``guidance``. A mode's
+figure is the median of its rounds (every run is kept). Single runs of the default layout move by up to ±10 %
+between engine instances of the same mode (where vLLM's threads and memory landed), more than the grammars
+differ; within one engine the modes share that luck, and the rounds share the machine's drift. Both bankml
+and the backends keep what they compiled across rounds (bankml per constraint, the backends' grammar caches),
+so the first round pays the compiles and the later ones mostly do not.
 
 Time to first token (``ttft_s``, median and p90 over the level's requests) is vLLM's own per-request figure,
 ``RequestOutput.metrics.first_token_latency``: the frontend's wall clock from the request's arrival (when
@@ -55,6 +64,8 @@ import vllm_step_timers  # noqa: E402  (bench/, beside this script)
 
 from tests import engines_support  # noqa: E402
 
+BACKENDS = ("xgrammar", "guidance")
+
 
 def _median_p90(values):
     if not values:
@@ -68,6 +79,14 @@ def main():
     ap.add_argument("--concurrency", default="1,8,32,64")
     ap.add_argument("--max-tokens", type=int, default=200)
     ap.add_argument("--modes", default="none,xgrammar,guidance,bankml")
+    ap.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="one engine per backend, serving its backend's, bankml's and unconstrained requests in turn, ROUNDS "
+        "rounds (medians reported); 0: one engine per mode, one pass (the default)",
+    )
     args = ap.parse_args()
     from importlib.metadata import entry_points
 
@@ -89,8 +108,10 @@ def main():
         ep.value == "bankml.integrations.vllm:BankmlLogitsProcessor"
         for ep in entry_points(group="vllm.logits_processors")
     )
-    report = {"load_average_before": os.getloadavg(), "max_tokens": args.max_tokens, "modes": []}
-    for mode in args.modes.split(","):
+    report = {"load_average_before": os.getloadavg(), "max_tokens": args.max_tokens}
+    modes = args.modes.split(",")
+
+    def engine(backend):
         t0 = time.perf_counter()
         llm = LLM(
             model=engines_support.smollm2_hf_dir(),
@@ -102,76 +123,117 @@ def main():
             disable_log_stats=False,  # RequestOutput.metrics (time to first token) is filled only with stats on
             logits_processors=[] if registered else [BankmlLogitsProcessor],
             additional_config={"bankml_vocab": gguf},
-            structured_outputs_config={"backend": mode if mode in ("xgrammar", "guidance") else "auto"},
+            structured_outputs_config={"backend": backend},
         )
-        start_s = time.perf_counter() - t0
+        return llm, time.perf_counter() - t0
+
+    def request(tokenizer, mode, i):
+        s = schemas[i % len(schemas)]
+        prompt = tokenizer.apply_chat_template(
+            [
+                {
+                    "role": "user",
+                    "content": "Write a JSON object for this JSON schema:\n" + json.dumps(s["schema"])[:1500],
+                }
+            ],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        kwargs = {}
+        if mode == "bankml":
+            kwargs["extra_args"] = {"bankml_json_schema": s["schema"]}
+        elif mode in BACKENDS:
+            kwargs["structured_outputs"] = StructuredOutputsParams(json=s["schema"])
+        return prompt, SamplingParams(max_tokens=args.max_tokens, temperature=0.0, stop_token_ids=eog, **kwargs)
+
+    def run_level(llm, mode, c):
         tokenizer = llm.get_tokenizer()
-
-        def request(i):
-            s = schemas[i % len(schemas)]
-            prompt = tokenizer.apply_chat_template(
-                [
-                    {
-                        "role": "user",
-                        "content": "Write a JSON object for this JSON schema:\n" + json.dumps(s["schema"])[:1500],
-                    }
-                ],
-                tokenize=False,
-                add_generation_prompt=True,
-            )
-            kwargs = {}
-            if mode == "bankml":
-                kwargs["extra_args"] = {"bankml_json_schema": s["schema"]}
-            elif mode in ("xgrammar", "guidance"):
-                kwargs["structured_outputs"] = StructuredOutputsParams(json=s["schema"])
-            return prompt, SamplingParams(max_tokens=args.max_tokens, temperature=0.0, stop_token_ids=eog, **kwargs)
-
-        entry = {"mode": mode, "engine_start_s": start_s, "levels": []}
         if mode == "bankml":
             counted = vllm_step_timers.BANKML
-        elif mode in ("xgrammar", "guidance"):
+        elif mode in BACKENDS:
             counted = vllm_step_timers.BACKEND
         else:  # no constraint: what the idle processor and the manager cost
             counted = vllm_step_timers.GRAMMAR
-        llm.generate(*zip(*[request(i) for i in range(2)]), use_tqdm=False)  # warm-up
-        for c in levels:
-            prompts, params = zip(*[request(i) for i in range(c)])
-            before = timers.snapshot()
-            submitted = time.time()  # the clock of RequestStateStats.arrival_time
-            t0 = time.perf_counter()
-            outputs = llm.generate(list(prompts), list(params), use_tqdm=False)
-            wall = time.perf_counter() - t0
-            after = timers.snapshot()
-            stats = [o.metrics for o in outputs if o.metrics is not None and o.metrics.first_token_latency > 0]
-            tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-            parsed = 0
-            for o in outputs:
-                try:
-                    json.loads(o.outputs[0].text)
-                    parsed += 1
-                except ValueError:
-                    pass
-            level = {
-                "concurrency": c,
-                "tokens": tokens,
-                "wall_s": wall,
-                "tokens_per_s": tokens / wall,
-                "json_parsed": parsed,
-                # prefix-cache hits shorten the prefill, so the time to first token: a level repeats the prompts
-                # of the warm-up (schemas 0 and 1) and of the levels before it
-                "prompt_tokens": sum(len(o.prompt_token_ids or ()) for o in outputs),
-                "prompt_tokens_cached": sum(o.num_cached_tokens or 0 for o in outputs),
-                "ttft_s": _median_p90([m.first_token_latency for m in stats]),
-                "ttft_from_batch_start_s": _median_p90(
-                    [m.arrival_time - submitted + m.first_token_latency for m in stats]
-                ),
-                **timers.level(before, after, counted),
-                "load_average": os.getloadavg(),
+        prompts, params = zip(*[request(tokenizer, mode, i) for i in range(c)])
+        before = timers.snapshot()
+        submitted = time.time()  # the clock of RequestStateStats.arrival_time
+        t0 = time.perf_counter()
+        outputs = llm.generate(list(prompts), list(params), use_tqdm=False)
+        wall = time.perf_counter() - t0
+        after = timers.snapshot()
+        stats = [o.metrics for o in outputs if o.metrics is not None and o.metrics.first_token_latency > 0]
+        tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+        parsed = 0
+        for o in outputs:
+            try:
+                json.loads(o.outputs[0].text)
+                parsed += 1
+            except ValueError:
+                pass
+        level = {
+            "concurrency": c,
+            "tokens": tokens,
+            "wall_s": wall,
+            "tokens_per_s": tokens / wall,
+            "json_parsed": parsed,
+            # prefix-cache hits shorten the prefill, so the time to first token: a level repeats the prompts
+            # of the warm-up (schemas 0 and 1) and of the levels before it
+            "prompt_tokens": sum(len(o.prompt_token_ids or ()) for o in outputs),
+            "prompt_tokens_cached": sum(o.num_cached_tokens or 0 for o in outputs),
+            "ttft_s": _median_p90([m.first_token_latency for m in stats]),
+            "ttft_from_batch_start_s": _median_p90([m.arrival_time - submitted + m.first_token_latency for m in stats]),
+            **timers.level(before, after, counted),
+            "load_average": os.getloadavg(),
+        }
+        print(mode, json.dumps(level), file=sys.stderr, flush=True)
+        return level
+
+    def warm_up(llm, mode):
+        tokenizer = llm.get_tokenizer()
+        llm.generate(*zip(*[request(tokenizer, mode, i) for i in range(2)]), use_tqdm=False)
+
+    if not args.interleave:
+        report["modes"] = []
+        for mode in modes:
+            llm, start_s = engine(mode if mode in BACKENDS else "auto")
+            entry = {"mode": mode, "engine_start_s": start_s, "levels": []}
+            warm_up(llm, mode)
+            for c in levels:
+                entry["levels"].append(run_level(llm, mode, c))
+            report["modes"].append(entry)
+            del llm
+    else:
+        # one engine per backend; in it, its backend's mode, bankml's and no constraint take turns at each level,
+        # in an order rotated each round, so that the engine instance and the machine's drift fall on all alike
+        report["rounds"] = args.interleave
+        report["engines"] = []
+        for backend in [m for m in modes if m in BACKENDS]:
+            llm, start_s = engine(backend)
+            inside = [m for m in modes if m not in BACKENDS or m == backend]
+            entry = {"backend": backend, "modes": inside, "engine_start_s": start_s, "runs": []}
+            for mode in inside:
+                warm_up(llm, mode)
+            for r in range(args.interleave):
+                order = inside[r % len(inside) :] + inside[: r % len(inside)]
+                for c in levels:
+                    for mode in order:
+                        entry["runs"].append({"round": r, "mode": mode, **run_level(llm, mode, c)})
+            entry["medians"] = {
+                mode: {
+                    str(c): float(
+                        np.median(
+                            [x["tokens_per_s"] for x in entry["runs"] if x["mode"] == mode and x["concurrency"] == c]
+                        )
+                    )
+                    for c in levels
+                }
+                for mode in inside
             }
-            entry["levels"].append(level)
-            print(mode, json.dumps(level), file=sys.stderr, flush=True)
-        report["modes"].append(entry)
-        del llm
+            print(backend, "medians of tokens/s", json.dumps(entry["medians"]), file=sys.stderr, flush=True)
+            report["engines"].append(entry)
+            if args.out:  # what is done survives an interrupted run
+                pathlib.Path(args.out).write_text(json.dumps(report, indent=1))
+            del llm
     report["load_average_after"] = os.getloadavg()
     timers.close()
     shutil.rmtree(plugin)
