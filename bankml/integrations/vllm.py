@@ -1,8 +1,9 @@
 """bankml's llama.cpp-exact grammar masks inside vLLM V1.
 
-* ``BankmlLogitsProcessor``: a V1 custom logits processor (``vllm.v1.sample.logits_processor.LogitsProcessor``)
-  that constrains each request that asks for it through ``SamplingParams.extra_args`` (``vllm_xargs`` over
-  HTTP): ``bankml_grammar`` (GBNF text), ``bankml_json_schema`` (a JSON schema, dict or text: bankml's
+* ``BankmlLogitsProcessor``: a custom logits processor for both of vLLM 0.32's model runners (a subclass of V1's
+  ``vllm.v1.sample.logits_processor.LogitsProcessor`` and of Model Runner V2's, which masks each draft row of
+  speculative decoding) that constrains each request that asks for it through ``SamplingParams.extra_args``
+  (``vllm_xargs`` over HTTP): ``bankml_grammar`` (GBNF text), ``bankml_json_schema`` (a JSON schema, dict or text: bankml's
   strict compiler, or llama.cpp's converter with ``BANKML_JSON_SCHEMA_MODE=llama.cpp``; see
   ``bankml.integrations.spec``), ``bankml_json_object`` (true: llama-server's JSON mode) or ``bankml_regex``. Load it with
   ``LLM(..., logits_processors=[BankmlLogitsProcessor])``, ``vllm serve --logits-processors
