@@ -42,8 +42,12 @@ from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 try:  # Model Runner V2's processor interface (vLLM 0.32): the same class serves both model runners
     from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as LogitsProcessorV2
     from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcRequestState
-except ImportError:  # a vLLM without it
-    LogitsProcessorV2 = LogitsProcRequestState = None
+except ImportError:  # a vLLM without it: a stand-in base, so that the class keeps one shape
+
+    class LogitsProcessorV2:  # type: ignore[no-redef]
+        pass
+
+    LogitsProcRequestState = None
 from vllm.v1.structured_output.backend_types import (
     StructuredOutputBackend,
     StructuredOutputGrammar,
@@ -205,10 +209,7 @@ class _Row:
                 self.done = True
 
 
-_PROCESSOR_BASES = (LogitsProcessor,) if LogitsProcessorV2 is None else (LogitsProcessor, LogitsProcessorV2)
-
-
-class BankmlLogitsProcessor(*_PROCESSOR_BASES):
+class BankmlLogitsProcessor(LogitsProcessor, LogitsProcessorV2):
     """vLLM logits processor: bankml's grammar per request, from ``SamplingParams.extra_args``.
 
     One class for both of vLLM 0.32's model runners, a subclass of both processor interfaces: vLLM loads the
