@@ -21,7 +21,9 @@ figure is the median of its rounds (every run is kept). Single runs of the defau
 between engine instances of the same mode (where vLLM's threads and memory landed), more than the grammars
 differ; within one engine the modes share that luck, and the rounds share the machine's drift. Both bankml
 and the backends keep what they compiled across rounds (bankml per constraint, the backends' grammar caches),
-so the first round pays the compiles and the later ones mostly do not.
+so the first round pays the compiles and the later ones mostly do not. The modes send the same prompts, and
+vLLM's prefix cache keeps them: only the first mode of round 0 at each level (``none`` in the default order)
+prefills them uncached, so its round-0 figures read low; the constrained modes never do.
 
 Time to first token (``ttft_s``, median and p90 over the level's requests) is vLLM's own per-request figure,
 ``RequestOutput.metrics.first_token_latency``: the frontend's wall clock from the request's arrival (when
