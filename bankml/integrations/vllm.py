@@ -327,8 +327,9 @@ class BankmlLogitsProcessor(LogitsProcessor, LogitsProcessorV2):
                 grammars.append(row.grammar)
         traced = None
         if self._trace is not None:
-            traced = [self.rows[i] for i in live + held]
-            traced = [(row.spec, list(row.output_ids[: row.seen]), row.done or row.dead) for row in traced]
+            traced = {
+                i: (row.spec, list(row.output_ids[: row.seen]), row.done or row.dead) for i, row in self.rows.items()
+            }
         return self._mask(logits, grammars, live, held, traced)
 
     def _apply_v2(self, logits, ctx):
@@ -348,7 +349,7 @@ class BankmlLogitsProcessor(LogitsProcessor, LogitsProcessorV2):
         slots = ctx.expanded_idx_mapping.tolist()
         local = ctx.expanded_local_pos.tolist()
         drafts = None
-        live, grammars, held, traced = [], [], [], []
+        live, grammars, held, traced = [], [], [], {}
         before = {}  # slot -> (the grammar of its previous row, None where held; the drafts before it)
         for index, (slot, k) in enumerate(zip(slots, local)):
             row = rows.get(slot)
@@ -382,15 +383,14 @@ class BankmlLogitsProcessor(LogitsProcessor, LogitsProcessorV2):
                 live.append(index)
                 grammars.append(grammar)
             if self._trace is not None:
-                traced.append((row.spec, list(row.output_ids[: row.seen]) + list(taken), grammar is None, index))
+                traced[index] = (row.spec, list(row.output_ids[: row.seen]) + list(taken), grammar is None)
         if not live and not held:
             return logits
-        if traced:
-            order = {index: k for k, index in enumerate(live + held)}
-            traced = [entry[:3] for entry in sorted(traced, key=lambda entry: order[entry[3]])]
-        return self._mask(logits, grammars, live, held, traced or None)
+        return self._mask(logits, grammars, live, held, traced if self._trace is not None else None)
 
     def _mask(self, logits, grammars, live, held, traced):
+        """Fill the rows ``live`` (their ``grammars``) and hold the rows ``held``, then mask the logits; ``traced``:
+        None, or each row's trace entry by row index (``_write_trace``)."""
         n = len(live) + len(held)
         if n > self._words.shape[0]:
             self._allocate(n)
@@ -400,7 +400,7 @@ class BankmlLogitsProcessor(LogitsProcessor, LogitsProcessorV2):
             words[len(live) :] = self._eog_words
         indices = live + held
         if traced is not None:
-            self._write_trace(traced, words)
+            self._write_trace([traced[i] for i in indices], words)
         if logits.dtype is torch.float32 and self.device.type == "cpu" and logits.stride(-1) == 1:
             # vLLM's CPU sampler: bankml's kernel straight on the numpy words; rows that are the batch in order
             # (every request constrained) need no index list, whose checks cost more than one row's mask
