@@ -706,6 +706,8 @@ def _call_id_section(p, t, with_suffix_inside):
     c, a = t.call_id, t.arguments
     section = p.eps()
     have = False
+    if p.strict_tools:
+        return _strict_call_id_section(p, t, with_suffix_inside)
     if c.pos == ID_BETWEEN_FUNC_AND_ARGS and c.prefix and (c.suffix or a.start):
         have = True
         if c.suffix:
@@ -716,6 +718,18 @@ def _call_id_section(p, t, with_suffix_inside):
         else:
             section = p.optional(c.prefix + p.tool_id(p.until(a.start)))
     return section, have
+
+
+def _strict_call_id_section(p, t, with_suffix_inside):
+    """``_call_id_section`` in strict tool-call mode: the id a token of letters, digits, ``_`` and ``-`` (up to
+    64), not any text up to the next marker."""
+    c, a = t.call_id, t.arguments
+    if not (c.pos == ID_BETWEEN_FUNC_AND_ARGS and c.prefix and (c.suffix or a.start)):
+        return p.eps(), False
+    token = p.tool_id(p.chars("[A-Za-z0-9_-]", 1, 64))
+    if c.suffix:
+        return p.optional(c.prefix + token + c.suffix), True
+    return p.optional(c.prefix + token), True
 
 
 def _tail(p, reasoning_parser, f, tool_calls, inp):

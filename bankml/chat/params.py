@@ -8,8 +8,10 @@ modes of a prefilled assistant message, a message's rendered content, the chat p
 
 import json
 
-from bankml.chat.chat_peg import Mapper, peg_parse
-from bankml.errors import SchemaError
+from bankml.chat.chat_peg import REASONING, Mapper, peg_parse
+from bankml.engine._grammar import Grammar, Rules
+from bankml.engine.vocab import Vocab
+from bankml.errors import GrammarError, SchemaError
 from bankml.schema.converter import build_grammar
 from bankml.schema.grammar import StrictGrammarBuilder, check_mode
 from bankml.schema.tool_args import ToolArgsBuilder
@@ -151,13 +153,17 @@ class ChatParser:
 UNWRAPPED_SCHEMA_ERRORS = ("JSON schema error at ", "At least one of min_value or max_value must be set")
 
 
-def arena_grammar(arena, lazy=False, json_schema_mode="llama.cpp", tool_call_mode="llama.cpp", tools=()):
+def arena_grammar(
+    arena, lazy=False, json_schema_mode="llama.cpp", tool_call_mode="llama.cpp", tools=(), blank_reasoning=False
+):
     """build_grammar(parser.build_grammar(builder, lazy)): the GBNF of an arena (SchemaError from the
     converter). ``json_schema_mode="strict"``: the arena's schemas (a response format's, tools' parameters)
     are compiled by strict mode (``bankml.schema.grammar.StrictGrammarBuilder``) inside the same wrapping.
     ``tool_call_mode="strict"``: the tools' schemas are written in strict mode's canonical style for tool
     arguments (``bankml.schema.tool_args``), whatever ``json_schema_mode`` says of a response format's; a
-    refusal names the tool of ``tools`` (the request's function tools) whose parameters it is."""
+    refusal names the tool of ``tools`` (the request's function tools) whose parameters it is.
+    ``blank_reasoning``: the reasoning blocks' text is left out of the grammar (``Arena.build_grammar``'s
+    ``blank_tags``): a block the template's grammar lets open closes at once."""
     strict_schemas = check_mode(json_schema_mode) == "strict"
     if check_tool_call_mode(tool_call_mode) == "strict":
         named = [
@@ -168,12 +174,43 @@ def arena_grammar(arena, lazy=False, json_schema_mode="llama.cpp", tool_call_mod
 
         def build(builder):
             inner = StrictGrammarBuilder(builder) if strict_schemas else builder
-            arena.build_grammar(ToolArgsBuilder(builder, inner, named), lazy)
+            blank = frozenset({REASONING}) if blank_reasoning else frozenset()
+            arena.build_grammar(ToolArgsBuilder(builder, inner, named), lazy, blank)
 
         return build_grammar(build)
     if strict_schemas:
         return build_grammar(lambda builder: arena.build_grammar(StrictGrammarBuilder(builder), lazy))
     return build_grammar(lambda builder: arena.build_grammar(builder, lazy))
+
+
+def forced_grammar(arena, out, inp):
+    """The grammar of a handler's or the auto-parser's arena (``arena_grammar`` in ``out``'s modes). Where
+    strict mode forces the calls and the request turned thinking off, the reasoning blocks' text is left out
+    (a template's grammar lets the model open one anyway, and a weak model then reasons to the end of its
+    tokens), unless the generation prompt, which the grammar is fed first, needs it."""
+    tools = inp.tools if inp is not None else ()
+    lazy = bool(out.grammar_lazy)
+    if inp is not None and inp.forced and not inp.enable_thinking:
+        grammar = arena_grammar(arena, lazy, out.json_schema_mode, out.tool_call_mode, tools, True)
+        if _takes(grammar, out.generation_prompt):
+            return grammar
+    return arena_grammar(arena, lazy, out.json_schema_mode, out.tool_call_mode, tools)
+
+
+_BYTES = None
+
+
+def _takes(grammar, text):
+    """Whether a grammar takes ``text`` as the start of an answer (over a vocabulary of single bytes)."""
+    global _BYTES
+    if _BYTES is None:
+        _BYTES = Vocab([bytes([c]) for c in range(256)] + [b"</s>"], eog_ids=[256])
+    g = Grammar(Rules.parse(grammar, vocab=_BYTES), _BYTES)
+    try:
+        g.accept_bytes(text.encode("utf-8"))
+    except GrammarError:
+        return False
+    return not g.is_dead()
 
 
 def schema_error(e, head):

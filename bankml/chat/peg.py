@@ -668,7 +668,7 @@ class Arena:
             pid = self.root
         return self.parsers[pid].parse(self, ctx, start)
 
-    def build_grammar(self, builder, lazy=False):
+    def build_grammar(self, builder, lazy=False, blank_tags=frozenset()):
         """common_peg_arena::build_grammar: adds the GBNF of the reachable rules (from the trigger rules when
         ``lazy``) and ``root`` to ``builder`` (a bankml.schema.converter GrammarBuilder).
 
@@ -677,7 +677,10 @@ class Arena:
         gives both its GBNF and the rules it reaches; a body that adds rules to ``builder`` (schemas, the
         automata of ``until`` and ``ac``) is walked again when its rule is added, so that the builder sees its
         calls in llama.cpp's order (reachable rules in the order they were made, each body left to right,
-        then the root)."""
+        then the root).
+
+        ``blank_tags`` (bankml's strict tool-call mode): the tags whose parsers write nothing into the grammar
+        (``"reasoning"``: a reasoning block's text, where the request turned thinking off)."""
         parsers, rules = self.parsers, self.rules
         strict = getattr(builder, "strict", False)  # a StrictGrammarBuilder or a ToolArgsBuilder: sources
         literal_gbnf = {}
@@ -730,6 +733,8 @@ class Arena:
             p = parsers[pid]
             cls = p.__class__
             while cls is Tag or cls is Atomic:  # they print as their child
+                if cls is Tag and p.tag in blank_tags:
+                    return ""
                 pid = p.child
                 p = parsers[pid]
                 cls = p.__class__
@@ -741,7 +746,7 @@ class Arena:
                 for c in p.children:
                     q = parsers[c]
                     k = q.__class__
-                    while k is Tag or k is Atomic:
+                    while (k is Tag and q.tag not in blank_tags) or k is Atomic:
                         q = parsers[q.child]
                         k = q.__class__
                     if k is Literal:

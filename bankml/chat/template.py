@@ -42,8 +42,8 @@ from bankml.chat.params import (
     CONTINUATION_REASONING,
     ChatParser,
     ChatRequestError,
-    arena_grammar,
     check_tool_call_mode,
+    forced_grammar,
     render_content,
     resolve_tool_choice,
     schema_error,
@@ -278,6 +278,7 @@ class ChatPrompt:
     caps: dict = field(default_factory=dict)
     json_schema_mode: str = "llama.cpp"
     tool_call_mode: str = "llama.cpp"
+    forced: bool = False  # strict tool-call mode forces the answer's calls (tool_choice required or named)
 
 
 class ChatTemplate:
@@ -609,7 +610,7 @@ class ChatTemplate:
             arena = build_auto_parser(a, parser_gen, extracting, json_schema, inp if with_tools else None)
             if include_grammar:
                 out.grammar_lazy = not json_mode and tool_choice == "auto"
-                out.grammar = arena_grammar(arena, out.grammar_lazy, json_schema_mode, out.tool_call_mode, inp.tools)
+                out.grammar = forced_grammar(arena, out, inp)
                 out.grammar_triggers = []
                 if out.grammar_lazy:
                     out.grammar_triggers = [[TRIGGER_WORD, trigger]]
@@ -657,6 +658,7 @@ def _check_forced(out, inp):
             'strict tool-call mode cannot force a call (tool_choice "required" or naming a function): this chat '
             "template has no tool-call syntax llama.cpp's chat layer knows, so no answer would parse as a call"
         )
+    out.forced = bool(inp.forced and out.grammar and not out.grammar_lazy)
     return out
 
 

@@ -404,7 +404,8 @@ def _head(pointer, reason):
 
 def _refuse(node, style, reason):
     keyword = node.why or "type"
-    raise SchemaError(_head(node.pointer, "%s: %s" % (style, reason)), node.pointer, keyword=keyword)
+    message = "strict tool arguments: %s: %s (keyword %s at %s)" % (style, reason, keyword, node.pointer)
+    raise SchemaError(message, node.pointer, keyword=keyword)
 
 
 def params(document, pointer="#"):

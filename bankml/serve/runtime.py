@@ -777,6 +777,10 @@ class Model:
                 raise RequestError("Field 'thinking_budget_tokens': must be an integer from -1 to 2147483647")
             if n == -1:  # llama-server: -1 in the request means the server's --reasoning-budget
                 n = self.reasoning_budget
+            if n < 0 and out.forced and not enable:
+                # strict mode forcing a call with thinking off: a reasoning block the model opens anyway (the
+                # template's grammar allows one) is closed at once, then the call is forced
+                n = 0
             message = self.reasoning_budget_message if reasoning_budget_message is None else reasoning_budget_message
             if not isinstance(message, str):
                 raise RequestError(

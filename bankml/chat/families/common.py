@@ -10,7 +10,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from bankml.chat.chat_peg import build_chat_peg_parser
-from bankml.chat.params import CONTINUATION_CONTENT, ChatParser, arena_grammar, render_content, schema_error
+from bankml.chat.params import (
+    CONTINUATION_CONTENT,
+    ChatParser,
+    forced_grammar,
+    render_content,
+    schema_error,
+)
 from bankml.errors import SchemaError
 
 TRIGGER_TOKEN, TRIGGER_WORD, TRIGGER_PATTERN, TRIGGER_PATTERN_FULL = 0, 1, 2, 3
@@ -163,9 +169,7 @@ def finish(out, fn, include_grammar, lazy, triggers, head="", inp=None):
         out.grammar, out.grammar_lazy, out.grammar_triggers = "", False, []
         if include_grammar:
             out.grammar_lazy = lazy
-            out.grammar = arena_grammar(
-                arena, lazy, out.json_schema_mode, out.tool_call_mode, inp.tools if inp is not None else ()
-            )
+            out.grammar = forced_grammar(arena, out, inp)
             out.grammar_triggers = [list(t) for t in triggers]
             if lazy and out.tool_call_mode == "strict":
                 out.grammar_triggers = strict_triggers(out.grammar_triggers)

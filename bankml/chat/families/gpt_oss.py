@@ -97,11 +97,15 @@ def apply(out, inp):
                 name, params = fn_["name"], tool_parameters(fn_)
                 func_name = p.literal(" to=functions.") + p.tool_name(p.literal(name))
                 constraint = p.optional(p.space() + p.optional(p.literal("<|constrain|>")) + constrain_type)
+                if inp.strict_tools:  # the content type as the template writes it, not free text after the name
+                    constraint = p.optional(p.literal(" <|constrain|>json") | p.literal(" json"))
                 args = p.tool_args(p.schema(p.json(), "tool-" + name + "-schema", params))
                 in_role = p.tool(p.tool_open(func_name + channel + constraint + p.literal("<|message|>")) + args)
                 in_channel = p.tool(p.tool_open(channel + func_name + constraint + p.literal("<|message|>")) + args)
                 tool_choice = tool_choice | p.rule("tool-" + name, in_role | in_channel)
             tool_call = p.trigger_rule("tool-call", tool_choice)
+            if inp.forced and not inp.enable_thinking:  # strict mode, thinking off: the call right away
+                return start + tool_call
             if inp.forced:  # strict mode: reasoning (analysis) only, then the call
                 return p.zero_or_more(start + analysis) + start + tool_call
             if inp.tool_choice == "required":

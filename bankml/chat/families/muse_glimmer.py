@@ -118,6 +118,8 @@ def apply(out, inp):
                 tool_calls = p.trigger_rule("tool-call", tool_choice + more)
             else:
                 tool_calls = p.trigger_rule("tool-call", tool_choice)
+            if inp.forced and not inp.enable_thinking:  # strict mode, thinking off: the calls right away
+                return start + tool_calls
             if inp.tool_choice == "required":
                 return p.zero_or_more(start + analysis) + start + tool_calls
             trailing = p.optional(p.literal("<|eom|>") + start + tool_calls)
