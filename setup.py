@@ -43,11 +43,42 @@ def extension(name, extra_args=(), source=None):
 # bankml/schema/{limits,jsontext,reader,converter}.py are plain Python, compiled as they are for speed (each .pxd
 # declares its cdef classes and cpdef functions, cimported across the four; each file's own directive line keeps
 # Python's indexing, which it relies on); Python imports an extension before the .py beside it. The strict
-# compiler (strict, strict_lang) is compiled the same way with no .pxd; its recursion asks _cstack for stack.
-SCHEMA = [
-    extension(f"schema.{name}", source=f"bankml/schema/{name}.py")
-    for name in ("limits", "jsontext", "reader", "converter", "strict", "strict_lang")
-] + [extension("schema._cstack")]
+# compiler's modules (the package bankml/schema/strict and its lang/, their __init__ files left as Python) are
+# compiled the same way with no .pxd; their recursion asks _cstack for stack.
+STRICT = (
+    "vocabulary",
+    "bounds",
+    "values",
+    "gbnf",
+    "document",
+    "rules",
+    "readers",
+    "merge",
+    "terms",
+    "negation",
+    "oneof",
+    "validate",
+    "patterns",
+    "numeric",
+    "numbers",
+    "strings",
+    "consts",
+    "arrays",
+    "keys",
+    "objects",
+    "compiler",
+    "convert",
+)
+STRICT_LANG = ("bounds", "charsets", "minimize", "automaton", "algebra", "regex", "format_langs", "formats", "gbnf")
+SCHEMA = (
+    [
+        extension(f"schema.{name}", source=f"bankml/schema/{name}.py")
+        for name in ("limits", "jsontext", "reader", "converter")
+    ]
+    + [extension(f"schema.strict.{name}", source=f"bankml/schema/strict/{name}.py") for name in STRICT]
+    + [extension(f"schema.strict.lang.{name}", source=f"bankml/schema/strict/lang/{name}.py") for name in STRICT_LANG]
+    + [extension("schema._cstack")]
+)
 
 # Functions start on a 64-byte line in the two hot extensions: a hot loop's speed depends on where its code
 # falls, so code added elsewhere in the module must not move it. Measured: Sampler.set_logits, the same

@@ -5,10 +5,10 @@ mode or the strict one), llama.cpp's conversion byte for byte in four modules, e
 ``limits`` (``SchemaLimits``, the meter and budget of one conversion, the compiled depth bound and the plain-Python
 rerun past it), ``jsontext`` (JSON read and dumped as nlohmann does, Grisu2 included), ``reader`` (the schema reader
 of ``common/json-schema.cpp``: ``SchemaDocument`` and its nodes) and ``converter`` (``json_schema_to_grammar``,
-``build_grammar``); ``strict`` (the strict compiler: exactly what jsonschema accepts, or a refusal naming the
-keyword) with ``strict_lang`` (its regular languages of strings: patterns, lengths, formats), ``queries``
-(questions the chat layer asks of schema nodes) and ``jsondepth`` (the nesting bound checked on JSON text before
-any recursive decoder sees it).
+``build_grammar``); ``strict`` (the strict compiler, a package of parts: exactly what jsonschema accepts, or a
+refusal naming the keyword) with ``strict.lang`` (its regular languages of strings: patterns, lengths, formats),
+``queries`` (questions the chat layer asks of schema nodes) and ``jsondepth`` (the nesting bound checked on JSON
+text before any recursive decoder sees it).
 
 Must not import: ``chat``, ``serve``, ``integrations`` or ``sampling``; from ``engine`` only the rules parser
 (``json_schema_to_rules``).

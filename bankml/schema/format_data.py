@@ -1,19 +1,19 @@
 """The format languages of strict mode, built once and shipped: ``formats.npz`` beside this file.
 
 Each format jsonschema's FormatChecker checks (``date``, ``uuid``, ``uri``, ...) is an exact regular language
-(bankml.schema.strict_lang's ``_build_format``: the checker's own parsing, read as an automaton). Building one
+(bankml.schema.strict.lang's ``build_format_lang``: the checker's own parsing, read as an automaton). Building one
 takes from 1 ms (``email``) to about 1 s (``uuid``: every Unicode decimal digit, a sign, ``0x``, underscores,
 ``urn:``/``uuid:`` and braces, as ``uuid.UUID`` reads them) on this project's machines, which would be spent in
 the first conversion of a process that meets the format. The minimal DFAs are the same on every machine (a
 canonical numbering), so they are built here once and loaded in a few milliseconds.
 
-Beside it, ``formats-gbnf.json.gz``: each such format's GBNF (strict_lang's ``string_gbnf`` of the shipped
+Beside it, ``formats-gbnf.json.gz``: each such format's GBNF (``strict.lang.string_gbnf`` of the shipped
 automaton, its rules named ``GBNF_NAME-...``), which strict mode takes as it is where a string has the format
 and nothing else (``uuid``'s is 272 kB, written from 6,938 states in about 100 ms).
 
-``python tests/schema/test_format_data.py --write`` rebuilds both files (strict_lang's ``write_format_data``,
-strict's ``write_format_gbnf``); ``tests/schema/test_format_data.py`` builds every format again and checks that
-the shipped tables and GBNF are equal.
+``python tests/schema/test_format_data.py --write`` rebuilds both files (``strict.lang.write_format_data``,
+``strict.patterns.write_format_gbnf``); ``tests/schema/test_format_data.py`` builds every format again and checks
+that the shipped tables and GBNF are equal.
 """
 
 from __future__ import annotations

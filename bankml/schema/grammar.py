@@ -98,11 +98,7 @@ def json_schema_to_grammar(schema, limits=None, *, mode="llama.cpp", lenient=())
         return converter.json_schema_to_grammar(schema, limits)
     if mode != "strict":
         raise ValueError("mode must be 'llama.cpp' or 'strict', not %r" % (mode,))
-    _limits._raise_recursion_limit()
-    try:
-        return strict_schema_to_grammar(schema, lenient=lenient, limits=limits), []
-    finally:
-        _limits._restore_recursion_limit()
+    return strict_schema_to_grammar(schema, lenient=lenient, limits=limits), []
 
 
 def json_schema_to_rules(schema, vocab=None, limits=None, *, mode="llama.cpp", lenient=()):

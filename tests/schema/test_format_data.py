@@ -1,12 +1,14 @@
 """The shipped format languages (bankml/schema/formats.npz) and their GBNF (formats-gbnf.json.gz) are the ones
-strict_lang builds now, and strict mode uses them. ``python tests/schema/test_format_data.py --write`` rebuilds
-both files after a format changes."""
+bankml.schema.strict.lang builds now, and strict mode uses them. ``python tests/schema/test_format_data.py --write``
+rebuilds both files after a format changes."""
 
 import sys
 
 import pytest
 
-from bankml.schema import format_data, strict, strict_lang
+from bankml.schema import format_data
+from bankml.schema.strict import lang, patterns, strict_schema_to_grammar, strings
+from bankml.schema.strict.lang import formats
 
 GBNF_FORMATS = [n for n, bare in format_data.FORMATS if not bare]
 
@@ -17,76 +19,74 @@ GBNF_FORMATS = [n for n, bare in format_data.FORMATS if not bare]
 def test_shipped_format_equals_the_built_one(name, bare):
     shipped = format_data.load(name, bare)
     assert shipped is not None, f"formats.npz lacks {name}: python tests/schema/test_format_data.py --write"
-    built = strict_lang.build_format_lang(name, bare)
-    assert strict_lang.Lang(*shipped) == built
+    built = lang.build_format_lang(name, bare)
+    assert lang.Lang(*shipped) == built
     assert tuple(tuple(r) for r in shipped[0]) == built._trans and tuple(shipped[1]) == built._acc
 
 
 def test_strict_mode_reads_the_shipped_file(monkeypatch):
     calls = []
-    monkeypatch.setattr(strict_lang, "_FORMAT_CACHE", {})
-    monkeypatch.setattr(strict_lang, "build_format_lang", lambda *a: calls.append(a))
-    lang = strict_lang.Lang.format("uuid")
+    monkeypatch.setattr(formats, "_FORMAT_CACHE", {})
+    monkeypatch.setattr(formats, "build_format_lang", lambda *a: calls.append(a))
+    uuid = lang.Lang.format("uuid")
     assert not calls
-    assert lang.matches("12345678-1234-5678-1234-567812345678") and not lang.matches("1234")
+    assert uuid.matches("12345678-1234-5678-1234-567812345678") and not uuid.matches("1234")
 
 
 def test_a_format_the_file_lacks_is_built(monkeypatch):
-    monkeypatch.setattr(strict_lang, "_FORMAT_CACHE", {})
+    monkeypatch.setattr(formats, "_FORMAT_CACHE", {})
     monkeypatch.setattr(format_data, "PATH", format_data.PATH.with_name("missing.npz"))
     assert format_data.load("uuid", False) is None
-    assert strict_lang.Lang.format("date").matches("2024-02-29") and not strict_lang.Lang.format("date").matches(
-        "2023-02-29"
-    )
+    assert lang.Lang.format("date").matches("2024-02-29") and not lang.Lang.format("date").matches("2023-02-29")
 
 
 @pytest.mark.parametrize("name", GBNF_FORMATS)
 def test_shipped_gbnf_equals_the_built_one(name):
     shipped = format_data.load_gbnf(name)
     assert shipped is not None, f"formats-gbnf.json.gz lacks {name}: python tests/schema/test_format_data.py --write"
-    built = strict_lang.build_format_lang(name)
+    built = lang.build_format_lang(name)
 
     def ordered(gbnf):  # the rules' order is the grammar's: compared too
         return gbnf[0], list(gbnf[1].items())
 
-    assert ordered(shipped) == ordered(strict_lang.string_gbnf(built, format_data.GBNF_NAME))
+    assert ordered(shipped) == ordered(lang.string_gbnf(built, format_data.GBNF_NAME))
     # the reader renames the rules by replacing the name in the text: that gives string_gbnf's output under the
     # new name, so the name stands nowhere in the rules but as their names
-    assert ordered(strict._shipped_format_gbnf(name)) == ordered(strict_lang.string_gbnf(built, strict._PLACEHOLDER))
+    assert ordered(patterns.shipped_format_gbnf(name)) == ordered(lang.string_gbnf(built, patterns.PLACEHOLDER))
 
 
 def test_strict_mode_takes_a_bare_format_from_the_gbnf_file(monkeypatch):
-    monkeypatch.setattr(strict, "_GBNF_CACHE", {})
+    patterns.GBNF_CACHE.clear()  # the process cache (refilled by the conversions that follow)
 
     def refuse(*args):
         raise AssertionError("string_gbnf called for a format the file holds")
 
-    monkeypatch.setattr(strict_lang, "string_gbnf", refuse)
-    grammar = strict.strict_schema_to_grammar({"type": "string", "format": "uuid"})
+    monkeypatch.setattr(strings, "string_gbnf", refuse)
+    grammar = strict_schema_to_grammar({"type": "string", "format": "uuid"})
     assert len(grammar) > 200_000
     # a format beside other keywords is a language of its own: written now
     with pytest.raises(AssertionError, match="string_gbnf called"):
-        strict.strict_schema_to_grammar({"type": "string", "format": "date", "maxLength": 12})
+        strict_schema_to_grammar({"type": "string", "format": "date", "maxLength": 12})
 
 
 def test_the_gbnf_file_missing_writes_the_format_now(monkeypatch):
     path = format_data.GBNF_PATH
-    monkeypatch.setattr(strict, "_GBNF_CACHE", {})
+    patterns.GBNF_CACHE.clear()
     monkeypatch.setattr(format_data, "_GBNF", None)
     monkeypatch.setattr(format_data, "GBNF_PATH", path.with_name("missing.json.gz"))
     assert format_data.load_gbnf("uuid") is None
-    written_now = strict.strict_schema_to_grammar({"type": "string", "format": "date"})
-    monkeypatch.setattr(strict, "_GBNF_CACHE", {})
+    written_now = strict_schema_to_grammar({"type": "string", "format": "date"})
+    patterns.GBNF_CACHE.clear()
     monkeypatch.setattr(format_data, "_GBNF", None)
     monkeypatch.setattr(format_data, "GBNF_PATH", path)
     assert format_data.load_gbnf("date") is not None
-    assert strict.strict_schema_to_grammar({"type": "string", "format": "date"}) == written_now
+    assert strict_schema_to_grammar({"type": "string", "format": "date"}) == written_now
 
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         raise SystemExit("usage: python tests/schema/test_format_data.py --write")
-    strict_lang.write_format_data()
+    lang.write_format_data()
     print(f"wrote {format_data.PATH} ({format_data.PATH.stat().st_size:,} bytes)", file=sys.stderr)
-    strict.write_format_gbnf()
+    patterns.write_format_gbnf()
     print(f"wrote {format_data.GBNF_PATH} ({format_data.GBNF_PATH.stat().st_size:,} bytes)", file=sys.stderr)

@@ -613,13 +613,13 @@ def test_number_automaton_is_minimal(value, accept, states):
     wrote a rule for each; 32 are the language's): no two states are equivalent."""
     from decimal import Decimal
 
-    from bankml.schema import strict_lang
-    from bankml.schema.strict import _Bound, _number_dfa
+    from bankml.schema.strict.lang.automaton import finish
+    from bankml.schema.strict.numeric import Bound, number_dfa
 
     test = {"le": lambda r: r <= 0, "ge": lambda r: r >= 0, "lt": lambda r: r < 0, "gt": lambda r: r > 0}[accept]
-    trans, acc = _number_dfa(False, [_Bound(Decimal(value), test)], None, False)
+    trans, acc = number_dfa(False, [Bound(Decimal(value), test)], None, False)
     rows = [sorted((ord(c), ord(c), t) for c, t in row.items()) for row in trans]
-    assert len(strict_lang._finish(rows, acc, "x")._trans) == len(trans) <= states
+    assert len(finish(rows, acc, "x")._trans) == len(trans) <= states
 
 
 @pytest.mark.parametrize("schema,values", CASES, ids=[json.dumps(s)[:60] for s, _ in CASES])
@@ -729,9 +729,9 @@ def test_limits():
 def test_grammar_bytes_capped_at_the_engines_limit():
     """Strict mode refuses (a SchemaError naming the limit) a grammar the engine would refuse for its size."""
     from bankml.engine import parser
-    from bankml.schema import strict
+    from bankml.schema.strict.bounds import ENGINE_MAX_GRAMMAR_BYTES
 
-    assert strict._ENGINE_MAX_GRAMMAR_BYTES == parser.MAX_GRAMMAR_BYTES
+    assert ENGINE_MAX_GRAMMAR_BYTES == parser.MAX_GRAMMAR_BYTES
     wide = {"enum": ["%06d-abcdefghijklmnopqrstuvwxyzabcdefgh" % i for i in range(30000)]}  # 5 MB of GBNF
     with pytest.raises(SchemaError) as info:
         strict_schema_to_grammar(wide, limits=SchemaLimits(max_grammar_bytes=1 << 30))
@@ -1220,7 +1220,8 @@ def test_value_keys_match_jsonschema_equality():
     exactly when jsonschema's equality holds (1 == 1.0, True != 1, key order irrelevant, NaN equal to nothing)."""
     from jsonschema._utils import equal
 
-    from bankml.schema.strict import _equal, _vkey
+    from bankml.schema.strict.values import equal as _equal
+    from bankml.schema.strict.values import vkey as _vkey
 
     nan = float("nan")
     values = [
@@ -1266,33 +1267,34 @@ def test_value_keys_match_jsonschema_equality():
                 assert same == equal(a, b), (a, b)
 
 
-def test_conversion_pauses_the_cyclic_collector_and_restores_it():
-    """The collector is off during a conversion, on again after it if it was on, and left off if the caller
-    had turned it off (strict._gc_paused)."""
+def test_conversion_changes_no_process_wide_state():
+    """A conversion leaves Python's cyclic collector as the caller set it (on or off, also while it runs) and the
+    recursion limit as it was, whether it ends in a grammar or a refusal, through either entry point."""
     import gc
+    import sys
 
-    from bankml.schema import strict
+    from bankml.schema import json_schema_to_grammar
+    from bankml.schema.strict import compiler
 
     seen = []
-    real = strict._Compiler.__init__
+    real = compiler.Compiler.__init__
 
     def spy(self, *a, **k):
-        seen.append(gc.isenabled())
+        seen.append((gc.isenabled(), sys.getrecursionlimit()))
         real(self, *a, **k)
 
-    was = gc.isenabled()
-    strict._Compiler.__init__ = spy
+    was, limit = gc.isenabled(), sys.getrecursionlimit()
+    compiler.Compiler.__init__ = spy
     try:
-        gc.enable()
-        strict_schema_to_grammar({"type": "integer"})
-        assert seen == [False] and gc.isenabled()
-        gc.disable()
-        strict_schema_to_grammar({"type": "integer"})
-        assert seen == [False, False] and not gc.isenabled()
-        gc.enable()
-        with pytest.raises(SchemaError):
-            strict_schema_to_grammar({"type": "array", "uniqueItems": True})
-        assert gc.isenabled()
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            strict_schema_to_grammar({"type": "integer"})
+            json_schema_to_grammar({"type": "integer"}, mode="strict")
+            with pytest.raises(SchemaError):
+                json_schema_to_grammar({"type": "array", "uniqueItems": True}, mode="strict")
+            assert seen == [(enabled, limit)] * 3 and gc.isenabled() is enabled, seen
+            assert sys.getrecursionlimit() == limit
+            seen.clear()
     finally:
-        strict._Compiler.__init__ = real
+        compiler.Compiler.__init__ = real
         (gc.enable if was else gc.disable)()

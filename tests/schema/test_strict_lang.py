@@ -1,4 +1,4 @@
-"""bankml.schema.strict_lang: regular languages of JSON-Schema strings, checked against their oracles.
+"""bankml.schema.strict.lang: regular languages of JSON-Schema strings, checked against their oracles.
 
 The oracles are Python's ``re.search`` (``pattern``), ``len()`` (``minLength``/``maxLength``) and
 the ``jsonschema`` format checkers themselves; the GBNF is checked end to end through bankml's
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bankml import Grammar, GrammarError, Rules, Vocab
-from bankml.schema.strict_lang import Lang, LangError, intersect_all, is_known_format, string_gbnf
+from bankml.schema.strict.lang import Lang, LangError, intersect_all, is_known_format, string_gbnf
 
 FC_2020 = jsonschema.Draft202012Validator.FORMAT_CHECKER
 FC_CLASS = jsonschema.FormatChecker()
@@ -224,7 +224,7 @@ def test_intersect_all_is_the_pairwise_intersection(parts, bounds):
 def test_intersect_all_past_the_state_bound_goes_pairwise(monkeypatch, limit):
     """A product past the state bound is done again pairwise, in order: the same language, or the same refusal
     as the pairwise products give (the strict compiler's verdicts do not depend on the one product)."""
-    from bankml.schema import strict_lang
+    from bankml.schema.strict.lang import bounds
 
     parts = [
         (Lang.length(0, 9), False),
@@ -232,7 +232,7 @@ def test_intersect_all_past_the_state_bound_goes_pairwise(monkeypatch, limit):
         (Lang.regex("ab"), True),
         (Lang.literals(["a1", "b22", "c333"]), True),
     ]
-    monkeypatch.setattr(strict_lang, "MAX_STATES", limit)
+    monkeypatch.setattr(bounds, "MAX_STATES", limit)
 
     def outcome(fn):
         try:
@@ -729,7 +729,7 @@ def test_hostile_inputs_end_in_lang_error(expr):
     code = textwrap.dedent(f"""
         import random, sys
         sys.path.insert(0, ".")
-        from bankml.schema.strict_lang import Lang, LangError
+        from bankml.schema.strict.lang import Lang, LangError
         try:
             {expr}
         except LangError as e:
@@ -757,7 +757,7 @@ def test_duration_datetime_branch_is_never_accepted():
 
 
 def test_string_lang_intersects_the_keywords():
-    from bankml.schema.strict_lang import string_lang
+    from bankml.schema.strict.lang import string_lang
 
     lang = string_lang(pattern=r"^[0-9.]+$", max_length=9, format="ipv4")
     assert lang.matches("1.2.3.4") and not lang.matches("10.20.30.40") and not lang.matches("1.2.3")
@@ -769,7 +769,7 @@ def test_string_lang_intersects_the_keywords():
 
 
 def test_format_drafts_table_is_jsonschemas():
-    from bankml.schema.strict_lang import FORMAT_DRAFTS, draft_checks_format
+    from bankml.schema.strict.lang import FORMAT_DRAFTS, draft_checks_format
 
     validators = {
         "draft4": jsonschema.Draft4Validator,
@@ -819,10 +819,11 @@ def test_dates_exhaustively_over_years_and_days():
 @pytest.mark.parametrize("ascii_only", [False, True])
 def test_shipped_categories_equal_a_scan(letter, ascii_only):
     """The shipped \\d \\s \\w tables (bankml/schema/categories.json.gz) hold this Python's Unicode database and
-    equal a scan of every scalar value by Python's re, negations included (strict_lang's _category reads them)."""
+    equal a scan of every scalar value by Python's re, negations included (lang.charsets.category reads them)."""
     import unicodedata
 
-    from bankml.schema import strict_lang, unicode_categories
+    from bankml.schema import unicode_categories
+    from bankml.schema.strict.lang import charsets
 
     shipped = unicode_categories.shipped(letter, ascii_only)
     assert shipped is not None, "no table for Unicode %s: run bankml/schema/unicode_categories.py --write" % (
@@ -830,10 +831,10 @@ def test_shipped_categories_equal_a_scan(letter, ascii_only):
     )
     flags = re.ASCII if ascii_only else 0
     for name in (letter, letter.upper()):
-        strict_lang._SCAN_CACHE.pop(("\\" + name, flags), None)
-        scanned = strict_lang._scan_class("\\" + name, flags)
-        strict_lang._SCAN_CACHE.pop(("\\" + name, flags), None)
-        assert strict_lang._category(name, ascii_only) == scanned
+        charsets._SCAN_CACHE.pop(("\\" + name, flags), None)
+        scanned = charsets.scan_class("\\" + name, flags)
+        charsets._SCAN_CACHE.pop(("\\" + name, flags), None)
+        assert charsets.category(name, ascii_only) == scanned
     assert [list(r) for r in shipped] == unicode_categories.scan(letter, ascii_only)
 
 

@@ -1,13 +1,15 @@
 """The strict compiler and its string languages are compiled by Cython, where recursion runs on the C stack and
 Python's recursion limit does not bound it (``bankml.schema._cstack``). These tests hold that:
 
-* every recursion of ``strict.py`` and ``strict_lang.py`` passes through a function that checks the C stack
-  first, or is one of the few bounded ones named here (read from the sources with ``ast``, a call graph by
-  name, which over-approximates: a name calls every function of that name);
+* every recursion of the package ``bankml.schema.strict`` (its ``lang`` included) passes through a function that
+  checks the C stack first, or is one of the few bounded ones named here (read from the sources with ``ast``, one
+  call graph over all the package's modules, by name, which over-approximates: a name calls every function of that
+  name, a table's name every function it holds), and the check fails when a recursive function forgets its check;
+* its modules stay small: none over 700 lines, no function over 80 (STYLE.md 3a);
 * hostile schemas that recurse deep (a long ``$ref`` chain, a deep ``const``, a long excluded key, deeply
   nested pattern groups, deep ``not``) end in a SchemaError or a grammar, never a crash or a hang, in a child
   process under ``tests/bounded.py``'s hang guard and memory limit, in its main thread and in a thread with a
-  small stack.
+  small stack (where the compiled conversion is done again in a thread of its own with a large stack).
 """
 
 import ast
@@ -19,93 +21,170 @@ import threading
 import pytest
 
 from bankml.errors import SchemaError
-from bankml.schema import strict as strict_mod
-from bankml.schema.strict import strict_schema_to_grammar
+from bankml.schema import strict as strict_pkg
+from bankml.schema.strict import convert, patterns, strict_schema_to_grammar
 
 from ..bounded import run_bounded
 from ..graphs import cycles
 from .test_schema_strict import accepts, oracle
 
-SCHEMA_DIR = pathlib.Path(strict_mod.__file__).resolve().parent
-SOURCES = ("strict.py", "strict_lang.py")
+PACKAGE_DIR = pathlib.Path(strict_pkg.__file__).resolve().parent
+SOURCES = sorted(p.relative_to(PACKAGE_DIR).as_posix() for p in PACKAGE_DIR.rglob("*.py"))
 
-# recursions bounded by construction, so they need no check: (file, function) -> why
+# recursions bounded by construction, so they need no check: "module:function" -> why
 BOUNDED = {
-    ("strict.py", "_hex_except_steps.node"): "one level per hex digit: 4",
-    ("strict_lang.py", "_hex_expr"): "one level per hex digit: 4",
-    ("strict_lang.py", "string_gbnf.body"): "inlining stops at _MAX_INLINE levels",
-    ("strict_lang.py", "string_gbnf.target"): "inlining stops at _MAX_INLINE levels",
-    ("strict_lang.py", "string_gbnf.charset_ref"): "a name, not a call back into the walk",
-    ("strict_lang.py", "_charset_gbnf"): "a name shared with string_gbnf's helpers, not a call back",
-    ("strict_lang.py", "_charset_alts"): "a name shared with string_gbnf's helpers, not a call back",
-    ("strict.py", "_Refuse.__init__"): "super().__init__, the base class's",
-    ("strict_lang.py", "LangError.__init__"): "super().__init__, the base class's",
-    ("strict.py", "_Compiler.search"): "calls re's search, not itself",
-    ("strict.py", "_compile"): "calls the plain-Python module's _compile, once",
+    "gbnf.py:hex_except_steps.node": "one level per hex digit: 4",
+    "lang/gbnf.py:_hex_expr": "one level per hex digit: 4",
+    "lang/gbnf.py:_StringRules.body": "inlining stops at _MAX_INLINE levels",
+    "lang/gbnf.py:_StringRules.target": "inlining stops at _MAX_INLINE levels",
+    "lang/gbnf.py:_StringRules.charset_ref": "a name, not a call back into the walk",
+    "lang/gbnf.py:charset_gbnf": "a name shared with string_gbnf's helpers, not a call back",
+    "lang/gbnf.py:_charset_alts": "a name shared with string_gbnf's helpers, not a call back",
+    "vocabulary.py:Refuse.__init__": "super().__init__, the base class's",
+    "lang/bounds.py:LangError.__init__": "super().__init__, the base class's",
+    "readers.py:Readers.search": "calls re's search, not itself",
+    "readers.py:Readers.regex": "calls re's compile (compile_pattern), not itself",
+    "convert.py:compile_schema": "calls _compile, then once more in a thread of its own",
 }
-BOUNDED_PREFIXES = {
+BOUNDED_PREFIXES = (
     # the fixed formats build each other once, by name (date-time uses date and time...)
-    ("strict_lang.py", "Lang.format"),
-    ("strict_lang.py", "_build_format"),
-    ("strict_lang.py", "_format_lang"),
-    ("strict_lang.py", "build_format_lang"),
-    ("strict_lang.py", "_duration_lang"),
-    ("strict_lang.py", "_uuid_lang"),
-}
+    "lang/automaton.py:Lang.format",
+    "lang/formats.py:format_lang",
+    "lang/formats.py:build_format_lang",
+    "lang/formats.py:_build_format",
+    "lang/format_langs.py:duration_lang",
+    "lang/format_langs.py:uuid_lang",
+)
+# the package's limits on size (STYLE.md 3a)
+MAX_MODULE_LINES = 700
+MAX_FUNCTION_LINES = 80
 
 
-def _call_graph(filename):
-    """({qualified function: names it uses}, {qualified function: checks the stack first})."""
-    tree = ast.parse((SCHEMA_DIR / filename).read_text())
-    uses, checks, by_name = {}, {}, collections.defaultdict(set)
+def _parse_all():
+    return {rel: ast.parse((PACKAGE_DIR / rel).read_text()) for rel in SOURCES}
 
-    def visit(node, scope):
+
+def _call_graph():
+    """({"module:function": the functions it may call}, {"module:function": checks the stack first}) over every
+    module of the package. A bare name calls the functions of that name in its module (closures included) or
+    imported into it, a class's name its ``__init__``; an attribute ``x.name`` every method or module function of
+    that name in the package; a module-level table (a dict of handlers, a registry) every function it holds."""
+    trees = _parse_all()
+    uses, checks = {}, {}
+    local = collections.defaultdict(lambda: collections.defaultdict(set))  # module -> bare name -> functions
+    anywhere = collections.defaultdict(set)  # name -> methods and module functions of that name
+    imports = collections.defaultdict(dict)  # module -> bare name -> (module it comes from, its name there)
+    table_names = collections.defaultdict(list)  # table name -> [(module, names in its entries)]
+
+    def names_in(node):
+        bare, attrs = set(), set()
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name):
+                bare.add(sub.id)
+            elif isinstance(sub, ast.Attribute):
+                attrs.add(sub.attr)
+        return bare, attrs
+
+    def visit(node, module, scope, in_class):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.FunctionDef):
-                full = f"{scope}.{child.name}" if scope else child.name
-                by_name[child.name].add(full)
-                names = set()
-                for sub in ast.walk(child):
-                    if isinstance(sub, ast.Name):
-                        names.add(sub.id)
-                    elif isinstance(sub, ast.Attribute):
-                        names.add(sub.attr)
-                uses[full] = names
+                full = f"{module}:{scope}.{child.name}" if scope else f"{module}:{child.name}"
+                local[module][child.name].add(full)
+                if in_class or not scope:
+                    anywhere[child.name].add(full)
+                uses[full] = (module, *names_in(child))
                 body = [s for s in child.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
                 checks[full] = bool(body) and ast.unparse(body[0]) == "_check_stack()"
-                visit(child, full)
+                visit(child, module, full.split(":", 1)[1], False)
             elif isinstance(child, ast.ClassDef):
-                visit(child, child.name)
+                local[module][child.name].add(f"{module}:{child.name}.__init__")
+                visit(child, module, child.name, True)
             else:
-                visit(child, scope)
+                visit(child, module, scope, in_class)
 
-    visit(tree, "")
-    graph = {f: {g for n in names for g in by_name.get(n, ())} for f, names in uses.items()}
+    for rel, tree in trees.items():
+        visit(tree, rel, "", False)
+        for stmt in tree.body:
+            if isinstance(stmt, ast.ImportFrom) and stmt.module and stmt.module.startswith("bankml.schema.strict"):
+                source = stmt.module[len("bankml.schema.strict") :].lstrip(".").replace(".", "/")
+                for alias in stmt.names:
+                    imports[rel][alias.asname or alias.name] = (source, alias.name)
+            if isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    name = target.value if isinstance(target, ast.Subscript) else target
+                    if isinstance(name, ast.Name):
+                        table_names[name.id].append((rel, names_in(stmt.value)))
+
+    def resolve(module, bare, attrs, seen=()):
+        out = set()
+        for n in bare:
+            out |= local[module].get(n, set())
+            if n in imports[module]:
+                source, name = imports[module][n]
+                for candidate in (source + ".py", source + "/__init__.py"):
+                    out |= local[candidate].get(name, set()) if candidate in trees else set()
+            if n in table_names and n not in seen:
+                for where, (tb, ta) in table_names[n]:
+                    out |= resolve(where, tb, ta, (*seen, n))
+        for n in attrs:
+            out |= anywhere.get(n, set())
+        return out
+
+    graph = {f: {g for g in resolve(*u) if g in uses} for f, u in uses.items()}
     return graph, checks
 
 
-@pytest.mark.parametrize("filename", SOURCES)
-def test_every_recursion_checks_the_stack(filename):
-    graph, checks = _call_graph(filename)
-    exempt = {f for (file, f) in BOUNDED if file == filename} | {
-        f for (file, f) in BOUNDED_PREFIXES if file == filename
-    }
+def _unchecked(graph, checks):
+    """The graph of the functions that neither check the stack nor are exempt: a cycle there is a recursion
+    no check bounds."""
+    exempt = set(BOUNDED) | {f for f in graph if f.startswith(BOUNDED_PREFIXES)}
+    free = {f for f in graph if not checks[f] and f not in exempt}
+    return {f: {g for g in graph[f] if g in free} for f in free}
+
+
+def test_every_recursion_checks_the_stack():
+    graph, checks = _call_graph()
+    assert not set(BOUNDED) - set(graph), "BOUNDED names a function that is gone"
     # a checking or exempt function breaks every cycle through it
-    rest = {
-        f: {g for g in gs if not checks[g] and g not in exempt}
-        for f, gs in graph.items()
-        if not checks[f] and f not in exempt
-    }
-    assert cycles(rest) == []
-    assert any(checks.values())
+    assert cycles(_unchecked(graph, checks)) == []
+    assert sum(checks.values()) >= 10
 
 
 def test_call_graph_finds_recursion():
-    """The check above can fail: without the stack checks, strict.py's compiler recursion is found."""
-    graph, _ = _call_graph("strict.py")
+    """The check above can fail: without the stack checks, the compiler's recursions are found, and a recursive
+    function that forgot its check leaves a cycle."""
+    graph, checks = _call_graph()
     found = cycles(graph)
-    assert any("_Compiler.rule" in c for c in found)
-    assert any("_Compiler.excluding_string.node" in c for c in found)
+    assert any("compiler.py:Compiler.rule" in c for c in found)
+    assert any("strings.py:_KeyTrie.node" in c for c in found)
+    assert any("lang/regex.py:_RegexBuilder.item" in c for c in found)
+    for forgetful in (
+        "compiler.py:Compiler.rule",
+        "terms.py:Terms._expand",
+        "negation.py:Negation._negate",
+        "consts.py:Consts.value_expr",
+        "strings.py:_KeyTrie.node",
+        "objects.py:_SchemaOrder.seq",
+        "lang/regex.py:_RegexBuilder.item",
+        "values.py:equal",
+    ):
+        assert checks[forgetful], forgetful
+        assert cycles(_unchecked(graph, {**checks, forgetful: False})), forgetful
+
+
+def test_modules_and_functions_stay_small():
+    """No module of the package over MAX_MODULE_LINES lines, no function over MAX_FUNCTION_LINES."""
+    too_long = []
+    for rel, tree in _parse_all().items():
+        lines = len((PACKAGE_DIR / rel).read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            too_long.append(f"{rel}: {lines} lines")
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+                if node.end_lineno - start + 1 > MAX_FUNCTION_LINES:
+                    too_long.append(f"{rel}:{node.lineno} {node.name}: {node.end_lineno - start + 1} lines")
+    assert not too_long, "\n".join(too_long)
 
 
 def _ref_chain(n):
@@ -199,28 +278,29 @@ def _in_thread(fn, stack=512 * 1024):
 
 
 def test_a_deep_chain_gives_the_exact_language(monkeypatch):
-    """A chain of 150 references converts compiled, and in a small thread as plain Python past the compiled
-    recursion's reach: the grammar's verdicts are jsonschema's either way. Longer chains are refused by the
-    nesting bound, quickly."""
+    """A chain of 150 references converts compiled, and in a small thread, past the compiled recursion's reach
+    there, done again in a thread of its own with a large stack: the grammar's verdicts are jsonschema's either
+    way. Longer chains are refused by the nesting bound, quickly (from source, by the process's recursion limit
+    first: the conversion does not raise it)."""
     schema = _ref_chain(150)
     reruns = []
-    plain = strict_mod._python_module
+    real = convert.run_with_stack
 
-    def counted():
+    def counted(fn, stack):
         reruns.append(threading.current_thread().name)
-        return plain()
+        return real(fn, stack)
 
-    monkeypatch.setattr(strict_mod, "_python_module", counted)
+    monkeypatch.setattr(convert, "run_with_stack", counted)
     for small in (False, True):
         got = _in_thread(lambda: strict_schema_to_grammar(schema)) if small else strict_schema_to_grammar(schema)
         for text in ("5", '"x"', "5.5", "-12"):
             assert accepts(got, text) is oracle(schema, json.loads(text)), (small, text)
-        if strict_mod._COMPILED:
-            # the main thread's conversion stays compiled; the small thread's is redone as plain Python
+        if convert.COMPILED:
+            # the main thread's conversion stays in it; the small thread's is done again with room
             assert len(reruns) == (1 if small else 0), reruns
     with pytest.raises(SchemaError) as e:
         strict_schema_to_grammar(_ref_chain(3000))
-    assert e.value.keyword == "SchemaLimits.max_depth"
+    assert e.value.keyword == ("SchemaLimits.max_depth" if convert.COMPILED else "SchemaLimits")
 
 
 @pytest.mark.parametrize("n", [3000, 100000])
@@ -228,7 +308,7 @@ def test_pattern_nesting_is_refused_not_crashed(n):
     """Nested groups in a 512 KB thread, in a child under the hang guard: a LangError, never a crash."""
     out = run_bounded(
         f"""
-        from bankml.schema.strict_lang import Lang, LangError
+        from bankml.schema.strict.lang import Lang, LangError
         from tests.schema.test_strict_stack import _in_thread
         try:
             _in_thread(lambda: Lang.regex("(" * {n} + "a" + ")" * {n}))
@@ -240,10 +320,13 @@ def test_pattern_nesting_is_refused_not_crashed(n):
 
 
 def test_conversions_leave_no_cyclic_garbage():
-    """The recursive closures (key tries, array items, any-order objects, unique items, const objects, contains,
-    a pattern's rules) are let go when their walk ends: a conversion's tables are freed by reference counting,
-    not left for the cyclic collector (whose pass over them cost a fifth of a Kubernetes schema's conversion)."""
+    """The recursive closures (array items, unique items, const objects, contains) are let go when their walk ends,
+    and the compiler's parts, which refer to each other, when the conversion ends: a conversion's tables are freed
+    by reference counting, not left for the cyclic collector (whose pass over them cost a fifth of a Kubernetes
+    schema's conversion)."""
     import gc
+
+    from bankml.schema.strict import gbnf
 
     schemas = [
         {"type": "object", "properties": {k: {"type": "string"} for k in ("alpha", "beta", "gamma")}},
@@ -270,9 +353,9 @@ def test_conversions_leave_no_cyclic_garbage():
     gc.disable()
     try:
         for schema in schemas:
-            strict_mod._LANG_CACHE.clear()
-            strict_mod._GBNF_CACHE.clear()
-            strict_mod._HEX_STEPS.clear()
+            patterns.LANG_CACHE.clear()
+            patterns.GBNF_CACHE.clear()
+            gbnf._HEX_STEPS.clear()
             convert(schema)
             assert gc.collect() == 0, schema
     finally:

@@ -1,0 +1,159 @@
+# cython: boundscheck=True, wraparound=True, cdivision=False, annotation_typing=False
+"""The schema document of one conversion: its draft, the JSON pointer and base URI of every schema object in it,
+its ``$id``/``id`` resources and ``$anchor``s, ``$ref`` resolution, and the synthetic schemas the compiler adds
+(a negation, a dependency's "the key is present"), each under the pointer of the keyword it stands for.
+
+A schema object is a dict of the document (or a synthetic one the document keeps alive); its pointer, base and
+whether it is synthetic are kept by the dict's ``id()``: this object is the only one that writes those tables.
+
+Owns: pointers (``p``, ``escape``), resources and resolution (``resolve``, ``node_at``), synthetic schemas
+(``synth``, ``synthetic``, ``vocab_of``). Must not import the compiler's other parts.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+
+from bankml.schema.strict.bounds import MAX_DEPTH
+from bankml.schema.strict.vocabulary import VOCAB, Refuse, draft_of, refuse
+
+
+def escape(k):
+    """A key as a JSON pointer token."""
+    return str(k).replace("~", "~0").replace("/", "~1")
+
+
+class Document:
+    """The document ``root`` (a dict or a bool), indexed when made; ``budget`` (a ``rules.Budget``) counts its
+    nodes. Refuses a draft-03 document and one nesting deeper than MAX_DEPTH."""
+
+    def __init__(self, root, budget):
+        self.root = root
+        self.draft = draft_of(root)
+        self.vocab = VOCAB.get(self.draft)
+        self.budget = budget
+        self.ptr = {}  # id(dict) -> JSON pointer
+        self.base = {}  # id(dict) -> base URI
+        self.ids = {}  # resource URI -> node
+        self.anchors = {}  # (resource URI, anchor) -> node
+        self.keep = []  # synthetic dicts (their ids must stay unique)
+        self.syn = set()  # ids of synthetic dicts
+        if self.draft == 3:
+            raise Refuse("$schema", "#", "draft-03 schemas are not supported")
+        self.index(root, "#", "")
+
+    def p(self, d):
+        """The pointer of the schema object d ("#" for one the document does not hold)."""
+        return self.ptr.get(id(d), "#")
+
+    def synth(self, d, pointer):
+        """d, a synthetic schema, kept under ``pointer``."""
+        self.keep.append(d)
+        self.syn.add(id(d))
+        self.ptr[id(d)] = pointer
+        return d
+
+    def synthetic(self, d):
+        return id(d) in self.syn
+
+    def vocab_of(self, d):
+        """The keywords d is read with: its draft's, or every 2020-12 keyword for a synthetic schema."""
+        return VOCAB[2020] if id(d) in self.syn else self.vocab
+
+    def index(self, node, pointer, base, depth=0):
+        """Record the pointer and base of every schema object under ``node``, and its resources and anchors."""
+        stack = [(node, pointer, base, depth)]
+        while stack:
+            node, pointer, base, depth = stack.pop()
+            if depth > MAX_DEPTH:
+                # every node's pointer is kept: past this, pointers alone would cost depth^2 bytes
+                raise Refuse(
+                    "SchemaLimits.max_depth",
+                    pointer[:200] + "...",
+                    "the schema nests deeper than %d levels" % MAX_DEPTH,
+                )
+            if isinstance(node, list):
+                for i, x in enumerate(node):
+                    stack.append((x, "%s/%d" % (pointer, i), base, depth + 1))
+                continue
+            if not isinstance(node, dict) or id(node) in self.ptr:
+                continue
+            self.budget.tick(pointer)
+            base = self._resource(node, pointer, base)
+            self.ptr[id(node)] = pointer
+            self.base[id(node)] = base
+            for k, v in node.items():
+                if k in ("enum", "const", "default", "examples", "required", "example"):
+                    continue
+                if isinstance(v, (dict, list)):
+                    stack.append((v, "%s/%s" % (pointer, escape(k)), base, depth + 1))
+
+    def _resource(self, node, pointer, base):
+        """The base URI inside ``node`` (its ``$id`` joined to ``base``), its resource and anchors recorded."""
+        idkey = "id" if self.draft <= 4 else "$id"
+        sid = node.get(idkey)
+        if isinstance(sid, str) and not (self.draft <= 7 and "$ref" in node):
+            if sid.startswith("#"):
+                self.anchors[(base, sid[1:])] = node
+            else:
+                base = urllib.parse.urldefrag(urllib.parse.urljoin(base, sid))[0]
+                self.ids.setdefault(base, node)
+        if pointer == "#":
+            self.ids.setdefault(base, node)
+            self.ids.setdefault("", node)
+        if isinstance(node.get("$anchor"), str):
+            self.anchors[(base, node["$anchor"])] = node
+        return base
+
+    def resolve(self, ref, where):
+        """The schema the ``$ref`` ``ref`` of the schema object ``where`` names (a resource, an anchor, a pointer
+        into a resource; nothing remote)."""
+        pointer = self.p(where) + "/$ref"
+        if not isinstance(ref, str):
+            refuse("$ref", pointer, "$ref is not a string")
+        base = self.base.get(id(where), "")
+        full = urllib.parse.urljoin(base, ref) if base else ref
+        url, frag = urllib.parse.urldefrag(full)
+        doc = self.ids.get(url)
+        if doc is None:
+            refuse("$ref", pointer, "remote or unknown reference %r" % ref)
+        frag = urllib.parse.unquote(frag)
+        if frag == "":
+            return doc
+        if not frag.startswith("/"):
+            node = self.anchors.get((url, frag))
+            if node is None:
+                refuse("$ref", pointer, "unknown anchor in %r" % ref)
+            return node
+        node = doc
+        at = self.p(doc)
+        for part in frag[1:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            at += "/" + escape(part)
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                refuse("$ref", pointer, "unresolvable reference %r" % ref)
+        if isinstance(node, dict) and id(node) not in self.ptr:
+            self.index(node, at, self.base.get(id(doc), url))
+        return node
+
+    def node_at(self, pointer):
+        """The node of the document at the JSON pointer ``pointer`` (``#``, ``#/properties/a~1b``...: ``~0``/``~1``
+        escapes only, no percent-encoding, so a property name with ``%`` is spelled as it is)."""
+        if pointer == "#":
+            return self.root
+        if not pointer.startswith("#/"):
+            raise Refuse("schema", pointer, "not a JSON pointer into the schema")
+        node = self.root
+        for part in pointer[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                raise Refuse("schema", pointer, "no schema at this pointer")
+        return node

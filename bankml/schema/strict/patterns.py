@@ -1,0 +1,171 @@
+# cython: boundscheck=True, wraparound=True, cdivision=False, annotation_typing=False
+"""String languages across conversions: a pattern's or a format's Lang, a string constraint's GBNF, and the
+formats' GBNF as shipped, kept per process (a server sees the same date-time and uuid formats in schema after
+schema); and the Lang of one StringConstraint (``str_lang``), each refusal naming the keyword.
+
+Owns: the process caches of languages and their GBNF (bounded, oldest dropped first), the placeholder rule name
+their GBNF is cached under, the shortcut of a pattern that is one character class repeated (``pattern_run``).
+Builds on ``lang``; must not import the compiler's parts.
+"""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+
+from bankml.schema import format_data
+from bankml.schema.strict.lang import Lang, LangError, intersect_all, string_gbnf
+from bankml.schema.strict.vocabulary import refuse
+
+# Languages and their GBNF are pure functions of the pattern, format or constraint: kept across conversions
+# (a server sees the same date-time and uuid formats in schema after schema). Bounded, oldest dropped first.
+LANG_CACHE: dict = {}
+GBNF_CACHE: dict = {}
+_CACHE_MAX = 512
+# a name no schema can guess: the replacement below must not touch text inside the rules' literals
+PLACEHOLDER = "strc" + uuid.uuid4().hex
+
+
+def cache_put(cache, key, value):
+    if len(cache) >= _CACHE_MAX:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+
+
+def cached_lang(kind, arg):
+    key = (kind, arg)
+    lang = LANG_CACHE.get(key)
+    if lang is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # Python's notes on future regex syntax
+            lang = Lang.regex(arg) if kind == "regex" else Lang.format(arg)
+        cache_put(LANG_CACHE, key, lang)
+    return lang
+
+
+def pattern_run(st):
+    """(cs, a, b, nl) when st's one constraint besides its length is one pattern whose strings are exactly those
+    of a..b characters (b None: no bound) of the character set cs, each followed or not by one newline when nl
+    (Python's ``$`` matches before a final newline): ``^[\\w.-]+$``, ``^\\d{4}$``. Else None."""
+    if len(st.patterns) != 1 or st.notpatterns or st.formats or st.notformats or st.exclude:
+        return None
+    try:
+        lang = cached_lang("regex", st.patterns[0][0])
+    except LangError:
+        return None  # the general path refuses it, naming the keyword
+    trans, acc = lang._trans, lang._acc
+    # the state a final newline leads to: accepting, nothing after it
+    final = {t for row in trans for lo, hi, t in row if lo == hi == 10 and not trans[t] and acc[t]}
+    if len(final) > 1:
+        return None
+    nl_to = final.pop() if final else -1
+    chain = []
+    cs = None
+    s, loops = 0, False
+    while True:
+        chain.append(s)
+        row = [(lo, hi, t) for lo, hi, t in trans[s] if t != nl_to]
+        if acc[s] != (len(row) < len(trans[s])) and nl_to >= 0:
+            return None  # the newline must follow exactly the accepted runs
+        if len(row) + 1 < len(trans[s]):
+            return None
+        if not row:
+            break
+        target = row[0][2]
+        ranges = []
+        for lo, hi, t in row:
+            if t != target:
+                return None
+            if ranges and ranges[-1][1] + 1 == lo:
+                ranges[-1] = (ranges[-1][0], hi)
+            else:
+                ranges.append((lo, hi))
+        ranges = tuple(ranges)
+        if cs is None:
+            cs = ranges
+        elif ranges != cs:
+            return None
+        if target == s:
+            loops = True
+            break
+        if target in chain:
+            return None
+        s = target
+    if cs is None or len(chain) + (nl_to >= 0) != len(trans):
+        return None
+    accepting = [acc[x] for x in chain]
+    first = accepting.index(True) if True in accepting else None
+    if first is None or not all(accepting[first:]):
+        return None
+    return cs, first, None if loops else len(chain) - 1, nl_to >= 0
+
+
+def shipped_format_gbnf(name):
+    """A format's GBNF from bankml.schema.format_data's file, under PLACEHOLDER as string_expr caches it: what
+    ``string_gbnf(Lang.format(name), PLACEHOLDER)`` gives (tests/schema/test_format_data.py checks it)."""
+    hit = format_data.load_gbnf(name)
+    if hit is None:
+        return None
+    return renamed(hit, PLACEHOLDER, format_data.GBNF_NAME)
+
+
+def write_format_gbnf():
+    """Rebuild bankml/schema/formats-gbnf.json.gz: string_gbnf of each shipped format's language (the formats
+    format_data ships for the 2020-12 checker), under format_data.GBNF_NAME."""
+    entries = {}
+    for name, bare in format_data.FORMATS:
+        if not bare:
+            entries[name] = string_gbnf(Lang.format(name), format_data.GBNF_NAME)
+    format_data.write_gbnf(entries)
+
+
+def renamed(hit, name, old=PLACEHOLDER):
+    """A string_gbnf result made under the rule name prefix ``old`` (the cache's placeholder, or the shipped
+    formats' name) under the prefix ``name``."""
+    expr, rules = hit
+    # rule names are the prefix then "-...": nothing else in GBNF text spells it
+    return (
+        expr.replace(old, name),
+        {k.replace(old, name, 1): v.replace(old, name) for k, v in rules.items()},
+    )
+
+
+def format_lang(f, pointer):
+    """The Lang of the format f, or a refusal naming it at pointer."""
+    try:
+        return cached_lang("format", f)
+    except LangError as e:
+        refuse("format", pointer, "format %r: %s" % (f, getattr(e, "reason", e)))
+
+
+def str_lang(st, pointer):
+    """The Lang of a StringConstraint (through the string-language module)."""
+    kw = (
+        (st.patterns and "pattern")
+        or (st.formats and "format")
+        or (st.notpatterns and "not")
+        or (st.notformats and "not")
+        or "additionalProperties"
+    )
+    kp = (st.patterns or st.formats or st.notpatterns or st.notformats or [(None, pointer)])[0][1]
+    parts = []  # (language, negated), intersected in one product (lang.intersect_all)
+    try:
+        if st.min > 0 or st.max is not None:
+            parts.append((Lang.length(st.min, st.max), False))
+        for p, kp in st.patterns:
+            parts.append((cached_lang("regex", p), False))
+        for p, kp in st.notpatterns:
+            parts.append((cached_lang("regex", p), True))
+        for f, kp in st.formats:
+            parts.append((cached_lang("format", f), False))
+        for f, kp in st.notformats:
+            parts.append((cached_lang("format", f), True))
+        if st.exclude:
+            parts.append((Lang.literals(st.exclude), True))
+        lang = intersect_all(parts)
+    except LangError as e:
+        k = getattr(e, "keyword", None) or kw
+        if k == "allOf":  # the language module's name for an intersection: here, the string's keywords
+            k = kw
+        refuse(k, kp, "%s: %s" % (k, getattr(e, "reason", e)))
+    return lang
