@@ -48,9 +48,13 @@ import re
 from dataclasses import dataclass
 
 from bankml.errors import SchemaError
-from bankml.schema import strict as _strict
-from bankml.schema import strict_lang as _sl
 from bankml.schema.strict import strict_schema_rules
+from bankml.schema.strict.lang import Lang, LangError, intersect_all
+from bankml.schema.strict.lang.automaton import finish
+from bankml.schema.strict.lang.charsets import SUR_HI, SUR_LO, cs_diff, cs_has, cs_inter, norm, norm_sorted
+from bankml.schema.strict.lang.gbnf import _RAW_OK, _gbnf_class
+from bankml.schema.strict.patterns import cached_lang
+from bankml.schema.strict.vocabulary import CHECKED_FORMATS, VOCAB, draft_of
 
 __all__ = [
     "GemmaStyle",
@@ -183,8 +187,8 @@ class _Document:
 
     def __init__(self, document):
         self.document = document
-        draft = _strict._draft_of(document)
-        self.vocab = _strict._VOCAB.get(draft)
+        draft = draft_of(document)
+        self.vocab = VOCAB.get(draft)
         self.draft = draft
         self._nodes = {}
 
@@ -335,15 +339,15 @@ class _Document:
         try:
             lo, hi = self._count(schema, "minLength", where), self._count(schema, "maxLength", where)
             if lo or hi is not None:
-                parts.append((_sl.Lang.length(lo or 0, hi), False))
+                parts.append((Lang.length(lo or 0, hi), False))
             pattern = schema.get("pattern")
             if pattern is not None:
                 if not isinstance(pattern, str):
                     raise SchemaError(_head(where, "pattern must be a string"), where + "/pattern", "pattern")
-                parts.append((_strict._cached_lang("regex", pattern), False))
+                parts.append((cached_lang("regex", pattern), False))
             fmt = schema.get("format")
-            if isinstance(fmt, str) and fmt in _strict._CHECKED_FORMATS:
-                parts.append((_strict._cached_lang("format", fmt), False))
+            if isinstance(fmt, str) and fmt in CHECKED_FORMATS:
+                parts.append((cached_lang("format", fmt), False))
             if "enum" in schema or "const" in schema:
                 values = self._string_values(schema)
                 if values is None:
@@ -352,11 +356,11 @@ class _Document:
                         for v in (schema.get("enum") if "enum" in schema else [schema.get("const")]) or []
                         if isinstance(v, str)
                     ]
-                parts.append((_sl.Lang.literals(values), False))
+                parts.append((Lang.literals(values), False))
             if not parts:
-                return _sl.Lang.any_string()
-            return _sl.intersect_all(parts)
-        except _sl.LangError as e:
+                return Lang.any_string()
+            return intersect_all(parts)
+        except LangError as e:
             keyword = getattr(e, "keyword", None) or "pattern"
             keyword = "pattern" if keyword == "allOf" else keyword
             raise SchemaError(_head(where, "%s: %s" % (keyword, getattr(e, "reason", e))), where, keyword) from None
@@ -457,7 +461,7 @@ def _kmp_safe(delimiter):
     """The strings ``s`` such that the first occurrence of ``delimiter`` in ``s + delimiter`` is the last one:
     what a parser reading up to the delimiter gives back whole."""
     if not delimiter:
-        return _sl.Lang.any_string()
+        return Lang.any_string()
     d = [ord(c) for c in delimiter]
     m = len(d)
     fail = [0] * (m + 1)
@@ -496,19 +500,19 @@ def _kmp_safe(delimiter):
             row.append((prev, _MAXCP, 0))
         trans.append(_no_surrogates(row))
         acc.append(not early(state))
-    return _sl._finish(trans, acc, "pattern")
+    return finish(trans, acc, "pattern")
 
 
 def _no_surrogates(row):
     out = []
     for lo, hi, t in row:
-        if lo < _sl.SUR_LO <= hi:
-            out.append((lo, _sl.SUR_LO - 1, t))
-            lo = _sl.SUR_LO
-        if lo <= _sl.SUR_HI < hi:
-            out.append((_sl.SUR_HI + 1, hi, t))
+        if lo < SUR_LO <= hi:
+            out.append((lo, SUR_LO - 1, t))
+            lo = SUR_LO
+        if lo <= SUR_HI < hi:
+            out.append((SUR_HI + 1, hi, t))
             continue
-        if _sl.SUR_LO <= lo and hi <= _sl.SUR_HI:
+        if SUR_LO <= lo and hi <= SUR_HI:
             continue
         out.append((lo, hi, t))
     return out
@@ -522,16 +526,16 @@ def _raw_lang(lang, style):
     parts = [(lang, False), (_kmp_safe(style.delimiter), False)]
     kinds = style.json_kinds
     if "null" in kinds:
-        parts.append((_sl.Lang.literal("null"), True))
+        parts.append((Lang.literal("null"), True))
     if "boolean" in kinds:
-        parts.append((_sl.Lang.literals(["true", "false"]), True))
+        parts.append((Lang.literals(["true", "false"]), True))
     if "number" in kinds:
-        parts.append((_strict._cached_lang("regex", r"\A" + _NUMBER_TEXT + r"\Z"), True))
+        parts.append((cached_lang("regex", r"\A" + _NUMBER_TEXT + r"\Z"), True))
     if "array" in kinds or "object" in kinds:
-        parts.append((_strict._cached_lang("regex", r"\A[\[{]"), True))
+        parts.append((cached_lang("regex", r"\A[\[{]"), True))
     if style.exclude_prefix:
-        parts.append((_strict._cached_lang("regex", r"\A" + re.escape(style.exclude_prefix)), True))
-    return _sl.intersect_all(parts)
+        parts.append((cached_lang("regex", r"\A" + re.escape(style.exclude_prefix)), True))
+    return intersect_all(parts)
 
 
 class _Writer:
@@ -747,7 +751,7 @@ class _Writer:
         key = ("raw", cs)
         got = self._charsets.get(key)
         if got is None:
-            got = self._charsets[key] = _sl._gbnf_class(cs, admit_surrogates=True)
+            got = self._charsets[key] = _gbnf_class(cs, admit_surrogates=True)
         return got
 
     def json_chars(self, cs, forbid, quote='"'):
@@ -756,23 +760,23 @@ class _Writer:
         got = self._charsets.get(key)
         if got is None:
             q = ord(quote)
-            raw = _sl._cs_diff(_sl._cs_inter(cs, _sl._RAW_OK), ((q, q),))
+            raw = cs_diff(cs_inter(cs, _RAW_OK), ((q, q),))
             if quote != '"':  # a double quote is plain text in single quotes
-                raw = _sl._norm(list(raw) + ([(0x22, 0x22)] if _sl._cs_has(cs, 0x22) else []))
+                raw = norm(list(raw) + ([(0x22, 0x22)] if cs_has(cs, 0x22) else []))
             for c in forbid:
-                raw = _sl._cs_diff(raw, ((c, c),))
-            alts = [_sl._gbnf_class(raw, admit_surrogates=True)] if raw else []
-            if quote != '"' and _sl._cs_has(cs, q):
+                raw = cs_diff(raw, ((c, c),))
+            alts = [_gbnf_class(raw, admit_surrogates=True)] if raw else []
+            if quote != '"' and cs_has(cs, q):
                 alts.append(_gbnf_literal("\\" + quote))
             for c in sorted(_SHORT):
-                if _sl._cs_has(cs, c) and c not in forbid and not (c == 0x22 and quote != '"'):
+                if cs_has(cs, c) and c not in forbid and not (c == 0x22 and quote != '"'):
                     alts.append(_gbnf_literal(_SHORT[c]))
-            for lo, hi in _sl._cs_inter(cs, ((0, 0x1F),)):
+            for lo, hi in cs_inter(cs, ((0, 0x1F),)):
                 for c in range(lo, hi + 1):
                     if c not in _SHORT:
                         alts.append(_gbnf_literal("\\u%04x" % c))
             for c in sorted(forbid):
-                if _sl._cs_has(cs, c):
+                if cs_has(cs, c):
                     alts.append(_gbnf_literal("\\u%04x" % c))
             body = alts[0] if len(alts) == 1 else " | ".join(alts)
             got = self.rule(body, "c") if len(alts) > 1 else body
@@ -804,7 +808,7 @@ class _Writer:
                 by_target[t].append((lo, hi))
             alts = []
             for t in order:
-                alts.append(chars(_sl._norm_sorted(by_target[t])) + " " + name(t))
+                alts.append(chars(norm_sorted(by_target[t])) + " " + name(t))
                 todo.append(t)
             if lang._acc[s]:
                 alts.append(close)
