@@ -10,13 +10,14 @@ XGrammar's structural tags (what vLLM and SGLang send for strict tool calls, rea
   (vLLM's and SGLang's older tool-call form; SGLang adds ``at_least_one``), read as XGrammar reads it: a
   ``triggered_tags`` of one tag per structure, its content the structure's schema (null: ``{}``, as SGLang).
 
-The formats and their languages are XGrammar's (``cpp/structural_tag.cc``; its docs where they speak, else
-its code and tests): ``const_string``, ``json_schema``, ``grammar`` (XGrammar's EBNF), ``regex`` (XGrammar's
-regex dialect), ``any_text`` (``excludes``), ``sequence``, ``or``, ``optional``, ``plus``, ``star``,
-``repeat``, ``tag`` (``end`` a string or a list), ``triggered_tags``, ``tags_with_separator``, ``dispatch``
-and the deprecated ``qwen_xml_parameter``; a format without ``type`` is read as XGrammar guesses it. As
-XGrammar's analyzer does, free text (``any_text``, ``triggered_tags``) inside a ``tag`` may not contain that
-tag's end strings. Where bankml's language differs, on purpose (docs/modules/engines.md lists them):
+The formats and their languages are XGrammar's as of xgrammar 0.2.8 (what vLLM 0.32 pins; SGLang 0.5.23 pins
+0.2.7): its docs where they speak, else its code (``cpp/structural_tag.cc``) and tests. ``const_string``,
+``json_schema``, ``grammar`` (XGrammar's EBNF), ``regex`` (XGrammar's regex dialect), ``any_text``
+(``excludes``), ``sequence``, ``or``, ``optional``, ``plus``, ``star``, ``repeat``, ``tag`` (``end`` a string
+or a list), ``triggered_tags``, ``tags_with_separator``, ``dispatch`` and the deprecated ``qwen_xml_parameter``;
+a format without ``type`` is read as XGrammar guesses it. As XGrammar's analyzer does, free text (``any_text``,
+``triggered_tags``) inside a ``tag`` may not contain that tag's end strings. Where bankml's language differs,
+on purpose (docs/modules/engines.md lists them):
 
 * ``json_schema`` content is bankml's strict compiler's (``bankml.schema.StrictGrammarBuilder``): exactly
   the JSON texts jsonschema accepts for the schema, members in any order, llama.cpp's whitespace rule, or
@@ -51,7 +52,16 @@ from bankml.schema.grammar import StrictGrammarBuilder
 
 __all__ = ["FORMAT_TYPES", "XML_STYLES", "StructuralTagError", "read_structural_tag", "structural_tag_to_grammar"]
 
-XML_STYLES = ("qwen_xml", "minimax_xml", "deepseek_xml", "glm_xml", "cohere_xml", "kimi_k3_xml")
+XML_STYLES = (
+    "qwen_xml",
+    "minimax_xml",
+    "minimax_m3_xml",
+    "deepseek_xml",
+    "glm_xml",
+    "cohere_xml",
+    "kimi_k3_xml",
+    "deepseek_v4_1_xml",
+)
 TOKEN_TYPES = ("token", "exclude_token", "any_tokens", "token_triggered_tags", "token_dispatch")
 FORMAT_TYPES = (
     "const_string",
@@ -71,7 +81,7 @@ FORMAT_TYPES = (
     "dispatch",
     "qwen_xml_parameter",
 ) + TOKEN_TYPES
-_MAX_DEPTH = 200  # nesting of formats (XGrammar bounds its recursion too)
+_MAX_DEPTH = 100  # nesting of formats: XGrammar 0.2.8's kMaxFormatDepth
 
 
 class StructuralTagError(ValueError):
@@ -240,6 +250,12 @@ class _Reader:
                     path + ".style", "must be one of %s, got %r" % (", ".join(("json",) + XML_STYLES), style)
                 )
         any_order = _bool(obj, "any_order", path)
+        excludes = _strings(obj, "excludes", path, non_empty_items=True)
+        if excludes:
+            raise StructuralTagError(
+                path + ".excludes",
+                "substrings excluded from a JSON schema's strings are not supported by bankml's strict compiler",
+            )
         whitespace = obj.get("max_whitespace_cnt")
         if whitespace is not None:
             if isinstance(whitespace, bool) or not isinstance(whitespace, int):

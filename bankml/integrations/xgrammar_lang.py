@@ -6,10 +6,11 @@ XGrammar's own grammar languages, written as llama.cpp GBNF (code points, as ban
   contain an excluded string. XGrammar builds it as a trie of the triggers and excludes with Aho-Corasick
   back edges (``TrieFSMBuilder`` with ``add_back_edges``); this module builds the same automaton over code
   points (XGrammar's is over UTF-8 bytes, the same machine on valid UTF-8: a pattern starts at a lead byte)
-  and writes one GBNF rule per state. What that automaton does is XGrammar's language, quirks included: a
-  state that completes a trigger keeps only its trie children (a trigger that is a prefix of another trigger
-  or of an exclude may go on as free text), no state reports a pattern that is a proper suffix of the path it
-  is on (no output links), and free text may end in any state that completes no pattern.
+  and writes one GBNF rule per state. What that automaton does is XGrammar's language (0.2.8, the one vLLM 0.32
+  pins), quirks included: a state that completes a trigger keeps only its trie children (a trigger that is a
+  prefix of another trigger or of an exclude may go on as free text), an exclude is found wherever it ends
+  (a state whose failure link is dead is dead) but a trigger only where the trie path spells it, and free
+  text may end in any state that completes no pattern.
 * ``EbnfTranslator``: XGrammar's EBNF dialect (``grammar_parser.cc``: rule names with ``_ . -``, C escapes and
   ``\\x`` of any length in strings and classes, ``()`` as the empty string, ``{m,n}``, ``TagDispatch(...)``,
   ``Regex("...")``) to GBNF rules under a prefix. Refused, naming the construct: lookahead assertions
@@ -167,6 +168,9 @@ def dispatch_rules(rules, hint, triggers, loop, excludes):
     fail = [0] * len(children)
     delta = [dict(c) for c in children]
     for u in order:
+        # XGrammar 0.2.8: a state whose failure state is dead has completed an exclude as a suffix: dead too
+        if fail[u] in dead:
+            dead.add(u)
         for cp in alphabet:
             child = children[u].get(cp)
             fallback = 0 if u == 0 else delta[fail[u]].get(cp, 0)
@@ -969,6 +973,8 @@ class _RegexConverter:
 
 def regex_to_ebnf(pattern):
     """XGrammar's EBNF for a regex of its dialect (``RegexToEBNF``), as one ``root`` rule."""
+    if "\0" in pattern:
+        raise XGrammarSyntaxError("The regex must not contain null characters.")
     if any(0xD800 <= ord(c) <= 0xDFFF for c in pattern):
         raise XGrammarSyntaxError("The regex is not a valid UTF-8 string.")
     return "root ::= " + _RegexConverter(pattern).convert() + "\n"
