@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from bankml.chat.constraint import Constraint, RequestError
-from bankml.chat.params import TOOL_CHOICES
+from bankml.chat.params import TOOL_CALL_MODES, TOOL_CHOICES
 from bankml.chat.template import ChatParseError
 from bankml.engine._grammar import Grammar, Rules
 from bankml.engine._hash import mask_hash
@@ -245,6 +245,15 @@ def _chat_args(p):
         "jsonschema accepts; a schema it cannot enforce is refused naming the keyword and pointer)",
     )
     p.add_argument(
+        "--tool-call-mode",
+        default="llama.cpp",
+        choices=list(TOOL_CALL_MODES),
+        help="how tool calls are constrained: llama.cpp (default, llama-server's grammars: text may come "
+        'before a "required" call) or strict (tool_choice "required" or naming a function forces the '
+        "template's own call syntax first; under auto a started call is whole; arguments exactly each tool's "
+        "parameters schema, a schema it cannot enforce refused naming the tool, keyword and pointer)",
+    )
+    p.add_argument(
         "--chat-template-kwargs",
         default=None,
         help="a JSON object of extra template variables, e.g. '{\"enable_thinking\": false}'",
@@ -298,9 +307,12 @@ def cmd_generate(args):
         else:
             extra = {}
             if tools is not None:
+                choice = args.tool_choice
+                if choice not in TOOL_CHOICES:  # a function's name: OpenAI's named tool_choice
+                    choice = {"type": "function", "function": {"name": choice}}
                 extra = {
                     "tools": tools,
-                    "tool_choice": args.tool_choice,
+                    "tool_choice": choice,
                     "parallel_tool_calls": args.parallel_tool_calls,
                 }
             job = model.chat(
@@ -460,8 +472,9 @@ def build_parser():
     generate.add_argument(
         "--tool-choice",
         default="auto",
-        choices=list(TOOL_CHOICES),
-        help="llama-server's tool_choice (default auto)",
+        metavar="{auto,none,required,NAME}",
+        help="llama-server's tool_choice (default auto), or the name of the function to call (a named "
+        "tool_choice: needs --tool-call-mode strict)",
     )
     generate.add_argument(
         "--parallel-tool-calls",

@@ -718,7 +718,9 @@ def _call_id_section(p, t, with_suffix_inside):
     return section, have
 
 
-def _tail(p, reasoning_parser, f, tool_calls):
+def _tail(p, reasoning_parser, f, tool_calls, inp):
+    if inp.forced:  # strict mode: the calls right after the reasoning (and the whitespace the template writes)
+        return reasoning_parser + p.space() + tool_calls + p.end()
     trigger = f.section_start or f.per_call_start
     before = p.eps() if not trigger else p.until(trigger)
     end = p.end()
@@ -750,7 +752,10 @@ def _build_json_native(p, t, inp, reasoning_parser, content):
             f.parameter_order,
             f.openai_wrapper_trigger,
         )
-        tools_parser = p.trigger_rule("tool-calls", p.one_or_more(single + p.space()))
+        if inp.strict_tools and not inp.parallel_tool_calls:  # llama.cpp takes more calls regardless
+            tools_parser = p.trigger_rule("tool-calls", single + p.space())
+        else:
+            tools_parser = p.trigger_rule("tool-calls", p.one_or_more(single + p.space()))
     else:
         tools_parser = p.standard_json_tools(
             f.section_start,
@@ -767,6 +772,8 @@ def _build_json_native(p, t, inp, reasoning_parser, content):
             f.parameter_order,
             f.openai_wrapper_trigger,
         )
+    if inp.forced:  # strict mode: the calls right after the reasoning (and the whitespace the template writes)
+        return reasoning_parser + p.space() + tools_parser + p.end()
     if content.is_always_wrapped():
         wrapped = p.optional(content.start + p.content(p.until(content.end)) + content.end)
         end = p.end()
@@ -814,7 +821,7 @@ def _build_tag_json(p, t, inp, reasoning_parser):
             tool_calls = p.trigger_rule("tool-call", f.section_start + tool_choice + f.section_end)
     if inp.tool_choice != "required":
         tool_calls = p.optional(tool_calls)
-    return _tail(p, reasoning_parser, f, tool_calls)
+    return _tail(p, reasoning_parser, f, tool_calls, inp)
 
 
 def _build_tag_tagged(p, t, inp, reasoning_parser):
@@ -825,7 +832,9 @@ def _build_tag_tagged(p, t, inp, reasoning_parser):
         func = tool["function"]
         name = func["name"]
         required, optional = [], []
-        for pname, node, is_required in function_parameters(func):
+        if inp.strict_tools:
+            args = _strict_tagged_args(p, a, func, until_suffix)
+        for pname, node, is_required in () if inp.strict_tools else function_parameters(func):
             if may_be_string(node):
                 close = p.tool_arg_close(p.literal(a.value_suffix))
                 value = p.ac(p.tool_arg_string_value(until_suffix) + close, a.value_suffix)
@@ -847,7 +856,8 @@ def _build_tag_tagged(p, t, inp, reasoning_parser):
             arg = p.tool_arg(open_ + a.value_prefix + value)
             named = p.rule("tool-%s-arg-%s" % (name, pname), arg)
             (required if is_required else optional).append(named)
-        args = p.required_then_optional(required, optional)
+        if not inp.strict_tools:
+            args = p.required_then_optional(required, optional)
         if a.start:
             args = p.literal(a.start) + args
         if a.end:
@@ -860,6 +870,10 @@ def _build_tag_tagged(p, t, inp, reasoning_parser):
     tool_calls = p.eps()
     if f.per_call_start:
         sp2 = p.space()
+        if inp.strict_tools and f.per_call_end and not a.tolerate_intertag_whitespace:
+            # the call's close is a peek at the end marker right after the arguments (_func_parser): the
+            # parser takes no whitespace there, so strict mode's grammar does not either (llama.cpp's does)
+            sp2 = p.eps()
         wrapped = f.per_call_start + p.space() + tool_choice + sp2 + f.per_call_end
         if inp.parallel_tool_calls:
             spa = p.space()
@@ -888,7 +902,21 @@ def _build_tag_tagged(p, t, inp, reasoning_parser):
             tool_calls = p.trigger_rule("tool-call", f.section_start + p.space() + tool_choice + sp2 + f.section_end)
     if inp.tool_choice != "required":
         tool_calls = p.optional(tool_calls)
-    return _tail(p, reasoning_parser, f, tool_calls)
+    return _tail(p, reasoning_parser, f, tool_calls, inp)
+
+
+def _strict_tagged_args(p, a, func, until_suffix):
+    """Strict tool-call mode: a function's tagged arguments in schema order (required ones present, optional
+    ones skippable, each once), space between; a string node's value is raw text up to the value suffix, any
+    other canonical JSON."""
+    items = []
+    for param in p.strict_params(func):
+        rule = "tool-%s-arg-%s" % (func["name"], param.name)
+        close = p.tool_arg_close(p.literal(a.value_suffix))
+        value, _ = p.strict_value(func, param, rule + "-schema", p.tool_arg_string_value(until_suffix), a.value_suffix)
+        open_ = p.tool_arg_open(a.name_prefix + p.tool_arg_name(p.literal(param.name)) + a.name_suffix)
+        items.append((p.rule(rule, p.tool_arg(open_ + a.value_prefix + value + close)), param.required))
+    return p.strict_sequence(items, p.space)
 
 
 def build_tool_parser(p, tools, inp, reasoning_parser, content):

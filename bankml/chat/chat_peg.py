@@ -11,7 +11,9 @@ import json
 from bankml.chat import peg
 from bankml.chat.peg import Choice, Rule, Sequence
 from bankml.chat.peg_builder import Builder, P, clean_rule_name
+from bankml.errors import SchemaError
 from bankml.schema import reader as s
+from bankml.schema import tool_args
 from bankml.schema.limits import _raise_recursion_limit, _restore_recursion_limit
 
 REASONING_BLOCK, REASONING, CONTENT = "reasoning-block", "reasoning", "content"
@@ -99,6 +101,94 @@ def function_tools(tools):
 
 class ChatBuilder(Builder):
     """common_chat_peg_builder."""
+
+    # -- strict tool-call mode (bankml's, beside llama.cpp's handlers) --------------------------------------
+
+    def strict_params(self, function):
+        """Strict tool-call mode: the parameters of a function whose template writes one element per
+        parameter, ``[tool_args.Param]`` in schema order; a SchemaError naming the tool for an object such
+        a syntax cannot carry exactly."""
+        try:
+            return tool_args.params(tool_parameters(function))
+        except SchemaError as e:
+            raise tool_args.named(function.get("name"), e) from None
+
+    def strict_value(self, function, param, rule_name, string_value, delimiter, **raw):
+        """``(parser, is_string)``: one parameter's value in strict mode. A node that takes strings only is
+        the raw text ``string_value`` parses (its grammar ``tool_args.RawStyle(delimiter, **raw)``: the
+        strings the parser gives back whole); any other is a JSON value, parsed as JSON and written in the
+        canonical style."""
+        params = tool_parameters(function)
+        try:
+            is_string = tool_args.kind(params, param.pointer) == "string"
+        except SchemaError as e:
+            raise tool_args.named(function.get("name"), e) from None
+        source = (params, param.pointer)
+        if is_string:
+            style = tool_args.RawStyle(delimiter, **raw)
+            return self.schema(string_value, rule_name, None, source=source, style=style), True
+        json_value = self.schema(self.json(), rule_name, None, source=source, style=tool_args.JsonStyle())
+        return self.tool_arg_json_value(json_value), False
+
+    def strict_separated(self, rule_prefix, items, separator):
+        """``items`` (``(parser, required)``) in order, the optional ones skippable, ``separator()`` (a parser
+        that must not match nothing, such as ``","``) between two that are present: two rules per item, one
+        for "none written yet" and one for "some written"."""
+        none = some = None  # None: nothing is left (an empty alternative GBNF cannot write at a line's end)
+        for i in range(len(items) - 1, -1, -1):
+            item, required = items[i]
+            with_none = item if some is None else item + some
+            with_some = separator() + with_none
+            if not required:
+                with_none = self.optional(with_none) if none is None else with_none | none
+                with_some = self.optional(with_some) if some is None else with_some | some
+            none = self.rule("%s-%d-first" % (rule_prefix, i), with_none)
+            some = self.rule("%s-%d-next" % (rule_prefix, i), with_some)
+        return self.eps() if none is None else none
+
+    def strict_python_calls(self, tools, parallel_tool_calls):
+        """Strict tool-call mode's ``python_style_tool_calls`` (LFM2): ``[name(a='x', b=1)]``, the keyword
+        arguments in schema order, ``", "`` between, each value canonical JSON with its strings in Python's
+        single quotes, as the template writes them (``tool_args.PythonStyle``), which the Python-or-JSON value
+        parser reads."""
+        tool_choices = self.choice()
+        for tool in function_tools(tools):
+            fn = tool["function"]
+            name, params = fn["name"], tool_parameters(fn)
+            items = []
+            for param in self.strict_params(fn):
+                try:
+                    is_string = tool_args.kind(params, param.pointer) == "string"
+                except SchemaError as e:
+                    raise tool_args.named(name, e) from None
+                if is_string:
+                    parse = self.literal("'") + self.string_content("'") + self.literal("'")
+                else:
+                    parse = self.python_or_json_value()
+                rule = "tool-%s-arg-%s-schema" % (name, param.name)
+                source = (params, param.pointer)
+                style = tool_args.PythonStyle()
+                value = self.tool_arg_value(self.schema(parse, rule, None, source=source, style=style))
+                close = self.tool_arg_close(self.eps())
+                open_ = self.tool_arg_open(self.tool_arg_name(self.literal(param.name)) + self.literal("="))
+                items.append((self.tool_arg(open_ + value + close), param.required))
+            args = self.strict_separated("tool-%s-args" % name, items, lambda: self.literal(", "))
+            close = self.tool_close(self.literal(")"))
+            open_ = self.tool_open(self.tool_name(self.literal(name)) + self.literal("("))
+            tool_choices = tool_choices | self.rule("tool-" + name, self.tool(open_ + self.tool_args(args) + close))
+        if parallel_tool_calls:
+            return "[" + tool_choices + self.zero_or_more(", " + tool_choices) + "]"
+        return "[" + tool_choices + "]"
+
+    def strict_sequence(self, items, separator=None):
+        """``items`` (``(parser, required)``) in order, the optional ones skippable, ``separator`` (a parser
+        that may match nothing, such as ``space``, or None) before every one but the first."""
+        seq = self.eps()
+        for i, (item, required) in enumerate(items):
+            if i and separator is not None:
+                item = separator() + item
+            seq = seq + (item if required else self.optional(item))
+        return seq
 
     def required_then_optional(self, required, optional):
         """The required argument parsers in order, space between, then any optional one, repeated: the sequence
@@ -629,8 +719,11 @@ class ChatBuilder(Builder):
         return choices
 
 
-def build_chat_peg_parser(fn):
+def build_chat_peg_parser(fn, strict_tools=False):
+    """The arena ``fn(builder)`` builds. ``strict_tools``: strict tool-call mode, where a tool's schema is
+    not read by llama.cpp's reader (``bankml.schema.tool_args`` writes it from the JSON itself)."""
     b = ChatBuilder()
+    b.strict_tools = strict_tools
     b.set_root(fn(b))
     return b.build()
 

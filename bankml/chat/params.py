@@ -6,10 +6,13 @@ modes of a prefilled assistant message, a message's rendered content, the chat p
 ``common_chat_peg_parse`` runs it) and an arena's grammar. It must not import ``template`` or ``families``.
 """
 
+import json
+
 from bankml.chat.chat_peg import Mapper, peg_parse
 from bankml.errors import SchemaError
 from bankml.schema.converter import build_grammar
 from bankml.schema.grammar import StrictGrammarBuilder, check_mode
+from bankml.schema.tool_args import ToolArgsBuilder
 
 CONTINUATION_NONE, CONTINUATION_AUTO, CONTINUATION_REASONING, CONTINUATION_CONTENT = range(4)
 
@@ -21,12 +24,104 @@ class ChatRequestError(ValueError):
 #: the tool choices llama.cpp knows (common_chat_tool_choice_parse_oaicompat)
 TOOL_CHOICES = ("auto", "none", "required")
 
+#: how the chat layer constrains tool calls: llama.cpp's grammars (the default, llama-server's answers byte for
+#: byte), or strict mode (a forced call for "required" and a named function, the arguments exactly their schema)
+TOOL_CALL_MODES = ("llama.cpp", "strict")
+
 
 def check_tool_choice(tool_choice):
     """ChatRequestError with llama.cpp's message for a tool choice it does not know (a string other than
     TOOL_CHOICES); the one place the serve layer and the chat layer check it."""
     if isinstance(tool_choice, str) and tool_choice not in TOOL_CHOICES:
         raise ChatRequestError("Invalid tool_choice: " + tool_choice)
+
+
+def check_tool_call_mode(mode):
+    """``mode`` if it is one of TOOL_CALL_MODES; ValueError otherwise."""
+    if mode not in TOOL_CALL_MODES:
+        raise ValueError("tool_call_mode must be 'llama.cpp' or 'strict', not %r" % (mode,))
+    return mode
+
+
+def _dumps(value):
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _function_name(entry, where):
+    """The function name of a ``{"type": "function", "function": {"name": X}}`` (chat completions) or
+    ``{"type": "function", "name": X}`` (Responses) entry."""
+    if not isinstance(entry, dict) or entry.get("type") != "function":
+        raise ChatRequestError(
+            '%s: expected {"type": "function", "function": {"name": ...}}, got %s' % (where, _dumps(entry))
+        )
+    fn = entry.get("function")
+    name = fn.get("name") if isinstance(fn, dict) else entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise ChatRequestError("%s: the function's name must be a non-empty string, got %s" % (where, _dumps(entry)))
+    return name
+
+
+def read_tool_choice(tool_choice):
+    """``(choice, names)`` of a request's ``tool_choice``: ``choice`` one of TOOL_CHOICES, ``names`` the
+    functions the answer may call (None: every tool). Besides llama.cpp's strings, OpenAI's forms that name
+    functions: ``{"type": "function", "function": {"name": X}}`` (X must be called: ``("required", (X,))``)
+    and ``{"type": "allowed_tools", "allowed_tools": {"mode": "auto" | "required", "tools": [...]}}`` (also the
+    Responses API's flat forms). ChatRequestError naming the field for anything else."""
+    if tool_choice is None:
+        return "auto", None
+    if isinstance(tool_choice, str):
+        check_tool_choice(tool_choice)
+        return tool_choice, None
+    if not isinstance(tool_choice, dict):
+        raise ChatRequestError(
+            'tool_choice: expected "auto", "none", "required" or an object naming a function, got '
+            + _dumps(tool_choice)
+        )
+    kind = tool_choice.get("type")
+    if kind == "function":
+        return "required", (_function_name(tool_choice, "tool_choice"),)
+    if kind == "allowed_tools":
+        spec = tool_choice.get("allowed_tools", tool_choice)
+        mode, tools = spec.get("mode"), spec.get("tools") if isinstance(spec, dict) else None
+        if mode not in ("auto", "required"):
+            raise ChatRequestError('tool_choice.allowed_tools.mode: expected "auto" or "required", got ' + _dumps(mode))
+        if not isinstance(tools, list) or not tools:
+            raise ChatRequestError("tool_choice.allowed_tools.tools: expected a non-empty array of functions")
+        names = []
+        for i, entry in enumerate(tools):
+            name = _function_name(entry, "tool_choice.allowed_tools.tools[%d]" % i)
+            if name not in names:
+                names.append(name)
+        return mode, tuple(names)
+    raise ChatRequestError(
+        'tool_choice: an object must have "type": "function" or "allowed_tools", got ' + _dumps(tool_choice)
+    )
+
+
+def resolve_tool_choice(tool_choice, tools, tool_call_mode):
+    """``(choice, names)`` as ``read_tool_choice``, checked against the request's ``tools`` and the tool-call
+    mode: a choice naming functions needs strict mode (llama-server reads it as "auto"), and each name must be
+    one of the function tools."""
+    choice, names = read_tool_choice(tool_choice)
+    if names is None:
+        return choice, None
+    if tool_call_mode != "strict":
+        raise ChatRequestError(
+            "tool_choice naming a function is served in strict tool-call mode (bankml serve --tool-call-mode "
+            'strict, tool_call_mode="strict"): llama-server reads it as "auto" and may answer with no call'
+        )
+    known = [
+        t["function"].get("name")
+        for t in tools or ()
+        if isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
+    ]
+    for name in names:
+        if name not in known:
+            raise ChatRequestError(
+                "tool_choice names the function %s, which is not in tools (%s)"
+                % (_dumps(name), ", ".join(_dumps(k) for k in known) or "none")
+            )
+    return choice, names
 
 
 def render_content(msg):
@@ -56,11 +151,27 @@ class ChatParser:
 UNWRAPPED_SCHEMA_ERRORS = ("JSON schema error at ", "At least one of min_value or max_value must be set")
 
 
-def arena_grammar(arena, lazy=False, json_schema_mode="llama.cpp"):
+def arena_grammar(arena, lazy=False, json_schema_mode="llama.cpp", tool_call_mode="llama.cpp", tools=()):
     """build_grammar(parser.build_grammar(builder, lazy)): the GBNF of an arena (SchemaError from the
     converter). ``json_schema_mode="strict"``: the arena's schemas (a response format's, tools' parameters)
-    are compiled by strict mode (``bankml.schema.grammar.StrictGrammarBuilder``) inside the same wrapping."""
-    if check_mode(json_schema_mode) == "strict":
+    are compiled by strict mode (``bankml.schema.grammar.StrictGrammarBuilder``) inside the same wrapping.
+    ``tool_call_mode="strict"``: the tools' schemas are written in strict mode's canonical style for tool
+    arguments (``bankml.schema.tool_args``), whatever ``json_schema_mode`` says of a response format's; a
+    refusal names the tool of ``tools`` (the request's function tools) whose parameters it is."""
+    strict_schemas = check_mode(json_schema_mode) == "strict"
+    if check_tool_call_mode(tool_call_mode) == "strict":
+        named = [
+            (t["function"]["parameters"], t["function"].get("name"))
+            for t in tools
+            if isinstance(t.get("function"), dict) and isinstance(t["function"].get("parameters"), dict)
+        ]
+
+        def build(builder):
+            inner = StrictGrammarBuilder(builder) if strict_schemas else builder
+            arena.build_grammar(ToolArgsBuilder(builder, inner, named), lazy)
+
+        return build_grammar(build)
+    if strict_schemas:
         return build_grammar(lambda builder: arena.build_grammar(StrictGrammarBuilder(builder), lazy))
     return build_grammar(lambda builder: arena.build_grammar(builder, lazy))
 

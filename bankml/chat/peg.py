@@ -15,7 +15,6 @@ Positions are byte offsets into the UTF-8 input; texts are bytes.
 
 from bankml.chat._peg import INCOMPLETE, INVALID, OK, utf8_at
 from bankml.schema.converter import gbnf_format_literal
-from bankml.schema.grammar import StrictGrammarBuilder
 from bankml.schema.queries import may_be_string
 
 FAIL, SUCCESS, NEED = 0, 1, 2
@@ -491,13 +490,16 @@ class Until(_P):
 class Schema(_P):
     """common_peg_schema_parser: parses as its child; the grammar is the schema's (``node`` a
     bankml.schema.reader node, or None). ``source``: ``(document, pointer)``, the JSON schema the node was
-    read from and the node's JSON pointer in it, which strict mode compiles (None: no schema)."""
+    read from and the node's JSON pointer in it, which strict mode compiles (None: no schema). ``style``: None,
+    or how strict tool-call mode writes the value (a ``bankml.schema.tool_args`` style: raw XML text, Gemma 4's
+    syntax...); a schema with a style is always written by the builder."""
 
-    __slots__ = ("child", "name", "node", "raw", "source")
+    __slots__ = ("child", "name", "node", "raw", "source", "style")
     kind = "schema"
 
-    def __init__(self, child, name, node, raw, source=None):
+    def __init__(self, child, name, node, raw, source=None, style=None):
         self.child, self.name, self.node, self.raw, self.source = child, name, node, raw, source
+        self.style = style
 
     def parse(self, a, ctx, pos):
         return a.parsers[self.child].parse(a, ctx, pos)
@@ -677,7 +679,7 @@ class Arena:
         calls in llama.cpp's order (reachable rules in the order they were made, each body left to right,
         then the root)."""
         parsers, rules = self.parsers, self.rules
-        strict = isinstance(builder, StrictGrammarBuilder)
+        strict = getattr(builder, "strict", False)  # a StrictGrammarBuilder or a ToolArgsBuilder: sources
         literal_gbnf = {}
         # per body walk: the names of the rules it reaches, and whether it adds rules to the builder (then
         # its text is not kept); ``emit``: the builder is called (the second walk), else only noted
@@ -685,7 +687,7 @@ class Arena:
         state = [False, False]  # [adds rules, emit]
 
         def delegates(s):
-            return s.node is None or (s.raw and may_be_string(s.node))
+            return s.style is None and (s.node is None or (s.raw and may_be_string(s.node)))
 
         def effective(pid):
             while True:
@@ -808,6 +810,8 @@ class Arena:
                 state[0] = True
                 if not state[1]:
                     return "schema"
+                if p.style is not None:
+                    return builder.add_schema(p.name, p.node, p.source, p.style)
                 if strict:
                     return builder.add_schema(p.name, p.node, p.source)
                 return builder.add_schema(p.name, p.node)

@@ -32,6 +32,7 @@ from bankml.chat.peg import (
     Until,
 )
 from bankml.schema.reader import SchemaDocument
+from bankml.schema.tool_args import JsonStyle
 
 # -- the builder ---------------------------------------------------------------------------------------------
 
@@ -94,6 +95,7 @@ class Builder:
     def __init__(self):
         self.arena = Arena()
         self._parsers = self.arena.parsers
+        self.strict_tools = False  # strict tool-call mode: a tool's schema is written by bankml.schema.tool_args
         # what ``build`` needs instead of walking the arena to resolve refs: the names of the refs made (one
         # missing from the rules: resolve as llama.cpp does, which reports it), the names of the rules being
         # built by a function (a reference to one is a ref, resolved later), and whether a rule id already
@@ -274,15 +276,18 @@ class Builder:
             raise RuntimeError("ac parser requires at least one delimiter")
         return self.add(Ac(p.id, delimiters))
 
-    def schema(self, p, name, schema, raw=False, node=None, source=None):
+    def schema(self, p, name, schema, raw=False, node=None, source=None, style=None):
         """The schema parser: ``schema`` a JSON schema (read into a bankml.schema.reader document here, as
         common_chat_schema_from_json) unless ``node`` (a node of a document) is given; then ``source`` is
         ``(document, pointer)``: the schema document the node belongs to and its JSON pointer there (what
-        strict mode compiles: ``bankml.chat.chat_peg.parameter_source``)."""
-        if node is None:
-            node = SchemaDocument(schema).root
+        strict mode compiles: ``bankml.chat.chat_peg.parameter_source``). ``style``: how strict tool-call mode
+        writes the value (``bankml.schema.tool_args``; the parse is ``p``'s)."""
+        if node is None and source is None:
             source = (schema, "#")
-        return self.add(Schema(p.id, name, node, raw, source))
+            if style is None and self.strict_tools and not name.startswith("response-format"):
+                style = JsonStyle()  # strict tool-call mode writes the tool's schema from its JSON
+            node = SchemaDocument(schema).root if style is None else None
+        return self.add(Schema(p.id, name, node, raw, source, style))
 
     def rule(self, name, p, trigger=False):
         """``p`` a parser, or a function building one (then the rule may recurse, and a rule of that name

@@ -31,7 +31,7 @@ from typing import Optional
 
 from bankml.chat import cache, families
 from bankml.chat.analysis import Analysis
-from bankml.chat.analysis_tools import build_tool_parser
+from bankml.chat.analysis_tools import JSON_NATIVE, build_tool_parser
 from bankml.chat.chat_peg import ChatMessage, ChatParseError, build_chat_peg_parser
 from bankml.chat.families import TRIGGER_PATTERN, TRIGGER_PATTERN_FULL, TRIGGER_TOKEN, TRIGGER_WORD, Inputs
 from bankml.chat.jinja import Program, TemplateError, caps_get, memo_json, preserve_reasoning, prime_tojson, tojson_text
@@ -40,12 +40,12 @@ from bankml.chat.params import (
     CONTINUATION_CONTENT,
     CONTINUATION_NONE,
     CONTINUATION_REASONING,
-    TOOL_CHOICES,
     ChatParser,
     ChatRequestError,
     arena_grammar,
-    check_tool_choice,
+    check_tool_call_mode,
     render_content,
+    resolve_tool_choice,
     schema_error,
 )
 from bankml.errors import SchemaError, json_type_name
@@ -255,7 +255,9 @@ class ChatPrompt:
     """What ``ChatTemplate.apply`` returns, with common_chat_params' field names: the prompt, the generation
     prompt (what the template adds for ``add_generation_prompt``; the grammar and the parser start with it),
     and what the template analysis gives (thinking tags, preserved tokens, stops, message delimiters).
-    ``json_schema_mode`` is the mode the grammar's schemas were compiled in (``bankml.schema.MODES``).
+    ``json_schema_mode`` is the mode the grammar's schemas were compiled in (``bankml.schema.MODES``);
+    ``tool_call_mode`` how its tool calls are constrained (``"strict"`` only where the request has tools
+    enabled: ``bankml.chat.params.TOOL_CALL_MODES``).
     ``handler`` names llama.cpp's hand-written handler when the template has one (those fields are then
     not derived yet and are None)."""
 
@@ -275,6 +277,7 @@ class ChatPrompt:
     parser: Optional["ChatParser"] = None
     caps: dict = field(default_factory=dict)
     json_schema_mode: str = "llama.cpp"
+    tool_call_mode: str = "llama.cpp"
 
 
 class ChatTemplate:
@@ -472,6 +475,7 @@ class ChatTemplate:
         tool_choice="auto",
         parallel_tool_calls=False,
         json_schema_mode="llama.cpp",
+        tool_call_mode="llama.cpp",
     ):
         """What llama.cpp's common_chat_templates_apply gives for this request (``now``: POSIX time for
         ``strftime_now`` / ``datetime`` / ``date_string``, default the wall clock). ``chat_template_kwargs``
@@ -480,11 +484,19 @@ class ChatTemplate:
         or its JSON text), which some templates render and which gives the grammar; ``reasoning_format``
         llama-server's (its default ``deepseek`` extracts the reasoning; ``none`` leaves it in the content).
         ``json_schema_mode``: ``"strict"`` compiles the grammar's schemas (the response format's, the tools'
-        parameters') with bankml's strict compiler inside the same wrapping; the default is llama.cpp's."""
+        parameters') with bankml's strict compiler inside the same wrapping; the default is llama.cpp's.
+
+        ``tool_call_mode``: ``"llama.cpp"`` (the default: llama-server's grammars) or ``"strict"``: a
+        ``tool_choice`` of ``"required"`` or naming a function (``{"type": "function", "function": {"name":
+        X}}``, or OpenAI's ``allowed_tools``) makes the grammar the template's own call syntax from the first
+        token (after the template's reasoning), with no text before, between or after the calls, exactly one
+        call unless ``parallel_tool_calls``; under ``"auto"`` a call, once its trigger is written, is whole; in
+        both the arguments are exactly each tool's ``parameters`` schema, in the canonical style of
+        ``bankml.schema.tool_args`` (a schema it cannot write exactly is a SchemaError naming the tool, the
+        keyword and the pointer). Without tools the mode changes nothing."""
         check_mode(json_schema_mode)
-        check_tool_choice(tool_choice)
-        if tool_choice not in TOOL_CHOICES:
-            raise ChatRequestError("Invalid tool_choice: %s" % (tool_choice,))
+        check_tool_call_mode(tool_call_mode)
+        tool_choice, tool_names = resolve_tool_choice(tool_choice, tools, tool_call_mode)
         rendered, _, extra, add_gen, continuation, continue_msg = self.prepare(
             messages, None, add_generation_prompt, continue_final_message, enable_thinking, chat_template_kwargs, now
         )
@@ -513,6 +525,8 @@ class ChatTemplate:
                 add_gen,
                 continuation,
                 json_schema_mode,
+                tool_call_mode,
+                tool_names,
             )
             json_schema = _private_schema(json_schema, schema_key)
         inp = Inputs(
@@ -527,11 +541,22 @@ class ChatTemplate:
             bool(parallel_tool_calls),
             enable_thinking,
             add_gen,
+            tool_call_mode,
+            tool_names,
         )
+        if tool_names is not None and not inp.tools:
+            raise ChatRequestError("tool_choice names functions that are not function tools of the request")
         if self.handler is not None:
             return self._apply_handler(inp, rendered, tools_render, extra, now, json_schema_mode, key)
         prompt, gen = self.prompt_and_generation_prompt(rendered, tools_render, add_gen, enable_thinking, extra, now)
-        out = ChatPrompt(prompt, gen, handler=self.handler, caps=self.caps.to_dict(), json_schema_mode=json_schema_mode)
+        out = ChatPrompt(
+            prompt,
+            gen,
+            handler=self.handler,
+            caps=self.caps.to_dict(),
+            json_schema_mode=json_schema_mode,
+            tool_call_mode=_tool_call_mode(inp),
+        )
         a = self.analysis
         parser_gen = gen
         if has_continuation:
@@ -561,7 +586,7 @@ class ChatTemplate:
         out.delimiters = ([["assistant", a.assistant_start]] if a.assistant_start else []) + (
             [["user", a.user_start]] if a.user_start else []
         )
-        return out
+        return _check_forced(out, inp)
 
     def _derive_auto(self, out, a, parser_gen, extracting, json_schema, inp, json_schema_mode):
         """The auto-parser's part of apply that the messages do not change (given the generation prompt): the
@@ -572,6 +597,10 @@ class ChatTemplate:
         tf = a.tools.format
         has_tools = tf.mode != "NONE" and inp.has_tools
         trigger = tf.section_start or tf.per_call_start
+        if not trigger and has_tools and out.tool_call_mode == "strict" and tf.mode == JSON_NATIVE:
+            # no trigger word (Llama 3.x's bare JSON calls): the parser reads a call from the first "{", so
+            # strict mode starts the grammar there (llama.cpp leaves "auto" unconstrained)
+            trigger = "{"
         include_grammar = json_mode or (
             has_tools and ((tool_choice == "auto" and bool(trigger)) or tool_choice == "required")
         )
@@ -580,12 +609,14 @@ class ChatTemplate:
             arena = build_auto_parser(a, parser_gen, extracting, json_schema, inp if with_tools else None)
             if include_grammar:
                 out.grammar_lazy = not json_mode and tool_choice == "auto"
-                out.grammar = arena_grammar(arena, out.grammar_lazy, json_schema_mode)
+                out.grammar = arena_grammar(arena, out.grammar_lazy, json_schema_mode, out.tool_call_mode, inp.tools)
                 out.grammar_triggers = []
                 if out.grammar_lazy:
                     out.grammar_triggers = [[TRIGGER_WORD, trigger]]
                     if tf.openai_wrapper_trigger:
                         out.grammar_triggers.append([TRIGGER_WORD, '{"type": "function",'])
+                    if out.tool_call_mode == "strict":
+                        out.grammar_triggers = families.strict_triggers(out.grammar_triggers)
         except SchemaError as e:
             raise schema_error(e, head) from None
         out.parser = ChatParser(arena, out.generation_prompt)
@@ -604,11 +635,35 @@ class ChatTemplate:
             msgs, tools_render, inp.add_generation_prompt, inp.enable_thinking, ctx, now, override=is_override
         )
         prompt = families.fix_prompt(prompt, inp)
-        out = ChatPrompt(prompt, gen, handler=h, caps=self.caps.to_dict(), json_schema_mode=json_schema_mode)
+        out = ChatPrompt(
+            prompt,
+            gen,
+            handler=h,
+            caps=self.caps.to_dict(),
+            json_schema_mode=json_schema_mode,
+            tool_call_mode=_tool_call_mode(inp),
+        )
         if key is not None:
             key = key + (h, gen, families.prompt_key(h, prompt))
         _derived(out, key, lambda out: families.apply(out, inp))
-        return out
+        return _check_forced(out, inp)
+
+
+def _check_forced(out, inp):
+    """``out``, unless strict mode is to force a call the template has no syntax for (llama.cpp finds no
+    tool-call format in it: SmolLM3, Phi 3.5...): a ChatRequestError, not an answer that cannot be a call."""
+    if inp.forced and not out.grammar and inp.json_schema is None:
+        raise ChatRequestError(
+            'strict tool-call mode cannot force a call (tool_choice "required" or naming a function): this chat '
+            "template has no tool-call syntax llama.cpp's chat layer knows, so no answer would parse as a call"
+        )
+    return out
+
+
+def _tool_call_mode(inp):
+    """The tool-call mode a ChatPrompt is built in: strict only where the request's tools are enabled (without
+    them the grammar is llama.cpp's, byte for byte)."""
+    return "strict" if inp.strict_tools else "llama.cpp"
 
 
 def _string_diff(last, current):
@@ -711,7 +766,7 @@ def build_auto_parser(analysis, generation_prompt, extracting, json_schema, tool
         prefix = p.prefix(generation_prompt, _trim(r.start))
         return prefix + parser if pure_content else prefix << parser
 
-    return build_chat_peg_parser(fn)
+    return build_chat_peg_parser(fn, tool_inputs is not None and tool_inputs.strict_tools)
 
 
 def chat_message(parser, raw, parsed=None):

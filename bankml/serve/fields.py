@@ -165,8 +165,9 @@ CHAT.update(
         "continue_final_message": HONOURED,
         "tools": HONOURED,
         # a tool_choice that is a string must be one llama.cpp knows (common_chat_tool_choice_parse_oaicompat);
-        # one that names a function (an object) is refused (llama-server would read it as "auto"); checked in
-        # check() (an unknown string, first) and read by bankml.serve.openai.chat_options
+        # one that names a function (an object) is served in strict tool-call mode and refused otherwise
+        # (llama-server would read it as "auto"); checked in check() (an unknown string, first), read by
+        # bankml.serve.openai.chat_options, resolved by the chat layer
         "tool_choice": HONOURED,
         "parallel_tool_calls": HONOURED,
         "functions": Refuse(

@@ -14,7 +14,7 @@ Must not import: ``bankml.serve.runtime``, ``app`` or ``ollama``.
 import json
 
 from bankml.chat.constraint import from_openai_text
-from bankml.chat.params import ChatRequestError, check_tool_choice
+from bankml.chat.params import ChatRequestError, read_tool_choice
 from bankml.errors import RequestError, json_type_name
 from bankml.sampling import logprobs
 from bankml.sampling.params import SAMPLER_FIELDS
@@ -168,7 +168,7 @@ def sampler_fields(body, n_ctx=None, vocab=None):
 
 def _check_tool_choice(tool_choice):
     try:
-        check_tool_choice(tool_choice)
+        read_tool_choice(tool_choice)
     except ChatRequestError as e:
         raise RequestError(str(e)) from None
 
@@ -183,8 +183,9 @@ def _probs(body, endpoint, n_predict, context):
 def chat_options(body):
     """The ChatOptions of an OpenAI chat body, as llama-server's oaicompat_chat_params_parse reads its fields:
     the reasoning budget, the generation prompt and continuation, ``tools`` (an empty or absent array: none; with
-    tools, a ``grammar`` field is refused), ``tool_choice`` (absent or null: ``"auto"``; a named function is
-    refused), ``parallel_tool_calls`` (absent or null: what the template supports), ``chat_template_kwargs``,
+    tools, a ``grammar`` field is refused), ``tool_choice`` (absent or null: ``"auto"``; an object naming
+    functions is kept for the chat layer, which serves it in strict tool-call mode), ``parallel_tool_calls``
+    (absent or null: what the template supports), ``chat_template_kwargs``,
     ``reasoning_effort`` and ``reasoning_format``."""
     budget = body.get("reasoning_budget_tokens", body.get("thinking_budget_tokens"))
     if budget is not None:
@@ -218,14 +219,9 @@ def chat_options(body):
         reasoning_format = reasoning_format_from_name(reasoning_format)
     if tool_choice is None:
         tool_choice = "auto"
-    if not isinstance(tool_choice, str):
-        # llama-server reads a tool_choice that is not a string as "auto" (json_value's fallback): a named
-        # function would be ignored, so bankml refuses it
-        raise RequestError(
-            'Field \'tool_choice\': only "auto", "none" or "required" are supported (a '
-            'named function is not: llama-server would answer as for "auto")'
-        )
-    # a no-op for /v1/chat/completions (fields.check refused an unknown one first); /apply-template's
+    # a string llama.cpp knows, or an object naming functions (OpenAI's named and allowed_tools forms): read
+    # here, its shape checked; the chat layer serves a named one in strict tool-call mode and refuses it
+    # otherwise (llama-server would read it as "auto": bankml.chat.params.resolve_tool_choice)
     _check_tool_choice(tool_choice)
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):

@@ -97,7 +97,7 @@ class ChatOptions:
     add_generation_prompt: bool = True
     continue_final_message: Any = None  # True, "content", "reasoning_content" (the chat layer reads it)
     tools: Optional[list] = None  # OpenAI's function tools (None: none)
-    tool_choice: str = "auto"
+    tool_choice: Any = "auto"  # "auto", "none", "required", or an object naming functions (strict mode)
     parallel_tool_calls: Optional[bool] = None  # None: what the template supports
 
     def kwargs(self):

@@ -32,6 +32,7 @@ from typing import Any, List
 import numpy as np
 
 from bankml.chat.constraint import Constraint, RequestError
+from bankml.chat.params import check_tool_call_mode
 from bankml.chat.template import (
     CONTINUATION_NONE,
     ChatParseError,
@@ -105,6 +106,7 @@ def chat_model_options(args):
         "reasoning_budget_message": args.reasoning_budget_message,
         "chat_template_kwargs": kwargs,
         "json_schema_mode": getattr(args, "json_schema_mode", "llama.cpp"),
+        "tool_call_mode": getattr(args, "tool_call_mode", "llama.cpp"),
     }
 
 
@@ -375,7 +377,10 @@ class Model:
     training context (bankml.serve.flags). ``json_schema_mode`` (``"llama.cpp"``, the default: llama-server's
     grammars byte for byte; or ``"strict"``) is how every request's JSON schema becomes a grammar: the
     response format's, the top-level ``json_schema``'s, Ollama's ``format``'s and the tools' parameters'
-    (``bankml.schema.grammar``; JSON mode without a schema stays llama.cpp's).
+    (``bankml.schema.grammar``; JSON mode without a schema stays llama.cpp's). ``tool_call_mode``
+    (``"llama.cpp"``, the default: llama-server's tool-call grammars; or ``"strict"``) is how tool calls are
+    constrained (``bankml.chat.template.ChatTemplate.apply``'s ``tool_call_mode``: a forced call for
+    ``tool_choice`` "required" or a named function, arguments exactly their schema).
     """
 
     def __init__(
@@ -401,8 +406,10 @@ class Model:
         cache_type_k="f16",
         cache_type_v="f16",
         json_schema_mode="llama.cpp",
+        tool_call_mode="llama.cpp",
     ):
         self.json_schema_mode = check_mode(json_schema_mode)
+        self.tool_call_mode = check_tool_call_mode(tool_call_mode)
         L = self._L = _llama()
         self.path = os.fspath(path) if path is not None else default_model_path()
         if not os.path.isfile(self.path):
@@ -648,6 +655,7 @@ class Model:
         tool_choice="auto",
         parallel_tool_calls=None,
         render_only=False,
+        tool_call_mode=None,
     ):
         """A Job for chat messages, as /v1/chat/completions, through bankml.chat.template: llama.cpp's prompt, the
         chat grammar of a response format prefilled with the generation prompt, the template's parser, the
@@ -667,7 +675,9 @@ class Model:
         tools, the chat layer gives the tool-call grammar (lazy with its triggers under ``auto``, fed the
         generation prompt when eager), the preserved tokens (sent with their special text) and the parser; the
         Result's message holds ``tool_calls`` (ids as llama-server makes them) and its finish reason is
-        ``"tool_calls"`` when the answer ended with calls.
+        ``"tool_calls"`` when the answer ended with calls. ``tool_choice`` may also name a function
+        (``{"type": "function", "function": {"name": X}}``, or OpenAI's ``allowed_tools``) where the tool-call
+        mode is strict: ``tool_call_mode`` (None: the model's) is ``ChatTemplate.apply``'s.
 
         ``render_only`` returns the rendered prompt text instead of a Job (llama-server's ``/apply-template``).
 
@@ -731,6 +741,7 @@ class Model:
                 tool_choice=tool_choice,
                 parallel_tool_calls=parallel_tool_calls,
                 json_schema_mode=self._schema_mode(constraint, with_tools),
+                tool_call_mode=self.tool_call_mode if tool_call_mode is None else tool_call_mode,
             )
         except (ChatRequestError, TemplateError) as e:
             raise RequestError(str(e)) from None

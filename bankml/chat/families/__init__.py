@@ -40,6 +40,7 @@ from bankml.chat.families.common import (
     Inputs,
     defaults,
     finish,
+    strict_triggers,
 )
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "ported",
     "prompt_key",
     "rewrite",
+    "strict_triggers",
 ]
 
 # common_chat_try_specialized_template's order (the first match wins; LFM2's module detects LFM2, then LFM2.5)

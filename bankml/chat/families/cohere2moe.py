@@ -90,7 +90,7 @@ def apply(out, inp):
         return generation_prompt + reasoning + body_ + turn_end + end
 
     lazy = not inp.has_response_format and inp.tool_choice == "auto"
-    finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, ACTION_START)])
+    finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, ACTION_START)], inp=inp)
 
 
 FAMILY = Family(("cohere2moe",), detect, apply)

@@ -32,6 +32,8 @@ class Inputs:
         parallel_tool_calls=False,
         enable_thinking=True,
         add_generation_prompt=True,
+        tool_call_mode="llama.cpp",
+        tool_names=None,
     ):
         self.handler, self.source = handler, source
         self.enable_thinking, self.add_generation_prompt = enable_thinking, add_generation_prompt
@@ -39,13 +41,37 @@ class Inputs:
         self.reasoning_format = reasoning_format
         self.continuation, self.continue_msg = continuation, continue_msg
         self.tools = [t for t in (tools or []) if isinstance(t, dict)]
+        if tool_names is not None:  # the functions a named tool_choice allows (strict mode): the grammar's
+            self.tools = [t for t in self.tools if _name_of(t) in tool_names]
         self.tool_choice, self.parallel_tool_calls = tool_choice, parallel_tool_calls
+        self.tool_call_mode = tool_call_mode
         self.continue_content = continuation == CONTINUATION_CONTENT
         self._render = render_content
 
     @property
     def has_tools(self):
         return bool(self.tools)
+
+    @property
+    def strict_tools(self):
+        """Strict tool-call mode: the arguments exactly their schema, in the canonical style
+        (``bankml.schema.tool_args``), whole calls once a call starts."""
+        return self.tool_call_mode == "strict" and self.tool_calls_enabled
+
+    @property
+    def forced(self):
+        """Strict mode with ``required`` (or a named function): the answer is the template's call syntax
+        first (after its reasoning), no text before, between or after the calls, and exactly one call
+        without ``parallel_tool_calls``."""
+        return self.strict_tools and self.tool_choice == "required"
+
+    def calls(self, p, call, separator=None):
+        """The calls of an answer in strict mode: one, or with ``parallel_tool_calls`` one or more
+        (``separator``, a parser or text, between them)."""
+        if not self.parallel_tool_calls:
+            return call
+        more = call if separator is None else separator + call
+        return call + p.zero_or_more(more)
 
     @property
     def tool_calls_enabled(self):
@@ -67,6 +93,11 @@ class Inputs:
 
     def render_content(self):
         return self._render(self.continue_msg)
+
+
+def _name_of(tool):
+    fn = tool.get("function")
+    return fn.get("name") if isinstance(fn, dict) else None
 
 
 def keep_messages(messages, inp):
@@ -108,19 +139,36 @@ class Family:
     prompt_key: Callable[[str], Any] = no_prompt_key
 
 
-def finish(out, fn, include_grammar, lazy, triggers, head=""):
+def strict_triggers(triggers):
+    """A lazy grammar's triggers in strict tool-call mode: a trigger word without the whitespace that ends it
+    (``<tool_call>\n`` -> ``<tool_call>``), so that a call opened without that whitespace still starts the
+    grammar, which then writes it (the grammar's call starts with the whole marker)."""
+    out = []
+    for kind, value in triggers:
+        if kind == TRIGGER_WORD and value.rstrip() and value.rstrip() != value:
+            value = value.rstrip()
+        if [kind, value] not in out:
+            out.append([kind, value])
+    return out
+
+
+def finish(out, fn, include_grammar, lazy, triggers, head="", inp=None):
     """Builds the arena (``fn(builder)`` gives the root), and when ``include_grammar`` its grammar, as the
     handlers end: data.parser, data.grammar_lazy, data.grammar, data.grammar_triggers. The grammar's schemas
-    are compiled in ``out.json_schema_mode``."""
+    are compiled in ``out.json_schema_mode`` (the tools' in ``out.tool_call_mode``)."""
     try:
-        arena = build_chat_peg_parser(fn)
+        arena = build_chat_peg_parser(fn, inp is not None and inp.strict_tools)
         if isinstance(include_grammar, list):  # a flag the builder function may clear
             include_grammar = include_grammar[0]
         out.grammar, out.grammar_lazy, out.grammar_triggers = "", False, []
         if include_grammar:
             out.grammar_lazy = lazy
-            out.grammar = arena_grammar(arena, lazy, out.json_schema_mode)
+            out.grammar = arena_grammar(
+                arena, lazy, out.json_schema_mode, out.tool_call_mode, inp.tools if inp is not None else ()
+            )
             out.grammar_triggers = [list(t) for t in triggers]
+            if lazy and out.tool_call_mode == "strict":
+                out.grammar_triggers = strict_triggers(out.grammar_triggers)
     except SchemaError as e:
         raise schema_error(e, head) from None
     out.parser = ChatParser(arena, out.generation_prompt)

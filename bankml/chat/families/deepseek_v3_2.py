@@ -97,7 +97,9 @@ def apply(out, inp):
                 fn_ = tool["function"]
                 name = fn_["name"]
                 required, optional = [], []
-                for pname, node, is_required in function_parameters(fn_):
+                if inp.strict_tools:
+                    args_seq = _strict_args(p, fn_, param_start, param_end)
+                for pname, node, is_required in () if inp.strict_tools else function_parameters(fn_):
                     is_string = may_be_string(node)
                     # GCC builds the right operand of + first
                     close = p.tool_arg_close(p.literal(param_end))
@@ -119,7 +121,8 @@ def apply(out, inp):
                     arg = p.tool_arg(arg_open + value + close)
                     named = p.rule("tool-%s-arg-%s" % (name, pname), arg)
                     (required if is_required else optional).append(named)
-                args_seq = p.required_then_optional(required, optional)
+                if not inp.strict_tools:
+                    args_seq = p.required_then_optional(required, optional)
                 close = p.tool_close(p.literal(invoke_end))
                 sp = p.space()
                 nl = p.literal('">\n')
@@ -165,6 +168,10 @@ def apply(out, inp):
             return generation_prompt + reasoning + response_format + end
         if not has_tool_calls:
             return generation_prompt + reasoning + p.content(p.rest()) + end
+        if inp.forced:  # strict mode: the calls right after the reasoning (or ending it)
+            if allow_reasoning_with_tc:
+                return generation_prompt + (reasoning_with_tc | (reasoning + p.space() + tool_calls)) + end
+            return generation_prompt + reasoning + p.space() + tool_calls + end
         sp = p.space()
         before = p.content(p.until_one_of([TC_SEPARATOR + fc_start, fc_start]))
         content_before_tools = p.negate(p.literal(THINK_START)) + before + sp
@@ -173,8 +180,29 @@ def apply(out, inp):
         return generation_prompt + reasoning + content_before_tools + tool_calls + end
 
     finish(
-        out, fn, has_response_format or has_tool_calls, inp.has_tools and not require_tools, [(TRIGGER_WORD, fc_start)]
+        out,
+        fn,
+        has_response_format or has_tool_calls,
+        inp.has_tools and not require_tools,
+        [(TRIGGER_WORD, fc_start)],
+        inp=inp,
     )
+
+
+def _strict_args(p, fn_, param_start, param_end):
+    """Strict tool-call mode: the parameters in schema order, ``string="true"`` and raw text for a string
+    node, ``string="false"`` and canonical JSON for any other."""
+    items = []
+    for param in p.strict_params(fn_):
+        rule = "tool-%s-arg-%s" % (fn_["name"], param.name)
+        string_value = p.tool_arg_string_value(p.until(param_end))
+        value, is_string = p.strict_value(fn_, param, rule + "-schema", string_value, param_end)
+        close = p.tool_arg_close(p.literal(param_end))
+        attr = p.literal('" string="%s">' % ("true" if is_string else "false"))
+        aname = p.tool_arg_name(p.literal(param.name))
+        arg_open = p.tool_arg_open(p.literal(param_start + ' name="') + aname + attr)
+        items.append((p.rule(rule, p.tool_arg(arg_open + value + close)), param.required))
+    return p.strict_sequence(items, p.space)
 
 
 FAMILY = Family(("deepseek-v3.2",), detect, apply, rewrite=rewrite)

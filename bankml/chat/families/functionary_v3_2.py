@@ -41,7 +41,9 @@ def apply(out, inp):
         tools_only = p.trigger_rule("tools", p.one_or_more(tool_choice))
         content_and_tools = content_until_tool + tools_only
         end = p.end()
-        if inp.tool_choice == "required":
+        if inp.forced:  # strict mode: calls only (one without parallel_tool_calls)
+            ret = (tools_only if inp.parallel_tool_calls else p.trigger_rule("tools", tool_choice)) + end
+        elif inp.tool_choice == "required":
             if inp.parallel_tool_calls:
                 ret = p.choice([content_and_tools, tools_only]) + end
             else:
@@ -53,7 +55,7 @@ def apply(out, inp):
             ret = p.choice([content_and_tool, content_only, tool_choice]) + end
         return generation_prompt + ret
 
-    finish(out, fn, inp.tool_calls_enabled, inp.tool_choice == "auto", [(TRIGGER_PATTERN, ">>>(?!all)")])
+    finish(out, fn, inp.tool_calls_enabled, inp.tool_choice == "auto", [(TRIGGER_PATTERN, ">>>(?!all)")], inp=inp)
 
 
 FAMILY = Family(("functionary-v3-2",), detect, apply)

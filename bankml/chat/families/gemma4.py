@@ -12,9 +12,11 @@ from bankml.chat.chat_peg import (
     _dump,
     _txt,
     find_by_tag,
+    tool_parameters,
 )
 from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
 from bankml.schema import jsondepth
+from bankml.schema.tool_args import GemmaStyle
 
 
 def detect(source):
@@ -199,15 +201,19 @@ def apply(out, inp):
                 name = tool["function"]["name"]
                 peek = p.peek(p.literal("{"))
                 open_ = p.tool_open(p.tool_name(p.literal(name)) + peek)
-                tool_choice = tool_choice | p.rule(
-                    "tool-" + name, p.tool(p.sequence([open_, p.tool_args(p.ref("gemma4-dict"))]))
-                )
+                args = p.ref("gemma4-dict")
+                if inp.strict_tools:  # the arguments in Gemma 4's syntax, exactly the parameters' schema
+                    fn_ = tool["function"]
+                    p.strict_params(fn_)
+                    source = (tool_parameters(fn_), "#")
+                    args = p.schema(args, "tool-" + name + "-schema", None, source=source, style=GemmaStyle())
+                tool_choice = tool_choice | p.rule("tool-" + name, p.tool(p.sequence([open_, p.tool_args(args)])))
             call = "<|tool_call>call:" + tool_choice + "<tool_call|>"
             tool_call = p.trigger_rule(
                 "tool-call",
                 p.repeat(call, 1 if inp.tool_choice == "required" else 0, -1 if inp.parallel_tool_calls else 1),
             )
-            if inp.tool_choice == "required":
+            if inp.tool_choice == "required":  # (also strict mode's forced calls: no text)
                 return start + thought + tool_call
             scan = p.rule("scan-to-toolcall", p.until("<|tool_call>"))
             content = p.rule("content", p.content(p.until_one_of(["<|channel>", "<channel|>", "<|tool_call>"])))
@@ -218,7 +224,7 @@ def apply(out, inp):
         return start + p.one_or_more(message)
 
     lazy = not (has_response_format or (inp.has_tools and inp.tool_choice == "required"))
-    finish(out, fn, has_response_format or inp.tool_calls_enabled, lazy, [(TRIGGER_WORD, "<|tool_call>")])
+    finish(out, fn, has_response_format or inp.tool_calls_enabled, lazy, [(TRIGGER_WORD, "<|tool_call>")], inp=inp)
     out.parser.format = "peg-gemma4"
     out.parser.mapper = Gemma4Mapper
 

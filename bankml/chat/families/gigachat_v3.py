@@ -37,14 +37,17 @@ def apply(out, inp):
             min_calls = 1 if inp.tool_choice == "required" else 0
             tool_call = p.rule("tool-call", p.literal(TOOL_CALL_START_PREFIX) + tool_choice)
             tool_calls = p.trigger_rule("tool-call-root", p.repeat(tool_call, min_calls, 1))
-            ret = p.content(p.until("<|message_sep|>\n\n")) << tool_calls
+            if inp.forced:  # strict mode: the call right away
+                ret = tool_calls
+            else:
+                ret = p.content(p.until("<|message_sep|>\n\n")) << tool_calls
         else:
             include_grammar[0] = False
             ret = p.content(p.rest())
         return p.literal("assistant<|role_sep|>\n") + ret
 
     lazy = inp.has_tools and inp.tool_choice == "auto"
-    finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, TOOL_CALL_START_PREFIX)])
+    finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, TOOL_CALL_START_PREFIX)], inp=inp)
 
 
 FAMILY = Family(("gigachat-v3",), detect, apply)

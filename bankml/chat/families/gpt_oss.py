@@ -102,13 +102,15 @@ def apply(out, inp):
                 in_channel = p.tool(p.tool_open(channel + func_name + constraint + p.literal("<|message|>")) + args)
                 tool_choice = tool_choice | p.rule("tool-" + name, in_role | in_channel)
             tool_call = p.trigger_rule("tool-call", tool_choice)
+            if inp.forced:  # strict mode: reasoning (analysis) only, then the call
+                return p.zero_or_more(start + analysis) + start + tool_call
             if inp.tool_choice == "required":
                 return p.zero_or_more(start + any_) + start + tool_call
             return p.zero_or_more(start + any_) + start + (tool_call | final_msg)
         return p.zero_or_more(start + any_) + start + (final_msg | unsolicited)
 
     lazy = not (has_response_format or (inp.has_tools and inp.tool_choice == "required"))
-    finish(out, fn, include_grammar, lazy, [(TRIGGER_PATTERN, t) for t in TRIGGERS])
+    finish(out, fn, include_grammar, lazy, [(TRIGGER_PATTERN, t) for t in TRIGGERS], inp=inp)
 
 
 FAMILY = Family(("gpt-oss",), detect, apply, rewrite=rewrite, fix_prompt=fix_prompt)

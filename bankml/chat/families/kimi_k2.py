@@ -43,7 +43,7 @@ def apply(out, inp):
         for tool in inp.tools:
             fn_ = tool["function"]
             name, schema = fn_["name"], tool_parameters(fn_)
-            digits = p.chars("[0-9]", 1, -1)
+            digits = p.chars("[0-9]", 1, 3 if inp.strict_tools else -1)  # strict: the call index, bounded
             colon = p.literal(":")
             tname = p.tool_name(p.literal(name))
             tool_id = p.tool_id(p.literal("functions.") + tname + colon + digits)
@@ -56,10 +56,12 @@ def apply(out, inp):
         section_end = p.optional(p.literal(SECTION_END))
         calls = p.trigger_rule("tool-call", p.repeat(CALL_BEGIN + tool_choice, min_calls, max_calls) + section_end)
         tool_calls = p.rule("tool-calls", p.optional(p.literal(SECTION_BEGIN)) + calls)
+        if inp.forced:  # strict mode: the calls right after the reasoning
+            return generation_prompt + reasoning + p.space() + tool_calls + end
         content_before_tools = p.content(p.until_one_of([SECTION_BEGIN, CALL_BEGIN]))
         return generation_prompt + reasoning + content_before_tools + tool_calls + end
 
-    finish(out, fn, inp.tool_calls_enabled, inp.tool_choice == "auto", [(TRIGGER_WORD, CALL_BEGIN)])
+    finish(out, fn, inp.tool_calls_enabled, inp.tool_choice == "auto", [(TRIGGER_WORD, CALL_BEGIN)], inp=inp)
 
 
 FAMILY = Family(("kimi-k2",), detect, apply)

@@ -60,6 +60,8 @@ def apply(out, inp):
             name, schema = fn_["name"], tool_parameters(fn_)
             args = p.eps()
             props = schema.get("properties") if isinstance(schema, dict) else None
+            if inp.strict_tools:
+                args, props = _strict_args(p, fn_), None
             if props:
                 arg_choices = p.choice()
                 for key, prop in props.items():
@@ -81,6 +83,8 @@ def apply(out, inp):
             targs = p.tool_args(args)
             sep = p.literal(SEP)
             skip = p.until(SEP)
+            if inp.strict_tools:  # the call's index, as the template writes it
+                skip = p.literal(' index="') + p.chars("[0-9]", 1, 3) + p.literal('"')
             quote = p.literal('"')
             tname = p.tool_name(p.literal(name))
             call = p.tool(p.tool_open(p.literal(CALL_START) + tname + quote + skip + sep) + targs + close)
@@ -88,12 +92,45 @@ def apply(out, inp):
         eom2 = p.optional(p.literal(EOM_TOKEN))
         msg_end = p.optional(p.literal(MSG_END))
         tools_end = p.literal(TOOLS_END)
-        calls = p.one_or_more(tool_choices)
+        calls = inp.calls(p, tool_choices) if inp.strict_tools else p.one_or_more(tool_choices)
         section = p.trigger_rule("kimi-k3-tool-call", p.literal(TOOLS_START) + calls + tools_end + msg_end + eom2)
         tools = section if inp.tool_choice == "required" else p.optional(section)
+        if inp.forced:  # strict mode: no response text, the calls right after the reasoning
+            empty_response = p.optional(p.literal(RESP_START) + p.literal(RESP_END))
+            return start + reasoning + empty_response + p.space() + tools + end
         return start + reasoning + response + tools + trailer + end
 
-    finish(out, fn, inp.tool_calls_enabled, inp.tool_choice != "required", [(TRIGGER_WORD, TOOLS_START)])
+    finish(out, fn, inp.tool_calls_enabled, inp.tool_choice != "required", [(TRIGGER_WORD, TOOLS_START)], inp=inp)
+
+
+def _type_name(schema, is_string):
+    """The ``type`` attribute the template writes for a parameter (integers as "number")."""
+    if is_string:
+        return "string"
+    t = schema.get("type") if isinstance(schema, dict) else None
+    if isinstance(t, list):
+        t = next((x for x in t if isinstance(x, str) and x != "null"), "null")
+    if t == "integer":
+        return "number"
+    return t if t in ("number", "boolean", "array", "object", "null") else "object"
+
+
+def _strict_args(p, fn_):
+    """Strict tool-call mode: the arguments in schema order, each with its type attribute, a string node's
+    value raw text, any other canonical JSON."""
+    params = tool_parameters(fn_)
+    props = params.get("properties") or {}
+    items = []
+    for param in p.strict_params(fn_):
+        rule = "kimi-k3-arg-%s-%s" % (fn_["name"], param.name)
+        string_value = p.tool_arg_string_value(p.until(ARG_END))
+        value, is_string = p.strict_value(fn_, param, rule + "-schema", string_value, ARG_END)
+        close = p.tool_arg_close(p.literal(ARG_END))
+        attr = p.literal('" type="%s"' % _type_name(props.get(param.name), is_string) + SEP)
+        aname = p.tool_arg_name(p.literal(param.name))
+        arg = p.tool_arg(p.tool_arg_open(p.literal(ARG_START)) + aname + attr + value + close)
+        items.append((p.rule(rule, arg), param.required))
+    return p.strict_sequence(items)
 
 
 FAMILY = Family(("kimi-k3",), detect, apply)

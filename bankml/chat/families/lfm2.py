@@ -60,13 +60,18 @@ def apply(out, inp):
             content = p.content(p.rest())
             return generation_prompt + reasoning + content + end
         close = p.literal(TOOL_CALL_END)
-        calls = p.python_style_tool_calls(inp.tools, inp.parallel_tool_calls, True)
+        if inp.strict_tools:
+            calls = p.strict_python_calls(inp.tools, inp.parallel_tool_calls)
+        else:
+            calls = p.python_style_tool_calls(inp.tools, inp.parallel_tool_calls, True)
         tool_calls = p.rule("tool-calls", p.trigger_rule("tool-call", p.literal(TOOL_CALL_START) + calls + close))
+        if inp.forced:  # strict mode: the calls right after the reasoning
+            return generation_prompt + reasoning + p.space() + tool_calls + end
         content = p.content(p.until(TOOL_CALL_START))
         return generation_prompt + reasoning + content + tool_calls + end
 
     lazy = not (has_response_format or (inp.has_tools and inp.tool_choice == "required"))
-    finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, TOOL_CALL_START)])
+    finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, TOOL_CALL_START)], inp=inp)
 
 
 FAMILY = Family(("lfm2", "lfm2.5"), detect, apply, rewrite=rewrite)

@@ -71,7 +71,7 @@ def apply(out, inp):
             fn_ = tool["function"]
             name = fn_["name"]
             required, optional = [], []
-            for pname, node, is_required in function_parameters(fn_):
+            for pname, node, is_required in () if inp.strict_tools else function_parameters(fn_):
                 rule_name = "ling3-arg-%s-%s" % (name, pname)
                 types = value_types(node)
                 value = p.eps()
@@ -107,6 +107,8 @@ def apply(out, inp):
             args = p.permute("ling3-%s-args" % name, required)
             if optional:
                 args = args + p.zero_or_more(p.choice(optional))
+            if inp.strict_tools:
+                args = _strict_args(p, fn_, arg_close)
             call_end = p.literal(CALL_END)
             close = p.tool_close(p.optional(p.space()) + call_end)
             targs = p.tool_args(args)
@@ -117,11 +119,31 @@ def apply(out, inp):
         calls = tool_choices + p.zero_or_more(p.space() + tool_choices) if inp.parallel_tool_calls else tool_choices
         role_end2 = p.optional(p.literal(ROLE_END))
         trailing = p.optional(p.content(p.until(ROLE_END)))
-        section = p.trigger_rule("ling3-tool-call", calls + p.space() + trailing + role_end2)
+        if inp.strict_tools:  # strict mode: no text after the calls
+            section = p.trigger_rule("ling3-tool-call", calls + p.space() + role_end2)
+        else:
+            section = p.trigger_rule("ling3-tool-call", calls + p.space() + trailing + role_end2)
         tools = section if inp.tool_choice == "required" else p.optional(section)
+        if inp.forced:  # strict mode: the calls right after the reasoning
+            return opener + reasoning + p.space() + tools + end
         return opener + reasoning + content + tools + tail + end
 
-    finish(out, fn, inp.tool_calls_enabled, inp.tool_choice != "required", [(TRIGGER_WORD, CALL_START)])
+    finish(out, fn, inp.tool_calls_enabled, inp.tool_choice != "required", [(TRIGGER_WORD, CALL_START)], inp=inp)
+
+
+def _strict_args(p, fn_, arg_close):
+    """Strict tool-call mode: ``<arg_key>`` / ``<arg_value>`` pairs in schema order, a string node's value
+    raw text, any other canonical JSON."""
+    items = []
+    for param in p.strict_params(fn_):
+        rule = "ling3-arg-%s-%s" % (fn_["name"], param.name)
+        string_value = p.tool_arg_string_value(p.until(ARG_VAL_END))
+        value, _ = p.strict_value(fn_, param, rule + "-schema", string_value, ARG_VAL_END)
+        aname = p.tool_arg_name(p.literal(param.name))
+        arg_open = p.tool_arg_open(p.literal(ARG_KEY) + aname + p.literal(ARG_KEY_END))
+        targ = p.tool_arg(arg_open + p.optional(p.space()) + p.literal(ARG_VAL) + value + arg_close)
+        items.append((p.rule(rule, p.optional(p.space()) + targ), param.required))
+    return p.strict_sequence(items)
 
 
 FAMILY = Family(("ling3",), detect, apply)

@@ -53,7 +53,7 @@ def apply(out, inp):
                 fn_ = tool["function"]
                 name = fn_["name"]
                 arg_rules = []
-                for pname, node, _required in function_parameters(fn_):
+                for pname, node, _required in () if inp.strict_tools else function_parameters(fn_):
                     value = p.eps()
                     if may_be_string(node):
                         value = string_value
@@ -77,6 +77,8 @@ def apply(out, inp):
                 args = p.eps()
                 if arg_rules:
                     args = p.zero_or_more(p.choice(arg_rules) + p.space())
+                if inp.strict_tools:
+                    args = _strict_args(p, fn_)
                 q = p.literal('">')
                 tname = p.tool_name(p.literal(name))
                 open_ = p.tool_open(p.literal('<function name="') + tname + q)
@@ -84,6 +86,8 @@ def apply(out, inp):
                 tool_choice = tool_choice | p.rule("tool-" + name, tool_parser)
             max_calls = -1 if inp.parallel_tool_calls else 1
             tool_calls = p.trigger_rule("tool-call", p.repeat(tool_choice + p.space(), 1, max_calls))
+            if inp.forced:  # strict mode: the calls right after the reasoning
+                return generation_prompt + reasoning + p.space() + tool_calls + p.end()
             content = p.content(p.until("<function"))
             end = p.end()
             return generation_prompt + reasoning + content + tool_calls + end
@@ -92,7 +96,26 @@ def apply(out, inp):
         return generation_prompt + reasoning + content + end
 
     lazy = not (inp.has_response_format or (inp.has_tools and inp.tool_choice == "required"))
-    finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, "<function")])
+    finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, "<function")], inp=inp)
+
+
+def _strict_args(p, fn_):
+    """Strict tool-call mode: ``<param name="...">`` elements in schema order, a string node's value plain
+    raw text (never a CDATA section), any other canonical JSON, each followed by whitespace."""
+    items = []
+    for param in p.strict_params(fn_):
+        rule = "tool-%s-arg-%s" % (fn_["name"], param.name)
+        string_value = p.tool_arg_string_value(p.until("</param>"))
+        value, is_string = p.strict_value(
+            fn_, param, rule + "-schema", string_value, "</param>", exclude_prefix="<![CDATA["
+        )
+        if is_string:
+            value = p.negate(p.literal("<![CDATA[")) + value
+        close = p.tool_arg_close(p.literal("</param>"))
+        aname = p.tool_arg_name(p.literal(param.name))
+        arg_open = p.tool_arg_open(p.literal('<param name="') + aname + p.literal('">'))
+        items.append((p.tool_arg(arg_open + value + close) + p.space(), param.required))
+    return p.strict_sequence(items)
 
 
 FAMILY = Family(("minicpm5",), detect, apply)

@@ -20,7 +20,9 @@ from bankml.chat.chat_peg import (
     tool_parameters,
 )
 from bankml.chat.families.common import TRIGGER_WORD, Family, defaults, finish
+from bankml.errors import SchemaError
 from bankml.schema import reader as s
+from bankml.schema import tool_args
 from bankml.schema.queries import may_be_string
 
 NS, THINK_START, THINK_END = "]<]minimax[>[", "<mm:think>", "</mm:think>"
@@ -127,7 +129,10 @@ def apply(out, inp):
                 return p.required_then_optional(required, optional)
 
             invoke_body = p.eps()
-            if root.kind == s.OBJECT:
+            if inp.strict_tools:
+                p.strict_params(fn_)  # an object of listed properties, or the tool's refusal
+                invoke_body = _strict_members(p, fn_, "#", "tool-" + name + "-arg")
+            elif root.kind == s.OBJECT:
                 invoke_body = members_of(root, "tool-" + name + "-arg")
             close = p.tool_close(p.literal(INVOKE_END))
             sp2 = p.space()
@@ -147,13 +152,62 @@ def apply(out, inp):
         tool_calls = p.trigger_rule("tool-call", body)
         if inp.tool_choice != "required":
             tool_calls = p.optional(tool_calls)
+        if inp.forced:  # strict mode: the calls right after the reasoning
+            return generation_prompt + reasoning + p.space() + tool_calls + end
         content_before_tools = p.content(p.until(FC_START))
         return generation_prompt + reasoning + content_before_tools + tool_calls + end
 
     lazy = not (has_response_format or (inp.has_tools and inp.tool_choice == "required"))
-    finish(out, fn, has_response_format or inp.tool_calls_enabled, lazy, [(TRIGGER_WORD, FC_START)])
+    finish(out, fn, has_response_format or inp.tool_calls_enabled, lazy, [(TRIGGER_WORD, FC_START)], inp=inp)
     out.parser.format = "peg-minimax-m3"
     out.parser.mapper = MinimaxM3Mapper
+
+
+def _shape(fn_, pointer):
+    try:
+        return tool_args.shape(tool_parameters(fn_), pointer)
+    except SchemaError as e:
+        raise tool_args.named(fn_["name"], e) from None
+
+
+def _strict_members(p, fn_, pointer, prefix):
+    """Strict tool-call mode: an object's members as elements in schema order (required ones present, optional
+    ones skippable, each once)."""
+    kind, props = _shape(fn_, pointer)
+    if kind != "object":
+        tool_args.params(tool_parameters(fn_), pointer)  # the refusal naming the keyword
+    items = []
+    for param in props:
+        rule = prefix + "-" + param.name
+        close = NS + "</" + param.name + ">"
+        value = _strict_value(p, fn_, param.pointer, rule, close)
+        aname = p.tool_arg_name(p.literal(param.name))
+        element = p.tool_arg(p.tool_arg_open(p.literal(NS + "<") + aname + p.literal(">")) + value)
+        items.append((p.rule(rule, element), param.required))
+    return p.strict_sequence(items, p.space)
+
+
+def _strict_value(p, fn_, pointer, rule, close):
+    """Strict tool-call mode: one element's value up to its ``close`` tag: raw text for a string node, nested
+    elements for an object or an array of listed items, canonical JSON for any other."""
+    params = tool_parameters(fn_)
+    close_tag = p.tool_arg_close(p.literal(close))
+    kind, detail = _shape(fn_, pointer)
+    source = (params, pointer)
+    if kind == "string":
+        text = p.tool_arg_string_value(p.until(close))
+        return p.schema(text, rule + "-schema", None, source=source, style=tool_args.RawStyle(close)) + close_tag
+    if kind == "object":
+        return p.tag(TOOL_ARG_OBJECT, _strict_members(p, fn_, pointer, rule)) + p.space() + close_tag
+    if kind == "array" and detail[0] is not None:
+        items, lo, hi = detail
+        item_close = NS + "</item>"
+        item_value = _strict_value(p, fn_, items, rule + "-item", item_close)
+        item = p.rule(rule + "-item", p.tag(TOOL_ARG_ITEM, p.literal(NS + "<item>") + item_value))
+        repeated = p.repeat(p.space() + item, lo, -1 if hi is None else hi)
+        return p.tag(TOOL_ARG_ARRAY, repeated) + p.space() + close_tag
+    schema = p.schema(p.json(), rule + "-schema", None, source=source, style=tool_args.JsonStyle())
+    return p.tool_arg_json_value(schema) + close_tag
 
 
 class MinimaxM3Mapper(TreeMapper):

@@ -70,12 +70,14 @@ def apply(out, inp):
             min_calls = 1 if inp.tool_choice == "required" else 0
             max_calls = -1 if inp.parallel_tool_calls else 1
             tool_calls = p.trigger_rule("tool-call", p.repeat("[TOOL_CALLS]" + tool_choice, min_calls, max_calls))
+            if inp.forced:  # strict mode: the calls right after the reasoning
+                return generation_prompt + (reasoning << tool_calls)
             return generation_prompt + (reasoning << p.content(p.until("[TOOL_CALLS]")) << tool_calls)
         include_grammar[0] = False
         return generation_prompt + (reasoning << p.content(p.rest()))
 
     lazy = inp.has_tools and inp.tool_choice == "auto"
-    finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, "[TOOL_CALLS]")])
+    finish(out, fn, include_grammar, lazy, [(TRIGGER_WORD, "[TOOL_CALLS]")], inp=inp)
 
 
 FAMILY = Family(("ministral-3",), detect, apply, rewrite=rewrite)

@@ -72,7 +72,7 @@ def apply(out, inp):
                 fn_ = tool["function"]
                 name = fn_["name"]
                 arg_rules = []
-                for pname, node, _required in function_parameters(fn_):
+                for pname, node, _required in () if inp.strict_tools else function_parameters(fn_):
                     value = p.eps()
                     if may_be_string(node):
                         value = string_value
@@ -98,13 +98,15 @@ def apply(out, inp):
                 args = p.eps()
                 if arg_rules:
                     args = p.zero_or_more(p.choice(arg_rules) + p.space())
+                if inp.strict_tools:
+                    args = _strict_args(p, fn_)
                 sp = p.space()
                 q = p.literal('">')
                 tname = p.tool_name(p.literal(name))
                 inv = p.literal('<atem:invoke name="')
                 sp0 = p.space()
                 calls_lit = p.literal("<|message|><atem:function_calls>")
-                until = p.until("<|message|>")
+                until = p.literal(name) if inp.strict_tools else p.until("<|message|>")  # the recipient
                 open_ = p.tool_open(p.literal(" to=") + until + calls_lit + sp0 + inv + tname + q + sp)
                 head = open_ << p.tool_args(args)  # << is sequenced left to right
                 fclose_tail = p.literal("</atem:function_calls>")
@@ -123,7 +125,22 @@ def apply(out, inp):
         return p.zero_or_more(start + analysis) + start + final_msg
 
     lazy = not (has_response_format or (inp.has_tools and inp.tool_choice == "required"))
-    finish(out, fn, include_grammar, lazy, [(TRIGGER_PATTERN, TRIGGER)])
+    finish(out, fn, include_grammar, lazy, [(TRIGGER_PATTERN, TRIGGER)], inp=inp)
+
+
+def _strict_args(p, fn_):
+    """Strict tool-call mode: ``<atem:parameter name="...">`` elements in schema order, a string node's value
+    raw text, any other canonical JSON, each followed by whitespace."""
+    items = []
+    for param in p.strict_params(fn_):
+        rule = "tool-%s-arg-%s" % (fn_["name"], param.name)
+        string_value = p.tool_arg_string_value(p.until("</atem:parameter>"))
+        value, _ = p.strict_value(fn_, param, rule + "-schema", string_value, "</atem:parameter>")
+        close = p.tool_arg_close(p.literal("</atem:parameter>"))
+        aname = p.tool_arg_name(p.literal(param.name))
+        arg_open = p.tool_arg_open(p.literal('<atem:parameter name="') + aname + p.literal('">'))
+        items.append((p.tool_arg(arg_open + value + close) + p.space(), param.required))
+    return p.strict_sequence(items)
 
 
 FAMILY = Family(("muse-glimmer",), detect, apply)

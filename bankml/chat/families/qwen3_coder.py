@@ -17,6 +17,7 @@ from bankml.schema.queries import (
 )
 
 GEN_PREFIX = "<|im_start|>assistant\n"
+ARG_CLOSE = "\n</parameter>\n"
 
 
 def detect(source):
@@ -84,6 +85,12 @@ def apply(out, inp):
             for tool in inp.tools:
                 fn_ = tool["function"]
                 name = fn_["name"]
+                if inp.strict_tools:
+                    args = _strict_args(p, fn_, arg_close)
+                    close = p.tool_close(p.literal("</function>\n"))
+                    open_ = p.tool_open_named("<function=", name, ">\n")
+                    tool_choice = tool_choice | p.rule("tool-" + name, p.tool(open_ + p.tool_args(args) + close))
+                    continue
                 required, optional = [], []
                 for pname, node, is_required in function_parameters(fn_):
                     rule_name = "tool-%s-arg-%s" % (name, pname)
@@ -140,15 +147,35 @@ def apply(out, inp):
             )
             calls = first + p.zero_or_more(tool_call) if inp.parallel_tool_calls else first
             tool_calls = p.trigger_rule("tool-call-root", p.repeat(calls, min_calls, 1))
+            if inp.forced:  # strict mode: the calls right after the reasoning
+                return generation_prompt + (reasoning << tool_calls)
             return generation_prompt + (reasoning << p.content(p.until_one_of(tool_call_starts)) << tool_calls)
         return generation_prompt + (reasoning << p.content(p.rest()))
 
     lazy = inp.has_tools and inp.tool_choice == "auto"
     finish(
-        out, fn, inp.has_response_format or inp.tool_calls_enabled, lazy, [(TRIGGER_WORD, s) for s in tool_call_starts]
+        out,
+        fn,
+        inp.has_response_format or inp.tool_calls_enabled,
+        lazy,
+        [(TRIGGER_WORD, s) for s in tool_call_starts],
+        inp=inp,
     )
     if not lazy:
         out.grammar_triggers = []
+
+
+def _strict_args(p, fn_, arg_close):
+    """Strict tool-call mode: the parameters in schema order, each ``<parameter=name>\n`` then its value (raw
+    text for a string, canonical JSON otherwise) and ``\n</parameter>\n``."""
+    items = []
+    for param in p.strict_params(fn_):
+        rule_name = "tool-%s-arg-%s" % (fn_["name"], param.name)
+        string_value = p.tool_arg_string_value(p.until(ARG_CLOSE))
+        value, _ = p.strict_value(fn_, param, rule_name + "-schema", string_value, ARG_CLOSE)
+        arg_open = p.tool_arg_open_named("<parameter=", param.name, ">\n")
+        items.append((p.rule(rule_name, p.tool_arg(arg_open + value + arg_close)), param.required))
+    return p.strict_sequence(items)
 
 
 FAMILY = Family(("qwen3-coder",), detect, apply)
