@@ -48,6 +48,7 @@ from bankml.integrations.xgrammar_lang import (
     literal,
     regex_to_ebnf,
 )
+from bankml.schema import tool_args
 from bankml.schema.grammar import StrictGrammarBuilder
 
 __all__ = ["FORMAT_TYPES", "XML_STYLES", "StructuralTagError", "read_structural_tag", "structural_tag_to_grammar"]
@@ -500,6 +501,21 @@ def _read_legacy(tag, path, reader):
     )
 
 
+# the XML styles bankml writes: (the opening tag of a parameter, from its name and whether it is a string; the
+# closing tag), as XGrammar's json_schema_converter writes them
+_XML_STYLES = {
+    "qwen_xml": (lambda name, is_string: "<parameter=%s>" % name, "</parameter>"),
+    "minimax_xml": (lambda name, is_string: '<parameter name="%s">' % name, "</parameter>"),
+    "deepseek_xml": (
+        lambda name, is_string: (
+            '<\uff5cDSML\uff5cparameter name="%s" string="%s">' % (name, "true" if is_string else "false")
+        ),
+        "</\uff5cDSML\uff5cparameter>",
+    ),
+    "glm_xml": (lambda name, is_string: "<arg_key>%s</arg_key><arg_value>" % name, "</arg_value>"),
+}
+
+
 # -- analysis: XGrammar's StructuralTagAnalyzer
 
 
@@ -538,15 +554,50 @@ class _Emitter:
 
     def emit_json_schema(self, fmt, ends):
         if fmt.style != "json":
-            raise StructuralTagError(
-                fmt.path + ".style", 'the style %r is not supported yet by bankml (only "json")' % fmt.style
-            )
+            return self.xml_arguments(fmt)
         try:
             return self.schemas.add_schema("schema", source=(fmt.schema, "#"))
         except SchemaError as e:
-            where = fmt.path if fmt.fields.get("legacy") else fmt.path + ".json_schema"
-            reason = str(e).replace("\n", " ")
-            raise StructuralTagError(where, reason, keyword=e.keyword, pointer=e.pointer) from None
+            raise self.schema_error(fmt, e) from None
+
+    @staticmethod
+    def schema_error(fmt, e):
+        where = fmt.path if fmt.fields.get("legacy") else fmt.path + ".json_schema"
+        reason = str(e).replace("\n", " ")
+        if e.keyword and "keyword %s" % e.keyword not in reason:
+            reason += " (keyword %s at %s)" % (e.keyword, e.pointer)
+        return StructuralTagError(where, reason, keyword=e.keyword, pointer=e.pointer)
+
+    def xml_arguments(self, fmt):
+        """A tool's arguments in one of XGrammar's XML styles, written by ``bankml.schema.tool_args``: each listed
+        parameter once, in schema order (the optional ones skippable), a string parameter as raw text up to the
+        closing tag, any other as canonical JSON; a newline may stand before, between and after them."""
+        wrap = _XML_STYLES.get(fmt.style)
+        if wrap is None:
+            raise StructuralTagError(
+                fmt.path + ".style",
+                'the style %r is not supported yet by bankml (only "json", %s)'
+                % (fmt.style, ", ".join(repr(k) for k in _XML_STYLES)),
+            )
+        opening, closing = wrap
+        schema = fmt.schema
+        try:
+            params = tool_args.params(schema)
+            parts = []
+            for param in params:
+                if any(c in param.name for c in '<>"\n'):
+                    raise StructuralTagError(
+                        fmt.path + ".json_schema",
+                        "the parameter name %r cannot be written in the %s style" % (param.name, fmt.style),
+                    )
+                is_string = tool_args.kind(schema, param.pointer) == "string"
+                style = tool_args.RawStyle(closing) if is_string else tool_args.JsonStyle()
+                value = tool_args.write(schema, param.pointer, self.rules.name("xml-value"), self.rules.add_rule, style)
+                element = "%s %s %s %s" % (literal(opening(param.name, is_string)), value, literal(closing), '"\n"?')
+                parts.append(element if param.required else "(%s)?" % element)
+        except SchemaError as e:
+            raise self.schema_error(fmt, e) from None
+        return self.rules.add("xml-arguments", " ".join(['"\n"?'] + parts))
 
     def emit_grammar(self, fmt, ends):
         try:

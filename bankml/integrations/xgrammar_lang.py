@@ -117,8 +117,8 @@ class RuleSet:
 
     def add_rule(self, name, body):
         known = self.rules.get(name)
-        if known == body:
-            return name
+        if known == body or (known is None and name in self.rules):  # the same rule, or a name reserved for it
+            return self.set(name, body)
         if name in self.rules or name == "root":
             name = self.name(name)
         return self.set(name, body)

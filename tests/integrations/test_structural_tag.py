@@ -292,6 +292,71 @@ CASES = [
     ),
 ]
 
+PARAMS = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["name", "age"],
+}
+
+
+def xml(style):
+    return tag({"type": "json_schema", "json_schema": PARAMS, "style": style})
+
+
+DSML = "\uff5cDSML\uff5c"
+# XGrammar's XML styles written by bankml.schema.tool_args: a subset of XGrammar's language (schema order, canonical
+# JSON for the values that are not strings, a newline at most between parameters)
+XML_CASES = [
+    (
+        "qwen_xml",
+        xml("qwen_xml"),
+        [
+            "<parameter=name>Bob</parameter><parameter=age>100</parameter>",
+            "\n<parameter=name>Bob <b>x</b></parameter>\n<parameter=age>-1</parameter>\n",
+            '<parameter=name></parameter><parameter=age>0</parameter><parameter=tags>["a", "b"]</parameter>',
+            '<parameter=name>"Bob&lt;"\n</parameter><parameter=age>7</parameter>',
+        ],
+        [
+            "<parameter=name>Bob</parameter>",
+            "<parameter=age>100</parameter><parameter=name>Bob</parameter>",
+            "<parameter=name>a</parameter></parameter><parameter=age>1</parameter>",
+            "<parameter=name>Bob</parameter><parameter=age>x</parameter>",
+            "<parameter=name>Bob</parameter><parameter=age>1</parameter><parameter=other>1</parameter>",
+        ],
+    ),
+    (
+        "qwen_xml_parameter",
+        tag({"type": "qwen_xml_parameter", "json_schema": PARAMS}),
+        ["<parameter=name>Bob</parameter><parameter=age>1</parameter>"],
+        ["<parameter=name>Bob</parameter>"],
+    ),
+    (
+        "minimax_xml",
+        xml("minimax_xml"),
+        ['<parameter name="name">Bob</parameter>\n<parameter name="age">100</parameter>'],
+        ['<parameter name="age">100</parameter>', "<parameter=name>Bob</parameter><parameter=age>100</parameter>"],
+    ),
+    (
+        "deepseek_xml",
+        xml("deepseek_xml"),
+        [
+            f'<{DSML}parameter name="name" string="true">Bob</{DSML}parameter>'
+            f'<{DSML}parameter name="age" string="false">1</{DSML}parameter>'
+        ],
+        [f'<{DSML}parameter name="name" string="true">Bob</{DSML}parameter>'],
+    ),
+    (
+        "glm_xml",
+        xml("glm_xml"),
+        ["<arg_key>name</arg_key><arg_value>Bob</arg_value><arg_key>age</arg_key><arg_value>100</arg_value>"],
+        ["<arg_key>name</arg_key><arg_value>Bob</arg_value>"],
+    ),
+]
+
 # texts where bankml's json_schema language (jsonschema's, via the strict compiler) is not XGrammar's: XGrammar's
 # structural tags compile schemas in its strict mode (declared order, no undeclared properties)
 DIVERGES = {
@@ -300,7 +365,7 @@ DIVERGES = {
 }
 
 
-@pytest.mark.parametrize("case,structural_tag,yes,no", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("case,structural_tag,yes,no", CASES + XML_CASES, ids=[c[0] for c in CASES + XML_CASES])
 def test_each_format_accepts_its_language(case, structural_tag, yes, no):
     for text in yes:
         assert accepts(structural_tag, text), (case, text)
@@ -358,14 +423,25 @@ ERRORS = [
     (tag({"type": "json_schema", "json_schema": "{}"}), "structural_tag.format.json_schema", "got a string"),
     (tag({"type": "json_schema", "json_schema": {}, "style": "yaml"}), "structural_tag.format.style", "must be one of"),
     (
-        tag({"type": "json_schema", "json_schema": {}, "style": "qwen_xml"}),
+        tag({"type": "json_schema", "json_schema": {}, "style": "kimi_k3_xml"}),
         "structural_tag.format.style",
         "not supported yet",
     ),
     (
-        tag({"type": "qwen_xml_parameter", "json_schema": {}}),
+        tag({"type": "json_schema", "json_schema": {}, "style": "cohere_xml"}),
         "structural_tag.format.style",
-        "'qwen_xml' is not supported yet",
+        "not supported yet",
+    ),
+    (tag({"type": "qwen_xml_parameter", "json_schema": {}}), "structural_tag.format.json_schema", "listed properties"),
+    (
+        tag({"type": "json_schema", "json_schema": {"properties": {"a": {}}, "minProperties": 1}, "style": "qwen_xml"}),
+        "structural_tag.format.json_schema",
+        "minProperties",
+    ),
+    (
+        tag({"type": "json_schema", "json_schema": {}, "excludes": ["x"]}),
+        "structural_tag.format.excludes",
+        "not supported",
     ),
     (
         tag({"type": "json_schema", "json_schema": {}, "max_whitespace_cnt": 2}),
@@ -549,6 +625,20 @@ def test_verdicts_equal_xgrammars():
             compared += 1
     assert diverged == len(DIVERGES)
     assert compared > 1500
+
+
+def test_xml_styles_are_a_subset_of_xgrammars():
+    """Every text bankml's XML styles accept, XGrammar's accept too (the texts of the table and random edits of
+    them); the table's texts outside bankml's language are XGrammar's verdicts' business."""
+    xgr = _xgrammar()
+    rng = random.Random(7)
+    checked = 0
+    for case, structural_tag, yes, no in XML_CASES:
+        for text in yes + random_texts(structural_tag, yes, no, rng, n=0):
+            if accepts(structural_tag, text):
+                assert xgrammar_accepts(xgr, structural_tag, text), (case, text)
+                checked += 1
+    assert checked >= len([t for c in XML_CASES for t in c[2]])
 
 
 REGEXES = [
