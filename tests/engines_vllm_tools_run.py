@@ -63,8 +63,9 @@ def tools(strict=True):
 
 USER = [{"role": "user", "content": "What will the weather be in Paris for the next 3 days?"}]
 NAMED = {"type": "function", "function": {"name": "get_time"}}
-# a structural tag bankml refuses (an XML style): the frontend's 400 names the field
-REFUSED = {"type": "structural_tag", "format": {"type": "json_schema", "json_schema": WEATHER, "style": "qwen_xml"}}
+# a structural tag bankml refuses (an XML style it does not write, which XGrammar compiles): the frontend's 400
+# names the field
+REFUSED = {"type": "structural_tag", "format": {"type": "json_schema", "json_schema": WEATHER, "style": "kimi_k3_xml"}}
 
 # (name, body fields beyond model/messages)
 REQUESTS = [

@@ -50,7 +50,7 @@ def test_the_engine_runs_bankmls_backend(served):
     refused = answers["refused"]
     assert refused["status"] == 400
     message = refused["answer"]["error"]["message"]
-    assert message.startswith("bankml: structural_tag.format.style:") and "qwen_xml" in message
+    assert message.startswith("bankml: structural_tag.format.style:") and "kimi_k3_xml" in message
 
 
 def test_required_and_named_calls_are_well_formed(served):
