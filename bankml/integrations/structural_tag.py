@@ -20,8 +20,9 @@ a format without ``type`` is read as XGrammar guesses it. As XGrammar's analyzer
 on purpose (docs/modules/engines.md lists them):
 
 * ``json_schema`` content is bankml's strict compiler's (``bankml.schema.StrictGrammarBuilder``): exactly
-  the JSON texts jsonschema accepts for the schema, members in any order, llama.cpp's whitespace rule, or
-  the schema is refused with the keyword and JSON pointer. XGrammar's structural tags compile schemas in its
+  the JSON texts jsonschema accepts for the schema, members in any order, keys in any JSON spelling,
+  llama.cpp's whitespace rule between tokens (none after the value, as XGrammar), or the schema is refused
+  with the keyword and JSON pointer. XGrammar's structural tags compile schemas in its
   own strict mode (declared order, no undeclared properties unless the schema allows them); ``any_order`` is
   accepted and reads the same, ``max_whitespace_cnt`` other than null is refused.
 * Refused, naming the field: the token-level formats (``token``, ``exclude_token``, ``any_tokens``,
@@ -556,9 +557,16 @@ class _Emitter:
         if fmt.style != "json":
             return self.xml_arguments(fmt)
         try:
-            return self.schemas.add_schema("schema", source=(fmt.schema, "#"))
+            name = self.schemas.add_schema("schema", source=(fmt.schema, "#"))
         except SchemaError as e:
             raise self.schema_error(fmt, e) from None
+        # the strict compiler's rule is the value and then llama.cpp's whitespace; XGrammar's JSON ends at the
+        # value: what follows it (a tag's end) is the next format's, so the value is taken without it
+        body = self.rules.rules[name]
+        trailing = " %s-space" % name
+        if body.endswith(trailing):
+            return self.rules.add("json", body[: -len(trailing)])
+        return name  # pragma: no cover - the strict compiler's rule shape
 
     @staticmethod
     def schema_error(fmt, e):

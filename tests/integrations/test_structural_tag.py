@@ -14,7 +14,7 @@ import pytest
 
 from bankml import Grammar, GrammarError, Rules, Vocab
 from bankml.integrations.spec import Compiler, SpecError, grammar_text
-from bankml.integrations.structural_tag import StructuralTagError, structural_tag_to_grammar
+from bankml.integrations.structural_tag import _XML_STYLES, StructuralTagError, structural_tag_to_grammar
 from bankml.integrations.xgrammar_lang import XGrammarSyntaxError, regex_to_ebnf
 
 VOCAB = Vocab([bytes([c]) for c in range(1, 256)] + [b"</eos>"], eog_ids=[255])
@@ -575,18 +575,17 @@ def xgrammar_accepts(xgr, structural_tag, text):
     return _is_grammar_accept_string(grammar, text)
 
 
-def random_texts(structural_tag, yes, no, rng, n=40):
-    """Texts built from the tag's own strings (begins, ends, triggers, values, excludes) and a few characters,
-    and single-character edits of the known texts: where the automata and the dispatch go wrong."""
-    pieces = {"x", "1", "<", "/", ">", "A", " "}
+def tag_strings(structural_tag):
+    """The tag's own strings: begins, ends, triggers, values, separators and excludes."""
+    found = set()
 
     def collect(node):
         if isinstance(node, dict):
             for key, value in node.items():
                 if key in ("begin", "end", "value", "separator") and isinstance(value, str):
-                    pieces.add(value)
+                    found.add(value)
                 elif key in ("triggers", "excludes", "end") and isinstance(value, list):
-                    pieces.update(v for v in value if isinstance(v, str))
+                    found.update(v for v in value if isinstance(v, str))
                 elif key != "json_schema" and key != "schema":
                     collect(value)
         elif isinstance(node, list):
@@ -594,6 +593,13 @@ def random_texts(structural_tag, yes, no, rng, n=40):
                 collect(item)
 
     collect(structural_tag)
+    return found
+
+
+def random_texts(structural_tag, yes, no, rng, n=40):
+    """Texts built from the tag's own strings (begins, ends, triggers, values, excludes) and a few characters,
+    and single-character edits of the known texts: where the automata and the dispatch go wrong."""
+    pieces = {"x", "1", "<", "/", ">", "A", " "} | tag_strings(structural_tag)
     pieces = sorted(p for p in pieces if p)
     out = set()
     for _ in range(n):
@@ -639,6 +645,96 @@ def test_xml_styles_are_a_subset_of_xgrammars():
                 assert xgrammar_accepts(xgr, structural_tag, text), (case, text)
                 checked += 1
     assert checked >= len([t for c in XML_CASES for t in c[2]])
+
+
+BUILTIN_MODELS = [
+    "llama",
+    "qwen_3",
+    "qwen_3_5",
+    "qwen_3_coder",
+    "kimi",
+    "deepseek_r1",
+    "deepseek_v3_1",
+    "harmony",
+    "deepseek_v3_2",
+    "minimax",
+    "glm_4_7",
+    "deepseek_v4",
+    "exaone",
+]
+# XGrammar's builtin tags bankml refuses, and the field named: an XML style it does not write, a json_schema excludes
+BUILTIN_REFUSED = {
+    "kimi_k3": "excludes",
+    "cohere": "'cohere_xml' is not supported yet",
+    "deepseek_v4_1": "'deepseek_v4_1_xml' is not supported yet",
+    "minimax_m3": "'minimax_m3_xml' is not supported yet",
+}
+ONE_PARAM = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+
+
+def walks(structural_tag, rng, n):
+    """``n`` random texts of bankml's grammar for the tag: each step a random token the mask allows (a third of
+    the time one of the tag's own strings, when one is allowed: how free text and raw values end), on a
+    vocabulary of the ASCII bytes, each other character of the tag and the tag's strings, ending where the
+    grammar may end."""
+    strings = tag_strings(structural_tag)
+    for opening, closing in _XML_STYLES.values():  # the XML styles' own tags, for the one parameter
+        strings.update((opening("city", True), opening("city", False), closing))
+    strings = sorted(s for s in strings if len(s) > 1)
+    extra = sorted({c for c in json.dumps(structural_tag, ensure_ascii=False) if ord(c) > 127})
+    pieces = [bytes([b]) for b in range(1, 128)] + [c.encode() for c in extra] + [t.encode() for t in strings]
+    vocab = Vocab(pieces + [b"</eos>"], eog_ids=[len(pieces)])
+    whole = set(range(127 + len(extra), len(pieces)))
+    grammar_rules = Rules.parse(structural_tag_to_grammar(structural_tag), "root", vocab)
+    out = []
+    while len(out) < n:
+        g = Grammar(grammar_rules, vocab)
+        text = b""
+        while len(text) < 3000:
+            if g.complete and rng.random() < 0.15:
+                out.append(text.decode("utf-8"))
+                break
+            # no backslash: a key spelled with an escape is bankml's json_schema language, not XGrammar's
+            ids = [int(i) for i in g.allowed_ids() if not vocab.is_eog(int(i)) and vocab.piece(int(i)) != b"\\"]
+            if not ids:
+                out.append(text.decode("utf-8"))
+                break
+            preferred = [i for i in ids if i in whole]
+            token = rng.choice(preferred if preferred and rng.random() < 0.33 else ids)
+            g.accept(token)
+            text += vocab.piece(token)
+    return out
+
+
+def test_xgrammars_builtin_tags():
+    """The tags XGrammar's get_model_structural_tag builds (what SGLang sends for a model's tool calls, expanded
+    into formats) for each builtin model, tool_choice auto, required and named, reasoning on and off: bankml
+    compiles them (or refuses naming the field, for the styles it does not write), and every random text of
+    bankml's grammar is one XGrammar accepts (a tool with one string parameter: no order or undeclared-member
+    divergence)."""
+    xgr = _xgrammar()
+    rng = random.Random(3)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": ONE_PARAM, "strict": True}}]
+    choices = ["auto", "required", {"type": "function", "function": {"name": "get_weather"}}]
+    walked = 0
+    for model in BUILTIN_MODELS + sorted(BUILTIN_REFUSED):
+        for choice in choices:
+            for reasoning in (False, True):
+                built = xgr.get_model_structural_tag(model, tools=tools, tool_choice=choice, reasoning=reasoning)
+                structural_tag = json.loads(built.model_dump_json())
+                if model in BUILTIN_REFUSED:
+                    with pytest.raises(StructuralTagError, match=BUILTIN_REFUSED[model]):
+                        structural_tag_to_grammar(structural_tag)
+                    continue
+                for text in walks(structural_tag, rng, 4):
+                    assert xgrammar_accepts(xgr, structural_tag, text), (model, choice, reasoning, text)
+                    walked += 1
+    assert walked == len(BUILTIN_MODELS) * len(choices) * 2 * 4
 
 
 REGEXES = [
