@@ -28,7 +28,7 @@ on purpose (docs/modules/engines.md lists them):
 * Refused, naming the field: the token-level formats (``token``, ``exclude_token``, ``any_tokens``,
   ``token_triggered_tags``, ``token_dispatch``, a ``tag`` whose ``begin``/``end`` is a token), ``any_text``'s
   ``max_tokens`` and ``max_chars`` budgets, the XML ``style``s of ``json_schema`` (not supported yet), and
-  what XGrammar's EBNF has and GBNF has not (``bankml.integrations.xgrammar_lang``).
+  what XGrammar's EBNF has and GBNF has not (``bankml.integrations.xgrammar_ebnf``).
 
 Errors are ``StructuralTagError``: the path of the field in the request (``structural_tag.format.tags[1]
 .content.json_schema``) and the reason; a refused schema adds its ``keyword`` and ``pointer``.
@@ -39,16 +39,16 @@ This module owns no engine: it must not import vLLM, SGLang or ``bankml.integrat
 import json
 
 from bankml.errors import SchemaError
+from bankml.integrations.xgrammar_ebnf import EbnfTranslator
 from bankml.integrations.xgrammar_lang import (
     MAX_REPETITION,
     NEVER,
-    EbnfTranslator,
     RuleSet,
     XGrammarSyntaxError,
     dispatch_rules,
     literal,
-    regex_to_ebnf,
 )
+from bankml.integrations.xgrammar_regex import regex_to_ebnf
 from bankml.schema import tool_args
 from bankml.schema.grammar import StrictGrammarBuilder
 

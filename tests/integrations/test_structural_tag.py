@@ -15,7 +15,8 @@ import pytest
 from bankml import Grammar, GrammarError, Rules, Vocab
 from bankml.integrations.spec import Compiler, SpecError, grammar_text
 from bankml.integrations.structural_tag import _XML_STYLES, StructuralTagError, structural_tag_to_grammar
-from bankml.integrations.xgrammar_lang import XGrammarSyntaxError, regex_to_ebnf
+from bankml.integrations.xgrammar_lang import XGrammarSyntaxError
+from bankml.integrations.xgrammar_regex import regex_to_ebnf
 
 VOCAB = Vocab([bytes([c]) for c in range(1, 256)] + [b"</eos>"], eog_ids=[255])
 WEATHER = {
