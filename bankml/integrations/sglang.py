@@ -24,7 +24,6 @@ else the Hugging Face tokenizer's pieces (``vocab_from_hf_tokenizer``) with the 
 This module imports SGLang; nothing else in bankml does.
 """
 
-import json
 import logging
 import os
 
@@ -43,6 +42,7 @@ from bankml.engine.vocab import Vocab
 from bankml.errors import GrammarError
 from bankml.integrations.adapters import vocab_from_hf_tokenizer
 from bankml.integrations.spec import Compiler, SpecError
+from bankml.schema import jsondepth
 
 __all__ = ["MAX_ROLLBACK_TOKENS", "BankmlGrammarBackend", "BankmlGrammarObject", "init_bankml_backend", "register"]
 
@@ -251,7 +251,9 @@ class BankmlGrammarBackend(BaseGrammarBackend):
 
     def dispatch_structural_tag(self, key_string):
         try:
-            tag = json.loads(key_string)
+            tag = jsondepth.loads(key_string)
+        except jsondepth.NestingError:
+            return InvalidGrammarObject(f"structural_tag: the JSON text nests deeper than {jsondepth.MAX_DEPTH} levels")
         except ValueError as e:
             return InvalidGrammarObject(f"structural_tag: not valid JSON: {e}")
         _fill_missing_schemas(tag)

@@ -36,8 +36,6 @@ Errors are ``StructuralTagError``: the path of the field in the request (``struc
 This module owns no engine: it must not import vLLM, SGLang or ``bankml.integrations.spec`` (which imports it).
 """
 
-import json
-
 from bankml.errors import SchemaError
 from bankml.integrations.xgrammar_ebnf import EbnfTranslator
 from bankml.integrations.xgrammar_lang import (
@@ -49,7 +47,7 @@ from bankml.integrations.xgrammar_lang import (
     literal,
 )
 from bankml.integrations.xgrammar_regex import regex_to_ebnf
-from bankml.schema import tool_args
+from bankml.schema import jsondepth, tool_args
 from bankml.schema.grammar import StrictGrammarBuilder
 
 __all__ = ["FORMAT_TYPES", "XML_STYLES", "StructuralTagError", "read_structural_tag", "structural_tag_to_grammar"]
@@ -445,7 +443,9 @@ def read_structural_tag(tag, path="structural_tag"):
         tag = bytes(tag).decode("utf-8")
     if isinstance(tag, str):
         try:
-            tag = json.loads(tag)
+            tag = jsondepth.loads(tag)
+        except jsondepth.NestingError:
+            raise StructuralTagError(path, "the JSON text nests deeper than %d levels" % jsondepth.MAX_DEPTH) from None
         except ValueError as e:
             raise StructuralTagError(path, "not valid JSON: %s" % e) from None
     if not isinstance(tag, dict):
@@ -548,7 +548,10 @@ class _Emitter:
 
     def emit(self, fmt, ends):
         """GBNF for ``fmt``; ``ends``: the end strings of the nearest enclosing tag (XGrammar's detected ends)."""
-        return getattr(self, "emit_" + fmt.kind)(fmt, ends)
+        try:
+            return getattr(self, "emit_" + fmt.kind)(fmt, ends)
+        except XGrammarSyntaxError as e:  # a TagDispatch's automaton past its bound
+            raise StructuralTagError(fmt.path, str(e)) from None
 
     def emit_const_string(self, fmt, ends):
         return literal(fmt.value)

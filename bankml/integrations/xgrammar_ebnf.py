@@ -23,7 +23,9 @@ from bankml.integrations.xgrammar_regex import regex_to_ebnf
 
 __all__ = ["EbnfTranslator"]
 
-_MAX_NESTING = 1000  # XGrammar's max_nest_layer_ for parentheses
+# nesting of parentheses and macro tuples: XGrammar allows 1,000; each level is four Python frames here, so
+# bankml stops at 100 (well inside the interpreter's recursion limit on an engine's worker thread)
+_MAX_NESTING = 100
 _CLASS_ESCAPES = {c: ord(c) for c in "^$\\.*+?()[]{}|/-"}
 
 
@@ -396,6 +398,9 @@ class EbnfTranslator:
             self.i += 1
             return token.kind, token.value
         if token.kind == "(":
+            self.depth += 1
+            if self.depth > _MAX_NESTING:
+                self.error("Nest layer exceeded the maximum limit")
             self.i += 1
             elements = []
             if self.peek().kind != ")":
@@ -410,6 +415,7 @@ class EbnfTranslator:
                     else:
                         self.error("Expect , or ) in tuple")
             self.i += 1
+            self.depth -= 1
             return "tuple", elements
         self.error("Expect string, integer, boolean, or tuple in macro argument")
 

@@ -23,6 +23,7 @@ import them, nor any engine.
 import re
 
 __all__ = [
+    "MAX_DISPATCH_WORK",
     "MAX_REPETITION",
     "NEVER",
     "RuleSet",
@@ -37,6 +38,9 @@ __all__ = [
 
 MAX_REPETITION = 2000
 MAX_CODE_POINT = 0x10FFFF
+# a TagDispatch's automaton is built state by state over its alphabet (as XGrammar's over 256 bytes): bounded, so
+# that a hostile request cannot hold a worker (about a second of Python at the bound)
+MAX_DISPATCH_WORK = 1_000_000
 # matches no code point (an empty positive class "[]" would match the empty string in llama.cpp's parser)
 NEVER = "[^\\x00-\\U0010FFFF]"
 
@@ -158,6 +162,11 @@ def dispatch_rules(rules, hint, triggers, loop, excludes):
         else:
             dead.add(state)
     alphabet = sorted({ord(ch) for p in patterns for ch in p})
+    if len(children) * max(1, len(alphabet)) > MAX_DISPATCH_WORK:
+        raise XGrammarSyntaxError(
+            "the triggers and excludes are too large to compile: %d automaton states times %d distinct characters "
+            "is past %d" % (len(children), len(alphabet), MAX_DISPATCH_WORK)
+        )
     order = [0]
     for u in order:
         order.extend(children[u][cp] for cp in sorted(children[u]))

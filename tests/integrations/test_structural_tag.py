@@ -509,6 +509,17 @@ ERRORS = [
     ({"structures": [{"begin": "a", "end": "b"}]}, "structural_tag", "the field 'triggers' is required"),
     (tag(const("\ud800")), "structural_tag.format.value", "lone surrogate"),
     (deep(300), "structural_tag.format" + ".content" * 100, "nest deeper than 100"),
+    ("[" * 100000 + "]" * 100000, "structural_tag", "nests deeper than 512 levels"),
+    (
+        tag({"type": "any_text", "excludes": ["".join(chr(0x4E00 + i) for i in range(2000))]}),
+        "structural_tag.format",
+        "too large to compile",
+    ),
+    (
+        tag({"type": "grammar", "grammar": "root ::= " + "(" * 150 + '"a"' + ")" * 150}),
+        "structural_tag.format.grammar",
+        "Nest layer",
+    ),
 ]
 
 
