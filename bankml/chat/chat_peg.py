@@ -710,6 +710,11 @@ class ChatBuilder(Builder):
                     + self.space()
                 )
             body = self.tool_open(self.literal("{")) + self.space() + type_field
+            if self.strict_tools:
+                body = body + self._strict_pairs(name, pairs, call_id_key, gen_call_id_key)
+                body = body + self.space() + self.tool_close(self.literal("}"))
+                choices = choices | self.rule("tool-" + name, self.tool(body))
+                continue
             for i, (p, _) in enumerate(pairs):
                 body = body + p
                 if i < len(pairs) - 1:
@@ -717,6 +722,23 @@ class ChatBuilder(Builder):
             body = body + self.space() + self.tool_close(self.literal("}"))
             choices = choices | self.rule("tool-" + name, self.tool(body))
         return choices
+
+    def _strict_pairs(self, name, pairs, call_id_key, gen_call_id_key):
+        """Strict tool-call mode: a JSON call's members in the format's order, a comma between two present
+        ones (llama.cpp's parser wants the comma after an absent id: ``{, "name": ...}``), an id a plain token
+        (the parser's id field takes any string, a raw line break included)."""
+        items = []
+        for p, key in pairs:
+            if key in (call_id_key, gen_call_id_key):
+                digits = self.tool_id(self.chars("[0-9]", 1, 9))
+                token = self.literal('"') + self.tool_id(self.chars("[A-Za-z0-9_.:-]", 1, 64)) + self.literal('"')
+                value = self.choice([token, digits])
+                p = self.literal('"%s"' % key) + self.space() + self.literal(":") + self.space() + value
+                items.append((p, False))
+            else:
+                items.append((p, True))
+        sep = lambda: self.space() + self.literal(",") + self.space()  # noqa: E731
+        return self.strict_separated("tool-%s-members" % name, items, sep)
 
 
 def build_chat_peg_parser(fn, strict_tools=False):

@@ -177,7 +177,11 @@ def arena_grammar(arena, lazy=False, json_schema_mode="llama.cpp", tool_call_mod
 
 
 def schema_error(e, head):
+    """The SchemaError of a chat grammar's schema, with the chat layer's ``head`` (llama.cpp's message) before
+    the converter's; a tool refused by strict tool-call mode keeps its own message, which names the tool."""
     message = str(e)
+    if message.startswith("tool "):
+        return e
     wrapped = "JSON schema conversion failed:\n"
     if message.startswith(wrapped) and message[len(wrapped) :].startswith(UNWRAPPED_SCHEMA_ERRORS):
         message = message[len(wrapped) :]
