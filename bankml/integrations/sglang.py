@@ -12,7 +12,11 @@ request use it. What SGLang asks for, and what bankml gives:
   the server's environment has ``BANKML_JSON_SCHEMA_MODE=llama.cpp`` (``bankml.integrations.spec``);
   ``response_format`` json_object arrives as the schema ``{"type": "object"}`` (any object either way);
 * ``regex``: through the converter's pattern translation (``bankml.integrations.spec.regex_to_grammar``);
-* ``structural_tag``: refused with a clear error (llama.cpp has no structural tags).
+* ``structural_tag``: an XGrammar structural tag, either form (``format``, or the legacy ``structures`` and
+  ``triggers`` with SGLang's ``at_least_one``: what SGLang's tool-call code sends for ``tool_choice`` required
+  or named and for ``strict`` functions), compiled by ``bankml.integrations.structural_tag`` to XGrammar's
+  language; as SGLang's XGrammar backend does first, a ``json_schema`` (or legacy ``schema``) that is missing
+  or null is read as ``{}``. A refused tag is an ``InvalidGrammarObject`` naming the tag's field.
 
 The vocabulary: the model's GGUF file when the model path is one, the GGUF named by ``BANKML_VOCAB_GGUF``, or
 else the Hugging Face tokenizer's pieces (``vocab_from_hf_tokenizer``) with the model's EOS ids.
@@ -38,6 +42,7 @@ from bankml.engine.vocab import Vocab
 from bankml.errors import GrammarError
 from bankml.integrations.adapters import vocab_from_hf_tokenizer
 from bankml.integrations.spec import Compiler, SpecError
+from bankml.schema import jsondepth
 
 __all__ = ["MAX_ROLLBACK_TOKENS", "BankmlGrammarBackend", "BankmlGrammarObject", "init_bankml_backend", "register"]
 
@@ -228,9 +233,9 @@ class BankmlGrammarBackend(BaseGrammarBackend):
         self.stop_token_ids = frozenset(eos_token_ids or ())
         self.compiler = Compiler(vocab, max_rollback=MAX_ROLLBACK_TOKENS)
 
-    def _compile(self, kind, key_string):
+    def _compile(self, kind, key_string, spec=None):
         try:
-            template = self.compiler.template(kind, key_string)
+            template = self.compiler.template(kind, key_string if spec is None else spec)
         except SpecError as e:
             return InvalidGrammarObject(str(e))
         return BankmlGrammarObject(template, key_string, self.stop_token_ids, GrammarStats(dispatch_type=kind))
@@ -245,10 +250,39 @@ class BankmlGrammarBackend(BaseGrammarBackend):
         return self._compile("regex", key_string)
 
     def dispatch_structural_tag(self, key_string):
-        return InvalidGrammarObject(
-            "bankml does not compile structural tags (llama.cpp has none): use a JSON "
-            "schema, GBNF or a regex, or another grammar backend"
-        )
+        try:
+            tag = jsondepth.loads(key_string)
+        except jsondepth.NestingError:
+            return InvalidGrammarObject(f"structural_tag: the JSON text nests deeper than {jsondepth.MAX_DEPTH} levels")
+        except ValueError as e:
+            return InvalidGrammarObject(f"structural_tag: not valid JSON: {e}")
+        _fill_missing_schemas(tag)
+        return self._compile("structural_tag", key_string, tag)
+
+
+def _fill_missing_schemas(tag):
+    """SGLang's XGrammar backend's sanitizing, before it compiles a structural tag: a missing or null
+    ``json_schema`` of a json_schema / qwen_xml_parameter format (through tag, sequence, or, triggered_tags and
+    tags_with_separator) and a legacy structure's missing or null ``schema`` become ``{}``."""
+    if not isinstance(tag, dict):
+        return
+    for structure in tag.get("structures") or ():
+        if isinstance(structure, dict) and structure.get("schema") is None:
+            structure["schema"] = {}
+    pending = [tag.get("format")]
+    while pending:
+        node = pending.pop()
+        if not isinstance(node, dict):
+            continue
+        kind = node.get("type")
+        if kind in ("json_schema", "qwen_xml_parameter") and node.get("json_schema") is None:
+            node["json_schema"] = {}
+        if kind == "tag":
+            pending.append(node.get("content"))
+        elif kind in ("sequence", "or"):
+            pending.extend(node.get("elements") or ())
+        elif kind in ("triggered_tags", "tags_with_separator"):
+            pending.extend(node.get("tags") or ())
 
 
 def _vocab_path(server_args):

@@ -14,6 +14,9 @@ A serving engine's constraint request, turned into bankml Rules as llama-server 
 * ``"regex"``: a regular expression through the converter's ``pattern`` translation (llama.cpp's
   ``_visit_pattern``): the whole output must match; a pattern the converter does not support is refused
   (the converter, inside a schema, would accept any string instead).
+* ``"structural_tag"``: an XGrammar structural tag (dict or JSON text, the current form or the legacy
+  ``structures``/``triggers`` one) through ``bankml.integrations.structural_tag``: XGrammar's language for
+  each format, its JSON schemas through the strict compiler; a refusal names the tag's field.
 
 ``Compiler`` keeps one template matcher per (kind, text) in a bounded LRU; matchers for requests are clones of
 it, so every request with the same constraint shares one MatchContext (stack nodes, mask caches).
@@ -28,6 +31,7 @@ import threading
 
 from bankml.engine._grammar import Grammar, Rules
 from bankml.errors import GrammarError, SchemaError
+from bankml.integrations.structural_tag import StructuralTagError, structural_tag_to_grammar
 from bankml.schema.converter import _Converter, _Invalid, _Unsupported
 from bankml.schema.grammar import MODES, json_schema_to_grammar
 
@@ -42,7 +46,7 @@ __all__ = [
     "regex_to_grammar",
 ]
 
-KINDS = ("grammar", "ebnf", "json", "json_object", "regex")
+KINDS = ("grammar", "ebnf", "json", "json_object", "regex", "structural_tag")
 
 # the engines' default for "json" constraints, and the environment variable that overrides it
 DEFAULT_JSON_SCHEMA_MODE = "strict"
@@ -114,13 +118,18 @@ def grammar_text(kind, spec, json_schema_mode=None):
             raise SpecError(str(e) if e.keyword else f"{e} (at {e.pointer})") from None
     if kind == "regex":
         return regex_to_grammar(spec)
+    if kind == "structural_tag":
+        try:
+            return structural_tag_to_grammar(spec)
+        except StructuralTagError as e:
+            raise SpecError(str(e)) from e
     raise SpecError(f"unknown constraint kind {kind!r}: expected one of {', '.join(KINDS)}")
 
 
 def _key(kind, spec):
     if kind == "json_object":
         return ("json_object", "")
-    if kind == "json" and not isinstance(spec, (str, bytes)):
+    if kind in ("json", "structural_tag") and not isinstance(spec, (str, bytes)):
         spec = json.dumps(spec, sort_keys=True, ensure_ascii=False)
     if kind == "ebnf":
         kind = "grammar"

@@ -5,14 +5,19 @@
   speculative decoding) that constrains each request that asks for it through ``SamplingParams.extra_args``
   (``vllm_xargs`` over HTTP): ``bankml_grammar`` (GBNF text), ``bankml_json_schema`` (a JSON schema, dict or text: bankml's
   strict compiler, or llama.cpp's converter with ``BANKML_JSON_SCHEMA_MODE=llama.cpp``; see
-  ``bankml.integrations.spec``), ``bankml_json_object`` (true: llama-server's JSON mode) or ``bankml_regex``. Load it with
+  ``bankml.integrations.spec``), ``bankml_json_object`` (true: llama-server's JSON mode), ``bankml_regex`` or
+  ``bankml_structural_tag`` (an XGrammar structural tag, object or text: ``bankml.integrations.structural_tag``). Load it with
   ``LLM(..., logits_processors=[BankmlLogitsProcessor])``, ``vllm serve --logits-processors
   bankml.integrations.vllm:BankmlLogitsProcessor``, or install bankml (its ``vllm.logits_processors`` entry point
   loads it into every engine). The masks are computed on the worker, per step, from the tokens vLLM sampled.
 * ``BankmlBackend`` / ``BankmlGrammar``: subclasses of vLLM's own ``StructuredOutputBackend`` and
   ``StructuredOutputGrammar`` (``vllm/v1/structured_output/backend_types.py``), for the structured-output
   manager (which fills masks on the scheduler, accepts the draft tokens of speculative decoding, then rolls
-  back). vLLM 0.32's manager hard-codes its backends; ``install_backend(manager)`` puts bankml's in place.
+  back). It compiles JSON, JSON_OBJECT, GRAMMAR, REGEX, CHOICE and STRUCTURAL_TAG requests (the structural tags
+  vLLM's OpenAI server builds for strict tool calls: ``tool_choice`` required or named, ``strict`` functions).
+  vLLM 0.32's manager hard-codes its backends; ``install_backend(manager)`` puts bankml's in place, and
+  ``general_plugin`` (bankml's ``vllm.general_plugins`` entry point) does it in every engine vLLM starts when
+  the server's environment has ``BANKML_VLLM_STRUCTURED_OUTPUTS=1``.
 
 JSON schemas (``bankml_json_schema``, ``response_format`` json_schema, guided JSON) are compiled strictly by
 default: exactly what jsonschema accepts, or the request is refused naming the keyword and JSON pointer, as
@@ -35,6 +40,7 @@ import os
 
 import numpy as np
 import torch
+from vllm.exceptions import VLLMValidationError
 from vllm.sampling_params import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
@@ -48,11 +54,13 @@ except ImportError:  # a vLLM without it: a stand-in base, so that the class kee
         pass
 
     LogitsProcRequestState = None
+from vllm.v1.structured_output import StructuredOutputManager
 from vllm.v1.structured_output.backend_types import (
     StructuredOutputBackend,
     StructuredOutputGrammar,
     StructuredOutputOptions,
 )
+from vllm.v1.structured_output.request import get_structured_output_key
 
 from bankml.engine._grammar import Rules, apply_token_bitmask_inplace, fill_next_token_bitmasks
 from bankml.engine.vocab import Vocab
@@ -63,11 +71,13 @@ from bankml.schema.converter import gbnf_format_literal
 
 __all__ = [
     "EXTRA_ARGS",
+    "STRUCTURED_OUTPUTS_ENV",
     "BankmlBackend",
     "BankmlGrammar",
     "BankmlLogitsProcessor",
     "apply_bitmask",
     "engine_vocab",
+    "general_plugin",
     "install_backend",
     "request_spec",
 ]
@@ -80,7 +90,12 @@ EXTRA_ARGS = {
     "bankml_json_schema": "json",
     "bankml_json_object": "json_object",
     "bankml_regex": "regex",
+    "bankml_structural_tag": "structural_tag",
 }
+
+# set to 1 in the environment of `vllm serve` (its engine processes inherit it): bankml's backend compiles every
+# structured-output request (general_plugin)
+STRUCTURED_OUTPUTS_ENV = "BANKML_VLLM_STRUCTURED_OUTPUTS"
 
 
 def request_spec(params):
@@ -103,6 +118,12 @@ def request_spec(params):
         if not isinstance(value, (dict, str, bool)):
             raise ValueError(f"bankml_json_schema must be a JSON schema (object or text), got {type(value).__name__}")
         return "json", value
+    if key == "bankml_structural_tag":
+        if not isinstance(value, (dict, str)):
+            raise ValueError(
+                f"bankml_structural_tag must be a structural tag (object or text), got {type(value).__name__}"
+            )
+        return "structural_tag", value
     if not isinstance(value, str):
         raise ValueError(f"{key} must be text, got {type(value).__name__}")
     return EXTRA_ARGS[key], value
@@ -437,6 +458,7 @@ _KINDS = {
     StructuredOutputOptions.JSON_OBJECT: "json_object",
     StructuredOutputOptions.GRAMMAR: "grammar",
     StructuredOutputOptions.REGEX: "regex",
+    StructuredOutputOptions.STRUCTURAL_TAG: "structural_tag",
 }
 
 
@@ -445,6 +467,15 @@ def _choice_grammar(spec):
     if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
         raise ValueError("a choice constraint is a non-empty list of strings")
     return "root ::= " + " | ".join(gbnf_format_literal(c) for c in choices) + "\n"
+
+
+def structured_output_spec(request_type, grammar_spec):
+    """``(kind, spec)`` for ``bankml.integrations.spec`` of one of vLLM's structured-output requests."""
+    if request_type == StructuredOutputOptions.CHOICE:
+        return "grammar", _choice_grammar(grammar_spec)
+    if request_type in _KINDS:
+        return _KINDS[request_type], grammar_spec
+    raise ValueError(f"bankml does not compile {request_type!s} constraints")
 
 
 class BankmlGrammar(StructuredOutputGrammar):
@@ -544,12 +575,7 @@ class BankmlBackend(StructuredOutputBackend):
         self.compiler = Compiler(self.vocab, max_rollback=max(1, self.num_speculative_tokens + 1))
 
     def compile_grammar(self, request_type, grammar_spec, stop_token_ids=None):
-        if request_type == StructuredOutputOptions.CHOICE:
-            kind, spec = "grammar", _choice_grammar(grammar_spec)
-        elif request_type in _KINDS:
-            kind, spec = _KINDS[request_type], grammar_spec
-        else:
-            raise ValueError(f"bankml does not compile {request_type!s} constraints")
+        kind, spec = structured_output_spec(request_type, grammar_spec)
         return BankmlGrammar(self.compiler.matcher(kind, spec), self.vocab_size, stop_token_ids)
 
     def allocate_token_bitmask(self, max_num_seqs):
@@ -567,3 +593,46 @@ def install_backend(manager, vocab_size=None):
         vocab_size = config.model_config.get_vocab_size()
     manager.backend = BankmlBackend(config, tokenizer=manager.tokenizer, vocab_size=vocab_size)
     return manager.backend
+
+
+def general_plugin():
+    """bankml's ``vllm.general_plugins`` entry point, which vLLM loads in each process it starts (the engine core
+    before its scheduler). With ``BANKML_VLLM_STRUCTURED_OUTPUTS=1`` in the environment, every
+    ``StructuredOutputManager`` built afterwards in the process gets bankml's backend (``install_backend``), so
+    ``vllm serve``'s structured outputs (``response_format``, ``structured_outputs``, and the structural tags of
+    strict tool calls) are compiled and masked by bankml, and the frontend refuses (a 400: ``bankml: <reason>``)
+    what bankml's backend would refuse, before vLLM's own checks; without it, nothing is changed. Idempotent."""
+    if os.environ.get(STRUCTURED_OUTPUTS_ENV, "").lower() not in ("1", "true", "yes"):
+        return
+    original = StructuredOutputManager.__init__
+    if getattr(original, "_bankml_installs_backend", False):
+        return
+
+    def __init__(self, vllm_config):
+        original(self, vllm_config)
+        if not vllm_config.model_config.skip_tokenizer_init:
+            install_backend(self)
+            # a warning, so that it shows in the engine's log (vLLM configures its own loggers only)
+            logger.warning(
+                "bankml: this engine's structured outputs are compiled by bankml's backend (%s=1)",
+                STRUCTURED_OUTPUTS_ENV,
+            )
+
+    __init__._bankml_installs_backend = True  # type: ignore[attr-defined]
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    StructuredOutputManager.__init__ = __init__  # type: ignore[method-assign]
+
+    validate = SamplingParams._validate_structured_outputs
+
+    def _validate_structured_outputs(self, model_config, structured_outputs_config, tokenizer):
+        # the frontend's check (a 400 before any token): what bankml's backend will refuse, refused here with its
+        # reason; then vLLM's own checks
+        params = self.structured_outputs
+        if structured_outputs_config is not None and params is not None and not params.all_constraints_none():
+            try:
+                Rules.parse(grammar_text(*structured_output_spec(*get_structured_output_key(params))))
+            except (SpecError, GrammarError, ValueError) as e:
+                raise VLLMValidationError(f"bankml: {e}") from None
+        return validate(self, model_config, structured_outputs_config, tokenizer)
+
+    SamplingParams._validate_structured_outputs = _validate_structured_outputs  # type: ignore[method-assign]

@@ -12,8 +12,10 @@ import types
 import numpy as np
 import pytest
 
+from bankml.integrations.spec import grammar_text
+
 from .. import engines_support
-from ..engines_support import SCHEMA, YES_NO, reference_row
+from ..engines_support import SCHEMA, YES_NO, reference, reference_row
 
 base = engines_support.import_or_skip(
     "sglang.srt.constrained.base_grammar_backend", "SGLang", "install sglang 0.5.23 (bankml[sglang], --no-deps on CPU)"
@@ -86,9 +88,71 @@ def test_dispatch_through_sglangs_backend_base(backend, vocab):
     unsupported = compiled(backend, ("regex", "a(?=b)"))
     assert isinstance(unsupported, base.InvalidGrammarObject) and "not supported" in unsupported.error_message
     tag = compiled(backend, ("structural_tag", json.dumps({"structures": [], "triggers": []})))
-    assert isinstance(tag, base.InvalidGrammarObject) and "structural tags" in tag.error_message
+    assert isinstance(tag, base.InvalidGrammarObject)
+    assert tag.error_message == "structural_tag.structures: must hold at least one structure"
     nul = compiled(backend, ("ebnf", 'root ::= "\x00"'))
     assert isinstance(nul, base.InvalidGrammarObject)  # SGLang's own NUL guard runs before dispatch
+
+
+TOOL = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def test_structural_tags_as_sglang_sends_them(backend, vocab):
+    """The legacy form SGLang's tool-call code sends (get_legacy_structural_tag: at_least_one for required or
+    named; a non-strict function's schema missing or null) and the current form, dispatched through SGLang's
+    backend base: masks along a call equal to the reference for the same tag (null schemas read as {}, as
+    SGLang's XGrammar backend does); a malformed tag is an InvalidGrammarObject naming the field."""
+    import bankml.integrations.sglang as bsg
+
+    legacy = {
+        "type": "structural_tag",
+        "structures": [
+            {"begin": '<tool_call>\n{"name": "get_weather", "arguments": ', "schema": TOOL, "end": "}\n</tool_call>"},
+            {"begin": '<tool_call>\n{"name": "get_time", "arguments": ', "schema": None, "end": "}\n</tool_call>"},
+        ],
+        "triggers": ["<tool_call>"],
+        "at_least_one": True,
+    }
+    current = {
+        "type": "structural_tag",
+        "format": {
+            "type": "tags_with_separator",
+            "tags": [
+                {
+                    "type": "tag",
+                    "begin": "<call>",
+                    "content": {"type": "json_schema", "json_schema": None},
+                    "end": "</call>",
+                }
+            ],
+            "separator": "",
+            "at_least_one": True,
+        },
+    }
+    reference_of = {
+        "legacy": dict(legacy, structures=[legacy["structures"][0], dict(legacy["structures"][1], schema={})]),
+        "current": json.loads(json.dumps(current).replace('"json_schema": null', '"json_schema": {}')),
+    }
+    texts = {
+        "legacy": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+        "current": '<call>{"any": [1, 2]}</call><call>3</call>',
+    }
+    for name, tag in (("legacy", legacy), ("current", current)):
+        g = compiled(backend, ("structural_tag", json.dumps(tag)))
+        assert isinstance(g, bsg.BankmlGrammarObject), getattr(g, "error_message", g)
+        tokens = engines_support_tokens(vocab, texts[name])
+        mask = g.allocate_vocab_mask(len(vocab), 1, "cpu")
+        for i, token in enumerate(tokens):
+            g.fill_vocab_mask(mask, 0)
+            expected = reference_row(vocab, "structural_tag", reference_of[name], tokens[:i])
+            assert np.array_equal(mask[0].numpy(), expected), (name, i)
+            g.accept_token(token)
+        assert reference(vocab, "structural_tag", reference_of[name], tokens).complete
+    refused = compiled(
+        backend, ("structural_tag", json.dumps({"format": {"type": "tag", "begin": "<a>", "end": "</a>"}}))
+    )
+    assert isinstance(refused, base.InvalidGrammarObject)
+    assert refused.error_message == "structural_tag.format: the field 'content' is required"
 
 
 def test_accept_rollback_terminate_and_masks(backend, vocab):
@@ -174,7 +238,10 @@ def test_jump_forward_and_retokenize(backend, vocab):
         "properties": {"temperature_celsius": {"type": "number"}},
         "required": ["temperature_celsius"],
     }
-    g = compiled(backend, ("json", json.dumps(schema)))
+    # llama.cpp's grammar for the schema (as an ebnf request): strict mode, the engines' default since this test
+    # was written, spells a key's characters in every JSON escape too, so it forces nothing after '{"'
+    gbnf = grammar_text("json", schema, "llama.cpp")
+    g = compiled(backend, ("ebnf", gbnf))
     assert g.try_jump_forward(None) == ([], "{")
     for t in engines_support_tokens(vocab, "{"):
         g.accept_token(t)
@@ -192,6 +259,6 @@ def test_jump_forward_and_retokenize(backend, vocab):
     assert g.accepted_tokens == new
     mask = g.allocate_vocab_mask(len(vocab), 1, "cpu")
     g.fill_vocab_mask(mask, 0)
-    assert np.array_equal(mask[0].numpy(), reference_row(vocab, "json", schema, new))
+    assert np.array_equal(mask[0].numpy(), reference_row(vocab, "grammar", gbnf, new))
     with pytest.raises(ValueError, match="retokenization"):
         g.jump_and_retokenize(new, new + engines_support_tokens(vocab, "x"), state)

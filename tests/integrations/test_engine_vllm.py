@@ -65,6 +65,23 @@ def engine_config(speculative_tokens=0, max_num_seqs=8):
     return args.create_engine_config()
 
 
+# a forced call of one tool, as vLLM's hermes structural tag writes it
+TOOL_TAG = {
+    "type": "tags_with_separator",
+    "tags": [
+        {
+            "type": "tag",
+            "begin": '<tool_call>\n{"name": "describe", "arguments": ',
+            "content": {"type": "json_schema", "json_schema": SCHEMA},
+            "end": "}\n</tool_call>",
+        }
+    ],
+    "separator": "",
+    "at_least_one": True,
+    "stop_after_first": True,
+}
+
+
 # -- request arguments
 
 
@@ -79,6 +96,14 @@ def test_request_spec_reads_extra_args():
     assert request_spec(SamplingParams(extra_args={"bankml_json_schema": SCHEMA})) == ("json", SCHEMA)
     assert request_spec(SamplingParams(extra_args={"bankml_json_object": True})) == ("json_object", None)
     assert request_spec(SamplingParams(extra_args={"bankml_regex": "[0-9]+"})) == ("regex", "[0-9]+")
+    tag = {"type": "structural_tag", "format": TOOL_TAG}
+    assert request_spec(SamplingParams(extra_args={"bankml_structural_tag": tag})) == ("structural_tag", tag)
+    with pytest.raises(ValueError, match="bankml_structural_tag must be a structural tag"):
+        request_spec(SamplingParams(extra_args={"bankml_structural_tag": 3}))
+    with pytest.raises(ValueError, match="bankml: structural_tag.format.tags: must hold at least one tag"):
+        BankmlLogitsProcessor.validate_params(
+            SamplingParams(extra_args={"bankml_structural_tag": {"format": dict(TOOL_TAG, tags=[])}})
+        )
     with pytest.raises(ValueError, match="one bankml constraint"):
         request_spec(SamplingParams(extra_args={"bankml_grammar": YES_NO, "bankml_json_object": True}))
     with pytest.raises(ValueError, match="bankml_grammar must be text"):
@@ -363,9 +388,48 @@ def test_backend_subclasses_vllms_abcs(vocab):
     choice = backend.compile_grammar(StructuredOutputOptions.CHOICE, json.dumps(["red", "green"]))
     choice.fill_bitmask(bitmask, 2)
     assert np.array_equal(bitmask[2].numpy(), reference_row(vocab, "grammar", 'root ::= "red" | "green"\n'))
-    with pytest.raises(ValueError, match="STRUCTURAL_TAG"):
+    tag = json.dumps({"type": "structural_tag", "format": TOOL_TAG})
+    structural = backend.compile_grammar(StructuredOutputOptions.STRUCTURAL_TAG, tag)
+    structural.fill_bitmask(bitmask, 3)
+    assert np.array_equal(bitmask[3].numpy(), reference_row(vocab, "structural_tag", tag))
+    with pytest.raises(ValueError, match="structural_tag: the field 'format' is required"):
         backend.compile_grammar(StructuredOutputOptions.STRUCTURAL_TAG, "{}")
     backend.destroy()
+
+
+def test_general_plugin_installs_the_backend_and_the_frontend_check(vocab, monkeypatch):
+    """bankml's vllm.general_plugins entry point: nothing without BANKML_VLLM_STRUCTURED_OUTPUTS; with it, every
+    StructuredOutputManager built afterwards has bankml's backend, and SamplingParams' structured-output check
+    (the frontend's, before any token) refuses what bankml refuses, naming the tag's field."""
+    from importlib.metadata import entry_points
+
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import StructuredOutputsParams
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    from bankml.integrations import vllm as bvllm
+
+    assert any(e.value == "bankml.integrations.vllm:general_plugin" for e in entry_points(group="vllm.general_plugins"))
+    monkeypatch.setattr(StructuredOutputManager, "__init__", StructuredOutputManager.__init__)
+    monkeypatch.setattr(SamplingParams, "_validate_structured_outputs", SamplingParams._validate_structured_outputs)
+    monkeypatch.delenv(bvllm.STRUCTURED_OUTPUTS_ENV, raising=False)
+    bvllm.general_plugin()
+    config = engine_config()
+    assert StructuredOutputManager(config).backend is None
+    monkeypatch.setenv(bvllm.STRUCTURED_OUTPUTS_ENV, "1")
+    bvllm.general_plugin()
+    bvllm.general_plugin()  # idempotent: one wrapper
+    assert not getattr(StructuredOutputManager.__init__.__wrapped__, "_bankml_installs_backend", False)
+    manager = StructuredOutputManager(config)
+    assert isinstance(manager.backend, bvllm.BankmlBackend)
+    bad = SamplingParams(
+        structured_outputs=StructuredOutputsParams(structural_tag=json.dumps({"format": {"type": "nope"}}))
+    )
+    with pytest.raises(VLLMValidationError, match="bankml: structural_tag.format.type: unknown format type 'nope'"):
+        bad._validate_structured_outputs(config.model_config, config.structured_outputs_config, manager.tokenizer)
+    good = SamplingParams(structured_outputs=StructuredOutputsParams(structural_tag=json.dumps({"format": TOOL_TAG})))
+    good._validate_structured_outputs(config.model_config, config.structured_outputs_config, manager.tokenizer)
 
 
 def test_backend_under_vllms_manager_with_speculative_decoding(vocab):
