@@ -17,7 +17,7 @@ An entry of the file: ``{"min": N, "kind": K, "modules": [...], "when": C}``. ``
 compares, and the run's report groups by it:
 
 * ``reference``: bankml compared with the reference (the pinned libllama, llama.cpp's converter and chat layer,
-  llama-server), live or from recorded answers as the count's name says;
+  llama-server; jsonschema's verdicts for strict mode), live or from recorded answers as the count's name says;
 * ``source``: where libllama's side of the mask comparisons came from: computed live in this run, or replayed
   from digests recorded earlier by the same libllama (``tests/oracle/mask_recording.py``);
 * ``self-check``: a recording checked against itself or against the live reference, with no bankml in it.
@@ -39,7 +39,7 @@ MINIMUMS = pathlib.Path(__file__).parent / "oracle_minimums.json"
 KINDS = ("reference", "source", "self-check")
 KIND_TITLES = {
     "reference": "bankml vs the reference (the pinned libllama, llama.cpp's converter and chat layer, llama-server; "
-    "live or recorded, as each name says)",
+    "jsonschema for strict mode; live or recorded, as each name says)",
     "source": "libllama's side of the mask comparisons: computed live in this run vs replayed from recorded digests",
     "self-check": "recordings checked against themselves or the live reference (no bankml in these)",
 }
