@@ -28,7 +28,7 @@ the pinned libllama's tokenizer; every engine walks the same ids. At each token 
 whole-vocabulary mask (timed: wall clock and the thread's CPU clock), the token is checked against the mask,
 then accepted (timed apart). An instance is accepted when every token is allowed (MaskBench's verdict); the
 coverage table also says, untimed, whether the grammar may end after the last token (``_complete``): an invalid
-instance that is a prefix of a valid one (``[1]`` under ``minItems: 2``) is accepted by MaskBench's verdict and
+instance that is a prefix of a valid one (``1`` under ``minimum: 10``) is accepted by MaskBench's verdict and
 counted in the column beside it as incomplete at the end. ``--engines`` takes bankml, libllama, xgrammar,
 llguidance, bankml-bg and bankml-strict; an unknown name, or an engine that does not import here, is an error
 (exit 2).
@@ -265,7 +265,7 @@ def run_schema(eng, schema, tests, hashes):
                 masks.insert(0, (first_mask, ttfm_cpu - compile_cpu, 0))
             if passno == "cold":
                 # MaskBench's verdict (every token allowed) beside whether the grammar may end there: an instance
-                # that is a prefix of a valid one ([1] under minItems 2) is accepted but incomplete
+                # that is a prefix of a valid one (1 under minimum 10) is accepted but incomplete
                 complete = _complete(eng, m) if ok else None
                 result["tests"].append(
                     {
@@ -447,7 +447,7 @@ def summarise(cases, results, engines, oracle_names):
     add(
         "\n(MaskBench's verdict: an instance is accepted when every token is allowed. *Of them incomplete at the "
         "end*: invalid instances so accepted where the grammar may not end after the last token (a prefix of a "
-        "valid instance, `[1]` under `minItems: 2`); *end complete*: a schema passes when each instance is "
+        "valid instance, `1` under `minimum: 10`); *end complete*: a schema passes when each instance is "
         "accepted and may end exactly when it is valid.)"
     )
 
