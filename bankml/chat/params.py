@@ -67,6 +67,10 @@ def arena_grammar(arena, lazy=False, json_schema_mode="llama.cpp"):
 
 def schema_error(e, head):
     message = str(e)
+    if message.startswith("strict JSON schema conversion failed:"):
+        # strict mode's refusal names the schema's keyword and pointer: the template is not the cause, so it
+        # does not get llama-server's "Unable to generate parser for this template" head
+        return e
     wrapped = "JSON schema conversion failed:\n"
     if message.startswith(wrapped) and message[len(wrapped) :].startswith(UNWRAPPED_SCHEMA_ERRORS):
         message = message[len(wrapped) :]
