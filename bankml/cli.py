@@ -61,11 +61,11 @@ def cmd_check(args):
     try:
         rules = Rules.parse(text, root=args.root)
     except GrammarError as err:
-        print(
-            f"{args.grammar}:{err.line or 0}:{err.column or 0}: error: {err.reason}"
-            + (f" near {err.context!r}" if err.context else ""),
-            file=sys.stderr,
-        )
+        line, column = err.line, err.column
+        if line is None:  # llama.cpp checks undefined rules after parsing: the place of the first use
+            line, column = _rule_use(text, err.reason)
+        where = f"{args.grammar}:{line}:{column}" if line is not None else args.grammar
+        print(f"{where}: error: {err.reason}" + (f" near {err.context!r}" if err.context else ""), file=sys.stderr)
         return 1
     names = {rule_id: name for name, rule_id in rules.symbol_ids.items()}
     print(f"{args.grammar}: {len(rules)} rules, {rules.n_elements} elements, root {args.root!r}")
@@ -75,7 +75,48 @@ def cmd_check(args):
     return 0
 
 
+def _rule_use(text, reason):
+    """(line, column), 1-based in characters, of the first use of the rule an error names (``Undefined rule
+    identifier 'x'``) outside strings, character classes and comments; (None, None) when there is none."""
+    import re
+
+    named = re.search(r"identifier '([^']*)'", reason)
+    if not named:
+        return None, None
+    name, i, line, start = named.group(1), 0, 1, 0
+    while i < len(text):
+        c = text[i]
+        if c == "\n":
+            line, start, i = line + 1, i + 1, i + 1
+        elif c == "#":
+            while i < len(text) and text[i] != "\n":
+                i += 1
+        elif c in '"[':
+            close = '"' if c == '"' else "]"
+            i += 1
+            while i < len(text) and text[i] != close and text[i] != "\n":
+                i += 2 if text[i] == "\\" else 1
+            i += 1
+        elif c.isalnum() or c in "-_":
+            j = i
+            while j < len(text) and (text[j].isalnum() or text[j] in "-_"):
+                j += 1
+            defined = re.match(r"[ \t]*::=", text[j:])
+            if text[i:j] == name and not defined:
+                return line, i - start + 1
+            i = j
+        else:
+            i += 1
+    return None, None
+
+
 def cmd_convert(args):
+    if args.lenient and not args.strict:
+        print(
+            "error: --lenient KEYWORD applies to --strict only (llama.cpp's converter has no such option)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         if args.schema == "-":
             text = sys.stdin.buffer.read()
@@ -197,15 +238,22 @@ def _generation_args(p):
 def _sampling_args(p):
     # llama-server's defaults (SamplerParams)
     p.add_argument("--seed", "-s", type=int, default=-1, help="RNG seed (-1: random)")
-    p.add_argument("--temperature", "--temp", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.05)
-    p.add_argument("--typical-p", type=float, default=1.0)
-    p.add_argument("--repeat-penalty", type=float, default=1.0)
-    p.add_argument("--repeat-last-n", type=int, default=64)
-    p.add_argument("--presence-penalty", type=float, default=0.0)
-    p.add_argument("--frequency-penalty", type=float, default=0.0)
+    p.add_argument("--temperature", "--temp", type=float, default=0.8, help="temperature (default: 0.8; 0: greedy)")
+    p.add_argument("--top-k", type=int, default=40, help="top-k sampling (default: 40; 0: disabled)")
+    p.add_argument("--top-p", type=float, default=0.95, help="top-p sampling (default: 0.95; 1.0: disabled)")
+    p.add_argument("--min-p", type=float, default=0.05, help="min-p sampling (default: 0.05; 0.0: disabled)")
+    p.add_argument("--typical-p", type=float, default=1.0, help="locally typical sampling (default: 1.0: disabled)")
+    p.add_argument(
+        "--repeat-penalty", type=float, default=1.0, help="penalize repeated tokens (default: 1.0: disabled)"
+    )
+    p.add_argument(
+        "--repeat-last-n",
+        type=int,
+        default=64,
+        help="last n tokens the penalties look at (default: 64; 0: disabled; -1: the context size)",
+    )
+    p.add_argument("--presence-penalty", type=float, default=0.0, help="presence penalty (default: 0.0: disabled)")
+    p.add_argument("--frequency-penalty", type=float, default=0.0, help="frequency penalty (default: 0.0: disabled)")
 
 
 def _chat_args(p):
@@ -443,7 +491,9 @@ def _auth_args(p):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="bankml", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="bankml", description=" ".join(__doc__.split("\n\n")[0].replace("``", "").split())
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     generate = sub.add_parser("generate", help="answer a prompt on a real model, constrained as llama-server would")
     generate.add_argument("prompt", nargs="?", help="the user message (default: read stdin)")
@@ -560,12 +610,12 @@ def build_parser():
         serve.set_defaults(env_error=str(err))
     serve.set_defaults(run=cmd_serve)
     check = sub.add_parser("check", help="parse a GBNF grammar as llama.cpp does; report the rules or the error")
-    check.add_argument("grammar")
-    check.add_argument("--root", default="root")
+    check.add_argument("grammar", help="a GBNF grammar file")
+    check.add_argument("--root", default="root", help="the start rule (default: root)")
     check.add_argument("-v", "--verbose", action="store_true", help="print every rule's elements")
     check.set_defaults(run=cmd_check)
     convert = sub.add_parser("convert", help="print llama.cpp's GBNF grammar for a JSON schema (file, or - for stdin)")
-    convert.add_argument("schema")
+    convert.add_argument("schema", help="a JSON schema file, or - for stdin")
     convert.add_argument(
         "--strict",
         action="store_true",
@@ -579,12 +629,14 @@ def build_parser():
     )
     convert.set_defaults(run=cmd_convert)
     mask = sub.add_parser("mask", help="the tokens a grammar allows next, over a GGUF vocabulary")
-    mask.add_argument("grammar")
+    mask.add_argument("grammar", help="a GBNF grammar file")
     mask.add_argument("--vocab", required=True, help="a GGUF file (a vocab-only one is enough)")
     mask.add_argument("--prefix", default="", help="text the grammar accepts before the mask")
-    mask.add_argument("--root", default="root")
-    mask.add_argument("--show", type=int, default=12)
-    mask.add_argument("--repeat", type=int, default=5)
+    mask.add_argument("--root", default="root", help="the start rule (default: root)")
+    mask.add_argument("--show", type=int, default=12, help="allowed tokens to print (default: 12)")
+    mask.add_argument(
+        "--repeat", type=int, default=5, help="times the mask is computed, to time it cold and cached (default: 5)"
+    )
     mask.set_defaults(run=cmd_mask)
     replay = sub.add_parser(
         "replay", help="rerun a seeded run record over its recorded logits; report the first divergent step"

@@ -26,7 +26,12 @@ What each engine is given, as its users give it:
 The instance is serialised as MaskBench does (``json.dumps(data, ensure_ascii=False)``) and tokenized once by
 the pinned libllama's tokenizer; every engine walks the same ids. At each token the engine fills a
 whole-vocabulary mask (timed: wall clock and the thread's CPU clock), the token is checked against the mask,
-then accepted (timed apart). An instance is accepted when every token is allowed (MaskBench's verdict).
+then accepted (timed apart). An instance is accepted when every token is allowed (MaskBench's verdict); the
+coverage table also says, untimed, whether the grammar may end after the last token (``_complete``): an invalid
+instance that is a prefix of a valid one (``1`` under ``minimum: 10``) is accepted by MaskBench's verdict and
+counted in the column beside it as incomplete at the end. ``--engines`` takes bankml, libllama, xgrammar,
+llguidance, bankml-bg and bankml-strict; an unknown name, or an engine that does not import here, is an error
+(exit 2).
 
 * compile: schema in -> the engine's compiled grammar and a first matcher; **TTFM** (time to first mask):
   compile plus the first mask at the start;
@@ -187,6 +192,20 @@ def _accept(eng, matcher, token):
         matcher.accept(token)
 
 
+def _complete(eng, matcher):
+    """Whether the grammar may end here (its end-of-generation token allowed), asked without filling a mask, so
+    that no engine's mask cache is warmed by the question: bankml ``Grammar.complete``, llguidance
+    ``is_accepting()``, XGrammar a fork that accepts a stop token; libllama (the oracle, untimed) its mask's
+    end-of-generation bit."""
+    if eng.name == "llguidance":
+        return bool(matcher.is_accepting())
+    if eng.name == "xgrammar":
+        return bool(matcher.fork().accept_token(eng.vocab.eog_ids[0]))
+    if eng.name == "libllama":
+        return bool(matcher.is_allowed(eng.vocab.eog_ids[0]))
+    return bool(matcher.complete)
+
+
 def _walk(eng, matcher, tokens, out, hashes, first_done=False):
     """Mask, check and accept each token; returns (accepted, masks [(wall µs, cpu µs, index)], accepts µs,
     hashes)."""
@@ -245,8 +264,18 @@ def run_schema(eng, schema, tests, hashes):
             if first:
                 masks.insert(0, (first_mask, ttfm_cpu - compile_cpu, 0))
             if passno == "cold":
+                # MaskBench's verdict (every token allowed) beside whether the grammar may end there: an instance
+                # that is a prefix of a valid one (1 under minimum 10) is accepted but incomplete
+                complete = _complete(eng, m) if ok else None
                 result["tests"].append(
-                    {"accepted": ok, "cold": masks, "accept_us": accept_us, "hashes": digests, "error": error}
+                    {
+                        "accepted": ok,
+                        "complete": complete,
+                        "cold": masks,
+                        "accept_us": accept_us,
+                        "hashes": digests,
+                        "error": error,
+                    }
                 )
             elif passno == "warm":
                 result["tests"][k]["warm"] = masks
@@ -381,32 +410,46 @@ def summarise(cases, results, engines, oracle_names):
     add("### Coverage\n")
     add(
         "| engine | version | schemas | compiled | compile errors | timeouts | crashes | instances | "
-        "valid rejected | invalid accepted | schemas passing |"
+        "valid rejected | invalid accepted | of them incomplete at the end | valid incomplete at the end | "
+        "schemas passing | schemas passing, end complete |"
     )
-    add("|---|---|---|---|---|---|---|---|---|---|---|")
+    add("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for e in engines:
         rs = results[e]
         counts = {
             s: sum(1 for r in rs.values() if r["status"] == s) for s in ("ok", "compile_error", "timeout", "crash")
         }
-        inst = rejected = accepted_bad = passing = 0
+        inst = rejected = accepted_bad = bad_incomplete = good_incomplete = passing = passing_complete = 0
         for name, r in rs.items():
             if r["status"] != "ok":
                 continue
-            good = True
+            good = good_complete = True
             for t, valid in zip(r["tests"], valid_of[name]):
                 inst += 1
+                ended = t["accepted"] and t.get("complete") is not False  # accepted and the grammar may end
                 if valid and not t["accepted"]:
                     rejected += 1
                     good = False
                 if not valid and t["accepted"]:
                     accepted_bad += 1
+                    bad_incomplete += not ended
                     good = False
+                if valid and t["accepted"] and not ended:
+                    good_incomplete += 1
+                good_complete &= ended == valid
             passing += good
+            passing_complete += good_complete
         add(
             f"| {e} | {versions[e]} | {len(rs)} | {counts['ok']} | {counts['compile_error']} | {counts['timeout']} | "
-            f"{counts['crash']} | {inst} | {rejected} | {accepted_bad} | {passing} |"
+            f"{counts['crash']} | {inst} | {rejected} | {accepted_bad} | {bad_incomplete} | {good_incomplete} | "
+            f"{passing} | {passing_complete} |"
         )
+    add(
+        "\n(MaskBench's verdict: an instance is accepted when every token is allowed. *Of them incomplete at the "
+        "end*: invalid instances so accepted where the grammar may not end after the last token (a prefix of a "
+        "valid instance, `1` under `minimum: 10`); *end complete*: a schema passes when each instance is "
+        "accepted and may end exactly when it is valid.)"
+    )
 
     for label, names_of in (
         ("each engine on the schemas it compiled", lambda e: ok_sets[e]),
@@ -505,6 +548,25 @@ def tokens_text(name, k, i):
 # --- main ---------------------------------------------------------------------------------------
 
 
+def check_engines(ap, text, walks):
+    """The ``--engines`` list, checked: a name that is no engine, or an engine that does not import here, is an
+    error (``ap.error``: exit 2), never a note on stderr and a run without it."""
+    engines = [e.strip() for e in text.split(",") if e.strip()]
+    known = list(walks.ENGINES) + [BANKML_BUILD_AHEAD, BANKML_STRICT]
+    unknown = [e for e in engines if e not in known]
+    if unknown:
+        ap.error(f"--engines: unknown engine {', '.join(map(repr, unknown))} (the engines: {', '.join(known)})")
+    installed = walks.available_engines() + [BANKML_BUILD_AHEAD, BANKML_STRICT]
+    missing = [e for e in engines if e not in installed]
+    if missing:
+        ap.error(
+            f"--engines: {', '.join(missing)} not installed (pip install -e '.[bench]'), or leave it out of --engines"
+        )
+    if not engines:
+        ap.error("--engines: no engine named")
+    return engines
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", nargs="?", help="a folder of MaskBench files (default: the project's cases)")
@@ -527,11 +589,7 @@ def main(argv=None):
         cases = folder_files(args.folder, args.limit, args.seed, names)
     else:
         cases = project_files()
-    engines = [e for e in args.engines.split(",") if e]
-    missing = [e for e in engines if e not in walks.available_engines() + [BANKML_BUILD_AHEAD, BANKML_STRICT]]
-    if missing:
-        print(f"not installed, left out: {', '.join(missing)}", file=sys.stderr)
-        engines = [e for e in engines if e not in missing]
+    engines = check_engines(ap, args.engines, walks)
     oracle_names = [n for n, _ in cases[: args.libllama]] if args.libllama else []
     all_engines = engines + (["libllama"] if oracle_names and "libllama" not in engines else [])
 

@@ -503,6 +503,9 @@ def main(argv=None):
     vocabs = args.vocab or ["qwen2", "llama3"]
     names = args.schema or schema_walks.schema_names()
     available = walks.available_engines()
+    if args.engine and any(e not in available for e in args.engine):
+        # an engine named on the command line runs or the run stops; only the default list leaves one out
+        parser.error(f"--engine: {', '.join(e for e in args.engine if e not in available)} not installed")
     engines = [e for e in (args.engine or walks.ENGINES) if e in available]
     missing = [e for e in (args.engine or walks.ENGINES) if e not in available]
     gbnf_engines = [] if args.no_gbnf_check else [e for e in ("xgrammar", "llguidance") if e in engines]

@@ -255,6 +255,9 @@ def main(argv=None):
     vocabs = args.vocab or ["qwen2", "llama3"]
     grammars = args.grammar or ["json"]
     available = walks.available_engines()
+    if args.engine and any(e not in available for e in args.engine):
+        # an engine named on the command line runs or the run stops; only the default list leaves one out
+        parser.error(f"--engine: {', '.join(e for e in args.engine if e not in available)} not installed")
     engines = [e for e in (args.engine or walks.ENGINES) if e in available]
     missing = [e for e in (args.engine or walks.ENGINES) if e not in available]
 

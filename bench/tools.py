@@ -247,6 +247,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     engines = [e for e in args.engines.split(",") if e]
+    known = ("bankml", "xgrammar", "llguidance", "xgrammar-stag")
+    if not engines or any(e not in known for e in engines):
+        ap.error(f"--engines: unknown engine in {args.engines!r} (the engines: {', '.join(known)})")
+    missing = [e for e in engines if e.replace("-stag", "") not in walks.available_engines()]
+    if missing:
+        ap.error(f"--engines: {', '.join(missing)} not installed (pip install -e '.[bench]')")
     if args.dir:
         tools = maskbench_tools(args.dir)
         source = "MaskBench Glaiveai2K + BFCL (%d tools)" % len(tools)

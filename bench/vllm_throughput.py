@@ -43,8 +43,11 @@ cache miss), in the worker; for the backends, ``StructuredOutputManager.grammar_
 the engine core while the worker runs the forward pass: it overlaps the step's model time),
 ``apply_grammar_bitmask`` (masks applied to the logits, in the worker) and the grammars' ``accept_tokens``
 (in the scheduler's update). The share counts the mode's own parts (for no constraint, all of them: the idle
-bankml processor); ``grammar_parts_s`` gives every part that ran. The backends compile grammars in a thread
-outside the step; that time is reported apart (``backend_compile_s``) and left out of the share. The timers
+bankml processor); ``grammar_parts_s`` gives every part that ran. The shares are not alike: bankml compiles
+inside ``update_state``, so bankml's share includes its compiles, while the backends compile grammars in a
+thread outside the step; that time is reported apart (``backend_compile_s``) and left out of their share. The
+report says this per mode (``grammar_share_holds``, top level and in each level). ``--modes`` takes only
+``none``, ``bankml``, ``xgrammar`` and ``guidance``: any other name is an error (exit 2). The timers
 are wrappers that vLLM's own processes install through a general plugin (bench/vllm_step_timers.py); where
 they did not load, the share is null.
 """
@@ -67,6 +70,20 @@ import vllm_step_timers  # noqa: E402  (bench/, beside this script)
 from tests import engines_support  # noqa: E402
 
 BACKENDS = ("xgrammar", "guidance")
+MODES = ("none", "bankml") + BACKENDS
+# what each mode's grammar_share holds (the timed parts of bench/vllm_step_timers.py), printed with the report
+SHARE_HOLDS = {
+    "bankml": "BankmlLogitsProcessor.apply and update_state, in the worker: matchers advanced, masks filled and "
+    "applied, and the grammar compiled inside update_state on a cache miss (bankml's compiles are in the share)",
+    "xgrammar": "StructuredOutputManager.grammar_bitmask, apply_grammar_bitmask and XgrammarGrammar.accept_tokens: "
+    "masks filled, applied and tokens accepted; XgrammarBackend.compile_grammar runs in a thread outside the step "
+    "and is not in the share (backend_compile_s)",
+    "guidance": "StructuredOutputManager.grammar_bitmask, apply_grammar_bitmask and GuidanceGrammar.accept_tokens: "
+    "masks filled, applied and tokens accepted; GuidanceBackend.compile_grammar runs in a thread outside the step "
+    "and is not in the share (backend_compile_s)",
+    "none": "every timed part (the idle bankml processor and the manager's calls): what an unconstrained request "
+    "pays for the grammar machinery being loaded",
+}
 
 
 def _median_p90(values):
@@ -90,6 +107,13 @@ def main():
         "rounds (medians reported); 0: one engine per mode, one pass (the default)",
     )
     args = ap.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        # a misspelled mode would otherwise run unconstrained under its misspelled name
+        ap.error(f"--modes: unknown mode {', '.join(map(repr, unknown))} (the modes: {', '.join(MODES)})")
+    if args.interleave and not any(m in BACKENDS for m in modes):
+        ap.error(f"--interleave needs a backend among --modes ({', '.join(BACKENDS)})")
     from importlib.metadata import entry_points
 
     from vllm import LLM, SamplingParams
@@ -110,8 +134,11 @@ def main():
         ep.value == "bankml.integrations.vllm:BankmlLogitsProcessor"
         for ep in entry_points(group="vllm.logits_processors")
     )
-    report = {"load_average_before": os.getloadavg(), "max_tokens": args.max_tokens}
-    modes = args.modes.split(",")
+    report = {
+        "load_average_before": os.getloadavg(),
+        "max_tokens": args.max_tokens,
+        "grammar_share_holds": {m: SHARE_HOLDS[m] for m in modes},
+    }
 
     def engine(backend):
         t0 = time.perf_counter()
@@ -146,6 +173,8 @@ def main():
             kwargs["extra_args"] = {"bankml_json_schema": s["schema"]}
         elif mode in BACKENDS:
             kwargs["structured_outputs"] = StructuredOutputsParams(json=s["schema"])
+        elif mode != "none":
+            raise ValueError(f"unknown mode {mode!r}")
         return prompt, SamplingParams(max_tokens=args.max_tokens, temperature=0.0, stop_token_ids=eog, **kwargs)
 
     def run_level(llm, mode, c):
@@ -185,6 +214,7 @@ def main():
             "ttft_s": _median_p90([m.first_token_latency for m in stats]),
             "ttft_from_batch_start_s": _median_p90([m.arrival_time - submitted + m.first_token_latency for m in stats]),
             **timers.level(before, after, counted),
+            "grammar_share_holds": SHARE_HOLDS[mode],
             "load_average": os.getloadavg(),
         }
         print(mode, json.dumps(level), file=sys.stderr, flush=True)

@@ -13,7 +13,27 @@ DATA = pathlib.Path(__file__).parent / "data"
 VOCAB_NAMES = ("qwen2", "llama3", "smollm2")
 # BANKML_ORACLE_LIVE=1: every oracle comparison that the gate samples or replays from a recording runs live
 ORACLE_LIVE = os.environ.get("BANKML_ORACLE_LIVE", "") not in ("", "0")
-ORACLE_STATS = collections.Counter()
+
+
+class OracleCounter(collections.Counter):
+    """The oracle counts of the run (``ORACLE_STATS[name] += n``), each with the test modules that added to it
+    (``producers``; ``module`` is the running test's, set by tests/conftest.py). The gate
+    (tests/oracle_gate.py) holds them to tests/oracle_minimums.json."""
+
+    def __init__(self):
+        super().__init__()
+        self.producers = collections.defaultdict(set)
+        self.module = None
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        if self.module is not None:
+            self.producers[key].add(self.module)
+
+
+ORACLE_STATS = OracleCounter()
+# conditions a module states at import for the gate's ``when`` entries (tests/oracle_minimums.json): name -> bool
+ORACLE_CONDITIONS: dict = {}
 
 
 def smollm2_path():

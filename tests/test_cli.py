@@ -181,3 +181,42 @@ def test_generate_tools_refusals(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert err.startswith("error") and "Traceback" not in err
+
+
+def _actions(parser, path=()):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _actions(sub, path + (name,))
+        elif not isinstance(action, argparse._HelpAction):
+            yield path, action
+
+
+def test_every_argument_has_help_and_the_description_is_whole():
+    from bankml.cli import build_parser
+
+    parser = build_parser()
+    assert parser.description.endswith("over a real vocabulary."), parser.description
+    missing = [(path, a.option_strings or a.dest) for path, a in _actions(parser) if not a.help]
+    assert missing == []
+
+
+def test_check_gives_an_undefined_rule_its_line_and_column(tmp_path, capsys):
+    path = tmp_path / "g.gbnf"
+    # the name in a comment, a string and a character class is no use of the rule; the first use is on line 3
+    path.write_text('root ::= "a" x # foo\nx ::= ("foo" [foo]\n  | "b" foo)\n', encoding="utf-8")
+    assert main(["check", str(path)]) == 1
+    assert capsys.readouterr().err == f"{path}:3:9: error: Undefined rule identifier 'foo'\n"
+    # an error llama.cpp places keeps its place
+    path.write_text('root ::= "a" (', encoding="utf-8")
+    assert main(["check", str(path)]) == 1
+    assert capsys.readouterr().err.startswith(f"{path}:1:15: error: expecting ')'")
+
+
+def test_convert_lenient_without_strict_is_refused(tmp_path, capsys):
+    path = tmp_path / "s.json"
+    path.write_text('{"type": "array", "uniqueItems": true}', encoding="utf-8")
+    assert main(["convert", "--lenient", "uniqueItems", str(path)]) == 2
+    assert "--lenient KEYWORD applies to --strict only" in capsys.readouterr().err

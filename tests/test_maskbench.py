@@ -71,3 +71,32 @@ def test_runner_reports_compile_errors_and_timeouts(tmp_path, maskbench, capsys)
     maskbench.main([str(tmp_path), "--engines", "bankml", "--libllama", "0"])
     row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| bankml |")][0].split("|")
     assert [c.strip() for c in row[3:7]] == ["1", "0", "1", "0"]
+
+
+def test_a_misspelled_or_missing_engine_is_an_error(tmp_path, maskbench, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        maskbench.main([str(tmp_path), "--engines", "bankml,xgramar"])
+    assert exit_.value.code == 2
+    assert "--engines: unknown engine 'xgramar'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        maskbench.main([str(tmp_path), "--engines", ","])
+    assert exit_.value.code == 2 and "no engine named" in capsys.readouterr().err
+
+
+def test_an_accepted_prefix_is_reported_incomplete(tmp_path, maskbench, capsys):
+    """MaskBench's verdict accepts an invalid instance whose every token is allowed; the column beside it says
+    the grammar may not end there: 1 under minimum 10 is a prefix of 12 (bankml and libllama alike)."""
+    (tmp_path / "prefix.json").write_text(
+        json.dumps(
+            {
+                "schema": {"type": "integer", "minimum": 10},
+                "tests": [{"valid": False, "data": 1}, {"valid": True, "data": 12}, {"valid": False, "data": "a"}],
+            }
+        )
+    )
+    maskbench.main([str(tmp_path), "--engines", "bankml", "--libllama", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    for engine in ("bankml", "libllama"):
+        row = [c.strip() for c in [x for x in lines if x.startswith(f"| {engine} |")][0].split("|")]
+        # instances, valid rejected, invalid accepted, of them incomplete, valid incomplete, passing, passing (end)
+        assert row[8:15] == ["3", "0", "1", "1", "0", "0", "1"], (engine, row)

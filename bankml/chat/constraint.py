@@ -102,8 +102,10 @@ class Constraint:
         except SchemaError as e:
             if self.chat:
                 raise
+            if self.source == "format":  # Ollama's field: the user sent no json_schema
+                raise SchemaError("Field 'format': " + str(e), e.pointer, keyword=e.keyword) from None
             # the /completion field handler: "json_schema" prefix, then the field wrapper's
-            raise SchemaError("Field 'json_schema': \"json_schema\": " + str(e), e.pointer) from None
+            raise SchemaError("Field 'json_schema': \"json_schema\": " + str(e), e.pointer, keyword=e.keyword) from None
 
 
 def _schema_text(schema):
@@ -159,7 +161,12 @@ def from_openai(req):
             json_schema = _value(wrapper, "schema", {})
             source = "response_format"
         elif response_type and response_type != "text":
-            raise RequestError('response_format type must be one of "text" or "json_object", but got: ' + response_type)
+            # llama-server's message, then what it leaves out: json_schema is accepted too
+            raise RequestError(
+                'response_format type must be one of "text" or "json_object", but got: '
+                + response_type
+                + ' (bankml and llama-server also take "json_schema")'
+            )
     if isinstance(json_schema, dict) and not json_schema:
         json_schema = {"type": "object"}
         json_object = True

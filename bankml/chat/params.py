@@ -217,7 +217,9 @@ def schema_error(e, head):
     """The SchemaError of a chat grammar's schema, with the chat layer's ``head`` (llama.cpp's message) before
     the converter's; a tool refused by strict tool-call mode keeps its own message, which names the tool."""
     message = str(e)
-    if message.startswith("tool "):
+    if message.startswith(("tool ", "strict JSON schema conversion failed:")):
+        # strict mode's refusal names the tool or the schema's keyword and pointer: the template is not the
+        # cause, so it does not get llama-server's "Unable to generate parser for this template" head
         return e
     wrapped = "JSON schema conversion failed:\n"
     if message.startswith(wrapped) and message[len(wrapped) :].startswith(UNWRAPPED_SCHEMA_ERRORS):

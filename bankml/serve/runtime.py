@@ -722,8 +722,8 @@ class Model:
             # llama-server renders such a request without the tools and parses no call: refused, not ignored
             raise RequestError(
                 "the chat template neither renders tools nor tool calls, so 'tools' would be "
-                "ignored: give the server a template that does (--chat-template-file), or "
-                'tool_choice "none"'
+                "ignored: use a template that does (--chat-template-file, of bankml serve or bankml generate), or "
+                'tool_choice "none" (--tool-choice none)'
             )
         if with_tools and constraint.kind == "gbnf":
             raise RequestError("Cannot use custom grammar constraints with tools.")  # oaicompat_chat_params_parse

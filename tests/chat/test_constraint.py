@@ -179,7 +179,31 @@ def test_no_constraint(response_format):
 def test_bad_type_message():
     with pytest.raises(RequestError) as info:
         from_openai(_req(response_format={"type": "yaml"}))
-    assert str(info.value) == 'response_format type must be one of "text" or "json_object", but got: yaml'
+    # llama-server's message, then the type it leaves out
+    assert str(info.value) == (
+        'response_format type must be one of "text" or "json_object", but got: yaml '
+        '(bankml and llama-server also take "json_schema")'
+    )
+
+
+def test_a_strict_refusal_on_the_chat_path_blames_the_schema_not_the_template():
+    with pytest.raises(SchemaError) as info:
+        chat_grammar({"type": "array", "uniqueItems": True}, "chatml", json_schema_mode="strict")
+    assert str(info.value).startswith("strict JSON schema conversion failed:\nuniqueItems")
+    assert "Unable to generate parser" not in str(info.value)
+    assert (info.value.keyword, info.value.pointer) == ("uniqueItems", "#/uniqueItems")
+
+
+def test_an_ollama_format_error_names_format():
+    with pytest.raises(SchemaError) as info:
+        from_ollama({"type": "array", "uniqueItems": True}).to_grammar(json_schema_mode="strict")
+    assert str(info.value).startswith("Field 'format': strict JSON schema conversion failed:")
+    assert info.value.keyword == "uniqueItems"
+    with pytest.raises(SchemaError) as info:
+        from_ollama({"type": "nope"}).to_grammar()
+    assert str(info.value).startswith("Field 'format': JSON schema conversion failed:") and "json_schema" not in str(
+        info.value
+    )
 
 
 def test_response_format_schema_that_is_not_an_object_is_dropped():

@@ -18,10 +18,10 @@ string must match and each failing string must not, where "match" is the C++ hel
 The C++ resets the stacks of one grammar between strings; here each string gets a fresh
 ``Grammar`` from the same ``Rules``.
 
-``test_schema`` cases need llama.cpp's JSON-schema-to-grammar converter, which bankml does
-not have yet: the data file carries the grammar that the pinned llama.cpp's converter
-produced for each schema (``json_schema_to_grammar(json::parse(schema), true)``). A case
-whose grammar was not recorded (``"grammar": null``) is skipped.
+``test_schema`` cases: the data file carries the grammar that the pinned llama.cpp's converter
+produced for each schema (``json_schema_to_grammar(json::parse(schema), true)``), so that this
+table tests the grammar engine alone (bankml's converter is compared with llama.cpp's in
+tests/schema/test_schema_oracle.py). Every case has its grammar; none is skipped.
 
 Build cases (``test_failure_*`` and ``test_custom_root_symbol_check``): see the ``check``
 field and ``test_build_case`` below.
@@ -195,12 +195,9 @@ def test_helper_invalid_utf8_like_cpp():
 def _string_params():
     params = []
     for case in MATCH_CASES:
-        marks = []
-        if case["grammar"] is None:
-            marks.append(pytest.mark.skip(reason="needs the schema converter (issue 4)"))
         for expect, key in ((True, "passing"), (False, "failing")):
             for i, s in enumerate(case[key]):
-                params.append(pytest.param(case, s, expect, id=f"{case['id']}-{key}-{i}", marks=marks))
+                params.append(pytest.param(case, s, expect, id=f"{case['id']}-{key}-{i}"))
     return params
 
 
@@ -216,8 +213,8 @@ def _rules_for(case):
 
 @pytest.mark.parametrize("case", MATCH_CASES, ids=[c["id"] for c in MATCH_CASES])
 def test_match_case_builds(case):
-    if case["grammar"] is None:
-        pytest.skip("needs the schema converter (issue 4)")
+    # every case has its grammar: the schema cases' were produced by the pinned converter (the table's note)
+    assert case["grammar"] is not None, case["id"]
     rules = Rules.parse(case["grammar"], root=case["root"], vocab=None)
     grammar = Grammar(rules, vocab=None)
     assert grammar.stacks, "a built grammar has initial stacks"

@@ -15,6 +15,7 @@ from bankml import Rules
 from bankml.errors import GrammarError, SchemaError
 from bankml.schema.converter import json_schema_to_grammar
 
+from ..oracle import record_schema_grammars
 from ..oracle.build_converter import Converter
 from ..oracle_support import ORACLE_STATS
 
@@ -834,3 +835,14 @@ def test_schemas_that_crash_llama_cpp(converter, schema):
     with pytest.raises(SchemaError):
         json_schema_to_grammar(schema)
     ORACLE_STATS["json schemas that crash llama.cpp's converter (bankml: SchemaError)"] += 1
+
+
+def test_the_bench_grammars_are_the_pinned_converter_s(converter):
+    """bench/data/schema_grammars.json (the grammars the benches and the matcher oracle walk) is what its recorder,
+    tests/oracle/record_schema_grammars.py, gets from the pinned converter now: every grammar, byte for byte."""
+    recorded = json.loads(record_schema_grammars.OUTPUT.read_text(encoding="utf-8"))
+    live = record_schema_grammars.record(converter)
+    assert record_schema_grammars.dump(live) == record_schema_grammars.dump(recorded)
+    ORACLE_STATS["bench schema grammars identical to llama.cpp's converter (recorded file vs live)"] += len(
+        live["grammars"]
+    )

@@ -112,7 +112,7 @@ def _check_same_answer(model, record):
     assert job.grammar_text == (record["grammar"] or None)
     events = list(job.stream())
     result = job.result
-    ORACLE_STATS["llama-server requests replayed"] += 1
+    ORACLE_STATS["llama-server requests answered by bankml with the prompt and grammar identical"] += 1
     assert result.tokens == record["token_ids"]
     assert result.text == record["raw_text"]
     assert result.finish_reason == record["finish_reason"]

@@ -171,9 +171,10 @@ def test_same_http_answer_as_llama_server(models, name, request):
     ORACLE_STATS["llama-server HTTP answers identical with other templates (bankml serve)"] += 1
 
 
-def test_bankml_serve_process_with_chat_template_file():
+def test_bankml_serve_process_with_chat_template_file(request):
     """``bankml serve --chat-template-file FILE --reasoning off`` (a real process, llama-server's flags): a
-    recorded Qwen3.5 request with thinking on and a reasoning budget gets llama-server's answer over HTTP."""
+    recorded Qwen3.5 request with thinking on and a reasoning budget gets llama-server's answer over HTTP (the
+    answer of the llama-server run here where the recordings are another machine's kernels)."""
     import socket
     import subprocess
     import sys
@@ -181,10 +182,7 @@ def test_bankml_serve_process_with_chat_template_file():
 
     import httpx
 
-    name = QWEN35_BUDGET
-    record = next(r for r in RECORDS if r["name"] == name)
-    if not RECORDINGS_HOLD:
-        pytest.skip("the recordings are another machine's kernels (the tests above answer live)")
+    record = _record(QWEN35_BUDGET, request)
     s = RECORDING["llama_cpp_python_settings"]
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
