@@ -19,12 +19,13 @@ a format without ``type`` is read as XGrammar guesses it. As XGrammar's analyzer
 ``triggered_tags``) inside a ``tag`` may not contain that tag's end strings. Where bankml's language differs,
 on purpose (docs/modules/engines.md lists them):
 
-* ``json_schema`` content is bankml's strict compiler's (``bankml.schema.StrictGrammarBuilder``): exactly
-  the JSON texts jsonschema accepts for the schema, members in any order, keys in any JSON spelling,
-  llama.cpp's whitespace rule between tokens (none after the value, as XGrammar), or the schema is refused
-  with the keyword and JSON pointer. XGrammar's structural tags compile schemas in its
-  own strict mode (declared order, no undeclared properties unless the schema allows them); ``any_order`` is
-  accepted and reads the same, ``max_whitespace_cnt`` other than null is refused.
+* ``json_schema`` content is written as XGrammar's default reads it (declared order, fully validated) by
+  bankml's canonical style for tool arguments (``bankml.schema.tool_args``): the listed properties in schema
+  order, each once, only the escapes JSON requires, ``json.dumps``'s separators: a subset of the JSON texts
+  jsonschema accepts, or the schema is refused with the keyword and JSON pointer. With ``any_order`` it is
+  bankml's strict compiler's (``bankml.schema.StrictGrammarBuilder``): exactly the texts jsonschema accepts,
+  members in any order, keys in any JSON spelling, llama.cpp's whitespace rule between tokens (none after the
+  value, as XGrammar). ``max_whitespace_cnt`` other than null is refused.
 * Refused, naming the field: the token-level formats (``token``, ``exclude_token``, ``any_tokens``,
   ``token_triggered_tags``, ``token_dispatch``, a ``tag`` whose ``begin``/``end`` is a token), ``any_text``'s
   ``max_tokens`` and ``max_chars`` budgets, the XML ``style``s of ``json_schema`` (not supported yet), and
@@ -559,6 +560,15 @@ class _Emitter:
     def emit_json_schema(self, fmt, ends):
         if fmt.style != "json":
             return self.xml_arguments(fmt)
+        if not fmt.any_order:
+            # XGrammar's default: the declared order, fully validated. bankml's canonical style writes that
+            # (bankml.schema.tool_args: schema-order keys, each once, only the escapes JSON requires), a subset
+            # of the texts the schema accepts: a model writes keys as literals, not "timezo\u006e\u0065"
+            base = self.rules.name("json")
+            try:
+                return tool_args.write(fmt.schema, "#", base, self.rules.add_rule, tool_args.JsonStyle())
+            except SchemaError as e:
+                raise self.schema_error(fmt, e) from None
         try:
             name = self.schemas.add_schema("schema", source=(fmt.schema, "#"))
         except SchemaError as e:

@@ -223,7 +223,7 @@ def test_serve_help_lists_llama_server_names():
     assert [f for f in SHARED_FLAGS if f not in listed] == []
     # the same names in the pinned llama-server's --help (recorded by record_dropin.py)
     assert [f for f in SHARED_FLAGS if f not in RECORDINGS["help_flags"]] == []
-    # every other option of bankml serve is bankml's own (its request limits and the JSON schema mode): no shared
+    # every other option of bankml serve is bankml's own (its request limits, the JSON schema and tool-call modes): no shared
     # name left unlisted
     options = {
         o for a in cli.build_parser()._subparsers._group_actions[0].choices["serve"]._actions for o in a.option_strings
@@ -236,8 +236,10 @@ def test_serve_help_lists_llama_server_names():
         "--max-preparing",
         "--prepare-timeout",
         "--request-timeout",
+        "--tool-call-mode",
     ]
-    assert not {"--max-body-bytes", "--max-preparing", "--json-schema-mode"} & set(RECORDINGS["help_flags"])
+    ours = {"--max-body-bytes", "--max-preparing", "--json-schema-mode", "--tool-call-mode"}
+    assert not ours & set(RECORDINGS["help_flags"])
     for flag in ("-fa", "--flash-attn"):
         assert cli.build_parser().parse_args(["serve", flag, "off"]).flash_attn == "off"
 
