@@ -171,11 +171,11 @@ class _Node:
     ``why``: the keyword that made it one, for the styles that cannot take a leaf of that kind; ``types``: the
     JSON types it may take, or None)."""
 
-    __slots__ = ("kind", "pointer", "props", "items", "lo", "hi", "lang", "alts", "why", "types")
+    __slots__ = ("kind", "pointer", "props", "items", "lo", "hi", "lang", "alts", "why", "types", "extra")
 
     def __init__(self, kind, pointer, **fields):
         self.kind, self.pointer = kind, pointer
-        self.props = self.items = self.lang = self.alts = self.why = self.types = None
+        self.props = self.items = self.lang = self.alts = self.why = self.types = self.extra = None
         self.lo, self.hi = 0, None
         for k, v in fields.items():
             setattr(self, k, v)
@@ -248,7 +248,7 @@ class _Document:
         if (types == {"object"} or (types is None and keys & {"properties", "required"})) and keys <= _OBJECT_KEYS:
             props = self._props(schema, where)
             if props is not None:
-                return _Node("object", where, props=props)
+                return _Node("object", where, props=props, extra=self._extra(schema, where))
         if types == {"array"} and keys <= _ARRAY_KEYS and schema.get("uniqueItems", False) is False:
             got = self._array(schema, where)
             if got is not None:
@@ -308,6 +308,21 @@ class _Document:
                 continue
             out.append(Param(name, where + "/properties/" + _esc(name), is_required))
         return out
+
+    @staticmethod
+    def _extra(schema, where):
+        """What an object's other keys may hold: None, "any", or the pointer of the ``additionalProperties``
+        schema. The field's convention for generation (llama.cpp's converter, XGrammar's and OpenAI's strict
+        modes): an object that lists properties takes no other key unless ``additionalProperties`` says so; one
+        that lists none is any object of its ``additionalProperties``."""
+        if "additionalProperties" not in schema and schema.get("properties"):
+            return None
+        extra = schema.get("additionalProperties", True)
+        if extra is False:
+            return None
+        if extra is True or extra == {}:
+            return "any"
+        return where + "/additionalProperties"
 
     def _array(self, schema, where):
         items = schema.get("items", True)
@@ -635,7 +650,8 @@ class _Writer:
         for prop in node.props:
             key = self.quoted(prop.name)
             members.append((key + ' ": " ' + self.value(prop.pointer, depth + 1), prop.required))
-        return '"{" ' + self.members(members, '", "') + ' "}"'
+        extra = self.extra_member(node, depth)
+        return '"{" ' + self.members(members, '", "', extra) + ' "}"'
 
     def gemma_object(self, node, depth):
         members = []
@@ -645,13 +661,31 @@ class _Writer:
             members.append((_gbnf_literal(prop.name + ":") + " " + self.value(prop.pointer, depth + 1), prop.required))
         return '"{" ' + self.members(members, '","') + ' "}"'
 
-    def members(self, members, sep):
-        """The members in order, required ones present, optional ones skippable, ``sep`` between: two rules
-        per member (no member written yet / some written)."""
-        if not members:
-            return '""'
+    def extra_member(self, node, depth):
+        """One member of an object's other keys (after the listed ones, as the object allows them): a key that
+        is none of the listed names, in the style's quotes, and a value of ``additionalProperties``; None
+        where there is none (or the style writes none: a parser scanning for a delimiter)."""
+        if node.extra is None or (isinstance(self.style, JsonStyle) and self.style.forbid):
+            return None
+        names = Lang.literals([p.name for p in node.props]).complement()
+        forbid = set()
+        quote = "'" if isinstance(self.style, PythonStyle) else '"'
+        quote_lit = _gbnf_literal(quote)
+        key = quote_lit + " " + self.dfa(names, lambda cs: self.json_chars(cs, forbid, quote), quote_lit)
+        value = self._any_value() if node.extra == "any" else self.value(node.extra, depth + 1)
+        return self.rule(key + ' ": " ' + value, "e")
+
+    def members(self, members, sep, extra=None):
+        """The members in order, required ones present, optional ones skippable, ``sep`` between, then any
+        number of ``extra`` members (None: none): two rules per member (no member written yet / some
+        written)."""
         # from the end: after[i] = (rule for members i.. when none written, ... when some written)
         none_rule, some_rule = '""', '""'
+        if extra is not None:
+            some_rule = self.rule("( " + sep + " " + extra + " )*", "m")
+            none_rule = self.rule("( " + extra + " " + some_rule + " )?", "m")
+        if not members:
+            return none_rule
         for text, required in reversed(members):
             tail = "" if some_rule == '""' else " " + some_rule
             with_none = text + tail
@@ -686,16 +720,22 @@ class _Writer:
         return '"[" ' + inner + ' "]"'
 
     def _any_value(self):
-        """Any JSON value, as the strict compiler writes the schema ``true`` (its trailing space dropped)."""
+        """Any JSON value in the canonical style: objects and arrays with ``json.dumps``'s separators, strings
+        with only the escapes their quotes require, numbers as integers or decimals of at most four places
+        and fifteen digits (each is ``json.dumps`` of the value it reads as), ``true``, ``false``, ``null``."""
         got = self._memo.get("any")
         if got is None:
-            name = self.fresh("x")
-            rules = strict_schema_rules(True, name)
-            for rule, body in rules.items():
-                if rule == name and body.endswith(" " + name + "-space"):
-                    body = body[: -len(" " + name + "-space")]
-                self._add(rule, body)
-            got = self._memo["any"] = name
+            got = self._memo["any"] = name = self.fresh("any")
+            string = self.fresh("str")
+            quote = "'" if isinstance(self.style, PythonStyle) else '"'
+            q = _gbnf_literal(quote)
+            char = self.json_chars(((0, 0xD7FF), (0xE000, _MAXCP)), set(), quote)
+            self._add(string, "%s ( %s )* %s" % (q, char, q))
+            number = self.rule('"-"? [1-9] [0-9]* | "0" | "-"? ( [1-9] [0-9]{0,8} | "0" ) "." [0-9]{0,3} [1-9]', "num")
+            member = '%s ": " %s' % (string, name)
+            obj = '"{" ( %s ( ", " %s )* )? "}"' % (member, member)
+            arr = '"[" ( %s ( ", " %s )* )? "]"' % (name, name)
+            self._add(name, '%s | %s | %s | %s | "true" | "false" | "null"' % (obj, arr, string, number))
         return got
 
     # -- strings -------------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def valid(schema, value):
         ('{"city":"Paris","days":3}', False),  # canonical: json.dumps's separators
         ('{"city": "Paris", "days": 3, "tags": ["a", "b", "c"]}', False),  # maxItems
         ('{"city": "Paris", "days": 3, "tags": ["abcde"]}', False),  # maxLength of an item
-        ('{"city": "Paris", "days": 3, "other": 1}', False),  # no other key
+        ('{"city": "Paris", "days": 3, "other": 1}', False),  # listed properties: others only where said
         ('{"city": "P\\u0061ris", "days": 3}', False),  # no needless escape
         ('{"city": "Paris"}', False),  # required
     ],
@@ -77,6 +77,19 @@ def test_json_style(text, ok):
     assert accepts(grammar(WEATHER), text) is ok
     if ok:
         assert valid(WEATHER, json.loads(text))
+
+
+def test_other_keys_where_the_schema_says_so():
+    """Other keys come after the listed ones where ``additionalProperties`` allows them explicitly, or in an
+    object that lists no property (the field's convention for generation: llama.cpp's, XGrammar's, OpenAI's)."""
+    open_ = dict(WEATHER, additionalProperties=True)
+    assert accepts(grammar(open_), '{"city": "Paris", "days": 3, "other": 1}')
+    assert not accepts(grammar(open_), '{"other": 1, "city": "Paris", "days": 3}')
+    assert not accepts(grammar(open_), '{"city": "Paris", "days": 3, "city": "Rome"}')
+    typed = dict(WEATHER, additionalProperties={"type": "integer"})
+    assert accepts(grammar(typed), '{"city": "Paris", "days": 3, "n": 1}')
+    assert not accepts(grammar(typed), '{"city": "Paris", "days": 3, "n": "x"}')
+    assert accepts(grammar({"type": "object"}), '{"a": [1, {"b": null}], "c": "d", "e": -0.25}')
 
 
 def test_json_strings_escape_only_what_json_requires():
