@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 from bankml.errors import SchemaError
 from bankml.schema.strict import strict_schema_rules
+from bankml.schema.strict.gbnf import lit
 from bankml.schema.strict.lang import Lang, LangError, intersect_all
 from bankml.schema.strict.lang.automaton import finish
 from bankml.schema.strict.lang.charsets import SUR_HI, SUR_LO, cs_diff, cs_has, cs_inter, norm, norm_sorted
@@ -146,22 +147,6 @@ _MAXCP = 0x10FFFF
 
 def _esc(name):
     return str(name).replace("~", "~0").replace("/", "~1")
-
-
-def _gbnf_literal(text):
-    """A GBNF string literal of ``text``."""
-    out = []
-    for ch in text:
-        o = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif o < 0x20 or o == 0x7F:
-            out.append("\\x%02X" % o)
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
 
 
 class _Node:
@@ -640,10 +625,10 @@ class _Writer:
         if isinstance(v, str):
             if '<|"|>' in v:
                 _refuse(node, "Gemma 4's argument syntax", 'a string holding <|"|> cannot be written')
-            return _gbnf_literal('<|"|>' + v + '<|"|>')
+            return lit('<|"|>' + v + '<|"|>')
         if isinstance(v, (list, dict)):
             _refuse(node, "Gemma 4's argument syntax", "an array or object value of an enum cannot be written")
-        return _gbnf_literal(json.dumps(v))
+        return lit(json.dumps(v))
 
     def json_object(self, node, depth):
         members = []
@@ -658,7 +643,7 @@ class _Writer:
         for prop in node.props:
             if not prop.name or any(c in prop.name for c in ":}{,<>") or prop.name.strip() != prop.name:
                 _refuse(node, "Gemma 4's argument syntax", "the key %r cannot be written bare" % prop.name)
-            members.append((_gbnf_literal(prop.name + ":") + " " + self.value(prop.pointer, depth + 1), prop.required))
+            members.append((lit(prop.name + ":") + " " + self.value(prop.pointer, depth + 1), prop.required))
         return '"{" ' + self.members(members, '","') + ' "}"'
 
     def extra_member(self, node, depth):
@@ -670,7 +655,7 @@ class _Writer:
         names = Lang.literals([p.name for p in node.props]).complement()
         forbid = set()
         quote = "'" if isinstance(self.style, PythonStyle) else '"'
-        quote_lit = _gbnf_literal(quote)
+        quote_lit = lit(quote)
         key = quote_lit + " " + self.dfa(names, lambda cs: self.json_chars(cs, forbid, quote), quote_lit)
         value = self._any_value() if node.extra == "any" else self.value(node.extra, depth + 1)
         return self.rule(key + ' ": " ' + value, "e")
@@ -728,7 +713,7 @@ class _Writer:
             got = self._memo["any"] = name = self.fresh("any")
             string = self.fresh("str")
             quote = "'" if isinstance(self.style, PythonStyle) else '"'
-            q = _gbnf_literal(quote)
+            q = lit(quote)
             char = self.json_chars(((0, 0xD7FF), (0xE000, _MAXCP)), set(), quote)
             self._add(string, "%s ( %s )* %s" % (q, char, q))
             number = self.rule('"-"? [1-9] [0-9]* | "0" | "-"? ( [1-9] [0-9]{0,8} | "0" ) "." [0-9]{0,3} [1-9]', "num")
@@ -754,7 +739,7 @@ class _Writer:
                     out.append("\\u%04x" % o)
                 else:
                     out.append(ch)
-            return _gbnf_literal("'" + "".join(out) + "'")
+            return lit("'" + "".join(out) + "'")
         return self.json_text(json.dumps(text, ensure_ascii=False))
 
     def json_text(self, text):
@@ -762,21 +747,21 @@ class _Writer:
         forbid = self.style.forbid if isinstance(self.style, JsonStyle) else ""
         for c in forbid:
             text = text.replace(c, "\\u%04x" % ord(c))
-        return _gbnf_literal(text)
+        return lit(text)
 
     def json_string(self, node):
         if node.lang.is_empty():
             _refuse(node, "a string", "no string satisfies the keywords")
         forbid = {ord(c) for c in (self.style.forbid if isinstance(self.style, JsonStyle) else "")}
         quote = "'" if isinstance(self.style, PythonStyle) else '"'
-        quote_lit = _gbnf_literal(quote)
+        quote_lit = lit(quote)
         return quote_lit + " " + self.dfa(node.lang, lambda cs: self.json_chars(cs, forbid, quote), quote_lit)
 
     def gemma_string(self, node):
         lang = _raw_lang(node.lang, RawStyle('<|"|>'))
         if lang.is_empty():
             _refuse(node, "a string", "no string satisfies the keywords")
-        quote = _gbnf_literal('<|"|>')
+        quote = lit('<|"|>')
         return quote + " " + self.dfa(lang, self.raw_chars, quote)
 
     def raw_string(self, node, style):
@@ -807,17 +792,17 @@ class _Writer:
                 raw = cs_diff(raw, ((c, c),))
             alts = [_gbnf_class(raw, admit_surrogates=True)] if raw else []
             if quote != '"' and cs_has(cs, q):
-                alts.append(_gbnf_literal("\\" + quote))
+                alts.append(lit("\\" + quote))
             for c in sorted(_SHORT):
                 if cs_has(cs, c) and c not in forbid and not (c == 0x22 and quote != '"'):
-                    alts.append(_gbnf_literal(_SHORT[c]))
+                    alts.append(lit(_SHORT[c]))
             for lo, hi in cs_inter(cs, ((0, 0x1F),)):
                 for c in range(lo, hi + 1):
                     if c not in _SHORT:
-                        alts.append(_gbnf_literal("\\u%04x" % c))
+                        alts.append(lit("\\u%04x" % c))
             for c in sorted(forbid):
                 if cs_has(cs, c):
-                    alts.append(_gbnf_literal("\\u%04x" % c))
+                    alts.append(lit("\\u%04x" % c))
             body = alts[0] if len(alts) == 1 else " | ".join(alts)
             got = self.rule(body, "c") if len(alts) > 1 else body
             self._charsets[key] = got
