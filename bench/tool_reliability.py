@@ -52,6 +52,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -288,17 +289,19 @@ def server_command(column, template_file, port, ctx):
 
     common = ["--host", "127.0.0.1", "--port", str(port), "-c", str(ctx), "--chat-template-file", str(template_file)]
     common += ["--chat-template-kwargs", json.dumps(DATE)]
+    # the recordings' model settings (tests/oracle/record_server.py), under which bankml's logits are
+    # llama-server's, so that the llama.cpp column is llama-server's answers
+    common += ["-t", "1", "-tb", "1", "-b", "2048", "-ub", "512", "-fa", "off", "-np", "1"]
     if column == "llama-server":
         from tests.oracle.build_server import build_server
 
         flags = rs.server_flags()
-        for name in ("-c", "-t", "-tb"):  # the context and threads are set below, alike for the three servers
+        for name in ("-c", "-t", "-tb", "-b", "-ub", "-fa", "-np"):  # set in ``common``, alike for the three
             i = flags.index(name)
             flags = flags[:i] + flags[i + 2 :]
-        common += ["-t", "1", "-tb", "1"]
         return [str(build_server()), "-m", str(rs.model_path())] + flags + common
     return (
-        [sys.executable, "-m", "bankml", "serve", "-t", "1", "-tb", "1", "-np", "1", "--reasoning", "off"]
+        [sys.executable, "-m", "bankml", "serve", "--reasoning", "off"]
         + common
         + [
             "--tool-call-mode",
@@ -535,6 +538,25 @@ def acceptance(rows):
     return failures
 
 
+def identical_answers(records):
+    """``(same, compared)``: the llama.cpp column's answers equal to llama-server's for the same request (content,
+    finish reason, each call's name and arguments; call ids are random), named requests left out (refused)."""
+    server = {(r["template"], r["choice"], r["seed"]): r for r in records if r["column"] == "llama-server"}
+    same = compared = 0
+    for r in records:
+        twin = server.get((r["template"], r["choice"], r["seed"]))
+        if r["column"] != "llama.cpp" or r["choice"] == "named" or twin is None:
+            continue
+
+        def view(rec):
+            calls = [(c["function"]["name"], c["function"]["arguments"]) for c in rec.get("tool_calls") or []]
+            return rec["status"], rec.get("finish_reason"), rec.get("content") or "", calls
+
+        compared += 1
+        same += view(r) == view(twin)
+    return same, compared
+
+
 def parse_list(text, known, what):
     names = [s.strip() for s in text.split(",") if s.strip()]
     unknown = [n for n in names if n not in known]
@@ -554,6 +576,8 @@ def main(argv=None):
     p.add_argument("--out", help="write every answer's record and the summary as JSON here")
     p.add_argument("--check", action="store_true", help="exit 1 unless strict mode meets the acceptance")
     args = p.parse_args(argv)
+    # a terminated run still stops its servers (run_template's finally)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     templates = parse_list(args.templates, TEMPLATES, "template") if args.templates else list(TEMPLATES)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if args.quick:
@@ -578,6 +602,9 @@ def main(argv=None):
         % (commit.stdout.strip(), len(templates), seeds, args.max_tokens, time.monotonic() - started)
     )
     print(table(rows, columns))
+    if "llama-server" in columns and "llama.cpp" in columns:
+        same, compared = identical_answers(records)
+        print("llama.cpp mode: %d of %d answers identical to llama-server's (required and auto)" % (same, compared))
     failures = acceptance(rows) if "strict" in columns else []
     print(
         "acceptance (strict: required and named 100 %% valid, auto 0 malformed): %s"

@@ -85,3 +85,26 @@ def test_the_bench_covers_the_issue_s_formats_and_tools():
     assert len(tr.TEMPLATES) >= 12 and len(set(tr.TEMPLATES)) == len(tr.TEMPLATES)
     assert set(tr.TEMPLATES) <= set(tr.template_sources())
     assert 3 <= len(tr.TOOLS) <= 5 and len(tr.QUESTIONS) == len(tr.TOOLS)
+
+
+def test_identical_answers_compares_the_llama_cpp_column_with_llama_server_and_ignores_call_ids():
+    def rec(column, choice, content, calls=(), seed=None):
+        tool_calls = [{"id": column, "function": {"name": n, "arguments": a}} for n, a in calls]
+        return {"template": "t", "column": column, "choice": choice, "seed": seed, "status": 200}, {
+            "finish_reason": "stop",
+            "content": content,
+            "tool_calls": tool_calls,
+        }
+
+    records = []
+    for args in [
+        ("llama-server", "required", "", [WEATHER_OK]),
+        ("llama.cpp", "required", "", [WEATHER_OK]),
+        ("llama-server", "auto", "hello"),
+        ("llama.cpp", "auto", "hullo"),
+        ("llama-server", "named", "x"),
+        ("llama.cpp", "named", "y"),
+    ]:
+        head, body = rec(*args)
+        records.append({**head, **body})
+    assert tr.identical_answers(records) == (1, 2)
