@@ -72,41 +72,17 @@ from bankml.chat.template import ChatTemplate, lazy_grammar_triggers  # noqa: E4
 
 # gpt-oss's template writes strftime_now's date: the servers run with their clock there (record_tools'
 # clock shim) and the replay renders at the same POSIX time
+from tests.oracle import record_server  # noqa: E402
 from tests.oracle.record_tools import CLOCK_TIME  # noqa: E402
+
+# two of the tools are the strict end-to-end test's (tests/serve/test_strict_tool_calls.py)
+from tests.serve.test_strict_tool_calls import FLIGHT, WEATHER  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 COLUMNS = ("llama-server", "llama.cpp", "strict")
 CHOICES = ("required", "named", "auto")
 DATE = {"date_string": "01 Dec 2026"}
 
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "description": "a city name, capitalised", "pattern": "^[A-Z][a-z]+$"},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-    },
-    "required": ["city", "days"],
-}
-FLIGHT = {
-    "type": "object",
-    "properties": {
-        "origin": {"type": "string", "pattern": "^[A-Z]{3}$", "description": "IATA airport code"},
-        "destination": {"type": "string", "pattern": "^[A-Z]{3}$", "description": "IATA airport code"},
-        "date": {"type": "string", "format": "date"},
-        "passengers": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0}},
-                "required": ["name"],
-            },
-            "minItems": 1,
-            "maxItems": 3,
-        },
-    },
-    "required": ["origin", "destination", "date"],
-}
 EMAIL = {
     "type": "object",
     "properties": {
@@ -241,13 +217,14 @@ def judge(status, answer, named, triggers):
     return valid, bad
 
 
-class Process:
-    """A server process on a free loopback port, its log in ``log``, ready once ``/health`` answers 200."""
+class Process(record_server.Server):
+    """A server process on a free loopback port, its log in ``log``, ready once ``/health`` answers 200;
+    record_server.Server's ``close``."""
 
     def __init__(self, cmd, log, env=None):
         self.log = open(log, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        self.base = "http://127.0.0.1:%d" % self.port_of(cmd)
+        self.base = "http://127.0.0.1:%s" % cmd[cmd.index("--port") + 1]
         deadline = time.monotonic() + 300
         while True:
             if self.proc.poll() is not None:
@@ -260,10 +237,6 @@ class Process:
                 raise RuntimeError("%s did not answer /health; see %s" % (cmd[0], log))
             time.sleep(0.3)
 
-    @staticmethod
-    def port_of(cmd):
-        return int(cmd[cmd.index("--port") + 1])
-
     def post(self, body):
         r = httpx.post(self.base + "/v1/chat/completions", json=body, timeout=900)
         try:
@@ -271,22 +244,10 @@ class Process:
         except ValueError:
             return r.status_code, {"error": r.text}
 
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
 
 def server_command(column, template_file, port, ctx):
     """The command line of ``column``'s server: the same model, context, slots, threads, template, kwargs and
     reasoning setting for all three."""
-    from tests.oracle import record_server as rs
-
     common = ["--host", "127.0.0.1", "--port", str(port), "-c", str(ctx), "--chat-template-file", str(template_file)]
     common += ["--chat-template-kwargs", json.dumps(DATE)]
     # the recordings' model settings (tests/oracle/record_server.py), under which bankml's logits are
@@ -295,11 +256,11 @@ def server_command(column, template_file, port, ctx):
     if column == "llama-server":
         from tests.oracle.build_server import build_server
 
-        flags = rs.server_flags()
+        flags = record_server.server_flags()
         for name in ("-c", "-t", "-tb", "-b", "-ub", "-fa", "-np"):  # set in ``common``, alike for the three
             i = flags.index(name)
             flags = flags[:i] + flags[i + 2 :]
-        return [str(build_server()), "-m", str(rs.model_path())] + flags + common
+        return [str(build_server()), "-m", str(record_server.model_path())] + flags + common
     return (
         [sys.executable, "-m", "bankml", "serve", "--reasoning", "off"]
         + common
@@ -323,12 +284,11 @@ class Replay:
         import llama_cpp
 
         from tests.oracle import libllama
-        from tests.oracle import record_server as rs
 
         self.sources = sources
-        self.vocab = Vocab.from_gguf(str(rs.model_path()))
-        self.tokenizer = llama_cpp.Llama(str(rs.model_path()), vocab_only=True, verbose=False)
-        self.oracle_vocab = libllama.load_vocab(str(rs.model_path()))
+        self.vocab = Vocab.from_gguf(str(record_server.model_path()))
+        self.tokenizer = llama_cpp.Llama(str(record_server.model_path()), vocab_only=True, verbose=False)
+        self.oracle_vocab = libllama.load_vocab(str(record_server.model_path()))
         self.libllama = libllama
         self.templates = {}
 
@@ -409,7 +369,7 @@ def run_template(template, columns, samples, args, sources, replay, tmp):
     template_file.write_text(sources[template], encoding="utf-8")
     out = []
     for column in columns:
-        port = _free_port()
+        port = record_server._free_port()
         proc = Process(server_command(column, template_file, port, args.ctx), tmp / ("%s.log" % column), server_env())
         try:
             for choice in CHOICES:
@@ -459,14 +419,6 @@ def run_template(template, columns, samples, args, sources, replay, tmp):
         finally:
             proc.close()
     return out
-
-
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def summarise(records, templates, columns):
