@@ -49,7 +49,7 @@ from bankml.errors import GrammarError, RequestError, SchemaError
 from bankml.sampling import logprobs as _logprobs
 from bankml.schema import jsondepth as _jsondepth
 from bankml.schema import limits as _schema_limits
-from bankml.serve import anthropic, ollama, openai, responses
+from bankml.serve import anthropic, native, ollama, openai, responses
 from bankml.serve.auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
 from bankml.serve.endpoints import EndpointOptions, Endpoints
 from bankml.serve.flags import context_options
@@ -555,6 +555,41 @@ class _App:
             return self._stream_events(request, job, writer, anthropic.sse)
         return await self._answer(request, job, lambda result: anthropic.message_json(result, message_id, model))
 
+    async def native_completion(self, request):
+        return await self._handle(request, native.read_native, self._respond_native)
+
+    async def _respond_native(self, request, req, job):
+        model = req.model or self.alias
+        n_prompt = len(job.prompt_tokens)
+        prompt = b"".join(self.model.piece(t, special=True) for t in job.prompt_tokens).decode("utf-8", "replace")
+        if req.stream:
+            runner = _Runner(job, asyncio.get_running_loop(), self).start()
+
+            async def events():
+                try:
+                    try:
+                        async for event in runner:
+                            if event.partial:
+                                yield native.sse(native.partial_json(event, job, n_prompt))
+                    except Exception as e:  # noqa: BLE001
+                        yield native.sse({"error": _stream_error(e)})
+                        return
+                    yield native.sse(native.completion_json(job.result, job, model, prompt))
+                finally:
+                    job.cancel()
+
+            return StreamingResponse(events(), media_type="text/event-stream")
+
+        def write(result):
+            records = None
+            if job.probs:
+                records = _logprobs.trim_stop_word(
+                    result.probs, result.stopping_word, lambda text: self.model.tokenize(text, False, False)
+                )
+            return native.completion_json(result, job, model, prompt, records, req.return_tokens)
+
+        return await self._answer(request, job, write)
+
     async def responses(self, request):
         return await self._handle(request, responses.read_responses, self._respond_responses)
 
@@ -940,6 +975,7 @@ def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None):
     routes = [
         Route("/v1/chat/completions", app.chat_completions, methods=["POST"]),
         Route("/chat/completions", app.chat_completions, methods=["POST"]),
+        Route("/completion", app.native_completion, methods=["POST"]),
         Route("/v1/completions", app.completions, methods=["POST"]),
         Route("/completions", app.completions, methods=["POST"]),
         Route("/v1/chat/completions/input_tokens", app.chat_input_tokens, methods=["POST"]),

@@ -86,8 +86,9 @@ def read_chat_body(body, raw, context=None, endpoint=CHAT):
     )
 
 
-def read_completion(raw, context=None):
-    """The Request of a ``/v1/completions`` body: a raw prompt, no template."""
+def read_completion(raw, context=None, endpoint=COMPLETIONS):
+    """The Request of a ``/v1/completions`` body: a raw prompt, no template (``endpoint``: llama-server's native
+    ``/completion`` reads the same fields)."""
     context = context or ReadContext()
     body = read_body(raw)
     check_sizes(body, context.limits)
@@ -103,7 +104,7 @@ def read_completion(raw, context=None):
     params, n_predict, stop = sampler_fields(body, vocab=context.vocab)
     probs = _probs(body, COMPLETIONS, n_predict, context)
     return Request(
-        COMPLETIONS,
+        endpoint,
         constraint,
         params,
         n_predict,

@@ -8,6 +8,7 @@ import os
 import pathlib
 
 import httpx
+import pydantic
 import pytest
 
 from .serve_support import running_serve
@@ -22,6 +23,10 @@ WEATHER = {
     "input_schema": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]},
 }
 PREFILL = '{"name": "'  # Llama 3.1's call opening: SmolLM2 then writes the call
+
+
+class Number(pydantic.BaseModel):
+    a: int
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +161,7 @@ def test_openai_responses_create_stream_and_input_tokens(oai, server):
 
 def test_openai_responses_function_call_loop(oai):
     """Call (required, prefilled), its output back as a function_call_output item, then a text answer; and the
-    text.format json_schema constraint."""
+    text.format json_schema constraint, and responses.parse."""
     tool = {"type": "function", "name": WEATHER["name"], "description": WEATHER["description"]}
     tool["parameters"] = WEATHER["input_schema"]
     question = {"role": "user", "content": "What is the weather in Berlin?"}
@@ -202,9 +207,44 @@ def test_openai_responses_function_call_loop(oai):
         temperature=0,
     )
     assert isinstance(json.loads(shaped.output_text)["a"], int)
+    # responses.parse: the client sends its model's schema as a strict text.format and parses the answer with it
+    parsed = oai.responses.parse(
+        model="smol", input="Give a number a.", text_format=Number, max_output_tokens=30, temperature=0
+    )
+    assert isinstance(parsed.output_parsed, Number) and isinstance(parsed.output_parsed.a, int)
 
 
 def test_openai_responses_bad_input_answers_400_naming_the_field(oai):
     with pytest.raises(openai_sdk.BadRequestError) as e:
         oai.responses.create(model="smol", input=[{"type": "item_reference", "id": "x"}], max_output_tokens=4)
     assert "input[0]" in str(e.value)
+
+
+def test_native_completion_and_the_routes_of_features_not_enabled(server):
+    r = httpx.post(server + "/completion", json={"prompt": "Hi", "n_predict": 3, "temperature": 0}, timeout=60)
+    body = r.json()
+    assert r.status_code == 200 and body["stop"] is True and body["tokens_predicted"] == 3
+    assert body["stop_type"] == "limit" and isinstance(body["content"], str) and body["prompt"] == "Hi"
+    with httpx.stream(
+        "POST", server + "/completion", json={"prompt": "Hi", "n_predict": 3, "temperature": 0, "stream": True}
+    ) as s:
+        chunks = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: ")]
+    assert [c["stop"] for c in chunks] == [False, False, False, True]
+    assert "".join(c["content"] for c in chunks) == body["content"]
+    # llama-server's answers when the feature is not enabled (or the model lacks it)
+    expected = {
+        "/embeddings": (501, "This server does not support embeddings. Start it with `--embeddings`"),
+        "/v1/embeddings": (501, "This server does not support embeddings. Start it with `--embeddings`"),
+        "/rerank": (501, "This server does not support reranking. Start it with `--reranking`"),
+        "/infill": (
+            501,
+            "Infill is not supported by this model: prefix token is missing. suffix token is missing. middle token is missing. ",
+        ),
+        "/slots/0?action=save": (501, "This server does not support slots action. Start it with `--slot-save-path`"),
+        "/no-such-route": (404, "File Not Found"),
+    }
+    for path, (code, message) in expected.items():
+        r = httpx.post(server + path, json={}, timeout=60)
+        assert (r.status_code, r.json()["error"]["message"]) == (code, message), path
+    assert httpx.get(server + "/lora-adapters").json() == []
+    assert httpx.post(server + "/lora-adapters", json=[{"id": 0, "scale": 1.0}]).json() == {"success": True}
