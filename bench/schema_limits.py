@@ -1,4 +1,5 @@
-"""Time and memory of docs/RELIABILITY.md's schema blow-ups (the server section's first rows): each schema of
+"""Time and memory of docs/RELIABILITY.md's schema blow-ups (the server section's first rows): a long ``$ref``
+chain (``test_long_ref_chains``) and each schema of
 ``tests/schema/test_schema_hostile.py::test_exponential_conversions_are_refused``, converted directly and through
 the chat template, in a child process under a 4 GiB address-space limit; its outcome (the SchemaLimits bound
 that refused it), the conversion's wall time (the child's start and imports left out) and the child's peak
@@ -20,7 +21,16 @@ sys.path.insert(0, str(ROOT))
 from tests.schema.test_schema_hostile import _EXPONENTIAL  # noqa: E402
 
 LIMIT_AS = 4 << 30
+# the first row: a $ref chain of objects, as tests/schema/test_schema_hostile.py::test_long_ref_chains builds it
+REF_CHAIN = """
+def ref_chain(n):
+    defs = {"d%d" % i: {"type": "object", "properties": {"x": {"$ref": "#/$defs/d%d" % (i + 1)}}} for i in range(n)}
+    defs["d%d" % n] = {"type": "string"}
+    return {"$ref": "#/$defs/d0", "$defs": defs}
+"""
 CASES = [
+    ("a $ref chain of 12,000 objects", "ref_chain(12000)"),
+    ("a $ref chain of 50,000 objects", "ref_chain(50000)"),
     ("19 levels of allOf/$ref objects (text)", "json.dumps(allof_levels(19))"),
     ("16 levels of allOf/$ref objects (a Python dict)", "allof_levels(16)"),
     ("allOf naming the same $ref twice, 40 levels", "one_property(40)"),
@@ -37,9 +47,10 @@ def measure(case, convert):
     code = (
         f"import resource, time\nresource.setrlimit(resource.RLIMIT_AS, ({LIMIT_AS}, {LIMIT_AS}))\n"
         + _EXPONENTIAL
+        + REF_CHAIN
         + f"\nschema = {case}\nt0 = time.perf_counter()\nout = run({convert}, schema)\n"
         "took = time.perf_counter() - t0\n"
-        "import re\nbound = re.search(r'SchemaLimits\\.\\w+', out)\n"
+        "import re\nbound = re.search(r'SchemaLimits\\.\\w+|nests too deeply', out)\n"
         "print(('SchemaError (' + bound.group(0) + ')') if bound else out[:80], '|', f'{took:.2f} s', '|',"
         " resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
     )
