@@ -15,7 +15,16 @@ from bankml.sampling import logprobs
 from bankml.serve.endpoints import task_params
 from bankml.serve.openai import read_completion
 
-__all__ = ["COMPLETION", "completion_json", "partial_json", "read_native", "sse", "stop_type", "timings_json"]
+__all__ = [
+    "COMPLETION",
+    "completion_json",
+    "generation_settings",
+    "partial_json",
+    "read_native",
+    "sse",
+    "stop_type",
+    "timings_json",
+]
 
 COMPLETION = "/completion"
 
@@ -53,6 +62,38 @@ def timings_json(result):
     }
 
 
+_AFTER = {
+    "dry_penalty_last_n": ("dry_sequence_breakers",),
+    "adaptive_decay": ("stop",),
+    "stream": ("logit_bias",),
+    "min_keep": ("grammar", "grammar_lazy", "grammar_triggers", "preserved_tokens"),
+}
+
+
+def generation_settings(job):
+    """task_params::to_json() (not only its metrics, as ``/slots`` and ``/props`` show them): the sampler settings
+    with the DRY breakers, the stop strings, the logit biases, the grammar and its lazy triggers, in its order."""
+    short = task_params(job)
+    d = job.params.as_dict() if job.params is not None else {}
+    extra = {
+        "dry_sequence_breakers": list(d.get("dry_sequence_breakers", ())),
+        "stop": list(getattr(job, "stop", ())),
+        "logit_bias": [{"bias": bias, "token": token} for token, bias in d.get("logit_bias", ())],
+        "grammar": getattr(job, "grammar_text", None) or "",
+        "grammar_lazy": False,
+        "grammar_triggers": [],
+        "preserved_tokens": [],
+    }
+    out = {}
+    for key, value in short.items():
+        out[key] = value
+        for name in _AFTER.get(key, ()):  # the fields to_json(true) leaves out, in to_json()'s places
+            out[name] = extra[name]
+    # a raw prompt has no chat parser: its reasoning format is the server's (llama-server's params_from_json_cmpl)
+    out["reasoning_format"] = getattr(getattr(job, "model", None), "reasoning_format", None) or out["reasoning_format"]
+    return out
+
+
 def completion_json(result, job, model, prompt, probs=None, return_tokens=False):
     """to_json_non_oaicompat of the final result. ``prompt``: the prompt's tokens detokenized with their special
     text; ``probs``: the records to send (None: none asked for, or streamed). Streamed, llama-server's final result
@@ -69,7 +110,7 @@ def completion_json(result, job, model, prompt, probs=None, return_tokens=False)
         "model": model,
         "tokens_predicted": n_gen,
         "tokens_evaluated": n_prompt,
-        "generation_settings": task_params(job),
+        "generation_settings": generation_settings(job),
         "prompt": prompt,
         "has_new_line": "\n" in result.text,
         "truncated": False,

@@ -118,3 +118,29 @@ def test_partial_json_and_sse():
         "tokens_evaluated": 4,
     }
     assert native.sse({"a": "é"}) == 'data: {"a":"é"}\n\n'.encode()
+
+
+def test_generation_settings_in_task_params_to_json_order():
+    """task_params::to_json() (the whole object, not /slots' metrics): the DRY breakers, stop strings, logit
+    biases and grammar fields in its places, the server's reasoning format for a raw prompt."""
+    job = _job()
+    job.params = SamplerParams.from_server({"logit_bias": [[5, 1.5]]})
+    job.stop, job.grammar_text = ["}"], "root ::= [a]"
+    job.model = SimpleNamespace(reasoning_format="deepseek")
+    out = native.generation_settings(job)
+    keys = list(out)
+    for before, name in [
+        ("dry_penalty_last_n", "dry_sequence_breakers"),
+        ("adaptive_decay", "stop"),
+        ("stream", "logit_bias"),
+        ("min_keep", "grammar"),
+        ("grammar", "grammar_lazy"),
+        ("grammar_lazy", "grammar_triggers"),
+        ("grammar_triggers", "preserved_tokens"),
+        ("preserved_tokens", "chat_format"),
+    ]:
+        assert keys.index(name) == keys.index(before) + 1, name
+    assert len(keys) == 49  # llama-server's to_json() fields
+    assert (out["stop"], out["logit_bias"], out["grammar"]) == (["}"], [{"bias": 1.5, "token": 5}], "root ::= [a]")
+    assert out["dry_sequence_breakers"] == ["\n", ":", '"', "*"]
+    assert out["reasoning_format"] == "deepseek"
