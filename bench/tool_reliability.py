@@ -70,6 +70,7 @@ import numpy as np  # noqa: E402
 from bankml import Grammar, Rules, Vocab  # noqa: E402
 from bankml.chat.families.common import TRIGGER_PATTERN_FULL, TRIGGER_TOKEN, TRIGGER_WORD  # noqa: E402
 from bankml.chat.template import ChatTemplate, lazy_grammar_triggers  # noqa: E402
+from bankml.errors import GrammarError  # noqa: E402
 from tests.oracle import record_server  # noqa: E402
 
 # two of the tools are the strict end-to-end test's (tests/serve/test_strict_tool_calls.py)
@@ -339,10 +340,15 @@ class Replay:
             g = self.libllama.OracleGrammar(self.oracle_vocab, prompt.grammar, **kw)
             g.accept_many(prefill)
             t0 = time.perf_counter()
+            n = 0
             for t in tokens:
                 g.allowed_mask()
-                g.accept(t)
-            return time.perf_counter() - t0, len(tokens)
+                try:
+                    g.accept(t)
+                except self.libllama.TokenRejected:  # past the grammar's end (a stop string's tokens): not timed
+                    break
+                n += 1
+            return time.perf_counter() - t0, n
         rules = Rules.parse(prompt.grammar, vocab=self.vocab)
         if lazy is not None:
             g = Grammar(rules, self.vocab, trigger_tokens=lazy[0], trigger_patterns=lazy[1], lazy=True)
@@ -352,10 +358,15 @@ class Replay:
             g.accept(t)
         mask = np.zeros((self.vocab.n_vocab + 31) // 32, dtype=np.int32)
         t0 = time.perf_counter()
+        n = 0
         for t in tokens:
             g.fill_next_token_bitmask(mask)
-            g.accept(t)
-        return time.perf_counter() - t0, len(tokens)
+            try:
+                g.accept(t)
+            except GrammarError:  # past the grammar's end (a stop string's tokens): not timed
+                break
+            n += 1
+        return time.perf_counter() - t0, n
 
 
 def run_template(template, columns, samples, args, sources, replay, tmp):
@@ -553,6 +564,8 @@ def main(argv=None):
             for template in templates:
                 print("%s (%.0f s)" % (template, time.monotonic() - started), file=sys.stderr, flush=True)
                 records += run_template(template, columns, samples, args, sources, replay, pathlib.Path(tmp))
+                if args.out:  # after each template, so that a run cut short keeps what it measured
+                    pathlib.Path(args.out).write_text(json.dumps({"records": records}, indent=1), encoding="utf-8")
     rows = summarise(records, templates, columns)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     print("load average after: %.2f %.2f %.2f" % os.getloadavg(), file=sys.stderr)
