@@ -567,12 +567,17 @@ def main(argv=None):
                 if args.out:  # after each template, so that a run cut short keeps what it measured
                     pathlib.Path(args.out).write_text(json.dumps({"records": records}, indent=1), encoding="utf-8")
     rows = summarise(records, templates, columns)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    print("load average after: %.2f %.2f %.2f" % os.getloadavg(), file=sys.stderr)
-    print(
-        "commit %s, %d templates, samples: greedy + seeds %s, max_tokens %d, %.0f s"
-        % (commit.stdout.strip(), len(templates), seeds, args.max_tokens, time.monotonic() - started)
-    )
+    if args.records:
+        print("the records of %s: %d templates, samples: greedy + seeds %s" % (args.records, len(templates), seeds))
+    else:
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
+        print("load average after: %.2f %.2f %.2f" % os.getloadavg(), file=sys.stderr)
+        print(
+            "commit %s, %d templates, samples: greedy + seeds %s, max_tokens %d, %.0f s"
+            % (commit.stdout.strip(), len(templates), seeds, args.max_tokens, time.monotonic() - started)
+        )
     print(table(rows, columns))
     if "llama-server" in columns and "llama.cpp" in columns:
         same, compared = identical_answers(records)
