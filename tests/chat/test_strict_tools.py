@@ -409,3 +409,16 @@ def test_no_tools_is_llama_cpp_byte_for_byte():
         except (TemplateError, ChatRequestError):
             continue
         assert (a.prompt, a.grammar, a.tool_call_mode) == (b.prompt, b.grammar, "llama.cpp")
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_auto_trigger_words_are_preserved_tokens(name):
+    """A trigger word that is one token of a model's vocabulary must be a preserved token, or the server refuses
+    the request (server-schema.cpp): strict mode's own trimmed words (Llama 3.x's ``{``, one token of SmolLM2's
+    vocabulary) included."""
+    try:
+        out = apply(name, "auto")
+    except TemplateError:
+        return
+    words = [value for kind, value in (out.grammar_triggers or ()) if kind == 1]
+    assert set(words) <= set(out.preserved_tokens or ()), (name, words, out.preserved_tokens)
