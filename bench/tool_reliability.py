@@ -491,6 +491,8 @@ def acceptance(rows):
             continue
         if row["choice"] in ("required", "named") and v["valid"] != v["n"]:
             failures.append("%s %s: %d of %d valid" % (row["template"], row["choice"], v["valid"], v["n"]))
+        if v["refused"]:  # strict mode refusing a request of the bench (a 400) is a failure too
+            failures.append("%s %s: %d refused" % (row["template"], row["choice"], v["refused"]))
         if row["choice"] == "auto" and v["malformed"]:
             failures.append("%s auto: %d malformed" % (row["template"], v["malformed"]))
     return failures

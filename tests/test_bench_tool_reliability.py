@@ -73,6 +73,9 @@ def test_acceptance_fails_on_an_invalid_forced_answer_or_a_malformed_auto_one():
     assert tr.acceptance(rows(4, 0)) == []
     assert tr.acceptance(rows(3, 0)) == ["t required: 3 of 4 valid"]
     assert tr.acceptance(rows(4, 1)) == ["t auto: 1 malformed"]
+    refused = rows(4, 0)
+    refused[1]["strict"]["refused"] = 4
+    assert tr.acceptance(refused) == ["t auto: 4 refused"]
 
 
 def test_unknown_names_are_errors():
