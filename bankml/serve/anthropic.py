@@ -17,8 +17,8 @@ Must not import: ``bankml.serve.runtime``, ``app``.
 import json
 
 from bankml.errors import RequestError, json_type_name
-from bankml.serve.openai import read_chat_body
-from bankml.serve.request import MediaError, ReadContext, read_body
+from bankml.serve.openai import read_converted
+from bankml.serve.request import MediaError
 
 __all__ = [
     "COUNT_TOKENS",
@@ -283,19 +283,14 @@ def to_chat_body(body):
     return chat
 
 
-def _read(raw, context, endpoint):
-    chat = to_chat_body(read_body(raw))
-    return read_chat_body(chat, json.dumps(chat, ensure_ascii=False), context or ReadContext(), endpoint)
-
-
 def read_messages(raw, context=None):
     """The Request of a ``/v1/messages`` body (its bytes or text)."""
-    return _read(raw, context, MESSAGES)
+    return read_converted(to_chat_body, raw, context, MESSAGES)
 
 
 def read_count_tokens(raw, context=None):
     """The Request of a ``/v1/messages/count_tokens`` body: the prompt it renders is counted, nothing generated."""
-    return _read(raw, context, COUNT_TOKENS)
+    return read_converted(to_chat_body, raw, context, COUNT_TOKENS)
 
 
 # -- the answer

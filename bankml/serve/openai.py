@@ -53,6 +53,13 @@ def read_chat(raw, context=None):
     return read_chat_body(read_body(raw), raw, context)
 
 
+def read_converted(convert, raw, context, endpoint):
+    """The Request of another wire format's body (its bytes or text): ``convert`` turns the parsed body into the
+    chat-completions body, as llama-server's ``server_chat_convert_*`` do, which is then read as one."""
+    chat = convert(read_body(raw))
+    return read_chat_body(chat, json.dumps(chat, ensure_ascii=False), context, endpoint)
+
+
 def read_chat_body(body, raw, context=None, endpoint=CHAT):
     """The Request of a chat-completions body already read as JSON (``raw``: its text, which the constraint's
     schema is read from): ``/v1/chat/completions``' own, or the one ``bankml.serve.anthropic`` and

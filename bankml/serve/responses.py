@@ -23,8 +23,8 @@ import time
 import uuid
 
 from bankml.errors import RequestError, json_type_name
-from bankml.serve.openai import read_chat_body
-from bankml.serve.request import MediaError, ReadContext, read_body
+from bankml.serve.openai import read_converted
+from bankml.serve.request import MediaError
 
 __all__ = [
     "INPUT_TOKENS",
@@ -276,19 +276,14 @@ def to_chat_body(body):
     return chat
 
 
-def _read(raw, context, endpoint):
-    chat = to_chat_body(read_body(raw))
-    return read_chat_body(chat, json.dumps(chat, ensure_ascii=False), context or ReadContext(), endpoint)
-
-
 def read_responses(raw, context=None):
     """The Request of a ``/v1/responses`` body (its bytes or text)."""
-    return _read(raw, context, RESPONSES)
+    return read_converted(to_chat_body, raw, context, RESPONSES)
 
 
 def read_input_tokens(raw, context=None):
     """The Request of a ``/v1/responses/input_tokens`` body: the prompt it renders is counted."""
-    return _read(raw, context, INPUT_TOKENS)
+    return read_converted(to_chat_body, raw, context, INPUT_TOKENS)
 
 
 # -- the answer
