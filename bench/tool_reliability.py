@@ -69,7 +69,7 @@ import numpy as np  # noqa: E402
 
 from bankml import Grammar, Rules, Vocab  # noqa: E402
 from bankml.chat.families.common import TRIGGER_PATTERN_FULL, TRIGGER_TOKEN, TRIGGER_WORD  # noqa: E402
-from bankml.chat.template import ChatTemplate, lazy_grammar_triggers  # noqa: E402
+from bankml.chat.template import ChatTemplate, lazy_grammar_triggers, preserved_token_ids  # noqa: E402
 from bankml.errors import GrammarError  # noqa: E402
 from tests.oracle import record_server  # noqa: E402
 
@@ -309,11 +309,7 @@ class Replay:
         """``(trigger_tokens, trigger_patterns)`` as the server sets them, or None for a grammar that is not lazy."""
         if not prompt.grammar_lazy:
             return None
-        preserved = set()
-        for text in prompt.preserved_tokens or ():
-            ids = self.tokenize(text)
-            if len(ids) == 1:
-                preserved.add(ids[0])
+        preserved = preserved_token_ids(prompt.preserved_tokens or (), self.tokenize)
         return lazy_grammar_triggers(prompt.grammar_triggers, preserved, self.tokenize)
 
     def prefill(self, prompt):
