@@ -11,7 +11,6 @@ import uuid
 
 from starlette.responses import StreamingResponse
 
-from bankml.sampling import logprobs as _logprobs
 from bankml.serve import anthropic, native, responses
 from bankml.serve.plumbing import Runner, stream_error
 
@@ -38,7 +37,6 @@ class AgentRoutes:
     async def _respond_native(self, request, req, job):
         model = req.model or self.alias
         n_prompt = len(job.prompt_tokens)
-        prompt = b"".join(self.model.piece(t, special=True) for t in job.prompt_tokens).decode("utf-8", "replace")
         if req.stream:
             runner = Runner(job, asyncio.get_running_loop(), self).start()
 
@@ -46,26 +44,17 @@ class AgentRoutes:
                 try:
                     try:
                         async for event in runner:
-                            if event.partial:
-                                yield native.sse(native.partial_json(event, job, n_prompt))
+                            if event.partial or event.progress is not None:
+                                yield native.sse(native.partial_json(event, job, n_prompt, req.timings_per_token))
                     except Exception as e:  # noqa: BLE001
                         yield native.sse({"error": stream_error(e)})
                         return
-                    yield native.sse(native.completion_json(job.result, job, model, prompt))
+                    yield native.sse(self._native_json(job, job.result, model, False))
                 finally:
                     job.cancel()
 
             return StreamingResponse(events(), media_type="text/event-stream")
-
-        def write(result):
-            records = None
-            if job.probs:
-                records = _logprobs.trim_stop_word(
-                    result.probs, result.stopping_word, lambda text: self.model.tokenize(text, False, False)
-                )
-            return native.completion_json(result, job, model, prompt, records, req.return_tokens)
-
-        return await self._answer(request, job, write)
+        return await self._answer(request, job, lambda result: self._native_json(job, result, model, req.return_tokens))
 
     async def responses(self, request):
         return await self._handle(request, responses.read_responses, self._respond_responses)

@@ -38,15 +38,18 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
+from bankml.sampling.params import SamplerParams
 from bankml.serve.agent_routes import AgentRoutes
 from bankml.serve.auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
+from bankml.serve.cors import CorsMiddleware, CorsOptions
 from bankml.serve.endpoints import EndpointOptions, Endpoints
 from bankml.serve.flags import context_options
 from bankml.serve.ollama_routes import OllamaRoutes
 from bankml.serve.openai_routes import OpenAIRoutes
 from bankml.serve.plumbing import FINGERPRINT, Plumbing, http_error, server_error
-from bankml.serve.request import ServerLimits
+from bankml.serve.request import ServerDefaults, ServerLimits
 from bankml.serve.runtime import Model, chat_model_options, model_load_options
+from bankml.serve.server_flags import sampler_defaults, verbose
 
 __all__ = ["ServerLimits", "create_app", "serve"]
 
@@ -55,19 +58,22 @@ class _App(OpenAIRoutes, AgentRoutes, OllamaRoutes, Plumbing):
     """The application object: the routes of each wire format over the shared plumbing."""
 
 
-def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None):
+def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None, defaults=None, cors=None):
     """The Starlette application serving ``model`` (a bankml.serve.runtime.Model) within ``limits`` (a
     ``ServerLimits``; the defaults without); with ``api_keys``, every route but the public ones asks for one
     (bankml.serve.auth); ``endpoints`` (a bankml.serve.endpoints.EndpointOptions) turns /slots, /metrics and
-    POST /props on or off."""
-    app = _App(model, alias, limits)
-    extra = Endpoints(app, app.render_prompt, endpoints, build_info=FINGERPRINT)
+    POST /props on or off; ``defaults`` (a ``ServerDefaults``) are the server's defaults of the request fields
+    (``--seed``, ``-n``, ``-v``...); ``cors`` (a bankml.serve.cors.CorsOptions) the CORS answers."""
+    defaults = defaults or ServerDefaults()
+    app = _App(model, alias, limits, defaults)
+    default_params = SamplerParams.from_server(dict(defaults.sampler))
+    extra = Endpoints(app, app.render_prompt, endpoints, default_params=default_params, build_info=FINGERPRINT)
     routes = [
         Route("/v1/chat/completions", app.chat_completions, methods=["POST"]),
         Route("/chat/completions", app.chat_completions, methods=["POST"]),
         Route("/completion", app.native_completion, methods=["POST"]),
         Route("/v1/completions", app.completions, methods=["POST"]),
-        Route("/completions", app.completions, methods=["POST"]),
+        Route("/completions", app.native_completion, methods=["POST"]),
         Route("/v1/chat/completions/input_tokens", app.chat_input_tokens, methods=["POST"]),
         Route("/chat/completions/input_tokens", app.chat_input_tokens, methods=["POST"]),
         Route("/v1/responses", app.responses, methods=["POST"]),
@@ -89,7 +95,11 @@ def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None):
     starlette = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error, Exception: server_error},
-        middleware=[Middleware(ApiKeyMiddleware, keys=list(api_keys or ()))],
+        # CORS first: its headers go on every answer, and a preflight is answered before the API key check
+        middleware=[
+            Middleware(CorsMiddleware, options=cors or CorsOptions()),
+            Middleware(ApiKeyMiddleware, keys=list(api_keys or ())),
+        ],
     )
     starlette.state.bankml = app
     return starlette
@@ -110,6 +120,31 @@ def limits_from_args(args):
         max_samplers=base.max_samplers,
         max_dry_breakers=base.max_dry_breakers,
         max_dry_breaker_bytes=base.max_dry_breaker_bytes,
+    )
+
+
+def defaults_from_args(args):
+    """The request fields' server defaults (ServerDefaults) from llama-server's flags: the sampler flags
+    (``--seed``, ``--temp``...; a value a request could not give is refused here, a ValueError), ``-n`` and
+    ``-v``/``-lv``."""
+    sampler = sampler_defaults(args)
+    SamplerParams.from_server(sampler)  # checked as a request's fields are
+    return ServerDefaults(tuple(sampler.items()), getattr(args, "n_predict", -1), verbose(args))
+
+
+def _load_model(args, options):
+    """The Model of ``bankml serve``'s flags: -np -1 is llama-server's auto (4 slots and one KV pool each slot may
+    fill, --kv-unified); the request defaults are checked first, before the model is loaded."""
+    defaults_from_args(args)
+    auto = args.parallel < 0
+    kv_unified = getattr(args, "kv_unified", None)
+    return Model(
+        args.model,
+        **model_load_options(args),
+        n_parallel=4 if auto else args.parallel,
+        kv_unified=auto if kv_unified is None else kv_unified,
+        kv_unified_per_slot=getattr(args, "kv_unified_per_slot", 0) or 0,
+        **options,
     )
 
 
@@ -135,18 +170,19 @@ def serve(args):
     if args.parallel == 0:
         print("error: invalid value for n_parallel", file=sys.stderr)
         return 2
-    model = Model(
-        args.model,
-        **model_load_options(args),
-        n_parallel=4 if args.parallel < 0 else args.parallel,  # -1: auto, 4 slots as llama-server
-        **options,
-    )
+    try:
+        model = _load_model(args, options)
+    except ValueError as err:  # a request default or a context size llama-server refuses too
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     starlette = create_app(
         model,
         args.alias,
         limits_from_args(args),
         api_keys=api_keys,
         endpoints=EndpointOptions(slots=args.slots, metrics=args.metrics, props=args.props),
+        defaults=defaults_from_args(args),
+        cors=CorsOptions(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials),
     )
     app = starlette.state.bankml
 

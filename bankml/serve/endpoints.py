@@ -206,7 +206,7 @@ def props_body(app, options, default_params, build_info):
         tok = fn(model._lvocab)
         tokens.append(model.piece(tok, special=True).decode("utf-8", "replace") if 0 <= tok < model.n_vocab else "")
     body = {
-        "default_generation_settings": {"params": default_generation_params(default_params), "n_ctx": model.n_ctx},
+        "default_generation_settings": {"params": default_generation_params(default_params), "n_ctx": model.n_ctx_slot},
         "total_slots": model.n_parallel,
         "model_alias": app.alias,
         "model_ftype": model_ftype(model),
@@ -249,7 +249,7 @@ def slots_body(app):
     free = model.slots.free_indices()
     out = []
     for i in range(model.n_parallel):
-        item = {"id": i, "n_ctx": model.n_ctx, "speculative": False, "is_processing": i not in free}
+        item = {"id": i, "n_ctx": model.n_ctx_slot, "speculative": False, "is_processing": i not in free}
         task = app.metrics.slot_task(i)
         if task is not None:
             item.update(task)

@@ -75,7 +75,7 @@ def read_chat_body(body, raw, context=None, endpoint=CHAT):
     messages = body.get("messages")
     check_messages(messages)  # the shape; the chat layer reads them whole (reasoning_content, parts, ...)
     check_oaicompat_messages(messages)
-    params, n_predict, stop = sampler_fields(body, vocab=context.vocab)
+    params, n_predict, stop = sampler_fields(body, vocab=context.vocab, context=context)
     probs = _probs(body, CHAT, n_predict, context)
     return Request(
         endpoint,
@@ -90,7 +90,18 @@ def read_chat_body(body, raw, context=None, endpoint=CHAT):
         return_tokens=return_tokens,
         probs=probs,
         model=body.get("model"),
+        **debug_fields(body, context),
     )
+
+
+def debug_fields(body, context):
+    """llama-server's ``verbose`` (its default: the server's ``-v``), ``timings_per_token`` and
+    ``return_progress``, read as its ``field_bool`` reads them."""
+    return {
+        "verbose": bool_field(body, "verbose", context.defaults.verbose),
+        "timings_per_token": bool_field(body, "timings_per_token", False),
+        "return_progress": bool_field(body, "return_progress", False),
+    }
 
 
 def read_completion(raw, context=None, endpoint=COMPLETIONS):
@@ -108,7 +119,7 @@ def read_completion(raw, context=None, endpoint=COMPLETIONS):
     if not isinstance(prompt, str):
         raise RequestError("'prompt' must be a string")
     constraint = from_openai_text(body, raw)  # no template: the bare grammar (Model.complete)
-    params, n_predict, stop = sampler_fields(body, vocab=context.vocab)
+    params, n_predict, stop = sampler_fields(body, vocab=context.vocab, context=context)
     probs = _probs(body, COMPLETIONS, n_predict, context)
     return Request(
         endpoint,
@@ -121,6 +132,7 @@ def read_completion(raw, context=None, endpoint=COMPLETIONS):
         return_tokens=return_tokens,
         probs=probs,
         model=body.get("model"),
+        **debug_fields(body, context),
     )
 
 
@@ -168,17 +180,17 @@ def check_sizes(body, limits):
     check_message_count(body.get("messages"), limits)
 
 
-def sampler_fields(body, n_ctx=None, vocab=None):
+def sampler_fields(body, n_ctx=None, vocab=None, context=None):
     """``(SamplerParams, n_predict, stop)`` from an OpenAI body's sampler fields, named as llama-server names
     them (``bankml.sampling.params.SAMPLER_FIELDS``), its maximum tokens (``n_predict`` under its wire names,
     ``bankml.serve.fields.WIRE_NAMES``) and ``stop``.
     ``logit_bias`` is read with ``vocab`` as llama-server reads it: ids outside it and malformed entries are
-    skipped, text keys tokenized."""
+    skipped, text keys tokenized. The fields left out take ``context``'s server defaults (``--seed``, ``-n``...)."""
     values = {f.name: body[f.name] for f in SAMPLER_FIELDS if f.name != "logit_bias" and body.get(f.name) is not None}
-    n_predict = fields.read_field(body, "n_predict", -1)
+    n_predict = fields.read_field(body, "n_predict", None if context is not None else -1)
     if body.get("logit_bias") is not None:
         values["logit_bias"] = body["logit_bias"]
-    return sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab)
+    return sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab, context)
 
 
 def _check_tool_choice(tool_choice):

@@ -9,11 +9,10 @@ import asyncio
 import time
 import uuid
 
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, StreamingResponse
 
-from bankml.serve import openai
+from bankml.serve import native, openai
 from bankml.serve.plumbing import FINGERPRINT, Runner, error, sse, stream_error
-from bankml.serve.runtime import ModelError
 
 __all__ = ["OpenAIRoutes", "diff_delta"]
 
@@ -38,9 +37,7 @@ class OpenAIRoutes:
         }
         if req.stream:
             runner = Runner(job, asyncio.get_running_loop(), self).start()
-            return StreamingResponse(
-                self._chat_events(runner, job, base, req.include_usage), media_type="text/event-stream"
-            )
+            return StreamingResponse(self._chat_events(runner, job, base, req), media_type="text/event-stream")
 
         def write(result):
             out = dict(
@@ -56,20 +53,23 @@ class OpenAIRoutes:
                     out["choices"][0]["logprobs"] = logprobs
             if req.return_tokens:
                 out["tokens"] = result.tokens
+            if req.verbose:
+                out["__verbose"] = self._native_json(job, result, base["model"], req.return_tokens)
             return out
 
         return await self._answer(request, job, write)
 
-    def _chat_chunks(self, job, event, base, role_pending):
+    def _chat_chunks(self, job, event, base, role_pending, req):
         """The chunks of one generation event: the role delta with the first token's (none when that token's text
-        is not whole UTF-8: to_json_oaicompat_chat's n_decoded == 1), one chunk per message diff (as
-        server_chat_msg_diff_to_json_oaicompat), and a token's logprobs on the last delta of its partial result."""
+        is not whole UTF-8: to_json_oaicompat_chat's n_decoded == 1) and with a prompt-progress event, one chunk
+        per message diff (as server_chat_msg_diff_to_json_oaicompat), and a token's logprobs, its timings
+        (timings_per_token) and a progress event's ``prompt_progress`` on the last delta of its partial result."""
         chunks = []
-        if role_pending and event.partial and event.index == 1:  # llama-server's `first = n_decoded == 1`
+        progress = event.progress is not None
+        if progress or (role_pending and event.partial and event.index == 1):  # llama-server's `first || is_progress`
             role = {"role": "assistant", "content": None}
-            chunks.append(
-                dict(base, object="chat.completion.chunk", choices=[{"finish_reason": None, "index": 0, "delta": role}])
-            )
+            choice = {"finish_reason": None, "index": 0, "delta": role}
+            chunks.append(dict(base, object="chat.completion.chunk", choices=[choice]))
         n_partial = len(chunks)
         for i, diff in enumerate(event.diffs):
             delta = diff_delta(diff)
@@ -78,19 +78,24 @@ class OpenAIRoutes:
                 chunks.append(dict(base, object="chat.completion.chunk", choices=[choice]))
                 if i < event.n_partial_diffs:
                     n_partial = len(chunks)
-        logprobs = self._chunk_probs(job, event) if event.partial else None
-        if logprobs is not None and n_partial:
+        if n_partial and (event.partial or progress):
             last = chunks[n_partial - 1]
-            last["choices"] = [dict(last["choices"][0], logprobs=logprobs)]
+            logprobs = self._chunk_probs(job, event) if event.partial else None
+            if logprobs is not None:
+                last["choices"] = [dict(last["choices"][0], logprobs=logprobs)]
+            if req.timings_per_token:
+                last["timings"] = native.partial_timings(job, event)
+            if progress:
+                last["prompt_progress"] = native.progress_json(event, len(job.prompt_tokens))
         return chunks
 
-    async def _chat_events(self, runner, job, base, include_usage):
+    async def _chat_events(self, runner, job, base, req):
         """The SSE stream of a chat completion, as llama-server's partial results and its final chunk."""
         try:
             role_pending = True
             try:
                 async for event in runner:
-                    for chunk in self._chat_chunks(job, event, base, role_pending):
+                    for chunk in self._chat_chunks(job, event, base, role_pending, req):
                         yield sse(chunk)
                     role_pending = role_pending and not event.partial
             except Exception as e:  # noqa: BLE001 - llama-server sends the error as an event
@@ -103,7 +108,9 @@ class OpenAIRoutes:
                 choices=[{"finish_reason": result.finish_reason, "index": 0, "delta": {}}],
                 timings=self._timings(result),
             )
-            if include_usage:
+            if req.verbose:
+                last["__verbose"] = self._native_json(job, result, base["model"], False)
+            if req.include_usage:
                 yield sse(last)
                 yield sse(dict(base, object="chat.completion.chunk", choices=[], usage=self._usage(result)))
             else:
@@ -120,79 +127,64 @@ class OpenAIRoutes:
         return await self._count_tokens(request, openai.read_chat, True)
 
     async def _respond_completion(self, request, req, job):
-        stream, return_tokens = req.stream, req.return_tokens
-        cid = "cmpl-" + uuid.uuid4().hex
         base = {
             "created": int(time.time()),
-            "id": cid,
+            "id": "cmpl-" + uuid.uuid4().hex,
             "model": req.model or self.alias,
             "system_fingerprint": FINGERPRINT,
         }
-        runner = Runner(job, asyncio.get_running_loop(), self).start()
-        if stream:
+        if req.stream:
+            runner = Runner(job, asyncio.get_running_loop(), self).start()
+            return StreamingResponse(self._completion_events(runner, job, base, req), media_type="text/event-stream")
 
-            async def events():
-                try:
-                    try:
-                        async for event in runner:
-                            # one chunk per partial result, empty text included, as llama-server sends them
-                            if event.partial:
-                                yield sse(
-                                    dict(
-                                        base,
-                                        object="text_completion",
-                                        choices=[
-                                            {
-                                                "text": event.text,
-                                                "index": 0,
-                                                "logprobs": self._chunk_probs(job, event),
-                                                "finish_reason": None,
-                                            }
-                                        ],
-                                    )
-                                )
-                    except Exception as e:  # noqa: BLE001
-                        yield sse({"error": stream_error(e)})
-                        return
-                    result = job.result
-                    yield sse(
-                        dict(
-                            base,
-                            object="text_completion",
-                            choices=[{"text": "", "index": 0, "logprobs": None, "finish_reason": result.finish_reason}],
-                            usage=self._usage(result),
-                        )
-                    )
-                    yield b"data: [DONE]\n\n"
-                finally:
-                    job.cancel()
+        def write(result):
+            choice = {
+                "text": result.text,
+                "index": 0,
+                "logprobs": self._final_probs(job, result) if job.probs else None,
+                "finish_reason": result.finish_reason,
+            }
+            out = dict(base, object="text_completion", choices=[choice], usage=self._usage(result))
+            out["timings"] = self._timings(result)
+            if req.return_tokens:
+                out["tokens"] = result.tokens
+            if req.verbose:
+                out["__verbose"] = self._native_json(job, result, base["model"], req.return_tokens)
+            return out
 
-            return StreamingResponse(events(), media_type="text/event-stream")
+        return await self._answer(request, job, write)
+
+    async def _completion_events(self, runner, job, base, req):
+        """The SSE stream of a completion: one chunk per partial result, empty text included, as llama-server
+        sends them (with timings_per_token their timings, with verbose their native result), then the last."""
+        n_prompt = len(job.prompt_tokens)
         try:
-            result = await runner.wait(request)
-        except ModelError as e:
-            return error(str(e), 503, "unavailable_error")
-        except Exception as e:  # noqa: BLE001
-            return error(f"{type(e).__name__}: {e}", 500, "server_error")
-        if result.finish_reason == "cancelled":
-            return Response(status_code=499)
-        out = dict(
-            base,
-            object="text_completion",
-            choices=[
-                {
-                    "text": result.text,
-                    "index": 0,
-                    "logprobs": self._final_probs(job, result) if job.probs else None,
-                    "finish_reason": result.finish_reason,
-                }
-            ],
-            usage=self._usage(result),
-            timings=self._timings(result),
-        )
-        if return_tokens:
-            out["tokens"] = result.tokens
-        return JSONResponse(out)
+            try:
+                async for event in runner:
+                    if not event.partial and event.progress is None:
+                        continue
+                    choice = {"text": event.text, "index": 0, "finish_reason": None}
+                    choice["logprobs"] = self._chunk_probs(job, event) if event.partial else None
+                    chunk = dict(base, object="text_completion", choices=[choice])
+                    if req.verbose:
+                        chunk["__verbose"] = native.partial_json(event, job, n_prompt, req.timings_per_token)
+                    if req.timings_per_token:
+                        chunk["timings"] = native.partial_timings(job, event)
+                    if event.progress is not None:
+                        chunk["prompt_progress"] = native.progress_json(event, n_prompt)
+                    yield sse(chunk)
+            except Exception as e:  # noqa: BLE001
+                yield sse({"error": stream_error(e)})
+                return
+            result = job.result
+            choice = {"text": "", "index": 0, "logprobs": None, "finish_reason": result.finish_reason}
+            last = dict(base, object="text_completion", choices=[choice], usage=self._usage(result))
+            if req.verbose:
+                last["__verbose"] = self._native_json(job, result, base["model"], False)
+            yield sse(last)
+            yield b"data: [DONE]\n\n"
+        finally:
+            job.cancel()
 
     async def models(self, request):
         m = self.model

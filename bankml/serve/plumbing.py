@@ -23,7 +23,8 @@ from bankml.errors import GrammarError, RequestError, SchemaError
 from bankml.sampling import logprobs as _logprobs
 from bankml.schema import jsondepth as _jsondepth
 from bankml.schema import limits as _schema_limits
-from bankml.serve.request import MediaError, ReadContext, ServerLimits, read_body
+from bankml.serve import native
+from bankml.serve.request import MediaError, ReadContext, ServerDefaults, ServerLimits, read_body
 from bankml.serve.runtime import ContextSizeError, ModelError
 
 __all__ = [
@@ -65,9 +66,9 @@ _TRIM = None
 _LARGE_BODY = 1024 * 1024
 
 
-def error(message, code=400, kind="invalid_request_error"):
-    # llama-server's format_error_response
-    return JSONResponse({"error": {"code": code, "message": message, "type": kind}}, status_code=code)
+def error(message, code=400, kind="invalid_request_error", extra=None):
+    # llama-server's format_error_response (and the fields its error result adds: ``extra``)
+    return JSONResponse({"error": {"code": code, "message": message, "type": kind, **(extra or {})}}, status_code=code)
 
 
 def ollama_error(message, code=400):
@@ -77,11 +78,16 @@ def ollama_error(message, code=400):
 class Refusal(Exception):
     """A request answered with an error object: ``code`` and llama-server's error ``kind``."""
 
-    def __init__(self, message, code=400, kind="invalid_request_error"):
+    def __init__(self, message, code=400, kind="invalid_request_error", extra=None):
         super().__init__(message)
         self.message = message
         self.code = code
         self.kind = kind
+        self.extra = extra or {}
+
+    def response(self):
+        """The error object as llama-server answers it."""
+        return error(self.message, self.code, self.kind, self.extra)
 
 
 class Gone(Exception):
@@ -93,7 +99,9 @@ def refusal(exc):
     if isinstance(exc, Refusal):
         return exc
     if isinstance(exc, ContextSizeError):
-        return Refusal(str(exc), 400, "exceed_context_size_error")
+        # server_task_result_error::to_json: the prompt's tokens and the slot's context
+        sizes = {"n_prompt_tokens": exc.n_prompt_tokens, "n_ctx": exc.n_ctx}
+        return Refusal(str(exc), 400, "exceed_context_size_error", {k: v for k, v in sizes.items() if v is not None})
     if isinstance(exc, MediaError):  # llama-server's 500 for media without a multimodal projector
         return Refusal(str(exc), 500, "server_error")
     if isinstance(exc, (RequestError, SchemaError, GrammarError)):
@@ -194,11 +202,12 @@ class Plumbing:
     """The state every route shares (the model, the limits, the generations running) and the frame of a
     request: the body read within the limits, its preparation off the event loop, the error objects."""
 
-    def __init__(self, model, alias=None, limits=None):
+    def __init__(self, model, alias=None, limits=None, defaults=None):
         self.model = model
         self.alias = alias or model.name
         self.created = int(time.time())
         self.limits = limits or ServerLimits()
+        self.defaults = defaults or ServerDefaults()
         self.closing = False
         self._preparing = 0
         self._runners = set()
@@ -341,7 +350,6 @@ class Plumbing:
         bankml.serve.openai or bankml.serve.ollama) and prepare its Job off the event loop, then ``respond`` —
         every failure answered with the error object, never a plain-text 500, and no slot taken before the
         request is valid."""
-        err = ollama_error if ollama_shape else error
         job = None
         try:
             if self.closing:
@@ -357,7 +365,7 @@ class Plumbing:
             if job is not None:
                 job.cancel()
             r = refusal(e)
-            return err(r.message, r.code) if ollama_shape else err(r.message, r.code, r.kind)
+            return ollama_error(r.message, r.code) if ollama_shape else r.response()
 
     def _parse(self, raw):
         return read_body(raw)
@@ -389,10 +397,11 @@ class Plumbing:
         return None if isinstance(exc, Gone) else refusal(exc)
 
     def _context(self):
-        """What a request body is read against: the limits, the model's sizes, whether it has a template, and
-        its vocabulary with libllama's tokenizer (logit_bias text keys and ids as llama-server reads them)."""
+        """What a request body is read against: the limits, the model's sizes, whether it has a template, its
+        vocabulary with libllama's tokenizer (logit_bias text keys and ids as llama-server reads them) and the
+        server's defaults (``--seed``, ``-n``, ``-v``...)."""
         m = self.model
-        return ReadContext(self.limits, m.n_ctx, m.n_vocab, bool(m.chat_template), m.sampler_vocab)
+        return ReadContext(self.limits, m.n_ctx, m.n_vocab, bool(m.chat_template), m.sampler_vocab, self.defaults)
 
     def _build(self, read, raw, cancel):
         """The request of a body (``read``: a reader of bankml.serve.openai or bankml.serve.ollama, every field
@@ -408,6 +417,17 @@ class Plumbing:
             result.probs, result.stopping_word, lambda text: self.model.tokenize(text, False, False)
         )
         return {"content": _logprobs.probs_to_json(records, job.probs.post_sampling)} if records else None
+
+    def _native_json(self, job, result, model, return_tokens):
+        """llama-server's native final result (to_json_non_oaicompat): ``/completion``'s answer, and the
+        ``__verbose`` field of the OpenAI answers. Its prompt is the prompt's tokens with their special text."""
+        prompt = b"".join(self.model.piece(t, special=True) for t in job.prompt_tokens).decode("utf-8", "replace")
+        records = None
+        if job.probs and not job.stream_requested:
+            records = _logprobs.trim_stop_word(
+                result.probs, result.stopping_word, lambda text: self.model.tokenize(text, False, False)
+            )
+        return native.completion_json(result, job, model, prompt, records, return_tokens)
 
     def _chunk_probs(self, job, event):
         # a partial result's logprobs: its one record, when it has top candidates (prob_output.probs non-empty)
@@ -468,7 +488,7 @@ class Plumbing:
             return Response(status_code=499)
         except Exception as e:  # noqa: BLE001 - llama-server's error object
             r = refusal(e)
-            return error(r.message, r.code, r.kind)
+            return r.response()
         out = {"input_tokens": n}
         if oai:
             out["object"] = "response.input_tokens"
@@ -501,7 +521,9 @@ def ndjson(obj):
 async def http_error(request, exc):
     # llama-server's answers for a path or a method it does not serve
     if exc.status_code == 404:
-        return error("File Not Found", 404, "not_found_error")
+        # server-http.cpp's error handler writes this one in its own order (message, type, code)
+        body = {"error": {"message": "File Not Found", "type": "not_found_error", "code": 404}}
+        return JSONResponse(body, status_code=404)
     kind = {
         401: "authentication_error",
         403: "permission_error",

@@ -27,6 +27,7 @@ __all__ = [
     "MediaError",
     "ReadContext",
     "Request",
+    "ServerDefaults",
     "ServerLimits",
     "bool_field",
     "check_message_count",
@@ -85,14 +86,27 @@ class ServerLimits:
 class ReadContext:
     """What a body is read against: the server's ``limits``, the model's context and vocabulary sizes (Ollama's
     ``num_ctx`` equal to the context is accepted; the log-probabilities' size bound), whether it has a chat
-    template (Ollama's ``/api/generate`` is raw without one) and the vocabulary that reads ``logit_bias``'
-    text keys with libllama's tokenizer (None: text keys are skipped)."""
+    template (Ollama's ``/api/generate`` is raw without one), the vocabulary that reads ``logit_bias``'
+    text keys with libllama's tokenizer (None: text keys are skipped), and the server's ``defaults`` of the
+    fields a body leaves out."""
 
     limits: ServerLimits = field(default_factory=ServerLimits)
     n_ctx: Optional[int] = None
     n_vocab: int = 0
     chat_template: bool = True
     vocab: Any = None
+    defaults: "ServerDefaults" = field(default_factory=lambda: ServerDefaults())
+
+
+@dataclass(frozen=True)
+class ServerDefaults:
+    """The server's defaults of the fields a body leaves out, from llama-server's flags (its requests start from
+    ``params_base``): ``sampler`` (``(field, value)`` pairs: ``--seed``, ``--temp``...), ``n_predict`` (``-n``)
+    and ``verbose`` (``-v``: the answers carry ``__verbose``)."""
+
+    sampler: Tuple[Tuple[str, Any], ...] = ()
+    n_predict: int = -1
+    verbose: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,7 +146,8 @@ class Request:
     """One request, read and checked: a chat (``messages``, through the template with ``chat``) or a raw prompt
     (``prompt``, no template), its ``constraint``, sampler ``params``, ``n_predict`` (-1: until the end or the
     context) and ``stop`` strings; how the answer is sent (``stream``, ``include_usage``, ``return_tokens``), the
-    token log-probabilities asked for (``probs``) and the ``model`` name the body gave (None: the server's)."""
+    token log-probabilities asked for (``probs``), the ``model`` name the body gave (None: the server's), and
+    llama-server's ``verbose``, ``timings_per_token`` and ``return_progress``."""
 
     endpoint: str
     constraint: Constraint
@@ -147,6 +162,11 @@ class Request:
     return_tokens: bool = False
     probs: ProbRequest = field(default_factory=ProbRequest)
     model: Optional[str] = None
+    # llama-server's debugging fields: ``__verbose`` in the answer, timings on every partial result, prompt
+    # progress events before a stream's first token
+    verbose: bool = False
+    timings_per_token: bool = False
+    return_progress: bool = False
 
     @property
     def is_chat(self):
@@ -238,10 +258,17 @@ def check_oaicompat_messages(messages):
             raise RequestError("Assistant message must contain either 'content' or 'tool_calls'!")
 
 
-def sampler_params(fields, n_predict, stop, n_ctx=None, vocab=None):
+def sampler_params(fields, n_predict, stop, n_ctx=None, vocab=None, context=None):
     """``(SamplerParams, n_predict, stop)`` from the sampler fields both wire formats name as llama-server does
     (``fields``), the maximum tokens and the stop strings: read as ``SamplerParams.from_server`` reads them
-    (clamped where llama-server clamps, RequestError where it answers 400)."""
+    (clamped where llama-server clamps, RequestError where it answers 400). A field left out (``n_predict``
+    None) takes the server's default of ``context`` (a ReadContext), as llama-server's ``params_base``."""
+    if context is not None:
+        fields = {**dict(context.defaults.sampler), **fields}
+        if n_predict is None:
+            n_predict = context.defaults.n_predict
+    if n_predict is None:
+        n_predict = -1
     if stop is None:
         stop = []
     if isinstance(stop, str):

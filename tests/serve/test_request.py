@@ -223,7 +223,11 @@ def test_the_pipeline_imports_point_down():
     assert _serve_imports("openai") == {"fields", "request"}
     assert _serve_imports("ollama") == {"fields", "request"}
     assert {"app", "openai", "ollama", "fields"} & _serve_imports("runtime") == set()
-    assert {"openai", "ollama", "runtime", "request"} <= _serve_imports("app") and "fields" not in _serve_imports("app")
+    # the HTTP layer: the application and the routes of each wire format (bankml/serve/*_routes.py) over the plumbing
+    http = set().union(
+        *(_serve_imports(m) for m in ("app", "plumbing", "openai_routes", "ollama_routes", "agent_routes"))
+    )
+    assert {"openai", "ollama", "runtime", "request"} <= http and "fields" not in http
     # the agent APIs convert their bodies into the chat body and read it through openai's reader (issue 46)
     assert _serve_imports("anthropic") == {"openai", "request"}
     assert _serve_imports("responses") == {"openai", "request"}
