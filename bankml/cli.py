@@ -570,6 +570,11 @@ def build_parser():
     )
     serve.add_argument("--max-messages", type=int, default=None, help="most chat messages per request (default 4096)")
     serve.add_argument(
+        "--reject-unknown-fields",
+        action="store_true",
+        help="answer a 400 naming the body fields a route does not read (default: ignored, as llama-server)",
+    )
+    serve.add_argument(
         "--max-grammar-bytes", type=int, default=None, help="longest GBNF 'grammar' field (default 1 MiB)"
     )
     serve.add_argument(

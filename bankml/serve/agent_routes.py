@@ -25,6 +25,7 @@ class AgentRoutes:
 
     async def _respond_anthropic(self, request, req, job):
         message_id = "chatcmpl-" + uuid.uuid4().hex  # llama-server's oaicompat_cmpl_id
+        job.cmpl_id = message_id
         model = req.model or self.alias
         if req.stream:
             writer = anthropic.StreamWriter(message_id, model, len(job.prompt_tokens))

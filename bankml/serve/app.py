@@ -74,6 +74,7 @@ def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None, defa
         Route("/completion", app.native_completion, methods=["POST"]),
         Route("/v1/completions", app.completions, methods=["POST"]),
         Route("/completions", app.native_completion, methods=["POST"]),
+        Route("/v1/chat/completions/control", app.control, methods=["POST"]),
         Route("/v1/chat/completions/input_tokens", app.chat_input_tokens, methods=["POST"]),
         Route("/chat/completions/input_tokens", app.chat_input_tokens, methods=["POST"]),
         Route("/v1/responses", app.responses, methods=["POST"]),
@@ -91,6 +92,10 @@ def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None, defa
         Route("/api/generate", app.ollama_generate, methods=["POST"]),
         Route("/api/tags", app.ollama_tags, methods=["GET"]),
         Route("/api/version", app.ollama_version, methods=["GET"]),
+        Route("/api/show", app.ollama_show, methods=["POST"]),
+        Route("/api/ps", app.ollama_ps, methods=["GET"]),
+        Route("/api/embed", app.ollama_embed, methods=["POST"]),
+        Route("/api/embeddings", app.ollama_embed, methods=["POST"]),
     ] + extra.routes()
     starlette = Starlette(
         routes=routes,
@@ -115,6 +120,7 @@ def limits_from_args(args):
         prepare_seconds=getattr(args, "prepare_timeout", None) or base.prepare_seconds,
         request_seconds=getattr(args, "request_timeout", None) or base.request_seconds,
         max_preparing=getattr(args, "max_preparing", None) or base.max_preparing,
+        reject_unknown_fields=bool(getattr(args, "reject_unknown_fields", False)),
         max_stop=base.max_stop,
         max_stop_bytes=base.max_stop_bytes,
         max_samplers=base.max_samplers,

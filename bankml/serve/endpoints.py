@@ -29,6 +29,7 @@ from starlette.routing import Route
 from bankml.errors import RequestError, json_type_name
 from bankml.sampling.params import SAMPLER_FIELDS, SamplerParams
 from bankml.schema import jsondepth
+from bankml.serve.fields import DETOKENIZE, TOKENIZE, check_unknown
 
 __all__ = [
     "EndpointOptions",
@@ -508,10 +509,18 @@ class Endpoints:
         return await self._post(request, lambda body, raw, cancel: {"prompt": self.render_prompt(body, raw, cancel)})
 
     async def tokenize(self, request):
-        return await self._post(request, lambda body, raw, cancel: tokenize_body(self.app.model, body))
+        return await self._post(request, lambda body, raw, cancel: tokenize_body(self.app.model, self._known(body)))
 
     async def detokenize(self, request):
-        return await self._post(request, lambda body, raw, cancel: detokenize_body(self.app.model, body))
+        return await self._post(
+            request, lambda body, raw, cancel: detokenize_body(self.app.model, self._known(body, DETOKENIZE))
+        )
+
+    def _known(self, body, known=TOKENIZE):
+        """The body, its unknown fields refused with --reject-unknown-fields."""
+        if self.app.limits.reject_unknown_fields:
+            check_unknown(body, known)
+        return body
 
     async def props(self, request):
         return JSONResponse(props_body(self.app, self.options, self.default_params, self.build_info))

@@ -5,7 +5,9 @@ llama-server reads the OpenAI fields of ``oaicompat_chat_params_parse`` / ``oaic
 (``tools/server/server-schema.cpp``); Ollama reads its ``ChatRequest`` / ``GenerateRequest`` and ``Options``.
 A field that shapes the answer is either honoured by bankml or refused with a 400 that names it: nothing is
 silently ignored. Fields with no bearing on the answer (``user``, ``metadata``, transport and cache hints) are
-accepted. Fields neither server knows are accepted, as llama-server accepts them.
+accepted. Fields neither server knows are accepted, as llama-server accepts them (its default, and bankml's);
+with ``bankml serve --reject-unknown-fields`` they are a 400 that names them (``check_unknown``), on every route
+that reads a body: a misspelt field (``respons_format``) is then an error instead of an answer without it.
 
 ``check(body, endpoint)`` raises RequestError for the first refused field; ``FIELDS[endpoint]`` is the table
 (field -> ``HONOURED`` | ``ACCEPTED`` | a predicate ``value -> refused?`` with the reason).
@@ -15,7 +17,19 @@ from bankml.chat.params import ChatRequestError, check_tool_choice
 from bankml.errors import RequestError
 from bankml.sampling.params import OLLAMA_SAMPLER_OPTIONS, SAMPLER_FIELDS
 
-__all__ = ["ACCEPTED", "FIELDS", "HONOURED", "OLLAMA_NAMES", "OLLAMA_OPTIONS", "WIRE_NAMES", "check", "read_field"]
+__all__ = [
+    "ACCEPTED",
+    "FIELDS",
+    "HONOURED",
+    "OLLAMA_NAMES",
+    "OLLAMA_OPTIONS",
+    "TOKENIZE",
+    "DETOKENIZE",
+    "WIRE_NAMES",
+    "check",
+    "check_unknown",
+    "read_field",
+]
 
 HONOURED = "honoured"
 ACCEPTED = "accepted (no bearing on the answer)"
@@ -303,6 +317,23 @@ def check(body, endpoint, n_ctx=None):
                     continue
                 if isinstance(rule, Refuse) and rule.refuses(value):
                     raise RequestError(_message("options." + name, rule.why))
+
+
+#: llama-server's /tokenize and /detokenize fields
+TOKENIZE = frozenset(("content", "add_special", "parse_special", "with_pieces"))
+DETOKENIZE = frozenset(("tokens",))
+
+
+def check_unknown(body, known, prefix=""):
+    """RequestError naming every field of ``body`` (a JSON object) that is not in ``known`` (--reject-unknown-fields:
+    a field the server does not read is refused, where llama-server ignores it)."""
+    unknown = [prefix + str(name) for name in body if name not in known]
+    if unknown:
+        names = ", ".join(f"'{name}'" for name in unknown)
+        raise RequestError(
+            f"unknown field{'s' if len(unknown) > 1 else ''} {names}: this server refuses the fields it does not "
+            "read (--reject-unknown-fields)"
+        )
 
 
 def _message(name, why):

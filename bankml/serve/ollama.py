@@ -46,6 +46,10 @@ def read_generate(raw, context=None):
 def _read(raw, context, chat):
     body = read_body(raw)
     check_sizes(body, context.limits)
+    if context.limits.reject_unknown_fields:
+        fields.check_unknown(body, fields.FIELDS[CHAT if chat else GENERATE])
+        if isinstance(body.get("options"), dict):
+            fields.check_unknown(body["options"], fields.OLLAMA_OPTIONS, "options.")
     fields.check(body, CHAT if chat else GENERATE, context.n_ctx)
     stream = body.get("stream", True)
     if stream is None:

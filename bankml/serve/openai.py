@@ -53,10 +53,16 @@ def read_chat(raw, context=None):
     return read_chat_body(read_body(raw), raw, context)
 
 
-def read_converted(convert, raw, context, endpoint):
+def read_converted(convert, raw, context, endpoint, known, passes_chat=False):
     """The Request of another wire format's body (its bytes or text): ``convert`` turns the parsed body into the
-    chat-completions body, as llama-server's ``server_chat_convert_*`` do, which is then read as one."""
-    chat = convert(read_body(raw))
+    chat-completions body, as llama-server's ``server_chat_convert_*`` do, which is then read as one. ``known``:
+    the body's own fields (with ``passes_chat``, the chat fields too, which the conversion passes on), checked
+    with --reject-unknown-fields; the converted body is not checked again."""
+    context = context or ReadContext()
+    body = read_body(raw)
+    if context.limits.reject_unknown_fields:
+        fields.check_unknown(body, set(known) | (set(fields.FIELDS[CHAT]) if passes_chat else set()))
+    chat = convert(body)
     return read_chat_body(chat, json.dumps(chat, ensure_ascii=False), context, endpoint)
 
 
@@ -66,6 +72,8 @@ def read_chat_body(body, raw, context=None, endpoint=CHAT):
     ``bankml.serve.responses`` convert their wire formats into (``endpoint`` then names the route)."""
     context = context or ReadContext()
     check_sizes(body, context.limits)
+    if endpoint == CHAT and context.limits.reject_unknown_fields:
+        fields.check_unknown(body, fields.FIELDS[CHAT])
     fields.check(body, CHAT)  # a tool choice llama.cpp does not know is refused there, first
     stream = bool_field(body, "stream", False)
     # llama-server's field_nested: stream_options that is not an object is ignored
@@ -110,6 +118,8 @@ def read_completion(raw, context=None, endpoint=COMPLETIONS):
     context = context or ReadContext()
     body = read_body(raw)
     check_sizes(body, context.limits)
+    if context.limits.reject_unknown_fields:
+        fields.check_unknown(body, fields.FIELDS[COMPLETIONS])
     fields.check(body, COMPLETIONS)
     stream = bool_field(body, "stream", False)
     return_tokens = bool_field(body, "return_tokens", False)
@@ -141,6 +151,8 @@ def read_template(body, raw, context=None):
     tools and the chat fields, as ``/v1/chat/completions`` renders them; nothing for a generation."""
     context = context or ReadContext()
     check_sizes(body, context.limits)
+    if context.limits.reject_unknown_fields:
+        fields.check_unknown(body, fields.FIELDS[CHAT])
     constraint = from_openai_text(body, raw)
     messages = body.get("messages")
     check_messages(messages)

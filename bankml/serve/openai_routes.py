@@ -9,10 +9,11 @@ import asyncio
 import time
 import uuid
 
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from bankml.serve import native, openai
-from bankml.serve.plumbing import FINGERPRINT, Runner, error, sse, stream_error
+from bankml.serve.plumbing import FINGERPRINT, Gone, Runner, error, refusal, sse, stream_error
+from bankml.serve.request import read_body
 
 __all__ = ["OpenAIRoutes", "diff_delta"]
 
@@ -35,6 +36,7 @@ class OpenAIRoutes:
             "model": req.model or self.alias,
             "system_fingerprint": FINGERPRINT,
         }
+        job.cmpl_id = base["id"]  # what /v1/chat/completions/control names it by
         if req.stream:
             runner = Runner(job, asyncio.get_running_loop(), self).start()
             return StreamingResponse(self._chat_events(runner, job, base, req), media_type="text/event-stream")
@@ -123,6 +125,26 @@ class OpenAIRoutes:
     async def completions(self, request):
         return await self._handle(request, openai.read_completion, self._respond_completion)
 
+    async def control(self, request):
+        """llama-server's ``/v1/chat/completions/control``: ``{"id": <a completion's id>, "action": "reasoning_end"}``
+        ends a running completion's reasoning when it was started with ``reasoning_control``. bankml refuses
+        ``reasoning_control`` (400), so a running completion answers that reasoning control is not enabled for it,
+        as llama-server answers for one started without it."""
+        try:
+            body = read_body(await self._read(request))
+        except Gone:
+            return Response(status_code=499)
+        except Exception as e:  # noqa: BLE001 - llama-server's error object
+            return refusal(e).response()
+        cmpl_id = body.get("id")
+        if not isinstance(cmpl_id, str) or not cmpl_id:  # json_value: a value of another type reads as absent
+            return error("missing completion id")
+        if body.get("action") != "reasoning_end":
+            return error("unknown control action")
+        if self.running(cmpl_id) is None:
+            return JSONResponse({"success": False, "message": "no active completion for this id"})
+        return JSONResponse({"success": False, "message": "reasoning control not enabled for this completion"})
+
     async def chat_input_tokens(self, request):
         return await self._count_tokens(request, openai.read_chat, True)
 
@@ -133,6 +155,7 @@ class OpenAIRoutes:
             "model": req.model or self.alias,
             "system_fingerprint": FINGERPRINT,
         }
+        job.cmpl_id = base["id"]
         if req.stream:
             runner = Runner(job, asyncio.get_running_loop(), self).start()
             return StreamingResponse(self._completion_events(runner, job, base, req), media_type="text/event-stream")

@@ -226,6 +226,14 @@ class Plumbing:
         if metrics is not None:
             metrics.finished(runner.job, self.model.n_batch)
 
+    def running(self, cmpl_id):
+        """The job of the running completion named ``cmpl_id`` (its answer's ``id``), or None."""
+        with self._lock:
+            for runner in self._runners:
+                if getattr(runner.job, "cmpl_id", None) == cmpl_id:
+                    return runner.job
+        return None
+
     def busy(self):
         """Whether a generation runs or a request is being prepared."""
         with self._lock:

@@ -66,7 +66,9 @@ class ServerLimits:
     * ``request_seconds``: a whole request, waiting for a slot included; a generation still running then
       stops with ``finish_reason: "length"``, as llama-server's ``t_max_predict_ms`` stops one;
     * ``max_preparing``: requests prepared at once (each on its own thread); more wait for a turn within
-      their ``prepare_seconds``, then get a 503.
+      their ``prepare_seconds``, then get a 503;
+    * ``reject_unknown_fields``: a body field the route does not read is a 400 naming it (llama-server, and
+      bankml by default, ignore it).
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -80,6 +82,7 @@ class ServerLimits:
     prepare_seconds: float = 30.0
     request_seconds: float = 600.0
     max_preparing: int = 8
+    reject_unknown_fields: bool = False
 
 
 @dataclass(frozen=True)
@@ -234,10 +237,11 @@ def _message_text(content):
 
 
 def check_messages(messages):
-    """The messages' shape (a non-empty array of objects with a string ``role`` and text content); their
-    ``role`` / ``content`` pairs with the content's text parts joined."""
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("'messages' must be a non-empty array")
+    """The messages' shape (an array of objects with a string ``role`` and text content; an empty array is
+    rendered as the generation prompt alone, as llama-server renders it); their ``role`` / ``content`` pairs with
+    the content's text parts joined."""
+    if not isinstance(messages, list):
+        raise RequestError("'messages' must be an array")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):

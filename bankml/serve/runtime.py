@@ -706,8 +706,8 @@ class Model:
         generation after its current token; ``deadline`` (a ``time.monotonic()`` value) ends the job's
         wait for a slot (ModelError) and its generation (``finish_reason: "length"``)."""
         constraint = constraint or Constraint()
-        if not isinstance(messages, list) or not messages:
-            raise RequestError("'messages' must be a non-empty array")
+        if not isinstance(messages, list):  # an empty list renders the generation prompt alone, as llama-server
+            raise RequestError("'messages' must be an array")
         _check_cancel(cancel)
         enable, kwargs, fmt = self.chat_options(chat_template_kwargs, reasoning_format, reasoning_effort)
         if thinking is not None:

@@ -111,7 +111,7 @@ def test_a_completion_body_is_a_raw_prompt():
         ({"stop": 3}, "'stop' must be a string or an array of strings"),
         ({"max_tokens": 1.5}, "'max_tokens' must be an integer"),
         ({"top_k": "4"}, "Field 'top_k': type must be number, but is string"),
-        ({"messages": []}, "'messages' must be a non-empty array"),
+        ({"messages": {}}, "'messages' must be an array"),
         ({"logprobs": True, "max_tokens": 100000}, "exceed bankml's limit of 1000000 entries per answer"),
     ],
 )

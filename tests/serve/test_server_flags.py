@@ -17,11 +17,11 @@ from starlette.testclient import TestClient
 
 from bankml import cli
 from bankml.errors import RequestError
-from bankml.serve import native, openai, server_flags
+from bankml.serve import anthropic, fields, native, ollama, openai, responses, server_flags
 from bankml.serve.auth import ApiKeyMiddleware
 from bankml.serve.cors import CorsMiddleware, CorsOptions, origin_is_localhost
 from bankml.serve.plumbing import refusal
-from bankml.serve.request import ReadContext, ServerDefaults
+from bankml.serve.request import ReadContext, ServerDefaults, ServerLimits
 from bankml.serve.runtime import ContextSizeError, Event, _slot_ctx
 
 from ..oracle.build_server import build_server
@@ -329,3 +329,51 @@ def test_unknown_route_is_llama_servers_404(served):
     r = served.get("/no/such/route")
     assert r.status_code == 404
     assert r.content == b'{"error":{"message":"File Not Found","type":"not_found_error","code":404}}'
+
+
+# -- --reject-unknown-fields: a field a route does not read is a 400 naming it (default: ignored, as llama-server)
+
+STRICT = ReadContext(limits=ServerLimits(reject_unknown_fields=True))
+HI = [{"role": "user", "content": "Hi"}]
+
+
+@pytest.mark.parametrize(
+    "read, body, unknown",
+    [
+        (openai.read_chat, {"messages": HI, "respons_format": {"type": "json_object"}}, "'respons_format'"),
+        (openai.read_completion, {"prompt": "Hi", "max_token": 3, "tempreature": 0}, "'max_token', 'tempreature'"),
+        (native.read_native, {"prompt": "Hi", "n_predit": 3}, "'n_predit'"),
+        (anthropic.read_messages, {"messages": HI, "max_tokens": 3, "stop_sequence": ["x"]}, "'stop_sequence'"),
+        (anthropic.read_count_tokens, {"messages": HI, "systen": "x"}, "'systen'"),
+        (responses.read_responses, {"input": "Hi", "instruction": "x"}, "'instruction'"),
+        (responses.read_input_tokens, {"input": "Hi", "max_output_token": 3}, "'max_output_token'"),
+        (ollama.read_chat, {"messages": HI, "fromat": "json"}, "'fromat'"),
+        (ollama.read_generate, {"prompt": "Hi", "options": {"temprature": 0}}, "'options.temprature'"),
+    ],
+)
+def test_unknown_fields_refused_on_request(read, body, unknown):
+    raw = json.dumps(body)
+    read(raw)  # llama-server's default: ignored
+    with pytest.raises(RequestError, match=f"unknown fields? {re.escape(unknown)}: .*--reject-unknown-fields"):
+        read(raw, STRICT)
+
+
+@pytest.mark.parametrize(
+    "read, body",
+    [
+        (openai.read_chat, {"messages": HI, "max_tokens": 3, "seed": 1, "stream": False, "tools": [], "verbose": True}),
+        (anthropic.read_messages, {"messages": HI, "max_tokens": 3, "system": "x", "metadata": {}, "model": "m"}),
+        (responses.read_responses, {"input": "Hi", "instructions": "x", "temperature": 0, "store": False}),
+        (ollama.read_chat, {"messages": HI, "options": {"num_predict": 3, "num_gpu": 0}, "keep_alive": 5}),
+    ],
+)
+def test_known_fields_pass_with_reject_unknown_fields(read, body):
+    read(json.dumps(body), STRICT)
+
+
+def test_template_and_tokenize_fields():
+    with pytest.raises(RequestError, match="'mesages'"):
+        openai.read_template({"messages": HI, "mesages": []}, "{}", STRICT)
+    fields.check_unknown({"content": "a", "with_pieces": True}, fields.TOKENIZE)
+    with pytest.raises(RequestError, match="'token'"):
+        fields.check_unknown({"token": [1]}, fields.DETOKENIZE)
