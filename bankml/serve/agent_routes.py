@@ -6,13 +6,12 @@ Responses), ``/completion``. Each body is converted and read by its module (``ba
 ``.responses``, ``.native``), generated once, and written by that module's answer and stream writers.
 """
 
-import asyncio
 import uuid
 
 from starlette.responses import StreamingResponse
 
 from bankml.serve import anthropic, native, responses
-from bankml.serve.plumbing import Runner, stream_error
+from bankml.serve.plumbing import jobs_of, merged, stream_error
 
 __all__ = ["AgentRoutes"]
 
@@ -37,25 +36,31 @@ class AgentRoutes:
 
     async def _respond_native(self, request, req, job):
         model = req.model or self.alias
-        n_prompt = len(job.prompt_tokens)
+        jobs = jobs_of(job)
         if req.stream:
-            runner = Runner(job, asyncio.get_running_loop(), self).start()
+            return StreamingResponse(self._native_events(jobs, model, req), media_type="text/event-stream")
 
-            async def events():
-                try:
-                    try:
-                        async for event in runner:
-                            if event.partial or event.progress is not None:
-                                yield native.sse(native.partial_json(event, job, n_prompt, req.timings_per_token))
-                    except Exception as e:  # noqa: BLE001
-                        yield native.sse({"error": stream_error(e)})
-                        return
-                    yield native.sse(self._native_json(job, job.result, model, False))
-                finally:
-                    job.cancel()
+        def write(result, index=0):
+            return self._native_json(jobs[index], result, model, req.return_tokens, index)
 
-            return StreamingResponse(events(), media_type="text/event-stream")
-        return await self._answer(request, job, lambda result: self._native_json(job, result, model, req.return_tokens))
+        return await self._answer(request, job, write, list)  # several completions: llama-server's array
+
+    async def _native_events(self, jobs, model, req):
+        """The native stream: each partial result (a prompt-progress one included), each completion's final one."""
+        try:
+            try:
+                async for i, event in merged(self._start_runners(jobs[0])):
+                    j = jobs[i]
+                    if event is None:
+                        yield native.sse(self._native_json(j, j.result, model, False, i))
+                    elif event.partial or event.progress is not None:
+                        n_prompt = len(j.prompt_tokens)
+                        yield native.sse(native.partial_json(event, j, n_prompt, req.timings_per_token, i))
+            except Exception as e:  # noqa: BLE001
+                yield native.sse({"error": stream_error(e)})
+        finally:
+            for j in jobs:
+                j.cancel()
 
     async def responses(self, request):
         return await self._handle(request, responses.read_responses, self._respond_responses)

@@ -76,10 +76,6 @@ def _nonempty(v):
     return v is not None and v != [] and v != {} and v != ""
 
 
-def _not_one(v):
-    return v is not None and not (v == 1 and not isinstance(v, bool))
-
-
 _NOT_YET = "is not supported by bankml yet"
 LOGPROBS = Refuse(
     "log-probabilities are not returned by bankml's Ollama endpoints yet: 'logprobs' must be false or absent", _truthy
@@ -111,8 +107,8 @@ _COMMON = {
     "prompt_cache_key": ACCEPTED,
     "safety_identifier": ACCEPTED,
     # llama-server fields that change the answer or its shape, not implemented
-    "n": Refuse("several completions per request are not supported by bankml: 'n' must be 1", _not_one),
-    "n_cmpl": Refuse("several completions per request are not supported by bankml: 'n_cmpl' must be 1", _not_one),
+    "n": HONOURED,
+    "n_cmpl": HONOURED,
     # token probabilities as llama-server computes and shapes them (bankml.sampling.logprobs): chat's logprobs and
     # top_logprobs, completions' logprobs (n_probs' alias), the native n_probs and post_sampling_probs
     "logprobs": HONOURED,

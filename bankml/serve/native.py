@@ -114,14 +114,14 @@ def generation_settings(job):
     return out
 
 
-def completion_json(result, job, model, prompt, probs=None, return_tokens=False):
+def completion_json(result, job, model, prompt, probs=None, return_tokens=False, index=0):
     """to_json_non_oaicompat of the final result. ``prompt``: the prompt's tokens detokenized with their special
     text; ``probs``: the records to send (None: none asked for, or streamed). Streamed, llama-server's final result
     carries no content or tokens (the partial results did)."""
     streamed = bool(job.stream_requested)
     n_prompt, n_gen = len(result.prompt_tokens), len(result.tokens)
     out = {
-        "index": 0,
+        "index": index,
         "content": "" if streamed else result.text,
         # slot.generated_tokens: kept only with return_tokens
         "tokens": list(result.tokens) if return_tokens and not streamed else [],
@@ -144,12 +144,12 @@ def completion_json(result, job, model, prompt, probs=None, return_tokens=False)
     return out
 
 
-def partial_json(event, job, n_prompt, timings=False):
+def partial_json(event, job, n_prompt, timings=False, index=0):
     """to_json_non_oaicompat of a partial result: the token's text and id (none in a prompt-progress event, which
     carries ``prompt_progress``), its ``timings`` with timings_per_token."""
     progress = event.progress is not None
     out = {
-        "index": 0,
+        "index": index,
         "content": event.text,
         "tokens": [] if progress else [event.token],
         "stop": False,

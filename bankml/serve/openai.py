@@ -104,12 +104,33 @@ def read_chat_body(body, raw, context=None, endpoint=CHAT):
 
 def debug_fields(body, context):
     """llama-server's ``verbose`` (its default: the server's ``-v``), ``timings_per_token`` and
-    ``return_progress``, read as its ``field_bool`` reads them."""
+    ``return_progress``, read as its ``field_bool`` reads them, and ``n``."""
     return {
         "verbose": bool_field(body, "verbose", context.defaults.verbose),
         "timings_per_token": bool_field(body, "timings_per_token", False),
         "return_progress": bool_field(body, "return_progress", False),
+        "n": read_n(body, context.n_parallel),
     }
+
+
+def read_n(body, n_parallel):
+    """llama-server's ``n_cmpl`` (read first) or its alias ``n``: a ``field_num`` with hard limits 1 and the server's
+    slots (``n_parallel``; None: no upper limit); 1 when absent."""
+    for name in ("n_cmpl", "n"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RequestError(
+                f"Field '{name}': [json.exception.type_error.302] type must be number, but is {json_type_name(value)}"
+            )
+        n = int(value)  # get<int32_t> truncates
+        if n_parallel is not None and not 1 <= n <= n_parallel:
+            raise RequestError(f"Field '{name}': Value must be between 1 <= value <= {n_parallel}, but got {n}")
+        if n < 1:
+            raise RequestError(f"Field '{name}': Value must be 1 or more, but got {n}")
+        return n
+    return 1
 
 
 def read_completion(raw, context=None, endpoint=COMPLETIONS):

@@ -5,14 +5,13 @@ llama-server's deltas), ``/v1/completions``, ``/v1/chat/completions/input_tokens
 ``/health``; the bodies are read by ``bankml.serve.openai``, the frame is ``bankml.serve.plumbing``'s.
 """
 
-import asyncio
 import time
 import uuid
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from bankml.serve import native, openai
-from bankml.serve.plumbing import FINGERPRINT, Gone, Runner, error, refusal, sse, stream_error
+from bankml.serve.plumbing import FINGERPRINT, Gone, error, jobs_of, merge_choices, merged, refusal, sse, stream_error
 from bankml.serve.request import read_body
 
 __all__ = ["OpenAIRoutes", "diff_delta"]
@@ -36,47 +35,52 @@ class OpenAIRoutes:
             "model": req.model or self.alias,
             "system_fingerprint": FINGERPRINT,
         }
-        job.cmpl_id = base["id"]  # what /v1/chat/completions/control names it by
+        jobs = jobs_of(job)
+        for j in jobs:
+            j.cmpl_id = base["id"]  # what /v1/chat/completions/control names it by
         if req.stream:
-            runner = Runner(job, asyncio.get_running_loop(), self).start()
-            return StreamingResponse(self._chat_events(runner, job, base, req), media_type="text/event-stream")
+            events = self._chat_events(self._start_runners(job), jobs, base, req)
+            return StreamingResponse(events, media_type="text/event-stream")
 
-        def write(result):
+        def write(result, index=0):
+            j = jobs[index]
+            choice = {"finish_reason": result.finish_reason, "index": index, "message": dict(result.message)}
             out = dict(
                 base,
                 object="chat.completion",
-                choices=[{"finish_reason": result.finish_reason, "index": 0, "message": dict(result.message)}],
+                choices=[choice],
                 usage=self._usage(result),
                 timings=self._timings(result),
             )
-            if job.probs:
-                logprobs = self._final_probs(job, result)
+            if j.probs:
+                logprobs = self._final_probs(j, result)
                 if logprobs is not None:
-                    out["choices"][0]["logprobs"] = logprobs
+                    choice["logprobs"] = logprobs
             if req.return_tokens:
                 out["tokens"] = result.tokens
             if req.verbose:
-                out["__verbose"] = self._native_json(job, result, base["model"], req.return_tokens)
+                out["__verbose"] = self._native_json(j, result, base["model"], req.return_tokens)
             return out
 
-        return await self._answer(request, job, write)
+        return await self._answer(request, job, write, merge_choices)
 
-    def _chat_chunks(self, job, event, base, role_pending, req):
+    def _chat_chunks(self, job, event, base, role_pending, req, index=0):
         """The chunks of one generation event: the role delta with the first token's (none when that token's text
         is not whole UTF-8: to_json_oaicompat_chat's n_decoded == 1) and with a prompt-progress event, one chunk
         per message diff (as server_chat_msg_diff_to_json_oaicompat), and a token's logprobs, its timings
-        (timings_per_token) and a progress event's ``prompt_progress`` on the last delta of its partial result."""
+        (timings_per_token) and a progress event's ``prompt_progress`` on the last delta of its partial result.
+        ``index``: the completion's (``n``)."""
         chunks = []
         progress = event.progress is not None
         if progress or (role_pending and event.partial and event.index == 1):  # llama-server's `first || is_progress`
             role = {"role": "assistant", "content": None}
-            choice = {"finish_reason": None, "index": 0, "delta": role}
+            choice = {"finish_reason": None, "index": index, "delta": role}
             chunks.append(dict(base, object="chat.completion.chunk", choices=[choice]))
         n_partial = len(chunks)
         for i, diff in enumerate(event.diffs):
             delta = diff_delta(diff)
             if delta:
-                choice = {"finish_reason": None, "index": 0, "delta": delta}
+                choice = {"finish_reason": None, "index": index, "delta": delta}
                 chunks.append(dict(base, object="chat.completion.chunk", choices=[choice]))
                 if i < event.n_partial_diffs:
                     n_partial = len(chunks)
@@ -91,36 +95,36 @@ class OpenAIRoutes:
                 last["prompt_progress"] = native.progress_json(event, len(job.prompt_tokens))
         return chunks
 
-    async def _chat_events(self, runner, job, base, req):
-        """The SSE stream of a chat completion, as llama-server's partial results and its final chunk."""
+    def _chat_final(self, job, base, req, index):
+        """The last chunks of one completion: its finish reason (with llama-server's ``__verbose``), its usage."""
+        result = job.result
+        choice = {"finish_reason": result.finish_reason, "index": index, "delta": {}}
+        last = dict(base, object="chat.completion.chunk", choices=[choice], timings=self._timings(result))
+        if req.verbose:
+            last["__verbose"] = self._native_json(job, result, base["model"], False)
+        if not req.include_usage:
+            return [dict(last, usage=self._usage(result))]
+        return [last, dict(base, object="chat.completion.chunk", choices=[], usage=self._usage(result))]
+
+    async def _chat_events(self, runners, jobs, base, req):
+        """The SSE stream of a chat completion (of each of its ``n`` completions, their chunks as they come), as
+        llama-server's partial results and each one's final chunks."""
         try:
-            role_pending = True
+            role_pending = [True] * len(jobs)
             try:
-                async for event in runner:
-                    for chunk in self._chat_chunks(job, event, base, role_pending, req):
+                async for i, event in merged(runners):
+                    chunks = self._chat_chunks(jobs[i], event, base, role_pending[i], req, i) if event else []
+                    chunks += self._chat_final(jobs[i], base, req, i) if event is None else []
+                    for chunk in chunks:
                         yield sse(chunk)
-                    role_pending = role_pending and not event.partial
+                    role_pending[i] = role_pending[i] and not (event is not None and event.partial)
             except Exception as e:  # noqa: BLE001 - llama-server sends the error as an event
                 yield sse({"error": stream_error(e)})
                 return
-            result = job.result
-            last = dict(
-                base,
-                object="chat.completion.chunk",
-                choices=[{"finish_reason": result.finish_reason, "index": 0, "delta": {}}],
-                timings=self._timings(result),
-            )
-            if req.verbose:
-                last["__verbose"] = self._native_json(job, result, base["model"], False)
-            if req.include_usage:
-                yield sse(last)
-                yield sse(dict(base, object="chat.completion.chunk", choices=[], usage=self._usage(result)))
-            else:
-                last["usage"] = self._usage(result)
-                yield sse(last)
             yield b"data: [DONE]\n\n"
         finally:
-            job.cancel()  # a no-op once finished; frees the slot if the client went away
+            for job in jobs:
+                job.cancel()  # a no-op once finished; frees the slot if the client went away
 
     async def completions(self, request):
         return await self._handle(request, openai.read_completion, self._respond_completion)
@@ -155,16 +159,19 @@ class OpenAIRoutes:
             "model": req.model or self.alias,
             "system_fingerprint": FINGERPRINT,
         }
-        job.cmpl_id = base["id"]
+        jobs = jobs_of(job)
+        for j in jobs:
+            j.cmpl_id = base["id"]
         if req.stream:
-            runner = Runner(job, asyncio.get_running_loop(), self).start()
-            return StreamingResponse(self._completion_events(runner, job, base, req), media_type="text/event-stream")
+            events = self._completion_events(self._start_runners(job), jobs, base, req)
+            return StreamingResponse(events, media_type="text/event-stream")
 
-        def write(result):
+        def write(result, index=0):
+            j = jobs[index]
             choice = {
                 "text": result.text,
-                "index": 0,
-                "logprobs": self._final_probs(job, result) if job.probs else None,
+                "index": index,
+                "logprobs": self._final_probs(j, result) if j.probs else None,
                 "finish_reason": result.finish_reason,
             }
             out = dict(base, object="text_completion", choices=[choice], usage=self._usage(result))
@@ -172,42 +179,47 @@ class OpenAIRoutes:
             if req.return_tokens:
                 out["tokens"] = result.tokens
             if req.verbose:
-                out["__verbose"] = self._native_json(job, result, base["model"], req.return_tokens)
+                out["__verbose"] = self._native_json(j, result, base["model"], req.return_tokens)
             return out
 
-        return await self._answer(request, job, write)
+        return await self._answer(request, job, write, merge_choices)
 
-    async def _completion_events(self, runner, job, base, req):
-        """The SSE stream of a completion: one chunk per partial result, empty text included, as llama-server
-        sends them (with timings_per_token their timings, with verbose their native result), then the last."""
+    def _completion_chunk(self, job, event, base, req, index):
+        """The chunk of one partial result (with timings_per_token its timings, with verbose its native result)."""
         n_prompt = len(job.prompt_tokens)
+        choice = {"text": event.text, "index": index, "finish_reason": None}
+        choice["logprobs"] = self._chunk_probs(job, event) if event.partial else None
+        chunk = dict(base, object="text_completion", choices=[choice])
+        if req.verbose:
+            chunk["__verbose"] = native.partial_json(event, job, n_prompt, req.timings_per_token, index)
+        if req.timings_per_token:
+            chunk["timings"] = native.partial_timings(job, event)
+        if event.progress is not None:
+            chunk["prompt_progress"] = native.progress_json(event, n_prompt)
+        return chunk
+
+    async def _completion_events(self, runners, jobs, base, req):
+        """The SSE stream of a completion: one chunk per partial result, empty text included, as llama-server
+        sends them, and each completion's last chunk."""
         try:
             try:
-                async for event in runner:
-                    if not event.partial and event.progress is None:
-                        continue
-                    choice = {"text": event.text, "index": 0, "finish_reason": None}
-                    choice["logprobs"] = self._chunk_probs(job, event) if event.partial else None
-                    chunk = dict(base, object="text_completion", choices=[choice])
-                    if req.verbose:
-                        chunk["__verbose"] = native.partial_json(event, job, n_prompt, req.timings_per_token)
-                    if req.timings_per_token:
-                        chunk["timings"] = native.partial_timings(job, event)
-                    if event.progress is not None:
-                        chunk["prompt_progress"] = native.progress_json(event, n_prompt)
-                    yield sse(chunk)
+                async for i, event in merged(runners):
+                    if event is not None and (event.partial or event.progress is not None):
+                        yield sse(self._completion_chunk(jobs[i], event, base, req, i))
+                    elif event is None:
+                        result = jobs[i].result
+                        choice = {"text": "", "index": i, "logprobs": None, "finish_reason": result.finish_reason}
+                        last = dict(base, object="text_completion", choices=[choice], usage=self._usage(result))
+                        if req.verbose:
+                            last["__verbose"] = self._native_json(jobs[i], result, base["model"], False)
+                        yield sse(last)
             except Exception as e:  # noqa: BLE001
                 yield sse({"error": stream_error(e)})
                 return
-            result = job.result
-            choice = {"text": "", "index": 0, "logprobs": None, "finish_reason": result.finish_reason}
-            last = dict(base, object="text_completion", choices=[choice], usage=self._usage(result))
-            if req.verbose:
-                last["__verbose"] = self._native_json(job, result, base["model"], False)
-            yield sse(last)
             yield b"data: [DONE]\n\n"
         finally:
-            job.cancel()
+            for job in jobs:
+                job.cancel()
 
     async def models(self, request):
         m = self.model

@@ -35,6 +35,9 @@ __all__ = [
     "Runner",
     "error",
     "file_size",
+    "jobs_of",
+    "merge_choices",
+    "merged",
     "http_error",
     "ndjson",
     "now",
@@ -187,6 +190,47 @@ async def disconnected(request):
         return await asyncio.wait_for(request.is_disconnected(), 0.01)
     except asyncio.TimeoutError:
         return False
+
+
+def jobs_of(job):
+    """The jobs of a request: its own and its siblings' (llama-server's ``n_cmpl`` child tasks)."""
+    return [job, *getattr(job, "siblings", ())]
+
+
+def merge_choices(outs):
+    """llama-server's join of several OpenAI results: the first, with every other's choice after its own (its
+    usage and timings are the first's)."""
+    first = outs[0]
+    first["choices"] = [choice for out in outs for choice in out["choices"]]
+    return first
+
+
+async def merged(runners):
+    """``(index, event)`` of several generations as their events come, ``(index, None)`` when one ends; the first
+    failure is raised."""
+    queue = asyncio.Queue()
+
+    async def pump(i, runner):
+        try:
+            async for event in runner:
+                await queue.put((i, event, None))
+            await queue.put((i, None, None))
+        except Exception as e:  # noqa: BLE001 - raised below, in the stream's own frame
+            await queue.put((i, None, e))
+
+    tasks = [asyncio.ensure_future(pump(i, runner)) for i, runner in enumerate(runners)]
+    try:
+        left = len(runners)
+        while left:
+            i, event, err = await queue.get()
+            if err is not None:
+                raise err
+            if event is None:
+                left -= 1
+            yield i, event
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 def stream_error(exc):
@@ -366,12 +410,12 @@ class Plumbing:
             req, job = await self._prepare(request, lambda cancel: self._build(read, raw, cancel), len(raw))
             return await respond(request, req, job)
         except Gone:
-            if job is not None:
-                job.cancel()
+            for j in jobs_of(job) if job is not None else ():
+                j.cancel()
             return Response(status_code=499)
         except Exception as e:  # noqa: BLE001 - the catch-all: llama-server's error object
-            if job is not None:
-                job.cancel()
+            for j in jobs_of(job) if job is not None else ():
+                j.cancel()
             r = refusal(e)
             return ollama_error(r.message, r.code) if ollama_shape else r.response()
 
@@ -409,13 +453,20 @@ class Plumbing:
         vocabulary with libllama's tokenizer (logit_bias text keys and ids as llama-server reads them) and the
         server's defaults (``--seed``, ``-n``, ``-v``...)."""
         m = self.model
-        return ReadContext(self.limits, m.n_ctx, m.n_vocab, bool(m.chat_template), m.sampler_vocab, self.defaults)
+        return ReadContext(
+            self.limits, m.n_ctx, m.n_vocab, bool(m.chat_template), m.sampler_vocab, self.defaults, m.n_parallel
+        )
 
     def _build(self, read, raw, cancel):
         """The request of a body (``read``: a reader of bankml.serve.openai or bankml.serve.ollama, every field
         checked) and its Job, prepared before any slot is taken."""
         request = read(raw, self._context())
-        return request, self.model.prepare(request, cancel=cancel, deadline=self._deadline())
+        job = self.model.prepare(request, cancel=cancel, deadline=self._deadline())
+        # llama-server's n_cmpl (``n``): the prompt's other completions, each a job of its own on its own slot
+        job.siblings = [
+            self.model.prepare(request, cancel=cancel, deadline=self._deadline()) for _ in range(request.n - 1)
+        ]
+        return request, job
 
     # -- OpenAI
 
@@ -426,7 +477,7 @@ class Plumbing:
         )
         return {"content": _logprobs.probs_to_json(records, job.probs.post_sampling)} if records else None
 
-    def _native_json(self, job, result, model, return_tokens):
+    def _native_json(self, job, result, model, return_tokens, index=0):
         """llama-server's native final result (to_json_non_oaicompat): ``/completion``'s answer, and the
         ``__verbose`` field of the OpenAI answers. Its prompt is the prompt's tokens with their special text."""
         prompt = b"".join(self.model.piece(t, special=True) for t in job.prompt_tokens).decode("utf-8", "replace")
@@ -435,7 +486,7 @@ class Plumbing:
             records = _logprobs.trim_stop_word(
                 result.probs, result.stopping_word, lambda text: self.model.tokenize(text, False, False)
             )
-        return native.completion_json(result, job, model, prompt, records, return_tokens)
+        return native.completion_json(result, job, model, prompt, records, return_tokens, index)
 
     def _chunk_probs(self, job, event):
         # a partial result's logprobs: its one record, when it has top candidates (prob_output.probs non-empty)
@@ -470,20 +521,34 @@ class Plumbing:
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    async def _answer(self, request, job, write):
-        """Generate to the end and answer ``write(result)``, or llama-server's error object."""
-        runner = Runner(job, asyncio.get_running_loop(), self).start()
+    async def _answer(self, request, job, write, merge=None):
+        """Generate to the end and answer ``write(result)``, or llama-server's error object. With several
+        completions (``n``), each is generated on its own slot and ``merge`` joins ``write(result, index)`` of
+        each, as llama-server joins its results."""
+        jobs = jobs_of(job)
+        loop = asyncio.get_running_loop()
+        runners = [Runner(j, loop, self).start() for j in jobs]
         try:
-            result = await runner.wait(request)
+            results = await asyncio.gather(*(runner.wait(request) for runner in runners))
         except ModelError as e:
             return error(str(e), 503, "unavailable_error")
         except ChatParseError as e:
             return error(str(e), 500, "server_error")
         except Exception as e:  # noqa: BLE001
             return error(f"{type(e).__name__}: {e}", 500, "server_error")
-        if result.finish_reason == "cancelled":
+        finally:
+            for j in jobs:
+                j.cancel()  # a no-op once finished; the others stop when one failed
+        if any(result.finish_reason == "cancelled" for result in results):
             return Response(status_code=499)
-        return JSONResponse(write(result))
+        if len(results) == 1:
+            return JSONResponse(write(results[0]))
+        return JSONResponse(merge([write(result, i) for i, result in enumerate(results)]))
+
+    def _start_runners(self, job):
+        """A started Runner for each completion of a request (``n``)."""
+        loop = asyncio.get_running_loop()
+        return [Runner(j, loop, self).start() for j in jobs_of(job)]
 
     async def _count_tokens(self, request, read, oai):
         """llama-server's handle_count_tokens: the prompt a body renders to, tokenized; nothing generated."""

@@ -99,6 +99,7 @@ class ReadContext:
     chat_template: bool = True
     vocab: Any = None
     defaults: "ServerDefaults" = field(default_factory=lambda: ServerDefaults())
+    n_parallel: Optional[int] = None  # the server's slots: the most completions (``n``) one request may ask
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ class Request:
     verbose: bool = False
     timings_per_token: bool = False
     return_progress: bool = False
+    n: int = 1  # llama-server's n_cmpl: completions of the prompt, each on a slot of its own
 
     @property
     def is_chat(self):

@@ -91,7 +91,8 @@ def test_a_completion_body_is_a_raw_prompt():
     "fields, message",
     [
         ({"stream": "yes"}, "Field 'stream': [json.exception.type_error.302] type must be boolean, but is string"),
-        ({"n": 2}, "several completions per request are not supported by bankml: 'n' must be 1"),
+        ({"n": 0}, "Field 'n': Value must be 1 or more, but got 0"),
+        ({"n_cmpl": "2"}, "Field 'n_cmpl': [json.exception.type_error.302] type must be number, but is string"),
         ({"top_logprobs": 2}, "top_logprobs requires logprobs to be set to true"),
         ({"tool_choice": "any"}, "Invalid tool_choice: any"),
         ({"tool_choice": {"type": "function"}}, "tool_choice: the function's name must be a non-empty string"),

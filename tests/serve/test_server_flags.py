@@ -377,3 +377,43 @@ def test_template_and_tokenize_fields():
     fields.check_unknown({"content": "a", "with_pieces": True}, fields.TOKENIZE)
     with pytest.raises(RequestError, match="'token'"):
         fields.check_unknown({"token": [1]}, fields.DETOKENIZE)
+
+
+# -- n (llama-server's n_cmpl): several completions of one prompt, each on a slot of its own
+
+
+def test_several_completions(served):
+    body = dict(CHAT, n=2, verbose=False, seed=5, temperature=0.8)
+    answer = served.post("/v1/chat/completions", json=body).json()
+    # one seed, one prompt: the two completions are the same draws, as llama-server's child tasks are
+    assert [c["index"] for c in answer["choices"]] == [0, 1]
+    assert answer["choices"][0]["message"] == answer["choices"][1]["message"]
+    assert answer["usage"]["completion_tokens"] == 3  # the first completion's, as llama-server reports it
+    completion = served.post("/v1/completions", json={"prompt": "The sky is", "n_cmpl": 2, "n": 1}).json()
+    assert [c["index"] for c in completion["choices"]] == [0, 1]
+    native_answer = served.post("/completion", json={"prompt": "The sky is", "n": 2}).json()
+    assert isinstance(native_answer, list) and [r["index"] for r in native_answer] == [0, 1]
+    r = served.post("/v1/chat/completions", json=dict(CHAT, n=3))
+    assert (
+        r.status_code == 400
+        and r.json()["error"]["message"] == "Field 'n': Value must be between 1 <= value <= 2, but got 3"
+    )
+    r = served.post("/v1/responses", json={"input": "Hi", "n": 2})
+    assert r.status_code == 400 and "several completions" in r.json()["error"]["message"]
+
+
+def test_several_completions_streamed(served):
+    body = dict(CHAT, n=2, stream=True, verbose=False, stream_options={"include_usage": True})
+    chunks = _events(served.post("/v1/chat/completions", json=body))
+    finals = [c["choices"][0] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert sorted(f["index"] for f in finals) == [0, 1]
+    for index in (0, 1):
+        text = "".join(
+            c["choices"][0]["delta"].get("content") or ""
+            for c in chunks
+            if c["choices"] and c["choices"][0]["index"] == index
+        )
+        assert text
+    assert sum(1 for c in chunks if c["choices"] == [] and "usage" in c) == 2  # each completion's usage chunk
+    events = _events(served.post("/completion", json={"prompt": "The sky is", "n": 2, "stream": True}))
+    assert sorted(e["index"] for e in events if e["stop"]) == [0, 1]
