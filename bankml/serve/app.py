@@ -154,6 +154,15 @@ def _load_model(args, options):
     )
 
 
+def _address(args):
+    """uvicorn's address of ``--host``: a UNIX socket for a path ending in ``.sock``, as llama-server's."""
+    return {"uds": args.host} if args.host.endswith(".sock") else {"host": args.host, "port": args.port}
+
+
+def _address_text(args):
+    return f"unix:{args.host}" if args.host.endswith(".sock") else f"http://{args.host}:{args.port}"
+
+
 def serve(args):
     """``bankml serve``: load the model, serve until interrupted. SIGTERM or SIGINT refuse new requests,
     cancel every generation (each stops after its current token) and exit within a few seconds."""
@@ -176,6 +185,11 @@ def serve(args):
     if args.parallel == 0:
         print("error: invalid value for n_parallel", file=sys.stderr)
         return 2
+    hosts = [h.strip() for h in args.host.split(",") if h.strip()]  # llama-server's --host: a comma-separated list
+    if len(hosts) != 1:
+        print(f"error: --host {args.host!r}: bankml serve listens on exactly one address", file=sys.stderr)
+        return 2
+    args.host = hosts[0]
     try:
         model = _load_model(args, options)
     except ValueError as err:  # a request default or a context size llama-server refuses too
@@ -207,11 +221,11 @@ def serve(args):
                     self._captured_signals.clear()
 
     signals = []
-    config = uvicorn.Config(starlette, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3)
+    config = uvicorn.Config(starlette, **_address(args), log_level="warning", timeout_graceful_shutdown=3)
     source = args.chat_template_file or ("the model's" if model.chat_template else "llama.cpp's ChatML")
     print(
         f"bankml: serving {model.path} ({model.n_vocab:,} tokens, chat template {source}) on "
-        f"http://{args.host}:{args.port} with {model.n_parallel} slot(s)",
+        f"{_address_text(args)} with {model.n_parallel} slot(s)",
         flush=True,
     )
     _Server(config).run()

@@ -417,3 +417,12 @@ def test_several_completions_streamed(served):
     assert sum(1 for c in chunks if c["choices"] == [] and "usage" in c) == 2  # each completion's usage chunk
     events = _events(served.post("/completion", json={"prompt": "The sky is", "n": 2, "stream": True}))
     assert sorted(e["index"] for e in events if e["stop"]) == [0, 1]
+
+
+def test_host_takes_one_address_or_a_unix_socket(capsys):
+    from bankml.serve.app import _address
+
+    assert cli.main(["serve", "--host", "127.0.0.1,::1"]) == 2
+    assert "bankml serve listens on exactly one address" in capsys.readouterr().err
+    assert _address(_parse("--host", "/tmp/x.sock")) == {"uds": "/tmp/x.sock"}
+    assert _address(_parse("--host", "0.0.0.0", "--port", "9")) == {"host": "0.0.0.0", "port": 9}
