@@ -187,8 +187,8 @@ class OpenAIRoutes:
     def _completion_chunk(self, job, event, base, req, index):
         """The chunk of one partial result (with timings_per_token its timings, with verbose its native result)."""
         n_prompt = len(job.prompt_tokens)
-        choice = {"text": event.text, "index": index, "finish_reason": None}
-        choice["logprobs"] = self._chunk_probs(job, event) if event.partial else None
+        logprobs = self._chunk_probs(job, event) if event.partial else None
+        choice = {"text": event.text, "index": index, "logprobs": logprobs, "finish_reason": None}
         chunk = dict(base, object="text_completion", choices=[choice])
         if req.verbose:
             chunk["__verbose"] = native.partial_json(event, job, n_prompt, req.timings_per_token, index)
