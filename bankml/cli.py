@@ -24,6 +24,7 @@ from bankml.sampling.replay import replay
 from bankml.schema.grammar import json_schema_to_grammar
 from bankml.serve.flags import KV_CACHE_TYPES, context_options, env_defaults
 from bankml.serve.runtime import Model, ModelError, chat_model_options, model_load_options
+from bankml.serve.server_flags import add_arguments as add_llama_server_flags
 
 
 class InputError(ValueError):
@@ -569,6 +570,11 @@ def build_parser():
     )
     serve.add_argument("--max-messages", type=int, default=None, help="most chat messages per request (default 4096)")
     serve.add_argument(
+        "--reject-unknown-fields",
+        action="store_true",
+        help="answer a 400 naming the body fields a route does not read (default: ignored, as llama-server)",
+    )
+    serve.add_argument(
         "--max-grammar-bytes", type=int, default=None, help="longest GBNF 'grammar' field (default 1 MiB)"
     )
     serve.add_argument(
@@ -603,6 +609,9 @@ def build_parser():
     serve.add_argument(
         "--props", action="store_true", help="enable changing global properties via POST /props (default: disabled)"
     )
+    # llama-server's other flags: served (-n, the sampler defaults, -v, CORS, --kv-unified), accepted with no
+    # bearing on an answer, or refused naming the flag (bankml.serve.server_flags)
+    add_llama_server_flags(serve)
     # llama-server's LLAMA_ARG_* environment variables, under the command line (which overrides them)
     try:
         serve.set_defaults(**env_defaults(os.environ))

@@ -46,6 +46,10 @@ def read_generate(raw, context=None):
 def _read(raw, context, chat):
     body = read_body(raw)
     check_sizes(body, context.limits)
+    if context.limits.reject_unknown_fields:
+        fields.check_unknown(body, fields.FIELDS[CHAT if chat else GENERATE])
+        if isinstance(body.get("options"), dict):
+            fields.check_unknown(body["options"], fields.OLLAMA_OPTIONS, "options.")
     fields.check(body, CHAT if chat else GENERATE, context.n_ctx)
     stream = body.get("stream", True)
     if stream is None:
@@ -57,7 +61,7 @@ def _read(raw, context, chat):
             f"{'ChatRequest' if chat else 'GenerateRequest'}.stream of type bool"
         )
     constraint = from_ollama_text(body, raw)
-    params, n_predict, stop = sampler_options(body, vocab=context.vocab)
+    params, n_predict, stop = sampler_options(body, vocab=context.vocab, context=context)
     think = think_options(body.get("think"))
     common = {"stream": stream, "model": body.get("model")}
     if chat:
@@ -93,7 +97,7 @@ def check_sizes(body, limits):
     check_message_count(body.get("messages"), limits)
 
 
-def sampler_options(body, n_ctx=None, vocab=None):
+def sampler_options(body, n_ctx=None, vocab=None, context=None):
     """``(SamplerParams, n_predict, stop)`` from Ollama's ``options``: the sampler options under llama-server's
     names, ``num_predict`` and ``stop``. Ollama's ``repeat_last_n: -1`` means the context size (``n_ctx`` when
     given; without it INT32_MAX, which samples the same, since a history never outgrows the context)."""
@@ -103,8 +107,8 @@ def sampler_options(body, n_ctx=None, vocab=None):
     values = {OLLAMA_SAMPLER_OPTIONS[k]: v for k, v in options.items() if k in OLLAMA_SAMPLER_OPTIONS and v is not None}
     if values.get("repeat_last_n") == -1 and not isinstance(values["repeat_last_n"], bool):
         values["repeat_last_n"] = int(n_ctx) if n_ctx else 2**31 - 1
-    n_predict = options.get(fields.OLLAMA_NAMES["n_predict"], -1)
-    return sampler_params(values, n_predict, options.get(fields.OLLAMA_NAMES["stop"], []), n_ctx, vocab)
+    n_predict = options.get(fields.OLLAMA_NAMES["n_predict"], None if context is not None else -1)
+    return sampler_params(values, n_predict, options.get(fields.OLLAMA_NAMES["stop"], []), n_ctx, vocab, context)
 
 
 def think_options(think):

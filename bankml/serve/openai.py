@@ -53,10 +53,16 @@ def read_chat(raw, context=None):
     return read_chat_body(read_body(raw), raw, context)
 
 
-def read_converted(convert, raw, context, endpoint):
+def read_converted(convert, raw, context, endpoint, known, passes_chat=False):
     """The Request of another wire format's body (its bytes or text): ``convert`` turns the parsed body into the
-    chat-completions body, as llama-server's ``server_chat_convert_*`` do, which is then read as one."""
-    chat = convert(read_body(raw))
+    chat-completions body, as llama-server's ``server_chat_convert_*`` do, which is then read as one. ``known``:
+    the body's own fields (with ``passes_chat``, the chat fields too, which the conversion passes on), checked
+    with --reject-unknown-fields; the converted body is not checked again."""
+    context = context or ReadContext()
+    body = read_body(raw)
+    if context.limits.reject_unknown_fields:
+        fields.check_unknown(body, set(known) | (set(fields.FIELDS[CHAT]) if passes_chat else set()))
+    chat = convert(body)
     return read_chat_body(chat, json.dumps(chat, ensure_ascii=False), context, endpoint)
 
 
@@ -66,6 +72,8 @@ def read_chat_body(body, raw, context=None, endpoint=CHAT):
     ``bankml.serve.responses`` convert their wire formats into (``endpoint`` then names the route)."""
     context = context or ReadContext()
     check_sizes(body, context.limits)
+    if endpoint == CHAT and context.limits.reject_unknown_fields:
+        fields.check_unknown(body, fields.FIELDS[CHAT])
     fields.check(body, CHAT)  # a tool choice llama.cpp does not know is refused there, first
     stream = bool_field(body, "stream", False)
     # llama-server's field_nested: stream_options that is not an object is ignored
@@ -75,7 +83,7 @@ def read_chat_body(body, raw, context=None, endpoint=CHAT):
     messages = body.get("messages")
     check_messages(messages)  # the shape; the chat layer reads them whole (reasoning_content, parts, ...)
     check_oaicompat_messages(messages)
-    params, n_predict, stop = sampler_fields(body, vocab=context.vocab)
+    params, n_predict, stop = sampler_fields(body, vocab=context.vocab, context=context)
     probs = _probs(body, CHAT, n_predict, context)
     return Request(
         endpoint,
@@ -90,7 +98,39 @@ def read_chat_body(body, raw, context=None, endpoint=CHAT):
         return_tokens=return_tokens,
         probs=probs,
         model=body.get("model"),
+        **debug_fields(body, context),
     )
+
+
+def debug_fields(body, context):
+    """llama-server's ``verbose`` (its default: the server's ``-v``), ``timings_per_token`` and
+    ``return_progress``, read as its ``field_bool`` reads them, and ``n``."""
+    return {
+        "verbose": bool_field(body, "verbose", context.defaults.verbose),
+        "timings_per_token": bool_field(body, "timings_per_token", False),
+        "return_progress": bool_field(body, "return_progress", False),
+        "n": read_n(body, context.n_parallel),
+    }
+
+
+def read_n(body, n_parallel):
+    """llama-server's ``n_cmpl`` (read first) or its alias ``n``: a ``field_num`` with hard limits 1 and the server's
+    slots (``n_parallel``; None: no upper limit); 1 when absent."""
+    for name in ("n_cmpl", "n"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RequestError(
+                f"Field '{name}': [json.exception.type_error.302] type must be number, but is {json_type_name(value)}"
+            )
+        n = int(value)  # get<int32_t> truncates
+        if n_parallel is not None and not 1 <= n <= n_parallel:
+            raise RequestError(f"Field '{name}': Value must be between 1 <= value <= {n_parallel}, but got {n}")
+        if n < 1:
+            raise RequestError(f"Field '{name}': Value must be 1 or more, but got {n}")
+        return n
+    return 1
 
 
 def read_completion(raw, context=None, endpoint=COMPLETIONS):
@@ -99,6 +139,8 @@ def read_completion(raw, context=None, endpoint=COMPLETIONS):
     context = context or ReadContext()
     body = read_body(raw)
     check_sizes(body, context.limits)
+    if context.limits.reject_unknown_fields:
+        fields.check_unknown(body, fields.FIELDS[COMPLETIONS])
     fields.check(body, COMPLETIONS)
     stream = bool_field(body, "stream", False)
     return_tokens = bool_field(body, "return_tokens", False)
@@ -108,7 +150,7 @@ def read_completion(raw, context=None, endpoint=COMPLETIONS):
     if not isinstance(prompt, str):
         raise RequestError("'prompt' must be a string")
     constraint = from_openai_text(body, raw)  # no template: the bare grammar (Model.complete)
-    params, n_predict, stop = sampler_fields(body, vocab=context.vocab)
+    params, n_predict, stop = sampler_fields(body, vocab=context.vocab, context=context)
     probs = _probs(body, COMPLETIONS, n_predict, context)
     return Request(
         endpoint,
@@ -121,6 +163,7 @@ def read_completion(raw, context=None, endpoint=COMPLETIONS):
         return_tokens=return_tokens,
         probs=probs,
         model=body.get("model"),
+        **debug_fields(body, context),
     )
 
 
@@ -129,6 +172,8 @@ def read_template(body, raw, context=None):
     tools and the chat fields, as ``/v1/chat/completions`` renders them; nothing for a generation."""
     context = context or ReadContext()
     check_sizes(body, context.limits)
+    if context.limits.reject_unknown_fields:
+        fields.check_unknown(body, fields.FIELDS[CHAT])
     constraint = from_openai_text(body, raw)
     messages = body.get("messages")
     check_messages(messages)
@@ -168,17 +213,17 @@ def check_sizes(body, limits):
     check_message_count(body.get("messages"), limits)
 
 
-def sampler_fields(body, n_ctx=None, vocab=None):
+def sampler_fields(body, n_ctx=None, vocab=None, context=None):
     """``(SamplerParams, n_predict, stop)`` from an OpenAI body's sampler fields, named as llama-server names
     them (``bankml.sampling.params.SAMPLER_FIELDS``), its maximum tokens (``n_predict`` under its wire names,
     ``bankml.serve.fields.WIRE_NAMES``) and ``stop``.
     ``logit_bias`` is read with ``vocab`` as llama-server reads it: ids outside it and malformed entries are
-    skipped, text keys tokenized."""
+    skipped, text keys tokenized. The fields left out take ``context``'s server defaults (``--seed``, ``-n``...)."""
     values = {f.name: body[f.name] for f in SAMPLER_FIELDS if f.name != "logit_bias" and body.get(f.name) is not None}
-    n_predict = fields.read_field(body, "n_predict", -1)
+    n_predict = fields.read_field(body, "n_predict", None if context is not None else -1)
     if body.get("logit_bias") is not None:
         values["logit_bias"] = body["logit_bias"]
-    return sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab)
+    return sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab, context)
 
 
 def _check_tool_choice(tool_choice):

@@ -27,6 +27,7 @@ __all__ = [
     "MediaError",
     "ReadContext",
     "Request",
+    "ServerDefaults",
     "ServerLimits",
     "bool_field",
     "check_message_count",
@@ -65,7 +66,9 @@ class ServerLimits:
     * ``request_seconds``: a whole request, waiting for a slot included; a generation still running then
       stops with ``finish_reason: "length"``, as llama-server's ``t_max_predict_ms`` stops one;
     * ``max_preparing``: requests prepared at once (each on its own thread); more wait for a turn within
-      their ``prepare_seconds``, then get a 503.
+      their ``prepare_seconds``, then get a 503;
+    * ``reject_unknown_fields``: a body field the route does not read is a 400 naming it (llama-server, and
+      bankml by default, ignore it).
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -79,20 +82,35 @@ class ServerLimits:
     prepare_seconds: float = 30.0
     request_seconds: float = 600.0
     max_preparing: int = 8
+    reject_unknown_fields: bool = False
 
 
 @dataclass(frozen=True)
 class ReadContext:
     """What a body is read against: the server's ``limits``, the model's context and vocabulary sizes (Ollama's
     ``num_ctx`` equal to the context is accepted; the log-probabilities' size bound), whether it has a chat
-    template (Ollama's ``/api/generate`` is raw without one) and the vocabulary that reads ``logit_bias``'
-    text keys with libllama's tokenizer (None: text keys are skipped)."""
+    template (Ollama's ``/api/generate`` is raw without one), the vocabulary that reads ``logit_bias``'
+    text keys with libllama's tokenizer (None: text keys are skipped), and the server's ``defaults`` of the
+    fields a body leaves out."""
 
     limits: ServerLimits = field(default_factory=ServerLimits)
     n_ctx: Optional[int] = None
     n_vocab: int = 0
     chat_template: bool = True
     vocab: Any = None
+    defaults: "ServerDefaults" = field(default_factory=lambda: ServerDefaults())
+    n_parallel: Optional[int] = None  # the server's slots: the most completions (``n``) one request may ask
+
+
+@dataclass(frozen=True)
+class ServerDefaults:
+    """The server's defaults of the fields a body leaves out, from llama-server's flags (its requests start from
+    ``params_base``): ``sampler`` (``(field, value)`` pairs: ``--seed``, ``--temp``...), ``n_predict`` (``-n``)
+    and ``verbose`` (``-v``: the answers carry ``__verbose``)."""
+
+    sampler: Tuple[Tuple[str, Any], ...] = ()
+    n_predict: int = -1
+    verbose: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,7 +150,8 @@ class Request:
     """One request, read and checked: a chat (``messages``, through the template with ``chat``) or a raw prompt
     (``prompt``, no template), its ``constraint``, sampler ``params``, ``n_predict`` (-1: until the end or the
     context) and ``stop`` strings; how the answer is sent (``stream``, ``include_usage``, ``return_tokens``), the
-    token log-probabilities asked for (``probs``) and the ``model`` name the body gave (None: the server's)."""
+    token log-probabilities asked for (``probs``), the ``model`` name the body gave (None: the server's), and
+    llama-server's ``verbose``, ``timings_per_token`` and ``return_progress``."""
 
     endpoint: str
     constraint: Constraint
@@ -147,6 +166,12 @@ class Request:
     return_tokens: bool = False
     probs: ProbRequest = field(default_factory=ProbRequest)
     model: Optional[str] = None
+    # llama-server's debugging fields: ``__verbose`` in the answer, timings on every partial result, prompt
+    # progress events before a stream's first token
+    verbose: bool = False
+    timings_per_token: bool = False
+    return_progress: bool = False
+    n: int = 1  # llama-server's n_cmpl: completions of the prompt, each on a slot of its own
 
     @property
     def is_chat(self):
@@ -214,10 +239,11 @@ def _message_text(content):
 
 
 def check_messages(messages):
-    """The messages' shape (a non-empty array of objects with a string ``role`` and text content); their
-    ``role`` / ``content`` pairs with the content's text parts joined."""
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("'messages' must be a non-empty array")
+    """The messages' shape (an array of objects with a string ``role`` and text content; an empty array is
+    rendered as the generation prompt alone, as llama-server renders it); their ``role`` / ``content`` pairs with
+    the content's text parts joined."""
+    if not isinstance(messages, list):
+        raise RequestError("'messages' must be an array")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
@@ -238,10 +264,17 @@ def check_oaicompat_messages(messages):
             raise RequestError("Assistant message must contain either 'content' or 'tool_calls'!")
 
 
-def sampler_params(fields, n_predict, stop, n_ctx=None, vocab=None):
+def sampler_params(fields, n_predict, stop, n_ctx=None, vocab=None, context=None):
     """``(SamplerParams, n_predict, stop)`` from the sampler fields both wire formats name as llama-server does
     (``fields``), the maximum tokens and the stop strings: read as ``SamplerParams.from_server`` reads them
-    (clamped where llama-server clamps, RequestError where it answers 400)."""
+    (clamped where llama-server clamps, RequestError where it answers 400). A field left out (``n_predict``
+    None) takes the server's default of ``context`` (a ReadContext), as llama-server's ``params_base``."""
+    if context is not None:
+        fields = {**dict(context.defaults.sampler), **fields}
+        if n_predict is None:
+            n_predict = context.defaults.n_predict
+    if n_predict is None:
+        n_predict = -1
     if stop is None:
         stop = []
     if isinstance(stop, str):

@@ -115,7 +115,14 @@ class ModelError(RuntimeError):
 
 
 class ContextSizeError(RequestError):
-    """The prompt does not fit in a slot's context: llama-server's ``exceed_context_size_error`` (a 400)."""
+    """The prompt does not fit in a slot's context: llama-server's ``exceed_context_size_error`` (a 400), whose
+    error object also gives the prompt's tokens (``n_prompt_tokens``, None when the prompt was refused on its
+    size in bytes, before it was tokenized) and the slot's context (``n_ctx``)."""
+
+    def __init__(self, message, n_prompt_tokens=None, n_ctx=None):
+        super().__init__(message)
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
 
 
 class Cancelled(RequestError):
@@ -221,6 +228,10 @@ class Event:
     probs: Any = None
     n_partial_diffs: int = 0
     index: int = 0
+    # the generation's time so far (ms, since its first token), for llama-server's timings_per_token
+    predicted_ms: float = 0.0
+    # a prompt-progress event (return_progress, streamed): ``(tokens processed, ms)``; no token then (``token`` -1)
+    progress: Any = None
 
 
 # -- the model
@@ -249,7 +260,7 @@ class _Slot:
     def __init__(self, model, index):
         L = model._L
         p = L.llama_context_default_params()
-        p.n_ctx = model.n_ctx
+        p.n_ctx = model.slot_ctx_request
         p.n_batch = model.n_batch
         p.n_ubatch = model.n_ubatch
         p.n_seq_max = 1
@@ -261,7 +272,7 @@ class _Slot:
         p.no_perf = True
         self.ctx = L.llama_init_from_model(model._model, p)
         if not self.ctx:
-            raise ModelError(f"cannot create a llama context (n_ctx={model.n_ctx})")
+            raise ModelError(f"cannot create a llama context (n_ctx={model.slot_ctx_request})")
         self.model = model
         self.index = index
         self.mem = L.llama_get_memory(self.ctx)
@@ -380,7 +391,10 @@ class Model:
     (``bankml.schema.grammar``; JSON mode without a schema stays llama.cpp's). ``tool_call_mode``
     (``"llama.cpp"``, the default: llama-server's tool-call grammars; or ``"strict"``) is how tool calls are
     constrained (``bankml.chat.template.ChatTemplate.apply``'s ``tool_call_mode``: a forced call for
-    ``tool_choice`` "required" or a named function, arguments exactly their schema).
+    ``tool_choice`` "required" or a named function, arguments exactly their schema). ``kv_unified`` (llama-server's
+    ``--kv-unified``, its default with ``-np`` auto) gives every slot the whole ``n_ctx``; without it the context
+    is divided between the slots as llama-server divides it; ``kv_unified_per_slot`` caps a slot's context.
+    ``n_ctx_slot`` is a slot's context as llama-server reports and checks it (padded to 256 by libllama).
     """
 
     def __init__(
@@ -407,6 +421,8 @@ class Model:
         cache_type_v="f16",
         json_schema_mode="llama.cpp",
         tool_call_mode="llama.cpp",
+        kv_unified=True,
+        kv_unified_per_slot=0,
     ):
         self.json_schema_mode = check_mode(json_schema_mode)
         self.tool_call_mode = check_tool_call_mode(tool_call_mode)
@@ -475,8 +491,13 @@ class Model:
         self.rules_cache = RulesCache(self.vocab, grammar_cache)
         self._max_piece_bytes = None
         self._special_split = None
-        self.slots = SlotPool([_Slot(self, i) for i in range(int(n_parallel))])
         self.n_parallel = int(n_parallel)
+        self.slot_ctx_request = _slot_ctx(self.n_ctx, self.n_parallel, kv_unified, kv_unified_per_slot)
+        slots = [_Slot(self, i) for i in range(self.n_parallel)]
+        # llama-server's n_ctx_slot(): a sequence's context as libllama made it (padded to 256), within the
+        # model's training context
+        self.n_ctx_slot = min(int(L.llama_n_ctx(slots[0].ctx)), int(L.llama_model_n_ctx_train(self._model)))
+        self.slots = SlotPool(slots)
 
     # -- text
 
@@ -545,7 +566,7 @@ class Model:
                 n = L.llama_token_to_piece(self._lvocab, token, buf, len(buf), 0, True)
                 longest = max(longest, n if n >= 0 else -n)
             self._max_piece_bytes = longest
-        return 2 * self.n_ctx * self._max_piece_bytes
+        return 2 * self.n_ctx_slot * self._max_piece_bytes
 
     def piece(self, token, special=False):
         """The text llama-server sends for a generated token: common_token_to_piece with special=false, or
@@ -685,8 +706,8 @@ class Model:
         generation after its current token; ``deadline`` (a ``time.monotonic()`` value) ends the job's
         wait for a slot (ModelError) and its generation (``finish_reason: "length"``)."""
         constraint = constraint or Constraint()
-        if not isinstance(messages, list) or not messages:
-            raise RequestError("'messages' must be a non-empty array")
+        if not isinstance(messages, list):  # an empty list renders the generation prompt alone, as llama-server
+            raise RequestError("'messages' must be an array")
         _check_cancel(cancel)
         enable, kwargs, fmt = self.chat_options(chat_template_kwargs, reasoning_format, reasoning_effort)
         if thinking is not None:
@@ -868,6 +889,7 @@ class Model:
             )
         job.probs = request.probs
         job.stream_requested = request.stream
+        job.return_progress = request.return_progress and request.stream
         return job
 
     def render(self, request: Request, *, cancel=None):
@@ -886,6 +908,18 @@ class Model:
         if self._model:
             self._L.llama_model_free(self._model)
             self._model = None
+
+
+def _slot_ctx(n_ctx, n_parallel, kv_unified, per_slot):
+    """The context each slot's llama context is made with, as llama-server's one context serves a sequence:
+    the whole ``n_ctx`` with a unified KV pool (``--kv-unified``; llama-server's default with ``-np`` auto), else
+    ``n_ctx`` (padded to 256) divided between the slots and padded again (llama_context's ``n_ctx_seq``); at most
+    ``per_slot`` when it is set (``--kv-unified-per-slot``)."""
+    pad = lambda n: (n + 255) // 256 * 256  # noqa: E731 - GGML_PAD(n, 256)
+    size = n_ctx if kv_unified else pad(pad(n_ctx) // n_parallel)
+    if size <= 0:
+        raise ModelError(f"n_ctx_seq == 0: the context ({n_ctx}) divided between {n_parallel} slots")
+    return min(size, per_slot) if per_slot > 0 else size
 
 
 def _special_splitter(L, lvocab, n_vocab):
@@ -991,6 +1025,8 @@ class Job:
         # a non-streamed answer's message comes from its final parse alone (set by the server per request;
         # None: run() is non-streamed, stream() streamed)
         self.stream_requested = None
+        self.return_progress = False  # llama-server's return_progress: prompt-progress events first (streamed)
+        self.prompt_ms = 0.0  # the prompt's evaluation, once done
         self.chat_prompt = chat_prompt  # bankml.chat.template's ChatPrompt of a chat job (None for raw prompts)
         self.parser = parser  # bankml.chat.template's parser; False: the raw text is the content
         self.prompt = prompt
@@ -1009,17 +1045,20 @@ class Job:
         n_bytes = len(prompt.encode("utf-8", "surrogatepass"))
         if n_bytes > model.max_prompt_bytes():
             raise ContextSizeError(
-                f"request ({n_bytes} bytes of prompt: more than {model.n_ctx} tokens) exceeds "
-                f"the available context size ({model.n_ctx} tokens), try increasing it"
+                f"request ({n_bytes} bytes of prompt: more than {model.n_ctx_slot} tokens) exceeds "
+                f"the available context size ({model.n_ctx_slot} tokens), try increasing it",
+                n_ctx=model.n_ctx_slot,
             )
         self.prompt_tokens = model.tokenize_prompt(prompt, cancel)
         if not self.prompt_tokens:
             raise RequestError("the prompt is empty")
-        if len(self.prompt_tokens) >= model.n_ctx:
+        if len(self.prompt_tokens) >= model.n_ctx_slot:
             # llama-server's message (server-context.cpp, the n_tokens >= n_ctx check)
             raise ContextSizeError(
                 f"request ({len(self.prompt_tokens)} tokens) exceeds the available context size "
-                f"({model.n_ctx} tokens), try increasing it"
+                f"({model.n_ctx_slot} tokens), try increasing it",
+                len(self.prompt_tokens),
+                model.n_ctx_slot,
             )
         # server-schema.cpp: the preserved tokens that are one token of the vocabulary (their text is sent with
         # the special pieces), then the triggers: a trigger word that is one token becomes a token trigger
@@ -1130,10 +1169,15 @@ class Job:
         if self.cancelled.is_set():
             self._cancelled_result()
             return
+        if self.return_progress:  # llama-server's progress before the prompt is evaluated, and after
+            yield Event(-1, "", "", progress=(0, 0))
         t0 = time.perf_counter()
         slot.clear()
         logits = slot.decode(self.prompt_tokens)
         t_prompt = time.perf_counter() - t0
+        self.prompt_ms = t_prompt * 1e3
+        if self.return_progress:
+            yield Event(-1, "", "", progress=(len(self.prompt_tokens), int(self.prompt_ms)))
         tokens, generated = [], bytearray()
         records = []
         n_sent = 0
@@ -1187,7 +1231,7 @@ class Job:
                 finish, has_next = "length", False
             if eog:
                 finish, has_next = "stop", False
-            if has_next and slot.n_past + 1 >= model.n_ctx:
+            if has_next and slot.n_past + 1 >= model.n_ctx_slot:
                 finish, has_next = "length", False
             if has_next and self.deadline is not None and time.monotonic() > self.deadline:
                 # the request's time budget (llama-server's t_max_predict_ms stops the same way)
@@ -1225,6 +1269,7 @@ class Job:
                     record if partial else None,
                     n_partial_diffs,
                     len(tokens),
+                    (time.perf_counter() - t_start) * 1e3,
                 )
             if not has_next:
                 break

@@ -512,7 +512,7 @@ def test_ollama_tool_calls_have_the_client_s_shape():
     Message.ToolCall, arguments as an object; a call cut short (arguments not a whole object) is left out."""
     import ollama
 
-    from bankml.serve.app import _ollama_tool_calls
+    from bankml.serve.ollama_routes import ollama_tool_calls as _ollama_tool_calls
 
     r = _record("llama3.1/required/parallel/prefill/seed3")  # three calls, the last cut by max_tokens
     calls = _ollama_tool_calls(r["message"])

@@ -91,7 +91,8 @@ def test_a_completion_body_is_a_raw_prompt():
     "fields, message",
     [
         ({"stream": "yes"}, "Field 'stream': [json.exception.type_error.302] type must be boolean, but is string"),
-        ({"n": 2}, "several completions per request are not supported by bankml: 'n' must be 1"),
+        ({"n": 0}, "Field 'n': Value must be 1 or more, but got 0"),
+        ({"n_cmpl": "2"}, "Field 'n_cmpl': [json.exception.type_error.302] type must be number, but is string"),
         ({"top_logprobs": 2}, "top_logprobs requires logprobs to be set to true"),
         ({"tool_choice": "any"}, "Invalid tool_choice: any"),
         ({"tool_choice": {"type": "function"}}, "tool_choice: the function's name must be a non-empty string"),
@@ -111,7 +112,7 @@ def test_a_completion_body_is_a_raw_prompt():
         ({"stop": 3}, "'stop' must be a string or an array of strings"),
         ({"max_tokens": 1.5}, "'max_tokens' must be an integer"),
         ({"top_k": "4"}, "Field 'top_k': type must be number, but is string"),
-        ({"messages": []}, "'messages' must be a non-empty array"),
+        ({"messages": {}}, "'messages' must be an array"),
         ({"logprobs": True, "max_tokens": 100000}, "exceed bankml's limit of 1000000 entries per answer"),
     ],
 )
@@ -223,7 +224,11 @@ def test_the_pipeline_imports_point_down():
     assert _serve_imports("openai") == {"fields", "request"}
     assert _serve_imports("ollama") == {"fields", "request"}
     assert {"app", "openai", "ollama", "fields"} & _serve_imports("runtime") == set()
-    assert {"openai", "ollama", "runtime", "request"} <= _serve_imports("app") and "fields" not in _serve_imports("app")
+    # the HTTP layer: the application and the routes of each wire format (bankml/serve/*_routes.py) over the plumbing
+    http = set().union(
+        *(_serve_imports(m) for m in ("app", "plumbing", "openai_routes", "ollama_routes", "agent_routes"))
+    )
+    assert {"openai", "ollama", "runtime", "request"} <= http and "fields" not in http
     # the agent APIs convert their bodies into the chat body and read it through openai's reader (issue 46)
     assert _serve_imports("anthropic") == {"openai", "request"}
     assert _serve_imports("responses") == {"openai", "request"}

@@ -111,6 +111,11 @@ HONOURED_BY = {
     "top_logprobs": "tests/sampling/test_logprobs.py::test_http_logprobs_equal_llama_servers (chat/*/top0|1|2|3|5|20)",
     "n_probs": "tests/sampling/test_logprobs.py::test_http_logprobs_equal_llama_servers (*native-n_probs*, *n_probs4)",
     "post_sampling_probs": "tests/sampling/test_logprobs.py::test_http_logprobs_equal_llama_servers (*post_sampling*)",
+    "verbose": "tests/serve/test_server_flags.py::test_seed_n_predict_and_verbose_defaults",
+    "timings_per_token": "tests/serve/test_server_flags.py::test_timings_per_token_and_progress_in_a_chat_stream",
+    "return_progress": "tests/serve/test_server_flags.py::test_progress_in_a_native_stream",
+    "n": "tests/serve/test_server_flags.py::test_several_completions",
+    "n_cmpl": "tests/serve/test_server_flags.py::test_several_completions",
 }
 SAMPLER = {
     "n_predict",

@@ -205,7 +205,7 @@ def test_bad_requests_fail_when_the_job_is_prepared(model):
     )
     assert isinstance(info.value, RequestError)
     with pytest.raises(RequestError):
-        model.chat([], None, SamplerParams(seed=1), 5)
+        model.chat({}, None, SamplerParams(seed=1), 5)
     # nothing was left holding a slot
     slots = [model.acquire(timeout=5), model.acquire(timeout=5)]
     for slot in slots:
