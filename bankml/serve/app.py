@@ -85,9 +85,9 @@ _TRIM = None
 _LARGE_BODY = 1024 * 1024
 
 
-def _error(message, code=400, kind="invalid_request_error"):
-    # llama-server's format_error_response
-    return JSONResponse({"error": {"code": code, "message": message, "type": kind}}, status_code=code)
+def _error(message, code=400, kind="invalid_request_error", extra=None):
+    # llama-server's format_error_response (and the fields some errors add: server_task_result_error::to_json)
+    return JSONResponse({"error": {"code": code, "message": message, "type": kind, **(extra or {})}}, status_code=code)
 
 
 def _ollama_error(message, code=400):
@@ -97,11 +97,12 @@ def _ollama_error(message, code=400):
 class _Refusal(Exception):
     """A request answered with an error object: ``code`` and llama-server's error ``kind``."""
 
-    def __init__(self, message, code=400, kind="invalid_request_error"):
+    def __init__(self, message, code=400, kind="invalid_request_error", extra=None):
         super().__init__(message)
         self.message = message
         self.code = code
         self.kind = kind
+        self.extra = extra or {}
 
 
 class _Gone(Exception):
@@ -113,7 +114,7 @@ def _refusal(exc):
     if isinstance(exc, _Refusal):
         return exc
     if isinstance(exc, ContextSizeError):
-        return _Refusal(str(exc), 400, "exceed_context_size_error")
+        return _Refusal(str(exc), 400, "exceed_context_size_error", exc.fields())
     if isinstance(exc, MediaError):  # llama-server's 500 for media without a multimodal projector
         return _Refusal(str(exc), 500, "server_error")
     if isinstance(exc, (RequestError, SchemaError, GrammarError)):
@@ -374,7 +375,7 @@ class _App:
             if job is not None:
                 job.cancel()
             r = _refusal(e)
-            return err(r.message, r.code) if ollama_shape else err(r.message, r.code, r.kind)
+            return err(r.message, r.code) if ollama_shape else err(r.message, r.code, r.kind, r.extra)
 
     def _parse(self, raw):
         return read_body(raw)
@@ -656,7 +657,7 @@ class _App:
             return Response(status_code=499)
         except Exception as e:  # noqa: BLE001 - llama-server's error object
             r = _refusal(e)
-            return _error(r.message, r.code, r.kind)
+            return _error(r.message, r.code, r.kind, r.extra)
         out = {"input_tokens": n}
         if oai:
             out["object"] = "response.input_tokens"
@@ -1049,6 +1050,7 @@ def serve(args):
         args.model,
         **model_load_options(args),
         n_parallel=4 if args.parallel < 0 else args.parallel,  # -1: auto, 4 slots as llama-server
+        kv_unified=args.parallel < 0 if args.kv_unified is None else args.kv_unified,  # and a unified KV cache
         **options,
     )
     starlette = create_app(

@@ -76,6 +76,7 @@ ENV_OPTIONS = (
     ("LLAMA_ARG_CACHE_TYPE_K", "cache_type_k", "str"),
     ("LLAMA_ARG_CACHE_TYPE_V", "cache_type_v", "str"),
     ("LLAMA_ARG_N_PARALLEL", "parallel", "int"),
+    ("LLAMA_ARG_KV_UNIFIED", "kv_unified", "bool"),
     ("LLAMA_ARG_ALIAS", "alias", "str"),
     ("LLAMA_ARG_HOST", "host", "str"),
     ("LLAMA_ARG_PORT", "port", "int"),

