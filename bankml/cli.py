@@ -558,7 +558,9 @@ def build_parser():
         help="one KV cache shared by the slots: each slot sees the whole context (default: enabled if the "
         "number of slots is auto, as llama-server; else the context is divided between the slots)",
     )
-    serve.add_argument("-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_false")
+    serve.add_argument(
+        "-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_false", help="one KV cache per slot"
+    )
     serve.add_argument("--alias", "-a", help="the model name the API reports (default: the file name)")
     serve.add_argument(
         "--jinja",
