@@ -53,6 +53,7 @@ from bankml.serve import anthropic, native, ollama, openai, responses
 from bankml.serve.auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
 from bankml.serve.endpoints import EndpointOptions, Endpoints
 from bankml.serve.flags import context_options
+from bankml.serve.headers import HeaderCaseMiddleware
 from bankml.serve.request import MediaError, ReadContext, ServerLimits, read_body
 from bankml.serve.runtime import (
     ContextSizeError,
@@ -1000,7 +1001,7 @@ def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None):
     starlette = Starlette(
         routes=routes,
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
-        middleware=[Middleware(ApiKeyMiddleware, keys=list(api_keys or ()))],
+        middleware=[Middleware(HeaderCaseMiddleware), Middleware(ApiKeyMiddleware, keys=list(api_keys or ()))],
     )
     starlette.state.bankml = app
     return starlette
