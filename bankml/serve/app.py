@@ -392,16 +392,11 @@ class _App:
         }
 
     def _timings(self, result):
+        # llama-server's server_slot_stats::to_json, then bankml's grammar + sampling time and redraws
         t = result.timings
-        return {
-            "prompt_n": t["prompt_n"],
-            "prompt_ms": t["prompt_ms"],
-            "predicted_n": t["predicted_n"],
-            "predicted_ms": t["predicted_ms"],
-            "predicted_per_second": t["predicted_per_second"],
-            "sampling_us_per_token": t["sample_us_per_token"],
-            "redraws": t["redraws"],
-        }
+        out = native.timings_json(result)
+        out.update(sampling_us_per_token=t["sample_us_per_token"], redraws=t["redraws"])
+        return out
 
     def refusal_of(self, exc):
         """The error (a ``_Refusal``) for an exception of a request's preparation; None: the client is gone."""
@@ -502,14 +497,14 @@ class _App:
                         base,
                         object="chat.completion.chunk",
                         choices=[{"finish_reason": result.finish_reason, "index": 0, "delta": {}}],
-                        timings=self._timings(result),
                     )
-                    if include_usage:
+                    if include_usage:  # the timings on the last chunk, as llama-server's
                         yield _sse(last)
-                        yield _sse(dict(base, object="chat.completion.chunk", choices=[], usage=self._usage(result)))
+                        usage = self._usage(result)
+                        timings = self._timings(result)
+                        yield _sse(dict(base, object="chat.completion.chunk", choices=[], usage=usage, timings=timings))
                     else:
-                        last["usage"] = self._usage(result)
-                        yield _sse(last)
+                        yield _sse(dict(last, timings=self._timings(result), usage=self._usage(result)))
                     yield b"data: [DONE]\n\n"
                 finally:
                     job.cancel()  # a no-op once finished; frees the slot if the client went away
