@@ -377,9 +377,10 @@ def run(args):
             raise SystemExit("error: --files names no file of the suite: %s" % ", ".join(unknown))
         files = [f for f in files if f in wanted]
     out = pathlib.Path(args.out)
-    record = load_record(out) if args.resume else {}
+    # --resume goes on with the record; --files replaces those files' results in it
+    record = load_record(out) if args.resume or args.files else {}
     record.update(
-        selection=SELECTION, excluded=list(EXCLUDED), model=model.name, dropped_flags=sorted(args.drop_flag),
+        selection=SELECTION, excluded=list(EXCLUDED), model=model.name,
         command=" ".join(["python", "bench/llama_server_suite.py"] + sys.argv[1:]),
     )  # fmt: skip
     runs = record.setdefault("runs", {})
@@ -391,7 +392,9 @@ def run(args):
             if args.resume and file in runs.get(server, {}):
                 continue
             result = run_file(suite, work, wrapper, file, args.port, args.timeout)
+            result["dropped_flags"] = sorted(drop)
             runs.setdefault(server, {})[file] = result
+            record["dropped_flags"] = dropped_flags(record)
             save_record(out, record)
             n = sum(t["outcome"] == "passed" for t in result["tests"].values())
             print("%-12s %-32s %3d/%-3d passed  %7.1f s" % (server, file, n, len(result["tests"]), result["wall_s"]),
@@ -432,12 +435,18 @@ def by_cause(regressions):
     return dict(sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])))
 
 
+def dropped_flags(record):
+    """The flags dropped from bankml's command lines in any file's run of the record."""
+    runs = record.get("runs", {}).get("bankml", {})
+    return sorted({flag for run in runs.values() for flag in run.get("dropped_flags", ())})
+
+
 def check_failures(record):
     """The reasons --check fails: dropped flags, a file bankml did not run, a regression no refusal explains."""
     reasons = []
-    if record.get("dropped_flags"):
+    if dropped_flags(record):
         reasons.append("the record was made with flags dropped from bankml's command lines: %s"
-                       % " ".join(record["dropped_flags"]))  # fmt: skip
+                       % " ".join(dropped_flags(record)))  # fmt: skip
     runs = record.get("runs", {})
     for file in sorted(set(runs.get("llama-server", {})) - set(runs.get("bankml", {}))):
         reasons.append("%s: not run on bankml" % file)
@@ -468,6 +477,8 @@ def report(record, out=None):
         names = ["%s::%s" % (f, n) for f, n, _, r in refused if r is refusal]
         if names:
             print("\n  refused by design, %s: %d" % (refusal.name, len(names)), file=out)
+    if dropped_flags(record):
+        print("\ndiagnostics: flags dropped from bankml's command lines: " + " ".join(dropped_flags(record)), file=out)
     walls = {s: sum(r["wall_s"] for r in runs.values()) for s, runs in record.get("runs", {}).items()}
     print("\nwall time: " + ", ".join("%s %.0f s" % kv for kv in walls.items()), file=out)
 

@@ -162,10 +162,10 @@ def test_a_refusal_needs_the_flag_in_the_command_line_and_an_error_naming_it():
 
 
 def _record(llama, bank, dropped=()):
-    def run(tests):
-        return {f: {"wall_s": 1.0, "rc": 0, "tests": t} for f, t in tests.items()}
+    def run(tests, drop=()):
+        return {f: {"wall_s": 1.0, "rc": 0, "tests": t, "dropped_flags": list(drop)} for f, t in tests.items()}
 
-    return {"dropped_flags": list(dropped), "runs": {"llama-server": run(llama), "bankml": run(bank)}}
+    return {"runs": {"llama-server": run(llama), "bankml": run(bank, dropped)}}
 
 
 OK = {"outcome": "passed", "error": None}
