@@ -49,7 +49,7 @@ from bankml.errors import GrammarError, RequestError, SchemaError
 from bankml.sampling import logprobs as _logprobs
 from bankml.schema import jsondepth as _jsondepth
 from bankml.schema import limits as _schema_limits
-from bankml.serve import anthropic, native, ollama, openai, responses
+from bankml.serve import anthropic, gcp, native, ollama, openai, responses
 from bankml.serve.auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
 from bankml.serve.endpoints import EndpointOptions, Endpoints
 from bankml.serve.flags import context_options
@@ -993,6 +993,7 @@ def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None):
         Route("/api/tags", app.ollama_tags, methods=["GET"]),
         Route("/api/version", app.ollama_version, methods=["GET"]),
     ] + extra.routes()
+    routes += gcp.routes(routes, os.environ)  # Vertex AI's AIP_MODE=PREDICTION
     starlette = Starlette(
         routes=routes,
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
@@ -1042,6 +1043,11 @@ def serve(args):
     if args.parallel == 0:
         print("error: invalid value for n_parallel", file=sys.stderr)
         return 2
+    try:
+        args.port = gcp.http_port(os.environ, args.port)
+    except gcp.GcpError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     model = Model(
         args.model,
         **model_load_options(args),
@@ -1049,13 +1055,18 @@ def serve(args):
         kv_unified=args.parallel < 0 if args.kv_unified is None else args.kv_unified,  # and a unified KV cache
         **options,
     )
-    starlette = create_app(
-        model,
-        args.alias,
-        limits_from_args(args),
-        api_keys=api_keys,
-        endpoints=EndpointOptions(slots=args.slots, metrics=args.metrics, props=args.props),
-    )
+    try:
+        starlette = create_app(
+            model,
+            args.alias,
+            limits_from_args(args),
+            api_keys=api_keys,
+            endpoints=EndpointOptions(slots=args.slots, metrics=args.metrics, props=args.props),
+        )
+    except gcp.GcpError as err:
+        model.close()
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     app = starlette.state.bankml
 
     class _Server(uvicorn.Server):
