@@ -55,7 +55,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SUITE_IN_SDIST = "vendor/llama.cpp/tools/server/tests"
+LLAMA_CPP_IN_SDIST = "vendor/llama.cpp"
+SUITE_IN_LLAMA_CPP = "tools/server/tests"
 SELECTION = "not slow"
 EXCLUDED = ("test_tools_builtin.py",)
 SERVERS = ("llama-server", "bankml")
@@ -183,29 +184,39 @@ def write_wrapper(work, server, target, model, drop=(), env=None):
 # --- the suite's copy --------------------------------------------------------------------------------------------
 
 
+def _copy_tree(sdist, sub, dest):
+    """Copy the sdist's folder ``sub`` (under its vendored llama.cpp) to ``dest``, from a tree or a tarball."""
+    if sdist.is_dir():
+        shutil.copytree(sdist / LLAMA_CPP_IN_SDIST / sub, dest)
+        return
+    marker = "/%s/%s/" % (LLAMA_CPP_IN_SDIST, sub)
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if marker in m.name and m.isfile()]
+        if not members:
+            raise SystemExit("error: %s holds no %s/%s" % (sdist, LLAMA_CPP_IN_SDIST, sub))
+        for m in members:
+            out = dest / m.name.split(marker, 1)[1]
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(tar.extractfile(m).read())
+
+
 def copy_suite(sdist, dest):
-    """Copy tools/server/tests from an unpacked sdist or its tarball to ``dest`` (replaced); patch conftest.py."""
+    """Copy the suite (tools/server/tests) and the chat templates it names by relative path (models/templates)
+    from an unpacked sdist or its tarball into ``dest`` (replaced), laid out as in llama.cpp; patch conftest.py;
+    add the ``tmp`` folder the suite's downloads would have made. The suite's folder."""
     sdist = pathlib.Path(sdist)
     if dest.exists():
         shutil.rmtree(dest)
-    if sdist.is_dir():
-        shutil.copytree(sdist / SUITE_IN_SDIST, dest)
-    else:
-        with tarfile.open(sdist) as tar:
-            members = [m for m in tar.getmembers() if "/%s/" % SUITE_IN_SDIST in m.name and m.isfile()]
-            if not members:
-                raise SystemExit("error: %s holds no %s" % (sdist, SUITE_IN_SDIST))
-            for m in members:
-                rel = m.name.split("/%s/" % SUITE_IN_SDIST, 1)[1]
-                out = dest / rel
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_bytes(tar.extractfile(m).read())
-    conftest = dest / "conftest.py"
+    suite = dest / SUITE_IN_LLAMA_CPP
+    _copy_tree(sdist, SUITE_IN_LLAMA_CPP, suite)
+    _copy_tree(sdist, "models/templates", dest / "models" / "templates")
+    (suite / "tmp").mkdir(exist_ok=True)
+    conftest = suite / "conftest.py"
     text = conftest.read_text()
     if LOAD_ALL_LINE not in text:
         raise SystemExit("error: the suite's conftest.py no longer calls ServerPreset.load_all() as expected")
     conftest.write_text(text.replace(LOAD_ALL_LINE, "        pass  # bankml's runner: the models are local"))
-    return dest
+    return suite
 
 
 def default_sdist():
@@ -324,6 +335,9 @@ def run_file(suite, work, wrapper, file, port, timeout):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         rc = proc.wait()
+    except BaseException:  # interrupted: the suite and its server go too
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
     wall = round(time.monotonic() - t0, 1)
     tests = parse_junit(junit.read_text()) if junit.exists() else {}
     return {"wall_s": wall, "rc": rc, "tests": attach_starts(tests, read_starts(starts))}
@@ -365,9 +379,10 @@ def default_model():
 
 
 def run(args):
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill stops the suite's run too (run_file)
     work = pathlib.Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    suite = copy_suite(args.sdist or default_sdist(), work / "suite")
+    suite = copy_suite(args.sdist or default_sdist(), work / "llama.cpp")
     model = pathlib.Path(args.model) if args.model else default_model()
     files = suite_files(suite)
     if args.files:

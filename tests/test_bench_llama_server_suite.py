@@ -70,11 +70,14 @@ def test_the_wrapper_logs_the_start_and_execs_the_rewritten_command(tmp_path, mo
 
 
 def _sdist(tmp_path, conftest):
-    root = tmp_path / "llama_cpp_python-0.3.36" / lss.SUITE_IN_SDIST
+    llama_cpp = tmp_path / "llama_cpp_python-0.3.36" / lss.LLAMA_CPP_IN_SDIST
+    root = llama_cpp / lss.SUITE_IN_LLAMA_CPP
     (root / "unit").mkdir(parents=True)
     (root / "conftest.py").write_text(conftest)
     (root / "unit" / "test_basic.py").write_text("")
     (root / "unit" / "test_tools_builtin.py").write_text("")
+    (llama_cpp / "models" / "templates").mkdir(parents=True)
+    (llama_cpp / "models" / "templates" / "a.jinja").write_text("{{ x }}")
     return tmp_path / "llama_cpp_python-0.3.36"
 
 
@@ -89,8 +92,11 @@ def test_the_suite_is_copied_from_a_tree_or_a_tarball_without_the_model_download
             tar.add(sdist, arcname=sdist.name)
         sdist = tmp_path / "sdist.tar.gz"
     suite = lss.copy_suite(sdist, tmp_path / "copy")
+    assert suite == tmp_path / "copy" / "tools" / "server" / "tests" and (suite / "tmp").is_dir()
     assert "load_all()" not in (suite / "conftest.py").read_text()
     assert lss.suite_files(suite) == ["test_basic.py"]
+    # the templates where the suite names them: ../../../models/templates from the suite's folder
+    assert (suite / ".." / ".." / ".." / "models" / "templates" / "a.jinja").read_text() == "{{ x }}"
 
 
 def test_a_conftest_that_changed_is_an_error(tmp_path):
