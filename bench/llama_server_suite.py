@@ -3,7 +3,7 @@ llama-server and against ``bankml serve``, both given SmolLM2-135M-Instruct.
 
     nice -n 15 python bench/llama_server_suite.py [--sdist PATH] [--servers llama-server,bankml]
         [--files test_basic.py,...] [--port 8700] [--out bench/data/llama_server_suite.json] [--resume]
-        [--drop-flag --seed ...] [--check] [--report]
+        [--only-llama-passes] [--drop-flag=--seed ...] [--check] [--report]
 
 What it does:
 
@@ -30,7 +30,9 @@ What it does:
 ``--check`` exits 1 when a test that passes on llama-server fails on bankml, unless bankml refused it by design
 (``REFUSALS``: server-side tools and MCP, router mode, LoRA, speculative drafts), recognised by one of the
 refusal's flags in the test's bankml command line and an error naming that flag in the server's output.
-``--report`` prints the record's tables without running anything.
+``--report`` prints the record's tables without running anything (with ``--check``: checks the record).
+``--only-llama-passes`` runs on bankml only the tests that pass on llama-server in the record (the others count
+on neither side; a shorter run on a loaded machine).
 
 The suite needs the packages of its ``requirements.txt``: pytest, pytest-xdist, filelock, requests, numpy,
 openai, prometheus-client, aiohttp and wget (``pip install prometheus-client aiohttp wget`` beside bankml's test
@@ -318,8 +320,20 @@ def refusal_of(entry):
 # --- running -----------------------------------------------------------------------------------------------------
 
 
-def run_file(suite, work, wrapper, file, port, timeout):
-    """Run one test file of the suite against one wrapper: {"wall_s", "rc", "tests"}."""
+SELECT_PLUGIN = """import json, os
+
+
+def pytest_collection_modifyitems(config, items):
+    keep = set(json.loads(open(os.environ["BANKML_SUITE_SELECT"]).read()))
+    chosen = [item for item in items if item.name in keep]
+    config.hook.pytest_deselected(items=[item for item in items if item.name not in keep])
+    items[:] = chosen
+"""
+
+
+def run_file(suite, work, wrapper, file, port, timeout, only=None):
+    """Run one test file of the suite against one wrapper: {"wall_s", "rc", "tests"}. ``only``: the names of the
+    tests to run (a plugin deselects the others), None: all."""
     starts = work / "starts.jsonl"
     starts.unlink(missing_ok=True)
     junit = work / "junit.xml"
@@ -327,6 +341,12 @@ def run_file(suite, work, wrapper, file, port, timeout):
     env = dict(os.environ, LLAMA_SERVER_BIN_PATH=str(wrapper), PORT=str(port))
     cmd = [sys.executable, "-m", "pytest", "-m", SELECTION, "unit/" + file, "-p", "no:cacheprovider", "-q",
            "-o", "junit_family=xunit1", "--junitxml", str(junit)]  # fmt: skip
+    if only is not None:
+        (work / "bankml_suite_select.py").write_text(SELECT_PLUGIN)
+        (work / "select.json").write_text(json.dumps(sorted(only)))
+        path = os.pathsep.join(p for p in (str(work), env.get("PYTHONPATH")) if p)
+        env.update(BANKML_SUITE_SELECT=str(work / "select.json"), PYTHONPATH=path)
+        cmd += ["-p", "bankml_suite_select"]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=suite, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)  # fmt: skip
@@ -406,7 +426,12 @@ def run(args):
         for file in files:
             if args.resume and file in runs.get(server, {}):
                 continue
-            result = run_file(suite, work, wrapper, file, args.port, args.timeout)
+            only = None
+            if server == "bankml" and args.only_llama_passes:
+                only = passed(runs.get("llama-server", {}), file)
+                if not only:
+                    continue
+            result = run_file(suite, work, wrapper, file, args.port, args.timeout, only)
             result["dropped_flags"] = sorted(drop)
             runs.setdefault(server, {})[file] = result
             record["dropped_flags"] = dropped_flags(record)
@@ -514,6 +539,9 @@ def parse_args(argv=None):
     p.add_argument("--resume", action="store_true", help="keep --out's results, run only what it lacks")
     p.add_argument("--drop-flag", action="append", default=[], metavar="FLAG",
                    help="diagnostics: remove FLAG from bankml's command lines (the record says so)")  # fmt: skip
+    p.add_argument("--only-llama-passes", action="store_true",
+                   help="run on bankml only the tests that pass on llama-server in --out's record (with --resume "
+                   "or --files): the others count on neither side")  # fmt: skip
     p.add_argument("--report", action="store_true", help="print --out's tables; run nothing")
     p.add_argument("--check", action="store_true", help="exit 1 unless every llama-server pass passes on bankml")
     args = p.parse_args(argv)

@@ -228,3 +228,24 @@ def test_bad_arguments_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit):
         lss.parse_args(argv)
     assert message in capsys.readouterr().err
+
+
+def test_run_file_runs_only_the_named_tests_and_reads_their_outcomes(tmp_path):
+    suite = tmp_path / "suite"
+    (suite / "unit").mkdir(parents=True)
+    (suite / "unit" / "test_x.py").write_text(
+        "import pytest\n\n"
+        "def test_a():\n    pass\n\n"
+        "def test_b():\n    assert 1 == 2\n\n"
+        "@pytest.mark.parametrize('v', ['p q', 'r'])\n"
+        "def test_c(v):\n    assert v == 'r'\n"
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    some = lss.run_file(suite, work, tmp_path / "unused", "test_x.py", 1, 120, only={"test_a", "test_b", "test_c[p q]"})
+    assert {n: t["outcome"] for n, t in some["tests"].items()} == {
+        "test_a": "passed",
+        "test_b": "failed",
+        "test_c[p q]": "failed",
+    }
+    assert some["tests"]["test_b"]["error"] == "assert 1 == 2"
