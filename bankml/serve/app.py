@@ -438,6 +438,14 @@ class _App:
     async def chat_completions(self, request):
         return await self._handle(request, openai.read_chat, self._respond_chat)
 
+    def _prompt_text(self, job):
+        """The prompt's tokens as text, special tokens written out (llama-server's ``prompt`` answer field)."""
+        return b"".join(self.model.piece(t, special=True) for t in job.prompt_tokens).decode("utf-8", "replace")
+
+    def _verbose(self, job, result, model, req):
+        """llama-server's ``__verbose`` (a request's ``verbose``): the generation's native answer."""
+        return native.completion_json(result, job, model, self._prompt_text(job), return_tokens=req.return_tokens)
+
     async def _respond_chat(self, request, req, job):
         stream, include_usage, return_tokens = req.stream, req.include_usage, req.return_tokens
         cid = "chatcmpl-" + uuid.uuid4().hex
@@ -498,6 +506,8 @@ class _App:
                         object="chat.completion.chunk",
                         choices=[{"finish_reason": result.finish_reason, "index": 0, "delta": {}}],
                     )
+                    if req.verbose:  # on the final result's first chunk, as llama-server's
+                        last["__verbose"] = self._verbose(job, result, base["model"], req)
                     if include_usage:  # the timings on the last chunk, as llama-server's
                         yield _sse(last)
                         usage = self._usage(result)
@@ -528,6 +538,9 @@ class _App:
             usage=self._usage(result),
             timings=self._timings(result),
         )
+        if req.verbose:  # before the timings, as llama-server writes them
+            out = {k: v for k, v in out.items() if k != "timings"}
+            out.update(__verbose=self._verbose(job, result, base["model"], req), timings=self._timings(result))
         if job.probs:
             logprobs = self._final_probs(job, result)
             if logprobs is not None:
@@ -558,7 +571,7 @@ class _App:
     async def _respond_native(self, request, req, job):
         model = req.model or self.alias
         n_prompt = len(job.prompt_tokens)
-        prompt = b"".join(self.model.piece(t, special=True) for t in job.prompt_tokens).decode("utf-8", "replace")
+        prompt = self._prompt_text(job)
         if req.stream:
             runner = _Runner(job, asyncio.get_running_loop(), self).start()
 
@@ -711,6 +724,7 @@ class _App:
                             object="text_completion",
                             choices=[{"text": "", "index": 0, "logprobs": None, "finish_reason": result.finish_reason}],
                             usage=self._usage(result),
+                            **({"__verbose": self._verbose(job, result, base["model"], req)} if req.verbose else {}),
                         )
                     )
                     yield b"data: [DONE]\n\n"
@@ -740,6 +754,9 @@ class _App:
             usage=self._usage(result),
             timings=self._timings(result),
         )
+        if req.verbose:  # before the timings, as llama-server writes them
+            out = {k: v for k, v in out.items() if k != "timings"}
+            out.update(__verbose=self._verbose(job, result, base["model"], req), timings=self._timings(result))
         if return_tokens:
             out["tokens"] = result.tokens
         return JSONResponse(out)

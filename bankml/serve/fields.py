@@ -105,7 +105,7 @@ _COMMON = {
     "top_logprobs": HONOURED,
     "n_probs": HONOURED,
     "post_sampling_probs": HONOURED,
-    "verbose": Refuse("the '__verbose' answer field " + _NOT_YET + ": 'verbose' must be false", _truthy),
+    "verbose": HONOURED,  # the answer's __verbose: its native (to_json_non_oaicompat) answer
     "timings_per_token": Refuse("'timings_per_token' " + _NOT_YET, _truthy),
     "return_progress": Refuse("'return_progress' " + _NOT_YET, _truthy),
     "response_fields": Refuse("'response_fields' " + _NOT_YET, _nonempty),

@@ -132,7 +132,8 @@ class Request:
     """One request, read and checked: a chat (``messages``, through the template with ``chat``) or a raw prompt
     (``prompt``, no template), its ``constraint``, sampler ``params``, ``n_predict`` (-1: until the end or the
     context) and ``stop`` strings; how the answer is sent (``stream``, ``include_usage``, ``return_tokens``), the
-    token log-probabilities asked for (``probs``) and the ``model`` name the body gave (None: the server's)."""
+    token log-probabilities asked for (``probs``), the ``model`` name the body gave (None: the server's) and
+    ``verbose`` (the answer's ``__verbose``)."""
 
     endpoint: str
     constraint: Constraint
@@ -147,6 +148,7 @@ class Request:
     return_tokens: bool = False
     probs: ProbRequest = field(default_factory=ProbRequest)
     model: Optional[str] = None
+    verbose: bool = False  # llama-server's "verbose": the answer's __verbose (its native answer)
 
     @property
     def is_chat(self):

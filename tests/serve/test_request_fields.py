@@ -84,6 +84,7 @@ HONOURED_BY = {
     "stream": "tests/serve/test_e2e_oracle.py::test_same_http_answer_as_llama_server (stream/json_object/seed8)",
     "stream_options": "tests/serve/test_server.py::test_streaming_without_include_usage_puts_usage_on_the_finish_chunk",
     "return_tokens": "tests/serve/test_e2e_oracle.py::test_same_http_answer_as_llama_server (tokens)",
+    "verbose": "tests/serve/test_verbose.py::test_the_chat_answer_s_verbose_is_its_native_answer",
     "response_format": "tests/serve/test_e2e_oracle.py, tests/serve/test_e2e_templates.py (json_object, json_schema)",
     "json_schema": "tests/serve/test_e2e_oracle.py (json_schema-field/recipe/greedy)",
     "grammar": "tests/serve/test_e2e_oracle.py (grammar/item-list/seed17)",
