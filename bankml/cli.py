@@ -563,6 +563,14 @@ def build_parser():
     )
     serve.add_argument("--alias", "-a", help="the model name the API reports (default: the file name)")
     serve.add_argument(
+        "-v",
+        "--verbose",
+        "--log-verbose",
+        action="store_true",
+        help="every answer carries __verbose (its native answer) unless its request sets verbose, as llama-server's "
+        "--verbose; bankml's own log does not change",
+    )
+    serve.add_argument(
         "--jinja",
         action="store_true",
         help="use the jinja template engine for chat (always on in bankml, as llama-server's default)",

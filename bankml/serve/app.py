@@ -213,8 +213,9 @@ def _stream_error(exc):
 
 
 class _App:
-    def __init__(self, model, alias=None, limits=None):
+    def __init__(self, model, alias=None, limits=None, verbose=False):
         self.model = model
+        self.verbose = bool(verbose)  # --verbose: __verbose in every answer whose request does not say
         self.alias = alias or model.name
         self.created = int(time.time())
         self.limits = limits or ServerLimits()
@@ -442,6 +443,10 @@ class _App:
         """The prompt's tokens as text, special tokens written out (llama-server's ``prompt`` answer field)."""
         return b"".join(self.model.piece(t, special=True) for t in job.prompt_tokens).decode("utf-8", "replace")
 
+    def _wants_verbose(self, req):
+        """A request's ``verbose``, the server's ``--verbose`` where it has none (llama-server's default)."""
+        return self.verbose if req.verbose is None else req.verbose
+
     def _verbose(self, job, result, model, req):
         """llama-server's ``__verbose`` (a request's ``verbose``): the generation's native answer."""
         return native.completion_json(result, job, model, self._prompt_text(job), return_tokens=req.return_tokens)
@@ -506,7 +511,7 @@ class _App:
                         object="chat.completion.chunk",
                         choices=[{"finish_reason": result.finish_reason, "index": 0, "delta": {}}],
                     )
-                    if req.verbose:  # on the final result's first chunk, as llama-server's
+                    if self._wants_verbose(req):  # on the final result's first chunk, as llama-server's
                         last["__verbose"] = self._verbose(job, result, base["model"], req)
                     if include_usage:  # the timings on the last chunk, as llama-server's
                         yield _sse(last)
@@ -538,7 +543,7 @@ class _App:
             usage=self._usage(result),
             timings=self._timings(result),
         )
-        if req.verbose:  # before the timings, as llama-server writes them
+        if self._wants_verbose(req):  # before the timings, as llama-server writes them
             out = {k: v for k, v in out.items() if k != "timings"}
             out.update(__verbose=self._verbose(job, result, base["model"], req), timings=self._timings(result))
         if job.probs:
@@ -724,7 +729,11 @@ class _App:
                             object="text_completion",
                             choices=[{"text": "", "index": 0, "logprobs": None, "finish_reason": result.finish_reason}],
                             usage=self._usage(result),
-                            **({"__verbose": self._verbose(job, result, base["model"], req)} if req.verbose else {}),
+                            **(
+                                {"__verbose": self._verbose(job, result, base["model"], req)}
+                                if self._wants_verbose(req)
+                                else {}
+                            ),
                         )
                     )
                     yield b"data: [DONE]\n\n"
@@ -754,7 +763,7 @@ class _App:
             usage=self._usage(result),
             timings=self._timings(result),
         )
-        if req.verbose:  # before the timings, as llama-server writes them
+        if self._wants_verbose(req):  # before the timings, as llama-server writes them
             out = {k: v for k, v in out.items() if k != "timings"}
             out.update(__verbose=self._verbose(job, result, base["model"], req), timings=self._timings(result))
         if return_tokens:
@@ -979,12 +988,12 @@ async def _server_error(request, exc):
     return _error(f"{type(exc).__name__}: {exc}", 500, "server_error")
 
 
-def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None):
+def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None, verbose=False):
     """The Starlette application serving ``model`` (a bankml.serve.runtime.Model) within ``limits`` (a
     ``ServerLimits``; the defaults without); with ``api_keys``, every route but the public ones asks for one
     (bankml.serve.auth); ``endpoints`` (a bankml.serve.endpoints.EndpointOptions) turns /slots, /metrics and
     POST /props on or off."""
-    app = _App(model, alias, limits)
+    app = _App(model, alias, limits, verbose)
     extra = Endpoints(app, app.render_prompt, endpoints, build_info=_FINGERPRINT)
     routes = [
         Route("/v1/chat/completions", app.chat_completions, methods=["POST"]),
@@ -1079,6 +1088,7 @@ def serve(args):
             limits_from_args(args),
             api_keys=api_keys,
             endpoints=EndpointOptions(slots=args.slots, metrics=args.metrics, props=args.props),
+            verbose=args.verbose,
         )
     except gcp.GcpError as err:
         model.close()

@@ -71,7 +71,7 @@ def read_chat_body(body, raw, context=None, endpoint=CHAT):
     # llama-server's field_nested: stream_options that is not an object is ignored
     include_usage = bool_field(body.get("stream_options"), "include_usage", False)
     return_tokens = bool_field(body, "return_tokens", False)
-    verbose = bool_field(body, "verbose", False)
+    verbose = bool_field(body, "verbose", None)
     constraint = from_openai_text(body, raw)
     messages = body.get("messages")
     check_messages(messages)  # the shape; the chat layer reads them whole (reasoning_content, parts, ...)
@@ -104,7 +104,7 @@ def read_completion(raw, context=None, endpoint=COMPLETIONS):
     fields.check(body, COMPLETIONS)
     stream = bool_field(body, "stream", False)
     return_tokens = bool_field(body, "return_tokens", False)
-    verbose = bool_field(body, "verbose", False)
+    verbose = bool_field(body, "verbose", None)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]

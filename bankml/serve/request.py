@@ -148,7 +148,7 @@ class Request:
     return_tokens: bool = False
     probs: ProbRequest = field(default_factory=ProbRequest)
     model: Optional[str] = None
-    verbose: bool = False  # llama-server's "verbose": the answer's __verbose (its native answer)
+    verbose: Optional[bool] = None  # llama-server's "verbose": the answer's __verbose (None: the server's)
 
     @property
     def is_chat(self):

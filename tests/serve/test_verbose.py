@@ -66,3 +66,24 @@ def test_the_completion_and_the_streams_carry_it_on_their_last_answer(client):
 def test_a_verbose_that_is_no_boolean_is_refused(client):
     response = client.post("/v1/chat/completions", json=dict(CHAT, verbose="yes"))
     assert response.status_code == 400 and "verbose" in response.json()["error"]["message"]
+
+
+def test_the_server_s_verbose_is_the_default_a_request_overrides():
+    from starlette.testclient import TestClient
+
+    from bankml.cli import build_parser
+    from bankml.serve.app import create_app
+    from bankml.serve.runtime import Model
+
+    assert [build_parser().parse_args(["serve", *a]).verbose for a in ([], ["-v"], ["--log-verbose"])] == [
+        False,
+        True,
+        True,
+    ]
+    model = Model(smollm2_path(), n_ctx=256, n_threads=1)
+    try:
+        with TestClient(create_app(model, "m", verbose=True)) as c:
+            assert "__verbose" in c.post("/v1/chat/completions", json=CHAT).json()
+            assert "__verbose" not in c.post("/v1/chat/completions", json=dict(CHAT, verbose=False)).json()
+    finally:
+        model.close()
