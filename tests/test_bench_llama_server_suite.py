@@ -249,3 +249,8 @@ def test_run_file_runs_only_the_named_tests_and_reads_their_outcomes(tmp_path):
         "test_c[p q]": "failed",
     }
     assert some["tests"]["test_b"]["error"] == "assert 1 == 2"
+
+
+def test_a_file_not_run_on_bankml_has_no_count():
+    record = _record({"a.py": {"t1": OK}, "b.py": {"t": OK}}, {"a.py": {"t1": OK}})
+    assert lss.compare(record)[0] == [("a.py", 1, 1, 1, 1), ("b.py", 1, 1, None, None)]
