@@ -193,7 +193,9 @@ def test_check_passes_when_only_refusals_fail():
 
 
 def test_check_fails_on_a_regression_a_missing_file_or_dropped_flags():
-    record = _record({"a.py": {"t1": OK}, "b.py": {"t": OK}}, {"a.py": {"t1": BAD}}, dropped=["--seed"])
+    record = _record(
+        {"a.py": {"t1": OK}, "b.py": {"t": OK}, "c.py": {"t": BAD}}, {"a.py": {"t1": BAD}}, dropped=["--seed"]
+    )
     reasons = lss.check_failures(record)
     assert reasons[0].endswith("--seed") and reasons[1] == "b.py: not run on bankml"
     assert reasons[2] == "a.py::t1 passes on llama-server, fails on bankml: assert 404 == 200"
