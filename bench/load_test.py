@@ -71,7 +71,12 @@ def _is_error_object(r, ollama=False):
     if ollama:
         return isinstance(body["error"], str)
     e = body["error"]
-    return isinstance(e, dict) and set(e) == {"code", "message", "type"} and e["code"] == r.status_code
+    # llama-server's exceed_context_size_error adds the slot's n_ctx and the prompt's n_prompt_tokens
+    extra = (
+        {"n_ctx", "n_prompt_tokens"} if isinstance(e, dict) and e.get("type") == "exceed_context_size_error" else set()
+    )
+    keys = {"code", "message", "type"}
+    return isinstance(e, dict) and keys <= set(e) <= keys | extra and e["code"] == r.status_code
 
 
 def _served_chat(r, check=None):
