@@ -15,6 +15,8 @@
 * ``POST /api/chat``, ``POST /api/generate`` (Ollama: ``format``, ``options``, ``tools`` with
   ``message.tool_calls[].function.arguments`` as an object, NDJSON streaming, default ``stream: true``),
   ``GET /api/tags``, ``GET /api/version``.
+* Vertex AI's prediction protocol with ``AIP_MODE=PREDICTION`` (``bankml.serve.gcp``); every answer's header names
+  in llama-server's case (``bankml.serve.headers``).
 
 The app does HTTP and streaming only, in parts: the plumbing (``bankml.serve.plumbing``: the body, its preparation,
 the generation thread, the error objects) and the routes of each wire format (``openai_routes``, ``agent_routes``,
@@ -39,11 +41,13 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from bankml.sampling.params import SamplerParams
+from bankml.serve import gcp
 from bankml.serve.agent_routes import AgentRoutes
 from bankml.serve.auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
 from bankml.serve.cors import CorsMiddleware, CorsOptions
 from bankml.serve.endpoints import EndpointOptions, Endpoints
 from bankml.serve.flags import context_options
+from bankml.serve.headers import HeaderCaseMiddleware
 from bankml.serve.ollama_routes import OllamaRoutes
 from bankml.serve.openai_routes import OpenAIRoutes
 from bankml.serve.plumbing import FINGERPRINT, Plumbing, http_error, server_error
@@ -97,11 +101,14 @@ def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None, defa
         Route("/api/embed", app.ollama_embed, methods=["POST"]),
         Route("/api/embeddings", app.ollama_embed, methods=["POST"]),
     ] + extra.routes()
+    routes += gcp.routes(routes, os.environ)  # Vertex AI's AIP_MODE=PREDICTION
     starlette = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error, Exception: server_error},
-        # CORS first: its headers go on every answer, and a preflight is answered before the API key check
+        # the header case outermost: every answer's header names, CORS's included, in llama-server's case; then
+        # CORS: its headers go on every answer, and a preflight is answered before the API key check
         middleware=[
+            Middleware(HeaderCaseMiddleware),
             Middleware(CorsMiddleware, options=cors or CorsOptions()),
             Middleware(ApiKeyMiddleware, keys=list(api_keys or ())),
         ],
@@ -191,19 +198,29 @@ def serve(args):
         return 2
     args.host = hosts[0]
     try:
+        args.port = gcp.http_port(os.environ, args.port)
+    except gcp.GcpError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
         model = _load_model(args, options)
     except ValueError as err:  # a request default or a context size llama-server refuses too
         print(f"error: {err}", file=sys.stderr)
         return 2
-    starlette = create_app(
-        model,
-        args.alias,
-        limits_from_args(args),
-        api_keys=api_keys,
-        endpoints=EndpointOptions(slots=args.slots, metrics=args.metrics, props=args.props),
-        defaults=defaults_from_args(args),
-        cors=CorsOptions(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials),
-    )
+    try:
+        starlette = create_app(
+            model,
+            args.alias,
+            limits_from_args(args),
+            api_keys=api_keys,
+            endpoints=EndpointOptions(slots=args.slots, metrics=args.metrics, props=args.props),
+            defaults=defaults_from_args(args),
+            cors=CorsOptions(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials),
+        )
+    except gcp.GcpError as err:  # a Vertex AI predict route that is already a route
+        model.close()
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     app = starlette.state.bankml
 
     class _Server(uvicorn.Server):

@@ -45,21 +45,16 @@ class OpenAIRoutes:
         def write(result, index=0):
             j = jobs[index]
             choice = {"finish_reason": result.finish_reason, "index": index, "message": dict(result.message)}
-            out = dict(
-                base,
-                object="chat.completion",
-                choices=[choice],
-                usage=self._usage(result),
-                timings=self._timings(result),
-            )
+            out = dict(base, object="chat.completion", choices=[choice], usage=self._usage(result))
+            if req.verbose:  # before the timings, as llama-server writes them
+                out["__verbose"] = self._native_json(j, result, base["model"], req.return_tokens)
+            out["timings"] = self._timings(result)
             if j.probs:
                 logprobs = self._final_probs(j, result)
                 if logprobs is not None:
                     choice["logprobs"] = logprobs
             if req.return_tokens:
                 out["tokens"] = result.tokens
-            if req.verbose:
-                out["__verbose"] = self._native_json(j, result, base["model"], req.return_tokens)
             return out
 
         return await self._answer(request, job, write, merge_choices)
@@ -99,12 +94,14 @@ class OpenAIRoutes:
         """The last chunks of one completion: its finish reason (with llama-server's ``__verbose``), its usage."""
         result = job.result
         choice = {"finish_reason": result.finish_reason, "index": index, "delta": {}}
-        last = dict(base, object="chat.completion.chunk", choices=[choice], timings=self._timings(result))
+        last = dict(base, object="chat.completion.chunk", choices=[choice])
         if req.verbose:
             last["__verbose"] = self._native_json(job, result, base["model"], False)
         if not req.include_usage:
-            return [dict(last, usage=self._usage(result))]
-        return [last, dict(base, object="chat.completion.chunk", choices=[], usage=self._usage(result))]
+            return [dict(last, timings=self._timings(result), usage=self._usage(result))]
+        # the timings on the last chunk, the usage chunk, as llama-server's (its test suite reads them there)
+        usage = dict(base, object="chat.completion.chunk", choices=[], usage=self._usage(result))
+        return [last, dict(usage, timings=self._timings(result))]
 
     async def _chat_events(self, runners, jobs, base, req):
         """The SSE stream of a chat completion (of each of its ``n`` completions, their chunks as they come), as
@@ -175,11 +172,11 @@ class OpenAIRoutes:
                 "finish_reason": result.finish_reason,
             }
             out = dict(base, object="text_completion", choices=[choice], usage=self._usage(result))
+            if req.verbose:  # before the timings, as llama-server writes them
+                out["__verbose"] = self._native_json(j, result, base["model"], req.return_tokens)
             out["timings"] = self._timings(result)
             if req.return_tokens:
                 out["tokens"] = result.tokens
-            if req.verbose:
-                out["__verbose"] = self._native_json(j, result, base["model"], req.return_tokens)
             return out
 
         return await self._answer(request, job, write, merge_choices)

@@ -433,16 +433,11 @@ class Plumbing:
         }
 
     def _timings(self, result):
+        # llama-server's server_slot_stats::to_json, then bankml's grammar + sampling time and redraws
         t = result.timings
-        return {
-            "prompt_n": t["prompt_n"],
-            "prompt_ms": t["prompt_ms"],
-            "predicted_n": t["predicted_n"],
-            "predicted_ms": t["predicted_ms"],
-            "predicted_per_second": t["predicted_per_second"],
-            "sampling_us_per_token": t["sample_us_per_token"],
-            "redraws": t["redraws"],
-        }
+        out = native.timings_json(result)
+        out.update(sampling_us_per_token=t["sample_us_per_token"], redraws=t["redraws"])
+        return out
 
     def refusal_of(self, exc):
         """The error (a ``Refusal``) for an exception of a request's preparation; None: the client is gone."""
