@@ -3,6 +3,7 @@ and the counts the oracle tests report at the end of the run."""
 
 import collections
 import concurrent.futures
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -149,6 +150,18 @@ def recorded_job(model, record):
             Request.for_chat(ChatInputs(check_messages(req["messages"])), constraint, params, n_predict, stop)
         )
     return model.complete(req["prompt"], constraint, params, n_predict, stop)
+
+
+def fix_clock(model, now):
+    """``model.chat`` renders every chat request at ``now`` (POSIX time, the ``now`` of its ChatInputs), as the
+    recording server's clock was (some templates write the date)."""
+    chat = model.chat
+
+    def at_now(request, **controls):
+        return chat(dataclasses.replace(request, chat=request.chat.replace(now=now)), **controls)
+
+    model.chat = at_now
+    return model
 
 
 def sse_chunks(text):

@@ -486,9 +486,17 @@ class ChatTemplate:
                 "ChatTemplate.apply takes one bankml.chat.ChatInputs (ChatInputs(messages, tools=..., ...)), got "
                 + type(inputs).__name__
             )
-        inputs = inputs.with_defaults()
+        inp, rendered, tools_render, extra, key = self._generation_params(inputs.with_defaults())
+        if self.handler is not None:
+            return self._apply_handler(inp, rendered, tools_render, extra, key)
+        return self._apply_auto(inp, rendered, tools_render, extra, key)
+
+    def _generation_params(self, inputs):
+        """``(inp, rendered, tools_render, extra, key)`` for a request (a ``ChatInputs`` with its defaults): the
+        handlers' ``Inputs``, the messages and the variables to render (``prepare``), the tools as the template
+        sees them, and the key of the derived parameters in ``bankml.chat.cache.PARAMS`` (None: not cached)."""
         json_schema_mode, tool_call_mode = inputs.json_schema_mode, inputs.tool_call_mode
-        tools, now = inputs.tools, inputs.now
+        tools = inputs.tools
         tool_choice, tool_names = resolve_tool_choice(inputs.tool_choice, tools, tool_call_mode)
         rendered, extra, add_gen, continuation, continue_msg = self.prepare(inputs)
         tools_json, tools_render, tools_key = _cached_tools(tools)
@@ -535,10 +543,16 @@ class ChatTemplate:
         )
         if tool_names is not None and not inp.tools:
             raise ChatRequestError("tool_choice names functions that are not function tools of the request")
-        if self.handler is not None:
-            return self._apply_handler(inp, rendered, tools_render, extra, now, json_schema_mode, key)
+        return inp, rendered, tools_render, extra, key
+
+    def _apply_auto(self, inp, rendered, tools_render, extra, key):
+        """The generic pipeline (no hand-written handler): the prompt and generation prompt, the continued
+        message's prefill, the differential analysis' tags, tokens and stops, and the auto-parser's arena,
+        grammar and parser (``_derive_auto``), cached under ``key``."""
+        inputs, json_schema_mode, json_schema = inp.request, inp.request.json_schema_mode, inp.json_schema
+        continuation, continue_msg = inp.continuation, inp.continue_msg
         prompt, gen = self.prompt_and_generation_prompt(
-            rendered, tools_render, add_gen, inputs.enable_thinking, extra, now
+            rendered, tools_render, inp.add_generation_prompt, inputs.enable_thinking, extra, inputs.now
         )
         out = ChatPrompt(
             prompt,
@@ -550,7 +564,7 @@ class ChatTemplate:
         )
         a = self.analysis
         parser_gen = gen
-        if has_continuation:
+        if continue_msg is not None:  # a continued message that is not empty
             start = a.reasoning.start
             if start:
                 cut = gen.find(start)
@@ -614,7 +628,7 @@ class ChatTemplate:
             raise schema_error(e, head) from None
         out.parser = ChatParser(arena, out.generation_prompt)
 
-    def _apply_handler(self, inp, rendered, tools_render, extra, now, json_schema_mode="llama.cpp", key=None):
+    def _apply_handler(self, inp, rendered, tools_render, extra, key=None):
         """llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context the family rewrites
         before rendering (``bankml.chat.families``), the prompt it fixes after, then its handler (continuation
         prompt, tags, tokens, parser, grammar), cached under ``key`` (None: not cached) with the generation
@@ -625,7 +639,13 @@ class ChatTemplate:
         if context:
             ctx.update(context)
         prompt, gen = self.prompt_and_generation_prompt(
-            msgs, tools_render, inp.add_generation_prompt, inp.enable_thinking, ctx, now, override=is_override
+            msgs,
+            tools_render,
+            inp.add_generation_prompt,
+            inp.enable_thinking,
+            ctx,
+            inp.request.now,
+            override=is_override,
         )
         prompt = families.fix_prompt(prompt, inp)
         out = ChatPrompt(
@@ -633,7 +653,7 @@ class ChatTemplate:
             gen,
             handler=h,
             caps=self.caps.to_dict(),
-            json_schema_mode=json_schema_mode,
+            json_schema_mode=inp.request.json_schema_mode,
             tool_call_mode=_tool_call_mode(inp),
         )
         if key is not None:

@@ -143,9 +143,7 @@ class Request:
         ``Request``'s fields (``constraint`` None: unconstrained)."""
         if not isinstance(inputs, ChatInputs):
             raise TypeError("Request.for_chat takes a bankml.chat.ChatInputs, got " + type(inputs).__name__)
-        return cls(
-            endpoint, constraint or Constraint(), params, int(n_predict), tuple(stop or ()), chat=inputs, **fields
-        )
+        return cls(endpoint, constraint or Constraint(), params, n_predict, tuple(stop or ()), chat=inputs, **fields)
 
 
 def read_body(raw):

@@ -12,6 +12,7 @@ import tarfile
 import pytest
 
 from bankml.chat.inputs import ChatInputs
+from bankml.errors import RequestError
 from bankml.serve import fields as rf
 from bankml.serve.request import Request
 
@@ -414,6 +415,10 @@ def test_chat_fields_are_honoured(qwen35):
     )
     cont = qwen35.chat(Request.for_chat(ChatInputs(msgs + [{"role": "assistant", "content": "Hel"}])))
     assert cont.prompt.endswith("Hel") and cont.chat_prompt.generation_prompt.endswith("Hel")
+    # one value in: /apply-template's text is Model.render's (a str, never a Job), the chat Job's prompt
+    assert qwen35.render(Request.for_chat(ChatInputs(msgs))) == off.prompt
+    with pytest.raises(RequestError, match="a chat Request's schema is its constraint"):
+        qwen35.chat(Request.for_chat(ChatInputs(msgs, json_schema={"type": "object"})))
 
 
 def test_ollama_think_is_llama_server_s_reasoning(qwen35):
