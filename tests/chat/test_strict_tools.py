@@ -1,4 +1,4 @@
-"""Strict tool-call mode (``ChatTemplate.apply(tool_call_mode="strict")``) on every template of models/templates/.
+"""Strict tool-call mode (``ChatTemplate.apply(ChatInputs(..., tool_call_mode="strict"))``) on every template of models/templates/.
 
 What it promises, and how each test holds it:
 
