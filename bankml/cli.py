@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from bankml.chat.constraint import Constraint, RequestError
+from bankml.chat.inputs import ChatInputs
 from bankml.chat.params import TOOL_CALL_MODES, TOOL_CHOICES
 from bankml.chat.template import ChatParseError
 from bankml.engine._grammar import Grammar, Rules
@@ -23,6 +24,7 @@ from bankml.sampling.params import SamplerParams
 from bankml.sampling.replay import replay
 from bankml.schema.grammar import json_schema_to_grammar
 from bankml.serve.flags import KV_CACHE_TYPES, context_options, env_defaults
+from bankml.serve.request import Request
 from bankml.serve.runtime import Model, ModelError, chat_model_options, model_load_options
 from bankml.serve.server_flags import add_arguments as add_llama_server_flags
 
@@ -354,19 +356,13 @@ def cmd_generate(args):
                 raise ValueError("--tools needs the chat template: it cannot be used with --raw")
             job = model.complete(prompt, constraint, params, args.n_predict, args.stop)
         else:
-            extra = {}
+            inputs = ChatInputs([{"role": "user", "content": prompt}])
             if tools is not None:
                 choice = args.tool_choice
                 if choice not in TOOL_CHOICES:  # a function's name: OpenAI's named tool_choice
                     choice = {"type": "function", "function": {"name": choice}}
-                extra = {
-                    "tools": tools,
-                    "tool_choice": choice,
-                    "parallel_tool_calls": args.parallel_tool_calls,
-                }
-            job = model.chat(
-                [{"role": "user", "content": prompt}], constraint, params, args.n_predict, args.stop, **extra
-            )
+                inputs = inputs.replace(tools=tools, tool_choice=choice, parallel_tool_calls=args.parallel_tool_calls)
+            job = model.chat(Request.for_chat(inputs, constraint, params, args.n_predict, args.stop))
     except SchemaError as err:
         keyword = f" (keyword {err.keyword})" if getattr(err, "keyword", None) else ""
         print(f"error at {err.pointer}{keyword}: {err}", file=sys.stderr)

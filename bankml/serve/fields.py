@@ -177,7 +177,7 @@ CHAT.update(
         # a tool_choice that is a string must be one llama.cpp knows (common_chat_tool_choice_parse_oaicompat);
         # one that names a function (an object) is served in strict tool-call mode and refused otherwise
         # (llama-server would read it as "auto"); checked in check() (an unknown string, first), read by
-        # bankml.serve.openai.chat_options, resolved by the chat layer
+        # bankml.serve.openai.chat_inputs (its shape checked by bankml.chat.ChatInputs), resolved by the chat layer
         "tool_choice": HONOURED,
         "parallel_tool_calls": HONOURED,
         "functions": Refuse(

@@ -12,11 +12,11 @@ Must not import: ``bankml.serve.runtime``, ``app`` or ``openai``.
 import json
 
 from bankml.chat.constraint import from_ollama_text
+from bankml.chat.inputs import ChatInputs, kwargs_texts
 from bankml.errors import RequestError, json_type_name
 from bankml.sampling.params import OLLAMA_SAMPLER_OPTIONS
 from bankml.serve import fields
 from bankml.serve.request import (
-    ChatOptions,
     ReadContext,
     Request,
     check_message_count,
@@ -63,7 +63,8 @@ def _read(raw, context, chat):
     constraint = from_ollama_text(body, raw)
     params, n_predict, stop = sampler_options(body, vocab=context.vocab, context=context)
     think = think_options(body.get("think"))
-    common = {"stream": stream, "model": body.get("model")}
+    kwargs = kwargs_texts(think.get("chat_template_kwargs"))
+    common = {"stream": stream, "model": body.get("model"), "reasoning_effort": think.get("reasoning_effort")}
     if chat:
         messages = messages_for_chat(body.get("messages"))
         tools = body.get("tools")
@@ -72,8 +73,8 @@ def _read(raw, context, chat):
                 f"json: cannot unmarshal {json_type_name(tools)} into Go struct field "
                 "ChatRequest.tools of type api.Tools"
             )
-        options = ChatOptions(tools=tools or None, **think)
-        return Request(CHAT, constraint, params, n_predict, tuple(stop), messages=messages, chat=options, **common)
+        inputs = ChatInputs(messages, tools=tools or None, chat_template_kwargs=kwargs)
+        return Request(CHAT, constraint, params, n_predict, tuple(stop), chat=inputs, **common)
     prompt = body.get("prompt", "")
     if not isinstance(prompt, str):
         raise RequestError("'prompt' must be a string")
@@ -85,9 +86,8 @@ def _read(raw, context, chat):
     if isinstance(body.get("system"), str):
         messages.append({"role": "system", "content": body["system"]})
     messages.append({"role": "user", "content": prompt})
-    return Request(
-        GENERATE, constraint, params, n_predict, tuple(stop), messages=messages, chat=ChatOptions(**think), **common
-    )
+    inputs = ChatInputs(messages, chat_template_kwargs=kwargs)
+    return Request(GENERATE, constraint, params, n_predict, tuple(stop), chat=inputs, **common)
 
 
 def check_sizes(body, limits):
@@ -112,7 +112,8 @@ def sampler_options(body, n_ctx=None, vocab=None, context=None):
 
 
 def think_options(think):
-    """Ollama's ``think``, as a client of llama-server asks for it: true/false set the template kwarg
+    """Ollama's ``think``, as a client of llama-server asks for it (the chat fields ``chat_template_kwargs``, as
+    values, and ``reasoning_effort``): true/false set the template kwarg
     ``enable_thinking`` (which also turns the chat layer's thinking on or off); a level ("high", "medium",
     "low") turns it on with that ``reasoning_effort``; absent, the server's default."""
     if think is None:

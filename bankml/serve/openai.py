@@ -14,13 +14,13 @@ Must not import: ``bankml.serve.runtime``, ``app`` or ``ollama``.
 import json
 
 from bankml.chat.constraint import from_openai_text
-from bankml.chat.params import ChatRequestError, read_tool_choice
+from bankml.chat.inputs import ChatInputs, kwargs_texts
+from bankml.chat.params import ChatRequestError
 from bankml.errors import RequestError, json_type_name
 from bankml.sampling import logprobs
 from bankml.sampling.params import SAMPLER_FIELDS
 from bankml.serve import fields
 from bankml.serve.request import (
-    ChatOptions,
     ReadContext,
     Request,
     bool_field,
@@ -36,11 +36,12 @@ from bankml.serve.request import (
 __all__ = [
     "CHAT",
     "COMPLETIONS",
-    "chat_options",
+    "chat_inputs",
     "read_chat",
     "read_chat_body",
     "read_completion",
     "read_template",
+    "reasoning_fields",
     "sampler_fields",
 ]
 
@@ -85,14 +86,15 @@ def read_chat_body(body, raw, context=None, endpoint=CHAT):
     check_oaicompat_messages(messages)
     params, n_predict, stop = sampler_fields(body, vocab=context.vocab, context=context)
     probs = _probs(body, CHAT, n_predict, context)
+    reasoning = reasoning_fields(body)
     return Request(
         endpoint,
         constraint,
         params,
         n_predict,
         tuple(stop),
-        messages=messages,
-        chat=chat_options(body),
+        chat=chat_inputs(body),
+        **reasoning,
         stream=stream,
         include_usage=include_usage,
         return_tokens=return_tokens,
@@ -178,9 +180,8 @@ def read_template(body, raw, context=None):
     messages = body.get("messages")
     check_messages(messages)
     check_oaicompat_messages(messages)
-    return Request(
-        "/apply-template", constraint, None, messages=messages, chat=chat_options(body), model=body.get("model")
-    )
+    reasoning = reasoning_fields(body)
+    return Request("/apply-template", constraint, None, chat=chat_inputs(body), **reasoning, model=body.get("model"))
 
 
 def check_sizes(body, limits):
@@ -226,13 +227,6 @@ def sampler_fields(body, n_ctx=None, vocab=None, context=None):
     return sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab, context)
 
 
-def _check_tool_choice(tool_choice):
-    try:
-        read_tool_choice(tool_choice)
-    except ChatRequestError as e:
-        raise RequestError(str(e)) from None
-
-
 def _probs(body, endpoint, n_predict, context):
     # logprobs / top_logprobs / n_probs / post_sampling_probs, as llama-server reads them (bankml.sampling.logprobs)
     probs = logprobs.read_request(body, endpoint)
@@ -240,13 +234,10 @@ def _probs(body, endpoint, n_predict, context):
     return probs
 
 
-def chat_options(body):
-    """The ChatOptions of an OpenAI chat body, as llama-server's oaicompat_chat_params_parse reads its fields:
-    the reasoning budget, the generation prompt and continuation, ``tools`` (an empty or absent array: none; with
-    tools, a ``grammar`` field is refused), ``tool_choice`` (absent or null: ``"auto"``; an object naming
-    functions is kept for the chat layer, which serves it in strict tool-call mode), ``parallel_tool_calls``
-    (absent or null: what the template supports), ``chat_template_kwargs``,
-    ``reasoning_effort`` and ``reasoning_format``."""
+def reasoning_fields(body):
+    """A chat body's reasoning fields for the runtime, as llama-server's oaicompat_chat_params_parse reads them:
+    ``reasoning_budget`` (``reasoning_budget_tokens`` / ``thinking_budget_tokens``), ``reasoning_budget_message``
+    and ``reasoning_effort`` (``Request``'s fields of the same names)."""
     budget = body.get("reasoning_budget_tokens", body.get("thinking_budget_tokens"))
     if budget is not None:
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget != int(budget):
@@ -255,6 +246,27 @@ def chat_options(body):
                 f"but is {json_type_name(budget)}"
             )
         budget = int(budget)
+    effort = body.get("reasoning_effort")
+    if effort is not None and not isinstance(effort, str):
+        raise RequestError(
+            "Field 'reasoning_effort': [json.exception.type_error.302] type must be string, "
+            f"but is {json_type_name(effort)}"
+        )
+    return {
+        "reasoning_budget": budget,
+        "reasoning_budget_message": body.get("reasoning_budget_message"),
+        "reasoning_effort": effort,
+    }
+
+
+def chat_inputs(body):
+    """The ``bankml.chat.ChatInputs`` of an OpenAI chat body, as llama-server's oaicompat_chat_params_parse reads
+    its fields: the messages, the generation prompt and continuation, ``tools`` (an empty or absent array: none;
+    with tools, a ``grammar`` field is refused), ``tool_choice`` (absent or null: ``"auto"``; an object naming
+    functions is kept for the chat layer, which serves it in strict tool-call mode), ``parallel_tool_calls``
+    (absent or null: what the template supports), ``chat_template_kwargs`` (each value kept as its JSON text,
+    as llama-server keeps it) and ``reasoning_format``. The fields the server decides are left None
+    (``Model.chat_inputs`` completes them); the response format's schema is the Request's constraint."""
     add_generation_prompt = bool_field(body, "add_generation_prompt", True)
     tools = body.get("tools")
     tool_choice = body.get("tool_choice")
@@ -268,36 +280,28 @@ def chat_options(body):
             "Field 'chat_template_kwargs': [json.exception.type_error.302] type must be "
             f"object, but is {json_type_name(kwargs)}"
         )
-    effort = body.get("reasoning_effort")
-    if effort is not None and not isinstance(effort, str):
-        raise RequestError(
-            "Field 'reasoning_effort': [json.exception.type_error.302] type must be string, "
-            f"but is {json_type_name(effort)}"
-        )
     reasoning_format = body.get("reasoning_format")
     if reasoning_format is not None:
         reasoning_format = reasoning_format_from_name(reasoning_format)
-    if tool_choice is None:
-        tool_choice = "auto"
-    # a string llama.cpp knows, or an object naming functions (OpenAI's named and allowed_tools forms): read
-    # here, its shape checked; the chat layer serves a named one in strict tool-call mode and refuses it
-    # otherwise (llama-server would read it as "auto": bankml.chat.params.resolve_tool_choice)
-    _check_tool_choice(tool_choice)
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
         raise RequestError(
             "Field 'parallel_tool_calls': [json.exception.type_error.302] type must be boolean, "
             f"but is {json_type_name(parallel)}"
         )
-    return ChatOptions(
-        chat_template_kwargs=kwargs,
-        reasoning_format=reasoning_format,
-        reasoning_effort=effort,
-        reasoning_budget=budget,
-        reasoning_budget_message=body.get("reasoning_budget_message"),
-        add_generation_prompt=add_generation_prompt,
-        continue_final_message=body.get("continue_final_message"),
-        tools=tools or None,
-        tool_choice=tool_choice,
-        parallel_tool_calls=parallel,
-    )
+    # tool_choice: a string llama.cpp knows, or an object naming functions (OpenAI's named and allowed_tools
+    # forms): its shape is checked by ChatInputs; the chat layer serves a named one in strict tool-call mode and
+    # refuses it otherwise (llama-server would read it as "auto": bankml.chat.params.resolve_tool_choice)
+    try:
+        return ChatInputs(
+            body.get("messages"),
+            tools=tools or None,
+            tool_choice=tool_choice,
+            parallel_tool_calls=parallel,
+            chat_template_kwargs=kwargs_texts(kwargs),
+            reasoning_format=reasoning_format,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=body.get("continue_final_message"),
+        )
+    except ChatRequestError as e:
+        raise RequestError(str(e)) from None

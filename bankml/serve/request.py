@@ -4,7 +4,8 @@ One request to ``bankml serve``, typed: what ``bankml.serve.openai`` and ``bankm
 body, every field checked (``bankml.serve.fields``), before any slot is taken or any prompt tokenized. The
 runtime (``Model.prepare``) makes a Job of it; the HTTP app streams and shapes the answer.
 
-Owns: ``Request`` and ``ChatOptions`` (the typed request), ``ServerLimits`` (what one request may ask of the
+Owns: ``Request`` (the typed request; a chat's fields are a ``bankml.chat.ChatInputs``, the chat layer's one input
+value, built here by the readers and completed by the runtime), ``ServerLimits`` (what one request may ask of the
 server), ``ReadContext`` (what a body is read against: the limits and the model's sizes), and the readings
 both wire formats share: the JSON body, llama-server's ``field_bool``, the stop strings, the maximum tokens
 and the sampler fields' tail (``SamplerParams.from_server``), ``common_reasoning_format_from_name``.
@@ -17,13 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Tuple
 
 from bankml.chat.constraint import Constraint
+from bankml.chat.inputs import ChatInputs
 from bankml.errors import RequestError, json_type_name
 from bankml.sampling.logprobs import ProbRequest
 from bankml.sampling.params import SamplerParams
 from bankml.schema import jsondepth
 
 __all__ = [
-    "ChatOptions",
+    "CHAT_ENDPOINT",
     "MediaError",
     "ReadContext",
     "Request",
@@ -38,6 +40,10 @@ __all__ = [
     "reasoning_format_from_name",
     "sampler_params",
 ]
+
+
+#: the endpoint a chat Request made in Python names (``Request.for_chat``)
+CHAT_ENDPOINT = "/v1/chat/completions"
 
 
 class MediaError(RequestError):
@@ -114,53 +120,27 @@ class ServerDefaults:
 
 
 @dataclass(frozen=True)
-class ChatOptions:
-    """A chat request's fields for the chat layer (``Model.chat``'s keyword arguments), as llama-server's
-    ``oaicompat_chat_params_parse`` reads them: None where the server's option decides."""
-
-    chat_template_kwargs: Optional[dict] = None
-    reasoning_format: Optional[str] = None  # "deepseek" or "none" (common_reasoning_format_from_name)
-    reasoning_effort: Optional[str] = None
-    reasoning_budget: Optional[int] = None  # thinking_budget_tokens / reasoning_budget_tokens
-    reasoning_budget_message: Any = None  # a string; checked where the template has thinking tags
-    add_generation_prompt: bool = True
-    continue_final_message: Any = None  # True, "content", "reasoning_content" (the chat layer reads it)
-    tools: Optional[list] = None  # OpenAI's function tools (None: none)
-    tool_choice: Any = "auto"  # "auto", "none", "required", or an object naming functions (strict mode)
-    parallel_tool_calls: Optional[bool] = None  # None: what the template supports
-
-    def kwargs(self):
-        """``Model.chat``'s keyword arguments."""
-        return {
-            "chat_template_kwargs": self.chat_template_kwargs,
-            "reasoning_format": self.reasoning_format,
-            "reasoning_effort": self.reasoning_effort,
-            "reasoning_budget": self.reasoning_budget,
-            "reasoning_budget_message": self.reasoning_budget_message,
-            "add_generation_prompt": self.add_generation_prompt,
-            "continue_final_message": self.continue_final_message,
-            "tools": self.tools,
-            "tool_choice": self.tool_choice,
-            "parallel_tool_calls": self.parallel_tool_calls,
-        }
-
-
-@dataclass(frozen=True)
 class Request:
-    """One request, read and checked: a chat (``messages``, through the template with ``chat``) or a raw prompt
-    (``prompt``, no template), its ``constraint``, sampler ``params``, ``n_predict`` (-1: until the end or the
-    context) and ``stop`` strings; how the answer is sent (``stream``, ``include_usage``, ``return_tokens``), the
-    token log-probabilities asked for (``probs``), the ``model`` name the body gave (None: the server's), and
-    llama-server's ``verbose``, ``timings_per_token`` and ``return_progress``."""
+    """One request, read and checked: a chat (``chat``, a ``bankml.chat.ChatInputs``: the messages and the chat
+    fields, through the template; its fields left None are the server's options, ``Model.chat_inputs``) or a raw
+    prompt (``prompt``, no template), its ``constraint``, sampler ``params``, ``n_predict`` (-1: until the end
+    or the context) and ``stop`` strings; a chat's ``reasoning_effort`` (merged into the template kwargs by the
+    runtime, as llama-server merges it with its own), ``reasoning_budget`` (``thinking_budget_tokens``; None:
+    the server's) and ``reasoning_budget_message``; how the answer is sent (``stream``, ``include_usage``,
+    ``return_tokens``), the token log-probabilities asked for (``probs``), the ``model`` name the body gave
+    (None: the server's), llama-server's ``verbose``, ``timings_per_token`` and ``return_progress``, and ``n``
+    (its completions of the prompt). ``Request.for_chat`` makes a chat one in Python."""
 
     endpoint: str
     constraint: Constraint
     params: Optional[SamplerParams]  # None: the defaults (an /apply-template request has none)
     n_predict: int = -1
     stop: Tuple[str, ...] = ()
-    messages: Optional[list] = None
+    chat: Optional[ChatInputs] = None
     prompt: Optional[str] = None
-    chat: ChatOptions = field(default_factory=ChatOptions)
+    reasoning_effort: Optional[str] = None
+    reasoning_budget: Optional[int] = None
+    reasoning_budget_message: Any = None  # a string; checked where the template has thinking tags
     stream: bool = False
     include_usage: bool = False
     return_tokens: bool = False
@@ -175,7 +155,20 @@ class Request:
 
     @property
     def is_chat(self):
-        return self.messages is not None
+        return self.chat is not None
+
+    @property
+    def messages(self):
+        """A chat's messages (None for a raw prompt)."""
+        return self.chat.messages if self.chat is not None else None
+
+    @classmethod
+    def for_chat(cls, inputs, constraint=None, params=None, n_predict=-1, stop=(), endpoint=CHAT_ENDPOINT, **fields):
+        """A chat Request made in Python (the CLI, benchmarks, tests): ``inputs`` a ``ChatInputs``, the rest
+        ``Request``'s fields (``constraint`` None: unconstrained)."""
+        if not isinstance(inputs, ChatInputs):
+            raise TypeError("Request.for_chat takes a bankml.chat.ChatInputs, got " + type(inputs).__name__)
+        return cls(endpoint, constraint or Constraint(), params, n_predict, tuple(stop or ()), chat=inputs, **fields)
 
 
 def read_body(raw):

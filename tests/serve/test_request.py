@@ -10,9 +10,10 @@ import pathlib
 
 import pytest
 
+from bankml.chat.inputs import ChatInputs
 from bankml.errors import RequestError
 from bankml.serve import ollama, openai
-from bankml.serve.request import ChatOptions, ReadContext, Request, ServerLimits
+from bankml.serve.request import ReadContext, Request, ServerLimits
 
 CONTEXT = ReadContext(n_ctx=4096, n_vocab=49152)
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
@@ -48,15 +49,15 @@ def test_an_openai_chat_body_is_one_typed_request():
     assert (req.n_predict, req.stop, req.params.temperature) == (12, ("END",), 0.5)
     assert (req.probs.n_probs, req.probs.post_sampling) == (3, False)
     assert req.constraint.kind == "json_object"
-    assert req.chat == ChatOptions(
-        chat_template_kwargs={"enable_thinking": False},
+    assert req.chat == ChatInputs(
+        MESSAGES,
+        chat_template_kwargs={"enable_thinking": "false"},  # each value's JSON text, as llama-server keeps them
         reasoning_format="deepseek",  # common_reasoning_format_from_name("auto")
-        reasoning_effort="low",
-        reasoning_budget=5,
         tools=TOOLS,
         tool_choice="required",
         parallel_tool_calls=True,
     )
+    assert (req.reasoning_effort, req.reasoning_budget, req.reasoning_budget_message) == ("low", 5, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         req.stream = False  # type: ignore[misc]
 
@@ -64,7 +65,8 @@ def test_an_openai_chat_body_is_one_typed_request():
 def test_the_defaults_are_llama_servers():
     req = _chat()
     assert (req.stream, req.include_usage, req.n_predict, req.stop, bool(req.probs)) == (False, False, -1, (), False)
-    assert req.chat == ChatOptions() and req.chat.tool_choice == "auto" and req.model is None
+    assert req.chat == ChatInputs(MESSAGES) and req.chat.tool_choice == "auto" and req.model is None
+    assert (req.reasoning_effort, req.reasoning_budget, req.reasoning_budget_message) == (None, None, None)
     assert req.constraint.kind == "none"
 
 
@@ -165,7 +167,8 @@ def test_an_ollama_chat_body_is_the_same_typed_request():
     assert (req.endpoint, req.model, req.stream, req.n_predict, req.stop) == ("/api/chat", "m", True, 9, ("END",))
     assert req.params.temperature == 0.25 and req.params.repeat_last_n == 2**31 - 1
     assert req.constraint.kind == "json_object"
-    assert req.chat == ChatOptions(chat_template_kwargs={"enable_thinking": True}, reasoning_effort="high", tools=TOOLS)
+    assert req.chat == ChatInputs(req.messages, chat_template_kwargs={"enable_thinking": "true"}, tools=TOOLS)
+    assert req.reasoning_effort == "high"
     assert req.messages[1] == {
         "role": "assistant",
         "content": None,

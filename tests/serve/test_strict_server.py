@@ -12,8 +12,10 @@ import pytest
 
 from bankml import Grammar, GrammarError
 from bankml.chat.constraint import Constraint, from_openai
+from bankml.chat.inputs import ChatInputs
 from bankml.cli import build_parser
 from bankml.schema import json_schema_to_grammar
+from bankml.serve.request import Request
 from bankml.serve.runtime import chat_model_options
 
 from ..oracle_support import smollm2_path
@@ -167,8 +169,8 @@ def test_default_mode_grammars_are_llama_cpp_and_json_mode_is_unchanged(models):
     for key, case in recorded.items():
         constraint = from_openai(case["request"])
         messages = [{"role": "user", "content": "hi"}]
-        assert default.chat(messages, constraint).grammar_text == case["grammar"], key
-        exact = strict.chat(messages, constraint).grammar_text
+        assert default.chat(Request.for_chat(ChatInputs(messages), constraint)).grammar_text == case["grammar"], key
+        exact = strict.chat(Request.for_chat(ChatInputs(messages), constraint)).grammar_text
         if constraint.kind == "json_schema":
             assert exact != case["grammar"] and "response-format-schema-space ::= " in exact, key
         else:
@@ -231,7 +233,9 @@ def test_tool_call_arguments_are_strict(tmp_path):
     for mode in ("strict", "llama.cpp"):
         model = Model(smollm2_path(), n_ctx=2048, n_threads=2, chat_template_file=str(path), json_schema_mode=mode)
         try:
-            job = model.chat(messages, None, None, 120, tools=TOOLS, tool_choice="required")
+            job = model.chat(
+                Request.for_chat(ChatInputs(messages, tools=TOOLS, tool_choice="required"), None, None, 120)
+            )
             grammars[mode] = job.grammar_text
             if mode == "strict":
                 result = job.run()
