@@ -293,7 +293,10 @@ def add_arguments(p):
         "-kvu", "--kv-unified", dest="kv_unified", action="store_const", const=True, default=None,
         help="one KV pool for all slots: each slot's context is the whole -c (default: with -np auto)",
     )  # fmt: skip
-    p.add_argument("-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_const", const=False)
+    p.add_argument(
+        "-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_const", const=False,
+        help="one KV cache per slot: the context divided between the slots",
+    )  # fmt: skip
     p.add_argument("--kv-unified-per-slot", type=int, default=0, help="context limit per slot (default: unset)")
     known = set(p._option_string_actions)
     for flag, (takes_value, why) in NO_BEARING.items():
