@@ -56,3 +56,15 @@ def test_every_answer_s_header_names_are_title_cased(client, path, key, status):
     assert response.status_code == status
     names = _names(response)
     assert names and all(name == title_case(name) for name in names)
+
+
+@pytest.mark.parametrize("method", ["GET", "OPTIONS"])
+def test_cors_headers_are_cased_too(client, method):
+    # the header case is the outermost middleware: CORS's headers (and a preflight answered before the API key
+    # check) come through it
+    headers = {"Origin": "http://example.com", "Access-Control-Request-Method": "POST"}
+    response = client.request(method, "/health", headers=headers)
+    assert response.status_code == 200
+    names = _names(response)
+    assert b"Access-Control-Allow-Origin" in names, names
+    assert all(name == title_case(name) for name in names)
