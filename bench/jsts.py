@@ -28,6 +28,8 @@ import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # this checkout's bankml, not an installed one
 SUITE = ROOT / "tests" / "data" / "jsts" / "tests" / "draft2020-12"
 COMMIT = "44401e0c046704b476ec9d2e2fccdaee618f259d"
 SETS = ("required", "optional/format", "other optional")

@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 from bankml import Grammar, GrammarError, Rules, Vocab
 from bankml.schema.strict.lang import Lang, LangError, intersect_all, is_known_format, string_gbnf
 
+from .. import spec_oracle
+
 FC_2020 = jsonschema.Draft202012Validator.FORMAT_CHECKER
 FC_CLASS = jsonschema.FormatChecker()
 
@@ -409,7 +411,8 @@ def test_gbnf_masks_with_a_real_vocabulary():
 
 
 def oracle(fmt, s):
-    return FC_2020.conforms(s, fmt)
+    """The format as the suite reads its RFC (tests/spec_oracle.py's procedures), else jsonschema's checker."""
+    return spec_oracle.format_conforms(fmt, s)
 
 
 def require_checker(fmt):
@@ -592,7 +595,6 @@ FORMATS = [
     "time",
     "duration",
     "email",
-    "idn-email",
     "ipv4",
     "ipv6",
     "uri",
@@ -611,10 +613,6 @@ def test_format_examples(fmt):
     assert is_known_format(fmt)
     for s in FORMAT_EXAMPLES[fmt]:
         assert lang.matches(s) == oracle(fmt, s), (fmt, s)
-    if fmt != "time":
-        # The class-level FormatChecker() agrees with the draft 2020-12 checker on these formats.
-        for s in FORMAT_EXAMPLES[fmt]:
-            assert FC_CLASS.conforms(s, fmt) == FC_2020.conforms(s, fmt)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -689,7 +687,7 @@ def test_color_of_the_class_level_checker():
 
 
 def test_format_refusals():
-    for fmt in ["hostname", "idn-hostname", "relative-json-pointer", "regex", "uri-template", "color"]:
+    for fmt in ["hostname", "idn-hostname", "idn-email", "relative-json-pointer", "regex", "uri-template", "color"]:
         with pytest.raises(LangError) as e:
             Lang.format(fmt)
         assert e.value.keyword == "format" and is_known_format(fmt)
@@ -743,9 +741,8 @@ def test_hostile_inputs_end_in_lang_error(expr):
     assert "exceeds" in out.stdout or "expands past" in out.stdout or "steps to build" in out.stdout
 
 
-def test_duration_datetime_branch_is_never_accepted():
-    """A number-only run before 'T' sends isoduration to arrow's datetime parser; the language
-    assumes that never yields a string ending in a designator letter: check many such strings."""
+def test_duration_random_strings():
+    """Random strings of P, digits, signs, separators and designators: RFC 3339 appendix A's reading."""
     require_checker("duration")
     lang = Lang.format("duration")
     rnd = random.Random(11)

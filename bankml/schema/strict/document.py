@@ -15,7 +15,17 @@ from __future__ import annotations
 import urllib.parse
 
 from bankml.schema.strict.bounds import MAX_DEPTH
-from bankml.schema.strict.vocabulary import VOCAB, Refuse, draft_of, refuse
+from bankml.schema.strict.vocabulary import (
+    SUBSCHEMA_LIST,
+    SUBSCHEMA_MAP,
+    SUBSCHEMA_ONE,
+    VOCAB,
+    Refuse,
+    draft_of,
+    refuse,
+)
+
+_SCHEMA, _SCHEMAS, _OTHER = 0, 1, 2  # what an indexed node is: a schema, a list or object of schemas, other JSON
 
 
 def escape(k):
@@ -40,6 +50,13 @@ class Document:
         self.syn = set()  # ids of synthetic dicts
         if self.draft == 3:
             raise Refuse("$schema", "#", "draft-03 schemas are not supported")
+        if self.draft is None:
+            raise Refuse(
+                "$schema",
+                "#/$schema",
+                "%r names no draft strict mode reads (draft-04, -06, -07, 2019-09, 2020-12; a custom metaschema's "
+                "vocabularies are not read)" % (root["$schema"][:200],),
+            )
         self.index(root, "#", "")
 
     def p(self, d):
@@ -61,10 +78,11 @@ class Document:
         return VOCAB[2020] if id(d) in self.syn else self.vocab
 
     def index(self, node, pointer, base, depth=0):
-        """Record the pointer and base of every schema object under ``node``, and its resources and anchors."""
-        stack = [(node, pointer, base, depth)]
+        """Record the pointer and base of every object under ``node``, and the resources and anchors of those in
+        a schema's place (an ``$id`` in an unknown keyword's value is no identifier)."""
+        stack = [(node, pointer, base, depth, _SCHEMA)]
         while stack:
-            node, pointer, base, depth = stack.pop()
+            node, pointer, base, depth, kind = stack.pop()
             if depth > MAX_DEPTH:
                 # every node's pointer is kept: past this, pointers alone would cost depth^2 bytes
                 raise Refuse(
@@ -72,21 +90,29 @@ class Document:
                     pointer[:200] + "...",
                     "the schema nests deeper than %d levels" % MAX_DEPTH,
                 )
+            inner = _SCHEMA if kind == _SCHEMAS else _OTHER
             if isinstance(node, list):
                 for i, x in enumerate(node):
-                    stack.append((x, "%s/%d" % (pointer, i), base, depth + 1))
+                    stack.append((x, "%s/%d" % (pointer, i), base, depth + 1, inner))
                 continue
             if not isinstance(node, dict) or id(node) in self.ptr:
                 continue
             self.budget.tick(pointer)
-            base = self._resource(node, pointer, base)
+            if kind == _SCHEMA:
+                base = self._resource(node, pointer, base)
             self.ptr[id(node)] = pointer
             self.base[id(node)] = base
             for k, v in node.items():
                 if k in ("enum", "const", "default", "examples", "required", "example"):
                     continue
                 if isinstance(v, (dict, list)):
-                    stack.append((v, "%s/%s" % (pointer, escape(k)), base, depth + 1))
+                    if kind == _SCHEMA and isinstance(v, dict) and k in SUBSCHEMA_ONE:
+                        sub = _SCHEMA
+                    elif kind == _SCHEMA and (k in SUBSCHEMA_LIST and isinstance(v, list) or k in SUBSCHEMA_MAP):
+                        sub = _SCHEMAS
+                    else:
+                        sub = inner
+                    stack.append((v, "%s/%s" % (pointer, escape(k)), base, depth + 1, sub))
 
     def _resource(self, node, pointer, base):
         """The base URI inside ``node`` (its ``$id`` joined to ``base``), its resource and anchors recorded."""
