@@ -148,10 +148,15 @@ RFC_FORMATS = {
 }
 
 
+def _strings_only(fn):
+    """A format asserts nothing of a value that is no string."""
+    return lambda value: not isinstance(value, str) or fn(value)
+
+
 def _format_checker():
     fc = jsonschema.FormatChecker(list(_JSONSCHEMA_FORMATS.checkers))
     for name, fn in RFC_FORMATS.items():
-        fc.checks(name)(fn)
+        fc.checks(name)(_strings_only(fn))
     return fc
 
 

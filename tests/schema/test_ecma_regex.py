@@ -41,6 +41,8 @@ PATTERNS = [
     r"^(?<year>\d{4})-\d\d$",
     r"^(?:ab|cd)*$",
     r"^[a-z]{2,3}$",
+    r"^a{2,}b{0}c{1}$",
+    r"^[[a-z]*$",
     r"\/\.\*",
     r"end$",
     r"^[\b]$",
@@ -138,6 +140,9 @@ def test_the_dialects():
         ({"pattern": r"\p{L}"}, "pattern", "#/pattern"),
         ({"pattern": r"\Z"}, "pattern", "#/pattern"),
         ({"pattern": "("}, "pattern", "#/pattern"),
+        ({"pattern": "^[[a-z]*]*$"}, "pattern", "#/pattern"),
+        ({"pattern": "a{"}, "pattern", "#/pattern"),
+        ({"pattern": "a}"}, "pattern", "#/pattern"),
         (
             {"properties": {"a": {"patternProperties": {r"\z": {}}}}},
             "patternProperties",
@@ -151,7 +156,7 @@ def test_refusals_name_the_users_pattern(schema, keyword, pointer):
         json_schema_to_grammar(schema, mode="strict")
     assert (e.value.keyword, e.value.pointer) == (keyword, pointer), str(e.value)
     # Python's dialect reads some of them
-    if schema.get("pattern") in (r"(?i)a", r"(?P<x>a)", r"\Z"):
+    if schema.get("pattern") in (r"(?i)a", r"(?P<x>a)", r"\Z", "a{", "a}", "^[[a-z]*]*$"):
         json_schema_to_grammar(schema, mode="strict", regex_dialect="python")
 
 

@@ -13,7 +13,8 @@ What changes between the dialects, and how it is written for ``re`` (the pattern
   also matches before a final ``\\n``);
 * ``\\cX`` (a control character), ``\\0``, ``\\u{...}``, ``\\uXXXX`` (a surrogate pair is one code point),
   ``(?<name>...)``; ``[^]`` (any character) and ``[]`` (none);
-* refused, naming the construct: escapes ECMA's ``u`` mode does not have (``\\a``, ``\\z``, ``\\Z``, ``\\A``...),
+* refused, naming the construct: a lone ``{``, ``}`` or ``]`` (``u`` mode wants them escaped), escapes ECMA's
+  ``u`` mode does not have (``\\a``, ``\\z``, ``\\Z``, ``\\A``...),
   Python's ``(?P...)`` and inline flags, Unicode property escapes ``\\p{...}`` (not built here), named
   backreferences.
 
@@ -23,6 +24,7 @@ Owns: the translation. Imports only ``bounds`` (``LangError``).
 from __future__ import annotations
 
 import functools
+import re
 
 from bankml.schema.strict.lang.bounds import LangError
 
@@ -42,6 +44,7 @@ _IN_CLASS = {
 _CONTROL = {"t": "\\t", "n": "\\n", "v": "\\x0b", "f": "\\x0c", "r": "\\r"}
 _SYNTAX = set("^$\\.*+?()[]{}|/")
 _DOT = "[^\\n\\r\\u2028\\u2029]"
+_QUANTIFIER = re.compile(r"\{[0-9]+(?:,[0-9]*)?\}")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -74,6 +77,14 @@ class _Translator:
                 out.append("\\Z")
             elif c == "(":
                 out.append(self.group())
+            elif c == "{":
+                q = _QUANTIFIER.match(p, self.i)
+                if q is None or not out:
+                    self.refuse("a lone '{' (the u flag wants it escaped)")
+                self.i = q.end()
+                out.append(q.group())
+            elif c in "}]":
+                self.refuse("a lone %r (the u flag wants it escaped)" % c)
             else:
                 self.i += 1
                 out.append(c)
