@@ -170,9 +170,14 @@ def format_conforms(name: str, s: str) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def ecma(pattern: str):
-    """The compiled ECMA-262 regex (``u`` flag), or None where regress refuses it."""
+    """The compiled ECMA-262 regex (``u`` flag; Annex B where the u flag alone rejects the syntax), or None where
+    regress refuses it."""
     try:
         return regress.Regex(pattern, "u")
+    except Exception:
+        pass
+    try:  # Annex B's reading of what the u flag alone rejects (a lone bracket, "\\:"), as strict mode reads it
+        return regress.Regex(pattern)
     except Exception:
         return None
 

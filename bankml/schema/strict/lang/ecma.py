@@ -13,8 +13,10 @@ What changes between the dialects, and how it is written for ``re`` (the pattern
   also matches before a final ``\\n``);
 * ``\\cX`` (a control character), ``\\0``, ``\\u{...}``, ``\\uXXXX`` (a surrogate pair is one code point),
   ``(?<name>...)``; ``[^]`` (any character) and ``[]`` (none);
-* refused, naming the construct: a lone ``{``, ``}`` or ``]`` (``u`` mode wants them escaped), escapes ECMA's
-  ``u`` mode does not have (``\\a``, ``\\z``, ``\\Z``, ``\\A``...),
+* read as Annex B reads them (the ``u`` flag alone would reject them; schemas write them, and every ECMA-262
+  engine that takes them reads them so): a lone ``{``, ``}`` or ``]``, and an identity escape of ASCII
+  punctuation (``\\:``, ``\\-``, ``\\_``, ``\\@``), each the character itself;
+* refused, naming the construct: alphanumeric escapes ECMA-262 does not have (``\\a``, ``\\z``, ``\\Z``, ``\\A``...),
   Python's ``(?P...)`` and inline flags, Unicode property escapes ``\\p{...}`` (not built here), named
   backreferences.
 
@@ -77,14 +79,13 @@ class _Translator:
                 out.append("\\Z")
             elif c == "(":
                 out.append(self.group())
-            elif c == "{":
+            elif c == "{" and out and _QUANTIFIER.match(p, self.i):
                 q = _QUANTIFIER.match(p, self.i)
-                if q is None or not out:
-                    self.refuse("a lone '{' (the u flag wants it escaped)")
                 self.i = q.end()
                 out.append(q.group())
-            elif c in "}]":
-                self.refuse("a lone %r (the u flag wants it escaped)" % c)
+            elif c in "{}]":  # Annex B: a lone bracket is itself (the u flag alone would reject it)
+                self.i += 1
+                out.append("\\" + c)
             else:
                 self.i += 1
                 out.append(c)
@@ -171,8 +172,6 @@ class _Translator:
         if c in "bB":
             self.i += 1
             return "\\" + c
-        if c == "-" and not in_class:
-            self.refuse("\\- outside a class")
         cp = self.code_point()
         if cp is not None:
             return "\\U%08x" % cp
@@ -182,6 +181,9 @@ class _Translator:
                 j += 1
             self.i = j
             return "\\" + p[i:j]  # a backreference: not a regular language (regex refuses it)
+        if c.isascii() and not c.isalnum():
+            self.i += 1  # Annex B: an identity escape of punctuation is the character itself
+            return "\\U%08x" % ord(c)
         if c in "pP":
             self.refuse("the Unicode property escape \\%s" % c)
         if c == "k":
