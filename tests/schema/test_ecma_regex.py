@@ -177,3 +177,17 @@ def test_the_callers_schema_is_not_changed():
 def test_to_python_refuses_with_lang_error():
     with pytest.raises(LangError):
         to_python(r"\k<x>")
+
+
+def test_shared_objects_are_read_once_and_rewritten_everywhere():
+    digit = {"type": "string", "pattern": r"^\d$"}
+    # the object reached through a sibling before its parent: children are rewritten before their parents
+    schema = {"anyOf": [{"allOf": [digit]}, {"properties": {"a": digit}, "type": "object"}]}
+    gbnf, _ = json_schema_to_grammar(schema, mode="strict")
+    assert _accepts(gbnf, "1") and not _accepts(gbnf, "১")
+    assert _accepts(gbnf, {"a": "1"}) and not _accepts(gbnf, {"a": "১"})
+    shared = {"type": "string", "pattern": r"^\w$"}
+    for _ in range(40):  # 2^40 paths through shared sub-objects
+        shared = {"anyOf": [shared, shared]}
+    gbnf, _ = json_schema_to_grammar(shared, mode="strict")
+    assert _accepts(gbnf, "a") and not _accepts(gbnf, "é")

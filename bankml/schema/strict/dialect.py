@@ -31,60 +31,83 @@ def check_dialect(dialect):
 
 def in_python_dialect(schema, dialect):
     """``schema`` with its patterns in Python's dialect (itself when ``dialect`` is ``"python"`` or when it has
-    no pattern)."""
+    no pattern). Each schema object is read once however many paths reach it (shared sub-objects stay shared),
+    without recursion: a deep schema is the document's to refuse."""
     check_dialect(dialect)
-    if dialect == "python":
+    if dialect == "python" or not isinstance(schema, dict):
         return schema
-    edits = []  # (path of keys to the schema object, "pattern" or "patternProperties", its pointer)
-    stack = [(schema, (), "#")]
+    order, kids, first_ptr, cycles = _schema_objects(schema)
+    new = {}  # id(dict) -> its rewritten copy, for the objects that change
+    for d in order:  # children before parents (a cycle's back edge keeps the original: the document refuses it)
+        ptr = first_ptr[id(d)]
+        changed = {}
+        if isinstance(d.get("pattern"), str):
+            changed["pattern"] = _python(d["pattern"], "pattern", ptr + "/pattern")
+        for k, slot, child in kids[id(d)]:
+            if id(child) not in new:
+                continue
+            if slot is None:
+                changed[k] = new[id(child)]
+            else:
+                if k not in changed:
+                    changed[k] = list(d[k]) if isinstance(d[k], list) else dict(d[k])
+                changed[k][slot] = new[id(child)]
+        pp = changed.get("patternProperties", d.get("patternProperties"))
+        if isinstance(pp, dict) and pp:
+            changed["patternProperties"] = _python_keys(pp, ptr + "/patternProperties")
+        if changed:
+            copy = dict(d)
+            copy.update(changed)
+            new[id(d)] = copy
+    if new and cycles:  # a copy would leave the cycle's back edge on the original, untranslated patterns
+        refuse("schema", cycles[0], "a schema object that contains itself (not JSON) beside a pattern")
+    return new.get(id(schema), schema)
+
+
+def _schema_objects(schema):
+    """The schema objects under ``schema`` in a depth-first postorder (children before parents), each once; per
+    object its subschema slots ``(keyword, index or name or None, child)``; the pointer each was first reached
+    at; the pointers of the edges back into an object being read (a Python object inside itself)."""
+    order, kids, first_ptr, finished, cycles = [], {}, {}, set(), []
+    stack = [(schema, "#", False)]
     while stack:
-        s, path, ptr = stack.pop()
+        s, ptr, done = stack.pop()
+        if done:
+            order.append(s)
+            finished.add(id(s))
+            continue
         if not isinstance(s, dict):
             continue
-        if isinstance(s.get("pattern"), str):
-            edits.append((path, "pattern", ptr + "/pattern"))
-        if isinstance(s.get("patternProperties"), dict) and s["patternProperties"]:
-            edits.append((path, "patternProperties", ptr + "/patternProperties"))
+        if id(s) in kids:
+            if id(s) not in finished:  # an object inside itself: no JSON text makes one
+                cycles.append(ptr)
+            continue
+        kids[id(s)] = slots = []
+        first_ptr[id(s)] = ptr
+        stack.append((s, ptr, True))
         for k in _ONE:
             if isinstance(s.get(k), dict):
-                stack.append((s[k], path + (k,), ptr + "/" + k))
+                slots.append((k, None, s[k]))
         for k in _LIST:
             if isinstance(s.get(k), list):
-                for i, sub in enumerate(s[k]):
-                    stack.append((sub, path + (k, i), "%s/%s/%d" % (ptr, k, i)))
+                slots += [(k, i, sub) for i, sub in enumerate(s[k]) if isinstance(sub, dict)]
         for k in _MAP:
             if isinstance(s.get(k), dict):
-                for name, sub in s[k].items():
-                    stack.append((sub, path + (k, name), "%s/%s/%s" % (ptr, k, escape(name))))
-    if not edits:
-        return schema
-    # deepest first, so that a rewritten patternProperties key is not on the path of an edit still to do
-    edits.sort(key=lambda e: -len(e[0]))
-    for path, keyword, ptr in edits:
-        schema = _rewrite(schema, path, keyword, ptr)
-    return schema
+                slots += [(k, name, sub) for name, sub in s[k].items() if isinstance(sub, dict)]
+        for k, slot, child in reversed(slots):
+            where = ptr + "/" + k if slot is None else "%s/%s/%s" % (ptr, k, escape(str(slot)))
+            stack.append((child, where, False))
+    return order, kids, first_ptr, cycles
 
 
-def _rewrite(schema, path, keyword, ptr):
-    nodes = [schema]
-    for k in path:
-        nodes.append(nodes[-1][k])
-    node = dict(nodes[-1])
-    if keyword == "pattern":
-        node["pattern"] = _python(node["pattern"], "pattern", ptr)
-    else:
-        out = {}
-        for k, v in node["patternProperties"].items():
-            py = _python(k, "patternProperties", ptr + "/" + escape(k))
-            if py in out:
-                refuse("patternProperties", ptr + "/" + escape(k), "two patterns are the same regex written twice")
-            out[py] = v
-        node["patternProperties"] = out
-    for parent, k in zip(reversed(nodes[:-1]), reversed(path)):
-        copy = list(parent) if isinstance(parent, list) else dict(parent)
-        copy[k] = node
-        node = copy
-    return node
+def _python_keys(pp, ptr):
+    out = {}
+    for k, v in pp.items():
+        py = _python(k, "patternProperties", ptr + "/" + escape(k))
+        if py in out:
+            refuse("patternProperties", ptr + "/" + escape(k), "two patterns are the same regex written twice")
+        out[py] = v
+    return out
 
 
 def _python(pattern, keyword, ptr):
