@@ -36,13 +36,13 @@ def in_python_dialect(schema, dialect):
     check_dialect(dialect)
     if dialect == "python" or not isinstance(schema, dict):
         return schema
-    order, kids, first_ptr, cycles = _schema_objects(schema)
+    order, kids, up, cycles = _schema_objects(schema)
     new = {}  # id(dict) -> its rewritten copy, for the objects that change
     for d in order:  # children before parents (a cycle's back edge keeps the original: the document refuses it)
-        ptr = first_ptr[id(d)]
+        ptr = _Pointer(up, id(d))
         changed = {}
         if isinstance(d.get("pattern"), str):
-            changed["pattern"] = _python(d["pattern"], "pattern", ptr + "/pattern")
+            changed["pattern"] = _python(d["pattern"], "pattern", ptr, "/pattern")
         for k, slot, child in kids[id(d)]:
             if id(child) not in new:
                 continue
@@ -54,24 +54,27 @@ def in_python_dialect(schema, dialect):
                 changed[k][slot] = new[id(child)]
         pp = changed.get("patternProperties", d.get("patternProperties"))
         if isinstance(pp, dict) and pp:
-            changed["patternProperties"] = _python_keys(pp, ptr + "/patternProperties")
+            changed["patternProperties"] = _python_keys(pp, ptr)
         if changed:
             copy = dict(d)
             copy.update(changed)
             new[id(d)] = copy
     if new and cycles:  # a copy would leave the cycle's back edge on the original, untranslated patterns
-        refuse("schema", cycles[0], "a schema object that contains itself (not JSON) beside a pattern")
+        parent, k, slot = cycles[0]
+        where = _Pointer(up, parent) + "/" + k + ("" if slot is None else "/" + escape(str(slot)))
+        refuse("schema", where, "a schema object that contains itself (not JSON) beside a pattern")
     return new.get(id(schema), schema)
 
 
 def _schema_objects(schema):
     """The schema objects under ``schema`` in a depth-first postorder (children before parents), each once; per
     object its subschema slots ``(keyword, index or name or None, child)``; the pointer each was first reached
-    at; the pointers of the edges back into an object being read (a Python object inside itself)."""
-    order, kids, first_ptr, finished, cycles = [], {}, {}, set(), []
-    stack = [(schema, "#", False)]
+    at (``(parent id, keyword, slot)``, None for the root); the edges back into an object being read (a Python
+    object inside itself)."""
+    order, kids, up, finished, cycles = [], {}, {}, set(), []
+    stack = [(schema, None, False)]
     while stack:
-        s, ptr, done = stack.pop()
+        s, link, done = stack.pop()
         if done:
             order.append(s)
             finished.add(id(s))
@@ -80,11 +83,11 @@ def _schema_objects(schema):
             continue
         if id(s) in kids:
             if id(s) not in finished:  # an object inside itself: no JSON text makes one
-                cycles.append(ptr)
+                cycles.append(link)
             continue
         kids[id(s)] = slots = []
-        first_ptr[id(s)] = ptr
-        stack.append((s, ptr, True))
+        up[id(s)] = link
+        stack.append((s, link, True))
         for k in _ONE:
             if isinstance(s.get(k), dict):
                 slots.append((k, None, s[k]))
@@ -95,24 +98,40 @@ def _schema_objects(schema):
             if isinstance(s.get(k), dict):
                 slots += [(k, name, sub) for name, sub in s[k].items() if isinstance(sub, dict)]
         for k, slot, child in reversed(slots):
-            where = ptr + "/" + k if slot is None else "%s/%s/%s" % (ptr, k, escape(str(slot)))
-            stack.append((child, where, False))
-    return order, kids, first_ptr, cycles
+            stack.append((child, (id(s), k, slot), False))
+    return order, kids, up, cycles
+
+
+class _Pointer:
+    """The JSON pointer of a schema object, written only when asked (``ptr + "/pattern"``): a pointer per object
+    would cost the square of a deep schema's depth."""
+
+    def __init__(self, up, key):
+        self.up, self.key = up, key
+
+    def __add__(self, tail):
+        parts, link = [], self.up[self.key]
+        while link is not None:
+            parent, k, slot = link
+            parts.append(k if slot is None else "%s/%s" % (k, escape(str(slot))))
+            link = self.up[parent]
+        return "#" + "".join("/" + p for p in reversed(parts)) + tail
 
 
 def _python_keys(pp, ptr):
     out = {}
     for k, v in pp.items():
-        py = _python(k, "patternProperties", ptr + "/" + escape(k))
+        py = _python(k, "patternProperties", ptr, "/patternProperties/" + escape(k))
         if py in out:
-            refuse("patternProperties", ptr + "/" + escape(k), "two patterns are the same regex written twice")
+            where = ptr + "/patternProperties/" + escape(k)
+            refuse("patternProperties", where, "two patterns are the same regex written twice")
         out[py] = v
     return out
 
 
-def _python(pattern, keyword, ptr):
-    """The Python pattern of the ECMA-262 ``pattern``; a refusal at ``ptr`` (the user's own pointer) when it is no
-    regex or has what is not built."""
+def _python(pattern, keyword, ptr, tail):
+    """The Python pattern of the ECMA-262 ``pattern``; a refusal at ``ptr + tail`` (the user's own pointer,
+    written only then) when it is no regex or has what is not built."""
     if not isinstance(pattern, str):
         return pattern  # the readers refuse it, naming the keyword
     try:
@@ -121,7 +140,7 @@ def _python(pattern, keyword, ptr):
             warnings.simplefilter("ignore", FutureWarning)  # Python's notes on future syntax
             re.compile(py)
     except LangError as e:
-        refuse(keyword, ptr, "%s: %s" % (keyword, e.reason))
+        refuse(keyword, ptr + tail, "%s: %s" % (keyword, e.reason))
     except (re.error, RecursionError, OverflowError) as e:
-        refuse(keyword, ptr, "%s: %r is no regex: %s" % (keyword, pattern, e))
+        refuse(keyword, ptr + tail, "%s: %r is no regex: %s" % (keyword, pattern, e))
     return py
