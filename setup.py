@@ -58,6 +58,7 @@ STRICT = (
     "terms",
     "negation",
     "oneof",
+    "unevaluated",
     "validate",
     "patterns",
     "numeric",

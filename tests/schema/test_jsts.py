@@ -41,11 +41,12 @@ GROUPS = _groups()
 
 def _expected_refusals():
     """``{"file#index": keyword}`` from tests/schema/jsts_refusals.json: the groups strict mode refuses today and
-    the keyword each refusal names. The keywords: ``unevaluatedProperties``/``unevaluatedItems`` and
-    ``$dynamicRef`` (not built); ``$ref`` (a remote document, the draft's metaschema, an embedded resource not
-    resolved); ``format`` (not regular or too large: hostname, idn-hostname, idn-email, regex, uri-template,
-    relative-json-pointer); ``pattern``/``patternProperties`` (ECMA-262 constructs not built: ``\\p{...}``);
-    ``multipleOf`` (a non-integral divisor); ``$schema`` (a custom metaschema, whose vocabularies are not read)."""
+    the keyword each refusal names. The keywords: ``$dynamicRef`` (not built); ``unevaluatedProperties`` (its
+    negation); ``oneOf`` (overlapping branches one of which cannot be negated); ``$ref`` (a remote document, the
+    draft's metaschema, an embedded resource not resolved); ``format`` (not regular or too large: hostname,
+    idn-hostname, idn-email, regex, uri-template, relative-json-pointer); ``pattern``/``patternProperties``
+    (ECMA-262 constructs not built: ``\\p{...}``); ``multipleOf`` (a non-integral divisor); ``$schema`` (a custom
+    metaschema, whose vocabularies are not read)."""
     return json.loads((pathlib.Path(__file__).with_name("jsts_refusals.json")).read_text(encoding="utf-8"))
 
 

@@ -314,5 +314,7 @@ _READ_ELSEWHERE = frozenset(
         "if",
         "$strict-not",
         "$strict-any",
+        "unevaluatedProperties",
+        "unevaluatedItems",
     }
 )

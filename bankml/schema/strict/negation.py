@@ -15,7 +15,14 @@ from bankml.schema._cstack import check_stack as _check_stack
 from bankml.schema.strict.document import escape
 from bankml.schema.strict.readers import member
 from bankml.schema.strict.values import is_num
-from bankml.schema.strict.vocabulary import ALL_TYPES, ALWAYS_REFUSED, CHECKED_FORMATS, check_schema, refuse
+from bankml.schema.strict.vocabulary import (
+    ALL_TYPES,
+    ALWAYS_REFUSED,
+    CHECKED_FORMATS,
+    UNEVALUATED,
+    check_schema,
+    refuse,
+)
 
 _OBJECT = frozenset({"object"})
 _NUMBER = frozenset({"int", "frac"})
@@ -73,6 +80,8 @@ class Negation:
             kp = ptr + "/" + escape(k)
             if k in ALWAYS_REFUSED:
                 refuse(k, kp, "%s is not supported in strict mode" % k)
+            if k in UNEVALUATED:
+                refuse(k, kp, "the negation of %s (the instances that fail it are not written)" % k)
             read = _NEGATE.get(k)
             if read is None:
                 refuse("not", kp, "the negation of %s" % k)
@@ -253,6 +262,20 @@ class Negation:
         neg = self.doc.synth({"$strict-not": val}, kp)
         return [self._term({"$strict-types": _ARRAY, "contains": neg}, kp)]
 
+    def _prefix_items(self, s, k, val, kp, ptr, v):
+        # an item at position i that fails the i-th schema: an array of more than i items, that item failing it
+        if not isinstance(val, list):
+            refuse("prefixItems", kp, "prefixItems must be an array")
+        out = []
+        for i, x in enumerate(val):
+            ip = "%s/%d" % (kp, i)
+            check_schema(x, ip)
+            if x is True:
+                continue
+            prefix = [True] * i + [self.not_of(x, ip)]
+            out.append(self._term({"$strict-types": _ARRAY, "minItems": i + 1, "prefixItems": prefix}, ip))
+        return out
+
     def _contains(self, s, k, val, kp, ptr, v):
         if "minContains" in s or "maxContains" in s:
             refuse("not", kp, "the negation of %s" % k)
@@ -313,6 +336,7 @@ _NEGATE = {
     "additionalProperties": Negation._additional_properties,
     "uniqueItems": Negation._unique_items,
     "items": Negation._items,
+    "prefixItems": Negation._prefix_items,
     "contains": Negation._contains,
     "multipleOf": Negation._multiple_of,
     "$strict-notmult": Negation._notmult,
