@@ -633,6 +633,38 @@ CASES = [
         },
         [[1], [1, 2], [1, 2, 3], [2], [2, 3]],
     ),
+    (
+        # $dynamicRef: the root resource defines the anchor, so every path resolves to it (the strict tree)
+        {
+            "$id": "https://example.com/strict-tree",
+            "$dynamicAnchor": "node",
+            "$ref": "tree",
+            "unevaluatedProperties": False,
+            "$defs": {
+                "tree": {
+                    "$id": "tree",
+                    "$dynamicAnchor": "node",
+                    "type": "object",
+                    "properties": {"data": True, "children": {"type": "array", "items": {"$dynamicRef": "#node"}}},
+                }
+            },
+        },
+        [
+            {"children": [{"data": 1}]},
+            {"children": [{"daat": 1}]},
+            {"data": 1, "x": 2},
+            {"children": [{"children": []}]},
+        ],
+    ),
+    (
+        # one resource defines it: a $ref; a pointer fragment: a $ref
+        {
+            "$defs": {"s": {"$dynamicAnchor": "s", "type": "string"}},
+            "items": {"$dynamicRef": "#s"},
+            "properties": {"n": {"$dynamicRef": "#/$defs/s"}},
+        },
+        [["a"], [1], {"n": "x"}, {"n": 1}],
+    ),
     ({"not": {"prefixItems": [{"type": "integer"}, {"type": "string"}]}}, [[], [1], ["a"], [1, "a"], [1, 2], "x"]),
 ]
 
@@ -757,7 +789,19 @@ REFUSED = [
     ({"type": "string", "pattern": "a{4294967296}"}, "pattern", "#/pattern"),  # re: OverflowError
     ({"properties": {"(": {}}, "not": {"propertyNames": {"pattern": "("}}}, "pattern", "#/not/propertyNames/pattern"),
     ({"not": {"additionalProperties": False, "patternProperties": {"\\p{L}": {}}}}, "patternProperties", None),
-    ({"$defs": {"a": {"$dynamicAnchor": "x"}}, "$dynamicRef": "#x"}, "$dynamicRef", "#/$dynamicRef"),
+    (
+        # two resources define the dynamic anchor, the root does not: the target depends on the path
+        {
+            "$id": "https://example.com/r",
+            "$defs": {
+                "a": {"$id": "a", "$dynamicAnchor": "x", "$ref": "b"},
+                "b": {"$id": "b", "$dynamicAnchor": "x", "items": {"$dynamicRef": "#x"}},
+            },
+            "$ref": "a",
+        },
+        "$dynamicRef",
+        "#/$defs/b/items/$dynamicRef",
+    ),
     ({"not": {"unevaluatedProperties": False}}, "unevaluatedProperties", "#/not/unevaluatedProperties"),
     (
         {"dependencies": {"a": {"properties": {"b": True}}}, "unevaluatedProperties": False},

@@ -33,6 +33,16 @@ def escape(k):
     return str(k).replace("~", "~0").replace("/", "~1")
 
 
+def join(base, ref):
+    """The URI ``ref`` means inside the resource ``base``: a fragment alone stays in it whatever its scheme
+    (Python's urljoin leaves a fragment of a ``urn:`` base as it is)."""
+    if not base:
+        return ref
+    if ref.startswith("#"):
+        return urllib.parse.urldefrag(base)[0] + ref
+    return urllib.parse.urljoin(base, ref)
+
+
 class Document:
     """The document ``root`` (a dict or a bool), indexed when made; ``budget`` (a ``rules.Budget``) counts its
     nodes. Refuses a draft-03 document and one nesting deeper than MAX_DEPTH."""
@@ -46,6 +56,7 @@ class Document:
         self.base = {}  # id(dict) -> base URI
         self.ids = {}  # resource URI -> node
         self.anchors = {}  # (resource URI, anchor) -> node
+        self.dynamic = {}  # $dynamicAnchor name -> {resource URI: node}
         self.keep = []  # synthetic dicts (their ids must stay unique)
         self.syn = set()  # ids of synthetic dicts
         if self.draft == 3:
@@ -122,34 +133,38 @@ class Document:
             if sid.startswith("#"):
                 self.anchors[(base, sid[1:])] = node
             else:
-                base = urllib.parse.urldefrag(urllib.parse.urljoin(base, sid))[0]
+                base = urllib.parse.urldefrag(join(base, sid))[0]
                 self.ids.setdefault(base, node)
         if pointer == "#":
             self.ids.setdefault(base, node)
             self.ids.setdefault("", node)
         if isinstance(node.get("$anchor"), str):
             self.anchors[(base, node["$anchor"])] = node
+        name = node.get("$dynamicAnchor")
+        if isinstance(name, str) and self.draft >= 2020:
+            # a plain-name fragment to it, and the resources that define the name (resolve_dynamic)
+            self.anchors.setdefault((base, name), node)
+            self.dynamic.setdefault(name, {}).setdefault(base, node)
         return base
 
-    def resolve(self, ref, where):
+    def resolve(self, ref, where, keyword="$ref"):
         """The schema the ``$ref`` ``ref`` of the schema object ``where`` names (a resource, an anchor, a pointer
         into a resource; nothing remote)."""
-        pointer = self.p(where) + "/$ref"
+        pointer = self.p(where) + "/" + keyword
         if not isinstance(ref, str):
-            refuse("$ref", pointer, "$ref is not a string")
-        base = self.base.get(id(where), "")
-        full = urllib.parse.urljoin(base, ref) if base else ref
+            refuse(keyword, pointer, "%s is not a string" % keyword)
+        full = join(self.base.get(id(where), ""), ref)
         url, frag = urllib.parse.urldefrag(full)
         doc = self.ids.get(url)
         if doc is None:
-            refuse("$ref", pointer, "remote or unknown reference %r" % ref)
+            refuse(keyword, pointer, "remote or unknown reference %r" % ref)
         frag = urllib.parse.unquote(frag)
         if frag == "":
             return doc
         if not frag.startswith("/"):
             node = self.anchors.get((url, frag))
             if node is None:
-                refuse("$ref", pointer, "unknown anchor in %r" % ref)
+                refuse(keyword, pointer, "unknown anchor in %r" % ref)
             return node
         node = doc
         at = self.p(doc)
@@ -161,10 +176,34 @@ class Document:
             elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
                 node = node[int(part)]
             else:
-                refuse("$ref", pointer, "unresolvable reference %r" % ref)
+                refuse(keyword, pointer, "unresolvable reference %r" % ref)
         if isinstance(node, dict) and id(node) not in self.ptr:
             self.index(node, at, self.base.get(id(doc), url))
         return node
+
+    def resolve_dynamic(self, where):
+        """The schema the ``$dynamicRef`` of the schema object ``where`` names, where its dynamic scope does not
+        matter: a reference that does not land on a ``$dynamicAnchor`` of its fragment's name is a ``$ref``;
+        otherwise the outermost resource of the dynamic scope defining that name wins, which is the document's
+        root resource when it defines the name (every evaluation starts there), or the target's own resource
+        when no other defines it. Any other case depends on the path the instance takes: refused."""
+        ref = where["$dynamicRef"]
+        target = self.resolve(ref, where, "$dynamicRef")
+        frag = urllib.parse.unquote(urllib.parse.urldefrag(join(self.base.get(id(where), ""), ref))[1])
+        if not frag or frag.startswith("/") or not isinstance(target, dict) or target.get("$dynamicAnchor") != frag:
+            return target
+        definers = self.dynamic.get(frag, {})
+        root = definers.get(self.base.get(id(self.root), ""))
+        if root is not None:
+            return root
+        if set(definers) == {self.base.get(id(target))}:
+            return target
+        refuse(
+            "$dynamicRef",
+            self.p(where) + "/$dynamicRef",
+            "the $dynamicAnchor %r is defined by %d resources, not by the document's root: which one the reference "
+            "means depends on the path of the evaluation" % (frag, len(definers)),
+        )
 
     def node_at(self, pointer):
         """The node of the document at the JSON pointer ``pointer`` (``#``, ``#/properties/a~1b``...: ``~0``/``~1``

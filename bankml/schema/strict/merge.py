@@ -307,6 +307,7 @@ _READ_ELSEWHERE = frozenset(
         "prefixItems",
         "additionalItems",
         "$ref",
+        "$dynamicRef",
         "allOf",
         "anyOf",
         "oneOf",

@@ -103,6 +103,9 @@ class Negation:
     def _ref(self, s, k, val, kp, ptr, v):
         return self.negate(self.doc.resolve(val, s))
 
+    def _dynamic_ref(self, s, k, val, kp, ptr, v):
+        return self.negate(self.doc.resolve_dynamic(s))
+
     def _all_of(self, s, k, val, kp, ptr, v):
         out = []
         for x in self.terms.sublist(s, "allOf"):
@@ -302,6 +305,7 @@ class Negation:
 # negated format's negation...)
 _NEGATE = {
     "$ref": Negation._ref,
+    "$dynamicRef": Negation._dynamic_ref,
     "allOf": Negation._all_of,
     "anyOf": Negation._any_of,
     "oneOf": Negation._one_of,

@@ -96,6 +96,8 @@ class Terms:
         else:
             parts = [[(s,)]]
         v = self.doc.vocab if not synthetic else VOCAB[2020]
+        if "$dynamicRef" in s and "$dynamicRef" in v and not synthetic:
+            parts.append(self.expand(self.doc.resolve_dynamic(s)))
         if "allOf" in s and "allOf" in v:
             subs = self.sublist(s, "allOf")
             for x in subs:
