@@ -665,6 +665,29 @@ CASES = [
         },
         [["a"], [1], {"n": "x"}, {"n": 1}],
     ),
+    (
+        # the root does not define "c": "item" is on every path to the reference before "bar", never entered
+        {
+            "$id": "https://example.com/main",
+            "type": "object",
+            "properties": {"x": {"$ref": "item"}},
+            "$defs": {
+                "bar": {
+                    "$id": "bar",
+                    "items": {"$ref": "item"},
+                    "$defs": {
+                        "item": {
+                            "$id": "item",
+                            "properties": {"c": {"$dynamicRef": "#c"}},
+                            "$defs": {"d": {"$dynamicAnchor": "c", "type": "integer"}},
+                        },
+                        "c": {"$dynamicAnchor": "c", "type": "string"},
+                    },
+                }
+            },
+        },
+        [{"x": {"c": 1}}, {"x": {"c": "s"}}, {"x": {}}],
+    ),
     ({"not": {"prefixItems": [{"type": "integer"}, {"type": "string"}]}}, [[], [1], ["a"], [1, "a"], [1, 2], "x"]),
 ]
 
@@ -824,17 +847,18 @@ REFUSED = [
     ({"properties": {"(": {}}, "not": {"propertyNames": {"pattern": "("}}}, "pattern", "#/not/propertyNames/pattern"),
     ({"not": {"additionalProperties": False, "patternProperties": {"\\p{L}": {}}}}, "patternProperties", None),
     (
-        # two resources define the dynamic anchor, the root does not: the target depends on the path
+        # a and b define the dynamic anchor and lead to c: which one is outermost depends on the anyOf branch
         {
             "$id": "https://example.com/r",
+            "anyOf": [{"$ref": "a"}, {"$ref": "b"}],
             "$defs": {
-                "a": {"$id": "a", "$dynamicAnchor": "x", "$ref": "b"},
-                "b": {"$id": "b", "$dynamicAnchor": "x", "items": {"$dynamicRef": "#x"}},
+                "a": {"$id": "a", "$ref": "c", "$defs": {"x": {"$dynamicAnchor": "x", "type": "integer"}}},
+                "b": {"$id": "b", "$ref": "c", "$defs": {"x": {"$dynamicAnchor": "x", "type": "string"}}},
+                "c": {"$id": "c", "items": {"$dynamicRef": "#x"}, "$defs": {"x": {"$dynamicAnchor": "x"}}},
             },
-            "$ref": "a",
         },
         "$dynamicRef",
-        "#/$defs/b/items/$dynamicRef",
+        "#/$defs/c/items/$dynamicRef",
     ),
     ({"not": {"unevaluatedProperties": False}}, "unevaluatedProperties", "#/not/unevaluatedProperties"),
     (

@@ -57,6 +57,10 @@ class Document:
         self.ids = {}  # resource URI -> node
         self.anchors = {}  # (resource URI, anchor) -> node
         self.dynamic = {}  # $dynamicAnchor name -> {resource URI: node}
+        self.parent = {}  # resource URI -> the resource it is embedded in
+        self.entered = []  # (resource, resource embedded in it in an applicator's place)
+        self.refs = []  # schema objects holding $ref or $dynamicRef
+        self.graph = None  # resource URI -> the resources an evaluation may enter from it (resources_graph)
         self.keep = []  # synthetic dicts (their ids must stay unique)
         self.syn = set()  # ids of synthetic dicts
         if self.draft == 3:
@@ -110,7 +114,16 @@ class Document:
                 continue
             self.budget.tick(pointer)
             if kind == _SCHEMA:
+                outer = base
                 base = self._resource(node, pointer, base)
+                if base != outer:
+                    self.parent.setdefault(base, outer)
+                    up = pointer.rsplit("/", 2)
+                    if len(up) < 3 or up[-2] not in ("$defs", "definitions"):
+                        self.entered.append((outer, base))  # evaluated in place, not only by reference
+                if "$ref" in node or "$dynamicRef" in node:
+                    self.refs.append(node)
+                self.graph = None
             self.ptr[id(node)] = pointer
             self.base[id(node)] = base
             for k, v in node.items():
@@ -193,17 +206,68 @@ class Document:
         if not frag or frag.startswith("/") or not isinstance(target, dict) or target.get("$dynamicAnchor") != frag:
             return target
         definers = self.dynamic.get(frag, {})
-        root = definers.get(self.base.get(id(self.root), ""))
-        if root is not None:
-            return root
+        home = self.base.get(id(where), "")
+        for b, node in definers.items():
+            # b is on every path to the reference, before any other resource defining the name
+            if all(not self.reachable_without(b, x) for x in [home] + [x for x in definers if x != b]):
+                return node
         if set(definers) == {self.base.get(id(target))}:
-            return target
+            return target  # no other resource defines it: in scope or not, the target
         refuse(
             "$dynamicRef",
             self.p(where) + "/$dynamicRef",
-            "the $dynamicAnchor %r is defined by %d resources, not by the document's root: which one the reference "
-            "means depends on the path of the evaluation" % (frag, len(definers)),
+            "the $dynamicAnchor %r is defined by %d resources, none of them on every path to the reference before "
+            "the others: which one it means depends on the path of the evaluation" % (frag, len(definers)),
         )
+
+    def reachable_without(self, avoid, goal):
+        """Whether an evaluation may enter the resource ``goal`` from the root's without entering ``avoid``."""
+        graph = self.resources_graph()
+        start = self.base.get(id(self.root), "")
+        if avoid in (start, goal):
+            return False
+        seen, todo = {start}, [start]
+        while todo:
+            b = todo.pop()
+            if b == goal:
+                return True
+            for n in graph.get(b, ()):
+                if n != avoid and n not in seen:
+                    seen.add(n)
+                    todo.append(n)
+        return False
+
+    def resources_graph(self):
+        """Resource -> the resources an evaluation may enter from it (a superset): those embedded in it in an
+        applicator's place, the targets of its references (every resource on a pointer's way to the target, and
+        every resource defining a ``$dynamicRef``'s name), as the dynamic scope grows along them."""
+        while self.graph is None:
+            self.graph = graph = {}
+            for a, b in self.entered:
+                graph.setdefault(a, set()).add(b)
+            for node in list(self.refs):
+                home = self.base.get(id(node), "")
+                for k in ("$ref", "$dynamicRef"):
+                    if isinstance(node.get(k), str):
+                        graph.setdefault(home, set()).update(self._entered_by(node, k))
+            # resolving may index more of the document (graph is None again then): build it again
+        return self.graph
+
+    def _entered_by(self, node, k):
+        try:
+            target = self.resolve(node[k], node, k)
+        except Refuse:
+            return ()  # refused where it is evaluated
+        url, frag = urllib.parse.urldefrag(join(self.base.get(id(node), ""), node[k]))
+        frag = urllib.parse.unquote(frag)
+        b = self.base.get(id(target), "") if isinstance(target, dict) else url
+        out = {b}
+        while frag.startswith("/") and b != url and b in self.parent:
+            b = self.parent[b]  # a pointer passes through the resources between the named one and the target
+            out.add(b)
+        if k == "$dynamicRef":
+            out.update(self.dynamic.get(frag, {}))
+        return out
 
     def node_at(self, pointer):
         """The node of the document at the JSON pointer ``pointer`` (``#``, ``#/properties/a~1b``...: ``~0``/``~1``
