@@ -6,14 +6,23 @@ its ``$id``/``id`` resources and ``$anchor``s, ``$ref`` resolution, and the synt
 A schema object is a dict of the document (or a synthetic one the document keeps alive); its pointer, base and
 whether it is synthetic are kept by the dict's ``id()``: this object is the only one that writes those tables.
 
-Owns: pointers (``p``, ``escape``), resources and resolution (``resolve``, ``node_at``), synthetic schemas
-(``synth``, ``synthetic``, ``vocab_of``). Must not import the compiler's other parts.
+The drafts' metaschemas are shipped (``bankml/schema/metaschemas.json.gz``, json-schema.org's, BSD-3-Clause): a
+reference to one of the document's draft indexes them under the pointers ``URI#/...``. A ``$dynamicRef`` is
+resolved where its dynamic scope does not change its target (``resolve_dynamic``: over the graph of the resources
+an evaluation may enter, one resource defining the name is on every path to it before the others).
+
+Owns: pointers (``p``, ``escape``), resources and resolution (``resolve``, ``resolve_dynamic``, ``node_at``),
+synthetic schemas (``synth``, ``synthetic``, ``vocab_of``). Must not import the compiler's other parts.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
+import pathlib
 import urllib.parse
 
+from bankml.schema._cstack import check_stack as _check_stack
 from bankml.schema.strict.bounds import MAX_DEPTH
 from bankml.schema.strict.vocabulary import (
     SUBSCHEMA_LIST,
@@ -25,12 +34,19 @@ from bankml.schema.strict.vocabulary import (
     refuse,
 )
 
+_METASCHEMAS = pathlib.Path(__file__).resolve().parent.parent / "metaschemas.json.gz"
 _SCHEMA, _SCHEMAS, _OTHER = 0, 1, 2  # what an indexed node is: a schema, a list or object of schemas, other JSON
 
 
 def escape(k):
     """A key as a JSON pointer token."""
     return str(k).replace("~", "~0").replace("/", "~1")
+
+
+def _shipped_metaschemas():
+    """The drafts' metaschemas (``bankml/schema/metaschemas.json.gz``, json-schema.org's; the file's ``notice``
+    holds their licence), read anew for each conversion that refers to one."""
+    return json.loads(gzip.decompress(_METASCHEMAS.read_bytes()))
 
 
 def join(base, ref):
@@ -127,8 +143,8 @@ class Document:
             self.ptr[id(node)] = pointer
             self.base[id(node)] = base
             for k, v in node.items():
-                if k in ("enum", "const", "default", "examples", "required", "example"):
-                    continue
+                if kind != _SCHEMAS and k in ("enum", "const", "default", "examples", "required", "example"):
+                    continue  # values, not schemas (in a map of schemas, property names: schemas)
                 if isinstance(v, (dict, list)):
                     if kind == _SCHEMA and isinstance(v, dict) and k in SUBSCHEMA_ONE:
                         sub = _SCHEMA
@@ -170,6 +186,8 @@ class Document:
         url, frag = urllib.parse.urldefrag(full)
         doc = self.ids.get(url)
         if doc is None:
+            doc = self._metaschema(url, keyword, pointer)
+        if doc is None:
             refuse(keyword, pointer, "remote or unknown reference %r" % ref)
         frag = urllib.parse.unquote(frag)
         if frag == "":
@@ -193,6 +211,27 @@ class Document:
         if isinstance(node, dict) and id(node) not in self.ptr:
             self.index(node, at, self.base.get(id(doc), url))
         return node
+
+    def _metaschema(self, url, keyword, pointer):
+        """The shipped metaschema of the URI ``url`` (none for another URI), indexed with the rest of its draft's
+        (its vocabularies' metaschemas refer to each other) under the pointers ``URI#/...``; one of another draft
+        than the document's is refused."""
+        _check_stack()
+        drafts = _shipped_metaschemas()["drafts"]
+        for draft, docs in drafts.items():
+            if url not in docs:
+                continue
+            if int(draft) != self.draft:
+                refuse(
+                    keyword,
+                    pointer,
+                    "%r is the metaschema of another draft than the document's (a document is read with one draft)"
+                    % url,
+                )
+            for u, schema in docs.items():
+                self.index(schema, u + "#", u)
+            return self.ids.get(url)
+        return None
 
     def resolve_dynamic(self, where):
         """The schema the ``$dynamicRef`` of the schema object ``where`` names, where its dynamic scope does not
