@@ -1056,6 +1056,7 @@ SLICE_KEYWORDS = {
     "format", "multipleOf", "uniqueItems", "contains", "minContains", "maxContains", "dependentRequired",
     "dependentSchemas", "$anchor", "$id", "$ref", "$defs", "$schema", "if", "then", "else", "not", "anyOf", "allOf",
     "oneOf", "prefixItems", "patternProperties", "propertyNames", "pattern", "const", "enum",
+    "unevaluatedProperties", "unevaluatedItems",
 }  # fmt: skip
 
 
