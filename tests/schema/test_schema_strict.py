@@ -723,6 +723,30 @@ def test_key_order_policy():
     assert accepts(counted, '{"a": 1, "j": 2}') and not accepts(counted, '{"j": 1, "a": 2}')
 
 
+def test_format_beside_length_bounds():
+    """A format beside maxLength (bench/tool_reliability.py's send_email tool: email, maxLength 64) compiles to
+    the product's language; a bound too large to count is refused naming format, the bounds and the pointer."""
+    schema = {"type": "object", "properties": {"to": {"type": "string", "format": "email", "maxLength": 64}}}
+    gbnf = strict_schema_to_grammar(schema)
+    local = "a" * 30
+    for to in [
+        "joe@example.com",
+        local + "@" + "b" * 33,
+        local + "@" + "b" * 34,
+        '"joe bloggs"@example.com',
+        "joe@[IPv6:::1]",
+        "x" * 40 + "@[IPv6:ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]",
+        "x" * 10 + "@[IPv6:ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]",
+        "joe@",
+        "joe..bloggs@example.com",
+    ]:
+        value = {"to": to}
+        assert accepts(gbnf, text_of(value)) == oracle(schema, value), to
+    with pytest.raises(SchemaError, match="format 'email' beside minLength 0 / maxLength 100000") as refusal:
+        strict_schema_to_grammar({"properties": {"to": {"format": "email", "maxLength": 100000}}})
+    assert refusal.value.keyword == "format" and refusal.value.pointer == "#/properties/to/format"
+
+
 def test_dependencies_in_the_repeating_form():
     """Past 8 listed keys, a dependency's keys are tracked as the required ones are (one rule per set of them
     written), the other keys free to come again: docker-compose's memswap_limit needs mem_limit among 45 keys,
