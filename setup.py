@@ -50,6 +50,7 @@ def extension(name, extra_args=(), source=None):
 STRICT = (
     "vocabulary",
     "bounds",
+    "dialect",
     "values",
     "gbnf",
     "document",
@@ -59,6 +60,7 @@ STRICT = (
     "terms",
     "negation",
     "oneof",
+    "unevaluated",
     "validate",
     "patterns",
     "numeric",
@@ -71,7 +73,7 @@ STRICT = (
     "compiler",
     "convert",
 )
-STRICT_LANG = ("bounds", "charsets", "minimize", "automaton", "algebra", "regex", "format_langs", "formats", "gbnf")
+STRICT_LANG = ("bounds", "charsets", "minimize", "automaton", "algebra", "ecma", "regex", "format_langs", "formats", "gbnf")
 SCHEMA = (
     [
         extension(f"schema.{name}", source=f"bankml/schema/{name}.py")

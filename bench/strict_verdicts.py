@@ -3,8 +3,9 @@
 refusal counted by keyword), every instance of every compiled schema walked byte by byte through the grammar
 (``Grammar.accept_bytes``, then the end state must be complete), and the grammar's verdict compared with the
 instance's label and with jsonschema's (the validator of the schema's ``$schema``, 2020-12 by default, with the
-2020-12 FormatChecker, as MaskBench labels them). Nothing is timed. Exit status 1 when a compiled grammar's
-verdict differs from jsonschema's on any instance.
+2020-12 FormatChecker, as MaskBench labels them), read as the JSON-Schema-Test-Suite reads the specification
+(``tests/spec_oracle.py``: ECMA-262 patterns, the RFCs' formats, ``dependencies`` in 2019-09 and 2020-12).
+Nothing is timed. Exit status 1 when a compiled grammar's verdict differs from that reading on any instance.
 
     # the public set: the maskbench/data folder of guidance-ai/jsonschemabench (not carried by the project)
     python bench/strict_verdicts.py PATH/TO/maskbench/data --workers 2 --out verdicts.json
@@ -32,11 +33,10 @@ sys.path.insert(0, str(ROOT))
 
 def judge(path):
     """One file: ``{"name", "status", "keyword", "instances": [[label, jsonschema, grammar], ...]}``."""
-    import jsonschema
-
     from bankml import Grammar, Rules, Vocab
     from bankml.errors import GrammarError, SchemaError
     from bankml.schema.strict import strict_schema_to_grammar
+    from tests import spec_oracle
 
     name = pathlib.Path(path).name
     try:
@@ -52,8 +52,7 @@ def judge(path):
         return {"name": name, "status": "crash", "message": ("%s: %s" % (type(e).__name__, e))[:300]}
     rules = Rules.parse(gbnf)
     tiny = Vocab([b"x"], [])
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    validator = cls(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    validator = spec_oracle.validator(schema)  # jsonschema as the suite reads the spec (ECMA patterns, RFC formats)
     instances = []
     for t in case.get("tests", []):
         g = Grammar(rules, tiny)

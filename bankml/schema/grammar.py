@@ -87,27 +87,30 @@ class StrictGrammarBuilder:
         return rule_name
 
 
-def json_schema_to_grammar(schema, limits=None, *, mode="llama.cpp", lenient=()):
+def json_schema_to_grammar(schema, limits=None, *, mode="llama.cpp", lenient=(), regex_dialect=None):
     """``(grammar, warnings)`` for a JSON schema (a dict, or JSON text): llama.cpp's converter (the default; see
     ``bankml.schema.converter.json_schema_to_grammar``) or the strict compiler (``mode="strict"``). Raises
     SchemaError for a schema the mode refuses or past ``limits`` (a ``SchemaLimits``), ValueError for an unknown
-    mode or a ``lenient`` outside strict mode."""
+    mode or a ``lenient`` or ``regex_dialect`` outside strict mode. ``regex_dialect`` (strict mode):
+    ``"ecma"`` (JSON Schema's ECMA-262, the default) or ``"python"`` (Python's ``re``, as ``jsonschema`` reads
+    ``pattern``)."""
     if mode == "llama.cpp":
-        if lenient:
-            raise ValueError("lenient applies to mode='strict' only")
+        if lenient or regex_dialect is not None:
+            raise ValueError("lenient and regex_dialect apply to mode='strict' only")
         return converter.json_schema_to_grammar(schema, limits)
     if mode != "strict":
         raise ValueError("mode must be 'llama.cpp' or 'strict', not %r" % (mode,))
-    return strict_schema_to_grammar(schema, lenient=lenient, limits=limits), []
+    dialect = "ecma" if regex_dialect is None else regex_dialect
+    return strict_schema_to_grammar(schema, lenient=lenient, limits=limits, regex_dialect=dialect), []
 
 
-def json_schema_to_rules(schema, vocab=None, limits=None, *, mode="llama.cpp", lenient=()):
+def json_schema_to_rules(schema, vocab=None, limits=None, *, mode="llama.cpp", lenient=(), regex_dialect=None):
     """Convert a JSON schema (``mode``/``lenient`` as json_schema_to_grammar's) and parse the grammar, as
     llama.cpp does before it samples with it. Returns ``(rules, grammar, warnings)``; a grammar the GBNF parser
     refuses raises SchemaError with the parser's reason (``__cause__`` is the GrammarError)."""
-    if mode == "llama.cpp" and not lenient:
+    if mode == "llama.cpp" and not lenient and regex_dialect is None:
         return converter.json_schema_to_rules(schema, vocab, limits)
-    grammar, warnings = json_schema_to_grammar(schema, limits, mode=mode, lenient=lenient)
+    grammar, warnings = json_schema_to_grammar(schema, limits, mode=mode, lenient=lenient, regex_dialect=regex_dialect)
     try:
         rules = Rules.parse(grammar, vocab=vocab)
     except GrammarError as e:

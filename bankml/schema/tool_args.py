@@ -172,7 +172,7 @@ class _Document:
 
     def __init__(self, document):
         self.document = document
-        draft = draft_of(document)
+        draft = draft_of(document, 2020)
         self.vocab = VOCAB.get(draft)
         self.draft = draft
         self._nodes = {}

@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 from bankml import Grammar, GrammarError, Rules, Vocab
 from bankml.schema.strict.lang import Lang, LangError, intersect_all, is_known_format, string_gbnf
 
+from .. import spec_oracle
+
 FC_2020 = jsonschema.Draft202012Validator.FORMAT_CHECKER
 FC_CLASS = jsonschema.FormatChecker()
 
@@ -218,6 +220,36 @@ def test_intersect_all_is_the_pairwise_intersection(parts, bounds):
     assert got == want and got._trans == want._trans and got._acc == want._acc
 
 
+@SETTINGS
+@given(regexes(), st.integers(0, 6), st.one_of(st.none(), st.integers(0, 12)))
+def test_bounded_is_the_product_with_a_length(pattern, lo, hi):
+    """``bounded`` (a state counted only while the bound can cut its continuations) is the product with the
+    length language: the same canonical DFA."""
+    from bankml.schema.strict.lang.algebra import bounded
+
+    lang = Lang.regex(pattern)
+    got = bounded(lang, lo, hi)
+    want = lang & Lang.length(lo, hi)
+    assert got == want and got._trans == want._trans and got._acc == want._acc
+
+
+@pytest.mark.parametrize("fmt,lo,hi", [("email", 0, 64), ("email", 3, 40), ("uri", 0, 30), ("date-time", 1, None)])
+def test_bounded_formats(fmt, lo, hi):
+    """A format beside length bounds: the product's language, with fewer states made (the email address
+    language of 172 states beside maxLength 64 made 11,000 product states before minimizing)."""
+    from bankml.schema.strict.lang import bounds
+    from bankml.schema.strict.lang.algebra import bounded
+
+    lang = Lang.format(fmt)
+    bounds.set_scale(bounds.FORMAT_SCALE)
+    try:
+        got = bounded(lang, lo, hi)
+        want = intersect_all([(Lang.length(lo, hi), False), (lang, False)]) if hi is not None else lang
+    finally:
+        bounds.set_scale(1)
+    assert got == want
+
+
 @pytest.mark.parametrize(
     "limit", [12, 25, 30, 40, 200]
 )  # 30: past the bound for the one product, not for the pairwise ones
@@ -409,7 +441,8 @@ def test_gbnf_masks_with_a_real_vocabulary():
 
 
 def oracle(fmt, s):
-    return FC_2020.conforms(s, fmt)
+    """The format as the suite reads its RFC (tests/spec_oracle.py's procedures), else jsonschema's checker."""
+    return spec_oracle.format_conforms(fmt, s)
 
 
 def require_checker(fmt):
@@ -592,7 +625,6 @@ FORMATS = [
     "time",
     "duration",
     "email",
-    "idn-email",
     "ipv4",
     "ipv6",
     "uri",
@@ -611,10 +643,6 @@ def test_format_examples(fmt):
     assert is_known_format(fmt)
     for s in FORMAT_EXAMPLES[fmt]:
         assert lang.matches(s) == oracle(fmt, s), (fmt, s)
-    if fmt != "time":
-        # The class-level FormatChecker() agrees with the draft 2020-12 checker on these formats.
-        for s in FORMAT_EXAMPLES[fmt]:
-            assert FC_CLASS.conforms(s, fmt) == FC_2020.conforms(s, fmt)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -689,7 +717,7 @@ def test_color_of_the_class_level_checker():
 
 
 def test_format_refusals():
-    for fmt in ["hostname", "idn-hostname", "relative-json-pointer", "regex", "uri-template", "color"]:
+    for fmt in ["hostname", "idn-hostname", "idn-email", "relative-json-pointer", "regex", "uri-template", "color"]:
         with pytest.raises(LangError) as e:
             Lang.format(fmt)
         assert e.value.keyword == "format" and is_known_format(fmt)
@@ -743,9 +771,8 @@ def test_hostile_inputs_end_in_lang_error(expr):
     assert "exceeds" in out.stdout or "expands past" in out.stdout or "steps to build" in out.stdout
 
 
-def test_duration_datetime_branch_is_never_accepted():
-    """A number-only run before 'T' sends isoduration to arrow's datetime parser; the language
-    assumes that never yields a string ending in a designator letter: check many such strings."""
+def test_duration_random_strings():
+    """Random strings of P, digits, signs, separators and designators: RFC 3339 appendix A's reading."""
     require_checker("duration")
     lang = Lang.format("duration")
     rnd = random.Random(11)

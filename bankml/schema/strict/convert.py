@@ -21,6 +21,7 @@ from bankml.schema import jsondepth
 from bankml.schema._cstack import run_with_stack
 from bankml.schema.limits import DEFAULT_LIMITS, _TooDeep
 from bankml.schema.strict.compiler import Compiler
+from bankml.schema.strict.dialect import check_dialect, in_python_dialect
 from bankml.schema.strict.gbnf import FIXED_RULES, GBNF_TOKEN, NEVER
 from bankml.schema.strict.vocabulary import LENIENT_KEYWORDS, Refuse, refuse
 
@@ -30,18 +31,18 @@ _TOO_DEEP = "strict JSON schema conversion failed:\nthe schema nests too deeply"
 DEEP_STACK = 64 * 1024 * 1024
 
 
-def compile_schema(schema, lenient, limits, pointer="#"):
+def compile_schema(schema, lenient, limits, pointer="#", regex_dialect="ecma"):
     """``(root expression, {name: body})``: the expression of the instances of the schema node at ``pointer``
     (a JSON pointer into ``schema``, the document its ``$ref``s resolve in) and every rule it may use, the fixed
     ones (``space``, ``char``, ``value``...) last. Raises SchemaError as strict_schema_to_grammar does."""
     try:
-        return _compile(schema, lenient, limits, pointer)
+        return _compile(schema, lenient, limits, pointer, regex_dialect)
     except _TooDeep:
         if not COMPILED:
             raise SchemaError(_TOO_DEEP, "#", keyword="SchemaLimits") from None
     # compiled, the recursion ran low on the caller's C stack: done again from the start with room
     try:
-        return run_with_stack(lambda: _compile(schema, lenient, limits, pointer), DEEP_STACK)
+        return run_with_stack(lambda: _compile(schema, lenient, limits, pointer, regex_dialect), DEEP_STACK)
     except _TooDeep:
         raise SchemaError(_TOO_DEEP, "#", keyword="SchemaLimits") from None
 
@@ -50,7 +51,8 @@ def compile_schema(schema, lenient, limits, pointer="#"):
 COMPILED = not isinstance(compile_schema, types.FunctionType)
 
 
-def _compile(schema, lenient, limits, pointer):
+def _compile(schema, lenient, limits, pointer, regex_dialect):
+    check_dialect(regex_dialect)
     bad = set(lenient) - LENIENT_KEYWORDS
     if bad:
         raise ValueError("lenient takes %s; not %s" % (", ".join(sorted(LENIENT_KEYWORDS)), ", ".join(sorted(bad))))
@@ -65,6 +67,7 @@ def _compile(schema, lenient, limits, pointer):
         limits = DEFAULT_LIMITS  # the same bounds as the llama.cpp port: 30 s, 8 MB
     c = None
     try:
+        schema = in_python_dialect(schema, regex_dialect)
         c = Compiler(schema, lenient, limits)
         node = c.doc.node_at(pointer)
         if node is True or node is False or isinstance(node, dict):
@@ -87,22 +90,24 @@ def _compile(schema, lenient, limits, pointer):
     return (root if root is not None else NEVER), rules
 
 
-def strict_schema_to_grammar(schema, *, lenient=(), limits=None):
+def strict_schema_to_grammar(schema, *, lenient=(), limits=None, regex_dialect="ecma"):
     """Compile a JSON schema (a dict, a bool, or JSON text) to GBNF whose root rule ``root`` accepts exactly
     the JSON texts (spelled as the package's docstring says) of the instances jsonschema accepts.
 
     ``lenient``: keywords to treat as annotations instead of refusing them where strict mode cannot enforce
     them (see LENIENT_KEYWORDS). ``limits``: a ``bankml.schema.SchemaLimits`` (size, nodes, seconds).
-    Raises ``SchemaError`` with ``keyword`` and ``pointer`` set for every schema it refuses.
+    ``regex_dialect``: ``"ecma"`` (JSON Schema's ECMA-262 regexes, the default) or ``"python"`` (Python's ``re``, as
+    the ``jsonschema`` package searches with it; ``dialect``). Raises ``SchemaError`` with ``keyword`` and
+    ``pointer`` set for every schema it refuses.
     """
-    root, rules = compile_schema(schema, lenient, limits)
+    root, rules = compile_schema(schema, lenient, limits, regex_dialect=regex_dialect)
     lines = ["root ::= " + root + " space"]
     for name, body in rules.items():
         lines.append("%s ::= %s" % (name, body))
     return "\n".join(lines) + "\n"
 
 
-def strict_schema_rules(schema, name, *, pointer="#", lenient=(), limits=None):
+def strict_schema_rules(schema, name, *, pointer="#", lenient=(), limits=None, regex_dialect="ecma"):
     """The strict rules of one schema, to embed in a bigger grammar: ``{rule name: body}`` where ``name``
     (a GBNF rule name) is the rule of the schema node at ``pointer`` (default the whole ``schema``; a pointer
     such as ``#/properties/a`` compiles one property, its ``$ref``s resolved in the whole document) followed
@@ -112,7 +117,7 @@ def strict_schema_rules(schema, name, *, pointer="#", lenient=(), limits=None):
     naming the keyword and pointer, as strict_schema_to_grammar does."""
     if not re.fullmatch(r"[a-zA-Z0-9-]+", name):
         raise ValueError("bad GBNF rule name %r" % (name,))
-    root, rules = compile_schema(schema, lenient, limits, pointer)
+    root, rules = compile_schema(schema, lenient, limits, pointer, regex_dialect)
     prefix = name + "-"
     out = {}
     pending = [(name, root + " space")]

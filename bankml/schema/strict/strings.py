@@ -17,6 +17,7 @@ from bankml.schema.strict.patterns import (
     GBNF_CACHE,
     PLACEHOLDER,
     cache_put,
+    format_alone,
     pattern_run,
     renamed,
     shipped_format_gbnf,
@@ -37,6 +38,7 @@ class Strings:
         self.spell_cache = {}  # code point -> the rule of its spellings
         self.except_cache = {}  # code points -> the rule of one code point but those
         self.key_chains = {}  # the rest of an excluded key -> its trie chain's rule (unbounded keys)
+        self.lang_exprs = {}  # a string language's key (GBNF_CACHE's) -> its expression in this grammar
 
     def link(self, c):
         self.validator = c.validator
@@ -129,17 +131,24 @@ class Strings:
                 if keyword is not None:
                     raise Refuse(keyword, e.pointer, e.reason) from None
                 raise
+            alone = None if lang.is_empty() else format_alone(st, lang)
             if lang.is_empty():
                 cache_put(GBNF_CACHE, gkey, None)
+            elif alone is not None and shipped_format_gbnf(alone) is not None:
+                cache_put(GBNF_CACHE, gkey, shipped_format_gbnf(alone))
             else:
                 expr, rules = string_gbnf(lang, PLACEHOLDER)
                 cache_put(GBNF_CACHE, gkey, (expr, dict(rules)))
         hit = GBNF_CACHE[gkey]
         if hit is None:
             return None
-        expr, rules = renamed(hit, self.rules.new_name("str"))
-        for name, body in rules.items():
-            self.rules.set_rule(name, body)
+        # the same language met again in this grammar (date-time in ten places): its rules written once
+        expr = self.lang_exprs.get(gkey)
+        if expr is None:
+            expr, rules = renamed(hit, self.rules.new_name("str"))
+            for name, body in rules.items():
+                self.rules.set_rule(name, body)
+            self.lang_exprs[gkey] = expr
         return expr
 
     def spell(self, c):

@@ -9,6 +9,8 @@ Owns: those tables, the draft of a document (its ``$schema``), ``Refuse``. Impor
 
 from __future__ import annotations
 
+import re
+
 LENIENT_KEYWORDS = frozenset({"format", "pattern", "uniqueItems", "multipleOf", "contains", "properties"})
 
 ALL_TYPES = frozenset({"null", "boolean", "int", "frac", "string", "array", "object"})
@@ -83,27 +85,38 @@ VOCAB = {
     4: _COMMON | {"dependencies"},
     6: _COMMON | {"dependencies"} | _DRAFT6,
     7: _COMMON | {"dependencies", "if"} | _DRAFT6,
-    2019: _COMMON | _DRAFT2019 | {"$recursiveRef"},
-    2020: (_COMMON - {"additionalItems"}) | _DRAFT2019 | {"prefixItems", "$dynamicRef"},
+    # ``dependencies`` is no keyword of 2019-09 and 2020-12, which split it in two; the suite's
+    # optional/dependencies-compatibility reads it there as before (jsonschema ignores it: docs/modules/strict.md)
+    2019: _COMMON | _DRAFT2019 | {"$recursiveRef", "dependencies"},
+    2020: (_COMMON - {"additionalItems"}) | _DRAFT2019 | {"prefixItems", "$dynamicRef", "dependencies"},
 }
-ALWAYS_REFUSED = {"$recursiveRef", "$dynamicRef", "unevaluatedItems", "unevaluatedProperties"}
+# where a schema's subschemas stand: keywords whose value is one schema, a list of schemas, an object of schemas
+# ("items" is one or a list; a draft-4..7 "dependencies" value is a schema or a list of names)
+SUBSCHEMA_ONE = frozenset(
+    ("additionalProperties", "additionalItems", "items", "contains", "propertyNames", "not", "if", "then", "else")
+    + ("unevaluatedItems", "unevaluatedProperties")
+)
+SUBSCHEMA_LIST = frozenset(("allOf", "anyOf", "oneOf", "prefixItems", "items"))
+SUBSCHEMA_MAP = frozenset(
+    ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
+)
+ALWAYS_REFUSED = {"$recursiveRef"}
+# read through the annotations of a schema's in-place applicators (unevaluated.py)
+UNEVALUATED = frozenset({"unevaluatedProperties", "unevaluatedItems"})
 
 
-def draft_of(schema):
+_DRAFT_URI = re.compile(r"https?://json-schema\.org/(?:draft-0([3467])|draft/(2019-09|2020-12))/")
+_DRAFTS = {"3": 3, "4": 4, "6": 6, "7": 7, "2019-09": 2019, "2020-12": 2020}
+
+
+def draft_of(schema, unknown=None):
+    """The draft a document's ``$schema`` names (a json-schema.org draft URI; 2020-12 without one), ``unknown``
+    for another URI (a custom metaschema, whose vocabularies are not read)."""
     uri = schema.get("$schema") if isinstance(schema, dict) else None
     if not isinstance(uri, str):
         return 2020
-    for tag, d in (
-        ("draft-03", 3),
-        ("draft-04", 4),
-        ("draft-06", 6),
-        ("draft-07", 7),
-        ("2019-09", 2019),
-        ("2020-12", 2020),
-    ):
-        if tag in uri:
-            return d
-    return 2020
+    m = _DRAFT_URI.match(uri)
+    return _DRAFTS[m.group(1) or m.group(2)] if m else unknown
 
 
 class Refuse(Exception):

@@ -1,22 +1,20 @@
 # cython: boundscheck=True, wraparound=True, cdivision=False, annotation_typing=False
-"""The format languages: each is what jsonschema's checker (jsonschema/_format.py with its format extras) accepts,
-derived from what that code actually does (its regexes, ``str.upper()``/``str.lower()`` read as case preimages,
-``str.replace``/``str.strip`` as transducers); tests/schema/test_strict_lang.py checks each one against the
-checker itself on generated and mutated strings. Which checker asserts which name: ``formats``.
+"""The format languages: each as its RFC's ABNF reads (JSON Schema 2020-12 section 7.3, as the
+JSON-Schema-Test-Suite's optional/format tests read it: ASCII digits, the whole string, no final newline): date,
+time and date-time (RFC 3339, leap seconds at 23:59:60 UTC), duration (RFC 3339 appendix A), email (RFC 5321),
+ipv4, ipv6, uri/iri and their references (RFC 3986/3987), uuid (RFC 4122), json-pointer (RFC 6901); and, for draft
+3's bare checker, what jsonschema reads (``str.lower()`` as a case preimage). tests/schema/test_strict_lang.py
+checks them against the suite and an independent reading. Which drafts assert which name: ``formats``.
 
-Owns: the patterns and constructions of the formats (date, time, IP addresses, URIs, duration, uuid, hostname,
-draft 3's time and color). Builds on ``regex``, ``algebra``, ``automaton``; must not import ``formats`` or ``gbnf``.
+Owns: the patterns and constructions of the formats (date, time, IP addresses, URIs, duration, uuid, email,
+hostname, draft 3's time and color). Builds on ``regex``, ``algebra``, ``automaton``; must not import ``formats`` or ``gbnf``.
 """
 
 from __future__ import annotations
 
-import re
-
-from bankml.schema.strict.lang import bounds
 from bankml.schema.strict.lang.algebra import preimage_map
-from bankml.schema.strict.lang.automaton import Lang, finish
-from bankml.schema.strict.lang.bounds import LangError
-from bankml.schema.strict.lang.charsets import all_text, category, clip, cs_diff, cs_neg, cs_union, norm, pos_to_cp
+from bankml.schema.strict.lang.automaton import Lang
+from bankml.schema.strict.lang.charsets import all_text, pos_to_cp
 from bankml.schema.strict.lang.regex import regex_lang
 
 
@@ -53,70 +51,6 @@ def full(p: str) -> Lang:
     return regex_lang(r"\A(?:%s)\Z" % p, "format")
 
 
-def _preimage_replace(d: Lang, needle: str) -> Lang:
-    """{s : s.replace(needle, "") in d} — str.replace's leftmost, non-overlapping deletion,
-    run as a transducer whose state is the pending prefix of ``needle``."""
-    specials = sorted(set(needle))
-    others = cs_neg(norm((ord(c), ord(c)) for c in specials))
-
-    run = d.run
-
-    def feed(buf, ch):
-        s = buf + ch
-        out = ""
-        while True:
-            if s == needle:
-                return "", out
-            if needle.startswith(s):
-                return s, out
-            out += s[0]
-            s = s[1:]
-
-    index = {("", 0): 0}
-    keys = [("", 0)]
-    trans = []
-    acc = []
-    for buf, q in keys:
-        row = []
-
-        def target(key):
-            t = index.get(key)
-            if t is None:
-                t = index[key] = len(keys)
-                keys.append(key)
-                if len(keys) > bounds.state_limit():
-                    raise LangError("format", f"the automaton exceeds {bounds.state_limit()} states")
-            return t
-
-        for ch in specials:
-            nb, out = feed(buf, ch)
-            q2 = run(q, out)
-            if q2 >= 0:
-                row.append((ord(ch), ord(ch), target((nb, q2))))
-        q1 = run(q, buf)  # any other character flushes the pending prefix and passes
-        if q1 >= 0:
-            for lo, hi, t in d._trans[q1]:
-                for a, b in clip(lo, hi, others):
-                    row.append((a, b, target(("", t))))
-        row.sort()
-        trans.append(row)
-        qf = run(q, buf)
-        acc.append(qf >= 0 and d._acc[qf])
-    return finish(trans, acc, "format")
-
-
-def _preimage_strip(d: Lang, chars: str) -> Lang:
-    """{s : s.strip(chars) in d}: s = B m B' with B, B' runs of ``chars`` and m neither
-    starting nor ending with one of them (or s all ``chars`` and "" in d)."""
-    cls = _cls(norm((ord(c), ord(c)) for c in chars))
-    runs = full(cls + "*")
-    not_edge = full(r"(?s:(?:[^%s](?:.*[^%s])?)?)" % (re.escape(chars), re.escape(chars)))
-    out = runs.concat((d & not_edge).concat(runs, "format"), "format")
-    if d.matches(""):
-        out = out | runs
-    return out
-
-
 _YEAR_NZ = r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
 _LEAP = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
 _MONTH_DAY = (
@@ -125,11 +59,6 @@ _MONTH_DAY = (
 )
 # A real calendar date, years 0001-9999 (date.fromisoformat and calendar.monthrange agree).
 DATE = r"(?:%s-%s|%s-02-29)" % (_YEAR_NZ, _MONTH_DAY, _LEAP)
-# rfc3339_validator's time part (re.ASCII, so [0-9]).
-TIME = (
-    r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?"
-    r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
-)
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
 IPV4 = r"(?:%s\.){3}%s" % (_OCTET, _OCTET)
 
@@ -154,9 +83,9 @@ def ipv6_pattern() -> str:
 
 
 def uri_patterns(iri: bool = False) -> tuple[str, str]:
-    """RFC 3986's URI and URI-reference (or RFC 3987's IRI and IRI-reference) as rfc3987 —
-    jsonschema's uri/iri checker — writes them; note its dec-octet accepts leading zeros
-    inside IP literals.  Returns (absolute form, reference form)."""
+    """RFC 3986's URI and URI-reference (or RFC 3987's IRI and IRI-reference), their ABNF as regexes (the
+    sets of characters as rfc3987 lists them; dec-octet without a leading zero, as RFC 3986 has it, where
+    rfc3987 allows one). Returns (absolute form, reference form)."""
     # RFC 3987 ucschar and iprivate, as rfc3987 lists them.
     ucs = (
         (
@@ -174,7 +103,7 @@ def uri_patterns(iri: bool = False) -> tuple[str, str]:
     scheme = "[A-Za-z][A-Za-z0-9+.\\-]*"
     userinfo = "(?:[%s:]|%s)*" % (unres_sub, pct)
     reg_name = "(?:[%s]|%s)*" % (unres_sub, pct)
-    dec_octet = "(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)"
+    dec_octet = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"  # RFC 3986: no leading zero
     ipv4 = "(?:%s\\.){3}%s" % (dec_octet, dec_octet)
     h16 = "[0-9A-Fa-f]{1,4}"
     ls32 = "(?:%s:%s|%s)" % (h16, h16, ipv4)
@@ -192,7 +121,7 @@ def uri_patterns(iri: bool = False) -> tuple[str, str]:
         ]
     )
     # IPvFuture keeps the ASCII unreserved set even in IRIs (rfc3987 shares the rule).
-    ipvfuture = "v[0-9A-Fa-f]+\\.[A-Za-z0-9._~!$&'()*+,;=\\-:]+"
+    ipvfuture = "[vV][0-9A-Fa-f]+\\.[A-Za-z0-9._~!$&'()*+,;=\\-:]+"
     host = "(?:\\[(?:%s|%s)\\]|%s|%s)" % (v6, ipvfuture, ipv4, reg_name)
     authority = "(?:%s@)?%s(?::[0-9]*)?" % (userinfo, host)
     segment = pchar + "*"
@@ -209,40 +138,6 @@ def uri_patterns(iri: bool = False) -> tuple[str, str]:
     uri = "%s:%s(?:\\?%s)?(?:#%s)?" % (scheme, hier, query, fragment)
     relref = "%s(?:\\?%s)?(?:#%s)?" % (rel, query, fragment)
     return uri, "(?:%s|%s)" % (uri, relref)
-
-
-def duration_lang() -> Lang:
-    """isoduration.parse_duration plus jsonschema's "ends with one of DMYWHMS"."""
-    num = r"[+\-0-9.,eE]"
-    # Decimal() of the run (',' read as '.'): sign, digits with one point, optional exponent.
-    dec = r"[+-]?(?:[0-9]+(?:[.,][0-9]*)?|[.,][0-9]+)(?:[eE][+-]?[0-9]+)?"
-    zero = r"[+-]?(?:0+(?:[.,]0*)?|[.,]0+)(?:[eE][+-]?[0-9]+)?"
-    # Designators in order (parse_designator pops the ones it passes); W only after zero values
-    # (the parser compares the DateDuration so far with an all-zero one).
-    date_ne = "(?:{d}Y(?:{d}M)?(?:{d}D)?|{d}M(?:{d}D)?|{d}D|(?:{z}Y)?(?:{z}M)?(?:{z}D)?{d}W)".format(d=dec, z=zero)
-    time_ne = "(?:{d}H(?:{d}M)?(?:{d}S)?|{d}M(?:{d}S)?|{d}S)".format(d=dec)
-    # After the last date designator, number characters before 'T' are collected and dropped;
-    # with no designator at all a run without ',' sends the string to arrow's datetime parser,
-    # which never yields a value ending in a designator letter (so: rejected).
-    body = "(?:{dn}|{dn}{n}*T{tn}|(?:{n}*,{n}*)?T{tn})".format(dn=date_ne, n=num, tn=time_ne)
-    return full(r"[+-]?P" + body)
-
-
-def uuid_lang() -> Lang:
-    """uuid.UUID(s) then jsonschema's "s[8], s[13], s[18], s[23] are '-'".
-
-    UUID: h = s.replace('urn:', '').replace('uuid:', '').strip('{}').replace('-', ''), then
-    len(h) == 32 and int(h, 16) — which allows surrounding whitespace, a sign, a 0x prefix,
-    single underscores between digits, and any Unicode decimal digit as a digit."""
-    space = cs_union(((9, 13), (32, 32)), cs_diff(category("s", False), ((0, 127),)))
-    digit = cs_union(((0x30, 0x39), (0x41, 0x46), (0x61, 0x66)), category("d", False))
-    ws, dg = _cls(space), _cls(digit)
-    h = full(r"{w}*[+\-]?(?:0[xX]_?)?{d}(?:_?{d})*{w}*".format(w=ws, d=dg)) & Lang.length(32, 32)
-    t3 = preimage_map(h, {0x2D: ""}, "format")
-    t2 = _preimage_strip(t3, "{}")
-    t1 = _preimage_replace(t2, "uuid:")
-    s = _preimage_replace(t1, "urn:")
-    return s & full(r"(?s:.{8}-.{4}-.{4}-.{4}-.*)")
 
 
 def hostname_lang() -> Lang:
@@ -292,3 +187,77 @@ def color_lang() -> Lang:
         names = names | Lang.literal(n)
     hexes = full(r"#(?:[a-fA-F0-9]{3}|[a-fA-F0-9]{6})\n?")
     return preimage_map(names | hexes, case_map("lower"), "format")
+
+
+# --- the formats as their RFCs say (JSON Schema 2020-12 section 7.3, read as the JSON-Schema-Test-Suite reads
+# them): ASCII digits, no final newline, the whole string
+
+_DIGIT = "[0-9]"
+SECFRAC = r"(?:\.[0-9]+)?"
+HH, MM = "(?:[01][0-9]|2[0-3])", "[0-5][0-9]"
+OFFSET = r"(?:[zZ]|[+-]%s:%s)" % (HH, MM)
+
+
+def _leap_times() -> str:
+    """RFC 3339 5.7's leap second: ``HH:MM:60`` is a time only where it is 23:59:60 in UTC, i.e. where the
+    local HH:MM less the offset is 23:59 (so 15:59:60-08:00, 01:29:60+01:30, 23:59:60Z)."""
+    alts = ["23:59:60%s[zZ]" % SECFRAC]
+    for minute in range(24 * 60):
+        plus = (minute + 1) % 1440  # local = 23:59 + offset
+        minus = (23 * 60 + 59 - minute) % 1440  # local = 23:59 - offset
+        alts.append(
+            "%02d:%02d:60%s(?:\\+%02d:%02d|-%02d:%02d)"
+            % (minute // 60, minute % 60, SECFRAC, plus // 60, plus % 60, minus // 60, minus % 60)
+        )
+    return "(?:%s)" % "|".join(alts)
+
+
+def rfc3339_time_pattern() -> str:
+    """RFC 3339's full-time: partial-time (seconds 00-59, or a leap second) and an offset; T and Z of either
+    case (RFC 3339 5.6's note)."""
+    return r"(?:%s:%s:[0-5][0-9]%s%s|%s)" % (HH, MM, SECFRAC, OFFSET, _leap_times())
+
+
+def rfc_duration_pattern() -> str:
+    """RFC 3339 appendix A's duration: ``P`` then a date part (day, month[day], year[month[day]]) with an
+    optional time part, a time part alone (hour[minute[second]], minute[second], second), or weeks alone; each
+    number ASCII digits only (no sign, fraction or exponent)."""
+    n = "[0-9]+"
+    second = n + "S"
+    minute = "%sM(?:%s)?" % (n, second)
+    hour = "%sH(?:%s)?" % (n, minute)
+    time = "T(?:%s|%s|%s)" % (hour, minute, second)
+    day = n + "D"
+    month = "%sM(?:%s)?" % (n, day)
+    year = "%sY(?:%s)?" % (n, month)
+    date = "(?:%s|%s|%s)(?:%s)?" % (day, month, year, time)
+    return "P(?:%s|%s|%sW)" % (date, time, n)
+
+
+def rfc_uuid_pattern() -> str:
+    """RFC 4122's string representation: 8-4-4-4-12 hex digits, of either case."""
+    h = "[0-9a-fA-F]"
+    return "%s{8}-%s{4}-%s{4}-%s{4}-%s{12}" % (h, h, h, h, h)
+
+
+def rfc_ipv4_pattern() -> str:
+    """RFC 3986's IPv4address (dec-octet: no leading zero), RFC 2673 2.1's dotted-quad as JSON Schema names it."""
+    octet = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
+    return r"(?:%s\.){3}%s" % (octet, octet)
+
+
+def rfc_email_pattern(idn: bool = False) -> str:
+    """RFC 5321 4.1.2's Mailbox: a dot-string or quoted-string local part, ``@``, a domain of LDH labels or an
+    IPv4 or ``IPv6:`` address literal (RFC 5321 4.1.3; the general address literal needs a tag registered with
+    IANA, and none is but IPv6). ``idn``: RFC 6531's additions, UTF-8 non-ASCII in atext and qtext (the
+    domain's U-labels are not built: the caller refuses idn-email)."""
+    non_ascii = "\\x80-\\U0010ffff" if idn else ""
+    atext = "[A-Za-z0-9!#$%%&'*+/=?^_`{|}~\\-%s]" % non_ascii
+    atom = atext + "+"
+    dot_string = r"%s(?:\.%s)*" % (atom, atom)
+    qtext = "[\\x20\\x21\\x23-\\x5b\\x5d-\\x7e%s]" % non_ascii
+    quoted = r'"(?:%s|\\[\x20-\x7e])*"' % qtext
+    label = "[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+    domain = r"%s(?:\.%s)*" % (label, label)
+    literal = r"\[(?:%s|[Ii][Pp][Vv]6:(?:%s))\]" % (rfc_ipv4_pattern(), ipv6_pattern())
+    return "(?:%s|%s)@(?:%s|%s)" % (dot_string, quoted, domain, literal)
