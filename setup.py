@@ -73,7 +73,18 @@ STRICT = (
     "compiler",
     "convert",
 )
-STRICT_LANG = ("bounds", "charsets", "minimize", "automaton", "algebra", "ecma", "regex", "format_langs", "formats", "gbnf")
+STRICT_LANG = (
+    "bounds",
+    "charsets",
+    "minimize",
+    "automaton",
+    "algebra",
+    "ecma",
+    "regex",
+    "format_langs",
+    "formats",
+    "gbnf",
+)
 SCHEMA = (
     [
         extension(f"schema.{name}", source=f"bankml/schema/{name}.py")
