@@ -18,6 +18,7 @@ from bankml.serve.request import Request
 
 from ..oracle.build_converter import cache_dir, sdist_tarball
 from ..oracle_support import smollm2_path
+from .serve_support import smollm2_client
 
 SERVER_DIR = "llama_cpp_python-0.3.36/vendor/llama.cpp/tools/server/"
 
@@ -179,15 +180,8 @@ REFUSED = [
 
 @pytest.fixture(scope="module")
 def client():
-    from starlette.testclient import TestClient
-
-    from bankml.serve.app import create_app
-    from bankml.serve.runtime import Model
-
-    model = Model(smollm2_path(), n_ctx=512, n_threads=2, n_parallel=1)
-    with TestClient(create_app(model, "m")) as c:
+    with smollm2_client("m", n_ctx=512, n_threads=2, n_parallel=1) as c:
         yield c
-    model.close()
 
 
 BASES = {

@@ -8,20 +8,14 @@ import json
 import threading
 
 import pytest
-from starlette.testclient import TestClient
 
-from ..oracle_support import smollm2_path
+from .serve_support import smollm2_client
 
 
 @pytest.fixture(scope="module")
 def client():
-    from bankml.serve.app import create_app
-    from bankml.serve.runtime import Model
-
-    model = Model(smollm2_path(), n_ctx=1024, n_threads=2, n_parallel=2)
-    with TestClient(create_app(model, "smol")) as c:
+    with smollm2_client("smol", n_ctx=1024, n_threads=2, n_parallel=2) as c:
         yield c
-    model.close()
 
 
 @pytest.mark.parametrize(

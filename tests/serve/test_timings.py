@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.oracle_support import smollm2_path
+from tests.serve.serve_support import smollm2_client
 
 LLAMA_SERVER_TIMINGS = [
     "cache_n",
@@ -25,15 +25,8 @@ LLAMA_SERVER_TIMINGS = [
 
 @pytest.fixture(scope="module")
 def client():
-    from starlette.testclient import TestClient
-
-    from bankml.serve.app import create_app
-    from bankml.serve.runtime import Model
-
-    model = Model(smollm2_path(), n_ctx=256, n_threads=1, n_parallel=1)
-    with TestClient(create_app(model, "m")) as c:
+    with smollm2_client("m", n_ctx=256, n_threads=1, n_parallel=1) as c:
         yield c
-    model.close()
 
 
 BODY = {"messages": [{"role": "user", "content": "test"}], "max_tokens": 4, "temperature": 0}

@@ -8,6 +8,7 @@ import pathlib
 import pytest
 
 from tests.oracle_support import smollm2_path
+from tests.serve.serve_support import smollm2_client
 
 RECORDINGS = json.loads((pathlib.Path(__file__).parent.parent / "data" / "server_recordings.json").read_text())
 RECORDED = [
@@ -17,15 +18,8 @@ RECORDED = [
 
 @pytest.fixture(scope="module")
 def client():
-    from starlette.testclient import TestClient
-
-    from bankml.serve.app import create_app
-    from bankml.serve.runtime import Model
-
-    model = Model(smollm2_path(), n_ctx=512, n_threads=1, n_parallel=1)
-    with TestClient(create_app(model, "m")) as c:
+    with smollm2_client("m", n_ctx=512, n_threads=1, n_parallel=1) as c:
         yield c
-    model.close()
 
 
 CHAT = {
