@@ -28,16 +28,22 @@ class OpenAIRoutes:
     async def chat_completions(self, request):
         return await self._handle(request, openai.read_chat, self._respond_chat)
 
-    async def _respond_chat(self, request, req, job):
+    def _answer_base(self, prefix, req, job):
+        """The fields every chunk of an OpenAI answer carries, and the answer's jobs, each named by the answer's id
+        (what /v1/chat/completions/control names a completion by)."""
         base = {
             "created": int(time.time()),
-            "id": "chatcmpl-" + uuid.uuid4().hex,
+            "id": prefix + uuid.uuid4().hex,
             "model": req.model or self.alias,
             "system_fingerprint": FINGERPRINT,
         }
         jobs = jobs_of(job)
         for j in jobs:
-            j.cmpl_id = base["id"]  # what /v1/chat/completions/control names it by
+            j.cmpl_id = base["id"]
+        return base, jobs
+
+    async def _respond_chat(self, request, req, job):
+        base, jobs = self._answer_base("chatcmpl-", req, job)
         if req.stream:
             events = self._chat_events(self._start_runners(job), jobs, base, req)
             return StreamingResponse(events, media_type="text/event-stream")
@@ -150,15 +156,7 @@ class OpenAIRoutes:
         return await self._count_tokens(request, openai.read_chat, True)
 
     async def _respond_completion(self, request, req, job):
-        base = {
-            "created": int(time.time()),
-            "id": "cmpl-" + uuid.uuid4().hex,
-            "model": req.model or self.alias,
-            "system_fingerprint": FINGERPRINT,
-        }
-        jobs = jobs_of(job)
-        for j in jobs:
-            j.cmpl_id = base["id"]
+        base, jobs = self._answer_base("cmpl-", req, job)
         if req.stream:
             events = self._completion_events(self._start_runners(job), jobs, base, req)
             return StreamingResponse(events, media_type="text/event-stream")
