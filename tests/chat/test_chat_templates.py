@@ -404,7 +404,7 @@ def test_model_chat_uses_the_template_file(tmp_path, template):
     path = tmp_path / template
     path.write_text(RECORDED["templates"][template]["source"], encoding="utf-8")
     want = RECORDED["templates"][template]["answers"]["json_object/think-off"]
-    model = Model(smollm2_path(), n_ctx=1024, n_threads=2, chat_template_file=str(path))
+    model = Model(smollm2_path(), n_ctx=1024, n_threads=1, chat_template_file=str(path))
     try:
         job = model.chat(
             Request.for_chat(

@@ -36,7 +36,7 @@ def server(tmp_path_factory):
     path = tmp_path_factory.mktemp("tmpl") / "llama31.jinja"
     path.write_text(source, encoding="utf-8")
     root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-    with running_serve(["-t", "2", "--alias", "smol", "--chat-template-file", str(path)], cwd=root) as base:
+    with running_serve(["-t", "1", "--alias", "smol", "--chat-template-file", str(path)], cwd=root) as base:
         yield base
 
 

@@ -58,7 +58,7 @@ def test_the_server_source_rules():
 def model():
     from bankml.serve.runtime import Model
 
-    m = Model(smollm2_path(), n_ctx=4096, n_threads=2, n_threads_batch=2, n_parallel=1, reasoning="off")
+    m = Model(smollm2_path(), n_ctx=4096, n_threads=1, n_threads_batch=1, n_parallel=1, reasoning="off")
     yield m
     m.close()
 

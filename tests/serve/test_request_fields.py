@@ -180,7 +180,7 @@ REFUSED = [
 
 @pytest.fixture(scope="module")
 def client():
-    with smollm2_client("m", n_ctx=512, n_threads=2, n_parallel=1) as c:
+    with smollm2_client("m", n_ctx=512, n_threads=1, n_parallel=1) as c:
         yield c
 
 
@@ -368,8 +368,8 @@ def qwen35():
     model = Model(
         smollm2_path(),
         n_ctx=2048,
-        n_threads=2,
-        n_threads_batch=2,
+        n_threads=1,
+        n_threads_batch=1,
         n_parallel=1,
         reasoning="off",
         chat_template_file=template_text(QWEN35)[1],

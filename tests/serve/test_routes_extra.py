@@ -14,7 +14,7 @@ from .serve_support import smollm2_client
 
 @pytest.fixture(scope="module")
 def client():
-    with smollm2_client("smol", n_ctx=1024, n_threads=2, n_parallel=2) as c:
+    with smollm2_client("smol", n_ctx=1024, n_threads=1, n_parallel=2) as c:
         yield c
 
 

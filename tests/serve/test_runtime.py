@@ -44,7 +44,7 @@ ANSWER_GRAMMAR = 'root ::= "Answer: " ("yes" | "no") ". Confidence: " [1-9] [0-9
 
 @pytest.fixture(scope="module")
 def model():
-    m = Model(smollm2_path(), n_ctx=1024, n_threads=2, n_parallel=2)
+    m = Model(smollm2_path(), n_ctx=1024, n_threads=1, n_parallel=2)
     yield m
     m.close()
 
@@ -284,7 +284,7 @@ def test_default_model_path_with_the_file_missing(monkeypatch, tmp_path):
 
 def _generate(*args):
     return subprocess.run(
-        [sys.executable, "-m", "bankml", "generate", "-t", "2", *args],
+        [sys.executable, "-m", "bankml", "generate", "-t", "1", *args],
         capture_output=True,
         text=True,
         timeout=300,

@@ -47,7 +47,7 @@ ASK_TEXT = [{"role": "user", "content": "Name three colors."}]
 
 
 def _serve(*extra):
-    return running_serve(["-t", "2", "--alias", MODEL, *extra], cwd=os.path.dirname(os.path.dirname(__file__)))
+    return running_serve(["-t", "1", "--alias", MODEL, *extra], cwd=os.path.dirname(os.path.dirname(__file__)))
 
 
 @pytest.fixture(scope="module")

@@ -255,7 +255,7 @@ def served():
     from bankml.serve.runtime import Model
 
     # two slots of a divided context (-np 2 -c 600, no --kv-unified): 512 tokens each, as llama-server's
-    model = Model(smollm2_path(), n_ctx=600, n_threads=2, n_parallel=2, kv_unified=False)
+    model = Model(smollm2_path(), n_ctx=600, n_threads=1, n_parallel=2, kv_unified=False)
     defaults = ServerDefaults((("seed", 42), ("temperature", 0.0)), 3, True)
     with TestClient(create_app(model, "m", defaults=defaults)) as c:
         yield c

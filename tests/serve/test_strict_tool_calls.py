@@ -83,6 +83,7 @@ class _Clients(dict):
         m = Model(
             default_model_path(),
             n_ctx=4096,
+            n_threads=1,  # a validity test: one ggml thread, none spinning against the other pytest worker
             n_parallel=1,
             reasoning="off",
             chat_template_file=str(path),
