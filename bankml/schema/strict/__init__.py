@@ -66,7 +66,7 @@ Every module but this one and ``lang``'s ``__init__`` is compiled by Cython as i
 Must not import: ``chat``, ``serve``, ``integrations``, ``sampling`` or ``engine``.
 """
 
-from bankml.schema.strict.convert import strict_schema_rules, strict_schema_to_grammar
+from bankml.schema.strict.convert import STYLES, check_style, strict_schema_rules, strict_schema_to_grammar
 from bankml.schema.strict.vocabulary import LENIENT_KEYWORDS
 
-__all__ = ["LENIENT_KEYWORDS", "strict_schema_rules", "strict_schema_to_grammar"]
+__all__ = ["LENIENT_KEYWORDS", "STYLES", "check_style", "strict_schema_rules", "strict_schema_to_grammar"]
