@@ -50,7 +50,7 @@ from bankml.chat.params import (
 )
 from bankml.errors import SchemaError, json_type_name
 from bankml.schema import jsondepth as _jsondepth
-from bankml.schema.grammar import check_mode
+from bankml.schema.grammar import DEFAULT_STRICT_STYLE, check_mode, check_strict_style
 
 __all__ = ["ChatTemplate", "ChatPrompt", "ChatRequestError", "TemplateError", "parse_messages", "CHATML_TEMPLATE"]
 
@@ -255,7 +255,8 @@ class ChatPrompt:
     """What ``ChatTemplate.apply`` returns, with common_chat_params' field names: the prompt, the generation
     prompt (what the template adds for ``add_generation_prompt``; the grammar and the parser start with it),
     and what the template analysis gives (thinking tags, preserved tokens, stops, message delimiters).
-    ``json_schema_mode`` is the mode the grammar's schemas were compiled in (``bankml.schema.MODES``);
+    ``json_schema_mode`` is the mode the grammar's schemas were compiled in (``bankml.schema.MODES``), and
+    ``strict_style`` the strict mode's style (``bankml.schema.grammar.STRICT_STYLES``);
     ``tool_call_mode`` how its tool calls are constrained (``"strict"`` only where the request has tools
     enabled: ``bankml.chat.params.TOOL_CALL_MODES``).
     ``handler`` names llama.cpp's hand-written handler when the template has one (those fields are then
@@ -277,6 +278,7 @@ class ChatPrompt:
     parser: Optional["ChatParser"] = None
     caps: dict = field(default_factory=dict)
     json_schema_mode: str = "llama.cpp"
+    strict_style: str = DEFAULT_STRICT_STYLE
     tool_call_mode: str = "llama.cpp"
     forced: bool = False  # strict tool-call mode forces the answer's calls (tool_choice required or named)
 
@@ -477,6 +479,7 @@ class ChatTemplate:
         parallel_tool_calls=False,
         json_schema_mode="llama.cpp",
         tool_call_mode="llama.cpp",
+        strict_style=None,
     ):
         """What llama.cpp's common_chat_templates_apply gives for this request (``now``: POSIX time for
         ``strftime_now`` / ``datetime`` / ``date_string``, default the wall clock). ``chat_template_kwargs``
@@ -486,6 +489,8 @@ class ChatTemplate:
         llama-server's (its default ``deepseek`` extracts the reasoning; ``none`` leaves it in the content).
         ``json_schema_mode``: ``"strict"`` compiles the grammar's schemas (the response format's, the tools'
         parameters') with bankml's strict compiler inside the same wrapping; the default is llama.cpp's.
+        ``strict_style``: strict mode's style, ``"canonical"`` (None: the default, the language to generate in)
+        or ``"exact"``.
 
         ``tool_call_mode``: ``"llama.cpp"`` (the default: llama-server's grammars) or ``"strict"``: a
         ``tool_choice`` of ``"required"`` or naming a function (``{"type": "function", "function": {"name":
@@ -496,6 +501,7 @@ class ChatTemplate:
         ``bankml.schema.tool_args`` (a schema it cannot write exactly is a SchemaError naming the tool, the
         keyword and the pointer). Without tools the mode changes nothing."""
         check_mode(json_schema_mode)
+        strict_style = check_strict_style(DEFAULT_STRICT_STYLE if strict_style is None else strict_style)
         check_tool_call_mode(tool_call_mode)
         tool_choice, tool_names = resolve_tool_choice(tool_choice, tools, tool_call_mode)
         rendered, _, extra, add_gen, continuation, continue_msg = self.prepare(
@@ -526,6 +532,7 @@ class ChatTemplate:
                 add_gen,
                 continuation,
                 json_schema_mode,
+                strict_style,
                 tool_call_mode,
                 tool_names,
             )
@@ -548,7 +555,7 @@ class ChatTemplate:
         if tool_names is not None and not inp.tools:
             raise ChatRequestError("tool_choice names functions that are not function tools of the request")
         if self.handler is not None:
-            return self._apply_handler(inp, rendered, tools_render, extra, now, json_schema_mode, key)
+            return self._apply_handler(inp, rendered, tools_render, extra, now, json_schema_mode, key, strict_style)
         prompt, gen = self.prompt_and_generation_prompt(rendered, tools_render, add_gen, enable_thinking, extra, now)
         out = ChatPrompt(
             prompt,
@@ -556,6 +563,7 @@ class ChatTemplate:
             handler=self.handler,
             caps=self.caps.to_dict(),
             json_schema_mode=json_schema_mode,
+            strict_style=strict_style,
             tool_call_mode=_tool_call_mode(inp),
         )
         a = self.analysis
@@ -622,7 +630,9 @@ class ChatTemplate:
             raise schema_error(e, head) from None
         out.parser = ChatParser(arena, out.generation_prompt)
 
-    def _apply_handler(self, inp, rendered, tools_render, extra, now, json_schema_mode="llama.cpp", key=None):
+    def _apply_handler(
+        self, inp, rendered, tools_render, extra, now, json_schema_mode="llama.cpp", key=None, strict_style=None
+    ):
         """llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context the family rewrites
         before rendering (``bankml.chat.families``), the prompt it fixes after, then its handler (continuation
         prompt, tags, tokens, parser, grammar), cached under ``key`` (None: not cached) with the generation
@@ -642,6 +652,7 @@ class ChatTemplate:
             handler=h,
             caps=self.caps.to_dict(),
             json_schema_mode=json_schema_mode,
+            strict_style=strict_style or DEFAULT_STRICT_STYLE,
             tool_call_mode=_tool_call_mode(inp),
         )
         if key is not None:

@@ -53,7 +53,7 @@ from bankml.sampling._sampler import Sampler
 from bankml.sampling.logprobs import ProbRequest, token_record
 from bankml.sampling.params import SamplerParams
 from bankml.sampling.reasoning_budget import ReasoningBudget
-from bankml.schema.grammar import check_mode
+from bankml.schema.grammar import DEFAULT_STRICT_STYLE, check_mode, check_strict_style
 from bankml.serve.cpu import default_threads, prepare_model_loading
 from bankml.serve.flags import flash_attn_name, flash_attn_type, kv_cache_type
 from bankml.serve.request import Request, reasoning_format_from_name
@@ -98,6 +98,9 @@ def chat_model_options(args):
             raise ValueError("--chat-template-kwargs must be a JSON object")
     if args.reasoning_budget < -1:
         raise ValueError("--reasoning-budget: invalid value (-1 or more)")
+    style = getattr(args, "strict_style", None)
+    if style is not None and getattr(args, "json_schema_mode", "llama.cpp") != "strict":
+        raise ValueError("--strict-style applies to --json-schema-mode strict only")
     return {
         "chat_template_file": args.chat_template_file,
         "reasoning": args.reasoning,
@@ -106,6 +109,7 @@ def chat_model_options(args):
         "reasoning_budget_message": args.reasoning_budget_message,
         "chat_template_kwargs": kwargs,
         "json_schema_mode": getattr(args, "json_schema_mode", "llama.cpp"),
+        "strict_style": style or DEFAULT_STRICT_STYLE,
         "tool_call_mode": getattr(args, "tool_call_mode", "llama.cpp"),
     }
 
@@ -377,7 +381,9 @@ class Model:
     training context (bankml.serve.flags). ``json_schema_mode`` (``"llama.cpp"``, the default: llama-server's
     grammars byte for byte; or ``"strict"``) is how every request's JSON schema becomes a grammar: the
     response format's, the top-level ``json_schema``'s, Ollama's ``format``'s and the tools' parameters'
-    (``bankml.schema.grammar``; JSON mode without a schema stays llama.cpp's). ``tool_call_mode``
+    (``bankml.schema.grammar``; JSON mode without a schema stays llama.cpp's); ``strict_style`` is strict mode's
+    style (``"canonical"``, the default: keys in schema order, no whitespace, the escapes JSON requires only; or
+    ``"exact"``: every JSON text of each instance). ``tool_call_mode``
     (``"llama.cpp"``, the default: llama-server's tool-call grammars; or ``"strict"``) is how tool calls are
     constrained (``bankml.chat.template.ChatTemplate.apply``'s ``tool_call_mode``: a forced call for
     ``tool_choice`` "required" or a named function, arguments exactly their schema).
@@ -407,8 +413,10 @@ class Model:
         cache_type_v="f16",
         json_schema_mode="llama.cpp",
         tool_call_mode="llama.cpp",
+        strict_style=DEFAULT_STRICT_STYLE,
     ):
         self.json_schema_mode = check_mode(json_schema_mode)
+        self.strict_style = check_strict_style(strict_style)
         self.tool_call_mode = check_tool_call_mode(tool_call_mode)
         L = self._L = _llama()
         self.path = os.fspath(path) if path is not None else default_model_path()
@@ -741,6 +749,7 @@ class Model:
                 tool_choice=tool_choice,
                 parallel_tool_calls=parallel_tool_calls,
                 json_schema_mode=self._schema_mode(constraint, with_tools),
+                strict_style=self.strict_style,
                 tool_call_mode=self.tool_call_mode if tool_call_mode is None else tool_call_mode,
             )
         except (ChatRequestError, TemplateError) as e:
@@ -763,13 +772,18 @@ class Model:
             grammar_prefill = False
             grammar = None
             if fallback is not None:
-                grammar = fallback.to_grammar(None, json_schema_mode=self.json_schema_mode)[0]
+                grammar = fallback.to_grammar(
+                    None, json_schema_mode=self.json_schema_mode, strict_style=self.strict_style
+                )[0]
         elif with_tools and out.parser is not None and out.grammar:
             grammar, grammar_prefill = out.grammar, not out.grammar_lazy
             if out.grammar_lazy:
                 lazy = out.grammar_triggers or []
         else:
-            grammar, grammar_prefill = constraint.to_grammar(None, json_schema_mode=self.json_schema_mode)[0], False
+            grammar, grammar_prefill = (
+                constraint.to_grammar(None, json_schema_mode=self.json_schema_mode, strict_style=self.strict_style)[0],
+                False,
+            )
         budget = None
         if out.thinking_end_tags and out.thinking_start_tag:
             n = -1 if reasoning_budget is None else reasoning_budget
@@ -826,7 +840,9 @@ class Model:
             raise RequestError("'prompt' must be a string")
         constraint = constraint or Constraint()
         _check_cancel(cancel)
-        grammar_text = constraint.to_grammar(None, json_schema_mode=self.json_schema_mode)[0]
+        grammar_text = constraint.to_grammar(
+            None, json_schema_mode=self.json_schema_mode, strict_style=self.strict_style
+        )[0]
         return Job(
             self,
             prompt,
