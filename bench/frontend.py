@@ -8,7 +8,8 @@ from the sorted file list (``--n 0``: all of them); the largest grammars of the 
 kb_1004, JsonSchemaStore cityjson, Github_hard o9882) are added when present, so the tail is always measured.
 Each schema's JSON is read once outside the timing; each phase is timed ``--repeat`` times and the fastest
 run is kept (the machine is shared: the fastest run is the one least disturbed), on the wall clock and on the
-thread's CPU clock. Prints p50 / p90 / p99 / max per phase and clock, the slowest schemas, and the load
+thread's CPU clock. Prints p50 / p90 / p99 / max per phase and clock, the grammars of 300 KB and more (with their
+rule and element counts), the slowest schemas, and the load
 average before and after. Conversion runs on the parsed dict (no text cache), as ``bench/maskbench.py`` does.
 """
 
@@ -85,7 +86,7 @@ def main(argv=None):
             refused["convert"] += 1
             continue
         try:
-            _, parse_wall, parse_cpu = timed(lambda: Rules.parse(text), args.repeat)
+            rules, parse_wall, parse_cpu = timed(lambda: Rules.parse(text), args.repeat)
         except GrammarError:
             refused["parse"] += 1
             continue
@@ -93,6 +94,8 @@ def main(argv=None):
             {
                 "file": name,
                 "gbnf_bytes": len(text.encode()),
+                "rules": len(rules),
+                "elements": rules.n_elements,
                 "convert_wall": conv_wall,
                 "convert_cpu": conv_cpu,
                 "parse_wall": parse_wall,
@@ -114,10 +117,11 @@ def main(argv=None):
     print(summary_line("both_cpu", total))
     big = [r for r in rows if r["gbnf_bytes"] >= 300_000]
     if big:
-        print("grammars of 300 KB and more (thread CPU ms):")
+        print("grammars of 300 KB and more (rules, elements; thread CPU ms):")
         for r in sorted(big, key=lambda r: r["gbnf_bytes"]):
             print(
-                f"  {r['file']:<60} {r['gbnf_bytes']:>9,} B  convert {r['convert_cpu'] / 1e3:8.2f}"
+                f"  {r['file']:<60} {r['gbnf_bytes']:>9,} B {r['rules']:>8,} rules {r['elements']:>10,} elements"
+                f"  convert {r['convert_cpu'] / 1e3:8.2f}"
                 f"  parse {r['parse_cpu'] / 1e3:8.2f}"
             )
     print("slowest conversions (thread CPU ms):")

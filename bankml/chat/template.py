@@ -591,6 +591,8 @@ class ChatTemplate:
         end = _trim(a.reasoning.end)
         out.thinking_end_tags = [end] if out.supports_thinking and end else []
         out.preserved_tokens = list(a.preserved_tokens)
+        if out.grammar_lazy and out.tool_call_mode == "strict":
+            families.preserve_trigger_words(out)
         out.additional_stops = list(a.additional_stops)
         out.delimiters = ([["assistant", a.assistant_start]] if a.assistant_start else []) + (
             [["user", a.user_start]] if a.user_start else []

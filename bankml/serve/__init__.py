@@ -4,17 +4,21 @@ A body goes HTTP (``app``) -> request (``openai`` / ``ollama`` read it into ``re
 checked against ``fields``) -> runtime (``Model.prepare`` makes a Job of it) -> ``bankml.chat`` ->
 ``bankml.schema`` / ``bankml.engine``.
 
-Owns: ``app`` (the Starlette app: routes, reading the body off the event loop, streaming and the answers' shape;
-no field is read there), ``request`` (the typed ``Request``, ``ServerLimits``, the readings both wire formats
-share), ``openai`` and ``ollama`` (a body of each wire format to a Request), ``fields`` (every request field and
+Owns: ``app`` (the Starlette app: routes, reading the body off the event loop, streaming and the answers' shape; no
+field is read there), ``request`` (the typed ``Request``, ``ServerLimits``, the readings both wire formats share),
+``openai`` and ``ollama`` (a body of each wire format to a Request), ``anthropic`` and ``responses`` (Anthropic's
+Messages and OpenAI's Responses bodies converted into the chat body ``openai`` reads, and each format's answer and
+stream writers), ``native`` (llama-server's ``/completion`` answer and stream), ``fields`` (every request field and
 how it is treated: honoured, refused, or accepted with no bearing), ``auth`` (llama-server's API keys),
-``endpoints`` (``/tokenize``, ``/detokenize``, ``/apply-template``, ``/props``, ``/slots``, ``/metrics``), ``flags``
-(llama-server's ``-fa``, ``-ctk``/``-ctv``, ``-c 0``, ``LLAMA_ARG_*``), ``runtime`` (the model, its slot pool, its
-rules cache, the generation loop) and ``cpu`` / ``_cpu`` (the CPU features that decide how a model is loaded).
+``endpoints`` (``/tokenize``, ``/detokenize``, ``/apply-template``, ``/props``, ``/slots``, ``/metrics``),
+``flags`` (llama-server's ``-fa``, ``-ctk``/``-ctv``, ``-c 0``, ``LLAMA_ARG_*``), ``runtime`` (the model, its slot
+pool, its rules cache, the generation loop) and ``cpu`` / ``_cpu`` (the CPU features that decide how a model is
+loaded).
 
-Within the package, imports point down the pipeline: ``app`` -> ``openai``, ``ollama``, ``endpoints``, ``runtime``;
-``openai``, ``ollama`` -> ``fields``, ``request``; ``runtime`` -> ``request`` (the type it takes). ``request`` imports
-no other module of the package.
+Within the package, imports point down the pipeline: ``app`` -> ``anthropic``, ``responses``, ``native``,
+``openai``, ``ollama``, ``endpoints``, ``runtime``; ``anthropic``, ``responses`` -> ``openai``, ``request``;
+``native`` -> ``openai``, ``endpoints``; ``openai``, ``ollama`` -> ``fields``, ``request``; ``runtime`` ->
+``request`` (the type it takes). ``request`` imports no other module of the package.
 
 Must not import: ``integrations`` or ``bankml.cli``. Starlette and uvicorn are imported only by ``app``
 and ``endpoints`` (the server extra), llama-cpp-python only where a model is loaded (the model extra).

@@ -49,11 +49,11 @@ from bankml.errors import GrammarError, RequestError, SchemaError
 from bankml.sampling import logprobs as _logprobs
 from bankml.schema import jsondepth as _jsondepth
 from bankml.schema import limits as _schema_limits
-from bankml.serve import ollama, openai
+from bankml.serve import anthropic, native, ollama, openai, responses
 from bankml.serve.auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
 from bankml.serve.endpoints import EndpointOptions, Endpoints
 from bankml.serve.flags import context_options
-from bankml.serve.request import ReadContext, ServerLimits, read_body
+from bankml.serve.request import MediaError, ReadContext, ServerLimits, read_body
 from bankml.serve.runtime import (
     ContextSizeError,
     Model,
@@ -114,6 +114,8 @@ def _refusal(exc):
         return exc
     if isinstance(exc, ContextSizeError):
         return _Refusal(str(exc), 400, "exceed_context_size_error")
+    if isinstance(exc, MediaError):  # llama-server's 500 for media without a multimodal projector
+        return _Refusal(str(exc), 500, "server_error")
     if isinstance(exc, (RequestError, SchemaError, GrammarError)):
         return _Refusal(str(exc))
     if isinstance(exc, _jsondepth.NestingError):
@@ -540,6 +542,136 @@ class _App:
     async def completions(self, request):
         return await self._handle(request, openai.read_completion, self._respond_completion)
 
+    # -- the agent APIs: one generation, written by each format's writers (bankml.serve.anthropic, .responses)
+
+    async def anthropic_messages(self, request):
+        return await self._handle(request, anthropic.read_messages, self._respond_anthropic)
+
+    async def _respond_anthropic(self, request, req, job):
+        message_id = "chatcmpl-" + uuid.uuid4().hex  # llama-server's oaicompat_cmpl_id
+        model = req.model or self.alias
+        if req.stream:
+            writer = anthropic.StreamWriter(message_id, model, len(job.prompt_tokens))
+            return self._stream_events(request, job, writer, anthropic.sse)
+        return await self._answer(request, job, lambda result: anthropic.message_json(result, message_id, model))
+
+    async def native_completion(self, request):
+        return await self._handle(request, native.read_native, self._respond_native)
+
+    async def _respond_native(self, request, req, job):
+        model = req.model or self.alias
+        n_prompt = len(job.prompt_tokens)
+        prompt = b"".join(self.model.piece(t, special=True) for t in job.prompt_tokens).decode("utf-8", "replace")
+        if req.stream:
+            runner = _Runner(job, asyncio.get_running_loop(), self).start()
+
+            async def events():
+                try:
+                    try:
+                        async for event in runner:
+                            if event.partial:
+                                yield native.sse(native.partial_json(event, job, n_prompt))
+                    except Exception as e:  # noqa: BLE001
+                        yield native.sse({"error": _stream_error(e)})
+                        return
+                    yield native.sse(native.completion_json(job.result, job, model, prompt))
+                finally:
+                    job.cancel()
+
+            return StreamingResponse(events(), media_type="text/event-stream")
+
+        def write(result):
+            records = None
+            if job.probs:
+                records = _logprobs.trim_stop_word(
+                    result.probs, result.stopping_word, lambda text: self.model.tokenize(text, False, False)
+                )
+            return native.completion_json(result, job, model, prompt, records, req.return_tokens)
+
+        return await self._answer(request, job, write)
+
+    async def responses(self, request):
+        return await self._handle(request, responses.read_responses, self._respond_responses)
+
+    async def _respond_responses(self, request, req, job):
+        response_id = "resp_" + uuid.uuid4().hex
+        model = req.model or self.alias
+        if req.stream:
+            writer = responses.StreamWriter(response_id, model, self._timings)
+            return self._stream_events(request, job, writer, responses.sse)
+        return await self._answer(request, job, lambda result: responses.response_json(result, response_id, model))
+
+    async def responses_input_tokens(self, request):
+        return await self._count_tokens(request, responses.read_input_tokens, True)
+
+    def _stream_events(self, request, job, writer, sse):
+        """The SSE stream of a format whose writer gives named events: each partial result's (``writer.partial``)
+        and the final result's (``writer.final``, with the final parse's diffs); a failure is an ``error``
+        event, as llama-server sends it."""
+        runner = _Runner(job, asyncio.get_running_loop(), self).start()
+
+        async def events():
+            try:
+                last = None
+                try:
+                    async for event in runner:
+                        last = event
+                        if event.partial:
+                            for kind, data in writer.partial(event.index, event.diffs[: event.n_partial_diffs]):
+                                yield sse(kind, data)
+                except Exception as e:  # noqa: BLE001 - llama-server sends the error as an event
+                    yield sse("error", _stream_error(e))
+                    return
+                final = last.diffs[last.n_partial_diffs :] if last is not None else []
+                for kind, data in writer.final(job.result, final):
+                    yield sse(kind, data)
+            finally:
+                job.cancel()
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def _answer(self, request, job, write):
+        """Generate to the end and answer ``write(result)``, or llama-server's error object."""
+        runner = _Runner(job, asyncio.get_running_loop(), self).start()
+        try:
+            result = await runner.wait(request)
+        except ModelError as e:
+            return _error(str(e), 503, "unavailable_error")
+        except ChatParseError as e:
+            return _error(str(e), 500, "server_error")
+        except Exception as e:  # noqa: BLE001
+            return _error(f"{type(e).__name__}: {e}", 500, "server_error")
+        if result.finish_reason == "cancelled":
+            return Response(status_code=499)
+        return JSONResponse(write(result))
+
+    async def _count_tokens(self, request, read, oai):
+        """llama-server's handle_count_tokens: the prompt a body renders to, tokenized; nothing generated."""
+        try:
+            if self.closing:
+                raise _Refusal("the server is shutting down", 503, "unavailable_error")
+            raw = await self._read(request)
+            n = await self._prepare(request, lambda cancel: self._count_prompt(read, raw, cancel), len(raw))
+        except _Gone:
+            return Response(status_code=499)
+        except Exception as e:  # noqa: BLE001 - llama-server's error object
+            r = _refusal(e)
+            return _error(r.message, r.code, r.kind)
+        out = {"input_tokens": n}
+        if oai:
+            out["object"] = "response.input_tokens"
+        return JSONResponse(out)
+
+    def _count_prompt(self, read, raw, cancel):
+        req = read(raw, self._context())
+        return len(self.model.tokenize_prompt(self.model.render(req, cancel=cancel), cancel))
+
+    async def anthropic_count_tokens(self, request):
+        return await self._count_tokens(request, anthropic.read_count_tokens, False)
+
+    async def chat_input_tokens(self, request):
+        return await self._count_tokens(request, openai.read_chat, True)
+
     async def _respond_completion(self, request, req, job):
         stream, return_tokens = req.stream, req.return_tokens
         cid = "cmpl-" + uuid.uuid4().hex
@@ -843,8 +975,18 @@ def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None):
     routes = [
         Route("/v1/chat/completions", app.chat_completions, methods=["POST"]),
         Route("/chat/completions", app.chat_completions, methods=["POST"]),
+        Route("/completion", app.native_completion, methods=["POST"]),
         Route("/v1/completions", app.completions, methods=["POST"]),
         Route("/completions", app.completions, methods=["POST"]),
+        Route("/v1/chat/completions/input_tokens", app.chat_input_tokens, methods=["POST"]),
+        Route("/chat/completions/input_tokens", app.chat_input_tokens, methods=["POST"]),
+        Route("/v1/responses", app.responses, methods=["POST"]),
+        Route("/responses", app.responses, methods=["POST"]),
+        Route("/v1/responses/input_tokens", app.responses_input_tokens, methods=["POST"]),
+        Route("/responses/input_tokens", app.responses_input_tokens, methods=["POST"]),
+        Route("/v1/messages", app.anthropic_messages, methods=["POST"]),
+        Route("/messages", app.anthropic_messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", app.anthropic_count_tokens, methods=["POST"]),
         Route("/v1/models", app.models, methods=["GET"]),
         Route("/models", app.models, methods=["GET"]),
         Route("/health", app.health, methods=["GET"]),

@@ -28,6 +28,7 @@ from starlette.routing import Route
 
 from bankml.errors import RequestError, json_type_name
 from bankml.sampling.params import SAMPLER_FIELDS, SamplerParams
+from bankml.schema import jsondepth
 
 __all__ = [
     "EndpointOptions",
@@ -396,6 +397,20 @@ def _error(message, code=400, kind="invalid_request_error"):
     return JSONResponse({"error": {"code": code, "message": message, "type": kind}}, status_code=code)
 
 
+def fim_missing(model):
+    """What llama-server's ``/infill`` says the model lacks: its fill-in-the-middle tokens (empty: it has them)."""
+    L, vocab = model._L, model._lvocab
+    out = ""
+    for fn, name in (
+        (L.llama_vocab_fim_pre, "prefix"),
+        (L.llama_vocab_fim_suf, "suffix"),
+        (L.llama_vocab_fim_mid, "middle"),
+    ):
+        if fn(vocab) == -1:  # LLAMA_TOKEN_NULL
+            out += f"{name} token is missing. "
+    return out
+
+
 def _not_supported(message):
     return _error(message, 501, "not_supported_error")
 
@@ -429,7 +444,51 @@ class Endpoints:
             Route("/props", self.post_props, methods=["POST"]),
             Route("/slots", self.slots, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
+            # the features bankml has no implementation of, answered as llama-server answers them when they are
+            # not enabled (or, for LoRA, when no adapter is loaded)
+            *(Route(p, self.embeddings, methods=["POST"]) for p in ("/embedding", "/embeddings", "/v1/embeddings")),
+            *(
+                Route(p, self.rerank, methods=["POST"])
+                for p in ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")
+            ),
+            Route("/infill", self.infill, methods=["POST"]),
+            Route("/lora-adapters", self.lora_adapters, methods=["GET"]),
+            Route("/lora-adapters", self.set_lora_adapters, methods=["POST"]),
+            Route("/slots/{id_slot}", self.slot_action, methods=["POST"]),
         ]
+
+    async def embeddings(self, request):
+        return _not_supported("This server does not support embeddings. Start it with `--embeddings`")
+
+    async def rerank(self, request):
+        return _not_supported("This server does not support reranking. Start it with `--reranking`")
+
+    async def infill(self, request):
+        missing = fim_missing(self.app.model)
+        if missing:
+            return _not_supported("Infill is not supported by this model: " + missing)
+        return _not_supported("Infill is not supported by bankml")
+
+    async def lora_adapters(self, request):
+        return JSONResponse([])  # no adapter loaded: bankml loads none (--lora is refused)
+
+    async def set_lora_adapters(self, request):
+        # with no adapter loaded, llama-server sets no scale and answers success to any array
+        try:
+            raw = await self.app._read(request)
+        except Exception as e:  # noqa: BLE001 - answered with llama-server's error object
+            r = self.app.refusal_of(e)
+            return Response(status_code=499) if r is None else _error(r.message, r.code, r.kind)
+        try:
+            body = jsondepth.loads(raw)
+        except (ValueError, RecursionError) as e:
+            return _error(f"Invalid JSON body: {e}")
+        if not isinstance(body, list):
+            return _error("Request body must be an array")
+        return JSONResponse({"success": True})
+
+    async def slot_action(self, request):
+        return _not_supported("This server does not support slots action. Start it with `--slot-save-path`")
 
     async def _post(self, request, make):
         app = self.app

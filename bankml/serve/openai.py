@@ -38,6 +38,7 @@ __all__ = [
     "COMPLETIONS",
     "chat_options",
     "read_chat",
+    "read_chat_body",
     "read_completion",
     "read_template",
     "sampler_fields",
@@ -49,8 +50,21 @@ COMPLETIONS = "/v1/completions"
 
 def read_chat(raw, context=None):
     """The Request of a ``/v1/chat/completions`` body (``raw``: its bytes or text)."""
+    return read_chat_body(read_body(raw), raw, context)
+
+
+def read_converted(convert, raw, context, endpoint):
+    """The Request of another wire format's body (its bytes or text): ``convert`` turns the parsed body into the
+    chat-completions body, as llama-server's ``server_chat_convert_*`` do, which is then read as one."""
+    chat = convert(read_body(raw))
+    return read_chat_body(chat, json.dumps(chat, ensure_ascii=False), context, endpoint)
+
+
+def read_chat_body(body, raw, context=None, endpoint=CHAT):
+    """The Request of a chat-completions body already read as JSON (``raw``: its text, which the constraint's
+    schema is read from): ``/v1/chat/completions``' own, or the one ``bankml.serve.anthropic`` and
+    ``bankml.serve.responses`` convert their wire formats into (``endpoint`` then names the route)."""
     context = context or ReadContext()
-    body = read_body(raw)
     check_sizes(body, context.limits)
     fields.check(body, CHAT)  # a tool choice llama.cpp does not know is refused there, first
     stream = bool_field(body, "stream", False)
@@ -64,7 +78,7 @@ def read_chat(raw, context=None):
     params, n_predict, stop = sampler_fields(body, vocab=context.vocab)
     probs = _probs(body, CHAT, n_predict, context)
     return Request(
-        CHAT,
+        endpoint,
         constraint,
         params,
         n_predict,
@@ -79,8 +93,9 @@ def read_chat(raw, context=None):
     )
 
 
-def read_completion(raw, context=None):
-    """The Request of a ``/v1/completions`` body: a raw prompt, no template."""
+def read_completion(raw, context=None, endpoint=COMPLETIONS):
+    """The Request of a ``/v1/completions`` body: a raw prompt, no template (``endpoint``: llama-server's native
+    ``/completion`` reads the same fields)."""
     context = context or ReadContext()
     body = read_body(raw)
     check_sizes(body, context.limits)
@@ -96,7 +111,7 @@ def read_completion(raw, context=None):
     params, n_predict, stop = sampler_fields(body, vocab=context.vocab)
     probs = _probs(body, COMPLETIONS, n_predict, context)
     return Request(
-        COMPLETIONS,
+        endpoint,
         constraint,
         params,
         n_predict,

@@ -24,6 +24,7 @@ from bankml.schema import jsondepth
 
 __all__ = [
     "ChatOptions",
+    "MediaError",
     "ReadContext",
     "Request",
     "ServerLimits",
@@ -36,6 +37,16 @@ __all__ = [
     "reasoning_format_from_name",
     "sampler_params",
 ]
+
+
+class MediaError(RequestError):
+    """An image (or other media) in a request to a model that reads none: llama-server answers it with a 500
+    (``server_error``) and this message when it has no multimodal projector (``oaicompat_content_load_media``)."""
+
+    def __init__(self, kind="image"):
+        super().__init__(
+            f"{kind} input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+        )
 
 
 @dataclass(frozen=True)

@@ -582,6 +582,64 @@ def test_key_order_policy():
     assert accepts(counted, '{"a": 1, "j": 2}') and not accepts(counted, '{"j": 1, "a": 2}')
 
 
+def test_format_beside_length_bounds():
+    """A format beside maxLength (bench/tool_reliability.py's send_email tool: email, maxLength 64) compiles to
+    the product's language; a bound too large to count is refused naming format, the bounds and the pointer."""
+    schema = {"type": "object", "properties": {"to": {"type": "string", "format": "email", "maxLength": 64}}}
+    gbnf = strict_schema_to_grammar(schema)
+    local = "a" * 30
+    for to in [
+        "joe@example.com",
+        local + "@" + "b" * 33,
+        local + "@" + "b" * 34,
+        '"joe bloggs"@example.com',
+        "joe@[IPv6:::1]",
+        "x" * 40 + "@[IPv6:ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]",
+        "x" * 10 + "@[IPv6:ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]",
+        "joe@",
+        "joe..bloggs@example.com",
+    ]:
+        value = {"to": to}
+        assert accepts(gbnf, text_of(value)) == oracle(schema, value), to
+    with pytest.raises(SchemaError, match="format 'email' beside minLength 0 / maxLength 100000") as refusal:
+        strict_schema_to_grammar({"properties": {"to": {"format": "email", "maxLength": 100000}}})
+    assert refusal.value.keyword == "format" and refusal.value.pointer == "#/properties/to/format"
+
+
+def test_dependencies_in_the_repeating_form():
+    """Past 8 listed keys, a dependency's keys are tracked as the required ones are (one rule per set of them
+    written), the other keys free to come again: docker-compose's memswap_limit needs mem_limit among 45 keys,
+    a calculate_area tool's shape needs three keys besides five required ones (MaskBench)."""
+    keys = "abcdefghij"
+    schema = {
+        "properties": {k: {"type": "integer"} for k in keys},
+        "required": ["a"],
+        "dependencies": {"b": ["c", "d"], "e": ["a"]},
+        "additionalProperties": False,
+    }
+    gbnf = strict_schema_to_grammar(schema)
+    values = [
+        {"a": 1},
+        {"b": 1, "a": 2},
+        {"d": 1, "b": 2, "a": 3, "c": 4},
+        {"c": 1, "d": 2, "a": 3, "b": 4, "j": 5},
+        {"e": 1, "a": 2, "j": 3, "i": 4},
+        {"j": 1, "b": 2, "a": 3, "c": 4},
+        {"c": 1},
+        {"a": 1, "k": 2},
+        {"a": "x", "c": 1},
+    ]
+    for value in values:
+        assert accepts(gbnf, text_of(value)) == oracle(schema, value), value
+    assert accepts(gbnf, '{"a": 1, "j": 2, "j": 3}')  # an untracked key may come again
+    assert not accepts(gbnf, '{"a": 1, "b": 2, "b": 3, "c": 4, "d": 5}')  # a tracked key comes once
+    # thirteen keys named by required and dependencies: no rule per set of them, refused naming properties
+    many = {"properties": {k: {} for k in "abcdefghijklm"}, "dependencies": {"a": list("bcdefghijklm")}}
+    with pytest.raises(SchemaError, match="13 listed keys") as refusal:
+        strict_schema_to_grammar(many)
+    assert refusal.value.keyword == "properties" and refusal.value.pointer == "#"
+
+
 def test_exact_key_order_budget():
     """Objects the repeating form also takes get the exact one (each key once) for their first 512 key sets of
     the grammar; later ones repeat optional keys. Objects only the exact form takes still get it past that."""

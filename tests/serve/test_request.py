@@ -224,3 +224,7 @@ def test_the_pipeline_imports_point_down():
     assert _serve_imports("ollama") == {"fields", "request"}
     assert {"app", "openai", "ollama", "fields"} & _serve_imports("runtime") == set()
     assert {"openai", "ollama", "runtime", "request"} <= _serve_imports("app") and "fields" not in _serve_imports("app")
+    # the agent APIs convert their bodies into the chat body and read it through openai's reader (issue 46)
+    assert _serve_imports("anthropic") == {"openai", "request"}
+    assert _serve_imports("responses") == {"openai", "request"}
+    assert _serve_imports("native") == {"endpoints", "openai"}

@@ -40,6 +40,7 @@ from bankml.chat.families.common import (
     Inputs,
     defaults,
     finish,
+    preserve_trigger_words,
     strict_triggers,
 )
 
@@ -60,6 +61,7 @@ __all__ = [
     "ported",
     "prompt_key",
     "rewrite",
+    "preserve_trigger_words",
     "strict_triggers",
 ]
 

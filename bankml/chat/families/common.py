@@ -158,6 +158,15 @@ def strict_triggers(triggers):
     return out
 
 
+def preserve_trigger_words(out):
+    """Strict mode's trigger words among the preserved tokens: a trigger word that is one token of the model's
+    vocabulary must be one (server-schema.cpp refuses the request otherwise), and strict mode's trimmed words
+    (Llama 3.x's ``{``) are no handler's own."""
+    words = [v for k, v in out.grammar_triggers or () if k == TRIGGER_WORD]
+    preserved = list(out.preserved_tokens or [])
+    out.preserved_tokens = preserved + [w for w in words if w not in preserved]
+
+
 def finish(out, fn, include_grammar, lazy, triggers, head="", inp=None):
     """Builds the arena (``fn(builder)`` gives the root), and when ``include_grammar`` its grammar, as the
     handlers end: data.parser, data.grammar_lazy, data.grammar, data.grammar_triggers. The grammar's schemas
@@ -173,6 +182,7 @@ def finish(out, fn, include_grammar, lazy, triggers, head="", inp=None):
             out.grammar_triggers = [list(t) for t in triggers]
             if lazy and out.tool_call_mode == "strict":
                 out.grammar_triggers = strict_triggers(out.grammar_triggers)
+                preserve_trigger_words(out)
     except SchemaError as e:
         raise schema_error(e, head) from None
     out.parser = ChatParser(arena, out.generation_prompt)

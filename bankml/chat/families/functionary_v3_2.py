@@ -55,7 +55,11 @@ def apply(out, inp):
             ret = p.choice([content_and_tool, content_only, tool_choice]) + end
         return generation_prompt + ret
 
-    finish(out, fn, inp.tool_calls_enabled, inp.tool_choice == "auto", [(TRIGGER_PATTERN, ">>>(?!all)")], inp=inp)
+    # strict mode under "auto": the recipient framing is the grammar from the first token (``all\n`` and text, or
+    # calls), so every answer parses; llama.cpp's lazy grammar leaves the model free until ``>>>name``, and text
+    # without a recipient is refused by the parser (llama-server's HTTP 500)
+    lazy = inp.tool_choice == "auto" and not inp.strict_tools
+    finish(out, fn, inp.tool_calls_enabled, lazy, [(TRIGGER_PATTERN, ">>>(?!all)")], inp=inp)
 
 
 FAMILY = Family(("functionary-v3-2",), detect, apply)

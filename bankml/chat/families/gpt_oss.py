@@ -114,6 +114,11 @@ def apply(out, inp):
         return p.zero_or_more(start + any_) + start + (final_msg | unsolicited)
 
     lazy = not (has_response_format or (inp.has_tools and inp.tool_choice == "required"))
+    if inp.strict_tools and inp.tool_calls_enabled:
+        # strict mode under "auto": the harmony framing is the grammar from the first token (channels, then a
+        # final message or a call), so every answer parses; llama.cpp's lazy grammar leaves the model free
+        # until a trigger, and text outside a channel is refused by the parser (llama-server's HTTP 500)
+        lazy = False
     finish(out, fn, include_grammar, lazy, [(TRIGGER_PATTERN, t) for t in TRIGGERS], inp=inp)
 
 

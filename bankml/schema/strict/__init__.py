@@ -21,8 +21,8 @@ Policies (what "exactly" means for texts, since a grammar sees text and jsonsche
   while the grammar's any-order objects have at most 4096 such sets in all (objects built first, outermost
   first, get them), and at most 512 of them go to objects the next form would also take. Past that (2^n
   rules would be too many: Kubernetes schemas spent the 4096 and wrote 750 KB of GBNF), when no
-  minProperties, maxProperties or dependency counts keys and there are at most 12 required keys, members come
-  in any order with one rule per set of required keys written, and an optional key may come again
+  minProperties or maxProperties counts keys and there are at most 12 required keys and keys named by a
+  dependency, members come in any order with one rule per set of those written, and another key may come again
   (``json.loads`` keeps the last value; every value must pass, so the verdict on texts without repeated keys
   is jsonschema's). Otherwise the object
   is refused (keyword ``properties``: a grammar of one key order would reject valid texts); with

@@ -2,8 +2,8 @@
 """The object emitter: the GBNF of the objects a term's constraints leave. The listed keys (properties, required,
 dependencies) get one member rule each; other keys one rule of extra members (``keys.Keys.extra_kv``). The
 members come in any order, each listed key once: one rule per set of keys written while the grammar's budget of
-key sets lasts (``ANY_ORDER_BUDGET``); past it, with no count or dependency, one rule per set of required keys
-written, the optional ones free to come again; otherwise, lenient, in the schema's order (the package's docstring
+key sets lasts (``ANY_ORDER_BUDGET``); past it, with no count, one rule per set of required and dependency keys
+written, the others free to come again; otherwise, lenient, in the schema's order (the package's docstring
 says why each is exact). Negated object keywords (``$strict-some``) ask for a member that witnesses each.
 
 Owns: ``object_expr``, the three forms, the grammar's key-set budget. The values' rules come from the compiler.
@@ -151,20 +151,21 @@ class Objects:
             return self._schema_order(items, kv, required, deps, extra, minp, maxp, ptr)
         sets = 1 << (n + len(m.some))  # each negated keyword doubles the states: witnessed or not
         req = [i for i, (k, _) in enumerate(items) if k in required]
-        # the repeating form (optional keys may come again) fits: no count or dependency tells keys apart
+        # the keys whose presence the repeating form tracks: the required ones and those of a dependency
+        tracked = _tracked(items, required, deps)
+        # the repeating form (optional keys may come again) fits: no count tells keys apart
         repeats = (
             witness is None
-            and not deps
             and not minp
             and maxp is None
-            and len(req) <= MAX_REQUIRED_ANY_ORDER
-            and (self.any_order_states + (1 << len(req)) <= ANY_ORDER_BUDGET)
+            and len(tracked) <= MAX_REQUIRED_ANY_ORDER
+            and (self.any_order_states + (1 << len(tracked)) <= ANY_ORDER_BUDGET)
         )
         if n <= MAX_ANY_ORDER and self.any_order_states + sets <= ANY_ORDER_BUDGET:
             # exact where the repeating form would not do, or would be as large (no optional key), and for the
             # first EXACT_ORDER_BUDGET key sets of the others: 2^n rules an object, the cost of big schemas
-            if not repeats or len(req) == n or self.exact_order_states + sets <= EXACT_ORDER_BUDGET:
-                if repeats and len(req) < n:
+            if not repeats or len(tracked) == n or self.exact_order_states + sets <= EXACT_ORDER_BUDGET:
+                if repeats and len(tracked) < n:
                     self.exact_order_states += sets
                 self.any_order_states += sets
                 return self.object_any_order(items, kv, required, deps, extra, minp, maxp, ptr, witness)
@@ -176,15 +177,15 @@ class Objects:
                 % (n, MAX_ANY_ORDER, ANY_ORDER_BUDGET),
             )
         if repeats:
-            self.any_order_states += 1 << len(req)
-            return self.object_any_order_repeating(items, kv, req, extra)
+            self.any_order_states += 1 << len(tracked)
+            return self.object_any_order_repeating(items, kv, tracked, required, deps, extra)
         if "properties" not in self.lenient and (n > 1 or extra is not None):
             # JSON objects are unordered: a grammar of one key order would reject valid texts
             refuse(
                 "properties",
                 ptr,
                 "%d listed keys (%d required) cannot be taken in every order (at most %d listed keys, or %d required "
-                "keys without minProperties, maxProperties or dependencies, and %d key sets per grammar); "
+                "or dependency keys without minProperties or maxProperties, and %d key sets per grammar); "
                 "lenient=['properties'] takes them in the schema's order"
                 % (n, len(req), MAX_ANY_ORDER, MAX_REQUIRED_ANY_ORDER, ANY_ORDER_BUDGET),
             )
@@ -222,15 +223,24 @@ class Objects:
         walk = _AnyOrder(self.rules, items, kv, required, deps, extra, minp, maxp, witness or {}, counted, ecap)
         return '"{" space ' + walk.state(0, 0, 0)
 
-    def object_any_order_repeating(self, items, kv, req, extra):
+    def object_any_order_repeating(self, items, kv, tracked, required, deps, extra):
         """Members in any order where the optional keys are too many for one rule per set of keys: one rule per
-        set of required keys written; an optional key may come again (json.loads keeps the last value, and
-        every value must pass its schema, so no invalid object is accepted; the package's docstring)."""
+        set of tracked keys written (``tracked``: the indexes of the required keys and of those a dependency
+        names, each at most once); another key may come again (json.loads keeps the last value, and every value
+        must pass its schema, so no invalid object is accepted; the package's docstring). "}" comes where every
+        required key is written and every written key's dependencies are."""
         n = len(items)
-        optional = [kv[i] for i in range(n) if i not in req] + ([extra] if extra is not None else [])
+        pos = {i: b for b, i in enumerate(tracked)}
+        optional = [kv[i] for i in range(n) if i not in pos] + ([extra] if extra is not None else [])
         opt = self.rules.add_rule("opt", " | ".join(optional)) if optional else None
+        need = sum(1 << pos[i] for i, (k, _) in enumerate(items) if k in required)
+        # (the key's bit, the bits it needs): _items left a key only where every key it needs is listed
+        dep_masks = [
+            (1 << pos[i], sum(1 << pos[j] for j, (b, _) in enumerate(items) if b in deps[k]))
+            for i, (k, _) in enumerate(items)
+            if deps.get(k)
+        ]
         memo = {}
-        full = (1 << len(req)) - 1
 
         def state(mask, first):
             _check_stack()
@@ -240,10 +250,11 @@ class Objects:
             name = self.rules.new_name("obj")
             memo[key] = name
             sep = "" if first else '"," space '
-            alts = ['"}"'] if mask == full else []
+            closes = mask & need == need and all(mask & d == d for b, d in dep_masks if mask & b)
+            alts = ['"}"'] if closes else []
             if opt is not None:
                 alts.append(sep + opt + " " + state(mask, False))
-            for b, i in enumerate(req):
+            for b, i in enumerate(tracked):
                 if not mask >> b & 1:
                     alts.append(sep + kv[i] + " " + state(mask | 1 << b, False))
             self.rules.set_rule(name, " | ".join(alts) if alts else NEVER)
@@ -414,3 +425,15 @@ class _SchemaOrder:
             else:
                 ok = False
         return frozenset(nob) if ok else None
+
+
+def _tracked(items, required, deps):
+    """The indexes of items whose presence the repeating form tracks: the required keys, each key with
+    dependencies and the keys it needs."""
+    listed = {k for k, _ in items}
+    named = set(required)
+    for a, bs in deps.items():
+        if a in listed and bs:
+            named.add(a)
+            named.update(bs)
+    return [i for i, (k, _) in enumerate(items) if k in named]

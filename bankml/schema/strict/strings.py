@@ -26,6 +26,7 @@ from bankml.schema.strict.patterns import (
     GBNF_CACHE,
     PLACEHOLDER,
     cache_put,
+    format_alone,
     pattern_run,
     renamed,
     shipped_format_gbnf,
@@ -142,8 +143,11 @@ class Strings:
                 if keyword is not None:
                     raise Refuse(keyword, e.pointer, e.reason) from None
                 raise
+            alone = None if lang.is_empty() else format_alone(st, lang)
             if lang.is_empty():
                 cache_put(GBNF_CACHE, gkey, None)
+            elif alone is not None and shipped_format_gbnf(alone) is not None:
+                cache_put(GBNF_CACHE, gkey, shipped_format_gbnf(alone))
             else:
                 expr, rules = string_gbnf(lang, PLACEHOLDER, canonical=self.canonical)
                 cache_put(GBNF_CACHE, gkey, (expr, dict(rules)))

@@ -1,6 +1,7 @@
 # cython: boundscheck=True, wraparound=True, cdivision=False, annotation_typing=False
 """Languages combined: ``intersect_all`` (several parts, some complemented, in one product), ``preimage_map`` (the
-strings a per-character map sends into a language: the case preimages of the formats) and ``string_lang`` (a
+strings a per-character map sends into a language: the case preimages of the formats), ``bounded`` (a language
+within length bounds, its states counted only where the bound can cut a continuation) and ``string_lang`` (a
 string schema's keywords intersected).
 
 Owns: those constructions. Builds on ``automaton``; must not import ``regex``, ``formats`` or ``gbnf``.
@@ -131,3 +132,96 @@ def string_lang(
     if format is not None:
         lang = product(lang, Lang.format(format), True, "format")
     return lang
+
+
+def _path_lengths(lang: Lang):
+    """Per state of a trimmed DFA: the fewest and the most characters to an accepting state (None: no most, the
+    state reaches a cycle)."""
+    trans, acc = lang._trans, lang._acc
+    n = len(trans)
+    preds: list[list[int]] = [[] for _ in range(n)]
+    outdeg = [0] * n
+    for s, row in enumerate(trans):
+        for _, _, t in row:
+            preds[t].append(s)
+            outdeg[s] += 1
+    # the most: states taken off once every edge out of them is (a reversed topological order); those left
+    # reach a cycle
+    most: list = [None] * n
+    ready = [s for s in range(n) if outdeg[s] == 0]
+    while ready:
+        s = ready.pop()
+        best = 0 if acc[s] else -1
+        for _, _, t in trans[s]:
+            best = max(best, most[t] + 1)
+        most[s] = best
+        for p in preds[s]:
+            outdeg[p] -= 1
+            if outdeg[p] == 0:
+                ready.append(p)
+    # the fewest: a breadth-first walk back from the accepting states
+    fewest = [0 if a else -1 for a in acc]
+    frontier = [s for s in range(n) if acc[s]]
+    d = 0
+    while frontier:
+        d += 1
+        nxt = []
+        for s in frontier:
+            for p in preds[s]:
+                if fewest[p] < 0:
+                    fewest[p] = d
+                    nxt.append(p)
+        frontier = nxt
+    return fewest, most
+
+
+def bounded(lang: Lang, lo: int, hi: int | None, keyword: str = "maxLength") -> Lang:
+    """``lang`` ∩ the strings of ``lo``..``hi`` code points, without the product's copy of every state per
+    length: a state is counted only while the bound can still cut one of its continuations (its longest is
+    longer than the characters left, or ``lo`` is not reached yet), and is the state of ``lang`` itself after
+    that; counted states that no continuation can finish within ``hi`` are not made. The states made count
+    against the state bound, the result minimized."""
+    trans, acc = lang._trans, lang._acc
+    fewest, most = _path_lengths(lang)
+    limit = bounds.state_limit()
+    n = len(trans)
+    # a key is a state of lang (free: uncounted) or (state, characters read)
+    index: dict = {}
+    keys: list = []
+    out_trans: list = []
+
+    def key_of(q, k):
+        if hi is not None and k + fewest[q] > hi:
+            return None
+        if k >= lo and (hi is None or (most[q] is not None and k + most[q] <= hi)):
+            return q
+        return (q, k)
+
+    def add(key):
+        t = index.get(key)
+        if t is None:
+            t = index[key] = len(keys)
+            keys.append(key)
+            if len(keys) > limit + n:
+                raise LangError(keyword, f"the length-bounded automaton exceeds {limit} states")
+        return t
+
+    start = key_of(0, 0)
+    if start is None:
+        return Lang.empty()
+    add(start)
+    out_acc = []
+    for key in keys:
+        if key.__class__ is int:
+            out_trans.append([(a, b, add(t)) for a, b, t in trans[key]])
+            out_acc.append(acc[key])
+            continue
+        q, k = key
+        row = []
+        for a, b, t in trans[q]:
+            nk = key_of(t, k + 1)
+            if nk is not None:
+                row.append((a, b, add(nk)))
+        out_trans.append(row)
+        out_acc.append(acc[q] and k >= lo)
+    return finish(out_trans, out_acc, keyword)
