@@ -146,7 +146,8 @@ class Strings:
             alone = None if lang.is_empty() else format_alone(st, lang)
             if lang.is_empty():
                 cache_put(GBNF_CACHE, gkey, None)
-            elif alone is not None and shipped_format_gbnf(alone) is not None:
+            elif not self.canonical and alone is not None and shipped_format_gbnf(alone) is not None:
+                # the shipped GBNF spells every escape: the exact style's only
                 cache_put(GBNF_CACHE, gkey, shipped_format_gbnf(alone))
             else:
                 expr, rules = string_gbnf(lang, PLACEHOLDER, canonical=self.canonical)
