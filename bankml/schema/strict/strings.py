@@ -49,6 +49,7 @@ class Strings:
         self.spell_cache = {}  # code point -> the rule of its spellings
         self.except_cache = {}  # code points -> the rule of one code point but those
         self.key_chains = {}  # the rest of an excluded key -> its trie chain's rule (unbounded keys)
+        self.lang_exprs = {}  # a string language's key (GBNF_CACHE's) -> its expression in this grammar
 
     def link(self, c):
         self.validator = c.validator
@@ -155,9 +156,13 @@ class Strings:
         hit = GBNF_CACHE[gkey]
         if hit is None:
             return None
-        expr, rules = renamed(hit, self.rules.new_name("str"))
-        for name, body in rules.items():
-            self.rules.set_rule(name, body)
+        # the same language met again in this grammar (date-time in ten places): its rules written once
+        expr = self.lang_exprs.get(gkey)
+        if expr is None:
+            expr, rules = renamed(hit, self.rules.new_name("str"))
+            for name, body in rules.items():
+                self.rules.set_rule(name, body)
+            self.lang_exprs[gkey] = expr
         return expr
 
     def spell(self, c):

@@ -193,21 +193,21 @@ def color_lang() -> Lang:
 # them): ASCII digits, no final newline, the whole string
 
 _DIGIT = "[0-9]"
-_SECFRAC = r"(?:\.[0-9]+)?"
-_HH, _MM = "(?:[01][0-9]|2[0-3])", "[0-5][0-9]"
-_OFFSET = r"(?:[zZ]|[+-]%s:%s)" % (_HH, _MM)
+SECFRAC = r"(?:\.[0-9]+)?"
+HH, MM = "(?:[01][0-9]|2[0-3])", "[0-5][0-9]"
+OFFSET = r"(?:[zZ]|[+-]%s:%s)" % (HH, MM)
 
 
 def _leap_times() -> str:
     """RFC 3339 5.7's leap second: ``HH:MM:60`` is a time only where it is 23:59:60 in UTC, i.e. where the
     local HH:MM less the offset is 23:59 (so 15:59:60-08:00, 01:29:60+01:30, 23:59:60Z)."""
-    alts = ["23:59:60%s[zZ]" % _SECFRAC]
+    alts = ["23:59:60%s[zZ]" % SECFRAC]
     for minute in range(24 * 60):
         plus = (minute + 1) % 1440  # local = 23:59 + offset
         minus = (23 * 60 + 59 - minute) % 1440  # local = 23:59 - offset
         alts.append(
             "%02d:%02d:60%s(?:\\+%02d:%02d|-%02d:%02d)"
-            % (minute // 60, minute % 60, _SECFRAC, plus // 60, plus % 60, minus // 60, minus % 60)
+            % (minute // 60, minute % 60, SECFRAC, plus // 60, plus % 60, minus // 60, minus % 60)
         )
     return "(?:%s)" % "|".join(alts)
 
@@ -215,7 +215,7 @@ def _leap_times() -> str:
 def rfc3339_time_pattern() -> str:
     """RFC 3339's full-time: partial-time (seconds 00-59, or a leap second) and an offset; T and Z of either
     case (RFC 3339 5.6's note)."""
-    return r"(?:%s:%s:[0-5][0-9]%s%s|%s)" % (_HH, _MM, _SECFRAC, _OFFSET, _leap_times())
+    return r"(?:%s:%s:[0-5][0-9]%s%s|%s)" % (HH, MM, SECFRAC, OFFSET, _leap_times())
 
 
 def rfc_duration_pattern() -> str:

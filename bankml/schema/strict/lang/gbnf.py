@@ -323,14 +323,15 @@ def string_gbnf(
         raise ValueError(f"bad GBNF rule name {name!r}")
     if lang.is_empty():
         return name + "-none", {name + "-none": "[^\\u0000-\\U0010FFFF]"}
-    return _StringRules(lang, name, admit_surrogates, canonical).write()
+    return _StringRules(lang, name, admit_surrogates, canonical=canonical).write()
 
 
 class _StringRules:
     """The rules string_gbnf writes for one language (its layout: string_gbnf's docstring)."""
 
-    def __init__(self, lang: Lang, name: str, admit_surrogates: bool, canonical: bool = False):
-        self.lang, self.name, self.admit_surrogates, self.canonical = lang, name, admit_surrogates, canonical
+    def __init__(self, lang: Lang, name: str, admit_surrogates: bool, end: str = '"\\""', canonical: bool = False):
+        self.lang, self.name, self.admit_surrogates, self.end = lang, name, admit_surrogates, end
+        self.canonical = canonical
         self.rules: dict[str, str] = {}
         self.cs_rule: dict = {}
         n = lang.n_states
@@ -375,7 +376,7 @@ class _StringRules:
         for t, cs in self.groups[s]:
             alts.append(self.charset_ref(cs) + " " + self.target(t, depth))
         if self.lang._acc[s]:
-            alts.append('"\\""')
+            alts.append(self.end)
         return alts
 
     def target(self, t: int, depth: int) -> str:
@@ -386,3 +387,13 @@ class _StringRules:
             return f"{self.name}-s{t}"
         alts = self.body(t, depth + 1)
         return alts[0] if len(alts) == 1 else "( " + " | ".join(alts) + " )"
+
+
+def piece_gbnf(lang: Lang, name: str, end: str) -> tuple[str, dict[str, str]]:
+    """The rules of ``lang``'s strings (every spelling, as string_gbnf writes them) without the opening quote,
+    each accepting state's way out ``end`` (an expression) instead of the closing quote: ``(start rule, rules)``,
+    for a grammar written of parts (``time_gbnf``). ``lang`` must not be empty."""
+    if not re.fullmatch(r"[a-zA-Z0-9-]+", name):
+        raise ValueError(f"bad GBNF rule name {name!r}")
+    expr, rules = _StringRules(lang, name, False, end).write()
+    return expr.split(" ", 1)[1], rules
