@@ -22,7 +22,9 @@ directives = {
     "cdivision": True,
     "embedsignature": True,
 }
-compile_args = ["-std=c++17"] + (["-O0", "-g"] if DEBUG else ["-O3"])
+# -g0 in the release build: Python's own CFLAGS carry -g, and the debug information changes no instruction but
+# costs a third of each file's compile time (measured on strict/objects.cpp: 16.4 s of CPU with -g, 11.0 with -g0)
+compile_args = ["-std=c++17"] + (["-O0", "-g"] if DEBUG else ["-O3", "-g0"])
 macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 if not DEBUG:
     macros.append(("CYTHON_WITHOUT_ASSERTIONS", None))
@@ -58,6 +60,7 @@ STRICT = (
     "terms",
     "negation",
     "oneof",
+    "unevaluated",
     "validate",
     "patterns",
     "numeric",
@@ -70,7 +73,18 @@ STRICT = (
     "compiler",
     "convert",
 )
-STRICT_LANG = ("bounds", "charsets", "minimize", "automaton", "algebra", "ecma", "regex", "format_langs", "formats", "gbnf")
+STRICT_LANG = (
+    "bounds",
+    "charsets",
+    "minimize",
+    "automaton",
+    "algebra",
+    "ecma",
+    "regex",
+    "format_langs",
+    "formats",
+    "gbnf",
+)
 SCHEMA = (
     [
         extension(f"schema.{name}", source=f"bankml/schema/{name}.py")

@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from bankml.chat.constraint import Constraint, RequestError
+from bankml.chat.inputs import ChatInputs
 from bankml.chat.params import TOOL_CALL_MODES, TOOL_CHOICES
 from bankml.chat.template import ChatParseError
 from bankml.engine._grammar import Grammar, Rules
@@ -23,7 +24,9 @@ from bankml.sampling.params import SamplerParams
 from bankml.sampling.replay import replay
 from bankml.schema.grammar import json_schema_to_grammar
 from bankml.serve.flags import KV_CACHE_TYPES, context_options, env_defaults
+from bankml.serve.request import Request
 from bankml.serve.runtime import Model, ModelError, chat_model_options, model_load_options
+from bankml.serve.server_flags import add_arguments as add_llama_server_flags
 
 
 class InputError(ValueError):
@@ -368,19 +371,13 @@ def cmd_generate(args):
                 raise ValueError("--tools needs the chat template: it cannot be used with --raw")
             job = model.complete(prompt, constraint, params, args.n_predict, args.stop)
         else:
-            extra = {}
+            inputs = ChatInputs([{"role": "user", "content": prompt}])
             if tools is not None:
                 choice = args.tool_choice
                 if choice not in TOOL_CHOICES:  # a function's name: OpenAI's named tool_choice
                     choice = {"type": "function", "function": {"name": choice}}
-                extra = {
-                    "tools": tools,
-                    "tool_choice": choice,
-                    "parallel_tool_calls": args.parallel_tool_calls,
-                }
-            job = model.chat(
-                [{"role": "user", "content": prompt}], constraint, params, args.n_predict, args.stop, **extra
-            )
+                inputs = inputs.replace(tools=tools, tool_choice=choice, parallel_tool_calls=args.parallel_tool_calls)
+            job = model.chat(Request.for_chat(inputs, constraint, params, args.n_predict, args.stop))
     except SchemaError as err:
         keyword = f" (keyword {err.keyword})" if getattr(err, "keyword", None) else ""
         print(f"error at {err.pointer}{keyword}: {err}", file=sys.stderr)
@@ -584,6 +581,11 @@ def build_parser():
     )
     serve.add_argument("--max-messages", type=int, default=None, help="most chat messages per request (default 4096)")
     serve.add_argument(
+        "--reject-unknown-fields",
+        action="store_true",
+        help="answer a 400 naming the body fields a route does not read (default: ignored, as llama-server)",
+    )
+    serve.add_argument(
         "--max-grammar-bytes", type=int, default=None, help="longest GBNF 'grammar' field (default 1 MiB)"
     )
     serve.add_argument(
@@ -618,6 +620,9 @@ def build_parser():
     serve.add_argument(
         "--props", action="store_true", help="enable changing global properties via POST /props (default: disabled)"
     )
+    # llama-server's other flags: served (-n, the sampler defaults, -v, CORS, --kv-unified), accepted with no
+    # bearing on an answer, or refused naming the flag (bankml.serve.server_flags)
+    add_llama_server_flags(serve)
     # llama-server's LLAMA_ARG_* environment variables, under the command line (which overrides them)
     try:
         serve.set_defaults(**env_defaults(os.environ))

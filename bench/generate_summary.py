@@ -48,12 +48,18 @@ def cpu_model():
 
 def run_bankml(model, json_mode, max_tokens, seed):
     from bankml import Constraint, SamplerParams
+    from bankml.chat.inputs import ChatInputs
+    from bankml.serve.request import Request
 
     constraint = Constraint("json_object", {"type": "object"}) if json_mode else Constraint()
     rows = []
     for i, prompt in enumerate(PROMPTS):
         t0 = time.perf_counter()
-        job = model.chat([{"role": "user", "content": prompt}], constraint, SamplerParams(seed=seed + i), max_tokens)
+        job = model.chat(
+            Request.for_chat(
+                ChatInputs([{"role": "user", "content": prompt}]), constraint, SamplerParams(seed=seed + i), max_tokens
+            )
+        )
         result = job.run()
         wall = time.perf_counter() - t0
         t = result.timings

@@ -71,7 +71,11 @@ def _is_error_object(r, ollama=False):
     if ollama:
         return isinstance(body["error"], str)
     e = body["error"]
-    return isinstance(e, dict) and set(e) == {"code", "message", "type"} and e["code"] == r.status_code
+    if not isinstance(e, dict) or e.get("code") != r.status_code:
+        return False
+    # the context-size error also gives the prompt's tokens and the slot's context, as llama-server's
+    sizes = {"n_prompt_tokens", "n_ctx"} if e.get("type") == "exceed_context_size_error" else set()
+    return set(e) - sizes == {"code", "message", "type"}
 
 
 def _served_chat(r, check=None):

@@ -49,6 +49,8 @@ def llm(model):
 @pytest.mark.parametrize("engine", ["bankml-json", "bankml-plain", "llama-cpp-python-json", "llama-cpp-python-plain"])
 def test_generate(benchmark, engine, model, llm):
     from bankml import Constraint, SamplerParams
+    from bankml.chat.inputs import ChatInputs
+    from bankml.serve.request import Request
 
     benchmark.group = "generate-smollm2"
     messages = [{"role": "user", "content": PROMPT}]
@@ -56,7 +58,9 @@ def test_generate(benchmark, engine, model, llm):
         constraint = Constraint("json_object", {"type": "object"}) if engine.endswith("json") else Constraint()
 
         def run():
-            result = model.chat(messages, constraint, SamplerParams(seed=7), MAX_TOKENS).run()
+            result = model.chat(
+                Request.for_chat(ChatInputs(messages), constraint, SamplerParams(seed=7), MAX_TOKENS)
+            ).run()
             return len(result.tokens)
     else:
         extra = {"response_format": {"type": "json_object"}} if engine.endswith("json") else {}

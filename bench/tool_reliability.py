@@ -69,6 +69,7 @@ import numpy as np  # noqa: E402
 
 from bankml import Grammar, Rules, Vocab  # noqa: E402
 from bankml.chat.families.common import TRIGGER_PATTERN_FULL, TRIGGER_TOKEN, TRIGGER_WORD  # noqa: E402
+from bankml.chat.inputs import ChatInputs  # noqa: E402
 from bankml.chat.template import ChatTemplate, lazy_grammar_triggers, preserved_token_ids  # noqa: E402
 from bankml.errors import GrammarError  # noqa: E402
 from tests.oracle import record_server  # noqa: E402
@@ -296,13 +297,15 @@ class Replay:
         if template not in self.templates:
             self.templates[template] = ChatTemplate(self.sources[template])
         return self.templates[template].apply(
-            body["messages"],
-            tools=body["tools"],
-            tool_choice=body["tool_choice"],
-            parallel_tool_calls=False,
-            enable_thinking=False,
-            chat_template_kwargs={k: json.dumps(v) for k, v in DATE.items()},
-            tool_call_mode="strict" if mode == "strict" else "llama.cpp",
+            ChatInputs(
+                body["messages"],
+                tools=body["tools"],
+                tool_choice=body["tool_choice"],
+                parallel_tool_calls=False,
+                enable_thinking=False,
+                chat_template_kwargs={k: json.dumps(v) for k, v in DATE.items()},
+                tool_call_mode="strict" if mode == "strict" else "llama.cpp",
+            )
         )
 
     def triggers(self, prompt):

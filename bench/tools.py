@@ -48,6 +48,7 @@ import walks  # noqa: E402
 
 from bankml import Rules  # noqa: E402
 from bankml.chat import cache  # noqa: E402
+from bankml.chat.inputs import ChatInputs  # noqa: E402
 from bankml.chat.template import ChatTemplate  # noqa: E402
 
 TEMPLATE = ROOT / "tests" / "data" / "templates" / "Qwen3.5-4B.jinja"
@@ -156,7 +157,7 @@ def run_size(tmpl, tools, n, repeat, engines, vocab_name, skipped):
     tools = tools[:n]
 
     def apply(ts):
-        return tmpl.apply(MESSAGES, tools=ts, tool_choice="required", now=0)
+        return tmpl.apply(ChatInputs(MESSAGES, tools=ts, tool_choice="required", now=0))
 
     out, row["apply_new_ms"], row["apply_new_cpu_ms"] = best(apply, repeat, lambda i: renamed(tools, i + 1000 * n))
     apply(tools)
@@ -264,7 +265,7 @@ def main(argv=None):
     tmpl = ChatTemplate(TEMPLATE.read_text(), bos_token="", eos_token="<|im_end|>")
     for name in engines:  # vocabulary tables and imports before any timing
         walks.engine("xgrammar" if name == "xgrammar-stag" else name, args.vocab)
-    tmpl.apply(MESSAGES, tools=tools[:1], tool_choice="required", now=0)
+    tmpl.apply(ChatInputs(MESSAGES, tools=tools[:1], tool_choice="required", now=0))
     load_before = os.getloadavg()
     rows, skipped = [], {}
     for n in sizes:

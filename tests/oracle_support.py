@@ -3,6 +3,7 @@ and the counts the oracle tests report at the end of the run."""
 
 import collections
 import concurrent.futures
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -137,15 +138,30 @@ def recorded_model(recording, **extra):
 def recorded_job(model, record):
     """The job bankml's runtime makes of a recorded OpenAI request (chat or completion), not yet run."""
     from bankml.chat.constraint import from_openai_text
+    from bankml.chat.inputs import ChatInputs
     from bankml.serve.openai import sampler_fields
-    from bankml.serve.request import check_messages
+    from bankml.serve.request import Request, check_messages
 
     req = record["request"]
     constraint = from_openai_text(req, json.dumps(req))
     params, n_predict, stop = sampler_fields(req)
     if record["endpoint"] in ("/v1/chat/completions", "/chat/completions"):
-        return model.chat(check_messages(req["messages"]), constraint, params, n_predict, stop)
+        return model.chat(
+            Request.for_chat(ChatInputs(check_messages(req["messages"])), constraint, params, n_predict, stop)
+        )
     return model.complete(req["prompt"], constraint, params, n_predict, stop)
+
+
+def fix_clock(model, now):
+    """``model.chat`` renders every chat request at ``now`` (POSIX time, the ``now`` of its ChatInputs), as the
+    recording server's clock was (some templates write the date)."""
+    chat = model.chat
+
+    def at_now(request, **controls):
+        return chat(dataclasses.replace(request, chat=request.chat.replace(now=now)), **controls)
+
+    model.chat = at_now
+    return model
 
 
 def sse_chunks(text):

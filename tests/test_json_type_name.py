@@ -68,7 +68,7 @@ def test_python_values_json_has_no_type_for():
             "Field 'post_sampling_probs': [json.exception.type_error.302] type must be boolean, but is array",
         ),
         (
-            lambda: serve_openai.chat_options({"thinking_budget_tokens": "8"}),
+            lambda: serve_openai.reasoning_fields({"thinking_budget_tokens": "8"}),
             "Field 'thinking_budget_tokens': [json.exception.type_error.302] type must be number, but is string",
         ),
         (lambda: SamplerParams.from_server({"seed": "1"}), "Field 'seed': type must be number, but is string"),

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from bankml.chat import templates
+from bankml.chat.inputs import ChatInputs
 from bankml.chat.template import ChatRequestError, ChatTemplate
 from bankml.errors import RequestError, SchemaError
 from bankml.schema.converter import gbnf_format_literal
@@ -392,13 +393,14 @@ _PROBE = [{"role": "user", "content": "x"}]
 
 def _apply(template, schema, thinking, json_schema_mode="llama.cpp", strict_style=None):
     try:
-        return chat_template(template).apply(
+        inputs = ChatInputs(
             _PROBE,
             json_schema=schema,
             enable_thinking=bool(thinking),
             json_schema_mode=json_schema_mode,
             strict_style=strict_style,
         )
+        return chat_template(template).apply(inputs)
     except ChatRequestError as e:
         raise RequestError(str(e)) from None
 

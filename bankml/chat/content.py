@@ -26,6 +26,7 @@ refuses raises ContentError with llama-server's message.
 from bankml.chat import _peg, peg
 from bankml.chat.chat_peg import CONTENT, Mapper
 from bankml.chat.constraint import Constraint, chat_template
+from bankml.chat.inputs import ChatInputs
 
 __all__ = ["ContentError", "ContentStream", "content", "json_content", "json_message", "parse_message"]
 
@@ -48,9 +49,11 @@ def _parser(template, json_mode, thinking):
     if hit is not None and hit[0] is tmpl:
         return hit[1]
     out = tmpl.apply(
-        [{"role": "user", "content": "x"}],
-        json_schema={"type": "object"} if json_mode else None,
-        enable_thinking=bool(thinking),
+        ChatInputs(
+            [{"role": "user", "content": "x"}],
+            json_schema={"type": "object"} if json_mode else None,
+            enable_thinking=bool(thinking),
+        )
     )
     if out.parser is None:
         raise ValueError(f"bankml does not parse the answers of this template's handler ({out.handler}) yet")

@@ -17,8 +17,11 @@ before rendering, the handler of ``common/parsers/`` and its mapper) is that fam
 Typical use, without a model::
 
     tmpl = ChatTemplate(source, bos_token="<s>", eos_token="</s>")
-    out = tmpl.apply([{"role": "user", "content": "Hi"}], enable_thinking=False)
+    out = tmpl.apply(ChatInputs([{"role": "user", "content": "Hi"}], enable_thinking=False))
     out.prompt, out.generation_prompt
+
+The request is one value, ``bankml.chat.inputs.ChatInputs`` (llama.cpp's ``common_chat_templates_inputs``); the
+result one ``ChatPrompt`` (its ``common_chat_params``).
 """
 
 import copy
@@ -34,6 +37,7 @@ from bankml.chat.analysis import Analysis
 from bankml.chat.analysis_tools import JSON_NATIVE, build_tool_parser
 from bankml.chat.chat_peg import ChatMessage, ChatParseError, build_chat_peg_parser
 from bankml.chat.families import TRIGGER_PATTERN, TRIGGER_PATTERN_FULL, TRIGGER_TOKEN, TRIGGER_WORD, Inputs
+from bankml.chat.inputs import ChatInputs
 from bankml.chat.jinja import Program, TemplateError, caps_get, memo_json, preserve_reasoning, prime_tojson, tojson_text
 from bankml.chat.params import (
     CONTINUATION_AUTO,
@@ -42,7 +46,6 @@ from bankml.chat.params import (
     CONTINUATION_REASONING,
     ChatParser,
     ChatRequestError,
-    check_tool_call_mode,
     forced_grammar,
     render_content,
     resolve_tool_choice,
@@ -50,9 +53,17 @@ from bankml.chat.params import (
 )
 from bankml.errors import SchemaError, json_type_name
 from bankml.schema import jsondepth as _jsondepth
-from bankml.schema.grammar import DEFAULT_STRICT_STYLE, check_mode, check_strict_style
+from bankml.schema.grammar import DEFAULT_STRICT_STYLE
 
-__all__ = ["ChatTemplate", "ChatPrompt", "ChatRequestError", "TemplateError", "parse_messages", "CHATML_TEMPLATE"]
+__all__ = [
+    "ChatInputs",
+    "ChatTemplate",
+    "ChatPrompt",
+    "ChatRequestError",
+    "TemplateError",
+    "parse_messages",
+    "CHATML_TEMPLATE",
+]
 
 CHATML_TEMPLATE = (
     "{%- for message in messages -%}\n"
@@ -387,19 +398,11 @@ class ChatTemplate:
 
     # -- the request (common_chat_templates_apply_jinja up to the parser generation) ------------------------
 
-    def prepare(
-        self,
-        messages,
-        tools=None,
-        add_generation_prompt=True,
-        continue_final_message=None,
-        enable_thinking=True,
-        chat_template_kwargs=None,
-        now=None,
-    ):
-        """The messages and variables llama.cpp renders for a request: (messages_json, tools_json, extra_context,
-        add_generation_prompt, continuation, continue_msg)."""
-        msgs = parse_messages(messages)
+    def prepare(self, inputs):
+        """The messages and variables llama.cpp renders for a request (a ``ChatInputs``): (messages_json,
+        extra_context, add_generation_prompt, continuation, continue_msg)."""
+        msgs = parse_messages(inputs.messages)
+        add_generation_prompt = inputs.add_generation_prompt
         # the continued message is the request's own, untrimmed (common_chat_templates_apply_jinja trims a
         # copy of the messages for StepFun's rendering and takes continue_msg from inputs.messages)
         last = msgs[-1] if msgs else None
@@ -412,7 +415,7 @@ class ChatTemplate:
                     if p["type"] == "text":
                         p["text"] = _trim(p["text"])
         rendered = _normalize([_msg_to_json(m) for m in msgs], self.caps)
-        continuation = _parse_continuation(continue_final_message)
+        continuation = _parse_continuation(inputs.continue_final_message)
         continue_msg = None
         if continuation != CONTINUATION_NONE:
             add_generation_prompt = False
@@ -451,46 +454,29 @@ class ChatTemplate:
                             call["function"]["arguments"] = _jsondepth.loads(args)
                         except (ValueError, RecursionError) as e:
                             raise ChatRequestError("Failed to parse tool call arguments as JSON: %s" % e) from None
-        stamp = time.time() if now is None else now
+        stamp = time.time() if inputs.now is None else inputs.now
         extra = {
             "datetime": time.strftime("%b %d %Y", time.localtime(stamp)),
             "date_string": time.strftime("%d %b %Y", time.localtime(stamp)),
         }
-        for key, text in (chat_template_kwargs or {}).items():
+        for key, text in (inputs.chat_template_kwargs or {}).items():
             try:
                 extra[key] = _jsondepth.loads(text)
             except (ValueError, RecursionError) as e:
                 raise ChatRequestError("chat_template_kwargs[%r] is not JSON: %s" % (key, e)) from None
-        tools_json = _tools_json(tools)
-        return rendered, tools_json, extra, add_generation_prompt, continuation, continue_msg
+        return rendered, extra, add_generation_prompt, continuation, continue_msg
 
-    def apply(
-        self,
-        messages,
-        tools=None,
-        add_generation_prompt=True,
-        continue_final_message=None,
-        enable_thinking=True,
-        chat_template_kwargs=None,
-        json_schema=None,
-        reasoning_format="deepseek",
-        now=None,
-        tool_choice="auto",
-        parallel_tool_calls=False,
-        json_schema_mode="llama.cpp",
-        tool_call_mode="llama.cpp",
-        strict_style=None,
-    ):
-        """What llama.cpp's common_chat_templates_apply gives for this request (``now``: POSIX time for
-        ``strftime_now`` / ``datetime`` / ``date_string``, default the wall clock). ``chat_template_kwargs``
-        maps names to JSON texts, as llama-server holds them; ``continue_final_message`` is True, "content"
-        or "reasoning_content" (llama-server's field); ``json_schema`` the response format's schema (a dict
-        or its JSON text), which some templates render and which gives the grammar; ``reasoning_format``
-        llama-server's (its default ``deepseek`` extracts the reasoning; ``none`` leaves it in the content).
-        ``json_schema_mode``: ``"strict"`` compiles the grammar's schemas (the response format's, the tools'
+    def apply(self, inputs):
+        """What llama.cpp's common_chat_templates_apply gives for one request, a ``ChatInputs``
+        (``bankml.chat.inputs``; a field left None takes llama.cpp's default): the ChatPrompt. ``now`` fixes the
+        clock of ``strftime_now`` / ``datetime`` / ``date_string`` (default the wall clock);
+        ``chat_template_kwargs`` maps names to JSON texts, as llama-server holds them; ``json_schema`` (the
+        response format's schema, a dict or its JSON text) is rendered by some templates and gives the
+        grammar; ``reasoning_format`` ``deepseek`` extracts the reasoning, ``none`` leaves it in the content.
+        ``json_schema_mode="strict"`` compiles the grammar's schemas (the response format's, the tools'
         parameters') with bankml's strict compiler inside the same wrapping; the default is llama.cpp's.
         ``strict_style``: strict mode's style, ``"canonical"`` (None: the default, the language to generate in)
-        or ``"exact"``.
+        or ``"exact"`` (every JSON text of each valid instance).
 
         ``tool_call_mode``: ``"llama.cpp"`` (the default: llama-server's grammars) or ``"strict"``: a
         ``tool_choice`` of ``"required"`` or naming a function (``{"type": "function", "function": {"name":
@@ -500,14 +486,26 @@ class ChatTemplate:
         both the arguments are exactly each tool's ``parameters`` schema, in the canonical style of
         ``bankml.schema.tool_args`` (a schema it cannot write exactly is a SchemaError naming the tool, the
         keyword and the pointer). Without tools the mode changes nothing."""
-        check_mode(json_schema_mode)
-        strict_style = check_strict_style(DEFAULT_STRICT_STYLE if strict_style is None else strict_style)
-        check_tool_call_mode(tool_call_mode)
-        tool_choice, tool_names = resolve_tool_choice(tool_choice, tools, tool_call_mode)
-        rendered, _, extra, add_gen, continuation, continue_msg = self.prepare(
-            messages, None, add_generation_prompt, continue_final_message, enable_thinking, chat_template_kwargs, now
-        )
+        if not isinstance(inputs, ChatInputs):
+            raise TypeError(
+                "ChatTemplate.apply takes one bankml.chat.ChatInputs (ChatInputs(messages, tools=..., ...)), got "
+                + type(inputs).__name__
+            )
+        inp, rendered, tools_render, extra, key = self._generation_params(inputs.with_defaults())
+        if self.handler is not None:
+            return self._apply_handler(inp, rendered, tools_render, extra, key)
+        return self._apply_auto(inp, rendered, tools_render, extra, key)
+
+    def _generation_params(self, inputs):
+        """``(inp, rendered, tools_render, extra, key)`` for a request (a ``ChatInputs`` with its defaults): the
+        handlers' ``Inputs``, the messages and the variables to render (``prepare``), the tools as the template
+        sees them, and the key of the derived parameters in ``bankml.chat.cache.PARAMS`` (None: not cached)."""
+        json_schema_mode, tool_call_mode = inputs.json_schema_mode, inputs.tool_call_mode
+        tools = inputs.tools
+        tool_choice, tool_names = resolve_tool_choice(inputs.tool_choice, tools, tool_call_mode)
+        rendered, extra, add_gen, continuation, continue_msg = self.prepare(inputs)
         tools_json, tools_render, tools_key = _cached_tools(tools)
+        json_schema = inputs.json_schema
         if isinstance(json_schema, str):
             try:
                 json_schema = _jsondepth.loads(json_schema) if json_schema else None
@@ -525,50 +523,55 @@ class ChatTemplate:
                 self._cache_key,
                 tools_key,
                 schema_key,
-                reasoning_format,
+                inputs.reasoning_format,
                 tool_choice,
-                bool(parallel_tool_calls),
-                enable_thinking,
+                inputs.parallel_tool_calls,
+                inputs.enable_thinking,
                 add_gen,
                 continuation,
                 json_schema_mode,
-                strict_style,
+                inputs.strict_style,
                 tool_call_mode,
                 tool_names,
             )
             json_schema = _private_schema(json_schema, schema_key)
         inp = Inputs(
+            inputs,
             self.handler,
             self.source,
             json_schema,
-            reasoning_format,
             continuation,
             continue_msg if has_continuation else None,
             tools_json,
             tool_choice,
-            bool(parallel_tool_calls),
-            enable_thinking,
             add_gen,
-            tool_call_mode,
             tool_names,
         )
         if tool_names is not None and not inp.tools:
             raise ChatRequestError("tool_choice names functions that are not function tools of the request")
-        if self.handler is not None:
-            return self._apply_handler(inp, rendered, tools_render, extra, now, json_schema_mode, key, strict_style)
-        prompt, gen = self.prompt_and_generation_prompt(rendered, tools_render, add_gen, enable_thinking, extra, now)
+        return inp, rendered, tools_render, extra, key
+
+    def _apply_auto(self, inp, rendered, tools_render, extra, key):
+        """The generic pipeline (no hand-written handler): the prompt and generation prompt, the continued
+        message's prefill, the differential analysis' tags, tokens and stops, and the auto-parser's arena,
+        grammar and parser (``_derive_auto``), cached under ``key``."""
+        inputs, json_schema_mode, json_schema = inp.request, inp.request.json_schema_mode, inp.json_schema
+        continuation, continue_msg = inp.continuation, inp.continue_msg
+        prompt, gen = self.prompt_and_generation_prompt(
+            rendered, tools_render, inp.add_generation_prompt, inputs.enable_thinking, extra, inputs.now
+        )
         out = ChatPrompt(
             prompt,
             gen,
             handler=self.handler,
             caps=self.caps.to_dict(),
             json_schema_mode=json_schema_mode,
-            strict_style=strict_style,
+            strict_style=inputs.strict_style,
             tool_call_mode=_tool_call_mode(inp),
         )
         a = self.analysis
         parser_gen = gen
-        if has_continuation:
+        if continue_msg is not None:  # a continued message that is not empty
             start = a.reasoning.start
             if start:
                 cut = gen.find(start)
@@ -580,7 +583,7 @@ class ChatTemplate:
             out.prompt += gen
             out.generation_prompt = gen
         out.format = "peg-native"
-        extracting = reasoning_format != "none" and a.reasoning.mode != "NONE"
+        extracting = inputs.reasoning_format != "none" and a.reasoning.mode != "NONE"
 
         def derive(out):
             self._derive_auto(out, a, parser_gen, extracting, json_schema, inp, json_schema_mode)
@@ -632,9 +635,7 @@ class ChatTemplate:
             raise schema_error(e, head) from None
         out.parser = ChatParser(arena, out.generation_prompt)
 
-    def _apply_handler(
-        self, inp, rendered, tools_render, extra, now, json_schema_mode="llama.cpp", key=None, strict_style=None
-    ):
+    def _apply_handler(self, inp, rendered, tools_render, extra, key=None):
         """llama.cpp's hand-written handlers (common/parsers/*.cpp): the messages or context the family rewrites
         before rendering (``bankml.chat.families``), the prompt it fixes after, then its handler (continuation
         prompt, tags, tokens, parser, grammar), cached under ``key`` (None: not cached) with the generation
@@ -645,7 +646,13 @@ class ChatTemplate:
         if context:
             ctx.update(context)
         prompt, gen = self.prompt_and_generation_prompt(
-            msgs, tools_render, inp.add_generation_prompt, inp.enable_thinking, ctx, now, override=is_override
+            msgs,
+            tools_render,
+            inp.add_generation_prompt,
+            inp.enable_thinking,
+            ctx,
+            inp.request.now,
+            override=is_override,
         )
         prompt = families.fix_prompt(prompt, inp)
         out = ChatPrompt(
@@ -653,8 +660,8 @@ class ChatTemplate:
             gen,
             handler=h,
             caps=self.caps.to_dict(),
-            json_schema_mode=json_schema_mode,
-            strict_style=strict_style or DEFAULT_STRICT_STYLE,
+            json_schema_mode=inp.request.json_schema_mode,
+            strict_style=inp.request.strict_style,
             tool_call_mode=_tool_call_mode(inp),
         )
         if key is not None:
@@ -1145,11 +1152,12 @@ class ChatJob:
         )
 
 
-def for_constraint(template, messages, constraint, thinking=False, now=None, bare_schema_fallback=False):
+def for_constraint(template, inputs, constraint, bare_schema_fallback=False):
     """llama-server's chat path for a ``bankml.chat.constraint.Constraint``: a response format (JSON mode, a schema
     object) gets the chat grammar prefilled with the generation prompt (common_grammar_needs_prefill); a GBNF
     grammar, a top-level schema that is not an object or no constraint get the constraint's own grammar, not
-    prefilled, and the content parser.
+    prefilled, and the content parser. ``inputs`` is the request's ``ChatInputs``; its ``json_schema`` is the
+    constraint's.
 
     A template whose handler builds no grammar for a response format (GigaChat 3, Functionary v3.2, Kimi K2 /
     K3, Ling 3: their chat grammar is empty) gets what llama-server samples with then: the request's own
@@ -1157,7 +1165,7 @@ def for_constraint(template, messages, constraint, thinking=False, now=None, bar
     alone. ``bare_schema_fallback=True`` (an opt-in that leaves llama-server's answers) constrains those
     templates with the schema's bare grammar instead."""
     schema = constraint.schema if constraint.is_json else None
-    out = template.apply(messages, json_schema=schema, enable_thinking=thinking, now=now)
+    out = template.apply(inputs.replace(json_schema=schema))
     if out.parser is not None and schema is not None and out.grammar:
         return ChatJob(out.prompt, out.grammar, out.generation_prompt, out.parser, out.additional_stops, out)
     if schema is not None and not bare_schema_fallback:

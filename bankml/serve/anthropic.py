@@ -242,6 +242,13 @@ def _tool_choice(choice, tools, chat):
             chat["parallel_tool_calls"] = False
 
 
+#: the fields of a Messages body that bankml reads (--reject-unknown-fields refuses the others)
+FIELDS = frozenset(
+    "model messages max_tokens system stop_sequences stream temperature top_p top_k tools tool_choice metadata "
+    "thinking chat_template_kwargs".split()
+)
+
+
 def to_chat_body(body):
     """The chat-completions body of an Anthropic Messages body (server_chat_convert_anthropic_to_oai), every
     field it reads checked (RequestError naming it)."""
@@ -285,12 +292,12 @@ def to_chat_body(body):
 
 def read_messages(raw, context=None):
     """The Request of a ``/v1/messages`` body (its bytes or text)."""
-    return read_converted(to_chat_body, raw, context, MESSAGES)
+    return read_converted(to_chat_body, raw, context, MESSAGES, FIELDS)
 
 
 def read_count_tokens(raw, context=None):
     """The Request of a ``/v1/messages/count_tokens`` body: the prompt it renders is counted, nothing generated."""
-    return read_converted(to_chat_body, raw, context, COUNT_TOKENS)
+    return read_converted(to_chat_body, raw, context, COUNT_TOKENS, FIELDS)
 
 
 # -- the answer

@@ -29,6 +29,7 @@ from starlette.routing import Route
 from bankml.errors import RequestError, json_type_name
 from bankml.sampling.params import SAMPLER_FIELDS, SamplerParams
 from bankml.schema import jsondepth
+from bankml.serve.fields import DETOKENIZE, TOKENIZE, check_unknown
 
 __all__ = [
     "EndpointOptions",
@@ -206,7 +207,7 @@ def props_body(app, options, default_params, build_info):
         tok = fn(model._lvocab)
         tokens.append(model.piece(tok, special=True).decode("utf-8", "replace") if 0 <= tok < model.n_vocab else "")
     body = {
-        "default_generation_settings": {"params": default_generation_params(default_params), "n_ctx": model.n_ctx},
+        "default_generation_settings": {"params": default_generation_params(default_params), "n_ctx": model.n_ctx_slot},
         "total_slots": model.n_parallel,
         "model_alias": app.alias,
         "model_ftype": model_ftype(model),
@@ -250,7 +251,7 @@ def slots_body(app):
     free = model.slots.free_indices()
     out = []
     for i in range(model.n_parallel):
-        item = {"id": i, "n_ctx": model.n_ctx, "speculative": False, "is_processing": i not in free}
+        item = {"id": i, "n_ctx": model.n_ctx_slot, "speculative": False, "is_processing": i not in free}
         task = app.metrics.slot_task(i)
         if task is not None:
             item.update(task)
@@ -509,10 +510,18 @@ class Endpoints:
         return await self._post(request, lambda body, raw, cancel: {"prompt": self.render_prompt(body, raw, cancel)})
 
     async def tokenize(self, request):
-        return await self._post(request, lambda body, raw, cancel: tokenize_body(self.app.model, body))
+        return await self._post(request, lambda body, raw, cancel: tokenize_body(self.app.model, self._known(body)))
 
     async def detokenize(self, request):
-        return await self._post(request, lambda body, raw, cancel: detokenize_body(self.app.model, body))
+        return await self._post(
+            request, lambda body, raw, cancel: detokenize_body(self.app.model, self._known(body, DETOKENIZE))
+        )
+
+    def _known(self, body, known=TOKENIZE):
+        """The body, its unknown fields refused with --reject-unknown-fields."""
+        if self.app.limits.reject_unknown_fields:
+            check_unknown(body, known)
+        return body
 
     async def props(self, request):
         return JSONResponse(props_body(self.app, self.options, self.default_params, self.build_info))

@@ -5,7 +5,9 @@ llama-server reads the OpenAI fields of ``oaicompat_chat_params_parse`` / ``oaic
 (``tools/server/server-schema.cpp``); Ollama reads its ``ChatRequest`` / ``GenerateRequest`` and ``Options``.
 A field that shapes the answer is either honoured by bankml or refused with a 400 that names it: nothing is
 silently ignored. Fields with no bearing on the answer (``user``, ``metadata``, transport and cache hints) are
-accepted. Fields neither server knows are accepted, as llama-server accepts them.
+accepted. Fields neither server knows are accepted, as llama-server accepts them (its default, and bankml's);
+with ``bankml serve --reject-unknown-fields`` they are a 400 that names them (``check_unknown``), on every route
+that reads a body: a misspelt field (``respons_format``) is then an error instead of an answer without it.
 
 ``check(body, endpoint)`` raises RequestError for the first refused field; ``FIELDS[endpoint]`` is the table
 (field -> ``HONOURED`` | ``ACCEPTED`` | a predicate ``value -> refused?`` with the reason).
@@ -15,7 +17,19 @@ from bankml.chat.params import ChatRequestError, check_tool_choice
 from bankml.errors import RequestError
 from bankml.sampling.params import OLLAMA_SAMPLER_OPTIONS, SAMPLER_FIELDS
 
-__all__ = ["ACCEPTED", "FIELDS", "HONOURED", "OLLAMA_NAMES", "OLLAMA_OPTIONS", "WIRE_NAMES", "check", "read_field"]
+__all__ = [
+    "ACCEPTED",
+    "FIELDS",
+    "HONOURED",
+    "OLLAMA_NAMES",
+    "OLLAMA_OPTIONS",
+    "TOKENIZE",
+    "DETOKENIZE",
+    "WIRE_NAMES",
+    "check",
+    "check_unknown",
+    "read_field",
+]
 
 HONOURED = "honoured"
 ACCEPTED = "accepted (no bearing on the answer)"
@@ -62,10 +76,6 @@ def _nonempty(v):
     return v is not None and v != [] and v != {} and v != ""
 
 
-def _not_one(v):
-    return v is not None and not (v == 1 and not isinstance(v, bool))
-
-
 _NOT_YET = "is not supported by bankml yet"
 LOGPROBS = Refuse(
     "log-probabilities are not returned by bankml's Ollama endpoints yet: 'logprobs' must be false or absent", _truthy
@@ -97,17 +107,17 @@ _COMMON = {
     "prompt_cache_key": ACCEPTED,
     "safety_identifier": ACCEPTED,
     # llama-server fields that change the answer or its shape, not implemented
-    "n": Refuse("several completions per request are not supported by bankml: 'n' must be 1", _not_one),
-    "n_cmpl": Refuse("several completions per request are not supported by bankml: 'n_cmpl' must be 1", _not_one),
+    "n": HONOURED,
+    "n_cmpl": HONOURED,
     # token probabilities as llama-server computes and shapes them (bankml.sampling.logprobs): chat's logprobs and
     # top_logprobs, completions' logprobs (n_probs' alias), the native n_probs and post_sampling_probs
     "logprobs": HONOURED,
     "top_logprobs": HONOURED,
     "n_probs": HONOURED,
     "post_sampling_probs": HONOURED,
-    "verbose": Refuse("the '__verbose' answer field " + _NOT_YET + ": 'verbose' must be false", _truthy),
-    "timings_per_token": Refuse("'timings_per_token' " + _NOT_YET, _truthy),
-    "return_progress": Refuse("'return_progress' " + _NOT_YET, _truthy),
+    "verbose": HONOURED,
+    "timings_per_token": HONOURED,
+    "return_progress": HONOURED,
     "response_fields": Refuse("'response_fields' " + _NOT_YET, _nonempty),
     "n_indent": Refuse("'n_indent' " + _NOT_YET, _truthy),
     "n_keep": Refuse("context shifting is not supported by bankml: 'n_keep' must be 0 or absent", _truthy),
@@ -167,7 +177,7 @@ CHAT.update(
         # a tool_choice that is a string must be one llama.cpp knows (common_chat_tool_choice_parse_oaicompat);
         # one that names a function (an object) is served in strict tool-call mode and refused otherwise
         # (llama-server would read it as "auto"); checked in check() (an unknown string, first), read by
-        # bankml.serve.openai.chat_options, resolved by the chat layer
+        # bankml.serve.openai.chat_inputs (its shape checked by bankml.chat.ChatInputs), resolved by the chat layer
         "tool_choice": HONOURED,
         "parallel_tool_calls": HONOURED,
         "functions": Refuse(
@@ -303,6 +313,23 @@ def check(body, endpoint, n_ctx=None):
                     continue
                 if isinstance(rule, Refuse) and rule.refuses(value):
                     raise RequestError(_message("options." + name, rule.why))
+
+
+#: llama-server's /tokenize and /detokenize fields
+TOKENIZE = frozenset(("content", "add_special", "parse_special", "with_pieces"))
+DETOKENIZE = frozenset(("tokens",))
+
+
+def check_unknown(body, known, prefix=""):
+    """RequestError naming every field of ``body`` (a JSON object) that is not in ``known`` (--reject-unknown-fields:
+    a field the server does not read is refused, where llama-server ignores it)."""
+    unknown = [prefix + str(name) for name in body if name not in known]
+    if unknown:
+        names = ", ".join(f"'{name}'" for name in unknown)
+        raise RequestError(
+            f"unknown field{'s' if len(unknown) > 1 else ''} {names}: this server refuses the fields it does not "
+            "read (--reject-unknown-fields)"
+        )
 
 
 def _message(name, why):

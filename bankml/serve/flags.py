@@ -89,6 +89,13 @@ ENV_OPTIONS = (
     ("LLAMA_ARG_THINK_BUDGET", "reasoning_budget", "int"),
     ("LLAMA_ARG_THINK_BUDGET_MESSAGE", "reasoning_budget_message", "str"),
     ("LLAMA_ARG_CHAT_TEMPLATE_KWARGS", "chat_template_kwargs", "str"),
+    ("LLAMA_ARG_N_PREDICT", "n_predict", "int"),
+    ("LLAMA_ARG_CORS_ORIGINS", "cors_origins", "str"),
+    ("LLAMA_ARG_CORS_METHODS", "cors_methods", "str"),
+    ("LLAMA_ARG_CORS_HEADERS", "cors_headers", "str"),
+    ("LLAMA_ARG_CORS_CREDENTIALS", "cors_credentials", "bool"),
+    ("LLAMA_ARG_KV_UNIFIED", "kv_unified", "bool"),
+    ("LLAMA_ARG_KV_UNIFIED_PER_SLOT", "kv_unified_per_slot", "int"),
 )
 
 

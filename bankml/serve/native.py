@@ -20,6 +20,9 @@ __all__ = [
     "completion_json",
     "generation_settings",
     "partial_json",
+    "partial_timings",
+    "progress_json",
+    "stats_json",
     "read_native",
     "sse",
     "stop_type",
@@ -46,8 +49,25 @@ def timings_json(result):
     """server_slot_stats::to_json of a finished generation (bankml keeps no prompt cache: ``cache_n`` 0). The first
     generated token comes from the prompt's logits: the generation's rate counts the steps after it."""
     t = result.timings
-    n_prompt, n_gen = t["prompt_n"], t["predicted_n"]
-    prompt_ms, gen_ms = t["prompt_ms"], t["predicted_ms"]
+    return stats_json(t["prompt_n"], t["prompt_ms"], t["predicted_n"], t["predicted_ms"])
+
+
+def partial_timings(job, event):
+    """server_slot_stats::to_json while a generation runs (timings_per_token): the prompt's evaluation and the
+    tokens so far (a prompt-progress event: the prompt's evaluation once it is done, no token)."""
+    n_gen = 0 if event.progress is not None else event.index
+    prompt_ms = job.prompt_ms if event.progress is None or event.progress[0] else 0.0
+    return stats_json(len(job.prompt_tokens) if prompt_ms else 0, prompt_ms, n_gen, event.predicted_ms)
+
+
+def progress_json(event, n_prompt):
+    """result_prompt_progress::to_json of a prompt-progress event (bankml keeps no prompt cache: ``cache`` 0)."""
+    processed, time_ms = event.progress
+    return {"total": n_prompt, "cache": 0, "processed": processed, "time_ms": time_ms}
+
+
+def stats_json(n_prompt, prompt_ms, n_gen, gen_ms):
+    """server_slot_stats::to_json of these counts and times."""
     steps = max(n_gen - 1, 0)
     return {
         "cache_n": 0,
@@ -94,14 +114,14 @@ def generation_settings(job):
     return out
 
 
-def completion_json(result, job, model, prompt, probs=None, return_tokens=False):
+def completion_json(result, job, model, prompt, probs=None, return_tokens=False, index=0):
     """to_json_non_oaicompat of the final result. ``prompt``: the prompt's tokens detokenized with their special
     text; ``probs``: the records to send (None: none asked for, or streamed). Streamed, llama-server's final result
     carries no content or tokens (the partial results did)."""
     streamed = bool(job.stream_requested)
     n_prompt, n_gen = len(result.prompt_tokens), len(result.tokens)
     out = {
-        "index": 0,
+        "index": index,
         "content": "" if streamed else result.text,
         # slot.generated_tokens: kept only with return_tokens
         "tokens": list(result.tokens) if return_tokens and not streamed else [],
@@ -124,17 +144,23 @@ def completion_json(result, job, model, prompt, probs=None, return_tokens=False)
     return out
 
 
-def partial_json(event, job, n_prompt):
-    """to_json_non_oaicompat of a partial result: the token's text and id."""
+def partial_json(event, job, n_prompt, timings=False, index=0):
+    """to_json_non_oaicompat of a partial result: the token's text and id (none in a prompt-progress event, which
+    carries ``prompt_progress``), its ``timings`` with timings_per_token."""
+    progress = event.progress is not None
     out = {
-        "index": 0,
+        "index": index,
         "content": event.text,
-        "tokens": [event.token],
+        "tokens": [] if progress else [event.token],
         "stop": False,
         "id_slot": getattr(job, "slot_index", 0),
-        "tokens_predicted": event.index,
+        "tokens_predicted": 0 if progress else event.index,
         "tokens_evaluated": n_prompt,
     }
+    if timings:
+        out["timings"] = partial_timings(job, event)
+    if progress:
+        out["prompt_progress"] = progress_json(event, n_prompt)
     record = event.probs
     if record is not None and record.top:
         out["completion_probabilities"] = logprobs.probs_to_json([record], job.probs.post_sampling)

@@ -12,11 +12,11 @@ Must not import: ``bankml.serve.runtime``, ``app`` or ``openai``.
 import json
 
 from bankml.chat.constraint import from_ollama_text
+from bankml.chat.inputs import ChatInputs, kwargs_texts
 from bankml.errors import RequestError, json_type_name
 from bankml.sampling.params import OLLAMA_SAMPLER_OPTIONS
 from bankml.serve import fields
 from bankml.serve.request import (
-    ChatOptions,
     ReadContext,
     Request,
     check_message_count,
@@ -46,6 +46,10 @@ def read_generate(raw, context=None):
 def _read(raw, context, chat):
     body = read_body(raw)
     check_sizes(body, context.limits)
+    if context.limits.reject_unknown_fields:
+        fields.check_unknown(body, fields.FIELDS[CHAT if chat else GENERATE])
+        if isinstance(body.get("options"), dict):
+            fields.check_unknown(body["options"], fields.OLLAMA_OPTIONS, "options.")
     fields.check(body, CHAT if chat else GENERATE, context.n_ctx)
     stream = body.get("stream", True)
     if stream is None:
@@ -57,9 +61,10 @@ def _read(raw, context, chat):
             f"{'ChatRequest' if chat else 'GenerateRequest'}.stream of type bool"
         )
     constraint = from_ollama_text(body, raw)
-    params, n_predict, stop = sampler_options(body, vocab=context.vocab)
+    params, n_predict, stop = sampler_options(body, vocab=context.vocab, context=context)
     think = think_options(body.get("think"))
-    common = {"stream": stream, "model": body.get("model")}
+    kwargs = kwargs_texts(think.get("chat_template_kwargs"))
+    common = {"stream": stream, "model": body.get("model"), "reasoning_effort": think.get("reasoning_effort")}
     if chat:
         messages = messages_for_chat(body.get("messages"))
         tools = body.get("tools")
@@ -68,8 +73,8 @@ def _read(raw, context, chat):
                 f"json: cannot unmarshal {json_type_name(tools)} into Go struct field "
                 "ChatRequest.tools of type api.Tools"
             )
-        options = ChatOptions(tools=tools or None, **think)
-        return Request(CHAT, constraint, params, n_predict, tuple(stop), messages=messages, chat=options, **common)
+        inputs = ChatInputs(messages, tools=tools or None, chat_template_kwargs=kwargs)
+        return Request(CHAT, constraint, params, n_predict, tuple(stop), chat=inputs, **common)
     prompt = body.get("prompt", "")
     if not isinstance(prompt, str):
         raise RequestError("'prompt' must be a string")
@@ -81,9 +86,8 @@ def _read(raw, context, chat):
     if isinstance(body.get("system"), str):
         messages.append({"role": "system", "content": body["system"]})
     messages.append({"role": "user", "content": prompt})
-    return Request(
-        GENERATE, constraint, params, n_predict, tuple(stop), messages=messages, chat=ChatOptions(**think), **common
-    )
+    inputs = ChatInputs(messages, chat_template_kwargs=kwargs)
+    return Request(GENERATE, constraint, params, n_predict, tuple(stop), chat=inputs, **common)
 
 
 def check_sizes(body, limits):
@@ -93,7 +97,7 @@ def check_sizes(body, limits):
     check_message_count(body.get("messages"), limits)
 
 
-def sampler_options(body, n_ctx=None, vocab=None):
+def sampler_options(body, n_ctx=None, vocab=None, context=None):
     """``(SamplerParams, n_predict, stop)`` from Ollama's ``options``: the sampler options under llama-server's
     names, ``num_predict`` and ``stop``. Ollama's ``repeat_last_n: -1`` means the context size (``n_ctx`` when
     given; without it INT32_MAX, which samples the same, since a history never outgrows the context)."""
@@ -103,12 +107,13 @@ def sampler_options(body, n_ctx=None, vocab=None):
     values = {OLLAMA_SAMPLER_OPTIONS[k]: v for k, v in options.items() if k in OLLAMA_SAMPLER_OPTIONS and v is not None}
     if values.get("repeat_last_n") == -1 and not isinstance(values["repeat_last_n"], bool):
         values["repeat_last_n"] = int(n_ctx) if n_ctx else 2**31 - 1
-    n_predict = options.get(fields.OLLAMA_NAMES["n_predict"], -1)
-    return sampler_params(values, n_predict, options.get(fields.OLLAMA_NAMES["stop"], []), n_ctx, vocab)
+    n_predict = options.get(fields.OLLAMA_NAMES["n_predict"], None if context is not None else -1)
+    return sampler_params(values, n_predict, options.get(fields.OLLAMA_NAMES["stop"], []), n_ctx, vocab, context)
 
 
 def think_options(think):
-    """Ollama's ``think``, as a client of llama-server asks for it: true/false set the template kwarg
+    """Ollama's ``think``, as a client of llama-server asks for it (the chat fields ``chat_template_kwargs``, as
+    values, and ``reasoning_effort``): true/false set the template kwarg
     ``enable_thinking`` (which also turns the chat layer's thinking on or off); a level ("high", "medium",
     "low") turns it on with that ``reasoning_effort``; absent, the server's default."""
     if think is None:

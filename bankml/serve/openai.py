@@ -14,13 +14,13 @@ Must not import: ``bankml.serve.runtime``, ``app`` or ``ollama``.
 import json
 
 from bankml.chat.constraint import from_openai_text
-from bankml.chat.params import ChatRequestError, read_tool_choice
+from bankml.chat.inputs import ChatInputs, kwargs_texts
+from bankml.chat.params import ChatRequestError
 from bankml.errors import RequestError, json_type_name
 from bankml.sampling import logprobs
 from bankml.sampling.params import SAMPLER_FIELDS
 from bankml.serve import fields
 from bankml.serve.request import (
-    ChatOptions,
     ReadContext,
     Request,
     bool_field,
@@ -36,11 +36,12 @@ from bankml.serve.request import (
 __all__ = [
     "CHAT",
     "COMPLETIONS",
-    "chat_options",
+    "chat_inputs",
     "read_chat",
     "read_chat_body",
     "read_completion",
     "read_template",
+    "reasoning_fields",
     "sampler_fields",
 ]
 
@@ -53,10 +54,16 @@ def read_chat(raw, context=None):
     return read_chat_body(read_body(raw), raw, context)
 
 
-def read_converted(convert, raw, context, endpoint):
+def read_converted(convert, raw, context, endpoint, known, passes_chat=False):
     """The Request of another wire format's body (its bytes or text): ``convert`` turns the parsed body into the
-    chat-completions body, as llama-server's ``server_chat_convert_*`` do, which is then read as one."""
-    chat = convert(read_body(raw))
+    chat-completions body, as llama-server's ``server_chat_convert_*`` do, which is then read as one. ``known``:
+    the body's own fields (with ``passes_chat``, the chat fields too, which the conversion passes on), checked
+    with --reject-unknown-fields; the converted body is not checked again."""
+    context = context or ReadContext()
+    body = read_body(raw)
+    if context.limits.reject_unknown_fields:
+        fields.check_unknown(body, set(known) | (set(fields.FIELDS[CHAT]) if passes_chat else set()))
+    chat = convert(body)
     return read_chat_body(chat, json.dumps(chat, ensure_ascii=False), context, endpoint)
 
 
@@ -66,6 +73,8 @@ def read_chat_body(body, raw, context=None, endpoint=CHAT):
     ``bankml.serve.responses`` convert their wire formats into (``endpoint`` then names the route)."""
     context = context or ReadContext()
     check_sizes(body, context.limits)
+    if endpoint == CHAT and context.limits.reject_unknown_fields:
+        fields.check_unknown(body, fields.FIELDS[CHAT])
     fields.check(body, CHAT)  # a tool choice llama.cpp does not know is refused there, first
     stream = bool_field(body, "stream", False)
     # llama-server's field_nested: stream_options that is not an object is ignored
@@ -75,22 +84,55 @@ def read_chat_body(body, raw, context=None, endpoint=CHAT):
     messages = body.get("messages")
     check_messages(messages)  # the shape; the chat layer reads them whole (reasoning_content, parts, ...)
     check_oaicompat_messages(messages)
-    params, n_predict, stop = sampler_fields(body, vocab=context.vocab)
+    params, n_predict, stop = sampler_fields(body, vocab=context.vocab, context=context)
     probs = _probs(body, CHAT, n_predict, context)
+    reasoning = reasoning_fields(body)
     return Request(
         endpoint,
         constraint,
         params,
         n_predict,
         tuple(stop),
-        messages=messages,
-        chat=chat_options(body),
+        chat=chat_inputs(body),
+        **reasoning,
         stream=stream,
         include_usage=include_usage,
         return_tokens=return_tokens,
         probs=probs,
         model=body.get("model"),
+        **debug_fields(body, context),
     )
+
+
+def debug_fields(body, context):
+    """llama-server's ``verbose`` (its default: the server's ``-v``), ``timings_per_token`` and
+    ``return_progress``, read as its ``field_bool`` reads them, and ``n``."""
+    return {
+        "verbose": bool_field(body, "verbose", context.defaults.verbose),
+        "timings_per_token": bool_field(body, "timings_per_token", False),
+        "return_progress": bool_field(body, "return_progress", False),
+        "n": read_n(body, context.n_parallel),
+    }
+
+
+def read_n(body, n_parallel):
+    """llama-server's ``n_cmpl`` (read first) or its alias ``n``: a ``field_num`` with hard limits 1 and the server's
+    slots (``n_parallel``; None: no upper limit); 1 when absent."""
+    for name in ("n_cmpl", "n"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RequestError(
+                f"Field '{name}': [json.exception.type_error.302] type must be number, but is {json_type_name(value)}"
+            )
+        n = int(value)  # get<int32_t> truncates
+        if n_parallel is not None and not 1 <= n <= n_parallel:
+            raise RequestError(f"Field '{name}': Value must be between 1 <= value <= {n_parallel}, but got {n}")
+        if n < 1:
+            raise RequestError(f"Field '{name}': Value must be 1 or more, but got {n}")
+        return n
+    return 1
 
 
 def read_completion(raw, context=None, endpoint=COMPLETIONS):
@@ -99,6 +141,8 @@ def read_completion(raw, context=None, endpoint=COMPLETIONS):
     context = context or ReadContext()
     body = read_body(raw)
     check_sizes(body, context.limits)
+    if context.limits.reject_unknown_fields:
+        fields.check_unknown(body, fields.FIELDS[COMPLETIONS])
     fields.check(body, COMPLETIONS)
     stream = bool_field(body, "stream", False)
     return_tokens = bool_field(body, "return_tokens", False)
@@ -108,7 +152,7 @@ def read_completion(raw, context=None, endpoint=COMPLETIONS):
     if not isinstance(prompt, str):
         raise RequestError("'prompt' must be a string")
     constraint = from_openai_text(body, raw)  # no template: the bare grammar (Model.complete)
-    params, n_predict, stop = sampler_fields(body, vocab=context.vocab)
+    params, n_predict, stop = sampler_fields(body, vocab=context.vocab, context=context)
     probs = _probs(body, COMPLETIONS, n_predict, context)
     return Request(
         endpoint,
@@ -121,6 +165,7 @@ def read_completion(raw, context=None, endpoint=COMPLETIONS):
         return_tokens=return_tokens,
         probs=probs,
         model=body.get("model"),
+        **debug_fields(body, context),
     )
 
 
@@ -129,13 +174,14 @@ def read_template(body, raw, context=None):
     tools and the chat fields, as ``/v1/chat/completions`` renders them; nothing for a generation."""
     context = context or ReadContext()
     check_sizes(body, context.limits)
+    if context.limits.reject_unknown_fields:
+        fields.check_unknown(body, fields.FIELDS[CHAT])
     constraint = from_openai_text(body, raw)
     messages = body.get("messages")
     check_messages(messages)
     check_oaicompat_messages(messages)
-    return Request(
-        "/apply-template", constraint, None, messages=messages, chat=chat_options(body), model=body.get("model")
-    )
+    reasoning = reasoning_fields(body)
+    return Request("/apply-template", constraint, None, chat=chat_inputs(body), **reasoning, model=body.get("model"))
 
 
 def check_sizes(body, limits):
@@ -168,24 +214,17 @@ def check_sizes(body, limits):
     check_message_count(body.get("messages"), limits)
 
 
-def sampler_fields(body, n_ctx=None, vocab=None):
+def sampler_fields(body, n_ctx=None, vocab=None, context=None):
     """``(SamplerParams, n_predict, stop)`` from an OpenAI body's sampler fields, named as llama-server names
     them (``bankml.sampling.params.SAMPLER_FIELDS``), its maximum tokens (``n_predict`` under its wire names,
     ``bankml.serve.fields.WIRE_NAMES``) and ``stop``.
     ``logit_bias`` is read with ``vocab`` as llama-server reads it: ids outside it and malformed entries are
-    skipped, text keys tokenized."""
+    skipped, text keys tokenized. The fields left out take ``context``'s server defaults (``--seed``, ``-n``...)."""
     values = {f.name: body[f.name] for f in SAMPLER_FIELDS if f.name != "logit_bias" and body.get(f.name) is not None}
-    n_predict = fields.read_field(body, "n_predict", -1)
+    n_predict = fields.read_field(body, "n_predict", None if context is not None else -1)
     if body.get("logit_bias") is not None:
         values["logit_bias"] = body["logit_bias"]
-    return sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab)
-
-
-def _check_tool_choice(tool_choice):
-    try:
-        read_tool_choice(tool_choice)
-    except ChatRequestError as e:
-        raise RequestError(str(e)) from None
+    return sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab, context)
 
 
 def _probs(body, endpoint, n_predict, context):
@@ -195,13 +234,10 @@ def _probs(body, endpoint, n_predict, context):
     return probs
 
 
-def chat_options(body):
-    """The ChatOptions of an OpenAI chat body, as llama-server's oaicompat_chat_params_parse reads its fields:
-    the reasoning budget, the generation prompt and continuation, ``tools`` (an empty or absent array: none; with
-    tools, a ``grammar`` field is refused), ``tool_choice`` (absent or null: ``"auto"``; an object naming
-    functions is kept for the chat layer, which serves it in strict tool-call mode), ``parallel_tool_calls``
-    (absent or null: what the template supports), ``chat_template_kwargs``,
-    ``reasoning_effort`` and ``reasoning_format``."""
+def reasoning_fields(body):
+    """A chat body's reasoning fields for the runtime, as llama-server's oaicompat_chat_params_parse reads them:
+    ``reasoning_budget`` (``reasoning_budget_tokens`` / ``thinking_budget_tokens``), ``reasoning_budget_message``
+    and ``reasoning_effort`` (``Request``'s fields of the same names)."""
     budget = body.get("reasoning_budget_tokens", body.get("thinking_budget_tokens"))
     if budget is not None:
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget != int(budget):
@@ -210,6 +246,27 @@ def chat_options(body):
                 f"but is {json_type_name(budget)}"
             )
         budget = int(budget)
+    effort = body.get("reasoning_effort")
+    if effort is not None and not isinstance(effort, str):
+        raise RequestError(
+            "Field 'reasoning_effort': [json.exception.type_error.302] type must be string, "
+            f"but is {json_type_name(effort)}"
+        )
+    return {
+        "reasoning_budget": budget,
+        "reasoning_budget_message": body.get("reasoning_budget_message"),
+        "reasoning_effort": effort,
+    }
+
+
+def chat_inputs(body):
+    """The ``bankml.chat.ChatInputs`` of an OpenAI chat body, as llama-server's oaicompat_chat_params_parse reads
+    its fields: the messages, the generation prompt and continuation, ``tools`` (an empty or absent array: none;
+    with tools, a ``grammar`` field is refused), ``tool_choice`` (absent or null: ``"auto"``; an object naming
+    functions is kept for the chat layer, which serves it in strict tool-call mode), ``parallel_tool_calls``
+    (absent or null: what the template supports), ``chat_template_kwargs`` (each value kept as its JSON text,
+    as llama-server keeps it) and ``reasoning_format``. The fields the server decides are left None
+    (``Model.chat_inputs`` completes them); the response format's schema is the Request's constraint."""
     add_generation_prompt = bool_field(body, "add_generation_prompt", True)
     tools = body.get("tools")
     tool_choice = body.get("tool_choice")
@@ -223,36 +280,28 @@ def chat_options(body):
             "Field 'chat_template_kwargs': [json.exception.type_error.302] type must be "
             f"object, but is {json_type_name(kwargs)}"
         )
-    effort = body.get("reasoning_effort")
-    if effort is not None and not isinstance(effort, str):
-        raise RequestError(
-            "Field 'reasoning_effort': [json.exception.type_error.302] type must be string, "
-            f"but is {json_type_name(effort)}"
-        )
     reasoning_format = body.get("reasoning_format")
     if reasoning_format is not None:
         reasoning_format = reasoning_format_from_name(reasoning_format)
-    if tool_choice is None:
-        tool_choice = "auto"
-    # a string llama.cpp knows, or an object naming functions (OpenAI's named and allowed_tools forms): read
-    # here, its shape checked; the chat layer serves a named one in strict tool-call mode and refuses it
-    # otherwise (llama-server would read it as "auto": bankml.chat.params.resolve_tool_choice)
-    _check_tool_choice(tool_choice)
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
         raise RequestError(
             "Field 'parallel_tool_calls': [json.exception.type_error.302] type must be boolean, "
             f"but is {json_type_name(parallel)}"
         )
-    return ChatOptions(
-        chat_template_kwargs=kwargs,
-        reasoning_format=reasoning_format,
-        reasoning_effort=effort,
-        reasoning_budget=budget,
-        reasoning_budget_message=body.get("reasoning_budget_message"),
-        add_generation_prompt=add_generation_prompt,
-        continue_final_message=body.get("continue_final_message"),
-        tools=tools or None,
-        tool_choice=tool_choice,
-        parallel_tool_calls=parallel,
-    )
+    # tool_choice: a string llama.cpp knows, or an object naming functions (OpenAI's named and allowed_tools
+    # forms): its shape is checked by ChatInputs; the chat layer serves a named one in strict tool-call mode and
+    # refuses it otherwise (llama-server would read it as "auto": bankml.chat.params.resolve_tool_choice)
+    try:
+        return ChatInputs(
+            body.get("messages"),
+            tools=tools or None,
+            tool_choice=tool_choice,
+            parallel_tool_calls=parallel,
+            chat_template_kwargs=kwargs_texts(kwargs),
+            reasoning_format=reasoning_format,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=body.get("continue_final_message"),
+        )
+    except ChatRequestError as e:
+        raise RequestError(str(e)) from None

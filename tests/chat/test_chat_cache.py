@@ -19,6 +19,7 @@ import pytest
 from bankml.chat import cache
 from bankml.chat.cache import LRUCache
 from bankml.chat.chat_peg import ChatParseError
+from bankml.chat.inputs import ChatInputs
 from bankml.chat.template import ChatRequestError, ChatTemplate, TemplateError
 
 from ..oracle import build_chat_tools as oracle_tools
@@ -97,14 +98,16 @@ def _template(name):
 
 def _apply(tmpl, req):
     return tmpl.apply(
-        req["messages"],
-        tools=req.get("tools"),
-        enable_thinking=req.get("enable_thinking", True),
-        chat_template_kwargs=dict(req.get("kwargs", [])),
-        json_schema=req.get("json_schema"),
-        tool_choice=req.get("tool_choice", "auto"),
-        parallel_tool_calls=req.get("parallel_tool_calls", False),
-        now=0,
+        ChatInputs(
+            req["messages"],
+            tools=req.get("tools"),
+            enable_thinking=req.get("enable_thinking", True),
+            chat_template_kwargs=dict(req.get("kwargs", [])),
+            json_schema=req.get("json_schema"),
+            tool_choice=req.get("tool_choice", "auto"),
+            parallel_tool_calls=req.get("parallel_tool_calls", False),
+            now=0,
+        )
     )
 
 
@@ -172,8 +175,8 @@ def test_hit_equals_miss_on_qwen35_with_many_tools():
         {"reasoning_format": "none", "enable_thinking": False},
     ):
         cache.clear()
-        miss = tmpl.apply(USER, tools=tools, now=0, **kwargs)
-        hit = tmpl.apply(USER, tools=copy.deepcopy(tools), now=0, **kwargs)
+        miss = tmpl.apply(ChatInputs(USER, tools=tools, now=0, **kwargs))
+        hit = tmpl.apply(ChatInputs(USER, tools=copy.deepcopy(tools), now=0, **kwargs))
         assert cache.PARAMS.hits == 1 and cache.TOOLS.hits == 1
         assert _fields(hit) == _fields(miss)
         call = "<tool_call>\n<function=search_3>\n<parameter=query>\nparis\n</parameter>\n</function>\n</tool_call>"
@@ -183,15 +186,15 @@ def test_hit_equals_miss_on_qwen35_with_many_tools():
 
 def test_a_request_that_differs_gets_its_own_entry():
     tmpl = ChatTemplate(QWEN35)
-    base = tmpl.apply(USER, tools=TOOLS, tool_choice="required", now=0)
+    base = tmpl.apply(ChatInputs(USER, tools=TOOLS, tool_choice="required", now=0))
     other_tools = copy.deepcopy(TOOLS)
     other_tools[0]["function"]["parameters"]["properties"]["days"]["maximum"] = 8
     changed = {
-        "tools": tmpl.apply(USER, tools=other_tools, tool_choice="required", now=0),
-        "tool_choice": tmpl.apply(USER, tools=TOOLS, tool_choice="auto", now=0),
-        "parallel": tmpl.apply(USER, tools=TOOLS, tool_choice="required", parallel_tool_calls=True, now=0),
-        "mode": tmpl.apply(USER, tools=TOOLS, tool_choice="required", json_schema_mode="strict", now=0),
-        "reasoning": tmpl.apply(USER, tools=TOOLS, tool_choice="required", reasoning_format="none", now=0),
+        "tools": tmpl.apply(ChatInputs(USER, tools=other_tools, tool_choice="required", now=0)),
+        "tool_choice": tmpl.apply(ChatInputs(USER, tools=TOOLS, tool_choice="auto", now=0)),
+        "parallel": tmpl.apply(ChatInputs(USER, tools=TOOLS, tool_choice="required", parallel_tool_calls=True, now=0)),
+        "mode": tmpl.apply(ChatInputs(USER, tools=TOOLS, tool_choice="required", json_schema_mode="strict", now=0)),
+        "reasoning": tmpl.apply(ChatInputs(USER, tools=TOOLS, tool_choice="required", reasoning_format="none", now=0)),
     }
     assert cache.PARAMS.hits == 0 and len(cache.PARAMS) == 6
     for name, out in changed.items():
@@ -200,12 +203,12 @@ def test_a_request_that_differs_gets_its_own_entry():
     reordered = copy.deepcopy(TOOLS)
     params = reordered[0]["function"]["parameters"]
     params["properties"] = dict(reversed(list(params["properties"].items())))
-    tmpl.apply(USER, tools=reordered, tool_choice="required", now=0)
+    tmpl.apply(ChatInputs(USER, tools=reordered, tool_choice="required", now=0))
     assert cache.TOOLS.hits == 4  # the four requests above with the same tools; not the reordered ones
     # but not what llama.cpp's parse of the tools drops or puts in its own order (the tool's keys, a field
     # of the tool other than its function's name, description and parameters): the same answer, one entry
     same = [dict(reversed(list(TOOLS[0].items())), strict=True)] + TOOLS[1:]
-    assert tmpl.apply(USER, tools=same, tool_choice="required", now=0).grammar == base.grammar
+    assert tmpl.apply(ChatInputs(USER, tools=same, tool_choice="required", now=0)).grammar == base.grammar
     assert cache.TOOLS.hits == 5
 
 
@@ -213,7 +216,7 @@ def test_changing_what_was_returned_or_passed_changes_no_later_answer():
     tmpl = ChatTemplate(QWEN35)
     tools = copy.deepcopy(TOOLS)
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
-    first = tmpl.apply(USER, tools=tools, tool_choice="auto", now=0)
+    first = tmpl.apply(ChatInputs(USER, tools=tools, tool_choice="auto", now=0))
     expected = copy.deepcopy(_fields(first))
     first.grammar_triggers.append([1, "x"])
     first.grammar_triggers[0][1] = "changed"
@@ -223,32 +226,32 @@ def test_changing_what_was_returned_or_passed_changes_no_later_answer():
     first.parser.generation_prompt = "changed"
     tools[0]["function"]["name"] = "changed"
     tools[0]["function"]["parameters"]["properties"]["city"]["type"] = "integer"
-    again = tmpl.apply(USER, tools=copy.deepcopy(TOOLS), tool_choice="auto", now=0)
+    again = tmpl.apply(ChatInputs(USER, tools=copy.deepcopy(TOOLS), tool_choice="auto", now=0))
     assert cache.PARAMS.hits == 1
     assert _fields(again) == expected
     assert again.parser.generation_prompt == expected["generation_prompt"]
     # a response format: the caller's schema changed after the call changes nothing cached
-    out = tmpl.apply(USER, json_schema=schema, now=0)
+    out = tmpl.apply(ChatInputs(USER, json_schema=schema, now=0))
     grammar = out.grammar
     schema["properties"]["a"]["type"] = "integer"
-    assert tmpl.apply(USER, json_schema={"type": "object", "properties": {"a": {"type": "string"}}}, now=0).grammar == (
-        grammar
-    )
+    assert tmpl.apply(
+        ChatInputs(USER, json_schema={"type": "object", "properties": {"a": {"type": "string"}}}, now=0)
+    ).grammar == (grammar)
 
 
 def test_uncached_requests():
     tmpl = ChatTemplate(QWEN35)
     # a prefilled answer: its parser starts from the message, so nothing is kept
     prefilled = USER + [{"role": "assistant", "content": "<tool_call>\n"}]
-    a = tmpl.apply(prefilled, tools=TOOLS, continue_final_message=True, now=0)
-    b = tmpl.apply(prefilled, tools=TOOLS, continue_final_message=True, now=0)
+    a = tmpl.apply(ChatInputs(prefilled, tools=TOOLS, continue_final_message=True, now=0))
+    b = tmpl.apply(ChatInputs(prefilled, tools=TOOLS, continue_final_message=True, now=0))
     assert len(cache.PARAMS) == 0 and cache.PARAMS.hits == 0
     assert _fields(a) == _fields(b)
     # tools that are not JSON are rendered as before and not cached
     assert len(cache.TOOLS) == 1  # the prefilled requests' tools (they do not depend on the messages)
     odd = copy.deepcopy(TOOLS)
     odd[1]["function"]["description"] = {"not", "json"}
-    out = tmpl.apply(USER, tools=odd, tool_choice="required", now=0)
+    out = tmpl.apply(ChatInputs(USER, tools=odd, tool_choice="required", now=0))
     assert len(cache.TOOLS) == 1 and len(cache.PARAMS) == 0
     assert "search" in out.grammar
 
@@ -262,16 +265,16 @@ def test_the_caches_keep_to_their_bounds():
         outs = []
         for i in range(6):
             tools = [{"type": "function", "function": dict(TOOLS[1]["function"], name="search_%d" % i)}]
-            outs.append(tmpl.apply(USER, tools=tools, tool_choice="required", now=0))
+            outs.append(tmpl.apply(ChatInputs(USER, tools=tools, tool_choice="required", now=0)))
             assert len(cache.TOOLS) <= 3 and len(cache.PARAMS) <= 2
         assert cache.TOOLS.evictions == 3 and cache.PARAMS.evictions == 4
         # the least recently used went first: the last two are hits, the first one a miss again
         hits = cache.PARAMS.hits
         tools = [{"type": "function", "function": dict(TOOLS[1]["function"], name="search_5")}]
-        assert tmpl.apply(USER, tools=tools, tool_choice="required", now=0).grammar == outs[5].grammar
+        assert tmpl.apply(ChatInputs(USER, tools=tools, tool_choice="required", now=0)).grammar == outs[5].grammar
         assert cache.PARAMS.hits == hits + 1
         tools = [{"type": "function", "function": dict(TOOLS[1]["function"], name="search_0")}]
-        assert tmpl.apply(USER, tools=tools, tool_choice="required", now=0).grammar == outs[0].grammar
+        assert tmpl.apply(ChatInputs(USER, tools=tools, tool_choice="required", now=0)).grammar == outs[0].grammar
         assert cache.PARAMS.hits == hits + 1
         # a weight bound: entries go until the total fits
         cache.PARAMS.resize(max_entries=100, max_weight=cache.PARAMS.weight // 2 + 1)

@@ -23,6 +23,7 @@ import time
 import pytest
 
 from bankml.chat.chat_peg import ChatToolCall
+from bankml.chat.inputs import ChatInputs
 from bankml.chat.template import (
     ChatMessage,
     ChatParseError,
@@ -59,16 +60,18 @@ def _template(cache, name):
 
 def _apply(tmpl, req):
     return tmpl.apply(
-        req["messages"],
-        tools=req.get("tools"),
-        add_generation_prompt=req.get("add_generation_prompt", True),
-        continue_final_message=req.get("continue_final_message"),
-        enable_thinking=req.get("enable_thinking", True),
-        chat_template_kwargs=dict(req.get("kwargs", [])),
-        reasoning_format=req.get("reasoning_format", "deepseek"),
-        tool_choice=req.get("tool_choice", "auto"),
-        parallel_tool_calls=req.get("parallel_tool_calls", False),
-        now=NOW,
+        ChatInputs(
+            req["messages"],
+            tools=req.get("tools"),
+            add_generation_prompt=req.get("add_generation_prompt", True),
+            continue_final_message=req.get("continue_final_message"),
+            enable_thinking=req.get("enable_thinking", True),
+            chat_template_kwargs=dict(req.get("kwargs", [])),
+            reasoning_format=req.get("reasoning_format", "deepseek"),
+            tool_choice=req.get("tool_choice", "auto"),
+            parallel_tool_calls=req.get("parallel_tool_calls", False),
+            now=NOW,
+        )
     )
 
 

@@ -24,7 +24,9 @@ import time
 
 import pytest
 
+from bankml.chat.inputs import ChatInputs
 from bankml.chat.template import ChatMessage, ChatParseError, ChatRequestError, ChatTemplate, TemplateError, msg_diffs
+from bankml.serve.request import Request
 
 from ..oracle import build_chat_templates as oracle_chat
 from ..oracle.build_converter import OracleUnavailable
@@ -62,14 +64,16 @@ def templates():
 
 def _apply(tmpl, req, now):
     return tmpl.apply(
-        req["messages"],
-        add_generation_prompt=req.get("add_generation_prompt", True),
-        continue_final_message=req.get("continue_final_message"),
-        enable_thinking=req.get("enable_thinking", True),
-        chat_template_kwargs=dict(req.get("kwargs", [])),
-        json_schema=req.get("json_schema"),
-        reasoning_format=req.get("reasoning_format", "deepseek"),
-        now=now,
+        ChatInputs(
+            req["messages"],
+            add_generation_prompt=req.get("add_generation_prompt", True),
+            continue_final_message=req.get("continue_final_message"),
+            enable_thinking=req.get("enable_thinking", True),
+            chat_template_kwargs=dict(req.get("kwargs", [])),
+            json_schema=req.get("json_schema"),
+            reasoning_format=req.get("reasoning_format", "deepseek"),
+            now=now,
+        )
     )
 
 
@@ -190,13 +194,15 @@ def test_recorded_tool_requests(templates, template):
     for name, req in TOOL_MATRIX.items():
         want = RECORDED["templates"][template]["tool_answers"][name]
         got = tmpl.apply(
-            req["messages"],
-            tools=req["tools"],
-            enable_thinking=req["enable_thinking"],
-            chat_template_kwargs=dict(req["kwargs"]),
-            tool_choice=req["tool_choice"],
-            parallel_tool_calls=req.get("parallel_tool_calls", False),
-            now=NOW,
+            ChatInputs(
+                req["messages"],
+                tools=req["tools"],
+                enable_thinking=req["enable_thinking"],
+                chat_template_kwargs=dict(req["kwargs"]),
+                tool_choice=req["tool_choice"],
+                parallel_tool_calls=req.get("parallel_tool_calls", False),
+                now=NOW,
+            )
         )
         assert want["ok"]
         assert got.prompt == want["prompt"], name
@@ -215,7 +221,7 @@ def test_deep_nesting_is_a_parse_error_not_a_crash():
     ChatParseError (streamed: a partial parse that sends nothing), not a RecursionError."""
     from bankml.chat.template import ChatStream
 
-    out = ChatTemplate("chatml").apply([{"role": "user", "content": "x"}], json_schema={"type": "object"})
+    out = ChatTemplate("chatml").apply(ChatInputs([{"role": "user", "content": "x"}], json_schema={"type": "object"}))
     assert out.parser.parse("[" * 1000 + "]" * 1000).content == "[" * 1000 + "]" * 1000
     with pytest.raises(ChatParseError, match="nests too deeply"):
         out.parser.parse("[" * 100000)
@@ -250,11 +256,11 @@ def test_handlers_are_llama_cpps():
 def test_bad_messages_are_refused_with_llama_cpps_message(templates):
     tmpl = templates["Qwen-Qwen3-0.6B.jinja"]
     with pytest.raises(ChatRequestError, match="^Failed to parse messages: Missing 'role' in message"):
-        tmpl.apply([{"content": "x"}])
+        tmpl.apply(ChatInputs([{"content": "x"}]))
     with pytest.raises(ChatRequestError, match="Expected 'content' or 'tool_calls'"):
-        tmpl.apply([{"role": "user"}])
+        tmpl.apply(ChatInputs([{"role": "user"}]))
     with pytest.raises(ChatRequestError, match="Unsupported content part type"):
-        tmpl.apply([{"role": "user", "content": [{"type": "image_url", "text": "x"}]}])
+        tmpl.apply(ChatInputs([{"role": "user", "content": [{"type": "image_url", "text": "x"}]}]))
 
 
 def test_template_errors_are_clear():
@@ -360,10 +366,12 @@ def test_stream_and_message_agree_with_the_two_template_content_rule(templates):
             for json_mode in (True, False):
                 con = Constraint("json_object", {"type": "object"}) if json_mode else Constraint()
                 out = tmpl.apply(
-                    [{"role": "user", "content": "x"}],
-                    enable_thinking=thinking,
-                    chat_template_kwargs={"enable_thinking": "true" if thinking else "false"},
-                    json_schema={"type": "object"} if json_mode else None,
+                    ChatInputs(
+                        [{"role": "user", "content": "x"}],
+                        enable_thinking=thinking,
+                        chat_template_kwargs={"enable_thinking": "true" if thinking else "false"},
+                        json_schema={"type": "object"} if json_mode else None,
+                    )
                 )
                 for text in texts:
                     for size in (1, 3, 7):
@@ -399,11 +407,12 @@ def test_model_chat_uses_the_template_file(tmp_path, template):
     model = Model(smollm2_path(), n_ctx=1024, n_threads=2, chat_template_file=str(path))
     try:
         job = model.chat(
-            MATRIX["json_object/think-off"]["messages"],
-            Constraint("json_object", {"type": "object"}),
-            SamplerParams(seed=3),
-            40,
-            thinking=False,
+            Request.for_chat(
+                ChatInputs(MATRIX["json_object/think-off"]["messages"], enable_thinking=False),
+                Constraint("json_object", {"type": "object"}),
+                SamplerParams(seed=3),
+                40,
+            )
         )  # the think-off request
         assert job.prompt == want["prompt"]
         assert job.grammar_text == want["grammar"]
@@ -411,7 +420,11 @@ def test_model_chat_uses_the_template_file(tmp_path, template):
         result = job.run()
         parsed = (
             model.chat_layer()
-            .apply(MATRIX["json_object/think-off"]["messages"], json_schema={"type": "object"}, enable_thinking=False)
+            .apply(
+                ChatInputs(
+                    MATRIX["json_object/think-off"]["messages"], json_schema={"type": "object"}, enable_thinking=False
+                )
+            )
             .parser.parse(result.text, partial=False)
         )
         assert result.content == (parsed.content or result.text)

@@ -20,19 +20,19 @@ port that makes one pass fails the run until the list is updated (the convention
 
 import calendar
 import collections
+import dataclasses
 import gzip
-import inspect
 import json
 import pathlib
 import time
 
 import pytest
 
+from bankml.chat.inputs import ChatInputs
 from bankml.chat.template import (
     ChatMessage,
     ChatParseError,
     ChatRequestError,
-    ChatTemplate,
     TemplateError,
     msg_diffs_with_tools,
 )
@@ -82,7 +82,7 @@ def templates():
     return {name: chat_template(rec["source"]) for name, rec in RECORDED["templates"].items()}
 
 
-_APPLY_PARAMS = set(inspect.signature(ChatTemplate.apply).parameters)
+_APPLY_PARAMS = {f.name for f in dataclasses.fields(ChatInputs)}
 
 
 def _apply(tmpl, req, now):
@@ -94,15 +94,17 @@ def _apply(tmpl, req, now):
         if key in req and key in _APPLY_PARAMS:
             kwargs[key] = req[key]
     return tmpl.apply(
-        req["messages"],
-        tools=req.get("tools"),
-        add_generation_prompt=req.get("add_generation_prompt", True),
-        enable_thinking=req.get("enable_thinking", True),
-        chat_template_kwargs=dict(req.get("kwargs", [])),
-        json_schema=req.get("json_schema"),
-        reasoning_format=req.get("reasoning_format", "deepseek"),
-        now=now,
-        **kwargs,
+        ChatInputs(
+            req["messages"],
+            tools=req.get("tools"),
+            add_generation_prompt=req.get("add_generation_prompt", True),
+            enable_thinking=req.get("enable_thinking", True),
+            chat_template_kwargs=dict(req.get("kwargs", [])),
+            json_schema=req.get("json_schema"),
+            reasoning_format=req.get("reasoning_format", "deepseek"),
+            now=now,
+            **kwargs,
+        )
     )
 
 

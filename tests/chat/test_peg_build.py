@@ -20,6 +20,7 @@ import pytest
 
 from bankml.chat import cache, jinja, peg
 from bankml.chat import template as chat_template
+from bankml.chat.inputs import ChatInputs
 from bankml.chat.params import arena_grammar
 from bankml.chat.peg_builder import clean_rule_name
 from bankml.chat.template import ChatTemplate
@@ -62,7 +63,9 @@ def _plain_grammar(arena, lazy):
 @pytest.mark.parametrize("parallel", [False, True])
 def test_grammar_equals_the_plain_construction(tools, tool_choice, parallel):
     cache.clear()
-    out = ChatTemplate(QWEN35).apply(USER, tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel, now=0)
+    out = ChatTemplate(QWEN35).apply(
+        ChatInputs(USER, tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel, now=0)
+    )
     arena = out.parser.arena
     known = [p for p in arena.parsers if p.__class__ is peg.Rule and p.gbnf is not None]
     assert len(known) >= 20  # the permutation rules carry their GBNF

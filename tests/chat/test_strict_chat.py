@@ -11,6 +11,7 @@ import pytest
 
 from bankml import Grammar, GrammarError, Rules, Vocab
 from bankml.chat.constraint import chat_grammar, from_openai
+from bankml.chat.inputs import ChatInputs
 from bankml.chat.template import ChatTemplate
 from bankml.errors import SchemaError
 from bankml.schema.strict import strict_schema_rules
@@ -95,7 +96,7 @@ def sources():
 
 
 def apply(source, **kw):
-    return ChatTemplate(source).apply(ASK, tools=TOOLS, tool_choice="required", **kw)
+    return ChatTemplate(source).apply(ChatInputs(ASK, tools=TOOLS, tool_choice="required", **kw))
 
 
 @pytest.mark.parametrize("template", sorted(TEMPLATES))
@@ -192,7 +193,7 @@ def test_strict_rules_do_not_clash_across_schemas(sources):
     tools = TOOLS + [{"type": "function", "function": {"name": "count", "parameters": other}}]
     source = sources["meta-llama-Llama-3.1-8B-Instruct.jinja"]
     out = ChatTemplate(source).apply(
-        ASK, tools=tools, tool_choice="required", json_schema_mode="strict", strict_style="exact"
+        ChatInputs(ASK, tools=tools, tool_choice="required", json_schema_mode="strict", strict_style="exact")
     )
     assert accepts(out.grammar, "tool-count-schema", '{"n": 3}')
     assert not accepts(out.grammar, "tool-count-schema", '{"n": 4}')

@@ -1,4 +1,4 @@
-"""Strict tool-call mode (``ChatTemplate.apply(tool_call_mode="strict")``) on every template of models/templates/.
+"""Strict tool-call mode (``ChatTemplate.apply(ChatInputs(..., tool_call_mode="strict"))``) on every template of models/templates/.
 
 What it promises, and how each test holds it:
 
@@ -27,6 +27,7 @@ import jsonschema
 import pytest
 
 from bankml import Grammar, GrammarError, Rules, Vocab
+from bankml.chat.inputs import ChatInputs
 from bankml.chat.template import ChatParseError, ChatRequestError, ChatTemplate, TemplateError
 from bankml.errors import SchemaError
 
@@ -84,13 +85,15 @@ def template(name):
 
 def apply(name, choice, parallel=False, thinking=False, mode="strict", tools=TOOLS, messages=ASK):
     return template(name).apply(
-        messages,
-        tools=tools,
-        tool_choice=choice,
-        parallel_tool_calls=parallel,
-        tool_call_mode=mode,
-        enable_thinking=thinking,
-        now=0,
+        ChatInputs(
+            messages,
+            tools=tools,
+            tool_choice=choice,
+            parallel_tool_calls=parallel,
+            tool_call_mode=mode,
+            enable_thinking=thinking,
+            now=0,
+        )
     )
 
 
@@ -317,11 +320,13 @@ def test_the_template_renders_in_the_forced_grammar(name):
     rendered = (
         template(name)
         .apply(
-            ASK + [{"role": "assistant", "content": "", "tool_calls": [call]}],
-            tools=TOOLS,
-            add_generation_prompt=False,
-            enable_thinking=False,
-            now=0,
+            ChatInputs(
+                ASK + [{"role": "assistant", "content": "", "tool_calls": [call]}],
+                tools=TOOLS,
+                add_generation_prompt=False,
+                enable_thinking=False,
+                now=0,
+            )
         )
         .prompt
     )

@@ -831,14 +831,15 @@ SEARCH_DOCUMENTS = ['"hello console 中😀 x"', '"ab 12-34 日本 é"', '"x \\"
 ODD_PIECES = [b"\xed\xa0\x80", b"a\xed\xa0\x80", b"\xf4\x90\x80\x80", b"b\xf4\x90\x80\x80c"]
 
 
-def search_walk(vocab, checker, label, schemas=SEARCH_SCHEMAS, documents=SEARCH_DOCUMENTS):
+def search_walk(vocab, checker, label, schemas=SEARCH_SCHEMAS, documents=SEARCH_DOCUMENTS, regex_dialect=None):
     """Each strict schema's string fed code point by code point, every mask compared three ways. Returns the walks the
-    first matchers' contexts replayed from records (TrieWalk.visit_recorded), in all."""
+    first matchers' contexts replayed from records (TrieWalk.visit_recorded), in all. ``regex_dialect`` is strict
+    mode's (None: ECMA-262; "python": ``re``'s Unicode classes, the long classes of many ranges)."""
     from bankml import json_schema_to_grammar
 
     replays = 0
     for schema, document in zip(schemas, documents):
-        text, _ = json_schema_to_grammar(schema, mode="strict", strict_style="exact")
+        text, _ = json_schema_to_grammar(schema, mode="strict", strict_style="exact", regex_dialect=regex_dialect)
         g, *twins = three_ways(text, vocab)()
         for i, ch in enumerate(document):
             checker.compare(g, f"{label}, {schema.get('pattern', schema)!r}, before {document[:i]!r}", twins)
@@ -894,7 +895,7 @@ def test_fast_path_equals_reference_long_class_partials(random_vocabs):
         vocabs.append((Vocab(pieces, list(vocab.eog_ids)), f"vocabulary seed {vocab_seed}"))
     checker = Checker()
     for vocab, label in vocabs:
-        search_walk(vocab, checker, label, LONG_CLASS_SCHEMAS, LONG_CLASS_DOCUMENTS)
+        search_walk(vocab, checker, label, LONG_CLASS_SCHEMAS, LONG_CLASS_DOCUMENTS, regex_dialect="python")
     assert checker.states >= len(vocabs) * sum(len(d) for d in LONG_CLASS_DOCUMENTS)
 
 
@@ -941,10 +942,10 @@ def test_fast_path_equals_reference_classes_above_ascii(random_vocabs):
         vocabs.append((Vocab(pieces, list(vocab.eog_ids)), f"vocabulary seed {vocab_seed}"))
     checker = Checker()
     for vocab, label in vocabs:
-        search_walk(vocab, checker, label, CLASS_ABOVE_SCHEMAS, CLASS_ABOVE_DOCUMENTS)
+        search_walk(vocab, checker, label, CLASS_ABOVE_SCHEMAS, CLASS_ABOVE_DOCUMENTS, regex_dialect="python")
     assert checker.states >= len(vocabs) * sum(len(d) for d in CLASS_ABOVE_DOCUMENTS)
     for schema, prefix in ((CLASS_ABOVE_SCHEMAS[0], b'{"w": "art'), (CLASS_ABOVE_SCHEMAS[1], b'{"t": "node')):
-        text, _ = json_schema_to_grammar(schema, mode="strict", strict_style="exact")
+        text, _ = json_schema_to_grammar(schema, mode="strict", strict_style="exact", regex_dialect="python")
         g = Grammar(Rules.parse(text, vocab=llama3), llama3)
         g.accept_bytes(prefix)
         before = g.context.visited_nodes

@@ -8,9 +8,9 @@ objects with ``properties``, ``required``, ``additionalProperties``, ``patternPr
 ``minProperties``/``maxProperties``, ``dependentRequired`` and ``dependentSchemas``; arrays with ``items``,
 ``prefixItems``, ``minItems``/``maxItems``, ``uniqueItems`` (over small finite item sets, compiled, and over
 others, refused), ``contains`` with ``minContains``/``maxContains``; ``anyOf``, ``allOf``, ``oneOf``, ``not``,
-``if``/``then``/``else``; roots with ``$defs`` named by ``$ref`` through a JSON pointer, an ``$anchor`` or an
-``$id``, and a ``$schema`` of draft 7, 2019-09 or 2020-12 (draft 4 and 6 on schemas whose keywords mean the same
-there).
+``if``/``then``/``else``; ``unevaluatedProperties`` and ``unevaluatedItems`` beside those; roots with ``$defs``
+named by ``$ref`` through a JSON pointer, an ``$anchor`` or an ``$id``, and a ``$schema`` of draft 7, 2019-09 or
+2020-12 (draft 4 and 6 on schemas whose keywords mean the same there).
 
 ``run(seed, examples)`` runs it (hypothesis, generation phase only, ``@seed``) and returns the counts: examples,
 schemas compiled, refusals by keyword, verdicts (valid / invalid) equal to jsonschema's, token walks on the
@@ -343,7 +343,56 @@ def families(depth):
         ),
         "$schema": drafted_schemas(depth),
     }
+    fams.update(unevaluated_families(depth))
     return fams
+
+
+def unevaluated_families(depth):
+    """``unevaluatedProperties`` and ``unevaluatedItems`` beside the applicators whose annotations they read: an
+    object's or an array's own keywords, then one of anyOf, allOf, oneOf, if (with or without then/else), not,
+    dependentSchemas, $ref over random schemas."""
+    sub = schemas(depth - 1)
+    whole = schemas(depth)
+    beside = st.one_of(
+        st.builds(lambda xs: {"anyOf": xs}, st.lists(whole, min_size=1, max_size=3)),
+        st.builds(lambda xs: {"allOf": xs}, st.lists(whole, min_size=1, max_size=2)),
+        st.builds(lambda xs: {"oneOf": xs}, st.lists(whole, min_size=1, max_size=3)),
+        st.builds(lambda i, t, e: {"if": i, "then": t, "else": e}, whole, whole, whole),
+        st.builds(lambda i, t: {"if": i, "then": t}, whole, whole),
+        st.builds(lambda i: {"if": i}, whole),
+        st.builds(lambda x: {"not": x}, whole),
+        st.builds(
+            lambda d: {"dependentSchemas": d}, st.dictionaries(st.sampled_from(NAMES), whole, min_size=1, max_size=2)
+        ),
+        st.builds(lambda x: {"$defs": {"d": x}, "$ref": "#/$defs/d"}, whole),
+    )
+
+    def props(p, pp, b, u, t):
+        s = dict({"properties": p, "unevaluatedProperties": u}, **b, **t)
+        if pp:
+            s["patternProperties"] = pp
+        return s
+
+    def items(p, b, u, c, t):
+        s = dict({"prefixItems": p, "unevaluatedItems": u}, **b, **t)
+        if c is not None:
+            s["contains"] = c
+        return s
+
+    kind = st.sampled_from([{}, {"type": "object"}, {"type": "array"}])
+    return {
+        "unevaluatedProperties": st.builds(
+            props,
+            st.dictionaries(st.sampled_from(NAMES), sub, max_size=2),
+            st.dictionaries(st.sampled_from(["^x", "[0-9]"]), sub, max_size=1),
+            beside,
+            st.one_of(st.just(False), sub),
+            kind,
+        ),
+        "unevaluatedItems": st.builds(
+            items, st.lists(sub, max_size=2), beside, st.one_of(st.just(False), sub), st.one_of(st.none(), sub), kind
+        ),
+    }
 
 
 def drafted_schemas(depth):
@@ -555,6 +604,9 @@ def _keywords(schema, out=None):
         elif k in ("anyOf", "allOf", "oneOf", "prefixItems"):
             for sub in v:
                 _keywords(sub, out)
-        elif k in ("items", "not", "if", "then", "else", "contains", "additionalProperties", "propertyNames"):
+        elif k in ("items", "not", "if", "then", "else", "contains", "additionalProperties", "propertyNames") + (
+            "unevaluatedProperties",
+            "unevaluatedItems",
+        ):
             _keywords(v, out)
     return out

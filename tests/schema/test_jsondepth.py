@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bankml.chat.inputs import ChatInputs
 from bankml.chat.template import ChatRequestError, ChatTemplate
 from bankml.errors import SchemaError
 from bankml.schema import jsondepth as _jsondepth
@@ -83,4 +84,4 @@ def test_request_texts_inside_the_body_are_bounded():
         load_schema(deep)
     template = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}")
     with pytest.raises(ChatRequestError, match="nested deeper than 512 levels"):
-        template.apply([{"role": "user", "content": "hi"}], chat_template_kwargs={"x": deep})
+        template.apply(ChatInputs([{"role": "user", "content": "hi"}], chat_template_kwargs={"x": deep}))

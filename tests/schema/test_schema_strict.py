@@ -548,6 +548,147 @@ CASES = [
         {"type": "object", "properties": {k: {"type": "integer"} for k in "abcdefghij"}, "required": ["a", "j"]},
         [{"a": 1, "j": 2}, {"a": 1, "b": 2, "j": 3}, {"a": 1}, {"a": 1, "j": 2, "z": 3}],
     ),
+    # unevaluated*: the annotations of each term (unevaluated.py). anyOf: every set of branches the instance
+    # passes counts ({"a", "b"} passes both, so both keys are evaluated)
+    (
+        {
+            "anyOf": [{"properties": {"a": {"type": "integer"}}}, {"properties": {"b": True}}],
+            "unevaluatedProperties": False,
+        },
+        [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2}, {"a": "x", "b": 2}, {"a": 1, "c": 2}, {"c": 1}, 3],
+    ),
+    (
+        {
+            "anyOf": [{"patternProperties": {"^x": True}}, {"required": ["a"], "properties": {"a": True}}],
+            "unevaluatedProperties": {"type": "string"},
+        },
+        [{"xa": 1, "b": "s"}, {"xa": 1, "b": 2}, {"a": 1, "b": "s"}, {"a": 1, "xb": 2}, {"b": 1}],
+    ),
+    (
+        {
+            "oneOf": [{"properties": {"a": {"const": 1}}}, {"properties": {"b": True}, "required": ["b"]}],
+            "unevaluatedProperties": False,
+        },
+        [{"a": 1}, {"b": 1}, {"a": 1, "b": 1}, {"a": 2, "b": 1}, {"c": 1}, {}],
+    ),
+    (
+        {
+            "if": {"properties": {"k": {"const": "x"}}, "required": ["k"]},
+            "then": {"properties": {"t": True}},
+            "else": {"properties": {"e": True}},
+            "unevaluatedProperties": False,
+        },
+        [{"k": "x", "t": 1}, {"k": "x", "e": 1}, {"k": "y", "e": 1}, {"k": "y"}, {"e": 1}, {"t": 1}],
+    ),
+    (
+        {"if": {"properties": {"a": {"type": "integer"}}}, "unevaluatedProperties": False},
+        [{}, {"a": 1}, {"a": "x"}, {"b": 1}],
+    ),
+    (
+        {"not": {"not": {"properties": {"a": True}}}, "unevaluatedProperties": False},
+        [{}, {"a": 1}],
+    ),
+    (
+        {
+            "dependentSchemas": {"a": {"properties": {"b": True}}},
+            "properties": {"a": True},
+            "unevaluatedProperties": False,
+        },
+        [{"a": 1, "b": 2}, {"b": 2}, {"a": 1}, {"a": 1, "c": 1}],
+    ),
+    (
+        {
+            "allOf": [{"properties": {"a": True}, "unevaluatedProperties": {"type": "integer"}}],
+            "unevaluatedProperties": False,
+        },
+        [{"a": "x", "b": 1}, {"b": "x"}, {}],
+    ),
+    (
+        {
+            "$defs": {"d": {"properties": {"a": True}}},
+            "$ref": "#/$defs/d",
+            "properties": {"b": True},
+            "unevaluatedProperties": False,
+        },
+        [{"a": 1, "b": 1}, {"c": 1}],
+    ),
+    (
+        {"prefixItems": [True], "allOf": [{"prefixItems": [True, {"type": "string"}]}], "unevaluatedItems": False},
+        [[], [1], [1, "a"], [1, 2], [1, "a", 3]],
+    ),
+    (
+        {"contains": {"type": "string"}, "unevaluatedItems": {"type": "integer"}},
+        [["a"], ["a", 1], ["a", None], [1, "b", 2], [1]],
+    ),
+    (
+        {"anyOf": [{"prefixItems": [True]}, {"prefixItems": [True, True, True]}], "unevaluatedItems": False},
+        [[1], [1, 2], [1, 2, 3], [1, 2, 3, 4]],
+    ),
+    (
+        {
+            "if": {"prefixItems": [{"const": 1}]},
+            "then": {"prefixItems": [True, True]},
+            "else": {"maxItems": 1},
+            "unevaluatedItems": False,
+        },
+        [[1], [1, 2], [1, 2, 3], [2], [2, 3]],
+    ),
+    (
+        # $dynamicRef: the root resource defines the anchor, so every path resolves to it (the strict tree)
+        {
+            "$id": "https://example.com/strict-tree",
+            "$dynamicAnchor": "node",
+            "$ref": "tree",
+            "unevaluatedProperties": False,
+            "$defs": {
+                "tree": {
+                    "$id": "tree",
+                    "$dynamicAnchor": "node",
+                    "type": "object",
+                    "properties": {"data": True, "children": {"type": "array", "items": {"$dynamicRef": "#node"}}},
+                }
+            },
+        },
+        [
+            {"children": [{"data": 1}]},
+            {"children": [{"daat": 1}]},
+            {"data": 1, "x": 2},
+            {"children": [{"children": []}]},
+        ],
+    ),
+    (
+        # one resource defines it: a $ref; a pointer fragment: a $ref
+        {
+            "$defs": {"s": {"$dynamicAnchor": "s", "type": "string"}},
+            "items": {"$dynamicRef": "#s"},
+            "properties": {"n": {"$dynamicRef": "#/$defs/s"}},
+        },
+        [["a"], [1], {"n": "x"}, {"n": 1}],
+    ),
+    (
+        # the root does not define "c": "item" is on every path to the reference before "bar", never entered
+        {
+            "$id": "https://example.com/main",
+            "type": "object",
+            "properties": {"x": {"$ref": "item"}},
+            "$defs": {
+                "bar": {
+                    "$id": "bar",
+                    "items": {"$ref": "item"},
+                    "$defs": {
+                        "item": {
+                            "$id": "item",
+                            "properties": {"c": {"$dynamicRef": "#c"}},
+                            "$defs": {"d": {"$dynamicAnchor": "c", "type": "integer"}},
+                        },
+                        "c": {"$dynamicAnchor": "c", "type": "string"},
+                    },
+                }
+            },
+        },
+        [{"x": {"c": 1}}, {"x": {"c": "s"}}, {"x": {}}],
+    ),
+    ({"not": {"prefixItems": [{"type": "integer"}, {"type": "string"}]}}, [[], [1], ["a"], [1, "a"], [1, 2], "x"]),
 ]
 
 
@@ -729,8 +870,27 @@ REFUSED = [
     ({"type": "string", "pattern": "a{4294967296}"}, "pattern", "#/pattern"),  # re: OverflowError
     ({"properties": {"(": {}}, "not": {"propertyNames": {"pattern": "("}}}, "pattern", "#/not/propertyNames/pattern"),
     ({"not": {"additionalProperties": False, "patternProperties": {"\\p{L}": {}}}}, "patternProperties", None),
-    ({"$defs": {"a": {"$dynamicAnchor": "x"}}, "$dynamicRef": "#x"}, "$dynamicRef", "#/$dynamicRef"),
-    ({"unevaluatedProperties": False}, "unevaluatedProperties", "#/unevaluatedProperties"),
+    (
+        # a and b define the dynamic anchor and lead to c: which one is outermost depends on the anyOf branch
+        {
+            "$id": "https://example.com/r",
+            "anyOf": [{"$ref": "a"}, {"$ref": "b"}],
+            "$defs": {
+                "a": {"$id": "a", "$ref": "c", "$defs": {"x": {"$dynamicAnchor": "x", "type": "integer"}}},
+                "b": {"$id": "b", "$ref": "c", "$defs": {"x": {"$dynamicAnchor": "x", "type": "string"}}},
+                "c": {"$id": "c", "items": {"$dynamicRef": "#x"}, "$defs": {"x": {"$dynamicAnchor": "x"}}},
+            },
+        },
+        "$dynamicRef",
+        "#/$defs/c/items/$dynamicRef",
+    ),
+    ({"not": {"unevaluatedProperties": False}}, "unevaluatedProperties", "#/not/unevaluatedProperties"),
+    (
+        {"dependencies": {"a": {"properties": {"b": True}}}, "unevaluatedProperties": False},
+        "dependencies",
+        "#/dependencies",
+    ),
+    ({"anyOf": [{"minimum": i} for i in range(9)], "unevaluatedItems": False}, "anyOf", "#/anyOf"),
     ({"type": "string", "pattern": "(?=a)b"}, "pattern", "#/pattern"),
     ({"not": {"uniqueItems": True}}, "not", "#/not/uniqueItems"),
     ({"$schema": "http://json-schema.org/draft-03/schema#"}, "$schema", "#"),
@@ -922,6 +1082,7 @@ SLICE_KEYWORDS = {
     "format", "multipleOf", "uniqueItems", "contains", "minContains", "maxContains", "dependentRequired",
     "dependentSchemas", "$anchor", "$id", "$ref", "$defs", "$schema", "if", "then", "else", "not", "anyOf", "allOf",
     "oneOf", "prefixItems", "patternProperties", "propertyNames", "pattern", "const", "enum",
+    "unevaluatedProperties", "unevaluatedItems",
 }  # fmt: skip
 
 

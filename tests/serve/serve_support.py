@@ -53,3 +53,21 @@ def running_serve(args, *, log_prefix="bankml-serve-", cwd=None, env=None, start
             proc.wait()
         log.close()
         os.unlink(log.name)
+
+
+@contextlib.contextmanager
+def smollm2_client(alias="m", *, n_ctx=512, n_threads=1, n_parallel=1):
+    """A Starlette TestClient over ``create_app`` on SmolLM2-135M-Instruct, in process; the model closed at the
+    end."""
+    from starlette.testclient import TestClient
+
+    from bankml.serve.app import create_app
+    from bankml.serve.runtime import Model
+    from tests.oracle_support import smollm2_path
+
+    model = Model(smollm2_path(), n_ctx=n_ctx, n_threads=n_threads, n_parallel=n_parallel)
+    try:
+        with TestClient(create_app(model, alias)) as c:
+            yield c
+    finally:
+        model.close()

@@ -23,7 +23,8 @@ import pathlib
 import pytest
 
 from bankml.chat.constraint import from_openai_text
-from bankml.serve.openai import chat_options, sampler_fields
+from bankml.serve.openai import chat_inputs, reasoning_fields, sampler_fields
+from bankml.serve.request import Request
 
 from ..oracle.record_server import kernels_fingerprint, machine_recording
 from ..oracle.record_server_templates import REQUESTS, TEMPLATE_REQUESTS, template_text
@@ -114,9 +115,8 @@ def test_same_answer_as_llama_server(models, name, request):
     model = _model(models, record["template"])
     req = record["request"]
     params, n_predict, stop = sampler_fields(req)
-    job = model.chat(
-        req["messages"], from_openai_text(req, json.dumps(req)), params, n_predict, stop, **chat_options(req).kwargs()
-    )
+    constraint = from_openai_text(req, json.dumps(req))
+    job = model.chat(Request.for_chat(chat_inputs(req), constraint, params, n_predict, stop, **reasoning_fields(req)))
     assert job.prompt == record["prompt"]
     assert job.prompt_tokens == record["prompt_token_ids"]
     assert job.grammar_text == (record["grammar"] or None)

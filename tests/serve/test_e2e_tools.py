@@ -34,7 +34,6 @@ be the same, elsewhere what does not depend on the logits); and bankml serve ans
 the refusals included.
 """
 
-import functools
 import json
 import os
 import pathlib
@@ -53,7 +52,7 @@ from ..oracle.record_tools import (
     reproducible,
     template_kwargs_flags,
 )
-from ..oracle_support import ORACLE_CONDITIONS, ORACLE_STATS, recorded_model, sse_chunks
+from ..oracle_support import ORACLE_CONDITIONS, ORACLE_STATS, fix_clock, recorded_model, sse_chunks
 
 BASE = pathlib.Path(__file__).resolve().parent.parent / "data" / "server_tool_recordings.json"
 FORCE_LIVE = os.environ.get("BANKML_E2E_LIVE", "") not in ("", "0")
@@ -272,7 +271,7 @@ class _Clients(dict):
         path = self.tmp / template
         path.write_text(self.sources[template], encoding="utf-8")
         m = recorded_model(RECORDING, reasoning="off", chat_template_file=str(path), chat_template_kwargs=KWARGS)
-        m.chat = functools.partial(m.chat, now=CLOCK_TIME)
+        fix_clock(m, CLOCK_TIME)
         self.models.append(m)
         c = TestClient(create_app(m, "SmolLM2-135M-Instruct"))
         self.stack.append(c)
@@ -512,7 +511,7 @@ def test_ollama_tool_calls_have_the_client_s_shape():
     Message.ToolCall, arguments as an object; a call cut short (arguments not a whole object) is left out."""
     import ollama
 
-    from bankml.serve.app import _ollama_tool_calls
+    from bankml.serve.ollama_routes import ollama_tool_calls as _ollama_tool_calls
 
     r = _record("llama3.1/required/parallel/prefill/seed3")  # three calls, the last cut by max_tokens
     calls = _ollama_tool_calls(r["message"])

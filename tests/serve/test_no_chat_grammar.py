@@ -19,7 +19,9 @@ import pytest
 
 from bankml import json_schema_to_grammar
 from bankml.chat.constraint import Constraint, from_openai
+from bankml.chat.inputs import ChatInputs
 from bankml.chat.template import ChatTemplate, for_constraint
+from bankml.serve.request import Request
 
 from ..oracle_support import smollm2_path
 from .test_request_fields import _server_source
@@ -74,23 +76,24 @@ def test_what_llama_server_samples_with(model, name):
         {"response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}},
         {"response_format": {"type": "json_object"}},
     ):
-        job = model.chat(MESSAGES, from_openai(body), max_tokens=4)
+        job = model.chat(Request.for_chat(ChatInputs(MESSAGES), from_openai(body), n_predict=4))
         assert job.grammar_text is None and job.grammar is None, body
     # the request's own top-level json_schema: converted bare, not prefilled
-    job = model.chat(MESSAGES, from_openai({"json_schema": SCHEMA}), max_tokens=4)
+    job = model.chat(Request.for_chat(ChatInputs(MESSAGES), from_openai({"json_schema": SCHEMA}), n_predict=4))
     assert job.grammar_text == json_schema_to_grammar(SCHEMA)[0]
     assert job.prefill_tokens == []
-    job = model.chat(MESSAGES, from_openai({"json_schema": {}}), max_tokens=4)
+    job = model.chat(Request.for_chat(ChatInputs(MESSAGES), from_openai({"json_schema": {}}), n_predict=4))
     assert job.grammar_text == json_schema_to_grammar({"type": "object"})[0]
     # a response_format beside a user grammar: the grammar
     body = {"response_format": {"type": "json_object"}, "grammar": 'root ::= "{}"'}
-    job = model.chat(MESSAGES, from_openai(body), max_tokens=4)
+    job = model.chat(Request.for_chat(ChatInputs(MESSAGES), from_openai(body), n_predict=4))
     assert job.grammar_text == 'root ::= "{}"'
     # the same through the chat layer alone, and the opt-in that constrains with the bare schema grammar
     tmpl = ChatTemplate(RECORDED[name]["source"])
     rf = from_openai({"response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}})
-    assert for_constraint(tmpl, MESSAGES, rf).grammar is None
-    assert for_constraint(tmpl, MESSAGES, rf, bare_schema_fallback=True).grammar == json_schema_to_grammar(SCHEMA)[0]
+    inputs = ChatInputs(MESSAGES, enable_thinking=False)
+    assert for_constraint(tmpl, inputs, rf).grammar is None
+    assert for_constraint(tmpl, inputs, rf, bare_schema_fallback=True).grammar == json_schema_to_grammar(SCHEMA)[0]
 
 
 def test_a_template_with_a_response_format_grammar(model):
@@ -98,7 +101,9 @@ def test_a_template_with_a_response_format_grammar(model):
     name = "Qwen-Qwen3-0.6B.jinja"
     assert name not in NO_GRAMMAR
     _use(model, name)
-    job = model.chat(MESSAGES, from_openai({"response_format": {"type": "json_object"}}), max_tokens=4)
+    job = model.chat(
+        Request.for_chat(ChatInputs(MESSAGES), from_openai({"response_format": {"type": "json_object"}}), n_predict=4)
+    )
     want = RECORDED[name]["answers"]["json_object/think-off"]["grammar"]
     assert job.grammar_text == want and want
     assert Constraint("json_schema", SCHEMA).fallback is None

@@ -10,9 +10,10 @@ import pathlib
 
 import pytest
 
+from bankml.chat.inputs import ChatInputs
 from bankml.errors import RequestError
 from bankml.serve import ollama, openai
-from bankml.serve.request import ChatOptions, ReadContext, Request, ServerLimits
+from bankml.serve.request import ReadContext, Request, ServerLimits
 
 CONTEXT = ReadContext(n_ctx=4096, n_vocab=49152)
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
@@ -48,15 +49,15 @@ def test_an_openai_chat_body_is_one_typed_request():
     assert (req.n_predict, req.stop, req.params.temperature) == (12, ("END",), 0.5)
     assert (req.probs.n_probs, req.probs.post_sampling) == (3, False)
     assert req.constraint.kind == "json_object"
-    assert req.chat == ChatOptions(
-        chat_template_kwargs={"enable_thinking": False},
+    assert req.chat == ChatInputs(
+        MESSAGES,
+        chat_template_kwargs={"enable_thinking": "false"},  # each value's JSON text, as llama-server keeps them
         reasoning_format="deepseek",  # common_reasoning_format_from_name("auto")
-        reasoning_effort="low",
-        reasoning_budget=5,
         tools=TOOLS,
         tool_choice="required",
         parallel_tool_calls=True,
     )
+    assert (req.reasoning_effort, req.reasoning_budget, req.reasoning_budget_message) == ("low", 5, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         req.stream = False  # type: ignore[misc]
 
@@ -64,7 +65,8 @@ def test_an_openai_chat_body_is_one_typed_request():
 def test_the_defaults_are_llama_servers():
     req = _chat()
     assert (req.stream, req.include_usage, req.n_predict, req.stop, bool(req.probs)) == (False, False, -1, (), False)
-    assert req.chat == ChatOptions() and req.chat.tool_choice == "auto" and req.model is None
+    assert req.chat == ChatInputs(MESSAGES) and req.chat.tool_choice == "auto" and req.model is None
+    assert (req.reasoning_effort, req.reasoning_budget, req.reasoning_budget_message) == (None, None, None)
     assert req.constraint.kind == "none"
 
 
@@ -91,7 +93,8 @@ def test_a_completion_body_is_a_raw_prompt():
     "fields, message",
     [
         ({"stream": "yes"}, "Field 'stream': [json.exception.type_error.302] type must be boolean, but is string"),
-        ({"n": 2}, "several completions per request are not supported by bankml: 'n' must be 1"),
+        ({"n": 0}, "Field 'n': Value must be 1 or more, but got 0"),
+        ({"n_cmpl": "2"}, "Field 'n_cmpl': [json.exception.type_error.302] type must be number, but is string"),
         ({"top_logprobs": 2}, "top_logprobs requires logprobs to be set to true"),
         ({"tool_choice": "any"}, "Invalid tool_choice: any"),
         ({"tool_choice": {"type": "function"}}, "tool_choice: the function's name must be a non-empty string"),
@@ -111,7 +114,7 @@ def test_a_completion_body_is_a_raw_prompt():
         ({"stop": 3}, "'stop' must be a string or an array of strings"),
         ({"max_tokens": 1.5}, "'max_tokens' must be an integer"),
         ({"top_k": "4"}, "Field 'top_k': type must be number, but is string"),
-        ({"messages": []}, "'messages' must be a non-empty array"),
+        ({"messages": {}}, "'messages' must be an array"),
         ({"logprobs": True, "max_tokens": 100000}, "exceed bankml's limit of 1000000 entries per answer"),
     ],
 )
@@ -164,7 +167,8 @@ def test_an_ollama_chat_body_is_the_same_typed_request():
     assert (req.endpoint, req.model, req.stream, req.n_predict, req.stop) == ("/api/chat", "m", True, 9, ("END",))
     assert req.params.temperature == 0.25 and req.params.repeat_last_n == 2**31 - 1
     assert req.constraint.kind == "json_object"
-    assert req.chat == ChatOptions(chat_template_kwargs={"enable_thinking": True}, reasoning_effort="high", tools=TOOLS)
+    assert req.chat == ChatInputs(req.messages, chat_template_kwargs={"enable_thinking": "true"}, tools=TOOLS)
+    assert req.reasoning_effort == "high"
     assert req.messages[1] == {
         "role": "assistant",
         "content": None,
@@ -223,7 +227,11 @@ def test_the_pipeline_imports_point_down():
     assert _serve_imports("openai") == {"fields", "request"}
     assert _serve_imports("ollama") == {"fields", "request"}
     assert {"app", "openai", "ollama", "fields"} & _serve_imports("runtime") == set()
-    assert {"openai", "ollama", "runtime", "request"} <= _serve_imports("app") and "fields" not in _serve_imports("app")
+    # the HTTP layer: the application and the routes of each wire format (bankml/serve/*_routes.py) over the plumbing
+    http = set().union(
+        *(_serve_imports(m) for m in ("app", "plumbing", "openai_routes", "ollama_routes", "agent_routes"))
+    )
+    assert {"openai", "ollama", "runtime", "request"} <= http and "fields" not in http
     # the agent APIs convert their bodies into the chat body and read it through openai's reader (issue 46)
     assert _serve_imports("anthropic") == {"openai", "request"}
     assert _serve_imports("responses") == {"openai", "request"}

@@ -11,10 +11,14 @@ import tarfile
 
 import pytest
 
+from bankml.chat.inputs import ChatInputs
+from bankml.errors import RequestError
 from bankml.serve import fields as rf
+from bankml.serve.request import Request
 
 from ..oracle.build_converter import cache_dir, sdist_tarball
 from ..oracle_support import smollm2_path
+from .serve_support import smollm2_client
 
 SERVER_DIR = "llama_cpp_python-0.3.36/vendor/llama.cpp/tools/server/"
 
@@ -111,6 +115,11 @@ HONOURED_BY = {
     "top_logprobs": "tests/sampling/test_logprobs.py::test_http_logprobs_equal_llama_servers (chat/*/top0|1|2|3|5|20)",
     "n_probs": "tests/sampling/test_logprobs.py::test_http_logprobs_equal_llama_servers (*native-n_probs*, *n_probs4)",
     "post_sampling_probs": "tests/sampling/test_logprobs.py::test_http_logprobs_equal_llama_servers (*post_sampling*)",
+    "verbose": "tests/serve/test_server_flags.py::test_seed_n_predict_and_verbose_defaults",
+    "timings_per_token": "tests/serve/test_server_flags.py::test_timings_per_token_and_progress_in_a_chat_stream",
+    "return_progress": "tests/serve/test_server_flags.py::test_progress_in_a_native_stream",
+    "n": "tests/serve/test_server_flags.py::test_several_completions",
+    "n_cmpl": "tests/serve/test_server_flags.py::test_several_completions",
 }
 SAMPLER = {
     "n_predict",
@@ -171,15 +180,8 @@ REFUSED = [
 
 @pytest.fixture(scope="module")
 def client():
-    from starlette.testclient import TestClient
-
-    from bankml.serve.app import create_app
-    from bankml.serve.runtime import Model
-
-    model = Model(smollm2_path(), n_ctx=512, n_threads=2, n_parallel=1)
-    with TestClient(create_app(model, "m")) as c:
+    with smollm2_client("m", n_ctx=512, n_threads=2, n_parallel=1) as c:
         yield c
-    model.close()
 
 
 BASES = {
@@ -378,18 +380,22 @@ def qwen35():
 
 def test_chat_fields_are_honoured(qwen35):
     msgs = [{"role": "user", "content": "Hi"}]
-    off = qwen35.chat(msgs)
-    on = qwen35.chat(msgs, chat_template_kwargs={"enable_thinking": True})
+    off = qwen35.chat(Request.for_chat(ChatInputs(msgs)))
+    on = qwen35.chat(Request.for_chat(ChatInputs(msgs, chat_template_kwargs={"enable_thinking": "true"})))
     assert not off.prompt.endswith("<think>\n") and on.prompt.endswith("<think>\n")
     # reasoning_effort (oaicompat_chat_params_parse): "none" turns thinking off, a level becomes the kwarg; the
     # request's kwargs still reach the template (they override its enable_thinking variable, as in llama.cpp)
-    assert qwen35.chat_options({"enable_thinking": True}, None, "none")[:2] == (False, {"enable_thinking": "true"})
+    assert qwen35.chat_options({"enable_thinking": "true"}, None, "none")[:2] == (False, {"enable_thinking": "true"})
     assert qwen35.chat_options(None, None, "high")[1] == {"enable_thinking": "false", "reasoning_effort": '"high"'}
-    assert qwen35.chat(msgs, reasoning_effort="none").prompt == off.prompt
+    assert qwen35.chat(Request.for_chat(ChatInputs(msgs), reasoning_effort="none")).prompt == off.prompt
     # the reasoning budget: llama-server's reasoning_budget_tokens / thinking_budget_tokens
     assert on.reasoning_budget is None
     budget = qwen35.chat(
-        msgs, chat_template_kwargs={"enable_thinking": True}, reasoning_budget=4, reasoning_budget_message="OK."
+        Request.for_chat(
+            ChatInputs(msgs, chat_template_kwargs={"enable_thinking": "true"}),
+            reasoning_budget=4,
+            reasoning_budget_message="OK.",
+        )
     ).reasoning_budget
     assert budget is not None and budget.budget == 4 and budget.state == "counting"  # <think> was prefilled
     assert list(budget.forced) == qwen35.tokenize("OK.", False, True) + qwen35.tokenize(
@@ -398,12 +404,20 @@ def test_chat_fields_are_honoured(qwen35):
     # reasoning_format none: the reasoning stays in the content
     raw = "The capital is Paris.\n</think>\n\nParis"
     deepseek = on.parser.parse(raw)
-    none = qwen35.chat(msgs, chat_template_kwargs={"enable_thinking": True}, reasoning_format="none").parser.parse(raw)
+    none = qwen35.chat(
+        Request.for_chat(ChatInputs(msgs, chat_template_kwargs={"enable_thinking": "true"}, reasoning_format="none"))
+    ).parser.parse(raw)
     assert deepseek.reasoning_content and not none.reasoning_content and "</think>" in none.content
     # add_generation_prompt false / continue_final_message
-    assert not qwen35.chat(msgs, add_generation_prompt=False).prompt.endswith("<|im_start|>assistant\n")
-    cont = qwen35.chat(msgs + [{"role": "assistant", "content": "Hel"}])
+    assert not qwen35.chat(Request.for_chat(ChatInputs(msgs, add_generation_prompt=False))).prompt.endswith(
+        "<|im_start|>assistant\n"
+    )
+    cont = qwen35.chat(Request.for_chat(ChatInputs(msgs + [{"role": "assistant", "content": "Hel"}])))
     assert cont.prompt.endswith("Hel") and cont.chat_prompt.generation_prompt.endswith("Hel")
+    # one value in: /apply-template's text is Model.render's (a str, never a Job), the chat Job's prompt
+    assert qwen35.render(Request.for_chat(ChatInputs(msgs))) == off.prompt
+    with pytest.raises(RequestError, match="a chat Request's schema is its constraint"):
+        qwen35.chat(Request.for_chat(ChatInputs(msgs, json_schema={"type": "object"})))
 
 
 def test_ollama_think_is_llama_server_s_reasoning(qwen35):

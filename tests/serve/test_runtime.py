@@ -20,6 +20,8 @@ import pytest
 
 from bankml import Grammar, GrammarError, Rules, SamplerParams, SchemaError, from_openai
 from bankml.chat.constraint import RequestError
+from bankml.chat.inputs import ChatInputs
+from bankml.serve.request import Request
 from bankml.serve.runtime import ContextSizeError, Model, ModelError, default_model_path
 
 from ..oracle_support import smollm2_path
@@ -64,7 +66,11 @@ def run_streamed(job):
 
 
 def test_json_mode(model):
-    job = model.chat(ASK_JSON, from_openai({"response_format": {"type": "json_object"}}), SamplerParams(seed=2), 100)
+    job = model.chat(
+        Request.for_chat(
+            ChatInputs(ASK_JSON), from_openai({"response_format": {"type": "json_object"}}), SamplerParams(seed=2), 100
+        )
+    )
     assert job.prompt_tokens == model.tokenize(chatml(ASK_JSON))
     result = job.run()
     assert result.finish_reason == "stop"
@@ -78,7 +84,7 @@ def test_json_mode(model):
 
 def test_json_schema(model):
     constraint = from_openai({"response_format": {"type": "json_schema", "json_schema": {"schema": PERSON}}})
-    result = model.chat(ASK_JSON, constraint, SamplerParams(seed=5), 200).run()
+    result = model.chat(Request.for_chat(ChatInputs(ASK_JSON), constraint, SamplerParams(seed=5), 200)).run()
     assert result.finish_reason == "stop"
     jsonschema.validate(json.loads(result.content), PERSON)
 
@@ -87,10 +93,12 @@ def test_grammar(model):
     for wrong in ("Answer: maybe. Confidence: 5%", "Answer: yes. Confidence: 05%"):
         assert not _matches(model.vocab, ANSWER_GRAMMAR, wrong)
     result = model.chat(
-        [{"role": "user", "content": "Is the sky blue?"}],
-        from_openai({"grammar": ANSWER_GRAMMAR}),
-        SamplerParams(seed=2),
-        40,
+        Request.for_chat(
+            ChatInputs([{"role": "user", "content": "Is the sky blue?"}]),
+            from_openai({"grammar": ANSWER_GRAMMAR}),
+            SamplerParams(seed=2),
+            40,
+        )
     ).run()
     assert result.finish_reason == "stop"
     assert _matches(model.vocab, ANSWER_GRAMMAR, result.content), result.content
@@ -121,13 +129,15 @@ def _matches(vocab, grammar, text):
 def test_stream_deltas_add_up(model, kind, max_tokens):
     if kind == "json":
         job = model.chat(
-            ASK_JSON,
-            from_openai({"response_format": {"type": "json_object"}}),
-            SamplerParams(seed=2 if max_tokens == 100 else 9),
-            max_tokens,
+            Request.for_chat(
+                ChatInputs(ASK_JSON),
+                from_openai({"response_format": {"type": "json_object"}}),
+                SamplerParams(seed=2 if max_tokens == 100 else 9),
+                max_tokens,
+            )
         )
     else:
-        job = model.chat(ASK_TEXT, None, SamplerParams(seed=9), max_tokens)
+        job = model.chat(Request.for_chat(ChatInputs(ASK_TEXT), None, SamplerParams(seed=9), max_tokens))
     events, result = run_streamed(job)
     assert "".join(e.content for e in events) == result.content
     assert "".join(e.text for e in events) == result.text
@@ -149,18 +159,18 @@ def test_stream_deltas_add_up(model, kind, max_tokens):
 
 def test_max_tokens_gives_length_with_exactly_that_many_tokens(model):
     for n in (1, 5):
-        result = model.chat(ASK_TEXT, None, SamplerParams(seed=3), n).run()
+        result = model.chat(Request.for_chat(ChatInputs(ASK_TEXT), None, SamplerParams(seed=3), n)).run()
         assert result.finish_reason == "length"
         assert len(result.tokens) == n
 
 
 def test_stop_strings(model):
     greedy = SamplerParams(temperature=0)
-    full = model.chat(ASK_TEXT, None, greedy, 30).run()
+    full = model.chat(Request.for_chat(ChatInputs(ASK_TEXT), None, greedy, 30)).run()
     words = full.text.split()
     assert len(words) >= 4, full.text
     word = words[3]
-    cut = model.chat(ASK_TEXT, None, greedy, 30, stop=["no such words here", word]).run()
+    cut = model.chat(Request.for_chat(ChatInputs(ASK_TEXT), None, greedy, 30, ["no such words here", word])).run()
     assert cut.finish_reason == "stop"
     assert cut.stopping_word == word
     assert cut.text == full.text[: full.text.index(word)]
@@ -168,7 +178,7 @@ def test_stop_strings(model):
     assert cut.tokens == full.tokens[: len(cut.tokens)]
     assert len(cut.tokens) < len(full.tokens)
     # streamed: a stop word's beginning is held back, never sent and then taken back
-    job = model.chat(ASK_TEXT, None, greedy, 30, stop=[word])
+    job = model.chat(Request.for_chat(ChatInputs(ASK_TEXT), None, greedy, 30, [word]))
     events, result = run_streamed(job)
     assert "".join(e.content for e in events) == cut.text == result.content
 
@@ -187,12 +197,16 @@ def test_bad_requests_fail_when_the_job_is_prepared(model):
         }
     )
     with pytest.raises(SchemaError) as info:
-        model.chat(ASK_TEXT, bad_schema, SamplerParams(seed=1), 5)
+        model.chat(Request.for_chat(ChatInputs(ASK_TEXT), bad_schema, SamplerParams(seed=1), 5))
     assert info.value.pointer == "#/properties/a"
     assert "unrecognized type nope" in str(info.value)
 
     with pytest.raises(GrammarError) as info:
-        model.chat(ASK_TEXT, from_openai({"grammar": 'root ::= "a" b\nb ::= [a-'}), SamplerParams(seed=1), 5)
+        model.chat(
+            Request.for_chat(
+                ChatInputs(ASK_TEXT), from_openai({"grammar": 'root ::= "a" b\nb ::= [a-'}), SamplerParams(seed=1), 5
+            )
+        )
     assert (info.value.line, info.value.column) == (2, 10)  # the end of "b ::= [a-"
 
     prompt = "hello " * 1100
@@ -205,7 +219,7 @@ def test_bad_requests_fail_when_the_job_is_prepared(model):
     )
     assert isinstance(info.value, RequestError)
     with pytest.raises(RequestError):
-        model.chat([], None, SamplerParams(seed=1), 5)
+        model.chat(Request.for_chat(ChatInputs({}), None, SamplerParams(seed=1), 5))  # messages not an array
     # nothing was left holding a slot
     slots = [model.acquire(timeout=5), model.acquire(timeout=5)]
     for slot in slots:
@@ -213,7 +227,12 @@ def test_bad_requests_fail_when_the_job_is_prepared(model):
 
 
 def test_cancel_frees_the_slot(model):
-    jobs = [model.chat(ASK_TEXT, from_openai({"grammar": NEVER_ENDS}), SamplerParams(seed=i), -1) for i in (1, 2)]
+    jobs = [
+        model.chat(
+            Request.for_chat(ChatInputs(ASK_TEXT), from_openai({"grammar": NEVER_ENDS}), SamplerParams(seed=i), -1)
+        )
+        for i in (1, 2)
+    ]
     streams = [job.stream() for job in jobs]
     for stream in streams:
         assert set(next(stream).text) == {"a"}  # each holds a slot now

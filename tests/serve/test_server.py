@@ -33,6 +33,8 @@ MODEL = "bankml-test"
 TIMEOUT = 600.0  # only a guard against a hang: requests are short, but a loaded 2-core machine is slow
 BUSY_TIMEOUT = 120.0  # a request that needed the busy slot would wait for ~16,000 tokens (minutes)
 BUSY_CTX = 16384  # server1's context: what ends a NEVER_ENDS generation
+# a slot's context: server1's, capped at SmolLM2's training context as llama-server's n_ctx_slot() caps it
+SLOT_CTX = min(BUSY_CTX, 8192)
 NEVER_ENDS = 'root ::= "a" root'  # no end: EOG is never allowed, only the context size stops it
 # Ollama has no grammar field: a schema no context can hold (2,000 strings of at least 2,000 characters)
 ENDS_WITH_THE_CONTEXT = {"type": "array", "items": {"type": "string", "minLength": 2000}, "minItems": 2000}
@@ -613,13 +615,13 @@ def test_refusals_come_without_a_slot(server1, tokenize):
         (
             "/v1/chat/completions",
             {"messages": [{"role": "user", "content": long_text}]},
-            f"request ({n_long} tokens) exceeds the available context size ({BUSY_CTX} tokens), try increasing it",
+            f"request ({n_long} tokens) exceeds the available context size ({SLOT_CTX} tokens), try increasing it",
             "exceed_context_size_error",
         ),
         (
             "/v1/completions",
             {"prompt": long_text},
-            f"exceeds the available context size ({BUSY_CTX} tokens)",
+            f"exceeds the available context size ({SLOT_CTX} tokens)",
             "exceed_context_size_error",
         ),
     ]
@@ -629,7 +631,11 @@ def test_refusals_come_without_a_slot(server1, tokenize):
             assert r.status_code == 400, (path, body, r.text)
             error = r.json()
             assert set(error) == {"error"}, error
-            assert set(error["error"]) == {"code", "message", "type"}, error
+            # llama-server's exceed_context_size_error also gives the prompt's tokens and the slot's context
+            extra = {"n_ctx", "n_prompt_tokens"} if kind == ["exceed_context_size_error"] else set()
+            assert set(error["error"]) == {"code", "message", "type"} | extra, error
+            if extra:
+                assert error["error"]["n_ctx"] == SLOT_CTX and error["error"]["n_prompt_tokens"] > SLOT_CTX, error
             assert error["error"]["code"] == 400
             assert error["error"]["type"] == (kind or ["invalid_request_error"])[0], error
             assert part in error["error"]["message"], (part, error)

@@ -19,6 +19,7 @@ import openai
 import pytest
 
 from bankml import cli
+from bankml.serve import server_flags
 from bankml.serve.auth import (
     ApiKeyError,
     api_keys_from_args,
@@ -185,6 +186,13 @@ SHARED_FLAGS = [
     "--cache-type-v",
     "-np",
     "--parallel",
+    "-kvu",
+    "--kv-unified",
+    "-no-kvu",
+    "--no-kv-unified",
+    "-v",
+    "--verbose",
+    "--log-verbose",
     "-a",
     "--alias",
     "--host",
@@ -228,13 +236,16 @@ def test_serve_help_lists_llama_server_names():
     options = {
         o for a in cli.build_parser()._subparsers._group_actions[0].choices["serve"]._actions for o in a.option_strings
     }
-    assert sorted(options - set(SHARED_FLAGS) - {"-h", "--help"}) == [
+    # (and llama-server's flags beyond them: bankml.serve.server_flags, tests/serve/test_server_flags.py)
+    theirs = set(RECORDINGS["help_flags"]) | set(server_flags.REFUSED) | set(server_flags.NO_BEARING)
+    assert sorted(options - set(SHARED_FLAGS) - theirs - {"-h", "--help"}) == [
         "--json-schema-mode",
         "--max-body-bytes",
         "--max-grammar-bytes",
         "--max-messages",
         "--max-preparing",
         "--prepare-timeout",
+        "--reject-unknown-fields",
         "--request-timeout",
         "--tool-call-mode",
     ]

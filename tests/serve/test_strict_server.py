@@ -12,8 +12,10 @@ import pytest
 
 from bankml import Grammar, GrammarError
 from bankml.chat.constraint import Constraint, from_openai
+from bankml.chat.inputs import ChatInputs
 from bankml.cli import build_parser
 from bankml.schema import json_schema_to_grammar
+from bankml.serve.request import Request
 from bankml.serve.runtime import chat_model_options
 
 from ..oracle_support import smollm2_path
@@ -167,8 +169,8 @@ def test_default_mode_grammars_are_llama_cpp_and_json_mode_is_unchanged(models):
     for key, case in recorded.items():
         constraint = from_openai(case["request"])
         messages = [{"role": "user", "content": "hi"}]
-        assert default.chat(messages, constraint).grammar_text == case["grammar"], key
-        exact = strict.chat(messages, constraint).grammar_text
+        assert default.chat(Request.for_chat(ChatInputs(messages), constraint)).grammar_text == case["grammar"], key
+        exact = strict.chat(Request.for_chat(ChatInputs(messages), constraint)).grammar_text
         if constraint.kind == "json_schema":
             assert exact != case["grammar"] and "response-format-schema-space ::= " in exact, key
         else:
@@ -233,7 +235,9 @@ def test_tool_call_arguments_are_strict(tmp_path):
     for mode in ("strict", "llama.cpp"):
         model = Model(smollm2_path(), n_ctx=2048, n_threads=2, chat_template_file=str(path), json_schema_mode=mode)
         try:
-            job = model.chat(messages, None, None, 120, tools=TOOLS, tool_choice="required")
+            job = model.chat(
+                Request.for_chat(ChatInputs(messages, tools=TOOLS, tool_choice="required"), None, None, 120)
+            )
             grammars[mode] = job.grammar_text
             if mode == "strict":
                 result = job.run()
@@ -279,23 +283,32 @@ def test_strict_style_flag_reaches_the_model_options():
 
 def test_strict_style_on_the_chat_and_bare_grammars(models):
     """A strict model writes the canonical style (the schema's keys as literals in order, no whitespace) in the
-    chat grammar and the bare one; ``strict_style="exact"`` the exact one; a bad name is a ValueError naming
-    the option."""
+    chat grammar and the bare one; ``strict_style="exact"`` the exact one, the model's or a request's own
+    (``ChatInputs.strict_style``); a bad name is a ValueError naming the option."""
     from bankml.serve.runtime import Model
 
     strict, _ = models
     constraint = from_openai({"response_format": {"type": "json_schema", "json_schema": {"schema": PERSON}}})
-    chat = strict.chat(ASK, constraint).grammar_text
+
+    def chat_grammar(model, **fields):
+        return model.chat(Request.for_chat(ChatInputs(ASK, **fields), constraint)).grammar_text
+
+    chat = chat_grammar(strict)
     assert 'response-format-schema-space ::= ""' in chat and '"\\"name\\""' in chat
     bare = strict.complete("x", Constraint("json_schema", PERSON, None, False)).grammar_text
     assert bare == json_schema_to_grammar(PERSON, mode="strict", strict_style="canonical")[0]
-    assert strict.chat(ASK, constraint).grammar_text == chat  # cached per style
+    assert chat_grammar(strict) == chat  # cached per style
+    assert chat_grammar(strict, strict_style="canonical") == chat
     with pytest.raises(ValueError, match="strict_style must be 'canonical' or 'exact', not 'pretty'"):
         Model(smollm2_path(), n_ctx=256, json_schema_mode="strict", strict_style="pretty")
+    with pytest.raises(ValueError, match="strict_style must be 'canonical' or 'exact', not 'pretty'"):
+        chat_grammar(strict, strict_style="pretty")
     exact = Model(smollm2_path(), n_ctx=1024, n_threads=2, json_schema_mode="strict", strict_style="exact")
     try:
-        exact_chat = exact.chat(ASK, constraint).grammar_text
+        exact_chat = chat_grammar(exact)
         assert exact_chat != chat and 'response-format-schema-space ::= ""' not in exact_chat
+        assert chat_grammar(strict, strict_style="exact") == exact_chat  # the request's style over the model's
+        assert chat_grammar(exact, strict_style="canonical") == chat
         exact_bare = exact.complete("x", Constraint("json_schema", PERSON, None, False)).grammar_text
         assert exact_bare == json_schema_to_grammar(PERSON, mode="strict", strict_style="exact")[0]
     finally:

@@ -9,7 +9,6 @@ same "required" request in prose on Qwen3.5's template (the issue's case). The o
 one server process started with the flag.
 """
 
-import functools
 import gzip
 import json
 import pathlib
@@ -18,7 +17,7 @@ import jsonschema
 import pytest
 
 from ..oracle.record_tools import CLOCK_TIME, FORMATS
-from ..oracle_support import ORACLE_STATS
+from ..oracle_support import ORACLE_STATS, fix_clock
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data"
 FORMAT_CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -90,7 +89,7 @@ class _Clients(dict):
             chat_template_kwargs={"date_string": "01 Dec 2026"},
             tool_call_mode=self.mode,
         )
-        m.chat = functools.partial(m.chat, now=CLOCK_TIME)  # gpt-oss's template writes the date
+        fix_clock(m, CLOCK_TIME)  # gpt-oss's template writes the date
         c = TestClient(create_app(m, "SmolLM2-135M-Instruct"))
         self.open.append((c, m))
         self[template] = c.__enter__()

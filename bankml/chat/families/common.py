@@ -23,34 +23,38 @@ TRIGGER_TOKEN, TRIGGER_WORD, TRIGGER_PATTERN, TRIGGER_PATTERN_FULL = 0, 1, 2, 3
 
 
 class Inputs:
-    """autoparser::generation_params, the fields the handlers read."""
+    """autoparser::generation_params, the fields the handlers read: the request (``request``, a ``ChatInputs``
+    with its defaults filled, whose ``enable_thinking``, ``reasoning_format``, ``parallel_tool_calls`` and
+    ``tool_call_mode`` are read as they are) once ``bankml.chat.template`` prepared it: the handler and the
+    template source, the response format's schema parsed (``json_schema``), the continuation and the continued
+    message, the tools in llama.cpp's JSON form (only the functions a named ``tool_choice`` allows, in strict
+    mode: ``tool_names``), the tool choice read (``"auto"``, ``"none"`` or ``"required"``) and the generation
+    prompt flag after the continuation rules."""
 
     def __init__(
         self,
+        request,
         handler,
         source,
         json_schema,
-        reasoning_format,
         continuation,
         continue_msg,
         tools=None,
         tool_choice="auto",
-        parallel_tool_calls=False,
-        enable_thinking=True,
         add_generation_prompt=True,
-        tool_call_mode="llama.cpp",
         tool_names=None,
     ):
+        self.request = request
         self.handler, self.source = handler, source
-        self.enable_thinking, self.add_generation_prompt = enable_thinking, add_generation_prompt
+        self.enable_thinking, self.add_generation_prompt = request.enable_thinking, add_generation_prompt
         self.json_schema = json_schema
-        self.reasoning_format = reasoning_format
+        self.reasoning_format = request.reasoning_format
         self.continuation, self.continue_msg = continuation, continue_msg
         self.tools = [t for t in (tools or []) if isinstance(t, dict)]
         if tool_names is not None:  # the functions a named tool_choice allows (strict mode): the grammar's
             self.tools = [t for t in self.tools if _name_of(t) in tool_names]
-        self.tool_choice, self.parallel_tool_calls = tool_choice, parallel_tool_calls
-        self.tool_call_mode = tool_call_mode
+        self.tool_choice, self.parallel_tool_calls = tool_choice, request.parallel_tool_calls
+        self.tool_call_mode = request.tool_call_mode
         self.continue_content = continuation == CONTINUATION_CONTENT
         self._render = render_content
 

@@ -32,6 +32,7 @@ from bankml.schema.strict.readers import Readers
 from bankml.schema.strict.rules import Budget, Rules
 from bankml.schema.strict.strings import Strings
 from bankml.schema.strict.terms import Terms
+from bankml.schema.strict.unevaluated import Unevaluated
 from bankml.schema.strict.validate import Validator
 from bankml.schema.strict.values import is_num, spellings
 from bankml.schema.strict.vocabulary import refuse
@@ -53,6 +54,7 @@ class Compiler:
         self.terms = Terms(doc, self.budget)
         self.negation = Negation(doc, self.budget, lenient)
         self.oneof = OneOf(doc)
+        self.unevaluated = Unevaluated(doc, self.budget)
         self.validator = Validator(doc)
         self.numbers = Numbers(doc, self.rules, canonical)
         self.strings = Strings(self.rules, canonical)
@@ -64,6 +66,7 @@ class Compiler:
             self.terms,
             self.negation,
             self.oneof,
+            self.unevaluated,
             self.validator,
             self.strings,
             self.arrays,

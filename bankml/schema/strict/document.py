@@ -6,14 +6,23 @@ its ``$id``/``id`` resources and ``$anchor``s, ``$ref`` resolution, and the synt
 A schema object is a dict of the document (or a synthetic one the document keeps alive); its pointer, base and
 whether it is synthetic are kept by the dict's ``id()``: this object is the only one that writes those tables.
 
-Owns: pointers (``p``, ``escape``), resources and resolution (``resolve``, ``node_at``), synthetic schemas
-(``synth``, ``synthetic``, ``vocab_of``). Must not import the compiler's other parts.
+The drafts' metaschemas are shipped (``bankml/schema/metaschemas.json.gz``, json-schema.org's, BSD-3-Clause): a
+reference to one of the document's draft indexes them under the pointers ``URI#/...``. A ``$dynamicRef`` is
+resolved where its dynamic scope does not change its target (``resolve_dynamic``: over the graph of the resources
+an evaluation may enter, one resource defining the name is on every path to it before the others).
+
+Owns: pointers (``p``, ``escape``), resources and resolution (``resolve``, ``resolve_dynamic``, ``node_at``),
+synthetic schemas (``synth``, ``synthetic``, ``vocab_of``). Must not import the compiler's other parts.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
+import pathlib
 import urllib.parse
 
+from bankml.schema._cstack import check_stack as _check_stack
 from bankml.schema.strict.bounds import MAX_DEPTH
 from bankml.schema.strict.vocabulary import (
     SUBSCHEMA_LIST,
@@ -25,12 +34,29 @@ from bankml.schema.strict.vocabulary import (
     refuse,
 )
 
+_METASCHEMAS = pathlib.Path(__file__).resolve().parent.parent / "metaschemas.json.gz"
 _SCHEMA, _SCHEMAS, _OTHER = 0, 1, 2  # what an indexed node is: a schema, a list or object of schemas, other JSON
 
 
 def escape(k):
     """A key as a JSON pointer token."""
     return str(k).replace("~", "~0").replace("/", "~1")
+
+
+def _shipped_metaschemas():
+    """The drafts' metaschemas (``bankml/schema/metaschemas.json.gz``, json-schema.org's; the file's ``notice``
+    holds their licence), read anew for each conversion that refers to one."""
+    return json.loads(gzip.decompress(_METASCHEMAS.read_bytes()))
+
+
+def join(base, ref):
+    """The URI ``ref`` means inside the resource ``base``: a fragment alone stays in it whatever its scheme
+    (Python's urljoin leaves a fragment of a ``urn:`` base as it is)."""
+    if not base:
+        return ref
+    if ref.startswith("#"):
+        return urllib.parse.urldefrag(base)[0] + ref
+    return urllib.parse.urljoin(base, ref)
 
 
 class Document:
@@ -46,6 +72,11 @@ class Document:
         self.base = {}  # id(dict) -> base URI
         self.ids = {}  # resource URI -> node
         self.anchors = {}  # (resource URI, anchor) -> node
+        self.dynamic = {}  # $dynamicAnchor name -> {resource URI: node}
+        self.parent = {}  # resource URI -> the resource it is embedded in
+        self.entered = []  # (resource, resource embedded in it in an applicator's place)
+        self.refs = []  # schema objects holding $ref or $dynamicRef
+        self.graph = None  # resource URI -> the resources an evaluation may enter from it (resources_graph)
         self.keep = []  # synthetic dicts (their ids must stay unique)
         self.syn = set()  # ids of synthetic dicts
         if self.draft == 3:
@@ -99,12 +130,21 @@ class Document:
                 continue
             self.budget.tick(pointer)
             if kind == _SCHEMA:
+                outer = base
                 base = self._resource(node, pointer, base)
+                if base != outer:
+                    self.parent.setdefault(base, outer)
+                    up = pointer.rsplit("/", 2)
+                    if len(up) < 3 or up[-2] not in ("$defs", "definitions"):
+                        self.entered.append((outer, base))  # evaluated in place, not only by reference
+                if "$ref" in node or "$dynamicRef" in node:
+                    self.refs.append(node)
+                self.graph = None
             self.ptr[id(node)] = pointer
             self.base[id(node)] = base
             for k, v in node.items():
-                if k in ("enum", "const", "default", "examples", "required", "example"):
-                    continue
+                if kind != _SCHEMAS and k in ("enum", "const", "default", "examples", "required", "example"):
+                    continue  # values, not schemas (in a map of schemas, property names: schemas)
                 if isinstance(v, (dict, list)):
                     if kind == _SCHEMA and isinstance(v, dict) and k in SUBSCHEMA_ONE:
                         sub = _SCHEMA
@@ -122,34 +162,40 @@ class Document:
             if sid.startswith("#"):
                 self.anchors[(base, sid[1:])] = node
             else:
-                base = urllib.parse.urldefrag(urllib.parse.urljoin(base, sid))[0]
+                base = urllib.parse.urldefrag(join(base, sid))[0]
                 self.ids.setdefault(base, node)
         if pointer == "#":
             self.ids.setdefault(base, node)
             self.ids.setdefault("", node)
         if isinstance(node.get("$anchor"), str):
             self.anchors[(base, node["$anchor"])] = node
+        name = node.get("$dynamicAnchor")
+        if isinstance(name, str) and self.draft >= 2020:
+            # a plain-name fragment to it, and the resources that define the name (resolve_dynamic)
+            self.anchors.setdefault((base, name), node)
+            self.dynamic.setdefault(name, {}).setdefault(base, node)
         return base
 
-    def resolve(self, ref, where):
+    def resolve(self, ref, where, keyword="$ref"):
         """The schema the ``$ref`` ``ref`` of the schema object ``where`` names (a resource, an anchor, a pointer
         into a resource; nothing remote)."""
-        pointer = self.p(where) + "/$ref"
+        pointer = self.p(where) + "/" + keyword
         if not isinstance(ref, str):
-            refuse("$ref", pointer, "$ref is not a string")
-        base = self.base.get(id(where), "")
-        full = urllib.parse.urljoin(base, ref) if base else ref
+            refuse(keyword, pointer, "%s is not a string" % keyword)
+        full = join(self.base.get(id(where), ""), ref)
         url, frag = urllib.parse.urldefrag(full)
         doc = self.ids.get(url)
         if doc is None:
-            refuse("$ref", pointer, "remote or unknown reference %r" % ref)
+            doc = self._metaschema(url, keyword, pointer)
+        if doc is None:
+            refuse(keyword, pointer, "remote or unknown reference %r" % ref)
         frag = urllib.parse.unquote(frag)
         if frag == "":
             return doc
         if not frag.startswith("/"):
             node = self.anchors.get((url, frag))
             if node is None:
-                refuse("$ref", pointer, "unknown anchor in %r" % ref)
+                refuse(keyword, pointer, "unknown anchor in %r" % ref)
             return node
         node = doc
         at = self.p(doc)
@@ -161,10 +207,106 @@ class Document:
             elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
                 node = node[int(part)]
             else:
-                refuse("$ref", pointer, "unresolvable reference %r" % ref)
+                refuse(keyword, pointer, "unresolvable reference %r" % ref)
         if isinstance(node, dict) and id(node) not in self.ptr:
             self.index(node, at, self.base.get(id(doc), url))
         return node
+
+    def _metaschema(self, url, keyword, pointer):
+        """The shipped metaschema of the URI ``url`` (none for another URI), indexed with the rest of its draft's
+        (its vocabularies' metaschemas refer to each other) under the pointers ``URI#/...``; one of another draft
+        than the document's is refused."""
+        _check_stack()
+        drafts = _shipped_metaschemas()["drafts"]
+        for draft, docs in drafts.items():
+            if url not in docs:
+                continue
+            if int(draft) != self.draft:
+                refuse(
+                    keyword,
+                    pointer,
+                    "%r is the metaschema of another draft than the document's (a document is read with one draft)"
+                    % url,
+                )
+            for u, schema in docs.items():
+                self.index(schema, u + "#", u)
+            return self.ids.get(url)
+        return None
+
+    def resolve_dynamic(self, where):
+        """The schema the ``$dynamicRef`` of the schema object ``where`` names, where its dynamic scope does not
+        matter: a reference that does not land on a ``$dynamicAnchor`` of its fragment's name is a ``$ref``;
+        otherwise the outermost resource of the dynamic scope defining that name wins, which is the document's
+        root resource when it defines the name (every evaluation starts there), or the target's own resource
+        when no other defines it. Any other case depends on the path the instance takes: refused."""
+        ref = where["$dynamicRef"]
+        target = self.resolve(ref, where, "$dynamicRef")
+        frag = urllib.parse.unquote(urllib.parse.urldefrag(join(self.base.get(id(where), ""), ref))[1])
+        if not frag or frag.startswith("/") or not isinstance(target, dict) or target.get("$dynamicAnchor") != frag:
+            return target
+        definers = self.dynamic.get(frag, {})
+        home = self.base.get(id(where), "")
+        for b, node in definers.items():
+            # b is on every path to the reference, before any other resource defining the name
+            if all(not self.reachable_without(b, x) for x in [home] + [x for x in definers if x != b]):
+                return node
+        if set(definers) == {self.base.get(id(target))}:
+            return target  # no other resource defines it: in scope or not, the target
+        refuse(
+            "$dynamicRef",
+            self.p(where) + "/$dynamicRef",
+            "the $dynamicAnchor %r is defined by %d resources, none of them on every path to the reference before "
+            "the others: which one it means depends on the path of the evaluation" % (frag, len(definers)),
+        )
+
+    def reachable_without(self, avoid, goal):
+        """Whether an evaluation may enter the resource ``goal`` from the root's without entering ``avoid``."""
+        graph = self.resources_graph()
+        start = self.base.get(id(self.root), "")
+        if avoid in (start, goal):
+            return False
+        seen, todo = {start}, [start]
+        while todo:
+            b = todo.pop()
+            if b == goal:
+                return True
+            for n in graph.get(b, ()):
+                if n != avoid and n not in seen:
+                    seen.add(n)
+                    todo.append(n)
+        return False
+
+    def resources_graph(self):
+        """Resource -> the resources an evaluation may enter from it (a superset): those embedded in it in an
+        applicator's place, the targets of its references (every resource on a pointer's way to the target, and
+        every resource defining a ``$dynamicRef``'s name), as the dynamic scope grows along them."""
+        while self.graph is None:
+            self.graph = graph = {}
+            for a, b in self.entered:
+                graph.setdefault(a, set()).add(b)
+            for node in list(self.refs):
+                home = self.base.get(id(node), "")
+                for k in ("$ref", "$dynamicRef"):
+                    if isinstance(node.get(k), str):
+                        graph.setdefault(home, set()).update(self._entered_by(node, k))
+            # resolving may index more of the document (graph is None again then): build it again
+        return self.graph
+
+    def _entered_by(self, node, k):
+        try:
+            target = self.resolve(node[k], node, k)
+        except Refuse:
+            return ()  # refused where it is evaluated
+        url, frag = urllib.parse.urldefrag(join(self.base.get(id(node), ""), node[k]))
+        frag = urllib.parse.unquote(frag)
+        b = self.base.get(id(target), "") if isinstance(target, dict) else url
+        out = {b}
+        while frag.startswith("/") and b != url and b in self.parent:
+            b = self.parent[b]  # a pointer passes through the resources between the named one and the target
+            out.add(b)
+        if k == "$dynamicRef":
+            out.update(self.dynamic.get(frag, {}))
+        return out
 
     def node_at(self, pointer):
         """The node of the document at the JSON pointer ``pointer`` (``#``, ``#/properties/a~1b``...: ``~0``/``~1``

@@ -307,6 +307,7 @@ _READ_ELSEWHERE = frozenset(
         "prefixItems",
         "additionalItems",
         "$ref",
+        "$dynamicRef",
         "allOf",
         "anyOf",
         "oneOf",
@@ -314,5 +315,7 @@ _READ_ELSEWHERE = frozenset(
         "if",
         "$strict-not",
         "$strict-any",
+        "unevaluatedProperties",
+        "unevaluatedItems",
     }
 )

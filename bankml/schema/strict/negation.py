@@ -15,7 +15,14 @@ from bankml.schema._cstack import check_stack as _check_stack
 from bankml.schema.strict.document import escape
 from bankml.schema.strict.readers import member
 from bankml.schema.strict.values import is_num
-from bankml.schema.strict.vocabulary import ALL_TYPES, ALWAYS_REFUSED, CHECKED_FORMATS, check_schema, refuse
+from bankml.schema.strict.vocabulary import (
+    ALL_TYPES,
+    ALWAYS_REFUSED,
+    CHECKED_FORMATS,
+    UNEVALUATED,
+    check_schema,
+    refuse,
+)
 
 _OBJECT = frozenset({"object"})
 _NUMBER = frozenset({"int", "frac"})
@@ -73,6 +80,8 @@ class Negation:
             kp = ptr + "/" + escape(k)
             if k in ALWAYS_REFUSED:
                 refuse(k, kp, "%s is not supported in strict mode" % k)
+            if k in UNEVALUATED:
+                refuse(k, kp, "the negation of %s (the instances that fail it are not written)" % k)
             read = _NEGATE.get(k)
             if read is None:
                 refuse("not", kp, "the negation of %s" % k)
@@ -93,6 +102,9 @@ class Negation:
     # --- the instances that fail one keyword k (its value val, at kp) of the schema object s (at ptr) ---
     def _ref(self, s, k, val, kp, ptr, v):
         return self.negate(self.doc.resolve(val, s))
+
+    def _dynamic_ref(self, s, k, val, kp, ptr, v):
+        return self.negate(self.doc.resolve_dynamic(s))
 
     def _all_of(self, s, k, val, kp, ptr, v):
         out = []
@@ -253,6 +265,20 @@ class Negation:
         neg = self.doc.synth({"$strict-not": val}, kp)
         return [self._term({"$strict-types": _ARRAY, "contains": neg}, kp)]
 
+    def _prefix_items(self, s, k, val, kp, ptr, v):
+        # an item at position i that fails the i-th schema: an array of more than i items, that item failing it
+        if not isinstance(val, list):
+            refuse("prefixItems", kp, "prefixItems must be an array")
+        out = []
+        for i, x in enumerate(val):
+            ip = "%s/%d" % (kp, i)
+            check_schema(x, ip)
+            if x is True:
+                continue
+            prefix = [True] * i + [self.not_of(x, ip)]
+            out.append(self._term({"$strict-types": _ARRAY, "minItems": i + 1, "prefixItems": prefix}, ip))
+        return out
+
     def _contains(self, s, k, val, kp, ptr, v):
         if "minContains" in s or "maxContains" in s:
             refuse("not", kp, "the negation of %s" % k)
@@ -279,6 +305,7 @@ class Negation:
 # negated format's negation...)
 _NEGATE = {
     "$ref": Negation._ref,
+    "$dynamicRef": Negation._dynamic_ref,
     "allOf": Negation._all_of,
     "anyOf": Negation._any_of,
     "oneOf": Negation._one_of,
@@ -313,6 +340,7 @@ _NEGATE = {
     "additionalProperties": Negation._additional_properties,
     "uniqueItems": Negation._unique_items,
     "items": Negation._items,
+    "prefixItems": Negation._prefix_items,
     "contains": Negation._contains,
     "multipleOf": Negation._multiple_of,
     "$strict-notmult": Negation._notmult,

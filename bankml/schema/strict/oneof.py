@@ -30,9 +30,19 @@ class OneOf:
 
     def one_of(self, s):
         ptr = self.doc.p(s) + "/oneOf"
+        plan = self.branches(s)
+        if not any(negs for _, _, negs in plan):
+            return self.terms.union([b for _, b, _ in plan])  # provably disjoint: oneOf is anyOf
+        return self.terms.union([self.terms.product([b] + negs, ptr) for _, b, negs in plan])
+
+    def branches(self, s):
+        """``[(branch, its terms, [the terms of the negation of each branch it may overlap])]`` of s's oneOf, its
+        branches that some instance satisfies: exactly one branch holds where each is taken with those negations
+        (none where the branches are provably disjoint)."""
+        ptr = self.doc.p(s) + "/oneOf"
         subs = self.terms.sublist(s, "oneOf")
-        branches = [(x, self.terms.expand(x)) for x in subs]
-        live = [(x, b) for x, b in branches if b]
+        expanded = [(x, self.terms.expand(x)) for x in subs]
+        live = [(x, b) for x, b in expanded if b]
         # the branches are met only beside s's own type (s's term is in every product oneOf's terms join): two
         # branches that overlap only where it fails (a number, under "type": "object") are disjoint here. Only
         # the type: s's other keywords may lead back to s through $ref while s is being expanded
@@ -49,8 +59,6 @@ class OneOf:
                 if not all(self.disjoint(t1, t2, 0) for t1 in within[i] for t2 in within[j]):
                     overlap[i].append(j)
                     overlap[j].append(i)
-        if not any(overlap.values()):
-            return self.terms.union([b for _, b in live])  # provably disjoint: oneOf is anyOf
         # exactly one: branch i and the negation of every branch it may overlap
         out = []
         for i, (x, terms) in enumerate(live):
@@ -63,8 +71,8 @@ class OneOf:
                     "oneOf branches that are not provably disjoint, one of which strict "
                     "mode cannot negate (%s: %s)" % (e.keyword, e.reason),
                 ) from None
-            out.append(self.terms.product([terms] + negs, ptr))
-        return self.terms.union(out)
+            out.append((x, terms, negs))
+        return out
 
     def disjoint(self, t1, t2, depth):
         _check_stack()

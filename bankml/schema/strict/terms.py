@@ -14,7 +14,7 @@ from bankml.schema._cstack import check_stack as _check_stack
 from bankml.schema.strict.bounds import MAX_DEPTH, MAX_TERMS
 from bankml.schema.strict.document import escape
 from bankml.schema.strict.values import same_json
-from bankml.schema.strict.vocabulary import ALWAYS_REFUSED, VOCAB, Refuse, check_schema, refuse
+from bankml.schema.strict.vocabulary import ALWAYS_REFUSED, UNEVALUATED, VOCAB, Refuse, check_schema, refuse
 
 
 class Terms:
@@ -32,6 +32,7 @@ class Terms:
         self.negation = c.negation
         self.oneof = c.oneof
         self.merger = c.merger
+        self.unevaluated = c.unevaluated
 
     def expand(self, s):
         if s is True:
@@ -85,6 +86,8 @@ class Terms:
             for k in s:
                 if k in self.doc.vocab and k in ALWAYS_REFUSED:
                     refuse(k, ptr + "/" + escape(k), "%s is not supported in strict mode" % k)
+            if any(k in s and k in self.doc.vocab for k in UNEVALUATED):
+                return self.unevaluated.terms_of(s)
         if "$ref" in s and not synthetic:
             target = self.doc.resolve(s["$ref"], s)
             if self.doc.draft <= 7:
@@ -93,6 +96,8 @@ class Terms:
         else:
             parts = [[(s,)]]
         v = self.doc.vocab if not synthetic else VOCAB[2020]
+        if "$dynamicRef" in s and "$dynamicRef" in v and not synthetic:
+            parts.append(self.expand(self.doc.resolve_dynamic(s)))
         if "allOf" in s and "allOf" in v:
             subs = self.sublist(s, "allOf")
             for x in subs:
@@ -182,9 +187,7 @@ class Terms:
             seen = set()
             for a in terms:
                 for b in part:
-                    # a dict equal to one the term holds adds nothing; Python's == finds {"enum": [0]} equal to
-                    # {"enum": [false]}, so equal ones are compared again with JSON's types (same)
-                    t = a + tuple(x for x in b if x not in a or not any(y == x and self.same(x, y) for y in a))
+                    t = self.join(a, b)
                     key = frozenset(map(id, t))
                     if key not in seen:
                         seen.add(key)
@@ -194,6 +197,12 @@ class Terms:
                 refuse("anyOf", ptr, "allOf/anyOf/oneOf/if distribute into more than %d alternatives" % MAX_TERMS)
         # drop terms whose keywords contradict (no instance), so they do not multiply further up
         return [t for t in terms if self.merger.merge(t) is not None]
+
+    def join(self, a, b):
+        """The term of both terms a and b."""
+        # a dict equal to one the term holds adds nothing; Python's == finds {"enum": [0]} equal to
+        # {"enum": [false]}, so equal ones are compared again with JSON's types (same)
+        return a + tuple(x for x in b if x not in a or not any(y == x and self.same(x, y) for y in a))
 
     def same(self, x, y):
         """Two schema dicts equal as JSON (a boolean is no number) and read with the same vocabulary."""

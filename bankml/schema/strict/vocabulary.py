@@ -100,7 +100,9 @@ SUBSCHEMA_LIST = frozenset(("allOf", "anyOf", "oneOf", "prefixItems", "items"))
 SUBSCHEMA_MAP = frozenset(
     ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
 )
-ALWAYS_REFUSED = {"$recursiveRef", "$dynamicRef", "unevaluatedItems", "unevaluatedProperties"}
+ALWAYS_REFUSED = {"$recursiveRef"}
+# read through the annotations of a schema's in-place applicators (unevaluated.py)
+UNEVALUATED = frozenset({"unevaluatedProperties", "unevaluatedItems"})
 
 
 _DRAFT_URI = re.compile(r"https?://json-schema\.org/(?:draft-0([3467])|draft/(2019-09|2020-12))/")
