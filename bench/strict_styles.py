@@ -191,7 +191,9 @@ def _variants(schema):
 
 def cmd_generate(args):
     from bankml.chat.constraint import Constraint
+    from bankml.chat.inputs import ChatInputs
     from bankml.sampling.params import SamplerParams
+    from bankml.serve.request import Request
     from bankml.serve.runtime import Model
     from tests import spec_oracle
 
@@ -204,9 +206,8 @@ def cmd_generate(args):
         prompt = f"Write {entry['title'][0].lower() + entry['title'][1:]} as a JSON object."
         for variant, grammar in _variants(entry["schema"]).items():
             constraint = Constraint("gbnf", None, grammar, True, "grammar")
-            job = model.chat(
-                [{"role": "user", "content": prompt}], constraint, SamplerParams(temperature=0), args.max_tokens
-            )
+            inputs = ChatInputs([{"role": "user", "content": prompt}])
+            job = model.chat(Request.for_chat(inputs, constraint, SamplerParams(temperature=0), args.max_tokens))
             for _ in job.stream():
                 pass
             result = job.result
