@@ -120,6 +120,11 @@ def cmd_convert(args):
             file=sys.stderr,
         )
         return 2
+    if args.strict_style is not None and not args.strict:
+        print(
+            "error: --strict-style applies to --strict only (llama.cpp's converter has no such option)", file=sys.stderr
+        )
+        return 2
     try:
         if args.schema == "-":
             text = sys.stdin.buffer.read()
@@ -131,7 +136,9 @@ def cmd_convert(args):
         return 2
     try:
         if args.strict:
-            grammar, warnings = json_schema_to_grammar(text, mode="strict", lenient=tuple(args.lenient or ()))
+            grammar, warnings = json_schema_to_grammar(
+                text, mode="strict", lenient=tuple(args.lenient or ()), strict_style=args.strict_style
+            )
         else:
             grammar, warnings = json_schema_to_grammar(text)
     except SchemaError as err:
@@ -294,6 +301,14 @@ def _chat_args(p):
         help="how request JSON schemas (response_format, json_schema, Ollama format, tool parameters) become "
         "grammars: llama.cpp (default, llama-server's grammars byte for byte) or strict (exactly what "
         "jsonschema accepts; a schema it cannot enforce is refused naming the keyword and pointer)",
+    )
+    p.add_argument(
+        "--strict-style",
+        default=None,
+        choices=["canonical", "exact"],
+        help="with --json-schema-mode strict: canonical (default: the language to generate in: keys as literals in "
+        "the schema's order, only the escapes JSON requires, plain numbers, no whitespace) or exact (every JSON "
+        "text of each valid instance: any key order, escape and llama.cpp's whitespace)",
     )
     p.add_argument(
         "--tool-call-mode",
@@ -631,6 +646,12 @@ def build_parser():
         action="append",
         metavar="KEYWORD",
         help="with --strict: treat KEYWORD as an annotation instead of refusing it (repeatable)",
+    )
+    convert.add_argument(
+        "--strict-style",
+        choices=["canonical", "exact"],
+        help="with --strict: canonical (default: the language to generate in) or exact (every JSON text of each "
+        "valid instance, to judge texts with)",
     )
     convert.set_defaults(run=cmd_convert)
     mask = sub.add_parser("mask", help="the tokens a grammar allows next, over a GGUF vocabulary")

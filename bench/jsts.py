@@ -8,7 +8,7 @@ compiled; a compiled group passes when every verdict equals its label.
 
 Engines (``--engines``; an unknown name, or one that does not import here, is an error):
 
-* ``bankml-strict``: ``json_schema_to_grammar(schema, mode="strict")`` (ECMA-262 regexes, formats asserted);
+* ``bankml-strict``: ``json_schema_to_grammar(schema, mode="strict", strict_style="exact")`` (ECMA-262 regexes, formats asserted);
 * ``xgrammar``: ``GrammarCompiler.compile_json_schema`` over a byte vocabulary (256 single bytes and an end);
 * ``llguidance``: ``LLMatcher.grammar_from_json_schema`` over the same byte vocabulary.
 
@@ -70,7 +70,7 @@ class BankmlStrict:
         self.vocab = Vocab([b"x"], [])
 
     def compile(self, schema):
-        text, _ = self.convert(schema, mode="strict")
+        text, _ = self.convert(schema, mode="strict", strict_style="exact")
         rules = self.Rules.parse(text, vocab=self.vocab)
 
         def accepts(data: bytes) -> bool:

@@ -15,7 +15,7 @@ What each engine is given, as its users give it:
   (its context: the vocabulary tables and a new context; by default nothing is built ahead: each segment
   entry is built on first use); ``--engines bankml-bg`` adds bankml with 30 ms of segment cache built in
   a background thread the constructor starts and does not wait for (``precompute=0.03``);
-  ``--engines bankml-strict`` adds bankml with ``json_schema_to_grammar(schema, mode="strict")`` (every schema
+  ``--engines bankml-strict`` adds bankml with ``json_schema_to_grammar(schema, mode="strict", strict_style="exact")`` (every schema
   compiled exactly or refused, bankml.schema.strict) in place of the llama.cpp port;
 * llguidance: ``LLMatcher.grammar_from_json_schema`` + ``LLMatcher`` (defaults: flexible whitespace);
 * XGrammar: ``GrammarCompiler.compile_json_schema`` (defaults) + ``GrammarMatcher``;
@@ -136,7 +136,7 @@ def _compile(eng, schema):
         from bankml import Grammar, Rules, json_schema_to_grammar
 
         if getattr(eng, "strict", False):
-            text, _ = json_schema_to_grammar(schema, mode="strict")
+            text, _ = json_schema_to_grammar(schema, mode="strict", strict_style="exact")
         else:
             text, _ = json_schema_to_grammar(schema)  # a dict: no text cache on this path
         t1 = clock()

@@ -3,7 +3,7 @@
 must not change its output is checked against.
 
 Every MaskBench file (``{"schema": ..., "tests": [...]}``; the public set is the ``maskbench/data/`` folder of
-guidance-ai/jsonschemabench) is converted with ``json_schema_to_grammar(schema, mode="strict")``; the manifest
+guidance-ai/jsonschemabench) is converted with ``json_schema_to_grammar(schema, mode="strict", strict_style="exact")``; the manifest
 keeps, per file, the md5 of the grammar or of the refusal (the SchemaError's keyword, pointer and message), and
 a digest of them all::
 
@@ -99,7 +99,7 @@ def convert(schema):
 
     limits = SchemaLimits(max_seconds=None)
     try:
-        grammar, _ = json_schema_to_grammar(schema, limits, mode="strict")
+        grammar, _ = json_schema_to_grammar(schema, limits, mode="strict", strict_style="exact")
     except SchemaError as e:
         return {
             "outcome": "refused",

@@ -220,3 +220,24 @@ def test_convert_lenient_without_strict_is_refused(tmp_path, capsys):
     path.write_text('{"type": "array", "uniqueItems": true}', encoding="utf-8")
     assert main(["convert", "--lenient", "uniqueItems", str(path)]) == 2
     assert "--lenient KEYWORD applies to --strict only" in capsys.readouterr().err
+
+
+def test_convert_strict_style(tmp_path, capsys):
+    """``convert --strict`` writes the canonical style unless ``--strict-style exact``; the flag needs
+    ``--strict``; a bad name is argparse's error."""
+    from bankml.schema.strict import strict_schema_to_grammar
+
+    schema = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(schema), encoding="utf-8")
+    for extra, style in (
+        ([], "canonical"),
+        (["--strict-style", "canonical"], "canonical"),
+        (["--strict-style", "exact"], "exact"),
+    ):
+        assert main(["convert", "--strict", *extra, str(path)]) == 0
+        assert capsys.readouterr().out == strict_schema_to_grammar(schema, style=style)
+    assert main(["convert", "--strict-style", "exact", str(path)]) == 2
+    assert "--strict-style applies to --strict only" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["convert", "--strict", "--strict-style", "pretty", str(path)])

@@ -80,7 +80,7 @@ class Constraint:
         """True when llama-server parses the answer as a JSON value (the JSON-mode content rule)."""
         return self.kind in ("json_object", "json_schema") and self.chat
 
-    def to_grammar(self, template=None, thinking=False, json_schema_mode="llama.cpp"):
+    def to_grammar(self, template=None, thinking=False, json_schema_mode="llama.cpp", strict_style=None):
         """``(grammar, generation_prompt)`` llama-server samples with: ``grammar`` is None when unconstrained.
 
         With a ``template`` (see ``chat_template``), a JSON constraint gets the chat grammar (``chat_grammar``)
@@ -88,18 +88,20 @@ class Constraint:
         ``/completion`` uses) and ``generation_prompt`` None. ``json_schema_mode="strict"`` compiles the schema
         (a ``json_schema`` constraint's; JSON mode's ``{"type": "object"}`` stays llama.cpp's) with bankml's
         strict compiler (``bankml.schema.grammar``): exactly what jsonschema accepts, or SchemaError naming
-        the keyword and pointer.
+        the keyword and pointer, in ``strict_style`` (None: ``"canonical"``, the style to generate in; or
+        ``"exact"``).
         """
         mode = check_mode(json_schema_mode) if self.kind == "json_schema" else "llama.cpp"
+        style = strict_style if mode == "strict" else None
         prompt = generation_prompt(template, thinking) if template is not None else None
         if self.kind == "none":
             return None, prompt
         if self.kind == "gbnf":
             return self.grammar, prompt
         if self.chat and template is not None:
-            return chat_grammar(self.schema, template, thinking, mode)
+            return chat_grammar(self.schema, template, thinking, mode, style)
         try:
-            return json_schema_to_grammar(_schema_text(self.schema), mode=mode)[0], prompt
+            return json_schema_to_grammar(_schema_text(self.schema), mode=mode, strict_style=style)[0], prompt
         except SchemaError as e:
             if self.chat:
                 raise
@@ -389,10 +391,14 @@ def chat_template(template):
 _PROBE = [{"role": "user", "content": "x"}]
 
 
-def _apply(template, schema, thinking, json_schema_mode="llama.cpp"):
+def _apply(template, schema, thinking, json_schema_mode="llama.cpp", strict_style=None):
     try:
         inputs = ChatInputs(
-            _PROBE, json_schema=schema, enable_thinking=bool(thinking), json_schema_mode=json_schema_mode
+            _PROBE,
+            json_schema=schema,
+            enable_thinking=bool(thinking),
+            json_schema_mode=json_schema_mode,
+            strict_style=strict_style,
         )
         return chat_template(template).apply(inputs)
     except ChatRequestError as e:
@@ -495,7 +501,7 @@ def _optspace(tag):
     return parts
 
 
-def chat_grammar(schema, template, thinking=False, json_schema_mode="llama.cpp"):
+def chat_grammar(schema, template, thinking=False, json_schema_mode="llama.cpp", strict_style=None):
     """``(grammar, generation_prompt)`` llama-server builds for a ``response_format`` schema (a JSON object)
     with ``template`` (see ``chat_template``), from ``bankml.chat.template``: for the auto-parser's templates the schema's
     rules under ``response-format-schema``, ``response-format``, the JSON rules of the parser, and ``root``: the
@@ -506,13 +512,14 @@ def chat_grammar(schema, template, thinking=False, json_schema_mode="llama.cpp")
     ``Unable to generate parser for this template. Automatic parser generation failed: `` before the
     converter's); ValueError for a template whose chat grammar bankml does not build yet.
     ``json_schema_mode="strict"``: the schema's rules are strict mode's (``bankml.schema.strict``), under
-    ``response-format-schema`` as well, in the same wrapping; a schema it refuses raises its SchemaError."""
+    ``response-format-schema`` as well, in the same wrapping, in ``strict_style`` (None: canonical); a schema it
+    refuses raises its SchemaError."""
     if not isinstance(schema, dict) or not schema:
         raise ValueError(
             "chat_grammar needs a non-empty JSON schema object (llama-server sends {} as "
             '{"type": "object"} and builds no chat grammar for other values)'
         )
-    out = _apply(template, schema, thinking, json_schema_mode)
+    out = _apply(template, schema, thinking, json_schema_mode, strict_style)
     if out.grammar is None:
         raise ValueError(f"bankml does not build the chat grammar of this template's handler ({out.handler}) yet")
     return out.grammar, out.generation_prompt

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from bankml.chat.params import ChatRequestError, check_tool_call_mode, read_tool_choice
 from bankml.errors import json_type_name
-from bankml.schema.grammar import check_mode
+from bankml.schema.grammar import DEFAULT_STRICT_STYLE, check_mode, check_strict_style
 
 __all__ = ["ChatInputs", "REASONING_FORMATS", "kwargs_texts"]
 
@@ -65,8 +65,10 @@ class ChatInputs:
       ``parallel_tool_calls``: whether an answer may hold several calls;
     * ``json_schema``: the response format's schema (a dict, or its JSON text; None: none);
     * ``json_schema_mode``: how the grammar's schemas are compiled (``bankml.schema.MODES``: ``"llama.cpp"``
-      or ``"strict"``); ``tool_call_mode``: how tool calls are constrained (``"llama.cpp"`` or ``"strict"``,
-      ``bankml.chat.params.TOOL_CALL_MODES``);
+      or ``"strict"``); ``strict_style``: strict mode's style (``bankml.schema.grammar.STRICT_STYLES``:
+      ``"canonical"``, the language to generate in, keys in schema order, no whitespace; or ``"exact"``, every
+      JSON text of each valid instance); ``tool_call_mode``: how tool calls are constrained (``"llama.cpp"`` or
+      ``"strict"``, ``bankml.chat.params.TOOL_CALL_MODES``);
     * ``enable_thinking``; ``chat_template_kwargs``: name -> the value's JSON text, as llama.cpp holds them
       (``kwargs_texts`` makes them from values); ``reasoning_format``: ``"deepseek"`` (``"auto"``) or ``"none"``;
     * ``add_generation_prompt``; ``continue_final_message``: True, ``"content"`` or ``"reasoning_content"``
@@ -74,9 +76,9 @@ class ChatInputs:
     * ``now``: POSIX time for the template's clock (None: the wall clock when it is rendered).
 
     A field left None is decided by whoever completes the value: ``ChatTemplate.apply`` takes llama.cpp's
-    defaults (thinking on, no parallel calls, ``deepseek``, both modes ``"llama.cpp"``); ``Model.chat`` takes
-    the server's options (``--reasoning``, ``--reasoning-format``, the modes, the template's parallel-call
-    support). ``with_defaults()`` fills them as ``apply`` does."""
+    defaults (thinking on, no parallel calls, ``deepseek``, both modes ``"llama.cpp"``, the ``"canonical"``
+    strict style); ``Model.chat`` takes the server's options (``--reasoning``, ``--reasoning-format``, the modes,
+    ``--strict-style``, the template's parallel-call support). ``with_defaults()`` fills them as ``apply`` does."""
 
     messages: Any
     tools: Optional[list] = None
@@ -84,6 +86,7 @@ class ChatInputs:
     parallel_tool_calls: Optional[bool] = None
     json_schema: Any = None
     json_schema_mode: Optional[str] = None
+    strict_style: Optional[str] = None
     tool_call_mode: Optional[str] = None
     enable_thinking: Optional[bool] = None
     chat_template_kwargs: Optional[Mapping] = None
@@ -95,6 +98,8 @@ class ChatInputs:
     def __post_init__(self):
         if self.json_schema_mode is not None:
             check_mode(self.json_schema_mode)
+        if self.strict_style is not None:
+            check_strict_style(self.strict_style)
         if self.tool_call_mode is not None:
             check_tool_call_mode(self.tool_call_mode)
         if self.tool_choice is None:
@@ -129,13 +134,14 @@ class ChatInputs:
 
     def with_defaults(self):
         """The value with llama.cpp's defaults where a field is None (``common_chat_templates_inputs``' own:
-        thinking on, no parallel calls, the ``deepseek`` reasoning format, both modes ``"llama.cpp"``), and
-        ``"auto"`` read as ``"deepseek"``."""
+        thinking on, no parallel calls, the ``deepseek`` reasoning format, both modes ``"llama.cpp"``, the
+        ``"canonical"`` strict style), and ``"auto"`` read as ``"deepseek"``."""
         fmt = self.reasoning_format
         return replace(
             self,
             parallel_tool_calls=bool(self.parallel_tool_calls),
             json_schema_mode=self.json_schema_mode or "llama.cpp",
+            strict_style=self.strict_style or DEFAULT_STRICT_STYLE,
             tool_call_mode=self.tool_call_mode or "llama.cpp",
             enable_thinking=True if self.enable_thinking is None else self.enable_thinking,
             reasoning_format="deepseek" if fmt in (None, "auto") else fmt,

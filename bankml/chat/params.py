@@ -13,7 +13,7 @@ from bankml.engine._grammar import Grammar, Rules
 from bankml.engine.vocab import Vocab
 from bankml.errors import GrammarError, SchemaError
 from bankml.schema.converter import build_grammar
-from bankml.schema.grammar import StrictGrammarBuilder, check_mode
+from bankml.schema.grammar import DEFAULT_STRICT_STYLE, StrictGrammarBuilder, check_mode
 from bankml.schema.tool_args import ToolArgsBuilder
 
 CONTINUATION_NONE, CONTINUATION_AUTO, CONTINUATION_REASONING, CONTINUATION_CONTENT = range(4)
@@ -154,11 +154,18 @@ UNWRAPPED_SCHEMA_ERRORS = ("JSON schema error at ", "At least one of min_value o
 
 
 def arena_grammar(
-    arena, lazy=False, json_schema_mode="llama.cpp", tool_call_mode="llama.cpp", tools=(), blank_reasoning=False
+    arena,
+    lazy=False,
+    json_schema_mode="llama.cpp",
+    tool_call_mode="llama.cpp",
+    tools=(),
+    blank_reasoning=False,
+    strict_style=DEFAULT_STRICT_STYLE,
 ):
     """build_grammar(parser.build_grammar(builder, lazy)): the GBNF of an arena (SchemaError from the
     converter). ``json_schema_mode="strict"``: the arena's schemas (a response format's, tools' parameters)
-    are compiled by strict mode (``bankml.schema.grammar.StrictGrammarBuilder``) inside the same wrapping.
+    are compiled by strict mode (``bankml.schema.grammar.StrictGrammarBuilder``, in ``strict_style``) inside the
+    same wrapping.
     ``tool_call_mode="strict"``: the tools' schemas are written in strict mode's canonical style for tool
     arguments (``bankml.schema.tool_args``), whatever ``json_schema_mode`` says of a response format's; a
     refusal names the tool of ``tools`` (the request's function tools) whose parameters it is.
@@ -173,13 +180,15 @@ def arena_grammar(
         ]
 
         def build(builder):
-            inner = StrictGrammarBuilder(builder) if strict_schemas else builder
+            inner = StrictGrammarBuilder(builder, style=strict_style) if strict_schemas else builder
             blank = frozenset({REASONING}) if blank_reasoning else frozenset()
             arena.build_grammar(ToolArgsBuilder(builder, inner, named), lazy, blank)
 
         return build_grammar(build)
     if strict_schemas:
-        return build_grammar(lambda builder: arena.build_grammar(StrictGrammarBuilder(builder), lazy))
+        return build_grammar(
+            lambda builder: arena.build_grammar(StrictGrammarBuilder(builder, style=strict_style), lazy)
+        )
     return build_grammar(lambda builder: arena.build_grammar(builder, lazy))
 
 
@@ -191,10 +200,10 @@ def forced_grammar(arena, out, inp):
     tools = inp.tools if inp is not None else ()
     lazy = bool(out.grammar_lazy)
     if inp is not None and inp.forced and not inp.enable_thinking:
-        grammar = arena_grammar(arena, lazy, out.json_schema_mode, out.tool_call_mode, tools, True)
+        grammar = arena_grammar(arena, lazy, out.json_schema_mode, out.tool_call_mode, tools, True, out.strict_style)
         if _takes(grammar, out.generation_prompt):
             return grammar
-    return arena_grammar(arena, lazy, out.json_schema_mode, out.tool_call_mode, tools)
+    return arena_grammar(arena, lazy, out.json_schema_mode, out.tool_call_mode, tools, False, out.strict_style)
 
 
 _BYTES = None

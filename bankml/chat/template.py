@@ -53,6 +53,7 @@ from bankml.chat.params import (
 )
 from bankml.errors import SchemaError, json_type_name
 from bankml.schema import jsondepth as _jsondepth
+from bankml.schema.grammar import DEFAULT_STRICT_STYLE
 
 __all__ = [
     "ChatInputs",
@@ -265,7 +266,8 @@ class ChatPrompt:
     """What ``ChatTemplate.apply`` returns, with common_chat_params' field names: the prompt, the generation
     prompt (what the template adds for ``add_generation_prompt``; the grammar and the parser start with it),
     and what the template analysis gives (thinking tags, preserved tokens, stops, message delimiters).
-    ``json_schema_mode`` is the mode the grammar's schemas were compiled in (``bankml.schema.MODES``);
+    ``json_schema_mode`` is the mode the grammar's schemas were compiled in (``bankml.schema.MODES``), and
+    ``strict_style`` the strict mode's style (``bankml.schema.grammar.STRICT_STYLES``);
     ``tool_call_mode`` how its tool calls are constrained (``"strict"`` only where the request has tools
     enabled: ``bankml.chat.params.TOOL_CALL_MODES``).
     ``handler`` names llama.cpp's hand-written handler when the template has one (those fields are then
@@ -287,6 +289,7 @@ class ChatPrompt:
     parser: Optional["ChatParser"] = None
     caps: dict = field(default_factory=dict)
     json_schema_mode: str = "llama.cpp"
+    strict_style: str = DEFAULT_STRICT_STYLE
     tool_call_mode: str = "llama.cpp"
     forced: bool = False  # strict tool-call mode forces the answer's calls (tool_choice required or named)
 
@@ -472,6 +475,8 @@ class ChatTemplate:
         grammar; ``reasoning_format`` ``deepseek`` extracts the reasoning, ``none`` leaves it in the content.
         ``json_schema_mode="strict"`` compiles the grammar's schemas (the response format's, the tools'
         parameters') with bankml's strict compiler inside the same wrapping; the default is llama.cpp's.
+        ``strict_style``: strict mode's style, ``"canonical"`` (None: the default, the language to generate in)
+        or ``"exact"`` (every JSON text of each valid instance).
 
         ``tool_call_mode``: ``"llama.cpp"`` (the default: llama-server's grammars) or ``"strict"``: a
         ``tool_choice`` of ``"required"`` or naming a function (``{"type": "function", "function": {"name":
@@ -525,6 +530,7 @@ class ChatTemplate:
                 add_gen,
                 continuation,
                 json_schema_mode,
+                inputs.strict_style,
                 tool_call_mode,
                 tool_names,
             )
@@ -560,6 +566,7 @@ class ChatTemplate:
             handler=self.handler,
             caps=self.caps.to_dict(),
             json_schema_mode=json_schema_mode,
+            strict_style=inputs.strict_style,
             tool_call_mode=_tool_call_mode(inp),
         )
         a = self.analysis
@@ -654,6 +661,7 @@ class ChatTemplate:
             handler=h,
             caps=self.caps.to_dict(),
             json_schema_mode=inp.request.json_schema_mode,
+            strict_style=inp.request.strict_style,
             tool_call_mode=_tool_call_mode(inp),
         )
         if key is not None:

@@ -33,7 +33,7 @@ from bankml.engine._grammar import Grammar, Rules
 from bankml.errors import GrammarError, SchemaError
 from bankml.integrations.structural_tag import StructuralTagError, structural_tag_to_grammar
 from bankml.schema.converter import _Converter, _Invalid, _Unsupported
-from bankml.schema.grammar import MODES, json_schema_to_grammar
+from bankml.schema.grammar import MODES, check_strict_style, json_schema_to_grammar
 
 __all__ = [
     "DEFAULT_JSON_SCHEMA_MODE",
@@ -95,24 +95,26 @@ def resolve_json_schema_mode(mode=None):
     return mode
 
 
-def grammar_text(kind, spec, json_schema_mode=None):
+def grammar_text(kind, spec, json_schema_mode=None, strict_style=None):
     """The GBNF text for a constraint of ``kind`` (one of KINDS) and ``spec``; SpecError if refused. A
-    ``"json"`` schema is compiled in ``json_schema_mode`` (None: ``resolve_json_schema_mode()``'s default, strict);
+    ``"json"`` schema is compiled in ``json_schema_mode`` (None: ``resolve_json_schema_mode()``'s default, strict),
+    strict mode in ``strict_style`` (None: ``"canonical"``, the language to generate in; or ``"exact"``);
     ``"json_object"`` is llama-server's JSON mode in either."""
     if kind in ("grammar", "ebnf"):
         if not isinstance(spec, (str, bytes)):
             raise SpecError(f"a GBNF grammar must be text, got {type(spec).__name__}")
         return spec if isinstance(spec, str) else bytes(spec).decode("utf-8")
     if kind in ("json", "json_object"):
-        mode = "llama.cpp"
+        mode, style = "llama.cpp", None
         if kind == "json_object":
             spec = {"type": "object"}
         else:
             mode = resolve_json_schema_mode(json_schema_mode)
+            style = strict_style if mode == "strict" else None
             if isinstance(spec, (bytes, bytearray)):
                 spec = bytes(spec).decode("utf-8")
         try:
-            return json_schema_to_grammar(spec, mode=mode)[0]
+            return json_schema_to_grammar(spec, mode=mode, strict_style=style)[0]
         except SchemaError as e:
             # strict mode's message names the keyword and pointer already
             raise SpecError(str(e) if e.keyword else f"{e} (at {e.pointer})") from None
@@ -142,11 +144,13 @@ class Compiler:
     ``matcher(kind, spec)`` is a fresh Grammar for one request (a clone of the cached template: clones share
     the template's MatchContext). Thread-safe: engines compile on worker threads. ``json_schema_mode``:
     how ``"json"`` schemas are compiled (None: ``resolve_json_schema_mode()``, read once here: strict unless the
-    environment says ``BANKML_JSON_SCHEMA_MODE=llama.cpp``).
+    environment says ``BANKML_JSON_SCHEMA_MODE=llama.cpp``); ``strict_style``: strict mode's style (None:
+    ``"canonical"``; ``"exact"`` takes every JSON text of each valid instance).
     """
 
-    def __init__(self, vocab, max_entries=256, max_rollback=None, json_schema_mode=None):
+    def __init__(self, vocab, max_entries=256, max_rollback=None, json_schema_mode=None, strict_style=None):
         self.json_schema_mode = resolve_json_schema_mode(json_schema_mode)
+        self.strict_style = None if strict_style is None else check_strict_style(strict_style)
         self.vocab = vocab
         self.max_entries = max_entries
         self.max_rollback = max_rollback
@@ -155,7 +159,7 @@ class Compiler:
         self.compiled = 0
 
     def rules(self, kind, spec):
-        text = grammar_text(kind, spec, self.json_schema_mode)
+        text = grammar_text(kind, spec, self.json_schema_mode, self.strict_style)
         try:
             return Rules.parse(text, "root", self.vocab)
         except GrammarError as e:

@@ -3,9 +3,12 @@ rules (``json_schema_to_rules``), in either mode.
 
 * ``mode="llama.cpp"`` (the default): ``bankml.schema.converter``, llama.cpp's converter byte for byte, with its
   warnings; what llama-server samples with.
-* ``mode="strict"``: ``bankml.schema.strict``: exactly the JSON texts the schema accepts (jsonschema's reading),
-  or a SchemaError naming the keyword and its JSON pointer; ``lenient`` names the keywords strict mode may
-  treat as annotations instead of refusing them. Its warnings list is always empty.
+* ``mode="strict"``: ``bankml.schema.strict``: the JSON texts of exactly the instances the schema accepts
+  (jsonschema's reading), or a SchemaError naming the keyword and its JSON pointer; ``lenient`` names the
+  keywords strict mode may treat as annotations instead of refusing them. Its warnings list is always empty.
+  ``strict_style``: ``"canonical"`` (the default here: the language to generate in, one spelling of each
+  instance, keys in schema order, no whitespace) or ``"exact"`` (every JSON text of each instance: the language
+  to judge texts with, as MaskBench and the JSON-Schema-Test-Suite runs do).
 
 ``StrictGrammarBuilder`` gives the strict mode to grammars built of several parts (the chat layer's, where a
 response format's or a tool's parameters' schema sits inside the template's wrapping): it stands for the
@@ -20,11 +23,22 @@ from bankml.engine._grammar import Rules
 from bankml.errors import GrammarError, SchemaError
 from bankml.schema import converter
 from bankml.schema import limits as _limits
-from bankml.schema.strict import strict_schema_rules, strict_schema_to_grammar
+from bankml.schema.strict import STYLES, check_style, strict_schema_rules, strict_schema_to_grammar
 
-__all__ = ["MODES", "StrictGrammarBuilder", "check_mode", "json_schema_to_grammar", "json_schema_to_rules"]
+__all__ = [
+    "MODES",
+    "STRICT_STYLES",
+    "StrictGrammarBuilder",
+    "check_mode",
+    "check_strict_style",
+    "json_schema_to_grammar",
+    "json_schema_to_rules",
+]
 
 MODES = ("llama.cpp", "strict")
+STRICT_STYLES = STYLES  # ("exact", "canonical")
+# the style of the strict grammars bankml generates with (server, generate, chat, engines)
+DEFAULT_STRICT_STYLE = "canonical"
 
 _INVALID_RULE_CHARS = re.compile(r"[^a-zA-Z0-9-]+")
 
@@ -34,6 +48,11 @@ def check_mode(mode):
     if mode not in MODES:
         raise ValueError("json_schema_mode must be 'llama.cpp' or 'strict', not %r" % (mode,))
     return mode
+
+
+def check_strict_style(style):
+    """``style`` if it is one of STRICT_STYLES; a ValueError naming ``strict_style`` otherwise."""
+    return check_style(style, "strict_style")
 
 
 class StrictGrammarBuilder:
@@ -46,14 +65,15 @@ class StrictGrammarBuilder:
     used. The schema's rule is ``name`` (its characters outside ``[a-zA-Z0-9-]`` made ``-``, as the
     converter names rules; a second, different schema under a taken name gets ``name0``, ``name1``...), its
     other rules ``name-...`` (``strict_schema_rules``). A schema strict mode refuses raises its SchemaError
-    (keyword and pointer)."""
+    (keyword and pointer). ``style``: the strict style (STRICT_STYLES), canonical by default."""
 
     strict = True
 
-    def __init__(self, builder, lenient=(), limits=None):
+    def __init__(self, builder, lenient=(), limits=None, style=DEFAULT_STRICT_STYLE):
         self._builder = builder
         self.lenient = tuple(lenient)
         self.limits = limits
+        self.style = check_strict_style(style)
         self._names = {}  # rule name -> (document, pointer) compiled under it (the document kept alive)
 
     def add_rule(self, name, rule):
@@ -72,7 +92,9 @@ class StrictGrammarBuilder:
             if known is document and known_pointer == pointer:
                 return rule_name
             rule_name, i = base + str(i), i + 1
-        rules = strict_schema_rules(document, rule_name, pointer=pointer, lenient=self.lenient, limits=self.limits)
+        rules = strict_schema_rules(
+            document, rule_name, pointer=pointer, lenient=self.lenient, limits=self.limits, style=self.style
+        )
         self._names[rule_name] = (document, pointer)
         for rule, body in rules.items():
             got = self._builder.add_rule(rule, body)
@@ -87,30 +109,39 @@ class StrictGrammarBuilder:
         return rule_name
 
 
-def json_schema_to_grammar(schema, limits=None, *, mode="llama.cpp", lenient=(), regex_dialect=None):
+def json_schema_to_grammar(schema, limits=None, *, mode="llama.cpp", lenient=(), regex_dialect=None, strict_style=None):
     """``(grammar, warnings)`` for a JSON schema (a dict, or JSON text): llama.cpp's converter (the default; see
     ``bankml.schema.converter.json_schema_to_grammar``) or the strict compiler (``mode="strict"``). Raises
     SchemaError for a schema the mode refuses or past ``limits`` (a ``SchemaLimits``), ValueError for an unknown
-    mode or a ``lenient`` or ``regex_dialect`` outside strict mode. ``regex_dialect`` (strict mode):
-    ``"ecma"`` (JSON Schema's ECMA-262, the default) or ``"python"`` (Python's ``re``, as ``jsonschema`` reads
-    ``pattern``)."""
+    mode or a ``lenient``, ``regex_dialect`` or ``strict_style`` outside strict mode. ``regex_dialect`` (strict
+    mode): ``"ecma"`` (JSON Schema's ECMA-262, the default) or ``"python"`` (Python's ``re``, as ``jsonschema``
+    reads ``pattern``). ``strict_style`` (strict mode): ``"canonical"`` (the default) or ``"exact"`` (the module
+    docstring)."""
     if mode == "llama.cpp":
         if lenient or regex_dialect is not None:
             raise ValueError("lenient and regex_dialect apply to mode='strict' only")
+        if strict_style is not None:
+            raise ValueError("strict_style applies to mode='strict' only")
         return converter.json_schema_to_grammar(schema, limits)
     if mode != "strict":
         raise ValueError("mode must be 'llama.cpp' or 'strict', not %r" % (mode,))
     dialect = "ecma" if regex_dialect is None else regex_dialect
-    return strict_schema_to_grammar(schema, lenient=lenient, limits=limits, regex_dialect=dialect), []
+    style = check_strict_style(DEFAULT_STRICT_STYLE if strict_style is None else strict_style)
+    return strict_schema_to_grammar(schema, lenient=lenient, limits=limits, regex_dialect=dialect, style=style), []
 
 
-def json_schema_to_rules(schema, vocab=None, limits=None, *, mode="llama.cpp", lenient=(), regex_dialect=None):
-    """Convert a JSON schema (``mode``/``lenient`` as json_schema_to_grammar's) and parse the grammar, as
-    llama.cpp does before it samples with it. Returns ``(rules, grammar, warnings)``; a grammar the GBNF parser
-    refuses raises SchemaError with the parser's reason (``__cause__`` is the GrammarError)."""
-    if mode == "llama.cpp" and not lenient and regex_dialect is None:
+def json_schema_to_rules(
+    schema, vocab=None, limits=None, *, mode="llama.cpp", lenient=(), regex_dialect=None, strict_style=None
+):
+    """Convert a JSON schema (``mode``/``lenient``/``regex_dialect``/``strict_style`` as json_schema_to_grammar's)
+    and parse the grammar, as llama.cpp does before it samples with it. Returns ``(rules, grammar, warnings)``; a
+    grammar the GBNF parser refuses raises SchemaError with the parser's reason (``__cause__`` is the
+    GrammarError)."""
+    if mode == "llama.cpp" and not lenient and regex_dialect is None and strict_style is None:
         return converter.json_schema_to_rules(schema, vocab, limits)
-    grammar, warnings = json_schema_to_grammar(schema, limits, mode=mode, lenient=lenient, regex_dialect=regex_dialect)
+    grammar, warnings = json_schema_to_grammar(
+        schema, limits, mode=mode, lenient=lenient, regex_dialect=regex_dialect, strict_style=strict_style
+    )
     try:
         rules = Rules.parse(grammar, vocab=vocab)
     except GrammarError as e:

@@ -231,6 +231,7 @@ def props_body(app, options, default_params, build_info):
     if mode != "llama.cpp":
         # bankml's own setting, reported only when it is not the default (the default answer stays llama-server's)
         body["json_schema_mode"] = mode
+        body["strict_style"] = getattr(model, "strict_style", "canonical")
     mode = getattr(model, "tool_call_mode", "llama.cpp")
     if mode != "llama.cpp":
         body["tool_call_mode"] = mode

@@ -54,7 +54,7 @@ from bankml.sampling._sampler import Sampler
 from bankml.sampling.logprobs import ProbRequest, token_record
 from bankml.sampling.params import SamplerParams
 from bankml.sampling.reasoning_budget import ReasoningBudget
-from bankml.schema.grammar import check_mode
+from bankml.schema.grammar import DEFAULT_STRICT_STYLE, check_mode, check_strict_style
 from bankml.serve.cpu import default_threads, prepare_model_loading
 from bankml.serve.flags import flash_attn_name, flash_attn_type, kv_cache_type
 from bankml.serve.request import Request, reasoning_format_from_name
@@ -99,6 +99,9 @@ def chat_model_options(args):
             raise ValueError("--chat-template-kwargs must be a JSON object")
     if args.reasoning_budget < -1:
         raise ValueError("--reasoning-budget: invalid value (-1 or more)")
+    style = getattr(args, "strict_style", None)
+    if style is not None and getattr(args, "json_schema_mode", "llama.cpp") != "strict":
+        raise ValueError("--strict-style applies to --json-schema-mode strict only")
     return {
         "chat_template_file": args.chat_template_file,
         "reasoning": args.reasoning,
@@ -107,6 +110,7 @@ def chat_model_options(args):
         "reasoning_budget_message": args.reasoning_budget_message,
         "chat_template_kwargs": kwargs,
         "json_schema_mode": getattr(args, "json_schema_mode", "llama.cpp"),
+        "strict_style": style or DEFAULT_STRICT_STYLE,
         "tool_call_mode": getattr(args, "tool_call_mode", "llama.cpp"),
     }
 
@@ -389,7 +393,9 @@ class Model:
     training context (bankml.serve.flags). ``json_schema_mode`` (``"llama.cpp"``, the default: llama-server's
     grammars byte for byte; or ``"strict"``) is how every request's JSON schema becomes a grammar: the
     response format's, the top-level ``json_schema``'s, Ollama's ``format``'s and the tools' parameters'
-    (``bankml.schema.grammar``; JSON mode without a schema stays llama.cpp's). ``tool_call_mode``
+    (``bankml.schema.grammar``; JSON mode without a schema stays llama.cpp's); ``strict_style`` is strict mode's
+    style (``"canonical"``, the default: keys in schema order, no whitespace, the escapes JSON requires only; or
+    ``"exact"``: every JSON text of each instance). ``tool_call_mode``
     (``"llama.cpp"``, the default: llama-server's tool-call grammars; or ``"strict"``) is how tool calls are
     constrained (``bankml.chat.template.ChatTemplate.apply``'s ``tool_call_mode``: a forced call for
     ``tool_choice`` "required" or a named function, arguments exactly their schema). ``kv_unified`` (llama-server's
@@ -422,10 +428,12 @@ class Model:
         cache_type_v="f16",
         json_schema_mode="llama.cpp",
         tool_call_mode="llama.cpp",
+        strict_style=DEFAULT_STRICT_STYLE,
         kv_unified=True,
         kv_unified_per_slot=0,
     ):
         self.json_schema_mode = check_mode(json_schema_mode)
+        self.strict_style = check_strict_style(strict_style)
         self.tool_call_mode = check_tool_call_mode(tool_call_mode)
         L = self._L = _llama()
         self.path = os.fspath(path) if path is not None else default_model_path()
@@ -659,9 +667,9 @@ class Model:
         kwargs, the reasoning format; an ``enable_thinking`` the value sets overrides them), the continuation
         rules (as llama-server's default ``--prefill-assistant``, a final assistant message is continued when
         neither ``add_generation_prompt`` nor ``continue_final_message`` says otherwise), ``parallel_tool_calls``
-        (None: what the template supports), the modes (None: the model's) and the response format's schema
-        (the request's ``constraint``'s). ``continuing``: the request asked for the continuation itself;
-        ``with_tools``: its tools are enabled. RequestError with llama-server's message for what it refuses."""
+        (None: what the template supports), the modes and the strict style (None: the model's) and the response
+        format's schema (the request's ``constraint``'s). ``continuing``: the request asked for the continuation
+        itself; ``with_tools``: its tools are enabled. RequestError with llama-server's message for what it refuses."""
         inputs = request.chat
         if not isinstance(inputs, ChatInputs):
             raise TypeError("a chat Request holds its chat fields as a bankml.chat.ChatInputs (Request.chat)")
@@ -709,6 +717,7 @@ class Model:
             parallel_tool_calls=bool(caps.supports_parallel_tool_calls) if parallel is None else parallel,
             json_schema=constraint.schema if constraint.is_json else None,
             json_schema_mode=self._schema_mode(constraint, with_tools, inputs.json_schema_mode),
+            strict_style=inputs.strict_style or self.strict_style,
             tool_call_mode=inputs.tool_call_mode or self.tool_call_mode,
             enable_thinking=bool(enable),
             chat_template_kwargs=kwargs,
@@ -803,10 +812,12 @@ class Model:
             fallback = constraint.fallback
             if fallback is None:
                 return None, False, None
-            return fallback.to_grammar(None, json_schema_mode=self.json_schema_mode)[0], False, None
+            grammar = fallback.to_grammar(None, json_schema_mode=self.json_schema_mode, strict_style=out.strict_style)
+            return grammar[0], False, None
         if with_tools and out.parser is not None and out.grammar:
             return out.grammar, not out.grammar_lazy, (out.grammar_triggers or []) if out.grammar_lazy else None
-        return constraint.to_grammar(None, json_schema_mode=self.json_schema_mode)[0], False, None
+        grammar = constraint.to_grammar(None, json_schema_mode=self.json_schema_mode, strict_style=out.strict_style)
+        return grammar[0], False, None
 
     def _reasoning_budget(self, request, out, enable):
         """The reasoning budget of a chat job where the template has thinking tags (None: none):
@@ -848,7 +859,9 @@ class Model:
             raise RequestError("'prompt' must be a string")
         constraint = constraint or Constraint()
         _check_cancel(cancel)
-        grammar_text = constraint.to_grammar(None, json_schema_mode=self.json_schema_mode)[0]
+        grammar_text = constraint.to_grammar(
+            None, json_schema_mode=self.json_schema_mode, strict_style=self.strict_style
+        )[0]
         return Job(
             self,
             prompt,

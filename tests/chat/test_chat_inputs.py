@@ -23,6 +23,7 @@ TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "
     "fields, error, match",
     [
         ({"json_schema_mode": "exact"}, ValueError, "json_schema_mode must be 'llama.cpp' or 'strict', not 'exact'"),
+        ({"strict_style": "compact"}, ValueError, "strict_style must be 'canonical' or 'exact', not 'compact'"),
         ({"tool_call_mode": "forced"}, ValueError, "tool_call_mode must be 'llama.cpp' or 'strict', not 'forced'"),
         ({"tool_choice": "sometimes"}, ChatRequestError, "Invalid tool_choice: sometimes"),
         ({"tool_choice": 3}, ChatRequestError, '^tool_choice: expected "auto", "none", "required" or an object'),
@@ -65,6 +66,7 @@ def test_frozen_and_the_defaults():
     full = ChatInputs(USER, reasoning_format="auto").with_defaults()
     assert (full.enable_thinking, full.parallel_tool_calls, full.reasoning_format) == (True, False, "deepseek")
     assert (full.json_schema_mode, full.tool_call_mode) == ("llama.cpp", "llama.cpp")
+    assert inputs.strict_style is None and full.strict_style == "canonical"  # strict mode's generation style
     assert ChatInputs(USER, enable_thinking=False, reasoning_format="none").with_defaults().enable_thinking is False
 
 

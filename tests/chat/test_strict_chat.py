@@ -103,33 +103,53 @@ def apply(source, **kw):
 def test_tool_parameters_strict_inside_the_same_wrapping(sources, template):
     default = apply(sources[template])
     loose = apply(sources[template], json_schema_mode="llama.cpp")
-    strict = apply(sources[template], json_schema_mode="strict")
+    strict = apply(sources[template], json_schema_mode="strict", strict_style="exact")
+    canonical = apply(sources[template], json_schema_mode="strict")  # strict mode's default style
     assert default.grammar == loose.grammar and default.json_schema_mode == "llama.cpp"  # the default: unchanged
+    assert canonical.strict_style == "canonical" and strict.strict_style == "exact"
     assert strict.json_schema_mode == "strict" and strict.grammar != loose.grammar
     schemas = same_wrapping(strict.grammar, loose.grammar)
     name = re.sub(r"[^a-zA-Z0-9-]+", "-", TEMPLATES[template])
     assert name in schemas
     assert (strict.grammar_lazy, strict.grammar_triggers) == (loose.grammar_lazy, loose.grammar_triggers)
+    assert same_wrapping(canonical.grammar, loose.grammar) == schemas
     if name.endswith("arg-days-schema"):
         # one schema per parameter: the value of `days` compiled at #/properties/days of the tool's parameters
         expected = strict_schema_rules(WEATHER, name, pointer="#/properties/days")
+        expected_canonical = strict_schema_rules(WEATHER, name, pointer="#/properties/days", style="canonical")
         good, bad = "7", "0.5"
+        compact = good
     else:
         expected = strict_schema_rules(WEATHER, name)
+        expected_canonical = strict_schema_rules(WEATHER, name, style="canonical")
         good, bad = '{"city": "Paris", "days": 3}', '{"city": "Nice", "days": 0}'  # days below the minimum
+        compact = '{"city":"Paris","days":3}'
+        assert not accepts(canonical.grammar, name, good) and not accepts(
+            canonical.grammar, name, '{"days":3,"city":"Paris"}'
+        )
         assert accepts(strict.grammar, name, '{"city": "Paris", "days": 3, "note": "x"}')  # extra keys: valid
         assert not accepts(strict.grammar, name, '{"city": "Lyo", "days": 3}')  # minLength with the pattern
     rules = rules_of(strict.grammar)
     for rule, body in expected.items():
         assert rules[rule] == body  # the strict rules, embedded as strict_schema_rules names them
+    canonical_rules = rules_of(canonical.grammar)
+    for rule, body in expected_canonical.items():
+        assert canonical_rules[rule] == body
+    assert accepts(canonical.grammar, name, compact) and not accepts(canonical.grammar, name, bad)
     assert accepts(strict.grammar, name, good)
     assert not accepts(strict.grammar, name, bad)
     assert accepts(loose.grammar, schemas[name], bad)  # what llama.cpp's converter lets through
 
 
 def test_response_format_strict_and_default_unchanged():
-    strict, prompt = chat_grammar(WEATHER, "chatml", json_schema_mode="strict")
+    strict, prompt = chat_grammar(WEATHER, "chatml", json_schema_mode="strict", strict_style="exact")
     loose, prompt2 = chat_grammar(WEATHER, "chatml")
+    canonical, _ = chat_grammar(WEATHER, "chatml", json_schema_mode="strict")
+    assert same_wrapping(canonical, loose) == {"response-format-schema": "response-format-schema"}
+    assert accepts(canonical, "response-format-schema", '{"city":"Nice","days":1,"x":null}')
+    assert not accepts(canonical, "response-format-schema", '{"city": "Nice", "days": 1}')  # whitespace
+    with pytest.raises(ValueError, match="strict_style must be 'canonical' or 'exact', not 'pretty'"):
+        chat_grammar(WEATHER, "chatml", json_schema_mode="strict", strict_style="pretty")
     assert prompt == prompt2
     assert same_wrapping(strict, loose) == {"response-format-schema": "response-format-schema"}
     assert accepts(loose, "response-format-schema", '{"city": "Nice", "days": 0}')
@@ -172,7 +192,9 @@ def test_strict_rules_do_not_clash_across_schemas(sources):
     other = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 3}}, "required": ["n"]}
     tools = TOOLS + [{"type": "function", "function": {"name": "count", "parameters": other}}]
     source = sources["meta-llama-Llama-3.1-8B-Instruct.jinja"]
-    out = ChatTemplate(source).apply(ChatInputs(ASK, tools=tools, tool_choice="required", json_schema_mode="strict"))
+    out = ChatTemplate(source).apply(
+        ChatInputs(ASK, tools=tools, tool_choice="required", json_schema_mode="strict", strict_style="exact")
+    )
     assert accepts(out.grammar, "tool-count-schema", '{"n": 3}')
     assert not accepts(out.grammar, "tool-count-schema", '{"n": 4}')
     assert not accepts(out.grammar, "tool-count-schema", '{"city": "Paris", "days": 3}')

@@ -839,7 +839,7 @@ def search_walk(vocab, checker, label, schemas=SEARCH_SCHEMAS, documents=SEARCH_
 
     replays = 0
     for schema, document in zip(schemas, documents):
-        text, _ = json_schema_to_grammar(schema, mode="strict", regex_dialect=regex_dialect)
+        text, _ = json_schema_to_grammar(schema, mode="strict", strict_style="exact", regex_dialect=regex_dialect)
         g, *twins = three_ways(text, vocab)()
         for i, ch in enumerate(document):
             checker.compare(g, f"{label}, {schema.get('pattern', schema)!r}, before {document[:i]!r}", twins)
@@ -866,7 +866,7 @@ def test_family_walk_takes_search_strings_whole_llama3():
     vocab = Vocab.from_gguf(DATA / "ggml-vocab-llama-bpe.gguf")
     checker = Checker()
     search_walk(vocab, checker, "llama3")
-    text, _ = json_schema_to_grammar({"type": "string", "pattern": "console"}, mode="strict")
+    text, _ = json_schema_to_grammar({"type": "string", "pattern": "console"}, mode="strict", strict_style="exact")
     g = Grammar(Rules.parse(text, vocab=vocab), vocab)
     g.context._configure_segments(enabled=False)
     g.accept_bytes(b'"hello')
@@ -945,7 +945,7 @@ def test_fast_path_equals_reference_classes_above_ascii(random_vocabs):
         search_walk(vocab, checker, label, CLASS_ABOVE_SCHEMAS, CLASS_ABOVE_DOCUMENTS, regex_dialect="python")
     assert checker.states >= len(vocabs) * sum(len(d) for d in CLASS_ABOVE_DOCUMENTS)
     for schema, prefix in ((CLASS_ABOVE_SCHEMAS[0], b'{"w": "art'), (CLASS_ABOVE_SCHEMAS[1], b'{"t": "node')):
-        text, _ = json_schema_to_grammar(schema, mode="strict", regex_dialect="python")
+        text, _ = json_schema_to_grammar(schema, mode="strict", strict_style="exact", regex_dialect="python")
         g = Grammar(Rules.parse(text, vocab=llama3), llama3)
         g.accept_bytes(prefix)
         before = g.context.visited_nodes

@@ -123,8 +123,14 @@ def test_strict_default_enforces_what_llama_cpp_mode_lets_through(monkeypatch):
     strict = grammar_text("json", BOUNDED)
     loose = grammar_text("json", BOUNDED, "llama.cpp")
     assert matches(loose, '{"x": 1}')  # below the minimum: llama.cpp's grammar allows it
-    assert not matches(strict, '{"x": 1}') and not matches(strict, '{"x": 4.99}')
-    assert matches(strict, '{"x": 5}') and matches(strict, '{"x": 7.25}')
+    # the canonical style by default (no whitespace: the language to generate in); exact on request
+    assert not matches(strict, '{"x":1}') and not matches(strict, '{"x":4.99}')
+    assert matches(strict, '{"x":5}') and matches(strict, '{"x":7.25}') and not matches(strict, '{"x": 5}')
+    exact = grammar_text("json", BOUNDED, None, "exact")
+    assert matches(exact, '{"x": 5}') and matches(exact, '{ "x" : 7.25 }') and not matches(exact, '{"x": 4.99}')
+    assert Compiler(byte_vocab(), strict_style="exact").rules("json", BOUNDED) is not None
+    with pytest.raises(ValueError, match="strict_style must be 'canonical' or 'exact', not 'loose'"):
+        Compiler(byte_vocab(), strict_style="loose")
     # the compiler uses the mode it was built with: its cached matchers differ
     vocab = byte_vocab()
     strict_matcher = Compiler(vocab).matcher("json", BOUNDED)

@@ -120,8 +120,8 @@ def _accepts(gbnf, value):
 
 def test_the_dialects():
     schema = {"type": "string", "pattern": r"^\d+$"}
-    ecma, _ = json_schema_to_grammar(schema, mode="strict")
-    python, _ = json_schema_to_grammar(schema, mode="strict", regex_dialect="python")
+    ecma, _ = json_schema_to_grammar(schema, mode="strict", strict_style="exact")
+    python, _ = json_schema_to_grammar(schema, mode="strict", regex_dialect="python", strict_style="exact")
     assert _accepts(ecma, "12") and not _accepts(ecma, "১২") and not _accepts(ecma, "12\n")
     assert _accepts(python, "12") and _accepts(python, "১২") and _accepts(python, "12\n")
     with pytest.raises(ValueError, match="regex_dialect"):
@@ -172,11 +172,11 @@ def test_shared_objects_are_read_once_and_rewritten_everywhere():
     digit = {"type": "string", "pattern": r"^\d$"}
     # the object reached through a sibling before its parent: children are rewritten before their parents
     schema = {"anyOf": [{"allOf": [digit]}, {"properties": {"a": digit}, "type": "object"}]}
-    gbnf, _ = json_schema_to_grammar(schema, mode="strict")
+    gbnf, _ = json_schema_to_grammar(schema, mode="strict", strict_style="exact")
     assert _accepts(gbnf, "1") and not _accepts(gbnf, "১")
     assert _accepts(gbnf, {"a": "1"}) and not _accepts(gbnf, {"a": "১"})
     shared = {"type": "string", "pattern": r"^\w$"}
     for _ in range(40):  # 2^40 paths through shared sub-objects
         shared = {"anyOf": [shared, shared]}
-    gbnf, _ = json_schema_to_grammar(shared, mode="strict")
+    gbnf, _ = json_schema_to_grammar(shared, mode="strict", strict_style="exact")
     assert _accepts(gbnf, "a") and not _accepts(gbnf, "é")

@@ -1009,10 +1009,12 @@ def test_modes_of_json_schema_to_grammar():
     schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 1}}}
     default, warnings = json_schema_to_grammar(schema)
     assert json_schema_to_grammar(schema, mode="llama.cpp") == (default, warnings)
-    strict, w = json_schema_to_grammar(schema, mode="strict")
+    strict, w = json_schema_to_grammar(schema, mode="strict", strict_style="exact")
     assert w == [] and strict == strict_schema_to_grammar(schema) and strict != default
-    rules, text, _ = json_schema_to_rules(schema, mode="strict")
+    rules, text, _ = json_schema_to_rules(schema, mode="strict", strict_style="exact")
     assert text == strict
+    canonical, _ = json_schema_to_grammar(schema, mode="strict")  # the default style: canonical
+    assert canonical == strict_schema_to_grammar(schema, style="canonical") != strict
     with pytest.raises(ValueError):
         json_schema_to_grammar(schema, mode="loose")
     with pytest.raises(SchemaError) as info:

@@ -187,7 +187,9 @@ def test_default_mode_grammars_are_llama_cpp_and_json_mode_is_unchanged(models):
 def test_props_report_the_mode_only_when_strict(clients):
     strict, default = clients
     assert strict.get("/props").json()["json_schema_mode"] == "strict"
+    assert strict.get("/props").json()["strict_style"] == "canonical"
     assert "json_schema_mode" not in default.get("/props").json()
+    assert "strict_style" not in default.get("/props").json()
 
 
 def test_cli_flag_reaches_the_model_options():
@@ -262,3 +264,52 @@ def test_tool_call_arguments_are_strict(tmp_path):
         "space",
     }
     assert {n: strict_rules.get(n) for n in outside} == {n: loose_rules[n] for n in outside}
+
+
+def test_strict_style_flag_reaches_the_model_options():
+    """``--strict-style``: canonical unless told exact; with llama.cpp's mode it is an error naming the flags."""
+    for command in ("serve", "generate"):
+        extra = ["x"] if command == "generate" else []
+        args = build_parser().parse_args([command, *extra, "--json-schema-mode", "strict"])
+        assert chat_model_options(args)["strict_style"] == "canonical"
+        args = build_parser().parse_args([command, *extra, "--json-schema-mode", "strict", "--strict-style", "exact"])
+        assert chat_model_options(args)["strict_style"] == "exact"
+        args = build_parser().parse_args([command, *extra, "--strict-style", "exact"])
+        with pytest.raises(ValueError, match="--strict-style applies to --json-schema-mode strict only"):
+            chat_model_options(args)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--json-schema-mode", "strict", "--strict-style", "compact"])
+
+
+def test_strict_style_on_the_chat_and_bare_grammars(models):
+    """A strict model writes the canonical style (the schema's keys as literals in order, no whitespace) in the
+    chat grammar and the bare one; ``strict_style="exact"`` the exact one, the model's or a request's own
+    (``ChatInputs.strict_style``); a bad name is a ValueError naming the option."""
+    from bankml.serve.runtime import Model
+
+    strict, _ = models
+    constraint = from_openai({"response_format": {"type": "json_schema", "json_schema": {"schema": PERSON}}})
+
+    def chat_grammar(model, **fields):
+        return model.chat(Request.for_chat(ChatInputs(ASK, **fields), constraint)).grammar_text
+
+    chat = chat_grammar(strict)
+    assert 'response-format-schema-space ::= ""' in chat and '"\\"name\\""' in chat
+    bare = strict.complete("x", Constraint("json_schema", PERSON, None, False)).grammar_text
+    assert bare == json_schema_to_grammar(PERSON, mode="strict", strict_style="canonical")[0]
+    assert chat_grammar(strict) == chat  # cached per style
+    assert chat_grammar(strict, strict_style="canonical") == chat
+    with pytest.raises(ValueError, match="strict_style must be 'canonical' or 'exact', not 'pretty'"):
+        Model(smollm2_path(), n_ctx=256, json_schema_mode="strict", strict_style="pretty")
+    with pytest.raises(ValueError, match="strict_style must be 'canonical' or 'exact', not 'pretty'"):
+        chat_grammar(strict, strict_style="pretty")
+    exact = Model(smollm2_path(), n_ctx=1024, n_threads=2, json_schema_mode="strict", strict_style="exact")
+    try:
+        exact_chat = chat_grammar(exact)
+        assert exact_chat != chat and 'response-format-schema-space ::= ""' not in exact_chat
+        assert chat_grammar(strict, strict_style="exact") == exact_chat  # the request's style over the model's
+        assert chat_grammar(exact, strict_style="canonical") == chat
+        exact_bare = exact.complete("x", Constraint("json_schema", PERSON, None, False)).grammar_text
+        assert exact_bare == json_schema_to_grammar(PERSON, mode="strict", strict_style="exact")[0]
+    finally:
+        exact.close()

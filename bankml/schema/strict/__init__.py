@@ -42,6 +42,15 @@ Policies (what "exactly" means for texts, since a grammar sees text and jsonsche
   ``x-kubernetes-*``, OpenAPI's ``nullable``, misspellings) are ignored, as jsonschema ignores them; so are
   ``format`` names jsonschema's FormatChecker does not check.
 
+**Styles** (``style``, ``convert.STYLES``): the policies above are the ``"exact"`` style (the default here: every
+JSON text of every instance, to judge texts with). ``"canonical"`` is the language to generate in, a subset of
+the exact one (so every canonical text is valid) with one text per instance up to the order of its extra keys:
+keys as literals (``json.dumps``'s spelling) in the schema's order, each optional one skippable, the
+``additionalProperties``/``patternProperties`` keys after them (``objects._SchemaOrder``: no key-order sets);
+strings raw but for the escapes JSON requires (``json.dumps(s, ensure_ascii=False)``'s text); numbers with no
+exponent, integers with no fraction; no whitespace (``space ::= ""``). An object beside negated object keywords
+keeps the exact any-order form. ``bankml.schema.grammar``'s generation surfaces default to canonical.
+
 ``lenient`` names keywords strict mode may treat as annotations instead of refusing them (``{"format",
 "pattern", "uniqueItems", "multipleOf", "contains"}``), and ``"properties"`` takes the keys of an object too
 large for every key order in the schema's order: that is an explicit opt-out of exactness for them.
@@ -66,7 +75,7 @@ Every module but this one and ``lang``'s ``__init__`` is compiled by Cython as i
 Must not import: ``chat``, ``serve``, ``integrations``, ``sampling`` or ``engine``.
 """
 
-from bankml.schema.strict.convert import strict_schema_rules, strict_schema_to_grammar
+from bankml.schema.strict.convert import STYLES, check_style, strict_schema_rules, strict_schema_to_grammar
 from bankml.schema.strict.vocabulary import LENIENT_KEYWORDS
 
-__all__ = ["LENIENT_KEYWORDS", "strict_schema_rules", "strict_schema_to_grammar"]
+__all__ = ["LENIENT_KEYWORDS", "STYLES", "check_style", "strict_schema_rules", "strict_schema_to_grammar"]

@@ -40,10 +40,12 @@ from bankml.schema.strict.vocabulary import refuse
 
 class Compiler:
     """The parts of the conversion of ``schema`` (its document, as read) with ``lenient`` (keywords) and
-    ``limits`` (a SchemaLimits). Raises Refuse as the document is indexed."""
+    ``limits`` (a SchemaLimits), in ``style`` (``"exact"`` or ``"canonical"``: ``convert.STYLES``). Raises Refuse
+    as the document is indexed."""
 
-    def __init__(self, schema, lenient, limits):
+    def __init__(self, schema, lenient, limits, style="exact"):
         lenient = frozenset(lenient or ())
+        canonical = style == "canonical"
         self.budget = Budget(limits)
         self.rules = Rules(limits)
         self.doc = doc = Document(schema, self.budget)
@@ -54,12 +56,12 @@ class Compiler:
         self.oneof = OneOf(doc)
         self.unevaluated = Unevaluated(doc, self.budget)
         self.validator = Validator(doc)
-        self.numbers = Numbers(doc, self.rules)
-        self.strings = Strings(self.rules)
+        self.numbers = Numbers(doc, self.rules, canonical)
+        self.strings = Strings(self.rules, canonical)
         self.consts = Consts(self.rules, self.strings, self.numbers)
         self.arrays = Arrays(doc, self.rules)
         self.keys = Keys(doc, self.rules)
-        self.objects = Objects(doc, self.rules, lenient)
+        self.objects = Objects(doc, self.rules, lenient, canonical)
         self.linked = (
             self.terms,
             self.negation,

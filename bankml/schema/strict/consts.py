@@ -1,7 +1,8 @@
 # cython: boundscheck=True, wraparound=True, cdivision=False, annotation_typing=False
 """The const/enum emitter: the GBNF of one JSON value in every text jsonschema finds equal to it: its strings in
 every spelling, its numbers as ``numbers.number_value`` writes them, its objects' members in every key order (up
-to MAX_ENUM_OBJECT_KEYS keys).
+to MAX_ENUM_OBJECT_KEYS keys); in the canonical style (the strings' and numbers' ``canonical``), one text, its
+members in the value's order.
 
 Owns: ``value_expr``, ``object_value``. Builds on the string and number emitters.
 """
@@ -44,13 +45,16 @@ class Consts:
 
     def object_value(self, x, ptr):
         keys = list(x)
-        if len(keys) > MAX_ENUM_OBJECT_KEYS:
+        if len(keys) > MAX_ENUM_OBJECT_KEYS and not self.strings.canonical:
             refuse(
                 "enum", ptr, "an object const/enum value of more than %d keys (every key order)" % MAX_ENUM_OBJECT_KEYS
             )
         if not keys:
             return '"{" space "}"'
         kv = [self.strings.str_literal(k) + ' space ":" space ' + self.value_expr(x[k], ptr) + " space" for k in keys]
+        if self.strings.canonical:
+            # the canonical style: the members in the value's own order (the schema's), one text
+            return '"{" space ' + ' "," space '.join(kv) + ' "}"'
         memo = {}
 
         def rest(mask):

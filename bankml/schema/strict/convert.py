@@ -22,27 +22,40 @@ from bankml.schema._cstack import run_with_stack
 from bankml.schema.limits import DEFAULT_LIMITS, _TooDeep
 from bankml.schema.strict.compiler import Compiler
 from bankml.schema.strict.dialect import check_dialect, in_python_dialect
-from bankml.schema.strict.gbnf import FIXED_RULES, GBNF_TOKEN, NEVER
+from bankml.schema.strict.gbnf import CANONICAL_FIXED_RULES, FIXED_RULES, GBNF_TOKEN, NEVER
 from bankml.schema.strict.vocabulary import LENIENT_KEYWORDS, Refuse, refuse
 
 _TOO_DEEP = "strict JSON schema conversion failed:\nthe schema nests too deeply"
+# The languages a conversion writes (the package's docstring): "exact", every JSON text of every instance (to
+# judge texts with); "canonical", one spelling per instance (up to its extra keys' order), the one to generate in.
+STYLES = ("exact", "canonical")
+
+
+def check_style(style, option="style"):
+    """``style`` if it is one of STYLES; a ValueError naming ``option`` (the caller's name for it) otherwise."""
+    if style not in STYLES:
+        raise ValueError("%s must be 'canonical' or 'exact', not %r" % (option, style))
+    return style
+
+
 # the C stack of the thread a compiled conversion is done again in when its caller's thread runs short: about 8x
 # the main thread's (Linux gives 8 MB); only the pages the recursion reaches are ever touched
 DEEP_STACK = 64 * 1024 * 1024
 
 
-def compile_schema(schema, lenient, limits, pointer="#", regex_dialect="ecma"):
+def compile_schema(schema, lenient, limits, pointer="#", regex_dialect="ecma", style="exact"):
     """``(root expression, {name: body})``: the expression of the instances of the schema node at ``pointer``
     (a JSON pointer into ``schema``, the document its ``$ref``s resolve in) and every rule it may use, the fixed
     ones (``space``, ``char``, ``value``...) last. Raises SchemaError as strict_schema_to_grammar does."""
+    check_style(style)
     try:
-        return _compile(schema, lenient, limits, pointer, regex_dialect)
+        return _compile(schema, lenient, limits, pointer, regex_dialect, style)
     except _TooDeep:
         if not COMPILED:
             raise SchemaError(_TOO_DEEP, "#", keyword="SchemaLimits") from None
     # compiled, the recursion ran low on the caller's C stack: done again from the start with room
     try:
-        return run_with_stack(lambda: _compile(schema, lenient, limits, pointer, regex_dialect), DEEP_STACK)
+        return run_with_stack(lambda: _compile(schema, lenient, limits, pointer, regex_dialect, style), DEEP_STACK)
     except _TooDeep:
         raise SchemaError(_TOO_DEEP, "#", keyword="SchemaLimits") from None
 
@@ -51,7 +64,7 @@ def compile_schema(schema, lenient, limits, pointer="#", regex_dialect="ecma"):
 COMPILED = not isinstance(compile_schema, types.FunctionType)
 
 
-def _compile(schema, lenient, limits, pointer, regex_dialect):
+def _compile(schema, lenient, limits, pointer, regex_dialect, style):
     check_dialect(regex_dialect)
     bad = set(lenient) - LENIENT_KEYWORDS
     if bad:
@@ -68,7 +81,7 @@ def _compile(schema, lenient, limits, pointer, regex_dialect):
     c = None
     try:
         schema = in_python_dialect(schema, regex_dialect)
-        c = Compiler(schema, lenient, limits)
+        c = Compiler(schema, lenient, limits, style)
         node = c.doc.node_at(pointer)
         if node is True or node is False or isinstance(node, dict):
             root = c.rule([node], pointer)
@@ -86,38 +99,40 @@ def _compile(schema, lenient, limits, pointer, regex_dialect):
     finally:
         if c is not None:
             c.close()
-    rules.update(FIXED_RULES)
+    rules.update(CANONICAL_FIXED_RULES if style == "canonical" else FIXED_RULES)
     return (root if root is not None else NEVER), rules
 
 
-def strict_schema_to_grammar(schema, *, lenient=(), limits=None, regex_dialect="ecma"):
+def strict_schema_to_grammar(schema, *, lenient=(), limits=None, regex_dialect="ecma", style="exact"):
     """Compile a JSON schema (a dict, a bool, or JSON text) to GBNF whose root rule ``root`` accepts exactly
     the JSON texts (spelled as the package's docstring says) of the instances jsonschema accepts.
 
     ``lenient``: keywords to treat as annotations instead of refusing them where strict mode cannot enforce
     them (see LENIENT_KEYWORDS). ``limits``: a ``bankml.schema.SchemaLimits`` (size, nodes, seconds).
     ``regex_dialect``: ``"ecma"`` (JSON Schema's ECMA-262 regexes, the default) or ``"python"`` (Python's ``re``, as
-    the ``jsonschema`` package searches with it; ``dialect``). Raises ``SchemaError`` with ``keyword`` and
-    ``pointer`` set for every schema it refuses.
+    the ``jsonschema`` package searches with it; ``dialect``). ``style``: ``"exact"`` (every JSON text of each
+    instance: the language to judge texts with) or ``"canonical"`` (the language to generate in: one spelling of
+    each instance, a subset of the exact one; the package's docstring). Raises ``SchemaError`` with ``keyword``
+    and ``pointer`` set for every schema it refuses, ValueError for a bad ``style``.
     """
-    root, rules = compile_schema(schema, lenient, limits, regex_dialect=regex_dialect)
+    root, rules = compile_schema(schema, lenient, limits, regex_dialect=regex_dialect, style=style)
     lines = ["root ::= " + root + " space"]
     for name, body in rules.items():
         lines.append("%s ::= %s" % (name, body))
     return "\n".join(lines) + "\n"
 
 
-def strict_schema_rules(schema, name, *, pointer="#", lenient=(), limits=None, regex_dialect="ecma"):
+def strict_schema_rules(schema, name, *, pointer="#", lenient=(), limits=None, regex_dialect="ecma", style="exact"):
     """The strict rules of one schema, to embed in a bigger grammar: ``{rule name: body}`` where ``name``
     (a GBNF rule name) is the rule of the schema node at ``pointer`` (default the whole ``schema``; a pointer
     such as ``#/properties/a`` compiles one property, its ``$ref``s resolved in the whole document) followed
     by ``space``, as strict_schema_to_grammar's ``root``, and every other rule it reaches is named
     ``name + "-" + its own name``: no clash with another schema's rules under another name, nor with
     llama.cpp's converter rules (``space``, ``string``, ``value``... differ there). Raises SchemaError
-    naming the keyword and pointer, as strict_schema_to_grammar does."""
+    naming the keyword and pointer, as strict_schema_to_grammar does; ``style`` is its too."""
     if not re.fullmatch(r"[a-zA-Z0-9-]+", name):
         raise ValueError("bad GBNF rule name %r" % (name,))
-    root, rules = compile_schema(schema, lenient, limits, pointer, regex_dialect)
+    root, rules = compile_schema(schema, lenient, limits, pointer, regex_dialect, style)
     prefix = name + "-"
     out = {}
     pending = [(name, root + " space")]

@@ -152,8 +152,22 @@ def hex_except_steps(ex):
     return got
 
 
-def spell_char(ch):
-    """GBNF of every spelling of one code point inside a JSON string (module docstring)."""
+def canonical_spelling(ch):
+    """The one canonical spelling of a code point inside a JSON string: ``json.dumps(ch, ensure_ascii=False)``'s
+    (raw, but ``\\"``, ``\\\\``, the short escapes of U+0008-U+000D's letters and ``\\u00xx`` for the other
+    control characters)."""
+    o = ord(ch)
+    if ch == '"' or ch == "\\":
+        return "\\" + ch
+    if o < 0x20 or 0xD800 <= o <= 0xDFFF:  # a lone surrogate (a schema's key may hold one) has no raw UTF-8
+        return SHORT_ESC.get(ch) or "\\u%04x" % o
+    return ch
+
+
+def spell_char(ch, canonical=False):
+    """GBNF of every spelling of one code point inside a JSON string (module docstring), or of its canonical one."""
+    if canonical:
+        return "( " + lit(canonical_spelling(ch)) + " )"
     o = ord(ch)
     alts = []
     if o >= 0x20 and ch not in '"\\':
@@ -194,6 +208,17 @@ FIXED_RULES: dict[str, str] = {
     "number": NUMBER_RULE,
     "integer": INTEGER_RULE,
 }
+# The canonical style's (``convert``'s style "canonical"): no whitespace, a code point in its one spelling
+# (``canonical_spelling``: "\\u00" and lowercase hex for the control characters without a short escape), numbers
+# with no exponent
+CANONICAL_FIXED_RULES: dict[str, str] = {
+    "space": '""',
+    "char": '[^"\\\\\\x00-\\x1F] | "\\\\" ( ["\\\\bfnrt] | "u00" ( "0" [0-7bef] | "1" [0-9a-f] ) )',
+    "hex": "[0-9a-fA-F]",
+    "number": '"-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )?',
+    "integer": INTEGER_RULE,
+}
 for _line in _VALUE_RULES.split("\n"):
     _name, _body = _line.split(" ::= ", 1)
     FIXED_RULES[_name] = _body
+    CANONICAL_FIXED_RULES[_name] = _body

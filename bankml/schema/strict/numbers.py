@@ -20,18 +20,22 @@ from bankml.schema.strict.vocabulary import ALL_TYPES
 
 
 class Numbers:
-    """The number rules of one conversion (``rules``, the grammar written; ``doc``, for its draft)."""
+    """The number rules of one conversion (``rules``, the grammar written; ``doc``, for its draft). ``canonical``:
+    numbers in their plain form only, no exponent, an integer with no fraction (each value keeps a text)."""
 
-    def __init__(self, doc, rules):
+    def __init__(self, doc, rules, canonical=False):
         self.doc = doc
         self.rules = rules
+        self.canonical = canonical
 
     def number_expr(self, m, ptr):
         types = m.types
         integer_only = "frac" not in types
         # draft 6+: an integral float (5.0) is an integer; its text is the integer's with an all-zero fraction
-        int_rule = "integer" if self.doc.draft <= 4 else '"-"? ( "0" | [1-9] [0-9]* ) ( "." "0"+ )?'
-        zero_frac = integer_only and self.doc.draft >= 6
+        # (not in the canonical style: 5)
+        plain_int = self.doc.draft <= 4 or self.canonical
+        int_rule = "integer" if plain_int else '"-"? ( "0" | [1-9] [0-9]* ) ( "." "0"+ )?'
+        zero_frac = integer_only and not plain_int
         frac_only = None
         if "int" not in types:
             # numbers that are no integers: draft 4, every float text; draft 6+, a nonzero fraction digit or a
@@ -69,7 +73,7 @@ class Numbers:
         if modulus == 1:
             modulus = None
             if not bounds and frac_only is None:
-                return int_rule if integer_only else '"-"? ( "0" | [1-9] [0-9]* ) ( "." "0"+ )?'
+                return int_rule if integer_only or self.canonical else '"-"? ( "0" | [1-9] [0-9]* ) ( "." "0"+ )?'
         return self.number_rules(m, bounds, integer_only, zero_frac, integral, frac_only, modulus)
 
     def number_rules(self, m, bounds, integer_only, zero_frac, integral, frac_only, modulus, must=None, notmods=()):
@@ -83,6 +87,7 @@ class Numbers:
             modulus,
             must,
             notmods,
+            self.canonical,
             tuple(
                 (lower, type(b).__name__, repr(b), repr(getattr(b, "exact", None)), excl) for lower, b, excl in m.bounds
             ),
@@ -97,7 +102,7 @@ class Numbers:
                 bounds,
                 modulus,
                 zero_fraction_only=integral or zero_frac,
-                no_exponent=integer_only or integral,
+                no_exponent=integer_only or integral or self.canonical,
                 frac_only=frac_only,
                 must=must,
                 notmods=notmods,
@@ -160,10 +165,19 @@ class Numbers:
             if "frac" not in types:
                 return None
             t = json.dumps(x)
+            if self.canonical:
+                # json.dumps's text, the one exact mode takes (1e-05 keeps its exponent there: the package's
+                # docstring)
+                return lit(t)
             return lit(t) if "e" in t else lit(t) + ' "0"*'
         n = int(x)
         int_ok = "int" in types
         float_ok = ("int" in types) if self.doc.draft >= 6 else ("frac" in types)
+        if self.canonical:
+            # its one plain text: the integer's where an integer text is of its types, else with ".0"
+            if int_ok:
+                return lit(str(n))
+            return lit(str(n) + ".0") if float_ok else None
         base = '"-"? "0"' if n == 0 else lit(str(n))
         alts = []
         if int_ok and float_ok:

@@ -28,10 +28,11 @@ from bankml.schema.strict.vocabulary import refuse
 class Objects:
     """The object rules of one conversion, and its budget of any-order key sets."""
 
-    def __init__(self, doc, rules, lenient):
+    def __init__(self, doc, rules, lenient, canonical=False):
         self.doc = doc
         self.rules = rules
         self.lenient = lenient
+        self.canonical = canonical  # the listed keys in the schema's order (``_SchemaOrder``), no key-order sets
         self.any_order_states = 0
         self.exact_order_states = 0  # key sets of objects taking the exact form where the repeating one would do
 
@@ -146,6 +147,8 @@ class Objects:
         n = len(items)
         # one rule per member: the automaton's states name it instead of repeating the key's spellings
         kv = [self.member_rule(k, r) for k, r in items]
+        if self.canonical and witness is None:
+            return self._schema_order(items, kv, required, deps, extra, minp, maxp, ptr)
         sets = 1 << (n + len(m.some))  # each negated keyword doubles the states: witnessed or not
         req = [i for i, (k, _) in enumerate(items) if k in required]
         # the keys whose presence the repeating form tracks: the required ones and those of a dependency
@@ -186,6 +189,10 @@ class Objects:
                 "lenient=['properties'] takes them in the schema's order"
                 % (n, len(req), MAX_ANY_ORDER, MAX_REQUIRED_ANY_ORDER, ANY_ORDER_BUDGET),
             )
+        return self._schema_order(items, kv, required, deps, extra, minp, maxp, ptr)
+
+    def _schema_order(self, items, kv, required, deps, extra, minp, maxp, ptr):
+        """The listed keys in the schema's order, each optional one skippable, then the extra keys."""
         body = _SchemaOrder(self, items, kv, required, deps, extra, minp, maxp, ptr).seq(
             0, 0, True, frozenset(), frozenset()
         )

@@ -11,7 +11,16 @@ excluded strings. Must not import the other emitters.
 from __future__ import annotations
 
 from bankml.schema._cstack import check_stack as _check_stack
-from bankml.schema.strict.gbnf import SHORT_ESC, alternatives, char_class, hex_except_steps, lit, spell_char
+from bankml.schema.strict.gbnf import (
+    SHORT_ESC,
+    alternatives,
+    canonical_spelling,
+    char_class,
+    hex_except_steps,
+    lit,
+    spell_char,
+)
+from bankml.schema.strict.lang.charsets import UNIVERSE, cs_diff, norm
 from bankml.schema.strict.lang.gbnf import charset_gbnf, string_gbnf
 from bankml.schema.strict.patterns import (
     GBNF_CACHE,
@@ -30,10 +39,12 @@ _QUOTE = '"\\""'
 
 class Strings:
     """The string rules of one conversion (written into ``rules``; ``validator`` says which strings of a finite
-    set pass)."""
+    set pass). ``canonical``: each code point in its one canonical spelling (``gbnf.canonical_spelling``), not in
+    every spelling."""
 
-    def __init__(self, rules):
+    def __init__(self, rules, canonical=False):
         self.rules = rules
+        self.canonical = canonical
         self.string_cache = {}  # a StringConstraint's key -> its expression
         self.spell_cache = {}  # code point -> the rule of its spellings
         self.except_cache = {}  # code points -> the rule of one code point but those
@@ -82,9 +93,11 @@ class Strings:
             tuple(f for f, _ in st.formats),
             tuple(f for f, _ in st.notformats),
             frozenset(st.exclude),
+            self.canonical,
         )
         if (
-            gkey not in GBNF_CACHE
+            not self.canonical
+            and gkey not in GBNF_CACHE
             and gkey[:4] == (0, None, (), ())
             and len(gkey[4]) == 1
             and gkey[5:] == ((), frozenset())
@@ -105,7 +118,7 @@ class Strings:
         bounds as a repetition of that class, not as a product automaton of one state per length (the same
         language)."""
         cs, a, b, nl = run
-        cls = self.rules.add_rule("strc", charset_gbnf(cs))
+        cls = self.rules.add_rule("strc", charset_gbnf(cs, canonical=self.canonical))
         alts = []
         for extra in range(2 if nl else 1):  # the run alone, then the run and its newline (one more char)
             lo = max(a, st.min - extra)
@@ -134,10 +147,11 @@ class Strings:
             alone = None if lang.is_empty() else format_alone(st, lang)
             if lang.is_empty():
                 cache_put(GBNF_CACHE, gkey, None)
-            elif alone is not None and shipped_format_gbnf(alone) is not None:
+            elif not self.canonical and alone is not None and shipped_format_gbnf(alone) is not None:
+                # the shipped GBNF spells every escape: the exact style's only
                 cache_put(GBNF_CACHE, gkey, shipped_format_gbnf(alone))
             else:
-                expr, rules = string_gbnf(lang, PLACEHOLDER)
+                expr, rules = string_gbnf(lang, PLACEHOLDER, canonical=self.canonical)
                 cache_put(GBNF_CACHE, gkey, (expr, dict(rules)))
         hit = GBNF_CACHE[gkey]
         if hit is None:
@@ -157,13 +171,14 @@ class Strings:
         cache = self.spell_cache
         if c not in cache:
             o = ord(c)
-            cache[c] = self.rules.add_rule("c%x" % o, spell_char(c)[2:-2])
+            cache[c] = self.rules.add_rule("c%x" % o, spell_char(c, self.canonical)[2:-2])
         return cache[c]
 
     def str_literal(self, s):
-        """GBNF of the JSON string s (quotes included), every spelling of each of its code points."""
-        if not s:
-            return lit('""')
+        """GBNF of the JSON string s (quotes included), every spelling of each of its code points (canonical: its
+        one spelling, one literal)."""
+        if not s or self.canonical:
+            return lit('"' + "".join(map(canonical_spelling, s)) + '"')
         return '"\\"" ' + " ".join(self.spell(c) for c in s) + ' "\\""'
 
     def excluding_string(self, lo, hi, exclude):
@@ -199,6 +214,10 @@ class Strings:
         cache = self.except_cache
         key = tuple(cs)
         if key in cache:
+            return cache[key]
+        if self.canonical:
+            others = cs_diff(UNIVERSE, norm([(ord(c), ord(c)) for c in cs]))
+            cache[key] = self.rules.add_rule("char-except", charset_gbnf(others, canonical=True))
             return cache[key]
         raw = {ord(c) for c in cs if ord(c) >= 0x20 and c not in '"\\'}
         alts = [char_class(raw | {0x22, 0x5C} | set(range(0x20)), negate=True)]

@@ -184,17 +184,51 @@ _CHARSET_CACHE_MAX = 4096
 _HEX_MEMO_MAX = 200_000
 
 
-def charset_gbnf(cs, admit_surrogates: bool = False) -> str:
-    """The alternatives of ``_charset_alts`` joined into one rule body, from the process-wide cache."""
-    key = (cs, admit_surrogates)
+def charset_gbnf(cs, admit_surrogates: bool = False, canonical: bool = False) -> str:
+    """The alternatives of ``_charset_alts`` (``canonical``: of ``_canonical_alts``) joined into one rule body,
+    from the process-wide cache."""
+    key = (cs, admit_surrogates, canonical)
     got = _CHARSET_GBNF.get(key)
     if got is None:
         if len(_CHARSET_GBNF) >= _CHARSET_CACHE_MAX:
             _CHARSET_GBNF.clear()
         if len(_HEX_MEMO) >= _HEX_MEMO_MAX:
             _HEX_MEMO.clear()
-        got = _CHARSET_GBNF[key] = " | ".join(_charset_alts(cs, _HEX_MEMO, admit_surrogates))
+        if canonical:
+            alts = _canonical_alts(cs, admit_surrogates)
+        else:
+            alts = _charset_alts(cs, _HEX_MEMO, admit_surrogates)
+        got = _CHARSET_GBNF[key] = " | ".join(alts)
     return got
+
+
+# The canonical spelling of the characters JSON must escape (``json.dumps``'s): a short escape where JSON has one,
+# else ``\u00`` and two lowercase hex digits. Every other character is written raw.
+_CANONICAL_SHORT = {0x22: '"', 0x5C: "\\", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r", 0x09: "t"}
+
+
+def _canonical_alts(cs, admit_surrogates: bool = False) -> list[str]:
+    """The canonical spelling of one character of ``cs``, as GBNF alternatives: raw, or the one escape JSON
+    requires (``_CANONICAL_SHORT``, ``\\u00xx``)."""
+    alts = []
+    raw = cs_inter(cs, _RAW_OK)
+    if raw:
+        alts.append(_gbnf_class(raw, admit_surrogates))
+    short = sorted(_CANONICAL_SHORT[c] for c in _CANONICAL_SHORT if cs_has(cs, c))
+    by_high: dict = {}  # the control characters without a short escape, by their high hex digit
+    for c in range(0x20):
+        if c not in _CANONICAL_SHORT and cs_has(cs, c):
+            by_high.setdefault(c >> 4, []).append("%x" % (c & 15))
+    escapes = []
+    if short:
+        body = "".join("\\\\" if ch == "\\" else ('\\"' if ch == '"' else ch) for ch in short)
+        escapes.append("[" + body + "]")
+    if by_high:
+        u = ['"%d" [%s]' % (h, "".join(lows)) for h, lows in sorted(by_high.items())]
+        escapes.append('"u00" ' + (u[0] if len(u) == 1 else "( " + " | ".join(u) + " )"))
+    if escapes:
+        alts.append('"\\\\" ' + (escapes[0] if len(escapes) == 1 else "( " + " | ".join(escapes) + " )"))
+    return alts
 
 
 def _charset_alts(cs, memo: dict, admit_surrogates: bool = False) -> list[str]:
@@ -260,7 +294,9 @@ def _charset_alts(cs, memo: dict, admit_surrogates: bool = False) -> list[str]:
 _MAX_INLINE = 16
 
 
-def string_gbnf(lang: Lang, name: str, admit_surrogates: bool = False) -> tuple[str, dict[str, str]]:
+def string_gbnf(
+    lang: Lang, name: str, admit_surrogates: bool = False, canonical: bool = False
+) -> tuple[str, dict[str, str]]:
     """GBNF for the whole quoted JSON string (quotes included) whose decoded value is in ``lang``.
 
     Returns ``(expression, rules)``: ``expression`` goes into a rule body; ``rules`` maps new rule
@@ -279,19 +315,23 @@ def string_gbnf(lang: Lang, name: str, admit_surrogates: bool = False) -> tuple[
     >= 0x80 alike; a class that excludes the surrogates misses it (measured on the llama-3
     vocabulary, the first mask inside an any-string: ~16 ms exact vs ~0.3 ms admitting them).
     The valid-UTF-8 texts accepted are the same either way.
+
+    ``canonical=True`` writes each character in its one canonical spelling instead (``_canonical_alts``: raw but
+    for the escapes JSON requires), the strict compiler's canonical style: the same decoded strings.
     """
     if not re.fullmatch(r"[a-zA-Z0-9-]+", name):
         raise ValueError(f"bad GBNF rule name {name!r}")
     if lang.is_empty():
         return name + "-none", {name + "-none": "[^\\u0000-\\U0010FFFF]"}
-    return _StringRules(lang, name, admit_surrogates).write()
+    return _StringRules(lang, name, admit_surrogates, canonical=canonical).write()
 
 
 class _StringRules:
     """The rules string_gbnf writes for one language (its layout: string_gbnf's docstring)."""
 
-    def __init__(self, lang: Lang, name: str, admit_surrogates: bool, end: str = '"\\""'):
+    def __init__(self, lang: Lang, name: str, admit_surrogates: bool, end: str = '"\\""', canonical: bool = False):
         self.lang, self.name, self.admit_surrogates, self.end = lang, name, admit_surrogates, end
+        self.canonical = canonical
         self.rules: dict[str, str] = {}
         self.cs_rule: dict = {}
         n = lang.n_states
@@ -328,7 +368,7 @@ class _StringRules:
         ref = self.cs_rule.get(cs)
         if ref is None:
             ref = self.cs_rule[cs] = f"{self.name}-c{len(self.cs_rule)}"
-            self.rules[ref] = charset_gbnf(cs, self.admit_surrogates)
+            self.rules[ref] = charset_gbnf(cs, self.admit_surrogates, self.canonical)
         return ref
 
     def body(self, s: int, depth: int) -> list[str]:
