@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 
+from bankml.chat.chat_peg import ChatParseError
 from bankml.chat.constraint import Constraint, RequestError
 from bankml.chat.inputs import ChatInputs
 from bankml.chat.params import TOOL_CALL_MODES, TOOL_CHOICES
-from bankml.chat.template import ChatParseError
 from bankml.engine._grammar import Grammar, Rules
 from bankml.engine._hash import mask_hash
 from bankml.engine.vocab import Vocab

@@ -2,12 +2,13 @@
 
 The chat layer of llama-server for any chat template: what ``common_chat_templates_init`` and
 ``common_chat_templates_apply`` (``common/chat.cpp``) make of a template and a request. This module owns the
-request side: the OpenAI messages read as llama.cpp reads them (``common_chat_msgs_parse_oaicompat``), the
-template's capabilities (``jinja::caps_get``), the workarounds llama.cpp applies to the messages before
-rendering, the extra variables it gives the template (``datetime``, ``date_string``, ``chat_template_kwargs``,
-``enable_thinking``, the reasoning-preservation and reasoning-effort aliases), the prompt, and the generation
-prompt (the text the template adds for ``add_generation_prompt``, which the grammar and the parser start
-with). The rendering itself is ``bankml.chat.jinja``'s.
+template's capabilities (``jinja::caps_get``), the extra variables it gives the template (``datetime``,
+``date_string``, ``chat_template_kwargs``, ``enable_thinking``, the reasoning-preservation and reasoning-effort
+aliases), the prompt, and the generation prompt (the text the template adds for ``add_generation_prompt``, which
+the grammar and the parser start with). The rendering itself is ``bankml.chat.jinja``'s; the OpenAI messages and
+tools read as llama.cpp reads them (``common_chat_msgs_parse_oaicompat``, with the workarounds applied before
+rendering) are ``bankml.chat.messages``'; the answer parsed back and streamed as deltas is
+``bankml.chat.answers``'; what is cached between requests is ``bankml.chat.request_cache``'s.
 
 It runs the generic pipeline; what is one model family's (the detection of its templates, the message rewrites
 before rendering, the handler of ``common/parsers/`` and its mapper) is that family's module of
@@ -24,9 +25,6 @@ The request is one value, ``bankml.chat.inputs.ChatInputs`` (llama.cpp's ``commo
 result one ``ChatPrompt`` (its ``common_chat_params``).
 """
 
-import copy
-import json
-import pickle
 import re
 import time
 from dataclasses import dataclass, field
@@ -35,10 +33,20 @@ from typing import Optional
 from bankml.chat import cache, families
 from bankml.chat.analysis import Analysis
 from bankml.chat.analysis_tools import JSON_NATIVE, build_tool_parser
-from bankml.chat.chat_peg import ChatMessage, ChatParseError, build_chat_peg_parser
+from bankml.chat.answers import msg_empty
+from bankml.chat.chat_peg import build_chat_peg_parser
 from bankml.chat.families import TRIGGER_PATTERN, TRIGGER_PATTERN_FULL, TRIGGER_TOKEN, TRIGGER_WORD, Inputs
 from bankml.chat.inputs import ChatInputs
-from bankml.chat.jinja import Program, TemplateError, caps_get, memo_json, preserve_reasoning, prime_tojson, tojson_text
+from bankml.chat.jinja import Program, TemplateError, caps_get, preserve_reasoning
+from bankml.chat.messages import (
+    as_text,
+    common_prefix_length,
+    msg_to_json,
+    normalize_messages,
+    parse_continuation,
+    parse_messages,
+    trim_spaces,
+)
 from bankml.chat.params import (
     CONTINUATION_AUTO,
     CONTINUATION_CONTENT,
@@ -51,7 +59,8 @@ from bankml.chat.params import (
     resolve_tool_choice,
     schema_error,
 )
-from bankml.errors import SchemaError, json_type_name
+from bankml.chat.request_cache import UNCACHED, cached_tools, derived_fields, private_schema
+from bankml.errors import SchemaError
 from bankml.schema import jsondepth as _jsondepth
 from bankml.schema.grammar import DEFAULT_STRICT_STYLE
 
@@ -73,192 +82,6 @@ CHATML_TEMPLATE = (
     "  {{- '<|im_start|>assistant\n' -}}\n"
     "{%- endif -%}"
 )
-
-
-def _dump(value):
-    """nlohmann's dump() of a request value, for the messages llama.cpp quotes."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def parse_messages(messages):
-    """common_chat_msgs_parse_oaicompat: OpenAI messages -> llama.cpp's common_chat_msg fields, as dicts with
-    the keys role, content, content_parts, tool_calls, reasoning_content, tool_name, tool_call_id."""
-    try:
-        if not isinstance(messages, list):
-            raise ValueError("Expected 'messages' to be an array, got " + _dump(messages))
-        out = []
-        for message in messages:
-            if not isinstance(message, dict):
-                raise ValueError("Expected 'message' to be an object, got " + _dump(message))
-            if "role" not in message:
-                raise ValueError("Missing 'role' in message: " + _dump(message))
-            msg = {
-                "role": _str(message["role"]),
-                "content": "",
-                "content_parts": [],
-                "tool_calls": [],
-                "reasoning_content": "",
-                "tool_name": "",
-                "tool_call_id": "",
-            }
-            has_content, has_tool_calls = "content" in message, "tool_calls" in message
-            if has_content:
-                content = message["content"]
-                if isinstance(content, str):
-                    msg["content"] = content
-                elif isinstance(content, list):
-                    for part in content:
-                        if not isinstance(part, dict) or "type" not in part:
-                            raise ValueError("Missing content part type: " + _dump(part))
-                        if part["type"] not in ("text", "media_marker"):
-                            raise ValueError("Unsupported content part type: " + _dump(part["type"]))
-                        msg["content_parts"].append({"type": part["type"], "text": _str(part["text"])})
-                elif content is not None:
-                    raise ValueError(
-                        "Invalid 'content' type: expected string or array, got "
-                        + _dump(content)
-                        + " (ref: https://github.com/ggml-org/llama.cpp/issues/8367)"
-                    )
-            if has_tool_calls:
-                for call in message["tool_calls"]:
-                    if "type" not in call:
-                        raise ValueError("Missing tool call type: " + _dump(call))
-                    if call["type"] != "function":
-                        raise ValueError("Unsupported tool call type: " + _dump(call))
-                    if "function" not in call:
-                        raise ValueError("Missing tool call function: " + _dump(call))
-                    fn = call["function"]
-                    if "name" not in fn:
-                        raise ValueError("Missing tool call name: " + _dump(call))
-                    args = fn["arguments"]
-                    msg["tool_calls"].append(
-                        {
-                            "name": _str(fn["name"]),
-                            "arguments": args if isinstance(args, str) else _dump(args),
-                            "id": _str(call["id"]) if "id" in call else "",
-                        }
-                    )
-            if not has_content and not has_tool_calls:
-                raise ValueError(
-                    "Expected 'content' or 'tool_calls' (ref: https://github.com/ggml-org/llama.cpp/issues/8367 & "
-                    "https://github.com/ggml-org/llama.cpp/issues/12279)"
-                )
-            if "reasoning_content" in message:
-                msg["reasoning_content"] = _str(message["reasoning_content"])
-            if "name" in message:
-                msg["tool_name"] = _str(message["name"])
-            if "tool_call_id" in message:
-                msg["tool_call_id"] = _str(message["tool_call_id"])
-            out.append(msg)
-        return out
-    except (ValueError, KeyError, TypeError) as e:
-        text = str(e) if isinstance(e, ValueError) else "[json.exception.out_of_range.403] key not found"
-        raise ChatRequestError("Failed to parse messages: " + text) from None
-
-
-def _str(value):
-    if not isinstance(value, str):
-        raise ValueError("[json.exception.type_error.302] type must be string, but is " + json_type_name(value))
-    return value
-
-
-def _concat_parts(parts):
-    """Parts joined with newlines, none before or after a media marker."""
-    text, last_was_media = "", False
-    for part in parts:
-        kind = part.get("type", "")
-        if kind == "text":
-            add_newline = not last_was_media and bool(text)
-            last_was_media = False
-        elif kind == "media_marker":
-            add_newline, last_was_media = False, True
-        else:
-            continue
-        if add_newline:
-            text += "\n"
-        text += part.get("text", "")
-    return text
-
-
-def _msg_to_json(msg):
-    """common_chat_msg::to_json_oaicompat(concat_typed_text=false): the message as the template sees it."""
-    if msg["content"] and msg["content_parts"]:
-        raise ChatRequestError("Cannot specify both content and content_parts")
-    out = {"role": msg["role"]}
-    if msg["content"]:
-        out["content"] = msg["content"]
-    elif msg["content_parts"]:
-        if any(p["type"] == "media_marker" for p in msg["content_parts"]):
-            out["content"] = _concat_parts(msg["content_parts"])
-        else:
-            out["content"] = [{"type": p["type"], "text": p["text"]} for p in msg["content_parts"]]
-    else:
-        out["content"] = ""
-    if msg["reasoning_content"]:
-        out["reasoning_content"] = msg["reasoning_content"]
-    if msg["tool_name"]:
-        out["name"] = msg["tool_name"]
-    if msg["tool_call_id"]:
-        out["tool_call_id"] = msg["tool_call_id"]
-    if msg["tool_calls"]:
-        calls = []
-        for call in msg["tool_calls"]:
-            tc = {"type": "function", "function": {"name": call["name"], "arguments": call["arguments"]}}
-            if call["id"]:
-                tc["id"] = call["id"]
-            calls.append(tc)
-        out["tool_calls"] = calls
-    return out
-
-
-def _normalize(messages, caps):
-    """messages_inp_normalizer: string content for templates that only take strings, parts for the others."""
-    only_string = caps.supports_string_content and not caps.supports_typed_content
-    only_typed = not caps.supports_string_content and caps.supports_typed_content
-    if not only_string and not only_typed:
-        return messages
-    out = []
-    for msg in messages:
-        msg = dict(msg)
-        if "content" in msg:
-            content = msg["content"]
-            if only_typed and isinstance(content, str):
-                msg["content"] = [{"type": "text", "text": content}]
-            elif only_string and isinstance(content, list):
-                msg["content"] = _concat_parts(content)
-        out.append(msg)
-    return out
-
-
-def _common_prefix_length(a, b):
-    """The length of the longest common prefix of two strings, by slice comparisons (C loops, not a Python one
-    per character): halving the differing range keeps the total compared length linear."""
-    limit = min(len(a), len(b))
-    if a[:limit] == b[:limit]:
-        return limit
-    lo, hi = 0, limit  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def _trim(text):
-    """llama.cpp's trim_whitespace (the C locale's isspace)."""
-    return text.strip(" \t\n\v\f\r")
-
-
-def _parse_continuation(value):
-    if value is True:
-        return CONTINUATION_AUTO
-    if value == "reasoning_content":
-        return CONTINUATION_REASONING
-    if value == "content":
-        return CONTINUATION_CONTENT
-    return CONTINUATION_NONE
 
 
 @dataclass
@@ -336,7 +159,7 @@ class ChatTemplate:
 
     def normalize(self, messages):
         """messages_inp_normalizer with this template's capabilities."""
-        return _normalize(messages, self.caps)
+        return normalize_messages(messages, self.caps)
 
     def render(
         self,
@@ -382,7 +205,7 @@ class ChatTemplate:
         difference of the two renders."""
         without = self.render(messages, tools, False, enable_thinking, extra_context, now, override=override)
         with_ = self.render(messages, tools, True, enable_thinking, extra_context, now, override=override)
-        n = _common_prefix_length(without, with_)
+        n = common_prefix_length(without, with_)
         return with_[n:]
 
     def prompt_and_generation_prompt(
@@ -393,7 +216,7 @@ class ChatTemplate:
         stamp = time.time() if now is None else now
         without = self.render(messages, tools, False, enable_thinking, extra_context, stamp, override=override)
         with_ = self.render(messages, tools, True, enable_thinking, extra_context, stamp, override=override)
-        n = _common_prefix_length(without, with_)
+        n = common_prefix_length(without, with_)
         return (with_ if add_generation_prompt else without), with_[n:]
 
     # -- the request (common_chat_templates_apply_jinja up to the parser generation) ------------------------
@@ -410,12 +233,12 @@ class ChatTemplate:
             if last is not None:
                 last = dict(last, content_parts=[dict(p) for p in last["content_parts"]])
             for m in msgs:
-                m["content"], m["reasoning_content"] = _trim(m["content"]), _trim(m["reasoning_content"])
+                m["content"], m["reasoning_content"] = trim_spaces(m["content"]), trim_spaces(m["reasoning_content"])
                 for p in m["content_parts"]:
                     if p["type"] == "text":
-                        p["text"] = _trim(p["text"])
-        rendered = _normalize([_msg_to_json(m) for m in msgs], self.caps)
-        continuation = _parse_continuation(inputs.continue_final_message)
+                        p["text"] = trim_spaces(p["text"])
+        rendered = normalize_messages([msg_to_json(m) for m in msgs], self.caps)
+        continuation = parse_continuation(inputs.continue_final_message)
         continue_msg = None
         if continuation != CONTINUATION_NONE:
             add_generation_prompt = False
@@ -437,7 +260,7 @@ class ChatTemplate:
         if not self.caps.supports_system_role and rendered and rendered[0].get("role") == "system":
             if len(rendered) > 1:
                 first, second = rendered[0], dict(rendered[1])
-                second["content"] = _as_text(first.get("content")) + "\n" + _as_text(second.get("content"))
+                second["content"] = as_text(first.get("content")) + "\n" + as_text(second.get("content"))
                 rendered = [second] + rendered[2:]
             else:
                 rendered = rendered[1:]
@@ -504,7 +327,7 @@ class ChatTemplate:
         tools = inputs.tools
         tool_choice, tool_names = resolve_tool_choice(inputs.tool_choice, tools, tool_call_mode)
         rendered, extra, add_gen, continuation, continue_msg = self.prepare(inputs)
-        tools_json, tools_render, tools_key = _cached_tools(tools)
+        tools_json, tools_render, tools_key = cached_tools(tools)
         json_schema = inputs.json_schema
         if isinstance(json_schema, str):
             try:
@@ -512,13 +335,13 @@ class ChatTemplate:
             except (ValueError, RecursionError) as e:
                 raise ChatRequestError("json_schema is not JSON: %s" % e) from None
         has_continuation = (
-            continuation != CONTINUATION_NONE and continue_msg is not None and not _msg_empty(continue_msg)
+            continuation != CONTINUATION_NONE and continue_msg is not None and not msg_empty(continue_msg)
         )
         # the derived parameters are cached unless they depend on a prefilled message or on values that are
         # not JSON; the cache keeps its own copy of the schema (the request's may change afterwards)
         schema_key = cache.object_key(json_schema)
         key = None
-        if not has_continuation and tools_key is not _UNCACHED and schema_key is not None:
+        if not has_continuation and tools_key is not UNCACHED and schema_key is not None:
             key = (
                 self._cache_key,
                 tools_key,
@@ -534,7 +357,7 @@ class ChatTemplate:
                 tool_call_mode,
                 tool_names,
             )
-            json_schema = _private_schema(json_schema, schema_key)
+            json_schema = private_schema(json_schema, schema_key)
         inp = Inputs(
             inputs,
             self.handler,
@@ -588,10 +411,10 @@ class ChatTemplate:
         def derive(out):
             self._derive_auto(out, a, parser_gen, extracting, json_schema, inp, json_schema_mode)
 
-        _derived(out, None if key is None else key + ("auto", parser_gen), derive)
+        derived_fields(out, None if key is None else key + ("auto", parser_gen), derive)
         out.supports_thinking = a.reasoning.mode != "NONE"
-        out.thinking_start_tag = _trim(a.reasoning.start) if out.supports_thinking else ""
-        end = _trim(a.reasoning.end)
+        out.thinking_start_tag = trim_spaces(a.reasoning.start) if out.supports_thinking else ""
+        end = trim_spaces(a.reasoning.end)
         out.thinking_end_tags = [end] if out.supports_thinking and end else []
         out.preserved_tokens = list(a.preserved_tokens)
         if out.grammar_lazy and out.tool_call_mode == "strict":
@@ -666,7 +489,7 @@ class ChatTemplate:
         )
         if key is not None:
             key = key + (h, gen, families.prompt_key(h, prompt))
-        _derived(out, key, lambda out: families.apply(out, inp))
+        derived_fields(out, key, lambda out: families.apply(out, inp))
         return _check_forced(out, inp)
 
 
@@ -688,56 +511,6 @@ def _tool_call_mode(inp):
     return "strict" if inp.strict_tools else "llama.cpp"
 
 
-def _string_diff(last, current):
-    if not last:
-        return current
-    if not current.startswith(last):
-        if last.startswith(current):
-            return ""
-        raise ChatParseError("Invalid diff: '%s' not found at start of '%s'" % (last, current))
-    return current[len(last) :]
-
-
-def msg_diffs(previous, current):
-    """common_chat_msg_diff::compute_diffs: [(reasoning_content_delta, content_delta)], one entry per field
-    that changed (reasoning first)."""
-    out = []
-    if previous.reasoning_content != current.reasoning_content:
-        out.append((_string_diff(previous.reasoning_content, current.reasoning_content), ""))
-    if previous.content != current.content:
-        out.append(("", _string_diff(previous.content, current.content)))
-    return out
-
-
-def msg_diffs_with_tools(previous, current):
-    """common_chat_msg_diff::compute_diffs in full: [(reasoning_delta, content_delta, tool_call_index (-1:
-    none), name, arguments_delta, id)], reasoning and content first, then the last known call's argument
-    delta (with its id and name when they changed) and the new calls. ChatParseError with llama.cpp's
-    message when calls disappear or a call's name changes."""
-    out = [d + (-1, "", "", "") for d in msg_diffs(previous, current)]
-    prv, new = previous.tool_calls or [], current.tool_calls or []
-    if len(new) < len(prv):
-        err = "Invalid diff: now finding less tool calls!\n  Previous (%d):\n" % len(prv)
-        err += "".join("    - name: '%s', args: '%s'\n" % (tc.name, tc.arguments) for tc in prv)
-        err += "  Current (%d):\n" % len(new)
-        err += "".join("    - name: '%s', args: '%s'\n" % (tc.name, tc.arguments) for tc in new)
-        err += "  Current msg text content:\n" + current.content + "\n"
-        raise ChatParseError(err)
-    if prv:
-        idx = len(prv) - 1
-        pref, newf = prv[idx], new[idx]
-        if pref.name != newf.name and pref.name and newf.name and not newf.name.startswith(pref.name):
-            raise ChatParseError("Invalid diff: tool call mismatch!")
-        args = _string_diff(pref.arguments, newf.arguments)
-        if args or pref.id != newf.id or pref.name != newf.name:
-            changed = pref.id != newf.id or pref.name != newf.name
-            out.append(("", "", idx, newf.name if changed else "", args, newf.id if changed else ""))
-    for idx in range(len(prv), len(new)):
-        tc = new[idx]
-        out.append(("", "", idx, tc.name, tc.arguments, tc.id))
-    return out
-
-
 def build_auto_parser(analysis, generation_prompt, extracting, json_schema, tool_inputs=None):
     """autoparser::build_parser (chat-auto-parser-generator.cpp): the arena; ``tool_inputs`` (the handlers'
     ``Inputs``) when the request's tools are to be parsed. C++ operands of ``+`` are built as GCC builds them
@@ -748,7 +521,7 @@ def build_auto_parser(analysis, generation_prompt, extracting, json_schema, tool
         reasoning_parser = p.eps()  # parser_build_context's initial reasoning parser
         if extracting and r.mode in ("TAG_BASED", "TOOLS_ONLY") and r.end:
             tail = p.optspace(r.end)
-            body = p.reasoning(p.until(_trim(r.end)))
+            body = p.reasoning(p.until(trim_spaces(r.end)))
             if r.start:
                 head = p.optspace(r.start)
                 reasoning_parser = p.optional(head + body + tail)
@@ -785,57 +558,10 @@ def build_auto_parser(analysis, generation_prompt, extracting, json_schema, tool
         else:
             end = p.end()
             parser = reasoning_parser + p.content(p.rest()) + end
-        prefix = p.prefix(generation_prompt, _trim(r.start))
+        prefix = p.prefix(generation_prompt, trim_spaces(r.start))
         return prefix + parser if pure_content else prefix << parser
 
     return build_chat_peg_parser(fn, tool_inputs is not None and tool_inputs.strict_tools)
-
-
-def chat_message(parser, raw, parsed=None):
-    """The assistant message llama-server answers a non-streamed request with: the parsed content, reasoning
-    and tool calls (``common_chat_msg::to_json_oaicompat``: ``tool_calls`` as
-    ``{"type": "function", "function": {"name", "arguments"}, "id"}``, with the ids ``set_tool_call_ids``
-    gave), or, when the parse holds none of them, the raw text as content
-    (server_task_result_cmpl_final::to_json_oaicompat_chat). ``parsed``: the final message already parsed (a
-    ChatStream's, whose tool calls have their ids); otherwise ``raw`` is parsed and new ids are made. Raises
-    ChatParseError where llama.cpp refuses."""
-    msg = parsed
-    if msg is None:
-        msg = parser.parse(raw, partial=False)
-        if not msg.empty():
-            set_tool_call_ids(msg, [])
-    if msg.empty():
-        text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace")
-        return {"role": "assistant", "content": text}
-    out = {"role": "assistant", "content": msg.content}
-    if msg.reasoning_content:
-        out["reasoning_content"] = msg.reasoning_content
-    if msg.tool_calls:
-        calls = []
-        for tc in msg.tool_calls:
-            call = {"type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
-            if tc.id:
-                call["id"] = tc.id
-            calls.append(call)
-        out["tool_calls"] = calls
-    return out
-
-
-def answer_message(parser, raw, tools=False, initial=None, streamed=None):
-    """The assistant message llama-server answers a finished generation with: task_result_state's message after
-    the final update (``update_chat_msg`` with ``is_partial`` false, which keeps the message it holds when the
-    parse gives an empty one), then ``chat_message``'s shape (the raw text as content when that message is
-    empty). ``streamed``: the answer's ChatStream when it was streamed (llama-server parses partial answers
-    only then); a non-streamed answer is parsed once, whole, from ``initial`` (a continued message's parse of
-    no output, else empty), so a broken call that partial parses took for a call is answered as text. Raises
-    ChatParseError where llama.cpp refuses the final parse."""
-    state = streamed
-    if state is None:
-        state = ChatStream(parser, tools=tools, initial=initial)
-        state.finish(raw)
-    elif not state.finished:
-        state.finish()  # its final parse was refused: raised again here
-    return chat_message(parser, raw, state.message)
 
 
 def preserved_token_ids(preserved_tokens, tokenize):
@@ -888,249 +614,6 @@ def lazy_grammar_triggers(triggers, preserved_ids, tokenize):
     if not tokens and not patterns:
         raise ValueError("Error: no triggers set for lazy grammar!")
     return tokens, patterns
-
-
-_ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-
-
-def gen_tool_call_id():
-    """llama-server's gen_tool_call_id (random_string): 32 random letters and digits."""
-    import secrets
-
-    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(32))
-
-
-def set_tool_call_ids(msg, ids_cache, gen=gen_tool_call_id):
-    """common_chat_msg::set_tool_call_ids: each call keeps the id the output gave it or gets a new one, the
-    same for the same call index across a stream's parses (``ids_cache``, a list, holds them)."""
-    for i, tc in enumerate(msg.tool_calls):
-        if len(ids_cache) <= i:
-            ids_cache.append(tc.id or gen())
-        tc.id = ids_cache[i]
-    return msg
-
-
-class ChatStream:
-    """The deltas of a streamed answer as llama-server sends them (task_result_state::update_chat_msg):
-    after each piece the whole answer is parsed partially; a refused or empty parse leaves the previous
-    message; the deltas are common_chat_msg_diff's. ``push(piece)`` returns the content delta ("" often) and
-    keeps the (reasoning, content) diffs in ``diffs``; ``finish()`` does the final, non-partial parse.
-    With ``tools`` the diffs are ``msg_diffs_with_tools``' (reasoning, content, tool call index, name,
-    arguments, id) and the calls get their ids as llama-server's ``set_tool_call_ids``; ``initial`` is the
-    message the stream starts from (a continued message's parse of no output, task_result_state).
-    ``strict``: a partial parse that llama.cpp refuses raises ChatParseError, as llama-server's streamed
-    update does (the stream then ends with an error event); otherwise it sends nothing and the stream goes on."""
-
-    def __init__(self, parser, tools=False, initial=None, strict=False):
-        self.parser = parser
-        self.strict = strict
-        self._data = bytearray()
-        self.message = initial if initial is not None else ChatMessage()
-        self.diffs = []
-        self.content = ""
-        self.reasoning = ""
-        self.tools = bool(tools)
-        self.tool_call_ids = []
-        self.finished = False
-
-    @property
-    def raw(self):
-        return bytes(self._data)
-
-    def _update(self, partial):
-        try:
-            msg = self.parser.parse(bytes(self._data), partial)
-        except ChatParseError:
-            if partial and not self.strict:
-                return ""
-            raise
-        if msg.empty():
-            self.diffs = []
-            if not partial:
-                self.finished = True
-            return ""
-        if self.tools:
-            # the tool-call deltas too (6-tuples, msg_diffs_with_tools), the calls with their stable ids
-            set_tool_call_ids(msg, self.tool_call_ids)
-            self.diffs = msg_diffs_with_tools(self.message, msg)
-        else:
-            self.diffs = msg_diffs(self.message, msg)
-        self.message = msg
-        if not partial:
-            self.finished = True
-        delta = "".join(d[1] for d in self.diffs)
-        self.content += delta
-        self.reasoning += "".join(d[0] for d in self.diffs)
-        return delta
-
-    def push(self, piece):
-        self._data += piece.encode("utf-8", "surrogatepass") if isinstance(piece, str) else bytes(piece)
-        return self._update(partial=True)
-
-    def finish(self, piece=b""):
-        """The final, non-partial parse (of the text pushed so far and ``piece``). A non-streamed answer is a
-        stream with no partial parse: llama-server updates a task's message only at its final result, so a
-        final parse that holds nothing leaves the task's initial message (task_result_state::update_chat_msg)."""
-        if piece:
-            self._data += piece.encode("utf-8", "surrogatepass") if isinstance(piece, str) else bytes(piece)
-        return self._update(partial=False)
-
-
-def _msg_empty(msg):
-    return not (
-        msg["content"]
-        or msg["content_parts"]
-        or msg["tool_calls"]
-        or msg["reasoning_content"]
-        or msg["tool_name"]
-        or msg["tool_call_id"]
-    )
-
-
-def _as_text(content):
-    if not isinstance(content, str):
-        raise ChatRequestError("[json.exception.type_error.302] type must be string, but is " + json_type_name(content))
-    return content
-
-
-_UNCACHED = object()  # the tools_key of tools that are not JSON (their request is not cached)
-
-
-def _cached_tools(tools):
-    """``(tools_json, tools_render, tools_key)``: the request's tools as llama.cpp passes them (``_tools_json``),
-    the same made of ``JSONDict`` / ``JSONList`` for the template (each tool's JSON text computed once), and their
-    JSON text (None: no tools; ``_UNCACHED``: not JSON). The key is the ``tojson`` text of ``_tools_json``'s
-    tools (all that the answer depends on), ``[`` and each tool's ``tojson`` text joined by ``, ``; both values
-    are cached by it and built from its parse, so they are the cache's own (a caller changing its tools
-    afterwards changes nothing) and a hit is built from exactly what a miss is."""
-    if not tools:
-        return None, None, None
-    tools_json = _tools_json(tools)
-    try:
-        key = tojson_text(tools_json)
-    except (TypeError, ValueError, RecursionError):
-        return tools_json, tools_json, _UNCACHED
-    hit = cache.TOOLS.get(key)
-    if hit is not None:
-        return hit[0], hit[1], key
-    floats, constants = [], []
-
-    def parse_float(text):  # what json.loads does with a number with a point or an exponent, noted
-        floats.append(text)
-        return float(text)
-
-    decode = json.JSONDecoder(parse_float=parse_float, parse_constant=constants.append).raw_decode
-    with cache.gc_paused():
-        # each tool read from its own text in the key, which is its tojson text
-        tools_json, texts, pos = [], [], 1
-        for _ in range(len(tools)):
-            tool, end = decode(key, pos)
-            tools_json.append(tool)
-            texts.append(key[pos:end])
-            pos = end + 2
-        if constants:  # NaN or an infinity: read again as json.loads does (a float too)
-            tools_json = json.loads(key)
-            floats += constants
-        tools_render = memo_json(tools_json)
-        prime_tojson(tools_render, floats=bool(floats), texts=texts)
-        entry = (tools_json, tools_render)
-    cache.TOOLS.put(key, entry, weight=len(key))
-    return entry[0], entry[1], key
-
-
-def _private_schema(json_schema, schema_key):
-    """The cache's own copy of a response format's schema (from its pickle: the same structure)."""
-    if isinstance(json_schema, (dict, list)):
-        return pickle.loads(schema_key)
-    return json_schema
-
-
-# the ChatPrompt fields a handler or the auto-parser derives (besides the prompt's suffix and the parser)
-_DERIVED_FIELDS = (
-    "format",
-    "supports_thinking",
-    "thinking_start_tag",
-    "thinking_end_tags",
-    "preserved_tokens",
-    "additional_stops",
-    "delimiters",
-    "grammar",
-    "grammar_lazy",
-    "grammar_triggers",
-    "generation_prompt",
-)
-
-
-def _frozen(value):
-    if isinstance(value, (list, tuple)):
-        return tuple(_frozen(v) for v in value)
-    return value
-
-
-def _thawed(value):
-    if isinstance(value, tuple):
-        return [_thawed(v) for v in value]
-    return value
-
-
-def _derived(out, key, derive):
-    """``derive(out)`` (which sets the derived fields of the ChatPrompt ``out`` and may append to its prompt), or
-    its result for ``key`` from ``bankml.chat.cache.PARAMS``: immutable copies are kept, fresh lists and a fresh
-    parser (over the same arena, which nothing changes once built) are given."""
-    if key is None:
-        with cache.gc_paused():
-            derive(out)
-        return
-    hit = cache.PARAMS.get(key)
-    if hit is not None:
-        fields, suffix, parser = hit
-        for name, value in fields:
-            setattr(out, name, _thawed(value))
-        out.prompt += suffix
-        out.parser = copy.copy(parser)
-        return
-    before = out.prompt
-    with cache.gc_paused():
-        derive(out)
-    if not out.prompt.startswith(before):
-        return
-    parser = copy.copy(out.parser)
-    fields = tuple((name, _frozen(getattr(out, name))) for name in _DERIVED_FIELDS)
-    weight = len(key[1] or "") + len(key[2] or b"") + len(out.grammar or "")
-    if parser is not None:
-        weight += 200 * len(parser.arena.parsers)
-    cache.PARAMS.put(key, (fields, out.prompt[len(before) :], parser), weight)
-
-
-def _tools_json(tools):
-    """common_chat_tools_parse_oaicompat + common_chat_tools_to_json_oaicompat."""
-    if not tools:
-        return None
-    out = []
-    try:
-        if not isinstance(tools, list):
-            raise ValueError("Expected 'tools' to be an array, got " + _dump(tools))
-        for tool in tools:
-            if "type" not in tool:
-                raise ValueError("Missing tool type: " + _dump(tool))
-            if tool["type"] != "function":
-                raise ValueError("Unsupported tool type: " + _dump(tool))
-            if "function" not in tool:
-                raise ValueError("Missing tool function: " + _dump(tool))
-            fn = tool["function"]
-            out.append(
-                {
-                    "type": "function",
-                    "function": {
-                        "name": _str(fn["name"]),
-                        "description": fn.get("description", ""),
-                        "parameters": fn.get("parameters", {}),
-                    },
-                }
-            )
-    except (ValueError, KeyError, TypeError) as e:
-        raise ChatRequestError("Failed to parse tools: %s; tools = %s" % (e, json.dumps(tools, indent=2))) from None
-    return out
 
 
 class ChatJob:

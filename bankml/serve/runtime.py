@@ -32,18 +32,17 @@ from typing import Any, List
 
 import numpy as np
 
+from bankml.chat.answers import ChatStream, answer_message
+from bankml.chat.chat_peg import ChatParseError
 from bankml.chat.constraint import Constraint, RequestError
 from bankml.chat.inputs import ChatInputs, kwargs_texts
+from bankml.chat.messages import parse_continuation
 from bankml.chat.params import check_tool_call_mode
 from bankml.chat.template import (
     CONTINUATION_NONE,
-    ChatParseError,
     ChatRequestError,
-    ChatStream,
     ChatTemplate,
     TemplateError,
-    _parse_continuation,
-    answer_message,
     lazy_grammar_triggers,
     preserved_token_ids,
 )
@@ -688,7 +687,7 @@ class Model:
         # from the body's field alone): only then does the answer start from the prefill's parse; a final
         # assistant message continued by --prefill-assistant starts from an empty message, so the prefill's
         # parsed content and reasoning are the stream's first delta
-        asked = continuing = _parse_continuation(continue_final_message) != CONTINUATION_NONE
+        asked = continuing = parse_continuation(continue_final_message) != CONTINUATION_NONE
         last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
         if not continuing and last.get("role") == "assistant":
             if len(messages) >= 2 and isinstance(messages[-2], dict) and messages[-2].get("role") == "assistant":

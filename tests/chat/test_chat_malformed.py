@@ -22,17 +22,10 @@ import time
 
 import pytest
 
-from bankml.chat.chat_peg import ChatToolCall
+from bankml.chat.answers import ChatStream, answer_message, msg_diffs_with_tools
+from bankml.chat.chat_peg import ChatMessage, ChatParseError, ChatToolCall
 from bankml.chat.inputs import ChatInputs
-from bankml.chat.template import (
-    ChatMessage,
-    ChatParseError,
-    ChatRequestError,
-    ChatStream,
-    TemplateError,
-    answer_message,
-    msg_diffs_with_tools,
-)
+from bankml.chat.template import ChatRequestError, TemplateError
 
 from ..oracle import build_chat_malformed as oracle_malformed
 from ..oracle import build_chat_tools as oracle_tools

@@ -24,8 +24,10 @@ import time
 
 import pytest
 
+from bankml.chat.answers import msg_diffs
+from bankml.chat.chat_peg import ChatMessage, ChatParseError
 from bankml.chat.inputs import ChatInputs
-from bankml.chat.template import ChatMessage, ChatParseError, ChatRequestError, ChatTemplate, TemplateError, msg_diffs
+from bankml.chat.template import ChatRequestError, ChatTemplate, TemplateError
 from bankml.serve.request import Request
 
 from ..oracle import build_chat_templates as oracle_chat
@@ -219,7 +221,7 @@ def test_recorded_tool_requests(templates, template):
 def test_deep_nesting_is_a_parse_error_not_a_crash():
     """The arena's executor recurses per nesting level: 1,000 levels of JSON parse; far deeper input is a
     ChatParseError (streamed: a partial parse that sends nothing), not a RecursionError."""
-    from bankml.chat.template import ChatStream
+    from bankml.chat.answers import ChatStream
 
     out = ChatTemplate("chatml").apply(ChatInputs([{"role": "user", "content": "x"}], json_schema={"type": "object"}))
     assert out.parser.parse("[" * 1000 + "]" * 1000).content == "[" * 1000 + "]" * 1000
@@ -332,9 +334,9 @@ def test_stream_and_message_agree_with_the_two_template_content_rule(templates):
     gives on the two templates it models, which tests/chat/test_chat_oracle.py checks against llama.cpp: streamed
     in pieces of 1, 3 and 7 characters and whole, JSON mode or not, over the recorded server answers and
     hand-made ones (fences, padding, an escape cut short, reasoning, the raw fallback)."""
+    from bankml.chat.answers import ChatStream, chat_message
     from bankml.chat.constraint import Constraint
     from bankml.chat.content import ContentStream, json_message
-    from bankml.chat.template import ChatStream, chat_message
 
     recorded = json.loads(
         (pathlib.Path(__file__).parent.parent / "data" / "llama-server-jsonmode.json").read_text("utf-8")

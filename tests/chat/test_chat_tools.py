@@ -28,14 +28,10 @@ import time
 
 import pytest
 
+from bankml.chat.answers import msg_diffs_with_tools
+from bankml.chat.chat_peg import ChatMessage, ChatParseError
 from bankml.chat.inputs import ChatInputs
-from bankml.chat.template import (
-    ChatMessage,
-    ChatParseError,
-    ChatRequestError,
-    TemplateError,
-    msg_diffs_with_tools,
-)
+from bankml.chat.template import ChatRequestError, TemplateError
 
 from ..oracle import build_chat_tools as oracle_tools
 from ..oracle.build_converter import OracleUnavailable

@@ -18,8 +18,7 @@ import re
 
 import pytest
 
-from bankml.chat import cache, jinja, peg
-from bankml.chat import template as chat_template
+from bankml.chat import cache, jinja, peg, request_cache
 from bankml.chat.inputs import ChatInputs
 from bankml.chat.params import arena_grammar
 from bankml.chat.peg_builder import clean_rule_name
@@ -124,7 +123,7 @@ def test_tools_tojson_texts_are_llama_cpp_s():
         {"type": "function", "function": {"name": "g", "parameters": {"type": "object", "properties": {}}}},
     ]
     cache.clear()
-    tools_json, tools_render, key = chat_template._cached_tools(tools)
+    tools_json, tools_render, key = request_cache.cached_tools(tools)
     assert json.loads(key) == tools_json
     primed = 0
     for item in tools_render:
@@ -140,6 +139,6 @@ def test_tools_tojson_texts_are_llama_cpp_s():
     nan = copy.deepcopy(tools)
     nan[1]["function"]["parameters"]["properties"]["p0_x"]["default"] = float("nan")
     cache.clear()
-    tools_json, tools_render, key = chat_template._cached_tools(nan)
+    tools_json, tools_render, key = request_cache.cached_tools(nan)
     assert "NaN" in key and tools_render[1].json_texts.get((", ", ": ")) is None
     assert tools_render[0].json_texts.get((", ", ": ")) is not None

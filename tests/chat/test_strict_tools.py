@@ -27,8 +27,9 @@ import jsonschema
 import pytest
 
 from bankml import Grammar, GrammarError, Rules, Vocab
+from bankml.chat.chat_peg import ChatParseError
 from bankml.chat.inputs import ChatInputs
-from bankml.chat.template import ChatParseError, ChatRequestError, ChatTemplate, TemplateError
+from bankml.chat.template import ChatRequestError, ChatTemplate, TemplateError
 from bankml.errors import SchemaError
 
 from ..grammar_walk import BYTES, walk
