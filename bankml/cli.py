@@ -551,7 +551,18 @@ def build_parser():
     serve.add_argument(
         "--jinja",
         action="store_true",
-        help="use the jinja template engine for chat (always on in bankml, as llama-server's default)",
+        default=True,
+        help="use the jinja template engine for chat (default: on, as llama-server's)",
+    )
+    serve.add_argument(
+        "--no-jinja",
+        dest="jinja",
+        action="store_false",
+        help="format chats with libllama's built-in templates (llama-server's --no-jinja): no tools, no parser",
+    )
+    serve.add_argument(
+        "--chat-template",
+        help="a Jinja chat template given inline (with --no-jinja: a built-in template's name, e.g. chatml, llama3)",
     )
     serve.add_argument(
         "--no-warmup",

@@ -240,6 +240,10 @@ def serve(args):
     signals = []
     config = uvicorn.Config(starlette, **_address(args), log_level="warning", timeout_graceful_shutdown=3)
     source = args.chat_template_file or ("the model's" if model.chat_template else "llama.cpp's ChatML")
+    if getattr(args, "chat_template", None):
+        source = "given by --chat-template"
+    if not getattr(args, "jinja", True):
+        source += ", libllama's built-in formatting (--no-jinja)"
     print(
         f"bankml: serving {model.path} ({model.n_vocab:,} tokens, chat template {source}) on "
         f"{_address_text(args)} with {model.n_parallel} slot(s)",

@@ -57,6 +57,7 @@ from bankml.sampling.reasoning_budget import ReasoningBudget
 from bankml.schema.grammar import check_mode
 from bankml.serve.cpu import default_threads, prepare_model_loading
 from bankml.serve.flags import flash_attn_name, flash_attn_type, kv_cache_type
+from bankml.serve.legacy_chat import LegacyChat, check_legacy_request, verify_override
 from bankml.serve.request import Request, reasoning_format_from_name
 
 __all__ = [
@@ -101,6 +102,8 @@ def chat_model_options(args):
         raise ValueError("--reasoning-budget: invalid value (-1 or more)")
     return {
         "chat_template_file": args.chat_template_file,
+        "chat_template": getattr(args, "chat_template", None),
+        "use_jinja": getattr(args, "jinja", True),
         "reasoning": args.reasoning,
         "reasoning_format": args.reasoning_format,
         "reasoning_budget": args.reasoning_budget,
@@ -424,6 +427,8 @@ class Model:
         tool_call_mode="llama.cpp",
         kv_unified=True,
         kv_unified_per_slot=0,
+        chat_template=None,
+        use_jinja=True,
     ):
         self.json_schema_mode = check_mode(json_schema_mode)
         self.tool_call_mode = check_tool_call_mode(tool_call_mode)
@@ -466,8 +471,23 @@ class Model:
         if chat_template_file is not None:  # llama-server's --chat-template-file: replaces the GGUF's
             with open(chat_template_file, encoding="utf-8") as handle:
                 self.chat_template = handle.read()
+        self.use_jinja = bool(use_jinja)
+        if chat_template:  # llama-server's --chat-template: a Jinja text, or a built-in name without --jinja
+            if chat_template_file is not None:
+                raise ValueError("give --chat-template or --chat-template-file, not both")
+            if not self.use_jinja and not verify_override(L, chat_template):
+                raise ValueError(
+                    f"error: the supplied chat template is not supported: {chat_template}\n"
+                    "note: llama.cpp was started without --jinja, we only support commonly used templates"
+                )
+            self.chat_template = chat_template
         self._chat_layer = None
         self._supports_thinking = None
+        if not self.use_jinja:  # llama-server's load formats an example chat: a template it cannot format stops it
+            try:
+                self.chat_layer()
+            except RequestError as e:
+                raise ValueError(str(e)) from None
         # llama-server's --reasoning on|off|auto: on/off also set the template kwarg enable_thinking
         # (common/arg.cpp); --reasoning-format, --reasoning-budget(-message), --chat-template-kwargs
         if reasoning not in ("on", "off", "auto"):
@@ -593,7 +613,9 @@ class Model:
     # -- jobs
 
     def chat_layer(self):
-        """The model's template as bankml.chat.template holds it (llama.cpp's ChatML when the model has none)."""
+        """The model's template as bankml.chat.template holds it (llama.cpp's ChatML when the model has none);
+        without Jinja (``use_jinja=False``, llama-server's ``--no-jinja``) a ``bankml.serve.legacy_chat.LegacyChat``
+        around it."""
         if self._chat_layer is None:
             L = self._L
             specials = []
@@ -601,13 +623,15 @@ class Model:
                 tok = fn(self._lvocab)
                 specials.append(self.vocab.piece(tok).decode("utf-8", "replace") if 0 <= tok < self.n_vocab else "")
             try:
-                self._chat_layer = ChatTemplate(
+                layer = ChatTemplate(
                     self.chat_template,
                     specials[0],
                     specials[1],
                     bool(L.llama_vocab_get_add_bos(self._lvocab)),
                     bool(L.llama_vocab_get_add_eos(self._lvocab)),
                 )
+                # --no-jinja: libllama's built-in templates make the prompt (common_chat_templates_apply_legacy)
+                self._chat_layer = layer if self.use_jinja else LegacyChat(L, layer)
             except TemplateError as e:
                 raise RequestError(str(e)) from None
         return self._chat_layer
@@ -670,6 +694,8 @@ class Model:
             raise RequestError("'messages' must be an array")
         if inputs.json_schema is not None:
             raise RequestError("a chat Request's schema is its constraint: Request.chat.json_schema must be None")
+        if not self.use_jinja:
+            check_legacy_request(inputs.tools, inputs.tool_choice)
         enable, kwargs, fmt = self.chat_options(
             inputs.chat_template_kwargs, inputs.reasoning_format, request.reasoning_effort
         )

@@ -212,10 +212,6 @@ REFUSED = {
     "--backend-sampling": "backend sampling is not implemented by bankml: bankml samples on the CPU",
     "--context-shift": _CONTEXT_SHIFT,
     "--keep": _CONTEXT_SHIFT,
-    "--no-jinja": "llama-server then formats chats with its built-in (non-Jinja) templates, which bankml does not "
-    "implement: bankml renders the model's Jinja template (or --chat-template-file's)",
-    "--chat-template": "a template given inline or by a built-in name is not served by bankml: give the Jinja "
-    "template in a file with --chat-template-file",
     "--skip-chat-parsing": "a pure content parser is not served by bankml: the template's parser reads every answer",
     "--no-skip-chat-parsing": "a pure content parser is not served by bankml: the template's parser reads every answer",
     "--no-reasoning-preserve": "dropping the reasoning of earlier turns is not implemented by bankml",

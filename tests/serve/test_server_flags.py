@@ -72,11 +72,9 @@ def test_every_llama_server_flag_is_served_accepted_or_refused():
         (["--models-dir", "models"], "router mode"),
         (["--spec-type", "ngram-simple"], "speculative decoding"),
         (["-md", "draft.gguf"], "speculative decoding"),
-        (["--no-jinja"], "built-in (non-Jinja) templates"),
         (["--slot-save-path", "slots"], "nothing to save or restore"),
         (["--sleep-idle-seconds", "1"], "does not unload it when idle"),
         (["-ngl", "99"], "default device placement"),
-        (["--chat-template", "chatml"], "--chat-template-file"),
     ],
 )
 def test_refused_flags_name_the_flag_and_why(argv, why, capsys):
