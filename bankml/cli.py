@@ -547,7 +547,9 @@ def build_parser():
         help="number of server slots, generations served at once, one context each (default: -1, "
         "-1 = auto: 4, as llama-server)",
     )
-    serve.add_argument("--alias", "-a", help="the model name the API reports (default: the file name)")
+    serve.add_argument(
+        "--alias", "-a", help="model name aliases, comma-separated; the first in sorted order names the model"
+    )
     serve.add_argument(
         "--jinja",
         action="store_true",

@@ -242,13 +242,21 @@ def stream_error(exc):
     return {"code": 500, "message": f"{type(exc).__name__}: {exc}", "type": "server_error"}
 
 
+def _name_set(text):
+    """common/arg.cpp's reading of --alias and --tags: split on commas, stripped, empty names dropped, sorted."""
+    return sorted({name.strip() for name in (text or "").split(",")} - {""})
+
+
 class Plumbing:
     """The state every route shares (the model, the limits, the generations running) and the frame of a
     request: the body read within the limits, its preparation off the event loop, the error objects."""
 
-    def __init__(self, model, alias=None, limits=None, defaults=None):
+    def __init__(self, model, alias=None, limits=None, defaults=None, tags=None):
         self.model = model
-        self.alias = alias or model.name
+        # llama-server's --alias and --tags: comma-separated names, kept as sorted sets (its std::set); the
+        # model's name in answers is the first alias, else the file name
+        self.aliases, self.tags = _name_set(alias), _name_set(tags)
+        self.alias = self.aliases[0] if self.aliases else model.name
         self.created = int(time.time())
         self.limits = limits or ServerLimits()
         self.defaults = defaults or ServerDefaults()

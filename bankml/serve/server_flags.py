@@ -224,7 +224,6 @@ REFUSED = {
     "--ssl-cert-file": "TLS is not implemented by bankml serve: put a TLS proxy in front of it",
     "--api-prefix": "a path prefix is not implemented by bankml serve: put a proxy in front of it",
     "--sse-ping-interval": "bankml sends no SSE pings while a stream is silent",
-    "--tags": "model tags are not reported by bankml",
     "--log-prompts-dir": "bankml does not log prompts",
     "-sp": "special tokens in the answer's text are not served by bankml (llama-server's default: off)",
     "--special": "special tokens in the answer's text are not served by bankml (llama-server's default: off)",
@@ -293,6 +292,7 @@ def add_arguments(p):
         "-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_const", const=False,
         help="one KV cache per slot: the context divided between the slots",
     )  # fmt: skip
+    p.add_argument("--tags", dest="model_tags", help="model tags, comma-separated (informational: /models)")
     p.add_argument("--kv-unified-per-slot", type=int, default=0, help="context limit per slot (default: unset)")
     known = set(p._option_string_actions)
     for flag, (takes_value, why) in NO_BEARING.items():
