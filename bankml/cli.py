@@ -665,8 +665,24 @@ def build_parser():
     return parser
 
 
+def _llama_server_spelling(parser, argv):
+    """``bankml serve``'s command line with llama-server's spelling of flags: as common/arg.cpp, a ``--`` flag
+    may write ``_`` for ``-`` (``--backend_sampling``); only a token that is no flag as written and is one with
+    dashes is rewritten, so a value is never touched."""
+    if not argv or argv[0] != "serve":
+        return argv
+    known = set(parser._subparsers._group_actions[0].choices["serve"]._option_string_actions)
+    out = [argv[0]]
+    for token in argv[1:]:
+        dashed = token.replace("_", "-")
+        out.append(dashed if token.startswith("--") and token not in known and dashed in known else token)
+    return out
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(_llama_server_spelling(parser, argv))
     return args.run(args)
 
 

@@ -426,3 +426,13 @@ def test_host_list_and_a_unix_socket(capsys):
     assert "--port 0 is not supported with multiple TCP addresses" in capsys.readouterr().err
     assert _address(_parse("--host", "/tmp/x.sock")) == {"uds": "/tmp/x.sock"}
     assert _address(_parse("--host", "0.0.0.0", "--port", "9")) == {"host": "0.0.0.0", "port": 9}
+
+
+def test_flags_spelled_with_underscores_as_llama_server(capsys):
+    parser = cli.build_parser()
+    spelled = cli._llama_server_spelling(parser, ["serve", "--n_predict", "5", "--chat-template-file", "a_b", "--x_y"])
+    assert spelled == ["serve", "--n-predict", "5", "--chat-template-file", "a_b", "--x_y"]
+    assert cli._llama_server_spelling(parser, ["generate", "--n_predict"]) == ["generate", "--n_predict"]
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--backend_sampling"])
+    assert "llama-server's --backend-sampling is not served by bankml serve" in capsys.readouterr().err
