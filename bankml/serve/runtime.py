@@ -54,7 +54,7 @@ from bankml.sampling._sampler import Sampler
 from bankml.sampling.logprobs import ProbRequest, token_record
 from bankml.sampling.params import SamplerParams
 from bankml.sampling.reasoning_budget import ReasoningBudget
-from bankml.schema.grammar import check_mode
+from bankml.schema.grammar import check_mode, json_schema_to_grammar
 from bankml.serve.cpu import default_threads, prepare_model_loading
 from bankml.serve.flags import flash_attn_name, flash_attn_type, kv_cache_type
 from bankml.serve.legacy_chat import LegacyChat, check_legacy_request, verify_override
@@ -696,6 +696,9 @@ class Model:
             raise RequestError("a chat Request's schema is its constraint: Request.chat.json_schema must be None")
         if not self.use_jinja:
             check_legacy_request(inputs.tools, inputs.tool_choice)
+            if request.constraint is not None and request.constraint.ignored_schema is not None:
+                # common_chat_templates_apply_legacy converts every schema it is given
+                json_schema_to_grammar(request.constraint.ignored_schema)
         enable, kwargs, fmt = self.chat_options(
             inputs.chat_template_kwargs, inputs.reasoning_format, request.reasoning_effort
         )

@@ -117,3 +117,17 @@ def test_an_unknown_builtin_name_stops_the_load():
 
     with pytest.raises(ValueError, match="the supplied chat template is not supported: not-a-template"):
         Model(smollm2_path(), n_ctx=256, n_threads=1, use_jinja=False, chat_template="not-a-template")
+
+
+def test_a_response_format_schema_that_is_no_object(legacy_client):
+    """llama-server's chat layer without Jinja converts the schema it is given (refusing 123); with Jinja it is
+    ignored (Constraint.ignored_schema)."""
+    from bankml.chat.constraint import from_openai
+
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    r = legacy_client.post(
+        "/v1/chat/completions", json=dict(body, response_format={"type": "json_object", "schema": 123})
+    )
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("JSON schema conversion failed")
+    assert from_openai(dict(body, response_format={"type": "json_object", "schema": 123})).ignored_schema == 123
+    assert from_openai(dict(body, response_format={"type": "json_object"})).ignored_schema is None
