@@ -498,10 +498,12 @@ class Plumbing:
             return None
         return {"content": _logprobs.probs_to_json([record], job.probs.post_sampling)}
 
-    def _stream_events(self, request, job, writer, sse):
+    def _stream_events(self, request, job, writer, sse, extras=None):
         """The SSE stream of a format whose writer gives named events: each partial result's (``writer.partial``)
         and the final result's (``writer.final``, with the final parse's diffs); a failure is an ``error``
-        event, as llama-server sends it."""
+        event, as llama-server sends it. ``extras(job, event)``: the keyword arguments of ``writer.partial`` for
+        a format that carries prompt progress and per-token timings (None: it carries neither, and a
+        prompt-progress event writes nothing)."""
         runner = Runner(job, asyncio.get_running_loop(), self).start()
 
         async def events():
@@ -510,8 +512,10 @@ class Plumbing:
                 try:
                     async for event in runner:
                         last = event
-                        if event.partial:
-                            for kind, data in writer.partial(event.index, event.diffs[: event.n_partial_diffs]):
+                        more = extras(job, event) if extras is not None else {}
+                        if event.partial or (event.progress is not None and more):
+                            diffs = event.diffs[: event.n_partial_diffs] if event.partial else []
+                            for kind, data in writer.partial(event.index, diffs, **more):
                                 yield sse(kind, data)
                 except Exception as e:  # noqa: BLE001 - llama-server sends the error as an event
                     yield sse("error", stream_error(e))
