@@ -11,6 +11,7 @@ import asyncio
 import ctypes
 import json
 import os
+import sys
 import threading
 import time
 from datetime import datetime, timezone
@@ -70,8 +71,11 @@ _LARGE_BODY = 1024 * 1024
 
 
 def error(message, code=400, kind="invalid_request_error", extra=None):
-    # llama-server's format_error_response (and the fields its error result adds: ``extra``)
-    return JSONResponse({"error": {"code": code, "message": message, "type": kind, **(extra or {})}}, status_code=code)
+    """llama-server's format_error_response (and the fields its error result adds: ``extra``), logged on stderr
+    as its ex_wrapper logs a request's exception."""
+    body = {"error": {"code": code, "message": message, "type": kind, **(extra or {})}}
+    print("bankml: got exception: " + json.dumps(body, ensure_ascii=False), file=sys.stderr, flush=True)
+    return JSONResponse(body, status_code=code)
 
 
 def ollama_error(message, code=400):
