@@ -176,6 +176,7 @@ def task_params(job):
     out = default_generation_params(job.params)
     out["max_tokens"] = out["n_predict"] = int(job.max_tokens)
     out["stream"] = bool(getattr(job, "stream_requested", False))
+    out["ignore_eos"] = bool(getattr(job, "ignore_eos", False))
     probs = getattr(job, "probs", None)
     out["n_probs"] = int(probs.n_probs) if probs is not None else 0
     out["post_sampling_probs"] = bool(probs.post_sampling) if probs is not None else False

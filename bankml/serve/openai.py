@@ -28,6 +28,7 @@ from bankml.serve.request import (
     check_messages,
     check_oaicompat_messages,
     check_stop_sizes,
+    ignore_eos,
     read_body,
     reasoning_format_from_name,
     sampler_params,
@@ -111,6 +112,7 @@ def debug_fields(body, context):
         "verbose": bool_field(body, "verbose", context.defaults.verbose),
         "timings_per_token": bool_field(body, "timings_per_token", False),
         "return_progress": bool_field(body, "return_progress", False),
+        "ignore_eos": bool_field(body, "ignore_eos", False),
         "n": read_n(body, context.n_parallel),
     }
 
@@ -219,12 +221,16 @@ def sampler_fields(body, n_ctx=None, vocab=None, context=None):
     them (``bankml.sampling.params.SAMPLER_FIELDS``), its maximum tokens (``n_predict`` under its wire names,
     ``bankml.serve.fields.WIRE_NAMES``) and ``stop``.
     ``logit_bias`` is read with ``vocab`` as llama-server reads it: ids outside it and malformed entries are
-    skipped, text keys tokenized. The fields left out take ``context``'s server defaults (``--seed``, ``-n``...)."""
+    skipped, text keys tokenized; ``ignore_eos`` adds its end-of-generation biases (``ignore_eos``). The fields
+    left out take ``context``'s server defaults (``--seed``, ``-n``...)."""
     values = {f.name: body[f.name] for f in SAMPLER_FIELDS if f.name != "logit_bias" and body.get(f.name) is not None}
     n_predict = fields.read_field(body, "n_predict", None if context is not None else -1)
     if body.get("logit_bias") is not None:
         values["logit_bias"] = body["logit_bias"]
-    return sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab, context)
+    params, n_predict, stop = sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab, context)
+    if bool_field(body, "ignore_eos", False):
+        params = ignore_eos(params, vocab)
+    return params, n_predict, stop
 
 
 def _probs(body, endpoint, n_predict, context):

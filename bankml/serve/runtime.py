@@ -244,9 +244,18 @@ class Event:
 class _SamplerVocab:
     """What Sampler needs from a vocabulary, with libllama's tokenizer for DRY's sequence breakers."""
 
-    def __init__(self, vocab, tokenize):
+    def __init__(self, vocab, tokenize, is_eog=None):
         self._vocab = vocab
         self._tokenize = tokenize
+        self._is_eog = is_eog
+        self._eog = None
+
+    @property
+    def eog_tokens(self):
+        """The end-of-generation tokens (libllama's ``llama_vocab_is_eog``), in id order: ignore_eos' biases."""
+        if self._eog is None:
+            self._eog = tuple(t for t in range(len(self._vocab)) if self._is_eog(t)) if self._is_eog else ()
+        return self._eog
 
     def __len__(self):
         return len(self._vocab)
@@ -507,7 +516,9 @@ class Model:
             self.chat_template_kwargs["enable_thinking"] = "true" if reasoning == "on" else "false"
         self.name = os.path.basename(self.path)
         # the vocabulary with libllama's tokenizer: the sampler's (DRY breakers) and logit_bias' text keys
-        self.sampler_vocab = _SamplerVocab(self.vocab, self.tokenize)
+        self.sampler_vocab = _SamplerVocab(
+            self.vocab, self.tokenize, lambda t: bool(L.llama_vocab_is_eog(self._lvocab, t))
+        )
         self._pieces = {}
         self.rules_cache = RulesCache(self.vocab, grammar_cache)
         self._max_piece_bytes = None
@@ -911,6 +922,7 @@ class Model:
         job.probs = request.probs
         job.stream_requested = request.stream
         job.return_progress = request.return_progress and request.stream
+        job.ignore_eos = request.ignore_eos
         return job
 
     def acquire(self, timeout=None, cancel=None):
