@@ -148,11 +148,7 @@ def read_completion(raw, context=None, endpoint=COMPLETIONS):
     fields.check(body, COMPLETIONS)
     stream = bool_field(body, "stream", False)
     return_tokens = bool_field(body, "return_tokens", False)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise RequestError("'prompt' must be a string")
+    prompts = read_prompts(body.get("prompt"))
     constraint = from_openai_text(body, raw)  # no template: the bare grammar (Model.complete)
     params, n_predict, stop = sampler_fields(body, vocab=context.vocab, context=context)
     probs = _probs(body, COMPLETIONS, n_predict, context)
@@ -162,13 +158,56 @@ def read_completion(raw, context=None, endpoint=COMPLETIONS):
         params,
         n_predict,
         tuple(stop),
-        prompt=prompt,
+        prompt=prompts[0],
+        more_prompts=tuple(prompts[1:]),
         stream=stream,
         return_tokens=return_tokens,
         probs=probs,
         model=body.get("model"),
         **debug_fields(body, context),
     )
+
+
+_PROMPT_ELEMENTS = (
+    '"prompt" elements must be a string, a list of tokens, a JSON object containing a prompt string, or a list of '
+    "mixed strings & tokens."
+)
+
+
+def _is_token(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _subprompt(value):
+    """tokenize_input_subprompt's reading of one prompt: a string, or a tuple of token ids and strings (a token
+    array, a mixed array, or an object's ``prompt_string``)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(_is_token(v) or isinstance(v, str) for v in value):
+        return value[0] if len(value) == 1 and isinstance(value[0], str) else tuple(value)
+    if isinstance(value, dict) and "prompt_string" in value:
+        if "multimodal_data" in value:
+            raise RequestError("Multimodal data provided, but model does not support multimodal requests.")
+        inner = value["prompt_string"]
+        if isinstance(inner, str) or (isinstance(inner, list) and inner):
+            return _subprompt(inner)
+    raise RequestError(_PROMPT_ELEMENTS)
+
+
+def read_prompts(prompt):
+    """The prompts of a completion body, as llama-server's tokenize_input_prompts reads ``prompt``: a string; an
+    array holding a number is one prompt of token ids (and strings: a mixed prompt); any other array is one
+    prompt per element (each a string, an array of tokens or a mixed one, or ``{"prompt_string": ...}``); an
+    object with ``prompt_string``. Each prompt a string or a tuple of token ids and strings (``Model.complete``
+    tokenizes them)."""
+    if prompt is None:
+        raise RequestError('"prompt" is required')
+    if isinstance(prompt, list) and not any(_is_token(v) or isinstance(v, float) for v in prompt):
+        out = [_subprompt(p) for p in prompt]
+        if not out:
+            raise RequestError('"prompt" must not be empty')
+        return out
+    return [_subprompt(prompt)]
 
 
 def read_template(body, raw, context=None):

@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from starlette.requests import ClientDisconnect
@@ -468,11 +469,12 @@ class Plumbing:
         """The request of a body (``read``: a reader of bankml.serve.openai or bankml.serve.ollama, every field
         checked) and its Job, prepared before any slot is taken."""
         request = read(raw, self._context())
-        job = self.model.prepare(request, cancel=cancel, deadline=self._deadline())
-        # llama-server's n_cmpl (``n``): the prompt's other completions, each a job of its own on its own slot
-        job.siblings = [
-            self.model.prepare(request, cancel=cancel, deadline=self._deadline()) for _ in range(request.n - 1)
-        ]
+        # llama-server's tasks: one per prompt (an array of prompts), each with its n_cmpl (``n``) completions,
+        # every one a job of its own on its own slot, answered in that order
+        requests = [request] + [replace(request, prompt=p, more_prompts=()) for p in request.more_prompts]
+        jobs = [self.model.prepare(r, cancel=cancel, deadline=self._deadline()) for r in requests for _ in range(r.n)]
+        job = jobs[0]
+        job.siblings = jobs[1:]
         return request, job
 
     # -- OpenAI

@@ -138,7 +138,8 @@ class Request:
     n_predict: int = -1
     stop: Tuple[str, ...] = ()
     chat: Optional[ChatInputs] = None
-    prompt: Optional[str] = None
+    prompt: Any = None  # a string, or a tuple of token ids and strings (llama-server's token and mixed prompts)
+    more_prompts: Tuple[Any, ...] = ()  # a completion body's other prompts (an array of prompts), each a job
     reasoning_effort: Optional[str] = None
     reasoning_budget: Optional[int] = None
     reasoning_budget_message: Any = None  # a string; checked where the template has thinking tags

@@ -579,6 +579,21 @@ class Model:
             out += self.tokenize(data[pos:], False, True)
         return out
 
+    def tokenize_mixed(self, items, cancel=None):
+        """llama-server's tokenize_mixed of a prompt given as a sequence of token ids and strings: a string in first
+        place is tokenized as a whole prompt (``tokenize_prompt``: with the BOS the vocabulary adds), a later
+        one without special tokens added, a token id is kept. RequestError for an id outside the vocabulary
+        (llama-server: ``Prompt contains invalid tokens``)."""
+        out = []
+        for i, item in enumerate(items):
+            if isinstance(item, str):
+                out += self.tokenize_prompt(item, cancel) if i == 0 else self.tokenize(item, False, True)
+            elif 0 <= item < self.n_vocab:
+                out.append(int(item))
+            else:
+                raise RequestError("Prompt contains invalid tokens")
+        return out
+
     def _special_splitter(self):
         """(pattern, id of each special text, BOS prefix) when piecewise tokenization equals libllama's, or
         None (then ``tokenize_prompt`` tokenizes the text whole)."""
@@ -882,9 +897,10 @@ class Model:
         return mode or self.json_schema_mode
 
     def complete(self, prompt, constraint=None, params=None, max_tokens=-1, stop=(), *, cancel=None, deadline=None):
-        """A Job for a raw prompt, as /v1/completions: no template, the bare grammar, the raw text.
-        ``cancel`` and ``deadline`` as for ``chat``."""
-        if not isinstance(prompt, str):
+        """A Job for a raw prompt, as /v1/completions: no template, the bare grammar, the raw text. ``prompt``:
+        a string, or a sequence of token ids and strings (llama-server's token and mixed prompts:
+        ``tokenize_mixed``). ``cancel`` and ``deadline`` as for ``chat``."""
+        if not isinstance(prompt, (str, tuple, list)):
             raise RequestError("'prompt' must be a string")
         constraint = constraint or Constraint()
         _check_cancel(cancel)
@@ -1070,15 +1086,20 @@ class Job:
         self.deadline = deadline
         _check_cancel(cancel)
         # the cheap bound first: a prompt that cannot fit is refused without tokenizing it (libllama's
-        # tokenizer is quadratic in the special tokens of the text)
-        n_bytes = len(prompt.encode("utf-8", "surrogatepass"))
+        # tokenizer is quadratic in the special tokens of the text); a prompt of token ids and strings
+        # (/completion's) counts its strings' bytes
+        texts = [prompt] if isinstance(prompt, str) else [p for p in prompt if isinstance(p, str)]
+        n_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
         if n_bytes > model.max_prompt_bytes():
             raise ContextSizeError(
                 f"request ({n_bytes} bytes of prompt: more than {model.n_ctx_slot} tokens) exceeds "
                 f"the available context size ({model.n_ctx_slot} tokens), try increasing it",
                 n_ctx=model.n_ctx_slot,
             )
-        self.prompt_tokens = model.tokenize_prompt(prompt, cancel)
+        if isinstance(prompt, str):
+            self.prompt_tokens = model.tokenize_prompt(prompt, cancel)
+        else:
+            self.prompt_tokens = model.tokenize_mixed(prompt, cancel)
         if not self.prompt_tokens:
             raise RequestError("the prompt is empty")
         if len(self.prompt_tokens) >= model.n_ctx_slot:
