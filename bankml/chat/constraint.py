@@ -18,7 +18,7 @@ resolves it, and the grammar llama-server then samples with.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from bankml.chat import templates
@@ -73,7 +73,7 @@ class Constraint:
     chat: bool = True
     source: Optional[str] = None
     fallback: Optional["Constraint"] = None
-    ignored_schema: Any = None
+    ignored_schema: Any = field(default=None, compare=False)  # no part of what is sampled
 
     def __post_init__(self):
         if self.kind not in _KINDS:
