@@ -486,7 +486,7 @@ class Model:
                 raise ValueError("give --chat-template or --chat-template-file, not both")
             if not self.use_jinja and not verify_override(L, chat_template):
                 raise ValueError(
-                    f"error: the supplied chat template is not supported: {chat_template}\n"
+                    f"the supplied chat template is not supported: {chat_template}\n"
                     "note: llama.cpp was started without --jinja, we only support commonly used templates"
                 )
             self.chat_template = chat_template
