@@ -31,8 +31,7 @@ What it does:
 (``REFUSALS``: server-side tools and MCP, router mode, LoRA, speculative drafts, embeddings and reranking,
 unloading when idle, slot save and restore, backend sampling: recognised by one of the refusal's flags in the
 test's bankml command line and an error naming that flag in the server's output; tools with a template that
-renders none: recognised by bankml's message in the test's error or in the server's log of refused requests;
-router mode also by a start without a model, which ``bankml serve`` answers with its default model).
+renders none: recognised by bankml's message in the test's error or in the server's log of refused requests).
 ``--report`` prints the record's tables without running anything (with ``--check``: checks the record).
 ``--only-llama-passes`` runs on bankml only the tests that pass on llama-server in the record (the others count
 on neither side; a shorter run on a loaded machine).
@@ -82,13 +81,11 @@ LOAD_ALL_LINE = "        ServerPreset.load_all()"
 @dataclass(frozen=True)
 class Refusal:
     """A feature bankml serve refuses by design: the flags that ask for it (refused at start), or the message of
-    a request it refuses (``messages``: a part of the error bankml answers). ``without_model``: a start with no
-    model asks for it too (llama-server's router mode; ``bankml serve`` then serves its default model)."""
+    a request it refuses (``messages``: a part of the error bankml answers)."""
 
     name: str
     flags: tuple[str, ...] = ()
     messages: tuple[str, ...] = ()
-    without_model: bool = False
 
 
 REFUSALS = (
@@ -96,9 +93,7 @@ REFUSALS = (
         "server-side tools and MCP (/tools, /cors-proxy)",
         ("--tools", "--tools-runtime", "--mcp-servers-json", "--mcp-servers-config", "--ui-mcp-proxy"),
     ),
-    Refusal(
-        "router mode", ("--models-dir", "--models-max", "--models-preset", "--no-models-autoload"), without_model=True
-    ),
+    Refusal("router mode", ("--models-dir", "--models-max", "--models-preset", "--no-models-autoload")),
     Refusal("LoRA", ("--lora",)),
     Refusal(
         "speculative drafts",
@@ -339,12 +334,6 @@ def _spelled(argv):
     return [a.replace("_", "-") if a.startswith("--") else a for a in argv]
 
 
-def _with_model(argv):
-    """Whether a ``bankml serve`` command line names a model (``-m`` after ``serve``; a command line that is not
-    ``bankml serve``'s counts as one that does)."""
-    return "serve" not in argv or "-m" in argv[argv.index("serve") :]
-
-
 def refusal_of(entry):
     """The REFUSALS item that explains a bankml failure, or None: one of its flags in a start's command line, and
     the server's error naming that flag; or, for a server that answered, one of its messages in the test's
@@ -355,9 +344,6 @@ def refusal_of(entry):
             for flag in refusal.flags:
                 if flag in _spelled(argv) and re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(flag), err):
                     return refusal
-        starts = entry.get("argv", [])
-        if refusal.without_model and starts and not any(_with_model(argv) for argv in starts):
-            return refusal
         said = (entry.get("error") or "") + "\n" + (entry.get("refused_request") or "")
         if not err and any(m in said for m in refusal.messages):
             return refusal

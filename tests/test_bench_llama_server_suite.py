@@ -282,15 +282,3 @@ def test_a_request_refused_by_design_is_found_in_the_server_log(tmp_path):
     other = {"test_x": {"outcome": "failed", "error": "assert 400 == 200"}}
     lss.attach_starts(other, [_starts(tmp_path, "test_x", ["bankml"], "bankml: got exception: other\n")])
     assert "refused_request" not in other["test_x"] and lss.refusal_of(other["test_x"]) is None
-
-
-def test_a_start_without_a_model_is_router_mode():
-    router = {
-        "outcome": "failed",
-        "error": "assert 405 == 200",
-        "argv": [["python", "-m", "bankml", "serve", "-t", "1"]],
-    }
-    assert lss.refusal_of(router).name == "router mode"
-    with_model = dict(router, argv=[["python", "-m", "bankml", "serve", "-m", "x.gguf"]])
-    assert lss.refusal_of(with_model) is None
-    assert lss.refusal_of(dict(router, argv=[])) is None  # no start recorded: nothing shows router mode
