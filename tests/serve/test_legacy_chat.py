@@ -131,3 +131,17 @@ def test_a_response_format_schema_that_is_no_object(legacy_client):
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("JSON schema conversion failed")
     assert from_openai(dict(body, response_format={"type": "json_object", "schema": 123})).ignored_schema == 123
     assert from_openai(dict(body, response_format={"type": "json_object"})).ignored_schema is None
+
+
+def test_environment_variables(monkeypatch):
+    for name, value in {
+        "LLAMA_ARG_JINJA": "false",
+        "LLAMA_ARG_CHAT_TEMPLATE": "llama3",
+        "LLAMA_ARG_TAGS": "a,b",
+    }.items():
+        monkeypatch.setenv(name, value)
+    args = cli.build_parser().parse_args(["serve"])
+    assert (args.jinja, args.chat_template, args.model_tags) == (False, "llama3", "a,b")
+    assert cli.build_parser().parse_args(["serve", "--jinja"]).jinja is True  # the command line wins
+    monkeypatch.setenv("LLAMA_ARG_JINJA", "maybe")
+    assert '"LLAMA_ARG_JINJA": invalid boolean value' in cli.build_parser().parse_args(["serve"]).env_error
