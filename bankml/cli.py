@@ -562,11 +562,24 @@ def build_parser():
         help="number of server slots, generations served at once, one context each (default: -1, "
         "-1 = auto: 4, as llama-server)",
     )
-    serve.add_argument("--alias", "-a", help="the model name the API reports (default: the file name)")
+    serve.add_argument(
+        "--alias", "-a", help="model name aliases, comma-separated; the first in sorted order names the model"
+    )
     serve.add_argument(
         "--jinja",
         action="store_true",
-        help="use the jinja template engine for chat (always on in bankml, as llama-server's default)",
+        default=True,
+        help="use the jinja template engine for chat (default: on, as llama-server's)",
+    )
+    serve.add_argument(
+        "--no-jinja",
+        dest="jinja",
+        action="store_false",
+        help="format chats with libllama's built-in templates (llama-server's --no-jinja): no tools, no parser",
+    )
+    serve.add_argument(
+        "--chat-template",
+        help="a Jinja chat template given inline (with --no-jinja: a built-in template's name, e.g. chatml, llama3)",
     )
     serve.add_argument(
         "--no-warmup",
@@ -673,8 +686,24 @@ def build_parser():
     return parser
 
 
+def _llama_server_spelling(parser, argv):
+    """``bankml serve``'s command line with llama-server's spelling of flags: as common/arg.cpp, a ``--`` flag
+    may write ``_`` for ``-`` (``--backend_sampling``); only a token that is no flag as written and is one with
+    dashes is rewritten, so a value is never touched."""
+    if not argv or argv[0] != "serve":
+        return argv
+    known = set(parser._subparsers._group_actions[0].choices["serve"]._option_string_actions)
+    out = [argv[0]]
+    for token in argv[1:]:
+        dashed = token.replace("_", "-")
+        out.append(dashed if token.startswith("--") and token not in known and dashed in known else token)
+    return out
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(_llama_server_spelling(parser, argv))
     return args.run(args)
 
 

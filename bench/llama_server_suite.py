@@ -28,8 +28,10 @@ What it does:
   output); writes the JSON record (``--out``) after each file, so that ``--resume`` goes on where a run stopped.
 
 ``--check`` exits 1 when a test that passes on llama-server fails on bankml, unless bankml refused it by design
-(``REFUSALS``: server-side tools and MCP, router mode, LoRA, speculative drafts), recognised by one of the
-refusal's flags in the test's bankml command line and an error naming that flag in the server's output.
+(``REFUSALS``: server-side tools and MCP, router mode, LoRA, speculative drafts, embeddings and reranking,
+unloading when idle, slot save and restore, backend sampling: recognised by one of the refusal's flags in the
+test's bankml command line and an error naming that flag in the server's output; tools with a template that
+renders none: recognised by bankml's message in the test's error or in the server's log of refused requests).
 ``--report`` prints the record's tables without running anything (with ``--check``: checks the record).
 ``--only-llama-passes`` runs on bankml only the tests that pass on llama-server in the record (the others count
 on neither side; a shorter run on a loaded machine).
@@ -78,10 +80,12 @@ LOAD_ALL_LINE = "        ServerPreset.load_all()"
 
 @dataclass(frozen=True)
 class Refusal:
-    """A feature bankml serve refuses by design: the flags that ask for it."""
+    """A feature bankml serve refuses by design: the flags that ask for it (refused at start), or the message of
+    a request it refuses (``messages``: a part of the error bankml answers)."""
 
     name: str
-    flags: tuple[str, ...]
+    flags: tuple[str, ...] = ()
+    messages: tuple[str, ...] = ()
 
 
 REFUSALS = (
@@ -95,6 +99,11 @@ REFUSALS = (
         "speculative drafts",
         ("--model-draft", "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-synth-len"),
     ),
+    Refusal("embeddings and reranking", ("--embedding", "--embeddings", "--reranking", "--rerank", "--pooling")),
+    Refusal("unloading the model when idle", ("--sleep-idle-seconds",)),
+    Refusal("slot save and restore", ("--slot-save-path",)),
+    Refusal("backend sampling", ("--backend-sampling", "-bs")),
+    Refusal("tools with a chat template that renders none", messages=("neither renders tools nor tool calls",)),
 )
 
 
@@ -290,14 +299,29 @@ def attach_starts(tests, starts):
         for flag in start["dropped"]:
             if flag.startswith("-") and flag not in entry.setdefault("dropped", []):
                 entry["dropped"].append(flag)
-        if entry["outcome"] in ("failed", "error") and "died" in (entry["error"] or ""):
-            try:
-                err = start_error(pathlib.Path(start["log"]).read_text(errors="replace"))
-            except OSError:
-                err = None
+        if entry["outcome"] not in ("failed", "error"):
+            continue
+        try:
+            log = pathlib.Path(start["log"]).read_text(errors="replace")
+        except OSError:
+            continue
+        if "died" in (entry["error"] or ""):
+            err = start_error(log)
             if err:
                 entry["start_error"] = err
+            continue
+        refused = request_refusal(log)
+        if refused:
+            entry["refused_request"] = refused
     return tests
+
+
+def request_refusal(log_text):
+    """The line of a server's output that logs a request refused by design (a REFUSALS message), or None."""
+    for line in log_text.splitlines():
+        if any(m in line for refusal in REFUSALS for m in refusal.messages):
+            return line.strip()
+    return None
 
 
 def cause(entry):
@@ -305,15 +329,24 @@ def cause(entry):
     return entry.get("start_error") or entry.get("error") or entry.get("outcome")
 
 
+def _spelled(argv):
+    """A command line's flags as llama-server reads them: a ``--`` flag may write ``_`` for ``-``."""
+    return [a.replace("_", "-") if a.startswith("--") else a for a in argv]
+
+
 def refusal_of(entry):
     """The REFUSALS item that explains a bankml failure, or None: one of its flags in a start's command line, and
-    the server's error naming that flag."""
+    the server's error naming that flag; or, for a server that answered, one of its messages in the test's
+    error."""
     err = entry.get("start_error") or ""
     for refusal in REFUSALS:
         for argv in entry.get("argv", []):
             for flag in refusal.flags:
-                if flag in argv and re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(flag), err):
+                if flag in _spelled(argv) and re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(flag), err):
                     return refusal
+        said = (entry.get("error") or "") + "\n" + (entry.get("refused_request") or "")
+        if not err and any(m in said for m in refusal.messages):
+            return refusal
     return None
 
 

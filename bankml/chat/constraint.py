@@ -18,7 +18,7 @@ resolves it, and the grammar llama-server then samples with.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from bankml.chat import templates
@@ -62,6 +62,9 @@ class Constraint:
     from the template, and the request's own top-level ``json_schema`` (converted bare) or ``grammar`` fields
     decide (``server-common.cpp`` copies them, ``server-schema.cpp`` reads them). None: no grammar at all,
     llama-server's answer to a ``response_format`` alone.
+
+    ``ignored_schema`` is a response format's schema that is no JSON object (``"schema": 123``): llama-server's
+    Jinja chat layer ignores it, its chat layer without Jinja (``--no-jinja``) converts it, and so refuses it.
     """
 
     kind: str = "none"
@@ -70,6 +73,7 @@ class Constraint:
     chat: bool = True
     source: Optional[str] = None
     fallback: Optional["Constraint"] = None
+    ignored_schema: Any = field(default=None, compare=False)  # no part of what is sampled
 
     def __post_init__(self):
         if self.kind not in _KINDS:
@@ -184,9 +188,10 @@ def from_openai(req):
         if isinstance(top, dict) and not top:
             top = {"type": "object"}
         return Constraint("json_schema", top, None, False, "json_schema")
+    ignored = json_schema if source == "response_format" and json_schema is not None else None
     if grammar:
-        return Constraint("gbnf", None, grammar, True, "grammar")
-    return Constraint()
+        return Constraint("gbnf", None, grammar, True, "grammar", ignored_schema=ignored)
+    return Constraint(ignored_schema=ignored)
 
 
 def _without_chat_grammar(req):

@@ -70,7 +70,7 @@ class AgentRoutes:
         model = req.model or self.alias
         if req.stream:
             writer = responses.StreamWriter(response_id, model, self._timings)
-            return self._stream_events(request, job, writer, responses.sse)
+            return self._stream_events(request, job, writer, responses.sse, _telemetry(req))
         return await self._answer(request, job, lambda result: responses.response_json(result, response_id, model))
 
     async def responses_input_tokens(self, request):
@@ -78,3 +78,18 @@ class AgentRoutes:
 
     async def anthropic_count_tokens(self, request):
         return await self._count_tokens(request, anthropic.read_count_tokens, False)
+
+
+def _telemetry(req):
+    """The extras of a Responses stream's partial results (``Plumbing._stream_events``): a prompt-progress
+    result's ``prompt_progress`` (``return_progress``) and, with ``timings_per_token``, each result's timings."""
+
+    def extras(job, event):
+        out = {}
+        if event.progress is not None:
+            out["progress"] = native.progress_json(event, len(job.prompt_tokens))
+        if req.timings_per_token:
+            out["timings"] = native.partial_timings(job, event)
+        return out
+
+    return extras

@@ -33,6 +33,7 @@ slot.
 import contextlib
 import os
 import signal
+import socket
 import sys
 
 from starlette.applications import Starlette
@@ -62,14 +63,16 @@ class _App(OpenAIRoutes, AgentRoutes, OllamaRoutes, Plumbing):
     """The application object: the routes of each wire format over the shared plumbing."""
 
 
-def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None, defaults=None, cors=None):
+def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None, defaults=None, cors=None, tags=None):
     """The Starlette application serving ``model`` (a bankml.serve.runtime.Model) within ``limits`` (a
     ``ServerLimits``; the defaults without); with ``api_keys``, every route but the public ones asks for one
     (bankml.serve.auth); ``endpoints`` (a bankml.serve.endpoints.EndpointOptions) turns /slots, /metrics and
     POST /props on or off; ``defaults`` (a ``ServerDefaults``) are the server's defaults of the request fields
-    (``--seed``, ``-n``, ``-v``...); ``cors`` (a bankml.serve.cors.CorsOptions) the CORS answers."""
+    (``--seed``, ``-n``, ``-v``...); ``cors`` (a bankml.serve.cors.CorsOptions) the CORS answers. ``alias`` and
+    ``tags`` are llama-server's ``--alias`` and ``--tags`` (comma-separated; the first alias in sorted order names
+    the model)."""
     defaults = defaults or ServerDefaults()
-    app = _App(model, alias, limits, defaults)
+    app = _App(model, alias, limits, defaults, tags)
     default_params = SamplerParams.from_server(dict(defaults.sampler))
     extra = Endpoints(app, app.render_prompt, endpoints, default_params=default_params, build_info=FINGERPRINT)
     routes = [
@@ -166,8 +169,43 @@ def _address(args):
     return {"uds": args.host} if args.host.endswith(".sock") else {"host": args.host, "port": args.port}
 
 
-def _address_text(args):
-    return f"unix:{args.host}" if args.host.endswith(".sock") else f"http://{args.host}:{args.port}"
+def _address_text(args, host):
+    if host.endswith(".sock"):
+        return f"unix:{host}"
+    return f"http://[{host}]:{args.port}" if ":" in host else f"http://{host}:{args.port}"
+
+
+def bind_sockets(hosts, port):
+    """The listening sockets of llama-server's ``--host`` list: a UNIX socket for a path ending in ``.sock``,
+    else the address's own family on ``port`` (an IPv6 address binds IPv6 only, as llama-server's ``::`` with
+    several addresses). OSError naming the address that cannot be bound; the others are closed then."""
+    out = []
+    try:
+        for host in hosts:
+            if host.endswith(".sock"):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(host)
+                address = host
+            else:
+                family, kind, proto, _, address = socket.getaddrinfo(
+                    host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+                )[0]
+                sock = socket.socket(family, kind, proto)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            out.append(sock)
+            try:
+                sock.bind(address)
+            except OSError as err:
+                raise OSError(f"hostname: {host}, port: {port}: {err.strerror or err}") from None
+            sock.listen(2048)
+    except BaseException:
+        for sock in out:
+            sock.close()
+        raise
+    return out
 
 
 def serve(args):
@@ -193,14 +231,17 @@ def serve(args):
         print("error: invalid value for n_parallel", file=sys.stderr)
         return 2
     hosts = [h.strip() for h in args.host.split(",") if h.strip()]  # llama-server's --host: a comma-separated list
-    if len(hosts) != 1:
-        print(f"error: --host {args.host!r}: bankml serve listens on exactly one address", file=sys.stderr)
+    if not hosts:
+        print("error: --host requires at least one address", file=sys.stderr)
         return 2
     args.host = hosts[0]
     try:
         args.port = gcp.http_port(os.environ, args.port)
     except gcp.GcpError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.port == 0 and sum(not h.endswith(".sock") for h in hosts) > 1:
+        print("error: --port 0 is not supported with multiple TCP addresses", file=sys.stderr)
         return 2
     try:
         model = _load_model(args, options)
@@ -216,6 +257,7 @@ def serve(args):
             endpoints=EndpointOptions(slots=args.slots, metrics=args.metrics, props=args.props),
             defaults=defaults_from_args(args),
             cors=CorsOptions(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials),
+            tags=getattr(args, "model_tags", None),
         )
     except gcp.GcpError as err:  # a Vertex AI predict route that is already a route
         model.close()
@@ -239,13 +281,25 @@ def serve(args):
 
     signals = []
     config = uvicorn.Config(starlette, **_address(args), log_level="warning", timeout_graceful_shutdown=3)
+    sockets = None
+    if len(hosts) > 1:  # llama-server listens on each address of the list, on the same port
+        try:
+            sockets = bind_sockets(hosts, args.port)
+        except OSError as err:
+            model.close()
+            print(f"error: couldn't bind HTTP server socket: {err}", file=sys.stderr)
+            return 1
     source = args.chat_template_file or ("the model's" if model.chat_template else "llama.cpp's ChatML")
+    if getattr(args, "chat_template", None):
+        source = "given by --chat-template"
+    if not getattr(args, "jinja", True):
+        source += ", libllama's built-in formatting (--no-jinja)"
     print(
         f"bankml: serving {model.path} ({model.n_vocab:,} tokens, chat template {source}) on "
-        f"{_address_text(args)} with {model.n_parallel} slot(s)",
+        f"{', '.join(_address_text(args, h) for h in hosts)} with {model.n_parallel} slot(s)",
         flush=True,
     )
-    _Server(config).run()
+    _Server(config).run(sockets=sockets)
     app.shutdown()
     if app.join(5.0):
         model.close()

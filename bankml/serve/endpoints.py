@@ -176,6 +176,7 @@ def task_params(job):
     out = default_generation_params(job.params)
     out["max_tokens"] = out["n_predict"] = int(job.max_tokens)
     out["stream"] = bool(getattr(job, "stream_requested", False))
+    out["ignore_eos"] = bool(getattr(job, "ignore_eos", False))
     probs = getattr(job, "probs", None)
     out["n_probs"] = int(probs.n_probs) if probs is not None else 0
     out["post_sampling_probs"] = bool(probs.post_sampling) if probs is not None else False
@@ -416,6 +417,11 @@ def _not_supported(message):
     return _error(message, 501, "not_supported_error")
 
 
+async def feature_disabled(request):
+    """llama-server's ``res_403`` for a feature it was not started with (no ``code`` in its error object)."""
+    return JSONResponse({"error": {"message": "this feature is disabled", "type": "feature_disabled"}}, status_code=403)
+
+
 def media_marker():
     """A marker in the shape of llama-server's ``get_media_marker()`` (random per process)."""
     alphabet = string.ascii_letters + string.digits
@@ -456,6 +462,9 @@ class Endpoints:
             Route("/lora-adapters", self.lora_adapters, methods=["GET"]),
             Route("/lora-adapters", self.set_lora_adapters, methods=["POST"]),
             Route("/slots/{id_slot}", self.slot_action, methods=["POST"]),
+            # server-side tools and the web UI's CORS proxy (refused at start: --tools, --ui-mcp-proxy): llama-server's
+            # answer while they are disabled
+            *(Route(p, feature_disabled, methods=["GET", "POST"]) for p in ("/tools", "/cors-proxy")),
         ]
 
     async def embeddings(self, request):

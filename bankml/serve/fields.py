@@ -118,6 +118,7 @@ _COMMON = {
     "verbose": HONOURED,
     "timings_per_token": HONOURED,
     "return_progress": HONOURED,
+    "ignore_eos": HONOURED,
     "response_fields": Refuse("'response_fields' " + _NOT_YET, _nonempty),
     "n_indent": Refuse("'n_indent' " + _NOT_YET, _truthy),
     "n_keep": Refuse("context shifting is not supported by bankml: 'n_keep' must be 0 or absent", _truthy),
@@ -126,7 +127,6 @@ _COMMON = {
     "t_max_predict_ms": Refuse(
         "'t_max_predict_ms' " + _NOT_YET + " (see --request-timeout)", lambda v: v is not None and v != -1
     ),
-    "ignore_eos": Refuse("'ignore_eos' " + _NOT_YET, _truthy),
     "lora": Refuse("LoRA adapters are not supported by bankml: 'lora' must be empty", _nonempty),
     "backend_sampling": Refuse("'backend_sampling' " + _NOT_YET, _truthy),
     "speculative.n_max": Refuse("speculative decoding is not supported by bankml: 'speculative.n_max'"),

@@ -10,6 +10,7 @@ Must not import: ``bankml.serve.runtime``, ``app``.
 """
 
 import json
+import math
 
 from bankml.sampling import logprobs
 from bankml.serve.endpoints import task_params
@@ -98,7 +99,10 @@ def generation_settings(job):
     extra = {
         "dry_sequence_breakers": list(d.get("dry_sequence_breakers", ())),
         "stop": list(getattr(job, "stop", ())),
-        "logit_bias": [{"bias": bias, "token": token} for token, bias in d.get("logit_bias", ())],
+        # a -inf bias (false, ignore_eos' biases) is JSON's null, as nlohmann writes a non-finite number
+        "logit_bias": [
+            {"bias": bias if math.isfinite(bias) else None, "token": token} for token, bias in d.get("logit_bias", ())
+        ],
         "grammar": getattr(job, "grammar_text", None) or "",
         "grammar_lazy": False,
         "grammar_triggers": [],

@@ -28,6 +28,7 @@ from bankml.serve.request import (
     check_messages,
     check_oaicompat_messages,
     check_stop_sizes,
+    ignore_eos,
     read_body,
     reasoning_format_from_name,
     sampler_params,
@@ -111,6 +112,7 @@ def debug_fields(body, context):
         "verbose": bool_field(body, "verbose", context.defaults.verbose),
         "timings_per_token": bool_field(body, "timings_per_token", False),
         "return_progress": bool_field(body, "return_progress", False),
+        "ignore_eos": bool_field(body, "ignore_eos", False),
         "n": read_n(body, context.n_parallel),
     }
 
@@ -146,11 +148,7 @@ def read_completion(raw, context=None, endpoint=COMPLETIONS):
     fields.check(body, COMPLETIONS)
     stream = bool_field(body, "stream", False)
     return_tokens = bool_field(body, "return_tokens", False)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise RequestError("'prompt' must be a string")
+    prompts = read_prompts(body.get("prompt"))
     constraint = from_openai_text(body, raw)  # no template: the bare grammar (Model.complete)
     params, n_predict, stop = sampler_fields(body, vocab=context.vocab, context=context)
     probs = _probs(body, COMPLETIONS, n_predict, context)
@@ -160,13 +158,56 @@ def read_completion(raw, context=None, endpoint=COMPLETIONS):
         params,
         n_predict,
         tuple(stop),
-        prompt=prompt,
+        prompt=prompts[0],
+        more_prompts=tuple(prompts[1:]),
         stream=stream,
         return_tokens=return_tokens,
         probs=probs,
         model=body.get("model"),
         **debug_fields(body, context),
     )
+
+
+_PROMPT_ELEMENTS = (
+    '"prompt" elements must be a string, a list of tokens, a JSON object containing a prompt string, or a list of '
+    "mixed strings & tokens."
+)
+
+
+def _is_token(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _subprompt(value):
+    """tokenize_input_subprompt's reading of one prompt: a string, or a tuple of token ids and strings (a token
+    array, a mixed array, or an object's ``prompt_string``)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(_is_token(v) or isinstance(v, str) for v in value):
+        return value[0] if len(value) == 1 and isinstance(value[0], str) else tuple(value)
+    if isinstance(value, dict) and "prompt_string" in value:
+        if "multimodal_data" in value:
+            raise RequestError("Multimodal data provided, but model does not support multimodal requests.")
+        inner = value["prompt_string"]
+        if isinstance(inner, str) or (isinstance(inner, list) and inner):
+            return _subprompt(inner)
+    raise RequestError(_PROMPT_ELEMENTS)
+
+
+def read_prompts(prompt):
+    """The prompts of a completion body, as llama-server's tokenize_input_prompts reads ``prompt``: a string; an
+    array holding a number is one prompt of token ids (and strings: a mixed prompt); any other array is one
+    prompt per element (each a string, an array of tokens or a mixed one, or ``{"prompt_string": ...}``); an
+    object with ``prompt_string``. Each prompt a string or a tuple of token ids and strings (``Model.complete``
+    tokenizes them)."""
+    if prompt is None:
+        raise RequestError('"prompt" is required')
+    if isinstance(prompt, list) and not any(_is_token(v) or isinstance(v, float) for v in prompt):
+        out = [_subprompt(p) for p in prompt]
+        if not out:
+            raise RequestError('"prompt" must not be empty')
+        return out
+    return [_subprompt(prompt)]
 
 
 def read_template(body, raw, context=None):
@@ -219,12 +260,16 @@ def sampler_fields(body, n_ctx=None, vocab=None, context=None):
     them (``bankml.sampling.params.SAMPLER_FIELDS``), its maximum tokens (``n_predict`` under its wire names,
     ``bankml.serve.fields.WIRE_NAMES``) and ``stop``.
     ``logit_bias`` is read with ``vocab`` as llama-server reads it: ids outside it and malformed entries are
-    skipped, text keys tokenized. The fields left out take ``context``'s server defaults (``--seed``, ``-n``...)."""
+    skipped, text keys tokenized; ``ignore_eos`` adds its end-of-generation biases (``ignore_eos``). The fields
+    left out take ``context``'s server defaults (``--seed``, ``-n``...)."""
     values = {f.name: body[f.name] for f in SAMPLER_FIELDS if f.name != "logit_bias" and body.get(f.name) is not None}
     n_predict = fields.read_field(body, "n_predict", None if context is not None else -1)
     if body.get("logit_bias") is not None:
         values["logit_bias"] = body["logit_bias"]
-    return sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab, context)
+    params, n_predict, stop = sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab, context)
+    if bool_field(body, "ignore_eos", False):
+        params = ignore_eos(params, vocab)
+    return params, n_predict, stop
 
 
 def _probs(body, endpoint, n_predict, context):

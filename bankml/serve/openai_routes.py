@@ -224,6 +224,8 @@ class OpenAIRoutes:
                 "data": [
                     {
                         "id": self.alias,
+                        "aliases": self.aliases,
+                        "tags": self.tags,
                         "object": "model",
                         "created": self.created,
                         "owned_by": "bankml",

@@ -11,8 +11,10 @@ import asyncio
 import ctypes
 import json
 import os
+import sys
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from starlette.requests import ClientDisconnect
@@ -70,8 +72,11 @@ _LARGE_BODY = 1024 * 1024
 
 
 def error(message, code=400, kind="invalid_request_error", extra=None):
-    # llama-server's format_error_response (and the fields its error result adds: ``extra``)
-    return JSONResponse({"error": {"code": code, "message": message, "type": kind, **(extra or {})}}, status_code=code)
+    """llama-server's format_error_response (and the fields its error result adds: ``extra``), logged on stderr
+    as its ex_wrapper logs a request's exception."""
+    body = {"error": {"code": code, "message": message, "type": kind, **(extra or {})}}
+    print("bankml: got exception: " + json.dumps(body, ensure_ascii=False), file=sys.stderr, flush=True)
+    return JSONResponse(body, status_code=code)
 
 
 def ollama_error(message, code=400):
@@ -242,13 +247,21 @@ def stream_error(exc):
     return {"code": 500, "message": f"{type(exc).__name__}: {exc}", "type": "server_error"}
 
 
+def _name_set(text):
+    """common/arg.cpp's reading of --alias and --tags: split on commas, stripped, empty names dropped, sorted."""
+    return sorted({name.strip() for name in (text or "").split(",")} - {""})
+
+
 class Plumbing:
     """The state every route shares (the model, the limits, the generations running) and the frame of a
     request: the body read within the limits, its preparation off the event loop, the error objects."""
 
-    def __init__(self, model, alias=None, limits=None, defaults=None):
+    def __init__(self, model, alias=None, limits=None, defaults=None, tags=None):
         self.model = model
-        self.alias = alias or model.name
+        # llama-server's --alias and --tags: comma-separated names, kept as sorted sets (its std::set); the
+        # model's name in answers is the first alias, else the file name
+        self.aliases, self.tags = _name_set(alias), _name_set(tags)
+        self.alias = self.aliases[0] if self.aliases else model.name
         self.created = int(time.time())
         self.limits = limits or ServerLimits()
         self.defaults = defaults or ServerDefaults()
@@ -456,11 +469,12 @@ class Plumbing:
         """The request of a body (``read``: a reader of bankml.serve.openai or bankml.serve.ollama, every field
         checked) and its Job, prepared before any slot is taken."""
         request = read(raw, self._context())
-        job = self.model.prepare(request, cancel=cancel, deadline=self._deadline())
-        # llama-server's n_cmpl (``n``): the prompt's other completions, each a job of its own on its own slot
-        job.siblings = [
-            self.model.prepare(request, cancel=cancel, deadline=self._deadline()) for _ in range(request.n - 1)
-        ]
+        # llama-server's tasks: one per prompt (an array of prompts), each with its n_cmpl (``n``) completions,
+        # every one a job of its own on its own slot, answered in that order
+        requests = [request] + [replace(request, prompt=p, more_prompts=()) for p in request.more_prompts]
+        jobs = [self.model.prepare(r, cancel=cancel, deadline=self._deadline()) for r in requests for _ in range(r.n)]
+        job = jobs[0]
+        job.siblings = jobs[1:]
         return request, job
 
     # -- OpenAI
@@ -490,10 +504,12 @@ class Plumbing:
             return None
         return {"content": _logprobs.probs_to_json([record], job.probs.post_sampling)}
 
-    def _stream_events(self, request, job, writer, sse):
+    def _stream_events(self, request, job, writer, sse, extras=None):
         """The SSE stream of a format whose writer gives named events: each partial result's (``writer.partial``)
         and the final result's (``writer.final``, with the final parse's diffs); a failure is an ``error``
-        event, as llama-server sends it."""
+        event, as llama-server sends it. ``extras(job, event)``: the keyword arguments of ``writer.partial`` for
+        a format that carries prompt progress and per-token timings (None: it carries neither, and a
+        prompt-progress event writes nothing)."""
         runner = Runner(job, asyncio.get_running_loop(), self).start()
 
         async def events():
@@ -502,8 +518,10 @@ class Plumbing:
                 try:
                     async for event in runner:
                         last = event
-                        if event.partial:
-                            for kind, data in writer.partial(event.index, event.diffs[: event.n_partial_diffs]):
+                        more = extras(job, event) if extras is not None else {}
+                        if event.partial or (event.progress is not None and more):
+                            diffs = event.diffs[: event.n_partial_diffs] if event.partial else []
+                            for kind, data in writer.partial(event.index, diffs, **more):
                                 yield sse(kind, data)
                 except Exception as e:  # noqa: BLE001 - llama-server sends the error as an event
                     yield sse("error", stream_error(e))

@@ -36,6 +36,7 @@ __all__ = [
     "check_messages",
     "check_oaicompat_messages",
     "check_stop_sizes",
+    "ignore_eos",
     "read_body",
     "reasoning_format_from_name",
     "sampler_params",
@@ -137,7 +138,8 @@ class Request:
     n_predict: int = -1
     stop: Tuple[str, ...] = ()
     chat: Optional[ChatInputs] = None
-    prompt: Optional[str] = None
+    prompt: Any = None  # a string, or a tuple of token ids and strings (llama-server's token and mixed prompts)
+    more_prompts: Tuple[Any, ...] = ()  # a completion body's other prompts (an array of prompts), each a job
     reasoning_effort: Optional[str] = None
     reasoning_budget: Optional[int] = None
     reasoning_budget_message: Any = None  # a string; checked where the template has thinking tags
@@ -151,6 +153,7 @@ class Request:
     verbose: bool = False
     timings_per_token: bool = False
     return_progress: bool = False
+    ignore_eos: bool = False  # the EOG biases are in ``params``; kept for generation_settings
     n: int = 1  # llama-server's n_cmpl: completions of the prompt, each on a slot of its own
 
     @property
@@ -281,6 +284,15 @@ def sampler_params(fields, n_predict, stop, n_ctx=None, vocab=None, context=None
     except (ValueError, TypeError) as e:
         raise RequestError(str(e)) from None
     return params, int(n_predict), [s for s in stop if s]
+
+
+def ignore_eos(params, vocab):
+    """llama-server's ``ignore_eos`` handler: the request's logit biases, then -inf for every end-of-generation
+    token of the vocabulary (its ``logit_bias_eog``: ``vocab.eog_tokens``), so the generation never ends on one."""
+    eog = tuple(getattr(vocab, "eog_tokens", ()) or ())
+    if not eog:
+        raise RequestError("'ignore_eos' needs the model's end-of-generation tokens")
+    return params.replace(logit_bias=tuple(params.logit_bias) + tuple((t, float("-inf")) for t in eog))
 
 
 def reasoning_format_from_name(name):

@@ -406,12 +406,16 @@ class StreamWriter:
     def _in_progress(self, kind):
         return _event(kind, response={"id": self.response_id, "object": "response", "status": "in_progress"})
 
-    def partial(self, n_decoded, diffs):
-        """The events of a partial result: its token's 1-based index and its message diffs."""
+    def partial(self, n_decoded, diffs, progress=None, timings=None):
+        """The events of a partial result: its token's 1-based index and its message diffs; a prompt-progress
+        result's ``progress`` (result_prompt_progress's JSON: another ``response.in_progress``) and, with
+        ``timings_per_token``, the ``timings``, both on the result's last event."""
         events = []
         if not self.created:
             events += [self._in_progress("response.created"), self._in_progress("response.in_progress")]
-        if n_decoded == 1:  # set only by the first token's partial result, as llama-server sets it
+        elif progress is not None:
+            events.append(self._in_progress("response.in_progress"))
+        if n_decoded == 1 or progress is not None:  # as llama-server's task_result_state sets it
             self.created = True
         for diff in diffs:
             if diff[0]:
@@ -479,6 +483,10 @@ class StreamWriter:
                             output_index=self._index(item_id),
                         )
                     )
+        if events and timings is not None:
+            events[-1][1]["timings"] = timings
+        if events and progress is not None:
+            events[-1][1]["prompt_progress"] = progress
         return events
 
     def final(self, result, diffs):

@@ -53,9 +53,10 @@ from bankml.sampling._sampler import Sampler
 from bankml.sampling.logprobs import ProbRequest, token_record
 from bankml.sampling.params import SamplerParams
 from bankml.sampling.reasoning_budget import ReasoningBudget
-from bankml.schema.grammar import DEFAULT_STRICT_STYLE, check_mode, check_strict_style
+from bankml.schema.grammar import DEFAULT_STRICT_STYLE, check_mode, check_strict_style, json_schema_to_grammar
 from bankml.serve.cpu import default_threads, prepare_model_loading
 from bankml.serve.flags import flash_attn_name, flash_attn_type, kv_cache_type
+from bankml.serve.legacy_chat import LegacyChat, check_legacy_request, verify_override
 from bankml.serve.request import Request, reasoning_format_from_name
 
 __all__ = [
@@ -103,6 +104,8 @@ def chat_model_options(args):
         raise ValueError("--strict-style applies to --json-schema-mode strict only")
     return {
         "chat_template_file": args.chat_template_file,
+        "chat_template": getattr(args, "chat_template", None),
+        "use_jinja": getattr(args, "jinja", True),
         "reasoning": args.reasoning,
         "reasoning_format": args.reasoning_format,
         "reasoning_budget": args.reasoning_budget,
@@ -244,9 +247,18 @@ class Event:
 class _SamplerVocab:
     """What Sampler needs from a vocabulary, with libllama's tokenizer for DRY's sequence breakers."""
 
-    def __init__(self, vocab, tokenize):
+    def __init__(self, vocab, tokenize, is_eog=None):
         self._vocab = vocab
         self._tokenize = tokenize
+        self._is_eog = is_eog
+        self._eog = None
+
+    @property
+    def eog_tokens(self):
+        """The end-of-generation tokens (libllama's ``llama_vocab_is_eog``), in id order: ignore_eos' biases."""
+        if self._eog is None:
+            self._eog = tuple(t for t in range(len(self._vocab)) if self._is_eog(t)) if self._is_eog else ()
+        return self._eog
 
     def __len__(self):
         return len(self._vocab)
@@ -430,6 +442,8 @@ class Model:
         strict_style=DEFAULT_STRICT_STYLE,
         kv_unified=True,
         kv_unified_per_slot=0,
+        chat_template=None,
+        use_jinja=True,
     ):
         self.json_schema_mode = check_mode(json_schema_mode)
         self.strict_style = check_strict_style(strict_style)
@@ -473,8 +487,23 @@ class Model:
         if chat_template_file is not None:  # llama-server's --chat-template-file: replaces the GGUF's
             with open(chat_template_file, encoding="utf-8") as handle:
                 self.chat_template = handle.read()
+        self.use_jinja = bool(use_jinja)
+        if chat_template:  # llama-server's --chat-template: a Jinja text, or a built-in name without --jinja
+            if chat_template_file is not None:
+                raise ValueError("give --chat-template or --chat-template-file, not both")
+            if not self.use_jinja and not verify_override(L, chat_template):
+                raise ValueError(
+                    f"the supplied chat template is not supported: {chat_template}\n"
+                    "note: llama.cpp was started without --jinja, we only support commonly used templates"
+                )
+            self.chat_template = chat_template
         self._chat_layer = None
         self._supports_thinking = None
+        if not self.use_jinja:  # llama-server's load formats an example chat: a template it cannot format stops it
+            try:
+                self.chat_layer()
+            except RequestError as e:
+                raise ValueError(str(e)) from None
         # llama-server's --reasoning on|off|auto: on/off also set the template kwarg enable_thinking
         # (common/arg.cpp); --reasoning-format, --reasoning-budget(-message), --chat-template-kwargs
         if reasoning not in ("on", "off", "auto"):
@@ -494,7 +523,9 @@ class Model:
             self.chat_template_kwargs["enable_thinking"] = "true" if reasoning == "on" else "false"
         self.name = os.path.basename(self.path)
         # the vocabulary with libllama's tokenizer: the sampler's (DRY breakers) and logit_bias' text keys
-        self.sampler_vocab = _SamplerVocab(self.vocab, self.tokenize)
+        self.sampler_vocab = _SamplerVocab(
+            self.vocab, self.tokenize, lambda t: bool(L.llama_vocab_is_eog(self._lvocab, t))
+        )
         self._pieces = {}
         self.rules_cache = RulesCache(self.vocab, grammar_cache)
         self._max_piece_bytes = None
@@ -555,6 +586,21 @@ class Model:
             out += self.tokenize(data[pos:], False, True)
         return out
 
+    def tokenize_mixed(self, items, cancel=None):
+        """llama-server's tokenize_mixed of a prompt given as a sequence of token ids and strings: a string in first
+        place is tokenized as a whole prompt (``tokenize_prompt``: with the BOS the vocabulary adds), a later
+        one without special tokens added, a token id is kept. RequestError for an id outside the vocabulary
+        (llama-server: ``Prompt contains invalid tokens``)."""
+        out = []
+        for i, item in enumerate(items):
+            if isinstance(item, str):
+                out += self.tokenize_prompt(item, cancel) if i == 0 else self.tokenize(item, False, True)
+            elif 0 <= item < self.n_vocab:
+                out.append(int(item))
+            else:
+                raise RequestError("Prompt contains invalid tokens")
+        return out
+
     def _special_splitter(self):
         """(pattern, id of each special text, BOS prefix) when piecewise tokenization equals libllama's, or
         None (then ``tokenize_prompt`` tokenizes the text whole)."""
@@ -600,7 +646,9 @@ class Model:
     # -- jobs
 
     def chat_layer(self):
-        """The model's template as bankml.chat.template holds it (llama.cpp's ChatML when the model has none)."""
+        """The model's template as bankml.chat.template holds it (llama.cpp's ChatML when the model has none);
+        without Jinja (``use_jinja=False``, llama-server's ``--no-jinja``) a ``bankml.serve.legacy_chat.LegacyChat``
+        around it."""
         if self._chat_layer is None:
             L = self._L
             specials = []
@@ -608,13 +656,15 @@ class Model:
                 tok = fn(self._lvocab)
                 specials.append(self.vocab.piece(tok).decode("utf-8", "replace") if 0 <= tok < self.n_vocab else "")
             try:
-                self._chat_layer = ChatTemplate(
+                layer = ChatTemplate(
                     self.chat_template,
                     specials[0],
                     specials[1],
                     bool(L.llama_vocab_get_add_bos(self._lvocab)),
                     bool(L.llama_vocab_get_add_eos(self._lvocab)),
                 )
+                # --no-jinja: libllama's built-in templates make the prompt (common_chat_templates_apply_legacy)
+                self._chat_layer = layer if self.use_jinja else LegacyChat(L, layer)
             except TemplateError as e:
                 raise RequestError(str(e)) from None
         return self._chat_layer
@@ -677,6 +727,11 @@ class Model:
             raise RequestError("'messages' must be an array")
         if inputs.json_schema is not None:
             raise RequestError("a chat Request's schema is its constraint: Request.chat.json_schema must be None")
+        if not self.use_jinja:
+            check_legacy_request(inputs.tools, inputs.tool_choice)
+            if request.constraint is not None and request.constraint.ignored_schema is not None:
+                # common_chat_templates_apply_legacy converts every schema it is given
+                json_schema_to_grammar(request.constraint.ignored_schema)
         enable, kwargs, fmt = self.chat_options(
             inputs.chat_template_kwargs, inputs.reasoning_format, request.reasoning_effort
         )
@@ -852,9 +907,10 @@ class Model:
         return mode or self.json_schema_mode
 
     def complete(self, prompt, constraint=None, params=None, max_tokens=-1, stop=(), *, cancel=None, deadline=None):
-        """A Job for a raw prompt, as /v1/completions: no template, the bare grammar, the raw text.
-        ``cancel`` and ``deadline`` as for ``chat``."""
-        if not isinstance(prompt, str):
+        """A Job for a raw prompt, as /v1/completions: no template, the bare grammar, the raw text. ``prompt``:
+        a string, or a sequence of token ids and strings (llama-server's token and mixed prompts:
+        ``tokenize_mixed``). ``cancel`` and ``deadline`` as for ``chat``."""
+        if not isinstance(prompt, (str, tuple, list)):
             raise RequestError("'prompt' must be a string")
         constraint = constraint or Constraint()
         _check_cancel(cancel)
@@ -894,6 +950,7 @@ class Model:
         job.probs = request.probs
         job.stream_requested = request.stream
         job.return_progress = request.return_progress and request.stream
+        job.ignore_eos = request.ignore_eos
         return job
 
     def acquire(self, timeout=None, cancel=None):
@@ -1041,15 +1098,20 @@ class Job:
         self.deadline = deadline
         _check_cancel(cancel)
         # the cheap bound first: a prompt that cannot fit is refused without tokenizing it (libllama's
-        # tokenizer is quadratic in the special tokens of the text)
-        n_bytes = len(prompt.encode("utf-8", "surrogatepass"))
+        # tokenizer is quadratic in the special tokens of the text); a prompt of token ids and strings
+        # (/completion's) counts its strings' bytes
+        texts = [prompt] if isinstance(prompt, str) else [p for p in prompt if isinstance(p, str)]
+        n_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
         if n_bytes > model.max_prompt_bytes():
             raise ContextSizeError(
                 f"request ({n_bytes} bytes of prompt: more than {model.n_ctx_slot} tokens) exceeds "
                 f"the available context size ({model.n_ctx_slot} tokens), try increasing it",
                 n_ctx=model.n_ctx_slot,
             )
-        self.prompt_tokens = model.tokenize_prompt(prompt, cancel)
+        if isinstance(prompt, str):
+            self.prompt_tokens = model.tokenize_prompt(prompt, cancel)
+        else:
+            self.prompt_tokens = model.tokenize_mixed(prompt, cancel)
         if not self.prompt_tokens:
             raise RequestError("the prompt is empty")
         if len(self.prompt_tokens) >= model.n_ctx_slot:

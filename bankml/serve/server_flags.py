@@ -212,10 +212,6 @@ REFUSED = {
     "--backend-sampling": "backend sampling is not implemented by bankml: bankml samples on the CPU",
     "--context-shift": _CONTEXT_SHIFT,
     "--keep": _CONTEXT_SHIFT,
-    "--no-jinja": "llama-server then formats chats with its built-in (non-Jinja) templates, which bankml does not "
-    "implement: bankml renders the model's Jinja template (or --chat-template-file's)",
-    "--chat-template": "a template given inline or by a built-in name is not served by bankml: give the Jinja "
-    "template in a file with --chat-template-file",
     "--skip-chat-parsing": "a pure content parser is not served by bankml: the template's parser reads every answer",
     "--no-skip-chat-parsing": "a pure content parser is not served by bankml: the template's parser reads every answer",
     "--no-reasoning-preserve": "dropping the reasoning of earlier turns is not implemented by bankml",
@@ -228,7 +224,6 @@ REFUSED = {
     "--ssl-cert-file": "TLS is not implemented by bankml serve: put a TLS proxy in front of it",
     "--api-prefix": "a path prefix is not implemented by bankml serve: put a proxy in front of it",
     "--sse-ping-interval": "bankml sends no SSE pings while a stream is silent",
-    "--tags": "model tags are not reported by bankml",
     "--log-prompts-dir": "bankml does not log prompts",
     "-sp": "special tokens in the answer's text are not served by bankml (llama-server's default: off)",
     "--special": "special tokens in the answer's text are not served by bankml (llama-server's default: off)",
@@ -297,6 +292,7 @@ def add_arguments(p):
         "-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_const", const=False,
         help="one KV cache per slot: the context divided between the slots",
     )  # fmt: skip
+    p.add_argument("--tags", dest="model_tags", help="model tags, comma-separated (informational: /models)")
     p.add_argument("--kv-unified-per-slot", type=int, default=0, help="context limit per slot (default: unset)")
     known = set(p._option_string_actions)
     for flag, (takes_value, why) in NO_BEARING.items():

@@ -43,8 +43,9 @@ def _job(stream=False):
 def test_read_native_reads_the_completion_fields():
     req = native.read_native(json.dumps({"prompt": "Hi", "n_predict": 4, "n_probs": 2, "stream": True}))
     assert (req.endpoint, req.prompt, req.n_predict, req.probs.n_probs, req.stream) == ("/completion", "Hi", 4, 2, True)
-    with pytest.raises(RequestError, match="'prompt' must be a string"):
-        native.read_native(json.dumps({"prompt": [1, 2]}))
+    assert native.read_native(json.dumps({"prompt": [1, 2]})).prompt == (1, 2)  # token ids (test_prompt_forms)
+    with pytest.raises(RequestError, match='"prompt" elements must be a string, a list of tokens'):
+        native.read_native(json.dumps({"prompt": 12}))
 
 
 @pytest.mark.parametrize(

@@ -72,11 +72,9 @@ def test_every_llama_server_flag_is_served_accepted_or_refused():
         (["--models-dir", "models"], "router mode"),
         (["--spec-type", "ngram-simple"], "speculative decoding"),
         (["-md", "draft.gguf"], "speculative decoding"),
-        (["--no-jinja"], "built-in (non-Jinja) templates"),
         (["--slot-save-path", "slots"], "nothing to save or restore"),
         (["--sleep-idle-seconds", "1"], "does not unload it when idle"),
         (["-ngl", "99"], "default device placement"),
-        (["--chat-template", "chatml"], "--chat-template-file"),
     ],
 )
 def test_refused_flags_name_the_flag_and_why(argv, why, capsys):
@@ -419,10 +417,22 @@ def test_several_completions_streamed(served):
     assert sorted(e["index"] for e in events if e["stop"]) == [0, 1]
 
 
-def test_host_takes_one_address_or_a_unix_socket(capsys):
+def test_host_list_and_a_unix_socket(capsys):
     from bankml.serve.app import _address
 
-    assert cli.main(["serve", "--host", "127.0.0.1,::1"]) == 2
-    assert "bankml serve listens on exactly one address" in capsys.readouterr().err
+    assert cli.main(["serve", "--host", " , "]) == 2
+    assert "--host requires at least one address" in capsys.readouterr().err
+    assert cli.main(["serve", "--host", "127.0.0.1,localhost", "--port", "0"]) == 2
+    assert "--port 0 is not supported with multiple TCP addresses" in capsys.readouterr().err
     assert _address(_parse("--host", "/tmp/x.sock")) == {"uds": "/tmp/x.sock"}
     assert _address(_parse("--host", "0.0.0.0", "--port", "9")) == {"host": "0.0.0.0", "port": 9}
+
+
+def test_flags_spelled_with_underscores_as_llama_server(capsys):
+    parser = cli.build_parser()
+    spelled = cli._llama_server_spelling(parser, ["serve", "--n_predict", "5", "--chat-template-file", "a_b", "--x_y"])
+    assert spelled == ["serve", "--n-predict", "5", "--chat-template-file", "a_b", "--x_y"]
+    assert cli._llama_server_spelling(parser, ["generate", "--n_predict"]) == ["generate", "--n_predict"]
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--backend_sampling"])
+    assert "llama-server's --backend-sampling is not served by bankml serve" in capsys.readouterr().err

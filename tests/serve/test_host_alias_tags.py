@@ -1,0 +1,92 @@
+"""llama-server's ``--host`` list (one listening socket per address, on the same port), ``--alias`` as a
+comma-separated set of names and ``--tags`` (``GET /models``'s ``aliases`` and ``tags``)."""
+
+import os
+import socket
+import tempfile
+
+import pytest
+
+from bankml import cli
+from bankml.serve.app import bind_sockets
+from bankml.serve.plumbing import Plumbing
+from tests.serve.serve_support import free_port
+
+
+def _connects(family, address):
+    with socket.socket(family, socket.SOCK_STREAM) as c:
+        c.settimeout(5)
+        c.connect(address)
+        return True
+
+
+def test_each_address_of_the_list_listens_on_the_same_port():
+    port = free_port()
+    path = os.path.join(tempfile.mkdtemp(), "s.sock")
+    socks = bind_sockets(["127.0.0.1", path], port)
+    try:
+        assert [s.family for s in socks] == [socket.AF_INET, socket.AF_UNIX]
+        assert socks[0].getsockname() == ("127.0.0.1", port)
+        assert _connects(socket.AF_INET, ("127.0.0.1", port)) and _connects(socket.AF_UNIX, path)
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_ipv6_binds_ipv6_only():
+    try:
+        socks = bind_sockets(["::1"], free_port())
+    except OSError:
+        pytest.skip("IPv6 loopback is unavailable")
+    try:
+        assert socks[0].getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 1
+    finally:
+        socks[0].close()
+
+
+def test_an_address_that_cannot_be_bound_is_named():
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        with pytest.raises(OSError, match=f"hostname: 127.0.0.1, port: {port}"):
+            bind_sockets(["127.0.0.1"], port)
+    finally:
+        taken.close()
+
+
+class _Model:
+    name = "model.gguf"
+
+
+def test_aliases_and_tags_are_sorted_sets_and_the_first_alias_names_the_model():
+    app = Plumbing(_Model(), "tinyllama-2,fim, code,,fim", tags="small, chat,fim")
+    assert app.aliases == ["code", "fim", "tinyllama-2"] and app.alias == "code"
+    assert app.tags == ["chat", "fim", "small"]
+    bare = Plumbing(_Model())
+    assert (bare.alias, bare.aliases, bare.tags) == ("model.gguf", [], [])
+
+
+def test_tags_flag():
+    args = cli.build_parser().parse_args(["serve", "--tags", "chat,fim"])
+    assert args.model_tags == "chat,fim"
+
+
+def test_models_lists_aliases_and_tags():
+    from starlette.testclient import TestClient
+
+    from bankml.serve.app import create_app
+    from bankml.serve.runtime import Model
+    from tests.oracle_support import smollm2_path
+
+    model = Model(smollm2_path(), n_ctx=256, n_threads=1)
+    try:
+        with TestClient(create_app(model, "tinyllama-2,fim,code", tags="chat,fim,small")) as c:
+            (entry,) = c.get("/models").json()["data"]
+            body = c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1}).json()
+    finally:
+        model.close()
+    assert entry["id"] == "code" and set(entry["aliases"]) == {"tinyllama-2", "fim", "code"}
+    assert set(entry["tags"]) == {"chat", "fim", "small"}
+    assert body["model"] == "code"
