@@ -34,7 +34,7 @@ class OpenAIRoutes:
         base = {
             "created": int(time.time()),
             "id": prefix + uuid.uuid4().hex,
-            "model": self.alias,  # llama-server names its own model, whatever the body asked for
+            "model": req.model or self.alias,
             "system_fingerprint": FINGERPRINT,
         }
         jobs = jobs_of(job)
