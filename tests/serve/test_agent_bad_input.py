@@ -23,6 +23,7 @@ import socket
 import httpx
 import pytest
 
+from ..oracle_support import ORACLE_STATS
 from .serve_support import running_serve
 
 LIMIT = 64 * 1024  # --max-body-bytes of the servers here
@@ -279,6 +280,7 @@ def test_llama_server_answered_the_tables_status():
     recorded = json.loads(OUTPUT.read_text(encoding="utf-8"))["bad_input"]
     assert [(r["route"], r["body"]) for r in recorded] == [(row[0], row[1].decode()) for row in BAD]
     assert [r["status"] for r in recorded] == [row[4] for row in BAD]
+    ORACLE_STATS["llama-server bad-input statuses matched by the table"] += len(BAD)
     for r, row in zip(recorded, BAD):
         if row[2] == row[4] and row[2] != 400:  # the same refusal as llama-server's, in its words
             assert row[3] in r["message"], r

@@ -20,7 +20,7 @@ import pytest
 
 from ..oracle.record_agent_routes import CASES, normalize, requests, sse_events, template_file
 from ..oracle.record_server import kernels_fingerprint
-from ..oracle_support import fix_clock, recorded_model
+from ..oracle_support import ORACLE_STATS, fix_clock, recorded_model
 
 PATH = pathlib.Path(__file__).resolve().parent.parent / "data" / "server_agent_recordings.json"
 RECORDING = json.loads(PATH.read_text(encoding="utf-8"))
@@ -104,3 +104,4 @@ def test_bankml_serve_answers_like_llama_server(clients, name):
     else:
         got = response.json()
     assert [response.status_code, normalize(got)] == [r["status"], normalize(r["response"])]
+    ORACLE_STATS["llama-server agent-route answers and streams identical (bankml serve)"] += 1
