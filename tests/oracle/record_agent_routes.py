@@ -215,6 +215,12 @@ CASES = {
         "whole",
     ),
     "chat/input_tokens": ("llama31", "/v1/chat/completions/input_tokens", {"messages": [QUESTION]}, "whole"),
+    "control/no_active_completion": (
+        "llama31",
+        "/v1/chat/completions/control",
+        {"id": "chatcmpl-" + "0" * 32, "action": "reasoning_end"},
+        "whole",
+    ),
     "completion/plain/greedy": ("llama31", "/completion", {"prompt": "Hi there", "n_predict": 6}, "both"),
     "completion/schema/seed7": (
         "llama31",

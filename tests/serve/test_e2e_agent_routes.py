@@ -39,6 +39,7 @@ def test_recordings_are_the_recorders_requests():
     paths = {r["path"] for r in RECORDS.values()}
     assert {"/v1/responses", "/v1/messages", "/completion", "/completions", "/infill"} <= paths
     assert {"/v1/responses/input_tokens", "/v1/messages/count_tokens", "/v1/chat/completions/input_tokens"} <= paths
+    assert "/v1/chat/completions/control" in paths
     out = {n: r["response"] for n, r in RECORDS.items()}
     calls = [o for o in out["responses/tools/parallel/seed3"]["output"] if o["type"] == "function_call"]
     # two calls, the second cut by max_output_tokens (its arguments as far as they came)
