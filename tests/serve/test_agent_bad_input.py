@@ -8,8 +8,9 @@ and ``/api/embed``.
 llama-server answered (recorded in tests/data/server_agent_recordings.json by ``record_agent_routes``).
 Where they differ the row names why (docs/modules/server.md, "Where llama-server reads a field of the wrong type
 as its default..."): a body that is not JSON is a 400 (llama-server: 500); a wrong type or a content block
-llama-server reads as its default or drops is a 400 naming the field (llama-server: 200); a required field left
-out is a 400 (llama-server: a 500, its converter's exception). Ollama's routes are bankml's own (llama-server: 404).
+llama-server reads as its default or drops is a 400 naming the field (llama-server: 200), and so is a fractional
+token count (llama-server truncates it); a required field left out is a 400 (llama-server: a 500, its converter's
+exception). Ollama's routes are bankml's own (llama-server: 404).
 
 In process (one client): every row's answer, then the same greedy answer as before them (nothing of a refused
 request is left applied). As a child process (``bankml serve``): every row answered within a timeout, a body
@@ -36,6 +37,7 @@ def _json(value):
 
 NOT_JSON = "not JSON: a 400 (llama-server: 500)"
 WRONG_TYPE = "a wrong type / unknown block: a 400 naming the field (llama-server: reads a default or drops it)"
+FRACTION = "a fractional token count: a 400 naming the field (llama-server: truncates it)"
 MISSING = "a required field left out: a 400 (llama-server: 500)"
 OLLAMA = "Ollama's route: bankml's own (llama-server: 404)"
 STRICT = "strict tool-call mode: bankml's own (llama-server has none)"
@@ -98,7 +100,7 @@ BAD = [
     ("/completion", _json({"prompt": "Hi", "n_predict": "x"}), 400, "Field 'n_predict'", 400, None),
     ("/completion", _json({"n_predict": 2}), 400, "'prompt'", 400, None),
     ("/completions", _json({"prompt": 5}), 400, "'prompt'", 400, None),
-    ("/completions", _json({"prompt": "Hi", "max_tokens": 1.5}), 400, "Field 'max_tokens'", 200, WRONG_TYPE),
+    ("/completions", _json({"prompt": "Hi", "max_tokens": 1.5}), 400, "Field 'max_tokens'", 200, FRACTION),
     ("/infill", b'{"input_prefix": ', 501, "Infill is not supported by this model", 501, None),
     ("/infill", _json({"input_prefix": 5}), 501, "Infill is not supported by this model", 501, None),
     ("/v1/chat/completions/control", b'{"id": ', 400, "Invalid JSON body", 500, NOT_JSON),
@@ -252,7 +254,7 @@ def _raw_http(port, request, timeout=30):
 def test_a_bankml_serve_process_never_hangs_on_bad_bodies():
     """``bankml serve`` as a child process: every bad body answered within a timeout with the in-process status;
     a body cut before its Content-Length and an oversize chunked body answered or dropped, never hung; the server
-    healthy after them."""
+    healthy after them, and answering while another client stalls inside its body."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
     args = ["-t", "1", "-c", "512", "--max-body-bytes", str(LIMIT)]
     with running_serve(args, cwd=root) as base:
@@ -268,8 +270,11 @@ def test_a_bankml_serve_process_never_hangs_on_bad_bodies():
             piece = b"x" * 32768
             chunked += (b"%x\r\n" % len(piece) + piece + b"\r\n") * 4 + b"0\r\n\r\n"
             assert b" 400 " in _raw_http(port, chunked).split(b"\r\n", 1)[0]
-            assert http.get("/health").json() == {"status": "ok"}
-            assert http.post(GOOD[0], json=GOOD[1]).status_code == 200
+            # a client that stalls inside its body holds its own connection only: the server answers the others
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as stalled:
+                stalled.sendall(cut)
+                assert http.get("/health").json() == {"status": "ok"}
+                assert http.post(GOOD[0], json=GOOD[1]).status_code == 200
 
 
 def test_llama_server_answered_the_tables_status():
