@@ -167,8 +167,12 @@ CASES = {
     "messages/stop/greedy": (
         "llama31",
         "/v1/messages",
-        {"max_tokens": 20, "stop_sequences": [","], "messages": [{"role": "user", "content": "Count to ten"}]},
-        "stream",
+        {
+            "max_tokens": 20,
+            "stop_sequences": ["-"],
+            "messages": [{"role": "user", "content": "Name three colors, separated by commas."}],
+        },
+        "both",
     ),
     "messages/tools/auto/greedy": (
         "llama31",
