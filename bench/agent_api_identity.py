@@ -15,7 +15,6 @@ import contextlib
 import gzip
 import json
 import pathlib
-import re
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import time
 import httpx
 
 from tests.oracle.build_server import build_server
+from tests.oracle.record_agent_routes import normalize
 from tests.oracle.record_server import _free_port, model_path
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -98,22 +98,6 @@ CASES = {
         {"prompt": "A cat:", "n_predict": 12, "json_schema": {"type": "object"}, "stop": ["}"], "n_probs": 2},
     ),
 }
-_IDS = re.compile(r'"(chatcmpl-|resp_|msg_|rs_|fc_|call_)?[A-Za-z0-9]{32}"')
-_SKIP = {"created_at", "completed_at", "timings", "id_slot", "output_index", "content_index"}
-
-
-def normalize(value):
-    """The answer without what may differ between two runs of one server: ids, times, slots, OpenAI's indices."""
-    value = json.loads(_IDS.sub('"ID"', json.dumps(value)))
-
-    def strip(o):
-        if isinstance(o, dict):
-            return {k: strip(v) for k, v in o.items() if k not in _SKIP}
-        if isinstance(o, list):
-            return [strip(v) for v in o]
-        return o
-
-    return strip(value)
 
 
 def stream(base, path, body):

@@ -11,6 +11,7 @@ import time
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from bankml.chat.chat_peg import ChatParseError
+from bankml.errors import json_type_name
 from bankml.schema import jsondepth as _jsondepth
 from bankml.serve import ollama
 from bankml.serve.endpoints import model_ftype
@@ -105,7 +106,10 @@ class OllamaRoutes:
         except Exception as e:  # noqa: BLE001 - Ollama's error object
             return ollama_error(refusal(e).message)
         name = body.get("model") or body.get("name")
-        if not isinstance(name, str) or not name:
+        if name is not None and not isinstance(name, str):  # Ollama: json: cannot unmarshal ... of type string
+            key = "model" if body.get("model") else "name"
+            return ollama_error(f"Field '{key}': must be a string, but is {json_type_name(name)}")
+        if not name:
             return ollama_error("model is required")
         m = self.model
         template = m.chat_template or ""

@@ -264,6 +264,11 @@ def sampler_fields(body, n_ctx=None, vocab=None, context=None):
     left out take ``context``'s server defaults (``--seed``, ``-n``...)."""
     values = {f.name: body[f.name] for f in SAMPLER_FIELDS if f.name != "logit_bias" and body.get(f.name) is not None}
     n_predict = fields.read_field(body, "n_predict", None if context is not None else -1)
+    if n_predict is not None and (
+        isinstance(n_predict, bool) or not isinstance(n_predict, (int, float)) or not float(n_predict).is_integer()
+    ):  # named by the key that gave it (llama-server: "Field 'n_predict': ... type must be number")
+        key = [k for k in fields.WIRE_NAMES["n_predict"] if body.get(k) is not None][-1]
+        raise RequestError(f"Field '{key}': must be an integer, but is {json_type_name(n_predict)}")
     if body.get("logit_bias") is not None:
         values["logit_bias"] = body["logit_bias"]
     params, n_predict, stop = sampler_params(values, n_predict, body.get("stop", []), n_ctx, vocab, context)

@@ -218,7 +218,12 @@ def check_message_count(messages, limits):
         )
 
 
-def _message_text(content):
+# OpenAI content parts llama-server loads as media (oaicompat_content_load_media): refused without a multimodal
+# projector with its 500
+_MEDIA_PARTS = {"image_url": "image", "input_audio": "audio", "input_video": "video", "video_url": "video"}
+
+
+def _message_text(content, name):
     # OpenAI content parts: the text parts joined (llama-server concatenates them)
     if content is None:
         return ""
@@ -226,12 +231,19 @@ def _message_text(content):
         return content
     if isinstance(content, list):
         parts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise RequestError('unsupported content part: only {"type": "text", "text": ...} is accepted')
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind in _MEDIA_PARTS:
+                raise MediaError(_MEDIA_PARTS[kind])
+            if kind != "text" or not isinstance(part.get("text"), str):
+                # llama-server: "unsupported content[].type" (a 400)
+                raise RequestError(
+                    f"Field '{name}.content[{j}]': unsupported content part: only "
+                    '{"type": "text", "text": ...} is accepted'
+                )
             parts.append(part["text"])
         return "\n".join(parts)
-    raise RequestError("message content must be a string or an array of text parts")
+    raise RequestError(f"Field '{name}.content': message content must be a string or an array of text parts")
 
 
 def check_messages(messages):
@@ -244,7 +256,7 @@ def check_messages(messages):
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise RequestError(f"messages[{i}]: each message needs a string 'role'")
-        out.append({"role": m["role"], "content": _message_text(m.get("content"))})
+        out.append({"role": m["role"], "content": _message_text(m.get("content"), f"messages[{i}]")})
     return out
 
 
@@ -277,7 +289,7 @@ def sampler_params(fields, n_predict, stop, n_ctx=None, vocab=None, context=None
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
         raise RequestError("'stop' must be a string or an array of strings")
-    if isinstance(n_predict, bool) or not isinstance(n_predict, (int, float)) or n_predict != int(n_predict):
+    if isinstance(n_predict, bool) or not isinstance(n_predict, (int, float)) or not float(n_predict).is_integer():
         raise RequestError("'max_tokens' must be an integer")
     try:
         params = SamplerParams.from_server(fields, n_ctx, vocab=vocab)

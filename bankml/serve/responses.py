@@ -260,7 +260,10 @@ def to_chat_body(body):
     if "tool_choice" in body:
         chat["tool_choice"] = _tool_choice(body["tool_choice"])
     if "max_output_tokens" in body:
-        chat["max_tokens"] = body["max_output_tokens"]
+        limit = body["max_output_tokens"]
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise _type_error("max_output_tokens", "an integer", limit)
+        chat["max_tokens"] = limit
     if "reasoning" in body:
         reasoning = chat.pop("reasoning")
         if reasoning is not None and not isinstance(reasoning, dict):

@@ -112,7 +112,7 @@ def test_a_completion_body_is_a_raw_prompt():
         ({"tools": TOOLS, "grammar": 'root ::= "a"'}, "Cannot use custom grammar constraints with tools."),
         ({"tools": {}}, "Failed to parse tools: Expected 'tools' to be an array, got {}"),
         ({"stop": 3}, "'stop' must be a string or an array of strings"),
-        ({"max_tokens": 1.5}, "'max_tokens' must be an integer"),
+        ({"max_tokens": 1.5}, "Field 'max_tokens': must be an integer, but is number"),
         ({"top_k": "4"}, "Field 'top_k': type must be number, but is string"),
         ({"messages": {}}, "'messages' must be an array"),
         ({"logprobs": True, "max_tokens": 100000}, "exceed bankml's limit of 1000000 entries per answer"),
