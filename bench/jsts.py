@@ -259,7 +259,7 @@ def table(results):
     lines = [
         f"JSON-Schema-Test-Suite {COMMIT[:7]}, draft 2020-12 (`python bench/jsts.py`)",
         "",
-        "bankml-strict is given the suite's remote documents (``registry``); xgrammar and llguidance take none.",
+        "bankml-strict is given the suite's remote documents (`registry`); xgrammar and llguidance take none.",
         "",
         "| set | engine | groups | compiled | groups passing | valid rejected | invalid accepted |",
         "|---|---|---|---|---|---|---|",

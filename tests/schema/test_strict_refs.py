@@ -122,6 +122,17 @@ def test_an_unknown_remote_is_refused_naming_keyword_and_pointer():
     assert "nothing is fetched" in str(e.value)
 
 
+def test_a_registry_document_is_read_when_a_reference_names_it():
+    docs = {"https://example.com/p": {"type": "string", "pattern": "(?<=a)b"}, **DOCS}
+    grammar, _ = json_schema_to_grammar(
+        {"$ref": "https://example.com/defs.json#/$defs/small"}, mode="strict", registry=docs
+    )
+    assert _accepts(grammar, 3)  # the unnamed document's pattern (a lookbehind, refused) is never read
+    with pytest.raises(SchemaError) as e:
+        json_schema_to_grammar({"$ref": "https://example.com/p"}, mode="strict", registry=docs)
+    assert (e.value.keyword, e.value.pointer) == ("pattern", "https://example.com/p#/pattern")
+
+
 def test_a_registry_document_of_another_draft_is_refused():
     docs = {"https://example.com/old": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "string"}}
     with pytest.raises(SchemaError) as e:

@@ -86,8 +86,8 @@ def _compile(schema, lenient, limits, pointer, regex_dialect, style, registry):
     c = None
     try:
         schema = in_python_dialect(schema, regex_dialect)
-        registry = {uri: in_python_dialect(s, regex_dialect) for uri, s in registry.items()}
-        c = Compiler(schema, lenient, limits, style, registry)
+        # a registry document is read in the dialect when a reference names it (not one it never names)
+        c = Compiler(schema, lenient, limits, style, registry, lambda d: in_python_dialect(d, regex_dialect))
         node = c.doc.node_at(pointer)
         if node is True or node is False or isinstance(node, dict):
             root = c.rule([node], pointer)

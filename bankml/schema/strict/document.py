@@ -87,12 +87,13 @@ def check_registry(registry):
 
 class Document:
     """The document ``root`` (a dict or a bool), indexed when made; ``budget`` (a ``rules.Budget``) counts its
-    nodes; ``registry`` (``{URI: schema}``) the other documents its references may name, indexed when one is
-    named. Refuses a draft-03 document and one nesting deeper than MAX_DEPTH."""
+    nodes; ``registry`` (``{URI: schema}``) the other documents its references may name, each read through
+    ``prepare`` (if given) and indexed when one is named. Refuses a draft-03 document and one nesting deeper than MAX_DEPTH."""
 
-    def __init__(self, root, budget, registry=None):
+    def __init__(self, root, budget, registry=None, prepare=None):
         self.root = root
         self.registry = check_registry(registry)  # URI -> a schema the caller gives (never fetched)
+        self.prepare = prepare  # a registry document -> the document as read (the regex dialect's rewrite)
         self.draft = draft_of(root)
         self.vocab = VOCAB.get(self.draft)
         self.budget = budget
@@ -279,6 +280,11 @@ class Document:
         if url not in self.registry:
             return None
         remote = self.registry[url]
+        if self.prepare is not None:
+            try:
+                remote = self.prepare(remote)
+            except Refuse as e:
+                raise Refuse(e.keyword, url + e.pointer, e.reason) from None
         draft = draft_of(remote) if isinstance(remote, dict) and "$schema" in remote else self.draft
         if draft != self.draft:
             refuse(
