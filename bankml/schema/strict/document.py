@@ -3,18 +3,20 @@
 its ``$id``/``id`` resources and ``$anchor``s, ``$ref`` resolution, and the synthetic schemas the compiler adds
 (a negation, a dependency's "the key is present"), each under the pointer of the keyword it stands for.
 
-A schema object is a dict of the document (or a synthetic one the document keeps alive); its pointer, base and
-whether it is synthetic are kept by the dict's ``id()``: this object is the only one that writes those tables.
+A schema object is a dict of the document (or a synthetic one, or a scope's copy, that the document keeps alive);
+its pointer, base, chain and whether it is synthetic are kept by the dict's ``id()``: this object is the only one
+that writes those tables.
 
 The drafts' metaschemas are shipped (``bankml/schema/metaschemas.json.gz``, json-schema.org's, BSD-3-Clause): a
 reference to one of the document's draft indexes them under the pointers ``URI#/...``; so is a reference to a
-document of the caller's ``registry`` (nothing is fetched). A ``$dynamicRef`` (and 2019-09's ``$recursiveRef``) is
-resolved where its dynamic scope does not change its target (``resolve_dynamic``, ``resolve_recursive``: over the
-graph of the resources an evaluation may enter, one resource defining the name is on every path to it before the
-others).
+document of the caller's ``registry`` (nothing is fetched). A ``$dynamicRef`` (and 2019-09's ``$recursiveRef``)
+lands where the dynamic scope of the referring object says (``resolve_dynamic``, ``resolve_recursive``): every
+object has the chain of resources entered on the way to it (``chain_of``), and a reference made in a scope that
+resolves some dynamic name otherwise than its target's own chain lands on a copy of the target for that scope
+(``scoped``: one per target and scope state, so that recursion ends).
 
 Owns: pointers (``p``, ``escape``), resources and resolution (``resolve``, ``resolve_dynamic``,
-``resolve_recursive``, ``node_at``, the ``registry``),
+``resolve_recursive``, ``node_at``, the ``registry``), dynamic scopes (``chain_of``, ``state``, ``scoped``),
 synthetic schemas (``synth``, ``synthetic``, ``vocab_of``). Must not import the compiler's other parts.
 """
 
