@@ -109,17 +109,20 @@ class StrictGrammarBuilder:
         return rule_name
 
 
-def json_schema_to_grammar(schema, limits=None, *, mode="llama.cpp", lenient=(), regex_dialect=None, strict_style=None):
+def json_schema_to_grammar(
+    schema, limits=None, *, mode="llama.cpp", lenient=(), regex_dialect=None, strict_style=None, registry=None
+):
     """``(grammar, warnings)`` for a JSON schema (a dict, or JSON text): llama.cpp's converter (the default; see
     ``bankml.schema.converter.json_schema_to_grammar``) or the strict compiler (``mode="strict"``). Raises
     SchemaError for a schema the mode refuses or past ``limits`` (a ``SchemaLimits``), ValueError for an unknown
     mode or a ``lenient``, ``regex_dialect`` or ``strict_style`` outside strict mode. ``regex_dialect`` (strict
     mode): ``"ecma"`` (JSON Schema's ECMA-262, the default) or ``"python"`` (Python's ``re``, as ``jsonschema``
     reads ``pattern``). ``strict_style`` (strict mode): ``"canonical"`` (the default) or ``"exact"`` (the module
-    docstring)."""
+    docstring). ``registry`` (strict mode): ``{URI: schema}``, the documents a remote ``$ref`` may name (nothing
+    is fetched; ``strict_schema_to_grammar``)."""
     if mode == "llama.cpp":
-        if lenient or regex_dialect is not None:
-            raise ValueError("lenient and regex_dialect apply to mode='strict' only")
+        if lenient or regex_dialect is not None or registry is not None:
+            raise ValueError("lenient, regex_dialect and registry apply to mode='strict' only")
         if strict_style is not None:
             raise ValueError("strict_style applies to mode='strict' only")
         return converter.json_schema_to_grammar(schema, limits)
@@ -127,20 +130,38 @@ def json_schema_to_grammar(schema, limits=None, *, mode="llama.cpp", lenient=(),
         raise ValueError("mode must be 'llama.cpp' or 'strict', not %r" % (mode,))
     dialect = "ecma" if regex_dialect is None else regex_dialect
     style = check_strict_style(DEFAULT_STRICT_STYLE if strict_style is None else strict_style)
-    return strict_schema_to_grammar(schema, lenient=lenient, limits=limits, regex_dialect=dialect, style=style), []
+    grammar = strict_schema_to_grammar(
+        schema, lenient=lenient, limits=limits, regex_dialect=dialect, style=style, registry=registry
+    )
+    return grammar, []
 
 
 def json_schema_to_rules(
-    schema, vocab=None, limits=None, *, mode="llama.cpp", lenient=(), regex_dialect=None, strict_style=None
+    schema,
+    vocab=None,
+    limits=None,
+    *,
+    mode="llama.cpp",
+    lenient=(),
+    regex_dialect=None,
+    strict_style=None,
+    registry=None,
 ):
-    """Convert a JSON schema (``mode``/``lenient``/``regex_dialect``/``strict_style`` as json_schema_to_grammar's)
+    """Convert a JSON schema (``mode``/``lenient``/``regex_dialect``/``strict_style``/``registry`` as
+    json_schema_to_grammar's)
     and parse the grammar, as llama.cpp does before it samples with it. Returns ``(rules, grammar, warnings)``; a
     grammar the GBNF parser refuses raises SchemaError with the parser's reason (``__cause__`` is the
     GrammarError)."""
-    if mode == "llama.cpp" and not lenient and regex_dialect is None and strict_style is None:
+    if mode == "llama.cpp" and not lenient and regex_dialect is None and strict_style is None and registry is None:
         return converter.json_schema_to_rules(schema, vocab, limits)
     grammar, warnings = json_schema_to_grammar(
-        schema, limits, mode=mode, lenient=lenient, regex_dialect=regex_dialect, strict_style=strict_style
+        schema,
+        limits,
+        mode=mode,
+        lenient=lenient,
+        regex_dialect=regex_dialect,
+        strict_style=strict_style,
+        registry=registry,
     )
     try:
         rules = Rules.parse(grammar, vocab=vocab)

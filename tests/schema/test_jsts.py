@@ -1,7 +1,9 @@
 """Strict mode against the official JSON-Schema-Test-Suite (draft 2020-12, required and optional tests, the copy in
 tests/data/jsts at commit 44401e0; ``bench/jsts.py`` runs it through the other engines too).
 
-Every group (a schema and its tests) is compiled with ``json_schema_to_grammar(schema, mode="strict", strict_style="exact")``; each
+Every group (a schema and its tests) is compiled with ``json_schema_to_grammar(schema, mode="strict",
+strict_style="exact", registry=REMOTES)`` (the suite's remote documents, under the ``http://localhost:1234/`` the
+suite serves them at; nothing is fetched); each
 test's text, ``json.dumps(data)``, is walked through the grammar byte by byte and must end it exactly when the
 suite's label says valid. A group strict mode refuses must be listed in ``EXPECTED_REFUSALS`` with the keyword its
 SchemaError names (and the refusal names a pointer); a group that compiles must agree with every label. No group
@@ -27,6 +29,17 @@ SUITE = ROOT / "tests" / "data" / "jsts" / "tests" / "draft2020-12"
 TINY = Vocab([b"x"], [])
 
 
+def remotes(root=SUITE.parent.parent / "remotes"):
+    """``{URI: schema}``: the suite's remote documents, each under ``http://localhost:1234/`` and its path."""
+    return {
+        "http://localhost:1234/" + path.relative_to(root).as_posix(): json.loads(path.read_text(encoding="utf-8"))
+        for path in sorted(root.rglob("*.json"))
+    }
+
+
+REMOTES = remotes()
+
+
 def _groups():
     out = []
     for path in sorted(SUITE.rglob("*.json")):
@@ -41,12 +54,12 @@ GROUPS = _groups()
 
 def _expected_refusals():
     """``{"file#index": keyword}`` from tests/schema/jsts_refusals.json: the groups strict mode refuses today and
-    the keyword each refusal names. The keywords: ``$dynamicRef`` (its target depends on the evaluation's path);
-    ``unevaluatedProperties`` (its negation); ``oneOf`` (overlapping branches one of which cannot be negated);
-    ``$ref`` (a remote document); ``uniqueItems`` (over strings: the shipped metaschema's own); ``format`` (not
-    regular or too large: hostname, idn-hostname, idn-email, regex, uri-template, relative-json-pointer);
-    ``pattern``/``patternProperties`` (ECMA-262 constructs not built: ``\\p{...}``); ``multipleOf`` (a
-    non-integral divisor); ``$schema`` (a custom metaschema, whose vocabularies are not read)."""
+    the keyword each refusal names. The keywords: ``unevaluatedProperties`` (its negation); ``oneOf``
+    (overlapping branches one of which cannot be negated); ``$ref`` (a remote document of another draft);
+    ``uniqueItems`` (over strings: the shipped metaschema's own); ``format`` (not regular or too large: hostname,
+    idn-hostname, idn-email, regex, uri-template, relative-json-pointer); ``pattern``/``patternProperties``
+    (ECMA-262 constructs not built: ``\\p{...}``); ``multipleOf`` (a non-integral divisor); ``$schema`` (a custom
+    metaschema, whose vocabularies are not read)."""
     return json.loads((pathlib.Path(__file__).with_name("jsts_refusals.json")).read_text(encoding="utf-8"))
 
 
@@ -82,7 +95,7 @@ def test_the_refusal_list_names_groups_of_the_suite():
 def test_group(rel, index, group):
     key = f"{rel}#{index}"
     try:
-        text, _ = json_schema_to_grammar(group["schema"], mode="strict", strict_style="exact")
+        text, _ = json_schema_to_grammar(group["schema"], mode="strict", strict_style="exact", registry=REMOTES)
     except SchemaError as e:
         assert key in EXPECTED_REFUSALS, f"{key} ({group['description']}) refused, not listed: {e}"
         assert e.keyword == EXPECTED_REFUSALS[key], f"{key}: refused naming {e.keyword!r}: {e}"
@@ -100,3 +113,23 @@ def test_group(rel, index, group):
     assert not wrong, f"{key} ({group['description']}): " + "; ".join(wrong)
     ORACLE_STATS[f"JSTS 2020-12 {_set_of(rel)}: groups compiled, every label agreed"] += 1
     ORACLE_STATS[f"JSTS 2020-12 {_set_of(rel)}: tests agreeing with the suite's label"] += len(group["tests"])
+
+
+RECURSIVE = json.loads((SUITE.parent / "draft2019-09" / "recursiveRef.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("index", range(len(RECURSIVE)))
+def test_recursive_ref_2019_09(index):
+    """2019-09's ``$recursiveRef``/``$recursiveAnchor`` (the suite's recursiveRef.json): every group compiles,
+    those whose target depends on the path too (each reference specialised per dynamic scope), and agrees with
+    every label."""
+    group = RECURSIVE[index]
+    text, _ = json_schema_to_grammar(group["schema"], mode="strict", strict_style="exact", registry=REMOTES)
+    rules = Rules.parse(text, vocab=TINY)
+    wrong = [
+        f"{test['description']!r}: label {test['valid']}"
+        for test in group["tests"]
+        if _accepts(rules, json.dumps(test["data"]).encode("utf-8")) != test["valid"]
+    ]
+    assert not wrong, f"recursiveRef.json#{index} ({group['description']}): " + "; ".join(wrong)
+    ORACLE_STATS["JSTS 2019-09 recursiveRef: groups compiled, every label agreed"] += 1

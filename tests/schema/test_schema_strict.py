@@ -689,6 +689,20 @@ CASES = [
         [{"x": {"c": 1}}, {"x": {"c": "s"}}, {"x": {}}],
     ),
     ({"not": {"prefixItems": [{"type": "integer"}, {"type": "string"}]}}, [[], [1], ["a"], [1, "a"], [1, 2], "x"]),
+    (
+        # a and b define the dynamic anchor and lead to c: which one is outermost depends on the anyOf branch, so
+        # c is compiled once per scope (document.Document.scoped)
+        {
+            "$id": "https://example.com/r",
+            "anyOf": [{"$ref": "a"}, {"$ref": "b"}],
+            "$defs": {
+                "a": {"$id": "a", "$ref": "c", "$defs": {"x": {"$dynamicAnchor": "x", "type": "integer"}}},
+                "b": {"$id": "b", "$ref": "c", "$defs": {"x": {"$dynamicAnchor": "x", "type": "string"}}},
+                "c": {"$id": "c", "items": {"$dynamicRef": "#x"}, "$defs": {"x": {"$dynamicAnchor": "x"}}},
+            },
+        },
+        [[1, 2], ["a"], [1, "a"], [None], [], {"k": 1}],
+    ),
 ]
 
 
@@ -870,20 +884,6 @@ REFUSED = [
     ({"type": "string", "pattern": "a{4294967296}"}, "pattern", "#/pattern"),  # re: OverflowError
     ({"properties": {"(": {}}, "not": {"propertyNames": {"pattern": "("}}}, "pattern", "#/not/propertyNames/pattern"),
     ({"not": {"additionalProperties": False, "patternProperties": {"\\p{L}": {}}}}, "patternProperties", None),
-    (
-        # a and b define the dynamic anchor and lead to c: which one is outermost depends on the anyOf branch
-        {
-            "$id": "https://example.com/r",
-            "anyOf": [{"$ref": "a"}, {"$ref": "b"}],
-            "$defs": {
-                "a": {"$id": "a", "$ref": "c", "$defs": {"x": {"$dynamicAnchor": "x", "type": "integer"}}},
-                "b": {"$id": "b", "$ref": "c", "$defs": {"x": {"$dynamicAnchor": "x", "type": "string"}}},
-                "c": {"$id": "c", "items": {"$dynamicRef": "#x"}, "$defs": {"x": {"$dynamicAnchor": "x"}}},
-            },
-        },
-        "$dynamicRef",
-        "#/$defs/c/items/$dynamicRef",
-    ),
     ({"not": {"unevaluatedProperties": False}}, "unevaluatedProperties", "#/not/unevaluatedProperties"),
     (
         {"dependencies": {"a": {"properties": {"b": True}}}, "unevaluatedProperties": False},

@@ -41,14 +41,15 @@ from bankml.schema.strict.vocabulary import refuse
 class Compiler:
     """The parts of the conversion of ``schema`` (its document, as read) with ``lenient`` (keywords) and
     ``limits`` (a SchemaLimits), in ``style`` (``"exact"`` or ``"canonical"``: ``convert.STYLES``). Raises Refuse
-    as the document is indexed."""
+    as the document is indexed. ``registry``, ``prepare``: the other documents references may name, and how one
+    is read (``document.Document``)."""
 
-    def __init__(self, schema, lenient, limits, style="exact"):
+    def __init__(self, schema, lenient, limits, style="exact", registry=None, prepare=None):
         lenient = frozenset(lenient or ())
         canonical = style == "canonical"
         self.budget = Budget(limits)
         self.rules = Rules(limits)
-        self.doc = doc = Document(schema, self.budget)
+        self.doc = doc = Document(schema, self.budget, registry, prepare)
         self.readers = Readers(doc)
         self.merger = Merger(doc, self.readers, lenient)
         self.terms = Terms(doc, self.budget)

@@ -22,6 +22,7 @@ from bankml.schema._cstack import run_with_stack
 from bankml.schema.limits import DEFAULT_LIMITS, _TooDeep
 from bankml.schema.strict.compiler import Compiler
 from bankml.schema.strict.dialect import check_dialect, in_python_dialect
+from bankml.schema.strict.document import check_registry
 from bankml.schema.strict.gbnf import CANONICAL_FIXED_RULES, FIXED_RULES, GBNF_TOKEN, NEVER
 from bankml.schema.strict.vocabulary import LENIENT_KEYWORDS, Refuse, refuse
 
@@ -43,19 +44,23 @@ def check_style(style, option="style"):
 DEEP_STACK = 64 * 1024 * 1024
 
 
-def compile_schema(schema, lenient, limits, pointer="#", regex_dialect="ecma", style="exact"):
+def compile_schema(schema, lenient, limits, pointer="#", regex_dialect="ecma", style="exact", registry=None):
     """``(root expression, {name: body})``: the expression of the instances of the schema node at ``pointer``
-    (a JSON pointer into ``schema``, the document its ``$ref``s resolve in) and every rule it may use, the fixed
-    ones (``space``, ``char``, ``value``...) last. Raises SchemaError as strict_schema_to_grammar does."""
+    (a JSON pointer into ``schema``, the document its ``$ref``s resolve in, with ``registry``'s documents) and
+    every rule it may use, the fixed ones (``space``, ``char``, ``value``...) last. Raises SchemaError as
+    strict_schema_to_grammar does."""
     check_style(style)
+    registry = check_registry(registry)
     try:
-        return _compile(schema, lenient, limits, pointer, regex_dialect, style)
+        return _compile(schema, lenient, limits, pointer, regex_dialect, style, registry)
     except _TooDeep:
         if not COMPILED:
             raise SchemaError(_TOO_DEEP, "#", keyword="SchemaLimits") from None
     # compiled, the recursion ran low on the caller's C stack: done again from the start with room
     try:
-        return run_with_stack(lambda: _compile(schema, lenient, limits, pointer, regex_dialect, style), DEEP_STACK)
+        return run_with_stack(
+            lambda: _compile(schema, lenient, limits, pointer, regex_dialect, style, registry), DEEP_STACK
+        )
     except _TooDeep:
         raise SchemaError(_TOO_DEEP, "#", keyword="SchemaLimits") from None
 
@@ -64,7 +69,7 @@ def compile_schema(schema, lenient, limits, pointer="#", regex_dialect="ecma", s
 COMPILED = not isinstance(compile_schema, types.FunctionType)
 
 
-def _compile(schema, lenient, limits, pointer, regex_dialect, style):
+def _compile(schema, lenient, limits, pointer, regex_dialect, style, registry):
     check_dialect(regex_dialect)
     bad = set(lenient) - LENIENT_KEYWORDS
     if bad:
@@ -81,7 +86,8 @@ def _compile(schema, lenient, limits, pointer, regex_dialect, style):
     c = None
     try:
         schema = in_python_dialect(schema, regex_dialect)
-        c = Compiler(schema, lenient, limits, style)
+        # a registry document is read in the dialect when a reference names it (not one it never names)
+        c = Compiler(schema, lenient, limits, style, registry, lambda d: in_python_dialect(d, regex_dialect))
         node = c.doc.node_at(pointer)
         if node is True or node is False or isinstance(node, dict):
             root = c.rule([node], pointer)
@@ -103,7 +109,7 @@ def _compile(schema, lenient, limits, pointer, regex_dialect, style):
     return (root if root is not None else NEVER), rules
 
 
-def strict_schema_to_grammar(schema, *, lenient=(), limits=None, regex_dialect="ecma", style="exact"):
+def strict_schema_to_grammar(schema, *, lenient=(), limits=None, regex_dialect="ecma", style="exact", registry=None):
     """Compile a JSON schema (a dict, a bool, or JSON text) to GBNF whose root rule ``root`` accepts exactly
     the JSON texts (spelled as the package's docstring says) of the instances jsonschema accepts.
 
@@ -112,27 +118,32 @@ def strict_schema_to_grammar(schema, *, lenient=(), limits=None, regex_dialect="
     ``regex_dialect``: ``"ecma"`` (JSON Schema's ECMA-262 regexes, the default) or ``"python"`` (Python's ``re``, as
     the ``jsonschema`` package searches with it; ``dialect``). ``style``: ``"exact"`` (every JSON text of each
     instance: the language to judge texts with) or ``"canonical"`` (the language to generate in: one spelling of
-    each instance, a subset of the exact one; the package's docstring). Raises ``SchemaError`` with ``keyword``
-    and ``pointer`` set for every schema it refuses, ValueError for a bad ``style``.
+    each instance, a subset of the exact one; the package's docstring). ``registry``: ``{URI: schema}``, the
+    other documents a ``$ref`` may name (as ``referencing.Registry`` gives python-jsonschema its remotes); nothing
+    is fetched, and a reference to a URI outside the document, the registry and the drafts' shipped metaschemas is
+    refused. Raises ``SchemaError`` with ``keyword`` and ``pointer`` set for every schema it refuses, ValueError
+    for a bad ``style`` or ``registry``.
     """
-    root, rules = compile_schema(schema, lenient, limits, regex_dialect=regex_dialect, style=style)
+    root, rules = compile_schema(schema, lenient, limits, regex_dialect=regex_dialect, style=style, registry=registry)
     lines = ["root ::= " + root + " space"]
     for name, body in rules.items():
         lines.append("%s ::= %s" % (name, body))
     return "\n".join(lines) + "\n"
 
 
-def strict_schema_rules(schema, name, *, pointer="#", lenient=(), limits=None, regex_dialect="ecma", style="exact"):
+def strict_schema_rules(
+    schema, name, *, pointer="#", lenient=(), limits=None, regex_dialect="ecma", style="exact", registry=None
+):
     """The strict rules of one schema, to embed in a bigger grammar: ``{rule name: body}`` where ``name``
     (a GBNF rule name) is the rule of the schema node at ``pointer`` (default the whole ``schema``; a pointer
     such as ``#/properties/a`` compiles one property, its ``$ref``s resolved in the whole document) followed
     by ``space``, as strict_schema_to_grammar's ``root``, and every other rule it reaches is named
     ``name + "-" + its own name``: no clash with another schema's rules under another name, nor with
     llama.cpp's converter rules (``space``, ``string``, ``value``... differ there). Raises SchemaError
-    naming the keyword and pointer, as strict_schema_to_grammar does; ``style`` is its too."""
+    naming the keyword and pointer, as strict_schema_to_grammar does; ``style`` and ``registry`` are its too."""
     if not re.fullmatch(r"[a-zA-Z0-9-]+", name):
         raise ValueError("bad GBNF rule name %r" % (name,))
-    root, rules = compile_schema(schema, lenient, limits, pointer, regex_dialect, style)
+    root, rules = compile_schema(schema, lenient, limits, pointer, regex_dialect, style, registry)
     prefix = name + "-"
     out = {}
     pending = [(name, root + " space")]

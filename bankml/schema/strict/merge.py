@@ -308,6 +308,7 @@ _READ_ELSEWHERE = frozenset(
         "additionalItems",
         "$ref",
         "$dynamicRef",
+        "$recursiveRef",
         "allOf",
         "anyOf",
         "oneOf",

@@ -17,7 +17,6 @@ from bankml.schema.strict.readers import member
 from bankml.schema.strict.values import is_num
 from bankml.schema.strict.vocabulary import (
     ALL_TYPES,
-    ALWAYS_REFUSED,
     CHECKED_FORMATS,
     UNEVALUATED,
     check_schema,
@@ -78,8 +77,6 @@ class Negation:
             if not k.startswith("$strict-") and k not in v:
                 continue
             kp = ptr + "/" + escape(k)
-            if k in ALWAYS_REFUSED:
-                refuse(k, kp, "%s is not supported in strict mode" % k)
             if k in UNEVALUATED:
                 refuse(k, kp, "the negation of %s (the instances that fail it are not written)" % k)
             read = _NEGATE.get(k)
@@ -105,6 +102,9 @@ class Negation:
 
     def _dynamic_ref(self, s, k, val, kp, ptr, v):
         return self.negate(self.doc.resolve_dynamic(s))
+
+    def _recursive_ref(self, s, k, val, kp, ptr, v):
+        return self.negate(self.doc.resolve_recursive(s))
 
     def _all_of(self, s, k, val, kp, ptr, v):
         out = []
@@ -306,6 +306,7 @@ class Negation:
 _NEGATE = {
     "$ref": Negation._ref,
     "$dynamicRef": Negation._dynamic_ref,
+    "$recursiveRef": Negation._recursive_ref,
     "allOf": Negation._all_of,
     "anyOf": Negation._any_of,
     "oneOf": Negation._one_of,

@@ -14,7 +14,7 @@ from bankml.schema._cstack import check_stack as _check_stack
 from bankml.schema.strict.bounds import MAX_DEPTH, MAX_TERMS
 from bankml.schema.strict.document import escape
 from bankml.schema.strict.values import same_json
-from bankml.schema.strict.vocabulary import ALWAYS_REFUSED, UNEVALUATED, VOCAB, Refuse, check_schema, refuse
+from bankml.schema.strict.vocabulary import UNEVALUATED, VOCAB, Refuse, check_schema, refuse
 
 
 class Terms:
@@ -83,9 +83,6 @@ class Terms:
         if "$strict-any" in s:
             return self.union([self.expand(x) for x in s["$strict-any"]])
         if not synthetic:
-            for k in s:
-                if k in self.doc.vocab and k in ALWAYS_REFUSED:
-                    refuse(k, ptr + "/" + escape(k), "%s is not supported in strict mode" % k)
             if any(k in s and k in self.doc.vocab for k in UNEVALUATED):
                 return self.unevaluated.terms_of(s)
         if "$ref" in s and not synthetic:
@@ -98,6 +95,8 @@ class Terms:
         v = self.doc.vocab if not synthetic else VOCAB[2020]
         if "$dynamicRef" in s and "$dynamicRef" in v and not synthetic:
             parts.append(self.expand(self.doc.resolve_dynamic(s)))
+        if "$recursiveRef" in s and "$recursiveRef" in v and not synthetic:
+            parts.append(self.expand(self.doc.resolve_recursive(s)))
         if "allOf" in s and "allOf" in v:
             subs = self.sublist(s, "allOf")
             for x in subs:

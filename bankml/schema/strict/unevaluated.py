@@ -15,8 +15,8 @@ annotations too. More annotations only weaken the keyword, so a term's annotatio
 instance is known to satisfy, give a language inside the schema's; ``anyOf`` is taken as every set of branches
 (the union of each set's terms and annotations) so that the instance's whole set is among them. Annotations under
 ``not`` and of a failed ``if`` are dropped: their terms carry none. ``oneOf`` holds exactly one branch.
-Where this is not known (the negation of these keywords, ``$recursiveRef``, the schema form of ``dependencies``,
-a ``$dynamicRef`` whose target depends on the path, ``document.resolve_dynamic``), the schema is refused.
+Where this is not known (the negation of these keywords, the schema form of ``dependencies``, a ``$dynamicRef``
+or ``$recursiveRef`` whose target depends on the path, ``document.resolve_dynamic``), the schema is refused.
 
 Owns: ``Unevaluated`` (``terms_of``, ``flow``, cached by the schema object). Must not import the emitters.
 """
@@ -118,13 +118,13 @@ class Unevaluated:
             # the algebra's own schemas (a negation, a key's presence) annotate nothing
             return [(t, NONE) for t in self.terms.expand(s)]
         v = self.doc.vocab
-        if "$recursiveRef" in s and "$recursiveRef" in v:
-            refuse("$recursiveRef", ptr + "/$recursiveRef", "$recursiveRef is not supported in strict mode")
         parts = [[((s,), self.own(s, v))]]
         if "$ref" in s:
             parts.append(self.flow(self.doc.resolve(s["$ref"], s)))
         if "$dynamicRef" in s and "$dynamicRef" in v:
             parts.append(self.flow(self.doc.resolve_dynamic(s)))
+        if "$recursiveRef" in s and "$recursiveRef" in v:
+            parts.append(self.flow(self.doc.resolve_recursive(s)))
         if "allOf" in s and "allOf" in v:
             parts.extend(self.flow(x) for x in self.terms.sublist(s, "allOf"))
         if "anyOf" in s and "anyOf" in v:

@@ -100,7 +100,6 @@ SUBSCHEMA_LIST = frozenset(("allOf", "anyOf", "oneOf", "prefixItems", "items"))
 SUBSCHEMA_MAP = frozenset(
     ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
 )
-ALWAYS_REFUSED = {"$recursiveRef"}
 # read through the annotations of a schema's in-place applicators (unevaluated.py)
 UNEVALUATED = frozenset({"unevaluatedProperties", "unevaluatedItems"})
 
