@@ -247,6 +247,7 @@ def test_serve_help_lists_llama_server_names():
         "--prepare-timeout",
         "--reject-unknown-fields",
         "--request-timeout",
+        "--strict-style",
         "--tool-call-mode",
     ]
     ours = {"--max-body-bytes", "--max-preparing", "--json-schema-mode", "--tool-call-mode"}
