@@ -173,7 +173,7 @@ def number_dfa(
     texts = _NumberTexts(integer_only, bounds, modulus, zero_fraction_only, no_exponent, frac_only, must, notmods)
     trans, acc = texts.explore()
     # minimized (the comparisons keep more than the language needs: 560 states for "maximum": 512, 32 after)
-    small = finish([sorted((ord(c), ord(c), t) for c, t in row.items()) for row in trans], acc, "minimum")
+    small = finish([sorted([(ord(c), ord(c), t) for c, t in row.items()]) for row in trans], acc, "minimum")
     return [{chr(c): t for lo, hi, t in row for c in range(lo, hi + 1)} for row in small._trans], list(small._acc)
 
 
@@ -234,21 +234,21 @@ class _NumberTexts:
             bounds = self.bounds
             bs = self.comps[ci]
             if kind == 0:
-                nb = tuple(b.int_digit(s, d) for b, s in zip(bounds, bs))
+                nb = tuple([b.int_digit(s, d) for b, s in zip(bounds, bs)])
             elif kind == 1:
-                nb = tuple(b.frac_digit(s, d) for b, s in zip(bounds, bs))
+                nb = tuple([b.frac_digit(s, d) for b, s in zip(bounds, bs)])
             elif kind == 2:
-                nb = tuple(b.exp_digit(s, d) for b, s in zip(bounds, bs))
+                nb = tuple([b.exp_digit(s, d) for b, s in zip(bounds, bs)])
             elif kind == 3:
-                nb = tuple(b.exp_start(s, d) for b, s in zip(bounds, bs))
+                nb = tuple([b.exp_start(s, d) for b, s in zip(bounds, bs)])
             elif kind == 4:
-                nb = tuple(b.dot(s) for b, s in zip(bounds, bs))
+                nb = tuple([b.dot(s) for b, s in zip(bounds, bs)])
             else:
-                nb = tuple(b.exp_start(b.dot(s) if d else s, 1) for b, s in zip(bounds, bs))
+                nb = tuple([b.exp_start(b.dot(s) if d else s, 1) for b, s in zip(bounds, bs)])
             if self.settle and kind in (4, 5):
                 # past the integer part (".", or "e" after the integer part), comparisons kept for integer texts
                 # only are settled: forget them so that their states do not multiply the automaton's
-                nb = tuple(None if io else x for io, x in zip(self.int_only, nb))
+                nb = tuple([None if io else x for io, x in zip(self.int_only, nb)])
             got = self.moves[key] = self.intern(nb)
         return got
 
@@ -317,7 +317,10 @@ class _NumberTexts:
                 return False
         elif mod is not None and mod != 0:
             return False
-        return all(b.result(s, phase, xneg) for b, s in zip(self.bounds, bs))
+        for b, s in zip(self.bounds, bs):
+            if not b.result(s, phase, xneg):
+                return False
+        return True
 
     def explore(self):
         """(transitions by character, accepting) of every state reachable from the start."""

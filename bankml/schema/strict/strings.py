@@ -5,7 +5,8 @@ StringConstraint leaves: a finite set as its literals; any string of a length; a
 else through its string language (``patterns.str_lang``, ``lang.string_gbnf``, cached per process).
 
 Owns: ``string_expr``, the literal of one string (``str_literal``, one rule per code point spelled), the trie of
-excluded strings. Must not import the other emitters.
+excluded strings (its shape kept per process, its rules written per conversion). Must not import the other
+emitters.
 """
 
 from __future__ import annotations
@@ -188,18 +189,7 @@ class Strings:
             return None
         if hi == 0 and "" in exclude:
             return None
-        # the trie: a node is [children by code point, whether the string ending here is excluded, how many
-        # excluded strings pass through it or end there, the first of them]
-        root = [{}, False, 0, None]
-        for x in exclude:
-            t = root
-            for c in x:
-                nxt = t[0].get(c)
-                if nxt is None:
-                    nxt = t[0][c] = [{}, False, 0, x]
-                nxt[2] += 1
-                t = nxt
-            t[1] = True
+        root = _key_trie(exclude)
         # Unbounded keys: a node that one excluded string passes through is the chain of that string's rest,
         # whose rule depends on the rest alone (not on the depth): made once per compiler, then named. Kubernetes
         # objects' tries share such chains ("piVersion", "etadata"): 3,948 nodes in 88 tries, 1,770 distinct.
@@ -262,7 +252,7 @@ class _KeyTrie:
         # each trie node is met once (its depth is its prefix's length)
         _check_stack()
         strings, lo, hi, chains = self.strings, self.lo, self.hi, self.chains
-        kids, excluded, passing, first = t
+        kids, chars, excluded, passing, first = t
         rest = first[depth:] if chains is not None and passing == 1 else None
         if rest is not None:
             got = chains.get(rest)
@@ -272,10 +262,9 @@ class _KeyTrie:
         if depth >= lo and not excluded:
             alts.append(_QUOTE)
         if hi is None or depth < hi:
-            children = sorted(kids)
             spells = strings.spell_cache
-            for c in children:
-                sub = self.node(kids[c], depth + 1)
+            for c, kid in kids:
+                sub = self.node(kid, depth + 1)
                 if sub is not None:
                     sp = spells.get(c)
                     alts.append((sp if sp is not None else strings.spell(c)) + " " + sub)
@@ -283,8 +272,42 @@ class _KeyTrie:
             if tail is None:
                 tail = strings.chars(max(0, lo - depth - 1), None if hi is None else hi - depth - 1)
                 tail = self.tails[depth] = strings.rules.add_rule("key-tail", (tail + " " if tail else "") + _QUOTE)
-            alts.append(strings.char_except(children) + " " + tail)
+            alts.append(strings.char_except(chars) + " " + tail)
         name = strings.rules.add_rule("key", " | ".join(alts)) if alts else None
         if rest is not None:
             chains[rest] = name
         return name
+
+
+# Excluded key sets -> their tries, kept per process (bounded, oldest dropped first): the Kubernetes schemas a worker
+# converts exclude the same listed names object after object (80-88 of a later one's 81-88 tries met before).
+_KEY_TRIES: dict = {}
+
+
+def _key_trie(exclude):
+    """The trie of the strings exclude, as _KeyTrie walks it: a node is (children as (code point, node) in code
+    point order, those code points, whether the string ending here is excluded, how many excluded strings pass
+    through it or end there, one of them: the string itself where only one does)."""
+    key = frozenset(exclude)
+    got = _KEY_TRIES.get(key)
+    if got is None:
+        root = [{}, False, 0, None]
+        for x in key:
+            t = root
+            for c in x:
+                nxt = t[0].get(c)
+                if nxt is None:
+                    nxt = t[0][c] = [{}, False, 0, x]
+                nxt[2] += 1
+                t = nxt
+            t[1] = True
+        got = _frozen_trie(root)
+        cache_put(_KEY_TRIES, key, got)
+    return got
+
+
+def _frozen_trie(t):
+    _check_stack()
+    kids, excluded, passing, first = t
+    chars = tuple(sorted(kids))
+    return tuple((c, _frozen_trie(kids[c])) for c in chars), chars, excluded, passing, first
