@@ -628,7 +628,15 @@ def main(argv=None):
     shown = [e for e in all_engines]
     print(
         f"## bench/maskbench.py: {len(cases)} schemas"
-        + (f" drawn from {args.folder} (seed {args.seed})" if args.folder else " (the project's cases)")
+        + (
+            (
+                f" of {args.folder} named in {args.names}"
+                if args.names
+                else f" drawn from {args.folder} (seed {args.seed})"
+            )
+            if args.folder
+            else " (the project's cases)"
+        )
         + f", vocabulary {args.vocab}, {sum(len(t) for t in jobs.values())} instances, "
         f"{time.time() - started:.0f} s\n"
     )

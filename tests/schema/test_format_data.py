@@ -105,7 +105,7 @@ def test_time_gbnf_is_the_format(name):
 def test_strict_mode_takes_a_bare_format_from_the_gbnf_file(monkeypatch):
     patterns.GBNF_CACHE.clear()  # the process cache (refilled by the conversions that follow)
 
-    def refuse(*args):
+    def refuse(*args, **kwargs):
         raise AssertionError("string_gbnf called for a format the file holds")
 
     monkeypatch.setattr(strings, "string_gbnf", refuse)
