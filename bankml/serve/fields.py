@@ -94,9 +94,10 @@ _COMMON = {
     "json_schema": HONOURED,
     "grammar": HONOURED,
     "response_format": HONOURED,
-    # no bearing on the answer: bankml never reuses a cache, and evaluates every prompt anew (the answer is the
-    # one llama-server gives with the cache off); identification, storage and transport hints
-    "cache_prompt": ACCEPTED,
+    # the slot's prompt cache (bankml.serve.runtime: the longest common prefix is reused)
+    "cache_prompt": HONOURED,
+    # no bearing on the answer: chunk reuse by shifting the cache is not done (bankml reuses the common prefix
+    # only, llama-server's --cache-reuse 0); identification, storage and transport hints
     "n_cache_reuse": ACCEPTED,
     "id_slot": ACCEPTED,
     "sse_ping_interval": ACCEPTED,

@@ -107,11 +107,13 @@ def read_chat_body(body, raw, context=None, endpoint=CHAT):
 
 def debug_fields(body, context):
     """llama-server's ``verbose`` (its default: the server's ``-v``), ``timings_per_token`` and
-    ``return_progress``, read as its ``field_bool`` reads them, and ``n``."""
+    ``return_progress`` and ``cache_prompt`` (None when absent: the server's ``--cache-prompt``), read as its
+    ``field_bool`` reads them, and ``n``."""
     return {
         "verbose": bool_field(body, "verbose", context.defaults.verbose),
         "timings_per_token": bool_field(body, "timings_per_token", False),
         "return_progress": bool_field(body, "return_progress", False),
+        "cache_prompt": bool_field(body, "cache_prompt", None),
         "ignore_eos": bool_field(body, "ignore_eos", False),
         "n": read_n(body, context.n_parallel),
     }

@@ -1,0 +1,165 @@
+"""The slot's prompt cache (llama-server's ``cache_prompt``, its default): a slot keeps the tokens it evaluated, a new
+prompt on it reuses the longest prefix they share and evaluates the rest (at least its last token), and the counts
+are reported as llama-server reports them (``timings.cache_n``/``prompt_n``, ``usage.prompt_tokens_details``,
+``prompt_progress.cache``, ``/metrics``' ``prompt_tokens_cached_total``). The last test runs the pinned
+llama-server (``tests/oracle/build_server.py``) on the same requests: the same tokens, probabilities and counts."""
+
+import json
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from bankml.serve.runtime import Model, SlotPool, common_prefix
+from tests.oracle_support import smollm2_path
+
+from ..oracle.build_server import build_server
+from .serve_support import free_port
+
+PROMPT = "the quick brown fox jumps over the lazy dog"
+GREEDY = {"temperature": 0.0, "n_predict": 6, "n_probs": 3}
+
+
+@pytest.fixture(scope="module")
+def cached():
+    """SmolLM2 with the prompt cache on (bankml serve's default, as llama-server's) on one slot."""
+    model = Model(smollm2_path(), n_ctx=512, n_threads=1, n_parallel=1, cache_prompt=True)
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def client(cached):
+    from starlette.testclient import TestClient
+
+    from bankml.serve.app import create_app
+    from bankml.serve.endpoints import EndpointOptions
+
+    with TestClient(create_app(cached, "m", endpoints=EndpointOptions(metrics=True))) as c:
+        yield c
+
+
+def test_common_prefix():
+    assert [common_prefix(a, b) for a, b in [([], [1]), ([1, 2, 3], [1, 2, 4]), ([1, 2], [1, 2, 3]), ([5], [6])]] == [
+        0,
+        2,
+        2,
+        0,
+    ]
+
+
+def test_a_repeated_prompt_reuses_all_but_its_last_token(cached):
+    first = cached.complete(PROMPT, max_tokens=4).run()
+    n = len(first.prompt_tokens)
+    assert (first.timings["cache_n"], first.timings["prompt_n"]) in ((0, n), (n - 1, 1))  # a warm slot: cached
+    again = cached.complete(PROMPT, max_tokens=4).run()
+    assert (again.timings["cache_n"], again.timings["prompt_n"]) == (n - 1, 1)
+    slot = cached.slots._all[0]
+    # the cache holds the prompt and every generated token but the last (never decoded)
+    assert slot.tokens == again.prompt_tokens + again.tokens[:-1]
+    longer = cached.complete(PROMPT + " and then it", max_tokens=2).run()
+    assert longer.timings["cache_n"] == common_prefix(again.prompt_tokens + again.tokens[:-1], longer.prompt_tokens)
+    assert longer.timings["cache_n"] + longer.timings["prompt_n"] == len(longer.prompt_tokens)
+
+
+def test_cache_prompt_false_evaluates_the_prompt_anew(cached):
+    cached.complete(PROMPT, max_tokens=2).run()
+    job = cached.complete(PROMPT, max_tokens=2)
+    job.cache_prompt = False
+    result = job.run()
+    assert (result.timings["cache_n"], result.timings["prompt_n"]) == (0, len(result.prompt_tokens))
+
+
+def test_the_request_field_and_the_reports(client):
+    body = {"prompt": PROMPT, **GREEDY}
+    fresh = client.post("/completion", json=dict(body, cache_prompt=False)).json()
+    n = fresh["tokens_evaluated"]
+    assert (fresh["timings"]["cache_n"], fresh["timings"]["prompt_n"]) == (0, n)
+    again = client.post("/completion", json=body).json()
+    assert (again["timings"]["cache_n"], again["timings"]["prompt_n"]) == (n - 1, 1)
+    assert again["content"] == fresh["content"]  # greedy, 6 tokens: the same answer here (see runtime.md)
+    with client.stream("POST", "/completion", json=dict(body, stream=True, return_progress=True)) as r:
+        lines = [json.loads(x[6:]) for x in r.iter_lines() if x.startswith("data: ") and x[6:].startswith("{")]
+    progress = [x["prompt_progress"] for x in lines if "prompt_progress" in x]
+    assert [(p["cache"], p["processed"], p["total"]) for p in progress] == [(n - 1, n - 1, n), (n - 1, n, n)]
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0}
+    client.post("/v1/chat/completions", json=chat)
+    usage = client.post("/v1/chat/completions", json=chat).json()["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
+    assert client.post("/completion", json=dict(body, cache_prompt="yes")).status_code == 400
+    metrics = client.get("/metrics").text
+    cached_total = [ln for ln in metrics.splitlines() if ln.startswith("llamacpp:prompt_tokens_cached_total")]
+    assert cached_total and float(cached_total[0].split()[-1]) >= 2 * (n - 1)
+
+
+def test_a_slot_is_chosen_by_prompt_similarity():
+    class _S:
+        def __init__(self, index, tokens):
+            self.index, self.tokens = index, tokens
+
+    a, b = _S(0, [1, 2, 3, 4]), _S(1, [7, 8, 9])
+    pool = SlotPool([a, b], similarity=0.1)
+    assert pool.acquire(0.1, tokens=[7, 8, 9, 10]) is b  # 3 of 4 shared
+    pool.release(b)
+    assert pool.acquire(0.1, tokens=[5, 6]) is a  # none alike: the least recently used
+    assert pool.acquire(0.1, tokens=[1, 2, 3]) is b  # the only free one
+    pool.release(a)
+    pool.release(b)
+    assert SlotPool([a, b], similarity=0.0).acquire(0.1, tokens=[7, 8, 9]) is a  # similarity off: LRU
+
+
+def test_the_flags():
+    from bankml.cli import build_parser
+
+    parse = lambda *a: build_parser().parse_args(["serve", *a])  # noqa: E731
+    assert (parse().cache_prompt, parse("--no-cache-prompt").cache_prompt, parse("--cache-prompt").cache_prompt) == (
+        True,
+        False,
+        True,
+    )
+    assert (parse().slot_prompt_similarity, parse("-sps", "0.5").slot_prompt_similarity) == (0.1, 0.5)
+
+
+def test_a_repeated_prompt_is_answered_as_llama_server_answers_it():
+    """The pinned llama-server (its default: cache on), one slot, one thread, and a fresh bankml model set up as
+    it is, on the same three requests."""
+    from starlette.testclient import TestClient
+
+    from bankml.serve.app import create_app
+
+    port = free_port()
+    cmd = [str(build_server()), "-m", str(smollm2_path()), "-t", "1", "-tb", "1", "-c", "512", "-np", "1"]
+    cmd += ["-fa", "off", "--no-warmup", "--port", str(port), "--host", "127.0.0.1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    model = Model(smollm2_path(), n_ctx=512, n_threads=1, n_parallel=1, cache_prompt=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, "llama-server exited"
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "llama-server did not start"
+            time.sleep(0.3)
+        theirs, ours = [], []
+        with TestClient(create_app(model, "m")) as client:
+            for prompt in (PROMPT, PROMPT, PROMPT + " and then it"):
+                body = {"prompt": prompt, **GREEDY}
+                theirs.append(httpx.post(base + "/completion", json=body, timeout=120).json())
+                ours.append(client.post("/completion", json=body).json())
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        model.close()
+    assert [a["timings"]["cache_n"] for a in theirs][1] > 0
+    for a, b in zip(theirs, ours):
+        assert b["content"] == a["content"]
+        assert (b["timings"]["cache_n"], b["timings"]["prompt_n"]) == (
+            a["timings"]["cache_n"],
+            a["timings"]["prompt_n"],
+        )
+        assert b["completion_probabilities"] == a["completion_probabilities"]
