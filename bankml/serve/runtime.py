@@ -1308,8 +1308,8 @@ class Job:
             yield Event(-1, "", "", progress=(n_cached, 0, n_cached))
             for start in range(n_cached, len(self.prompt_tokens), model.n_batch):
                 logits = slot.decode(self.prompt_tokens[start : start + model.n_batch])
-                ms = int((time.perf_counter() - t0) * 1e3)
-                yield Event(-1, "", "", progress=(slot.n_past, ms, n_cached))
+                self.prompt_ms = (time.perf_counter() - t0) * 1e3  # the prompt's time so far (timings_per_token)
+                yield Event(-1, "", "", progress=(slot.n_past, int(self.prompt_ms), n_cached))
         else:
             logits = slot.decode(self.prompt_tokens[n_cached:])
         t_prompt = time.perf_counter() - t0
