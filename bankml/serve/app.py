@@ -162,6 +162,7 @@ def _load_model(args, options):
         kv_unified_per_slot=getattr(args, "kv_unified_per_slot", 0) or 0,
         cache_prompt=getattr(args, "cache_prompt", True),
         slot_prompt_similarity=getattr(args, "slot_prompt_similarity", 0.1),
+        cache_reuse=getattr(args, "cache_reuse", 0),
         **options,
     )
 

@@ -94,11 +94,10 @@ _COMMON = {
     "json_schema": HONOURED,
     "grammar": HONOURED,
     "response_format": HONOURED,
-    # the slot's prompt cache (bankml.serve.runtime: the longest common prefix is reused)
+    # the slot's prompt cache (bankml.serve.runtime: the longest common prefix, then chunks shifted into place)
     "cache_prompt": HONOURED,
-    # no bearing on the answer: chunk reuse by shifting the cache is not done (bankml reuses the common prefix
-    # only, llama-server's --cache-reuse 0); identification, storage and transport hints
-    "n_cache_reuse": ACCEPTED,
+    "n_cache_reuse": HONOURED,
+    # no bearing on the answer: identification, storage and transport hints
     "id_slot": ACCEPTED,
     "sse_ping_interval": ACCEPTED,
     "user": ACCEPTED,

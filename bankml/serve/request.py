@@ -155,6 +155,7 @@ class Request:
     timings_per_token: bool = False
     return_progress: bool = False
     cache_prompt: Optional[bool] = None  # reuse the slot's cached prefix (None: the model's default)
+    n_cache_reuse: Optional[int] = None  # the shortest cached chunk shifted into place (None: the model's default)
     ignore_eos: bool = False  # the EOG biases are in ``params``; kept for generation_settings
     n: int = 1  # llama-server's n_cmpl: completions of the prompt, each on a slot of its own
 

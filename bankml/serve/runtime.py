@@ -320,6 +320,31 @@ class _Slot:
         self.n_past = n
         return n
 
+    def reuse_chunks(self, prompt, n_past, min_chunk):
+        """After the ``n_past`` tokens the cache shares with ``prompt``, the later chunks of the cache that match
+        the prompt's next tokens over at least ``min_chunk`` tokens, each shifted back to its place in the prompt
+        (llama_memory_seq_rm of the cells skipped, llama_memory_seq_add of the chunk: llama-server's
+        ``--cache-reuse``); the count of the prompt's tokens now in the cache, in order."""
+        L, cache = self.model._L, self.tokens
+        head_c = head_p = n_past
+        while head_c < len(cache) and head_p < len(prompt):
+            n_match = 0
+            while (
+                head_c + n_match < len(cache)
+                and head_p + n_match < len(prompt)
+                and cache[head_c + n_match] == prompt[head_p + n_match]
+            ):
+                n_match += 1
+            if n_match >= min_chunk:
+                L.llama_memory_seq_rm(self.mem, 0, head_p, head_c)
+                L.llama_memory_seq_add(self.mem, 0, head_c, head_c + n_match, head_p - head_c)
+                cache[head_p : head_p + n_match] = cache[head_c : head_c + n_match]
+                head_c += n_match
+                head_p += n_match
+            else:
+                head_c += 1
+        return head_p
+
     def decode(self, tokens):
         """Evaluate tokens after the ones already in the cache, in n_batch chunks; the last token's logits
         (a float32 view into libllama's buffer, valid until the next decode)."""
@@ -472,7 +497,9 @@ class Model:
     ``cache_prompt`` is the default of a request's ``cache_prompt`` (llama-server's ``--cache-prompt``, on there;
     off here, so that the library's answers are a fresh evaluation's unless asked): a slot keeps its tokens and a
     prompt reuses the longest prefix it shares with them. ``slot_prompt_similarity`` (``--slot-prompt-similarity``)
-    is how alike a free slot's tokens must be to a prompt to be chosen for it (``SlotPool``).
+    is how alike a free slot's tokens must be to a prompt to be chosen for it (``SlotPool``); ``cache_reuse``
+    (``--cache-reuse``, 0: off) the default of a request's ``n_cache_reuse``, the shortest later chunk of the cache
+    that is shifted into place and reused (``_Slot.reuse_chunks``).
     """
 
     def __init__(
@@ -506,6 +533,7 @@ class Model:
         use_jinja=True,
         cache_prompt=False,
         slot_prompt_similarity=0.1,
+        cache_reuse=0,
     ):
         self.json_schema_mode = check_mode(json_schema_mode)
         self.strict_style = check_strict_style(strict_style)
@@ -601,6 +629,7 @@ class Model:
         self.slots = SlotPool(slots, slot_prompt_similarity)
         # the requests' default cache_prompt (llama-server's --cache-prompt / --no-cache-prompt)
         self.cache_prompt = bool(cache_prompt)
+        self.cache_reuse = int(cache_reuse)  # the requests' default n_cache_reuse (--cache-reuse)
 
     # -- text
 
@@ -1017,6 +1046,8 @@ class Model:
         job.ignore_eos = request.ignore_eos
         if request.cache_prompt is not None:
             job.cache_prompt = request.cache_prompt
+        if request.n_cache_reuse is not None:
+            job.n_cache_reuse = request.n_cache_reuse
         return job
 
     def acquire(self, timeout=None, cancel=None, tokens=None):
@@ -1152,6 +1183,7 @@ class Job:
         self.return_progress = False  # llama-server's return_progress: prompt-progress events first (streamed)
         # llama-server's cache_prompt: reuse the prefix the slot's cache shares with the prompt (the model's default)
         self.cache_prompt = model.cache_prompt
+        self.n_cache_reuse = model.cache_reuse  # llama-server's n_cache_reuse: chunks shifted into place (0: none)
         self.n_cached = 0  # the prompt's tokens reused from the slot's cache, once evaluated
         self.prompt_ms = 0.0  # the prompt's evaluation, once done
         self.chat_prompt = chat_prompt  # bankml.chat.template's ChatPrompt of a chat job (None for raw prompts)
@@ -1461,6 +1493,8 @@ class Job:
         n = 0
         if self.cache_prompt:
             n = common_prefix(slot.tokens, self.prompt_tokens)
+            if self.n_cache_reuse > 0 and self.model._L.llama_memory_can_shift(slot.mem):
+                n = slot.reuse_chunks(self.prompt_tokens, n, self.n_cache_reuse)
             if n == len(self.prompt_tokens):
                 n -= 1
             n = slot.keep_first(n)

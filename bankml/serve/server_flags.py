@@ -49,9 +49,7 @@ _PROMPT_CACHE = (
     "bankml keeps each slot's tokens only (no host-memory prompt cache, no context checkpoints): a prompt reuses "
     "the longest prefix it shares with its slot's cache"
 )
-_CACHE_REUSE = (
-    "bankml reuses the common prefix only, never a later chunk shifted in the cache (llama-server's --cache-reuse 0)"
-)
+
 _LOGGING = "bankml's log is its own (a line at start, errors on stderr)"
 
 #: flags accepted with no bearing on any answer: flag -> (takes a value, why)
@@ -61,7 +59,6 @@ NO_BEARING = {
     **{f: (True, _LOGGING) for f in ("--log-file", "--log-colors")},
     **{f: (False, _PROMPT_CACHE) for f in ("--cache-idle-slots", "--no-cache-idle-slots")},
     **{f: (True, _PROMPT_CACHE) for f in ("-cram", "--cache-ram", "-ctxcp", "--ctx-checkpoints")},
-    "--cache-reuse": (True, _CACHE_REUSE),
     **{f: (True, _PROMPT_CACHE) for f in ("--swa-checkpoints", "-cms", "--checkpoint-min-step")},
     "--offline": (False, "bankml downloads nothing: it loads the local GGUF file of -m"),
     "--no-ui": (False, "bankml serves no web UI"),
@@ -305,6 +302,11 @@ def add_arguments(p):
     p.add_argument(
         "--no-cache-prompt", dest="cache_prompt", action="store_const", const=False,
         help="evaluate every prompt from an empty cache",
+    )  # fmt: skip
+    p.add_argument(
+        "--cache-reuse", dest="cache_reuse", type=int, default=0,
+        help="the shortest chunk of a slot's cache reused by shifting it into place, the default of a request's "
+        "n_cache_reuse (default: 0, off)",
     )  # fmt: skip
     p.add_argument(
         "-sps", "--slot-prompt-similarity", dest="slot_prompt_similarity", type=float, default=0.1,

@@ -121,19 +121,19 @@ def test_the_flags():
     assert (parse().slot_prompt_similarity, parse("-sps", "0.5").slot_prompt_similarity) == (0.1, 0.5)
 
 
-def test_a_repeated_prompt_is_answered_as_llama_server_answers_it():
-    """The pinned llama-server (its default: cache on), one slot, one thread, and a fresh bankml model set up as
-    it is, on the same three requests."""
+def _both(prompts, extra_flags=(), **options):
+    """The answers of the pinned llama-server (its default: cache on; one slot, one thread) and of a fresh bankml
+    model set up as it is (``options``) to the same /completion requests, in turn."""
     from starlette.testclient import TestClient
 
     from bankml.serve.app import create_app
 
     port = free_port()
     cmd = [str(build_server()), "-m", str(smollm2_path()), "-t", "1", "-tb", "1", "-c", "512", "-np", "1"]
-    cmd += ["-fa", "off", "--no-warmup", "--port", str(port), "--host", "127.0.0.1"]
+    cmd += ["-fa", "off", "--no-warmup", "--port", str(port), "--host", "127.0.0.1", *extra_flags]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
-    model = Model(smollm2_path(), n_ctx=512, n_threads=1, n_parallel=1, cache_prompt=True)
+    model = Model(smollm2_path(), n_ctx=512, n_threads=1, n_parallel=1, cache_prompt=True, **options)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -147,19 +147,43 @@ def test_a_repeated_prompt_is_answered_as_llama_server_answers_it():
             time.sleep(0.3)
         theirs, ours = [], []
         with TestClient(create_app(model, "m")) as client:
-            for prompt in (PROMPT, PROMPT, PROMPT + " and then it"):
-                body = {"prompt": prompt, **GREEDY}
+            for prompt in prompts:  # a prompt, or a body's fields
+                body = {**GREEDY, **(prompt if isinstance(prompt, dict) else {"prompt": prompt})}
                 theirs.append(httpx.post(base + "/completion", json=body, timeout=120).json())
                 ours.append(client.post("/completion", json=body).json())
     finally:
         proc.terminate()
         proc.wait(30)
         model.close()
-    assert [a["timings"]["cache_n"] for a in theirs][1] > 0
-    for a, b in zip(theirs, ours):
+    return theirs, ours
+
+
+def _same(theirs, ours):
+    for a, b in zip(theirs, ours, strict=True):
         assert b["content"] == a["content"]
         assert (b["timings"]["cache_n"], b["timings"]["prompt_n"]) == (
             a["timings"]["cache_n"],
             a["timings"]["prompt_n"],
         )
         assert b["completion_probabilities"] == a["completion_probabilities"]
+
+
+def test_a_repeated_prompt_is_answered_as_llama_server_answers_it():
+    theirs, ours = _both((PROMPT, PROMPT, PROMPT + " and then it"))
+    assert theirs[1]["timings"]["cache_n"] > 0
+    _same(theirs, ours)
+
+
+def test_cache_reuse_is_answered_as_llama_server_answers_it():
+    """``--cache-reuse 4``: a prompt that drops a middle part of the cached one gets its later chunk shifted into
+    place; then a request's ``n_cache_reuse`` 0 turns it off."""
+    head = "Once upon a time there was a small town by the sea."
+    middle = " The weather was often grey, and the fishermen went out before dawn."
+    tail = " Every evening the children ran along the harbour wall and counted the boats coming home."
+    prompts = (head + middle + tail, head + tail, head + middle + tail, {"prompt": head + tail, "n_cache_reuse": 0})
+    # --cache-ram 0: without it llama-server would restore the first prompt's state from its host-memory prompt
+    # cache for the third request (bankml keeps none: docs/modules/runtime.md's limitations)
+    theirs, ours = _both(prompts, ("--cache-reuse", "4", "--cache-ram", "0"), cache_reuse=4)
+    assert theirs[1]["timings"]["cache_n"] > theirs[1]["timings"]["prompt_n"]  # the tail came from the cache
+    assert theirs[3]["timings"]["cache_n"] < theirs[3]["timings"]["prompt_n"]  # the common prefix only
+    _same(theirs, ours)
