@@ -1,8 +1,9 @@
 """The slot's prompt cache (llama-server's ``cache_prompt``, its default): a slot keeps the tokens it evaluated, a new
 prompt on it reuses the longest prefix they share and evaluates the rest (at least its last token), and the counts
 are reported as llama-server reports them (``timings.cache_n``/``prompt_n``, ``usage.prompt_tokens_details``,
-``prompt_progress.cache``, ``/metrics``' ``prompt_tokens_cached_total``). The last test runs the pinned
-llama-server (``tests/oracle/build_server.py``) on the same requests: the same tokens, probabilities and counts."""
+``prompt_progress.cache``, ``/metrics``' ``prompt_tokens_cached_total``), with ``n_cache_reuse`` a later chunk of the
+cache shifted into place. The last two tests run the pinned llama-server (``tests/oracle/build_server.py``) on the
+same requests: the same content, probabilities and counts."""
 
 import json
 import subprocess
