@@ -375,11 +375,13 @@ class SlotPool:
     """The model's slots: ``n_parallel`` contexts, each serving one generation at a time. A request takes the
     free slot whose cached tokens share the longest prefix with its prompt, when that prefix is more than
     ``similarity`` of the prompt (llama-server's ``--slot-prompt-similarity``; 0: never), else the least
-    recently used free slot."""
+    recently used free slot (of slots never used or released together, the last, as llama-server's scan takes)."""
 
     def __init__(self, slots, similarity=0.1):
         self._all = list(slots)
-        self._free = list(self._all)  # least recently released first
+        self._free = list(self._all)
+        self._last_used = {slot.index: -1 for slot in self._all}  # llama-server's t_last_used, as a release count
+        self._releases = 0
         self._cond = threading.Condition()
         self.similarity = float(similarity)
 
@@ -411,10 +413,12 @@ class SlotPool:
                     best, best_sim = slot, sim
             if best is not None:
                 return best
-        return self._free[0]
+        return min(self._free, key=lambda slot: (self._last_used[slot.index], -slot.index))
 
     def release(self, slot):
         with self._cond:
+            self._releases += 1
+            self._last_used[slot.index] = self._releases
             self._free.append(slot)
             self._cond.notify()
 

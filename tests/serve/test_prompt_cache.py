@@ -101,13 +101,16 @@ def test_a_slot_is_chosen_by_prompt_similarity():
 
     a, b = _S(0, [1, 2, 3, 4]), _S(1, [7, 8, 9])
     pool = SlotPool([a, b], similarity=0.1)
-    assert pool.acquire(0.1, tokens=[7, 8, 9, 10]) is b  # 3 of 4 shared
-    pool.release(b)
-    assert pool.acquire(0.1, tokens=[5, 6]) is a  # none alike: the least recently used
-    assert pool.acquire(0.1, tokens=[1, 2, 3]) is b  # the only free one
+    assert pool.acquire(0.1, tokens=[1, 2, 5, 6]) is a  # 2 of 4 shared
     pool.release(a)
+    assert pool.acquire(0.1, tokens=[5, 6]) is b  # none alike: the least recently used (b never was)
+    assert pool.acquire(0.1, tokens=[7, 8, 9]) is a  # the only free one
     pool.release(b)
-    assert SlotPool([a, b], similarity=0.0).acquire(0.1, tokens=[7, 8, 9]) is a  # similarity off: LRU
+    pool.release(a)
+    assert pool.acquire(0.1, tokens=[5]) is b  # released before a
+    pool.release(b)
+    fresh = SlotPool([a, b], similarity=0.0)  # similarity off; never used: the last slot, as llama-server's scan
+    assert fresh.acquire(0.1, tokens=[1, 2, 3, 4]) is b
 
 
 def test_the_flags():
