@@ -118,7 +118,8 @@ def chat_template(source):
 
 def recorded_model(recording, **extra):
     """bankml's Model set up as the recordings' llama-server slot: the recording file's
-    ``llama_cpp_python_settings`` (threads, batch sizes, context size, flash attention), one sequence."""
+    ``llama_cpp_python_settings`` (threads, batch sizes, context size, flash attention), one sequence, and its
+    prompt cache setting (the recordings' ``--no-cache-prompt``: every prompt evaluated anew)."""
     from bankml.serve.runtime import Model, default_model_path
 
     s = recording["llama_cpp_python_settings"]
@@ -131,8 +132,15 @@ def recorded_model(recording, **extra):
         n_threads_batch=s["n_threads_batch"],
         flash_attn=s["flash_attn"],
         n_parallel=1,
-        **extra,
+        **{"cache_prompt": recorded_cache_prompt(recording), **extra},
     )
+
+
+def recorded_cache_prompt(recording):
+    """Whether the recording's llama-server kept a prompt cache: its ``server_flags`` (llama-server's default is on;
+    the recordings were made with ``--no-cache-prompt``)."""
+    flags = recording.get("server_flags", [])
+    return "--no-cache-prompt" not in flags
 
 
 def recorded_job(model, record):

@@ -27,7 +27,7 @@ class AgentRoutes:
         job.cmpl_id = message_id
         model = req.model or self.alias
         if req.stream:
-            writer = anthropic.StreamWriter(message_id, model, len(job.prompt_tokens))
+            writer = anthropic.StreamWriter(message_id, model, len(job.prompt_tokens), lambda: job.n_cached)
             return self._stream_events(request, job, writer, anthropic.sse)
         return await self._answer(request, job, lambda result: anthropic.message_json(result, message_id, model))
 

@@ -349,13 +349,13 @@ def message_json(result, message_id, model):
         "model": model,
         "stop_reason": stop_reason(result),
         "stop_sequence": result.stopping_word or None,
-        "usage": _usage(len(result.prompt_tokens), len(result.tokens)),
+        "usage": _usage(len(result.prompt_tokens), len(result.tokens), result.timings.get("cache_n", 0)),
     }
 
 
-def _usage(n_prompt, n_decoded):
-    # bankml keeps no prompt cache: nothing is read from one
-    return {"cache_read_input_tokens": 0, "input_tokens": n_prompt, "output_tokens": n_decoded}
+def _usage(n_prompt, n_decoded, n_cached=0):
+    # the prompt's tokens read from the slot's cache apart from the ones evaluated, as llama-server counts them
+    return {"cache_read_input_tokens": n_cached, "input_tokens": n_prompt - n_cached, "output_tokens": n_decoded}
 
 
 def sse(event, data):
@@ -384,10 +384,11 @@ class StreamWriter:
     A diff is ``(reasoning, content)`` or, with tools, ``(reasoning, content, tool index, name, arguments, id)``
     (``bankml.serve.runtime.Event``)."""
 
-    def __init__(self, message_id, model, n_prompt):
+    def __init__(self, message_id, model, n_prompt, n_cached=lambda: 0):
         self.message_id = message_id
         self.model = model
         self.n_prompt = n_prompt
+        self.n_cached = n_cached  # the prompt's tokens reused from the cache, known once the prompt is evaluated
         self.thinking_started = False  # task_result_state's, across partial results
         self.text_started = False
         self.reasoning = ""  # the reasoning so far (anthropic_has_reasoning)
@@ -404,7 +405,7 @@ class StreamWriter:
                 "model": self.model,
                 "stop_reason": None,
                 "stop_sequence": None,
-                "usage": _usage(self.n_prompt, 0),
+                "usage": _usage(self.n_prompt, 0, self.n_cached()),
             }
             events.append(_event("message_start", message=message))
         self.reasoning += "".join(d[0] for d in diffs)

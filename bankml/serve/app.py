@@ -160,6 +160,9 @@ def _load_model(args, options):
         n_parallel=4 if auto else args.parallel,
         kv_unified=auto if kv_unified is None else kv_unified,
         kv_unified_per_slot=getattr(args, "kv_unified_per_slot", 0) or 0,
+        cache_prompt=getattr(args, "cache_prompt", True),
+        slot_prompt_similarity=getattr(args, "slot_prompt_similarity", 0.1),
+        cache_reuse=getattr(args, "cache_reuse", 0),
         **options,
     )
 

@@ -286,11 +286,13 @@ class Metrics:
             if result is None or slot_index is None:
                 return
             t = result.timings
-            n_prompt, n_gen = int(t["prompt_n"]), int(t["predicted_n"])
+            n_prompt, n_gen = int(t["prompt_n"]), int(t["predicted_n"])  # the prompt's tokens evaluated
+            n_cached = int(t.get("cache_n", 0))  # and those reused from the slot's cache
             prompt_us, gen_us = int(t["prompt_ms"] * 1000), int(t["predicted_ms"] * 1000)
             steps = max(n_gen - 1, 0)  # the first token comes from the prompt's logits
             decodes = -(-n_prompt // max(n_batch, 1)) + steps
             self.prompt_count += n_prompt
+            self.n_prompt_cached += n_cached
             self.prompt_us += prompt_us
             self.predict_count += n_gen
             self.predict_steps += steps
@@ -301,13 +303,13 @@ class Metrics:
             self.bucket[3] += gen_us
             self.n_decode += decodes
             self.n_busy_slots += decodes
-            self.n_tokens_max = max(self.n_tokens_max, n_prompt + n_gen)
+            self.n_tokens_max = max(self.n_tokens_max, n_cached + n_prompt + n_gen)
             # an idle slot's view of its last task, as server_slot::to_json(true) gives it after release():
             # the tokens in its cache (the prompt and every generated token but the last, which is never
             # decoded), the statistics and next-token state reset, the task's parameters
             self._tasks[slot_index] = {
                 "id_task": self._next_task,
-                "n_prompt_tokens": n_prompt + max(n_gen - 1, 0),
+                "n_prompt_tokens": n_cached + n_prompt + max(n_gen - 1, 0),
                 "n_prompt_tokens_processed": 0,
                 "n_prompt_tokens_cache": 0,
                 "params": task_params(job),

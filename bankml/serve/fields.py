@@ -94,10 +94,10 @@ _COMMON = {
     "json_schema": HONOURED,
     "grammar": HONOURED,
     "response_format": HONOURED,
-    # no bearing on the answer: bankml never reuses a cache, and evaluates every prompt anew (the answer is the
-    # one llama-server gives with the cache off); identification, storage and transport hints
-    "cache_prompt": ACCEPTED,
-    "n_cache_reuse": ACCEPTED,
+    # the slot's prompt cache (bankml.serve.runtime: the longest common prefix, then chunks shifted into place)
+    "cache_prompt": HONOURED,
+    "n_cache_reuse": HONOURED,
+    # no bearing on the answer: identification, storage and transport hints
     "id_slot": ACCEPTED,
     "sse_ping_interval": ACCEPTED,
     "user": ACCEPTED,

@@ -47,31 +47,37 @@ def stop_type(result):
 
 
 def timings_json(result):
-    """server_slot_stats::to_json of a finished generation (bankml keeps no prompt cache: ``cache_n`` 0). The first
-    generated token comes from the prompt's logits: the generation's rate counts the steps after it."""
+    """server_slot_stats::to_json of a finished generation (``cache_n``: the prompt's tokens reused from the slot's
+    cache, ``prompt_n`` the ones evaluated). The first generated token comes from the prompt's logits: the
+    generation's rate counts the steps after it."""
     t = result.timings
-    return stats_json(t["prompt_n"], t["prompt_ms"], t["predicted_n"], t["predicted_ms"])
+    return stats_json(t["prompt_n"], t["prompt_ms"], t["predicted_n"], t["predicted_ms"], t.get("cache_n", 0))
 
 
 def partial_timings(job, event):
     """server_slot_stats::to_json while a generation runs (timings_per_token): the prompt's evaluation and the
     tokens so far (a prompt-progress event: the prompt's evaluation once it is done, no token)."""
     n_gen = 0 if event.progress is not None else event.index
-    prompt_ms = job.prompt_ms if event.progress is None or event.progress[0] else 0.0
-    return stats_json(len(job.prompt_tokens) if prompt_ms else 0, prompt_ms, n_gen, event.predicted_ms)
+    done = event.progress is None or event.progress[0] == len(job.prompt_tokens)
+    prompt_ms = job.prompt_ms if done else 0.0
+    n_cached = getattr(job, "n_cached", 0)
+    n_prompt = len(job.prompt_tokens) - n_cached if prompt_ms else 0
+    return stats_json(n_prompt, prompt_ms, n_gen, event.predicted_ms, n_cached)
 
 
 def progress_json(event, n_prompt):
-    """result_prompt_progress::to_json of a prompt-progress event (bankml keeps no prompt cache: ``cache`` 0)."""
-    processed, time_ms = event.progress
-    return {"total": n_prompt, "cache": 0, "processed": processed, "time_ms": time_ms}
+    """result_prompt_progress::to_json of a prompt-progress event (``cache``: the prompt's tokens reused from the
+    slot's cache, ``processed`` the ones in the cache so far, those included)."""
+    processed, time_ms, n_cached = (*event.progress, 0)[:3]
+    return {"total": n_prompt, "cache": n_cached, "processed": processed, "time_ms": time_ms}
 
 
-def stats_json(n_prompt, prompt_ms, n_gen, gen_ms):
-    """server_slot_stats::to_json of these counts and times."""
+def stats_json(n_prompt, prompt_ms, n_gen, gen_ms, n_cached=0):
+    """server_slot_stats::to_json of these counts and times (``n_prompt`` the prompt's tokens evaluated,
+    ``n_cached`` those reused from the cache)."""
     steps = max(n_gen - 1, 0)
     return {
-        "cache_n": 0,
+        "cache_n": n_cached,
         "prompt_n": n_prompt,
         "prompt_ms": prompt_ms,
         "prompt_per_token_ms": prompt_ms / n_prompt if n_prompt else 0.0,

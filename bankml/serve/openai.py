@@ -107,14 +107,30 @@ def read_chat_body(body, raw, context=None, endpoint=CHAT):
 
 def debug_fields(body, context):
     """llama-server's ``verbose`` (its default: the server's ``-v``), ``timings_per_token`` and
-    ``return_progress``, read as its ``field_bool`` reads them, and ``n``."""
+    ``return_progress`` and ``cache_prompt`` (None when absent: the server's ``--cache-prompt``), read as its
+    ``field_bool`` reads them, and ``n``."""
     return {
         "verbose": bool_field(body, "verbose", context.defaults.verbose),
         "timings_per_token": bool_field(body, "timings_per_token", False),
         "return_progress": bool_field(body, "return_progress", False),
+        "cache_prompt": bool_field(body, "cache_prompt", None),
+        "n_cache_reuse": _int_field(body, "n_cache_reuse"),
         "ignore_eos": bool_field(body, "ignore_eos", False),
         "n": read_n(body, context.n_parallel),
     }
+
+
+def _int_field(body, name):
+    """llama-server's ``field_num`` of an int32 field: absent or null gives None (the server's), a number is
+    truncated, anything else refused."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RequestError(
+            f"Field '{name}': [json.exception.type_error.302] type must be number, but is {json_type_name(value)}"
+        )
+    return int(value)
 
 
 def read_n(body, n_parallel):

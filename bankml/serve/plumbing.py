@@ -437,12 +437,12 @@ class Plumbing:
 
     def _usage(self, result):
         n_prompt, n_gen = len(result.prompt_tokens), len(result.tokens)
-        # prompt_tokens_details as llama-server's: bankml has no prompt cache, every prompt is evaluated anew
+        # prompt_tokens_details as llama-server's: the prompt's tokens reused from the slot's cache
         return {
             "completion_tokens": n_gen,
             "prompt_tokens": n_prompt,
             "total_tokens": n_prompt + n_gen,
-            "prompt_tokens_details": {"cached_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": result.timings.get("cache_n", 0)},
         }
 
     def _timings(self, result):

@@ -129,7 +129,8 @@ class Request:
     runtime, as llama-server merges it with its own), ``reasoning_budget`` (``thinking_budget_tokens``; None:
     the server's) and ``reasoning_budget_message``; how the answer is sent (``stream``, ``include_usage``,
     ``return_tokens``), the token log-probabilities asked for (``probs``), the ``model`` name the body gave
-    (None: the server's), llama-server's ``verbose``, ``timings_per_token`` and ``return_progress``, and ``n``
+    (None: the server's), llama-server's ``verbose``, ``timings_per_token``, ``return_progress`` and
+    ``cache_prompt`` (None: the server's ``--cache-prompt``), and ``n``
     (its completions of the prompt). ``Request.for_chat`` makes a chat one in Python."""
 
     endpoint: str
@@ -153,6 +154,8 @@ class Request:
     verbose: bool = False
     timings_per_token: bool = False
     return_progress: bool = False
+    cache_prompt: Optional[bool] = None  # reuse the slot's cached prefix (None: the model's default)
+    n_cache_reuse: Optional[int] = None  # the shortest cached chunk shifted into place (None: the model's default)
     ignore_eos: bool = False  # the EOG biases are in ``params``; kept for generation_settings
     n: int = 1  # llama-server's n_cmpl: completions of the prompt, each on a slot of its own
 

@@ -316,7 +316,7 @@ def _usage(result):
         "input_tokens": n_prompt,
         "output_tokens": n_decoded,
         "total_tokens": n_decoded + n_prompt,
-        "input_tokens_details": {"cached_tokens": 0},  # bankml keeps no prompt cache
+        "input_tokens_details": {"cached_tokens": result.timings.get("cache_n", 0)},
     }
 
 

