@@ -23,9 +23,10 @@ from bankml.errors import GrammarError, SchemaError
 from bankml.sampling.params import SamplerParams
 from bankml.sampling.replay import replay
 from bankml.schema.grammar import json_schema_to_grammar
-from bankml.serve.flags import KV_CACHE_TYPES, context_options, env_defaults
+from bankml.serve.contexts import ModelError
+from bankml.serve.flags import KV_CACHE_TYPES, chat_model_options, context_options, env_defaults, model_load_options
 from bankml.serve.request import Request
-from bankml.serve.runtime import Model, ModelError, chat_model_options, model_load_options
+from bankml.serve.runtime import Model
 from bankml.serve.server_flags import add_arguments as add_llama_server_flags
 
 

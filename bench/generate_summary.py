@@ -117,7 +117,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args(argv)
 
-    from bankml.serve.runtime import Model, default_model_path, open_llama
+    from bankml.serve.contexts import default_model_path, open_llama
+    from bankml.serve.runtime import Model
 
     path = args.model or default_model_path()
     model = Model(path, n_ctx=2048, n_threads=args.threads)

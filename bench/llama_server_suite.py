@@ -31,7 +31,9 @@ What it does:
 (``REFUSALS``: server-side tools and MCP, router mode, LoRA, speculative drafts, embeddings and reranking,
 unloading when idle, slot save and restore, backend sampling: recognised by one of the refusal's flags in the
 test's bankml command line and an error naming that flag in the server's output; tools with a template that
-renders none: recognised by bankml's message in the test's error or in the server's log of refused requests).
+renders none: recognised by bankml's message in the test's error or in the server's log of refused requests;
+router mode also where test_router.py starts llama-server without a model, where bankml serve serves its default
+model by design).
 ``--report`` prints the record's tables without running anything (with ``--check``: checks the record).
 ``--only-llama-passes`` runs on bankml only the tests that pass on llama-server in the record (the others count
 on neither side; a shorter run on a loaded machine).
@@ -86,6 +88,8 @@ class Refusal:
     name: str
     flags: tuple[str, ...] = ()
     messages: tuple[str, ...] = ()
+    # the suite's files whose starts without a model (llama-server's router mode) this refusal explains
+    modelless_files: tuple[str, ...] = ()
 
 
 REFUSALS = (
@@ -93,7 +97,13 @@ REFUSALS = (
         "server-side tools and MCP (/tools, /cors-proxy)",
         ("--tools", "--tools-runtime", "--mcp-servers-json", "--mcp-servers-config", "--ui-mcp-proxy"),
     ),
-    Refusal("router mode", ("--models-dir", "--models-max", "--models-preset", "--no-models-autoload")),
+    Refusal(
+        "router mode",
+        ("--models-dir", "--models-max", "--models-preset", "--no-models-autoload"),
+        # started with no model, llama-server is a router; bankml serve serves its default model (the README's
+        # main job), so the router's answers (unknown model names, DELETE /models) are not given
+        modelless_files=("test_router.py",),
+    ),
     Refusal("LoRA", ("--lora",)),
     Refusal(
         "speculative drafts",
@@ -334,12 +344,21 @@ def _spelled(argv):
     return [a.replace("_", "-") if a.startswith("--") else a for a in argv]
 
 
-def refusal_of(entry):
+def _server_args(argv):
+    """A start's server flags: what follows ``serve`` in bankml's command line (``python -m bankml serve ...``),
+    or what follows the executable."""
+    return _spelled(argv[argv.index("serve") + 1 :] if "serve" in argv else argv[1:])
+
+
+def refusal_of(entry, file=None):
     """The REFUSALS item that explains a bankml failure, or None: one of its flags in a start's command line, and
     the server's error naming that flag; or, for a server that answered, one of its messages in the test's
-    error."""
+    error; or, in one of the refusal's ``modelless_files``, every start of the test without a model."""
     err = entry.get("start_error") or ""
+    argvs = entry.get("argv") or []
     for refusal in REFUSALS:
+        if file in refusal.modelless_files and argvs and not any(MODEL_FLAGS & set(_server_args(a)) for a in argvs):
+            return refusal
         for argv in entry.get("argv", []):
             for flag in refusal.flags:
                 if flag in _spelled(argv) and re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(flag), err):
@@ -497,7 +516,7 @@ def compare(record):
         rows.append((file, len(names), len(on_llama), len(on_bank), len(on_llama & on_bank)))
         for name in sorted(on_llama - on_bank):
             entry = bank[file]["tests"].get(name, {"outcome": "not run", "error": "not run (the file's run stopped)"})
-            regressions.append((file, name, entry, refusal_of(entry)))
+            regressions.append((file, name, entry, refusal_of(entry, file)))
     return rows, regressions
 
 

@@ -32,7 +32,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def llm(model):
-    from bankml.serve.runtime import open_llama
+    from bankml.serve.contexts import open_llama
 
     return open_llama(
         model.path,

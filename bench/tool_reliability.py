@@ -317,7 +317,7 @@ class Replay:
 
     def prefill(self, prompt):
         """The generation prompt's tokens an eager tool grammar accepts first (common_sampler_init; bankml's
-        runtime ``_prefill_tokens``): a first token that is a space the text does not start with is skipped."""
+        ``bankml.serve.job.tokenize_prefill``): a first token that is a space the text does not start with is skipped."""
         text = prompt.generation_prompt or ""
         tokens = self.tokenize(text)
         if tokens and self.vocab.piece(tokens[0])[:1].isspace() and not text[:1].isspace():

@@ -167,6 +167,16 @@ def test_a_refusal_needs_the_flag_in_the_command_line_and_an_error_naming_it():
     assert lss.refusal_of(lora).name == "LoRA"
 
 
+def test_a_start_without_a_model_is_router_mode_only_in_the_router_file():
+    start = ["/usr/bin/python", "-m", "bankml", "serve", "--port", "8080"]  # python's -m is not a model
+    modelless = {"outcome": "failed", "argv": [start], "error": "assert 405 == 200"}
+    assert lss.refusal_of(modelless, "test_router.py").name == "router mode"
+    assert lss.refusal_of(modelless, "test_security.py") is None  # CORS tests start without a model too
+    with_model = dict(modelless, argv=[start, start + ["-m", "x.gguf"]])
+    assert lss.refusal_of(with_model, "test_router.py") is None
+    assert lss.refusal_of(dict(modelless, argv=[]), "test_router.py") is None
+
+
 def _record(llama, bank, dropped=()):
     def run(tests, drop=()):
         return {f: {"wall_s": 1.0, "rc": 0, "tests": t, "dropped_flags": list(drop)} for f, t in tests.items()}

@@ -382,7 +382,7 @@ class StreamWriter:
     (``partial``: ``message_start`` with the first token, then the blocks its message diffs open and extend) and
     the final result's (``final``: its own diffs, every block closed, ``message_delta`` and ``message_stop``).
     A diff is ``(reasoning, content)`` or, with tools, ``(reasoning, content, tool index, name, arguments, id)``
-    (``bankml.serve.runtime.Event``)."""
+    (``bankml.serve.job.Event``)."""
 
     def __init__(self, message_id, model, n_prompt, n_cached=lambda: 0):
         self.message_id = message_id

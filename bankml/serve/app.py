@@ -47,13 +47,13 @@ from bankml.serve.agent_routes import AgentRoutes
 from bankml.serve.auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
 from bankml.serve.cors import CorsMiddleware, CorsOptions
 from bankml.serve.endpoints import EndpointOptions, Endpoints
-from bankml.serve.flags import context_options
+from bankml.serve.flags import chat_model_options, context_options, model_load_options
 from bankml.serve.headers import HeaderCaseMiddleware
 from bankml.serve.ollama_routes import OllamaRoutes
 from bankml.serve.openai_routes import OpenAIRoutes
 from bankml.serve.plumbing import FINGERPRINT, Plumbing, http_error, server_error
 from bankml.serve.request import ServerDefaults, ServerLimits
-from bankml.serve.runtime import Model, chat_model_options, model_load_options
+from bankml.serve.runtime import Model
 from bankml.serve.server_flags import sampler_defaults, verbose
 
 __all__ = ["ServerLimits", "create_app", "serve"]

@@ -1,6 +1,9 @@
 # Ports semantics of llama.cpp (https://github.com/ggml-org/llama.cpp), MIT License, Copyright (c) 2023-2026 The ggml authors.
 """The values of llama-server's context flags (``common/arg.cpp``), as bankml's Model takes them.
 
+``model_load_options`` and ``chat_model_options`` give a Model's keyword arguments from ``bankml generate``'s and
+``bankml serve``'s parsed command line.
+
 * ``-fa, --flash-attn [on|off|auto]`` (default ``auto``): ``on``/``enabled``/``true``/``1`` and
   ``off``/``disabled``/``false``/``0`` (llama.cpp's ``is_truthy``/``is_falsey``), ``auto`` (``is_autoy``: also
   ``-1``). ``auto`` is handed to libllama as ``LLAMA_FLASH_ATTN_TYPE_AUTO``, which resolves it when the context is
@@ -13,7 +16,13 @@
   logits.
 """
 
+import json
+
+from bankml.schema.grammar import DEFAULT_STRICT_STYLE
+
 __all__ = [
+    "chat_model_options",
+    "model_load_options",
     "ENV_OPTIONS",
     "FLASH_ATTN_VALUES",
     "KV_CACHE_TYPES",
@@ -144,3 +153,46 @@ def context_options(args, flash_attn_default):
         if name not in KV_CACHE_TYPES:
             raise ValueError(f"Unsupported cache type: {name}")
     return {"flash_attn": fa, "cache_type_k": args.cache_type_k, "cache_type_v": args.cache_type_v}
+
+
+def model_load_options(args):
+    """Model(...) keyword arguments from the loading options ``bankml generate`` and ``bankml serve`` share
+    (llama-server's -c, -b, -ub, -t, -tb, --no-repack)."""
+    return {
+        "n_ctx": args.ctx_size,
+        "n_batch": args.batch_size,
+        "n_ubatch": args.ubatch_size,
+        "n_threads": args.threads,
+        "n_threads_batch": args.threads_batch,
+        "no_repack": args.no_repack,
+    }
+
+
+def chat_model_options(args):
+    """Model(...) keyword arguments from the chat options (a ValueError for a bad --chat-template-kwargs)."""
+    kwargs = None
+    if getattr(args, "chat_template_kwargs", None):
+        try:
+            kwargs = json.loads(args.chat_template_kwargs)
+        except ValueError as err:
+            raise ValueError(f"--chat-template-kwargs is not JSON: {err}") from None
+        if not isinstance(kwargs, dict):
+            raise ValueError("--chat-template-kwargs must be a JSON object")
+    if args.reasoning_budget < -1:
+        raise ValueError("--reasoning-budget: invalid value (-1 or more)")
+    style = getattr(args, "strict_style", None)
+    if style is not None and getattr(args, "json_schema_mode", "llama.cpp") != "strict":
+        raise ValueError("--strict-style applies to --json-schema-mode strict only")
+    return {
+        "chat_template_file": args.chat_template_file,
+        "chat_template": getattr(args, "chat_template", None),
+        "use_jinja": getattr(args, "jinja", True),
+        "reasoning": args.reasoning,
+        "reasoning_format": args.reasoning_format,
+        "reasoning_budget": args.reasoning_budget,
+        "reasoning_budget_message": args.reasoning_budget_message,
+        "chat_template_kwargs": kwargs,
+        "json_schema_mode": getattr(args, "json_schema_mode", "llama.cpp"),
+        "strict_style": style or DEFAULT_STRICT_STYLE,
+        "tool_call_mode": getattr(args, "tool_call_mode", "llama.cpp"),
+    }

@@ -14,10 +14,10 @@ from bankml.chat.chat_peg import ChatParseError
 from bankml.errors import json_type_name
 from bankml.schema import jsondepth as _jsondepth
 from bankml.serve import ollama
+from bankml.serve.contexts import ModelError
 from bankml.serve.endpoints import model_ftype
 from bankml.serve.plumbing import Gone, Runner, file_size, ndjson, now, ollama_error, refusal, stream_error
 from bankml.serve.request import read_body
-from bankml.serve.runtime import ModelError
 
 __all__ = ["OllamaRoutes", "ollama_tool_calls"]
 
@@ -242,7 +242,8 @@ def _final(result, name, chat, started):
         "done_reason": "stop" if result.finish_reason == "tool_calls" else result.finish_reason,
         "total_duration": time.perf_counter_ns() - started,
         "load_duration": 0,
-        "prompt_eval_count": t["prompt_n"],
+        # Ollama's documented meaning, the prompt's tokens: those evaluated and those the slot's cache held
+        "prompt_eval_count": t["prompt_n"] + t.get("cache_n", 0),
         "prompt_eval_duration": int(t["prompt_ms"] * 1e6),
         "eval_count": t["predicted_n"],
         "eval_duration": int(t["predicted_ms"] * 1e6),

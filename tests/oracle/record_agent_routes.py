@@ -34,7 +34,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 
 from . import record_server as rs
 from .build_converter import cache_dir
@@ -293,21 +292,7 @@ class AgentServer(ToolServer):
         self.port = rs._free_port()
         self.cmd = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port)]
         self.cmd += flags + ["--chat-template-file", str(template_file)] + template_kwargs_flags()
-        self.log = open(log_path, "w")
-        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, env=clock_env())
-        deadline = time.monotonic() + 120
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError("llama-server exited with %s; see %s" % (self.proc.returncode, log_path))
-            try:
-                if self.get("/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError("llama-server did not become healthy; see %s" % log_path)
-            time.sleep(0.3)
+        self.start(log_path, env=clock_env())
 
     def answer(self, path, body):
         """``(status, JSON answer)``, or for a streamed request that is answered ``(200, sse_events)``."""

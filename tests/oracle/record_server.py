@@ -624,8 +624,13 @@ class Server:
     def __init__(self, exe, model, log_path):
         self.port = _free_port()
         self.cmd = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port)] + server_flags()
+        self.start(log_path)
+
+    def start(self, log_path, env=None):
+        """Run ``self.cmd`` (its output to ``log_path``, ``env`` its environment) until ``/health`` answers 200;
+        RuntimeError naming the log when it exits first or is not healthy within two minutes."""
         self.log = open(log_path, "w")
-        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 120
         while True:
             if self.proc.poll() is not None:
@@ -1012,7 +1017,7 @@ def check_bit_identity(recordings, names=None, **settings):
     import llama_cpp
     import numpy as np
 
-    from bankml.serve.runtime import open_llama
+    from bankml.serve.contexts import open_llama
 
     llm = open_llama(model_path(), verbose=False, **dict(LLAMA_CPP_PYTHON_SETTINGS, **settings))
     n_vocab = llm.n_vocab()

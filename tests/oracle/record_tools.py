@@ -434,22 +434,7 @@ class ToolServer(rs.Server):
             + ["--chat-template-file", str(template_file)]
             + template_kwargs_flags()
         )
-        self.log = open(log_path, "w")
-        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, env=clock_env())
-        deadline = time.monotonic() + 120
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError("llama-server exited with %s; see %s" % (self.proc.returncode, log_path))
-            try:
-                status, _ = self.get("/health")
-                if status == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError("llama-server did not become healthy; see %s" % log_path)
-            time.sleep(0.3)
+        self.start(log_path, env=clock_env())
 
     def post_status(self, path, body):
         conn = self._conn()

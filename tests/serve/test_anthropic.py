@@ -9,8 +9,8 @@ import pytest
 
 from bankml.errors import RequestError
 from bankml.serve import anthropic
+from bankml.serve.job import Result
 from bankml.serve.request import MediaError
-from bankml.serve.runtime import Result
 
 TOOL = {"name": "get_weather", "description": "weather", "input_schema": {"type": "object"}}
 

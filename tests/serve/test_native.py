@@ -11,7 +11,7 @@ from bankml.errors import RequestError
 from bankml.sampling.logprobs import ProbRequest
 from bankml.sampling.params import SamplerParams
 from bankml.serve import native
-from bankml.serve.runtime import Event, Result
+from bankml.serve.job import Event, Result
 
 TIMINGS = {"prompt_n": 4, "prompt_ms": 8.0, "predicted_n": 3, "predicted_ms": 4.0}
 

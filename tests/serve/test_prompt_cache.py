@@ -12,7 +12,8 @@ import time
 import httpx
 import pytest
 
-from bankml.serve.runtime import Model, SlotPool, common_prefix
+from bankml.serve.contexts import SlotPool, common_prefix
+from bankml.serve.runtime import Model
 from tests.oracle_support import smollm2_path
 
 from ..oracle.build_server import build_server

@@ -9,8 +9,8 @@ import pytest
 
 from bankml.errors import RequestError
 from bankml.serve import responses
+from bankml.serve.job import Result
 from bankml.serve.request import MediaError
-from bankml.serve.runtime import Result
 
 TOOL = {"type": "function", "name": "get_weather", "description": "weather", "parameters": {"type": "object"}}
 

@@ -21,8 +21,10 @@ import pytest
 from bankml import Grammar, GrammarError, Rules, SamplerParams, SchemaError, from_openai
 from bankml.chat.constraint import RequestError
 from bankml.chat.inputs import ChatInputs
+from bankml.serve.contexts import ModelError, default_model_path
+from bankml.serve.job import ContextSizeError
 from bankml.serve.request import Request
-from bankml.serve.runtime import ContextSizeError, Model, ModelError, default_model_path
+from bankml.serve.runtime import Model
 
 from ..oracle_support import smollm2_path
 

@@ -19,10 +19,11 @@ from bankml import cli
 from bankml.errors import RequestError
 from bankml.serve import anthropic, fields, native, ollama, openai, responses, server_flags
 from bankml.serve.auth import ApiKeyMiddleware
+from bankml.serve.contexts import slot_context_size
 from bankml.serve.cors import CorsMiddleware, CorsOptions, origin_is_localhost
+from bankml.serve.job import ContextSizeError, Event
 from bankml.serve.plumbing import refusal
 from bankml.serve.request import ReadContext, ServerDefaults, ServerLimits
-from bankml.serve.runtime import ContextSizeError, Event, _slot_ctx
 
 from ..oracle.build_server import build_server
 from ..oracle_support import smollm2_path
@@ -146,7 +147,7 @@ def test_debug_fields_read_as_field_bool(field):
     ],
 )
 def test_slot_context_as_llama_context_divides_it(n_ctx, n_parallel, unified, per_slot, expected):
-    assert _slot_ctx(n_ctx, n_parallel, unified, per_slot) == expected
+    assert slot_context_size(n_ctx, n_parallel, unified, per_slot) == expected
 
 
 def test_context_size_error_carries_the_sizes():

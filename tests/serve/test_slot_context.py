@@ -5,8 +5,10 @@ KV cache is unified, which ``-np`` auto implies), and the ``exceed_context_size_
 import pytest
 
 from bankml.cli import build_parser
+from bankml.serve.contexts import slot_context_size
+from bankml.serve.job import ContextSizeError
 from bankml.serve.plumbing import refusal
-from bankml.serve.runtime import ContextSizeError, Model, _slot_ctx
+from bankml.serve.runtime import Model
 from tests.oracle_support import smollm2_path
 
 
@@ -21,8 +23,8 @@ from tests.oracle_support import smollm2_path
     ],
 )
 def test_slot_context_is_llama_context_s(n_ctx, n_parallel, unified, slot):
-    # (bankml.serve.runtime._slot_ctx; more sizes in tests/serve/test_server_flags.py)
-    assert _slot_ctx(n_ctx, n_parallel, unified, 0) == slot
+    # (bankml.serve.contexts.slot_context_size; more sizes in tests/serve/test_server_flags.py)
+    assert slot_context_size(n_ctx, n_parallel, unified, 0) == slot
 
 
 def test_kv_unified_flags_and_environment(monkeypatch):

@@ -15,8 +15,8 @@ from bankml.chat.constraint import Constraint, from_openai
 from bankml.chat.inputs import ChatInputs
 from bankml.cli import build_parser
 from bankml.schema import json_schema_to_grammar
+from bankml.serve.flags import chat_model_options
 from bankml.serve.request import Request
-from bankml.serve.runtime import chat_model_options
 
 from ..oracle_support import smollm2_path
 

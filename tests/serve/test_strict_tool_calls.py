@@ -85,6 +85,7 @@ class _Clients(dict):
             n_ctx=4096,
             n_threads=1,  # a validity test: one ggml thread, none spinning against the other pytest worker
             n_parallel=1,
+            cache_prompt=True,  # llama-server's default: a template's requests share their prompt's evaluation
             reasoning="off",
             chat_template_file=str(path),
             chat_template_kwargs={"date_string": "01 Dec 2026"},
