@@ -15,8 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bankml import Grammar, GrammarError, Rules, json_schema_to_grammar
-from bankml.engine.vocab import Vocab
+from bankml import json_schema_to_grammar
 from bankml.errors import SchemaError
 from bankml.schema.grammar import StrictGrammarBuilder
 from bankml.schema.strict import strict_schema_rules, strict_schema_to_grammar
@@ -24,19 +23,10 @@ from bankml.schema.strict import strict_schema_rules, strict_schema_to_grammar
 from .. import spec_oracle
 from ..grammar_walk import random_texts
 from ..oracle_support import ORACLE_STATS
+from .strict_fuzz import accepts
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 BENCH = json.loads((ROOT / "bench" / "data" / "schemas.json").read_text())["schemas"]
-TINY = Vocab([b"x"], [])
-
-
-def accepts(gbnf, text):
-    g = Grammar(Rules.parse(gbnf), TINY)
-    try:
-        g.accept_bytes(text.encode("utf-8"))
-    except GrammarError:
-        return False
-    return g.complete
 
 
 class _Num:
