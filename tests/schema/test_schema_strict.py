@@ -21,7 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from bankml import Grammar, Rules, json_schema_to_grammar, json_schema_to_rules  # noqa: E402
 from bankml.engine.vocab import Vocab  # noqa: E402
-from bankml.errors import GrammarError, SchemaError  # noqa: E402
+from bankml.errors import SchemaError  # noqa: E402
 from bankml.schema import SchemaLimits  # noqa: E402
 from bankml.schema.strict import strict_schema_rules, strict_schema_to_grammar  # noqa: E402
 
@@ -29,9 +29,9 @@ from .. import spec_oracle  # noqa: E402
 from ..bounded import HANG_SECONDS  # noqa: E402
 from ..oracle_support import ORACLE_STATS  # noqa: E402
 from . import strict_fuzz  # noqa: E402
+from .strict_fuzz import accepts, text_of  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
-TINY = Vocab([b"x"], [])
 FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
 REFUSALS = collections.Counter()  # keyword -> schemas refused, over the property tests
 VERDICTS = collections.Counter()
@@ -39,19 +39,6 @@ VERDICTS = collections.Counter()
 
 def oracle(schema, value):
     return spec_oracle.is_valid(schema, value)  # jsonschema as the suite reads the spec (ECMA patterns)
-
-
-def text_of(value):
-    return json.dumps(value, ensure_ascii=False)
-
-
-def accepts(gbnf, text):
-    g = Grammar(Rules.parse(gbnf), TINY)
-    try:
-        g.accept_bytes(text.encode("utf-8"))
-    except GrammarError:
-        return False
-    return g.complete
 
 
 _VOCAB = {}
