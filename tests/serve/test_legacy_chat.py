@@ -1,13 +1,12 @@
 """``--no-jinja``: llama-server's legacy chat formatting (common_chat_templates_apply_legacy) through libllama's
 built-in templates, and ``--chat-template`` (bankml.serve.legacy_chat)."""
 
+import llama_cpp
 import pytest
 
 from bankml import cli
 from bankml.chat.constraint import RequestError
 from bankml.serve.legacy_chat import apply_builtin_template, check_legacy_request, legacy_messages, verify_override
-
-llama_cpp = pytest.importorskip("llama_cpp")
 
 BOOK = [("system", "Book"), ("user", "What is the best book")]
 
