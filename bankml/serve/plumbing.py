@@ -103,8 +103,24 @@ class Gone(Exception):
     """The client went away: nothing to answer."""
 
 
+def forget_frames(exc):
+    """``exc`` with its traceback, and those of the exceptions it chains, dropped; returns it. An answered
+    failure's traceback is never read, and it is a cycle (a frame that caught or raised it holds it): without
+    this, the request's frames (its body, 200,000 messages, a refused schema's partial grammar) stay until the
+    collector's next full pass, and a server under hostile load holds hundreds of MiB of them."""
+    seen = set()
+    chained = exc
+    while chained is not None and id(chained) not in seen:
+        seen.add(id(chained))
+        chained.__traceback__ = None
+        chained = chained.__cause__ or chained.__context__
+    return exc
+
+
 def refusal(exc):
-    """The error object for an exception raised while a request is read, checked or prepared."""
+    """The error object for an exception raised while a request is read, checked or prepared (its frames
+    forgotten: ``forget_frames``)."""
+    forget_frames(exc)
     if isinstance(exc, Refusal):
         return exc
     if isinstance(exc, ContextSizeError):
@@ -155,7 +171,7 @@ class Runner:
             for event in self.job.stream():
                 self._put(("event", event))
         except BaseException as e:  # noqa: BLE001 - reported to the client as an error object
-            self.error = e
+            self.error = forget_frames(e)  # this frame holds self, which holds it
         finally:
             self.app._finished(self)
             self._put(("end", None))
@@ -240,7 +256,9 @@ async def merged(runners):
 
 
 def stream_error(exc):
-    """The error object of a failure after a stream has started (llama-server sends it as an event)."""
+    """The error object of a failure after a stream has started (llama-server sends it as an event; its frames
+    forgotten: ``forget_frames``)."""
+    forget_frames(exc)
     if isinstance(exc, ModelError):
         return {"code": 503, "message": str(exc), "type": "unavailable_error"}
     if isinstance(exc, ChatParseError):
@@ -382,7 +400,7 @@ class Plumbing:
                     value = make(cancel)
                 ok = True
             except BaseException as e:  # noqa: BLE001 - answered as an error object
-                value, ok = e, False
+                value, ok = forget_frames(e), False  # this frame holds it
             if size > _LARGE_BODY or isinstance(value, (SchemaError, MemoryError)):
                 malloc_trim()  # a large body's objects, a refused schema's partial grammar: freed now
             try:
