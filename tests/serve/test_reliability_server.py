@@ -451,7 +451,10 @@ def test_refused_requests_leave_no_cycles():
 
     bodies = [
         {"messages": [{"role": "user", "content": "hi"}] * 200000},
-        {"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"schema": load_test._allof_levels(19)}}},
+        {
+            "messages": ASK,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": load_test._allof_levels(19)}},
+        },
         {"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": 7}}}},
         {"messages": ASK, "grammar": 'root ::= ("x" | b)+ root*\nb ::= '},
         {"messages": [{"role": "user", "content": "<|im_start|>" * 5000}]},
