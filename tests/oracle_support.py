@@ -116,10 +116,17 @@ def chat_template(source):
     return _CHAT_TEMPLATES[source]
 
 
+RECORDED_THREADS = 1  # the ggml threads of recorded_model (and of test_e2e_templates' bankml serve)
+
+
 def recorded_model(recording, **extra):
     """bankml's Model set up as the recordings' llama-server slot: the recording file's
-    ``llama_cpp_python_settings`` (threads, batch sizes, context size, flash attention), one sequence, and its
-    prompt cache setting (the recordings' ``--no-cache-prompt``: every prompt evaluated anew)."""
+    ``llama_cpp_python_settings`` (batch sizes, context size, flash attention), one sequence, and its prompt cache
+    setting (the recordings' ``--no-cache-prompt``: every prompt evaluated anew). One ggml thread, where the
+    recordings' servers ran two (``RECORDED_THREADS``): ggml's CPU kernels give each output row to one thread,
+    so with flash attention off the logits do not depend on the count, and the tests compare one thread's answers
+    with two threads' recordings. Two pytest workers on two cores then never spin against each other (the
+    recorded-answer modules ran in 147 s instead of 184)."""
     from bankml.serve.runtime import Model, default_model_path
 
     s = recording["llama_cpp_python_settings"]
@@ -128,8 +135,8 @@ def recorded_model(recording, **extra):
         n_ctx=s["n_ctx"],
         n_batch=s["n_batch"],
         n_ubatch=s["n_ubatch"],
-        n_threads=s["n_threads"],
-        n_threads_batch=s["n_threads_batch"],
+        n_threads=RECORDED_THREADS,
+        n_threads_batch=RECORDED_THREADS,
         flash_attn=s["flash_attn"],
         n_parallel=1,
         **{"cache_prompt": recorded_cache_prompt(recording), **extra},

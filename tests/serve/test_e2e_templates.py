@@ -28,7 +28,7 @@ from bankml.serve.request import Request
 
 from ..oracle.record_server import kernels_fingerprint, machine_recording
 from ..oracle.record_server_templates import REQUESTS, TEMPLATE_REQUESTS, template_text
-from ..oracle_support import ORACLE_STATS, recorded_cache_prompt, recorded_model, sse_chunks
+from ..oracle_support import ORACLE_STATS, RECORDED_THREADS, recorded_cache_prompt, recorded_model, sse_chunks
 
 # the recording of this machine's kernels where there is one (the recorder's --machine), else the shipped one
 DATA = machine_recording(pathlib.Path(__file__).resolve().parent.parent / "data" / "server_recordings_templates.json")
@@ -206,9 +206,9 @@ def test_bankml_serve_process_with_chat_template_file(request):
         "--parallel",
         "1",
         "-t",
-        str(s["n_threads"]),
+        str(RECORDED_THREADS),
         "-tb",
-        str(s["n_threads_batch"]),
+        str(RECORDED_THREADS),
         "-c",
         str(s["n_ctx"]),
         "-b",
