@@ -31,6 +31,7 @@ from ..oracle.mask_recording import RECORD, Recording, fingerprint
 from ..oracle_support import ORACLE_STATS, load_pair, vocab_path
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+MODULE = "tests/schema/test_strict_oracle.py"
 MASKBENCH = sorted((ROOT / "bench" / "data" / "maskbench").glob("*.json"))
 SCHEMAS = ROOT / "bench" / "data" / "schemas.json"
 
@@ -61,8 +62,9 @@ LIVE_RUNS = {
 }
 # A case is named by its run and a hash of the GBNF strict mode writes for it: the GBNF is bankml's own output and
 # changes with the strict compiler, so a changed grammar is a case the recording does not hold, which runs live
-# (an entry left for the old grammar is never asked for: harmless, dropped at the next recording). The
-# fingerprint covers the rest: this module, its schemas, the oracle driver and the two vocabularies.
+# (an entry left for the old grammar is never asked for: harmless, dropped at the next recording, which brings such
+# runs back to replaying). The fingerprint covers the rest: this module, its schemas, the oracle driver and the two
+# vocabularies; a change there fails every run until the module is recorded again.
 RECORDING = Recording(
     "strict",
     fingerprint(
@@ -107,7 +109,10 @@ def compare_masks(ours, theirs, src, vocab, where):
     if got != src.digest(theirs):
         reference = theirs.allowed_ids()  # live: the message names the tokens
         if not src.live and (int(reference.size), *mask_hash(reference)) == got:
-            pytest.fail(f"{where}: libllama gives bankml's mask, the recording another: {RECORDING.path.name} is stale")
+            pytest.fail(
+                f"{where}: libllama gives bankml's mask, the recording another: {RECORDING.path.name} is stale "
+                f"(record it again: python -m tests.oracle.mask_recording {MODULE})"
+            )
         pytest.fail(
             f"{where}: bankml allows {mine.size} tokens, libllama {reference.size}; "
             f"only bankml: [{describe(vocab, np.setdiff1d(mine, reference))}]; "
