@@ -37,22 +37,23 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 # The heaviest modules, heaviest first (per-module seconds summed from `python -m pytest --durations=0` with the
-# cores free, session 29: 158, 142, 75, 61, 58, 46, 43, 41, 39, 37, 37, 36 s; test_strict_oracle.py, 125 s then,
-# left the list when it began replaying libllama's masks: 17 s). pytest-xdist's --dist loadfile
-# hands modules out in collection order, so these go first and the light ones fill in after them (longest first):
-# no worker is left alone at the end with a two-minute module. The order within a module is unchanged.
+# cores free, session 31 at one ggml thread per model: 124, 100, 81, 58, 57, 41, 40, 37, 34, 33, 25, 24, 23 s).
+# pytest-xdist's --dist loadfile hands modules out in collection order, so these go first and the light ones fill
+# in after them: no worker is left alone at the end with a two-minute module. The order within a module is
+# unchanged.
 HEAVY_FIRST = (
-    "tests/serve/test_strict_tool_calls.py",
     "tests/serve/test_e2e_tools.py",
+    "tests/serve/test_strict_tool_calls.py",
     "tests/engine/test_fast_path.py",
-    "tests/serve/test_reliability_server.py",
     "tests/sampling/test_sampler_oracle.py",
+    "tests/serve/test_reliability_server.py",
     "tests/chat/test_chat_tools.py",
-    "tests/chat/test_chat_malformed.py",
     "tests/chat/test_strict_tools.py",
     "tests/serve/test_e2e_templates.py",
-    "tests/engine/test_grammar_oracle.py",
     "tests/serve/test_e2e_oracle.py",
+    "tests/chat/test_chat_malformed.py",
+    "tests/serve/test_e2e_agent_routes.py",
+    "tests/engine/test_grammar_oracle.py",
     "tests/serve/test_server.py",
 )
 

@@ -1,6 +1,7 @@
 """`bankml serve` as a child process for the tests that talk to it over HTTP."""
 
 import contextlib
+import importlib
 import os
 import socket
 import subprocess
@@ -10,6 +11,17 @@ import time
 
 import httpx
 import pytest
+
+
+class LazyModule:
+    """A module imported when a test first uses it: the client SDKs (openai, anthropic, ollama: about 3 s of
+    imports) are then paid by the pytest worker that runs their tests, not by every worker's collection."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(self._name), attr)
 
 
 def free_port():

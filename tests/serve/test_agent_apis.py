@@ -11,10 +11,10 @@ import httpx
 import pydantic
 import pytest
 
-from .serve_support import running_serve
+from .serve_support import LazyModule, running_serve
 
-anthropic_sdk = pytest.importorskip("anthropic")
-openai_sdk = pytest.importorskip("openai")
+anthropic_sdk = LazyModule("anthropic")  # both of the test extra: a missing install fails, it is not skipped
+openai_sdk = LazyModule("openai")
 
 TEMPLATES = pathlib.Path(__file__).resolve().parent.parent / "data" / "chat_templates_oracle.json.gz"
 WEATHER = {

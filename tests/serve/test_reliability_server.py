@@ -425,7 +425,13 @@ def test_piecewise_tokenization_equals_libllama():
 def test_small_load():
     smollm2_path()
     with load_test.server(parallel=2, threads=1, ctx=2048) as (base, proc):
-        runs = [load_test.run_load(base, proc.pid, 40, concurrency=8, time_limit=900.0, seed=seed) for seed in (1, 2)]
+        # the second run needs no warm-up of its own: the first run's warmed the same server
+        runs = [
+            load_test.run_load(
+                base, proc.pid, 40, concurrency=8, time_limit=900.0, seed=seed, warmup=2 if seed == 1 else 0
+            )
+            for seed in (1, 2)
+        ]
     for summary in runs:
         assert summary["counts"].get("failed", 0) == 0, summary["failures"]
         assert summary["counts"].get("skipped", 0) == 0

@@ -19,15 +19,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import jsonschema
-import ollama
-import openai
 import pytest
-from openai import OpenAI
 
 from bankml import Grammar, GrammarError, Rules, Vocab
 
 from ..oracle_support import smollm2_path
-from .serve_support import running_serve
+from .serve_support import LazyModule, running_serve
+
+ollama = LazyModule("ollama")
+openai = LazyModule("openai")
 
 MODEL = "bankml-test"
 TIMEOUT = 600.0  # only a guard against a hang: requests are short, but a loaded 2-core machine is slow
@@ -64,7 +64,7 @@ def server1():
 
 @pytest.fixture(scope="module")
 def client(server):
-    return OpenAI(base_url=server + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
+    return openai.OpenAI(base_url=server + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
 
 
 @pytest.fixture(scope="module")
@@ -646,7 +646,7 @@ def test_refusals_come_without_a_slot(server1, tokenize):
             assert set(error) == {"error"} and isinstance(error["error"], str), error
             assert part in error["error"], (part, error)
         # the official clients raise their 400 errors
-        c = OpenAI(base_url=server1 + "/v1", api_key="x", max_retries=0, timeout=BUSY_TIMEOUT)
+        c = openai.OpenAI(base_url=server1 + "/v1", api_key="x", max_retries=0, timeout=BUSY_TIMEOUT)
         with pytest.raises(openai.BadRequestError) as info:
             c.chat.completions.create(
                 model=MODEL,
@@ -673,7 +673,7 @@ def test_disconnect_mid_stream_frees_the_slot(server1):
 
 
 def test_openai_stream_closed_early_frees_the_slot(server1):
-    c = OpenAI(base_url=server1 + "/v1", api_key="x", max_retries=0, timeout=BUSY_TIMEOUT)
+    c = openai.OpenAI(base_url=server1 + "/v1", api_key="x", max_retries=0, timeout=BUSY_TIMEOUT)
     stream = c.chat.completions.create(
         model=MODEL, messages=ASK_TEXT, stream=True, max_tokens=100000, extra_body={"grammar": NEVER_ENDS}
     )

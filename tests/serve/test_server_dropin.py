@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 import httpx
-import openai
 import pytest
 
 from bankml import cli
@@ -31,7 +30,9 @@ from bankml.serve.endpoints import Metrics, metrics_text
 from bankml.serve.flags import flash_attn_name, kv_cache_type
 
 from ..oracle_support import smollm2_path
-from .serve_support import running_serve
+from .serve_support import LazyModule, running_serve
+
+openai = LazyModule("openai")
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RECORDINGS = json.loads((REPO / "tests" / "data" / "server_dropin_recordings.json").read_text())
