@@ -5,12 +5,23 @@ import collections
 import concurrent.futures
 import dataclasses
 import functools
+import gzip
 import importlib.util
 import json
 import os
 import pathlib
 
 DATA = pathlib.Path(__file__).parent / "data"
+
+
+@functools.cache
+def chat_templates_recording():
+    """``tests/data/chat_templates_oracle.json.gz`` decoded, once per process: a dozen modules read its template
+    sources and answers (5 MiB of JSON, about half a second each time). Shared: callers only read it."""
+    with gzip.open(DATA / "chat_templates_oracle.json.gz", "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
 VOCAB_NAMES = ("qwen2", "llama3", "smollm2")
 # BANKML_ORACLE_LIVE=1: every oracle comparison that the gate samples or replays from a recording runs live
 ORACLE_LIVE = os.environ.get("BANKML_ORACLE_LIVE", "") not in ("", "0")

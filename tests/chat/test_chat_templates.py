@@ -17,7 +17,6 @@ exception text is recorded) must be refused by bankml too.
 
 import calendar
 import collections
-import gzip
 import json
 import pathlib
 import time
@@ -32,11 +31,9 @@ from bankml.serve.request import Request
 
 from ..oracle import build_chat_templates as oracle_chat
 from ..oracle.build_converter import OracleUnavailable
-from ..oracle_support import ORACLE_STATS, OraclePieces, chat_template
+from ..oracle_support import ORACLE_STATS, OraclePieces, chat_template, chat_templates_recording
 
-DATA = pathlib.Path(__file__).parent.parent / "data" / "chat_templates_oracle.json.gz"
-with gzip.open(DATA, "rt", encoding="utf-8") as _f:
-    RECORDED = json.load(_f)
+RECORDED = chat_templates_recording()
 MATRIX = dict(oracle_chat.matrix())
 # (template, request) pairs whose prompt or generation prompt bankml does not reproduce yet (none today; a
 # pair listed here is expected to differ, and the run fails when it stops differing)

@@ -4,16 +4,12 @@ the order of the pinned llama.cpp's ``common_chat_try_specialized_template`` (re
 What each handler produces (prompts, grammars, parses) is compared with llama.cpp in test_chat_templates.py,
 test_chat_tools.py and test_chat_malformed.py; here: which family answers, and in which order they are asked."""
 
-import gzip
-import json
-import pathlib
 import re
 
 from bankml.chat import families
 
 from ..oracle.build_converter import _sdist_tree, cache_dir
-
-DATA = pathlib.Path(__file__).parent.parent / "data" / "chat_templates_oracle.json.gz"
+from ..oracle_support import chat_templates_recording
 
 
 def _module(family):
@@ -53,8 +49,7 @@ def test_each_family_detects_its_templates():
     """On the 70 templates of models/templates/: the registry's answer is the first family's that detects the
     template, the 26 handler templates are detected by their own family's module, and every family detects at
     least one."""
-    with gzip.open(DATA, "rt", encoding="utf-8") as f:
-        recorded = json.load(f)["templates"]
+    recorded = chat_templates_recording()["templates"]
     detected = {}
     for name, rec in recorded.items():
         source = rec["source"]

@@ -2,7 +2,6 @@
 the tools' parameters' schemas are compiled by bankml.schema.strict inside the template family's wrapping, which
 stays llama.cpp's rule for rule; the default mode is llama.cpp's grammar unchanged."""
 
-import gzip
 import json
 import pathlib
 import re
@@ -15,6 +14,8 @@ from bankml.chat.inputs import ChatInputs
 from bankml.chat.template import ChatTemplate
 from bankml.errors import SchemaError
 from bankml.schema.strict import strict_schema_rules
+
+from ..oracle_support import chat_templates_recording
 
 DATA = pathlib.Path(__file__).parent.parent / "data"
 
@@ -91,8 +92,7 @@ def accepts(gbnf, rule, text):
 
 @pytest.fixture(scope="module")
 def sources():
-    with gzip.open(DATA / "chat_templates_oracle.json.gz", "rt", encoding="utf-8") as f:
-        return {t: rec["source"] for t, rec in json.load(f)["templates"].items() if t in TEMPLATES}
+    return {t: rec["source"] for t, rec in chat_templates_recording()["templates"].items() if t in TEMPLATES}
 
 
 def apply(source, **kw):

@@ -17,7 +17,6 @@ What it promises, and how each test holds it:
 """
 
 import codecs
-import gzip
 import json
 import pathlib
 import random
@@ -33,11 +32,10 @@ from bankml.chat.template import ChatRequestError, ChatTemplate, TemplateError
 from bankml.errors import SchemaError
 
 from ..grammar_walk import BYTES, walk
-from ..oracle_support import ORACLE_STATS
+from ..oracle_support import ORACLE_STATS, chat_templates_recording
 
 DATA = pathlib.Path(__file__).parent.parent / "data"
-with gzip.open(DATA / "chat_templates_oracle.json.gz", "rt", encoding="utf-8") as _f:
-    SOURCES = {name: rec["source"] for name, rec in json.load(_f)["templates"].items()}
+SOURCES = {name: rec["source"] for name, rec in chat_templates_recording()["templates"].items()}
 TEMPLATES = sorted(SOURCES)
 FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
 

@@ -2,21 +2,19 @@
 (SmolLM2-135M-Instruct with Llama 3.1's template, which renders tools; SmolLM2 calls a tool when the call is
 required and the answer is prefilled with the call's opening, as in tests/serve/test_e2e_tools.py)."""
 
-import gzip
 import json
 import os
-import pathlib
 
 import httpx
 import pydantic
 import pytest
 
+from ..oracle_support import chat_templates_recording
 from .serve_support import LazyModule, running_serve
 
 anthropic_sdk = LazyModule("anthropic")  # both of the test extra: a missing install fails, it is not skipped
 openai_sdk = LazyModule("openai")
 
-TEMPLATES = pathlib.Path(__file__).resolve().parent.parent / "data" / "chat_templates_oracle.json.gz"
 WEATHER = {
     "name": "get_weather",
     "description": "Get the current weather in a city.",
@@ -31,8 +29,7 @@ class Number(pydantic.BaseModel):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with gzip.open(TEMPLATES, "rt", encoding="utf-8") as f:
-        source = json.load(f)["templates"]["meta-llama-Llama-3.1-8B-Instruct.jinja"]["source"]
+    source = chat_templates_recording()["templates"]["meta-llama-Llama-3.1-8B-Instruct.jinja"]["source"]
     path = tmp_path_factory.mktemp("tmpl") / "llama31.jinja"
     path.write_text(source, encoding="utf-8")
     root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -255,8 +252,7 @@ def strict_server(tmp_path_factory):
     """bankml serve as ``server`` but in strict tool-call mode (``tool_choice: "required"`` forces the call; in
     llama-server's mode text may come first, and SmolLM2 writes text there), at one thread and with flash attention
     off (with it on, the threads change the logits' last bits)."""
-    with gzip.open(TEMPLATES, "rt", encoding="utf-8") as f:
-        source = json.load(f)["templates"]["meta-llama-Llama-3.1-8B-Instruct.jinja"]["source"]
+    source = chat_templates_recording()["templates"]["meta-llama-Llama-3.1-8B-Instruct.jinja"]["source"]
     path = tmp_path_factory.mktemp("tmpl") / "llama31.jinja"
     path.write_text(source, encoding="utf-8")
     args = ["-t", "1", "-fa", "off", "--alias", "smol", "--chat-template-file", str(path), "--tool-call-mode", "strict"]

@@ -24,7 +24,7 @@ import socket
 import httpx
 import pytest
 
-from ..oracle_support import ORACLE_STATS
+from ..oracle_support import ORACLE_STATS, chat_templates_recording
 from .serve_support import running_serve
 
 LIMIT = 64 * 1024  # --max-body-bytes of the servers here
@@ -171,8 +171,6 @@ def _ids(rows):
 def client(tmp_path_factory):
     """An in-process bankml serve in strict tool-call mode with Llama 3.1's template (it renders tools) and a
     small body limit."""
-    import gzip
-    import pathlib
 
     from starlette.testclient import TestClient
 
@@ -181,9 +179,7 @@ def client(tmp_path_factory):
     from bankml.serve.runtime import Model
     from tests.oracle_support import smollm2_path
 
-    data = pathlib.Path(__file__).resolve().parent.parent / "data" / "chat_templates_oracle.json.gz"
-    with gzip.open(data, "rt", encoding="utf-8") as f:
-        source = json.load(f)["templates"]["meta-llama-Llama-3.1-8B-Instruct.jinja"]["source"]
+    source = chat_templates_recording()["templates"]["meta-llama-Llama-3.1-8B-Instruct.jinja"]["source"]
     template = tmp_path_factory.mktemp("tmpl") / "llama31.jinja"
     template.write_text(source, encoding="utf-8")
     model = Model(

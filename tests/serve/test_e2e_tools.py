@@ -52,7 +52,14 @@ from ..oracle.record_tools import (
     reproducible,
     template_kwargs_flags,
 )
-from ..oracle_support import ORACLE_CONDITIONS, ORACLE_STATS, fix_clock, recorded_model, sse_chunks
+from ..oracle_support import (
+    ORACLE_CONDITIONS,
+    ORACLE_STATS,
+    chat_templates_recording,
+    fix_clock,
+    recorded_model,
+    sse_chunks,
+)
 
 BASE = pathlib.Path(__file__).resolve().parent.parent / "data" / "server_tool_recordings.json"
 FORCE_LIVE = os.environ.get("BANKML_E2E_LIVE", "") not in ("", "0")
@@ -144,12 +151,10 @@ def test_tool_recordings_cover_every_format():
     handlers; bankml picks the handler llama.cpp picks for each (none: the auto-parser). Each template has
     requests with tools required, continuing a prefill, and streamed; all templates but two at most answer with
     calls somewhere (gpt-oss's answers stay in its analysis channel)."""
-    import gzip
 
     from bankml.chat.families import detect
 
-    with gzip.open(BASE.parent / "chat_templates_oracle.json.gz", "rt", encoding="utf-8") as f:
-        sources = {t: rec["source"] for t, rec in json.load(f)["templates"].items() if t in TEMPLATES}
+    sources = {t: rec["source"] for t, rec in chat_templates_recording()["templates"].items() if t in TEMPLATES}
     kinds = {}
     for template, (_, kind, handler) in FORMATS.items():
         assert detect(sources[template]) == handler, template
@@ -256,11 +261,11 @@ class _Clients(dict):
     (``Model.chat``'s ``now``), as the servers' clock was (gpt-oss's template writes the date)."""
 
     def __init__(self, tmp):
-        import gzip
 
         super().__init__()
-        with gzip.open(BASE.parent / "chat_templates_oracle.json.gz", "rt", encoding="utf-8") as f:
-            self.sources = {t: rec["source"] for t, rec in json.load(f)["templates"].items() if t in TEMPLATES}
+        self.sources = {
+            t: rec["source"] for t, rec in chat_templates_recording()["templates"].items() if t in TEMPLATES
+        }
         self.tmp, self.models, self.stack = tmp, [], []
 
     def __missing__(self, template):
@@ -381,10 +386,8 @@ def test_a_tool_the_converter_refuses_is_a_400(clients):
 
 
 def _template_file(tmp_path, template):
-    import gzip
 
-    with gzip.open(BASE.parent / "chat_templates_oracle.json.gz", "rt", encoding="utf-8") as f:
-        source = json.load(f)["templates"][template]["source"]
+    source = chat_templates_recording()["templates"][template]["source"]
     path = tmp_path / template
     path.write_text(source, encoding="utf-8")
     return str(path)

@@ -10,9 +10,6 @@ Functionary v3.2, Kimi K2 / K3, Ling 3). For them llama-server's ``oaicompat_cha
 answer unconstrained. The source lines this rests on are checked to be in the pinned server's source, and the
 bare conversion is bankml's converter, which is checked against llama.cpp's elsewhere."""
 
-import gzip
-import json
-import pathlib
 import re
 
 import pytest
@@ -23,12 +20,10 @@ from bankml.chat.inputs import ChatInputs
 from bankml.chat.template import ChatTemplate, for_constraint
 from bankml.serve.request import Request
 
-from ..oracle_support import smollm2_path
+from ..oracle_support import chat_templates_recording, smollm2_path
 from .test_request_fields import _server_source
 
-DATA = pathlib.Path(__file__).parent.parent / "data" / "chat_templates_oracle.json.gz"
-with gzip.open(DATA, "rt", encoding="utf-8") as _f:
-    RECORDED = json.load(_f)["templates"]
+RECORDED = chat_templates_recording()["templates"]
 # the templates on which llama.cpp's chat layer builds no grammar for a response format
 NO_GRAMMAR = sorted(
     name

@@ -3,7 +3,6 @@ a strict grammar (OpenAI ``response_format``, the top-level ``json_schema``, ``/
 Ollama's ``format``, tools' parameters), a schema strict mode refuses is a 400 naming keyword and pointer, and
 the default mode's grammars are llama.cpp's as before. The app runs in process over the real SmolLM2 model."""
 
-import gzip
 import json
 import pathlib
 
@@ -18,7 +17,7 @@ from bankml.schema import json_schema_to_grammar
 from bankml.serve.flags import chat_model_options
 from bankml.serve.request import Request
 
-from ..oracle_support import smollm2_path
+from ..oracle_support import chat_templates_recording, smollm2_path
 
 DATA = pathlib.Path(__file__).parent.parent / "data"
 
@@ -221,8 +220,7 @@ def test_tool_call_arguments_are_strict(tmp_path):
     strict rule of the parameters inside llama.cpp's wrapping, and the answer's arguments validate."""
     from bankml.serve.runtime import Model
 
-    with gzip.open(DATA / "chat_templates_oracle.json.gz", "rt", encoding="utf-8") as f:
-        source = json.load(f)["templates"]["meta-llama-Llama-3.1-8B-Instruct.jinja"]["source"]
+    source = chat_templates_recording()["templates"]["meta-llama-Llama-3.1-8B-Instruct.jinja"]["source"]
     path = tmp_path / "llama31.jinja"
     path.write_text(source, encoding="utf-8")
     # SmolLM2 does not start a call by itself: the assistant message opens it (llama-server continues it, as

@@ -9,7 +9,6 @@ same "required" request in prose on Qwen3.5's template (the issue's case). The o
 one server process started with the flag.
 """
 
-import gzip
 import json
 import pathlib
 
@@ -17,7 +16,7 @@ import jsonschema
 import pytest
 
 from ..oracle.record_tools import CLOCK_TIME, FORMATS
-from ..oracle_support import ORACLE_STATS, fix_clock
+from ..oracle_support import ORACLE_STATS, chat_templates_recording, fix_clock
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data"
 FORMAT_CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -60,8 +59,7 @@ TEMPLATES = sorted(FORMATS) + ["Qwen3.5-4B.jinja"]
 
 
 def _sources():
-    with gzip.open(DATA / "chat_templates_oracle.json.gz", "rt", encoding="utf-8") as f:
-        return {t: rec["source"] for t, rec in json.load(f)["templates"].items()}
+    return {t: rec["source"] for t, rec in chat_templates_recording()["templates"].items()}
 
 
 class _Clients(dict):
