@@ -380,7 +380,7 @@ def test_random_vocabulary_is_varied():
 RANDOM_GRAMMARS = sorted(grammar_texts(build_random_vocab(SEED)))
 # Three vocabularies (three tries with different shapes), the states split between them.
 VOCAB_SEEDS = (SEED, SEED + 1, SEED + 2)
-STATES_PER_VOCAB = 75
+STATES_PER_VOCAB = 50
 
 
 BUILD_AHEAD_SECONDS = 0.03  # the build-ahead budget the walks' first matcher asks for
@@ -531,7 +531,7 @@ SCHEMA_DOCUMENTS = [
 ]
 
 
-@pytest.mark.parametrize("name, n_states", [("json.gbnf", 55), ("c.gbnf", 50), ("schema", 60)])
+@pytest.mark.parametrize("name, n_states", [("json.gbnf", 40), ("c.gbnf", 35), ("schema", 45)])
 def test_fast_path_equals_reference_qwen2(qwen2, name, n_states):
     if name == "schema":
         text, docs = SCHEMA_GBNF, SCHEMA_DOCUMENTS
