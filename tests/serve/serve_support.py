@@ -21,6 +21,8 @@ class LazyModule:
         self._name = name
 
     def __getattr__(self, attr):
+        if attr.startswith("__"):  # collection probes module globals (``__test__``...): no import for those
+            raise AttributeError(attr)
         return getattr(importlib.import_module(self._name), attr)
 
 
