@@ -80,12 +80,6 @@ def pytest_collection_finish(session):
                 pass
     collected = {_module(item.nodeid) for item in session.items}
     _RUN["full_modules"] = collected - _RUN["deselected"] - narrowed
-    # What collection built (every module's recordings and tables: millions of objects) lives to the end of the
-    # run: moved out of the collector's reach, so a full collection during the tests (the interpreter's own, and
-    # the tests that call gc.collect() to prove they leave no cycles) walks only what the tests make. Such a test
-    # took 11 s in the whole run and 0.3 s alone; pytest's own gc passes at the end of a worker took 5 s.
-    gc.collect()
-    gc.freeze()
 
 
 def _skip_of(report):
@@ -109,6 +103,13 @@ def pytest_collectreport(report):
 
 
 def pytest_sessionfinish(session):
+    # The run is over: what it holds (every module's recordings and tables, millions of objects) is frozen out of
+    # the collector's reach, so pytest's closing passes (unraisableexception's gc_collect_harder: five full
+    # collections) walk nothing: they took about 12 s at the end of every worker. A finalizer's exception in a cycle
+    # still alive then goes unreported (during the run the collector's own passes report them as they come).
+    # Freezing after collection instead made the collector's full passes during the run more frequent (the frozen
+    # objects leave its count of long-lived ones) and the run slower.
+    gc.freeze()
     # under pytest-xdist each worker counts its own oracle comparisons: hand them to the controller
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
