@@ -22,6 +22,14 @@ def chat_templates_recording():
         return json.load(f)
 
 
+def recorded_template_file(directory, name, filename=None):
+    """The recorded source of the template ``name`` written to ``directory / (filename or name)``: its path, for a
+    ``--chat-template-file`` / ``chat_template_file``."""
+    path = pathlib.Path(directory) / (filename or name)
+    path.write_text(chat_templates_recording()["templates"][name]["source"], encoding="utf-8")
+    return path
+
+
 VOCAB_NAMES = ("qwen2", "llama3", "smollm2")
 # BANKML_ORACLE_LIVE=1: every oracle comparison that the gate samples or replays from a recording runs live
 ORACLE_LIVE = os.environ.get("BANKML_ORACLE_LIVE", "") not in ("", "0")

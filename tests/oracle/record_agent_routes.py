@@ -35,6 +35,7 @@ import re
 import subprocess
 import sys
 
+from ..oracle_support import recorded_template_file
 from . import record_server as rs
 from .build_converter import cache_dir
 from .build_server import build_server
@@ -321,12 +322,9 @@ def requests(names=None):
 
 def template_file(key):
     """The template text (as the chat-template oracle recorded it) in the oracle cache; its path."""
-    import gzip
-
     path = cache_dir() / ("agent-" + TEMPLATES[key])
     if not path.exists():
-        with gzip.open(rs.REPO / "tests" / "data" / "chat_templates_oracle.json.gz", "rt", encoding="utf-8") as f:
-            path.write_text(json.load(f)["templates"][TEMPLATES[key]]["source"], encoding="utf-8")
+        recorded_template_file(cache_dir(), TEMPLATES[key], path.name)
     return path
 
 

@@ -9,7 +9,7 @@ import httpx
 import pydantic
 import pytest
 
-from ..oracle_support import chat_templates_recording
+from ..oracle_support import recorded_template_file
 from .serve_support import LazyModule, running_serve
 
 anthropic_sdk = LazyModule("anthropic")  # both of the test extra: a missing install fails, it is not skipped
@@ -29,9 +29,9 @@ class Number(pydantic.BaseModel):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    source = chat_templates_recording()["templates"]["meta-llama-Llama-3.1-8B-Instruct.jinja"]["source"]
-    path = tmp_path_factory.mktemp("tmpl") / "llama31.jinja"
-    path.write_text(source, encoding="utf-8")
+    path = recorded_template_file(
+        tmp_path_factory.mktemp("tmpl"), "meta-llama-Llama-3.1-8B-Instruct.jinja", "llama31.jinja"
+    )
     root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
     with running_serve(["-t", "1", "--alias", "smol", "--chat-template-file", str(path)], cwd=root) as base:
         yield base
@@ -252,9 +252,9 @@ def strict_server(tmp_path_factory):
     """bankml serve as ``server`` but in strict tool-call mode (``tool_choice: "required"`` forces the call; in
     llama-server's mode text may come first, and SmolLM2 writes text there), at one thread and with flash attention
     off (with it on, the threads change the logits' last bits)."""
-    source = chat_templates_recording()["templates"]["meta-llama-Llama-3.1-8B-Instruct.jinja"]["source"]
-    path = tmp_path_factory.mktemp("tmpl") / "llama31.jinja"
-    path.write_text(source, encoding="utf-8")
+    path = recorded_template_file(
+        tmp_path_factory.mktemp("tmpl"), "meta-llama-Llama-3.1-8B-Instruct.jinja", "llama31.jinja"
+    )
     args = ["-t", "1", "-fa", "off", "--alias", "smol", "--chat-template-file", str(path), "--tool-call-mode", "strict"]
     with running_serve(args, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__)))) as base:
         yield base

@@ -24,7 +24,7 @@ import socket
 import httpx
 import pytest
 
-from ..oracle_support import ORACLE_STATS, chat_templates_recording
+from ..oracle_support import ORACLE_STATS, recorded_template_file
 from .serve_support import running_serve
 
 LIMIT = 64 * 1024  # --max-body-bytes of the servers here
@@ -179,9 +179,9 @@ def client(tmp_path_factory):
     from bankml.serve.runtime import Model
     from tests.oracle_support import smollm2_path
 
-    source = chat_templates_recording()["templates"]["meta-llama-Llama-3.1-8B-Instruct.jinja"]["source"]
-    template = tmp_path_factory.mktemp("tmpl") / "llama31.jinja"
-    template.write_text(source, encoding="utf-8")
+    template = recorded_template_file(
+        tmp_path_factory.mktemp("tmpl"), "meta-llama-Llama-3.1-8B-Instruct.jinja", "llama31.jinja"
+    )
     model = Model(
         smollm2_path(), n_ctx=512, n_threads=1, n_parallel=1, chat_template_file=str(template), tool_call_mode="strict"
     )

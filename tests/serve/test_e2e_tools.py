@@ -58,6 +58,7 @@ from ..oracle_support import (
     chat_templates_recording,
     fix_clock,
     recorded_model,
+    recorded_template_file,
     sse_chunks,
 )
 
@@ -261,11 +262,7 @@ class _Clients(dict):
     (``Model.chat``'s ``now``), as the servers' clock was (gpt-oss's template writes the date)."""
 
     def __init__(self, tmp):
-
         super().__init__()
-        self.sources = {
-            t: rec["source"] for t, rec in chat_templates_recording()["templates"].items() if t in TEMPLATES
-        }
         self.tmp, self.models, self.stack = tmp, [], []
 
     def __missing__(self, template):
@@ -273,8 +270,7 @@ class _Clients(dict):
 
         from bankml.serve.app import create_app
 
-        path = self.tmp / template
-        path.write_text(self.sources[template], encoding="utf-8")
+        path = recorded_template_file(self.tmp, template)
         m = recorded_model(RECORDING, reasoning="off", chat_template_file=str(path), chat_template_kwargs=KWARGS)
         fix_clock(m, CLOCK_TIME)
         self.models.append(m)
@@ -385,14 +381,6 @@ def test_a_tool_the_converter_refuses_is_a_400(clients):
 # -- the official clients against bankml serve, and bankml generate --tools
 
 
-def _template_file(tmp_path, template):
-
-    source = chat_templates_recording()["templates"][template]["source"]
-    path = tmp_path / template
-    path.write_text(source, encoding="utf-8")
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def llama31_server(tmp_path_factory):
     """bankml serve (a process) with Llama 3.1's template as --chat-template-file, set up as the recordings'
@@ -400,7 +388,7 @@ def llama31_server(tmp_path_factory):
     from .test_server import _serve
 
     s = RECORDING["llama_cpp_python_settings"]
-    path = _template_file(tmp_path_factory.mktemp("tmpl"), "meta-llama-Llama-3.1-8B-Instruct.jinja")
+    path = str(recorded_template_file(tmp_path_factory.mktemp("tmpl"), "meta-llama-Llama-3.1-8B-Instruct.jinja"))
     with _serve(
         "--parallel",
         "1",

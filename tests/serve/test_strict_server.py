@@ -17,7 +17,7 @@ from bankml.schema import json_schema_to_grammar
 from bankml.serve.flags import chat_model_options
 from bankml.serve.request import Request
 
-from ..oracle_support import chat_templates_recording, smollm2_path
+from ..oracle_support import recorded_template_file, smollm2_path
 
 DATA = pathlib.Path(__file__).parent.parent / "data"
 
@@ -220,9 +220,7 @@ def test_tool_call_arguments_are_strict(tmp_path):
     strict rule of the parameters inside llama.cpp's wrapping, and the answer's arguments validate."""
     from bankml.serve.runtime import Model
 
-    source = chat_templates_recording()["templates"]["meta-llama-Llama-3.1-8B-Instruct.jinja"]["source"]
-    path = tmp_path / "llama31.jinja"
-    path.write_text(source, encoding="utf-8")
+    path = recorded_template_file(tmp_path, "meta-llama-Llama-3.1-8B-Instruct.jinja", "llama31.jinja")
     # SmolLM2 does not start a call by itself: the assistant message opens it (llama-server continues it, as
     # tests/oracle/record_tools.py's prefilled requests)
     messages = [

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 
 from ..oracle.record_tools import CLOCK_TIME, FORMATS
-from ..oracle_support import ORACLE_STATS, chat_templates_recording, fix_clock
+from ..oracle_support import ORACLE_STATS, fix_clock, recorded_template_file
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data"
 FORMAT_CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -58,17 +58,13 @@ ASK = [{"role": "user", "content": "What will the weather be in Paris for the ne
 TEMPLATES = sorted(FORMATS) + ["Qwen3.5-4B.jinja"]
 
 
-def _sources():
-    return {t: rec["source"] for t, rec in chat_templates_recording()["templates"].items()}
-
-
 class _Clients(dict):
     """bankml serve in strict tool-call mode (the app over a Model, ``--reasoning off``), one per template, made
     when first asked for."""
 
     def __init__(self, tmp, mode):
         super().__init__()
-        self.sources, self.tmp, self.mode, self.open = _sources(), tmp, mode, []
+        self.tmp, self.mode, self.open = tmp, mode, []
 
     def __missing__(self, template):
         from starlette.testclient import TestClient
@@ -76,8 +72,7 @@ class _Clients(dict):
         from bankml.serve.app import create_app
         from bankml.serve.runtime import Model, default_model_path
 
-        path = self.tmp / template
-        path.write_text(self.sources[template], encoding="utf-8")
+        path = recorded_template_file(self.tmp, template)
         m = Model(
             default_model_path(),
             n_ctx=4096,
@@ -195,8 +190,7 @@ def test_openai_client_against_bankml_serve_strict(tmp_path):
 
     from .test_server import _serve
 
-    path = tmp_path / "Qwen3.5-4B.jinja"
-    path.write_text(_sources()["Qwen3.5-4B.jinja"], encoding="utf-8")
+    path = recorded_template_file(tmp_path, "Qwen3.5-4B.jinja")
     with _serve("--chat-template-file", str(path), "--tool-call-mode", "strict", "--reasoning", "off") as base:
         client = OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, timeout=600)
         answer = client.chat.completions.create(
