@@ -10,7 +10,8 @@ import pytest
 from bankml import json_schema_to_grammar
 from bankml.cli import main
 
-from .serve.test_e2e_tools import ID, KWARGS_FLAGS, _template_file, _tools_of, reference
+from .oracle_support import recorded_template_file
+from .serve.test_e2e_tools import ID, KWARGS_FLAGS, _tools_of, reference
 
 
 def _write(tmp_path, text, name="schema.json"):
@@ -97,7 +98,7 @@ def test_generate_tools_prints_the_parsed_call(tmp_path, capsys):
     tools, params = _tools_of(name)
     path = tmp_path / "tools.json"
     path.write_text(json.dumps(tools), encoding="utf-8")
-    template = _template_file(tmp_path, r["template"])
+    template = str(recorded_template_file(tmp_path, r["template"]))
     q = r["request"]
     code = main(
         [
@@ -161,7 +162,7 @@ def test_generate_tools_refusals(tmp_path, capsys):
         ),
         encoding="utf-8",
     )
-    template = _template_file(tmp_path, "Qwen-Qwen2.5-7B-Instruct.jinja")
+    template = str(recorded_template_file(tmp_path, "Qwen-Qwen2.5-7B-Instruct.jinja"))
     assert (
         main(
             [
