@@ -30,10 +30,8 @@ What it does:
 ``--check`` exits 1 when a test that passes on llama-server fails on bankml, unless bankml refused it by design
 (``REFUSALS``: server-side tools and MCP, router mode, LoRA, speculative drafts, embeddings and reranking,
 unloading when idle, slot save and restore, backend sampling: recognised by one of the refusal's flags in the
-test's bankml command line and an error naming that flag in the server's output; tools with a template that
-renders none: recognised by bankml's message in the test's error or in the server's log of refused requests;
-router mode also where test_router.py starts llama-server without a model, where bankml serve serves its default
-model by design).
+test's bankml command line and an error naming that flag in the server's output; router mode also where
+test_router.py starts llama-server without a model, where bankml serve serves its default model by design).
 ``--report`` prints the record's tables without running anything (with ``--check``: checks the record).
 ``--only-llama-passes`` runs on bankml only the tests that pass on llama-server in the record (the others count
 on neither side; a shorter run on a loaded machine).
@@ -82,12 +80,10 @@ LOAD_ALL_LINE = "        ServerPreset.load_all()"
 
 @dataclass(frozen=True)
 class Refusal:
-    """A feature bankml serve refuses by design: the flags that ask for it (refused at start), or the message of
-    a request it refuses (``messages``: a part of the error bankml answers)."""
+    """A feature bankml serve refuses by design: the flags that ask for it (refused at start)."""
 
     name: str
     flags: tuple[str, ...] = ()
-    messages: tuple[str, ...] = ()
     # the suite's files whose starts without a model (llama-server's router mode) this refusal explains
     modelless_files: tuple[str, ...] = ()
 
@@ -113,7 +109,6 @@ REFUSALS = (
     Refusal("unloading the model when idle", ("--sleep-idle-seconds",)),
     Refusal("slot save and restore", ("--slot-save-path",)),
     Refusal("backend sampling", ("--backend-sampling", "-bs")),
-    Refusal("tools with a chat template that renders none", messages=("neither renders tools nor tool calls",)),
 )
 
 
@@ -319,19 +314,7 @@ def attach_starts(tests, starts):
             err = start_error(log)
             if err:
                 entry["start_error"] = err
-            continue
-        refused = request_refusal(log)
-        if refused:
-            entry["refused_request"] = refused
     return tests
-
-
-def request_refusal(log_text):
-    """The line of a server's output that logs a request refused by design (a REFUSALS message), or None."""
-    for line in log_text.splitlines():
-        if any(m in line for refusal in REFUSALS for m in refusal.messages):
-            return line.strip()
-    return None
 
 
 def cause(entry):
@@ -352,8 +335,7 @@ def _server_args(argv):
 
 def refusal_of(entry, file=None):
     """The REFUSALS item that explains a bankml failure, or None: one of its flags in a start's command line, and
-    the server's error naming that flag; or, for a server that answered, one of its messages in the test's
-    error; or, in one of the refusal's ``modelless_files``, every start of the test without a model."""
+    the server's error naming that flag; or, in one of the refusal's ``modelless_files``, every start of the test without a model."""
     err = entry.get("start_error") or ""
     argvs = entry.get("argv") or []
     for refusal in REFUSALS:
@@ -363,9 +345,6 @@ def refusal_of(entry, file=None):
             for flag in refusal.flags:
                 if flag in _spelled(argv) and re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(flag), err):
                     return refusal
-        said = (entry.get("error") or "") + "\n" + (entry.get("refused_request") or "")
-        if not err and any(m in said for m in refusal.messages):
-            return refusal
     return None
 
 

@@ -25,7 +25,7 @@ class AgentRoutes:
     async def _respond_anthropic(self, request, req, job):
         message_id = "chatcmpl-" + uuid.uuid4().hex  # llama-server's oaicompat_cmpl_id
         job.cmpl_id = message_id
-        model = req.model or self.alias
+        model = self.alias
         if req.stream:
             writer = anthropic.StreamWriter(message_id, model, len(job.prompt_tokens), lambda: job.n_cached)
             return self._stream_events(request, job, writer, anthropic.sse)
@@ -35,7 +35,7 @@ class AgentRoutes:
         return await self._handle(request, native.read_native, self._respond_native)
 
     async def _respond_native(self, request, req, job):
-        model = req.model or self.alias
+        model = self.alias
         jobs = jobs_of(job)
         if req.stream:
             return StreamingResponse(self._native_events(jobs, model, req), media_type="text/event-stream")
@@ -67,7 +67,7 @@ class AgentRoutes:
 
     async def _respond_responses(self, request, req, job):
         response_id = "resp_" + uuid.uuid4().hex
-        model = req.model or self.alias
+        model = self.alias
         if req.stream:
             writer = responses.StreamWriter(response_id, model, self._timings)
             return self._stream_events(request, job, writer, responses.sse, _telemetry(req))

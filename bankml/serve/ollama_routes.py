@@ -11,7 +11,7 @@ import time
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from bankml.chat.chat_peg import ChatParseError
-from bankml.errors import json_type_name
+from bankml.errors import RequestError, json_type_name
 from bankml.schema import jsondepth as _jsondepth
 from bankml.serve import ollama
 from bankml.serve.contexts import ModelError
@@ -26,7 +26,14 @@ class OllamaRoutes:
     """The Ollama routes, a part of the server's application object (``bankml.serve.app``)."""
 
     async def ollama_chat(self, request):
-        return await self._handle(request, ollama.read_chat, self._respond_ollama, ollama_shape=True)
+        return await self._handle(request, self._read_ollama_chat, self._respond_ollama, ollama_shape=True)
+
+    def _read_ollama_chat(self, raw, context=None):
+        req = ollama.read_chat(raw, context)
+        if req.chat is not None and req.chat.tools and not self.model.renders_tools():
+            # Ollama's capability check (server/routes.go): tools for a model whose template renders none
+            raise RequestError(f"{req.model or self.alias} does not support tools")
+        return req
 
     async def ollama_generate(self, request):
         return await self._handle(request, ollama.read_generate, self._respond_ollama, ollama_shape=True)

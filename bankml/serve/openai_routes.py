@@ -34,7 +34,7 @@ class OpenAIRoutes:
         base = {
             "created": int(time.time()),
             "id": prefix + uuid.uuid4().hex,
-            "model": req.model or self.alias,
+            "model": self.alias,
             "system_fingerprint": FINGERPRINT,
         }
         jobs = jobs_of(job)

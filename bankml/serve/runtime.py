@@ -212,7 +212,9 @@ class Model:
                 self.chat_template_kwargs[key] = kwargs_texts({key: value})[key]
         if reasoning != "auto":
             self.chat_template_kwargs["enable_thinking"] = "true" if reasoning == "on" else "false"
-        self.name = os.path.basename(self.path)
+        # llama-server's model name without --alias: the -m path as given (common_params_model::get_name); the
+        # default model, which llama-server has no counterpart of, by its file name
+        self.name = self.path if path is not None else os.path.basename(self.path)
         # the vocabulary with libllama's tokenizer: the sampler's (DRY breakers) and logit_bias' text keys
         self.sampler_vocab = SamplerVocab(
             self.vocab, self.tokenize, lambda t: bool(L.llama_vocab_is_eog(self._lvocab, t))
@@ -339,6 +341,13 @@ class Model:
 
     # -- jobs
 
+    def renders_tools(self):
+        """Whether the chat template renders tools or tool calls (minja's capabilities). Without, llama-server
+        renders a request's tools nowhere and parses no call: the llama.cpp mode answers so, the strict mode
+        refuses, Ollama's /api/chat says the model does not support tools."""
+        caps = self.chat_layer().caps
+        return bool(caps.supports_tools or caps.supports_tool_calls)
+
     def chat_layer(self):
         """The model's template as bankml.chat.template holds it (llama.cpp's ChatML when the model has none);
         without Jinja (``use_jinja=False``, llama-server's ``--no-jinja``) a ``bankml.serve.legacy_chat.LegacyChat``
@@ -449,12 +458,15 @@ class Model:
         caps = self.chat_layer().caps
         tools = inputs.tools
         with_tools = isinstance(tools, list) and bool(tools) and inputs.tool_choice != "none"
-        if with_tools and not (caps.supports_tools or caps.supports_tool_calls):
-            # llama-server renders such a request without the tools and parses no call: refused, not ignored
+        tool_call_mode = inputs.tool_call_mode or self.tool_call_mode
+        if with_tools and tool_call_mode == "strict" and not self.renders_tools():
+            # llama-server (and the llama.cpp mode) renders such a request without the tools and parses no call,
+            # whatever tool_choice says; the strict mode promises a call, which this template cannot frame
             raise RequestError(
-                "the chat template neither renders tools nor tool calls, so 'tools' would be "
-                "ignored: use a template that does (--chat-template-file, of bankml serve or bankml generate), or "
-                'tool_choice "none" (--tool-choice none)'
+                "the chat template neither renders tools nor tool calls, so the strict tool-call mode cannot "
+                "constrain a call: use a template that does (--chat-template-file, of bankml serve or bankml "
+                'generate), tool_choice "none" (--tool-choice none), or the llama.cpp tool-call mode, which '
+                "answers as llama-server does (the tools ignored)"
             )
         constraint = request.constraint or Constraint()
         if with_tools and constraint.kind == "gbnf":
@@ -466,7 +478,7 @@ class Model:
             json_schema=constraint.schema if constraint.is_json else None,
             json_schema_mode=self._schema_mode(constraint, with_tools, inputs.json_schema_mode),
             strict_style=inputs.strict_style or self.strict_style,
-            tool_call_mode=inputs.tool_call_mode or self.tool_call_mode,
+            tool_call_mode=tool_call_mode,
             enable_thinking=bool(enable),
             chat_template_kwargs=kwargs,
             reasoning_format=fmt,

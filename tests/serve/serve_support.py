@@ -82,6 +82,7 @@ def smollm2_client(alias="m", *, n_ctx=512, n_threads=1, n_parallel=1):
     model = Model(smollm2_path(), n_ctx=n_ctx, n_threads=n_threads, n_parallel=n_parallel)
     try:
         with TestClient(create_app(model, alias)) as c:
+            c.bankml_model = model
             yield c
     finally:
         model.close()

@@ -85,8 +85,30 @@ def test_models_lists_aliases_and_tags():
         with TestClient(create_app(model, "tinyllama-2,fim,code", tags="chat,fim,small")) as c:
             (entry,) = c.get("/models").json()["data"]
             body = c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1}).json()
+            # llama-server names its model in every answer, whatever the body's "model" says
+            chat = {"model": "other", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+            named = [
+                c.post("/v1/chat/completions", json=chat).json()["model"],
+                c.post("/v1/completions", json={"model": "other", "prompt": "Hi", "max_tokens": 1}).json()["model"],
+                c.post("/completion", json={"model": "other", "prompt": "Hi", "n_predict": 1}).json()["model"],
+                c.post("/v1/responses", json={"model": "other", "input": "Hi", "max_output_tokens": 1}).json()["model"],
+                c.post("/v1/messages", json=dict(chat, max_tokens=1)).json()["model"],
+            ]
     finally:
         model.close()
     assert entry["id"] == "code" and set(entry["aliases"]) == {"tinyllama-2", "fim", "code"}
     assert set(entry["tags"]) == {"chat", "fim", "small"}
-    assert body["model"] == "code"
+    assert body["model"] == "code" and named == ["code"] * 5
+
+
+def test_the_model_is_named_by_its_path_as_given():
+    """Without --alias llama-server names its model by the -m path as given (common_params_model::get_name)."""
+    from bankml.serve.runtime import Model
+    from tests.oracle_support import smollm2_path
+
+    given = os.path.relpath(smollm2_path())
+    model = Model(given, n_ctx=256, n_threads=1)
+    try:
+        assert model.name == given
+    finally:
+        model.close()
