@@ -279,8 +279,11 @@ def test_refusals_by_a_flag_spelled_with_underscores_and_by_a_request_message():
              "renders tools nor tool calls, so tools would be ignored')"}  # fmt: skip
     assert lss.refusal_of(tools).name == "tools with a chat template that renders none"
     assert lss.refusal_of(dict(tools, error="assert 400 == 200")) is None
+    lora = {"outcome": "error", "argv": [["bankml", "--lora", "a.gguf"]], "start_error": "error: --lora: no"}
+    assert lss.refusal_of(lora).name == "LoRA"
+    # embeddings and reranking are served: a test that fails with --embedding is a failure, not a refusal
     embed = {"outcome": "error", "argv": [["bankml", "--embedding"]], "start_error": "error: --embedding: no"}
-    assert lss.refusal_of(embed).name == "embeddings and reranking"
+    assert lss.refusal_of(embed) is None
 
 
 def test_a_request_refused_by_design_is_found_in_the_server_log(tmp_path):
