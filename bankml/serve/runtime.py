@@ -102,7 +102,9 @@ class Model:
     prompt reuses the longest prefix it shares with them. ``slot_prompt_similarity`` (``--slot-prompt-similarity``)
     is how alike a free slot's tokens must be to a prompt to be chosen for it (``SlotPool``); ``cache_reuse``
     (``--cache-reuse``, 0: off) the default of a request's ``n_cache_reuse``, the shortest later chunk of the cache
-    that is shifted into place and reused (``Slot.reuse_chunks``).
+    that is shifted into place and reused (``Slot.reuse_chunks``). ``embedding`` (``--embedding``) makes the contexts
+    with embeddings and ``pooling``'s type (a ``--pooling`` name; None: the model's), for ``Slot.embed``
+    (``bankml.serve.embeddings``); ``embd_normalize`` is the requests' default normalisation.
     """
 
     def __init__(
