@@ -17,9 +17,10 @@ pool, its rules cache, the generation loop) and ``cpu`` / ``_cpu`` (the CPU feat
 loaded).
 
 Within the package, imports point down the pipeline: ``app`` -> ``anthropic``, ``responses``, ``native``,
-``openai``, ``ollama``, ``endpoints``, ``embeddings``, ``runtime``; ``embeddings`` -> ``plumbing``, ``contexts``; ``anthropic``, ``responses`` -> ``openai``, ``request``;
-``native`` -> ``openai``, ``endpoints``; ``openai``, ``ollama`` -> ``fields``, ``request``; ``runtime`` ->
-``request`` (the type it takes). ``request`` imports no other module of the package.
+``openai``, ``ollama``, ``endpoints``, ``embeddings``, ``runtime``; ``embeddings`` -> ``plumbing``, ``contexts``;
+``anthropic``, ``responses`` -> ``openai``, ``request``; ``native`` -> ``openai``, ``endpoints``; ``openai``,
+``ollama`` -> ``fields``, ``request``; ``runtime`` -> ``request`` (the type it takes). ``request`` imports no other
+module of the package.
 
 Must not import: ``integrations`` or ``bankml.cli``. Starlette and uvicorn are imported only by ``app``,
 ``endpoints`` and ``embeddings`` (the server extra), llama-cpp-python only where a model is loaded (the model extra).
