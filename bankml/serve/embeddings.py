@@ -30,14 +30,15 @@ import asyncio
 import base64
 import math
 import threading
+import time
 
 import numpy as np
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from bankml.errors import json_type_name
-from bankml.serve.contexts import POOLING
-from bankml.serve.job import ContextSizeError
+from bankml.serve.contexts import POOLING, ModelError
+from bankml.serve.job import ContextSizeError, check_cancel
 from bankml.serve.plumbing import Gone, Refusal, disconnected, refusal
 from bankml.serve.request import read_body
 
@@ -150,10 +151,14 @@ def input_tokens(model, prompt, where):
     raise Refusal(f"Field '{where}': {_ELEMENTS}", 500, "server_error")
 
 
-def inputs_tokens(model, prompt, key):
-    """Every input's tokens: an array that holds no integer is several inputs, anything else one."""
+def inputs_tokens(model, prompt, key, cancel=None):
+    """Every input's tokens: an array that holds no integer is several inputs, anything else one (``cancel`` set:
+    stopped between inputs)."""
     if isinstance(prompt, list) and not any(_is_int(v) for v in prompt):
-        out = [input_tokens(model, p, f"{key}[{i}]") for i, p in enumerate(prompt)]
+        out = []
+        for i, p in enumerate(prompt):
+            check_cancel(cancel)
+            out.append(input_tokens(model, p, f"{key}[{i}]"))
     else:
         out = [input_tokens(model, prompt, key)]
     if not out:
@@ -216,12 +221,22 @@ def rerank_tokens(model, query, document):
     return out
 
 
-def evaluate(model, prompts, cancel):
+def evaluate(model, prompts, cancel, deadline, limit):
     """Each prompt evaluated on a free slot (the most alike, as a completion's): its vectors (None where libllama
-    gave none); Gone once ``cancel`` is set."""
+    gave none); Gone once ``cancel`` is set; a 503 past ``deadline`` (``--request-timeout``, ``limit`` seconds)."""
     out = []
     for tokens in prompts:
-        slot = model.acquire(None, cancel, tokens)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Refusal(
+                f"the request took longer than the server's limit of {limit:g} s (--request-timeout)",
+                503,
+                "unavailable_error",
+            )
+        try:
+            slot = model.acquire(left, cancel, tokens)
+        except ModelError:
+            raise Refusal("no free slot within the request's time budget", 503, "unavailable_error") from None
         if slot is None:
             raise Gone()
         try:
@@ -360,9 +375,9 @@ class EmbeddingRoutes:
             return _not_supported("This server does not support embeddings. Start it with `--embeddings`")
         if oai and model.pooling_type == NONE:
             return Refusal("Pooling type 'none' is not OAI compatible. Please use a different pooling type").response()
-        return await self._answer(request, lambda raw: self._embed_job(raw, oai))
+        return await self._answer(request, lambda raw, cancel: self._embed_job(raw, oai, cancel))
 
-    def _embed_job(self, raw, oai):
+    def _embed_job(self, raw, oai, cancel):
         """The embedding request's checks and prompts; the answer's maker for the vectors."""
         model = self.app.model
         body = read_body(raw)
@@ -383,7 +398,7 @@ class EmbeddingRoutes:
             if fmt not in ("float", "base64"):
                 raise Refusal("The format to return the embeddings in. Can be either float or base64")
             use_base64 = fmt == "base64"
-        prompts = inputs_tokens(model, body[key], key)
+        prompts = inputs_tokens(model, body[key], key, cancel)
         norm = _field_int(body, "embd_normalize", model.embd_normalize)
         for tokens in prompts:
             check_size(model, tokens)
@@ -404,7 +419,7 @@ class EmbeddingRoutes:
             return _not_supported("This server does not support reranking. Start it with `--reranking`")
         return await self._answer(request, self._rerank_job)
 
-    def _rerank_job(self, raw):
+    def _rerank_job(self, raw, cancel):
         model = self.app.model
         body = read_body(raw)
         tei = "texts" in body
@@ -416,7 +431,10 @@ class EmbeddingRoutes:
         documents = _documents(body)
         if not documents:
             raise Refusal('"documents" must be a non-empty string array')
-        prompts = [rerank_tokens(model, query, doc) for doc in documents]
+        prompts = []
+        for doc in documents:
+            check_cancel(cancel)
+            prompts.append(rerank_tokens(model, query, doc))
         for tokens in prompts:
             if not tokens:  # llama-server aborts on an empty rerank prompt
                 raise Refusal("Input content cannot be empty")
@@ -431,7 +449,7 @@ class EmbeddingRoutes:
         return prompts, answer
 
     async def _answer(self, request, prepare):
-        """Read the body, check it and tokenize its prompts off the event loop (``prepare(raw)``: the prompts and
+        """Read the body, check it and tokenize its prompts off the event loop (``prepare(raw, cancel)``: the prompts and
         the answer's maker), evaluate them on a worker thread (cancelled when the client goes away), answer."""
         app = self.app
         work = None
@@ -439,11 +457,12 @@ class EmbeddingRoutes:
             if app.closing:
                 raise Refusal("the server is shutting down", 503, "unavailable_error")
             raw = await app._read(request)
-            prompts, answer = await app._prepare(request, lambda cancel: prepare(raw), len(raw))
+            prompts, answer = await app._prepare(request, lambda cancel: prepare(raw, cancel), len(raw))
             work = _Work()
             app._started(work)
             loop = asyncio.get_running_loop()
-            future = loop.run_in_executor(None, evaluate, app.model, prompts, work.event)
+            limit = app.limits.request_seconds
+            future = loop.run_in_executor(None, evaluate, app.model, prompts, work.event, app._deadline(), limit)
             try:
                 while True:
                     done, _ = await asyncio.wait([future], timeout=0.25)

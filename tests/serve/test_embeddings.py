@@ -241,3 +241,17 @@ def test_pooling_flags():
     assert parse("--pooling", "cls", "--reranking").pooling == "rank"
     with pytest.raises(SystemExit):
         parse("--pooling", "max")
+
+
+def test_an_evaluation_past_the_request_s_budget_is_a_503():
+    import threading
+
+    from bankml.serve.embeddings import evaluate
+    from bankml.serve.plumbing import Refusal
+
+    with pytest.raises(Refusal) as err:
+        evaluate(None, [[1, 2]], threading.Event(), time.monotonic() - 1, 600)
+    assert (err.value.code, err.value.message) == (
+        503,
+        "the request took longer than the server's limit of 600 s (--request-timeout)",
+    )
