@@ -255,3 +255,17 @@ def test_an_evaluation_past_the_request_s_budget_is_a_503():
         503,
         "the request took longer than the server's limit of 600 s (--request-timeout)",
     )
+
+
+def test_the_environment_variables_and_a_bad_pooling_name():
+    from bankml.serve.contexts import pooling_request
+    from bankml.serve.flags import env_defaults
+
+    assert env_defaults({"LLAMA_ARG_RERANKING": "1"}) == {"embedding": True, "pooling": "rank"}
+    assert env_defaults({"LLAMA_ARG_EMBEDDINGS": "true", "LLAMA_ARG_POOLING": "cls"}) == {
+        "embedding": True,
+        "pooling": "cls",
+    }
+    assert (pooling_request(True, None), pooling_request(True, "last"), pooling_request(False, "last")) == (-1, 3, -1)
+    with pytest.raises(ValueError, match="\"--pooling\": invalid value 'max'"):
+        pooling_request(True, "max")
