@@ -49,7 +49,8 @@ EMBED_CASES = [
     ("/embeddings", {"input": ["hello hello hello", "one two"]}),
     ("/embedding", {"content": "hello"}),
     ("/v1/embeddings", {"content": "hello"}),  # "content": the native answer
-    ("/completion", {"prompt": "hello", "n_predict": 4, "temperature": 0}),  # completions are still served
+    # completions are still served, the slot's cache reused after an embedding as llama-server reuses it
+    ("/completion", {"prompt": "hello world and", "n_predict": 4, "temperature": 0, "n_probs": 2}),
     ("/v1/embeddings", {"input": []}),
     ("/v1/embeddings", {"input": ""}),
     ("/v1/embeddings", {"input": [[]]}),
@@ -125,8 +126,9 @@ def _answers(flags, cases):
 
 def _comparable(path, answer):
     body = answer.json()
-    if path == "/completion":  # the completion's content and tokens; its timings and slot differ
-        return {k: body[k] for k in ("content", "tokens_evaluated", "tokens_predicted", "stop_type")}
+    if path == "/completion":  # the completion's content, tokens, probabilities and cache; its times differ
+        out = {k: body[k] for k in ("content", "tokens_evaluated", "stop_type", "completion_probabilities")}
+        return {**out, "cache_n": body["timings"]["cache_n"], "prompt_n": body["timings"]["prompt_n"]}
     return body
 
 
