@@ -277,5 +277,8 @@ def test_refusals_by_a_flag_spelled_with_underscores():
     assert lss.refusal_of(sampling).name == "backend sampling"
     answered = {"outcome": "failed", "argv": [["bankml"]], "error": "ServerError: (400, 'tools would be ignored')"}
     assert lss.refusal_of(answered) is None  # a request bankml answered is never refused by design
+    lora = {"outcome": "error", "argv": [["bankml", "--lora", "a.gguf"]], "start_error": "error: --lora: no"}
+    assert lss.refusal_of(lora).name == "LoRA"
+    # embeddings and reranking are served: a test that fails with --embedding is a failure, not a refusal
     embed = {"outcome": "error", "argv": [["bankml", "--embedding"]], "start_error": "error: --embedding: no"}
-    assert lss.refusal_of(embed).name == "embeddings and reranking"
+    assert lss.refusal_of(embed) is None

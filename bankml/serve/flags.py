@@ -108,6 +108,9 @@ ENV_OPTIONS = (
     ("LLAMA_ARG_CORS_CREDENTIALS", "cors_credentials", "bool"),
     ("LLAMA_ARG_KV_UNIFIED", "kv_unified", "bool"),
     ("LLAMA_ARG_KV_UNIFIED_PER_SLOT", "kv_unified_per_slot", "int"),
+    ("LLAMA_ARG_EMBEDDINGS", "embedding", "flag"),
+    ("LLAMA_ARG_POOLING", "pooling", "str"),
+    ("LLAMA_ARG_RERANKING", "embedding", "rerank"),
 )
 
 
@@ -133,6 +136,9 @@ def env_defaults(environ):
             elif kind == "flag":  # a void option: set when the value is truthy
                 if text in _TRUTHY:
                     out[dest] = True
+            elif kind == "rerank":  # --reranking: embeddings with rank pooling
+                if text in _TRUTHY:
+                    out.update({dest: True, "pooling": "rank"})
             elif kind == "bool":
                 out[dest] = _bool_value(text)
             elif kind == "not-bool":

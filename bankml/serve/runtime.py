@@ -47,8 +47,10 @@ from bankml.serve.contexts import (
     Slot,
     SlotPool,
     default_model_path,
+    embedding_setup,
     llama_bindings,
     open_llama,
+    pooling_request,
     quiet_logs,
     slot_context_size,
     special_splitter,
@@ -100,7 +102,9 @@ class Model:
     prompt reuses the longest prefix it shares with them. ``slot_prompt_similarity`` (``--slot-prompt-similarity``)
     is how alike a free slot's tokens must be to a prompt to be chosen for it (``SlotPool``); ``cache_reuse``
     (``--cache-reuse``, 0: off) the default of a request's ``n_cache_reuse``, the shortest later chunk of the cache
-    that is shifted into place and reused (``Slot.reuse_chunks``).
+    that is shifted into place and reused (``Slot.reuse_chunks``). ``embedding`` (``--embedding``) makes the contexts
+    with embeddings and ``pooling``'s type (a ``--pooling`` name; None: the model's), for ``Slot.embed``
+    (``bankml.serve.embeddings``); ``embd_normalize`` is the requests' default normalisation.
     """
 
     def __init__(
@@ -135,6 +139,9 @@ class Model:
         cache_prompt=False,
         slot_prompt_similarity=0.1,
         cache_reuse=0,
+        embedding=False,
+        pooling=None,
+        embd_normalize=2,
     ):
         self.json_schema_mode = check_mode(json_schema_mode)
         self.strict_style = check_strict_style(strict_style)
@@ -225,7 +232,14 @@ class Model:
         self._special_split = None
         self.n_parallel = int(n_parallel)
         self.slot_ctx_request = slot_context_size(self.n_ctx, self.n_parallel, kv_unified, kv_unified_per_slot)
+        # llama-server's --embedding, --pooling, --embd-normalize (bankml.serve.embeddings serves them); an
+        # embedding is evaluated in one physical batch: n_batch is cut to n_ubatch, as llama-server cuts it
+        self.embedding, self.embd_normalize = bool(embedding), int(embd_normalize)
+        self.pooling_request = pooling_request(self.embedding, pooling)
+        if self.embedding:
+            self.n_batch = min(self.n_batch, self.n_ubatch)
         slots = [Slot(self, i) for i in range(self.n_parallel)]
+        embedding_setup(self, slots[0].ctx)
         # llama-server's n_ctx_slot(): a sequence's context as libllama made it (padded to 256), within the
         # model's training context
         self.n_ctx_slot = min(int(L.llama_n_ctx(slots[0].ctx)), int(L.llama_model_n_ctx_train(self._model)))

@@ -15,6 +15,8 @@ A flag that is none of these is no llama-server flag, and argparse refuses it as
 
 import argparse
 
+from bankml.serve.contexts import POOLING
+
 __all__ = ["NO_BEARING", "REFUSED", "SAMPLER_FLAGS", "add_arguments", "refusal", "sampler_defaults", "verbose"]
 
 #: llama-server's sampler flags served as the default of a request field: (flags, field, type)
@@ -79,9 +81,6 @@ NO_BEARING = {
 }
 
 _SPEC = "speculative decoding (draft models, n-gram and lookup drafts) is not implemented by bankml"
-_EMBED = (
-    "embeddings and reranking are not implemented by bankml (its /embeddings and /rerank answer llama-server's 501)"
-)
 _LORA = "LoRA adapters and control vectors are not implemented by bankml"
 _TOOLS = "server-side tools, MCP servers and the CORS proxy are not implemented by bankml"
 _ROUTER = "router mode (several models, loaded on demand) is not implemented by bankml: give one model with -m"
@@ -124,12 +123,6 @@ REFUSED = {
         --lookup-cache-dynamic
         """,
         _SPEC,
-    ),
-    **_each(
-        """
-        --embedding --embeddings --rerank --reranking --pooling --embd-normalize
-        """,
-        _EMBED,
     ),
     **_each(
         """
@@ -258,6 +251,14 @@ def verbose(args):
     return bool(getattr(args, "verbose", False)) or (getattr(args, "verbosity", None) or 0) > 9
 
 
+class _Rerank(argparse.Action):
+    """llama-server's --rerank/--reranking: embeddings on, with rank pooling (a later --pooling overrides it)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        namespace.embedding = True
+        namespace.pooling = "rank"
+
+
 class _Refuse(argparse.Action):
     """A llama-server flag bankml serve refuses: the parser stops with the flag's reason."""
 
@@ -291,6 +292,23 @@ def add_arguments(p):
     p.add_argument(
         "-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_const", const=False,
         help="one KV cache per slot: the context divided between the slots",
+    )  # fmt: skip
+    p.add_argument(
+        "--embedding", "--embeddings", dest="embedding", action="store_true",
+        help="serve /embedding, /embeddings and /v1/embeddings (completions are still served)",
+    )  # fmt: skip
+    p.add_argument(
+        "--rerank", "--reranking", nargs=0, action=_Rerank,
+        help="serve /rerank (and /reranking, /v1/rerank, /v1/reranking): --embedding with --pooling rank",
+    )  # fmt: skip
+    p.add_argument(
+        "--pooling", choices=POOLING, default=None,
+        help="pooling type for embeddings (default: the model's)",
+    )  # fmt: skip
+    p.add_argument(
+        "--embd-normalize", dest="embd_normalize", type=int, default=2,
+        help="normalisation of pooled embeddings (default: 2) (-1=none, 0=max absolute int16, 1=taxicab, "
+        "2=euclidean, >2=p-norm)",
     )  # fmt: skip
     p.add_argument("--tags", dest="model_tags", help="model tags, comma-separated (informational: /models)")
     p.add_argument("--kv-unified-per-slot", type=int, default=0, help="context limit per slot (default: unset)")

@@ -64,9 +64,6 @@ def test_every_llama_server_flag_is_served_accepted_or_refused():
 @pytest.mark.parametrize(
     "argv, why",
     [
-        (["--embedding"], "embeddings and reranking are not implemented"),
-        (["--reranking"], "embeddings and reranking"),
-        (["--pooling", "mean"], "embeddings and reranking"),
         (["--lora", "adapter.gguf"], "LoRA adapters"),
         (["--tools", "all"], "server-side tools, MCP servers"),
         (["--mcp-servers-json", "{}"], "server-side tools, MCP servers"),
