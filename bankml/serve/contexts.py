@@ -115,6 +115,16 @@ class Slot:
     """One llama context (llama-server's slot): its own KV cache, decoding one sequence at a time."""
 
     def __init__(self, model, index):
+        self.model = model
+        self.index = index
+        self.n_vocab = model.n_vocab
+        self.ctx = None
+        self.open()
+
+    def open(self):
+        """Create the llama context on the model's weights (again after ``close``: llama-server's reload after
+        sleeping), its cache empty."""
+        model = self.model
         L = model._L
         p = L.llama_context_default_params()
         p.n_ctx = model.slot_ctx_request
@@ -130,11 +140,8 @@ class Slot:
         self.ctx = L.llama_init_from_model(model._model, p)
         if not self.ctx:
             raise ModelError(f"cannot create a llama context (n_ctx={model.slot_ctx_request})")
-        self.model = model
-        self.index = index
         self.mem = L.llama_get_memory(self.ctx)
         self.n_past = 0
-        self.n_vocab = model.n_vocab
         # the tokens whose keys and values the cache holds, in order (llama-server's slot.prompt.tokens): the
         # last prompt and every generated token but the last, which is never decoded
         self.tokens = []
@@ -205,9 +212,13 @@ class Slot:
         return np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
 
     def close(self):
+        """Free the llama context (its cache with it); ``open`` makes a new one."""
         if self.ctx:
             self.model._L.llama_free(self.ctx)
             self.ctx = None
+            self.mem = None
+        self.n_past = 0
+        self.tokens = []
 
 
 class SlotPool:
@@ -271,9 +282,15 @@ class SlotPool:
             return len(self._all) - len(self._free)
 
     def close(self):
+        """Free every slot's context (``reopen`` makes them again)."""
         for slot in self._all:
             slot.close()
-        self._all = []
+
+    def reopen(self):
+        """A new context for every slot, after ``close`` (each cache empty)."""
+        for slot in self._all:
+            if not slot.ctx:
+                slot.open()
 
 
 def common_prefix(a, b):

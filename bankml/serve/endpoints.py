@@ -23,6 +23,7 @@ import threading
 import time
 
 import numpy as np
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -42,7 +43,7 @@ __all__ = [
     "tokenize_body",
 ]
 
-# the modalities, UI and sleeping fields bankml reports: it has no multimodal projector, no web UI, no sleep
+# the modalities bankml reports: it has no multimodal projector
 _MODALITIES = {"vision": False, "video": False, "audio": False}
 # task_params' fields that bankml's sampler has no counterpart for, as the pinned server's defaults give them
 _TASK_DEFAULTS = {
@@ -197,7 +198,7 @@ def model_ftype(model):
     return fn(int(L.llama_model_ftype(model._model))).decode("utf-8")
 
 
-def props_body(app, options, default_params, build_info):
+def props_body(app, options, default_params, build_info, is_sleeping=False):
     """The answer of ``GET /props`` (``get_res_props``)."""
     model = app.model
     layer = model.chat_layer()
@@ -225,7 +226,7 @@ def props_body(app, options, default_params, build_info):
         "bos_token": tokens[0],
         "eos_token": tokens[1],
         "build_info": build_info,
-        "is_sleeping": False,
+        "is_sleeping": bool(is_sleeping),
         "cors_proxy_enabled": False,
     }
     mode = getattr(model, "json_schema_mode", "llama.cpp")
@@ -443,6 +444,17 @@ class Endpoints:
         self.build_info = build_info
         app.metrics = Metrics()
         app.media_marker = media_marker()
+        self._asleep_props = None
+        if getattr(app, "sleeper", None) is not None:
+            app.sleeper.on_state(self._sleeping)
+
+    def _props(self, is_sleeping=False):
+        return props_body(self.app, self.options, self.default_params, self.build_info, is_sleeping)
+
+    def _sleeping(self, is_sleeping):
+        # llama-server's update_cached_responses: /props is answered from what it was on entering sleep
+        if is_sleeping:
+            self._asleep_props = self._props(True)
 
     def routes(self):
         return [
@@ -535,7 +547,11 @@ class Endpoints:
         return body
 
     async def props(self, request):
-        return JSONResponse(props_body(self.app, self.options, self.default_params, self.build_info))
+        sleeper = getattr(self.app, "sleeper", None)
+        if sleeper is None:
+            return JSONResponse(self._props())
+        body = await run_in_threadpool(sleeper.awake, self._props)
+        return JSONResponse(self._asleep_props if body is None else body)
 
     async def post_props(self, request):
         if not self.options.props:

@@ -15,6 +15,8 @@ A flag that is none of these is no llama-server flag, and argparse refuses it as
 
 import argparse
 
+from bankml.serve.flags import sleep_idle_seconds
+
 __all__ = ["NO_BEARING", "REFUSED", "SAMPLER_FLAGS", "add_arguments", "refusal", "sampler_defaults", "verbose"]
 
 #: llama-server's sampler flags served as the default of a request field: (flags, field, type)
@@ -217,7 +219,6 @@ REFUSED = {
     "--no-reasoning-preserve": "dropping the reasoning of earlier turns is not implemented by bankml",
     "--no-prefill-assistant": "answering after a final assistant message (instead of continuing it) is not "
     "implemented by bankml",
-    "--sleep-idle-seconds": "bankml keeps the model loaded: it does not unload it when idle",
     "--slot-save-path": "bankml keeps no slot state between requests (every prompt is evaluated anew), so there is "
     "nothing to save or restore",
     "--ssl-key-file": "TLS is not implemented by bankml serve: put a TLS proxy in front of it",
@@ -256,6 +257,13 @@ def verbose(args):
     """Whether answers carry llama-server's ``__verbose`` field: its ``params.verbose = verbosity > 9``, with
     ``-v`` setting the verbosity to the maximum."""
     return bool(getattr(args, "verbose", False)) or (getattr(args, "verbosity", None) or 0) > 9
+
+
+def _sleep_seconds(text):
+    try:
+        return sleep_idle_seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e) if "cannot be" in str(e) else f"invalid int value: {text!r}") from None
 
 
 class _Refuse(argparse.Action):
@@ -312,6 +320,11 @@ def add_arguments(p):
         "-sps", "--slot-prompt-similarity", dest="slot_prompt_similarity", type=float, default=0.1,
         help="how much a free slot's cached prompt must match a request's to be chosen for it (default: 0.1; "
         "0: the least recently used slot)",
+    )  # fmt: skip
+    p.add_argument(
+        "--sleep-idle-seconds", dest="sleep_idle_seconds", type=_sleep_seconds, default=-1, metavar="SECONDS",
+        help="seconds of idleness after which the model is freed, loaded again by the next request (default: -1, "
+        "disabled)",
     )  # fmt: skip
     known = set(p._option_string_actions)
     for flag, (takes_value, why) in NO_BEARING.items():

@@ -74,7 +74,6 @@ def test_every_llama_server_flag_is_served_accepted_or_refused():
         (["--spec-type", "ngram-simple"], "speculative decoding"),
         (["-md", "draft.gguf"], "speculative decoding"),
         (["--slot-save-path", "slots"], "nothing to save or restore"),
-        (["--sleep-idle-seconds", "1"], "does not unload it when idle"),
         (["-ngl", "99"], "default device placement"),
     ],
 )
