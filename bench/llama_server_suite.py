@@ -29,7 +29,7 @@ What it does:
 
 ``--check`` exits 1 when a test that passes on llama-server fails on bankml, unless bankml refused it by design
 (``REFUSALS``: server-side tools and MCP, router mode, LoRA, speculative drafts, embeddings and reranking,
-slot save and restore, backend sampling: recognised by one of the refusal's flags in the
+slot save and restore: recognised by one of the refusal's flags in the
 test's bankml command line and an error naming that flag in the server's output; tools with a template that
 renders none: recognised by bankml's message in the test's error or in the server's log of refused requests;
 router mode also where test_router.py starts llama-server without a model, where bankml serve serves its default
@@ -111,7 +111,6 @@ REFUSALS = (
     ),
     Refusal("embeddings and reranking", ("--embedding", "--embeddings", "--reranking", "--rerank", "--pooling")),
     Refusal("slot save and restore", ("--slot-save-path",)),
-    Refusal("backend sampling", ("--backend-sampling", "-bs")),
     Refusal("tools with a chat template that renders none", messages=("neither renders tools nor tool calls",)),
 )
 

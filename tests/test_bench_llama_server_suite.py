@@ -269,12 +269,12 @@ def test_a_file_not_run_on_bankml_has_no_count():
 
 
 def test_refusals_by_a_flag_spelled_with_underscores_and_by_a_request_message():
-    sampling = {
+    proxy = {
         "outcome": "error",
-        "argv": [["bankml", "--backend_sampling"]],
-        "start_error": "bankml serve: error: llama-server's --backend-sampling is not served by bankml serve: ...",
+        "argv": [["bankml", "--ui_mcp_proxy"]],
+        "start_error": "bankml serve: error: llama-server's --ui-mcp-proxy is not served by bankml serve: ...",
     }
-    assert lss.refusal_of(sampling).name == "backend sampling"
+    assert lss.refusal_of(proxy).name == "server-side tools and MCP (/tools, /cors-proxy)"
     tools = {"outcome": "failed", "argv": [["bankml"]], "error": "ServerError: (400, 'the chat template neither "
              "renders tools nor tool calls, so tools would be ignored')"}  # fmt: skip
     assert lss.refusal_of(tools).name == "tools with a chat template that renders none"

@@ -294,7 +294,12 @@ def serve(args):
             args.alias,
             limits_from_args(args),
             api_keys=api_keys,
-            endpoints=EndpointOptions(slots=args.slots, metrics=args.metrics, props=args.props),
+            endpoints=EndpointOptions(
+                slots=args.slots,
+                metrics=args.metrics,
+                props=args.props,
+                backend_sampling=getattr(args, "backend_sampling", False),
+            ),
             defaults=defaults_from_args(args),
             cors=CorsOptions(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials),
             tags=getattr(args, "model_tags", None),

@@ -70,12 +70,13 @@ _SAMPLER_ORDER = tuple(f.name for f in SAMPLER_FIELDS if f.props)
 
 class EndpointOptions:
     """The server options the extra endpoints answer by: ``--slots``/``--no-slots`` (default on),
-    ``--metrics`` and ``--props`` (default off)."""
+    ``--metrics`` and ``--props`` (default off), ``-bs`` (reported in ``/props``)."""
 
-    def __init__(self, slots=True, metrics=False, props=False):
+    def __init__(self, slots=True, metrics=False, props=False, backend_sampling=False):
         self.slots = bool(slots)
         self.metrics = bool(metrics)
         self.props = bool(props)
+        self.backend_sampling = bool(backend_sampling)
 
 
 def _field_bool(body, name, default):
@@ -155,8 +156,9 @@ def _f32(value):
     return float(np.float32(value))
 
 
-def default_generation_params(params):
-    """``task_params::to_json(true)`` of the server's default sampling settings (``params`` a SamplerParams)."""
+def default_generation_params(params, backend_sampling=False):
+    """``task_params::to_json(true)`` of the server's default sampling settings (``params`` a SamplerParams;
+    ``backend_sampling``: the server's ``-bs``)."""
     d = params.as_dict()
     out = {name: d[name] for name in _SAMPLER_ORDER}
     out["seed"] = int(d["seed"]) & 0xFFFFFFFF
@@ -168,6 +170,7 @@ def default_generation_params(params):
     out["samplers"] = list(d["samplers"])
     for name in ("speculative.types", "timings_per_token", "post_sampling_probs", "backend_sampling", "lora"):
         out[name] = _TASK_DEFAULTS[name]
+    out["backend_sampling"] = bool(backend_sampling)
     return out
 
 
@@ -209,7 +212,10 @@ def props_body(app, options, default_params, build_info, is_sleeping=False):
         tok = fn(model._lvocab)
         tokens.append(model.piece(tok, special=True).decode("utf-8", "replace") if 0 <= tok < model.n_vocab else "")
     body = {
-        "default_generation_settings": {"params": default_generation_params(default_params), "n_ctx": model.n_ctx_slot},
+        "default_generation_settings": {
+            "params": default_generation_params(default_params, options.backend_sampling),
+            "n_ctx": model.n_ctx_slot,
+        },
         "total_slots": model.n_parallel,
         "model_alias": app.alias,
         "model_ftype": model_ftype(model),

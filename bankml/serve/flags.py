@@ -109,6 +109,7 @@ ENV_OPTIONS = (
     ("LLAMA_ARG_CORS_CREDENTIALS", "cors_credentials", "bool"),
     ("LLAMA_ARG_KV_UNIFIED", "kv_unified", "bool"),
     ("LLAMA_ARG_KV_UNIFIED_PER_SLOT", "kv_unified_per_slot", "int"),
+    ("LLAMA_ARG_BACKEND_SAMPLING", "backend_sampling", "flag"),
 )
 
 

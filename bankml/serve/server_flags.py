@@ -210,8 +210,6 @@ REFUSED = {
     "--reverse-prompt": _PER_REQUEST + " 'stop'",
     "--reasoning-effort": _PER_REQUEST + " 'reasoning_effort'",
     "--ignore-eos": "'ignore_eos' is not implemented by bankml",
-    "-bs": "backend sampling is not implemented by bankml: bankml samples on the CPU",
-    "--backend-sampling": "backend sampling is not implemented by bankml: bankml samples on the CPU",
     "--context-shift": _CONTEXT_SHIFT,
     "--keep": _CONTEXT_SHIFT,
     "--skip-chat-parsing": "a pure content parser is not served by bankml: the template's parser reads every answer",
@@ -320,6 +318,11 @@ def add_arguments(p):
         "-sps", "--slot-prompt-similarity", dest="slot_prompt_similarity", type=float, default=0.1,
         help="how much a free slot's cached prompt must match a request's to be chosen for it (default: 0.1; "
         "0: the least recently used slot)",
+    )  # fmt: skip
+    p.add_argument(
+        "-bs", "--backend-sampling", dest="backend_sampling", action="store_true",
+        help="the default of a request's backend_sampling, reported in /props; bankml samples with the CPU chain "
+        "either way (docs/modules/server.md: what llama-server's graph samplers change)",
     )  # fmt: skip
     p.add_argument(
         "--sleep-idle-seconds", dest="sleep_idle_seconds", type=_sleep_seconds, default=-1, metavar="SECONDS",

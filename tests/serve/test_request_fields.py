@@ -305,6 +305,7 @@ def _accepted_value(name):
         "cache_prompt": True,
         "n_cache_reuse": 4,
         "id_slot": 0,
+        "backend_sampling": True,
         "sse_ping_interval": 30,
         "prediction": {"type": "content", "content": "x"},
         "prompt_cache_options": {},

@@ -434,5 +434,10 @@ def test_flags_spelled_with_underscores_as_llama_server(capsys):
     assert spelled == ["serve", "--n-predict", "5", "--chat-template-file", "a_b", "--x_y"]
     assert cli._llama_server_spelling(parser, ["generate", "--n_predict"]) == ["generate", "--n_predict"]
     with pytest.raises(SystemExit):
-        cli.main(["serve", "--backend_sampling"])
-    assert "llama-server's --backend-sampling is not served by bankml serve" in capsys.readouterr().err
+        cli.main(["serve", "--ui_mcp_proxy"])
+    assert "llama-server's --ui-mcp-proxy is not served by bankml serve" in capsys.readouterr().err
+    assert (
+        cli.build_parser()
+        .parse_args(cli._llama_server_spelling(parser, ["serve", "--backend_sampling"]))
+        .backend_sampling
+    )
