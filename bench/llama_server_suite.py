@@ -28,8 +28,8 @@ What it does:
   output); writes the JSON record (``--out``) after each file, so that ``--resume`` goes on where a run stopped.
 
 ``--check`` exits 1 when a test that passes on llama-server fails on bankml, unless bankml refused it by design
-(``REFUSALS``: server-side tools and MCP, router mode, LoRA, speculative drafts, embeddings and reranking,
-slot save and restore: recognised by one of the refusal's flags in the
+(``REFUSALS``: server-side tools and MCP, router mode, LoRA, speculative drafts, embeddings and reranking:
+recognised by one of the refusal's flags in the
 test's bankml command line and an error naming that flag in the server's output; tools with a template that
 renders none: recognised by bankml's message in the test's error or in the server's log of refused requests;
 router mode also where test_router.py starts llama-server without a model, where bankml serve serves its default
@@ -110,7 +110,6 @@ REFUSALS = (
         ("--model-draft", "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-synth-len"),
     ),
     Refusal("embeddings and reranking", ("--embedding", "--embeddings", "--reranking", "--rerank", "--pooling")),
-    Refusal("slot save and restore", ("--slot-save-path",)),
     Refusal("tools with a chat template that renders none", messages=("neither renders tools nor tool calls",)),
 )
 

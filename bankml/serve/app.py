@@ -299,6 +299,7 @@ def serve(args):
                 metrics=args.metrics,
                 props=args.props,
                 backend_sampling=getattr(args, "backend_sampling", False),
+                slot_save_path=getattr(args, "slot_save_path", None),
             ),
             defaults=defaults_from_args(args),
             cors=CorsOptions(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials),

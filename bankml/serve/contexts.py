@@ -235,15 +235,21 @@ class SlotPool:
         self._cond = threading.Condition()
         self.similarity = float(similarity)
 
-    def acquire(self, timeout=None, cancel=None, tokens=None):
-        """A free slot (for a prompt of ``tokens``, when given: see the class); ModelError when none is free within
-        ``timeout`` seconds, None once ``cancel`` is set."""
+    def acquire(self, timeout=None, cancel=None, tokens=None, index=None):
+        """A free slot (for a prompt of ``tokens``, when given: see the class; slot ``index`` when given, once it is
+        free: llama-server's ``id_slot``); ModelError when none is free within ``timeout`` seconds, None once
+        ``cancel`` is set."""
         end = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
                 if cancel is not None and cancel.is_set():
                     return None
-                if self._free:
+                if index is not None:
+                    slot = next((s for s in self._free if s.index == index), None)
+                    if slot is not None:
+                        self._free.remove(slot)
+                        return slot
+                elif self._free:
                     slot = self._pick(tokens)
                     self._free.remove(slot)
                     return slot
@@ -291,6 +297,13 @@ class SlotPool:
         for slot in self._all:
             if not slot.ctx:
                 slot.open()
+
+
+def slot_of_id(id_slot, n_slots):
+    """The slot an ``id_slot`` names: llama-server's ``get_slot_by_id`` takes the id modulo the slot count, a
+    ``size_t``, so an id past the last slot wraps around and a negative one is read as its unsigned 64-bit value
+    (with 2 slots, -1 is slot 1)."""
+    return (int(id_slot) % 2**64) % n_slots
 
 
 def common_prefix(a, b):

@@ -17,6 +17,7 @@ vocabulary or a body that is not JSON, bankml answers a 400. See docs/modules/se
 """
 
 import ctypes
+import os
 import secrets
 import string
 import threading
@@ -30,6 +31,7 @@ from starlette.routing import Route
 from bankml.errors import RequestError, json_type_name
 from bankml.sampling.params import SAMPLER_FIELDS, SamplerParams
 from bankml.schema import jsondepth
+from bankml.serve import slot_files
 from bankml.serve.fields import DETOKENIZE, TOKENIZE, check_unknown
 
 __all__ = [
@@ -70,13 +72,15 @@ _SAMPLER_ORDER = tuple(f.name for f in SAMPLER_FIELDS if f.props)
 
 class EndpointOptions:
     """The server options the extra endpoints answer by: ``--slots``/``--no-slots`` (default on),
-    ``--metrics`` and ``--props`` (default off), ``-bs`` (reported in ``/props``)."""
+    ``--metrics`` and ``--props`` (default off), ``-bs`` (reported in ``/props``), ``--slot-save-path`` (the
+    folder of the slot actions' files; None: the actions answer 501)."""
 
-    def __init__(self, slots=True, metrics=False, props=False, backend_sampling=False):
+    def __init__(self, slots=True, metrics=False, props=False, backend_sampling=False, slot_save_path=None):
         self.slots = bool(slots)
         self.metrics = bool(metrics)
         self.props = bool(props)
         self.backend_sampling = bool(backend_sampling)
+        self.slot_save_path = slot_save_path or None
 
 
 def _field_bool(body, name, default):
@@ -518,7 +522,52 @@ class Endpoints:
         return JSONResponse({"success": True})
 
     async def slot_action(self, request):
-        return _not_supported("This server does not support slots action. Start it with `--slot-save-path`")
+        """``POST /slots/:id_slot?action=save|restore|erase`` (bankml.serve.slot_files), checked in llama-server's
+        order: the folder, the slot id's text, the action, the body's ``filename``, the slot."""
+        folder = self.options.slot_save_path
+        if folder is None:
+            return _not_supported("This server does not support slots action. Start it with `--slot-save-path`")
+        model = self.app.model
+        try:
+            id_slot, index = slot_files.slot_index(request.path_params["id_slot"], model.n_parallel)
+            action = request.query_params.get("action", "")
+            if action not in ("save", "restore", "erase"):
+                raise slot_files.SlotActionError("Invalid action")
+            filename = None if action == "erase" else await self._slot_filename(request)
+            timeout = self.app.limits.request_seconds
+            if action == "erase":
+                body = await run_in_threadpool(slot_files.erase, model, index, id_slot, timeout)
+            else:
+                run = slot_files.save if action == "save" else slot_files.restore
+                path = os.path.join(folder, filename)
+                body = await run_in_threadpool(run, model, index, id_slot, filename, path, timeout)
+        except slot_files.SlotActionError as e:
+            return _error(e.message, e.code, e.kind)
+        return JSONResponse(body)
+
+    async def _slot_filename(self, request):
+        """The body's ``filename``, checked as llama-server's fs_validate_filename (no path out of the folder).
+        llama-server answers a body that is not JSON, or has no string ``filename``, with a 500; bankml with a
+        400."""
+        try:
+            raw = await self.app._read(request)
+        except Exception as e:  # noqa: BLE001 - answered with llama-server's error object
+            r = self.app.refusal_of(e)
+            raise slot_files.SlotActionError(r.message if r else "the client went away", r.code if r else 499) from None
+        try:
+            body = jsondepth.loads(raw)
+        except (ValueError, RecursionError) as e:
+            raise slot_files.SlotActionError(f"Invalid JSON body: {e}") from None
+        if not isinstance(body, dict) or "filename" not in body:
+            raise slot_files.SlotActionError("[json.exception.out_of_range.403] key 'filename' not found")
+        name = body["filename"]
+        if not isinstance(name, str):
+            raise slot_files.SlotActionError(
+                "[json.exception.type_error.302] type must be string, but is " + json_type_name(name)
+            )
+        if not slot_files.valid_filename(name):
+            raise slot_files.SlotActionError("Invalid filename")
+        return name
 
     async def _post(self, request, make):
         app = self.app

@@ -98,7 +98,7 @@ _COMMON = {
     "cache_prompt": HONOURED,
     "n_cache_reuse": HONOURED,
     # no bearing on the answer: identification, storage and transport hints
-    "id_slot": ACCEPTED,
+    "id_slot": HONOURED,  # the slot the request runs on (llama-server's get_slot_by_id)
     "sse_ping_interval": ACCEPTED,
     "user": ACCEPTED,
     "metadata": ACCEPTED,

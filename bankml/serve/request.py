@@ -156,6 +156,7 @@ class Request:
     return_progress: bool = False
     cache_prompt: Optional[bool] = None  # reuse the slot's cached prefix (None: the model's default)
     n_cache_reuse: Optional[int] = None  # the shortest cached chunk shifted into place (None: the model's default)
+    id_slot: Optional[int] = None  # llama-server's id_slot: the slot to generate on (None or -1: any)
     ignore_eos: bool = False  # the EOG biases are in ``params``; kept for generation_settings
     n: int = 1  # llama-server's n_cmpl: completions of the prompt, each on a slot of its own
 

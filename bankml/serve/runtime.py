@@ -51,6 +51,7 @@ from bankml.serve.contexts import (
     open_llama,
     quiet_logs,
     slot_context_size,
+    slot_of_id,
     special_splitter,
 )
 from bankml.serve.cpu import default_threads, prepare_model_loading
@@ -674,12 +675,14 @@ class Model:
             job.cache_prompt = request.cache_prompt
         if request.n_cache_reuse is not None:
             job.n_cache_reuse = request.n_cache_reuse
+        if request.id_slot is not None and request.id_slot != -1:  # llama-server's id_slot: that slot, once free
+            job.slot_request = slot_of_id(request.id_slot, self.n_parallel)
         return job
 
-    def acquire(self, timeout=None, cancel=None, tokens=None):
-        """A free slot (the one whose cache is most alike ``tokens``: SlotPool); ModelError when none is free
-        within ``timeout`` seconds, None once ``cancel`` is set."""
-        return self.slots.acquire(timeout, cancel, tokens)
+    def acquire(self, timeout=None, cancel=None, tokens=None, index=None):
+        """A free slot (the one whose cache is most alike ``tokens``: SlotPool; slot ``index`` once it is free, when
+        given); ModelError when none is free within ``timeout`` seconds, None once ``cancel`` is set."""
+        return self.slots.acquire(timeout, cancel, tokens, index)
 
     def release(self, slot):
         self.slots.release(slot)

@@ -14,6 +14,7 @@ A flag that is none of these is no llama-server flag, and argparse refuses it as
 """
 
 import argparse
+import os
 
 from bankml.serve.flags import sleep_idle_seconds
 
@@ -217,8 +218,6 @@ REFUSED = {
     "--no-reasoning-preserve": "dropping the reasoning of earlier turns is not implemented by bankml",
     "--no-prefill-assistant": "answering after a final assistant message (instead of continuing it) is not "
     "implemented by bankml",
-    "--slot-save-path": "bankml keeps no slot state between requests (every prompt is evaluated anew), so there is "
-    "nothing to save or restore",
     "--ssl-key-file": "TLS is not implemented by bankml serve: put a TLS proxy in front of it",
     "--ssl-cert-file": "TLS is not implemented by bankml serve: put a TLS proxy in front of it",
     "--api-prefix": "a path prefix is not implemented by bankml serve: put a proxy in front of it",
@@ -262,6 +261,12 @@ def _sleep_seconds(text):
         return sleep_idle_seconds(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e) if "cannot be" in str(e) else f"invalid int value: {text!r}") from None
+
+
+def _directory(text):
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"not a directory: {text}")
+    return text
 
 
 class _Refuse(argparse.Action):
@@ -323,6 +328,10 @@ def add_arguments(p):
         "-bs", "--backend-sampling", dest="backend_sampling", action="store_true",
         help="the default of a request's backend_sampling, reported in /props; bankml samples with the CPU chain "
         "either way (docs/modules/server.md: what llama-server's graph samplers change)",
+    )  # fmt: skip
+    p.add_argument(
+        "--slot-save-path", dest="slot_save_path", type=_directory, default=None, metavar="PATH",
+        help="the folder of POST /slots/:id?action=save|restore files (default: disabled)",
     )  # fmt: skip
     p.add_argument(
         "--sleep-idle-seconds", dest="sleep_idle_seconds", type=_sleep_seconds, default=-1, metavar="SECONDS",

@@ -73,7 +73,6 @@ def test_every_llama_server_flag_is_served_accepted_or_refused():
         (["--models-dir", "models"], "router mode"),
         (["--spec-type", "ngram-simple"], "speculative decoding"),
         (["-md", "draft.gguf"], "speculative decoding"),
-        (["--slot-save-path", "slots"], "nothing to save or restore"),
         (["-ngl", "99"], "default device placement"),
     ],
 )
