@@ -182,7 +182,12 @@ def defaults_from_args(args):
     ``-v``/``-lv``."""
     sampler = sampler_defaults(args)
     SamplerParams.from_server(sampler)  # checked as a request's fields are
-    return ServerDefaults(tuple(sampler.items()), getattr(args, "n_predict", -1), verbose(args))
+    return ServerDefaults(
+        tuple(sampler.items()),
+        getattr(args, "n_predict", -1),
+        verbose(args),
+        bool(getattr(args, "backend_sampling", False)),
+    )
 
 
 def _load_model(args, options):
@@ -298,7 +303,6 @@ def serve(args):
                 slots=args.slots,
                 metrics=args.metrics,
                 props=args.props,
-                backend_sampling=getattr(args, "backend_sampling", False),
                 slot_save_path=getattr(args, "slot_save_path", None),
             ),
             defaults=defaults_from_args(args),

@@ -72,14 +72,13 @@ _SAMPLER_ORDER = tuple(f.name for f in SAMPLER_FIELDS if f.props)
 
 class EndpointOptions:
     """The server options the extra endpoints answer by: ``--slots``/``--no-slots`` (default on),
-    ``--metrics`` and ``--props`` (default off), ``-bs`` (reported in ``/props``), ``--slot-save-path`` (the
-    folder of the slot actions' files; None: the actions answer 501)."""
+    ``--metrics`` and ``--props`` (default off), ``--slot-save-path`` (the folder of the slot actions' files;
+    None: the actions answer 501)."""
 
-    def __init__(self, slots=True, metrics=False, props=False, backend_sampling=False, slot_save_path=None):
+    def __init__(self, slots=True, metrics=False, props=False, slot_save_path=None):
         self.slots = bool(slots)
         self.metrics = bool(metrics)
         self.props = bool(props)
-        self.backend_sampling = bool(backend_sampling)
         self.slot_save_path = slot_save_path or None
 
 
@@ -184,6 +183,7 @@ def task_params(job):
     out = default_generation_params(job.params)
     out["max_tokens"] = out["n_predict"] = int(job.max_tokens)
     out["stream"] = bool(getattr(job, "stream_requested", False))
+    out["backend_sampling"] = bool(getattr(job, "backend_sampling", False))
     out["ignore_eos"] = bool(getattr(job, "ignore_eos", False))
     probs = getattr(job, "probs", None)
     out["n_probs"] = int(probs.n_probs) if probs is not None else 0
@@ -217,7 +217,7 @@ def props_body(app, options, default_params, build_info, is_sleeping=False):
         tokens.append(model.piece(tok, special=True).decode("utf-8", "replace") if 0 <= tok < model.n_vocab else "")
     body = {
         "default_generation_settings": {
-            "params": default_generation_params(default_params, options.backend_sampling),
+            "params": default_generation_params(default_params, getattr(app.defaults, "backend_sampling", False)),
             "n_ctx": model.n_ctx_slot,
         },
         "total_slots": model.n_parallel,

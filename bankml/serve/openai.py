@@ -116,6 +116,7 @@ def debug_fields(body, context):
         "cache_prompt": bool_field(body, "cache_prompt", None),
         "n_cache_reuse": _int_field(body, "n_cache_reuse"),
         "id_slot": _int_field(body, "id_slot"),
+        "backend_sampling": bool_field(body, "backend_sampling", context.defaults.backend_sampling),
         "ignore_eos": bool_field(body, "ignore_eos", False),
         "n": read_n(body, context.n_parallel),
     }

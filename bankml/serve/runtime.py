@@ -671,6 +671,7 @@ class Model:
         job.stream_requested = request.stream
         job.return_progress = request.return_progress and request.stream
         job.ignore_eos = request.ignore_eos
+        job.backend_sampling = request.backend_sampling
         if request.cache_prompt is not None:
             job.cache_prompt = request.cache_prompt
         if request.n_cache_reuse is not None:

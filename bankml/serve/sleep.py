@@ -7,7 +7,8 @@ the ``Sleeper`` frees the model's weights and its slots' contexts (``Model.unloa
 request on any route wakes it (``Model.reload``, the caches empty) before it is answered, except the read-only
 routes llama-server answers while it sleeps (``create_response(true)``: ``/health``, ``GET /props``,
 ``/models``, ``/metrics``) and bankml's Ollama listings that read no weights (``/api/tags``, ``/api/version``);
-a route that does not exist wakes nothing. ``GET /props`` says ``is_sleeping``.
+a route that does not exist wakes nothing, nor do ``/tools`` and ``/cors-proxy`` (llama-server's 403 while they
+are disabled) or a request the API key or CORS middleware answers. ``GET /props`` says ``is_sleeping``.
 """
 
 import threading
@@ -29,6 +30,11 @@ READ_ONLY = frozenset(
         ("/metrics", "GET"),
         ("/api/tags", "GET"),
         ("/api/version", "GET"),
+        # llama-server's answers for the disabled server-side tools and CORS proxy (res_403): no server route
+        ("/tools", "GET"),
+        ("/tools", "POST"),
+        ("/cors-proxy", "GET"),
+        ("/cors-proxy", "POST"),
     }
 )
 

@@ -5,7 +5,7 @@ answers a request with llama-server's default sampler order identically with ``b
 penalties), and bankml answers it as llama-server does."""
 
 from bankml import cli
-from bankml.serve.endpoints import EndpointOptions
+from bankml.serve.app import defaults_from_args
 
 from .serve_support import smollm2_client
 from .test_prompt_cache import _both
@@ -17,12 +17,15 @@ def test_the_flag_and_the_field_are_accepted_and_reported():
     args = cli.build_parser().parse_args(["serve", "-bs"])
     assert args.backend_sampling is True
     assert cli.build_parser().parse_args(["serve"]).backend_sampling is False
-    with smollm2_client(endpoints=EndpointOptions(backend_sampling=True)) as c:
+    with smollm2_client(defaults=defaults_from_args(args)) as c:
         params = c.get("/props").json()["default_generation_settings"]["params"]
         assert params["backend_sampling"] is True
-        on = c.post("/completion", json={**_BODY, "backend_sampling": True, "cache_prompt": False}).json()
+        on = c.post("/completion", json={**_BODY, "cache_prompt": False}).json()
         off = c.post("/completion", json={**_BODY, "backend_sampling": False, "cache_prompt": False}).json()
         assert on["content"] == off["content"] and on["content"]
+        # the request's value (the server's by default) in its generation settings, as llama-server's task params
+        assert on["generation_settings"]["backend_sampling"] is True
+        assert off["generation_settings"]["backend_sampling"] is False
 
 
 def test_llama_servers_backend_sampling_answers_as_its_cpu_chain_and_as_bankml():

@@ -118,6 +118,7 @@ def test_serve_sleeps_answers_read_only_routes_asleep_and_wakes_for_the_others()
         assert c.get("/metrics").text == metrics
         assert c.get("/props").json() == {**props, "is_sleeping": True}
         assert c.post("/no-such-route", json={}).status_code == 404  # no route: nothing wakes
+        assert c.get("/tools").status_code == 403  # llama-server's res_403: no server route
         assert not model.loaded and _sleeping(c)
         # a route of the model wakes it, and the reloaded model answers as before
         assert c.post("/tokenize", json={"content": "Hello"}).json() == {"tokens": [19556]}
