@@ -205,3 +205,10 @@ def test_files_are_exchanged_with_llama_server(tmp_path):
         assert answers[1]["content"] == answers[0]["content"]
         assert answers[1]["timings"]["cache_n"] == answers[0]["timings"]["cache_n"] > 0
         assert answers[1]["timings"]["prompt_n"] == answers[0]["timings"]["prompt_n"]
+
+
+def test_id_slot_takes_that_slot_and_n_children_take_others(client):
+    for id_slot, index in ((1, 1), (0, 0), (3, 1), (-2, 0)):  # -1: any slot
+        assert client.post("/completion", json=dict(_FIRST, id_slot=id_slot)).json()["id_slot"] == index
+    outs = client.post("/completion", json=dict(_FIRST, id_slot=0, n=2)).json()
+    assert sorted(o["id_slot"] for o in outs) == [0, 1]
