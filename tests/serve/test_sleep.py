@@ -102,7 +102,7 @@ def _sleeping(c):
 
 
 def test_serve_sleeps_answers_read_only_routes_asleep_and_wakes_for_the_others():
-    with smollm2_client(sleep_idle_seconds=1, endpoints=EndpointOptions(metrics=True)) as c:
+    with smollm2_client(sleep_idle_seconds=2, endpoints=EndpointOptions(metrics=True)) as c:
         model = c.app.state.bankml.model
         body = {"prompt": "The capital of France is", "n_predict": 8, "temperature": 0}
         awake = c.post("/completion", json=body).json()
@@ -130,7 +130,7 @@ def test_serve_sleeps_answers_read_only_routes_asleep_and_wakes_for_the_others()
 
 
 def test_the_rate_window_of_the_last_generation_is_reported_once():
-    with smollm2_client(sleep_idle_seconds=1, endpoints=EndpointOptions(metrics=True)) as c:
+    with smollm2_client(sleep_idle_seconds=2, endpoints=EndpointOptions(metrics=True)) as c:
         assert c.post("/completion", json={"prompt": "Hello", "n_predict": 8}).status_code == 200
         assert _until(lambda: _sleeping(c))
         assert _metric(c.get("/metrics").text, "predicted_tokens_seconds") > 0
@@ -150,7 +150,7 @@ def test_the_rate_window_of_the_last_generation_is_reported_once():
     ],
 )
 def test_counting_tokens_wakes_the_server(path, body):
-    with smollm2_client(sleep_idle_seconds=1) as c:
+    with smollm2_client(sleep_idle_seconds=2) as c:
         assert _until(lambda: _sleeping(c))
         r = c.post(path, json=body)
         assert r.status_code == 200, r.text
