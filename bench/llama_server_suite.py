@@ -28,10 +28,10 @@ What it does:
   output); writes the JSON record (``--out``) after each file, so that ``--resume`` goes on where a run stopped.
 
 ``--check`` exits 1 when a test that passes on llama-server fails on bankml, unless bankml refused it by design
-(``REFUSALS``: server-side tools and MCP, router mode, LoRA, speculative drafts, unloading when idle, slot save and
-restore, backend sampling: recognised by one of the refusal's flags in the test's bankml command line and an error
-naming that flag in the server's output; router mode also where test_router.py starts llama-server without a
-model, where bankml serve serves its default model by design).
+(``REFUSALS``: server-side tools and MCP, router mode, LoRA, speculative drafts: recognised by one of the
+refusal's flags in the test's bankml command line and an error naming that flag in the server's output; router
+mode also where test_router.py starts llama-server without a model, where bankml serve serves its default model by
+design).
 ``--report`` prints the record's tables without running anything (with ``--check``: checks the record).
 ``--only-llama-passes`` runs on bankml only the tests that pass on llama-server in the record (the others count
 on neither side; a shorter run on a loaded machine).
@@ -105,9 +105,6 @@ REFUSALS = (
         "speculative drafts",
         ("--model-draft", "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-synth-len"),
     ),
-    Refusal("unloading the model when idle", ("--sleep-idle-seconds",)),
-    Refusal("slot save and restore", ("--slot-save-path",)),
-    Refusal("backend sampling", ("--backend-sampling", "-bs")),
 )
 
 

@@ -269,12 +269,12 @@ def test_a_file_not_run_on_bankml_has_no_count():
 
 
 def test_refusals_by_a_flag_spelled_with_underscores():
-    sampling = {
+    proxy = {
         "outcome": "error",
-        "argv": [["bankml", "--backend_sampling"]],
-        "start_error": "bankml serve: error: llama-server's --backend-sampling is not served by bankml serve: ...",
+        "argv": [["bankml", "--ui_mcp_proxy"]],
+        "start_error": "bankml serve: error: llama-server's --ui-mcp-proxy is not served by bankml serve: ...",
     }
-    assert lss.refusal_of(sampling).name == "backend sampling"
+    assert lss.refusal_of(proxy).name == "server-side tools and MCP (/tools, /cors-proxy)"
     answered = {"outcome": "failed", "argv": [["bankml"]], "error": "ServerError: (400, 'tools would be ignored')"}
     assert lss.refusal_of(answered) is None  # a request bankml answered is never refused by design
     lora = {"outcome": "error", "argv": [["bankml", "--lora", "a.gguf"]], "start_error": "error: --lora: no"}

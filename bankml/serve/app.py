@@ -49,6 +49,7 @@ from bankml.serve.cors import CorsMiddleware, CorsOptions
 from bankml.serve.embeddings import EmbeddingRoutes
 from bankml.serve.endpoints import EndpointOptions, Endpoints
 from bankml.serve.flags import chat_model_options, context_options, model_load_options
+from bankml.serve.flags import sleep_idle_seconds as check_sleep_seconds
 from bankml.serve.headers import HeaderCaseMiddleware
 from bankml.serve.ollama_routes import OllamaRoutes
 from bankml.serve.openai_routes import OpenAIRoutes
@@ -56,6 +57,7 @@ from bankml.serve.plumbing import FINGERPRINT, Plumbing, http_error, server_erro
 from bankml.serve.request import ServerDefaults, ServerLimits
 from bankml.serve.runtime import Model
 from bankml.serve.server_flags import sampler_defaults, verbose
+from bankml.serve.sleep import Sleeper, WakeMiddleware
 
 __all__ = ["ServerLimits", "create_app", "serve"]
 
@@ -64,16 +66,30 @@ class _App(OpenAIRoutes, AgentRoutes, OllamaRoutes, Plumbing):
     """The application object: the routes of each wire format over the shared plumbing."""
 
 
-def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None, defaults=None, cors=None, tags=None):
+def create_app(
+    model,
+    alias=None,
+    limits=None,
+    api_keys=(),
+    endpoints=None,
+    defaults=None,
+    cors=None,
+    tags=None,
+    sleep_idle_seconds=-1,
+):
     """The Starlette application serving ``model`` (a bankml.serve.runtime.Model) within ``limits`` (a
     ``ServerLimits``; the defaults without); with ``api_keys``, every route but the public ones asks for one
     (bankml.serve.auth); ``endpoints`` (a bankml.serve.endpoints.EndpointOptions) turns /slots, /metrics and
     POST /props on or off; ``defaults`` (a ``ServerDefaults``) are the server's defaults of the request fields
     (``--seed``, ``-n``, ``-v``...); ``cors`` (a bankml.serve.cors.CorsOptions) the CORS answers. ``alias`` and
     ``tags`` are llama-server's ``--alias`` and ``--tags`` (comma-separated; the first alias in sorted order names
-    the model)."""
+    the model). ``sleep_idle_seconds`` (llama-server's ``--sleep-idle-seconds``; -1: never) frees the model after
+    that many idle seconds and loads it again for the next request (bankml.serve.sleep)."""
     defaults = defaults or ServerDefaults()
     app = _App(model, alias, limits, defaults, tags)
+    app.sleeper = None
+    if sleep_idle_seconds > 0:
+        app.sleeper = Sleeper(model, check_sleep_seconds(sleep_idle_seconds), busy=app.busy)
     default_params = SamplerParams.from_server(dict(defaults.sampler))
     extra = Endpoints(app, app.render_prompt, endpoints, default_params=default_params, build_info=FINGERPRINT)
     routes = (
@@ -110,19 +126,40 @@ def create_app(model, alias=None, limits=None, api_keys=(), endpoints=None, defa
         + EmbeddingRoutes(app).routes()
     )
     routes += gcp.routes(routes, os.environ)  # Vertex AI's AIP_MODE=PREDICTION
+    # the header case outermost: every answer's header names, CORS's included, in llama-server's case; then
+    # CORS: its headers go on every answer, and a preflight is answered before the API key check; a sleeping
+    # model is woken only for a request that passed them
+    middleware = [
+        Middleware(HeaderCaseMiddleware),
+        Middleware(CorsMiddleware, options=cors or CorsOptions()),
+        Middleware(ApiKeyMiddleware, keys=list(api_keys or ())),
+    ]
+    if app.sleeper is not None:
+        middleware.append(Middleware(WakeMiddleware, sleeper=app.sleeper, routes=routes))
     starlette = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error, Exception: server_error},
-        # the header case outermost: every answer's header names, CORS's included, in llama-server's case; then
-        # CORS: its headers go on every answer, and a preflight is answered before the API key check
-        middleware=[
-            Middleware(HeaderCaseMiddleware),
-            Middleware(CorsMiddleware, options=cors or CorsOptions()),
-            Middleware(ApiKeyMiddleware, keys=list(api_keys or ())),
-        ],
+        middleware=middleware,
+        lifespan=_lifespan(app.sleeper),
     )
     starlette.state.bankml = app
     return starlette
+
+
+def _lifespan(sleeper):
+    """The application's lifespan: the sleeper's watcher runs while the server serves."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_):
+        if sleeper is not None:
+            sleeper.start()
+        try:
+            yield
+        finally:
+            if sleeper is not None:
+                sleeper.stop()
+
+    return lifespan
 
 
 def limits_from_args(args):
@@ -150,7 +187,12 @@ def defaults_from_args(args):
     ``-v``/``-lv``."""
     sampler = sampler_defaults(args)
     SamplerParams.from_server(sampler)  # checked as a request's fields are
-    return ServerDefaults(tuple(sampler.items()), getattr(args, "n_predict", -1), verbose(args))
+    return ServerDefaults(
+        tuple(sampler.items()),
+        getattr(args, "n_predict", -1),
+        verbose(args),
+        bool(getattr(args, "backend_sampling", False)),
+    )
 
 
 def _load_model(args, options):
@@ -265,10 +307,16 @@ def serve(args):
             args.alias,
             limits_from_args(args),
             api_keys=api_keys,
-            endpoints=EndpointOptions(slots=args.slots, metrics=args.metrics, props=args.props),
+            endpoints=EndpointOptions(
+                slots=args.slots,
+                metrics=args.metrics,
+                props=args.props,
+                slot_save_path=getattr(args, "slot_save_path", None),
+            ),
             defaults=defaults_from_args(args),
             cors=CorsOptions(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials),
             tags=getattr(args, "model_tags", None),
+            sleep_idle_seconds=getattr(args, "sleep_idle_seconds", -1),
         )
     except gcp.GcpError as err:  # a Vertex AI predict route that is already a route
         model.close()

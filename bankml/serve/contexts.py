@@ -142,6 +142,16 @@ class Slot:
     """One llama context (llama-server's slot): its own KV cache, decoding one sequence at a time."""
 
     def __init__(self, model, index):
+        self.model = model
+        self.index = index
+        self.n_vocab = model.n_vocab
+        self.ctx = None
+        self.open()
+
+    def open(self):
+        """Create the llama context on the model's weights (again after ``close``: llama-server's reload after
+        sleeping), its cache empty."""
+        model = self.model
         L = model._L
         p = L.llama_context_default_params()
         p.n_ctx = model.slot_ctx_request
@@ -162,11 +172,8 @@ class Slot:
         self.ctx = L.llama_init_from_model(model._model, p)
         if not self.ctx:
             raise ModelError(f"cannot create a llama context (n_ctx={model.slot_ctx_request})")
-        self.model = model
-        self.index = index
         self.mem = L.llama_get_memory(self.ctx)
         self.n_past = 0
-        self.n_vocab = model.n_vocab
         # the tokens whose keys and values the cache holds, in order (llama-server's slot.prompt.tokens): the
         # last prompt and every generated token but the last, which is never decoded
         self.tokens = []
@@ -267,9 +274,13 @@ class Slot:
             self.tokens.extend(tokens[start : start + count])
 
     def close(self):
+        """Free the llama context (its cache with it); ``open`` makes a new one."""
         if self.ctx:
             self.model._L.llama_free(self.ctx)
             self.ctx = None
+            self.mem = None
+        self.n_past = 0
+        self.tokens = []
 
 
 class SlotPool:
@@ -286,15 +297,21 @@ class SlotPool:
         self._cond = threading.Condition()
         self.similarity = float(similarity)
 
-    def acquire(self, timeout=None, cancel=None, tokens=None):
-        """A free slot (for a prompt of ``tokens``, when given: see the class); ModelError when none is free within
-        ``timeout`` seconds, None once ``cancel`` is set."""
+    def acquire(self, timeout=None, cancel=None, tokens=None, index=None):
+        """A free slot (for a prompt of ``tokens``, when given: see the class; slot ``index`` when given, once it is
+        free: llama-server's ``id_slot``); ModelError when none is free within ``timeout`` seconds, None once
+        ``cancel`` is set."""
         end = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
                 if cancel is not None and cancel.is_set():
                     return None
-                if self._free:
+                if index is not None:
+                    slot = next((s for s in self._free if s.index == index), None)
+                    if slot is not None:
+                        self._free.remove(slot)
+                        return slot
+                elif self._free:
                     slot = self._pick(tokens)
                     self._free.remove(slot)
                     return slot
@@ -333,9 +350,22 @@ class SlotPool:
             return len(self._all) - len(self._free)
 
     def close(self):
+        """Free every slot's context (``reopen`` makes them again)."""
         for slot in self._all:
             slot.close()
-        self._all = []
+
+    def reopen(self):
+        """A new context for every slot, after ``close`` (each cache empty)."""
+        for slot in self._all:
+            if not slot.ctx:
+                slot.open()
+
+
+def slot_of_id(id_slot, n_slots):
+    """The slot an ``id_slot`` names: llama-server's ``get_slot_by_id`` takes the id modulo the slot count, a
+    ``size_t``, so an id past the last slot wraps around and a negative one is read as its unsigned 64-bit value
+    (with 2 slots, -1 is slot 1)."""
+    return (int(id_slot) % 2**64) % n_slots
 
 
 def common_prefix(a, b):

@@ -17,18 +17,21 @@ vocabulary or a body that is not JSON, bankml answers a 400. See docs/modules/se
 """
 
 import ctypes
+import os
 import secrets
 import string
 import threading
 import time
 
 import numpy as np
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from bankml.errors import RequestError, json_type_name
 from bankml.sampling.params import SAMPLER_FIELDS, SamplerParams
 from bankml.schema import jsondepth
+from bankml.serve import slot_files
 from bankml.serve.fields import DETOKENIZE, TOKENIZE, check_unknown
 
 __all__ = [
@@ -42,7 +45,7 @@ __all__ = [
     "tokenize_body",
 ]
 
-# the modalities, UI and sleeping fields bankml reports: it has no multimodal projector, no web UI, no sleep
+# the modalities bankml reports: it has no multimodal projector
 _MODALITIES = {"vision": False, "video": False, "audio": False}
 # task_params' fields that bankml's sampler has no counterpart for, as the pinned server's defaults give them
 _TASK_DEFAULTS = {
@@ -69,12 +72,14 @@ _SAMPLER_ORDER = tuple(f.name for f in SAMPLER_FIELDS if f.props)
 
 class EndpointOptions:
     """The server options the extra endpoints answer by: ``--slots``/``--no-slots`` (default on),
-    ``--metrics`` and ``--props`` (default off)."""
+    ``--metrics`` and ``--props`` (default off), ``--slot-save-path`` (the folder of the slot actions' files;
+    None: the actions answer 501)."""
 
-    def __init__(self, slots=True, metrics=False, props=False):
+    def __init__(self, slots=True, metrics=False, props=False, slot_save_path=None):
         self.slots = bool(slots)
         self.metrics = bool(metrics)
         self.props = bool(props)
+        self.slot_save_path = slot_save_path or None
 
 
 def _field_bool(body, name, default):
@@ -154,8 +159,9 @@ def _f32(value):
     return float(np.float32(value))
 
 
-def default_generation_params(params):
-    """``task_params::to_json(true)`` of the server's default sampling settings (``params`` a SamplerParams)."""
+def default_generation_params(params, backend_sampling=False):
+    """``task_params::to_json(true)`` of the server's default sampling settings (``params`` a SamplerParams;
+    ``backend_sampling``: the server's ``-bs``)."""
     d = params.as_dict()
     out = {name: d[name] for name in _SAMPLER_ORDER}
     out["seed"] = int(d["seed"]) & 0xFFFFFFFF
@@ -167,6 +173,7 @@ def default_generation_params(params):
     out["samplers"] = list(d["samplers"])
     for name in ("speculative.types", "timings_per_token", "post_sampling_probs", "backend_sampling", "lora"):
         out[name] = _TASK_DEFAULTS[name]
+    out["backend_sampling"] = bool(backend_sampling)
     return out
 
 
@@ -176,6 +183,7 @@ def task_params(job):
     out = default_generation_params(job.params)
     out["max_tokens"] = out["n_predict"] = int(job.max_tokens)
     out["stream"] = bool(getattr(job, "stream_requested", False))
+    out["backend_sampling"] = bool(getattr(job, "backend_sampling", False))
     out["ignore_eos"] = bool(getattr(job, "ignore_eos", False))
     probs = getattr(job, "probs", None)
     out["n_probs"] = int(probs.n_probs) if probs is not None else 0
@@ -197,7 +205,7 @@ def model_ftype(model):
     return fn(int(L.llama_model_ftype(model._model))).decode("utf-8")
 
 
-def props_body(app, options, default_params, build_info):
+def props_body(app, options, default_params, build_info, is_sleeping=False):
     """The answer of ``GET /props`` (``get_res_props``)."""
     model = app.model
     layer = model.chat_layer()
@@ -208,7 +216,10 @@ def props_body(app, options, default_params, build_info):
         tok = fn(model._lvocab)
         tokens.append(model.piece(tok, special=True).decode("utf-8", "replace") if 0 <= tok < model.n_vocab else "")
     body = {
-        "default_generation_settings": {"params": default_generation_params(default_params), "n_ctx": model.n_ctx_slot},
+        "default_generation_settings": {
+            "params": default_generation_params(default_params, getattr(app.defaults, "backend_sampling", False)),
+            "n_ctx": model.n_ctx_slot,
+        },
         "total_slots": model.n_parallel,
         "model_alias": app.alias,
         "model_ftype": model_ftype(model),
@@ -225,7 +236,7 @@ def props_body(app, options, default_params, build_info):
         "bos_token": tokens[0],
         "eos_token": tokens[1],
         "build_info": build_info,
-        "is_sleeping": False,
+        "is_sleeping": bool(is_sleeping),
         "cors_proxy_enabled": False,
     }
     mode = getattr(model, "json_schema_mode", "llama.cpp")
@@ -443,6 +454,17 @@ class Endpoints:
         self.build_info = build_info
         app.metrics = Metrics()
         app.media_marker = media_marker()
+        self._asleep_props = None
+        if getattr(app, "sleeper", None) is not None:
+            app.sleeper.on_state(self._sleeping)
+
+    def _props(self, is_sleeping=False):
+        return props_body(self.app, self.options, self.default_params, self.build_info, is_sleeping)
+
+    def _sleeping(self, is_sleeping):
+        # llama-server's update_cached_responses: /props is answered from what it was on entering sleep
+        if is_sleeping:
+            self._asleep_props = self._props(True)
 
     def routes(self):
         return [
@@ -489,7 +511,52 @@ class Endpoints:
         return JSONResponse({"success": True})
 
     async def slot_action(self, request):
-        return _not_supported("This server does not support slots action. Start it with `--slot-save-path`")
+        """``POST /slots/:id_slot?action=save|restore|erase`` (bankml.serve.slot_files), checked in llama-server's
+        order: the folder, the slot id's text, the action, the body's ``filename``, the slot."""
+        folder = self.options.slot_save_path
+        if folder is None:
+            return _not_supported("This server does not support slots action. Start it with `--slot-save-path`")
+        model = self.app.model
+        try:
+            id_slot, index = slot_files.slot_index(request.path_params["id_slot"], model.n_parallel)
+            action = request.query_params.get("action", "")
+            if action not in ("save", "restore", "erase"):
+                raise slot_files.SlotActionError("Invalid action")
+            filename = None if action == "erase" else await self._slot_filename(request)
+            timeout = self.app.limits.request_seconds
+            if action == "erase":
+                body = await run_in_threadpool(slot_files.erase, model, index, id_slot, timeout)
+            else:
+                run = slot_files.save if action == "save" else slot_files.restore
+                path = os.path.join(folder, filename)
+                body = await run_in_threadpool(run, model, index, id_slot, filename, path, timeout)
+        except slot_files.SlotActionError as e:
+            return _error(e.message, e.code, e.kind)
+        return JSONResponse(body)
+
+    async def _slot_filename(self, request):
+        """The body's ``filename``, checked as llama-server's fs_validate_filename (no path out of the folder).
+        llama-server answers a body that is not JSON, or has no string ``filename``, with a 500; bankml with a
+        400."""
+        try:
+            raw = await self.app._read(request)
+        except Exception as e:  # noqa: BLE001 - answered with llama-server's error object
+            r = self.app.refusal_of(e)
+            raise slot_files.SlotActionError(r.message if r else "the client went away", r.code if r else 499) from None
+        try:
+            body = jsondepth.loads(raw)
+        except (ValueError, RecursionError) as e:
+            raise slot_files.SlotActionError(f"Invalid JSON body: {e}") from None
+        if not isinstance(body, dict) or "filename" not in body:
+            raise slot_files.SlotActionError("[json.exception.out_of_range.403] key 'filename' not found")
+        name = body["filename"]
+        if not isinstance(name, str):
+            raise slot_files.SlotActionError(
+                "[json.exception.type_error.302] type must be string, but is " + json_type_name(name)
+            )
+        if not slot_files.valid_filename(name):
+            raise slot_files.SlotActionError("Invalid filename")
+        return name
 
     async def _post(self, request, make):
         app = self.app
@@ -524,7 +591,11 @@ class Endpoints:
         return body
 
     async def props(self, request):
-        return JSONResponse(props_body(self.app, self.options, self.default_params, self.build_info))
+        sleeper = getattr(self.app, "sleeper", None)
+        if sleeper is None:
+            return JSONResponse(self._props())
+        body = await run_in_threadpool(sleeper.awake, self._props)
+        return JSONResponse(self._asleep_props if body is None else body)
 
     async def post_props(self, request):
         if not self.options.props:

@@ -98,7 +98,7 @@ _COMMON = {
     "cache_prompt": HONOURED,
     "n_cache_reuse": HONOURED,
     # no bearing on the answer: identification, storage and transport hints
-    "id_slot": ACCEPTED,
+    "id_slot": HONOURED,  # the slot the request runs on (llama-server's get_slot_by_id)
     "sse_ping_interval": ACCEPTED,
     "user": ACCEPTED,
     "metadata": ACCEPTED,
@@ -128,7 +128,9 @@ _COMMON = {
         "'t_max_predict_ms' " + _NOT_YET + " (see --request-timeout)", lambda v: v is not None and v != -1
     ),
     "lora": Refuse("LoRA adapters are not supported by bankml: 'lora' must be empty", _nonempty),
-    "backend_sampling": Refuse("'backend_sampling' " + _NOT_YET, _truthy),
+    # llama-server runs the leading samplers of the chain in the model's graph; bankml samples with the CPU chain,
+    # which is llama-server's answer with its default sampler order (docs/modules/server.md)
+    "backend_sampling": ACCEPTED,
     "speculative.n_max": Refuse("speculative decoding is not supported by bankml: 'speculative.n_max'"),
     "speculative.n_min": Refuse("speculative decoding is not supported by bankml: 'speculative.n_min'"),
     "speculative.p_min": Refuse("speculative decoding is not supported by bankml: 'speculative.p_min'"),

@@ -31,6 +31,7 @@ __all__ = [
     "flash_attn_name",
     "flash_attn_type",
     "kv_cache_type",
+    "sleep_idle_seconds",
 ]
 
 # get_all_kv_cache_types(): the names llama-server accepts, in its order
@@ -111,6 +112,7 @@ ENV_OPTIONS = (
     ("LLAMA_ARG_EMBEDDINGS", "embedding", "flag"),
     ("LLAMA_ARG_POOLING", "pooling", "str"),
     ("LLAMA_ARG_RERANKING", "embedding", "rerank"),
+    ("LLAMA_ARG_BACKEND_SAMPLING", "backend_sampling", "flag"),
 )
 
 
@@ -202,3 +204,12 @@ def chat_model_options(args):
         "strict_style": style or DEFAULT_STRICT_STYLE,
         "tool_call_mode": getattr(args, "tool_call_mode", "llama.cpp"),
     }
+
+
+def sleep_idle_seconds(value):
+    """``--sleep-idle-seconds``' value as llama-server's common/arg.cpp takes it (-1: never sleep); a ValueError
+    with its message otherwise."""
+    n = int(value)
+    if n == 0 or n < -1:
+        raise ValueError("invalid value: cannot be 0 or less than -1")
+    return n

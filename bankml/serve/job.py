@@ -149,6 +149,7 @@ class Job:
         self.return_progress = False  # llama-server's return_progress: prompt-progress events first (streamed)
         # llama-server's cache_prompt: reuse the prefix the slot's cache shares with the prompt (the model's default)
         self.cache_prompt = model.cache_prompt
+        self.slot_request = None  # the slot a request's id_slot names (None: the pool's choice)
         self.n_cache_reuse = model.cache_reuse  # llama-server's n_cache_reuse: chunks shifted into place (0: none)
         self.n_cached = 0  # the prompt's tokens reused from the slot's cache, once evaluated
         self.prompt_ms = 0.0  # the prompt's evaluation, once done
@@ -273,7 +274,7 @@ class Job:
         if own:
             timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
             try:
-                slot = model.acquire(timeout, self.cancelled, self.prompt_tokens)
+                slot = model.acquire(timeout, self.cancelled, self.prompt_tokens, self.slot_request)
             except ModelError:
                 raise ModelError("no free slot within the request's time budget") from None
             if slot is None:  # cancelled while waiting: nothing computed

@@ -133,7 +133,8 @@ class OllamaRoutes:
         )
 
     async def ollama_ps(self, request):
-        """Ollama's ``GET /api/ps``: the loaded model, which bankml keeps loaded until it stops."""
+        """Ollama's ``GET /api/ps``: the loaded model, which bankml keeps loaded until it stops (with
+        ``--sleep-idle-seconds``, this request wakes a sleeping model: bankml.serve.sleep)."""
         m = self.model
         entry = {
             "name": self.alias,
@@ -153,7 +154,9 @@ class OllamaRoutes:
         return ollama_error("this model does not support embeddings", 501)
 
 
-_NEVER = "9999-12-31T23:59:59Z"  # bankml never unloads the model: its expiry is past any date a client compares
+# no expiry is known (bankml unloads the model only after --sleep-idle-seconds of idleness): past any date a
+# client compares
+_NEVER = "9999-12-31T23:59:59Z"
 
 
 def _details(model):

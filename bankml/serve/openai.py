@@ -115,6 +115,8 @@ def debug_fields(body, context):
         "return_progress": bool_field(body, "return_progress", False),
         "cache_prompt": bool_field(body, "cache_prompt", None),
         "n_cache_reuse": _int_field(body, "n_cache_reuse"),
+        "id_slot": _int_field(body, "id_slot"),
+        "backend_sampling": bool_field(body, "backend_sampling", context.defaults.backend_sampling),
         "ignore_eos": bool_field(body, "ignore_eos", False),
         "n": read_n(body, context.n_parallel),
     }

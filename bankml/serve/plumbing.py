@@ -491,7 +491,12 @@ class Plumbing:
         # llama-server's tasks: one per prompt (an array of prompts), each with its n_cmpl (``n``) completions,
         # every one a job of its own on its own slot, answered in that order
         requests = [request] + [replace(request, prompt=p, more_prompts=()) for p in request.more_prompts]
-        jobs = [self.model.prepare(r, cancel=cancel, deadline=self._deadline()) for r in requests for _ in range(r.n)]
+        jobs = []
+        for r in requests:
+            for i in range(r.n):
+                jobs.append(self.model.prepare(r, cancel=cancel, deadline=self._deadline()))
+                if i:  # an n_cmpl child takes another free slot; the parent keeps the request's id_slot
+                    jobs[-1].slot_request = None
         job = jobs[0]
         job.siblings = jobs[1:]
         return request, job

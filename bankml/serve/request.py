@@ -112,12 +112,14 @@ class ReadContext:
 @dataclass(frozen=True)
 class ServerDefaults:
     """The server's defaults of the fields a body leaves out, from llama-server's flags (its requests start from
-    ``params_base``): ``sampler`` (``(field, value)`` pairs: ``--seed``, ``--temp``...), ``n_predict`` (``-n``)
-    and ``verbose`` (``-v``: the answers carry ``__verbose``)."""
+    ``params_base``): ``sampler`` (``(field, value)`` pairs: ``--seed``, ``--temp``...), ``n_predict`` (``-n``),
+    ``verbose`` (``-v``: the answers carry ``__verbose``) and ``backend_sampling`` (``-bs``: reported only, bankml
+    samples with the CPU chain)."""
 
     sampler: Tuple[Tuple[str, Any], ...] = ()
     n_predict: int = -1
     verbose: bool = False
+    backend_sampling: bool = False
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,8 @@ class Request:
     return_progress: bool = False
     cache_prompt: Optional[bool] = None  # reuse the slot's cached prefix (None: the model's default)
     n_cache_reuse: Optional[int] = None  # the shortest cached chunk shifted into place (None: the model's default)
+    id_slot: Optional[int] = None  # llama-server's id_slot: the slot to generate on (None or -1: any)
+    backend_sampling: bool = False  # reported in generation_settings; bankml samples with the CPU chain
     ignore_eos: bool = False  # the EOG biases are in ``params``; kept for generation_settings
     n: int = 1  # llama-server's n_cmpl: completions of the prompt, each on a slot of its own
 

@@ -53,6 +53,7 @@ from bankml.serve.contexts import (
     pooling_request,
     quiet_logs,
     slot_context_size,
+    slot_of_id,
     special_splitter,
 )
 from bankml.serve.cpu import default_threads, prepare_model_loading
@@ -167,15 +168,10 @@ class Model:
         quiet_logs(L, verbose)
         self.amx = prepare_model_loading(L)
         L.llama_backend_init()
-        mp = L.llama_model_default_params()
-        mp.use_extra_bufts = bool(self.amx.use_extra_bufts and not no_repack)
-        self.use_extra_bufts = mp.use_extra_bufts
-        self._model = L.llama_model_load_from_file(self.path.encode("utf-8"), mp)
-        if not self._model:
-            raise ModelError(f"llama.cpp cannot load {self.path}")
+        self.use_extra_bufts = bool(self.amx.use_extra_bufts and not no_repack)
+        self._load_weights()
         if self.n_ctx <= 0:  # as llama.cpp's -c 0: the model's training context
             self.n_ctx = int(L.llama_model_n_ctx_train(self._model))
-        self._lvocab = L.llama_model_get_vocab(self._model)
         self.n_vocab = L.llama_vocab_n_tokens(self._lvocab)
         self.vocab = Vocab.from_gguf(self.path)
         if len(self.vocab) != self.n_vocab:
@@ -247,6 +243,36 @@ class Model:
         # the requests' default cache_prompt (llama-server's --cache-prompt / --no-cache-prompt)
         self.cache_prompt = bool(cache_prompt)
         self.cache_reuse = int(cache_reuse)  # the requests' default n_cache_reuse (--cache-reuse)
+
+    def _load_weights(self):
+        L = self._L
+        mp = L.llama_model_default_params()
+        mp.use_extra_bufts = self.use_extra_bufts
+        self._model = L.llama_model_load_from_file(self.path.encode("utf-8"), mp)
+        if not self._model:
+            raise ModelError(f"llama.cpp cannot load {self.path}")
+        self._lvocab = L.llama_model_get_vocab(self._model)
+
+    @property
+    def loaded(self):
+        """Whether the weights and the slots' contexts are in memory (False after ``unload``)."""
+        return bool(self._model)
+
+    def unload(self):
+        """Free the slots' contexts (their caches with them) and the weights, as llama-server's sleep frees its
+        model and contexts (``--sleep-idle-seconds``); ``reload`` loads them again. The caller sees to it that
+        no slot is in use and no request reads the model meanwhile (``bankml.serve.sleep.Sleeper``)."""
+        self.slots.close()
+        if self._model:
+            self._L.llama_model_free(self._model)
+        self._model = None
+        self._lvocab = None
+
+    def reload(self):
+        """The weights and the slots' contexts loaded again after ``unload`` (each slot's cache empty)."""
+        if not self._model:
+            self._load_weights()
+        self.slots.reopen()
 
     # -- text
 
@@ -671,22 +697,22 @@ class Model:
         job.stream_requested = request.stream
         job.return_progress = request.return_progress and request.stream
         job.ignore_eos = request.ignore_eos
+        job.backend_sampling = request.backend_sampling
         if request.cache_prompt is not None:
             job.cache_prompt = request.cache_prompt
         if request.n_cache_reuse is not None:
             job.n_cache_reuse = request.n_cache_reuse
+        if request.id_slot is not None and request.id_slot != -1:  # llama-server's id_slot: that slot, once free
+            job.slot_request = slot_of_id(request.id_slot, self.n_parallel)
         return job
 
-    def acquire(self, timeout=None, cancel=None, tokens=None):
-        """A free slot (the one whose cache is most alike ``tokens``: SlotPool); ModelError when none is free
-        within ``timeout`` seconds, None once ``cancel`` is set."""
-        return self.slots.acquire(timeout, cancel, tokens)
+    def acquire(self, timeout=None, cancel=None, tokens=None, index=None):
+        """A free slot (the one whose cache is most alike ``tokens``: SlotPool; slot ``index`` once it is free, when
+        given); ModelError when none is free within ``timeout`` seconds, None once ``cancel`` is set."""
+        return self.slots.acquire(timeout, cancel, tokens, index)
 
     def release(self, slot):
         self.slots.release(slot)
 
     def close(self):
-        self.slots.close()
-        if self._model:
-            self._L.llama_model_free(self._model)
-            self._model = None
+        self.unload()

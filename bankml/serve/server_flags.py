@@ -14,8 +14,10 @@ A flag that is none of these is no llama-server flag, and argparse refuses it as
 """
 
 import argparse
+import os
 
 from bankml.serve.contexts import POOLING
+from bankml.serve.flags import sleep_idle_seconds
 
 __all__ = ["NO_BEARING", "REFUSED", "SAMPLER_FLAGS", "add_arguments", "refusal", "sampler_defaults", "verbose"]
 
@@ -201,8 +203,6 @@ REFUSED = {
     "--reverse-prompt": _PER_REQUEST + " 'stop'",
     "--reasoning-effort": _PER_REQUEST + " 'reasoning_effort'",
     "--ignore-eos": "'ignore_eos' is not implemented by bankml",
-    "-bs": "backend sampling is not implemented by bankml: bankml samples on the CPU",
-    "--backend-sampling": "backend sampling is not implemented by bankml: bankml samples on the CPU",
     "--context-shift": _CONTEXT_SHIFT,
     "--keep": _CONTEXT_SHIFT,
     "--skip-chat-parsing": "a pure content parser is not served by bankml: the template's parser reads every answer",
@@ -210,9 +210,6 @@ REFUSED = {
     "--no-reasoning-preserve": "dropping the reasoning of earlier turns is not implemented by bankml",
     "--no-prefill-assistant": "answering after a final assistant message (instead of continuing it) is not "
     "implemented by bankml",
-    "--sleep-idle-seconds": "bankml keeps the model loaded: it does not unload it when idle",
-    "--slot-save-path": "bankml keeps no slot state between requests (every prompt is evaluated anew), so there is "
-    "nothing to save or restore",
     "--ssl-key-file": "TLS is not implemented by bankml serve: put a TLS proxy in front of it",
     "--ssl-cert-file": "TLS is not implemented by bankml serve: put a TLS proxy in front of it",
     "--api-prefix": "a path prefix is not implemented by bankml serve: put a proxy in front of it",
@@ -257,6 +254,19 @@ class _Rerank(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         namespace.embedding = True
         namespace.pooling = "rank"
+
+
+def _sleep_seconds(text):
+    try:
+        return sleep_idle_seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e) if "cannot be" in str(e) else f"invalid int value: {text!r}") from None
+
+
+def _directory(text):
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"not a directory: {text}")
+    return text
 
 
 class _Refuse(argparse.Action):
@@ -330,6 +340,20 @@ def add_arguments(p):
         "-sps", "--slot-prompt-similarity", dest="slot_prompt_similarity", type=float, default=0.1,
         help="how much a free slot's cached prompt must match a request's to be chosen for it (default: 0.1; "
         "0: the least recently used slot)",
+    )  # fmt: skip
+    p.add_argument(
+        "-bs", "--backend-sampling", dest="backend_sampling", action="store_true",
+        help="the default of a request's backend_sampling, reported in /props; bankml samples with the CPU chain "
+        "either way (docs/modules/server.md: what llama-server's graph samplers change)",
+    )  # fmt: skip
+    p.add_argument(
+        "--slot-save-path", dest="slot_save_path", type=_directory, default=None, metavar="PATH",
+        help="the folder of POST /slots/:id?action=save|restore files (default: disabled)",
+    )  # fmt: skip
+    p.add_argument(
+        "--sleep-idle-seconds", dest="sleep_idle_seconds", type=_sleep_seconds, default=-1, metavar="SECONDS",
+        help="seconds of idleness after which the model is freed, loaded again by the next request (default: -1, "
+        "disabled)",
     )  # fmt: skip
     known = set(p._option_string_actions)
     for flag, (takes_value, why) in NO_BEARING.items():

@@ -70,18 +70,18 @@ def running_serve(args, *, log_prefix="bankml-serve-", cwd=None, env=None, start
 
 
 @contextlib.contextmanager
-def smollm2_client(alias="m", *, n_ctx=512, n_threads=1, n_parallel=1):
-    """A Starlette TestClient over ``create_app`` on SmolLM2-135M-Instruct, in process; the model closed at the
-    end."""
+def smollm2_client(alias="m", *, n_ctx=512, n_threads=1, n_parallel=1, model_options=None, **app_options):
+    """A Starlette TestClient over ``create_app`` on SmolLM2-135M-Instruct (``model_options``: Model's,
+    ``app_options``: create_app's), in process; the model closed at the end."""
     from starlette.testclient import TestClient
 
     from bankml.serve.app import create_app
     from bankml.serve.runtime import Model
     from tests.oracle_support import smollm2_path
 
-    model = Model(smollm2_path(), n_ctx=n_ctx, n_threads=n_threads, n_parallel=n_parallel)
+    model = Model(smollm2_path(), n_ctx=n_ctx, n_threads=n_threads, n_parallel=n_parallel, **(model_options or {}))
     try:
-        with TestClient(create_app(model, alias)) as c:
+        with TestClient(create_app(model, alias, **app_options)) as c:
             c.bankml_model = model
             yield c
     finally:

@@ -123,6 +123,7 @@ HONOURED_BY = {
     "ignore_eos": "tests/serve/test_ignore_eos.py::test_ignore_eos_in_generation_settings",
     "n": "tests/serve/test_server_flags.py::test_several_completions",
     "n_cmpl": "tests/serve/test_server_flags.py::test_several_completions",
+    "id_slot": "tests/serve/test_slot_save.py::test_a_saved_slot_restored_into_another_is_reused",
 }
 SAMPLER = {
     "n_predict",
@@ -333,6 +334,7 @@ def _accepted_value(name):
         "cache_prompt": True,
         "n_cache_reuse": 4,
         "id_slot": 0,
+        "backend_sampling": True,
         "sse_ping_interval": 30,
         "prediction": {"type": "content", "content": "x"},
         "prompt_cache_options": {},

@@ -70,8 +70,6 @@ def test_every_llama_server_flag_is_served_accepted_or_refused():
         (["--models-dir", "models"], "router mode"),
         (["--spec-type", "ngram-simple"], "speculative decoding"),
         (["-md", "draft.gguf"], "speculative decoding"),
-        (["--slot-save-path", "slots"], "nothing to save or restore"),
-        (["--sleep-idle-seconds", "1"], "does not unload it when idle"),
         (["-ngl", "99"], "default device placement"),
     ],
 )
@@ -432,5 +430,10 @@ def test_flags_spelled_with_underscores_as_llama_server(capsys):
     assert spelled == ["serve", "--n-predict", "5", "--chat-template-file", "a_b", "--x_y"]
     assert cli._llama_server_spelling(parser, ["generate", "--n_predict"]) == ["generate", "--n_predict"]
     with pytest.raises(SystemExit):
-        cli.main(["serve", "--backend_sampling"])
-    assert "llama-server's --backend-sampling is not served by bankml serve" in capsys.readouterr().err
+        cli.main(["serve", "--ui_mcp_proxy"])
+    assert "llama-server's --ui-mcp-proxy is not served by bankml serve" in capsys.readouterr().err
+    assert (
+        cli.build_parser()
+        .parse_args(cli._llama_server_spelling(parser, ["serve", "--backend_sampling"]))
+        .backend_sampling
+    )
