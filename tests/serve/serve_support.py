@@ -37,9 +37,28 @@ def running_serve(args, *, log_prefix="bankml-serve-", cwd=None, env=None, start
     """``python -m bankml serve ARGS`` on a free loopback port: yields its base URL once ``/health`` answers 200;
     fails the test with the server's log when it exits or does not answer within ``start_timeout`` seconds;
     terminates it (killed after ``stop_timeout``) at the end."""
+    cmd = [sys.executable, "-m", "bankml", "serve", *args]
+    with _running(cmd, "bankml serve", log_prefix, cwd, env, start_timeout, stop_timeout) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def running_llama_server(flags, *, start_timeout=120, stop_timeout=30):
+    """The pinned llama-server (tests/oracle/build_server.py's) on SmolLM2-135M-Instruct with ``flags``, on a free
+    loopback port: its base URL, as ``running_serve``."""
+    from tests.oracle.build_server import build_server
+    from tests.oracle_support import smollm2_path
+
+    cmd = [str(build_server()), "-m", str(smollm2_path()), *flags]
+    with _running(cmd, "llama-server", "llama-server-", None, None, start_timeout, stop_timeout) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def _running(cmd, name, log_prefix, cwd, env, start_timeout, stop_timeout):
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", prefix=log_prefix, suffix=".log", delete=False)
-    cmd = [sys.executable, "-m", "bankml", "serve", "--host", "127.0.0.1", "--port", str(port), *args]
+    cmd = [*cmd, "--host", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -47,7 +66,7 @@ def running_serve(args, *, log_prefix="bankml-serve-", cwd=None, env=None, start
         while True:
             if proc.poll() is not None:
                 log.seek(0)
-                pytest.fail(f"bankml serve exited with {proc.returncode}:\n{log.read()}")
+                pytest.fail(f"{name} exited with {proc.returncode}:\n{log.read()}")
             try:
                 if httpx.get(base + "/health", timeout=2).status_code == 200:
                     break
@@ -55,7 +74,7 @@ def running_serve(args, *, log_prefix="bankml-serve-", cwd=None, env=None, start
                 pass
             if time.monotonic() > deadline:
                 log.seek(0)
-                pytest.fail(f"bankml serve did not answer /health:\n{log.read()}")
+                pytest.fail(f"{name} did not answer /health:\n{log.read()}")
             time.sleep(0.2)
         yield base
     finally:

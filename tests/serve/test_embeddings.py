@@ -13,7 +13,6 @@ token's). bankml evaluates each input on its own slot, so its mean is over every
 
 import contextlib
 import json
-import subprocess
 import time
 
 import httpx
@@ -26,8 +25,7 @@ from bankml.serve.embeddings import embd_normalize
 from bankml.serve.flags import chat_model_options, context_options
 from tests.oracle_support import smollm2_path
 
-from ..oracle.build_server import build_server
-from .serve_support import free_port
+from .serve_support import running_llama_server
 
 BASE = ["-t", "1", "-tb", "1", "-c", "512", "-b", "128", "-ub", "128", "--alias", "m", "--no-warmup"]
 LONG = "Write a joke about AI from a very long prompt which will not be truncated"
@@ -79,29 +77,6 @@ RERANK_CASES = [
 
 
 @contextlib.contextmanager
-def _llama_server(flags):
-    port = free_port()
-    cmd = [str(build_server()), "-m", str(smollm2_path()), *flags, "--port", str(port), "--host", "127.0.0.1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, "llama-server exited"
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "llama-server did not start"
-            time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(30)
-
-
-@contextlib.contextmanager
 def _bankml(flags):
     """bankml serve's app as ``bankml serve FLAGS`` makes it (its parser, its model loading), in process."""
     from starlette.testclient import TestClient
@@ -117,7 +92,7 @@ def _bankml(flags):
 
 
 def _answers(flags, cases):
-    with _llama_server(flags) as base:
+    with running_llama_server(flags) as base:
         theirs = [httpx.post(base + path, json=body, timeout=120) for path, body in cases]
     with _bankml(flags) as client:
         ours = [client.post(path, json=body) for path, body in cases]

@@ -6,8 +6,6 @@ cache shifted into place. The last two tests run the pinned llama-server (``test
 same requests: the same content, probabilities and counts."""
 
 import json
-import subprocess
-import time
 
 import httpx
 import pytest
@@ -16,8 +14,7 @@ from bankml.serve.contexts import SlotPool, common_prefix
 from bankml.serve.runtime import Model
 from tests.oracle_support import smollm2_path
 
-from ..oracle.build_server import build_server
-from .serve_support import free_port
+from .serve_support import running_llama_server
 
 PROMPT = "the quick brown fox jumps over the lazy dog"
 GREEDY = {"temperature": 0.0, "n_predict": 6, "n_probs": 3}
@@ -133,32 +130,16 @@ def _both(prompts, extra_flags=(), **options):
 
     from bankml.serve.app import create_app
 
-    port = free_port()
-    cmd = [str(build_server()), "-m", str(smollm2_path()), "-t", "1", "-tb", "1", "-c", "512", "-np", "1"]
-    cmd += ["-fa", "off", "--no-warmup", "--port", str(port), "--host", "127.0.0.1", *extra_flags]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
+    flags = ["-t", "1", "-tb", "1", "-c", "512", "-np", "1", "-fa", "off", "--no-warmup", *extra_flags]
     model = Model(smollm2_path(), n_ctx=512, n_threads=1, n_parallel=1, cache_prompt=True, **options)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, "llama-server exited"
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "llama-server did not start"
-            time.sleep(0.3)
         theirs, ours = [], []
-        with TestClient(create_app(model, "m")) as client:
+        with running_llama_server(flags) as base, TestClient(create_app(model, "m")) as client:
             for prompt in prompts:  # a prompt, or a body's fields
                 body = {**GREEDY, **(prompt if isinstance(prompt, dict) else {"prompt": prompt})}
                 theirs.append(httpx.post(base + "/completion", json=body, timeout=120).json())
                 ours.append(client.post("/completion", json=body).json())
     finally:
-        proc.terminate()
-        proc.wait(30)
         model.close()
     return theirs, ours
 

@@ -7,8 +7,6 @@ and one written by bankml restored by llama-server."""
 
 import contextlib
 import struct
-import subprocess
-import time
 
 import httpx
 import pytest
@@ -18,9 +16,7 @@ from bankml.serve.contexts import slot_of_id
 from bankml.serve.endpoints import EndpointOptions
 from bankml.serve.slot_files import SlotActionError, pack_tokens, slot_index, unpack_tokens, valid_filename
 
-from ..oracle.build_server import build_server
-from ..oracle_support import smollm2_path
-from .serve_support import free_port, smollm2_client
+from .serve_support import running_llama_server, smollm2_client
 
 _FIRST = {"prompt": "What is the capital of France?", "temperature": 0, "n_predict": 8, "cache_prompt": True}
 _SECOND = dict(_FIRST, prompt="What is the capital of France? And of Germany?")
@@ -159,26 +155,9 @@ def test_without_the_flag_the_actions_answer_501():
 def _llama_server(folder):
     """The pinned llama-server on SmolLM2 with two slots of 512 tokens (one KV pool: each slot's context is bankml's
     with kv_unified), flash attention auto, saving slots in ``folder``."""
-    port = free_port()
-    cmd = [str(build_server()), "-m", str(smollm2_path()), "-t", "1", "-tb", "1", "-c", "512", "-np", "2", "-kvu"]
-    cmd += ["--no-warmup", "--port", str(port), "--host", "127.0.0.1", "--slot-save-path", str(folder)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, "llama-server exited"
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "llama-server did not start"
-            time.sleep(0.3)
+    flags = ["-t", "1", "-tb", "1", "-c", "512", "-np", "2", "-kvu", "--no-warmup", "--slot-save-path", str(folder)]
+    with running_llama_server(flags) as base:
         yield httpx.Client(base_url=base, timeout=120)
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def test_files_are_exchanged_with_llama_server(tmp_path):
