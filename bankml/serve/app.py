@@ -120,8 +120,6 @@ def create_app(
             Route("/api/version", app.ollama_version, methods=["GET"]),
             Route("/api/show", app.ollama_show, methods=["POST"]),
             Route("/api/ps", app.ollama_ps, methods=["GET"]),
-            Route("/api/embed", app.ollama_embed, methods=["POST"]),
-            Route("/api/embeddings", app.ollama_embed, methods=["POST"]),
         ]
         + extra.routes()
         + EmbeddingRoutes(app).routes()

@@ -38,11 +38,12 @@ from starlette.routing import Route
 
 from bankml.errors import json_type_name
 from bankml.serve.contexts import POOLING, ModelError
+from bankml.serve.fields import EMBEDDINGS, OLLAMA_EMBED, OLLAMA_EMBEDDINGS, RERANK, check_unknown
 from bankml.serve.job import ContextSizeError, check_cancel
-from bankml.serve.plumbing import Gone, Refusal, disconnected, refusal
+from bankml.serve.plumbing import Gone, Refusal, disconnected, ollama_error, refusal
 from bankml.serve.request import read_body
 
-__all__ = ["EmbeddingRoutes", "embd_normalize", "rerank_tokens"]
+__all__ = ["EmbeddingRoutes", "embd_normalize", "ollama_inputs", "ollama_normalize", "rerank_tokens"]
 
 NONE, LAST, RANK = (POOLING.index(name) for name in ("none", "last", "rank"))
 _ELEMENTS = (
@@ -361,7 +362,15 @@ class EmbeddingRoutes:
                 Route(p, self.rerank, methods=["POST"])
                 for p in ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")
             ),
+            Route("/api/embed", self.ollama_embed, methods=["POST"]),
+            Route("/api/embeddings", self.ollama_embeddings, methods=["POST"]),
         ]
+
+    def _known(self, body, known):
+        """The body, its unknown fields refused with --reject-unknown-fields."""
+        if self.app.limits.reject_unknown_fields:
+            check_unknown(body, known)
+        return body
 
     async def embeddings(self, request):
         return await self._embeddings(request, oai=False)
@@ -380,7 +389,7 @@ class EmbeddingRoutes:
     def _embed_job(self, raw, oai, cancel):
         """The embedding request's checks and prompts; the answer's maker for the vectors."""
         model = self.app.model
-        body = read_body(raw)
+        body = self._known(read_body(raw), EMBEDDINGS)
         if "input" in body:
             key = "input"
         elif "content" in body:
@@ -421,7 +430,7 @@ class EmbeddingRoutes:
 
     def _rerank_job(self, raw, cancel):
         model = self.app.model
-        body = read_body(raw)
+        body = self._known(read_body(raw), RERANK)
         tei = "texts" in body
         if "query" not in body:
             raise Refusal('"query" must be provided')
@@ -448,7 +457,84 @@ class EmbeddingRoutes:
 
         return prompts, answer
 
-    async def _answer(self, request, prepare):
+    async def ollama_embed(self, request):
+        """Ollama's ``POST /api/embed``: each of ``input``'s texts' pooled embedding, normalized (Euclidean), cut to
+        ``dimensions`` and normalized again; a text longer than a slot takes cut to what it takes, unless
+        ``truncate`` is false."""
+        return await self._ollama(request, self._ollama_embed_job)
+
+    async def ollama_embeddings(self, request):
+        """Ollama's ``POST /api/embeddings`` (its older route): ``prompt``'s pooled embedding as it comes."""
+        return await self._ollama(request, self._ollama_embeddings_job)
+
+    async def _ollama(self, request, prepare):
+        model = self.app.model
+        if not getattr(model, "embedding", False):
+            return ollama_error("this model does not support embeddings", 501)
+        if model.pooling_type in (NONE, RANK):
+            reason = "none (one vector per token)" if model.pooling_type == NONE else "rank (one score)"
+            return ollama_error(
+                f"this model does not support embeddings: the server's pooling is {reason}, where Ollama's "
+                "embeddings are one vector per input (--pooling mean, cls or last)",
+                501,
+            )
+        return await self._answer(request, prepare, ollama=True)
+
+    def _ollama_embed_job(self, raw, cancel):
+        started = time.perf_counter_ns()
+        body = self._known(read_body(raw), OLLAMA_EMBED)
+        name = body.get("model")
+        if not isinstance(name, str) or not name:
+            raise Refusal(f"model '{name if isinstance(name, str) else ''}' not found", 404, "not_found_error")
+        texts = ollama_inputs(body.get("input"))
+        truncate = _go_field(body, "truncate", bool, "EmbedRequest", True)
+        dimensions = _go_field(body, "dimensions", int, "EmbedRequest", 0)
+        prompts = [self._ollama_tokens(text, truncate, cancel) for text in texts]
+
+        def answer(vectors):
+            if not prompts:
+                return {"model": name, "embeddings": []}
+            embeddings = []
+            for v in vectors:
+                vec = ollama_normalize(v[0] if v and v[0] is not None else [])
+                if 0 < dimensions < len(vec):
+                    vec = ollama_normalize(vec[:dimensions])
+                embeddings.append([float(x) for x in vec])
+            total = time.perf_counter_ns() - started
+            n = sum(len(p) for p in prompts)
+            return {"model": name, "embeddings": embeddings, "total_duration": total, "prompt_eval_count": n}
+
+        return prompts, answer
+
+    def _ollama_embeddings_job(self, raw, cancel):
+        body = self._known(read_body(raw), OLLAMA_EMBEDDINGS)
+        if not isinstance(body.get("model"), str) or not body["model"]:
+            raise Refusal("model is required")
+        prompt = _go_field(body, "prompt", str, "EmbeddingRequest", "")
+        prompts = [self._ollama_tokens(prompt, False, cancel)] if prompt else []
+
+        def answer(vectors):
+            if not prompts:
+                return {"embedding": []}
+            v = vectors[0]
+            return {"embedding": [float(x) for x in (v[0] if v and v[0] is not None else [])]}
+
+        return prompts, answer
+
+    def _ollama_tokens(self, text, truncate, cancel):
+        """A text's tokens as an embedding input, cut to what a slot takes when ``truncate`` (Ollama's default)."""
+        check_cancel(cancel)
+        model = self.app.model
+        tokens = model.tokenize_prompt(text)
+        if not tokens:
+            raise Refusal("Input content cannot be empty")
+        if truncate:
+            limit = model.n_ctx_slot - 1 if can_split(model) else min(model.n_ubatch, model.n_ctx_slot)
+            tokens = tokens[: max(limit, 1)]
+        check_size(model, tokens)
+        return tokens
+
+    async def _answer(self, request, prepare, ollama=False):
         """Read the body, check it and tokenize its prompts off the event loop (``prepare(raw, cancel)``: the prompts and
         the answer's maker), evaluate them on a worker thread (cancelled when the client goes away), answer."""
         app = self.app
@@ -478,8 +564,46 @@ class EmbeddingRoutes:
             return JSONResponse(answer(future.result()))
         except Gone:
             return Response(status_code=499)
-        except Exception as e:  # noqa: BLE001 - answered with llama-server's error object
-            return refusal(e).response()
+        except Exception as e:  # noqa: BLE001 - answered with llama-server's (or Ollama's) error object
+            r = refusal(e)
+            return ollama_error(r.message, r.code) if ollama else r.response()
+
+
+def ollama_inputs(value):
+    """The texts of Ollama's ``input``: a string (none if empty), an array of strings, or nothing."""
+    if isinstance(value, str):
+        return [value] if value else []
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    if value is None:
+        return []
+    raise Refusal("invalid input type")
+
+
+def _go_field(body, name, kind, struct, default):
+    """An Ollama request field of Go type ``kind`` (bool, int or str), or Go's decoding error for another JSON
+    type."""
+    value = body.get(name)
+    if value is None:
+        return default
+    ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    if not ok:
+        go = {bool: "bool", int: "int", str: "string"}[kind]
+        raise Refusal(
+            f"json: cannot unmarshal {json_type_name(value).replace('boolean', 'bool')} into Go struct field "
+            f"{struct}.{name} of type {go}"
+        )
+    return value
+
+
+def ollama_normalize(vec):
+    """Ollama's normalize: the vector over its Euclidean norm (float32 sums in order, the norm at least 1e-12);
+    a NaN or infinite element is an error."""
+    v = np.asarray(vec, dtype=np.float32)
+    if not np.all(np.isfinite(v)):
+        raise Refusal("embedding contains NaN or Inf values")
+    total = float(np.cumsum(v * v, dtype=np.float32)[-1]) if v.size else 0.0
+    return v * np.float32(1.0 / max(math.sqrt(total), 1e-12))
 
 
 def _not_supported(message):

@@ -25,6 +25,10 @@ __all__ = [
     "OLLAMA_OPTIONS",
     "TOKENIZE",
     "DETOKENIZE",
+    "EMBEDDINGS",
+    "OLLAMA_EMBED",
+    "OLLAMA_EMBEDDINGS",
+    "RERANK",
     "WIRE_NAMES",
     "check",
     "check_unknown",
@@ -320,6 +324,12 @@ def check(body, endpoint, n_ctx=None):
 #: llama-server's /tokenize and /detokenize fields
 TOKENIZE = frozenset(("content", "add_special", "parse_special", "with_pieces"))
 DETOKENIZE = frozenset(("tokens",))
+#: the embedding routes' fields: llama-server's (handle_embeddings_impl, post_rerank; ``model`` and OpenAI's
+#: ``user`` accepted), Ollama's EmbedRequest and EmbeddingRequest
+EMBEDDINGS = frozenset(("input", "content", "encoding_format", "embd_normalize", "model", "user"))
+RERANK = frozenset(("query", "documents", "texts", "top_n", "return_text", "model"))
+OLLAMA_EMBED = frozenset(("model", "input", "truncate", "dimensions", "options", "keep_alive"))
+OLLAMA_EMBEDDINGS = frozenset(("model", "prompt", "options", "keep_alive"))
 
 
 def check_unknown(body, known, prefix=""):

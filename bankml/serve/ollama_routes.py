@@ -148,11 +148,6 @@ class OllamaRoutes:
         }
         return JSONResponse({"models": [entry]})
 
-    async def ollama_embed(self, request):
-        """Ollama's ``POST /api/embed`` (and ``/api/embeddings``) for a model it cannot embed with: bankml computes
-        no embeddings."""
-        return ollama_error("this model does not support embeddings", 501)
-
 
 # no expiry is known (bankml unloads the model only after --sleep-idle-seconds of idleness): past any date a
 # client compares

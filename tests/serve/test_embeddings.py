@@ -246,3 +246,56 @@ def test_the_environment_variables_and_a_bad_pooling_name():
     assert (pooling_request(True, None), pooling_request(True, "last"), pooling_request(False, "last")) == (-1, 3, -1)
     with pytest.raises(ValueError, match="\"--pooling\": invalid value 'max'"):
         pooling_request(True, "max")
+
+
+def test_ollama_embed_and_embeddings_with_the_official_client():
+    """Ollama's /api/embed and /api/embeddings over ``--embedding`` (bankml serve, through the ollama client):
+    each vector is the server's pooled embedding (llama-server's /embedding with ``embd_normalize`` -1), divided
+    by its Euclidean norm for /api/embed (cut to ``dimensions`` and divided again), as it comes for
+    /api/embeddings; an input longer than a slot takes is cut to it unless ``truncate`` is false; Ollama's
+    errors; ``--reject-unknown-fields`` on every embedding route."""
+    import ollama
+
+    from .serve_support import running_serve
+
+    flags = [*BASE, "-m", str(smollm2_path()), "--embedding", "--pooling", "last", "-np", "1"]
+    with running_serve([*flags, "--reject-unknown-fields"]) as base:
+        client = ollama.Client(host=base)
+        texts = ["Hello there", "Cats are small"]
+        raw = httpx.post(base + "/embedding", json={"content": texts, "embd_normalize": -1}, timeout=60).json()
+        pooled = [np.asarray(r["embedding"][0], dtype=np.float64) for r in raw]
+        n_tokens = sum(len(httpx.post(base + "/tokenize", json={"content": t}).json()["tokens"]) for t in texts)
+
+        got = client.embed(model="m", input=texts)
+        assert got.model == "m" and got.prompt_eval_count == n_tokens and got.total_duration > 0
+        for vec, ref in zip(got.embeddings, pooled, strict=True):
+            np.testing.assert_allclose(vec, ref / np.linalg.norm(ref), rtol=1e-5, atol=1e-7)
+        cut = client.embed(model="m", input=texts[0], dimensions=8).embeddings[0]
+        np.testing.assert_allclose(cut, pooled[0][:8] / np.linalg.norm(pooled[0][:8]), rtol=1e-5, atol=1e-7)
+        assert client.embed(model="m", input="").embeddings == []
+        legacy = client.embeddings(model="m", prompt=texts[0]).embedding
+        np.testing.assert_allclose(legacy, pooled[0], rtol=1e-6)
+        assert client.embeddings(model="m", prompt="").embedding == []
+
+        long = " ".join(["word"] * 700)
+        assert client.embed(model="m", input=long).prompt_eval_count == 511  # the slot's 512 tokens, one kept free
+        with pytest.raises(ollama.ResponseError) as e:
+            client.embed(model="m", input=long, truncate=False)
+        assert e.value.status_code == 400 and "exceeds the available context size (512 tokens)" in e.value.error
+
+        def error(path, body):
+            r = httpx.post(base + path, json=body, timeout=60)
+            return r.status_code, r.json()["error"]
+
+        assert error("/api/embed", {"model": "m", "input": 5}) == (400, "invalid input type")
+        assert error("/api/embed", {"model": "m", "input": ["a", 1]}) == (400, "invalid input type")
+        assert error("/api/embed", {"model": "m", "input": "a", "truncate": "no"}) == (
+            400,
+            "json: cannot unmarshal string into Go struct field EmbedRequest.truncate of type bool",
+        )
+        assert error("/api/embed", {"input": "a"}) == (404, "model '' not found")
+        assert error("/api/embeddings", {"prompt": "a"}) == (400, "model is required")
+        status, message = error("/api/embed", {"model": "m", "input": "a", "inputs": "b"})
+        assert status == 400 and "'inputs'" in message
+        status, message = error("/v1/embeddings", {"input": "a", "encoding": "float"})  # llama-server's error object
+        assert status == 400 and "'encoding'" in message["message"]
