@@ -13,14 +13,14 @@ how it is treated: honoured, refused, or accepted with no bearing), ``auth`` (ll
 ``endpoints`` (``/tokenize``, ``/detokenize``, ``/apply-template``, ``/props``, ``/slots``, ``/metrics``),
 ``embeddings`` (``/embeddings``, ``/v1/embeddings``, ``/rerank``: llama-server's embeddings and reranking),
 ``flags`` (llama-server's ``-fa``, ``-ctk``/``-ctv``, ``-c 0``, ``LLAMA_ARG_*``), ``runtime`` (the model, its slot
-pool, its rules cache, the generation loop) and ``cpu`` / ``_cpu`` (the CPU features that decide how a model is
-loaded).
+pool, its rules cache), ``model_chat`` (the Model's chat side, a mixin: its chat options, a chat Request's Job),
+``job`` (the generation loop) and ``cpu`` / ``_cpu`` (the CPU features that decide how a model is loaded).
 
 Within the package, imports point down the pipeline: ``app`` -> ``anthropic``, ``responses``, ``native``,
 ``openai``, ``ollama``, ``endpoints``, ``embeddings``, ``runtime``; ``embeddings`` -> ``plumbing``, ``contexts``;
 ``anthropic``, ``responses`` -> ``openai``, ``request``; ``native`` -> ``openai``, ``endpoints``; ``openai``,
-``ollama`` -> ``fields``, ``request``; ``runtime`` -> ``request`` (the type it takes). ``request`` imports no other
-module of the package.
+``ollama`` -> ``fields``, ``request``; ``runtime`` -> ``model_chat`` -> ``job``, ``request`` (the type it
+takes). ``request`` imports no other module of the package.
 
 Must not import: ``integrations`` or ``bankml.cli``. Starlette and uvicorn are imported only by ``app``,
 ``endpoints`` and ``embeddings`` (the server extra), llama-cpp-python only where a model is loaded (the model extra).

@@ -47,7 +47,7 @@ from bankml.serve.agent_routes import AgentRoutes
 from bankml.serve.auth import ApiKeyError, ApiKeyMiddleware, api_keys_from_args
 from bankml.serve.cors import CorsMiddleware, CorsOptions
 from bankml.serve.embeddings import EmbeddingRoutes
-from bankml.serve.endpoints import EndpointOptions, Endpoints
+from bankml.serve.endpoints import EndpointOptions, Endpoints, model_meta
 from bankml.serve.flags import chat_model_options, context_options, model_load_options
 from bankml.serve.flags import sleep_idle_seconds as check_sleep_seconds
 from bankml.serve.headers import HeaderCaseMiddleware
@@ -87,6 +87,7 @@ def create_app(
     that many idle seconds and loads it again for the next request (bankml.serve.sleep)."""
     defaults = defaults or ServerDefaults()
     app = _App(model, alias, limits, defaults, tags)
+    app.meta = model_meta(model)  # server_context_meta's, read while the model is loaded
     app.sleeper = None
     if sleep_idle_seconds > 0:
         app.sleeper = Sleeper(model, check_sleep_seconds(sleep_idle_seconds), busy=app.busy)

@@ -205,6 +205,22 @@ def model_ftype(model):
     return fn(int(L.llama_model_ftype(model._model))).decode("utf-8")
 
 
+def model_meta(model):
+    """The ``meta`` of ``/models``' entry (get_res_model_info's, from server_context_meta): read once, while the
+    model is loaded, so that ``/models`` answers while it sleeps, as llama-server's."""
+    L, lmodel = model._L, model._model
+    return {
+        "vocab_type": int(L.llama_vocab_type(model._lvocab)),
+        "n_vocab": model.n_vocab,
+        "n_ctx": model.n_ctx_slot,
+        "n_ctx_train": int(L.llama_model_n_ctx_train(lmodel)),
+        "n_embd": int(L.llama_model_n_embd_inp(lmodel)),
+        "n_params": int(L.llama_model_n_params(lmodel)),
+        "size": int(L.llama_model_size(lmodel)),
+        "ftype": model_ftype(model),
+    }
+
+
 def props_body(app, options, default_params, build_info, is_sleeping=False):
     """The answer of ``GET /props`` (``get_res_props``)."""
     model = app.model

@@ -114,6 +114,59 @@ def _partial_stop(text, word):
     return -1
 
 
+class _StopText:
+    """A job's generated text as llama-server's slot holds it (``generated_text``, ``n_sent_text``): the bytes so
+    far, how many of its characters were sent, and the stop string that ended it (``stopping_word``). process_token's
+    text half: a token's text is sent once the bytes are whole UTF-8 (validate_utf8), cut at a stop string
+    (find_stopping_strings), and held back while a stop string may begin in it."""
+
+    __slots__ = ("stop", "generated", "n_sent", "stopping_word")
+
+    def __init__(self, stop):
+        self.stop = stop
+        self.generated = bytearray()
+        self.n_sent = 0
+        self.stopping_word = ""
+
+    def push(self, piece, eog):
+        """The text a token's ``piece`` releases, or None while the bytes end inside a UTF-8 character (``eog``: the
+        token ends the generation, so no stop string is awaited)."""
+        generated = self.generated
+        generated += piece
+        if _utf8_complete(generated) != len(generated):
+            return None
+        text = generated.decode("utf-8", "replace")
+        pos = min(self.n_sent, len(text))
+        test = text[pos:]
+        stop_pos = self.find(test, len(piece.decode("utf-8", "replace")), True)
+        if stop_pos is not None:
+            word, at = stop_pos
+            text = text[: pos + at]
+            self.generated = bytearray(text.encode("utf-8"))
+            self.stopping_word = word
+            send = text[pos:]
+        elif not eog and self.find(test, 0, False) is not None:
+            send = ""
+        else:
+            send = text[pos:]
+        self.n_sent += len(send)
+        return send
+
+    def find(self, text, last_size, full):
+        """``(word, position)`` of the first stop string in ``text`` (``full``: whole, in its last ``last_size``
+        characters and the word's length before them; else a suffix that begins one), or None."""
+        best = None
+        for word in self.stop:
+            if full:
+                frm = max(len(text) - (len(word) + last_size), 0)
+                at = text.find(word, frm)
+            else:
+                at = _partial_stop(text, word)
+            if at >= 0 and (best is None or at < best[1]):
+                best = (word, at)
+        return best
+
+
 class Job:
     """One prepared generation: prompt tokens, sampler (with its grammar), limits. Preparing checks and
     compiles everything, so a bad schema, grammar or field fails before any token is computed."""
@@ -166,6 +219,28 @@ class Job:
         self.cancelled = cancel if cancel is not None else threading.Event()
         self.deadline = deadline
         check_cancel(cancel)
+        self.prompt_tokens = self._tokenize_prompt(prompt, cancel)
+        self.preserved, triggers = self._special_tokens(preserved, grammar_triggers)
+        self.tools = bool(tools)
+        self.grammar = self._compile_grammar(grammar_text, triggers, cancel)
+        self.initial_message = None
+        if continuing and parser:
+            # task_result_state: a message continued at the request's ``continue_final_message`` starts from the
+            # parse of no output, so that the prefill is not sent again
+            try:
+                self.initial_message = parser.parse(b"", partial=True)
+            except ChatParseError as e:
+                raise RequestError(str(e)) from None
+        self.reasoning_budget = self._budget(reasoning_budget)
+        self._prepare_sampler(prefill, grammar_prefill)
+        check_cancel(cancel)
+        self.result = None
+        # token log-probabilities (bankml.sampling.logprobs.ProbRequest): none unless the caller sets them
+        self.probs = ProbRequest()
+
+    def _tokenize_prompt(self, prompt, cancel):
+        """The prompt's tokens; ContextSizeError when they cannot fit in a slot's context."""
+        model = self.model
         # the cheap bound first: a prompt that cannot fit is refused without tokenizing it (libllama's
         # tokenizer is quadratic in the special tokens of the text); a prompt of token ids and strings
         # (/completion's) counts its strings' bytes
@@ -178,67 +253,71 @@ class Job:
                 n_ctx=model.n_ctx_slot,
             )
         if isinstance(prompt, str):
-            self.prompt_tokens = model.tokenize_prompt(prompt, cancel)
+            tokens = model.tokenize_prompt(prompt, cancel)
         else:
-            self.prompt_tokens = model.tokenize_mixed(prompt, cancel)
-        if not self.prompt_tokens:
+            tokens = model.tokenize_mixed(prompt, cancel)
+        if not tokens:
             raise RequestError("the prompt is empty")
-        if len(self.prompt_tokens) >= model.n_ctx_slot:
+        if len(tokens) >= model.n_ctx_slot:
             # llama-server's message (server-context.cpp, the n_tokens >= n_ctx check)
             raise ContextSizeError(
-                f"request ({len(self.prompt_tokens)} tokens) exceeds the available context size "
+                f"request ({len(tokens)} tokens) exceeds the available context size "
                 f"({model.n_ctx_slot} tokens), try increasing it",
-                len(self.prompt_tokens),
+                len(tokens),
                 model.n_ctx_slot,
             )
-        # server-schema.cpp: the preserved tokens that are one token of the vocabulary (their text is sent with
-        # the special pieces), then the triggers: a trigger word that is one token becomes a token trigger
-        tokenize = lambda text: model.tokenize(text, False, True)  # noqa: E731
-        self.preserved = preserved_token_ids(preserved, tokenize)
-        trigger_tokens, trigger_patterns = [], []
-        if grammar_triggers is not None:
-            try:
-                trigger_tokens, trigger_patterns = lazy_grammar_triggers(grammar_triggers, self.preserved, tokenize)
-            except ValueError as e:
-                raise RequestError(str(e)) from None
-        self.tools = bool(tools)
-        grammar = None
-        if grammar_text is not None:
-            check_cancel(cancel)
-            rules = model.rules(grammar_text)
-            check_cancel(cancel)
-            if grammar_triggers is not None:
-                grammar = Grammar(
-                    rules, model.vocab, trigger_tokens=trigger_tokens, trigger_patterns=trigger_patterns, lazy=True
-                )
-            else:
-                grammar = Grammar(rules, model.vocab)
-        self.grammar = grammar
-        self.initial_message = None
-        if continuing and parser:
-            # task_result_state: a message continued at the request's ``continue_final_message`` starts from the
-            # parse of no output, so that the prefill is not sent again
-            try:
-                self.initial_message = parser.parse(b"", partial=True)
-            except ChatParseError as e:
-                raise RequestError(str(e)) from None
-        budget = None
-        if reasoning_budget is not None:
-            # common_sampler_init: the budget over the thinking tags' tokens; the forced sequence is the budget
-            # message then the first end tag (server-schema.cpp's reasoning_budget_message handler)
-            start_tag, end_tags, message, n = reasoning_budget
-            start = model.tokenize(start_tag, False, True)
-            ends = [model.tokenize(t, False, True) for t in end_tags]
-            forced = (model.tokenize(message, False, True) if message else []) + (ends[0] if ends else [])
-            if start and ends:
-                budget = ReasoningBudget(model.vocab, [start], ends, forced, 2**31 - 1 if n < 0 else n)
-        self.reasoning_budget = budget
-        self.sampler = Sampler(self.params, model.sampler_vocab, grammar, reasoning_budget=budget)
+        return tokens
+
+    def _special_tokens(self, preserved, grammar_triggers):
+        """``(preserved token ids, lazy triggers)``, as server-schema.cpp reads them: the preserved tokens that are
+        one token of the vocabulary (their text is sent with the special pieces), then the triggers, a trigger word
+        that is one token becoming a token trigger (``(tokens, patterns)``; None: the grammar is not lazy)."""
+        tokenize = lambda text: self.model.tokenize(text, False, True)  # noqa: E731
+        ids = preserved_token_ids(preserved, tokenize)
+        if grammar_triggers is None:
+            return ids, None
+        try:
+            return ids, lazy_grammar_triggers(grammar_triggers, ids, tokenize)
+        except ValueError as e:
+            raise RequestError(str(e)) from None
+
+    def _compile_grammar(self, grammar_text, triggers, cancel):
+        """The job's Grammar (None without a grammar): the rules parsed once per text (``Model.rules``), lazy with
+        ``triggers``."""
+        if grammar_text is None:
+            return None
+        check_cancel(cancel)
+        rules = self.model.rules(grammar_text)
+        check_cancel(cancel)
+        if triggers is None:
+            return Grammar(rules, self.model.vocab)
+        tokens, patterns = triggers
+        return Grammar(rules, self.model.vocab, trigger_tokens=tokens, trigger_patterns=patterns, lazy=True)
+
+    def _budget(self, reasoning_budget):
+        """common_sampler_init: the ReasoningBudget over the thinking tags' tokens (None without one); the forced
+        sequence is the budget message then the first end tag (server-schema.cpp's reasoning_budget_message)."""
+        if reasoning_budget is None:
+            return None
+        model = self.model
+        start_tag, end_tags, message, n = reasoning_budget
+        start = model.tokenize(start_tag, False, True)
+        ends = [model.tokenize(t, False, True) for t in end_tags]
+        forced = (model.tokenize(message, False, True) if message else []) + (ends[0] if ends else [])
+        if start and ends:
+            return ReasoningBudget(model.vocab, [start], ends, forced, 2**31 - 1 if n < 0 else n)
+        return None
+
+    def _prepare_sampler(self, prefill, grammar_prefill):
+        """The sampler, with the prompt in its histories and the generation prompt ``prefill`` accepted by the
+        grammar (``grammar_prefill``) or the reasoning budget; RequestError for a grammar that allows no token."""
+        grammar, budget = self.grammar, self.reasoning_budget
+        self.sampler = Sampler(self.params, self.model.sampler_vocab, grammar, reasoning_budget=budget)
         # llama-server's init_sampler: the prompt enters the penalty/DRY histories (not the grammar)
         self.sampler.accept_prompt(self.prompt_tokens)
         self.prefill_tokens = []
         if prefill and ((grammar is not None and grammar_prefill) or budget is not None):
-            self.prefill_tokens = tokenize_prefill(model, prefill)
+            self.prefill_tokens = tokenize_prefill(self.model, prefill)
             if grammar is not None and grammar_prefill:
                 self.sampler.prefill(self.prefill_tokens)  # the grammar and the budget
             else:
@@ -247,10 +326,6 @@ class Job:
         if grammar is not None and grammar.is_dead():
             # llama.cpp's sampler aborts on such a grammar at the first token; known now, it is a 400
             raise RequestError("the grammar allows no token of the model's vocabulary: no answer can match it")
-        check_cancel(cancel)
-        self.result = None
-        # token log-probabilities (bankml.sampling.logprobs.ProbRequest): none unless the caller sets them
-        self.probs = ProbRequest()
 
     def cancel(self):
         """Stop after the current token (a client went away); the slot is freed."""
@@ -296,32 +371,17 @@ class Job:
             # llama-server parses partial answers only when it streams them, and a partial parse it refuses (or
             # a message diff it cannot make) ends the stream with an error
             content = ChatStream(self.parser, tools=self.tools, initial=self.initial_message, strict=True)
-        json_mode = self.chat and self.constraint.is_json
         if self.cancelled.is_set():
             self._cancelled_result()
             return
-        t0 = time.perf_counter()
-        n_cached = self._reuse_cache(slot)
-        logits = None
-        if self.return_progress:  # llama-server's progress before the prompt is evaluated, and after each batch
-            yield Event(-1, "", "", progress=(n_cached, 0, n_cached))
-            for start in range(n_cached, len(self.prompt_tokens), model.n_batch):
-                logits = slot.decode(self.prompt_tokens[start : start + model.n_batch])
-                self.prompt_ms = (time.perf_counter() - t0) * 1e3  # the prompt's time so far (timings_per_token)
-                yield Event(-1, "", "", progress=(slot.n_past, int(self.prompt_ms), n_cached))
-        else:
-            logits = slot.decode(self.prompt_tokens[n_cached:])
-        t_prompt = time.perf_counter() - t0
-        self.prompt_ms = t_prompt * 1e3
-        tokens, generated = [], bytearray()
-        records = []
-        n_sent = 0
-        finish, stopping_word = "length", ""
+        logits, t_prompt = yield from self._evaluate_prompt(slot)
+        tokens, records, text = [], [], _StopText(self.stop)
+        finish = "length"
         t_sample = t_decode = 0.0
         redraws0 = sampler.n_redraws if hasattr(sampler, "n_redraws") else 0
-        n_predict = self.max_tokens
+        n_predict, n_ctx_slot, deadline, preserved = self.max_tokens, model.n_ctx_slot, self.deadline, self.preserved
         t_start = time.perf_counter()
-        while True:
+        while True:  # llama-server's process_token, one token a turn
             if self.cancelled.is_set():
                 finish = "cancelled"
                 break
@@ -331,66 +391,26 @@ class Job:
             sampler.accept(token)
             t_sample += time.perf_counter() - ts
             tokens.append(token)
-            partial = False
             eog = vocab.is_eog(token)
-            piece = b"" if eog else model.piece(token, token in self.preserved)
-            generated += piece
-            has_next = True
-            send = b""
-            if _utf8_complete(generated) == len(generated):
-                text = generated.decode("utf-8", "replace")
-                pos = min(n_sent, len(text))
-                test = text[pos:]
-                stop_pos = self._find_stop(test, len(piece.decode("utf-8", "replace")), True)
-                if stop_pos is not None:
-                    word, at = stop_pos
-                    text = text[: pos + at]
-                    generated = bytearray(text.encode("utf-8"))
-                    stopping_word = word
-                    finish = "stop"
-                    has_next = False
-                    send_text = text[pos:]
-                elif not eog and self._find_stop(test, 0, False) is not None:
-                    send_text = ""
-                else:
-                    send_text = text[pos:]
-                n_sent += len(send_text)
-                send = send_text
-                partial = True  # slot.add_token: the record is kept, and sent when streaming
-                if record is not None:
-                    record.text = send.encode("utf-8")
-                    records.append(record)
-            else:
+            send = text.push(b"" if eog else model.piece(token, token in preserved), eog)
+            partial = send is not None  # slot.add_token: the record is kept, and sent when streaming
+            if not partial:
                 send = ""
-            if has_next and n_predict >= 0 and len(tokens) >= n_predict:
-                finish, has_next = "length", False
-            if eog:
+            elif record is not None:
+                record.text = send.encode("utf-8")
+                records.append(record)
+            if text.stopping_word or eog:
                 finish, has_next = "stop", False
-            if has_next and slot.n_past + 1 >= model.n_ctx_slot:
-                finish, has_next = "length", False
-            if has_next and self.deadline is not None and time.monotonic() > self.deadline:
+            elif (
+                (n_predict >= 0 and len(tokens) >= n_predict)
+                or slot.n_past + 1 >= n_ctx_slot
                 # the request's time budget (llama-server's t_max_predict_ms stops the same way)
+                or (deadline is not None and time.monotonic() > deadline)
+            ):
                 finish, has_next = "length", False
-            delta, diffs = "", []
-            n_partial_diffs = 0
-            if content is not None:
-                if send:
-                    content.diffs = []
-                    delta = content.push(send)
-                    diffs = list(content.diffs)
-                n_partial_diffs = len(diffs)
-                if not has_next and finish != "cancelled":
-                    # the final, non-partial parse: llama-server sends its diffs before the finish chunk
-                    try:
-                        content.diffs = []
-                        delta += content.finish()
-                        diffs += content.diffs
-                    except ValueError:
-                        pass
             else:
-                delta = send
-                diffs = [("", send)] if send else []
-                n_partial_diffs = len(diffs)
+                has_next = True
+            delta, diffs, n_partial_diffs = _message_deltas(content, send, not has_next)
             # llama-server sends a partial result for every token whose text is whole UTF-8 (send_partial_response),
             # empty text included: the chunks of a stream follow them
             if send or delta or diffs or not has_next or partial:
@@ -411,15 +431,42 @@ class Job:
             td = time.perf_counter()
             logits = slot.decode([token])
             t_decode += time.perf_counter() - td
-        t_end = time.perf_counter()
+        seconds = (t_prompt, time.perf_counter() - t_start, t_decode, t_sample)
+        self._finish(tokens, text, finish, records, content, seconds, sampler.n_redraws - redraws0)
+
+    def _evaluate_prompt(self, slot):
+        """``(logits, seconds)`` of the prompt's evaluation, the tokens the slot's cache holds reused
+        (``_reuse_cache``); with ``return_progress``, llama-server's progress events before the prompt is evaluated
+        and after each batch."""
+        model, tokens = self.model, self.prompt_tokens
+        t0 = time.perf_counter()
+        n_cached = self._reuse_cache(slot)
+        logits = None
+        if self.return_progress:
+            yield Event(-1, "", "", progress=(n_cached, 0, n_cached))
+            for start in range(n_cached, len(tokens), model.n_batch):
+                logits = slot.decode(tokens[start : start + model.n_batch])
+                self.prompt_ms = (time.perf_counter() - t0) * 1e3  # the prompt's time so far (timings_per_token)
+                yield Event(-1, "", "", progress=(slot.n_past, int(self.prompt_ms), n_cached))
+        else:
+            logits = slot.decode(tokens[n_cached:])
+        t_prompt = time.perf_counter() - t0
+        self.prompt_ms = t_prompt * 1e3
+        return logits, t_prompt
+
+    def _finish(self, tokens, stop_text, finish, records, content, seconds, redraws):
+        """The job's Result (llama-server's send_final_response): the text, the message of a chat job, the timings
+        (``seconds``: the prompt's, the generation's, its decodes' and its draws')."""
+        generated = bytes(stop_text.generated)
         text = generated.decode("utf-8", "replace")
+        t_prompt, t_predicted, t_decode, t_sample = seconds
         message = {}
         if self.parser and finish != "cancelled":
             # llama-server parses partial answers only when it streams: a non-streamed answer's message comes
             # from its final parse alone (a broken call is then answered as text, not as the call a partial
             # parse on the way took it for); the bytes are parsed, as llama-server parses its generated text: an
             # unfinished UTF-8 character at the end (cut by the token limit) is not part of the message
-            message = answer_message(self.parser, bytes(generated), self.tools, self.initial_message, content)
+            message = answer_message(self.parser, generated, self.tools, self.initial_message, content)
             answer = message["content"]
             if message.get("tool_calls") and finish == "stop":
                 finish = "tool_calls"  # to_json_oaicompat_chat: a stop (eos or word) with calls
@@ -427,7 +474,6 @@ class Job:
             answer = text
             if self.chat:
                 message = {"role": "assistant", "content": text}
-        n = len(tokens)
         self.result = Result(
             tokens=tokens,
             text=text,
@@ -435,22 +481,19 @@ class Job:
             finish_reason=finish,
             prompt_tokens=self.prompt_tokens,
             message=message,
-            stopping_word=stopping_word,
+            stopping_word=stop_text.stopping_word,
             probs=records,
-            timings={
-                # llama-server's n_prompt_tokens_processed and n_prompt_tokens_cache: evaluated, reused
-                "prompt_n": len(self.prompt_tokens) - self.n_cached,
-                "cache_n": self.n_cached,
-                "prompt_ms": t_prompt * 1e3,
-                "predicted_n": n,
-                "predicted_ms": (t_end - t_start) * 1e3,
-                "predicted_per_second": n / (t_end - t_start) if t_end > t_start else 0.0,
-                "decode_ms": t_decode * 1e3,
-                "sample_ms": t_sample * 1e3,
-                "sample_us_per_token": t_sample * 1e6 / n if n else 0.0,
-                "redraws": sampler.n_redraws - redraws0,
-                "json_mode": json_mode,
-            },
+            timings=_timings(
+                len(self.prompt_tokens) - self.n_cached,
+                self.n_cached,
+                t_prompt,
+                len(tokens),
+                t_predicted,
+                t_decode,
+                t_sample,
+                redraws,
+                self.chat and self.constraint.is_json,
+            ),
         )
 
     def _reuse_cache(self, slot):
@@ -477,32 +520,8 @@ class Job:
             content="",
             finish_reason="cancelled",
             prompt_tokens=self.prompt_tokens,
-            timings={
-                "prompt_n": len(self.prompt_tokens),
-                "cache_n": 0,
-                "prompt_ms": 0.0,
-                "predicted_n": 0,
-                "predicted_ms": 0.0,
-                "predicted_per_second": 0.0,
-                "decode_ms": 0.0,
-                "sample_ms": 0.0,
-                "sample_us_per_token": 0.0,
-                "redraws": 0,
-                "json_mode": False,
-            },
+            timings=_timings(len(self.prompt_tokens), 0, 0.0, 0, 0.0, 0.0, 0.0, 0, False),
         )
-
-    def _find_stop(self, text, last_size, full):
-        best = None
-        for word in self.stop:
-            if full:
-                frm = max(len(text) - (len(word) + last_size), 0)
-                at = text.find(word, frm)
-            else:
-                at = _partial_stop(text, word)
-            if at >= 0 and (best is None or at < best[1]):
-                best = (word, at)
-        return best
 
 
 def tokenize_prefill(model, text):
@@ -515,3 +534,44 @@ def tokenize_prefill(model, text):
             continue
         out.append(t)
     return out
+
+
+def _message_deltas(content, send, final):
+    """``(content delta, message diffs, how many of them the partial parse gave)`` of one token's ``send``: the
+    chat stream's partial parse (``content``, a ChatStream; None: the raw text is the content), and after the
+    last token (``final``) the final, non-partial parse, whose diffs llama-server sends before the finish chunk."""
+    if content is None:
+        diffs = [("", send)] if send else []
+        return send, diffs, len(diffs)
+    delta, diffs = "", []
+    if send:
+        content.diffs = []
+        delta = content.push(send)
+        diffs = list(content.diffs)
+    n_partial_diffs = len(diffs)
+    if final:
+        try:
+            content.diffs = []
+            delta += content.finish()
+            diffs += content.diffs
+        except ValueError:
+            pass
+    return delta, diffs, n_partial_diffs
+
+
+def _timings(prompt_n, cache_n, prompt_s, predicted_n, predicted_s, decode_s, sample_s, redraws, json_mode):
+    """A Result's timings (llama-server's, and bankml's own: the decode's and the sampler's time, the redraws)."""
+    return {
+        # llama-server's n_prompt_tokens_processed and n_prompt_tokens_cache: evaluated, reused
+        "prompt_n": prompt_n,
+        "cache_n": cache_n,
+        "prompt_ms": prompt_s * 1e3,
+        "predicted_n": predicted_n,
+        "predicted_ms": predicted_s * 1e3,
+        "predicted_per_second": predicted_n / predicted_s if predicted_s > 0 else 0.0,
+        "decode_ms": decode_s * 1e3,
+        "sample_ms": sample_s * 1e3,
+        "sample_us_per_token": sample_s * 1e6 / predicted_n if predicted_n else 0.0,
+        "redraws": redraws,
+        "json_mode": json_mode,
+    }

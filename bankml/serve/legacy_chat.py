@@ -11,7 +11,7 @@ schema gives the constraint's own grammar and the answer is read as plain conten
 no tool calls). The Jinja template is still parsed, as llama-server parses it: ``/props`` reports its source
 and capabilities.
 
-This module owns the legacy path only; ``bankml.serve.runtime.Model.chat_layer`` picks it.
+This module owns the legacy path only; ``Model.chat_layer`` (``bankml.serve.model_chat``) picks it.
 """
 
 import ctypes

@@ -217,29 +217,15 @@ class OpenAIRoutes:
                 job.cancel()
 
     async def models(self, request):
-        m = self.model
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": self.alias,
-                        "aliases": self.aliases,
-                        "tags": self.tags,
-                        "object": "model",
-                        "created": self.created,
-                        "owned_by": "bankml",
-                        "meta": {
-                            "n_vocab": m.n_vocab,
-                            "n_ctx": m.n_ctx,
-                            "n_parallel": m.n_parallel,
-                            "chat_template": m.chat_template,
-                            "path": m.path,
-                        },
-                    }
-                ],
-            }
-        )
+        # get_res_models: an Ollama-style "models" list beside OpenAI's "data", the model named as in answers
+        name = self.alias
+        details = {"parent_model": "", "format": "gguf", "family": "", "families": [""]}
+        details.update(parameter_size="", quantization_level="")
+        ollama_entry = {"name": name, "model": name, "modified_at": "", "size": "", "digest": "", "type": "model"}
+        ollama_entry.update(description="", tags=[""], capabilities=["completion"], parameters="", details=details)
+        info = {"id": name, "aliases": self.aliases, "tags": self.tags, "object": "model"}
+        info.update(created=int(time.time()), owned_by="llamacpp", meta=self.meta)
+        return JSONResponse({"models": [ollama_entry], "object": "list", "data": [info]})
 
     async def health(self, request):
         if self.closing:

@@ -281,7 +281,6 @@ class Plumbing:
         # model's name in answers is the first alias, else the file name
         self.aliases, self.tags = _name_set(alias), _name_set(tags)
         self.alias = self.aliases[0] if self.aliases else model.name
-        self.created = int(time.time())
         self.limits = limits or ServerLimits()
         self.defaults = defaults or ServerDefaults()
         self.closing = False

@@ -1,6 +1,7 @@
 """llama-server's ``--host`` list (one listening socket per address, on the same port), ``--alias`` as a
 comma-separated set of names and ``--tags`` (``GET /models``'s ``aliases`` and ``tags``)."""
 
+import json
 import os
 import socket
 import tempfile
@@ -112,3 +113,19 @@ def test_the_model_is_named_by_its_path_as_given():
         assert model.name == given
     finally:
         model.close()
+
+
+def test_models_answers_as_llama_server():
+    """/v1/models and /models: the pinned llama-server's answer (get_res_models: Ollama's "models" list beside
+    OpenAI's "data", owned by "llamacpp", the meta of server_context_meta), live, but the time it was asked."""
+    import httpx
+
+    from tests.serve.serve_support import running_llama_server, smollm2_client
+
+    flags = ["-t", "1", "-tb", "1", "-c", "512", "-np", "1", "--no-warmup", "-a", "smol"]
+    with running_llama_server(flags) as base, smollm2_client("smol", n_ctx=512, n_parallel=1) as client:
+        for path in ("/v1/models", "/models"):
+            theirs, ours = httpx.get(base + path, timeout=60).json(), client.get(path).json()
+            assert isinstance(ours["data"][0].pop("created"), int)
+            theirs["data"][0].pop("created")
+            assert json.dumps(ours) == json.dumps(theirs), path  # the same keys in the same order
