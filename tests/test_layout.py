@@ -28,7 +28,7 @@ RANK = {
     "__main__": 6,
 }
 # function-level imports of bankml's own modules that are allowed: (module, imported module, why)
-LAZY_ALLOWED = {("bankml.cli", "bankml.serve.app")}  # the server extra (Starlette, uvicorn) is optional
+LAZY_ALLOWED = {("bankml.cli.serve", "bankml.serve.app")}  # the server extra (Starlette, uvicorn) is optional
 CYTHON_IMPORT = re.compile(
     r"^([ \t]*)(?:from\s+(bankml(?:\.\w+)*)\s+c?import\s+(\([^)]*\)|[^\n#]*)|import\s+(bankml(?:\.\w+)*))", re.M
 )

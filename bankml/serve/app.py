@@ -260,48 +260,82 @@ def bind_sockets(hosts, port):
     return out
 
 
+class _CannotStart(Exception):
+    """Why ``bankml serve`` stops before it serves: the message it prints and the exit status."""
+
+    def __init__(self, message, status=2):
+        super().__init__(message)
+        self.message, self.status = message, status
+
+
 def serve(args):
     """``bankml serve``: load the model, serve until interrupted. SIGTERM or SIGINT refuse new requests,
     cancel every generation (each stops after its current token) and exit within a few seconds."""
     import uvicorn
 
     try:
+        options, api_keys, hosts = _read_flags(args)
+        model = _checked_model(args, options)
+    except _CannotStart as err:
+        print(err.message, file=sys.stderr)
+        return err.status
+    try:
+        starlette = _app_of_flags(model, args, api_keys)
+        config = uvicorn.Config(starlette, **_address(args), log_level="warning", timeout_graceful_shutdown=3)
+        sockets = _listening_sockets(hosts, args.port)
+    except _CannotStart as err:
+        model.close()
+        print(err.message, file=sys.stderr)
+        return err.status
+    app = starlette.state.bankml
+    _announce(args, model, hosts)
+    signals = _run_until_signalled(uvicorn, config, app, sockets)
+    return _shut_down(app, model, signals)
+
+
+def _read_flags(args):
+    """(the Model's options, the API keys, the ``--host`` list) of ``bankml serve``'s flags, checked before the
+    model is loaded; ``args.host`` becomes the list's first address and ``args.port`` Vertex AI's port where
+    ``AIP_HTTP_PORT`` names one. _CannotStart for a flag that cannot be served."""
+    try:
         options = chat_model_options(args)
         options.update(context_options(args, "auto"))  # llama-server's default -fa auto
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        raise _CannotStart(f"error: {err}") from None
     if args.chat_template_file is not None and not os.path.isfile(args.chat_template_file):
-        print(f"error: {args.chat_template_file}: no such file", file=sys.stderr)
-        return 2
+        raise _CannotStart(f"error: {args.chat_template_file}: no such file")
     try:
         api_keys = api_keys_from_args(args)
     except ApiKeyError as err:
-        print(str(err), file=sys.stderr)
-        return 2
+        raise _CannotStart(str(err)) from None
     if args.parallel == 0:
-        print("error: invalid value for n_parallel", file=sys.stderr)
-        return 2
+        raise _CannotStart("error: invalid value for n_parallel")
     hosts = [h.strip() for h in args.host.split(",") if h.strip()]  # llama-server's --host: a comma-separated list
     if not hosts:
-        print("error: --host requires at least one address", file=sys.stderr)
-        return 2
+        raise _CannotStart("error: --host requires at least one address")
     args.host = hosts[0]
     try:
         args.port = gcp.http_port(os.environ, args.port)
     except gcp.GcpError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        raise _CannotStart(f"error: {err}") from None
     if args.port == 0 and sum(not h.endswith(".sock") for h in hosts) > 1:
-        print("error: --port 0 is not supported with multiple TCP addresses", file=sys.stderr)
-        return 2
+        raise _CannotStart("error: --port 0 is not supported with multiple TCP addresses")
+    return options, api_keys, hosts
+
+
+def _checked_model(args, options):
+    """The loaded Model; _CannotStart for a request default or a context size llama-server refuses too."""
     try:
-        model = _load_model(args, options)
-    except ValueError as err:  # a request default or a context size llama-server refuses too
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return _load_model(args, options)
+    except ValueError as err:
+        raise _CannotStart(f"error: {err}") from None
+
+
+def _app_of_flags(model, args, api_keys):
+    """The Starlette application of ``bankml serve``'s flags; _CannotStart (status 1) for a Vertex AI predict
+    route that is already a route."""
     try:
-        starlette = create_app(
+        return create_app(
             model,
             args.alias,
             limits_from_args(args),
@@ -317,11 +351,40 @@ def serve(args):
             tags=getattr(args, "model_tags", None),
             sleep_idle_seconds=getattr(args, "sleep_idle_seconds", -1),
         )
-    except gcp.GcpError as err:  # a Vertex AI predict route that is already a route
-        model.close()
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    app = starlette.state.bankml
+    except gcp.GcpError as err:
+        raise _CannotStart(f"error: {err}", 1) from None
+
+
+def _listening_sockets(hosts, port):
+    """The sockets of a ``--host`` list of several addresses (llama-server listens on each, on the same port);
+    None for one address, which uvicorn binds itself. _CannotStart (status 1) naming one that cannot be bound."""
+    if len(hosts) == 1:
+        return None
+    try:
+        return bind_sockets(hosts, port)
+    except OSError as err:
+        raise _CannotStart(f"error: couldn't bind HTTP server socket: {err}", 1) from None
+
+
+def _announce(args, model, hosts):
+    """The start line: the model, its chat template's source, the addresses and the slots."""
+    source = args.chat_template_file or ("the model's" if model.chat_template else "llama.cpp's ChatML")
+    if getattr(args, "chat_template", None):
+        source = "given by --chat-template"
+    if not getattr(args, "jinja", True):
+        source += ", libllama's built-in formatting (--no-jinja)"
+    print(
+        f"bankml: serving {model.path} ({model.n_vocab:,} tokens, chat template {source}) on "
+        f"{', '.join(_address_text(args, h) for h in hosts)} with {model.n_parallel} slot(s)",
+        flush=True,
+    )
+
+
+def _run_until_signalled(uvicorn, config, app, sockets):
+    """Serve with uvicorn (the module is the server extra's, imported as ``serve`` starts) until SIGTERM or
+    SIGINT, which first refuse new requests and cancel the generations (``app.shutdown``); the signals uvicorn
+    caught, to raise again after the cleanup."""
+    signals = []
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig, frame):
@@ -337,27 +400,12 @@ def serve(args):
                 if hasattr(self, "_captured_signals"):
                     self._captured_signals.clear()
 
-    signals = []
-    config = uvicorn.Config(starlette, **_address(args), log_level="warning", timeout_graceful_shutdown=3)
-    sockets = None
-    if len(hosts) > 1:  # llama-server listens on each address of the list, on the same port
-        try:
-            sockets = bind_sockets(hosts, args.port)
-        except OSError as err:
-            model.close()
-            print(f"error: couldn't bind HTTP server socket: {err}", file=sys.stderr)
-            return 1
-    source = args.chat_template_file or ("the model's" if model.chat_template else "llama.cpp's ChatML")
-    if getattr(args, "chat_template", None):
-        source = "given by --chat-template"
-    if not getattr(args, "jinja", True):
-        source += ", libllama's built-in formatting (--no-jinja)"
-    print(
-        f"bankml: serving {model.path} ({model.n_vocab:,} tokens, chat template {source}) on "
-        f"{', '.join(_address_text(args, h) for h in hosts)} with {model.n_parallel} slot(s)",
-        flush=True,
-    )
     _Server(config).run(sockets=sockets)
+    return signals
+
+
+def _shut_down(app, model, signals):
+    """Free the model once every generation has stopped, then end the process by the signal it was sent."""
     app.shutdown()
     if app.join(5.0):
         model.close()

@@ -1,0 +1,5 @@
+import sys
+
+from bankml.cli import main
+
+sys.exit(main())
