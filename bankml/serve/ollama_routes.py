@@ -14,7 +14,7 @@ from bankml.chat.chat_peg import ChatParseError
 from bankml.errors import RequestError, json_type_name
 from bankml.schema import jsondepth as _jsondepth
 from bankml.serve import ollama
-from bankml.serve.contexts import ModelError
+from bankml.serve.contexts import POOLING, ModelError
 from bankml.serve.endpoints import model_ftype
 from bankml.serve.plumbing import Gone, Runner, file_size, ndjson, now, ollama_error, refusal, stream_error
 from bankml.serve.request import read_body
@@ -215,10 +215,12 @@ def _model_info(model):
 
 
 def _capabilities(model):
-    """Ollama's capabilities: completion, and tools and thinking where the template supports them."""
-    caps = model.chat_layer().caps if model.chat_template else None
+    """Ollama's capabilities: completion; embedding where /api/embed answers (``--embedding`` with a pooling of one
+    vector per input); tools and thinking where the template supports them."""
     out = ["completion"]
-    if caps is not None and (caps.supports_tools or caps.supports_tool_calls):
+    if getattr(model, "embedding", False) and model.pooling_type not in (POOLING.index("none"), POOLING.index("rank")):
+        out.append("embedding")
+    if model.chat_template and model.renders_tools():
         out.append("tools")
     if model.chat_template and model.supports_thinking():
         out.append("thinking")

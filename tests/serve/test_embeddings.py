@@ -276,6 +276,7 @@ def test_ollama_embed_and_embeddings_with_the_official_client():
         legacy = client.embeddings(model="m", prompt=texts[0]).embedding
         np.testing.assert_allclose(legacy, pooled[0], rtol=1e-6)
         assert client.embeddings(model="m", prompt="").embedding == []
+        assert httpx.post(base + "/api/show", json={"model": "m"}).json()["capabilities"] == ["completion", "embedding"]
 
         long = " ".join(["word"] * 700)
         assert client.embed(model="m", input=long).prompt_eval_count == 511  # the slot's 512 tokens, one kept free
