@@ -278,7 +278,7 @@ class Plumbing:
     def __init__(self, model, alias=None, limits=None, defaults=None, tags=None):
         self.model = model
         # llama-server's --alias and --tags: comma-separated names, kept as sorted sets (its std::set); the
-        # model's name in answers is the first alias, else the file name
+        # model's name in answers is the first alias, else Model.name (the -m path as given)
         self.aliases, self.tags = _name_set(alias), _name_set(tags)
         self.alias = self.aliases[0] if self.aliases else model.name
         self.limits = limits or ServerLimits()
