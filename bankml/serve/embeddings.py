@@ -38,7 +38,7 @@ from starlette.routing import Route
 
 from bankml.errors import json_type_name
 from bankml.serve.contexts import POOLING, ModelError
-from bankml.serve.fields import EMBEDDINGS, OLLAMA_EMBED, OLLAMA_EMBEDDINGS, RERANK, check_unknown
+from bankml.serve.fields import EMBEDDINGS, OLLAMA_EMBED, OLLAMA_EMBEDDINGS, RERANK, known_only
 from bankml.serve.job import ContextSizeError, check_cancel
 from bankml.serve.plumbing import Gone, Refusal, disconnected, ollama_error, refusal
 from bankml.serve.request import read_body
@@ -196,6 +196,11 @@ def check_size(model, tokens):
         )
 
 
+def max_input_tokens(model):
+    """The most tokens ``check_size`` lets an input have on a slot (Ollama's truncation cuts to it)."""
+    return model.n_ctx_slot - 1 if can_split(model) else min(model.n_ubatch, model.n_ctx_slot)
+
+
 def can_split(model):
     """server_slot::can_split for an embedding: the pooling reads the last token only (last, or rank of a causal
     model), so the prompt may span several batches."""
@@ -300,13 +305,14 @@ def oai_embeddings(model_name, results, n_tokens, use_base64):
         else:
             item = {"embedding": vec, "index": i, "object": "embedding"}
         data.append(item)
+    return _list_answer(model_name, n_tokens, "data", data)
+
+
+def _list_answer(model_name, n_tokens, key, items):
+    """The list object of format_embeddings_response_oaicompat and format_response_rerank (Jina's): the model,
+    the prompts' tokens as usage, the items under ``key``."""
     total = sum(n_tokens)
-    return {
-        "model": model_name,
-        "object": "list",
-        "usage": {"prompt_tokens": total, "total_tokens": total},
-        "data": data,
-    }
+    return {"model": model_name, "object": "list", "usage": {"prompt_tokens": total, "total_tokens": total}, key: items}
 
 
 def rerank_answer(body, model_name, scores, n_tokens, documents, tei):
@@ -326,15 +332,7 @@ def rerank_answer(body, model_name, scores, n_tokens, documents, tei):
         elements.append(elem)
     elements.sort(key=lambda e: -e[label])
     results = elements[: int(top_n)]
-    if tei:
-        return results
-    total = sum(n_tokens)
-    return {
-        "model": model_name,
-        "object": "list",
-        "usage": {"prompt_tokens": total, "total_tokens": total},
-        "results": results,
-    }
+    return results if tei else _list_answer(model_name, n_tokens, "results", results)
 
 
 def _documents(body):
@@ -366,12 +364,6 @@ class EmbeddingRoutes:
             Route("/api/embeddings", self.ollama_embeddings, methods=["POST"]),
         ]
 
-    def _known(self, body, known):
-        """The body, its unknown fields refused with --reject-unknown-fields."""
-        if self.app.limits.reject_unknown_fields:
-            check_unknown(body, known)
-        return body
-
     async def embeddings(self, request):
         return await self._embeddings(request, oai=False)
 
@@ -389,7 +381,7 @@ class EmbeddingRoutes:
     def _embed_job(self, raw, oai, cancel):
         """The embedding request's checks and prompts; the answer's maker for the vectors."""
         model = self.app.model
-        body = self._known(read_body(raw), EMBEDDINGS)
+        body = known_only(read_body(raw), EMBEDDINGS, self.app.limits)
         if "input" in body:
             key = "input"
         elif "content" in body:
@@ -430,7 +422,7 @@ class EmbeddingRoutes:
 
     def _rerank_job(self, raw, cancel):
         model = self.app.model
-        body = self._known(read_body(raw), RERANK)
+        body = known_only(read_body(raw), RERANK, self.app.limits)
         tei = "texts" in body
         if "query" not in body:
             raise Refusal('"query" must be provided')
@@ -482,7 +474,7 @@ class EmbeddingRoutes:
 
     def _ollama_embed_job(self, raw, cancel):
         started = time.perf_counter_ns()
-        body = self._known(read_body(raw), OLLAMA_EMBED)
+        body = known_only(read_body(raw), OLLAMA_EMBED, self.app.limits)
         name = body.get("model")
         if not isinstance(name, str) or not name:
             raise Refusal(f"model '{name if isinstance(name, str) else ''}' not found", 404, "not_found_error")
@@ -507,7 +499,7 @@ class EmbeddingRoutes:
         return prompts, answer
 
     def _ollama_embeddings_job(self, raw, cancel):
-        body = self._known(read_body(raw), OLLAMA_EMBEDDINGS)
+        body = known_only(read_body(raw), OLLAMA_EMBEDDINGS, self.app.limits)
         if not isinstance(body.get("model"), str) or not body["model"]:
             raise Refusal("model is required")
         prompt = _go_field(body, "prompt", str, "EmbeddingRequest", "")
@@ -529,8 +521,7 @@ class EmbeddingRoutes:
         if not tokens:
             raise Refusal("Input content cannot be empty")
         if truncate:
-            limit = model.n_ctx_slot - 1 if can_split(model) else min(model.n_ubatch, model.n_ctx_slot)
-            tokens = tokens[: max(limit, 1)]
+            tokens = tokens[: max(max_input_tokens(model), 1)]
         check_size(model, tokens)
         return tokens
 

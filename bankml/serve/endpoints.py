@@ -32,7 +32,7 @@ from bankml.errors import RequestError, json_type_name
 from bankml.sampling.params import SAMPLER_FIELDS, SamplerParams
 from bankml.schema import jsondepth
 from bankml.serve import slot_files
-from bankml.serve.fields import DETOKENIZE, TOKENIZE, check_unknown
+from bankml.serve.fields import DETOKENIZE, TOKENIZE, known_only
 
 __all__ = [
     "EndpointOptions",
@@ -601,10 +601,7 @@ class Endpoints:
         )
 
     def _known(self, body, known=TOKENIZE):
-        """The body, its unknown fields refused with --reject-unknown-fields."""
-        if self.app.limits.reject_unknown_fields:
-            check_unknown(body, known)
-        return body
+        return known_only(body, known, self.app.limits)
 
     async def props(self, request):
         sleeper = getattr(self.app, "sleeper", None)

@@ -32,6 +32,7 @@ __all__ = [
     "WIRE_NAMES",
     "check",
     "check_unknown",
+    "known_only",
     "read_field",
 ]
 
@@ -342,6 +343,14 @@ def check_unknown(body, known, prefix=""):
             f"unknown field{'s' if len(unknown) > 1 else ''} {names}: this server refuses the fields it does not "
             "read (--reject-unknown-fields)"
         )
+
+
+def known_only(body, known, limits):
+    """``body``, its fields not in ``known`` refused (``check_unknown``) when the server was started with
+    ``--reject-unknown-fields`` (``limits``, a ServerLimits); the body as it is otherwise."""
+    if limits.reject_unknown_fields:
+        check_unknown(body, known)
+    return body
 
 
 def _message(name, why):

@@ -7,6 +7,7 @@ penalties), and bankml answers it as llama-server does."""
 from bankml import cli
 from bankml.serve.app import defaults_from_args
 
+from ..oracle_support import ORACLE_STATS
 from .serve_support import smollm2_client
 from .test_prompt_cache import _both
 
@@ -44,3 +45,4 @@ def test_llama_servers_backend_sampling_answers_as_its_cpu_chain_and_as_bankml()
     for a, b in zip(theirs, ours, strict=True):
         assert b["content"] == a["content"]
         assert b.get("completion_probabilities") == a.get("completion_probabilities")
+        ORACLE_STATS["llama-server backend-sampling answers identical (bankml serve, live)"] += 1
