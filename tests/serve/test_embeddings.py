@@ -301,3 +301,14 @@ def test_ollama_embed_and_embeddings_with_the_official_client():
         assert status == 400 and "'inputs'" in message
         status, message = error("/v1/embeddings", {"input": "a", "encoding": "float"})  # llama-server's error object
         assert status == 400 and "'encoding'" in message["message"]
+
+        # hostile bodies, each answered within the client's timeout by a child process: nesting past the reader's
+        # bound, a body that is no JSON, 20,000 inputs of 200 token ids and a last invalid one (every input is
+        # checked before any is evaluated, so the refusal comes without 20,000 evaluations)
+        for path in ("/v1/embeddings", "/api/embed", "/api/embeddings"):
+            r = httpx.post(base + path, content="[" * 100_000 + "]" * 100_000, timeout=60)
+            assert r.status_code == 400, (path, r.text[:200])
+            r = httpx.post(base + path, content=b"\xff{not json", timeout=60)
+            assert r.status_code == 400, (path, r.text[:200])
+        r = httpx.post(base + "/v1/embeddings", json={"input": [[1] * 200] * 20_000 + [[-1]]}, timeout=120)
+        assert r.status_code == 400 and "invalid tokens" in r.json()["error"]["message"]
