@@ -276,6 +276,27 @@ class _Refuse(argparse.Action):
         parser.error(refusal(option_string))
 
 
+def _add_embedding_arguments(p):
+    """llama-server's embedding flags (bankml.serve.embeddings)."""
+    p.add_argument(
+        "--embedding", "--embeddings", dest="embedding", action="store_true",
+        help="serve /embedding, /embeddings and /v1/embeddings (completions are still served)",
+    )  # fmt: skip
+    p.add_argument(
+        "--rerank", "--reranking", nargs=0, action=_Rerank,
+        help="serve /rerank (and /reranking, /v1/rerank, /v1/reranking): --embedding with --pooling rank",
+    )  # fmt: skip
+    p.add_argument(
+        "--pooling", choices=POOLING, default=None,
+        help="pooling type for embeddings (default: the model's)",
+    )  # fmt: skip
+    p.add_argument(
+        "--embd-normalize", dest="embd_normalize", type=int, default=2,
+        help="normalisation of pooled embeddings (default: 2) (-1=none, 0=max absolute int16, 1=taxicab, "
+        "2=euclidean, >2=p-norm)",
+    )  # fmt: skip
+
+
 def add_arguments(p):
     """llama-server's flags on ``bankml serve``'s parser ``p``, after its own: ``-n``, the sampler defaults,
     ``-v``/``-lv``, CORS, ``--kv-unified``, then the flags with no bearing and the refused ones (each of those
@@ -303,23 +324,7 @@ def add_arguments(p):
         "-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_const", const=False,
         help="one KV cache per slot: the context divided between the slots",
     )  # fmt: skip
-    p.add_argument(
-        "--embedding", "--embeddings", dest="embedding", action="store_true",
-        help="serve /embedding, /embeddings and /v1/embeddings (completions are still served)",
-    )  # fmt: skip
-    p.add_argument(
-        "--rerank", "--reranking", nargs=0, action=_Rerank,
-        help="serve /rerank (and /reranking, /v1/rerank, /v1/reranking): --embedding with --pooling rank",
-    )  # fmt: skip
-    p.add_argument(
-        "--pooling", choices=POOLING, default=None,
-        help="pooling type for embeddings (default: the model's)",
-    )  # fmt: skip
-    p.add_argument(
-        "--embd-normalize", dest="embd_normalize", type=int, default=2,
-        help="normalisation of pooled embeddings (default: 2) (-1=none, 0=max absolute int16, 1=taxicab, "
-        "2=euclidean, >2=p-norm)",
-    )  # fmt: skip
+    _add_embedding_arguments(p)
     p.add_argument("--tags", dest="model_tags", help="model tags, comma-separated (informational: /models)")
     p.add_argument("--kv-unified-per-slot", type=int, default=0, help="context limit per slot (default: unset)")
     p.add_argument(
